@@ -5,7 +5,23 @@ with a ValueError that names the key and the allowed values, before any resource
 """
 from __future__ import annotations
 
+import ipaddress
+import json
+import re
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import pulumi
+import yaml
+
+PROJECT_FILE = Path(__file__).resolve().parent.parent / "Pulumi.yaml"
+
+GPU_PLACEMENTS = ("auto", "cluster", "none")
+EXPECT_TRANSPORTS = ("efa", "socket", "intra-node", "any")
+# The named architectures the workload can build with random weights (trainModelConfig).
+MODEL_CONFIGS = ("tiny", "qwen2.5-1.5b")
+NCCL_DEBUG_LEVELS = ("VERSION", "WARN", "INFO", "TRACE")
 
 
 @dataclass(frozen=True)
@@ -20,6 +36,11 @@ class InstanceFacts:
     network_cards: int
     vcpus: int
     memory_mib: int
+
+    @property
+    def efa_interfaces(self) -> int:
+        """EFA interfaces a node gets: one per network card, as far as the type allows (p5: 32, g6: 1)."""
+        return min(self.network_cards, self.maximum_efa_interfaces) if self.efa_supported else 0
 
 
 @dataclass(frozen=True)
@@ -67,3 +88,215 @@ class StackConfig:
     transport_env: dict[str, str] = field(default_factory=dict)
     """NCCL_DEBUG, NCCL_SOCKET_IFNAME, FI_PROVIDER and NCCL_NET_PLUGIN for the Ray workers."""
     train: TrainConfig | None = None
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Reading and validating the stack's config
+
+def schema() -> dict[str, dict[str, Any]]:
+    """The `config:` section of Pulumi.yaml: every key with its type, default and description."""
+    with PROJECT_FILE.open() as f:
+        return yaml.safe_load(f)["config"]
+
+
+def project_name() -> str:
+    with PROJECT_FILE.open() as f:
+        return yaml.safe_load(f)["name"]
+
+
+def _read_raw(config: Any, key: str, spec: dict[str, Any]) -> Any:
+    """One key through pulumi.Config, typed by the schema; an unset key takes the schema's default.
+
+    The Pulumi CLI already applies the schema's defaults; reading them here as well keeps a program run
+    without the CLI (the unit tests) on the same values, from the same one place.
+    """
+    readers: dict[str, Callable[[str], Any]] = {
+        "string": config.get,
+        "integer": config.get_int,
+        "boolean": config.get_bool,
+        "array": config.get_object,
+    }
+    kind = spec["type"]
+    if kind not in readers:
+        raise ValueError(f"Pulumi.yaml: config key {key!r} has type {kind!r}; supported: {sorted(readers)}")
+    try:
+        value = readers[kind](key)
+    except pulumi.ConfigTypeError as e:
+        raise ValueError(f"config key {key!r} must be of type {kind}: {e}") from e
+    if value is None:
+        value = spec["default"]
+    if kind == "array":
+        if isinstance(value, str):  # get_object returns JSON already parsed; a raw default may be text
+            value = json.loads(value)
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise ValueError(f"config key {key!r} must be a list of strings, got {value!r}")
+    return value
+
+
+def read_raw_config(config: Any | None = None) -> dict[str, Any]:
+    """Every key of Pulumi.yaml, read from the stack's config (or its default), by its schema name."""
+    config = config if config is not None else pulumi.Config()
+    return {key: _read_raw(config, key, spec) for key, spec in schema().items()}
+
+
+def load(config: Any | None = None) -> StackConfig:
+    """Read the stack's config per Pulumi.yaml and validate it. Touches no cloud resource."""
+    return parse(read_raw_config(config))
+
+
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+_CLUSTER_NAME = re.compile(r"^[a-zA-Z][a-zA-Z0-9-]{0,39}$")
+_K8S_VERSION = re.compile(r"^1\.[0-9]{2}$")
+_AZ_NAME = re.compile(r"^[a-z]{2}(-[a-z]+)+-[0-9][a-z]$")
+_INSTANCE_TYPE = re.compile(r"^[a-z][a-z0-9-]*\.[a-z0-9]+$")
+_RESERVATION_ID = re.compile(r"^cr-[0-9a-f]{8,17}$")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def _require(ok: bool, key: str, message: str) -> None:
+    if not ok:
+        raise ValueError(f"config key {key!r}: {message}")
+
+
+def _check_az_list(key: str, azs: list[str]) -> tuple[str, ...]:
+    for az in azs:
+        _require(bool(_AZ_NAME.match(az)), key, f"{az!r} is not an availability zone name (like us-west-2a)")
+    _require(len(set(azs)) == len(azs), key, f"lists an AZ twice: {azs}")
+    return tuple(azs)
+
+
+def parse(raw: dict[str, Any]) -> StackConfig:
+    """Validate raw config values (named as in Pulumi.yaml) into a StackConfig.
+
+    Each mistake is a ValueError naming the key and what it allows. Checks that need EC2 (the instance
+    type's facts, the region's AZs) come later, in infra.instance_facts and infra.network, still before any
+    resource is registered.
+    """
+    _require(bool(_CLUSTER_NAME.match(raw["clusterName"])), "clusterName",
+             f"{raw['clusterName']!r} must start with a letter and hold 1-40 letters, digits or hyphens "
+             "(it prefixes every AWS name, some of which are capped at 64 characters)")
+    _require(bool(_K8S_VERSION.match(raw["kubernetesVersion"])), "kubernetesVersion",
+             f"{raw['kubernetesVersion']!r} must be an EKS minor version like 1.34")
+    try:
+        vpc = ipaddress.IPv4Network(raw["vpcCidr"])
+    except ValueError as e:
+        raise ValueError(f"config key 'vpcCidr': {raw['vpcCidr']!r} is not an IPv4 CIDR: {e}") from e
+    _require(16 <= vpc.prefixlen <= 20, "vpcCidr",
+             f"{raw['vpcCidr']} must be a /16 to /20 (private subnets get an eighth of it per AZ)")
+
+    vpc_azs = _check_az_list("vpcAvailabilityZones", raw["vpcAvailabilityZones"])
+    _require(not vpc_azs or len(vpc_azs) >= 2, "vpcAvailabilityZones",
+             f"EKS needs subnets in at least two AZs; got {list(vpc_azs)} (or leave it empty for all of them)")
+    _require(len(vpc_azs) <= 7, "vpcAvailabilityZones", "at most 7 AZs (the VPC is split in eighths)")
+
+    for key in ("systemInstanceType", "gpuInstanceType"):
+        _require(bool(_INSTANCE_TYPE.match(raw[key])), key, f"{raw[key]!r} is not an EC2 instance type name")
+    _require(raw["systemNodeCount"] >= 1, "systemNodeCount",
+             f"must be at least 1 (the KubeRay operator and the Ray head run there), got {raw['systemNodeCount']}")
+    _require(raw["gpuNodeCount"] >= 1, "gpuNodeCount", f"must be at least 1, got {raw['gpuNodeCount']}")
+    _require(100 <= raw["gpuRootVolumeGiB"] <= 16384, "gpuRootVolumeGiB",
+             f"must be 100 to 16384 GiB (the training image alone needs tens of GiB), got {raw['gpuRootVolumeGiB']}")
+
+    placement = raw["gpuPlacement"]
+    _require(placement in GPU_PLACEMENTS, "gpuPlacement", f"{placement!r} is not one of {list(GPU_PLACEMENTS)}")
+    reservation_id = raw["capacityReservationId"]
+    _require(reservation_id == "" or bool(_RESERVATION_ID.match(reservation_id)), "capacityReservationId",
+             f"{reservation_id!r} must be empty or a reservation id like cr-0123456789abcdef0")
+    reserve = raw["capacityReserve"]
+    _require(not (reserve and reservation_id), "capacityReserve",
+             "cannot be true while capacityReservationId is set: target the existing reservation or create one")
+    if placement == "cluster" and (reserve or reservation_id):
+        raise ValueError(
+            "config keys 'gpuPlacement' and 'capacityReservationId'/'capacityReserve': gpuPlacement=cluster "
+            "cannot be combined with a capacity reservation (the reservation's own placement governs, and a "
+            "forced placement group loses nodes); use gpuPlacement auto or none")
+
+    gpu_az = raw["gpuAvailabilityZone"]
+    if gpu_az:
+        _check_az_list("gpuAvailabilityZone", [gpu_az])
+    _require(bool(gpu_az) or reserve, "gpuAvailabilityZone",
+             "is required (every GPU node sits in this one AZ, EFA does not cross AZs) unless capacityReserve "
+             "picks it; with capacityReservationId, set it to the reservation's AZ")
+    candidates = _check_az_list("capacityCandidateAzs", raw["capacityCandidateAzs"])
+    _require(not candidates or reserve, "capacityCandidateAzs", "is only used with capacityReserve=true")
+
+    _require(bool(raw["dlcImage"].strip()) and " " not in raw["dlcImage"], "dlcImage",
+             f"{raw['dlcImage']!r} must be an image reference (repo:tag or repo@sha256:...)")
+    for key in ("rayNamespace", "rayClusterName"):
+        _require(bool(_DNS_LABEL.match(raw[key])), key,
+                 f"{raw[key]!r} must be a Kubernetes DNS label (lowercase letters, digits, '-', at most 63)")
+    _require(raw["ncclDebug"] in NCCL_DEBUG_LEVELS, "ncclDebug",
+             f"{raw['ncclDebug']!r} is not one of {list(NCCL_DEBUG_LEVELS)}")
+    for key in ("ncclSocketIfname", "fiProvider", "ncclNetPlugin"):
+        _require(bool(raw[key]) and " " not in raw[key], key, f"{raw[key]!r} must be a single non-empty word")
+
+    return StackConfig(
+        cluster_name=raw["clusterName"],
+        kubernetes_version=raw["kubernetesVersion"],
+        vpc_cidr=str(vpc),
+        vpc_availability_zones=vpc_azs,
+        system_instance_type=raw["systemInstanceType"],
+        system_node_count=raw["systemNodeCount"],
+        gpu_instance_type=raw["gpuInstanceType"],
+        gpu_node_count=raw["gpuNodeCount"],
+        gpu_availability_zone=gpu_az,
+        gpu_root_volume_gib=raw["gpuRootVolumeGiB"],
+        gpu_placement=placement,
+        capacity_reservation_id=reservation_id,
+        capacity_reserve=reserve,
+        capacity_candidate_azs=candidates,
+        dlc_image=raw["dlcImage"],
+        ray_namespace=raw["rayNamespace"],
+        ray_cluster_name=raw["rayClusterName"],
+        transport_env={
+            "NCCL_DEBUG": raw["ncclDebug"],
+            "NCCL_SOCKET_IFNAME": raw["ncclSocketIfname"],
+            "FI_PROVIDER": raw["fiProvider"],
+            "NCCL_NET_PLUGIN": raw["ncclNetPlugin"],
+        },
+        train=_parse_train(raw),
+    )
+
+
+def _parse_train(raw: dict[str, Any]) -> TrainConfig:
+    try:
+        learning_rate = float(raw["trainLearningRate"])
+    except ValueError as e:
+        raise ValueError(f"config key 'trainLearningRate': {raw['trainLearningRate']!r} is not a number") from e
+    _require(0 < learning_rate < 1, "trainLearningRate", f"must be between 0 and 1, got {learning_rate}")
+    for key in ("trainSteps", "trainBatchSize", "trainSeqLen", "trainTimeoutMinutes"):
+        _require(raw[key] >= 1, key, f"must be at least 1, got {raw[key]}")
+    _require(raw["trainNumWorkers"] >= 0, "trainNumWorkers",
+             f"must be 0 (one worker per GPU) or more, got {raw['trainNumWorkers']}")
+    _require(raw["trainMaxFailures"] >= -1, "trainMaxFailures",
+             f"must be -1 (retry forever), 0 or more, got {raw['trainMaxFailures']}")
+    _require(raw["trainModelConfig"] in ("", *MODEL_CONFIGS), "trainModelConfig",
+             f"{raw['trainModelConfig']!r} is not empty or one of {list(MODEL_CONFIGS)}")
+    _require(bool(raw["trainModelId"]), "trainModelId", "must name a Hugging Face model")
+    _require(raw["trainExpectTransport"] in EXPECT_TRANSPORTS, "trainExpectTransport",
+             f"{raw['trainExpectTransport']!r} is not one of {list(EXPECT_TRANSPORTS)}")
+    storage = raw["trainStoragePath"]
+    _require(storage == "" or "://" in storage or storage.startswith("/"), "trainStoragePath",
+             f"{storage!r} must be empty, an absolute path or a URI like s3://bucket/prefix")
+    env: dict[str, str] = {}
+    for item in raw["trainEnv"]:
+        name, sep, value = item.partition("=")
+        _require(bool(sep) and bool(_ENV_NAME.match(name)), "trainEnv", f"{item!r} is not KEY=VALUE")
+        env[name] = value
+    return TrainConfig(
+        enabled=raw["trainEnabled"],
+        run_id=raw["trainRunId"],
+        model_id=raw["trainModelId"],
+        model_config=raw["trainModelConfig"],
+        steps=raw["trainSteps"],
+        batch_size=raw["trainBatchSize"],
+        seq_len=raw["trainSeqLen"],
+        learning_rate=learning_rate,
+        num_workers=raw["trainNumWorkers"],
+        max_failures=raw["trainMaxFailures"],
+        storage_path=storage,
+        pip=tuple(raw["trainPip"]),
+        env=env,
+        timeout_minutes=raw["trainTimeoutMinutes"],
+        expect_transport=raw["trainExpectTransport"],
+    )

@@ -1,0 +1,141 @@
+"""What runs in the cluster before any Ray pod: the NVIDIA and EFA device plugins and the KubeRay operator.
+
+Three Helm releases on the provider made from the cluster's kubeconfig. The Helm values are pure functions, so
+tests read exactly what the releases are given. `check_efa_allowlist` runs at preview, before any resource.
+"""
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+import pulumi
+import pulumi_kubernetes as k8s
+import yaml
+
+# 0.20.0 is the release whose values we checked (its default affinity already includes
+# nvidia.com/gpu.present=true, which our GPU nodes carry); older charts predate that term.
+NVIDIA_DEVICE_PLUGIN_CHART = "nvidia-device-plugin"
+NVIDIA_DEVICE_PLUGIN_REPO = "https://nvidia.github.io/k8s-device-plugin"
+NVIDIA_DEVICE_PLUGIN_VERSION = "0.20.0"
+
+# The EFA chart schedules only onto the instance types in its own supportedInstanceLabels list, and a type
+# missing there gives 0 desired pods with no error. The allowlist check reads the copy of this exact version's
+# values committed next to this module, so bumping the pin without copying the new values fails loudly.
+EFA_DEVICE_PLUGIN_CHART = "aws-efa-k8s-device-plugin"
+EFA_DEVICE_PLUGIN_REPO = "https://aws.github.io/eks-charts"
+EFA_DEVICE_PLUGIN_VERSION = "v0.5.30"  # eks-charts versions this chart with a leading "v"
+EFA_DEVICE_PLUGIN_VALUES_FILE = Path(__file__).parent / "charts" / f"{EFA_DEVICE_PLUGIN_CHART}-{EFA_DEVICE_PLUGIN_VERSION}-values.yaml"
+
+# 1.7.0 serves the ray.io/v1 RayCluster with authOptions (token auth), which infra/raycluster.py relies on; the
+# chart also installs the CRDs, so the operator and the CRD version move together.
+KUBERAY_OPERATOR_CHART = "kuberay-operator"
+KUBERAY_OPERATOR_REPO = "https://ray-project.github.io/kuberay-helm/"
+KUBERAY_OPERATOR_VERSION = "1.7.0"
+KUBERAY_OPERATOR_NAMESPACE = "kuberay-system"
+
+# Node roles and the GPU taint, as the node groups set them. The GPU taint keeps everything that does not ask
+# for a GPU off the expensive nodes; what must run there tolerates it.
+SYSTEM_NODE_SELECTOR = {"role": "system"}
+GPU_WORKER_NODE_SELECTOR = {"role": "gpu-worker"}
+GPU_PRESENT_LABEL = "nvidia.com/gpu.present"
+GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+# The NVIDIA chart's own default toleration; it is kept because Helm replaces a list value instead of merging it.
+_CRITICAL_ADDONS_TOLERATION = {"key": "CriticalAddonsOnly", "operator": "Exists"}
+
+
+@functools.cache
+def efa_supported_instance_types() -> tuple[str, ...]:
+    """The instance types the pinned EFA chart schedules onto (its supportedInstanceLabels.values)."""
+    values = yaml.safe_load(EFA_DEVICE_PLUGIN_VALUES_FILE.read_text())
+    return tuple(values["supportedInstanceLabels"]["values"])
+
+
+def check_efa_allowlist(instance_type: str) -> None:
+    """Refuse a GPU type the pinned EFA chart would silently skip (its DaemonSet would get 0 desired pods)."""
+    allowed = efa_supported_instance_types()
+    if instance_type in allowed:
+        return
+    gpu_types = ", ".join(t for t in allowed if t[0] in "gp")
+    raise ValueError(
+        f"gpuInstanceType: {instance_type!r} is not on the allowlist of the {EFA_DEVICE_PLUGIN_CHART} chart "
+        f"{EFA_DEVICE_PLUGIN_VERSION} (supportedInstanceLabels.values), so the EFA device plugin would run on no "
+        f"GPU node and NCCL would fall back to TCP. Allowed GPU types: {gpu_types}."
+    )
+
+
+def nvidia_device_plugin_values() -> dict:
+    """Only GPU nodes: a CPU node has no driver, and the plugin would crash-loop there."""
+    return {
+        "nodeSelector": {GPU_PRESENT_LABEL: "true"},
+        "tolerations": [_CRITICAL_ADDONS_TOLERATION, GPU_TOLERATION],
+    }
+
+
+def efa_device_plugin_values() -> dict:
+    """The chart's own allowlist already keeps it off non-EFA nodes; it only needs to tolerate the GPU taint."""
+    return {"tolerations": [GPU_TOLERATION]}
+
+
+def kuberay_operator_values() -> dict:
+    """On the system nodes, so it keeps reconciling (and can run the RayCluster's finalizers) while GPU nodes churn."""
+    return {"nodeSelector": dict(SYSTEM_NODE_SELECTOR)}
+
+
+class ClusterAddons(pulumi.ComponentResource):
+    """The device plugins and the KubeRay operator, each a Helm release that waits for the node groups."""
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        provider: k8s.Provider,
+        gpu_instance_type: str,
+        depends_on: list[pulumi.Resource],
+        opts: pulumi.ResourceOptions | None = None,
+    ) -> None:
+        check_efa_allowlist(gpu_instance_type)
+        super().__init__("raytrain:infra:ClusterAddons", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self, provider=provider, depends_on=list(depends_on))
+
+        self.nvidia_device_plugin = k8s.helm.v3.Release(
+            f"{name}-nvidia-device-plugin",
+            k8s.helm.v3.ReleaseArgs(
+                name="nvidia-device-plugin",
+                chart=NVIDIA_DEVICE_PLUGIN_CHART,
+                version=NVIDIA_DEVICE_PLUGIN_VERSION,
+                repository_opts=k8s.helm.v3.RepositoryOptsArgs(repo=NVIDIA_DEVICE_PLUGIN_REPO),
+                namespace="kube-system",
+                values=nvidia_device_plugin_values(),
+            ),
+            opts=child,
+        )
+        self.efa_device_plugin = k8s.helm.v3.Release(
+            f"{name}-efa-device-plugin",
+            k8s.helm.v3.ReleaseArgs(
+                name="aws-efa-k8s-device-plugin",
+                chart=EFA_DEVICE_PLUGIN_CHART,
+                version=EFA_DEVICE_PLUGIN_VERSION,
+                repository_opts=k8s.helm.v3.RepositoryOptsArgs(repo=EFA_DEVICE_PLUGIN_REPO),
+                namespace="kube-system",
+                values=efa_device_plugin_values(),
+            ),
+            opts=child,
+        )
+        self.kuberay_operator = k8s.helm.v3.Release(
+            f"{name}-kuberay-operator",
+            k8s.helm.v3.ReleaseArgs(
+                name="kuberay-operator",
+                chart=KUBERAY_OPERATOR_CHART,
+                version=KUBERAY_OPERATOR_VERSION,
+                repository_opts=k8s.helm.v3.RepositoryOptsArgs(repo=KUBERAY_OPERATOR_REPO),
+                namespace=KUBERAY_OPERATOR_NAMESPACE,
+                create_namespace=True,
+                values=kuberay_operator_values(),
+            ),
+            opts=child,
+        )
+        self.register_outputs({
+            "nvidia_device_plugin": self.nvidia_device_plugin.status,
+            "efa_device_plugin": self.efa_device_plugin.status,
+            "kuberay_operator": self.kuberay_operator.status,
+        })

@@ -1,0 +1,259 @@
+"""The RayCluster: a head on the system nodes and one GPU worker pod per GPU node, declared as a KubeRay CR.
+
+`ray_cluster_manifest` builds it from plain values (tests render it per stack into tests/golden/ and validate it
+against the KubeRay CRD schema); `RayCluster` creates its namespace and the custom resource.
+"""
+from __future__ import annotations
+
+import re
+import string
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from infra.addons import GPU_TOLERATION, GPU_WORKER_NODE_SELECTOR, SYSTEM_NODE_SELECTOR
+from infra.config import InstanceFacts, StackConfig
+
+# The CRD version that kuberay-operator 1.7.0 serves and stores (infra/addons.py pins the operator).
+RAYCLUSTER_API_VERSION = "ray.io/v1"
+# The Ray that the default dlcImage (ray:train-ml-cuda-v1.1) bundles, per the DLC changelog. KubeRay reads it
+# only to gate features: it refuses authOptions.mode=token below Ray 2.52.0.
+RAY_VERSION = "2.58.0"
+
+# The head only schedules and serves the job API; the driver of a job runs here, the ranks do not. 2 CPU / 8Gi
+# fits an m7i.xlarge system node (4 vCPU, 16 GiB) next to kube-system and the operator.
+HEAD_CPU = "2"
+HEAD_MEMORY = "8Gi"
+GCS_PORT = 6379
+DASHBOARD_PORT = 8265  # also the job server
+CLIENT_PORT = 10001
+WORKER_GROUP_NAME = "gpu-workers"
+
+# Pulling the multi-GB training image onto fresh GPU nodes takes minutes; wait this long for every pod to be
+# ready before `pulumi up` moves on to the job.
+READY_TIMEOUT_SECONDS = 1800
+
+# KubeRay names derived objects through CheckName: it keeps the last 50 characters and replaces a leading
+# digit or punctuation with "r". The secret and service names below are computed the same way.
+_KUBERAY_NAME_MAX = 50
+# KubeRay's limit for a RayCluster name, so that "<name>-serve-svc" stays a valid service name.
+_RAYCLUSTER_NAME_MAX = 53
+_DNS1035_LABEL = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
+_DNS1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+_IMAGE_TAG = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
+_IMAGE_DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
+
+
+def kuberay_name(name: str) -> str:
+    """The name KubeRay gives an object it derives from `name` (utils.CheckName in the operator)."""
+    if len(name) > _KUBERAY_NAME_MAX:
+        name = name[len(name) - _KUBERAY_NAME_MAX:]
+    if name[0].isdigit() or name[0] in string.punctuation:
+        name = "r" + name[1:]
+    return name
+
+
+def head_service_name(cluster_name: str) -> str:
+    """The ClusterIP service in front of the head: GCS on 6379, the job server on 8265."""
+    return kuberay_name(f"{cluster_name}-head-svc")
+
+
+def auth_secret_name(cluster_name: str) -> str:
+    """The Secret (key auth_token) that KubeRay generates for authOptions.mode=token when no secretName is given."""
+    return kuberay_name(cluster_name)
+
+
+def check_image(image: str) -> None:
+    """Refuse an image that names neither a tag nor a digest: it would float to whatever `latest` is that day."""
+    reference, at, digest = image.partition("@")
+    if at and not _IMAGE_DIGEST.fullmatch(digest):
+        raise ValueError(f"dlcImage: {image!r} has a malformed digest; expected repo@sha256:<64 hex digits>")
+    last_component = reference.rsplit("/", 1)[-1]
+    repository, colon, tag = last_component.partition(":")
+    if colon and not _IMAGE_TAG.fullmatch(tag):
+        raise ValueError(f"dlcImage: {image!r} has a malformed tag {tag!r}")
+    if not repository or any(c.isspace() for c in image):
+        raise ValueError(f"dlcImage: {image!r} is not an image reference")
+    if not colon and not at:
+        raise ValueError(
+            f"dlcImage: {image!r} has neither a tag nor a digest; give repo:tag "
+            f"(e.g. public.ecr.aws/deep-learning-containers/ray:train-ml-cuda-v1.1) or repo@sha256:<64 hex digits>"
+        )
+
+
+def worker_resources(facts: InstanceFacts) -> dict[str, str]:
+    """Requests (== limits) of the one Ray worker pod on a GPU node: all GPUs and EFA interfaces, most of the rest.
+
+    The node keeps back a fixed 2 vCPU / 8 GiB for kubelet's reservation, the eviction threshold and the
+    DaemonSets (aws-node, kube-proxy, both device plugins: well under that together), plus 1/8 of the node for
+    the OS, the page cache and kube-reserved memory, which grows with the node's pod limit. On g6.12xlarge that
+    is the recipe's 40 CPU / 160Gi, which ran there.
+    """
+    memory_gib = facts.memory_mib // 1024
+    cpu = facts.vcpus - (2 + facts.vcpus // 8)
+    memory = memory_gib - (8 + memory_gib // 8)
+    if cpu < 1 or memory < 1:
+        raise ValueError(
+            f"gpuInstanceType: {facts.instance_type} ({facts.vcpus} vCPU, {memory_gib} GiB) leaves no room for a "
+            f"Ray worker after the node's reservations"
+        )
+    return {
+        "cpu": str(cpu),
+        "memory": f"{memory}Gi",
+        "nvidia.com/gpu": str(facts.gpus),
+        "vpc.amazonaws.com/efa": str(facts.maximum_efa_interfaces),
+    }
+
+
+def ray_cluster_manifest(
+    *,
+    name: str,
+    namespace: str,
+    image: str,
+    gpu_node_count: int,
+    facts: InstanceFacts,
+    transport_env: dict[str, str],
+    gpus_per_worker: int | None = None,
+) -> dict:
+    """The RayCluster custom resource as a plain dict. `gpus_per_worker`, when given, must match the instance type."""
+    if len(name) > _RAYCLUSTER_NAME_MAX or not _DNS1035_LABEL.fullmatch(name):
+        raise ValueError(
+            f"rayClusterName: {name!r} must be a DNS-1035 label (lowercase letters, digits and '-', starting with "
+            f"a letter) of at most {_RAYCLUSTER_NAME_MAX} characters"
+        )
+    if len(namespace) > 63 or not _DNS1123_LABEL.fullmatch(namespace):
+        raise ValueError(f"rayNamespace: {namespace!r} must be a DNS-1123 label of at most 63 characters")
+    check_image(image)
+    if gpu_node_count < 1:
+        raise ValueError(f"gpuNodeCount: {gpu_node_count} must be at least 1 (one Ray worker pod runs per GPU node)")
+    if facts.gpus < 1:
+        raise ValueError(f"gpuInstanceType: {facts.instance_type} has no GPU; choose a GPU instance type")
+    if not facts.efa_supported or facts.maximum_efa_interfaces < 1:
+        raise ValueError(f"gpuInstanceType: {facts.instance_type} has no EFA interface; choose an EFA-capable type")
+    if gpus_per_worker is not None and gpus_per_worker != facts.gpus:
+        raise ValueError(
+            f"gpuInstanceType: {facts.instance_type} has {facts.gpus} GPUs per node, but the worker group was given "
+            f"{gpus_per_worker}; a worker takes all of its node's GPUs, so the count comes from the instance type"
+        )
+    gpus = facts.gpus
+    head_resources = {"cpu": HEAD_CPU, "memory": HEAD_MEMORY}
+    resources = worker_resources(facts)
+    return {
+        "apiVersion": RAYCLUSTER_API_VERSION,
+        "kind": "RayCluster",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "annotations": {
+                # Without it Pulumi marks the CR ready as soon as the API server stores it.
+                "pulumi.com/waitFor": "condition=RayClusterProvisioned",
+                "pulumi.com/timeoutSeconds": str(READY_TIMEOUT_SECONDS),
+            },
+        },
+        "spec": {
+            "rayVersion": RAY_VERSION,
+            # Anyone who can reach the head service could otherwise run code on every GPU node.
+            "authOptions": {"mode": "token"},
+            "headGroupSpec": {
+                "serviceType": "ClusterIP",  # jobs are submitted from inside the cluster; 8265 is never exposed
+                "rayStartParams": {"num-gpus": "0", "dashboard-host": "0.0.0.0"},
+                "template": {
+                    "spec": {
+                        "nodeSelector": dict(SYSTEM_NODE_SELECTOR),
+                        "containers": [{
+                            "name": "ray-head",
+                            "image": image,
+                            # The image's NVIDIA hook fails on a node without GPUs unless told there are none.
+                            "env": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}],
+                            "ports": [
+                                {"name": "gcs-server", "containerPort": GCS_PORT},
+                                {"name": "dashboard", "containerPort": DASHBOARD_PORT},
+                                {"name": "client", "containerPort": CLIENT_PORT},
+                            ],
+                            "resources": {"requests": dict(head_resources), "limits": dict(head_resources)},
+                        }],
+                    },
+                },
+            },
+            "workerGroupSpecs": [{
+                "groupName": WORKER_GROUP_NAME,
+                "replicas": gpu_node_count,
+                "minReplicas": gpu_node_count,
+                "maxReplicas": gpu_node_count,
+                # Ray's GPU count and the pod's GPU request come from the same value.
+                "rayStartParams": {"num-gpus": str(gpus)},
+                "template": {
+                    "spec": {
+                        "nodeSelector": dict(GPU_WORKER_NODE_SELECTOR),
+                        "tolerations": [dict(GPU_TOLERATION)],
+                        "containers": [{
+                            "name": "ray-worker",
+                            "image": image,
+                            "env": [{"name": key, "value": value} for key, value in transport_env.items()],
+                            # requests == limits puts the pod in Guaranteed QoS, so no rank is throttled or
+                            # evicted ahead of the others and stalls the collective. Requesting the EFA resource is
+                            # what makes the EFA device plugin mount the interfaces into the pod.
+                            "resources": {"requests": dict(resources), "limits": dict(resources)},
+                            "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}],
+                        }],
+                        # NCCL and Ray's object store need far more than the 64 MiB /dev/shm a container gets. A
+                        # memory-backed volume counts against the pod's memory limit, which bounds it.
+                        "volumes": [{"name": "dshm", "emptyDir": {"medium": "Memory"}}],
+                    },
+                },
+            }],
+        },
+    }
+
+
+class RayCluster(pulumi.ComponentResource):
+    """The Ray namespace and the RayCluster CR; it depends on the KubeRay operator, so destroy removes it first."""
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        provider: k8s.Provider,
+        cfg: StackConfig,
+        facts: InstanceFacts,
+        depends_on: list[pulumi.Resource],
+        opts: pulumi.ResourceOptions | None = None,
+    ) -> None:
+        assert facts.instance_type == cfg.gpu_instance_type, "facts must describe cfg.gpu_instance_type"
+        manifest = ray_cluster_manifest(
+            name=cfg.ray_cluster_name,
+            namespace=cfg.ray_namespace,
+            image=cfg.dlc_image,
+            gpu_node_count=cfg.gpu_node_count,
+            facts=facts,
+            transport_env=cfg.transport_env,
+        )
+        super().__init__("raytrain:infra:RayCluster", name, None, opts)
+
+        namespace = k8s.core.v1.Namespace(
+            f"{name}-namespace",
+            metadata={"name": cfg.ray_namespace},
+            opts=pulumi.ResourceOptions(parent=self, provider=provider),
+        )
+        # Depending on the operator (passed in depends_on) orders `pulumi destroy` so that the RayCluster goes
+        # while the operator still runs its finalizer; the other way round the delete hangs.
+        self.custom_resource = k8s.apiextensions.CustomResource(
+            f"{name}-raycluster",
+            api_version=manifest["apiVersion"],
+            kind=manifest["kind"],
+            metadata=manifest["metadata"],
+            spec=manifest["spec"],
+            opts=pulumi.ResourceOptions(parent=self, provider=provider, depends_on=[namespace, *depends_on]),
+        )
+        # Derived from the CR's id, so whoever uses these waits until the RayCluster is up.
+        created = self.custom_resource.id
+        self.cluster_name: pulumi.Output[str] = created.apply(lambda _: cfg.ray_cluster_name)
+        self.namespace: pulumi.Output[str] = created.apply(lambda _: cfg.ray_namespace)
+        self.head_service_name: pulumi.Output[str] = created.apply(lambda _: head_service_name(cfg.ray_cluster_name))
+        self.auth_secret_name: pulumi.Output[str] = created.apply(lambda _: auth_secret_name(cfg.ray_cluster_name))
+        self.register_outputs({
+            "cluster_name": self.cluster_name,
+            "namespace": self.namespace,
+            "head_service_name": self.head_service_name,
+            "auth_secret_name": self.auth_secret_name,
+        })

@@ -1,0 +1,165 @@
+"""Where the cluster stands: the RayCluster's state, each Ray pod with its node and instance type, and the GPU and
+EFA allocatable of every GPU node.
+
+    pulumi stack output kubeconfig --show-secrets > kubeconfig.json   # once per cluster
+    python -m infra.status --kubeconfig kubeconfig.json [--stack dev] [--json]
+
+The RayCluster's name and namespace come from the stack file (`--stack`), else from Pulumi.yaml's defaults.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any, Iterable
+
+import yaml
+
+from infra.addons import GPU_WORKER_NODE_SELECTOR
+from infra.config import PROJECT_FILE, project_name, schema
+from infra.portforward import CLUSTER_LABEL, NODE_TYPE_LABEL
+from infra.preflight import EFA_RESOURCE, GPU_RESOURCE
+from infra.raycluster import RAYCLUSTER_API_VERSION
+
+INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
+ZONE_LABEL = "topology.kubernetes.io/zone"
+
+
+def _plain(obj: Any) -> dict:
+    if obj is None or isinstance(obj, dict):
+        return obj or {}
+    from kubernetes.client import ApiClient
+
+    return ApiClient().sanitize_for_serialization(obj)
+
+
+def collect_status(raycluster: dict | None, pods: Iterable[Any], nodes: Iterable[Any]) -> dict:
+    """The status as plain data, from the RayCluster object (None when absent), its pods and every node."""
+    nodes_by_name = {}
+    for node in map(_plain, nodes):
+        nodes_by_name[node["metadata"]["name"]] = node
+    cluster = _plain(raycluster)
+    cluster_status = cluster.get("status") or {}
+    result: dict[str, Any] = {
+        "raycluster": None if not cluster else {
+            "name": cluster["metadata"]["name"],
+            "namespace": cluster["metadata"].get("namespace", ""),
+            "state": cluster_status.get("state", "unknown"),
+            "ready_workers": cluster_status.get("readyWorkerReplicas", 0),
+            "desired_workers": cluster_status.get("desiredWorkerReplicas", 0),
+            "conditions": {c["type"]: c["status"] for c in cluster_status.get("conditions") or []},
+        },
+        "pods": [],
+        "gpu_nodes": [],
+    }
+    for pod in sorted(map(_plain, pods), key=lambda p: p["metadata"]["name"]):
+        labels = pod["metadata"].get("labels") or {}
+        node_name = (pod.get("spec") or {}).get("nodeName") or ""
+        node_labels = (nodes_by_name.get(node_name, {}).get("metadata") or {}).get("labels") or {}
+        result["pods"].append({
+            "name": pod["metadata"]["name"],
+            "role": labels.get(NODE_TYPE_LABEL, "?"),
+            "phase": (pod.get("status") or {}).get("phase", "?"),
+            "node": node_name or "(unscheduled)",
+            "instance_type": node_labels.get(INSTANCE_TYPE_LABEL, ""),
+            "zone": node_labels.get(ZONE_LABEL, ""),
+        })
+    for name, node in sorted(nodes_by_name.items()):
+        labels = node["metadata"].get("labels") or {}
+        if not all(labels.get(k) == v for k, v in GPU_WORKER_NODE_SELECTOR.items()):
+            continue
+        allocatable = (node.get("status") or {}).get("allocatable") or {}
+        conditions = (node.get("status") or {}).get("conditions") or []
+        result["gpu_nodes"].append({
+            "name": name,
+            "instance_type": labels.get(INSTANCE_TYPE_LABEL, ""),
+            "zone": labels.get(ZONE_LABEL, ""),
+            "ready": any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions),
+            "gpu": allocatable.get(GPU_RESOURCE, "0"),
+            "efa": allocatable.get(EFA_RESOURCE, "0"),
+        })
+    return result
+
+
+def _table(rows: list[list[str]]) -> list[str]:
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows]
+
+
+def render_status(status: dict) -> str:
+    lines = []
+    cluster = status["raycluster"]
+    if cluster is None:
+        lines.append("RayCluster: not found")
+    else:
+        conditions = ", ".join(f"{k}={v}" for k, v in sorted(cluster["conditions"].items())) or "none"
+        lines.append(f"RayCluster {cluster['namespace']}/{cluster['name']}: {cluster['state']} "
+                     f"({cluster['ready_workers']}/{cluster['desired_workers']} workers ready; conditions: {conditions})")
+    lines.append("")
+    if status["pods"]:
+        lines += _table([["POD", "ROLE", "PHASE", "NODE", "INSTANCE TYPE", "ZONE"]]
+                        + [[p["name"], p["role"], p["phase"], p["node"], p["instance_type"], p["zone"]]
+                           for p in status["pods"]])
+    else:
+        lines.append("No Ray pods.")
+    lines.append("")
+    if status["gpu_nodes"]:
+        lines += _table([["GPU NODE", "INSTANCE TYPE", "ZONE", "READY", GPU_RESOURCE, EFA_RESOURCE]]
+                        + [[n["name"], n["instance_type"], n["zone"], "yes" if n["ready"] else "no", n["gpu"], n["efa"]]
+                           for n in status["gpu_nodes"]])
+    else:
+        labels = ", ".join(f"{k}={v}" for k, v in GPU_WORKER_NODE_SELECTOR.items())
+        lines.append(f"No GPU nodes (label {labels}).")
+    return "\n".join(lines)
+
+
+def read_status(api_client: Any, namespace: str, cluster_name: str) -> dict:
+    from kubernetes import client
+
+    group, version = RAYCLUSTER_API_VERSION.split("/")
+    try:
+        raycluster = client.CustomObjectsApi(api_client).get_namespaced_custom_object(
+            group, version, namespace, "rayclusters", cluster_name)
+    except client.ApiException as e:
+        if e.status != 404:
+            raise
+        raycluster = None
+    core = client.CoreV1Api(api_client)
+    pods = core.list_namespaced_pod(namespace, label_selector=f"{CLUSTER_LABEL}={cluster_name}").items
+    nodes = core.list_node().items
+    return collect_status(raycluster, pods, nodes)
+
+
+def stack_settings(stack: str | None) -> tuple[str, str]:
+    """(namespace, RayCluster name) of a stack: its Pulumi.<stack>.yaml, else Pulumi.yaml's defaults."""
+    keys = schema()
+    namespace, cluster = keys["rayNamespace"]["default"], keys["rayClusterName"]["default"]
+    if stack:
+        stack_file = PROJECT_FILE.parent / f"Pulumi.{stack}.yaml"
+        if not stack_file.is_file():
+            raise ValueError(f"--stack: {stack_file} does not exist")
+        config = (yaml.safe_load(stack_file.read_text()) or {}).get("config") or {}
+        prefix = project_name()
+        namespace = config.get(f"{prefix}:rayNamespace", namespace)
+        cluster = config.get(f"{prefix}:rayClusterName", cluster)
+    return namespace, cluster
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m infra.status", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--kubeconfig", type=Path, help="kubeconfig file (default: $KUBECONFIG or ~/.kube/config)")
+    parser.add_argument("--stack", help="read the RayCluster's name and namespace from Pulumi.<stack>.yaml")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    args = parser.parse_args(argv)
+    from kubernetes import config
+
+    namespace, cluster = stack_settings(args.stack)
+    api_client = config.new_client_from_config(config_file=str(args.kubeconfig) if args.kubeconfig else None)
+    status = read_status(api_client, namespace, cluster)
+    print(json.dumps(status, indent=2) if args.json else render_status(status))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -101,7 +101,7 @@ def worker_resources(facts: InstanceFacts) -> dict[str, str]:
         "cpu": str(cpu),
         "memory": f"{memory}Gi",
         "nvidia.com/gpu": str(facts.gpus),
-        "vpc.amazonaws.com/efa": str(facts.maximum_efa_interfaces),
+        "vpc.amazonaws.com/efa": str(facts.efa_interfaces),
     }
 
 
@@ -128,7 +128,7 @@ def ray_cluster_manifest(
         raise ValueError(f"gpuNodeCount: {gpu_node_count} must be at least 1 (one Ray worker pod runs per GPU node)")
     if facts.gpus < 1:
         raise ValueError(f"gpuInstanceType: {facts.instance_type} has no GPU; choose a GPU instance type")
-    if not facts.efa_supported or facts.maximum_efa_interfaces < 1:
+    if facts.efa_interfaces < 1:
         raise ValueError(f"gpuInstanceType: {facts.instance_type} has no EFA interface; choose an EFA-capable type")
     if gpus_per_worker is not None and gpus_per_worker != facts.gpus:
         raise ValueError(

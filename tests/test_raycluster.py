@@ -156,8 +156,8 @@ def test_worker_group_takes_every_gpu_and_efa_interface_with_guaranteed_qos(stac
     assert group["rayStartParams"]["num-gpus"] == requests["nvidia.com/gpu"] == str(facts.gpus), (
         f"{stack}: num-gpus and the nvidia.com/gpu request must both be {facts.gpus}"
     )
-    assert requests["vpc.amazonaws.com/efa"] == str(facts.maximum_efa_interfaces), (
-        f"{stack}: the worker must request all {facts.maximum_efa_interfaces} EFA interfaces"
+    assert requests["vpc.amazonaws.com/efa"] == str(facts.efa_interfaces), (
+        f"{stack}: the worker must request all {facts.efa_interfaces} EFA interfaces of its node"
     )
     assert requests == limits, f"{stack}: worker requests must equal limits (Guaranteed QoS), got {requests} vs {limits}"
     assert set(requests) == {"cpu", "memory", "nvidia.com/gpu", "vpc.amazonaws.com/efa"}, f"{stack}: {requests}"

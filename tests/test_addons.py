@@ -1,0 +1,146 @@
+"""The add-on Helm releases under Pulumi mocks, their values, and the EFA chart's allowlist check."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pulumi
+import pulumi_kubernetes as k8s
+import pytest
+import yaml
+
+from infra import addons
+from infra.addons import ClusterAddons, check_efa_allowlist, efa_supported_instance_types
+from tests.stacks import INSTANCE_FACTS
+
+REPO = Path(__file__).resolve().parents[1]
+RELEASE = "kubernetes:helm.sh/v3:Release"
+GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+
+
+class RecordingMocks(pulumi.runtime.Mocks):
+    """Echoes inputs back as state; the monitor below keeps every registration."""
+
+    def __init__(self) -> None:
+        self.registered: list[dict] = []
+
+    def new_resource(self, args: pulumi.runtime.MockResourceArgs):
+        return f"{args.name}-id", dict(args.inputs)
+
+    def call(self, args: pulumi.runtime.MockCallArgs):
+        return {}
+
+    def named(self, name: str) -> dict:
+        (registration,) = [r for r in self.registered if r["name"] == name]
+        return registration
+
+
+class RecordingMonitor(pulumi.runtime.mocks.MockMonitor):
+    """The mock monitor, also noting each resource's inputs and `dependencies` (what depends_on resolves to)."""
+
+    def RegisterResource(self, request):
+        response = super().RegisterResource(request)
+        self.mocks.registered.append({
+            "urn": response.urn,
+            "type": request.type,
+            "name": request.name,
+            "dependencies": set(request.dependencies),
+            "inputs": self.resources[response.urn].state if response.urn in self.resources else {},
+        })
+        return response
+
+
+def run_under_mocks(build) -> tuple[RecordingMocks, object]:
+    """Run `build()` as a Pulumi program under mocks; return the registrations once every one has finished."""
+    mocks = RecordingMocks()
+    pulumi.runtime.set_mocks(mocks, project="raytrain-eks", stack="dev", preview=False, monitor=RecordingMonitor(mocks))
+    built = {}
+
+    @pulumi.runtime.test
+    def program():
+        built["value"] = build()
+        return built["value"]  # an Output returned here is awaited, so its applies have run on return
+
+    program()
+    return mocks, built["value"]
+
+
+def build_addons(gpu_instance_type: str = "g6.12xlarge") -> ClusterAddons:
+    provider = k8s.Provider("k8s", kubeconfig=pulumi.Output.secret("apiVersion: v1\nkind: Config\n"))
+    node_group = pulumi.CustomResource("test:index:NodeGroup", "gpu-nodes", {})
+    return ClusterAddons("addons", provider=provider, gpu_instance_type=gpu_instance_type, depends_on=[node_group])
+
+
+EXPECTED_RELEASES = {
+    # resource name: (release name, chart, version, repository, namespace)
+    "addons-nvidia-device-plugin": (
+        "nvidia-device-plugin", "nvidia-device-plugin", "0.20.0", "https://nvidia.github.io/k8s-device-plugin",
+        "kube-system"),
+    "addons-efa-device-plugin": (
+        "aws-efa-k8s-device-plugin", "aws-efa-k8s-device-plugin", "v0.5.30", "https://aws.github.io/eks-charts",
+        "kube-system"),
+    "addons-kuberay-operator": (
+        "kuberay-operator", "kuberay-operator", "1.7.0", "https://ray-project.github.io/kuberay-helm/",
+        "kuberay-system"),
+}
+
+
+def test_releases_pin_their_charts_and_depend_on_the_node_groups():
+    mocks, _ = run_under_mocks(build_addons)
+    node_group_urn = mocks.named("gpu-nodes")["urn"]
+    component = mocks.named("addons")
+    assert component["type"] == "raytrain:infra:ClusterAddons", "the component's type token"
+    releases = [r for r in mocks.registered if r["type"] == RELEASE]
+    assert {r["name"] for r in releases} == set(EXPECTED_RELEASES), "exactly the three add-on releases"
+    for release in releases:
+        name, chart, version, repo, namespace = EXPECTED_RELEASES[release["name"]]
+        inputs = release["inputs"]
+        got = (inputs["name"], inputs["chart"], inputs["version"], inputs["repositoryOpts"]["repo"], inputs["namespace"])
+        assert got == (name, chart, version, repo, namespace), (
+            f"release {release['name']} must be {name}: chart {chart} {version} from {repo} in {namespace}, got {got}"
+        )
+        assert node_group_urn in release["dependencies"], f"release {release['name']} must depend on the node group"
+        assert "::raytrain:infra:ClusterAddons$" in release["urn"], f"{release['name']} must be a child of the component"
+
+
+def test_release_values_place_each_addon():
+    mocks, _ = run_under_mocks(build_addons)
+    nvidia = mocks.named("addons-nvidia-device-plugin")["inputs"]["values"]
+    efa = mocks.named("addons-efa-device-plugin")["inputs"]["values"]
+    operator = mocks.named("addons-kuberay-operator")["inputs"]["values"]
+    assert nvidia["nodeSelector"] == {"nvidia.com/gpu.present": "true"}, "NVIDIA plugin must run only on GPU nodes"
+    assert GPU_TOLERATION in nvidia["tolerations"], "NVIDIA plugin must tolerate the GPU taint"
+    assert GPU_TOLERATION in efa["tolerations"], "EFA plugin must tolerate the GPU taint"
+    assert operator["nodeSelector"] == {"role": "system"}, "KubeRay operator must run on the system nodes"
+
+
+@pytest.mark.parametrize("stack_type", ["g6.12xlarge", "g6e.12xlarge", "p4d.24xlarge", "p5.48xlarge"])
+def test_stack_gpu_types_are_on_the_efa_allowlist(stack_type):
+    check_efa_allowlist(stack_type)
+    assert stack_type in INSTANCE_FACTS, f"{stack_type} needs facts in tests/stacks.py"
+
+
+@pytest.mark.parametrize("instance_type", ["g6.xlarge", "g5.2xlarge", "p3.16xlarge"])
+def test_type_missing_from_the_efa_allowlist_is_refused_before_any_resource(instance_type):
+    mocks = RecordingMocks()
+    pulumi.runtime.set_mocks(mocks, project="raytrain-eks", stack="dev", preview=True, monitor=RecordingMonitor(mocks))
+    provider = k8s.Provider("k8s-refused", kubeconfig="apiVersion: v1")
+    with pytest.raises(ValueError, match="gpuInstanceType") as excinfo:
+        ClusterAddons("addons", provider=provider, gpu_instance_type=instance_type, depends_on=[])
+    message = str(excinfo.value)
+    assert instance_type in message and "v0.5.30" in message, f"the error must name {instance_type} and the chart"
+    assert "g6.12xlarge" in message, "the error must list allowed GPU types"
+    assert not any(r["type"] in (RELEASE, "raytrain:infra:ClusterAddons") for r in mocks.registered), (
+        "no add-on resource may be registered for a refused instance type"
+    )
+
+
+def test_efa_allowlist_is_the_pinned_charts():
+    shared = REPO.parent / "shared" / "reference" / "charts" / f"aws-efa-k8s-device-plugin-{addons.EFA_DEVICE_PLUGIN_VERSION}-values.yaml"
+    if not shared.exists() and os.environ.get("RAYTRAIN_SHARED_DIR"):
+        shared = Path(os.environ["RAYTRAIN_SHARED_DIR"]) / "reference" / "charts" / shared.name
+    assert shared.exists(), f"the reference values of the pinned EFA chart must exist at {shared}"
+    reference = yaml.safe_load(shared.read_text())["supportedInstanceLabels"]["values"]
+    assert list(efa_supported_instance_types()) == reference, (
+        f"infra/charts must hold the values of EFA chart {addons.EFA_DEVICE_PLUGIN_VERSION} exactly"
+    )

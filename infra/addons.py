@@ -24,7 +24,9 @@ NVIDIA_DEVICE_PLUGIN_VERSION = "0.20.0"
 EFA_DEVICE_PLUGIN_CHART = "aws-efa-k8s-device-plugin"
 EFA_DEVICE_PLUGIN_REPO = "https://aws.github.io/eks-charts"
 EFA_DEVICE_PLUGIN_VERSION = "v0.5.30"  # eks-charts versions this chart with a leading "v"
-EFA_DEVICE_PLUGIN_VALUES_FILE = Path(__file__).parent / "charts" / f"{EFA_DEVICE_PLUGIN_CHART}-{EFA_DEVICE_PLUGIN_VERSION}-values.yaml"
+EFA_DEVICE_PLUGIN_VALUES_FILE = (
+    Path(__file__).parent / "charts" / f"{EFA_DEVICE_PLUGIN_CHART}-{EFA_DEVICE_PLUGIN_VERSION}-values.yaml"
+)
 
 # 1.7.0 serves the ray.io/v1 RayCluster with authOptions (token auth), which infra/raycluster.py relies on; the
 # chart also installs the CRDs, so the operator and the CRD version move together.

@@ -95,12 +95,14 @@ def test_releases_pin_their_charts_and_depend_on_the_node_groups():
     for release in releases:
         name, chart, version, repo, namespace = EXPECTED_RELEASES[release["name"]]
         inputs = release["inputs"]
-        got = (inputs["name"], inputs["chart"], inputs["version"], inputs["repositoryOpts"]["repo"], inputs["namespace"])
+        got = (inputs["name"], inputs["chart"], inputs["version"], inputs["repositoryOpts"]["repo"],
+               inputs["namespace"])
         assert got == (name, chart, version, repo, namespace), (
-            f"release {release['name']} must be {name}: chart {chart} {version} from {repo} in {namespace}, got {got}"
+            f"release {release['name']} must be {name}: chart {chart} {version} from {repo} in {namespace}, "
+            f"got {got}"
         )
         assert node_group_urn in release["dependencies"], f"release {release['name']} must depend on the node group"
-        assert "::raytrain:infra:ClusterAddons$" in release["urn"], f"{release['name']} must be a child of the component"
+        assert "::raytrain:infra:ClusterAddons$" in release["urn"], f"{release['name']} must be the component's child"
 
 
 def test_release_values_place_each_addon():
@@ -136,9 +138,10 @@ def test_type_missing_from_the_efa_allowlist_is_refused_before_any_resource(inst
 
 
 def test_efa_allowlist_is_the_pinned_charts():
-    shared = REPO.parent / "shared" / "reference" / "charts" / f"aws-efa-k8s-device-plugin-{addons.EFA_DEVICE_PLUGIN_VERSION}-values.yaml"
+    values_name = f"aws-efa-k8s-device-plugin-{addons.EFA_DEVICE_PLUGIN_VERSION}-values.yaml"
+    shared = REPO.parent / "shared" / "reference" / "charts" / values_name
     if not shared.exists() and os.environ.get("RAYTRAIN_SHARED_DIR"):
-        shared = Path(os.environ["RAYTRAIN_SHARED_DIR"]) / "reference" / "charts" / shared.name
+        shared = Path(os.environ["RAYTRAIN_SHARED_DIR"]) / "reference" / "charts" / values_name
     assert shared.exists(), f"the reference values of the pinned EFA chart must exist at {shared}"
     reference = yaml.safe_load(shared.read_text())["supportedInstanceLabels"]["values"]
     assert list(efa_supported_instance_types()) == reference, (

@@ -159,7 +159,7 @@ def test_worker_group_takes_every_gpu_and_efa_interface_with_guaranteed_qos(stac
     assert requests["vpc.amazonaws.com/efa"] == str(facts.efa_interfaces), (
         f"{stack}: the worker must request all {facts.efa_interfaces} EFA interfaces of its node"
     )
-    assert requests == limits, f"{stack}: worker requests must equal limits (Guaranteed QoS), got {requests} vs {limits}"
+    assert requests == limits, f"{stack}: worker requests must equal limits (Guaranteed QoS): {requests} vs {limits}"
     assert set(requests) == {"cpu", "memory", "nvidia.com/gpu", "vpc.amazonaws.com/efa"}, f"{stack}: {requests}"
     assert int(requests["cpu"]) <= facts.vcpus - 2, f"{stack}: worker cpu {requests['cpu']} must leave node headroom"
     assert int(requests["memory"].removesuffix("Gi")) <= facts.memory_mib // 1024 - 8, (
@@ -192,12 +192,12 @@ def test_head_runs_on_system_nodes_without_gpus_behind_cluster_ip_with_token_aut
     assert head["rayStartParams"]["num-gpus"] == "0", "head must start with num-gpus 0"
     assert head["rayStartParams"]["dashboard-host"] == "0.0.0.0", "head job server must listen on 0.0.0.0"
     assert head["serviceType"] == "ClusterIP", "head service must be ClusterIP (8265 never leaves the cluster)"
-    assert {"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"} in container["env"], "head needs NVIDIA_VISIBLE_DEVICES=void"
+    assert {"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"} in container["env"], "head: NVIDIA_VISIBLE_DEVICES=void"
     ports = {p["containerPort"] for p in container["ports"]}
     assert {6379, 8265} <= ports, f"head must expose GCS 6379 and the job server 8265, got {ports}"
     assert "nvidia.com/gpu" not in container["resources"]["limits"], "head must not request a GPU"
     assert spec["authOptions"] == {"mode": "token"}, "token authentication must be on"
-    assert tuple(map(int, spec["rayVersion"].split("."))) >= (2, 52, 0), "KubeRay needs rayVersion >= 2.52.0 for token auth"
+    assert tuple(map(int, spec["rayVersion"].split("."))) >= (2, 52, 0), "token auth needs rayVersion >= 2.52.0"
     images = {container["image"], spec["workerGroupSpecs"][0]["template"]["spec"]["containers"][0]["image"]}
     assert images == {stack_settings("dev")["dlcImage"]}, f"head and workers must run the same image, got {images}"
     assert spec["rayVersion"] == RAY_VERSION

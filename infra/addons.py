@@ -29,7 +29,8 @@ EFA_DEVICE_PLUGIN_VALUES_FILE = (
 )
 
 # 1.7.0 serves the ray.io/v1 RayCluster with authOptions (token auth), which infra/raycluster.py relies on; the
-# chart also installs the CRDs, so the operator and the CRD version move together.
+# chart also installs the CRDs. Helm installs CRDs only on first install and never upgrades them, so bumping this
+# pin on a live stack also needs the new CRDs applied by hand (KubeRay's upgrade guide).
 KUBERAY_OPERATOR_CHART = "kuberay-operator"
 KUBERAY_OPERATOR_REPO = "https://ray-project.github.io/kuberay-helm/"
 KUBERAY_OPERATOR_VERSION = "1.7.0"

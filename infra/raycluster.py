@@ -11,7 +11,7 @@ import string
 import pulumi
 import pulumi_kubernetes as k8s
 
-from infra.addons import GPU_TOLERATION, GPU_WORKER_NODE_SELECTOR, SYSTEM_NODE_SELECTOR
+from infra.addons import GPU_TOLERATION, GPU_WORKER_NODE_SELECTOR, KUBERAY_OPERATOR_NAMESPACE, SYSTEM_NODE_SELECTOR
 from infra.config import InstanceFacts, StackConfig
 
 # The CRD version that kuberay-operator 1.7.0 serves and stores (infra/addons.py pins the operator).
@@ -40,6 +40,8 @@ _KUBERAY_NAME_MAX = 50
 _RAYCLUSTER_NAME_MAX = 53
 _DNS1035_LABEL = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
 _DNS1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+# The stack creates and deletes the Ray namespace, so it cannot be one that exists already or is the operator's.
+_RESERVED_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease", KUBERAY_OPERATOR_NAMESPACE)
 _IMAGE_TAG = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
 _IMAGE_DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
 
@@ -123,6 +125,11 @@ def ray_cluster_manifest(
         )
     if len(namespace) > 63 or not _DNS1123_LABEL.fullmatch(namespace):
         raise ValueError(f"rayNamespace: {namespace!r} must be a DNS-1123 label of at most 63 characters")
+    if namespace in _RESERVED_NAMESPACES:
+        raise ValueError(
+            f"rayNamespace: {namespace!r} is created and deleted with the stack, so it cannot be one of "
+            f"{list(_RESERVED_NAMESPACES)}"
+        )
     check_image(image)
     if gpu_node_count < 1:
         raise ValueError(f"gpuNodeCount: {gpu_node_count} must be at least 1 (one Ray worker pod runs per GPU node)")

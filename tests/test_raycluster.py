@@ -275,6 +275,8 @@ def test_a_node_too_small_for_its_reservations_is_refused():
     ({"name": "Ray_Train"}, "rayClusterName"),
     ({"name": "r" * 54}, "rayClusterName"),
     ({"namespace": "Ray"}, "rayNamespace"),
+    ({"namespace": "kube-system"}, "rayNamespace"),
+    ({"namespace": "kuberay-system"}, "rayNamespace"),
 ])
 def test_other_bad_settings_name_their_key(overrides, key):
     with pytest.raises(ValueError, match=key):

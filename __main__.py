@@ -1,0 +1,117 @@
+"""Composition root: config -> checks at preview -> components in dependency order -> exports.
+
+Everything that can refuse the stack's config runs first (including the EC2 look-ups of the instance types and
+the region's AZs), so a bad config fails before any resource is registered.
+"""
+import pulumi
+
+from infra import addons, config, instance_facts, network, raycluster
+from infra.capacity_reservation import GpuCapacityReservation
+from infra.cluster import EksCluster
+from infra.gpu_nodes import GpuNodeGroup, existing_reservation_id
+from infra.network import Network
+
+# ---- config and every check that needs no resource -------------------------------------------------------
+cfg = config.load()
+zone_ids = network.region_availability_zones()
+vpc_azs = network.choose_vpc_azs(cfg.vpc_availability_zones, zone_ids)
+candidate_azs: tuple[str, ...] = ()
+if cfg.capacity_reserve:
+    candidate_azs = cfg.capacity_candidate_azs or tuple(
+        dict.fromkeys(az for az in (cfg.gpu_availability_zone, *vpc_azs) if az))
+network.check_gpu_azs(vpc_azs, gpu_az=cfg.gpu_availability_zone, candidate_azs=candidate_azs)
+gpu_facts = instance_facts.gpu_instance_facts(cfg.gpu_instance_type)
+instance_facts.lookup(cfg.system_instance_type, config_key="systemInstanceType")
+addons.check_efa_allowlist(cfg.gpu_instance_type)
+raycluster.check_image(cfg.dlc_image)
+
+tags = {"project": pulumi.get_project(), "stack": pulumi.get_stack(), "cluster": cfg.cluster_name}
+
+# ---- AWS: network, control plane with system nodes, GPU capacity, GPU nodes ---------------------------------
+net = Network(
+    f"{cfg.cluster_name}-net",
+    vpc_cidr=cfg.vpc_cidr,
+    plan=network.subnet_plan(cfg.vpc_cidr, vpc_azs, zone_ids),
+    cluster_name=cfg.cluster_name,
+    tags=tags,
+)
+cluster = EksCluster(
+    cfg.cluster_name,
+    cfg=cfg,
+    vpc_id=net.vpc_id,
+    control_plane_public_subnet_ids=net.control_plane_public_subnet_ids,
+    control_plane_private_subnet_ids=net.control_plane_private_subnet_ids,
+    system_subnet_ids=net.control_plane_private_subnet_ids,
+    tags=tags,
+)
+
+if cfg.capacity_reserve:
+    reservation = GpuCapacityReservation(
+        f"{cfg.cluster_name}-gpu-reservation",
+        instance_type=cfg.gpu_instance_type,
+        instance_count=cfg.gpu_node_count,
+        candidate_azs=list(candidate_azs),
+        tags=tags,
+    )
+    gpu_az: pulumi.Input[str] = reservation.availability_zone
+    reservation_id: pulumi.Input[str] | None = reservation.reservation_id
+elif cfg.capacity_reservation_id:
+    gpu_az = cfg.gpu_availability_zone
+    reservation_id = existing_reservation_id(
+        f"{cfg.cluster_name}-gpu-reservation",
+        cfg.capacity_reservation_id,
+        instance_type=cfg.gpu_instance_type,
+        availability_zone=cfg.gpu_availability_zone,
+        node_count=cfg.gpu_node_count,
+    )
+else:
+    gpu_az, reservation_id = cfg.gpu_availability_zone, None
+
+gpu_nodes = GpuNodeGroup(
+    f"{cfg.cluster_name}-gpu",
+    cluster_name=cluster.cluster_name,
+    kubernetes_version=cfg.kubernetes_version,
+    facts=gpu_facts,
+    node_count=cfg.gpu_node_count,
+    vpc_id=net.vpc_id,
+    subnet_id=net.private_subnet_id(gpu_az),
+    availability_zone=gpu_az,
+    cluster_security_group_id=cluster.cluster_security_group_id,
+    root_volume_gib=cfg.gpu_root_volume_gib,
+    gpu_placement=cfg.gpu_placement,
+    capacity_reservation_id=reservation_id,
+    tags=tags,
+)
+
+# ---- Kubernetes: device plugins and KubeRay, then the RayCluster, then (optionally) the job ------------------
+cluster_addons = addons.ClusterAddons(
+    f"{cfg.cluster_name}-addons",
+    provider=cluster.provider,
+    gpu_instance_type=cfg.gpu_instance_type,
+    depends_on=[cluster.system_node_group, cluster.coredns, gpu_nodes.node_group],
+)
+ray_cluster = raycluster.RayCluster(
+    f"{cfg.cluster_name}-ray",
+    provider=cluster.provider,
+    cfg=cfg,
+    facts=gpu_facts,
+    depends_on=[cluster_addons.kuberay_operator],
+)
+
+pulumi.export("clusterName", cluster.cluster_name)
+pulumi.export("kubeconfig", cluster.kubeconfig)
+pulumi.export("region", pulumi.Config("aws").get("region"))
+pulumi.export("gpuAvailabilityZone", gpu_nodes.availability_zone)
+pulumi.export("gpuInstanceType", gpu_facts.instance_type)
+pulumi.export("gpusPerNode", gpu_facts.gpus)
+pulumi.export("efaInterfacesPerNode", gpu_facts.efa_interfaces)
+pulumi.export("systemNodeGroupName", cluster.system_node_group.node_group_name)
+pulumi.export("gpuNodeGroupName", gpu_nodes.node_group_name)
+pulumi.export("rayClusterName", ray_cluster.cluster_name)
+pulumi.export("rayNamespace", ray_cluster.namespace)
+pulumi.export("rayHeadService", ray_cluster.head_service_name)
+
+# TRAINING JOB (issue 5): wire infra.ray_job.TrainingJob here once it lands, only when cfg.train.enabled:
+#   job = TrainingJob(f"{cfg.cluster_name}-job", kubeconfig=cluster.kubeconfig, cfg=cfg, facts=gpu_facts,
+#                     ray_cluster=ray_cluster, opts=pulumi.ResourceOptions(depends_on=[ray_cluster]))
+#   and export its job id, status, final loss, tokens/s and transport verdicts.

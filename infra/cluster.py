@@ -1,0 +1,140 @@
+"""The EKS control plane (through pulumi-eks), its core add-ons and the system node group.
+
+Access is by EKS access entries (authentication mode API, no aws-auth ConfigMap). The deployer's entry is the
+one EKS creates for the cluster creator: pulumi-eks always sets bootstrapClusterCreatorAdminPermissions=true,
+and declaring a second entry for the same principal fails with ResourceInUseException. Managed node groups
+get their node-role entries from EKS itself.
+"""
+from __future__ import annotations
+
+import json
+
+import pulumi
+import pulumi_aws as aws
+import pulumi_eks as eks
+import pulumi_kubernetes as k8s
+
+from infra.config import StackConfig
+
+# The node labels that the KubeRay operator and the Ray head select (infra/addons.py, infra/raycluster.py).
+SYSTEM_NODE_LABELS = {"role": "system"}
+SYSTEM_AMI_TYPE = "AL2023_x86_64_STANDARD"
+SYSTEM_DISK_GIB = 50
+
+# What every EKS worker node needs; ECR read-only lets it pull the add-on images.
+NODE_POLICY_ARNS = (
+    "arn:aws:iam::aws:policy/AmazonEKSWorkerNodePolicy",
+    "arn:aws:iam::aws:policy/AmazonEKS_CNI_Policy",
+    "arn:aws:iam::aws:policy/AmazonEC2ContainerRegistryReadOnly",
+)
+
+
+def node_role(name: str, *, tags: dict[str, str], parent: pulumi.Resource) -> aws.iam.Role:
+    """An EC2 instance role for a managed node group, with the worker-node policies attached."""
+    role = aws.iam.Role(
+        f"{name}-role",
+        assume_role_policy=json.dumps({
+            "Version": "2012-10-17",
+            "Statement": [{"Effect": "Allow", "Principal": {"Service": "ec2.amazonaws.com"},
+                           "Action": "sts:AssumeRole"}],
+        }),
+        tags=tags,
+        opts=pulumi.ResourceOptions(parent=parent),
+    )
+    for arn in NODE_POLICY_ARNS:
+        aws.iam.RolePolicyAttachment(
+            f"{name}-{arn.rsplit('/', 1)[1]}",
+            role=role.name,
+            policy_arn=arn,
+            opts=pulumi.ResourceOptions(parent=role),
+        )
+    return role
+
+
+class EksCluster(pulumi.ComponentResource):
+    """Control plane, OIDC provider, core add-ons, system node group and a Kubernetes provider for it."""
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        cfg: StackConfig,
+        vpc_id: pulumi.Input[str],
+        control_plane_public_subnet_ids: list[pulumi.Input[str]],
+        control_plane_private_subnet_ids: list[pulumi.Input[str]],
+        system_subnet_ids: list[pulumi.Input[str]],
+        tags: dict[str, str],
+        opts: pulumi.ResourceOptions | None = None,
+    ) -> None:
+        super().__init__("raytrain:infra:EksCluster", name, None, opts)
+
+        self.cluster = eks.Cluster(
+            f"{name}-eks",
+            name=cfg.cluster_name,
+            version=cfg.kubernetes_version,
+            vpc_id=vpc_id,
+            public_subnet_ids=control_plane_public_subnet_ids,
+            private_subnet_ids=control_plane_private_subnet_ids,
+            endpoint_public_access=True,
+            endpoint_private_access=True,  # nodes reach the API server inside the VPC
+            authentication_mode=eks.AuthenticationMode.API,
+            create_oidc_provider=True,
+            skip_default_node_group=True,
+            # Managed node groups use the security group EKS creates for the cluster; pulumi-eks's own pair is
+            # for its self-managed node groups, which this stack has none of.
+            skip_default_security_groups=True,
+            # vpc-cni and kube-proxy become EKS add-ons here; pulumi-eks leaves coredns out when there is no
+            # default node group, so it is added below, after the system nodes it runs on.
+            use_default_vpc_cni=False,
+            kube_proxy_addon_options=eks.KubeProxyAddonOptionsArgs(enabled=True),
+            coredns_addon_options=eks.CoreDnsAddonOptionsArgs(enabled=False),
+            tags=tags,
+            opts=pulumi.ResourceOptions(parent=self),
+        )
+        self.cluster_name: pulumi.Output[str] = self.cluster.eks_cluster.name
+        # The EKS-created cluster security group (skip_default_security_groups): every managed node joins it,
+        # and it lets nodes and control plane reach each other.
+        self.cluster_security_group_id: pulumi.Output[str] = self.cluster.cluster_security_group_id
+        self.oidc_provider_arn = self.cluster.oidc_provider_arn
+        self.kubeconfig: pulumi.Output[str] = pulumi.Output.secret(self.cluster.kubeconfig_json)
+
+        system_role = node_role(f"{name}-system-node", tags=tags, parent=self)
+        self.system_node_group = aws.eks.NodeGroup(
+            f"{name}-system",
+            cluster_name=self.cluster_name,
+            node_role_arn=system_role.arn,
+            subnet_ids=system_subnet_ids,
+            instance_types=[cfg.system_instance_type],
+            ami_type=SYSTEM_AMI_TYPE,
+            capacity_type="ON_DEMAND",
+            disk_size=SYSTEM_DISK_GIB,
+            scaling_config=aws.eks.NodeGroupScalingConfigArgs(
+                desired_size=cfg.system_node_count,
+                min_size=cfg.system_node_count,
+                max_size=cfg.system_node_count,
+            ),
+            labels=SYSTEM_NODE_LABELS,
+            version=cfg.kubernetes_version,
+            tags=tags,
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[self.cluster]),
+        )
+        self.coredns = aws.eks.Addon(
+            f"{name}-coredns",
+            cluster_name=self.cluster_name,
+            addon_name="coredns",
+            # EKS bootstraps a self-managed coredns; the managed add-on takes it over.
+            resolve_conflicts_on_create="OVERWRITE",
+            resolve_conflicts_on_update="OVERWRITE",
+            tags=tags,
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[self.system_node_group]),
+        )
+        self.provider = k8s.Provider(
+            f"{name}-k8s",
+            kubeconfig=self.kubeconfig,
+            opts=pulumi.ResourceOptions(parent=self),
+        )
+        self.register_outputs({
+            "cluster_name": self.cluster_name,
+            "kubeconfig": self.kubeconfig,
+            "system_node_group_name": self.system_node_group.node_group_name,
+        })

@@ -1,0 +1,385 @@
+"""Run the whole Pulumi program (`__main__.py`) under `pulumi.runtime.set_mocks` and look at what it registered.
+
+    run = run_program("dev", {"gpuNodeCount": 3})        # Pulumi.dev.yaml plus overrides
+    ng = run.one("aws:eks/nodeGroup:NodeGroup", "ray-train-gpu-ng")
+    assert ng.inputs["scalingConfig"]["desiredSize"] == 3
+
+    failed = run_program_expecting_error("dev", {"gpuNodeCount": 0})
+    assert isinstance(failed.error, ValueError) and failed.resources == []
+
+Always with preview=False: under preview, unknown outputs make assertions inside `apply` silently never run.
+
+What the fake AWS answers:
+- `aws.ec2.get_instance_type` from tests/stacks.py's INSTANCE_FACTS; an unknown type fails as EC2 does.
+- `aws.get_availability_zones` from REGIONS below; an unknown region fails.
+- caller identity, partition, region; a capacity reservation read from RESERVATIONS.
+- `eks:index:Cluster` (a remote component) returns kubeconfig, security group, OIDC and an `eksCluster` that
+  is a real resource reference, as pulumi-eks's does.
+Resource references found in any resource's inputs are turned into their URNs before the mock monitor
+deserializes them: deserializing a reference constructs a Resource inside the monitor, which makes the stock
+mock monitor flaky.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import runpy
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import pulumi
+import yaml
+from google.protobuf import struct_pb2
+from pulumi.runtime import mocks as pulumi_mocks
+from pulumi.runtime import rpc, settings
+from pulumi.runtime.stack import run_pulumi_func
+from pulumi.runtime.sync_await import _sync_await
+
+from tests.stacks import INSTANCE_FACTS
+
+REPO = Path(__file__).resolve().parent.parent
+PROGRAM = REPO / "__main__.py"
+PROJECT = yaml.safe_load((REPO / "Pulumi.yaml").read_text())["name"]
+ACCOUNT_ID = "123456789012"
+DEPLOYER_ROLE_ARN = f"arn:aws:iam::{ACCOUNT_ID}:role/deployer"
+
+# name -> AZ ID per region, in the shape of DescribeAvailabilityZones (standard zones only). use1-az3 is the AZ
+# EKS refuses for a control plane.
+REGIONS: dict[str, dict[str, str]] = {
+    "us-east-1": {"us-east-1a": "use1-az1", "us-east-1b": "use1-az2", "us-east-1c": "use1-az4",
+                  "us-east-1d": "use1-az6", "us-east-1e": "use1-az3", "us-east-1f": "use1-az5"},
+    "us-east-2": {"us-east-2a": "use2-az1", "us-east-2b": "use2-az2", "us-east-2c": "use2-az3"},
+    "us-west-2": {"us-west-2a": "usw2-az1", "us-west-2b": "usw2-az2", "us-west-2c": "usw2-az3",
+                  "us-west-2d": "usw2-az4"},
+    "eu-north-1": {"eu-north-1a": "eun1-az1", "eu-north-1b": "eun1-az2", "eu-north-1c": "eun1-az3"},
+}
+
+# Capacity reservations that exist outside any stack, for capacityReservationId.
+RESERVATIONS: dict[str, dict[str, Any]] = {
+    "cr-0123456789abcdef0": {"availabilityZone": "us-east-2a", "instanceType": "p5.48xlarge", "instanceCount": 2},
+}
+
+_ID_PREFIXES = {
+    "aws:ec2/vpc:Vpc": "vpc-",
+    "aws:ec2/subnet:Subnet": "subnet-",
+    "aws:ec2/securityGroup:SecurityGroup": "sg-",
+    "aws:ec2/launchTemplate:LaunchTemplate": "lt-",
+    "aws:ec2/internetGateway:InternetGateway": "igw-",
+    "aws:ec2/natGateway:NatGateway": "nat-",
+    "aws:ec2/eip:Eip": "eipalloc-",
+    "aws:ec2/routeTable:RouteTable": "rtb-",
+}
+
+
+def _digest(text: str, length: int = 17) -> str:
+    return hashlib.sha1(text.encode()).hexdigest()[:length]
+
+
+@dataclass
+class Registration:
+    """One registered resource: its type token, logical name, URN, parent URN and the inputs it was given."""
+
+    type: str
+    name: str
+    urn: str
+    parent: str
+    custom: bool
+    inputs: dict[str, Any]
+    outputs: dict[str, Any]
+    dependencies: list[str]
+    provider: str
+    read: bool = False
+
+    @property
+    def resource_id(self) -> str:
+        return self.outputs.get("id", "")
+
+
+class AwsMocks(pulumi.runtime.Mocks):
+    """Fake AWS (and pulumi-eks) answers; `extra_outputs` and `extra_calls` let a test add its own."""
+
+    def __init__(
+        self,
+        region: str,
+        *,
+        extra_outputs: Callable[[pulumi_mocks.MockResourceArgs], dict | None] | None = None,
+        extra_calls: dict[str, Callable[[dict], dict]] | None = None,
+    ) -> None:
+        self.region = region
+        self.extra_outputs = extra_outputs
+        self.extra_calls = extra_calls or {}
+        self.monitor: RecordingMonitor | None = None
+
+    # ---- invokes -----------------------------------------------------------------------------------------
+    def call(self, args: pulumi_mocks.MockCallArgs):
+        if args.token in self.extra_calls:
+            return self.extra_calls[args.token](args.args)
+        if args.token == "aws:ec2/getInstanceType:getInstanceType":
+            return describe_instance_type(args.args["instanceType"])
+        if args.token == "aws:index/getAvailabilityZones:getAvailabilityZones":
+            if self.region not in REGIONS:
+                raise Exception(f"operation error EC2: DescribeAvailabilityZones, unknown region {self.region!r}")
+            zones = REGIONS[self.region]
+            return {"id": self.region, "names": list(zones), "zoneIds": list(zones.values()), "state": "available"}
+        if args.token == "aws:index/getCallerIdentity:getCallerIdentity":
+            return {"accountId": ACCOUNT_ID, "arn": f"arn:aws:sts::{ACCOUNT_ID}:assumed-role/deployer/session",
+                    "userId": "AROAEXAMPLE:session", "id": ACCOUNT_ID}
+        if args.token == "aws:iam/getSessionContext:getSessionContext":
+            return {"arn": args.args.get("arn"), "issuerArn": DEPLOYER_ROLE_ARN, "issuerName": "deployer"}
+        if args.token == "aws:index/getPartition:getPartition":
+            return {"partition": "aws", "dnsSuffix": "amazonaws.com", "id": "aws"}
+        if args.token in ("aws:index/getRegion:getRegion", "aws:index/region:getRegion"):
+            return {"name": self.region, "region": self.region, "id": self.region}
+        raise NotImplementedError(f"pulumi_mocks: no fake answer for invoke {args.token}; pass extra_calls")
+
+    # ---- resources ---------------------------------------------------------------------------------------
+    def new_resource(self, args: pulumi_mocks.MockResourceArgs):
+        outputs = dict(args.inputs)
+        if self.extra_outputs is not None:
+            extra = self.extra_outputs(args)
+            if extra is not None:
+                outputs.update(extra)
+                return outputs.pop("id", f"{args.name}-id"), outputs
+
+        if args.typ == "aws:ec2/capacityReservation:CapacityReservation" and args.resource_id:
+            if args.resource_id not in RESERVATIONS:
+                raise Exception(f"InvalidCapacityReservationId.NotFound: {args.resource_id}")
+            return args.resource_id, {**RESERVATIONS[args.resource_id], "id": args.resource_id}
+        if args.typ == "eks:index:Cluster":
+            return f"{args.name}-id", self._eks_cluster_outputs(args)
+
+        resource_id = args.resource_id or f"{_ID_PREFIXES.get(args.typ, args.name + '-')}{_digest(args.name)}"
+        if args.custom and "name" not in outputs:
+            outputs["name"] = f"{args.name}-{_digest(args.name, 7)}"  # Pulumi's auto-naming
+        if args.typ == "aws:iam/role:Role":
+            outputs["arn"] = f"arn:aws:iam::{ACCOUNT_ID}:role/{outputs['name']}"
+        elif args.typ == "aws:ec2/launchTemplate:LaunchTemplate":
+            outputs["latestVersion"] = 1
+        elif args.typ == "aws:eks/nodeGroup:NodeGroup":
+            outputs.setdefault("nodeGroupName", outputs["name"])
+        elif args.typ == "aws:eks/addon:Addon":
+            outputs["addonVersion"] = outputs.get("addonVersion") or "v1.0.0-eksbuild.1"
+        elif args.typ.startswith("pulumi-python:dynamic:") and "candidate_azs" in outputs:
+            # GpuCapacityReservation: AWS grants the first candidate AZ.
+            outputs.update(reservation_id=f"cr-{_digest(args.name)}", availability_zone=outputs["candidate_azs"][0],
+                           skipped_azs=[])
+        return resource_id, outputs
+
+    def _eks_cluster_outputs(self, args: pulumi_mocks.MockResourceArgs) -> dict:
+        """What pulumi-eks's Cluster returns, including `eksCluster` as a resource reference."""
+        cluster_name = args.inputs.get("name") or f"{args.name}-eksCluster-{_digest(args.name, 7)}"
+        endpoint = f"https://{_digest(cluster_name, 32).upper()}.gr7.{self.region}.eks.amazonaws.com"
+        cluster_sg = f"sg-{_digest(cluster_name + '-cluster-sg')}"
+        eks_cluster_urn = f"urn:pulumi:{pulumi.get_stack()}::{PROJECT}::aws:eks/cluster:Cluster::{args.name}-eksCluster"
+        eks_cluster_state = {
+            "name": cluster_name,
+            "arn": f"arn:aws:eks:{self.region}:{ACCOUNT_ID}:cluster/{cluster_name}",
+            "endpoint": endpoint,
+            "version": args.inputs.get("version"),
+            "vpcConfig": {"clusterSecurityGroupId": cluster_sg,
+                          "subnetIds": args.inputs.get("privateSubnetIds", [])},
+        }
+        assert self.monitor is not None
+        self.monitor.resources[eks_cluster_urn] = pulumi_mocks.MockMonitor.ResourceRegistration(
+            eks_cluster_urn, cluster_name, eks_cluster_state)
+        kubeconfig = {
+            "apiVersion": "v1", "kind": "Config", "current-context": "aws",
+            "clusters": [{"name": "kubernetes", "cluster": {"server": endpoint,
+                                                            "certificate-authority-data": "LS0tLS1CRUdJTg=="}}],
+            "contexts": [{"name": "aws", "context": {"cluster": "kubernetes", "user": "aws"}}],
+            "users": [{"name": "aws", "user": {"exec": {
+                "apiVersion": "client.authentication.k8s.io/v1beta1", "command": "aws",
+                "args": ["--region", self.region, "eks", "get-token", "--cluster-name", cluster_name]}}}],
+        }
+        oidc_id = _digest(cluster_name, 32).upper()
+        return {
+            **args.inputs,
+            "eksCluster": {rpc._special_sig_key: rpc._special_resource_sig, "urn": eks_cluster_urn,
+                           "id": cluster_name},
+            "kubeconfig": kubeconfig,
+            "kubeconfigJson": json.dumps(kubeconfig),
+            "clusterSecurityGroupId": cluster_sg,
+            "oidcProviderArn": f"arn:aws:iam::{ACCOUNT_ID}:oidc-provider/oidc.eks.{self.region}.amazonaws.com/id/{oidc_id}",
+            "oidcProviderUrl": f"oidc.eks.{self.region}.amazonaws.com/id/{oidc_id}",
+            "oidcIssuer": f"oidc.eks.{self.region}.amazonaws.com/id/{oidc_id}",
+        }
+
+
+def describe_instance_type(instance_type: str) -> dict:
+    """DescribeInstanceTypes for one type, shaped as aws.ec2.get_instance_type returns it."""
+    facts = INSTANCE_FACTS.get(instance_type)
+    if facts is None:
+        raise Exception(
+            f"reading EC2 Instance Type ({instance_type}): operation error EC2: DescribeInstanceTypes, "
+            f"api error InvalidInstanceType: The following supplied instance types do not exist: [{instance_type}]")
+    gpus = [{"count": facts.gpus, "manufacturer": "NVIDIA", "memorySize": facts.gpu_memory_mib, "name": "GPU"}] \
+        if facts.gpus else []
+    return {
+        "id": instance_type,
+        "instanceType": instance_type,
+        "gpuses": gpus,
+        "totalGpuMemory": facts.gpus * facts.gpu_memory_mib,
+        "efaSupported": facts.efa_supported,
+        "efaMaximumInterfaces": facts.maximum_efa_interfaces,
+        "maximumNetworkCards": facts.network_cards,
+        "networkCards": [{"index": i, "maximumInterfaces": 2 if facts.efa_supported else 4,
+                          "baselineBandwidth": 0.0, "peakBandwidth": 0.0, "performance": "N/A"}
+                         for i in range(facts.network_cards)],
+        "defaultVcpus": facts.vcpus,
+        "memorySize": facts.memory_mib,
+        "supportedArchitectures": ["x86_64"],
+        "supportedPlacementStrategies": ["cluster", "partition", "spread"],
+    }
+
+
+def _urns_for_references(value: struct_pb2.Value) -> None:
+    """Replace every resource reference inside `value` by its URN, in place."""
+    kind = value.WhichOneof("kind")
+    if kind == "struct_value":
+        fields = value.struct_value.fields
+        if rpc._special_sig_key in fields and fields[rpc._special_sig_key].string_value == rpc._special_resource_sig:
+            value.string_value = fields["urn"].string_value
+            return
+        for item in fields.values():
+            _urns_for_references(item)
+    elif kind == "list_value":
+        for item in value.list_value.values:
+            _urns_for_references(item)
+
+
+class RecordingMonitor(pulumi_mocks.MockMonitor):
+    """The stock mock monitor, plus a record of every registration (with parent) and references as URNs."""
+
+    def __init__(self, mocks: AwsMocks) -> None:
+        super().__init__(mocks)
+        self.registrations: list[Registration] = []
+
+    def _record(self, request, urn: str, outputs: dict, *, read: bool) -> None:
+        struct = request.properties if read else request.object
+        self.registrations.append(Registration(
+            type=request.type, name=request.name, urn=urn, parent=request.parent,
+            custom=read or bool(request.custom), inputs=rpc.deserialize_properties(struct),
+            outputs=outputs, dependencies=list(getattr(request, "dependencies", [])),
+            provider=request.provider, read=read))
+
+    def RegisterResource(self, request):
+        if request.type != "pulumi:pulumi:Stack":
+            for item in request.object.fields.values():
+                _urns_for_references(item)
+        response = super().RegisterResource(request)
+        if request.type != "pulumi:pulumi:Stack":
+            registered = self.resources[response.urn]
+            self._record(request, response.urn, {**registered.state, "id": registered.id}, read=False)
+        return response
+
+    def ReadResource(self, request):
+        for item in request.properties.fields.values():
+            _urns_for_references(item)
+        response = super().ReadResource(request)
+        registered = self.resources[response.urn]
+        self._record(request, response.urn, {**registered.state, "id": registered.id}, read=True)
+        return response
+
+
+@dataclass
+class ProgramRun:
+    """The outcome of one program run: the registrations in order, the stack exports, and any error."""
+
+    stack: str
+    config: dict[str, str]
+    resources: list[Registration]
+    exports: dict[str, Any] = field(default_factory=dict)
+    secret_exports: set[str] = field(default_factory=set)
+    error: BaseException | None = None
+
+    def of_type(self, type_token: str) -> list[Registration]:
+        return [r for r in self.resources if r.type == type_token]
+
+    def one(self, type_token: str, name: str | None = None) -> Registration:
+        found = [r for r in self.of_type(type_token) if name is None or r.name == name]
+        names = [r.name for r in self.of_type(type_token)]
+        assert len(found) == 1, f"expected exactly one {type_token}{' named ' + name if name else ''}; found {names}"
+        return found[0]
+
+    def children_of(self, parent: Registration) -> list[Registration]:
+        return [r for r in self.resources if r.parent == parent.urn]
+
+    def by_urn(self, urn: str) -> Registration:
+        return next(r for r in self.resources if r.urn == urn)
+
+
+def stack_file(stack: str) -> Path:
+    return REPO / f"Pulumi.{stack}.yaml"
+
+
+def stack_config(stack: str | None, overrides: dict[str, Any] | None = None) -> dict[str, str]:
+    """The stack file's config plus overrides, keyed and encoded as the Pulumi CLI hands them to the program.
+
+    Override keys without a namespace belong to the project (`gpuNodeCount` -> `raytrain-eks:gpuNodeCount`).
+    """
+    values: dict[str, Any] = {}
+    if stack is not None:
+        values.update(yaml.safe_load(stack_file(stack).read_text()).get("config") or {})
+    for key, value in (overrides or {}).items():
+        values[key if ":" in key else f"{PROJECT}:{key}"] = value
+
+    def encode(value: Any) -> str:
+        if isinstance(value, bool):
+            return "true" if value else "false"
+        if isinstance(value, (list, dict)):
+            return json.dumps(value)
+        return str(value)
+
+    return {key: encode(value) for key, value in values.items()}
+
+
+def _run(stack: str | None, overrides: dict[str, Any] | None, **mock_options: Any) -> ProgramRun:
+    config = stack_config(stack, overrides)
+    region = config.get("aws:region", "us-west-2")
+    mocks = AwsMocks(region, **mock_options)
+    monitor = RecordingMonitor(mocks)
+    mocks.monitor = monitor
+
+    pulumi.runtime.set_all_config(config)
+    settings.ROOT.set(None)  # a fresh root Stack per run, so exports do not leak between runs
+    pulumi.runtime.set_mocks(mocks, project=PROJECT, stack=stack or "test", preview=False, monitor=monitor)
+    settings.SETTINGS.rpc_manager.clear()
+    settings.SETTINGS.outputs.clear()
+
+    run = ProgramRun(stack=stack or "test", config=config, resources=monitor.registrations)
+
+    async def collect_exports() -> None:
+        root = settings.get_root_resource()
+        for key, value in root.outputs.items():
+            output = pulumi.Output.from_input(value)
+            run.exports[key] = await output.future()
+            if await output.is_secret():
+                run.secret_exports.add(key)
+
+    def program():
+        runpy.run_path(str(PROGRAM), run_name="__main__")
+        return collect_exports()
+
+    try:
+        _sync_await(run_pulumi_func(program))
+    except BaseException as e:  # noqa: BLE001 handed to the caller
+        run.error = e
+    return run
+
+
+def run_program(stack: str | None = "dev", overrides: dict[str, Any] | None = None, **mock_options: Any) -> ProgramRun:
+    """Run `__main__.py` with `Pulumi.<stack>.yaml` (None: no stack file) plus overrides; raise its error."""
+    run = _run(stack, overrides, **mock_options)
+    if run.error is not None:
+        raise run.error
+    return run
+
+
+def run_program_expecting_error(stack: str | None = "dev", overrides: dict[str, Any] | None = None,
+                                **mock_options: Any) -> ProgramRun:
+    """Run the program, which must fail; the ProgramRun holds the error and whatever got registered first."""
+    run = _run(stack, overrides, **mock_options)
+    assert run.error is not None, (
+        f"expected the program to fail with config {run.config}; it registered {len(run.resources)} resources")
+    return run

@@ -1,0 +1,53 @@
+"""Sharded checkpoints with torch.distributed.checkpoint: every rank writes only its own shards.
+
+Each rank saves into a local directory of its own; the driver's `ray.train.report(checkpoint=...)` then merges
+the ranks' files into one checkpoint directory under RunConfig.storage_path (DCP names each rank's file
+`__<rank>_0.distcp`, and rank 0 adds `.metadata`, so the merge never collides). Loading works at any world size,
+since DCP reshards on read.
+"""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+
+import torch
+import torch.distributed.checkpoint as dcp
+from torch import nn
+from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
+STEP_FILE = "train_step.json"
+
+
+def save(directory: str, model: nn.Module, optimizer: torch.optim.Optimizer, step: int) -> None:
+    """Write this rank's shards of the model and optimizer state; rank 0 also records the step reached."""
+    model_state, optimizer_state = get_state_dict(model, optimizer)
+    dcp.save({"model": model_state, "optimizer": optimizer_state}, checkpoint_id=directory)
+    if torch.distributed.get_rank() == 0:
+        with open(os.path.join(directory, STEP_FILE), "w") as file:
+            json.dump({"step": step}, file)
+
+
+def load(directory: str, model: nn.Module, optimizer: torch.optim.Optimizer) -> int:
+    """Restore the model and optimizer in place; returns the number of steps the checkpoint had completed."""
+    # get_state_dict materialises AdamW's moments (a zero step) before the load, so they are restored too.
+    model_state, optimizer_state = get_state_dict(model, optimizer)
+    state = {"model": model_state, "optimizer": optimizer_state}
+    dcp.load(state, checkpoint_id=directory)
+    set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"])
+    return read_step(directory)
+
+
+def read_model_state(directory: str) -> dict[str, torch.Tensor]:
+    """The full, unsharded model weights of a checkpoint, in one process without a process group."""
+    with tempfile.TemporaryDirectory() as scratch:
+        path = os.path.join(scratch, "state.pt")
+        dcp_to_torch_save(directory, path)
+        return torch.load(path, weights_only=False)["model"]
+
+
+def read_step(directory: str) -> int:
+    """The number of steps the checkpoint had completed."""
+    with open(os.path.join(directory, STEP_FILE)) as file:
+        return json.load(file)["step"]

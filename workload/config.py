@@ -1,0 +1,170 @@
+"""The training job's configuration: one dataclass, validated on construction, with CLI flags that map onto it 1:1.
+
+Every field carries a one-line docstring; `parse_args` turns each field into `--<field>` with that docstring as
+its help, so the flags, their defaults and their help text have one source. The recipe's flag names
+(`--model_id`, `--steps`, `--batch_size`, `--seq_len`, `--learning_rate`) are kept.
+
+No Ray and no model download here: a bad flag fails in `TrainConfig.__post_init__`, before anything starts.
+"""
+from __future__ import annotations
+
+import argparse
+import ast
+import dataclasses
+import functools
+import inspect
+import os
+from dataclasses import dataclass
+from typing import Sequence
+
+MODEL_CONFIGS = ("tiny", "qwen2.5-1.5b")
+"""Names accepted by --model_config (architectures built with random weights, see workload.model)."""
+
+LOCAL_DATASET_SUFFIXES = (".txt", ".jsonl", ".json")
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """One training run: model, batch shape, optimizer, data, checkpoints and speed levers."""
+
+    model_id: str = "Qwen/Qwen2.5-1.5B"
+    """Hugging Face model loaded with from_pretrained, unless --model_config names a random-weight architecture."""
+    model_config: str = ""
+    """Build this architecture with random weights instead of downloading --model_id: tiny or qwen2.5-1.5b."""
+    steps: int = 50
+    """Optimizer steps."""
+    batch_size: int = 2
+    """Sequences per worker per step."""
+    seq_len: int = 2048
+    """Tokens per sequence."""
+    learning_rate: float = 1e-5
+    """AdamW learning rate (constant)."""
+    max_grad_norm: float = 1.0
+    """Clip the global gradient norm to this value; 0 turns clipping off."""
+    seed: int = 0
+    """Seed of the random weights and of every step's batch, so a resumed run repeats an uninterrupted one exactly."""
+    num_workers: int = 0
+    """Ray Train workers; 0 means one per GPU of the cluster, or 2 CPU workers on a cluster without GPUs."""
+    max_failures: int = 0
+    """FailureConfig.max_failures: how many times a failed worker group restarts from the last checkpoint."""
+    storage_path: str = ""
+    """RunConfig.storage_path for checkpoints, a local directory or s3://...; empty means no checkpoints."""
+    run_name: str = "ray-train-fsdp-llm"
+    """RunConfig.name; a run with the same storage_path and name resumes from that run's latest checkpoint."""
+    checkpoint_every: int = 0
+    """Save a sharded checkpoint every this many steps (needs --storage_path); 0 saves only after the last step."""
+    dataset: str = ""
+    """Empty: random tokens (the recipe's default). A local .txt/.jsonl/.json file, or a Hugging Face dataset id."""
+    dataset_config: str = ""
+    """Configuration name of a Hugging Face --dataset (e.g. wikitext-2-raw-v1)."""
+    dataset_split: str = "train"
+    """Split of a Hugging Face --dataset."""
+    text_field: str = "text"
+    """Field holding the text in a .jsonl/.json file or a Hugging Face dataset."""
+    tokenizer: str = ""
+    """Tokenizer for --dataset (a Hugging Face id or a local directory); empty means --model_id's."""
+    compile: bool | None = None
+    """torch.compile each decoder layer; unset means on for CUDA and off on CPU (slow to compile there)."""
+    fused_adamw: bool = True
+    """AdamW(fused=True) on CUDA; ignored on CPU."""
+    chunked_loss: bool = True
+    """Compute lm_head + cross-entropy in chunks of tokens, never holding fp32 logits for the whole batch."""
+    activation_checkpointing: bool = False
+    """Recompute each decoder layer's activations in backward: less memory, about a third more compute."""
+
+    def __post_init__(self) -> None:
+        _positive_int(self, "steps")
+        _positive_int(self, "batch_size")
+        _positive_int(self, "seq_len")
+        if not self.learning_rate > 0:
+            raise ValueError(f"--learning_rate must be a positive number, got {self.learning_rate}")
+        if not self.max_grad_norm >= 0:
+            raise ValueError(f"--max_grad_norm must be 0 (off) or a positive number, got {self.max_grad_norm}")
+        for name in ("num_workers", "max_failures", "checkpoint_every"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 0:
+                raise ValueError(f"--{name} must be an integer >= 0, got {value!r}")
+        if self.model_config and self.model_config not in MODEL_CONFIGS:
+            raise ValueError(
+                f"--model_config must be empty (load --model_id) or one of {', '.join(MODEL_CONFIGS)}, "
+                f"got {self.model_config!r}"
+            )
+        if not self.model_config and not self.model_id:
+            raise ValueError("--model_id must name a Hugging Face model when --model_config is empty")
+        if not self.run_name or "/" in self.run_name:
+            raise ValueError(f"--run_name must be a non-empty name without '/', got {self.run_name!r}")
+        if is_local_dataset(self.dataset) and not os.path.isfile(os.path.expanduser(self.dataset)):
+            raise ValueError(f"--dataset file {self.dataset!r} does not exist")
+        if self.checkpoint_every and not self.storage_path:
+            raise ValueError("--checkpoint_every needs --storage_path (where the checkpoints go)")
+
+    @property
+    def tokenizer_name(self) -> str:
+        return self.tokenizer or self.model_id
+
+    def to_args(self) -> list[str]:
+        """The CLI flags that rebuild this config (only those that differ from the defaults)."""
+        args: list[str] = []
+        for field in dataclasses.fields(self):
+            value = getattr(self, field.name)
+            if value == field.default:
+                continue
+            if isinstance(value, bool):
+                args.append(f"--{field.name}" if value else f"--no-{field.name}")
+            else:
+                args += [f"--{field.name}", str(value)]
+        return args
+
+
+def is_local_dataset(dataset: str) -> bool:
+    """A --dataset that names a file rather than a Hugging Face id: a known suffix or an explicit path."""
+    return bool(dataset) and (
+        dataset.endswith(LOCAL_DATASET_SUFFIXES) or dataset.startswith(("/", "./", "../", "~"))
+    )
+
+
+def _positive_int(config: TrainConfig, name: str) -> None:
+    value = getattr(config, name)
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ValueError(f"--{name} must be a positive integer, got {value!r}")
+
+
+@functools.cache
+def field_docs() -> dict[str, str]:
+    """Each field's docstring, read from this module's source (dataclasses keep no field docstrings at runtime)."""
+    class_node = ast.parse(inspect.getsource(TrainConfig)).body[0]
+    docs: dict[str, str] = {}
+    body = class_node.body
+    for statement, following in zip(body, body[1:]):
+        if (
+            isinstance(statement, ast.AnnAssign)
+            and isinstance(following, ast.Expr)
+            and isinstance(following.value, ast.Constant)
+        ):
+            docs[statement.target.id] = following.value.value
+    return docs
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m workload.train",
+        description="Fine-tune a causal LM with Ray Train + PyTorch FSDP2.",
+    )
+    docs = field_docs()
+    for field in dataclasses.fields(TrainConfig):
+        flag = f"--{field.name}"
+        help_text = f"{docs[field.name]} (default: {field.default!r})"
+        if field.type in ("bool", "bool | None"):
+            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=field.default, help=help_text)
+        else:
+            parser.add_argument(flag, type=_FIELD_PARSERS[field.type], default=field.default, help=help_text)
+    return parser
+
+
+_FIELD_PARSERS = {"str": str, "int": int, "float": float}
+
+
+def parse_args(argv: Sequence[str] | None = None) -> TrainConfig:
+    """Flags -> TrainConfig. An unparsable value exits with argparse's usage error; a parsable but invalid one
+    raises TrainConfig's ValueError, which names the flag."""
+    return TrainConfig(**vars(build_parser().parse_args(argv)))

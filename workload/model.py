@@ -1,0 +1,191 @@
+"""The model, its FSDP2 sharding, its optimizer, its loss and its FLOPs: the training step's pieces, without Ray.
+
+A GPU benchmark drives these directly (torch + transformers only), so nothing here imports ray:
+`build_model(cfg, device)`, `build_mesh(device)`, `shard_model(model, mesh, cfg)`, `build_optimizer(model, cfg)`,
+`loss_fn(model, batch)`, `flops_per_token(...)`, `peak_flops(device)`.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
+from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+from torch.utils.checkpoint import checkpoint
+from transformers import AutoConfig, AutoModelForCausalLM, PretrainedConfig, Qwen2Config
+
+from workload.config import TrainConfig
+
+# Values of Qwen/Qwen2.5-1.5B's published config.json, so `qwen2.5-1.5b` benchmarks the real architecture
+# without a hub download.
+QWEN2_5_1_5B = dict(
+    vocab_size=151936,
+    hidden_size=1536,
+    intermediate_size=8960,
+    num_hidden_layers=28,
+    num_attention_heads=12,
+    num_key_value_heads=2,
+    max_position_embeddings=131072,
+    rope_theta=1000000.0,
+    rms_norm_eps=1e-6,
+    tie_word_embeddings=True,
+)
+# The same architecture at a size that trains in milliseconds per step on one CPU core; tied embeddings like the
+# real model, so the tied-weight path is what the tests exercise.
+TINY = dict(
+    vocab_size=512,
+    hidden_size=64,
+    intermediate_size=128,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=512,
+    rope_theta=10000.0,
+    rms_norm_eps=1e-6,
+    tie_word_embeddings=True,
+)
+NAMED_CONFIGS = {"tiny": TINY, "qwen2.5-1.5b": QWEN2_5_1_5B}
+
+# Tokens per lm_head + cross-entropy chunk. Each chunk's fp32 logits are chunk x vocab x 4 bytes (about 0.6 GB at
+# Qwen's 152k vocab) and are recomputed in backward rather than kept, instead of 2.5 GB per 4k-token batch.
+LOSS_CHUNK_TOKENS = 1024
+
+# Dense bf16 peak FLOP/s per GPU, matched as substrings of torch.cuda.get_device_name(). L40S comes before L4,
+# which it contains.
+PEAK_BF16_FLOPS = (
+    ("H200", 989e12),
+    ("H100", 989e12),
+    ("A100", 312e12),
+    ("L40S", 362e12),
+    ("L4", 121e12),
+)
+
+
+def hf_config(cfg: TrainConfig) -> PretrainedConfig:
+    """The architecture to train: a named random-weight config, or --model_id's config from the hub."""
+    if cfg.model_config:
+        return Qwen2Config(**NAMED_CONFIGS[cfg.model_config], use_cache=False)
+    try:
+        return AutoConfig.from_pretrained(cfg.model_id)
+    except (OSError, ValueError) as error:
+        raise ValueError(f"--model_id {cfg.model_id!r}: cannot load its config ({error})") from error
+
+
+def check_fits(cfg: TrainConfig, config: PretrainedConfig) -> None:
+    """Model-dependent limits of the flags, checked before any worker starts."""
+    limit = config.max_position_embeddings
+    if cfg.seq_len > limit:
+        raise ValueError(
+            f"--seq_len {cfg.seq_len} is above the model's maximum of {limit} positions "
+            f"({cfg.model_config or cfg.model_id})"
+        )
+
+
+class CausalLMWithLoss(nn.Module):
+    """A Hugging Face causal LM whose forward returns the next-token loss.
+
+    The loss is computed inside the module FSDP shards as its root, so the root unit's all-gather covers the
+    embedding, the final norm and the (tied) lm_head that the chunked loss uses outside the HF forward.
+    """
+
+    def __init__(self, lm: nn.Module, chunked_loss: bool) -> None:
+        super().__init__()
+        self.lm = lm
+        self.chunked_loss = chunked_loss
+
+    @property
+    def layers(self) -> nn.ModuleList:
+        return self.lm.model.layers
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        if not self.chunked_loss:
+            return self.lm(input_ids=input_ids, labels=input_ids, use_cache=False).loss
+        hidden = self.lm.model(input_ids=input_ids, use_cache=False).last_hidden_state
+        hidden = hidden[:, :-1].reshape(-1, hidden.shape[-1])
+        targets = input_ids[:, 1:].reshape(-1)
+        total = hidden.new_zeros((), dtype=torch.float32)
+        for start in range(0, targets.numel(), LOSS_CHUNK_TOKENS):
+            end = start + LOSS_CHUNK_TOKENS
+            total = total + checkpoint(
+                _cross_entropy_sum, self.lm.lm_head, hidden[start:end], targets[start:end], use_reentrant=False
+            )
+        return total / targets.numel()
+
+
+def _cross_entropy_sum(lm_head: nn.Module, hidden: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    # Upcast like the HF loss does, so both paths agree to bf16 noise.
+    return F.cross_entropy(lm_head(hidden).float(), targets, reduction="sum")
+
+
+def build_model(cfg: TrainConfig, device: torch.device) -> CausalLMWithLoss:
+    """fp32 master weights on `device` (random with --model_config, else from_pretrained); bf16 comes from FSDP's
+    mixed-precision policy at compute time, so AdamW updates full-precision weights."""
+    torch.manual_seed(cfg.seed)
+    if cfg.model_config:
+        with torch.device(device):
+            lm = AutoModelForCausalLM.from_config(hf_config(cfg), dtype=torch.float32)
+    else:
+        lm = AutoModelForCausalLM.from_pretrained(cfg.model_id, dtype=torch.float32).to(device)
+    lm.config.use_cache = False
+    if cfg.activation_checkpointing:
+        lm.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    return CausalLMWithLoss(lm, chunked_loss=cfg.chunked_loss)
+
+
+def build_mesh(device: torch.device) -> DeviceMesh:
+    """A 1-D mesh over every rank of the default process group (gloo on CPU, NCCL on GPU)."""
+    return init_device_mesh(device.type, (torch.distributed.get_world_size(),))
+
+
+def compile_enabled(cfg: TrainConfig, device: torch.device) -> bool:
+    return cfg.compile if cfg.compile is not None else device.type == "cuda"
+
+
+def shard_model(model: CausalLMWithLoss, mesh: DeviceMesh, cfg: TrainConfig) -> CausalLMWithLoss:
+    """FSDP2: one unit per decoder layer, then the root (embedding, final norm, lm_head); bf16 compute, fp32
+    gradient reduction."""
+    policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    compile_layers = compile_enabled(cfg, torch.device(mesh.device_type))
+    for layer in model.layers:
+        if compile_layers:
+            # Per layer rather than whole-model: every layer shares one compiled graph, and FSDP's hooks stay
+            # outside it.
+            layer.compile()
+        fully_shard(layer, mesh=mesh, mp_policy=policy)
+    fully_shard(model, mesh=mesh, mp_policy=policy)
+    return model
+
+
+def build_optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
+    on_cuda = next(model.parameters()).device.type == "cuda"
+    return torch.optim.AdamW(
+        model.parameters(), lr=cfg.learning_rate, fused=True if (cfg.fused_adamw and on_cuda) else None
+    )
+
+
+def loss_fn(model: nn.Module, batch: torch.Tensor) -> torch.Tensor:
+    """Mean next-token cross-entropy of a (batch, seq_len) tensor of token ids."""
+    return model(batch)
+
+
+def matmul_parameters(model: CausalLMWithLoss) -> int:
+    """Parameters that take part in a matmul per token: all of them, less an untied input embedding (a lookup)."""
+    total = sum(parameter.numel() for parameter in model.parameters())
+    if model.lm.config.tie_word_embeddings:
+        return total
+    return total - model.lm.get_input_embeddings().weight.numel()
+
+
+def flops_per_token(config: PretrainedConfig, matmul_params: int, seq_len: int) -> float:
+    """Training FLOPs per token, PaLM's estimate: 6N for the weights (forward + backward) plus 12*L*H*T for
+    attention scores and values. The attention term is not halved for causality, as in PaLM and nanoGPT, so the
+    MFU compares with theirs."""
+    return 6 * matmul_params + 12 * config.num_hidden_layers * config.hidden_size * seq_len
+
+
+def peak_flops(device: torch.device) -> float | None:
+    """Dense bf16 peak of one device, or None where unknown (CPU, unlisted GPUs): MFU is then reported as null."""
+    if device.type != "cuda":
+        return None
+    name = torch.cuda.get_device_name(device)
+    return next((peak for key, peak in PEAK_BF16_FLOPS if key in name), None)

@@ -1,0 +1,62 @@
+"""Each rank's NCCL transport lines, read back from the file NCCL_DEBUG_FILE sends them to.
+
+The lines prove which transport NCCL chose (EFA through aws-ofi-nccl, or the silent TCP fallback). Each rank
+reads its own file at the end of the run, keeps only the transport lines, and rank 0 gathers them for the
+driver's summary.
+"""
+from __future__ import annotations
+
+import os
+import socket
+from typing import Callable
+
+import torch.distributed as dist
+
+
+def expand_debug_file(pattern: str, hostname: str, pid: int) -> str:
+    """NCCL's own expansion of NCCL_DEBUG_FILE: %h is the hostname up to its first dot, %p the pid, %% a percent
+    sign; any other %x stays as it is."""
+    out: list[str] = []
+    index = 0
+    while index < len(pattern):
+        char = pattern[index]
+        following = pattern[index + 1] if index + 1 < len(pattern) else ""
+        if char != "%" or not following:
+            out.append(char)
+            index += 1
+            continue
+        out.append({"h": hostname.split(".")[0], "p": str(pid), "%": "%"}.get(following, "%" + following))
+        index += 2
+    return "".join(out)
+
+
+def transport_filter() -> Callable[[str], bool]:
+    """workload.transport's verdict lines when that module is present, else every NCCL INFO line."""
+    try:
+        from workload.transport import is_transport_line
+    except ImportError:
+        return lambda line: "NCCL INFO" in line
+    return is_transport_line
+
+
+def read_own_log() -> str:
+    """This process's NCCL debug file, filtered to transport lines; empty when NCCL never wrote it."""
+    path = expand_debug_file(os.environ["NCCL_DEBUG_FILE"], socket.gethostname(), os.getpid())
+    try:
+        with open(path, errors="replace") as file:
+            lines = file.read().splitlines()
+    except FileNotFoundError:
+        return ""
+    keep = transport_filter()
+    return "\n".join(line for line in lines if keep(line))
+
+
+def gather_transport_lines(rank: int, world_size: int) -> dict[str, str]:
+    """On rank 0: {rank: its transport lines} for every rank; {} on the other ranks, and everywhere when
+    NCCL_DEBUG_FILE is unset. A collective: every rank must call it."""
+    if not os.environ.get("NCCL_DEBUG_FILE"):
+        return {}
+    text = read_own_log()
+    gathered: list[str] | None = [""] * world_size if rank == 0 else None
+    dist.gather_object(text, gathered, dst=0)
+    return {str(index): lines for index, lines in enumerate(gathered)} if rank == 0 else {}

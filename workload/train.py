@@ -1,0 +1,195 @@
+"""Ray Train + FSDP2 fine-tuning: `train_func` runs on every worker; `python -m workload.train ...` is the driver.
+
+The driver validates the flags (before Ray starts), joins the running cluster, sizes the workers from its GPUs,
+runs a TorchTrainer, and ends by printing one line, `TRAIN_SUMMARY {json}`, that submit.py parses.
+The same code runs on CPU processes (gloo) and on GPUs (NCCL).
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+import sys
+import tempfile
+import time
+from typing import Sequence
+
+import ray
+import ray.train
+import ray.train.torch
+import torch
+import torch.distributed as dist
+
+from workload import checkpoint as checkpoints
+from workload.config import TrainConfig, parse_args
+from workload.data import check_tokenizer, make_batches
+from workload.model import (
+    build_mesh,
+    build_model,
+    build_optimizer,
+    check_fits,
+    flops_per_token,
+    hf_config,
+    loss_fn,
+    matmul_parameters,
+    peak_flops,
+    shard_model,
+)
+from workload.nccl_logs import gather_transport_lines
+
+SUMMARY_PREFIX = "TRAIN_SUMMARY "
+# Without GPUs the run still shards across processes, so FSDP's collectives are exercised on a laptop.
+CPU_WORKERS_WITHOUT_GPUS = 2
+
+
+def train_func(config: dict) -> None:
+    cfg = TrainConfig(**config)
+    context = ray.train.get_context()
+    rank, world_size = context.get_world_rank(), context.get_world_size()
+    device = ray.train.torch.get_device()
+
+    model = build_model(cfg, device)
+    flops = flops_per_token(model.lm.config, matmul_parameters(model), cfg.seq_len)
+    peak = peak_flops(device)
+    model = shard_model(model, build_mesh(device), cfg)
+    optimizer = build_optimizer(model, cfg)
+    batches = make_batches(cfg, model.lm.config.vocab_size, rank, world_size)
+
+    start_step = 0
+    if (restored := ray.train.get_checkpoint()) is not None:
+        with restored.as_directory() as directory:
+            start_step = checkpoints.load(directory, model, optimizer)
+    if rank == 0:
+        print(f"training {cfg.model_config or cfg.model_id} on {world_size} x {device.type}, "
+              f"steps {start_step + 1}..{cfg.steps}", flush=True)
+
+    tokens_per_step = cfg.batch_size * cfg.seq_len * world_size
+    step_times: list[float] = []
+    loss_value = None
+    for step in range(start_step, cfg.steps):
+        started = time.perf_counter()
+        loss = loss_fn(model, batches(step).to(device))
+        loss.backward()
+        if cfg.max_grad_norm:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        loss_value = _mean_over_ranks(loss.detach(), world_size)  # .item() also waits for the GPU
+        step_times.append(time.perf_counter() - started)
+
+        tokens_per_s = tokens_per_step / step_times[-1]
+        mfu = tokens_per_s * flops / (peak * world_size) if peak else None
+        if rank == 0:
+            mfu_text = f"{mfu:.1%}" if mfu is not None else "n/a"
+            print(f"step {step + 1}/{cfg.steps} loss {loss_value:.4f} step_time {step_times[-1]:.3f}s "
+                  f"tokens/s {tokens_per_s:,.0f} mfu {mfu_text}", flush=True)
+        metrics = {"step": step + 1, "loss": loss_value, "step_time_s": step_times[-1],
+                   "tokens_per_s": tokens_per_s, "mfu": mfu, "start_step": start_step}
+        done = step + 1
+        if cfg.checkpoint_every and done % cfg.checkpoint_every == 0 and done < cfg.steps:
+            _report_with_checkpoint(metrics, model, optimizer, done)
+        else:
+            ray.train.report(metrics)
+
+    # The first step of an attempt pays for warm-up (allocator, compile), so it is left out when there are others.
+    timed = step_times[1:] or step_times
+    tokens_per_s = tokens_per_step * len(timed) / sum(timed) if timed else None
+    final = {
+        "world_size": world_size,
+        "device": device.type,
+        "steps": cfg.steps,
+        "final_loss": loss_value,
+        "tokens_per_s": tokens_per_s,
+        "mfu": tokens_per_s * flops / (peak * world_size) if (peak and tokens_per_s) else None,
+        "start_step": start_step,
+        "nccl_logs": gather_transport_lines(rank, world_size),
+    }
+    # A run resumed after its last step has nothing new to save.
+    if cfg.storage_path and start_step < cfg.steps:
+        _report_with_checkpoint(final, model, optimizer, cfg.steps)
+    else:
+        ray.train.report(final)
+
+
+def _mean_over_ranks(value: torch.Tensor, world_size: int) -> float:
+    # gloo has no AVG reduction, so sum and divide.
+    dist.all_reduce(value, op=dist.ReduceOp.SUM)
+    return value.item() / world_size
+
+
+def _report_with_checkpoint(metrics: dict, model, optimizer, step: int) -> None:
+    directory = tempfile.mkdtemp(prefix=f"checkpoint-{step:06d}-")
+    try:
+        checkpoints.save(directory, model, optimizer, step)
+        ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(directory),
+                         checkpoint_dir_name=f"checkpoint_{step:06d}")
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def validate(cfg: TrainConfig) -> None:
+    """The checks that need the model's config or the tokenizer, before any worker starts."""
+    config = hf_config(cfg)
+    check_fits(cfg, config)
+    check_tokenizer(cfg, config.vocab_size)
+
+
+def worker_count(cfg: TrainConfig) -> tuple[int, bool]:
+    """(num_workers, use_gpu): the flag, else one per GPU of the cluster, else CPU workers."""
+    gpus = int(ray.cluster_resources().get("GPU", 0))
+    if cfg.num_workers:
+        return cfg.num_workers, gpus > 0
+    if gpus:
+        return gpus, True
+    return CPU_WORKERS_WITHOUT_GPUS, False
+
+
+def fit(cfg: TrainConfig) -> ray.train.Result:
+    """Run the TorchTrainer on the Ray cluster this process is connected to."""
+    num_workers, use_gpu = worker_count(cfg)
+    trainer = ray.train.torch.TorchTrainer(
+        train_func,
+        train_loop_config=dataclasses.asdict(cfg),
+        scaling_config=ray.train.ScalingConfig(num_workers=num_workers, use_gpu=use_gpu),
+        run_config=ray.train.RunConfig(
+            name=cfg.run_name,
+            storage_path=cfg.storage_path or None,
+            failure_config=ray.train.FailureConfig(max_failures=cfg.max_failures),
+        ),
+    )
+    return trainer.fit()
+
+
+def summarize(cfg: TrainConfig, result: ray.train.Result) -> dict:
+    """The driver's summary: rank 0's final report plus the latest checkpoint's location."""
+    metrics = result.metrics
+    return {
+        "world_size": metrics["world_size"],
+        "device": metrics["device"],
+        "steps": metrics["steps"],
+        "final_loss": metrics["final_loss"],
+        "tokens_per_s": metrics["tokens_per_s"],
+        "mfu": metrics["mfu"],
+        "checkpoint": _checkpoint_uri(cfg, result),
+        "nccl_logs": metrics["nccl_logs"],
+    }
+
+
+def _checkpoint_uri(cfg: TrainConfig, result: ray.train.Result) -> str | None:
+    if result.checkpoint is None:
+        return None
+    scheme, separator, _ = cfg.storage_path.partition("://")
+    # pyarrow paths drop the scheme (s3://bucket/x becomes bucket/x); put it back so the path is usable.
+    return f"{scheme}://{result.checkpoint.path}" if separator else result.checkpoint.path
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    cfg = parse_args(argv)
+    validate(cfg)
+    ray.init(address="auto")
+    result = fit(cfg)
+    print(SUMMARY_PREFIX + json.dumps(summarize(cfg, result)), flush=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

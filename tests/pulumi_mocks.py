@@ -160,7 +160,7 @@ class AwsMocks(pulumi.runtime.Mocks):
             outputs.setdefault("nodeGroupName", outputs["name"])
         elif args.typ == "aws:eks/addon:Addon":
             outputs["addonVersion"] = outputs.get("addonVersion") or "v1.0.0-eksbuild.1"
-        elif args.typ.startswith("pulumi-python:dynamic:") and "candidate_azs" in outputs:
+        elif args.typ.startswith("pulumi-python:dynamic") and "candidate_azs" in outputs:
             # GpuCapacityReservation: AWS grants the first candidate AZ.
             outputs.update(reservation_id=f"cr-{_digest(args.name)}", availability_zone=outputs["candidate_azs"][0],
                            skipped_azs=[])

@@ -1,0 +1,291 @@
+"""The whole program under Pulumi mocks, once per stack file: the resources carry what issue 2 asks for.
+
+Expected values come from the stack file (or Pulumi.yaml's default) and from tests/stacks.py's instance facts,
+never from the code under test.
+"""
+from __future__ import annotations
+
+import functools
+import ipaddress
+
+import pytest
+import yaml
+
+from tests.pulumi_mocks import (
+    PROJECT, REGIONS, REPO, RESERVATIONS, ProgramRun, Registration, run_program, run_program_expecting_error,
+)
+from tests.stacks import INSTANCE_FACTS
+
+SCHEMA = yaml.safe_load((REPO / "Pulumi.yaml").read_text())["config"]
+STACKS = sorted(path.name.split(".")[1] for path in REPO.glob("Pulumi.*.yaml"))
+
+VPC = "aws:ec2/vpc:Vpc"
+SUBNET = "aws:ec2/subnet:Subnet"
+ROUTE_TABLE = "aws:ec2/routeTable:RouteTable"
+NAT = "aws:ec2/natGateway:NatGateway"
+SECURITY_GROUP = "aws:ec2/securityGroup:SecurityGroup"
+LAUNCH_TEMPLATE = "aws:ec2/launchTemplate:LaunchTemplate"
+PLACEMENT_GROUP = "aws:ec2/placementGroup:PlacementGroup"
+NODE_GROUP = "aws:eks/nodeGroup:NodeGroup"
+EKS_CLUSTER = "eks:index:Cluster"
+ADDON = "aws:eks/addon:Addon"
+
+
+def stack_value(stack: str, key: str):
+    """A config value as the stack sets it, else Pulumi.yaml's default."""
+    config = yaml.safe_load((REPO / f"Pulumi.{stack}.yaml").read_text())["config"]
+    return config.get(key if ":" in key else f"{PROJECT}:{key}", SCHEMA.get(key, {}).get("default"))
+
+
+@functools.cache
+def program(stack: str, overrides: tuple = ()) -> ProgramRun:
+    return run_program(stack, dict(overrides))
+
+
+def gpu_node_group(run: ProgramRun) -> Registration:
+    return next(r for r in run.of_type(NODE_GROUP) if r.inputs["amiType"].endswith("NVIDIA"))
+
+
+def system_node_group(run: ProgramRun) -> Registration:
+    return next(r for r in run.of_type(NODE_GROUP) if not r.inputs["amiType"].endswith("NVIDIA"))
+
+
+def private_subnets(run: ProgramRun) -> dict[str, Registration]:
+    return {s.inputs["availabilityZone"]: s for s in run.of_type(SUBNET) if "kubernetes.io/role/internal-elb" in s.inputs["tags"]}
+
+
+def public_subnets(run: ProgramRun) -> dict[str, Registration]:
+    return {s.inputs["availabilityZone"]: s for s in run.of_type(SUBNET) if "kubernetes.io/role/elb" in s.inputs["tags"]}
+
+
+def gpu_az(stack: str, run: ProgramRun) -> str:
+    return run.exports["gpuAvailabilityZone"]
+
+
+# ---- the schema and the stack files -------------------------------------------------------------------------
+
+def test_every_config_key_has_type_default_and_description():
+    for key, spec in SCHEMA.items():
+        missing = {"type", "default", "description"} - set(spec)
+        assert not missing, f"Pulumi.yaml config key {key} lacks {sorted(missing)}"
+
+
+def test_there_is_a_stack_file_per_instance_family():
+    families = {stack_value(stack, "gpuInstanceType").split(".")[0] for stack in STACKS}
+    assert {"g6", "g6e", "p4d", "p5"} <= families, f"stack files cover {sorted(families)}; expected g6, g6e, p4d, p5"
+    assert stack_value("dev", "gpuInstanceType") == "g6.12xlarge" and stack_value("dev", "gpuNodeCount") == 2, \
+        "Pulumi.dev.yaml is the reference: 2 x g6.12xlarge"
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_stack_file_holds_only_declared_keys_that_differ_from_defaults(stack):
+    config = yaml.safe_load((REPO / f"Pulumi.{stack}.yaml").read_text())["config"]
+    assert "aws:region" in config, f"Pulumi.{stack}.yaml must set aws:region"
+    for key, value in config.items():
+        namespace, _, name = key.partition(":")
+        if namespace == "aws":
+            continue
+        assert namespace == PROJECT and name in SCHEMA, f"Pulumi.{stack}.yaml sets {key}, which Pulumi.yaml does not declare"
+        assert value != SCHEMA[name]["default"], f"Pulumi.{stack}.yaml repeats the default of {name} ({value!r})"
+
+
+# ---- the program, per stack file ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_components_own_every_resource(stack):
+    run = program(stack)
+    components = [r for r in run.resources if r.type.startswith("raytrain:infra:")]
+    assert {"raytrain:infra:Network", "raytrain:infra:EksCluster", "raytrain:infra:GpuNodeGroup"} <= {c.type for c in components}, \
+        f"{stack}: components registered: {sorted(c.type for c in components)}"
+    stack_urn = next(c.parent for c in components)
+    # The project's own dynamic resources (the capacity reservation) are a concern of their own.
+    own = ("raytrain:", "pulumi-python:dynamic/raytrain:")
+    orphans = [r.name for r in run.resources if r.parent == stack_urn and not r.type.startswith(own) and not r.read]
+    assert not orphans, f"{stack}: resources directly under the stack instead of a raytrain:infra component: {orphans}"
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_network_has_public_and_private_subnets_in_two_azs_and_nat(stack):
+    run = program(stack)
+    vpc = run.one(VPC)
+    assert vpc.inputs["cidrBlock"] == stack_value(stack, "vpcCidr"), f"{stack}: VPC cidrBlock should be the vpcCidr"
+    region_azs = sorted(REGIONS[stack_value(stack, "aws:region")])
+    private, public = private_subnets(run), public_subnets(run)
+    assert sorted(private) == sorted(public) == region_azs, \
+        f"{stack}: expected a private and a public subnet in each of {region_azs}; got {sorted(private)}, {sorted(public)}"
+    networks = [ipaddress.ip_network(s.inputs["cidrBlock"]) for s in [*private.values(), *public.values()]]
+    vpc_net = ipaddress.ip_network(vpc.inputs["cidrBlock"])
+    assert all(n.subnet_of(vpc_net) for n in networks), f"{stack}: every subnet must lie inside {vpc_net}"
+    assert not any(a.overlaps(b) for i, a in enumerate(networks) for b in networks[i + 1:]), f"{stack}: subnets overlap"
+
+    nat = run.one(NAT)
+    assert nat.inputs["subnetId"] in {s.resource_id for s in public.values()}, f"{stack}: the NAT gateway sits in a public subnet"
+    private_routes = [rt for rt in run.of_type(ROUTE_TABLE) if any(r.get("natGatewayId") for r in rt.inputs["routes"])]
+    assert len(private_routes) == 1 and private_routes[0].inputs["routes"][0]["natGatewayId"] == nat.resource_id, \
+        f"{stack}: the private route table sends 0.0.0.0/0 through the NAT gateway"
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_eks_cluster_uses_access_entries_oidc_and_core_addons(stack):
+    run = program(stack)
+    cluster = run.one(EKS_CLUSTER)
+    inputs = cluster.inputs
+    assert inputs["version"] == stack_value(stack, "kubernetesVersion"), f"{stack}: eks.Cluster version"
+    assert inputs["name"] == stack_value(stack, "clusterName"), f"{stack}: eks.Cluster name should be clusterName"
+    assert inputs["authenticationMode"] == "API", f"{stack}: eks.Cluster authenticationMode should be API"
+    assert inputs["createOidcProvider"] is True, f"{stack}: eks.Cluster should create an OIDC provider"
+    assert inputs["skipDefaultNodeGroup"] is True, f"{stack}: eks.Cluster should skip the default node group"
+    assert inputs["useDefaultVpcCni"] is False and inputs["kubeProxyAddonOptions"]["enabled"] is True, \
+        f"{stack}: vpc-cni and kube-proxy should be EKS add-ons"
+    coredns = run.one(ADDON)
+    assert coredns.inputs["addonName"] == "coredns", f"{stack}: expected a coredns EKS add-on"
+    assert system_node_group(run).urn in coredns.dependencies, f"{stack}: coredns must wait for the system nodes it runs on"
+    # EKS refuses control-plane subnets in use1-az3; nodes may still use it.
+    region = REGIONS[stack_value(stack, "aws:region")]
+    refused = {az for az, zone_id in region.items() if zone_id == "use1-az3"}
+    control_plane = set(inputs["privateSubnetIds"]) | set(inputs["publicSubnetIds"])
+    for az in refused:
+        assert private_subnets(run)[az].resource_id not in control_plane, f"{stack}: control plane must avoid {az} (use1-az3)"
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_system_node_group_is_labelled_for_kuberay_and_ray_head(stack):
+    group = system_node_group(program(stack))
+    assert group.inputs["instanceTypes"] == [stack_value(stack, "systemInstanceType")], "system node group instance type"
+    assert group.inputs["labels"] == {"role": "system"}, "system node group labels should be role=system"
+    assert group.inputs["scalingConfig"]["desiredSize"] == stack_value(stack, "systemNodeCount"), "system node count"
+    assert not group.inputs.get("taints"), "system nodes carry no taint (kube-system add-ons must schedule there)"
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_gpu_launch_template_has_one_efa_interface_per_network_card(stack):
+    run = program(stack)
+    facts = INSTANCE_FACTS[stack_value(stack, "gpuInstanceType")]
+    interfaces = run.one(LAUNCH_TEMPLATE).inputs["networkInterfaces"]
+    assert len(interfaces) == facts.network_cards, \
+        f"{stack}: launch template should have {facts.network_cards} EFA interfaces (one per network card)"
+    assert [i["networkCardIndex"] for i in interfaces] == list(range(facts.network_cards)), f"{stack}: network card indexes"
+    assert [i["interfaceType"] for i in interfaces] == ["efa"] + ["efa-only"] * (facts.network_cards - 1), \
+        f"{stack}: the first interface is efa, the rest efa-only"
+    assert all("subnetId" not in i for i in interfaces), f"{stack}: managed node groups refuse a subnet in the template"
+    efa_sg = run.one(SECURITY_GROUP)
+    cluster_sg = run.one(EKS_CLUSTER).outputs["clusterSecurityGroupId"]
+    for interface in interfaces:
+        assert sorted(interface["securityGroups"]) == sorted([efa_sg.resource_id, cluster_sg]), \
+            f"{stack}: each EFA interface carries the EFA and the cluster security group"
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_efa_security_group_allows_itself_in_both_directions(stack):
+    group = program(stack).one(SECURITY_GROUP)
+    for direction in ("ingress", "egress"):
+        rules = group.inputs.get(direction, [])
+        assert any(r.get("self") is True and r["protocol"] == "-1" for r in rules), \
+            f"{stack}: EFA security group needs an all-traffic {direction} rule to itself (missing egress = NCCL error 4126)"
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_gpu_launch_template_hardening(stack):
+    template = program(stack).one(LAUNCH_TEMPLATE).inputs
+    assert template["metadataOptions"]["httpTokens"] == "required", f"{stack}: IMDSv2 must be required"
+    root = template["blockDeviceMappings"][0]
+    assert root["deviceName"] == "/dev/xvda", f"{stack}: root device of the AL2023 AMI"
+    assert root["ebs"]["volumeType"] == "gp3", f"{stack}: root volume should be gp3"
+    assert root["ebs"]["volumeSize"] == stack_value(stack, "gpuRootVolumeGiB") == 200, f"{stack}: root volume 200 GiB"
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_gpu_placement_and_capacity_reservation(stack):
+    run = program(stack)
+    template = run.one(LAUNCH_TEMPLATE).inputs
+    if stack_value(stack, "capacityReserve"):
+        reservation = next(r for r in run.resources if r.type.endswith(":GpuCapacityReservation"))
+        assert template["capacityReservationSpecification"]["capacityReservationTarget"]["capacityReservationId"] \
+            == reservation.outputs["reservation_id"], f"{stack}: the launch template targets the stack's reservation"
+        assert not run.of_type(PLACEMENT_GROUP) and "placement" not in template, \
+            f"{stack}: no placement group with a reservation (its own placement governs)"
+        assert gpu_az(stack, run) == reservation.outputs["availability_zone"], f"{stack}: GPU AZ is the reservation's AZ"
+    else:
+        group = run.one(PLACEMENT_GROUP)
+        assert group.inputs["strategy"] == "cluster", f"{stack}: GPU placement group strategy should be cluster"
+        assert template["placement"]["groupName"] == group.outputs["name"], f"{stack}: launch template uses the placement group"
+        assert "capacityReservationSpecification" not in template, f"{stack}: no reservation targeted"
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_gpu_node_group_is_one_az_labelled_tainted_nvidia_ami(stack):
+    run = program(stack)
+    group = gpu_node_group(run).inputs
+    facts = INSTANCE_FACTS[stack_value(stack, "gpuInstanceType")]
+    assert group["amiType"] == "AL2023_x86_64_NVIDIA", f"{stack}: GPU node group AMI type"
+    assert group["instanceTypes"] == [facts.instance_type], f"{stack}: GPU node group instance type"
+    count = stack_value(stack, "gpuNodeCount")
+    assert group["scalingConfig"] == {"desiredSize": count, "minSize": count, "maxSize": count}, f"{stack}: {count} GPU nodes"
+    assert group["labels"] == {"role": "gpu-worker", "nvidia.com/gpu.present": "true"}, f"{stack}: GPU node labels"
+    assert group["taints"] == [{"key": "nvidia.com/gpu", "value": "true", "effect": "NO_SCHEDULE"}], f"{stack}: GPU taint"
+    az = gpu_az(stack, run)
+    assert group["subnetIds"] == [private_subnets(run)[az].resource_id], f"{stack}: GPU nodes in the private subnet of {az}"
+    template = run.one(LAUNCH_TEMPLATE)
+    assert group["launchTemplate"]["id"] == template.resource_id, f"{stack}: GPU node group uses its own launch template"
+    if not stack_value(stack, "capacityReserve"):
+        assert az == stack_value(stack, "gpuAvailabilityZone"), f"{stack}: GPU AZ should be gpuAvailabilityZone"
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_exports(stack):
+    run = program(stack)
+    facts = INSTANCE_FACTS[stack_value(stack, "gpuInstanceType")]
+    assert run.exports["clusterName"] == stack_value(stack, "clusterName"), f"{stack}: clusterName export"
+    assert "kubeconfig" in run.secret_exports, f"{stack}: the kubeconfig export must be a secret"
+    assert stack_value(stack, "clusterName") in run.exports["kubeconfig"], f"{stack}: kubeconfig targets the cluster"
+    assert run.exports["gpuNodeGroupName"] == gpu_node_group(run).outputs["nodeGroupName"], f"{stack}: gpuNodeGroupName export"
+    assert run.exports["systemNodeGroupName"] == system_node_group(run).outputs["nodeGroupName"], f"{stack}: systemNodeGroupName"
+    assert (run.exports["gpusPerNode"], run.exports["efaInterfacesPerNode"]) == (facts.gpus, facts.network_cards), \
+        f"{stack}: gpusPerNode/efaInterfacesPerNode exports should be {facts.gpus}/{facts.network_cards}"
+    assert run.exports["gpuAvailabilityZone"] in REGIONS[stack_value(stack, "aws:region")], f"{stack}: GPU AZ export"
+
+
+def test_no_secret_in_plain_state():
+    run = program("dev")
+    kubeconfig = run.exports["kubeconfig"]
+    plain = [k for k, v in run.exports.items() if k not in run.secret_exports and isinstance(v, str) and v == kubeconfig]
+    assert not plain, f"kubeconfig exported in the clear as {plain}"
+
+
+# ---- variations of the reference stack ------------------------------------------------------------------------
+
+def test_gpu_placement_none_drops_the_placement_group():
+    run = program("dev", (("gpuPlacement", "none"),))
+    assert not run.of_type(PLACEMENT_GROUP), "gpuPlacement=none should create no placement group"
+    assert "placement" not in run.one(LAUNCH_TEMPLATE).inputs, "gpuPlacement=none: launch template without placement"
+
+
+def test_existing_capacity_reservation_is_targeted_without_placement_group():
+    reservation_id, reservation = next(iter(RESERVATIONS.items()))
+    run = program("p5", (("capacityReserve", False), ("capacityReservationId", reservation_id)))
+    template = run.one(LAUNCH_TEMPLATE).inputs
+    assert template["capacityReservationSpecification"]["capacityReservationTarget"]["capacityReservationId"] \
+        == reservation_id, f"launch template should target {reservation_id}"
+    assert not run.of_type(PLACEMENT_GROUP), "no placement group when a reservation is targeted (gpuPlacement=auto)"
+    assert run.exports["gpuAvailabilityZone"] == reservation["availabilityZone"], "GPU AZ is the reservation's AZ"
+    assert not [r for r in run.resources if r.type.endswith(":GpuCapacityReservation")], \
+        "an existing reservation is only read, never created"
+
+
+def test_existing_capacity_reservation_in_another_az_is_refused():
+    reservation_id = next(iter(RESERVATIONS))
+    failed = run_program_expecting_error("p5", {"capacityReserve": False, "capacityReservationId": reservation_id,
+                                               "gpuAvailabilityZone": "us-east-2b"})
+    assert isinstance(failed.error, ValueError) and "capacityReservationId" in str(failed.error) \
+        and "us-east-2b" in str(failed.error), f"expected a ValueError naming capacityReservationId; got {failed.error!r}"
+    assert not gpu_node_group_or_none(failed), "no GPU node group may be registered for a mismatched reservation"
+
+
+def gpu_node_group_or_none(run: ProgramRun):
+    return next((r for r in run.of_type(NODE_GROUP) if r.inputs.get("amiType", "").endswith("NVIDIA")), None)
+
+
+def test_explicit_vpc_azs_and_gpu_node_count():
+    run = run_program("dev", {"vpcAvailabilityZones": ["us-west-2a", "us-west-2b"], "gpuNodeCount": 4})
+    assert sorted(private_subnets(run)) == ["us-west-2a", "us-west-2b"], "VPC AZs should be vpcAvailabilityZones"
+    assert gpu_node_group(run).inputs["scalingConfig"]["desiredSize"] == 4, "GPU node group should have gpuNodeCount=4 nodes"

@@ -115,11 +115,19 @@ class AwsMocks(pulumi.runtime.Mocks):
     def call(self, args: pulumi_mocks.MockCallArgs):
         if args.token in self.extra_calls:
             return self.extra_calls[args.token](args.args)
+        # A failing AWS call reaches the program as an invoke failure (a semantic error it can catch), which
+        # is what `failures` produces; an exception raised here would instead crash the whole run.
         if args.token == "aws:ec2/getInstanceType:getInstanceType":
-            return describe_instance_type(args.args["instanceType"])
+            instance_type = args.args["instanceType"]
+            if instance_type not in INSTANCE_FACTS:
+                return {}, [("instanceType",
+                             f"reading EC2 Instance Type ({instance_type}): operation error EC2: DescribeInstanceTypes, "
+                             f"api error InvalidInstanceType: The following supplied instance types do not exist: "
+                             f"[{instance_type}]")]
+            return describe_instance_type(instance_type)
         if args.token == "aws:index/getAvailabilityZones:getAvailabilityZones":
             if self.region not in REGIONS:
-                raise Exception(f"operation error EC2: DescribeAvailabilityZones, unknown region {self.region!r}")
+                return {}, [("region", f"operation error EC2: DescribeAvailabilityZones, unknown region {self.region!r}")]
             zones = REGIONS[self.region]
             return {"id": self.region, "names": list(zones), "zoneIds": list(zones.values()), "state": "available"}
         if args.token == "aws:index/getCallerIdentity:getCallerIdentity":
@@ -208,11 +216,7 @@ class AwsMocks(pulumi.runtime.Mocks):
 
 def describe_instance_type(instance_type: str) -> dict:
     """DescribeInstanceTypes for one type, shaped as aws.ec2.get_instance_type returns it."""
-    facts = INSTANCE_FACTS.get(instance_type)
-    if facts is None:
-        raise Exception(
-            f"reading EC2 Instance Type ({instance_type}): operation error EC2: DescribeInstanceTypes, "
-            f"api error InvalidInstanceType: The following supplied instance types do not exist: [{instance_type}]")
+    facts = INSTANCE_FACTS[instance_type]
     gpus = [{"count": facts.gpus, "manufacturer": "NVIDIA", "memorySize": facts.gpu_memory_mib, "name": "GPU"}] \
         if facts.gpus else []
     return {

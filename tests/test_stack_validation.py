@@ -1,0 +1,116 @@
+"""Bad configs fail at preview with a message naming the key, before any resource is registered.
+
+The whole program runs under mocks for each case (tests/pulumi_mocks.py); the pure helpers get direct cases.
+"""
+from __future__ import annotations
+
+import ipaddress
+
+import pytest
+import yaml
+
+from infra import config
+from infra.gpu_nodes import efa_network_interfaces, use_placement_group
+from infra.network import check_gpu_azs, choose_vpc_azs, subnet_plan
+from tests.pulumi_mocks import REPO, run_program_expecting_error
+from tests.stacks import INSTANCE_FACTS
+
+# (stack, overrides, words the error must contain)
+BAD_CONFIGS = {
+    "unknown instance type": ("dev", {"gpuInstanceType": "g9.48xlarge"}, ["gpuInstanceType", "g9.48xlarge"]),
+    "GPU type without EFA": ("dev", {"gpuInstanceType": "g6.xlarge"}, ["gpuInstanceType", "g6.xlarge", "EFA"]),
+    "type without GPUs": ("dev", {"gpuInstanceType": "m7i.xlarge"}, ["gpuInstanceType", "no GPUs"]),
+    "GPU AZ of another region": ("dev", {"gpuAvailabilityZone": "us-east-1a"}, ["gpuAvailabilityZone", "us-east-1a"]),
+    "GPU AZ outside the VPC's AZs": (
+        "dev", {"vpcAvailabilityZones": ["us-west-2a", "us-west-2b"], "gpuAvailabilityZone": "us-west-2c"},
+        ["gpuAvailabilityZone", "us-west-2c"]),
+    "no GPU AZ": ("dev", {"gpuAvailabilityZone": ""}, ["gpuAvailabilityZone", "required"]),
+    "candidate AZ outside the VPC": (
+        "p5", {"vpcAvailabilityZones": ["us-east-2a", "us-east-2b"], "capacityCandidateAzs": ["us-east-2c"]},
+        ["capacityCandidateAzs", "us-east-2c"]),
+    "VPC AZ not in the region": ("dev", {"vpcAvailabilityZones": ["us-west-2a", "us-west-2x"]},
+                                 ["vpcAvailabilityZones", "us-west-2x"]),
+    "one VPC AZ": ("dev", {"vpcAvailabilityZones": ["us-west-2a"]}, ["vpcAvailabilityZones", "two"]),
+    "zero GPU nodes": ("dev", {"gpuNodeCount": 0}, ["gpuNodeCount", "at least 1"]),
+    "negative GPU nodes": ("dev", {"gpuNodeCount": -2}, ["gpuNodeCount", "at least 1"]),
+    "GPU node count not a number": ("dev", {"gpuNodeCount": "two"}, ["gpuNodeCount", "integer"]),
+    "reservation id with forced placement group": (
+        "dev", {"capacityReservationId": "cr-0123456789abcdef0", "gpuPlacement": "cluster"},
+        ["gpuPlacement", "capacityReservationId", "placement group"]),
+    "reserve with forced placement group": ("p5", {"gpuPlacement": "cluster"}, ["gpuPlacement", "capacityReserve"]),
+    "reserve and reservation id": ("p5", {"capacityReservationId": "cr-0123456789abcdef0"},
+                                   ["capacityReserve", "capacityReservationId"]),
+    "unknown placement": ("dev", {"gpuPlacement": "spread"}, ["gpuPlacement", "spread", "auto", "cluster", "none"]),
+    "malformed reservation id": ("dev", {"capacityReservationId": "r-123"}, ["capacityReservationId", "r-123"]),
+    "unknown system type": ("dev", {"systemInstanceType": "m99.huge"}, ["systemInstanceType", "m99.huge"]),
+    "zero system nodes": ("dev", {"systemNodeCount": 0}, ["systemNodeCount"]),
+    "small root volume": ("dev", {"gpuRootVolumeGiB": 20}, ["gpuRootVolumeGiB"]),
+    "bad kubernetes version": ("dev", {"kubernetesVersion": "latest"}, ["kubernetesVersion", "latest"]),
+    "bad VPC CIDR": ("dev", {"vpcCidr": "10.0.0.0/24"}, ["vpcCidr", "/16 to /20"]),
+    "bad transport expectation": ("dev", {"trainExpectTransport": "tcp"}, ["trainExpectTransport", "efa", "socket"]),
+    "bad env entry": ("dev", {"trainEnv": ["NCCL_NET"]}, ["trainEnv", "KEY=VALUE"]),
+    "bad learning rate": ("dev", {"trainLearningRate": "fast"}, ["trainLearningRate", "fast"]),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_CONFIGS))
+def test_bad_config_fails_before_any_resource(case):
+    stack, overrides, words = BAD_CONFIGS[case]
+    failed = run_program_expecting_error(stack, overrides)
+    assert isinstance(failed.error, ValueError), f"{case}: expected a ValueError, got {failed.error!r}"
+    missing = [w for w in words if w not in str(failed.error)]
+    assert not missing, f"{case}: the error should mention {missing}; it says: {failed.error}"
+    assert failed.resources == [], \
+        f"{case}: no resource may be registered; got {[r.type + ' ' + r.name for r in failed.resources]}"
+
+
+# ---- pure helpers ---------------------------------------------------------------------------------------------
+
+def defaults() -> dict:
+    return {key: spec["default"] for key, spec in yaml.safe_load((REPO / "Pulumi.yaml").read_text())["config"].items()}
+
+
+def test_parse_maps_every_key_onto_the_dataclass():
+    raw = defaults() | {"gpuAvailabilityZone": "us-west-2b", "trainEnv": ["NCCL_NET=Socket", "A=b=c"],
+                        "trainLearningRate": "3e-4", "trainPip": ["datasets"], "ncclDebug": "TRACE"}
+    cfg = config.parse(raw)
+    assert cfg.gpu_availability_zone == "us-west-2b", "gpuAvailabilityZone -> gpu_availability_zone"
+    assert cfg.train.env == {"NCCL_NET": "Socket", "A": "b=c"}, "trainEnv KEY=VALUE entries split at the first '='"
+    assert cfg.train.learning_rate == pytest.approx(3e-4), "trainLearningRate is parsed as a float"
+    assert cfg.train.pip == ("datasets",), "trainPip -> a tuple"
+    assert cfg.transport_env["NCCL_DEBUG"] == "TRACE", "ncclDebug -> transport_env NCCL_DEBUG"
+    assert cfg.gpu_node_count == raw["gpuNodeCount"] == 2, "gpuNodeCount default is 2"
+
+
+def test_efa_interfaces_follow_the_network_cards():
+    for facts in INSTANCE_FACTS.values():
+        if not facts.efa_supported:
+            continue
+        interfaces = efa_network_interfaces(facts, ["sg-1"])
+        assert len(interfaces) == facts.network_cards, f"{facts.instance_type}: one EFA interface per network card"
+        assert [i["device_index"] for i in interfaces] == [0] + [1] * (facts.network_cards - 1), \
+            f"{facts.instance_type}: device index 0 on card 0, 1 on every other card"
+
+
+@pytest.mark.parametrize("placement, reservation, expected", [
+    ("auto", False, True), ("auto", True, False), ("cluster", False, True), ("none", False, False), ("none", True, False),
+])
+def test_placement_group_rule(placement, reservation, expected):
+    assert use_placement_group(placement, reservation_targeted=reservation) is expected, \
+        f"gpuPlacement={placement} with reservation={reservation} should give placement group={expected}"
+
+
+def test_subnet_plan_fits_seven_azs_without_overlap():
+    azs = tuple(f"us-east-1{c}" for c in "abcdefg")
+    plan = subnet_plan("10.0.0.0/16", azs, {az: f"id-{az}" for az in azs})
+    blocks = [ipaddress.ip_network(c) for p in plan for c in (p.private_cidr, p.public_cidr)]
+    assert all(b.subnet_of(ipaddress.ip_network("10.0.0.0/16")) for b in blocks), "subnets inside the VPC"
+    assert not any(a.overlaps(b) for i, a in enumerate(blocks) for b in blocks[i + 1:]), "subnets must not overlap"
+    assert all(ipaddress.ip_network(p.private_cidr).prefixlen == 19 for p in plan), "private subnets are /19 of a /16"
+
+
+def test_az_checks_name_the_az():
+    region = {"us-west-2a": "usw2-az1", "us-west-2b": "usw2-az2", "us-west-2c": "usw2-az3"}
+    assert choose_vpc_azs((), region) == ("us-west-2a", "us-west-2b", "us-west-2c"), "empty means every AZ"
+    with pytest.raises(ValueError, match="gpuAvailabilityZone.*us-west-2c"):
+        check_gpu_azs(("us-west-2a", "us-west-2b"), gpu_az="us-west-2c", candidate_azs=())

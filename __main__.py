@@ -5,7 +5,7 @@ the region's AZs), so a bad config fails before any resource is registered.
 """
 import pulumi
 
-from infra import addons, config, instance_facts, network, raycluster
+from infra import addons, config, instance_facts, network, ray_job, raycluster
 from infra.capacity_reservation import GpuCapacityReservation
 from infra.cluster import EksCluster
 from infra.gpu_nodes import GpuNodeGroup, existing_reservation_id
@@ -24,6 +24,8 @@ gpu_facts = instance_facts.gpu_instance_facts(cfg.gpu_instance_type)
 instance_facts.lookup(cfg.system_instance_type, config_key="systemInstanceType")
 addons.check_efa_allowlist(cfg.gpu_instance_type)
 raycluster.check_image(cfg.dlc_image)
+if cfg.train.enabled:
+    ray_job.job_inputs(cfg, gpu_facts)  # refuses a job the cluster cannot run, before any resource
 
 tags = {"project": pulumi.get_project(), "stack": pulumi.get_stack(), "cluster": cfg.cluster_name}
 
@@ -111,7 +113,18 @@ pulumi.export("rayClusterName", ray_cluster.cluster_name)
 pulumi.export("rayNamespace", ray_cluster.namespace)
 pulumi.export("rayHeadService", ray_cluster.head_service_name)
 
-# TRAINING JOB (issue 5): wire infra.ray_job.TrainingJob here once it lands, only when cfg.train.enabled:
-#   job = TrainingJob(f"{cfg.cluster_name}-job", kubeconfig=cluster.kubeconfig, cfg=cfg, facts=gpu_facts,
-#                     ray_cluster=ray_cluster, opts=pulumi.ResourceOptions(depends_on=[ray_cluster]))
-#   and export its job id, status, final loss, tokens/s and transport verdicts.
+if cfg.train.enabled:
+    job = ray_job.TrainingJob(
+        f"{cfg.cluster_name}-job",
+        kubeconfig=cluster.kubeconfig,
+        cfg=cfg,
+        facts=gpu_facts,
+        ray_cluster=ray_cluster,
+        opts=pulumi.ResourceOptions(depends_on=[ray_cluster]),
+    )
+    pulumi.export("jobId", job.job_id)
+    pulumi.export("jobStatus", job.status)
+    pulumi.export("jobFinalLoss", job.final_loss)
+    pulumi.export("jobTokensPerSecond", job.tokens_per_s)
+    pulumi.export("jobWorldSize", job.world_size)
+    pulumi.export("jobTransportVerdicts", job.verdicts)

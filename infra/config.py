@@ -150,6 +150,7 @@ _K8S_VERSION = re.compile(r"^1\.[0-9]{2}$")
 _AZ_NAME = re.compile(r"^[a-z]{2}(-[a-z]+)+-[0-9][a-z]$")
 _INSTANCE_TYPE = re.compile(r"^[a-z][a-z0-9-]*\.[a-z0-9]+$")
 _RESERVATION_ID = re.compile(r"^cr-[0-9a-f]{8,17}$")
+_RUN_ID = re.compile(r"^[A-Za-z0-9._-]{1,32}$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
@@ -273,6 +274,8 @@ def _parse_train(raw: dict[str, Any]) -> TrainConfig:
     _require(raw["trainModelConfig"] in ("", *MODEL_CONFIGS), "trainModelConfig",
              f"{raw['trainModelConfig']!r} is not empty or one of {list(MODEL_CONFIGS)}")
     _require(bool(raw["trainModelId"]), "trainModelId", "must name a Hugging Face model")
+    _require(bool(_RUN_ID.match(raw["trainRunId"])), "trainRunId",
+             f"{raw['trainRunId']!r} must be 1-32 letters, digits, '.', '_' or '-' (it names the Ray job)")
     _require(raw["trainExpectTransport"] in EXPECT_TRANSPORTS, "trainExpectTransport",
              f"{raw['trainExpectTransport']!r} is not one of {list(EXPECT_TRANSPORTS)}")
     storage = raw["trainStoragePath"]

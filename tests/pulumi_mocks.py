@@ -237,6 +237,11 @@ def describe_instance_type(instance_type: str) -> dict:
     }
 
 
+def is_secret_value(value: Any) -> bool:
+    """Whether a recorded input was passed as a Pulumi secret (it arrives wrapped in the secret signature)."""
+    return isinstance(value, dict) and value.get(rpc._special_sig_key) == rpc._special_secret_sig
+
+
 def _urns_for_references(value: struct_pb2.Value) -> None:
     """Replace every resource reference inside `value` by its URN, in place."""
     kind = value.WhichOneof("kind")

@@ -289,3 +289,32 @@ def test_explicit_vpc_azs_and_gpu_node_count():
     run = run_program("dev", {"vpcAvailabilityZones": ["us-west-2a", "us-west-2b"], "gpuNodeCount": 4})
     assert sorted(private_subnets(run)) == ["us-west-2a", "us-west-2b"], "VPC AZs should be vpcAvailabilityZones"
     assert gpu_node_group(run).inputs["scalingConfig"]["desiredSize"] == 4, "GPU node group should have gpuNodeCount=4 nodes"
+
+
+# ---- wiring of the other components -----------------------------------------------------------------------------
+
+def test_kubernetes_side_waits_for_the_nodes_and_uses_a_secret_kubeconfig():
+    from tests.pulumi_mocks import is_secret_value
+
+    run = program("dev")
+    provider = run.one("pulumi:providers:kubernetes")
+    assert is_secret_value(provider.inputs["kubeconfig"]), "the Kubernetes provider's kubeconfig must be a secret"
+    releases = run.of_type("kubernetes:helm.sh/v3:Release")
+    assert releases, "expected the add-on Helm releases"
+    for release in releases:
+        assert release.provider.startswith(provider.urn), f"{release.name} should use the cluster's provider"
+        assert {gpu_node_group(run).urn, system_node_group(run).urn} <= set(release.dependencies), \
+            f"{release.name} should wait for both node groups"
+    operator = next(r for r in releases if "kuberay" in r.name)
+    ray_cluster = run.one("kubernetes:ray.io/v1:RayCluster")
+    assert operator.urn in ray_cluster.dependencies, "the RayCluster depends on the KubeRay operator (destroy order)"
+    assert not [r for r in run.resources if r.type.endswith(":TrainingJob")], "no training job unless trainEnabled"
+
+
+def test_training_job_only_when_enabled_and_after_the_ray_cluster():
+    run = program("dev", (("trainEnabled", True),))
+    job = run.one("pulumi-python:dynamic/raytrain:TrainingJob")
+    ray_cluster = run.one("kubernetes:ray.io/v1:RayCluster")
+    assert ray_cluster.urn in job.dependencies, "the training job must wait for the RayCluster"
+    assert {"jobId", "jobStatus", "jobFinalLoss", "jobTransportVerdicts"} <= set(run.exports), \
+        f"the job's outputs should be exported; exports are {sorted(run.exports)}"

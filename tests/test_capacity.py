@@ -1,0 +1,510 @@
+"""The GPU capacity finder (infra.capacity) and the in-stack reservation (infra.capacity_reservation).
+
+AWS is emulated by moto in-process. moto 5.2 has no capacity reservations, no EC2 service quotas and no Spot
+placement scores; those calls are answered by botocore Stubbers, which check every request against the
+service model and every canned answer against the real response shape.
+"""
+from __future__ import annotations
+
+import base64
+import io
+import os
+import signal
+import subprocess
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+
+import boto3
+import dill
+import pulumi
+import pytest
+from botocore.stub import ANY, Stubber
+from moto import mock_aws
+from pulumi.runtime.rpc import unwrap_rpc_secret
+
+from infra import capacity, capacity_reservation
+from infra.capacity import Aws, AzReport, OnDemandQuota, QuotaUsage
+from infra.capacity_reservation import (
+    CapacityReservationError,
+    GpuCapacityReservation,
+    GpuCapacityReservationProvider,
+)
+from tests.stacks import INSTANCE_FACTS
+
+REPO = Path(__file__).resolve().parent.parent
+ACCOUNT = "123456789012"
+G6 = INSTANCE_FACTS["g6.12xlarge"]
+G_AND_VT = OnDemandQuota("L-DB2E81BA", "Running On-Demand G and VT instances")
+
+
+@pytest.fixture(autouse=True)
+def fake_credentials(monkeypatch):
+    for name in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+
+
+# --- canned answers, in the shapes the services really return -------------------------------------------
+
+def quota_answer(region: str, code: str, value: float) -> dict:
+    return {"Quota": {"ServiceCode": "ec2", "ServiceName": "Amazon Elastic Compute Cloud (Amazon EC2)",
+                      "QuotaArn": f"arn:aws:servicequotas:{region}:{ACCOUNT}:ec2/{code}", "QuotaCode": code,
+                      "QuotaName": "Running On-Demand G and VT instances", "Value": value, "Unit": "None",
+                      "Adjustable": True, "GlobalQuota": False}}
+
+
+def reservation(reservation_id: str, az: str, *, instance_type: str = "g6.12xlarge", total: int = 2,
+                available: int = 2, state: str = "active") -> dict:
+    return {"CapacityReservationId": reservation_id, "OwnerId": ACCOUNT,
+            "CapacityReservationArn": f"arn:aws:ec2:{az[:-1]}:{ACCOUNT}:capacity-reservation/{reservation_id}",
+            "AvailabilityZoneId": "use1-az1", "InstanceType": instance_type, "InstancePlatform": "Linux/UNIX",
+            "AvailabilityZone": az, "Tenancy": "default", "TotalInstanceCount": total,
+            "AvailableInstanceCount": available, "EbsOptimized": True, "EphemeralStorage": False,
+            "State": state, "EndDateType": "unlimited", "InstanceMatchCriteria": "targeted",
+            "CreateDate": datetime(2026, 11, 29, tzinfo=timezone.utc), "Tags": []}
+
+
+def capacity_error(stub: Stubber, operation: str, code: str, message: str = "", status: int = 400, **expected):
+    stub.add_client_error(operation, service_error_code=code, service_message=message or code,
+                          http_status_code=status, expected_params=expected or None)
+
+
+class FakeAws(Aws):
+    """moto for what moto emulates; one Stubber per region for quotas, Spot scores and reservations."""
+
+    def __init__(self):
+        super().__init__()
+        self.stubs: dict[tuple[str, str], Stubber] = {}
+        self._clients: dict[tuple[str, str], object] = {}
+
+    def stub(self, kind: str, region: str) -> Stubber:
+        if (kind, region) not in self.stubs:
+            service = "service-quotas" if kind == "quotas" else "ec2"
+            client = boto3.session.Session().client(service, region_name=region)
+            self._clients[kind, region] = client
+            self.stubs[kind, region] = Stubber(client)
+            self.stubs[kind, region].activate()
+        return self.stubs[kind, region]
+
+    def quotas(self, region):
+        return self.stub("quotas", region).client
+
+    def spot_scores(self, region):
+        return self.stub("spot", region).client
+
+    def reservations(self, region):
+        return self.stub("reservations", region).client
+
+    def answer_survey(self, region: str, quota_vcpus: float | None, scores: dict[str, int],
+                      reservations: list[dict] = ()) -> None:
+        """Queues what one region's survey asks of the stubbed APIs; None for quota_vcpus: access denied."""
+        if quota_vcpus is None:  # the survey then skips the usage it would subtract from the quota
+            capacity_error(self.stub("quotas", region), "get_service_quota", "AccessDeniedException",
+                           "User is not authorized to perform: servicequotas:GetServiceQuota")
+        else:
+            self.stub("quotas", region).add_response(
+                "get_service_quota", quota_answer(region, G_AND_VT.code, quota_vcpus),
+                {"ServiceCode": "ec2", "QuotaCode": G_AND_VT.code})
+            self.stub("reservations", region).add_response(
+                "describe_capacity_reservations", {"CapacityReservations": list(reservations)})
+        self.stub("spot", region).add_response("get_spot_placement_scores", {"SpotPlacementScores": [
+            {"Region": region, "AvailabilityZoneId": zone_id, "Score": score} for zone_id, score in scores.items()]},
+            {"InstanceTypes": ["g6.12xlarge"], "TargetCapacity": 2, "TargetCapacityUnitType": "units",
+             "SingleAvailabilityZone": True, "RegionNames": [region]})
+
+    def assert_all_answered(self):
+        for (kind, region), stub in self.stubs.items():
+            stub.assert_no_pending_responses()
+
+
+def run_instances(region: str, *types: str, spot: bool = False) -> None:
+    ec2 = boto3.client("ec2", region_name=region)
+    image = ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
+    for instance_type in types:
+        extra = {"InstanceMarketOptions": {"MarketType": "spot"}} if spot else {}
+        ec2.run_instances(ImageId=image, MinCount=1, MaxCount=1, InstanceType=instance_type, **extra)
+
+
+def project_dir(tmp_path: Path, stack_text: str | None = None, stack: str = "g6") -> Path:
+    (tmp_path / "Pulumi.yaml").write_text((REPO / "Pulumi.yaml").read_text())
+    if stack_text is not None:
+        (tmp_path / f"Pulumi.{stack}.yaml").write_text(stack_text)
+    return tmp_path
+
+
+def finder(argv: list[str], aws: Aws, capsys) -> tuple[int, str, str]:
+    status = capacity.main(argv, aws=aws)
+    captured = capsys.readouterr()
+    return status, captured.out, captured.err
+
+
+# --- quota arithmetic --------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("instance_type, code", [
+    ("g6.12xlarge", "L-DB2E81BA"), ("g6e.48xlarge", "L-DB2E81BA"), ("gr6.4xlarge", "L-DB2E81BA"),
+    ("vt1.3xlarge", "L-DB2E81BA"), ("p5.48xlarge", "L-417A185B"), ("p4de.24xlarge", "L-417A185B"),
+    ("trn1n.32xlarge", "L-2C3B7624"), ("inf2.48xlarge", "L-1945791B"), ("dl1.24xlarge", "L-6E869C2A"),
+])
+def test_family_quota_codes(instance_type, code):
+    assert capacity.on_demand_quota(instance_type).code == code, f"{instance_type} should draw on quota {code}"
+
+
+def test_a_family_without_a_gpu_quota_is_refused_naming_the_flag():
+    with pytest.raises(ValueError, match="--instance-type m7i.xlarge"):
+        capacity.on_demand_quota("m7i.xlarge")
+
+
+def test_quota_arithmetic_and_increase_command():
+    needed = 2 * G6.vcpus
+    short = QuotaUsage(G_AND_VT, limit_vcpus=128, running_vcpus=G6.vcpus, reserved_vcpus=4)
+    assert short.headroom_vcpus == 128 - G6.vcpus - 4, "headroom = quota - running - reserved-but-unused"
+    assert short.shortfall_vcpus(needed) == needed - (128 - G6.vcpus - 4)
+    command = short.increase_command("us-west-2", needed)
+    assert command is not None and command.startswith(
+        "aws service-quotas request-service-quota-increase --region us-west-2 --service-code ec2 "
+        f"--quota-code L-DB2E81BA --desired-value {G6.vcpus + 4 + needed}"), \
+        f"the command should ask for today's usage plus the nodes, got {command!r}"
+    enough = QuotaUsage(G_AND_VT, limit_vcpus=G6.vcpus + needed, running_vcpus=G6.vcpus)
+    assert enough.shortfall_vcpus(needed) == 0 and enough.increase_command("us-west-2", needed) is None, \
+        "a quota that exactly fits the nodes needs no increase"
+
+
+def test_quota_usage_counts_only_the_family_on_demand_and_unused_reservations():
+    with mock_aws():
+        run_instances("us-east-1", "g6.12xlarge", "g5.xlarge", "p4d.24xlarge", "m7i.xlarge")
+        run_instances("us-east-1", "g6.xlarge", spot=True)
+        aws = FakeAws()
+        aws.stub("reservations", "us-east-1").add_response("describe_capacity_reservations", {
+            "CapacityReservations": [reservation("cr-0000000000000000a", "us-east-1a", total=2, available=1),
+                                     reservation("cr-0000000000000000b", "us-east-1a", instance_type="p5.48xlarge")]})
+        aws.stub("quotas", "us-east-1").add_response("get_service_quota", quota_answer("us-east-1", G_AND_VT.code, 192))
+        usage = capacity.quota_usage(aws.ec2("us-east-1"), aws.reservations("us-east-1"), aws.quotas("us-east-1"),
+                                     G_AND_VT)
+    assert usage.running_vcpus == G6.vcpus + 4, \
+        "running G vCPUs: g6.12xlarge (48) + g5.xlarge (4); p4d, m7i and the Spot g6.xlarge do not count"
+    assert usage.reserved_vcpus == G6.vcpus, "one unused g6.12xlarge of the G reservation; the P one does not count"
+    assert usage.headroom_vcpus == 192 - 2 * G6.vcpus - 4
+
+
+# --- the search, ranked -----------------------------------------------------------------------------------
+
+def test_ranking_table_quota_commands_and_write_stack(tmp_path, capsys):
+    stack_text = "# g6 stack: 2 x g6.12xlarge\nconfig:\n  raytrain-eks:gpuNodeCount: 2  # two nodes\n"
+    root = project_dir(tmp_path, stack_text)
+    with mock_aws():
+        aws = FakeAws()
+        # us-east-1: quota too small for 2 x 48 vCPUs. us-west-2: enough, and two AZs scored.
+        aws.answer_survey("us-east-1", 64, {"use1-az1": 10})
+        aws.answer_survey("us-west-2", 256, {"usw2-az1": 9, "usw2-az2": 3})
+        aws.answer_survey("eu-west-1", 64, {})
+        status, out, _ = finder(["--instance-type", "g6.12xlarge", "--count", "2",
+                                 "--regions", "us-east-1,us-west-2,eu-west-1",
+                                 "--write-stack", "g6", "--project-dir", str(root)], aws, capsys)
+        aws.assert_all_answered()
+    assert status == 0, f"an AZ qualifies, so exit 0:\n{out}"
+    table = [line.split() for line in out.splitlines()[1:] if line.split() and line.split()[1:2] and
+             line.split()[1] in ("us-east-1", "us-west-2", "eu-west-1")]
+    ranked = [(row[0], row[2]) for row in table]
+    assert ranked[:4] == [("1", "us-west-2b"), ("2", "us-west-2a"), ("3", "us-west-2c"), ("4", "us-west-2d")], \
+        f"us-west-2 first, by Spot score (usw2-az1=us-west-2b: 9, usw2-az2=us-west-2a: 3, then unscored): {ranked}"
+    assert {zone for rank_, zone in ranked if rank_ == "-"} >= {"us-east-1b", "eu-west-1a"}, \
+        "us-east-1 (quota short, even with Spot score 10) and eu-west-1 (not offered) must not qualify"
+    assert ranked.index(("-", "us-east-1b")) < ranked.index(("-", "eu-west-1a")), \
+        "an AZ that offers the type ranks above one that does not"
+    assert (f"--region us-east-1 --service-code ec2 --quota-code L-DB2E81BA --desired-value {2 * G6.vcpus}"
+            in out), "us-east-1's quota command should ask for 96 vCPUs (nothing running there)"
+    assert "--region us-west-2 " not in out and "--region eu-west-1 " not in out, \
+        "no increase where quota suffices, nor where the type is not offered"
+    written = (root / "Pulumi.g6.yaml").read_text()
+    assert "aws:region: us-west-2" in written and "raytrain-eks:gpuAvailabilityZone: us-west-2b" in written
+    assert "- us-west-2b\n    - us-west-2a\n    - us-west-2c\n    - us-west-2d" in written, \
+        f"capacityCandidateAzs should list us-west-2's qualifying AZs in rank order:\n{written}"
+    assert "# g6 stack: 2 x g6.12xlarge" in written and "raytrain-eks:gpuNodeCount: 2  # two nodes" in written, \
+        f"the stack file's comments and other keys must survive:\n{written}"
+
+
+def test_a_failing_region_does_not_stop_the_others(tmp_path, capsys):
+    with mock_aws():
+        aws = FakeAws()
+        aws.answer_survey("us-west-2", None, {"usw2-az1": 7})  # quota API denied
+        status, out, err = finder(["--instance-type", "g6.12xlarge", "--count", "2",
+                                   "--regions", "ap-east-1,us-west-2"], aws, capsys)
+        aws.assert_all_answered()
+    assert status == 0, f"us-west-2 still qualifies with an unknown quota:\n{out}{err}"
+    assert "--regions ap-east-1: not enabled for this account" in out, "the opt-in region is named, with the flag"
+    assert "quota L-DB2E81BA unknown: access denied (AccessDeniedException)" in out, \
+        "a denied quota API is reported as such"
+    first = next(line.split() for line in out.splitlines() if line.startswith("1 "))
+    assert first[2] == "us-west-2b" and first[5] == f"?/{2 * G6.vcpus}", \
+        f"us-west-2b ranks first with headroom shown as unknown: {first}"
+
+
+def test_unknown_instance_type_names_the_flag(capsys):
+    with mock_aws():
+        status, _, err = finder(["--instance-type", "g6.13xlarge", "--count", "2", "--regions", "us-east-1"],
+                                FakeAws(), capsys)
+    assert status == 2 and "--instance-type g6.13xlarge: EC2 knows no such instance type" in err, err
+
+
+def test_no_credentials_is_a_clear_error(monkeypatch, tmp_path, capsys):
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
+                 "AWS_CONTAINER_CREDENTIALS_FULL_URI", "AWS_WEB_IDENTITY_TOKEN_FILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    status, _, err = finder(["--instance-type", "g6.12xlarge", "--count", "2"], Aws(), capsys)
+    assert status == 2 and "no AWS credentials found" in err and "--profile" in err, err
+
+
+@pytest.mark.parametrize("argv, flag", [
+    (["--instance-type", "g6.12xlarge", "--count", "0"], "--count"),
+    (["--instance-type", "g6", "--count", "2"], "--instance-type"),
+    (["--instance-type", "g6.12xlarge", "--count", "2", "--regions", "useast1"], "--regions"),
+])
+def test_bad_flags_are_refused_before_any_aws_call(argv, flag, capsys):
+    status, _, err = finder(argv, None, capsys)  # no Aws at all: it must not be needed
+    assert status == 2 and f"error: {flag}" in err, f"the error should name {flag}: {err}"
+
+
+# --- the stack file --------------------------------------------------------------------------------------
+
+def test_write_stack_file_keeps_comments_and_other_keys(tmp_path):
+    path = tmp_path / "Pulumi.g6.yaml"
+    path.write_text(
+        "# Two g6.12xlarge nodes.\n"
+        "encryptionsalt: v1:abc\n"
+        "config:\n"
+        "  aws:region: us-east-1  # chosen by the finder\n"
+        "  # the GPU type of this stack\n"
+        "  raytrain-eks:gpuInstanceType: g6.12xlarge\n"
+        "  raytrain-eks:capacityCandidateAzs:\n"
+        "    - us-east-1a\n")
+    replaced = capacity.write_stack_file(path, "raytrain-eks", "us-west-2", "us-west-2b", ["us-west-2b", "us-west-2c"])
+    assert replaced == "us-east-1", "the previous region is returned so the CLI can warn about it"
+    assert path.read_text() == (
+        "# Two g6.12xlarge nodes.\n"
+        "encryptionsalt: v1:abc\n"
+        "config:\n"
+        "  aws:region: us-west-2  # chosen by the finder\n"
+        "  # the GPU type of this stack\n"
+        "  raytrain-eks:gpuInstanceType: g6.12xlarge\n"
+        "  raytrain-eks:capacityCandidateAzs:\n"
+        "    - us-west-2b\n"
+        "    - us-west-2c\n"
+        "  raytrain-eks:gpuAvailabilityZone: us-west-2b\n"), path.read_text()
+
+
+# --- probes ----------------------------------------------------------------------------------------------
+
+def candidates(*zones: str) -> list[AzReport]:
+    return [AzReport(region="us-east-1", availability_zone=zone, zone_id="", offered=True, needed_vcpus=96)
+            for zone in zones]
+
+
+def test_probe_cancels_the_reservation_when_sigterm_strikes_mid_probe():
+    aws = FakeAws()
+    stub = aws.stub("reservations", "us-east-1")
+    capacity_error(stub, "create_capacity_reservation", "InsufficientInstanceCapacity", status=500,
+                   AvailabilityZone="us-east-1a", ClientToken=ANY, InstanceType="g6.12xlarge",
+                   InstancePlatform="Linux/UNIX", InstanceCount=2, InstanceMatchCriteria="targeted",
+                   Tenancy="default", EndDateType="limited", EndDate=ANY, TagSpecifications=ANY)
+    stub.add_response("create_capacity_reservation",
+                      {"CapacityReservation": reservation("cr-0b0000000000000b1", "us-east-1b")})
+    stub.add_response("cancel_capacity_reservation", {"Return": True},
+                      {"CapacityReservationId": "cr-0b0000000000000b1"})
+
+    def terminate_self(parsed, **_):  # the signal lands while the reservation's answer is being recorded
+        if "CapacityReservation" in parsed:
+            os.kill(os.getpid(), signal.SIGTERM)
+    stub.client.meta.events.register("after-call.ec2.CreateCapacityReservation", terminate_self)
+    handler_before = signal.getsignal(signal.SIGTERM)
+    azs = candidates("us-east-1a", "us-east-1b", "us-east-1c")
+
+    with pytest.raises(KeyboardInterrupt, match="SIGTERM"):
+        capacity.probe(aws, azs, "g6.12xlarge", 2, run_id="test", log=io.StringIO())
+
+    stub.assert_no_pending_responses()  # cr-...b1 was cancelled; us-east-1c was never tried
+    assert azs[0].probe_ok is False and "InsufficientInstanceCapacity" in azs[0].notes[0]
+    assert signal.getsignal(signal.SIGTERM) is handler_before, "the probe must restore the SIGTERM handler"
+
+
+def test_probe_error_mid_probe_still_cancels_what_it_holds():
+    aws = FakeAws()
+    stub = aws.stub("reservations", "us-east-1")
+    stub.add_response("create_capacity_reservation",
+                      {"CapacityReservation": reservation("cr-0a0000000000000a1", "us-east-1a")})
+    capacity_error(stub, "cancel_capacity_reservation", "RequestLimitExceeded", status=503)
+    capacity_error(stub, "create_capacity_reservation", "UnauthorizedOperation",
+                   "You are not authorized to perform: ec2:CreateCapacityReservation")
+    stub.add_response("cancel_capacity_reservation", {"Return": True},
+                      {"CapacityReservationId": "cr-0a0000000000000a1"})
+    log = io.StringIO()
+
+    with pytest.raises(capacity.ProbeError, match="--probe: us-east-1b: access denied"):
+        capacity.probe(aws, candidates("us-east-1a", "us-east-1b"), "g6.12xlarge", 2, run_id="test", log=log)
+
+    stub.assert_no_pending_responses()
+    assert "cr-0a0000000000000a1: cancelled" in log.getvalue(), \
+        f"the reservation whose first cancel failed must be cancelled on the way out:\n{log.getvalue()}"
+
+
+def test_probe_tags_every_reservation_and_makes_it_expire():
+    aws = FakeAws()
+    stub = aws.stub("reservations", "us-east-1")
+    stub.add_response("create_capacity_reservation",
+                      {"CapacityReservation": reservation("cr-0a0000000000000a1", "us-east-1a")},
+                      {"ClientToken": ANY, "InstanceType": "g6.12xlarge", "InstancePlatform": "Linux/UNIX",
+                       "AvailabilityZone": "us-east-1a", "InstanceCount": 2, "InstanceMatchCriteria": "targeted",
+                       "Tenancy": "default", "EndDateType": "limited", "EndDate": ANY,
+                       "TagSpecifications": [{"ResourceType": "capacity-reservation", "Tags": [
+                           {"Key": "Name", "Value": "raytrain-capacity-probe-run42"},
+                           {"Key": "raytrain:capacity-probe", "Value": "run42"}]}]})
+    stub.add_response("cancel_capacity_reservation", {"Return": True})
+    azs = candidates("us-east-1a")
+    leftovers = capacity.probe(aws, azs, "g6.12xlarge", 2, run_id="run42", log=io.StringIO())
+    stub.assert_no_pending_responses()
+    assert leftovers == [] and azs[0].probe_ok is True
+
+
+# --- the in-stack reservation ------------------------------------------------------------------------------
+
+PROPS = {"instance_type": "g6.12xlarge", "instance_count": 2, "candidate_azs": ["us-east-1a", "us-east-1b"],
+         "tags": {"raytrain:cluster": "ray-train"}, "region": "us-east-1"}
+
+
+@pytest.fixture
+def reservation_stub(monkeypatch):
+    client = boto3.session.Session().client("ec2", region_name="us-east-1")
+    stub = Stubber(client)
+    stub.activate()
+    regions = []
+    monkeypatch.setattr(capacity_reservation, "_ec2_client", lambda region: regions.append(region) or client)
+    yield stub
+    stub.assert_no_pending_responses()
+    assert set(regions) <= {"us-east-1"}, f"the provider should use the region input, used {regions}"
+
+
+def expect_create(stub: Stubber, az: str, error: str | None = None, reservation_id: str = "cr-0b0000000000000b1"):
+    expected = {"ClientToken": ANY, "InstanceType": "g6.12xlarge", "InstancePlatform": "Linux/UNIX",
+                "AvailabilityZone": az, "InstanceCount": 2, "InstanceMatchCriteria": "targeted",
+                "Tenancy": "default", "EndDateType": "unlimited",
+                "TagSpecifications": [{"ResourceType": "capacity-reservation",
+                                       "Tags": [{"Key": "raytrain:cluster", "Value": "ray-train"}]}]}
+    if error:
+        capacity_error(stub, "create_capacity_reservation", error, f"{error} in {az}", status=500, **expected)
+    else:
+        stub.add_response("create_capacity_reservation",
+                          {"CapacityReservation": reservation(reservation_id, az)}, expected)
+
+
+def test_provider_create_moves_to_the_next_az_on_insufficient_capacity(reservation_stub):
+    expect_create(reservation_stub, "us-east-1a", "InsufficientInstanceCapacity")
+    expect_create(reservation_stub, "us-east-1b")
+    result = GpuCapacityReservationProvider().create(dict(PROPS))
+    assert result.id == "cr-0b0000000000000b1" and result.outs["reservation_id"] == result.id
+    assert result.outs["availability_zone"] == "us-east-1b", "the reservation should land in the second candidate"
+    assert result.outs["skipped_azs"][0].startswith("us-east-1a: InsufficientInstanceCapacity")
+
+
+def test_provider_create_lists_every_az_when_all_fail(reservation_stub):
+    expect_create(reservation_stub, "us-east-1a", "InsufficientInstanceCapacity")
+    expect_create(reservation_stub, "us-east-1b", "Unsupported")
+    with pytest.raises(CapacityReservationError) as failure:
+        GpuCapacityReservationProvider().create(dict(PROPS))
+    message = str(failure.value)
+    assert "us-east-1a: InsufficientInstanceCapacity" in message and "us-east-1b: Unsupported" in message, message
+
+
+def test_provider_create_stops_at_a_quota_error(reservation_stub):
+    expect_create(reservation_stub, "us-east-1a", "InstanceLimitExceeded")  # no call for us-east-1b is queued
+    with pytest.raises(CapacityReservationError, match="quota of the instance family is regional"):
+        GpuCapacityReservationProvider().create(dict(PROPS))
+
+
+def test_provider_delete_cancels_and_tolerates_an_ended_reservation(reservation_stub):
+    reservation_stub.add_response("describe_capacity_reservations",
+                                  {"CapacityReservations": [reservation("cr-0b0000000000000b1", "us-east-1b")]})
+    reservation_stub.add_response("cancel_capacity_reservation", {"Return": True},
+                                  {"CapacityReservationId": "cr-0b0000000000000b1"})
+    reservation_stub.add_response("describe_capacity_reservations", {"CapacityReservations": [
+        reservation("cr-0b0000000000000b1", "us-east-1b", state="cancelled")]})
+    provider = GpuCapacityReservationProvider()
+    provider.delete("cr-0b0000000000000b1", dict(PROPS))
+    provider.delete("cr-0b0000000000000b1", dict(PROPS))  # already cancelled: no second cancel call
+
+
+@pytest.mark.parametrize("change, replaces, changes", [
+    ({"instance_type": "g6e.12xlarge"}, ["instance_type"], True),
+    ({"candidate_azs": ["us-east-1c"]}, ["candidate_azs"], True),          # its AZ dropped: move
+    ({"candidate_azs": ["us-east-1b", "us-east-1a"]}, [], True),           # re-ranked only: stay put
+    ({"instance_count": 3}, [], True),
+    ({}, [], False),
+])
+def test_provider_diff_names_the_inputs_that_force_replacement(change, replaces, changes):
+    olds = {**PROPS, "reservation_id": "cr-0b0000000000000b1", "availability_zone": "us-east-1b"}
+    result = GpuCapacityReservationProvider().diff("cr-0b0000000000000b1", olds, {**PROPS, **change})
+    assert (result.replaces, result.changes) == (replaces, changes), f"{change}: {result.replaces}, {result.changes}"
+    assert result.delete_before_replace is True
+
+
+def test_provider_survives_the_trip_to_the_provider_process():
+    """Pulumi pickles the provider with dill and unpickles it in a fresh interpreter at the project root."""
+    serialized = pulumi.dynamic.dynamic.serialize_provider(GpuCapacityReservationProvider())
+    script = ("import base64, dill, sys; provider = dill.loads(base64.b64decode(sys.stdin.read())); "
+              "print(provider.diff('cr-1', {'availability_zone': 'a', 'candidate_azs': ['a']}, "
+              "{'candidate_azs': ['b']}).replaces)")
+    done = subprocess.run([sys.executable, "-c", script], input=serialized, cwd=REPO, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "['candidate_azs']", done.stderr[-2000:]
+
+
+class DynamicProviderMocks(pulumi.runtime.Mocks):
+    """Answers a dynamic resource the way the engine would: through its own unpickled provider."""
+
+    def new_resource(self, args: pulumi.runtime.MockResourceArgs):
+        inputs = dict(args.inputs)
+        if args.typ.startswith("pulumi-python:dynamic"):
+            provider = dill.loads(base64.b64decode(unwrap_rpc_secret(inputs.pop("__provider"))))
+            result = provider.create(inputs)
+            return result.id, result.outs
+        return f"{args.name}-id", inputs
+
+    def call(self, args: pulumi.runtime.MockCallArgs):
+        return {}
+
+
+@pytest.fixture
+def mocks():
+    pulumi.runtime.set_mocks(DynamicProviderMocks(), project="raytrain-eks", stack="test", preview=False)
+    yield
+
+
+@pulumi.runtime.test
+def test_reservation_under_mocks_lands_in_the_first_az_with_capacity(mocks, reservation_stub):
+    expect_create(reservation_stub, "us-east-1a", "InsufficientInstanceCapacity")
+    expect_create(reservation_stub, "us-east-1b", reservation_id="cr-0c0000000000000c1")
+    held = GpuCapacityReservation("gpu-capacity", instance_type="g6.12xlarge", instance_count=2,
+                                  candidate_azs=["us-east-1a", "us-east-1b"], tags={"raytrain:cluster": "ray-train"},
+                                  region="us-east-1")
+
+    def check(values):
+        reservation_id, availability_zone = values
+        assert reservation_id == "cr-0c0000000000000c1", f"reservation_id should be the created one, got {reservation_id}"
+        assert availability_zone == "us-east-1b", f"availability_zone should be us-east-1b, got {availability_zone}"
+    return pulumi.Output.all(held.reservation_id, held.availability_zone).apply(check)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"instance_count": 0}, "instance_count"),
+    ({"candidate_azs": []}, "candidate_azs"),
+    ({"candidate_azs": ["us-east-1a", "us-east-1a"]}, "lists an AZ twice"),
+])
+def test_reservation_refuses_bad_inputs_before_registering(kwargs, message):
+    arguments = {"instance_type": "g6.12xlarge", "instance_count": 2, "candidate_azs": ["us-east-1a"], "tags": {},
+                 **kwargs}
+    with pytest.raises(ValueError, match=message):
+        GpuCapacityReservation("gpu-capacity", **arguments)

@@ -13,6 +13,7 @@ from infra.network import Network
 
 # ---- config and every check that needs no resource -------------------------------------------------------
 cfg = config.load()
+region = network.aws_region()
 zone_ids = network.region_availability_zones()
 vpc_azs = network.choose_vpc_azs(cfg.vpc_availability_zones, zone_ids)
 candidate_azs: tuple[str, ...] = ()
@@ -54,6 +55,7 @@ if cfg.capacity_reserve:
         instance_count=cfg.gpu_node_count,
         candidate_azs=list(candidate_azs),
         tags=tags,
+        region=region,  # the dynamic provider runs outside the AWS provider and would not know aws:region
     )
     gpu_az: pulumi.Input[str] = reservation.availability_zone
     reservation_id: pulumi.Input[str] | None = reservation.reservation_id
@@ -102,7 +104,7 @@ ray_cluster = raycluster.RayCluster(
 
 pulumi.export("clusterName", cluster.cluster_name)
 pulumi.export("kubeconfig", cluster.kubeconfig)
-pulumi.export("region", pulumi.Config("aws").get("region"))
+pulumi.export("region", region)
 pulumi.export("gpuAvailabilityZone", gpu_nodes.availability_zone)
 pulumi.export("gpuInstanceType", gpu_facts.instance_type)
 pulumi.export("gpusPerNode", gpu_facts.gpus)

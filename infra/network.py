@@ -30,6 +30,15 @@ class SubnetPlan:
     public_cidr: str
 
 
+def aws_region() -> str:
+    """The stack's region: aws:region, else the AWS_REGION the provider would fall back to."""
+    region = aws.config.region
+    if not region:
+        raise ValueError("config key 'aws:region' is not set (and neither is AWS_REGION); "
+                         "set it with `pulumi config set aws:region us-west-2`")
+    return region
+
+
 def region_availability_zones() -> dict[str, str]:
     """The region's standard AZs (no opt-in Local or Wavelength Zones), name -> AZ ID, in name order."""
     zones = aws.get_availability_zones(

@@ -205,6 +205,8 @@ def test_gpu_placement_and_capacity_reservation(stack):
         assert not run.of_type(PLACEMENT_GROUP) and "placement" not in template, \
             f"{stack}: no placement group with a reservation (its own placement governs)"
         assert gpu_az(stack, run) == reservation.outputs["availability_zone"], f"{stack}: GPU AZ is the reservation's AZ"
+        assert reservation.inputs["region"] == stack_value(stack, "aws:region"), \
+            f"{stack}: the reservation's provider must be told the stack's region"
     else:
         group = run.one(PLACEMENT_GROUP)
         assert group.inputs["strategy"] == "cluster", f"{stack}: GPU placement group strategy should be cluster"

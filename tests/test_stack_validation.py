@@ -114,3 +114,12 @@ def test_az_checks_name_the_az():
     assert choose_vpc_azs((), region) == ("us-west-2a", "us-west-2b", "us-west-2c"), "empty means every AZ"
     with pytest.raises(ValueError, match="gpuAvailabilityZone.*us-west-2c"):
         check_gpu_azs(("us-west-2a", "us-west-2b"), gpu_az="us-west-2c", candidate_azs=())
+
+
+def test_missing_region_fails_before_any_resource(monkeypatch):
+    for name in ("AWS_REGION", "AWS_DEFAULT_REGION"):
+        monkeypatch.delenv(name, raising=False)
+    failed = run_program_expecting_error(None, {"gpuAvailabilityZone": "us-west-2a"})
+    assert isinstance(failed.error, ValueError) and "aws:region" in str(failed.error), \
+        f"expected a ValueError naming aws:region; got {failed.error!r}"
+    assert failed.resources == [], "no resource may be registered without a region"

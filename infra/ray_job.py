@@ -1,0 +1,292 @@
+"""The training job as a Pulumi dynamic resource: preflight, submit, stream the logs, verify the NCCL transport.
+
+`pulumi up` creates it after the RayCluster when `trainEnabled` is true. Create checks that the GPU nodes
+advertise what the worker pods request, reaches the head's job server through a Kubernetes port-forward with
+the RayCluster's token, submits the workload through `workload.submit`, streams its logs into the Pulumi output
+and fails with the log tail when the job fails, times out, or shows a transport other than
+`trainExpectTransport`. A change to the training inputs or `trainRunId` replaces it: a new job, the
+infrastructure untouched. Delete stops the job if it still runs.
+
+Everything Kubernetes (preflight, the token from its Secret, the port-forward) sits behind `JobServerConnector`,
+which tests replace with a Ray head started on the test machine.
+
+The provider runs in its own process (Pulumi's python dynamic-provider host), which unpickles
+`TrainingJobProvider` by reference: it imports this module from the project root, Pulumi's working directory.
+There `pulumi.log` has no engine to talk to, so progress goes to stderr, which Pulumi shows under the resource.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import sys
+import uuid
+from dataclasses import dataclass
+from typing import Any, Callable, ContextManager, Iterator, Mapping
+
+import pulumi
+import pulumi.dynamic
+
+from infra.config import InstanceFacts, StackConfig
+
+# Each rank writes its own NCCL log here (%h host, %p pid), reads back its transport lines at the end and reports
+# them in the summary, so the verdict does not depend on which worker output reaches the driver.
+NCCL_DEBUG_FILE = "/tmp/nccl-%h-%p.log"
+# The job server's port on the head pod (the dashboard serves the jobs API).
+JOB_SERVER_PORT = 8265
+# Key of the token in the Secret KubeRay generates for authOptions.mode=token.
+AUTH_TOKEN_KEY = "auth_token"
+# What the failure message quotes of the job's log.
+LOG_TAIL_LINES = 80
+# Inputs that define the job: a change runs a new one. The rest (how to reach the cluster, the timeout, the
+# expectation) is updated in place.
+REPLACE_ON_CHANGE = ("train_args", "run_id", "pip", "env_vars")
+# Outputs, declared as None inputs so that Pulumi exposes them as attributes.
+OUTPUT_NAMES = ("job_id", "status", "final_loss", "tokens_per_s", "world_size", "device", "verdicts")
+
+
+@dataclass(frozen=True)
+class TrainingJobInputs:
+    """Everything the provider needs besides the kubeconfig, as plain values."""
+
+    namespace: str
+    cluster_name: str
+    auth_secret_name: str
+    train_args: list[str]
+    run_id: str
+    pip: list[str]
+    env_vars: dict[str, str]
+    timeout_s: float
+    expect_transport: str
+    gpus_per_worker: int
+    efa_per_worker: int
+    workers: int
+
+
+def job_inputs(cfg: StackConfig, facts: InstanceFacts) -> dict[str, Any]:
+    """The job's inputs from the stack config: the workload's flags, its runtime_env and the checks.
+
+    Everything but the RayCluster's identity, which comes from the RayCluster's outputs (so the job waits for it).
+    """
+    from infra.preflight import WorkerRequest
+    from workload.config import TrainConfig as WorkloadConfig
+
+    train = cfg.train
+    if train is None:
+        raise ValueError("trainEnabled: the stack config has no train settings")
+    try:
+        workload = WorkloadConfig(
+            model_id=train.model_id,
+            model_config=train.model_config,
+            steps=train.steps,
+            batch_size=train.batch_size,
+            seq_len=train.seq_len,
+            learning_rate=train.learning_rate,
+            num_workers=train.num_workers,
+            max_failures=train.max_failures,
+            storage_path=train.storage_path,
+            # A retried create of the same run resumes from its checkpoints; a new trainRunId starts afresh.
+            run_name=f"ray-train-fsdp-llm-{train.run_id}",
+        )
+    except ValueError as e:
+        raise ValueError(f"train* config keys do not make a valid job: {e}") from e
+    request = WorkerRequest.for_instance(facts, cfg.gpu_node_count)
+    # NCCL_DEBUG_FILE goes first so that trainEnv can still send NCCL's log elsewhere.
+    env_vars = {"NCCL_DEBUG_FILE": NCCL_DEBUG_FILE, **train.env}
+    return {
+        "train_args": workload.to_args(),
+        "run_id": train.run_id,
+        "pip": list(train.pip),
+        "env_vars": env_vars,
+        "timeout_s": float(train.timeout_minutes * 60),
+        "expect_transport": train.expect_transport,
+        "gpus_per_worker": request.gpus,
+        "efa_per_worker": request.efa_interfaces,
+        "workers": request.workers,
+    }
+
+
+@dataclass(frozen=True)
+class JobServer:
+    """Where the Ray job server answers, and the token it wants (None when auth is off)."""
+
+    address: str
+    token: str | None
+
+
+# (props, preflight) -> a context in which the job server is reachable. The seam tests replace.
+JobServerConnector = Callable[[Mapping[str, Any], bool], ContextManager[JobServer]]
+
+
+def read_auth_token(api_client: Any, namespace: str, secret_name: str) -> str:
+    """The RayCluster's token from its Secret. Never logged: callers pass it straight to the job client."""
+    import base64
+
+    from kubernetes import client
+
+    try:
+        secret = client.CoreV1Api(api_client).read_namespaced_secret(secret_name, namespace)
+    except client.ApiException as e:
+        raise RuntimeError(f"cannot read the RayCluster's auth Secret {namespace}/{secret_name}: "
+                           f"{e.status} {e.reason}") from None
+    data = secret.data or {}
+    if AUTH_TOKEN_KEY not in data:
+        raise RuntimeError(f"Secret {namespace}/{secret_name} has no {AUTH_TOKEN_KEY!r} key")
+    return base64.b64decode(data[AUTH_TOKEN_KEY]).decode()
+
+
+def _kubernetes_client(kubeconfig: Any) -> Any:
+    import yaml
+    from kubernetes import config
+
+    parsed = kubeconfig if isinstance(kubeconfig, Mapping) else yaml.safe_load(kubeconfig)
+    return config.new_client_from_config_dict(dict(parsed))
+
+
+@contextlib.contextmanager
+def kubernetes_job_server(props: Mapping[str, Any], preflight: bool) -> Iterator[JobServer]:
+    """Preflight (when asked), the token from the RayCluster's Secret, and a port-forward to the head pod."""
+    from infra.portforward import forward_to_pod, head_pod_name
+    from infra.preflight import WorkerRequest, run_preflight
+
+    api_client = _kubernetes_client(props["kubeconfig"])
+    if preflight:
+        run_preflight(api_client, WorkerRequest(int(props["gpus_per_worker"]), int(props["efa_per_worker"]),
+                                                int(props["workers"])))
+    token = read_auth_token(api_client, props["namespace"], props["auth_secret_name"])
+    pod = head_pod_name(api_client, props["namespace"], props["cluster_name"])
+    with forward_to_pod(api_client, props["namespace"], pod, JOB_SERVER_PORT) as forward:
+        yield JobServer(forward.address, token)
+
+
+def _to_stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def _tail(text: str, lines: int = LOG_TAIL_LINES) -> str:
+    return "\n".join((text or "").splitlines()[-lines:])
+
+
+class TrainingJobError(RuntimeError):
+    """The job failed, timed out, or ran on the wrong transport; the message carries the log tail."""
+
+
+class TrainingJobProvider(pulumi.dynamic.ResourceProvider):
+    """create submits and waits; diff replaces on a new job definition; delete stops a running job."""
+
+    def __init__(self, connect: JobServerConnector | None = None, on_log: Callable[[str], None] | None = None):
+        super().__init__()
+        # None means Kubernetes: the provider is pickled into the state, so it holds no client and no secret.
+        self._connect = connect
+        self._on_log = on_log
+
+    def _job_server(self, props: Mapping[str, Any], preflight: bool) -> ContextManager[JobServer]:
+        return (self._connect or kubernetes_job_server)(props, preflight)
+
+    def create(self, props: dict[str, Any]) -> pulumi.dynamic.CreateResult:
+        from workload import submit, transport
+
+        on_log = self._on_log or _to_stderr
+        submission_id = f"raytrain-{props['run_id']}-{uuid.uuid4().hex[:8]}"
+        on_log(f"[{submission_id}] preflight and port-forward to the Ray head of "
+               f"{props['namespace']}/{props['cluster_name']}")
+        with self._job_server(props, True) as server:
+            try:
+                result = submit.submit_training_job(
+                    server.address,
+                    list(props["train_args"]),
+                    token=server.token,
+                    pip=tuple(props["pip"]),
+                    env_vars=dict(props["env_vars"]),
+                    timeout_s=float(props["timeout_s"]),
+                    on_log=on_log,
+                    submission_id=submission_id,
+                )
+            except submit.JobFailedError as e:
+                # submit_training_job has already stopped a job that ran past its timeout; the cluster stays.
+                raise TrainingJobError(f"the training job did not succeed (the infrastructure is left as it is): {e}") from None
+        summary = result.summary or {}
+        verdicts = transport.verdicts_from_summary(summary, result.logs)
+        problem = transport.check_expectation(verdicts, props["expect_transport"])
+        if problem:
+            raise TrainingJobError(
+                f"training job {result.job_id} succeeded but its NCCL transport is wrong: {problem}\n"
+                f"per-rank verdicts: {json.dumps(verdicts, sort_keys=True)}\n"
+                f"last lines of its log:\n{_tail(result.logs)}"
+            )
+        on_log(f"[{result.job_id}] {result.status}: final loss {summary.get('final_loss')}, "
+               f"{summary.get('tokens_per_s')} tokens/s, transport {json.dumps(verdicts, sort_keys=True)}")
+        outs = {
+            **props,
+            "job_id": result.job_id,
+            "status": result.status,
+            "final_loss": summary.get("final_loss"),
+            "tokens_per_s": summary.get("tokens_per_s"),
+            "world_size": summary.get("world_size"),
+            "device": summary.get("device"),
+            "verdicts": verdicts,
+        }
+        return pulumi.dynamic.CreateResult(id_=result.job_id, outs=outs)
+
+    def diff(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> pulumi.dynamic.DiffResult:
+        inputs = [field.name for field in dataclasses.fields(TrainingJobInputs)] + ["kubeconfig"]
+        changed = [name for name in inputs if olds.get(name) != news.get(name)]
+        replaces = [name for name in changed if name in REPLACE_ON_CHANGE]
+        # Stop the old job before the new one asks for the same GPUs.
+        return pulumi.dynamic.DiffResult(changes=bool(changed), replaces=replaces, delete_before_replace=True)
+
+    def update(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> pulumi.dynamic.UpdateResult:
+        """Only inputs that do not define the job changed: keep its results, re-judge them against the new
+        expectation."""
+        from workload import transport
+
+        problem = transport.check_expectation(olds.get("verdicts") or {}, news["expect_transport"])
+        if problem:
+            raise TrainingJobError(f"training job {olds.get('job_id')} does not meet trainExpectTransport="
+                                   f"{news['expect_transport']}: {problem}; change trainRunId to run it again")
+        return pulumi.dynamic.UpdateResult(outs={**olds, **news, **{k: olds.get(k) for k in OUTPUT_NAMES}})
+
+    def delete(self, _id: str, props: dict[str, Any]) -> None:
+        """Stop the job if it still runs. A cluster that is already gone has nothing left to stop."""
+        from workload import submit
+
+        on_log = self._on_log or _to_stderr
+        try:
+            with self._job_server(props, False) as server:
+                submit.stop_job(server.address, _id, token=server.token)
+        except Exception as e:  # noqa: BLE001 - deleting must not be blocked by a cluster already torn down
+            on_log(f"[{_id}] not stopped ({type(e).__name__}: {e}); it had finished or its cluster is gone")
+
+
+class TrainingJob(pulumi.dynamic.Resource, module="raytrain", name="TrainingJob"):
+    """One training run on the RayCluster, with its results and the NCCL transport verdict of every rank."""
+
+    job_id: pulumi.Output[str]
+    status: pulumi.Output[str]
+    final_loss: pulumi.Output[float]
+    tokens_per_s: pulumi.Output[float]
+    world_size: pulumi.Output[int]
+    device: pulumi.Output[str]
+    verdicts: pulumi.Output[dict]
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        kubeconfig: pulumi.Input[Any],
+        cfg: StackConfig,
+        facts: InstanceFacts,
+        ray_cluster: Any,
+        opts: pulumi.ResourceOptions | None = None,
+    ) -> None:
+        props: dict[str, Any] = {
+            **job_inputs(cfg, facts),
+            "kubeconfig": pulumi.Output.secret(kubeconfig),
+            "namespace": ray_cluster.namespace,
+            "cluster_name": ray_cluster.cluster_name,
+            "auth_secret_name": ray_cluster.auth_secret_name,
+            **{output: None for output in OUTPUT_NAMES},
+        }
+        # The kubeconfig is kept in the outputs because delete needs it to reach the cluster.
+        secret = pulumi.ResourceOptions(additional_secret_outputs=["kubeconfig"])
+        super().__init__(TrainingJobProvider(), name, props, pulumi.ResourceOptions.merge(secret, opts))

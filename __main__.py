@@ -16,10 +16,7 @@ cfg = config.load()
 region = network.aws_region()
 zone_ids = network.region_availability_zones()
 vpc_azs = network.choose_vpc_azs(cfg.vpc_availability_zones, zone_ids)
-candidate_azs: tuple[str, ...] = ()
-if cfg.capacity_reserve:
-    candidate_azs = cfg.capacity_candidate_azs or tuple(
-        dict.fromkeys(az for az in (cfg.gpu_availability_zone, *vpc_azs) if az))
+candidate_azs = network.reservation_candidate_azs(cfg, vpc_azs) if cfg.capacity_reserve else ()
 network.check_gpu_azs(vpc_azs, gpu_az=cfg.gpu_availability_zone, candidate_azs=candidate_azs)
 gpu_facts = instance_facts.gpu_instance_facts(cfg.gpu_instance_type)
 instance_facts.lookup(cfg.system_instance_type, config_key="systemInstanceType")

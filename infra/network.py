@@ -11,6 +11,8 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_aws as aws
 
+from infra.config import StackConfig
+
 # EKS refuses control-plane subnets in these AZ IDs (UnsupportedAvailabilityZoneException); nodes may still
 # run there. AZ IDs, not names, because names map to different physical AZs in each account.
 EKS_UNSUPPORTED_CONTROL_PLANE_AZ_IDS = frozenset({"use1-az3", "usw1-az2", "cac1-az3"})
@@ -60,6 +62,13 @@ def choose_vpc_azs(configured: tuple[str, ...], region_azs: dict[str, str]) -> t
     if len(region_azs) < 2:
         raise ValueError(f"EKS needs two AZs, but the region has only {sorted(region_azs)}; choose another aws:region")
     return tuple(sorted(region_azs))[:7]
+
+
+def reservation_candidate_azs(cfg: StackConfig, vpc_azs: tuple[str, ...]) -> tuple[str, ...]:
+    """The AZs capacityReserve tries, in order: capacityCandidateAzs, else gpuAvailabilityZone then the rest."""
+    if cfg.capacity_candidate_azs:
+        return cfg.capacity_candidate_azs
+    return tuple(dict.fromkeys(az for az in (cfg.gpu_availability_zone, *vpc_azs) if az))
 
 
 def check_gpu_azs(vpc_azs: tuple[str, ...], *, gpu_az: str, candidate_azs: tuple[str, ...]) -> None:

@@ -123,3 +123,14 @@ def test_missing_region_fails_before_any_resource(monkeypatch):
     assert isinstance(failed.error, ValueError) and "aws:region" in str(failed.error), \
         f"expected a ValueError naming aws:region; got {failed.error!r}"
     assert failed.resources == [], "no resource may be registered without a region"
+
+
+def test_reservation_candidates_start_with_the_gpu_az():
+    from infra.network import reservation_candidate_azs
+
+    raw = defaults() | {"gpuAvailabilityZone": "us-east-2b", "capacityReserve": True}
+    vpc_azs = ("us-east-2a", "us-east-2b", "us-east-2c")
+    assert reservation_candidate_azs(config.parse(raw), vpc_azs) == ("us-east-2b", "us-east-2a", "us-east-2c"), \
+        "without capacityCandidateAzs, the GPU AZ is tried first, then the VPC's other AZs"
+    ranked = config.parse(raw | {"capacityCandidateAzs": ["us-east-2c", "us-east-2a"]})
+    assert reservation_candidate_azs(ranked, vpc_azs) == ("us-east-2c", "us-east-2a"), "capacityCandidateAzs as given"

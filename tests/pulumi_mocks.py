@@ -32,6 +32,7 @@ import pulumi
 import yaml
 from google.protobuf import struct_pb2
 from pulumi.runtime import mocks as pulumi_mocks
+from pulumi.runtime import config as runtime_config
 from pulumi.runtime import rpc, settings
 from pulumi.runtime.stack import run_pulumi_func
 from pulumi.runtime.sync_await import _sync_await
@@ -350,6 +351,9 @@ def _run(stack: str | None, overrides: dict[str, Any] | None, **mock_options: An
     monitor = RecordingMonitor(mocks)
     mocks.monitor = monitor
 
+    # Other tests in the same process may use Pulumi's runtime too: leave its config and root as they were.
+    previous_config = dict(runtime_config.CONFIG.get())
+    previous_root = settings.get_root_resource()
     pulumi.runtime.set_all_config(config)
     settings.ROOT.set(None)  # a fresh root Stack per run, so exports do not leak between runs
     pulumi.runtime.set_mocks(mocks, project=PROJECT, stack=stack or "test", preview=False, monitor=monitor)
@@ -374,6 +378,9 @@ def _run(stack: str | None, overrides: dict[str, Any] | None, **mock_options: An
         _sync_await(run_pulumi_func(program))
     except BaseException as e:  # noqa: BLE001 handed to the caller
         run.error = e
+    finally:
+        pulumi.runtime.set_all_config(previous_config)
+        settings.ROOT.set(previous_root)
     return run
 
 

@@ -36,8 +36,8 @@ from workload.model import (
     shard_model,
 )
 from workload.nccl_logs import gather_transport_lines
+from workload.submit import SUMMARY_PREFIX
 
-SUMMARY_PREFIX = "TRAIN_SUMMARY "
 # Without GPUs the run still shards across processes, so FSDP's collectives are exercised on a laptop.
 CPU_WORKERS_WITHOUT_GPUS = 2
 
@@ -83,13 +83,11 @@ def train_func(config: dict) -> None:
             mfu_text = f"{mfu:.1%}" if mfu is not None else "n/a"
             print(f"step {step + 1}/{cfg.steps} loss {loss_value:.4f} step_time {step_times[-1]:.3f}s "
                   f"tokens/s {tokens_per_s:,.0f} mfu {mfu_text}", flush=True)
-        metrics = {"step": step + 1, "loss": loss_value, "step_time_s": step_times[-1],
-                   "tokens_per_s": tokens_per_s, "mfu": mfu, "start_step": start_step}
-        done = step + 1
-        if cfg.checkpoint_every and done % cfg.checkpoint_every == 0 and done < cfg.steps:
-            _report_with_checkpoint(metrics, model, optimizer, done)
-        else:
-            ray.train.report(metrics)
+        # Only checkpoints go through ray.train.report: each report is a barrier that can wait up to a controller
+        # poll interval (2 s by default), which would throttle a fast step.
+        if cfg.checkpoint_every and (step + 1) % cfg.checkpoint_every == 0 and step + 1 < cfg.steps:
+            metrics = {"step": step + 1, "loss": loss_value, "start_step": start_step}
+            _report_with_checkpoint(metrics, model, optimizer, step + 1)
 
     # The first step of an attempt pays for warm-up (allocator, compile), so it is left out when there are others.
     timed = step_times[1:] or step_times

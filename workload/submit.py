@@ -1,0 +1,164 @@
+"""Submit the training driver to a Ray job server through the Jobs API, stream its log, and return its summary.
+
+The `workload/` package goes up as the job's working_dir and runs as `python -m workload.train <train_args>`.
+The same module serves the local run (workload.local) and the Pulumi job step.
+
+Token authentication: Ray 2.60 turns it on by default and its job server answers 401/403 without a bearer token.
+The token travels as an `Authorization: Bearer` header, which JobSubmissionClient sends on every request
+(including the log websocket) in Ray 2.60 and in the older 2.5x of the cluster image alike. The token is never
+printed: it lives only in the client's headers.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shlex
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass
+from typing import Callable, Mapping, Sequence
+
+from ray.job_submission import JobStatus, JobSubmissionClient
+
+# The driver's last line; defined here rather than in workload.train so that parsing it imports no torch.
+SUMMARY_PREFIX = "TRAIN_SUMMARY "
+LOG_TAIL_LINES = 60
+PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+TERMINAL = {JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.STOPPED}
+
+
+class JobFailedError(RuntimeError):
+    """A job that failed, was stopped, timed out or printed no summary; the message ends with its log tail."""
+
+    def __init__(self, job_id: str, status: str, log_tail: str, reason: str = "") -> None:
+        self.job_id = job_id
+        self.status = status
+        self.log_tail = log_tail
+        super().__init__(f"Ray job {job_id} {reason or 'ended ' + status}. Last lines of its log:\n{log_tail}")
+
+
+class JobAuthenticationError(PermissionError):
+    """The job server refused the request's token (missing or wrong)."""
+
+
+@dataclass(frozen=True)
+class JobResult:
+    job_id: str
+    status: str
+    """JobStatus value, e.g. "SUCCEEDED"."""
+    summary: dict
+    """The driver's final TRAIN_SUMMARY line, parsed."""
+    logs: str
+    """The whole job log."""
+
+
+def connect(address: str, token: str | None = None) -> JobSubmissionClient:
+    """A client for the job server at `address` (http://host:8265); a refused token raises
+    JobAuthenticationError, without the token in the message."""
+    headers = {"Authorization": f"Bearer {token}"} if token else None
+    try:
+        return JobSubmissionClient(address, headers=headers)
+    except Exception as error:
+        if _is_auth_refusal(error):
+            raise JobAuthenticationError(
+                f"The Ray job server at {address} refused the "
+                f"{'given auth token' if token else 'request: it needs an auth token'} "
+                f"({_first_line(error)})"
+            ) from None  # the chained error carries no token, but nothing is gained by showing Ray's internals
+        raise
+
+
+def _is_auth_refusal(error: Exception) -> bool:
+    # Ray 2.60 raises ray.exceptions.AuthenticationError; older clients a RuntimeError quoting the HTTP status.
+    text = str(error)
+    return type(error).__name__ == "AuthenticationError" or "status code 401" in text or "status code 403" in text
+
+
+def _first_line(error: Exception) -> str:
+    return str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+
+
+def submit_training_job(
+    address: str,
+    train_args: list[str],
+    *,
+    token: str | None = None,
+    pip: Sequence[str] = (),
+    env_vars: Mapping[str, str] | None = None,
+    timeout_s: float = 3600.0,
+    on_log: Callable[[str], None] = print,
+    submission_id: str | None = None,
+) -> JobResult:
+    """Run `python -m workload.train <train_args>` as a Ray job and wait for it; raises JobFailedError with the
+    tail of the log when it fails, is stopped, or runs past `timeout_s` (it is then stopped)."""
+    client = connect(address, token)
+    runtime_env: dict = {}
+    if pip:
+        runtime_env["pip"] = list(pip)
+    if env_vars:
+        runtime_env["env_vars"] = dict(env_vars)
+    with tempfile.TemporaryDirectory() as staging:
+        # Only the package goes up, not the repository (its .venv alone is gigabytes).
+        shutil.copytree(PACKAGE_DIR, os.path.join(staging, "workload"),
+                        ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        job_id = client.submit_job(
+            entrypoint=shlex.join(["python", "-m", "workload.train", *train_args]),
+            runtime_env={**runtime_env, "working_dir": staging},
+            submission_id=submission_id,
+        )
+    on_log(f"submitted Ray job {job_id} to {address}")
+
+    deadline = time.monotonic() + timeout_s
+    try:
+        asyncio.run(asyncio.wait_for(_stream_log(client, job_id, on_log), timeout=timeout_s))
+        status = _wait_for_end(client, job_id, deadline)
+    except (asyncio.TimeoutError, TimeoutError):
+        client.stop_job(job_id)
+        logs = client.get_job_logs(job_id)
+        raise JobFailedError(job_id, str(client.get_job_status(job_id).value), _tail(logs),
+                             reason=f"ran past its timeout of {timeout_s:.0f} s and was stopped") from None
+
+    logs = client.get_job_logs(job_id)
+    if status != JobStatus.SUCCEEDED:
+        info = client.get_job_info(job_id)
+        reason = f"ended {status.value}" + (f": {info.message}" if info.message else "")
+        raise JobFailedError(job_id, status.value, _tail(logs), reason=reason)
+    summary = parse_summary(logs)
+    if summary is None:
+        raise JobFailedError(job_id, status.value, _tail(logs), reason=f"succeeded but printed no {SUMMARY_PREFIX.strip()} line")
+    return JobResult(job_id=job_id, status=status.value, summary=summary, logs=logs)
+
+
+async def _stream_log(client: JobSubmissionClient, job_id: str, on_log: Callable[[str], None]) -> None:
+    # The websocket closes when the job reaches a terminal state.
+    async for chunk in client.tail_job_logs(job_id):
+        for line in chunk.splitlines():
+            on_log(line)
+
+
+def _wait_for_end(client: JobSubmissionClient, job_id: str, deadline: float) -> JobStatus:
+    # The log stream can close a moment before the job's status turns terminal.
+    while (status := client.get_job_status(job_id)) not in TERMINAL:
+        if time.monotonic() > deadline:
+            raise TimeoutError
+        time.sleep(0.5)
+    return status
+
+
+def parse_summary(logs: str) -> dict | None:
+    """The last TRAIN_SUMMARY line of a job log, parsed; None when there is none."""
+    for line in reversed(logs.splitlines()):
+        if line.startswith(SUMMARY_PREFIX):
+            return json.loads(line[len(SUMMARY_PREFIX):])
+    return None
+
+
+def _tail(logs: str) -> str:
+    return "\n".join(logs.splitlines()[-LOG_TAIL_LINES:])
+
+
+def stop_job(address: str, submission_id: str, *, token: str | None = None) -> None:
+    """Ask the job server to stop a job; a job already finished is left as it is."""
+    connect(address, token).stop_job(submission_id)

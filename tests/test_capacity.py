@@ -19,6 +19,7 @@ import boto3
 import dill
 import pulumi
 import pytest
+import yaml
 from botocore.stub import ANY, Stubber
 from moto import mock_aws
 from pulumi.runtime.rpc import unwrap_rpc_secret
@@ -46,6 +47,7 @@ def fake_credentials(monkeypatch):
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
     monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
     monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    monkeypatch.setenv("MOTO_EC2_LOAD_DEFAULT_AMIS", "false")  # seconds per region, and no test needs them
 
 
 # --- canned answers, in the shapes the services really return -------------------------------------------
@@ -79,14 +81,11 @@ class FakeAws(Aws):
     def __init__(self):
         super().__init__()
         self.stubs: dict[tuple[str, str], Stubber] = {}
-        self._clients: dict[tuple[str, str], object] = {}
 
     def stub(self, kind: str, region: str) -> Stubber:
         if (kind, region) not in self.stubs:
             service = "service-quotas" if kind == "quotas" else "ec2"
-            client = boto3.session.Session().client(service, region_name=region)
-            self._clients[kind, region] = client
-            self.stubs[kind, region] = Stubber(client)
+            self.stubs[kind, region] = Stubber(self.client(service, region))
             self.stubs[kind, region].activate()
         return self.stubs[kind, region]
 
@@ -123,10 +122,10 @@ class FakeAws(Aws):
 
 def run_instances(region: str, *types: str, spot: bool = False) -> None:
     ec2 = boto3.client("ec2", region_name=region)
-    image = ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
     for instance_type in types:
         extra = {"InstanceMarketOptions": {"MarketType": "spot"}} if spot else {}
-        ec2.run_instances(ImageId=image, MinCount=1, MaxCount=1, InstanceType=instance_type, **extra)
+        ec2.run_instances(ImageId="ami-0123456789abcdef0", MinCount=1, MaxCount=1, InstanceType=instance_type,
+                          **extra)
 
 
 def project_dir(tmp_path: Path, stack_text: str | None = None, stack: str = "g6") -> Path:
@@ -192,10 +191,29 @@ def test_quota_usage_counts_only_the_family_on_demand_and_unused_reservations():
 
 # --- the search, ranked -----------------------------------------------------------------------------------
 
+def make_stack_vpc(region: str, cluster_name: str, private_azs: list[str]) -> None:
+    """A VPC tagged the way infra/network.py tags it, with a private subnet in each of `private_azs`."""
+    ec2 = boto3.client("ec2", region_name=region)
+    vpc_id = ec2.create_vpc(CidrBlock="10.0.0.0/16")["Vpc"]["VpcId"]
+    for index, az in enumerate(private_azs):
+        for tier, role in (("public", "elb"), ("private", "internal-elb")):
+            ec2.create_subnet(VpcId=vpc_id, AvailabilityZone=az, CidrBlock=f"10.0.{2 * index + (tier == 'private')}.0/24",
+                              TagSpecifications=[{"ResourceType": "subnet", "Tags": [
+                                  {"Key": f"kubernetes.io/cluster/{cluster_name}", "Value": "shared"},
+                                  {"Key": f"kubernetes.io/role/{role}", "Value": "1"}]}])
+    # A public-only subnet in us-west-2d: it must not count as a private one.
+    ec2.create_subnet(VpcId=vpc_id, AvailabilityZone=f"{region}d", CidrBlock="10.0.100.0/24",
+                      TagSpecifications=[{"ResourceType": "subnet", "Tags": [
+                          {"Key": f"kubernetes.io/cluster/{cluster_name}", "Value": "shared"},
+                          {"Key": "kubernetes.io/role/elb", "Value": "1"}]}])
+
+
 def test_ranking_table_quota_commands_and_write_stack(tmp_path, capsys):
-    stack_text = "# g6 stack: 2 x g6.12xlarge\nconfig:\n  raytrain-eks:gpuNodeCount: 2  # two nodes\n"
+    stack_text = ("# g6 stack: 2 x g6.12xlarge\nconfig:\n  aws:region: us-west-2\n"
+                  "  raytrain-eks:gpuNodeCount: 2  # two nodes\n")
     root = project_dir(tmp_path, stack_text)
     with mock_aws():
+        make_stack_vpc("us-west-2", "ray-train", ["us-west-2a", "us-west-2b", "us-west-2c"])
         aws = FakeAws()
         # us-east-1: quota too small for 2 x 48 vCPUs. us-west-2: enough, and two AZs scored.
         aws.answer_survey("us-east-1", 64, {"use1-az1": 10})
@@ -209,10 +227,13 @@ def test_ranking_table_quota_commands_and_write_stack(tmp_path, capsys):
     table = [line.split() for line in out.splitlines()[1:] if line.split() and line.split()[1:2] and
              line.split()[1] in ("us-east-1", "us-west-2", "eu-west-1")]
     ranked = [(row[0], row[2]) for row in table]
-    assert ranked[:4] == [("1", "us-west-2b"), ("2", "us-west-2a"), ("3", "us-west-2c"), ("4", "us-west-2d")], \
+    assert ranked[:3] == [("1", "us-west-2b"), ("2", "us-west-2a"), ("3", "us-west-2c")], \
         f"us-west-2 first, by Spot score (usw2-az1=us-west-2b: 9, usw2-az2=us-west-2a: 3, then unscored): {ranked}"
-    assert {zone for rank_, zone in ranked if rank_ == "-"} >= {"us-east-1b", "eu-west-1a"}, \
-        "us-east-1 (quota short, even with Spot score 10) and eu-west-1 (not offered) must not qualify"
+    assert {zone for rank_, zone in ranked if rank_ == "-"} >= {"us-west-2d", "us-east-1b", "eu-west-1a"}, \
+        ("us-west-2d (no private subnet of the stack), us-east-1 (quota short, even with Spot score 10) and "
+         f"eu-west-1 (not offered) must not qualify: {ranked}")
+    assert ranked.index(("-", "us-west-2d")) < ranked.index(("-", "us-east-1b")), \
+        "a missing subnet (a stack change) ranks above a short quota (days of waiting)"
     assert ranked.index(("-", "us-east-1b")) < ranked.index(("-", "eu-west-1a")), \
         "an AZ that offers the type ranks above one that does not"
     assert (f"--region us-east-1 --service-code ec2 --quota-code L-DB2E81BA --desired-value {2 * G6.vcpus}"
@@ -220,8 +241,9 @@ def test_ranking_table_quota_commands_and_write_stack(tmp_path, capsys):
     assert "--region us-west-2 " not in out and "--region eu-west-1 " not in out, \
         "no increase where quota suffices, nor where the type is not offered"
     written = (root / "Pulumi.g6.yaml").read_text()
-    assert "aws:region: us-west-2" in written and "raytrain-eks:gpuAvailabilityZone: us-west-2b" in written
-    assert "- us-west-2b\n    - us-west-2a\n    - us-west-2c\n    - us-west-2d" in written, \
+    config = yaml.safe_load(written)["config"]
+    assert (config["aws:region"], config["raytrain-eks:gpuAvailabilityZone"]) == ("us-west-2", "us-west-2b"), written
+    assert config["raytrain-eks:capacityCandidateAzs"] == ["us-west-2b", "us-west-2a", "us-west-2c"], \
         f"capacityCandidateAzs should list us-west-2's qualifying AZs in rank order:\n{written}"
     assert "# g6 stack: 2 x g6.12xlarge" in written and "raytrain-eks:gpuNodeCount: 2  # two nodes" in written, \
         f"the stack file's comments and other keys must survive:\n{written}"
@@ -378,7 +400,7 @@ PROPS = {"instance_type": "g6.12xlarge", "instance_count": 2, "candidate_azs": [
 
 @pytest.fixture
 def reservation_stub(monkeypatch):
-    client = boto3.session.Session().client("ec2", region_name="us-east-1")
+    client = Aws().client("ec2", "us-east-1")
     stub = Stubber(client)
     stub.activate()
     regions = []

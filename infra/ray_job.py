@@ -74,6 +74,9 @@ def job_inputs(cfg: StackConfig, facts: InstanceFacts) -> dict[str, Any]:
     train = cfg.train
     if train is None:
         raise ValueError("trainEnabled: the stack config has no train settings")
+    if not train.run_id or "/" in train.run_id or any(c.isspace() for c in train.run_id):
+        raise ValueError(f"config key 'trainRunId': {train.run_id!r} must be a non-empty word without '/' or "
+                         f"spaces; it names the job and its checkpoint run")
     try:
         workload = WorkloadConfig(
             model_id=train.model_id,
@@ -204,7 +207,8 @@ class TrainingJobProvider(pulumi.dynamic.ResourceProvider):
                 )
             except submit.JobFailedError as e:
                 # submit_training_job has already stopped a job that ran past its timeout; the cluster stays.
-                raise TrainingJobError(f"the training job did not succeed (the infrastructure is left as it is): {e}") from None
+                raise TrainingJobError(
+                    f"the training job did not succeed (the infrastructure is left as it is): {e}") from None
         summary = result.summary or {}
         verdicts = transport.verdicts_from_summary(summary, result.logs)
         problem = transport.check_expectation(verdicts, props["expect_transport"])

@@ -1,0 +1,116 @@
+"""The TrainingJob under Pulumi mocks: its inputs from the stack config, its secrets, its place after the
+RayCluster, and its absence unless trainEnabled."""
+from __future__ import annotations
+
+import dataclasses
+from types import SimpleNamespace
+
+import pulumi
+import pytest
+from pulumi.runtime import rpc
+from pulumi.runtime.mocks import MockMonitor
+
+from infra import ray_job
+from tests.pulumi_mocks import is_secret_value, run_program, run_program_expecting_error
+from tests.stacks import INSTANCE_FACTS
+
+JOB = "pulumi-python:dynamic/raytrain:TrainingJob"
+TRAIN = {
+    "trainEnabled": True, "trainModelConfig": "tiny", "trainSteps": 3, "trainRunId": "7",
+    "trainEnv": ["NCCL_NET=Socket"], "trainPip": ["einops==0.8.1"], "trainExpectTransport": "socket",
+    "trainTimeoutMinutes": 90,
+}
+
+
+@pytest.fixture(scope="module")
+def enabled():
+    return run_program("dev", TRAIN)
+
+
+def test_job_inputs_come_from_the_train_config(enabled):
+    job = enabled.one(JOB)
+    args = job.inputs["train_args"]
+    flags = dict(zip(args[::2], args[1::2]))
+    assert flags["--model_config"] == "tiny" and flags["--steps"] == "3", f"train flags from trainModelConfig/Steps: {args}"
+    assert flags["--run_name"] == "ray-train-fsdp-llm-7", f"a new trainRunId is a new checkpoint run: {args}"
+    assert job.inputs["env_vars"] == {"NCCL_DEBUG_FILE": ray_job.NCCL_DEBUG_FILE, "NCCL_NET": "Socket"}, \
+        f"job env: each rank's NCCL debug file plus trainEnv; got {job.inputs['env_vars']}"
+    assert job.inputs["pip"] == ["einops==0.8.1"] and job.inputs["run_id"] == "7", job.inputs
+    assert job.inputs["expect_transport"] == "socket" and job.inputs["timeout_s"] == 90 * 60, job.inputs
+    facts = INSTANCE_FACTS["g6.12xlarge"]  # Pulumi.dev.yaml: 2 x g6.12xlarge
+    assert (job.inputs["gpus_per_worker"], job.inputs["efa_per_worker"], job.inputs["workers"]) == \
+        (facts.gpus, facts.efa_interfaces, 2), f"preflight request from the instance facts: {job.inputs}"
+
+
+def test_job_reaches_the_ray_cluster_it_waits_for_with_secret_kubeconfig(enabled):
+    run = enabled
+    job = run.one(JOB)
+    ray_cluster = run.one("kubernetes:ray.io/v1:RayCluster")
+    assert ray_cluster.urn in job.dependencies, "the job must be created after the RayCluster"
+    assert (job.inputs["namespace"], job.inputs["cluster_name"], job.inputs["auth_secret_name"]) == \
+        ("ray", "ray-train", "ray-train"), f"the RayCluster's namespace, name and token Secret: {job.inputs}"
+    assert is_secret_value(job.inputs["kubeconfig"]), "the kubeconfig given to the job must be a Pulumi secret"
+    assert is_secret_value(job.inputs["__provider"]), "the serialized provider must be stored as a secret"
+    assert "token" not in job.inputs, "the Ray token is read from its Secret at run time, never an input"
+    assert {"jobId", "jobStatus", "jobFinalLoss", "jobTokensPerSecond", "jobTransportVerdicts"} <= set(run.exports), \
+        f"the job's results must be stack outputs: {sorted(run.exports)}"
+
+
+def test_no_job_unless_train_enabled():
+    run = run_program("dev")
+    assert not run.of_type(JOB), "trainEnabled defaults to false: no training job"
+    assert not [key for key in run.exports if key.startswith("job")], f"no job exports: {sorted(run.exports)}"
+
+
+def test_a_bad_run_id_fails_before_any_resource():
+    failed = run_program_expecting_error("dev", {"trainEnabled": True, "trainRunId": "a/b"})
+    assert isinstance(failed.error, ValueError) and "trainRunId" in str(failed.error), failed.error
+    assert failed.resources == [], "the config error must come before any resource is registered"
+
+
+class _SecretsMonitor(MockMonitor):
+    """The stock mock monitor, keeping each registration's raw inputs and additional secret outputs."""
+
+    def __init__(self, mocks):
+        super().__init__(mocks)
+        self.requests = {}
+
+    def RegisterResource(self, request):
+        self.requests[request.name] = (rpc.deserialize_properties(request.object),
+                                       list(request.additionalSecretOutputs))
+        return super().RegisterResource(request)
+
+
+class _EchoMocks(pulumi.runtime.Mocks):
+    def new_resource(self, args):
+        return f"{args.name}-id", dict(args.inputs)
+
+    def call(self, args):
+        return {}
+
+
+def test_training_job_makes_a_plain_kubeconfig_secret_and_keeps_it_secret_in_outputs():
+    from infra.config import TrainConfig
+    from tests.test_raycluster_pulumi import CONFIG
+
+    train = TrainConfig(enabled=True, run_id="1", model_id="Qwen/Qwen2.5-1.5B", model_config="", steps=5,
+                        batch_size=2, seq_len=128, learning_rate=1e-5, num_workers=0, max_failures=0,
+                        storage_path="", pip=(), env={}, timeout_minutes=60, expect_transport="efa")
+    cfg = dataclasses.replace(CONFIG, train=train)
+    cluster = SimpleNamespace(namespace=pulumi.Output.from_input("ray"),
+                              cluster_name=pulumi.Output.from_input("ray-train"),
+                              auth_secret_name=pulumi.Output.from_input("ray-train"))
+    mocks = _EchoMocks()
+    monitor = _SecretsMonitor(mocks)
+    pulumi.runtime.set_mocks(mocks, project="raytrain-eks", stack="dev", preview=False, monitor=monitor)
+
+    @pulumi.runtime.test
+    def build():
+        job = ray_job.TrainingJob("job", kubeconfig="apiVersion: v1\nkind: Config\n", cfg=cfg,
+                                  facts=INSTANCE_FACTS["g6.12xlarge"], ray_cluster=cluster)
+        return job.urn
+
+    build()
+    inputs, secret_outputs = monitor.requests["job"]
+    assert is_secret_value(inputs["kubeconfig"]), "a kubeconfig given in plain must be registered as a secret"
+    assert "kubeconfig" in secret_outputs, "the kubeconfig kept in the job's outputs must stay secret"

@@ -391,6 +391,8 @@ class StackContext:
     project: str
     cluster_name: str
     region: str | None
+    vpc_azs: tuple[str, ...] = ()
+    """vpcAvailabilityZones, when the stack pins them; empty means a new VPC covers every AZ."""
 
 
 def load_stack(project_dir: Path, name: str, flag: str) -> StackContext:
@@ -409,7 +411,8 @@ def load_stack(project_dir: Path, name: str, flag: str) -> StackContext:
     default_cluster = project.get("config", {}).get("clusterName", {}).get("default", "")
     return StackContext(name=name, path=path, project=project_name,
                         cluster_name=stack_config.get(f"{project_name}:clusterName", default_cluster),
-                        region=stack_config.get("aws:region"))
+                        region=stack_config.get("aws:region"),
+                        vpc_azs=tuple(stack_config.get(f"{project_name}:vpcAvailabilityZones") or ()))
 
 
 def survey_region(aws: Aws, region: str, instance_type: str, count: int, quota: OnDemandQuota,
@@ -455,12 +458,15 @@ def survey_region(aws: Aws, region: str, instance_type: str, count: int, quota: 
         except (ClientError, BotoCoreError) as error:
             report.errors.append(f"{region}: stack {stack.name}'s subnets unknown: {_describe_failure(error)}")
         else:
-            if covered:
-                for az in report.azs:
-                    az.private_subnet = az.availability_zone in covered
-            else:
+            if not covered and stack.vpc_azs:  # not deployed yet: the VPC it will build
+                covered = set(stack.vpc_azs)
+                report.errors.append(f"{region}: stack {stack.name} has no VPC yet; its vpcAvailabilityZones "
+                                     "decide the subnets")
+            elif not covered:
                 report.errors.append(f"{region}: no private subnet tagged for cluster {stack.cluster_name} "
-                                     f"(stack {stack.name} not deployed yet?)")
+                                     f"(stack {stack.name} not deployed yet? its new VPC will cover every AZ)")
+            for az in report.azs:
+                az.private_subnet = (az.availability_zone in covered) if covered else None
     return report
 
 
@@ -656,6 +662,8 @@ def run(args: argparse.Namespace, aws: Aws, out: TextIO | None = None, log: Text
     if stack_name:
         stack = load_stack(args.project_dir, stack_name, "--stack" if args.stack else "--write-stack")
     regions, region_errors = resolve_regions(aws, args.region_list)
+    if stack is not None and stack.region is None and args.stack:
+        region_errors["--stack"] = f"--stack {stack.name}: its stack file sets no aws:region, so no subnet was checked"
     reports = search(aws, regions, args.instance_type, args.count, stack) if regions else []
     azs = rank(az for report in reports for az in report.azs)
 

@@ -530,3 +530,17 @@ def test_reservation_refuses_bad_inputs_before_registering(kwargs, message):
                  **kwargs}
     with pytest.raises(ValueError, match=message):
         GpuCapacityReservation("gpu-capacity", **arguments)
+
+
+def test_an_undeployed_stack_is_judged_by_its_vpc_availability_zones():
+    stack = capacity.StackContext(name="g6", path=Path("Pulumi.g6.yaml"), project="raytrain-eks",
+                                  cluster_name="ray-train", region="us-west-2",
+                                  vpc_azs=("us-west-2a", "us-west-2b"))
+    with mock_aws():
+        aws = FakeAws()
+        aws.answer_survey("us-west-2", 256, {})
+        report = capacity.survey_region(aws, "us-west-2", "g6.12xlarge", 2, G_AND_VT, stack)
+        aws.assert_all_answered()
+    covered = {az.availability_zone: az.private_subnet for az in report.azs}
+    assert covered == {"us-west-2a": True, "us-west-2b": True, "us-west-2c": False, "us-west-2d": False}, \
+        f"with no VPC deployed, only the stack's vpcAvailabilityZones will have a private subnet: {covered}"

@@ -1,0 +1,204 @@
+"""Workload pieces without a Ray cluster: flags, data packing and sharding, the chunked loss, FLOPs peaks, NCCL log
+files, summary parsing. Runs in seconds."""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+
+import pytest
+import ray
+import torch
+import torch.distributed as dist
+
+from workload import data, model, nccl_logs, submit, train
+from workload.config import TrainConfig, parse_args
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+CORPUS = os.path.join(HERE, "data", "corpus.txt")
+CORPUS_JSONL = os.path.join(HERE, "data", "corpus.jsonl")
+TOKENIZER = os.path.join(HERE, "data", "tokenizer")
+REPO = os.path.dirname(HERE)
+
+
+@pytest.mark.parametrize(
+    "argv, flag",
+    [
+        (["--batch_size", "0"], "--batch_size"),
+        (["--steps", "-3"], "--steps"),
+        (["--learning_rate", "0"], "--learning_rate"),
+        (["--learning_rate=-1e-4"], "--learning_rate"),
+        (["--model_config", "gpt-17"], "--model_config"),
+        (["--dataset", "/no/such/corpus.jsonl"], "--dataset"),
+        (["--model_config", "tiny", "--seq_len", "4096"], "--seq_len"),
+        (["--model_config", "tiny", "--checkpoint_every", "5"], "--checkpoint_every"),
+    ],
+)
+def test_bad_input_fails_before_ray_starts(argv, flag):
+    with pytest.raises(ValueError, match=flag):
+        train.main(argv)
+    assert not ray.is_initialized(), f"bad {flag} must fail before ray.init, but Ray was started"
+
+
+def test_flags_map_onto_the_config_and_back():
+    cfg = parse_args(["--model_config", "tiny", "--steps", "7", "--learning_rate", "3e-4", "--no-chunked_loss",
+                      "--compile", "--dataset", CORPUS])
+    assert (cfg.steps, cfg.learning_rate, cfg.chunked_loss, cfg.compile) == (7, 3e-4, False, True), (
+        f"TrainConfig from flags: expected steps 7, lr 3e-4, chunked_loss off, compile on; got {cfg}"
+    )
+    assert parse_args(cfg.to_args()) == cfg, "to_args() must rebuild the same TrainConfig"
+    assert TrainConfig().compile is None, "compile must default to 'decide by device' (None)"
+
+
+def test_every_config_field_has_a_flag_with_help():
+    from workload.config import build_parser, field_docs
+
+    help_text = build_parser().format_help()
+    for name, doc in field_docs().items():
+        assert f"--{name}" in help_text, f"flag --{name} missing from the CLI"
+        assert doc and "\n" not in doc, f"field {name} needs a one-line docstring, got {doc!r}"
+    assert len(field_docs()) == len(TrainConfig.__dataclass_fields__), "every TrainConfig field needs a docstring"
+
+
+def test_modules_a_benchmark_reuses_do_not_import_ray():
+    code = ("import sys; import workload.model, workload.data, workload.checkpoint, workload.config, "
+            "workload.nccl_logs; print('ray' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False", "workload.model/data/checkpoint/config/nccl_logs must not import ray"
+
+
+def test_pack_concatenates_documents_with_separator_and_drops_the_tail():
+    blocks = data.pack([[1, 2, 3], [4, 5], [6]], seq_len=3, separator=0)
+    assert blocks.tolist() == [[1, 2, 3], [0, 4, 5], [0, 6, 0]], f"packed blocks: got {blocks.tolist()}"
+    assert data.pack([[1, 2, 3, 4]], seq_len=3, separator=None).tolist() == [[1, 2, 3]], "tail shorter than a block dropped"
+
+
+def test_shards_are_disjoint_equal_and_cover_the_blocks():
+    blocks = torch.arange(22 * 4).view(22, 4)
+    shards = [data.shard(blocks, seed=3, rank=rank, world_size=4) for rank in range(4)]
+    rows = [tuple(row.tolist()) for shard in shards for row in shard]
+    assert all(len(shard) == 5 for shard in shards), f"each of 4 ranks gets 22 // 4 = 5 blocks, got {[len(s) for s in shards]}"
+    assert len(set(rows)) == 20, "rank shards must not share a block"
+    assert set(rows) <= {tuple(row.tolist()) for row in blocks}, "shards must hold only packed blocks"
+    again = data.shard(blocks, seed=3, rank=2, world_size=4)
+    assert torch.equal(again, shards[2]), "sharding must be deterministic for a seed"
+
+
+def test_real_data_is_tokenized_packed_and_sharded(tmp_path):
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(TOKENIZER)
+    vocab = tokenizer.get_vocab()
+    with open(CORPUS) as file:
+        lines = [line.strip() for line in file if line.strip()]
+    stream = [token for line in lines for token in [vocab[word] for word in line.split()] + [vocab["<eos>"]]]
+    seq_len = 16
+    expected_blocks = {tuple(stream[i : i + seq_len]) for i in range(0, len(stream) - seq_len + 1, seq_len)}
+
+    cfg = TrainConfig(model_config="tiny", dataset=CORPUS, tokenizer=TOKENIZER, seq_len=seq_len, batch_size=4)
+    seen: list[tuple[int, ...]] = []
+    for rank in range(2):
+        batches = data.dataset_batches(cfg, rank=rank, world_size=2)
+        shard_rows = len(expected_blocks) // 2
+        steps_per_epoch = shard_rows // cfg.batch_size
+        rank_rows = [tuple(row.tolist()) for step in range(steps_per_epoch) for row in batches(step)]
+        assert set(rank_rows) <= expected_blocks, f"rank {rank}: every row must be a block of the tokenized corpus"
+        assert torch.equal(batches(0), data.dataset_batches(cfg, rank, 2)(0)), f"rank {rank}: step 0 not reproducible"
+        wrapped = (shard_rows + cfg.batch_size - 1) // cfg.batch_size
+        assert batches(wrapped).shape == (cfg.batch_size, seq_len), "batches must wrap around past the shard's end"
+        seen += rank_rows
+    assert len(seen) == len(set(seen)), "the two ranks must see disjoint blocks"
+
+
+def test_jsonl_reads_the_text_field_and_names_a_missing_one():
+    cfg = TrainConfig(model_config="tiny", dataset=CORPUS_JSONL, text_field="body", tokenizer=TOKENIZER)
+    with open(CORPUS_JSONL) as file:
+        expected = [json.loads(line)["body"] for line in file]
+    assert data.load_documents(cfg) == expected, "documents of a .jsonl are its --text_field values, in order"
+    with pytest.raises(ValueError, match="--text_field"):
+        data.load_documents(TrainConfig(model_config="tiny", dataset=CORPUS_JSONL, tokenizer=TOKENIZER))
+
+
+def test_random_batches_are_seeded_per_step_and_rank():
+    cfg = TrainConfig(model_config="tiny", batch_size=2, seq_len=8)
+    rank0, rank1 = data.random_batches(cfg, 512, 0), data.random_batches(cfg, 512, 1)
+    assert torch.equal(rank0(5), data.random_batches(cfg, 512, 0)(5)), "step 5's batch must not depend on history"
+    assert not torch.equal(rank0(5), rank1(5)), "ranks must get different batches"
+    assert not torch.equal(rank0(5), rank0(6)), "steps must get different batches"
+    assert int(rank0(0).max()) < 512, "token ids must be below the vocabulary size"
+
+
+@pytest.mark.parametrize("dtype, tolerance", [(torch.float32, 1e-5), (torch.bfloat16, 2e-2)])
+def test_chunked_loss_matches_the_plain_loss(monkeypatch, dtype, tolerance):
+    # Small chunks, so the 2 x 255 predicted tokens span several of them, one partial.
+    monkeypatch.setattr(model, "LOSS_CHUNK_TOKENS", 100)
+    batch = data.random_batches(TrainConfig(model_config="tiny", batch_size=2, seq_len=256), 512, 0)(0)
+    results = {}
+    for chunked in (False, True):
+        cfg = TrainConfig(model_config="tiny", chunked_loss=chunked)
+        lm = model.build_model(cfg, torch.device("cpu")).to(dtype)
+        loss = model.loss_fn(lm, batch)
+        loss.backward()
+        results[chunked] = (loss.item(), lm.lm.model.embed_tokens.weight.grad.float().clone())
+    (plain, plain_grad), (chunked, chunked_grad) = results[False], results[True]
+    assert abs(plain - chunked) <= tolerance * abs(plain), f"{dtype} chunked loss {chunked} vs plain {plain}"
+    assert torch.allclose(plain_grad, chunked_grad, rtol=10 * tolerance, atol=10 * tolerance * plain_grad.abs().max()), (
+        f"{dtype}: the chunked loss's gradients must match the plain loss's"
+    )
+
+
+def test_peak_flops_lookup(monkeypatch):
+    assert model.peak_flops(torch.device("cpu")) is None, "CPU has no MFU peak: null"
+    for name, peak in [("NVIDIA H200", 989e12), ("NVIDIA H100 80GB HBM3", 989e12), ("NVIDIA L40S", 362e12),
+                       ("NVIDIA L4", 121e12), ("NVIDIA A100-SXM4-40GB", 312e12), ("Tesla T4", None)]:
+        monkeypatch.setattr(torch.cuda, "get_device_name", lambda device, name=name: name)
+        assert model.peak_flops(torch.device("cuda", 0)) == peak, f"peak of {name}: expected {peak}"
+
+
+def test_flops_per_token_counts_weights_and_attention():
+    config = model.hf_config(TrainConfig(model_config="tiny"))
+    lm = model.build_model(TrainConfig(model_config="tiny"), torch.device("cpu"))
+    params = model.matmul_parameters(lm)
+    assert params == sum(p.numel() for p in lm.parameters()), "tied embeddings: the lm_head matmul counts them"
+    assert model.flops_per_token(config, params, 128) - model.flops_per_token(config, params, 64) == (
+        12 * config.num_hidden_layers * config.hidden_size * 64
+    ), "attention FLOPs grow by 12 * layers * hidden per token of sequence"
+
+
+def test_nccl_debug_file_expansion_follows_nccl():
+    expand = nccl_logs.expand_debug_file
+    assert expand("/tmp/nccl.%h.%p.log", "ip-10-0-1-5.ec2.internal", 42) == "/tmp/nccl.ip-10-0-1-5.42.log"
+    assert expand("/x/100%%-%q", "host", 1) == "/x/100%-%q", "%% is a percent sign; unknown %q is kept"
+
+
+def test_nccl_transport_lines_are_read_filtered_and_gathered(tmp_path, monkeypatch):
+    pattern = str(tmp_path / "nccl-%h-%p.log")
+    monkeypatch.setenv("NCCL_DEBUG_FILE", pattern)
+    # Force the fallback filter, whatever workload.transport decides.
+    monkeypatch.setitem(sys.modules, "workload.transport", None)
+    path = nccl_logs.expand_debug_file(pattern, socket.gethostname(), os.getpid())
+    kept = "ip-10-0-1-5:42:43 [0] NCCL INFO Using network Libfabric"
+    with open(path, "w") as file:
+        file.write(f"some python warning\n{kept}\n")
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path}/pg", rank=0, world_size=1)
+    try:
+        assert nccl_logs.gather_transport_lines(0, 1) == {"0": kept}, "rank 0 gathers its NCCL INFO lines only"
+        monkeypatch.delenv("NCCL_DEBUG_FILE")
+        assert nccl_logs.gather_transport_lines(0, 1) == {}, "no NCCL_DEBUG_FILE: empty nccl_logs"
+    finally:
+        dist.destroy_process_group()
+
+
+def test_summary_is_the_last_summary_line():
+    logs = "\n".join(["step 1", 'TRAIN_SUMMARY {"steps": 1}', "noise", 'TRAIN_SUMMARY {"steps": 2}', "bye"])
+    assert submit.parse_summary(logs) == {"steps": 2}, "the driver's last TRAIN_SUMMARY line wins"
+    assert submit.parse_summary("no summary here") is None
+
+
+def test_unreachable_job_server_is_not_reported_as_an_auth_failure():
+    from workload.local import free_port
+
+    with pytest.raises(ConnectionError):
+        submit.connect(f"http://127.0.0.1:{free_port()}", token="x")

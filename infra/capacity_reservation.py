@@ -113,12 +113,13 @@ class ReservationInputs:
 
     def validate(self) -> None:
         if not isinstance(self.instance_type, str) or not self.instance_type:
-            raise ValueError(f"instance_type must be an EC2 instance type such as g6.12xlarge, got {self.instance_type!r}")
+            raise ValueError(
+                f"instance_type must be an EC2 instance type such as g6.12xlarge, got {self.instance_type!r}")
         if isinstance(self.instance_count, bool) or not isinstance(self.instance_count, int) or self.instance_count < 1:
             raise ValueError(f"instance_count (gpuNodeCount) must be an integer >= 1, got {self.instance_count!r}")
         if not self.candidate_azs or not all(isinstance(az, str) and az for az in self.candidate_azs):
-            raise ValueError(
-                f"candidate_azs (capacityCandidateAzs) must be a non-empty list of AZ names, got {self.candidate_azs!r}")
+            raise ValueError(f"candidate_azs (capacityCandidateAzs) must be a non-empty list of AZ names, "
+                             f"got {self.candidate_azs!r}")
         if len(set(self.candidate_azs)) != len(self.candidate_azs):
             raise ValueError(f"candidate_azs (capacityCandidateAzs) lists an AZ twice: {self.candidate_azs!r}")
 

@@ -197,7 +197,8 @@ def make_stack_vpc(region: str, cluster_name: str, private_azs: list[str]) -> No
     vpc_id = ec2.create_vpc(CidrBlock="10.0.0.0/16")["Vpc"]["VpcId"]
     for index, az in enumerate(private_azs):
         for tier, role in (("public", "elb"), ("private", "internal-elb")):
-            ec2.create_subnet(VpcId=vpc_id, AvailabilityZone=az, CidrBlock=f"10.0.{2 * index + (tier == 'private')}.0/24",
+            cidr = f"10.0.{2 * index + (tier == 'private')}.0/24"
+            ec2.create_subnet(VpcId=vpc_id, AvailabilityZone=az, CidrBlock=cidr,
                               TagSpecifications=[{"ResourceType": "subnet", "Tags": [
                                   {"Key": f"kubernetes.io/cluster/{cluster_name}", "Value": "shared"},
                                   {"Key": f"kubernetes.io/role/{role}", "Value": "1"}]}])
@@ -459,6 +460,27 @@ def test_provider_delete_cancels_and_tolerates_an_ended_reservation(reservation_
     provider.delete("cr-0b0000000000000b1", dict(PROPS))  # already cancelled: no second cancel call
 
 
+def test_provider_update_resizes_and_retags_in_place(reservation_stub):
+    reservation_stub.add_response("modify_capacity_reservation", {"Return": True},
+                                  {"CapacityReservationId": "cr-0b0000000000000b1", "InstanceCount": 3})
+    reservation_stub.add_response("delete_tags", {}, {"Resources": ["cr-0b0000000000000b1"],
+                                                      "Tags": [{"Key": "raytrain:cluster"}]})
+    reservation_stub.add_response("create_tags", {}, {"Resources": ["cr-0b0000000000000b1"],
+                                                      "Tags": [{"Key": "team", "Value": "ml"}]})
+    olds = {**PROPS, "reservation_id": "cr-0b0000000000000b1", "availability_zone": "us-east-1b"}
+    result = GpuCapacityReservationProvider().update(
+        "cr-0b0000000000000b1", olds, {**PROPS, "instance_count": 3, "tags": {"team": "ml"}})
+    assert (result.outs["availability_zone"], result.outs["instance_count"]) == ("us-east-1b", 3), \
+        f"an update keeps the reservation's AZ and reports the new count: {result.outs}"
+
+
+def test_provider_read_drops_a_reservation_that_ended_outside_pulumi(reservation_stub):
+    reservation_stub.add_response("describe_capacity_reservations", {"CapacityReservations": [
+        reservation("cr-0b0000000000000b1", "us-east-1b", state="expired")]})
+    result = GpuCapacityReservationProvider().read("cr-0b0000000000000b1", dict(PROPS))
+    assert not result.id, "an expired reservation reads as gone, so a refresh removes it from the state"
+
+
 @pytest.mark.parametrize("change, replaces, changes", [
     ({"instance_type": "g6e.12xlarge"}, ["instance_type"], True),
     ({"candidate_azs": ["us-east-1c"]}, ["candidate_azs"], True),          # its AZ dropped: move
@@ -515,7 +537,8 @@ def test_reservation_under_mocks_lands_in_the_first_az_with_capacity(mocks, rese
 
     def check(values):
         reservation_id, availability_zone = values
-        assert reservation_id == "cr-0c0000000000000c1", f"reservation_id should be the created one, got {reservation_id}"
+        assert reservation_id == "cr-0c0000000000000c1", \
+            f"reservation_id should be the one created in us-east-1b, got {reservation_id}"
         assert availability_zone == "us-east-1b", f"availability_zone should be us-east-1b, got {availability_zone}"
     return pulumi.Output.all(held.reservation_id, held.availability_zone).apply(check)
 

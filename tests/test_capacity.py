@@ -98,9 +98,9 @@ class FakeAws(Aws):
     def reservations(self, region):
         return self.stub("reservations", region).client
 
-    def answer_survey(self, region: str, quota_vcpus: float | None, scores: dict[str, int],
+    def answer_survey(self, region: str, quota_vcpus: float | None, scores: dict[str, int] | None,
                       reservations: list[dict] = ()) -> None:
-        """Queues what one region's survey asks of the stubbed APIs; None for quota_vcpus: access denied."""
+        """Queues what one region's survey asks of the stubbed APIs; None for quota or scores: access denied."""
         if quota_vcpus is None:  # the survey then skips the usage it would subtract from the quota
             capacity_error(self.stub("quotas", region), "get_service_quota", "AccessDeniedException",
                            "User is not authorized to perform: servicequotas:GetServiceQuota")
@@ -110,6 +110,10 @@ class FakeAws(Aws):
                 {"ServiceCode": "ec2", "QuotaCode": G_AND_VT.code})
             self.stub("reservations", region).add_response(
                 "describe_capacity_reservations", {"CapacityReservations": list(reservations)})
+        if scores is None:
+            capacity_error(self.stub("spot", region), "get_spot_placement_scores", "UnauthorizedOperation",
+                           "You are not authorized to perform this operation.")
+            return
         self.stub("spot", region).add_response("get_spot_placement_scores", {"SpotPlacementScores": [
             {"Region": region, "AvailabilityZoneId": zone_id, "Score": score} for zone_id, score in scores.items()]},
             {"InstanceTypes": ["g6.12xlarge"], "TargetCapacity": 2, "TargetCapacityUnitType": "units",
@@ -254,16 +258,24 @@ def test_a_failing_region_does_not_stop_the_others(tmp_path, capsys):
     with mock_aws():
         aws = FakeAws()
         aws.answer_survey("us-west-2", None, {"usw2-az1": 7})  # quota API denied
+        aws.answer_survey("us-east-2", 256, None)  # Spot placement scores denied
         status, out, err = finder(["--instance-type", "g6.12xlarge", "--count", "2",
-                                   "--regions", "ap-east-1,us-west-2"], aws, capsys)
+                                   "--regions", "ap-east-1,us-west-2,us-east-2"], aws, capsys)
         aws.assert_all_answered()
     assert status == 0, f"us-west-2 still qualifies with an unknown quota:\n{out}{err}"
     assert "--regions ap-east-1: not enabled for this account" in out, "the opt-in region is named, with the flag"
-    assert "quota L-DB2E81BA unknown: access denied (AccessDeniedException)" in out, \
+    assert "us-west-2: quota L-DB2E81BA unknown: access denied (AccessDeniedException)" in out, \
         "a denied quota API is reported as such"
-    first = next(line.split() for line in out.splitlines() if line.startswith("1 "))
-    assert first[2] == "us-west-2b" and first[5] == f"?/{2 * G6.vcpus}", \
-        f"us-west-2b ranks first with headroom shown as unknown: {first}"
+    assert "us-east-2: Spot placement score unknown: access denied (UnauthorizedOperation)" in out
+    ranked_us_east_2 = [line.split()[0] for line in out.splitlines() if line.split()[1:2] == ["us-east-2"]]
+    assert ranked_us_east_2 and all(rank_.isdigit() for rank_ in ranked_us_east_2), \
+        f"us-east-2's AZs still qualify without a Spot score: {ranked_us_east_2}"
+    rows = [line.split() for line in out.splitlines() if line.split()[1:2] in (["us-west-2"], ["us-east-2"])]
+    first_unknown = next(index for index, row in enumerate(rows) if row[1] == "us-west-2")
+    assert all(row[1] == "us-east-2" for row in rows[:first_unknown]), \
+        f"a quota known to suffice ranks above an unknown one: {[row[2] for row in rows]}"
+    assert rows[first_unknown][2] == "us-west-2b" and rows[first_unknown][5] == f"?/{2 * G6.vcpus}", \
+        f"us-west-2b (Spot score 7) leads us-west-2, its headroom shown as unknown: {rows[first_unknown]}"
 
 
 def test_unknown_instance_type_names_the_flag(capsys):

@@ -473,9 +473,15 @@ def survey_region(aws: Aws, region: str, instance_type: str, count: int, quota: 
 def search(aws: Aws, regions: list[str], instance_type: str, count: int,
            stack: StackContext | None) -> list[RegionReport]:
     quota = on_demand_quota(instance_type)
+
+    def survey(region: str) -> RegionReport:
+        try:
+            return survey_region(aws, region, instance_type, count, quota, stack)
+        except Exception as error:  # noqa: BLE001 - one region's surprise must not cost the others their answer
+            return RegionReport(region, errors=[f"{region}: unexpected {type(error).__name__}: {error}"])
+
     with ThreadPoolExecutor(max_workers=SEARCH_THREADS) as pool:
-        reports = list(pool.map(lambda region: survey_region(aws, region, instance_type, count, quota, stack),
-                                regions))
+        reports = list(pool.map(survey, regions))
     known = [report.instance_type_known for report in reports if report.instance_type_known is not None]
     if known and not any(known):
         raise ValueError(f"--instance-type {instance_type}: EC2 knows no such instance type in "

@@ -95,7 +95,8 @@ def render_status(status: dict) -> str:
     else:
         conditions = ", ".join(f"{k}={v}" for k, v in sorted(cluster["conditions"].items())) or "none"
         lines.append(f"RayCluster {cluster['namespace']}/{cluster['name']}: {cluster['state']} "
-                     f"({cluster['ready_workers']}/{cluster['desired_workers']} workers ready; conditions: {conditions})")
+                     f"({cluster['ready_workers']}/{cluster['desired_workers']} workers ready; "
+                     f"conditions: {conditions})")
     lines.append("")
     if status["pods"]:
         lines += _table([["POD", "ROLE", "PHASE", "NODE", "INSTANCE TYPE", "ZONE"]]

@@ -126,7 +126,7 @@ def test_create_fails_when_the_verdict_disagrees_with_the_expectation(monkeypatc
     assert "NCCL transport is wrong" in message and "4=socket" in message and "TRAIN_SUMMARY" in message, \
         f"create must fail naming rank 4's socket verdict, with the log tail: {message}"
     assert submitted[0]["env_vars"] == props()["env_vars"] and submitted[0]["token"] == "token" \
-        and submitted[0]["timeout_s"] == 300.0, f"the job gets the resource's env, the token and timeout: {submitted[0]}"
+        and submitted[0]["timeout_s"] == 300.0, f"the job gets the resource's env, token and timeout: {submitted[0]}"
     created = job_provider.create(props(expect_transport="any"))
     assert created.outs["verdicts"]["4"] == "socket" and created.outs["verdicts"]["3"] == "efa", \
         f"expect=any never fails; the per-rank verdicts are outputs: {created.outs['verdicts']}"

@@ -31,7 +31,8 @@ def test_job_inputs_come_from_the_train_config(enabled):
     job = enabled.one(JOB)
     args = job.inputs["train_args"]
     flags = dict(zip(args[::2], args[1::2]))
-    assert flags["--model_config"] == "tiny" and flags["--steps"] == "3", f"train flags from trainModelConfig/Steps: {args}"
+    assert flags["--model_config"] == "tiny" and flags["--steps"] == "3", \
+        f"train flags from trainModelConfig/Steps: {args}"
     assert flags["--run_name"] == "ray-train-fsdp-llm-7", f"a new trainRunId is a new checkpoint run: {args}"
     assert job.inputs["env_vars"] == {"NCCL_DEBUG_FILE": ray_job.NCCL_DEBUG_FILE, "NCCL_NET": "Socket"}, \
         f"job env: each rank's NCCL debug file plus trainEnv; got {job.inputs['env_vars']}"

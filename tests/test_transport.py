@@ -171,7 +171,8 @@ def test_line_cut_inside_net_name_is_not_a_channel():
     rank.log(USING_NETWORK % "Libfabric")
     full = NET_CHANNEL % (0, 0, 3, 3, 4, 0, "send", "Libfabric", 0, "")
     rank.log(full[: full.index("Libfabric") + 3])
-    assert transport.rank_verdicts("\n".join(rank.lines)) == {key(rank): "unknown"}, "a cut 'via NET/Lib' proves nothing"
+    assert transport.rank_verdicts("\n".join(rank.lines)) == {key(rank): "unknown"}, \
+        "a line cut at 'via NET/Lib' proves nothing"
 
 
 def test_no_nccl_lines_fail_every_expectation_but_any():

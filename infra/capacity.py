@@ -663,10 +663,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def run(args: argparse.Namespace, aws: Aws, out: TextIO | None = None, log: TextIO | None = None) -> int:
     out, log = out or sys.stdout, log or sys.stderr
     check_credentials(aws)
-    stack_name = args.stack or args.write_stack
-    stack = None
-    if stack_name:
-        stack = load_stack(args.project_dir, stack_name, "--stack" if args.stack else "--write-stack")
+    # The stack written is also the one whose subnets are checked, unless --stack names another.
+    target = load_stack(args.project_dir, args.write_stack, "--write-stack") if args.write_stack else None
+    stack = load_stack(args.project_dir, args.stack, "--stack") if args.stack else target
     regions, region_errors = resolve_regions(aws, args.region_list)
     if stack is not None and stack.region is None and args.stack:
         region_errors["--stack"] = f"--stack {stack.name}: its stack file sets no aws:region, so no subnet was checked"
@@ -674,10 +673,10 @@ def run(args: argparse.Namespace, aws: Aws, out: TextIO | None = None, log: Text
     azs = rank(az for report in reports for az in report.azs)
 
     if args.probe:
-        candidates = [az for az in azs if az.qualifies]
-        print(f"probing {len(candidates)} AZ(s) with a {args.count} x {args.instance_type} reservation each",
+        to_probe = [az for az in azs if az.qualifies]
+        print(f"probing {len(to_probe)} AZ(s) with a {args.count} x {args.instance_type} reservation each",
               file=log)
-        leftovers = probe(aws, candidates, args.instance_type, args.count, run_id=uuid.uuid4().hex[:12], log=log)
+        leftovers = probe(aws, to_probe, args.instance_type, args.count, run_id=uuid.uuid4().hex[:12], log=log)
         azs = rank(azs)
 
     print(render_table(azs), file=out)
@@ -703,9 +702,10 @@ def run(args: argparse.Namespace, aws: Aws, out: TextIO | None = None, log: Text
     if args.write_stack:
         region = best[0].region
         candidates = [az.availability_zone for az in best if az.region == region]
-        replaced = write_stack_file(stack.path, stack.project, region, candidates[0], candidates)
-        print(f"\nWrote {stack.path.name}: aws:region={region}, {stack.project}:gpuAvailabilityZone={candidates[0]}, "
-              f"{stack.project}:capacityCandidateAzs={candidates}", file=out)
+        replaced = write_stack_file(target.path, target.project, region, candidates[0], candidates)
+        print(f"\nWrote {target.path.name}: aws:region={region}, "
+              f"{target.project}:gpuAvailabilityZone={candidates[0]}, "
+              f"{target.project}:capacityCandidateAzs={candidates}", file=out)
         if replaced:
             print(f"WARNING: aws:region was {replaced}; if that stack is deployed, `pulumi up` now replaces "
                   "every resource in the new region", file=out)

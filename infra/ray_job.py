@@ -47,11 +47,11 @@ OUTPUT_NAMES = ("job_id", "status", "final_loss", "tokens_per_s", "world_size", 
 
 @dataclass(frozen=True)
 class TrainingJobInputs:
-    """Everything the provider needs besides the kubeconfig, as plain values."""
+    """Everything the provider needs besides the kubeconfig; the RayCluster's identity arrives as its Outputs."""
 
-    namespace: str
-    cluster_name: str
-    auth_secret_name: str
+    namespace: pulumi.Input[str]
+    cluster_name: pulumi.Input[str]
+    auth_secret_name: pulumi.Input[str]
     train_args: list[str]
     run_id: str
     pip: list[str]
@@ -283,12 +283,15 @@ class TrainingJob(pulumi.dynamic.Resource, module="raytrain", name="TrainingJob"
         ray_cluster: Any,
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
-        props: dict[str, Any] = {
+        inputs = TrainingJobInputs(
+            namespace=ray_cluster.namespace,
+            cluster_name=ray_cluster.cluster_name,
+            auth_secret_name=ray_cluster.auth_secret_name,
             **job_inputs(cfg, facts),
+        )
+        props: dict[str, Any] = {
+            **{field.name: getattr(inputs, field.name) for field in dataclasses.fields(inputs)},
             "kubeconfig": pulumi.Output.secret(kubeconfig),
-            "namespace": ray_cluster.namespace,
-            "cluster_name": ray_cluster.cluster_name,
-            "auth_secret_name": ray_cluster.auth_secret_name,
             **{output: None for output in OUTPUT_NAMES},
         }
         # The kubeconfig is kept in the outputs because delete needs it to reach the cluster.

@@ -22,6 +22,7 @@ OFI_INIT = "NET/OFI Initializing aws-ofi-nccl %s"
 LIBFABRIC_VERSION = "NET/OFI Using Libfabric version %u.%u"
 SELECTED_PROVIDER = "NET/OFI Selected provider is %s, fabric is %s (found %d nics)"
 SOCKET_INIT = "NET/Socket : Using%s"
+COMM_INIT = "comm %s rank %d nRanks %d nNodes %d localRanks %d localRank %d MNNVL %d"
 NET_CHANNEL = "Channel %02d/%d : %d[%d] -> %d[%d] [%s] via NET/%s/%d%s"
 P2P_CHANNEL = "Channel %02d/%d : %d[%d] -> %d[%d] via P2P/%s"
 UNRELATED = ["cudaDriverVersion 12080", "Bootstrap: Using eth0:10.0.1.5<0>", "Connected all rings, use ring PXN 0"]
@@ -61,6 +62,7 @@ def nccl_job(nodes: int = 2, gpus_per_node: int = 4, channels: int = 2, override
         if rank.network == "Socket":
             rank.log(SOCKET_INIT % " [0]eth0:10.0.1.5<0>")
         rank.log(USING_NETWORK % rank.network)
+        rank.log(COMM_INIT % ("0x55d7c8a0", rank.rank, world, nodes, gpus_per_node, rank.local, 0))
     for channel in range(channels):
         for sender in ranks:
             receiver = ranks[(sender.rank + 1) % world]
@@ -126,6 +128,16 @@ def test_using_network_socket_across_hosts_is_socket_without_net_channels():
     verdicts = transport.rank_verdicts(job_log(ranks))
     assert set(verdicts.values()) == {"socket"}, f"NCCL_NET=Socket on 2 nodes: every rank socket, got {verdicts}"
     assert transport.check_expectation(verdicts, "socket") is None, "expect=socket must pass on a socket job"
+
+
+def test_a_lone_rank_log_knows_its_job_spans_nodes_from_nnodes():
+    # Only rank 1's debug file is at hand: it never sends across nodes, but nNodes 2 says the job does.
+    socket_job = nccl_job(overrides={rank: {"network": "Socket", "plugin": False} for rank in range(8)})
+    assert transport.rank_verdicts({"1": socket_job[1].lines}) == {"1": "socket"}, \
+        "a rank of a 2-node job with 'Using network Socket' is on sockets even without NET channels of its own"
+    efa_job = nccl_job()
+    assert transport.rank_verdicts({"1": efa_job[1].lines}) == {"1": "intra-node"}, \
+        "a middle rank of a 2-node EFA job keeps its traffic on the node"
 
 
 def test_single_node_is_intra_node_and_fails_expect_efa():

@@ -40,9 +40,10 @@ _CHANNEL = re.compile(r"^Channel \d+(?:/\d+)? : .* via (?P<path>\S.*)$")
 # The device index after the name is required, so a line cut inside "NET/Libf" is not mistaken for a channel.
 _NET_PATH = re.compile(r"^NET/(?P<name>[^/]+)/\d")
 _SOCKET_INIT = re.compile(r"NET/Socket : Using")
-_OTHER_TRANSPORT_LINE = re.compile(
-    r"NCCL_NET_PLUGIN set by environment|Using Libfabric version|NET/OFI|nNodes \d+"
-)
+# Communicator init: "comm 0x... rank 3 nRanks 8 nNodes 2 localRanks 4 localRank 3 MNNVL 0". It tells a rank
+# whose log is the only one at hand that the job spans nodes.
+_NODES = re.compile(r"\bnNodes (?P<nodes>\d+)")
+_OTHER_TRANSPORT_LINE = re.compile(r"NCCL_NET_PLUGIN set by environment|Using Libfabric version|NET/OFI")
 
 
 def _is_libfabric(name: str) -> bool:
@@ -66,6 +67,7 @@ def is_transport_line(line: str) -> bool:
         or _PROVIDER.search(message)
         or _CHANNEL.match(message)
         or _SOCKET_INIT.search(message)
+        or _NODES.search(message)
         or _OTHER_TRANSPORT_LINE.search(message)
     )
 
@@ -83,6 +85,8 @@ class RankEvidence:
     net_channels: set[str] = field(default_factory=set)
     """Names after NET/ on channel lines: `Libfabric`, `Socket`."""
     local_channels: int = 0
+    nodes: int = 0
+    """The largest nNodes of this rank's communicators (0 when no init line was seen)."""
     verdict: str = "unknown"
     reason: str = ""
 
@@ -94,6 +98,8 @@ class RankEvidence:
 
 
 def _read_message(evidence: RankEvidence, message: str) -> None:
+    if match := _NODES.search(message):
+        evidence.nodes = max(evidence.nodes, int(match["nodes"]))
     if match := _USING_NETWORK.match(message):
         evidence.networks.add(match["name"])
     elif match := _PLUGIN_LOADED.search(message):
@@ -136,7 +142,7 @@ def _decide(evidence: RankEvidence, multi_host: bool) -> tuple[str, str]:
 
 def _decide_all(per_rank: dict[str, RankEvidence]) -> dict[str, RankEvidence]:
     hosts = set().union(*(evidence.hosts for evidence in per_rank.values())) if per_rank else set()
-    multi_host = len(hosts) > 1
+    multi_host = len(hosts) > 1 or any(evidence.nodes > 1 for evidence in per_rank.values())
     for evidence in per_rank.values():
         evidence.verdict, evidence.reason = _decide(evidence, multi_host)
     return per_rank

@@ -387,6 +387,31 @@ def test_probe_error_mid_probe_still_cancels_what_it_holds():
         f"the reservation whose first cancel failed must be cancelled on the way out:\n{log.getvalue()}"
 
 
+def test_a_failed_probe_demotes_the_az_it_was_made_in(capsys):
+    with mock_aws():
+        aws = FakeAws()
+        aws.answer_survey("us-west-2", 256, {"usw2-az1": 9})
+        stub = aws.stub("reservations", "us-west-2")
+        # Probed in rank order: us-west-2b (score 9) first, then a, c, d.
+        capacity_error(stub, "create_capacity_reservation", "InsufficientInstanceCapacity", status=500)
+        for index, zone in enumerate(("us-west-2a", "us-west-2c", "us-west-2d")):
+            reservation_id = f"cr-0{index}00000000000000{index}"
+            stub.add_response("create_capacity_reservation", {"CapacityReservation": reservation(reservation_id, zone)},
+                              {**dict.fromkeys(("ClientToken", "EndDate", "TagSpecifications", "InstanceType",
+                                                "InstancePlatform", "InstanceCount", "InstanceMatchCriteria",
+                                                "Tenancy", "EndDateType"), ANY), "AvailabilityZone": zone})
+            stub.add_response("cancel_capacity_reservation", {"Return": True},
+                              {"CapacityReservationId": reservation_id})
+        status, out, _ = finder(["--instance-type", "g6.12xlarge", "--count", "2", "--regions", "us-west-2", "--probe"],
+                                aws, capsys)
+        aws.assert_all_answered()
+    rows = {line.split()[2]: line.split() for line in out.splitlines() if line.split()[1:2] == ["us-west-2"]}
+    assert status == 0 and rows["us-west-2a"][0] == "1" and rows["us-west-2a"][8] == "ok", \
+        f"us-west-2a, whose probe held, ranks first:\n{out}"
+    assert rows["us-west-2b"][0] == "-" and rows["us-west-2b"][8] == "failed", \
+        f"us-west-2b's probe found no capacity, so despite its Spot score it does not qualify:\n{out}"
+
+
 def test_probe_tags_every_reservation_and_makes_it_expire():
     aws = FakeAws()
     stub = aws.stub("reservations", "us-east-1")

@@ -121,7 +121,7 @@ def build(variant, device):
     mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
     for layer in model.model.layers:
         if "compile" in variant:
-            layer.compile()
+            layer.compile(mode="max-autotune-no-cudagraphs" if "maxat" in variant else None)
         if "nofsdp" not in variant:
             fully_shard(layer, mp_policy=mp, reshard_after_forward="nors" not in variant)
     if "chunked" in variant or "liger" in variant:
@@ -164,18 +164,59 @@ def run(variant, args, device):
         opt.step(); opt.zero_grad(set_to_none=True)
         losses.append(loss.item())
         torch.cuda.synchronize(); times.append(time.perf_counter() - s)
+    if variant in args.phases.split(","):
+        # CPU time to issue each phase (no sync inside) against GPU time of each phase (events).
+        ev = [torch.cuda.Event(enable_timing=True) for _ in range(4)]
+        cpu = []
+        for _ in range(3):
+            torch.cuda.synchronize()
+            t = [time.perf_counter()]; ev[0].record()
+            with attention_backends(variant):
+                loss = loss_of(variant, model, ids)
+                t.append(time.perf_counter()); ev[1].record()
+                loss.backward()
+            t.append(time.perf_counter()); ev[2].record()
+            opt.step(); opt.zero_grad(set_to_none=True)
+            t.append(time.perf_counter()); ev[3].record()
+            torch.cuda.synchronize()
+            t.append(time.perf_counter())
+            cpu = [round((b - a) * 1e3, 1) for a, b in zip(t, t[1:])]
+            gpu = [round(ev[i].elapsed_time(ev[i + 1]), 1) for i in range(3)]
+        print(json.dumps(dict(variant=variant, phases="forward,backward,optimizer,(drain)", cpu_issue_ms=cpu,
+                              gpu_event_ms=gpu)), flush=True)
     if variant == args.profile:
         from torch.profiler import profile, ProfilerActivity
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        with profile(activities=[ProfilerActivity.CUDA, ProfilerActivity.CPU]) as prof:
             with attention_backends(variant):
                 loss = loss_of(variant, model, ids)
                 loss.backward()
             opt.step(); opt.zero_grad(set_to_none=True)
             torch.cuda.synchronize()
+        if os.environ.get("OUT"):
+            import gzip, shutil
+            prof.export_chrome_trace("/tmp/trace.json")
+            with open("/tmp/trace.json", "rb") as src, gzip.open(os.environ["OUT"] + "/trace.json.gz", "wb") as dst:
+                shutil.copyfileobj(src, dst)
         print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=18, max_name_column_width=70), flush=True)
     dt = sorted(times[args.warmup:])[len(times[args.warmup:]) // 2]
     tps = args.batch * args.seq / dt
-    res = dict(variant=variant, tokens_per_s=round(tps), mfu=round(tps * flops_per_token / PEAK, 3),
+    # Throughput with no sync between steps: losses are read after the timed run, as a training loop that logs
+    # the previous step's loss would.
+    batches = [torch.randint(0, 151936, (args.batch, args.seq), generator=torch.Generator().manual_seed(100 + i))
+               for i in range(args.steps)]
+    torch.cuda.synchronize(); s = time.perf_counter()
+    pending = []
+    for ids in batches:
+        with attention_backends(variant):
+            loss = loss_of(variant, model, ids.to(device, non_blocking=True))
+            loss.backward()
+        opt.step(); opt.zero_grad(set_to_none=True)
+        pending.append(loss.detach())
+    torch.cuda.synchronize()
+    run_tps = args.batch * args.seq * args.steps / (time.perf_counter() - s)
+    assert all(math.isfinite(l.item()) for l in pending)
+    res = dict(variant=variant, tokens_per_s=round(tps), run_tokens_per_s=round(run_tps),
+               run_mfu=round(run_tps * flops_per_token / PEAK, 3), mfu=round(tps * flops_per_token / PEAK, 3),
                peak_gib=round(torch.cuda.max_memory_allocated() / 2**30, 1), first_losses=[round(l, 4) for l in losses[:5]],
                setup_s=round(time.time() - t0 - sum(times), 1), n_params=n_params)
     print(json.dumps(res), flush=True)
@@ -189,6 +230,7 @@ if __name__ == "__main__":
     p.add_argument("--batch", type=int, default=8); p.add_argument("--seq", type=int, default=2048)
     p.add_argument("--warmup", type=int, default=3); p.add_argument("--steps", type=int, default=6)
     p.add_argument("--profile", default="")
+    p.add_argument("--phases", default="")
     args = p.parse_args()
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1"); os.environ.setdefault("MASTER_PORT", "29511")
     dist.init_process_group("nccl", rank=0, world_size=1)

@@ -6,6 +6,7 @@ port-forward uses) and the head's token. The CPU workload is really submitted, w
 """
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import socket
 import time
@@ -19,6 +20,14 @@ from infra.portforward import LocalForward
 RAY_TEST_ENV = {"RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "0.1", "RAY_TRAIN_ENABLE_PRINT_PATCH": "0", "RAY_DEDUP_LOGS": "0"}
 TINY_ARGS = ["--model_config", "tiny", "--steps", "2", "--batch_size", "2", "--seq_len", "32",
              "--learning_rate", "1e-3", "--num_workers", "2"]
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _event_loop_restored():
+    """workload.submit streams logs with asyncio.run, which leaves the main thread without an event loop; the
+    Pulumi mock tests that run later in the same process need one."""
+    yield
+    asyncio.set_event_loop(asyncio.new_event_loop())
 
 
 @pytest.fixture(scope="module")

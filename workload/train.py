@@ -12,13 +12,14 @@ import shutil
 import sys
 import tempfile
 import time
-from typing import Sequence
+from typing import Callable, Sequence
 
 import ray
 import ray.train
 import ray.train.torch
 import torch
 import torch.distributed as dist
+from ray.util.queue import Queue
 
 from workload import checkpoint as checkpoints
 from workload.config import TrainConfig, parse_args
@@ -43,7 +44,8 @@ CPU_WORKERS_WITHOUT_GPUS = 2
 
 
 def train_func(config: dict) -> None:
-    cfg = TrainConfig(**config)
+    """config: {"train": TrainConfig fields, "final": a ray.util.queue.Queue that rank 0 hands its final metrics to}."""
+    cfg = TrainConfig(**config["train"])
     context = ray.train.get_context()
     rank, world_size = context.get_world_rank(), context.get_world_size()
     device = ray.train.torch.get_device()
@@ -102,6 +104,8 @@ def train_func(config: dict) -> None:
         "start_step": start_step,
         "nccl_logs": gather_transport_lines(rank, world_size),
     }
+    if rank == 0:
+        config["final"].put(final)
     # A run resumed after its last step has nothing new to save.
     if cfg.storage_path and start_step < cfg.steps:
         _report_with_checkpoint(final, model, optimizer, cfg.steps)
@@ -142,12 +146,16 @@ def worker_count(cfg: TrainConfig) -> tuple[int, bool]:
     return CPU_WORKERS_WITHOUT_GPUS, False
 
 
-def fit(cfg: TrainConfig) -> ray.train.Result:
-    """Run the TorchTrainer on the Ray cluster this process is connected to."""
+def fit(cfg: TrainConfig, train_loop: Callable[[dict], None] = train_func) -> tuple[ray.train.Result, dict]:
+    """Run the TorchTrainer on the Ray cluster this process is connected to; returns Ray's result and rank 0's
+    final metrics. `train_loop` gets {"train": ..., "final": ...} on every worker (a variant can wrap train_func)."""
     num_workers, use_gpu = worker_count(cfg)
+    # Ray Train's Result keeps only the metrics reported with a checkpoint, and a run without storage_path has
+    # none, so the final metrics come back through a queue. No CPU: the training workers may need them all.
+    final_queue = Queue(actor_options={"num_cpus": 0})
     trainer = ray.train.torch.TorchTrainer(
-        train_func,
-        train_loop_config=dataclasses.asdict(cfg),
+        train_loop,
+        train_loop_config={"train": dataclasses.asdict(cfg), "final": final_queue},
         scaling_config=ray.train.ScalingConfig(num_workers=num_workers, use_gpu=use_gpu),
         run_config=ray.train.RunConfig(
             name=cfg.run_name,
@@ -155,21 +163,25 @@ def fit(cfg: TrainConfig) -> ray.train.Result:
             failure_config=ray.train.FailureConfig(max_failures=cfg.max_failures),
         ),
     )
-    return trainer.fit()
+    result = trainer.fit()
+    # An attempt that failed after handing over its metrics is followed by one that hands over its own: keep the
+    # last.
+    finals = [final_queue.get() for _ in range(final_queue.qsize())]
+    ray.kill(final_queue.actor)
+    return result, finals[-1]
 
 
-def summarize(cfg: TrainConfig, result: ray.train.Result) -> dict:
-    """The driver's summary: rank 0's final report plus the latest checkpoint's location."""
-    metrics = result.metrics
+def summarize(cfg: TrainConfig, result: ray.train.Result, final: dict) -> dict:
+    """The driver's summary: rank 0's final metrics plus the latest checkpoint's location."""
     return {
-        "world_size": metrics["world_size"],
-        "device": metrics["device"],
-        "steps": metrics["steps"],
-        "final_loss": metrics["final_loss"],
-        "tokens_per_s": metrics["tokens_per_s"],
-        "mfu": metrics["mfu"],
+        "world_size": final["world_size"],
+        "device": final["device"],
+        "steps": final["steps"],
+        "final_loss": final["final_loss"],
+        "tokens_per_s": final["tokens_per_s"],
+        "mfu": final["mfu"],
         "checkpoint": _checkpoint_uri(cfg, result),
-        "nccl_logs": metrics["nccl_logs"],
+        "nccl_logs": final["nccl_logs"],
     }
 
 
@@ -185,8 +197,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     cfg = parse_args(argv)
     validate(cfg)
     ray.init(address="auto")
-    result = fit(cfg)
-    print(SUMMARY_PREFIX + json.dumps(summarize(cfg, result)), flush=True)
+    result, final = fit(cfg)
+    print(SUMMARY_PREFIX + json.dumps(summarize(cfg, result, final)), flush=True)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,74 @@
+"""The Jobs API path against a real `ray start --head` with token authentication on (workload.local's cluster):
+a tiny training job succeeds and returns its summary; a failing job, a timeout and a wrong token fail clearly."""
+from __future__ import annotations
+
+import socket
+import time
+
+import pytest
+from ray.job_submission import JobStatus
+
+from workload import local, submit
+
+FAST_RAY_TRAIN = {
+    "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "0.1",
+    "RAY_TRAIN_ENABLE_PRINT_PATCH": "0",
+    "RAY_DEDUP_LOGS": "0",
+}
+TINY = ["--model_config", "tiny", "--steps", "3", "--batch_size", "2", "--seq_len", "32"]
+
+
+@pytest.fixture(scope="module")
+def head():
+    """One cluster for the module. It is left the way Ctrl-C would leave it, and must then be down."""
+    cluster = local.local_cluster()
+    address, token = cluster.__enter__()
+    yield address, token
+    cluster.__exit__(KeyboardInterrupt, KeyboardInterrupt(), None)
+    port = int(address.rsplit(":", 1)[1])
+    with socket.socket() as probe:
+        assert probe.connect_ex(("127.0.0.1", port)) != 0, f"job server on port {port} must be down after Ctrl-C"
+
+
+def test_job_runs_through_the_jobs_api_and_returns_its_summary(head):
+    address, token = head
+    lines: list[str] = []
+    result = submit.submit_training_job(address, TINY, token=token, env_vars=FAST_RAY_TRAIN, on_log=lines.append,
+                                        timeout_s=300)
+    assert result.status == "SUCCEEDED", f"tiny job: expected SUCCEEDED, got {result.status}"
+    assert (result.summary["steps"], result.summary["world_size"], result.summary["device"]) == (3, 2, "cpu"), (
+        f"summary: expected 3 steps on 2 cpu workers, got {result.summary}"
+    )
+    assert set(result.summary) == {"world_size", "device", "steps", "final_loss", "tokens_per_s", "mfu",
+                                   "checkpoint", "nccl_logs"}, f"summary keys: got {sorted(result.summary)}"
+    assert any("step 3/3 loss" in line for line in lines), "rank 0's per-step progress must stream through on_log"
+    assert token not in result.logs and not any(token in line for line in lines), "the auth token must never be logged"
+
+
+def test_failing_job_raises_with_the_tail_of_its_log(head):
+    address, token = head
+    with pytest.raises(submit.JobFailedError) as failure:
+        submit.submit_training_job(address, [*TINY, "--seq_len", "100000"], token=token, on_log=lambda line: None,
+                                   timeout_s=120)
+    assert failure.value.status == "FAILED", f"expected status FAILED, got {failure.value.status}"
+    assert "--seq_len" in failure.value.log_tail, "the log tail must show the driver's error naming --seq_len"
+    assert failure.value.log_tail in str(failure.value), "the exception message must include the log tail"
+
+
+@pytest.mark.parametrize("token", ["not-the-cluster-token", None])
+def test_wrong_or_missing_token_is_refused_clearly(head, token):
+    address, _ = head
+    with pytest.raises(submit.JobAuthenticationError, match="refused") as refusal:
+        submit.submit_training_job(address, TINY, token=token, on_log=lambda line: None)
+    assert "not-the-cluster-token" not in str(refusal.value), "the refusal must not echo the token"
+
+
+def test_timeout_stops_the_job(head):
+    address, token = head
+    with pytest.raises(submit.JobFailedError, match="timeout") as failure:
+        submit.submit_training_job(address, TINY, token=token, on_log=lambda line: None, timeout_s=2)
+    client = submit.connect(address, token)
+    deadline = time.monotonic() + 60
+    while client.get_job_status(failure.value.job_id) != JobStatus.STOPPED and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert client.get_job_status(failure.value.job_id) == JobStatus.STOPPED, "a timed-out job must be stopped"

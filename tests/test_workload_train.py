@@ -1,0 +1,134 @@
+"""The training function on a real Ray cluster in this process: 2 CPU workers, gloo, FSDP2, sharded checkpoints.
+
+One uninterrupted run on a learnable corpus is the reference: its loss must fall, and both a checkpoint-then-resume
+run and a run whose worker is killed mid-way must end with exactly its parameters (every batch is a function of
+its step, so nothing depends on where a run restarted).
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import os
+
+import pytest
+import ray
+import ray.train
+import torch
+
+from workload import checkpoint, data, model, train
+from workload.config import TrainConfig
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+FAST_RAY_TRAIN = {
+    "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "0.1",
+    "RAY_TRAIN_ENABLE_PRINT_PATCH": "0",
+    "RAY_DEDUP_LOGS": "0",
+}
+BASE = TrainConfig(
+    model_config="tiny",
+    dataset=os.path.join(HERE, "data", "corpus.txt"),
+    tokenizer=os.path.join(HERE, "data", "tokenizer"),
+    steps=16,
+    batch_size=4,
+    seq_len=32,
+    learning_rate=1e-2,
+    num_workers=2,
+)
+KILL_AFTER_STEP = 8
+
+
+@pytest.fixture(scope="module")
+def ray_cluster():
+    patch = pytest.MonkeyPatch()
+    for name, value in FAST_RAY_TRAIN.items():
+        patch.setenv(name, value)
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=True)
+    yield
+    ray.shutdown()
+    patch.undo()
+
+
+@pytest.fixture(scope="module")
+def reference(ray_cluster, tmp_path_factory):
+    cfg = dataclasses.replace(BASE, storage_path=str(tmp_path_factory.mktemp("reference")), run_name="reference")
+    return cfg, train.fit(cfg)
+
+
+def _initial_loss(cfg: TrainConfig) -> float:
+    with torch.no_grad():
+        untrained = model.build_model(cfg, torch.device("cpu"))
+        return model.loss_fn(untrained, data.dataset_batches(cfg, rank=0, world_size=2)(0)).item()
+
+
+def _assert_same_parameters(got: dict, expected: dict, run: str) -> None:
+    assert got.keys() == expected.keys(), f"{run}: checkpoint keys differ from the uninterrupted run's"
+    differing = [name for name in expected if not torch.equal(got[name], expected[name])]
+    assert not differing, f"{run}: parameters must equal the uninterrupted run's exactly; differ: {differing[:5]}"
+
+
+def test_two_cpu_workers_learn_the_corpus(reference):
+    cfg, (result, final) = reference
+    summary = train.summarize(cfg, result, final)
+    assert (summary["world_size"], summary["device"], summary["steps"]) == (2, "cpu", cfg.steps), (
+        f"summary: expected 2 cpu workers and {cfg.steps} steps, got {summary}"
+    )
+    initial = _initial_loss(cfg)
+    assert summary["final_loss"] < 0.5 * initial, (
+        f"loss on the learnable corpus must fall below half its untrained value {initial:.3f}, "
+        f"got {summary['final_loss']:.3f}"
+    )
+    assert summary["tokens_per_s"] > 0 and summary["mfu"] is None, f"CPU run: tokens/s > 0 and mfu null, got {summary}"
+    assert summary["nccl_logs"] == {}, "no NCCL_DEBUG_FILE: nccl_logs must be {}"
+    assert checkpoint.read_step(summary["checkpoint"]) == cfg.steps, "final checkpoint must record the last step"
+
+
+def test_checkpoint_then_resume_matches_an_uninterrupted_run(reference, tmp_path):
+    _, (reference_result, _) = reference
+    cfg = dataclasses.replace(BASE, storage_path=str(tmp_path), run_name="resumed")
+    halfway, _ = train.fit(dataclasses.replace(cfg, steps=cfg.steps // 2))
+    assert checkpoint.read_step(halfway.checkpoint.path) == cfg.steps // 2, "first run must checkpoint its last step"
+
+    resumed, final = train.fit(cfg)
+    assert final["start_step"] == cfg.steps // 2, (
+        f"a run with the same storage_path and run_name must resume at step {cfg.steps // 2}, "
+        f"started at {final['start_step']}"
+    )
+    _assert_same_parameters(
+        checkpoint.read_model_state(resumed.checkpoint.path),
+        checkpoint.read_model_state(reference_result.checkpoint.path),
+        "checkpoint then resume",
+    )
+
+
+def _dies_once_after_step(marker: str, config: dict) -> None:
+    """train_func, except that rank 1 exits right after its checkpoint of KILL_AFTER_STEP, once per marker."""
+    real_report = ray.train.report
+
+    def report(metrics, checkpoint=None, **kwargs):
+        real_report(metrics, checkpoint=checkpoint, **kwargs)
+        if (metrics.get("step") == KILL_AFTER_STEP and ray.train.get_context().get_world_rank() == 1
+                and not os.path.exists(marker)):
+            open(marker, "w").close()
+            os._exit(1)
+
+    ray.train.report = report
+    train.train_func(config)
+
+
+def test_killed_worker_is_restarted_and_finishes_with_the_same_result(reference, tmp_path):
+    _, (reference_result, _) = reference
+    marker = str(tmp_path / "worker-died")
+    cfg = dataclasses.replace(BASE, storage_path=str(tmp_path / "storage"), run_name="killed",
+                              checkpoint_every=4, max_failures=1)
+    result, final = train.fit(cfg, train_loop=functools.partial(_dies_once_after_step, marker))
+
+    assert os.path.exists(marker), "rank 1 must have been killed once"
+    # Step 4's report is consumed before step 8's can be queued, so the restart resumes from 4 or 8, never 0.
+    assert final["start_step"] in (4, KILL_AFTER_STEP), (
+        f"the restarted workers must resume from a checkpoint (step 4 or 8), started at {final['start_step']}"
+    )
+    _assert_same_parameters(
+        checkpoint.read_model_state(result.checkpoint.path),
+        checkpoint.read_model_state(reference_result.checkpoint.path),
+        "killed and restarted",
+    )

@@ -202,3 +202,32 @@ def test_unreachable_job_server_is_not_reported_as_an_auth_failure():
 
     with pytest.raises(ConnectionError):
         submit.connect(f"http://127.0.0.1:{free_port()}", token="x")
+
+
+@pytest.mark.parametrize(
+    "resources, num_workers, expected",
+    [({"GPU": 8.0, "CPU": 96.0}, 0, (8, True)), ({"CPU": 2.0}, 0, (2, False)), ({"GPU": 8.0}, 3, (3, True)),
+     ({"CPU": 16.0}, 4, (4, False))],
+)
+def test_workers_are_sized_from_the_clusters_gpus(monkeypatch, resources, num_workers, expected):
+    monkeypatch.setattr(ray, "cluster_resources", lambda: resources)
+    got = train.worker_count(TrainConfig(num_workers=num_workers))
+    assert got == expected, f"cluster {resources}, --num_workers {num_workers}: expected {expected}, got {got}"
+
+
+@pytest.mark.parametrize(
+    "storage_path, stored_path, expected",
+    [("s3://bucket/runs", "bucket/runs/r/checkpoint_000010", "s3://bucket/runs/r/checkpoint_000010"),
+     ("/data/runs", "/data/runs/r/checkpoint_000010", "/data/runs/r/checkpoint_000010")],
+)
+def test_summary_checkpoint_is_a_usable_uri(storage_path, stored_path, expected):
+    class Stored:
+        path = stored_path
+
+    class Result:
+        checkpoint = Stored()
+
+    final = {"world_size": 2, "device": "cpu", "steps": 10, "final_loss": 1.0, "tokens_per_s": 5.0, "mfu": None,
+             "nccl_logs": {}}
+    summary = train.summarize(TrainConfig(storage_path=storage_path), Result(), final)
+    assert summary["checkpoint"] == expected, f"checkpoint under {storage_path}: expected {expected}"

@@ -43,7 +43,7 @@ def load_tokenizer(name: str):
     try:
         return AutoTokenizer.from_pretrained(name)
     except (OSError, ValueError) as error:
-        raise ValueError(f"--tokenizer {name!r} cannot be loaded ({error})") from error
+        raise ValueError(f"--tokenizer {name!r} (default: --model_id) cannot be loaded ({error})") from error
 
 
 def check_tokenizer(cfg: TrainConfig, vocab_size: int) -> None:

@@ -2,6 +2,7 @@
 a tiny training job succeeds and returns its summary; a failing job, a timeout and a wrong token fail clearly."""
 from __future__ import annotations
 
+import asyncio
 import socket
 import time
 
@@ -47,9 +48,16 @@ def test_job_runs_through_the_jobs_api_and_returns_its_summary(head):
 
 def test_failing_job_raises_with_the_tail_of_its_log(head):
     address, token = head
-    with pytest.raises(submit.JobFailedError) as failure:
-        submit.submit_training_job(address, [*TINY, "--seq_len", "100000"], token=token, on_log=lambda line: None,
-                                   timeout_s=120)
+    callers_loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(callers_loop)
+    try:
+        with pytest.raises(submit.JobFailedError) as failure:
+            submit.submit_training_job(address, [*TINY, "--seq_len", "100000"], token=token,
+                                       on_log=lambda line: None, timeout_s=120)
+        assert asyncio.get_event_loop() is callers_loop, "submit_training_job must leave the caller's event loop"
+    finally:
+        asyncio.set_event_loop(None)
+        callers_loop.close()
     assert failure.value.status == "FAILED", f"expected status FAILED, got {failure.value.status}"
     assert "--seq_len" in failure.value.log_tail, "the log tail must show the driver's error naming --seq_len"
     assert failure.value.log_tail in str(failure.value), "the exception message must include the log tail"
@@ -72,3 +80,4 @@ def test_timeout_stops_the_job(head):
     while client.get_job_status(failure.value.job_id) != JobStatus.STOPPED and time.monotonic() < deadline:
         time.sleep(0.5)
     assert client.get_job_status(failure.value.job_id) == JobStatus.STOPPED, "a timed-out job must be stopped"
+

@@ -111,14 +111,19 @@ def submit_training_job(
     on_log(f"submitted Ray job {job_id} to {address}")
 
     deadline = time.monotonic() + timeout_s
+    # A private loop rather than asyncio.run, which would leave the calling thread without a current event loop
+    # (Pulumi's runtime, for one, needs it afterwards).
+    loop = asyncio.new_event_loop()
     try:
-        asyncio.run(asyncio.wait_for(_stream_log(client, job_id, on_log), timeout=timeout_s))
+        loop.run_until_complete(asyncio.wait_for(_stream_log(client, job_id, on_log), timeout=timeout_s))
         status = _wait_for_end(client, job_id, deadline)
     except (asyncio.TimeoutError, TimeoutError):
         client.stop_job(job_id)
         logs = client.get_job_logs(job_id)
         raise JobFailedError(job_id, str(client.get_job_status(job_id).value), _tail(logs),
                              reason=f"ran past its timeout of {timeout_s:.0f} s and was stopped") from None
+    finally:
+        loop.close()
 
     logs = client.get_job_logs(job_id)
     if status != JobStatus.SUCCEEDED:

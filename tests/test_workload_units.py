@@ -72,14 +72,16 @@ def test_modules_a_benchmark_reuses_do_not_import_ray():
 def test_pack_concatenates_documents_with_separator_and_drops_the_tail():
     blocks = data.pack([[1, 2, 3], [4, 5], [6]], seq_len=3, separator=0)
     assert blocks.tolist() == [[1, 2, 3], [0, 4, 5], [0, 6, 0]], f"packed blocks: got {blocks.tolist()}"
-    assert data.pack([[1, 2, 3, 4]], seq_len=3, separator=None).tolist() == [[1, 2, 3]], "tail shorter than a block dropped"
+    assert data.pack([[1, 2, 3, 4]], seq_len=3, separator=None).tolist() == [[1, 2, 3]], (
+        "the tail shorter than a block must be dropped"
+    )
 
 
 def test_shards_are_disjoint_equal_and_cover_the_blocks():
     blocks = torch.arange(22 * 4).view(22, 4)
     shards = [data.shard(blocks, seed=3, rank=rank, world_size=4) for rank in range(4)]
     rows = [tuple(row.tolist()) for shard in shards for row in shard]
-    assert all(len(shard) == 5 for shard in shards), f"each of 4 ranks gets 22 // 4 = 5 blocks, got {[len(s) for s in shards]}"
+    assert [len(shard) for shard in shards] == [5] * 4, f"each of 4 ranks gets 22 // 4 = 5 blocks, got {shards}"
     assert len(set(rows)) == 20, "rank shards must not share a block"
     assert set(rows) <= {tuple(row.tolist()) for row in blocks}, "shards must hold only packed blocks"
     again = data.shard(blocks, seed=3, rank=2, world_size=4)
@@ -144,7 +146,8 @@ def test_chunked_loss_matches_the_plain_loss(monkeypatch, dtype, tolerance):
         results[chunked] = (loss.item(), lm.lm.model.embed_tokens.weight.grad.float().clone())
     (plain, plain_grad), (chunked, chunked_grad) = results[False], results[True]
     assert abs(plain - chunked) <= tolerance * abs(plain), f"{dtype} chunked loss {chunked} vs plain {plain}"
-    assert torch.allclose(plain_grad, chunked_grad, rtol=10 * tolerance, atol=10 * tolerance * plain_grad.abs().max()), (
+    atol = 10 * tolerance * plain_grad.abs().max()
+    assert torch.allclose(plain_grad, chunked_grad, rtol=10 * tolerance, atol=atol), (
         f"{dtype}: the chunked loss's gradients must match the plain loss's"
     )
 

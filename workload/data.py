@@ -63,7 +63,10 @@ def load_documents(cfg: TrainConfig) -> list[str]:
         with open(path, encoding="utf-8") as file:
             if path.endswith(".txt"):
                 return [line.strip() for line in file if line.strip()]
-            records = [json.loads(line) for line in file if line.strip()] if path.endswith(".jsonl") else json.load(file)
+            if path.endswith(".jsonl"):
+                records = [json.loads(line) for line in file if line.strip()]
+            else:
+                records = json.load(file)
         return [_text_of(record, cfg.text_field, cfg.dataset) for record in records]
     import datasets
 

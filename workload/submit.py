@@ -132,7 +132,8 @@ def submit_training_job(
         raise JobFailedError(job_id, status.value, _tail(logs), reason=reason)
     summary = parse_summary(logs)
     if summary is None:
-        raise JobFailedError(job_id, status.value, _tail(logs), reason=f"succeeded but printed no {SUMMARY_PREFIX.strip()} line")
+        raise JobFailedError(job_id, status.value, _tail(logs),
+                             reason=f"succeeded but printed no {SUMMARY_PREFIX.strip()} line")
     return JobResult(job_id=job_id, status=status.value, summary=summary, logs=logs)
 
 

@@ -152,8 +152,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
     print("starting a local Ray cluster (ray start --head, token authentication on)", flush=True)
     with local_cluster() as (address, token):
         result = submit_training_job(
-            address, train_args, token=token, timeout_s=JOB_TIMEOUT_S, on_log=lambda line: print(line, flush=True),
-            env_vars={"RAY_DEDUP_LOGS": "0", "RAY_TRAIN_ENABLE_PRINT_PATCH": "0"},
+            address, train_args, token=token, timeout_s=JOB_TIMEOUT_S, on_log=lambda line: print(line, flush=True)
         )
     print("local Ray cluster stopped", flush=True)
     print("summary:", json.dumps(result.summary, indent=2), flush=True)

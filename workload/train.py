@@ -62,8 +62,8 @@ def train_func(config: dict) -> None:
         with restored.as_directory() as directory:
             start_step = checkpoints.load(directory, model, optimizer)
     if rank == 0:
-        print(f"training {cfg.model_config or cfg.model_id} on {world_size} x {device.type}, "
-              f"steps {start_step + 1}..{cfg.steps}", flush=True)
+        _progress(f"training {cfg.model_config or cfg.model_id} on {world_size} x {device.type}, "
+                  f"steps {start_step + 1}..{cfg.steps}")
 
     tokens_per_step = cfg.batch_size * cfg.seq_len * world_size
     step_times: list[float] = []
@@ -83,8 +83,8 @@ def train_func(config: dict) -> None:
         mfu = tokens_per_s * flops / (peak * world_size) if peak else None
         if rank == 0:
             mfu_text = f"{mfu:.1%}" if mfu is not None else "n/a"
-            print(f"step {step + 1}/{cfg.steps} loss {loss_value:.4f} step_time {step_times[-1]:.3f}s "
-                  f"tokens/s {tokens_per_s:,.0f} mfu {mfu_text}", flush=True)
+            _progress(f"step {step + 1}/{cfg.steps} loss {loss_value:.4f} step_time {step_times[-1]:.3f}s "
+                      f"tokens/s {tokens_per_s:,.0f} mfu {mfu_text}")
         # Only checkpoints go through ray.train.report: each report is a barrier that can wait up to a controller
         # poll interval (2 s by default), which would throttle a fast step.
         if cfg.checkpoint_every and (step + 1) % cfg.checkpoint_every == 0 and step + 1 < cfg.steps:
@@ -111,6 +111,12 @@ def train_func(config: dict) -> None:
         _report_with_checkpoint(final, model, optimizer, cfg.steps)
     else:
         ray.train.report(final)
+
+
+def _progress(line: str) -> None:
+    # Straight to stdout: Ray Train's patched print() (on by default) writes each line twice into the job log.
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
 
 
 def _mean_over_ranks(value: torch.Tensor, world_size: int) -> float:

@@ -17,8 +17,9 @@ import shlex
 import shutil
 import tempfile
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Callable, Mapping, Sequence
+from typing import Callable, Iterator, Mapping, Sequence
 
 from ray.job_submission import JobStatus, JobSubmissionClient
 
@@ -58,16 +59,22 @@ def connect(address: str, token: str | None = None) -> JobSubmissionClient:
     """A client for the job server at `address` (http://host:8265); a refused token raises
     JobAuthenticationError, without the token in the message."""
     headers = {"Authorization": f"Bearer {token}"} if token else None
-    try:
+    with _auth_refusals(address, token):
         return JobSubmissionClient(address, headers=headers)
+
+
+@contextmanager
+def _auth_refusals(address: str, token: str | None) -> Iterator[None]:
+    """Turns the server's 401/403 into JobAuthenticationError, whichever request the server first refuses."""
+    try:
+        yield
     except Exception as error:
-        if _is_auth_refusal(error):
-            raise JobAuthenticationError(
-                f"The Ray job server at {address} refused the "
-                f"{'given auth token' if token else 'request: it needs an auth token'} "
-                f"({_first_line(error)})"
-            ) from None  # the chained error carries no token, but nothing is gained by showing Ray's internals
-        raise
+        if not _is_auth_refusal(error):
+            raise
+        raise JobAuthenticationError(
+            f"The Ray job server at {address} refused the "
+            f"{'given auth token' if token else 'request: it needs an auth token'} ({_first_line(error)})"
+        ) from None  # Ray's error carries no token, but its internals add nothing to the message
 
 
 def _is_auth_refusal(error: Exception) -> bool:
@@ -103,11 +110,12 @@ def submit_training_job(
         # Only the package goes up, not the repository (its .venv alone is gigabytes).
         shutil.copytree(PACKAGE_DIR, os.path.join(staging, "workload"),
                         ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-        job_id = client.submit_job(
-            entrypoint=shlex.join(["python", "-m", "workload.train", *train_args]),
-            runtime_env={**runtime_env, "working_dir": staging},
-            submission_id=submission_id,
-        )
+        with _auth_refusals(address, token):
+            job_id = client.submit_job(
+                entrypoint=shlex.join(["python", "-m", "workload.train", *train_args]),
+                runtime_env={**runtime_env, "working_dir": staging},
+                submission_id=submission_id,
+            )
     on_log(f"submitted Ray job {job_id} to {address}")
 
     deadline = time.monotonic() + timeout_s

@@ -152,6 +152,20 @@ def test_chunked_loss_matches_the_plain_loss(monkeypatch, dtype, tolerance):
     )
 
 
+def test_activation_checkpointing_recomputes_the_same_gradients():
+    batch = data.random_batches(TrainConfig(model_config="tiny", batch_size=2, seq_len=64), 512, 0)(0)
+    grads = {}
+    for recompute in (False, True):
+        lm = model.build_model(TrainConfig(model_config="tiny", activation_checkpointing=recompute), torch.device("cpu"))
+        lm.train()
+        assert lm.lm.is_gradient_checkpointing == recompute, f"activation_checkpointing={recompute} not applied"
+        model.loss_fn(lm, batch).backward()
+        grads[recompute] = lm.layers[0].mlp.up_proj.weight.grad.clone()
+    assert torch.allclose(grads[False], grads[True], rtol=1e-4, atol=1e-6), (
+        "--activation_checkpointing must not change layer 0's gradients"
+    )
+
+
 def test_peak_flops_lookup(monkeypatch):
     assert model.peak_flops(torch.device("cpu")) is None, "CPU has no MFU peak: null"
     for name, peak in [("NVIDIA H200", 989e12), ("NVIDIA H100 80GB HBM3", 989e12), ("NVIDIA L40S", 362e12),

@@ -156,7 +156,8 @@ def test_activation_checkpointing_recomputes_the_same_gradients():
     batch = data.random_batches(TrainConfig(model_config="tiny", batch_size=2, seq_len=64), 512, 0)(0)
     grads = {}
     for recompute in (False, True):
-        lm = model.build_model(TrainConfig(model_config="tiny", activation_checkpointing=recompute), torch.device("cpu"))
+        cfg = TrainConfig(model_config="tiny", activation_checkpointing=recompute)
+        lm = model.build_model(cfg, torch.device("cpu"))
         lm.train()
         assert lm.lm.is_gradient_checkpointing == recompute, f"activation_checkpointing={recompute} not applied"
         model.loss_fn(lm, batch).backward()

@@ -30,10 +30,10 @@ DEFAULT_TRAIN_ARGS = (
     "--batch_size", "4",
     "--seq_len", "64",
     "--learning_rate", "1e-3",
-    "--num_workers", "2",
     "--checkpoint_every", "10",
 )
-CHECKPOINT_ROOT = os.path.join("runs", "local")
+# Under the repository's git-ignored runs/, whatever the current directory.
+CHECKPOINT_ROOT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "runs", "local")
 HEAD_START_TIMEOUT_S = 90
 JOB_TIMEOUT_S = 600
 # `ray start --block` itself lingers after SIGTERM; Ray processes are safe to SIGKILL (`ray stop --force` does).
@@ -48,8 +48,8 @@ def free_port() -> int:
 
 @contextmanager
 def local_cluster() -> Iterator[tuple[str, str]]:
-    """A `ray start --head --block` of our own: yields (job server address, token); on exit its whole process
-    group is stopped, and nothing else (other Ray clusters on this machine are left alone)."""
+    """A `ray start --head --block` of our own, CPU only: yields (job server address, token). On exit every process
+    it started is stopped, and nothing else (other Ray clusters on this machine are left alone)."""
     temp_dir = tempfile.mkdtemp(prefix="ray-local-")
     token = secrets.token_hex(32)
     token_path = os.path.join(temp_dir, "auth_token")
@@ -67,7 +67,9 @@ def local_cluster() -> Iterator[tuple[str, str]]:
         "--dashboard-host", "127.0.0.1",
         "--dashboard-port", str(dashboard_port),
         "--dashboard-agent-listen-port", str(free_port()),
-        # Two training workers must fit even on a one-core machine.
+        # The local run is the CPU path even on a machine with a GPU: the driver then sizes 2 CPU workers, which
+        # must fit even on a one-core machine.
+        "--num-gpus", "0",
         "--num-cpus", str(max(2, os.cpu_count() or 1)),
     ]
     head_log = open(os.path.join(temp_dir, "ray-start.log"), "w+")
@@ -147,7 +149,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
     # A SIGTERM (CI timeout, kill) unwinds like Ctrl-C, so the cluster is still stopped.
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     run_name = time.strftime("local-%Y%m%d-%H%M%S")
-    train_args = [*DEFAULT_TRAIN_ARGS, "--storage_path", os.path.abspath(CHECKPOINT_ROOT),
+    train_args = [*DEFAULT_TRAIN_ARGS, "--storage_path", CHECKPOINT_ROOT,
                   "--run_name", run_name, *extra]
     print("starting a local Ray cluster (ray start --head, token authentication on)", flush=True)
     with local_cluster() as (address, token):

@@ -42,6 +42,9 @@ def ray_cluster():
     patch = pytest.MonkeyPatch()
     for name, value in FAST_RAY_TRAIN.items():
         patch.setenv(name, value)
+    # ray.init turns token auth on (Ray 2.60's default) by writing RAY_AUTH_MODE into this process's environment;
+    # recording it here lets undo() give the tests that follow the environment they had.
+    patch.delenv("RAY_AUTH_MODE", raising=False)
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=True)
     yield
     ray.shutdown()

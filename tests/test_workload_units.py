@@ -123,6 +123,24 @@ def test_jsonl_reads_the_text_field_and_names_a_missing_one():
         data.load_documents(TrainConfig(model_config="tiny", dataset=CORPUS_JSONL, tokenizer=TOKENIZER))
 
 
+def test_hugging_face_dataset_reads_its_text_column(monkeypatch):
+    import datasets
+
+    calls = []
+
+    def load_dataset(name, config, split):
+        calls.append((name, config, split))
+        return datasets.Dataset.from_dict({"body": ["a b", "", "  ", "c d"], "id": [1, 2, 3, 4]})
+
+    monkeypatch.setattr(datasets, "load_dataset", load_dataset)
+    cfg = TrainConfig(model_config="tiny", dataset="org/corpus", dataset_config="v1", dataset_split="validation",
+                      text_field="body", tokenizer=TOKENIZER)
+    assert data.load_documents(cfg) == ["a b", "c d"], "documents: the non-blank values of --text_field"
+    assert calls == [("org/corpus", "v1", "validation")], f"load_dataset must get --dataset/_config/_split: {calls}"
+    with pytest.raises(ValueError, match="--text_field 'text'"):
+        data.load_documents(TrainConfig(model_config="tiny", dataset="org/corpus", tokenizer=TOKENIZER))
+
+
 def test_random_batches_are_seeded_per_step_and_rank():
     cfg = TrainConfig(model_config="tiny", batch_size=2, seq_len=8)
     rank0, rank1 = data.random_batches(cfg, 512, 0), data.random_batches(cfg, 512, 1)

@@ -5,7 +5,7 @@ the region's AZs), so a bad config fails before any resource is registered.
 """
 import pulumi
 
-from infra import addons, config, instance_facts, network, ray_job, raycluster
+from infra import addons, config, instance_facts, network, preflight, ray_job, raycluster
 from infra.capacity_reservation import GpuCapacityReservation
 from infra.cluster import EksCluster
 from infra.gpu_nodes import GpuNodeGroup, existing_reservation_id
@@ -21,7 +21,7 @@ network.check_gpu_azs(vpc_azs, gpu_az=cfg.gpu_availability_zone, candidate_azs=c
 gpu_facts = instance_facts.gpu_instance_facts(cfg.gpu_instance_type)
 instance_facts.lookup(cfg.system_instance_type, config_key="systemInstanceType")
 addons.check_efa_allowlist(cfg.gpu_instance_type)
-raycluster.check_image(cfg.dlc_image)
+raycluster.check_config(cfg, gpu_facts)
 if cfg.train.enabled:
     ray_job.job_inputs(cfg, gpu_facts)  # refuses a job the cluster cannot run, before any resource
 
@@ -84,19 +84,28 @@ gpu_nodes = GpuNodeGroup(
     tags=tags,
 )
 
-# ---- Kubernetes: device plugins and KubeRay, then the RayCluster, then (optionally) the job ------------------
+# ---- Kubernetes: device plugins and KubeRay, GPU nodes ready, the RayCluster, then (optionally) the job ------
 cluster_addons = addons.ClusterAddons(
     f"{cfg.cluster_name}-addons",
     provider=cluster.provider,
     gpu_instance_type=cfg.gpu_instance_type,
     depends_on=[cluster.system_node_group, cluster.coredns, gpu_nodes.node_group],
 )
+# When a device plugin leaves the GPU nodes without their GPUs or EFA interfaces, this fails within
+# preflight.GPU_NODES_READY_TIMEOUT_SECONDS naming the node or DaemonSet at fault; the RayCluster would instead
+# wait out its own 30 minutes with its workers Pending.
+gpu_nodes_ready = preflight.GpuNodesReady(
+    f"{cfg.cluster_name}-gpu-nodes-ready",
+    kubeconfig=cluster.kubeconfig,
+    request=preflight.WorkerRequest.for_instance(gpu_facts, cfg.gpu_node_count),
+    opts=pulumi.ResourceOptions(depends_on=[cluster_addons.nvidia_device_plugin, cluster_addons.efa_device_plugin]),
+)
 ray_cluster = raycluster.RayCluster(
     f"{cfg.cluster_name}-ray",
     provider=cluster.provider,
     cfg=cfg,
     facts=gpu_facts,
-    depends_on=[cluster_addons.kuberay_operator],
+    depends_on=[cluster_addons.kuberay_operator, gpu_nodes_ready],
 )
 
 pulumi.export("clusterName", cluster.cluster_name)

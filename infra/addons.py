@@ -17,6 +17,8 @@ import yaml
 NVIDIA_DEVICE_PLUGIN_CHART = "nvidia-device-plugin"
 NVIDIA_DEVICE_PLUGIN_REPO = "https://nvidia.github.io/k8s-device-plugin"
 NVIDIA_DEVICE_PLUGIN_VERSION = "0.20.0"
+# The chart names its DaemonSet after the release, which is how infra/preflight.py finds it.
+NVIDIA_DEVICE_PLUGIN_RELEASE = "nvidia-device-plugin"
 
 # The EFA chart schedules only onto the instance types in its own supportedInstanceLabels list, and a type
 # missing there gives 0 desired pods with no error. The allowlist check reads the copy of this exact version's
@@ -27,6 +29,9 @@ EFA_DEVICE_PLUGIN_VERSION = "v0.5.30"  # eks-charts versions this chart with a l
 EFA_DEVICE_PLUGIN_VALUES_FILE = (
     Path(__file__).parent / "charts" / f"{EFA_DEVICE_PLUGIN_CHART}-{EFA_DEVICE_PLUGIN_VERSION}-values.yaml"
 )
+EFA_DEVICE_PLUGIN_RELEASE = "aws-efa-k8s-device-plugin"  # also its DaemonSet's name (infra/preflight.py)
+# Both device plugins run in kube-system, next to the other node agents (aws-node, kube-proxy).
+DEVICE_PLUGIN_NAMESPACE = "kube-system"
 
 # 1.7.0 serves the ray.io/v1 RayCluster with authOptions (token auth), which infra/raycluster.py relies on; the
 # chart also installs the CRDs. Helm installs CRDs only on first install and never upgrades them, so bumping this
@@ -35,6 +40,7 @@ KUBERAY_OPERATOR_CHART = "kuberay-operator"
 KUBERAY_OPERATOR_REPO = "https://ray-project.github.io/kuberay-helm/"
 KUBERAY_OPERATOR_VERSION = "1.7.0"
 KUBERAY_OPERATOR_NAMESPACE = "kuberay-system"
+KUBERAY_OPERATOR_RELEASE = "kuberay-operator"
 
 # Node roles and the GPU taint, as the node groups set them. The GPU taint keeps everything that does not ask
 # for a GPU off the expensive nodes; what must run there tolerates it.
@@ -103,11 +109,11 @@ class ClusterAddons(pulumi.ComponentResource):
         self.nvidia_device_plugin = k8s.helm.v3.Release(
             f"{name}-nvidia-device-plugin",
             k8s.helm.v3.ReleaseArgs(
-                name="nvidia-device-plugin",
+                name=NVIDIA_DEVICE_PLUGIN_RELEASE,
                 chart=NVIDIA_DEVICE_PLUGIN_CHART,
                 version=NVIDIA_DEVICE_PLUGIN_VERSION,
                 repository_opts=k8s.helm.v3.RepositoryOptsArgs(repo=NVIDIA_DEVICE_PLUGIN_REPO),
-                namespace="kube-system",
+                namespace=DEVICE_PLUGIN_NAMESPACE,
                 values=nvidia_device_plugin_values(),
             ),
             opts=child,
@@ -115,11 +121,11 @@ class ClusterAddons(pulumi.ComponentResource):
         self.efa_device_plugin = k8s.helm.v3.Release(
             f"{name}-efa-device-plugin",
             k8s.helm.v3.ReleaseArgs(
-                name="aws-efa-k8s-device-plugin",
+                name=EFA_DEVICE_PLUGIN_RELEASE,
                 chart=EFA_DEVICE_PLUGIN_CHART,
                 version=EFA_DEVICE_PLUGIN_VERSION,
                 repository_opts=k8s.helm.v3.RepositoryOptsArgs(repo=EFA_DEVICE_PLUGIN_REPO),
-                namespace="kube-system",
+                namespace=DEVICE_PLUGIN_NAMESPACE,
                 values=efa_device_plugin_values(),
             ),
             opts=child,
@@ -127,7 +133,7 @@ class ClusterAddons(pulumi.ComponentResource):
         self.kuberay_operator = k8s.helm.v3.Release(
             f"{name}-kuberay-operator",
             k8s.helm.v3.ReleaseArgs(
-                name="kuberay-operator",
+                name=KUBERAY_OPERATOR_RELEASE,
                 chart=KUBERAY_OPERATOR_CHART,
                 version=KUBERAY_OPERATOR_VERSION,
                 repository_opts=k8s.helm.v3.RepositoryOptsArgs(repo=KUBERAY_OPERATOR_REPO),

@@ -4,25 +4,43 @@ A device plugin that never started leaves `nvidia.com/gpu` or `vpc.amazonaws.com
 and the worker pod then stays Pending until some timeout, with no word of why. These checks say it at once.
 The checks are pure functions of Kubernetes objects (client model objects or plain API dicts); `read_cluster`
 and `run_preflight` are the part that talks to the API server.
+
+`GpuNodesReady` runs the same checks inside `pulumi up`, between the device-plugin releases and the RayCluster:
+its create polls until every GPU node advertises what a worker pod requests, or fails after
+GPU_NODES_READY_TIMEOUT_SECONDS with the reasons, instead of the RayCluster's 30-minute wait ending in a bare
+timeout. Like the other dynamic providers it is unpickled by reference (`infra.preflight`) in Pulumi's provider
+process, holds no client, and reports progress on stderr.
 """
 from __future__ import annotations
 
+import sys
+import time
+import uuid
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
-from infra.addons import GPU_WORKER_NODE_SELECTOR
+import pulumi
+import pulumi.dynamic
+
+from infra.addons import (
+    DEVICE_PLUGIN_NAMESPACE, EFA_DEVICE_PLUGIN_RELEASE, GPU_WORKER_NODE_SELECTOR, NVIDIA_DEVICE_PLUGIN_RELEASE,
+)
 from infra.config import InstanceFacts
 
 GPU_RESOURCE = "nvidia.com/gpu"
 EFA_RESOURCE = "vpc.amazonaws.com/efa"
-DEVICE_PLUGIN_NAMESPACE = "kube-system"
-# The Helm release names infra/addons.py installs the device plugins under; each chart names its DaemonSet after
-# the release.
+# Each chart names its DaemonSet after the release (infra/addons.py), and this is the resource it advertises.
 DEVICE_PLUGIN_RELEASES = {
-    "nvidia-device-plugin": GPU_RESOURCE,
-    "aws-efa-k8s-device-plugin": EFA_RESOURCE,
+    NVIDIA_DEVICE_PLUGIN_RELEASE: GPU_RESOURCE,
+    EFA_DEVICE_PLUGIN_RELEASE: EFA_RESOURCE,
 }
+# GpuNodesReady runs once the node groups are up and both Helm releases are deployed; a healthy device plugin then
+# starts and registers its resource within a minute or two. Ten minutes leaves room for a slow image pull and
+# still fails well before the RayCluster's 30-minute wait would.
+GPU_NODES_READY_TIMEOUT_SECONDS = 600
+# Each poll is two list calls; every 10 s is negligible load on the API server.
+GPU_NODES_POLL_SECONDS = 10
 # The NVIDIA chart also ships DaemonSets that select no node unless their feature is on (MPS, feature
 # discovery); 0 desired pods is right for them.
 _OPTIONAL_COMPANIONS = ("mps-control-daemon", "gpu-feature-discovery", "node-feature-discovery")
@@ -151,10 +169,113 @@ def read_cluster(api_client: Any) -> tuple[list[Any], list[Any]]:
     return nodes, daemonsets
 
 
+def cluster_problems(nodes: Iterable[Any], daemonsets: Iterable[Any], request: WorkerRequest) -> list[str]:
+    """Every reason the worker pods could not get their GPUs and EFA interfaces; [] when they can."""
+    return check_device_plugins(daemonsets) + check_gpu_nodes(nodes, request)
+
+
+def _preflight_error(problems: list[str], waited: str = "") -> PreflightError:
+    return PreflightError(f"preflight: the Ray worker pods cannot get their GPUs and EFA interfaces{waited}:\n  - "
+                          + "\n  - ".join(problems))
+
+
 def run_preflight(api_client: Any, request: WorkerRequest) -> None:
     """Raise PreflightError naming every reason the worker pods could not be scheduled."""
-    nodes, daemonsets = read_cluster(api_client)
-    problems = check_device_plugins(daemonsets) + check_gpu_nodes(nodes, request)
+    problems = cluster_problems(*read_cluster(api_client), request)
     if problems:
-        raise PreflightError("preflight: the Ray worker pods cannot get their GPUs and EFA interfaces:\n  - "
-                             + "\n  - ".join(problems))
+        raise _preflight_error(problems)
+
+
+def wait_for_gpu_nodes(
+    read: Callable[[], tuple[list[Any], list[Any]]],
+    request: WorkerRequest,
+    *,
+    timeout_s: float = GPU_NODES_READY_TIMEOUT_SECONDS,
+    poll_s: float = GPU_NODES_POLL_SECONDS,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+    on_progress: Callable[[str], None] = lambda _: None,
+) -> None:
+    """Poll `read()` (GPU nodes, device-plugin DaemonSets) until the worker pods could be scheduled; after
+    `timeout_s`, raise PreflightError with the problems of the last poll."""
+    deadline = clock() + timeout_s
+    reported: list[str] = []
+    while True:
+        problems = cluster_problems(*read(), request)
+        if not problems:
+            return
+        remaining = deadline - clock()
+        if remaining <= 0:
+            raise _preflight_error(problems, f" (still so after {timeout_s:.0f} s)")
+        if problems != reported:  # once per change, not every poll
+            on_progress("waiting for the GPU nodes' device plugins:\n  - " + "\n  - ".join(problems))
+            reported = problems
+        sleep(min(poll_s, remaining))
+
+
+def kubernetes_client(kubeconfig: Any) -> Any:
+    """An API client from a kubeconfig (YAML/JSON text or a parsed dict), read from memory, never written out."""
+    import yaml
+    from kubernetes import config
+
+    parsed = kubeconfig if isinstance(kubeconfig, Mapping) else yaml.safe_load(kubeconfig)
+    return config.new_client_from_config_dict(dict(parsed))
+
+
+# ---- GpuNodesReady: the checks as a gate inside `pulumi up` ------------------------------------------------------
+
+@dataclass(frozen=True)
+class GpuNodesReadyInputs:
+    """The cluster to poll, and what each of the `workers` worker pods requests."""
+
+    kubeconfig: pulumi.Input[Any]
+    gpus_per_worker: int
+    efa_per_worker: int
+    workers: int
+
+
+# A changed request (instance type or node count) checks again; a new kubeconfig alone does not.
+_REQUEST_FIELDS = ("gpus_per_worker", "efa_per_worker", "workers")
+
+
+def _to_stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+class GpuNodesReadyProvider(pulumi.dynamic.ResourceProvider):
+    """create waits for the GPU nodes; diff replaces on a new request; delete has nothing to undo."""
+
+    def create(self, props: dict[str, Any]) -> pulumi.dynamic.CreateResult:
+        request = WorkerRequest(int(props["gpus_per_worker"]), int(props["efa_per_worker"]), int(props["workers"]))
+        api_client = kubernetes_client(props["kubeconfig"])
+        wait_for_gpu_nodes(lambda: read_cluster(api_client), request, on_progress=_to_stderr)
+        # The kubeconfig stays out of the outputs: nothing after create needs the cluster.
+        outs = {name: props[name] for name in _REQUEST_FIELDS}
+        return pulumi.dynamic.CreateResult(id_=f"gpu-nodes-ready-{uuid.uuid4().hex[:8]}", outs=outs)
+
+    def diff(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> pulumi.dynamic.DiffResult:
+        replaces = [name for name in _REQUEST_FIELDS if olds.get(name) != news.get(name)]
+        return pulumi.dynamic.DiffResult(changes=bool(replaces), replaces=replaces)
+
+    def delete(self, _id: str, _props: dict[str, Any]) -> None:
+        """The check changed nothing in the cluster."""
+
+
+class GpuNodesReady(pulumi.dynamic.Resource, module="raytrain", name="GpuNodesReady"):
+    """Created once every GPU node advertises the GPUs and EFA interfaces a Ray worker pod requests."""
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        kubeconfig: pulumi.Input[Any],
+        request: WorkerRequest,
+        opts: pulumi.ResourceOptions | None = None,
+    ) -> None:
+        inputs = GpuNodesReadyInputs(
+            kubeconfig=pulumi.Output.secret(kubeconfig),
+            gpus_per_worker=request.gpus,
+            efa_per_worker=request.efa_interfaces,
+            workers=request.workers,
+        )
+        super().__init__(GpuNodesReadyProvider(), name, dict(vars(inputs)), opts)

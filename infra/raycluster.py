@@ -107,17 +107,18 @@ def worker_resources(facts: InstanceFacts) -> dict[str, str]:
     }
 
 
-def ray_cluster_manifest(
-    *,
-    name: str,
-    namespace: str,
-    image: str,
-    gpu_node_count: int,
-    facts: InstanceFacts,
-    transport_env: dict[str, str],
+def check_config(cfg: StackConfig, facts: InstanceFacts) -> None:
+    """Every check `ray_cluster_manifest` makes, on the stack's config; the program runs it before any resource,
+    so a bad RayCluster setting fails before AWS resources are created."""
+    assert facts.instance_type == cfg.gpu_instance_type, "facts must describe cfg.gpu_instance_type"
+    _check_settings(name=cfg.ray_cluster_name, namespace=cfg.ray_namespace, image=cfg.dlc_image,
+                    gpu_node_count=cfg.gpu_node_count, facts=facts)
+
+
+def _check_settings(
+    *, name: str, namespace: str, image: str, gpu_node_count: int, facts: InstanceFacts,
     gpus_per_worker: int | None = None,
-) -> dict:
-    """The RayCluster custom resource as a plain dict. `gpus_per_worker`, when given, must match the instance type."""
+) -> None:
     if len(name) > _RAYCLUSTER_NAME_MAX or not _DNS1035_LABEL.fullmatch(name):
         raise ValueError(
             f"rayClusterName: {name!r} must be a DNS-1035 label (lowercase letters, digits and '-', starting with "
@@ -142,6 +143,22 @@ def ray_cluster_manifest(
             f"gpuInstanceType: {facts.instance_type} has {facts.gpus} GPUs per node, but the worker group was given "
             f"{gpus_per_worker}; a worker takes all of its node's GPUs, so the count comes from the instance type"
         )
+    worker_resources(facts)  # raises for a node with no room left for a worker after its reservations
+
+
+def ray_cluster_manifest(
+    *,
+    name: str,
+    namespace: str,
+    image: str,
+    gpu_node_count: int,
+    facts: InstanceFacts,
+    transport_env: dict[str, str],
+    gpus_per_worker: int | None = None,
+) -> dict:
+    """The RayCluster custom resource as a plain dict. `gpus_per_worker`, when given, must match the instance type."""
+    _check_settings(name=name, namespace=namespace, image=image, gpu_node_count=gpu_node_count, facts=facts,
+                    gpus_per_worker=gpus_per_worker)
     gpus = facts.gpus
     head_resources = {"cpu": HEAD_CPU, "memory": HEAD_MEMORY}
     resources = worker_resources(facts)

@@ -138,21 +138,13 @@ def read_auth_token(api_client: Any, namespace: str, secret_name: str) -> str:
     return base64.b64decode(data[AUTH_TOKEN_KEY]).decode()
 
 
-def _kubernetes_client(kubeconfig: Any) -> Any:
-    import yaml
-    from kubernetes import config
-
-    parsed = kubeconfig if isinstance(kubeconfig, Mapping) else yaml.safe_load(kubeconfig)
-    return config.new_client_from_config_dict(dict(parsed))
-
-
 @contextlib.contextmanager
 def kubernetes_job_server(props: Mapping[str, Any], preflight: bool) -> Iterator[JobServer]:
     """Preflight (when asked), the token from the RayCluster's Secret, and a port-forward to the head pod."""
     from infra.portforward import forward_to_pod, head_pod_name
-    from infra.preflight import WorkerRequest, run_preflight
+    from infra.preflight import WorkerRequest, kubernetes_client, run_preflight
 
-    api_client = _kubernetes_client(props["kubeconfig"])
+    api_client = kubernetes_client(props["kubeconfig"])
     if preflight:
         run_preflight(api_client, WorkerRequest(int(props["gpus_per_worker"]), int(props["efa_per_worker"]),
                                                 int(props["workers"])))

@@ -61,7 +61,7 @@ def test_head_pod_is_the_running_one(core):
 
 def test_kubernetes_job_server_preflights_reads_the_token_and_forwards_to_the_head(monkeypatch):
     steps = []
-    monkeypatch.setattr(ray_job, "_kubernetes_client", lambda kubeconfig: steps.append(("client", kubeconfig)))
+    monkeypatch.setattr(preflight, "kubernetes_client", lambda kubeconfig: steps.append(("client", kubeconfig)))
     monkeypatch.setattr(preflight, "run_preflight", lambda api, request: steps.append(("preflight", request)))
     monkeypatch.setattr(ray_job, "read_auth_token", lambda api, ns, secret: steps.append(("token", ns, secret)) or "t")
     monkeypatch.setattr(portforward, "head_pod_name", lambda api, ns, name: steps.append(("head", name)) or "head-0")
@@ -94,5 +94,5 @@ def test_kubeconfig_text_or_dict_makes_a_client():
     import json
 
     for given in (kubeconfig, json.dumps(kubeconfig)):
-        api_client = ray_job._kubernetes_client(given)
+        api_client = preflight.kubernetes_client(given)
         assert api_client.configuration.host == "https://example.invalid", "the kubeconfig's server"

@@ -162,4 +162,8 @@ def main(argv: Sequence[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except KeyboardInterrupt:
+        print("interrupted; the local Ray cluster was stopped", file=sys.stderr)
+        sys.exit(130)

@@ -17,7 +17,7 @@ import shlex
 import shutil
 import tempfile
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from typing import Callable, Iterator, Mapping, Sequence
 
@@ -119,19 +119,14 @@ def submit_training_job(
     on_log(f"submitted Ray job {job_id} to {address}")
 
     deadline = time.monotonic() + timeout_s
-    # A private loop rather than asyncio.run, which would leave the calling thread without a current event loop
-    # (Pulumi's runtime, for one, needs it afterwards).
-    loop = asyncio.new_event_loop()
     try:
-        loop.run_until_complete(asyncio.wait_for(_stream_log(client, job_id, on_log), timeout=timeout_s))
+        _run_on_private_loop(asyncio.wait_for(_stream_log(client, job_id, on_log), timeout=timeout_s))
         status = _wait_for_end(client, job_id, deadline)
     except (asyncio.TimeoutError, TimeoutError):
         client.stop_job(job_id)
         logs = client.get_job_logs(job_id)
         raise JobFailedError(job_id, str(client.get_job_status(job_id).value), _tail(logs),
                              reason=f"ran past its timeout of {timeout_s:.0f} s and was stopped") from None
-    finally:
-        loop.close()
 
     logs = client.get_job_logs(job_id)
     if status != JobStatus.SUCCEEDED:
@@ -143,6 +138,23 @@ def submit_training_job(
         raise JobFailedError(job_id, status.value, _tail(logs),
                              reason=f"succeeded but printed no {SUMMARY_PREFIX.strip()} line")
     return JobResult(job_id=job_id, status=status.value, summary=summary, logs=logs)
+
+
+def _run_on_private_loop(coroutine) -> None:
+    """Like asyncio.run, but leaves the calling thread's current event loop alone (Pulumi's runtime, for one,
+    needs it afterwards). On an interrupt (Ctrl-C, SIGTERM) the log stream is cancelled and its websocket closed
+    before the loop is, so nothing is left dangling."""
+    loop = asyncio.new_event_loop()
+    task = loop.create_task(coroutine)
+    try:
+        loop.run_until_complete(task)
+    finally:
+        if not task.done():
+            task.cancel()
+            with suppress(asyncio.CancelledError):
+                loop.run_until_complete(task)
+        loop.run_until_complete(loop.shutdown_asyncgens())
+        loop.close()
 
 
 async def _stream_log(client: JobSubmissionClient, job_id: str, on_log: Callable[[str], None]) -> None:

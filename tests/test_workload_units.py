@@ -193,6 +193,11 @@ def test_peak_flops_lookup(monkeypatch):
         assert model.peak_flops(torch.device("cuda", 0)) == peak, f"peak of {name}: expected {peak}"
 
 
+def test_mfu_is_achieved_flops_over_the_devices_peak():
+    assert model.model_flops_utilization(1000.0, 1e9, 1e12, 2) == 0.5, "1e12 FLOP/s on 2 devices of 1e12 peak: 0.5"
+    assert model.model_flops_utilization(1000.0, 1e9, None, 2) is None, "unknown peak (CPU): MFU null"
+
+
 def test_flops_per_token_counts_weights_and_attention():
     config = model.hf_config(TrainConfig(model_config="tiny"))
     lm = model.build_model(TrainConfig(model_config="tiny"), torch.device("cpu"))

@@ -183,6 +183,13 @@ def flops_per_token(config: PretrainedConfig, matmul_params: int, seq_len: int) 
     return 6 * matmul_params + 12 * config.num_hidden_layers * config.hidden_size * seq_len
 
 
+def model_flops_utilization(tokens_per_s: float | None, flops: float, peak: float | None, devices: int) -> float | None:
+    """Achieved training FLOP/s over the devices' dense bf16 peak; None where the peak (or the rate) is unknown."""
+    if not peak or not tokens_per_s:
+        return None
+    return tokens_per_s * flops / (peak * devices)
+
+
 def peak_flops(device: torch.device) -> float | None:
     """Dense bf16 peak of one device, or None where unknown (CPU, unlisted GPUs): MFU is then reported as null."""
     if device.type != "cuda":

@@ -33,6 +33,7 @@ from workload.model import (
     hf_config,
     loss_fn,
     matmul_parameters,
+    model_flops_utilization,
     peak_flops,
     shard_model,
 )
@@ -80,7 +81,7 @@ def train_func(config: dict) -> None:
         step_times.append(time.perf_counter() - started)
 
         tokens_per_s = tokens_per_step / step_times[-1]
-        mfu = tokens_per_s * flops / (peak * world_size) if peak else None
+        mfu = model_flops_utilization(tokens_per_s, flops, peak, world_size)
         if rank == 0:
             mfu_text = f"{mfu:.1%}" if mfu is not None else "n/a"
             _progress(f"step {step + 1}/{cfg.steps} loss {loss_value:.4f} step_time {step_times[-1]:.3f}s "
@@ -100,7 +101,7 @@ def train_func(config: dict) -> None:
         "steps": cfg.steps,
         "final_loss": loss_value,
         "tokens_per_s": tokens_per_s,
-        "mfu": tokens_per_s * flops / (peak * world_size) if (peak and tokens_per_s) else None,
+        "mfu": model_flops_utilization(tokens_per_s, flops, peak, world_size),
         "start_step": start_step,
         "nccl_logs": gather_transport_lines(rank, world_size),
     }

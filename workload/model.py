@@ -7,11 +7,9 @@ A GPU benchmark drives these directly (torch + transformers only), so nothing he
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
-from torch.utils.checkpoint import checkpoint
 from transformers import AutoConfig, AutoModelForCausalLM, PretrainedConfig, Qwen2Config
 
 from workload.config import TrainConfig
@@ -46,9 +44,10 @@ TINY = dict(
 )
 NAMED_CONFIGS = {"tiny": TINY, "qwen2.5-1.5b": QWEN2_5_1_5B}
 
-# Tokens per lm_head + cross-entropy chunk. Each chunk's fp32 logits are chunk x vocab x 4 bytes (about 0.6 GB at
-# Qwen's 152k vocab) and are recomputed in backward rather than kept, instead of 2.5 GB per 4k-token batch.
-LOSS_CHUNK_TOKENS = 1024
+# Most tokens per lm_head + cross-entropy chunk. A chunk's bf16 logits and their gradient are chunk x vocab x 2
+# bytes each (2.5 GB at 8k tokens and Qwen's 152k vocabulary), instead of fp32 logits for the whole batch (10 GB
+# at 8 x 2048 tokens). Measured on an H200 (bench/results): 8k-token chunks beat 4k and 16k.
+LOSS_CHUNK_TOKENS = 8192
 
 # Dense bf16 peak FLOP/s per GPU, matched as substrings of torch.cuda.get_device_name(). L40S comes before L4,
 # which it contains.
@@ -88,10 +87,11 @@ class CausalLMWithLoss(nn.Module):
     embedding, the final norm and the (tied) lm_head that the chunked loss uses outside the HF forward.
     """
 
-    def __init__(self, lm: nn.Module, chunked_loss: bool) -> None:
+    def __init__(self, lm: nn.Module, chunked_loss: bool, compiled_loss: bool = False) -> None:
         super().__init__()
         self.lm = lm
         self.chunked_loss = chunked_loss
+        self.compiled_loss = compiled_loss
 
     @property
     def layers(self) -> nn.ModuleList:
@@ -103,18 +103,66 @@ class CausalLMWithLoss(nn.Module):
         hidden = self.lm.model(input_ids=input_ids, use_cache=False).last_hidden_state
         hidden = hidden[:, :-1].reshape(-1, hidden.shape[-1])
         targets = input_ids[:, 1:].reshape(-1)
-        total = hidden.new_zeros((), dtype=torch.float32)
-        for start in range(0, targets.numel(), LOSS_CHUNK_TOKENS):
-            end = start + LOSS_CHUNK_TOKENS
-            total = total + checkpoint(
-                _cross_entropy_sum, self.lm.lm_head, hidden[start:end], targets[start:end], use_reentrant=False
-            )
-        return total / targets.numel()
+        return LinearCrossEntropy.apply(hidden, self.lm.lm_head.weight, targets, self.compiled_loss)
 
 
-def _cross_entropy_sum(lm_head: nn.Module, hidden: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    # Upcast like the HF loss does, so both paths agree to bf16 noise.
-    return F.cross_entropy(lm_head(hidden).float(), targets, reduction="sum")
+def _chunk_loss_and_grad(logits: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """A chunk's summed cross-entropy and its gradient w.r.t. the logits (softmax minus one-hot). Upcast to fp32
+    like the HF loss, so both paths agree to bf16 noise; under torch.compile the upcast, logsumexp and softmax fuse
+    into one read and one write of the bf16 logits."""
+    logits32 = logits.float()
+    log_normalizer = torch.logsumexp(logits32, dim=-1)
+    loss = (log_normalizer - logits32.gather(1, targets[:, None]).squeeze(1)).sum()
+    one_hot = torch.arange(logits.shape[1], device=logits.device)[None, :] == targets[:, None]
+    grad = torch.exp(logits32 - log_normalizer[:, None]) - one_hot.to(logits32.dtype)
+    return loss, grad.to(logits.dtype)
+
+
+_compiled_chunk_loss_and_grad = None
+
+
+def _chunk_kernel(compiled: bool):
+    global _compiled_chunk_loss_and_grad
+    if not compiled:
+        return _chunk_loss_and_grad
+    if _compiled_chunk_loss_and_grad is None:
+        _compiled_chunk_loss_and_grad = torch.compile(_chunk_loss_and_grad, dynamic=False)
+    return _compiled_chunk_loss_and_grad
+
+
+class LinearCrossEntropy(torch.autograd.Function):
+    """Mean cross-entropy of `hidden @ weight.T` against `targets`, a chunk of tokens at a time.
+
+    Both gradients are computed in forward, chunk by chunk, and kept for backward: the full-batch logits never
+    exist, and nothing is recomputed (a checkpointed chunk loop would run the lm_head matmul a fourth time).
+    """
+
+    @staticmethod
+    def forward(ctx, hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor,
+                compiled: bool) -> torch.Tensor:
+        tokens = targets.numel()
+        # Equal chunks (the last may be shorter), so a compiled kernel sees one or two shapes, not one per batch.
+        chunks = -(-tokens // LOSS_CHUNK_TOKENS)
+        chunk = -(-tokens // chunks)
+        kernel = _chunk_kernel(compiled)
+        grad_hidden = torch.empty_like(hidden)
+        grad_weight = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device)
+        total = torch.zeros((), dtype=torch.float32, device=hidden.device)
+        for start in range(0, tokens, chunk):
+            hidden_chunk = hidden[start:start + chunk]
+            loss, grad_logits = kernel(hidden_chunk @ weight.T, targets[start:start + chunk])
+            total += loss
+            grad_hidden[start:start + chunk] = grad_logits @ weight
+            grad_weight += (grad_logits.T @ hidden_chunk).float()
+        ctx.save_for_backward(grad_hidden, grad_weight.to(weight.dtype))
+        ctx.tokens = tokens
+        return total / tokens
+
+    @staticmethod
+    def backward(ctx, grad_output: torch.Tensor):
+        grad_hidden, grad_weight = ctx.saved_tensors
+        scale = grad_output / ctx.tokens
+        return grad_hidden * scale.to(grad_hidden.dtype), grad_weight * scale.to(grad_weight.dtype), None, None
 
 
 def build_model(cfg: TrainConfig, device: torch.device) -> CausalLMWithLoss:
@@ -129,7 +177,7 @@ def build_model(cfg: TrainConfig, device: torch.device) -> CausalLMWithLoss:
     lm.config.use_cache = False
     if cfg.activation_checkpointing:
         lm.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    return CausalLMWithLoss(lm, chunked_loss=cfg.chunked_loss)
+    return CausalLMWithLoss(lm, chunked_loss=cfg.chunked_loss, compiled_loss=compile_enabled(cfg, device))
 
 
 def build_mesh(device: torch.device) -> DeviceMesh:
@@ -151,7 +199,7 @@ def shard_model(model: CausalLMWithLoss, mesh: DeviceMesh, cfg: TrainConfig) -> 
             # Per layer rather than whole-model: every layer shares one compiled graph, and FSDP's hooks stay
             # outside it.
             layer.compile()
-        fully_shard(layer, mesh=mesh, mp_policy=policy)
+        fully_shard(layer, mesh=mesh, mp_policy=policy, reshard_after_forward=cfg.reshard_after_forward)
     fully_shard(model, mesh=mesh, mp_policy=policy)
     return model
 
@@ -166,6 +214,18 @@ def build_optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer
 def loss_fn(model: nn.Module, batch: torch.Tensor) -> torch.Tensor:
     """Mean next-token cross-entropy of a (batch, seq_len) tensor of token ids."""
     return model(batch)
+
+
+def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, batch: torch.Tensor,
+               cfg: TrainConfig) -> torch.Tensor:
+    """One optimizer step on one batch (forward, backward, clip, AdamW); returns the loss without waiting for it."""
+    loss = loss_fn(model, batch)
+    loss.backward()
+    if cfg.max_grad_norm:
+        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    return loss.detach()
 
 
 def matmul_parameters(model: CausalLMWithLoss) -> int:

@@ -31,11 +31,11 @@ from workload.model import (
     check_fits,
     flops_per_token,
     hf_config,
-    loss_fn,
     matmul_parameters,
     model_flops_utilization,
     peak_flops,
     shard_model,
+    train_step,
 )
 from workload.nccl_logs import gather_transport_lines
 from workload.submit import SUMMARY_PREFIX
@@ -71,13 +71,8 @@ def train_func(config: dict) -> None:
     loss_value = None
     for step in range(start_step, cfg.steps):
         started = time.perf_counter()
-        loss = loss_fn(model, batches(step).to(device))
-        loss.backward()
-        if cfg.max_grad_norm:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        loss_value = _mean_over_ranks(loss.detach(), world_size)  # .item() also waits for the GPU
+        loss = train_step(model, optimizer, batches(step).to(device), cfg)
+        loss_value = _mean_over_ranks(loss, world_size)  # .item() also waits for the GPU
         step_times.append(time.perf_counter() - started)
 
         tokens_per_s = tokens_per_step / step_times[-1]

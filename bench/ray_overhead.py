@@ -1,0 +1,104 @@
+"""What Ray Train costs: the workload's step under TorchTrainer against the same loop without Ray, on one GPU.
+
+    python -m bench.ray_overhead --model_config qwen2.5-1.5b --batch_size 8 --seq_len 2048 --steps 12
+
+`raw` runs train_func's loop by hand (the same build, shard, optimizer, batches, train_step and per-step loss
+all-reduce), `ray` runs `workload.train.fit` on a local Ray cluster with one GPU worker. Both report tokens/s the
+way train_func does: every step but the first (compile, allocator), all tokens over all their time. The raw loop
+runs before and after the Ray run, so a drift of the GPU's clocks shows up as a difference between the two.
+With NCCL_DEBUG_FILE set, every process writes its NCCL log there (the Ray run's summary carries its transport
+lines, gathered by the workload).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+
+import torch
+import torch.distributed as dist
+
+from workload import model as project
+from workload.config import TrainConfig
+from workload.data import make_batches
+
+
+def raw_loop(cfg: TrainConfig, device: torch.device) -> float:
+    """train_func without Ray: tokens/s over steps 2..N."""
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    dist.init_process_group("nccl" if device.type == "cuda" else "gloo", rank=0, world_size=1)
+    try:
+        model = project.build_model(cfg, device)
+        model = project.shard_model(model, project.build_mesh(device), cfg)
+        optimizer = project.build_optimizer(model, cfg)
+        batches = make_batches(cfg, model.lm.config.vocab_size, 0, 1)
+        step_times = []
+        for step in range(cfg.steps):
+            started = time.perf_counter()
+            loss = project.train_step(model, optimizer, batches(step).to(device), cfg)
+            dist.all_reduce(loss, op=dist.ReduceOp.SUM)
+            loss.item()
+            step_times.append(time.perf_counter() - started)
+        timed = step_times[1:]
+        return cfg.batch_size * cfg.seq_len * len(timed) / sum(timed)
+    finally:
+        dist.destroy_process_group()
+
+
+def ray_run(cfg: TrainConfig, device: torch.device) -> dict:
+    import ray
+
+    from workload.train import fit, summarize
+
+    ray.init(num_gpus=1 if device.type == "cuda" else 0, include_dashboard=False)
+    try:
+        result, final = fit(cfg)
+        return summarize(cfg, result, final)
+    finally:
+        ray.shutdown()
+
+
+def release_memory(device: torch.device) -> None:
+    # The raw loop's model is gone with its frame; hand its cached blocks back so the Ray worker can have them.
+    import gc
+
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model_config", default="qwen2.5-1.5b")
+    parser.add_argument("--batch_size", type=int, default=8)
+    parser.add_argument("--seq_len", type=int, default=2048)
+    parser.add_argument("--steps", type=int, default=12)
+    parser.add_argument("--device", default="cuda", help="cpu: a smoke run of this script, not a measurement")
+    args = parser.parse_args()
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    os.environ.setdefault("MASTER_PORT", "29513")
+    cfg = TrainConfig(model_config=args.model_config, batch_size=args.batch_size, seq_len=args.seq_len,
+                      steps=args.steps, num_workers=1)
+
+    device = torch.device(args.device, 0) if args.device == "cuda" else torch.device(args.device)
+    before = raw_loop(cfg, device)
+    print(json.dumps({"run": "raw (before)", "tokens_per_s": round(before)}), flush=True)
+    release_memory(device)
+    summary = ray_run(cfg, device)
+    print(json.dumps({"run": "ray", **summary}), flush=True)
+    after = raw_loop(cfg, device)
+    print(json.dumps({"run": "raw (after)", "tokens_per_s": round(after)}), flush=True)
+    raw = (before + after) / 2
+    print(json.dumps({
+        "run": "overhead",
+        "raw_tokens_per_s": round(raw),
+        "ray_tokens_per_s": round(summary["tokens_per_s"]),
+        "ray_slower_by": round(1 - summary["tokens_per_s"] / raw, 4),
+        "raw_spread": round(abs(before - after) / raw, 4),
+    }), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -282,3 +282,12 @@ def test_captured_nccl_output(capture: Path):
     else:
         problem = transport.check_expectation(verdicts, expect)
         assert problem is None, f"{capture.name}: expected {expect}: {problem}"
+
+
+def test_real_one_gpu_capture_is_intra_node_and_fails_expect_efa(capsys):
+    """NCCL 2.28 on one H200 (bench/ray_overhead.py, NCCL_DEBUG_FILE): a one-rank communicator prints
+    `Using network Socket` and `nNodes 1` but no channel to a peer; that is intra-node, never EFA."""
+    capture = FIXTURES / "h200-one-gpu-intra-node.log"
+    assert transport.rank_verdicts(capture.read_text()) == {"vm:716": "intra-node"}
+    assert transport.main([str(capture), "--expect", "efa"]) == 1, "a one-GPU run must fail --expect efa"
+    assert '"ok": false' in capsys.readouterr().out

@@ -137,6 +137,9 @@ def _decide(evidence: RankEvidence, multi_host: bool) -> tuple[str, str]:
         return "unknown", f"inter-node channels via an unexpected network: {names}"
     if evidence.local_channels:
         return "intra-node", "channels only through P2P/SHM, none through the network"
+    if evidence.nodes == 1 and not multi_host:
+        # A communicator of one rank (one GPU) sets up no channel to a peer, so it prints no channel lines.
+        return "intra-node", "every communicator is on one node (nNodes 1): nothing crosses the network"
     return "unknown", "no channel lines (NCCL_DEBUG not INFO, or the log ends before the channels were set up)"
 
 

@@ -4,8 +4,8 @@
 
 `raw` runs train_func's loop by hand (the same build, shard, optimizer, batches, train_step and per-step loss
 all-reduce), `ray` runs `workload.train.fit` on a local Ray cluster with one GPU worker. Both report tokens/s the
-way train_func does: every step but the first (compile, allocator), all tokens over all their time. The raw loop
-runs before and after the Ray run, so a drift of the GPU's clocks shows up as a difference between the two.
+way train_func does: every step but the first (compile, allocator), all tokens over all their time. Each run is a
+fresh process, alternating raw, ray, raw, ray, so a drift of the GPU's clocks shows up as spread between rounds.
 With NCCL_DEBUG_FILE set, every process writes its NCCL log there (the Ray run's summary carries its transport
 lines, gathered by the workload).
 """
@@ -60,13 +60,16 @@ def ray_run(cfg: TrainConfig, device: torch.device) -> dict:
         ray.shutdown()
 
 
-def release_memory(device: torch.device) -> None:
-    # The raw loop's model is gone with its frame; hand its cached blocks back so the Ray worker can have them.
-    import gc
+def measure_in_subprocess(kind: str, args: argparse.Namespace) -> dict:
+    """One measurement in a fresh process, so no run inherits another's caches, allocator state or Ray."""
+    import subprocess
+    import sys
 
-    gc.collect()
-    if device.type == "cuda":
-        torch.cuda.empty_cache()
+    command = [sys.executable, "-m", "bench.ray_overhead", "--only", kind, "--model_config", args.model_config,
+               "--batch_size", str(args.batch_size), "--seq_len", str(args.seq_len), "--steps", str(args.steps),
+               "--device", args.device]
+    output = subprocess.run(command, check=True, capture_output=True, text=True).stdout
+    return json.loads(output.strip().splitlines()[-1])
 
 
 def main() -> None:
@@ -76,27 +79,34 @@ def main() -> None:
     parser.add_argument("--seq_len", type=int, default=2048)
     parser.add_argument("--steps", type=int, default=12)
     parser.add_argument("--device", default="cuda", help="cpu: a smoke run of this script, not a measurement")
+    parser.add_argument("--rounds", type=int, default=2, help="raw, ray, raw, ray, ...: each in its own process")
+    parser.add_argument("--only", choices=("raw", "ray"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
     os.environ.setdefault("MASTER_PORT", "29513")
     cfg = TrainConfig(model_config=args.model_config, batch_size=args.batch_size, seq_len=args.seq_len,
                       steps=args.steps, num_workers=1)
-
     device = torch.device(args.device, 0) if args.device == "cuda" else torch.device(args.device)
-    before = raw_loop(cfg, device)
-    print(json.dumps({"run": "raw (before)", "tokens_per_s": round(before)}), flush=True)
-    release_memory(device)
-    summary = ray_run(cfg, device)
-    print(json.dumps({"run": "ray", **summary}), flush=True)
-    after = raw_loop(cfg, device)
-    print(json.dumps({"run": "raw (after)", "tokens_per_s": round(after)}), flush=True)
-    raw = (before + after) / 2
+    if args.only == "raw":
+        print(json.dumps({"run": "raw", "tokens_per_s": raw_loop(cfg, device)}), flush=True)
+        return
+    if args.only == "ray":
+        print(json.dumps({"run": "ray", **ray_run(cfg, device)}), flush=True)
+        return
+
+    results: dict[str, list[float]] = {"raw": [], "ray": []}
+    for _ in range(args.rounds):
+        for kind in ("raw", "ray"):
+            result = measure_in_subprocess(kind, args)
+            results[kind].append(result["tokens_per_s"])
+            print(json.dumps(result), flush=True)
+    raw, ray = (sum(values) / len(values) for values in (results["raw"], results["ray"]))
     print(json.dumps({
         "run": "overhead",
-        "raw_tokens_per_s": round(raw),
-        "ray_tokens_per_s": round(summary["tokens_per_s"]),
-        "ray_slower_by": round(1 - summary["tokens_per_s"] / raw, 4),
-        "raw_spread": round(abs(before - after) / raw, 4),
+        "raw_tokens_per_s": [round(value) for value in results["raw"]],
+        "ray_tokens_per_s": [round(value) for value in results["ray"]],
+        "ray_slower_by": round(1 - ray / raw, 4),
+        "raw_spread": round((max(results["raw"]) - min(results["raw"])) / raw, 4),
     }), flush=True)
 
 

@@ -291,3 +291,17 @@ def test_real_one_gpu_capture_is_intra_node_and_fails_expect_efa(capsys):
     assert transport.rank_verdicts(capture.read_text()) == {"vm:716": "intra-node"}
     assert transport.main([str(capture), "--expect", "efa"]) == 1, "a one-GPU run must fail --expect efa"
     assert '"ok": false' in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("capture, verdict", [
+    ("h200x2-nvlink-intra-node", "intra-node"),
+    ("h200x2-socket-fallback", "socket"),
+])
+def test_real_two_gpu_captures_fail_expect_efa(capture, verdict):
+    """Real NCCL 2.28 output of bench/scaling.py on 2 H200s: NVLink is intra-node, the forced socket transport
+    is socket on both ranks, and neither passes as EFA (the gate the Pulumi job resource applies)."""
+    files = sorted((FIXTURES / capture).glob("*.log"))
+    assert len(files) == 2, f"{capture}: expected one NCCL debug file per rank"
+    verdicts = transport.rank_verdicts("\n".join(path.read_text() for path in files))
+    assert sorted(verdicts.values()) == [verdict, verdict], f"{capture}: expected {verdict} on both ranks: {verdicts}"
+    assert transport.main([str(path) for path in files] + ["--expect", "efa"]) == 1, f"{capture} must fail efa"

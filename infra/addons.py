@@ -106,42 +106,34 @@ class ClusterAddons(pulumi.ComponentResource):
         super().__init__("raytrain:infra:ClusterAddons", name, None, opts)
         child = pulumi.ResourceOptions(parent=self, provider=provider, depends_on=list(depends_on))
 
-        self.nvidia_device_plugin = k8s.helm.v3.Release(
-            f"{name}-nvidia-device-plugin",
-            k8s.helm.v3.ReleaseArgs(
-                name=NVIDIA_DEVICE_PLUGIN_RELEASE,
-                chart=NVIDIA_DEVICE_PLUGIN_CHART,
-                version=NVIDIA_DEVICE_PLUGIN_VERSION,
-                repository_opts=k8s.helm.v3.RepositoryOptsArgs(repo=NVIDIA_DEVICE_PLUGIN_REPO),
-                namespace=DEVICE_PLUGIN_NAMESPACE,
-                values=nvidia_device_plugin_values(),
-            ),
-            opts=child,
+        def release(suffix: str, release_name: str, chart: str, version: str, repo: str, namespace: str,
+                    values: dict, **extra) -> k8s.helm.v3.Release:
+            return k8s.helm.v3.Release(
+                f"{name}-{suffix}",
+                k8s.helm.v3.ReleaseArgs(
+                    name=release_name,
+                    chart=chart,
+                    version=version,
+                    repository_opts=k8s.helm.v3.RepositoryOptsArgs(repo=repo),
+                    namespace=namespace,
+                    values=values,
+                    **extra,
+                ),
+                opts=child,
+            )
+
+        self.nvidia_device_plugin = release(
+            "nvidia-device-plugin", NVIDIA_DEVICE_PLUGIN_RELEASE, NVIDIA_DEVICE_PLUGIN_CHART,
+            NVIDIA_DEVICE_PLUGIN_VERSION, NVIDIA_DEVICE_PLUGIN_REPO, DEVICE_PLUGIN_NAMESPACE,
+            nvidia_device_plugin_values(),
         )
-        self.efa_device_plugin = k8s.helm.v3.Release(
-            f"{name}-efa-device-plugin",
-            k8s.helm.v3.ReleaseArgs(
-                name=EFA_DEVICE_PLUGIN_RELEASE,
-                chart=EFA_DEVICE_PLUGIN_CHART,
-                version=EFA_DEVICE_PLUGIN_VERSION,
-                repository_opts=k8s.helm.v3.RepositoryOptsArgs(repo=EFA_DEVICE_PLUGIN_REPO),
-                namespace=DEVICE_PLUGIN_NAMESPACE,
-                values=efa_device_plugin_values(),
-            ),
-            opts=child,
+        self.efa_device_plugin = release(
+            "efa-device-plugin", EFA_DEVICE_PLUGIN_RELEASE, EFA_DEVICE_PLUGIN_CHART, EFA_DEVICE_PLUGIN_VERSION,
+            EFA_DEVICE_PLUGIN_REPO, DEVICE_PLUGIN_NAMESPACE, efa_device_plugin_values(),
         )
-        self.kuberay_operator = k8s.helm.v3.Release(
-            f"{name}-kuberay-operator",
-            k8s.helm.v3.ReleaseArgs(
-                name=KUBERAY_OPERATOR_RELEASE,
-                chart=KUBERAY_OPERATOR_CHART,
-                version=KUBERAY_OPERATOR_VERSION,
-                repository_opts=k8s.helm.v3.RepositoryOptsArgs(repo=KUBERAY_OPERATOR_REPO),
-                namespace=KUBERAY_OPERATOR_NAMESPACE,
-                create_namespace=True,
-                values=kuberay_operator_values(),
-            ),
-            opts=child,
+        self.kuberay_operator = release(
+            "kuberay-operator", KUBERAY_OPERATOR_RELEASE, KUBERAY_OPERATOR_CHART, KUBERAY_OPERATOR_VERSION,
+            KUBERAY_OPERATOR_REPO, KUBERAY_OPERATOR_NAMESPACE, kuberay_operator_values(), create_namespace=True,
         )
         self.register_outputs({
             "nvidia_device_plugin": self.nvidia_device_plugin.status,

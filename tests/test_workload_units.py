@@ -272,3 +272,16 @@ def test_summary_checkpoint_is_a_usable_uri(storage_path, stored_path, expected)
              "nccl_logs": {}}
     summary = train.summarize(TrainConfig(storage_path=storage_path), Result(), final)
     assert summary["checkpoint"] == expected, f"checkpoint under {storage_path}: expected {expected}"
+
+
+def test_local_head_resolves_the_job_entrypoint_with_this_interpreter(monkeypatch, tmp_path):
+    """`.venv/bin/python -m workload.local` runs without an activated venv: the job's `python -m workload.train`
+    must find this interpreter (and its Ray), not whatever `python` comes first on the caller's PATH."""
+    from workload import local
+
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    monkeypatch.setenv("RAY_AUTH_TOKEN", "a-token-from-elsewhere")
+    env = local.head_environment(str(tmp_path / "auth_token"))
+    assert env["PATH"].split(os.pathsep)[0] == os.path.dirname(sys.executable), env["PATH"]
+    assert (env["RAY_AUTH_MODE"], env["RAY_AUTH_TOKEN_PATH"]) == ("token", str(tmp_path / "auth_token"))
+    assert "RAY_AUTH_TOKEN" not in env, "the head must use its own token file, not a token from the environment"

@@ -46,6 +46,16 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
+def head_environment(token_path: str) -> dict[str, str]:
+    """The `ray start` process's environment: token auth from our own token file, and this interpreter first on
+    PATH, since the job's entrypoint `python -m workload.train` is resolved there (so
+    `.venv/bin/python -m workload.local` works without activating the venv)."""
+    env = {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": token_path}
+    env.pop("RAY_AUTH_TOKEN", None)
+    env["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), env.get("PATH", "")])
+    return env
+
+
 @contextmanager
 def local_cluster() -> Iterator[tuple[str, str]]:
     """A `ray start --head --block` of our own, CPU only: yields (job server address, token). On exit every process
@@ -56,8 +66,7 @@ def local_cluster() -> Iterator[tuple[str, str]]:
     with open(os.open(token_path, os.O_WRONLY | os.O_CREAT, 0o600), "w") as file:
         file.write(token)
     dashboard_port = free_port()
-    env = {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": token_path}
-    env.pop("RAY_AUTH_TOKEN", None)
+    env = head_environment(token_path)
     ray_cli = os.path.join(os.path.dirname(sys.executable), "ray")
     command = [
         ray_cli, "start", "--head", "--block", "--disable-usage-stats",

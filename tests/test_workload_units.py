@@ -285,3 +285,47 @@ def test_local_head_resolves_the_job_entrypoint_with_this_interpreter(monkeypatc
     assert env["PATH"].split(os.pathsep)[0] == os.path.dirname(sys.executable), env["PATH"]
     assert (env["RAY_AUTH_MODE"], env["RAY_AUTH_TOKEN_PATH"]) == ("token", str(tmp_path / "auth_token"))
     assert "RAY_AUTH_TOKEN" not in env, "the head must use its own token file, not a token from the environment"
+
+
+@pytest.mark.parametrize("flags, named", [
+    (["--batch_size", "0"], "--batch_size"),
+    (["--dataset", "no/such/file.txt"], "--dataset"),
+    (["--seq_len", "100000"], "--seq_len"),
+])
+def test_local_run_refuses_bad_flags_before_starting_ray(monkeypatch, flags, named):
+    from workload import local
+
+    def no_cluster():
+        raise AssertionError("the local Ray cluster must not start for a bad flag")
+
+    monkeypatch.setattr(local, "local_cluster", no_cluster)
+    with pytest.raises(ValueError, match=named):
+        local.main(flags)
+
+
+def test_local_run_passes_local_files_by_absolute_path(monkeypatch, tmp_path):
+    """The job runs in an uploaded copy of workload/, so relative paths of this machine must not reach it."""
+    from contextlib import contextmanager
+
+    from workload import local
+
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("some text\n")
+    monkeypatch.chdir(tmp_path)
+    submitted = {}
+
+    @contextmanager
+    def fake_cluster():
+        yield "http://127.0.0.1:1", "token"
+
+    def fake_submit(address, train_args, **kwargs):
+        submitted["args"] = train_args
+        raise KeyboardInterrupt  # stop here: only the arguments matter
+
+    monkeypatch.setattr(local, "local_cluster", fake_cluster)
+    monkeypatch.setattr(local, "submit_training_job", fake_submit)
+    monkeypatch.setattr(local, "validate", lambda cfg: None)  # no tokenizer for this corpus
+    with pytest.raises(KeyboardInterrupt):
+        local.main(["--dataset", "corpus.txt"])
+    args = submitted["args"]
+    assert args[args.index("--dataset") + 1] == str(corpus), args

@@ -7,6 +7,7 @@ defaults below, so they override them (e.g. `--steps 5`).
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import secrets
@@ -20,7 +21,9 @@ import time
 from contextlib import contextmanager
 from typing import Iterator, Sequence
 
+from workload.config import is_local_dataset, parse_args
 from workload.submit import JobAuthenticationError, connect, submit_training_job
+from workload.train import validate
 
 # Small enough to finish in well under two minutes on 2 CPU cores, large enough to show a few FSDP steps and a
 # sharded checkpoint round trip.
@@ -158,8 +161,15 @@ def main(argv: Sequence[str] | None = None) -> dict:
     # A SIGTERM (CI timeout, kill) unwinds like Ctrl-C, so the cluster is still stopped.
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     run_name = time.strftime("local-%Y%m%d-%H%M%S")
-    train_args = [*DEFAULT_TRAIN_ARGS, "--storage_path", CHECKPOINT_ROOT,
-                  "--run_name", run_name, *extra]
+    cfg = parse_args([*DEFAULT_TRAIN_ARGS, "--storage_path", CHECKPOINT_ROOT, "--run_name", run_name, *extra])
+    # The job runs in a copy of workload/ elsewhere, so local files are passed by absolute path.
+    cfg = dataclasses.replace(
+        cfg,
+        dataset=os.path.abspath(os.path.expanduser(cfg.dataset)) if is_local_dataset(cfg.dataset) else cfg.dataset,
+        tokenizer=os.path.abspath(cfg.tokenizer) if os.path.isdir(cfg.tokenizer) else cfg.tokenizer,
+    )
+    validate(cfg)  # a bad flag fails here, naming it, before Ray starts
+    train_args = cfg.to_args()
     print("starting a local Ray cluster (ray start --head, token authentication on)", flush=True)
     with local_cluster() as (address, token):
         result = submit_training_job(
@@ -176,3 +186,6 @@ if __name__ == "__main__":
     except KeyboardInterrupt:
         print("interrupted; the local Ray cluster was stopped", file=sys.stderr)
         sys.exit(130)
+    except ValueError as error:  # a bad flag, found before Ray started
+        print(f"error: {error}", file=sys.stderr)
+        sys.exit(2)

@@ -21,10 +21,8 @@ mock monitor flaky.
 """
 from __future__ import annotations
 
-import gc
 import hashlib
 import json
-import logging
 import runpy
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -380,24 +378,10 @@ def _run(stack: str | None, overrides: dict[str, Any] | None, **mock_options: An
         _sync_await(run_pulumi_func(program))
     except BaseException as e:  # noqa: BLE001 handed to the caller
         run.error = e
-        _drop_abandoned_futures()
     finally:
         pulumi.runtime.set_all_config(previous_config)
         settings.ROOT.set(previous_root)
     return run
-
-
-def _drop_abandoned_futures() -> None:
-    """A failed program leaves futures whose exception nobody awaits (the same error, re-raised through every
-    output that depends on it). Collect them now, quietly, instead of asyncio logging each one at exit."""
-    settings.SETTINGS.rpc_manager.clear()
-    settings.SETTINGS.outputs.clear()
-    asyncio_logger = logging.getLogger("asyncio")
-    was_disabled, asyncio_logger.disabled = asyncio_logger.disabled, True
-    try:
-        gc.collect()
-    finally:
-        asyncio_logger.disabled = was_disabled
 
 
 def run_program(stack: str | None = "dev", overrides: dict[str, Any] | None = None, **mock_options: Any) -> ProgramRun:

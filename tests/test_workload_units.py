@@ -329,3 +329,59 @@ def test_local_run_passes_local_files_by_absolute_path(monkeypatch, tmp_path):
         local.main(["--dataset", "corpus.txt"])
     args = submitted["args"]
     assert args[args.index("--dataset") + 1] == str(corpus), args
+
+
+class _FakeJobClient:
+    """A Jobs API client whose log stream breaks or is interrupted, to test what submit does then."""
+
+    def __init__(self, stream_error: BaseException):
+        from ray.job_submission import JobStatus
+
+        self.stream_error, self.stopped, self.status = stream_error, [], JobStatus.SUCCEEDED
+
+    def submit_job(self, **kwargs):
+        return "job-1"
+
+    async def tail_job_logs(self, job_id):
+        yield "step 1/2 loss 6.0\n"
+        raise self.stream_error
+
+    def get_job_status(self, job_id):
+        return self.status
+
+    def get_job_logs(self, job_id):
+        return 'step 1/2 loss 6.0\nTRAIN_SUMMARY {"final_loss": 5.9}\n'
+
+    def get_job_info(self, job_id):
+        raise AssertionError("not needed for a job that succeeded")
+
+    def stop_job(self, job_id):
+        self.stopped.append(job_id)
+
+
+def test_a_dropped_log_stream_falls_back_to_waiting_for_the_job(monkeypatch):
+    from workload import submit
+
+    client = _FakeJobClient(RuntimeError("Websocket closed abnormally: 1006"))
+    monkeypatch.setattr(submit, "connect", lambda address, token: client)
+    lines = []
+    result = submit.submit_training_job("http://127.0.0.1:1", ["--steps", "2"], on_log=lines.append)
+    assert result.summary == {"final_loss": 5.9} and result.status == "SUCCEEDED", result
+    assert any("log stream of job-1 lost" in line for line in lines), lines
+    assert client.stopped == [], "a job that is still fine must not be stopped when only its log stream drops"
+
+
+def test_an_interrupted_wait_stops_the_job(monkeypatch):
+    from workload import submit
+
+    client = _FakeJobClient(KeyboardInterrupt())
+    monkeypatch.setattr(submit, "connect", lambda address, token: client)
+    with pytest.raises(KeyboardInterrupt):
+        submit.submit_training_job("http://127.0.0.1:1", ["--steps", "2"], on_log=lambda line: None)
+    assert client.stopped == ["job-1"], "nobody waits for the job any more: it must not keep the GPUs"
+
+
+def test_max_failures_accepts_ray_retry_forever_and_nothing_below():
+    assert TrainConfig(max_failures=-1).max_failures == -1, "-1 is FailureConfig's 'retry forever'"
+    with pytest.raises(ValueError, match="--max_failures"):
+        TrainConfig(max_failures=-2)

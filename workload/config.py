@@ -46,7 +46,7 @@ class TrainConfig:
     num_workers: int = 0
     """Ray Train workers; 0 means one per GPU of the cluster, or 2 CPU workers on a cluster without GPUs."""
     max_failures: int = 0
-    """FailureConfig.max_failures: how many times a failed worker group restarts from the last checkpoint."""
+    """FailureConfig.max_failures: restarts of a failed worker group from the last checkpoint; -1 retries forever."""
     storage_path: str = ""
     """RunConfig.storage_path for checkpoints, a local directory or s3://...; empty means no checkpoints."""
     run_name: str = "ray-train-fsdp-llm"
@@ -84,7 +84,9 @@ class TrainConfig:
             raise ValueError(f"--learning_rate must be a positive number, got {self.learning_rate}")
         if not self.max_grad_norm >= 0:
             raise ValueError(f"--max_grad_norm must be 0 (off) or a positive number, got {self.max_grad_norm}")
-        for name in ("num_workers", "max_failures", "checkpoint_every"):
+        if not isinstance(self.max_failures, int) or self.max_failures < -1:
+            raise ValueError(f"--max_failures must be -1 (retry forever), 0 or more, got {self.max_failures!r}")
+        for name in ("num_workers", "checkpoint_every"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 0:
                 raise ValueError(f"--{name} must be an integer >= 0, got {value!r}")

@@ -2,7 +2,7 @@
 
 It starts a one-node Ray cluster (`ray start --head`, token authentication on, as Ray 2.60 defaults to), submits
 the tiny-model training job through workload.submit, streams its progress, prints the summary, and stops the
-cluster it started, also on an error or Ctrl-C. Extra flags are passed to `python -m workload.train` after the
+cluster it started, also on an error or Ctrl-C. Extra flags are passed to `python3 -m workload.train` after the
 defaults below, so they override them (e.g. `--steps 5`).
 """
 from __future__ import annotations
@@ -51,7 +51,7 @@ def free_port() -> int:
 
 def head_environment(token_path: str) -> dict[str, str]:
     """The `ray start` process's environment: token auth from our own token file, and this interpreter first on
-    PATH, since the job's entrypoint `python -m workload.train` is resolved there (so
+    PATH, since the job's entrypoint `python3 -m workload.train` is resolved there (so
     `.venv/bin/python -m workload.local` works without activating the venv)."""
     env = {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": token_path}
     env.pop("RAY_AUTH_TOKEN", None)

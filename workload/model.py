@@ -161,8 +161,9 @@ class LinearCrossEntropy(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_output: torch.Tensor):
         grad_hidden, grad_weight = ctx.saved_tensors
-        scale = grad_output / ctx.tokens
-        return grad_hidden * scale.to(grad_hidden.dtype), grad_weight * scale.to(grad_weight.dtype), None, None
+        # A 0-dim fp32 factor: the products are computed in fp32 and rounded once to the gradients' dtype.
+        scale = grad_output.float() / ctx.tokens
+        return grad_hidden * scale, grad_weight * scale, None, None
 
 
 def build_model(cfg: TrainConfig, device: torch.device) -> CausalLMWithLoss:
@@ -171,9 +172,9 @@ def build_model(cfg: TrainConfig, device: torch.device) -> CausalLMWithLoss:
     torch.manual_seed(cfg.seed)
     if cfg.model_config:
         with torch.device(device):
-            lm = AutoModelForCausalLM.from_config(hf_config(cfg), dtype=torch.float32)
+            lm = AutoModelForCausalLM.from_config(hf_config(cfg), torch_dtype=torch.float32)
     else:
-        lm = AutoModelForCausalLM.from_pretrained(cfg.model_id, dtype=torch.float32).to(device)
+        lm = AutoModelForCausalLM.from_pretrained(cfg.model_id, torch_dtype=torch.float32).to(device)
     lm.config.use_cache = False
     if cfg.activation_checkpointing:
         lm.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})

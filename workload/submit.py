@@ -98,7 +98,7 @@ def submit_training_job(
     on_log: Callable[[str], None] = print,
     submission_id: str | None = None,
 ) -> JobResult:
-    """Run `python -m workload.train <train_args>` as a Ray job and wait for it; raises JobFailedError with the
+    """Run `python3 -m workload.train <train_args>` as a Ray job and wait for it; raises JobFailedError with the
     tail of the log when it fails, is stopped, or runs past `timeout_s` (it is then stopped)."""
     client = connect(address, token)
     runtime_env: dict = {}
@@ -112,7 +112,8 @@ def submit_training_job(
                         ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
         with _auth_refusals(address, token):
             job_id = client.submit_job(
-                entrypoint=shlex.join(["python", "-m", "workload.train", *train_args]),
+                # python3, as the original recipe runs it: Ubuntu-based images need not have a `python`.
+                entrypoint=shlex.join(["python3", "-m", "workload.train", *train_args]),
                 runtime_env={**runtime_env, "working_dir": staging},
                 submission_id=submission_id,
             )
@@ -120,13 +121,19 @@ def submit_training_job(
 
     deadline = time.monotonic() + timeout_s
     try:
-        _run_on_private_loop(asyncio.wait_for(_stream_log(client, job_id, on_log), timeout=timeout_s))
+        _follow_log(client, job_id, on_log, timeout_s)
         status = _wait_for_end(client, job_id, deadline)
     except (asyncio.TimeoutError, TimeoutError):
         client.stop_job(job_id)
         logs = client.get_job_logs(job_id)
         raise JobFailedError(job_id, str(client.get_job_status(job_id).value), _tail(logs),
                              reason=f"ran past its timeout of {timeout_s:.0f} s and was stopped") from None
+    except BaseException:
+        # Interrupted (Ctrl-C, a cancelled `pulumi up`) or the server unreachable: nobody is waiting for the job
+        # any more, so it must not keep holding the GPUs.
+        with suppress(Exception):
+            client.stop_job(job_id)
+        raise
 
     logs = client.get_job_logs(job_id)
     if status != JobStatus.SUCCEEDED:
@@ -155,6 +162,19 @@ def _run_on_private_loop(coroutine) -> None:
                 loop.run_until_complete(task)
         loop.run_until_complete(loop.shutdown_asyncgens())
         loop.close()
+
+
+def _follow_log(client: JobSubmissionClient, job_id: str, on_log: Callable[[str], None], timeout_s: float) -> None:
+    """Stream the job's log until it ends. A dropped stream (a port-forward or proxy cutting an idle websocket
+    while the job installs packages or compiles) is not the job failing: say so and let the caller poll."""
+    try:
+        _run_on_private_loop(asyncio.wait_for(_stream_log(client, job_id, on_log), timeout=timeout_s))
+    except (asyncio.TimeoutError, TimeoutError):
+        raise
+    except Exception as error:  # noqa: BLE001 any transport error of the websocket
+        if _is_auth_refusal(error):
+            raise
+        on_log(f"log stream of {job_id} lost ({_first_line(error)}); waiting for the job to end")
 
 
 async def _stream_log(client: JobSubmissionClient, job_id: str, on_log: Callable[[str], None]) -> None:

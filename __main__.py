@@ -7,7 +7,7 @@ import pulumi
 
 from infra import addons, config, instance_facts, network, preflight, ray_job, raycluster
 from infra.capacity_reservation import GpuCapacityReservation
-from infra.cluster import EksCluster
+from infra.cluster import EksCluster, checkpoint_storage_policy
 from infra.gpu_nodes import GpuNodeGroup, existing_reservation_id
 from infra.network import Network
 
@@ -82,6 +82,7 @@ gpu_nodes = GpuNodeGroup(
     gpu_placement=cfg.gpu_placement,
     capacity_reservation_id=reservation_id,
     tags=tags,
+    storage_policy=checkpoint_storage_policy(cfg.train.storage_path),
 )
 
 # ---- Kubernetes: device plugins and KubeRay, GPU nodes ready, the RayCluster, then (optionally) the job ------

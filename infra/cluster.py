@@ -29,8 +29,32 @@ NODE_POLICY_ARNS = (
 )
 
 
-def node_role(name: str, *, tags: dict[str, str], parent: pulumi.Resource) -> aws.iam.Role:
-    """An EC2 instance role for a managed node group, with the worker-node policies attached."""
+def checkpoint_storage_policy(storage_path: str) -> str | None:
+    """The S3 access Ray Train needs for `trainStoragePath` (s3://bucket/prefix): the head's controller and every
+    worker read and write the run's checkpoints there with their node's role. None for any other path."""
+    if not storage_path.startswith("s3://"):
+        return None
+    bucket, _, prefix = storage_path[len("s3://"):].partition("/")
+    prefix = prefix.strip("/")
+    objects = f"arn:aws:s3:::{bucket}/{prefix}/*" if prefix else f"arn:aws:s3:::{bucket}/*"
+    listing = {"Effect": "Allow", "Action": ["s3:ListBucket", "s3:GetBucketLocation"],
+               "Resource": f"arn:aws:s3:::{bucket}"}
+    if prefix:
+        listing["Condition"] = {"StringLike": {"s3:prefix": [prefix, f"{prefix}/*"]}}
+    return json.dumps({
+        "Version": "2012-10-17",
+        "Statement": [
+            listing,
+            {"Effect": "Allow", "Resource": objects,
+             "Action": ["s3:GetObject", "s3:PutObject", "s3:DeleteObject", "s3:AbortMultipartUpload"]},
+        ],
+    })
+
+
+def node_role(name: str, *, tags: dict[str, str], parent: pulumi.Resource,
+              storage_policy: str | None = None) -> tuple[aws.iam.Role, list[pulumi.Resource]]:
+    """An EC2 instance role for a managed node group, and its policies, which the node group must depend on:
+    nodes must not boot before the CNI policy is attached, nor lose it while they drain on destroy."""
     role = aws.iam.Role(
         f"{name}-role",
         assume_role_policy=json.dumps({
@@ -41,14 +65,19 @@ def node_role(name: str, *, tags: dict[str, str], parent: pulumi.Resource) -> aw
         tags=tags,
         opts=pulumi.ResourceOptions(parent=parent),
     )
-    for arn in NODE_POLICY_ARNS:
+    policies: list[pulumi.Resource] = [
         aws.iam.RolePolicyAttachment(
             f"{name}-{arn.rsplit('/', 1)[1]}",
             role=role.name,
             policy_arn=arn,
             opts=pulumi.ResourceOptions(parent=role),
         )
-    return role
+        for arn in NODE_POLICY_ARNS
+    ]
+    if storage_policy:
+        policies.append(aws.iam.RolePolicy(
+            f"{name}-checkpoints", role=role.id, policy=storage_policy, opts=pulumi.ResourceOptions(parent=role)))
+    return role, policies
 
 
 class EksCluster(pulumi.ComponentResource):
@@ -98,7 +127,9 @@ class EksCluster(pulumi.ComponentResource):
         self.oidc_provider_arn = self.cluster.oidc_provider_arn
         self.kubeconfig: pulumi.Output[str] = pulumi.Output.secret(self.cluster.kubeconfig_json)
 
-        system_role = node_role(f"{name}-system-node", tags=tags, parent=self)
+        # The Ray head runs here, and Ray Train's controller on it writes the run's state to the storage path.
+        system_role, system_policies = node_role(f"{name}-system-node", tags=tags, parent=self,
+                                                 storage_policy=checkpoint_storage_policy(cfg.train.storage_path))
         self.system_node_group = aws.eks.NodeGroup(
             f"{name}-system",
             cluster_name=self.cluster_name,
@@ -116,7 +147,7 @@ class EksCluster(pulumi.ComponentResource):
             labels=SYSTEM_NODE_LABELS,
             version=cfg.kubernetes_version,
             tags=tags,
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[self.cluster]),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[self.cluster, *system_policies]),
         )
         self.coredns = aws.eks.Addon(
             f"{name}-coredns",

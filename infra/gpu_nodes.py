@@ -70,6 +70,7 @@ class GpuNodeGroup(pulumi.ComponentResource):
         gpu_placement: str,
         capacity_reservation_id: pulumi.Input[str] | None,
         tags: dict[str, str],
+        storage_policy: str | None = None,
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
         super().__init__("raytrain:infra:GpuNodeGroup", name, None, opts)
@@ -128,7 +129,7 @@ class GpuNodeGroup(pulumi.ComponentResource):
             opts=child,
         )
 
-        role = node_role(f"{name}-node", tags=tags, parent=self)
+        role, role_policies = node_role(f"{name}-node", tags=tags, parent=self, storage_policy=storage_policy)
         self.node_group = aws.eks.NodeGroup(
             f"{name}-ng",
             cluster_name=cluster_name,
@@ -145,11 +146,14 @@ class GpuNodeGroup(pulumi.ComponentResource):
             ),
             labels=GPU_NODE_LABELS,
             taints=[aws.eks.NodeGroupTaintArgs(**GPU_TAINT)],
-            # One node at a time on a rolling update, so a multi-node job keeps most of its ranks.
-            update_config=aws.eks.NodeGroupUpdateConfigArgs(max_unavailable=1),
+            # One node at a time on a rolling update, so a multi-node job keeps most of its ranks. In a capacity
+            # reservation sized to the node count there is no room for the surge nodes a default update launches
+            # first: MINIMAL removes an old node before it launches its replacement.
+            update_config=aws.eks.NodeGroupUpdateConfigArgs(
+                max_unavailable=1, update_strategy="MINIMAL" if capacity_reservation_id is not None else None),
             version=kubernetes_version,
             tags=tags,
-            opts=child,
+            opts=pulumi.ResourceOptions(parent=self, depends_on=role_policies),
         )
         self.node_group_name: pulumi.Output[str] = self.node_group.node_group_name
         self.register_outputs({

@@ -6,6 +6,7 @@ never from the code under test.
 from __future__ import annotations
 
 import functools
+import json
 import ipaddress
 
 import pytest
@@ -320,3 +321,43 @@ def test_training_job_only_when_enabled_and_after_the_ray_cluster():
     assert ray_cluster.urn in job.dependencies, "the training job must wait for the RayCluster"
     assert {"jobId", "jobStatus", "jobFinalLoss", "jobTransportVerdicts"} <= set(run.exports), \
         f"the job's outputs should be exported; exports are {sorted(run.exports)}"
+
+
+ROLE = "aws:iam/role:Role"
+ROLE_POLICY = "aws:iam/rolePolicy:RolePolicy"
+ROLE_POLICY_ATTACHMENT = "aws:iam/rolePolicyAttachment:RolePolicyAttachment"
+
+
+def _policies_of(run: ProgramRun, group: Registration) -> set[str]:
+    role = next(r for r in run.of_type(ROLE) if r.outputs.get("arn") == group.inputs["nodeRoleArn"])
+    return {r.urn for r in run.resources if r.parent == role.urn and r.type in (ROLE_POLICY, ROLE_POLICY_ATTACHMENT)}
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_node_groups_wait_for_their_role_policies(stack):
+    """Nodes must not boot before the CNI policy is attached, nor lose it while they drain on destroy."""
+    run = program(stack)
+    for group in (system_node_group(run), gpu_node_group(run)):
+        policies = _policies_of(run, group)
+        assert len(policies) >= 3, f"{stack}: {group.name}'s role should carry the worker, CNI and ECR policies"
+        assert policies <= set(group.dependencies), f"{stack}: {group.name} must depend on its role's policies"
+
+
+def test_s3_checkpoints_grant_both_node_roles_the_prefix_only():
+    run = program("dev", (("trainStoragePath", "s3://ckpt-bucket/runs/dev"),))
+    for group in (system_node_group(run), gpu_node_group(run)):
+        role_policies = [r for r in run.of_type(ROLE_POLICY) if r.urn in _policies_of(run, group)]
+        assert len(role_policies) == 1, f"{group.name}: one checkpoint policy on its role (Ray head and workers)"
+        statements = json.loads(role_policies[0].inputs["policy"])["Statement"]
+        resources = {s["Resource"] for s in statements}
+        assert resources == {"arn:aws:s3:::ckpt-bucket", "arn:aws:s3:::ckpt-bucket/runs/dev/*"}, resources
+    assert not program("dev").of_type(ROLE_POLICY), "no S3 access without an s3:// trainStoragePath"
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_gpu_updates_never_surge_past_a_reservation(stack):
+    update = gpu_node_group(program(stack)).inputs["updateConfig"]
+    assert update["maxUnavailable"] == 1, f"{stack}: one GPU node at a time"
+    reserved = stack_value(stack, "capacityReserve") or stack_value(stack, "capacityReservationId")
+    assert update.get("updateStrategy") == ("MINIMAL" if reserved else None), \
+        f"{stack}: a reservation sized to the nodes has no room for surge nodes"

@@ -145,7 +145,8 @@ def load(config: Any | None = None) -> StackConfig:
 
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
-_CLUSTER_NAME = re.compile(r"^[a-zA-Z][a-zA-Z0-9-]{0,39}$")
+# 39 at most: IAM role names are <clusterName>-system-node-role plus Pulumi's 8-character suffix, 64 at most.
+_CLUSTER_NAME = re.compile(r"^[a-zA-Z][a-zA-Z0-9-]{0,38}$")
 _K8S_VERSION = re.compile(r"^1\.[0-9]{2}$")
 _AZ_NAME = re.compile(r"^[a-z]{2}(-[a-z]+)+-[0-9][a-z]$")
 _INSTANCE_TYPE = re.compile(r"^[a-z][a-z0-9-]*\.[a-z0-9]+$")
@@ -174,7 +175,7 @@ def parse(raw: dict[str, Any]) -> StackConfig:
     resource is registered.
     """
     _require(bool(_CLUSTER_NAME.match(raw["clusterName"])), "clusterName",
-             f"{raw['clusterName']!r} must start with a letter and hold 1-40 letters, digits or hyphens "
+             f"{raw['clusterName']!r} must start with a letter and hold 1-39 letters, digits or hyphens "
              "(it prefixes every AWS name, some of which are capped at 64 characters)")
     _require(bool(_K8S_VERSION.match(raw["kubernetesVersion"])), "kubernetesVersion",
              f"{raw['kubernetesVersion']!r} must be an EKS minor version like 1.34")

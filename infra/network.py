@@ -58,10 +58,16 @@ def choose_vpc_azs(configured: tuple[str, ...], region_azs: dict[str, str]) -> t
             raise ValueError(
                 f"config key 'vpcAvailabilityZones': {unknown} are not AZs of this region; "
                 f"allowed: {sorted(region_azs)}")
-        return configured
-    if len(region_azs) < 2:
-        raise ValueError(f"EKS needs two AZs, but the region has only {sorted(region_azs)}; choose another aws:region")
-    return tuple(sorted(region_azs))[:7]
+        chosen = configured
+    else:
+        chosen = tuple(sorted(region_azs))[:7]
+    control_plane = [az for az in chosen if region_azs[az] not in EKS_UNSUPPORTED_CONTROL_PLANE_AZ_IDS]
+    if len(control_plane) < 2:
+        key = "vpcAvailabilityZones" if configured else "aws:region"
+        raise ValueError(
+            f"config key '{key}': EKS needs two AZs for its control plane, but of {list(chosen)} only "
+            f"{control_plane} can host it (EKS refuses zone IDs {sorted(EKS_UNSUPPORTED_CONTROL_PLANE_AZ_IDS)})")
+    return chosen
 
 
 def reservation_candidate_azs(cfg: StackConfig, vpc_azs: tuple[str, ...]) -> tuple[str, ...]:

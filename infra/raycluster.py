@@ -267,7 +267,10 @@ class RayCluster(pulumi.ComponentResource):
             kind=manifest["kind"],
             metadata=manifest["metadata"],
             spec=manifest["spec"],
-            opts=pulumi.ResourceOptions(parent=self, provider=provider, depends_on=[namespace, *depends_on]),
+            # KubeRay does not recreate running pods when the spec changes (image, env, resources), so a changed
+            # spec replaces the RayCluster; its name is fixed, so the old one goes first.
+            opts=pulumi.ResourceOptions(parent=self, provider=provider, depends_on=[namespace, *depends_on],
+                                        replace_on_changes=["spec"], delete_before_replace=True),
         )
         # Derived from the CR's id, so whoever uses these waits until the RayCluster is up.
         created = self.custom_resource.id

@@ -52,7 +52,9 @@ if cfg.capacity_reserve:
         instance_count=cfg.gpu_node_count,
         candidate_azs=list(candidate_azs),
         tags=tags,
-        region=region,  # the dynamic provider runs outside the AWS provider and would not know aws:region
+        # The dynamic provider runs outside the AWS provider: tell it the stack's region and profile.
+        region=region,
+        profile=pulumi.Config("aws").get("profile"),
     )
     gpu_az: pulumi.Input[str] = reservation.availability_zone
     reservation_id: pulumi.Input[str] | None = reservation.reservation_id

@@ -12,7 +12,8 @@ stray g6.12xlarge dev box), leaving the node group one node short.
 
 It is a dynamic resource: the provider runs in Pulumi's provider process, which unpickles it by reference
 (`infra.capacity_reservation`, importable from the project root), so it holds no client or session: each
-call builds its boto3 client from the environment (AWS_PROFILE, AWS_REGION) and the optional `region` input.
+call builds its boto3 client from the optional `region` and `profile` inputs (the stack's aws:region and
+aws:profile), else the environment. Credentials from aws:assumeRole are not applied: use a profile instead.
 """
 from __future__ import annotations
 
@@ -49,7 +50,7 @@ MATCH_CRITERIA = "targeted"
 # creating a second reservation.
 _CLIENT_CONFIG = Config(retries={"mode": "standard", "max_attempts": 3})
 
-_INPUT_KEYS = ("instance_type", "instance_count", "candidate_azs", "tags", "region")
+_INPUT_KEYS = ("instance_type", "instance_count", "candidate_azs", "tags", "region", "profile")
 
 
 class CapacityReservationError(RuntimeError):
@@ -100,6 +101,8 @@ class ReservationInputs:
     candidate_azs: list[str]
     tags: dict[str, str] = field(default_factory=dict)
     region: str | None = None
+    profile: str | None = None
+    """The stack's aws:profile: the reservation must land in the account the rest of the stack is in."""
 
     @classmethod
     def from_props(cls, props: dict[str, Any]) -> ReservationInputs:
@@ -109,6 +112,7 @@ class ReservationInputs:
             candidate_azs=list(props["candidate_azs"]),
             tags=dict(props.get("tags") or {}),
             region=props.get("region") or None,
+            profile=props.get("profile") or None,
         )
 
     def validate(self) -> None:
@@ -128,10 +132,11 @@ class ReservationInputs:
                 "skipped_azs": skipped_azs}
 
 
-def _ec2_client(region: str | None):
+def _ec2_client(props: dict[str, Any]):
     # A fresh session per call: boto3's default session is not thread-safe, and the provider process may serve
     # several resources at once.
-    return boto3.session.Session().client("ec2", region_name=region, config=_CLIENT_CONFIG)
+    session = boto3.session.Session(profile_name=props.get("profile") or None)
+    return session.client("ec2", region_name=props.get("region") or None, config=_CLIENT_CONFIG)
 
 
 class GpuCapacityReservationProvider(ResourceProvider):
@@ -140,7 +145,7 @@ class GpuCapacityReservationProvider(ResourceProvider):
     def create(self, props: dict[str, Any]) -> CreateResult:
         inputs = ReservationInputs.from_props(props)
         inputs.validate()
-        ec2 = _ec2_client(inputs.region)
+        ec2 = _ec2_client(asdict(inputs))
         skipped: list[str] = []
         for az in inputs.candidate_azs:
             request = reservation_request(instance_type=inputs.instance_type, instance_count=inputs.instance_count,
@@ -166,22 +171,23 @@ class GpuCapacityReservationProvider(ResourceProvider):
             + "\nRank other AZs or regions with `python -m infra.capacity`, then set capacityCandidateAzs.")
 
     def diff(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> DiffResult:
-        replaces = [key for key in ("instance_type", "region") if olds.get(key) != news.get(key)]
+        replaces = [key for key in ("instance_type", "region", "profile") if olds.get(key) != news.get(key)]
         # A new ranking alone must not move a live reservation (and the GPU nodes in it): only an AZ dropped
         # from the candidates forces a new one.
         if olds.get("availability_zone") not in (news.get("candidate_azs") or []):
             replaces.append("candidate_azs")
         changed = replaces or [key for key in _INPUT_KEYS if olds.get(key) != news.get(key)]
-        # An in-place update keeps the reservation and its AZ, so the launch template that reads them shows no
-        # change in the preview. Delete first on replace: side by side, the old and the new reservation would
-        # need twice the vCPU quota.
+        # An in-place update keeps the reservation and its AZ. Pulumi's Python dynamic-provider host does not pass
+        # `stables` on and dynamic resources are not previewed, so a preview still shows both outputs as unknown
+        # (and the GPU node group as replaced); the update itself changes neither. Delete first on replace: side
+        # by side, the old and the new reservation would need twice the vCPU quota.
         stables = [] if replaces else ["reservation_id", "availability_zone"]
         return DiffResult(changes=bool(changed), replaces=replaces, stables=stables, delete_before_replace=True)
 
     def update(self, id_: str, olds: dict[str, Any], news: dict[str, Any]) -> UpdateResult:
         old, new = ReservationInputs.from_props(olds), ReservationInputs.from_props(news)
         new.validate()
-        ec2 = _ec2_client(new.region)
+        ec2 = _ec2_client(asdict(new))
         if new.instance_count != old.instance_count:
             ec2.modify_capacity_reservation(CapacityReservationId=id_, InstanceCount=new.instance_count)
         removed = [{"Key": key} for key in old.tags if key not in new.tags]
@@ -193,14 +199,14 @@ class GpuCapacityReservationProvider(ResourceProvider):
         return UpdateResult(new.outputs(id_, olds["availability_zone"], list(olds.get("skipped_azs") or [])))
 
     def read(self, id_: str, props: dict[str, Any]) -> ReadResult:
-        reservation = _describe(_ec2_client(props.get("region") or None), id_)
+        reservation = _describe(_ec2_client(props), id_)
         if reservation is None or reservation["State"] in ENDED_STATES:
             return ReadResult("", {})  # gone: a refresh drops it from the state, the next up creates a new one
         return ReadResult(id_, {**props, "instance_count": reservation["TotalInstanceCount"],
                                 "availability_zone": reservation["AvailabilityZone"]})
 
     def delete(self, id_: str, props: dict[str, Any]) -> None:
-        ec2 = _ec2_client(props.get("region") or None)
+        ec2 = _ec2_client(props)
         reservation = _describe(ec2, id_)
         if reservation is None or reservation["State"] in ENDED_STATES:
             return
@@ -228,9 +234,11 @@ class GpuCapacityReservation(pulumi.dynamic.Resource, module="raytrain", name="G
     """The candidates tried before it, each with AWS's answer."""
 
     def __init__(self, name: str, *, instance_type: str, instance_count: int, candidate_azs: list[str],
-                 tags: dict[str, str], region: str | None = None, opts: pulumi.ResourceOptions | None = None):
+                 tags: dict[str, str], region: str | None = None, profile: str | None = None,
+                 opts: pulumi.ResourceOptions | None = None):
         inputs = ReservationInputs(instance_type=instance_type, instance_count=instance_count,
-                                   candidate_azs=list(candidate_azs), tags=dict(tags), region=region)
+                                   candidate_azs=list(candidate_azs), tags=dict(tags), region=region,
+                                   profile=profile)
         inputs.validate()
         super().__init__(
             GpuCapacityReservationProvider(), name,

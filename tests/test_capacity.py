@@ -442,10 +442,12 @@ def reservation_stub(monkeypatch):
     stub = Stubber(client)
     stub.activate()
     regions = []
-    monkeypatch.setattr(capacity_reservation, "_ec2_client", lambda region: regions.append(region) or client)
+    monkeypatch.setattr(capacity_reservation, "_ec2_client",
+                        lambda props: regions.append((props.get("region"), props.get("profile"))) or client)
     yield stub
     stub.assert_no_pending_responses()
-    assert set(regions) <= {"us-east-1"}, f"the provider should use the region input, used {regions}"
+    assert set(regions) <= {("us-east-1", None), ("us-east-1", "gpu-account")}, \
+        f"the provider should use the region and profile inputs, used {regions}"
 
 
 def expect_create(stub: Stubber, az: str, error: str | None = None, reservation_id: str = "cr-0b0000000000000b1"):
@@ -604,3 +606,11 @@ def test_an_undeployed_stack_is_judged_by_its_vpc_availability_zones():
     covered = {az.availability_zone: az.private_subnet for az in report.azs}
     assert covered == {"us-west-2a": True, "us-west-2b": True, "us-west-2c": False, "us-west-2d": False}, \
         f"with no VPC deployed, only the stack's vpcAvailabilityZones will have a private subnet: {covered}"
+
+
+def test_a_new_aws_profile_replaces_the_reservation():
+    """Another profile may be another account: the reservation must move with the rest of the stack."""
+    diff = capacity_reservation.GpuCapacityReservationProvider().diff(
+        "cr-1", {**PROPS, "availability_zone": "us-east-1a", "profile": None},
+        {**PROPS, "profile": "gpu-account"})
+    assert "profile" in diff.replaces, diff.replaces

@@ -361,3 +361,9 @@ def test_gpu_updates_never_surge_past_a_reservation(stack):
     reserved = stack_value(stack, "capacityReserve") or stack_value(stack, "capacityReservationId")
     assert update.get("updateStrategy") == ("MINIMAL" if reserved else None), \
         f"{stack}: a reservation sized to the nodes has no room for surge nodes"
+
+
+def test_reservation_uses_the_stacks_aws_profile():
+    run = program("p5", (("aws:profile", "gpu-account"),))
+    reservation = next(r for r in run.resources if r.type.endswith(":GpuCapacityReservation"))
+    assert reservation.inputs["profile"] == "gpu-account", "the reservation must be made in the stack's account"

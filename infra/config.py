@@ -57,6 +57,7 @@ class TrainConfig:
     learning_rate: float
     num_workers: int
     max_failures: int
+    checkpoint_every: int
     storage_path: str
     pip: tuple[str, ...]
     env: dict[str, str]
@@ -279,6 +280,8 @@ def _parse_train(raw: dict[str, Any]) -> TrainConfig:
              f"{raw['trainRunId']!r} must be 1-32 letters, digits, '.', '_' or '-' (it names the Ray job)")
     _require(raw["trainExpectTransport"] in EXPECT_TRANSPORTS, "trainExpectTransport",
              f"{raw['trainExpectTransport']!r} is not one of {list(EXPECT_TRANSPORTS)}")
+    _require(raw["trainCheckpointEvery"] >= 0, "trainCheckpointEvery",
+             f"must be 0 (only after the last step) or more, got {raw['trainCheckpointEvery']}")
     storage = raw["trainStoragePath"]
     _require(storage == "" or "://" in storage or storage.startswith("/"), "trainStoragePath",
              f"{storage!r} must be empty, an absolute path or a URI like s3://bucket/prefix")
@@ -298,6 +301,7 @@ def _parse_train(raw: dict[str, Any]) -> TrainConfig:
         learning_rate=learning_rate,
         num_workers=raw["trainNumWorkers"],
         max_failures=raw["trainMaxFailures"],
+        checkpoint_every=raw["trainCheckpointEvery"],
         storage_path=storage,
         pip=tuple(raw["trainPip"]),
         env=env,

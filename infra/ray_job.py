@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import hashlib
 import json
 import sys
 import uuid
@@ -87,10 +88,14 @@ def job_inputs(cfg: StackConfig, facts: InstanceFacts) -> dict[str, Any]:
             learning_rate=train.learning_rate,
             num_workers=train.num_workers,
             max_failures=train.max_failures,
+            checkpoint_every=train.checkpoint_every,
             storage_path=train.storage_path,
-            # A retried create of the same run resumes from its checkpoints; a new trainRunId starts afresh.
-            run_name=f"ray-train-fsdp-llm-{train.run_id}",
         )
+        # Ray Train resumes a run of the same name and storage path from its latest checkpoint. A retried create
+        # of the same job should (the same trainRunId and flags); a job with other flags (another model, another
+        # shape) must not load this one's checkpoints, and a new trainRunId starts afresh.
+        definition = hashlib.sha256(json.dumps(workload.to_args()).encode()).hexdigest()[:8]
+        workload = dataclasses.replace(workload, run_name=f"ray-train-fsdp-llm-{train.run_id}-{definition}")
     except ValueError as e:
         raise ValueError(f"train* config keys do not make a valid job: {e}") from e
     request = WorkerRequest.for_instance(facts, cfg.gpu_node_count)
@@ -286,6 +291,7 @@ class TrainingJob(pulumi.dynamic.Resource, module="raytrain", name="TrainingJob"
             "kubeconfig": pulumi.Output.secret(kubeconfig),
             **{output: None for output in OUTPUT_NAMES},
         }
-        # The kubeconfig is kept in the outputs because delete needs it to reach the cluster.
-        secret = pulumi.ResourceOptions(additional_secret_outputs=["kubeconfig"])
+        # The kubeconfig is kept in the outputs because delete needs it to reach the cluster. trainEnv may carry a
+        # token (HF_TOKEN for a gated model), so the job's env is a secret in the state too.
+        secret = pulumi.ResourceOptions(additional_secret_outputs=["kubeconfig", "env_vars"])
         super().__init__(TrainingJobProvider(), name, props, pulumi.ResourceOptions.merge(secret, opts))

@@ -33,7 +33,7 @@ def test_job_inputs_come_from_the_train_config(enabled):
     flags = dict(zip(args[::2], args[1::2]))
     assert flags["--model_config"] == "tiny" and flags["--steps"] == "3", \
         f"train flags from trainModelConfig/Steps: {args}"
-    assert flags["--run_name"] == "ray-train-fsdp-llm-7", f"a new trainRunId is a new checkpoint run: {args}"
+    assert flags["--run_name"].startswith("ray-train-fsdp-llm-7-"), f"a new trainRunId is a new checkpoint run: {args}"
     assert job.inputs["env_vars"] == {"NCCL_DEBUG_FILE": ray_job.NCCL_DEBUG_FILE, "NCCL_NET": "Socket"}, \
         f"job env: each rank's NCCL debug file plus trainEnv; got {job.inputs['env_vars']}"
     assert job.inputs["pip"] == ["einops==0.8.1"] and job.inputs["run_id"] == "7", job.inputs
@@ -96,7 +96,7 @@ def test_training_job_makes_a_plain_kubeconfig_secret_and_keeps_it_secret_in_out
 
     train = TrainConfig(enabled=True, run_id="1", model_id="Qwen/Qwen2.5-1.5B", model_config="", steps=5,
                         batch_size=2, seq_len=128, learning_rate=1e-5, num_workers=0, max_failures=0,
-                        storage_path="", pip=(), env={}, timeout_minutes=60, expect_transport="efa")
+                        checkpoint_every=0, storage_path="", pip=(), env={}, timeout_minutes=60, expect_transport="efa")
     cfg = dataclasses.replace(CONFIG, train=train)
     cluster = SimpleNamespace(namespace=pulumi.Output.from_input("ray"),
                               cluster_name=pulumi.Output.from_input("ray-train"),
@@ -115,3 +115,22 @@ def test_training_job_makes_a_plain_kubeconfig_secret_and_keeps_it_secret_in_out
     inputs, secret_outputs = monitor.requests["job"]
     assert is_secret_value(inputs["kubeconfig"]), "a kubeconfig given in plain must be registered as a secret"
     assert "kubeconfig" in secret_outputs, "the kubeconfig kept in the job's outputs must stay secret"
+
+
+def test_run_name_follows_the_job_definition_so_only_a_retry_resumes():
+    """Ray Train resumes a run of the same name from its checkpoints: the same job retried must, a job with other
+    flags must not (its checkpoints would not even load)."""
+    def run_name(overrides):
+        args = run_program("dev", {**TRAIN, **overrides}).one(JOB).inputs["train_args"]
+        return args[args.index("--run_name") + 1]
+
+    same = run_name({})
+    assert run_name({}) == same, "the same job, retried, keeps its run name"
+    assert run_name({"trainSeqLen": 256}) != same, "other flags are another checkpoint run"
+    assert run_name({"trainRunId": "8"}) != same, "a new trainRunId is another checkpoint run"
+
+
+def test_checkpoint_every_reaches_the_job():
+    args = run_program("dev", {**TRAIN, "trainStoragePath": "s3://b/p", "trainCheckpointEvery": 100}).one(JOB) \
+        .inputs["train_args"]
+    assert args[args.index("--checkpoint_every") + 1] == "100", args

@@ -101,6 +101,7 @@ gpu_nodes_ready = preflight.GpuNodesReady(
     f"{cfg.cluster_name}-gpu-nodes-ready",
     kubeconfig=cluster.kubeconfig,
     request=preflight.WorkerRequest.for_instance(gpu_facts, cfg.gpu_node_count),
+    gpu_node_group=gpu_nodes.node_group.arn,
     opts=pulumi.ResourceOptions(depends_on=[cluster_addons.nvidia_device_plugin, cluster_addons.efa_device_plugin]),
 )
 ray_cluster = raycluster.RayCluster(

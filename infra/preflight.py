@@ -232,10 +232,13 @@ class GpuNodesReadyInputs:
     gpus_per_worker: int
     efa_per_worker: int
     workers: int
+    gpu_node_group: pulumi.Input[str] = ""
+    """The GPU node group's ARN: a replaced node group (new AZ, new launch template) brings new nodes to check."""
 
 
-# A changed request (instance type or node count) checks again; a new kubeconfig alone does not.
 _REQUEST_FIELDS = ("gpus_per_worker", "efa_per_worker", "workers")
+# A changed request (instance type or node count) or new GPU nodes check again; a new kubeconfig alone does not.
+_CHECK_FIELDS = (*_REQUEST_FIELDS, "gpu_node_group")
 
 
 def _to_stderr(line: str) -> None:
@@ -250,11 +253,11 @@ class GpuNodesReadyProvider(pulumi.dynamic.ResourceProvider):
         api_client = kubernetes_client(props["kubeconfig"])
         wait_for_gpu_nodes(lambda: read_cluster(api_client), request, on_progress=_to_stderr)
         # The kubeconfig stays out of the outputs: nothing after create needs the cluster.
-        outs = {name: props[name] for name in _REQUEST_FIELDS}
+        outs = {name: props.get(name) for name in _CHECK_FIELDS}
         return pulumi.dynamic.CreateResult(id_=f"gpu-nodes-ready-{uuid.uuid4().hex[:8]}", outs=outs)
 
     def diff(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> pulumi.dynamic.DiffResult:
-        replaces = [name for name in _REQUEST_FIELDS if olds.get(name) != news.get(name)]
+        replaces = [name for name in _CHECK_FIELDS if olds.get(name) != news.get(name)]
         return pulumi.dynamic.DiffResult(changes=bool(replaces), replaces=replaces)
 
     def delete(self, _id: str, _props: dict[str, Any]) -> None:
@@ -270,6 +273,7 @@ class GpuNodesReady(pulumi.dynamic.Resource, module="raytrain", name="GpuNodesRe
         *,
         kubeconfig: pulumi.Input[Any],
         request: WorkerRequest,
+        gpu_node_group: pulumi.Input[str] = "",
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
         inputs = GpuNodesReadyInputs(
@@ -277,5 +281,6 @@ class GpuNodesReady(pulumi.dynamic.Resource, module="raytrain", name="GpuNodesRe
             gpus_per_worker=request.gpus,
             efa_per_worker=request.efa_interfaces,
             workers=request.workers,
+            gpu_node_group=gpu_node_group,
         )
         super().__init__(GpuNodesReadyProvider(), name, dict(vars(inputs)), opts)

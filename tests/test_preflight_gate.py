@@ -104,20 +104,23 @@ def test_create_reads_the_cluster_and_keeps_the_kubeconfig_out_of_its_outputs(mo
     clients = []
     monkeypatch.setattr(preflight, "kubernetes_client", lambda kubeconfig: clients.append(kubeconfig) or "api")
     monkeypatch.setattr(preflight, "read_cluster", lambda api: HEALTHY if api == "api" else None)
-    props = {"kubeconfig": "apiVersion: v1\nkind: Config\n", "gpus_per_worker": 4, "efa_per_worker": 1, "workers": 2}
+    props = {"kubeconfig": "apiVersion: v1\nkind: Config\n", "gpus_per_worker": 4, "efa_per_worker": 1, "workers": 2,
+             "gpu_node_group": "arn:ng-1"}
     result = preflight.GpuNodesReadyProvider().create(props)
     assert clients == [props["kubeconfig"]], "create builds its client from the kubeconfig input"
-    assert result.outs == {"gpus_per_worker": 4, "efa_per_worker": 1, "workers": 2}, \
+    assert result.outs == {"gpus_per_worker": 4, "efa_per_worker": 1, "workers": 2, "gpu_node_group": "arn:ng-1"}, \
         f"outputs are the request only, never the kubeconfig: {result.outs}"
 
 
-def test_diff_replaces_on_a_new_request_only():
+def test_diff_replaces_on_a_new_request_or_new_gpu_nodes_only():
     provider = preflight.GpuNodesReadyProvider()
     olds = {"gpus_per_worker": 4, "efa_per_worker": 1, "workers": 2}
     same = provider.diff("id", olds, {**olds, "kubeconfig": "another"})
     assert not same.changes and not same.replaces, "a new kubeconfig alone does not check again"
     more = provider.diff("id", olds, {**olds, "workers": 3, "kubeconfig": "k"})
     assert more.changes and more.replaces == ["workers"], f"a new worker count replaces: {more.replaces}"
+    new_nodes = provider.diff("id", {**olds, "gpu_node_group": "arn:ng-1"}, {**olds, "gpu_node_group": "arn:ng-2"})
+    assert new_nodes.replaces == ["gpu_node_group"], "a replaced GPU node group brings new nodes to check"
 
 
 # ---- in the program, under mocks --------------------------------------------------------------------------------

@@ -67,8 +67,10 @@ class WorkerRequest:
         return cls(gpus=int(resources[GPU_RESOURCE]), efa_interfaces=int(resources[EFA_RESOURCE]), workers=workers)
 
 
-def _plain(obj: Any) -> dict:
-    """A Kubernetes object as the API server's JSON (camelCase keys), from a client model or a dict."""
+def plain(obj: Any) -> dict:
+    """A Kubernetes object as the API server's JSON (camelCase keys), from a client model or a dict ({} for None)."""
+    if obj is None:
+        return {}
     if isinstance(obj, Mapping):
         return dict(obj)
     from kubernetes.client import ApiClient
@@ -94,7 +96,7 @@ def check_gpu_nodes(nodes: Iterable[Any], request: WorkerRequest) -> list[str]:
     selector = ", ".join(f"{k}={v}" for k, v in GPU_WORKER_NODE_SELECTOR.items())
     usable = 0
     gpu_nodes = [
-        node for node in map(_plain, nodes)
+        node for node in map(plain, nodes)
         if all(((node.get("metadata") or {}).get("labels") or {}).get(k) == v
                for k, v in GPU_WORKER_NODE_SELECTOR.items())
     ]
@@ -135,7 +137,7 @@ def check_device_plugins(daemonsets: Iterable[Any]) -> list[str]:
     tolerations match no GPU node, so no node will ever advertise the resource)."""
     problems = []
     found: dict[str, list[dict]] = {release: [] for release in DEVICE_PLUGIN_RELEASES}
-    for daemonset in map(_plain, daemonsets):
+    for daemonset in map(plain, daemonsets):
         metadata = daemonset.get("metadata") or {}
         name = metadata.get("name", "")
         if any(companion in name for companion in _OPTIONAL_COMPANIONS):
@@ -241,7 +243,8 @@ _REQUEST_FIELDS = ("gpus_per_worker", "efa_per_worker", "workers")
 _CHECK_FIELDS = (*_REQUEST_FIELDS, "gpu_node_group")
 
 
-def _to_stderr(line: str) -> None:
+def to_stderr(line: str) -> None:
+    """Where a dynamic provider's progress goes: its process's stderr (pulumi.log cannot reach the engine there)."""
     print(line, file=sys.stderr, flush=True)
 
 
@@ -251,7 +254,7 @@ class GpuNodesReadyProvider(pulumi.dynamic.ResourceProvider):
     def create(self, props: dict[str, Any]) -> pulumi.dynamic.CreateResult:
         request = WorkerRequest(int(props["gpus_per_worker"]), int(props["efa_per_worker"]), int(props["workers"]))
         api_client = kubernetes_client(props["kubeconfig"])
-        wait_for_gpu_nodes(lambda: read_cluster(api_client), request, on_progress=_to_stderr)
+        wait_for_gpu_nodes(lambda: read_cluster(api_client), request, on_progress=to_stderr)
         # The kubeconfig stays out of the outputs: nothing after create needs the cluster.
         outs = {name: props.get(name) for name in _CHECK_FIELDS}
         return pulumi.dynamic.CreateResult(id_=f"gpu-nodes-ready-{uuid.uuid4().hex[:8]}", outs=outs)

@@ -20,7 +20,6 @@ import contextlib
 import dataclasses
 import hashlib
 import json
-import sys
 import uuid
 from dataclasses import dataclass
 from typing import Any, Callable, ContextManager, Iterator, Mapping
@@ -29,6 +28,7 @@ import pulumi
 import pulumi.dynamic
 
 from infra.config import InstanceFacts, StackConfig
+from infra.preflight import to_stderr
 
 # Each rank writes its own NCCL log here (%h host, %p pid), reads back its transport lines at the end and reports
 # them in the summary, so the verdict does not depend on which worker output reaches the driver.
@@ -159,14 +159,6 @@ def kubernetes_job_server(props: Mapping[str, Any], preflight: bool) -> Iterator
         yield JobServer(forward.address, token)
 
 
-def _to_stderr(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)
-
-
-def _tail(text: str, lines: int = LOG_TAIL_LINES) -> str:
-    return "\n".join((text or "").splitlines()[-lines:])
-
-
 class TrainingJobError(RuntimeError):
     """The job failed, timed out, or ran on the wrong transport; the message carries the log tail."""
 
@@ -186,7 +178,7 @@ class TrainingJobProvider(pulumi.dynamic.ResourceProvider):
     def create(self, props: dict[str, Any]) -> pulumi.dynamic.CreateResult:
         from workload import submit, transport
 
-        on_log = self._on_log or _to_stderr
+        on_log = self._on_log or to_stderr
         submission_id = f"raytrain-{props['run_id']}-{uuid.uuid4().hex[:8]}"
         on_log(f"[{submission_id}] preflight and port-forward to the Ray head of "
                f"{props['namespace']}/{props['cluster_name']}")
@@ -213,7 +205,7 @@ class TrainingJobProvider(pulumi.dynamic.ResourceProvider):
             raise TrainingJobError(
                 f"training job {result.job_id} succeeded but its NCCL transport is wrong: {problem}\n"
                 f"per-rank verdicts: {json.dumps(verdicts, sort_keys=True)}\n"
-                f"last lines of its log:\n{_tail(result.logs)}"
+                f"last lines of its log:\n{submit.log_tail(result.logs, LOG_TAIL_LINES)}"
             )
         on_log(f"[{result.job_id}] {result.status}: final loss {summary.get('final_loss')}, "
                f"{summary.get('tokens_per_s')} tokens/s, transport {json.dumps(verdicts, sort_keys=True)}")
@@ -251,7 +243,7 @@ class TrainingJobProvider(pulumi.dynamic.ResourceProvider):
         """Stop the job if it still runs. A cluster that is already gone has nothing left to stop."""
         from workload import submit
 
-        on_log = self._on_log or _to_stderr
+        on_log = self._on_log or to_stderr
         try:
             with self._job_server(props, False) as server:
                 submit.stop_job(server.address, _id, token=server.token)

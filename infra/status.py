@@ -19,27 +19,19 @@ import yaml
 from infra.addons import GPU_WORKER_NODE_SELECTOR
 from infra.config import PROJECT_FILE, project_name, schema
 from infra.portforward import CLUSTER_LABEL, NODE_TYPE_LABEL
-from infra.preflight import EFA_RESOURCE, GPU_RESOURCE
+from infra.preflight import EFA_RESOURCE, GPU_RESOURCE, plain
 from infra.raycluster import RAYCLUSTER_API_VERSION
 
 INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
 ZONE_LABEL = "topology.kubernetes.io/zone"
 
 
-def _plain(obj: Any) -> dict:
-    if obj is None or isinstance(obj, dict):
-        return obj or {}
-    from kubernetes.client import ApiClient
-
-    return ApiClient().sanitize_for_serialization(obj)
-
-
 def collect_status(raycluster: dict | None, pods: Iterable[Any], nodes: Iterable[Any]) -> dict:
     """The status as plain data, from the RayCluster object (None when absent), its pods and every node."""
     nodes_by_name = {}
-    for node in map(_plain, nodes):
+    for node in map(plain, nodes):
         nodes_by_name[node["metadata"]["name"]] = node
-    cluster = _plain(raycluster)
+    cluster = plain(raycluster)
     cluster_status = cluster.get("status") or {}
     result: dict[str, Any] = {
         "raycluster": None if not cluster else {
@@ -53,7 +45,7 @@ def collect_status(raycluster: dict | None, pods: Iterable[Any], nodes: Iterable
         "pods": [],
         "gpu_nodes": [],
     }
-    for pod in sorted(map(_plain, pods), key=lambda p: p["metadata"]["name"]):
+    for pod in sorted(map(plain, pods), key=lambda p: p["metadata"]["name"]):
         labels = pod["metadata"].get("labels") or {}
         node_name = (pod.get("spec") or {}).get("nodeName") or ""
         node_labels = (nodes_by_name.get(node_name, {}).get("metadata") or {}).get("labels") or {}

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import os
 import socket
-from typing import Callable
-
 import torch.distributed as dist
+
+from workload.transport import is_transport_line
 
 
 def expand_debug_file(pattern: str, hostname: str, pid: int) -> str:
@@ -30,15 +30,6 @@ def expand_debug_file(pattern: str, hostname: str, pid: int) -> str:
     return "".join(out)
 
 
-def transport_filter() -> Callable[[str], bool]:
-    """workload.transport's verdict lines when that module is present, else every NCCL INFO line."""
-    try:
-        from workload.transport import is_transport_line
-    except ImportError:
-        return lambda line: "NCCL INFO" in line
-    return is_transport_line
-
-
 def read_own_log() -> str:
     """This process's NCCL debug file, filtered to transport lines; empty when NCCL never wrote it."""
     path = expand_debug_file(os.environ["NCCL_DEBUG_FILE"], socket.gethostname(), os.getpid())
@@ -47,8 +38,7 @@ def read_own_log() -> str:
             lines = file.read().splitlines()
     except FileNotFoundError:
         return ""
-    keep = transport_filter()
-    return "\n".join(line for line in lines if keep(line))
+    return "\n".join(line for line in lines if is_transport_line(line))
 
 
 def gather_transport_lines(rank: int, world_size: int) -> dict[str, str]:

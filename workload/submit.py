@@ -126,7 +126,7 @@ def submit_training_job(
     except (asyncio.TimeoutError, TimeoutError):
         client.stop_job(job_id)
         logs = client.get_job_logs(job_id)
-        raise JobFailedError(job_id, str(client.get_job_status(job_id).value), _tail(logs),
+        raise JobFailedError(job_id, str(client.get_job_status(job_id).value), log_tail(logs),
                              reason=f"ran past its timeout of {timeout_s:.0f} s and was stopped") from None
     except BaseException:
         # Interrupted (Ctrl-C, a cancelled `pulumi up`) or the server unreachable: nobody is waiting for the job
@@ -139,10 +139,10 @@ def submit_training_job(
     if status != JobStatus.SUCCEEDED:
         info = client.get_job_info(job_id)
         reason = f"ended {status.value}" + (f": {info.message}" if info.message else "")
-        raise JobFailedError(job_id, status.value, _tail(logs), reason=reason)
+        raise JobFailedError(job_id, status.value, log_tail(logs), reason=reason)
     summary = parse_summary(logs)
     if summary is None:
-        raise JobFailedError(job_id, status.value, _tail(logs),
+        raise JobFailedError(job_id, status.value, log_tail(logs),
                              reason=f"succeeded but printed no {SUMMARY_PREFIX.strip()} line")
     return JobResult(job_id=job_id, status=status.value, summary=summary, logs=logs)
 
@@ -201,8 +201,9 @@ def parse_summary(logs: str) -> dict | None:
     return None
 
 
-def _tail(logs: str) -> str:
-    return "\n".join(logs.splitlines()[-LOG_TAIL_LINES:])
+def log_tail(logs: str | None, lines: int = LOG_TAIL_LINES) -> str:
+    """The last `lines` lines of a job log."""
+    return "\n".join((logs or "").splitlines()[-lines:])
 
 
 def stop_job(address: str, submission_id: str, *, token: str | None = None) -> None:

@@ -48,16 +48,9 @@ def raw_loop(cfg: TrainConfig, device: torch.device) -> float:
 
 
 def ray_run(cfg: TrainConfig, device: torch.device) -> dict:
-    import ray
+    from bench.scaling import run  # imports Ray: only the Ray measurement's process needs it
 
-    from workload.train import fit, summarize
-
-    ray.init(num_gpus=1 if device.type == "cuda" else 0, include_dashboard=False)
-    try:
-        result, final = fit(cfg)
-        return summarize(cfg, result, final)
-    finally:
-        ray.shutdown()
+    return run(cfg, 1 if device.type == "cuda" else 0, env={}, nccl_dir=None)
 
 
 def measure_in_subprocess(kind: str, args: argparse.Namespace) -> dict:

@@ -30,7 +30,7 @@ def run(cfg: TrainConfig, gpus: int, env: dict[str, str], nccl_dir: str | None) 
     if nccl_dir:
         os.makedirs(nccl_dir, exist_ok=True)
         env.update(NCCL_DEBUG="INFO", NCCL_DEBUG_FILE=os.path.join(nccl_dir, "nccl-%h-%p.log"))
-    ray.init(num_gpus=gpus, include_dashboard=False, runtime_env={"env_vars": env})
+    ray.init(num_gpus=gpus, include_dashboard=False, runtime_env={"env_vars": env} if env else None)
     try:
         result, final = fit(cfg)
         return summarize(cfg, result, final)

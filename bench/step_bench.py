@@ -39,6 +39,15 @@ L4_USABLE_GIB = 22.0  # 24 GB card, 22.5 GiB reported, less the CUDA context
 GIB = 2**30
 
 
+@functools.cache
+def parameters(model_config: str) -> int:
+    """Parameters of a named architecture (tied embeddings once: 1,543,714,304 for Qwen2.5-1.5B), counted on the
+    meta device, so no memory is spent."""
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(Qwen2Config(**project.NAMED_CONFIGS[model_config]))
+    return sum(parameter.numel() for parameter in model.parameters())
+
+
 def recipe_step(cfg: TrainConfig, device: torch.device):
     """The original recipe's model, wrapping, optimizer and loss (its code/train.py), as a step function."""
     torch.manual_seed(cfg.seed)
@@ -76,7 +85,7 @@ def measure(name: str, step, cfg: TrainConfig, device: torch.device, warmup: int
     """Median step time over `steps` steps after `warmup` (compile, allocator), each step timed to completion."""
     batches = random_batches(cfg, project.NAMED_CONFIGS[cfg.model_config]["vocab_size"], rank=0)
     flops = project.flops_per_token(Qwen2Config(**project.NAMED_CONFIGS[cfg.model_config]),
-                                    matmul_params=PARAMETERS[cfg.model_config], seq_len=cfg.seq_len)
+                                    matmul_params=parameters(cfg.model_config), seq_len=cfg.seq_len)
     losses, times = [], []
     for index in range(warmup + steps):
         batch = batches(index).to(device)
@@ -126,7 +135,7 @@ def memory_projection(cfg: TrainConfig, device: torch.device, batch_sizes: list[
     (b1, p1), (b2, p2) = sorted(peaks.items())[:2]
     per_sequence = (p2 - p1) / (b2 - b1)
     fixed = p1 - per_sequence * b1
-    sharded_state = 16 * PARAMETERS[cfg.model_config] / GIB
+    sharded_state = 16 * parameters(cfg.model_config) / GIB
     fixed_8way = fixed - sharded_state * 7 / 8
     projected = {b: round(fixed_8way + per_sequence * b + 1.0, 1) for b in (1, 2, 4)}
     return {
@@ -140,10 +149,6 @@ def memory_projection(cfg: TrainConfig, device: torch.device, batch_sizes: list[
         "largest_batch_that_fits_with_2gib_margin": max(
             (b for b, gib in projected.items() if gib + 2 <= L4_USABLE_GIB), default=0),
     }
-
-
-# Parameters of each named architecture (tied embeddings counted once), so the FLOPs need no model instance.
-PARAMETERS = {"qwen2.5-1.5b": 1_543_714_304, "tiny": 0}
 
 
 def main() -> None:
@@ -163,9 +168,6 @@ def main() -> None:
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
     os.environ.setdefault("MASTER_PORT", "29512")
     dist.init_process_group("nccl" if device.type == "cuda" else "gloo", rank=0, world_size=1)
-    if PARAMETERS[args.model_config] == 0:
-        PARAMETERS[args.model_config] = sum(
-            p.numel() for p in AutoModelForCausalLM.from_config(Qwen2Config(**project.NAMED_CONFIGS[args.model_config])).parameters())
     cfg = TrainConfig(model_config=args.model_config, batch_size=args.batch_size, seq_len=args.seq_len)
     print(json.dumps({"torch": torch.__version__, "device": torch.cuda.get_device_name(device)
                       if device.type == "cuda" else "cpu", "config": dataclasses.asdict(cfg)}), flush=True)

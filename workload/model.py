@@ -146,15 +146,17 @@ class LinearCrossEntropy(torch.autograd.Function):
         chunk = -(-tokens // chunks)
         kernel = _chunk_kernel(compiled)
         grad_hidden = torch.empty_like(hidden)
-        grad_weight = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device)
+        grad_weight = torch.zeros_like(weight)
         total = torch.zeros((), dtype=torch.float32, device=hidden.device)
         for start in range(0, tokens, chunk):
             hidden_chunk = hidden[start:start + chunk]
             loss, grad_logits = kernel(hidden_chunk @ weight.T, targets[start:start + chunk])
             total += loss
-            grad_hidden[start:start + chunk] = grad_logits @ weight
-            grad_weight += (grad_logits.T @ hidden_chunk).float()
-        ctx.save_for_backward(grad_hidden, grad_weight.to(weight.dtype))
+            torch.mm(grad_logits, weight, out=grad_hidden[start:start + chunk])
+            # Accumulated by the matmul itself (fp32 inside, rounded once per chunk): no fp32 copy of the
+            # vocabulary x hidden gradient (0.9 GB at Qwen's size) and no casts.
+            grad_weight.addmm_(grad_logits.T, hidden_chunk)
+        ctx.save_for_backward(grad_hidden, grad_weight)
         ctx.tokens = tokens
         return total / tokens
 

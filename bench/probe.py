@@ -1,12 +1,15 @@
 """Exploratory (issue 7, second round): where the project's step still spends its time, on one GPU.
 
 Used to look for the last 5% to 1.4x; bench/step_bench.py stays the benchmark of record. The `+name` variants
-monkeypatch workload.model or transformers for the rest of the process, so each goes first in its own run.
+monkeypatch workload.model or transformers for the rest of the process: one per run, after any unpatched
+variants.
     python3 -m bench.probe gemm                            # each projection's matmuls alone, separate and fused
     python3 -m bench.probe profile                         # one default step's kernels, grouped
+    python -m bench.probe bf16_updates                     # on CPU: weights that AdamW at lr 1e-5 moves, bf16 vs fp32
     python3 -m bench.probe gaps                            # one step's GPU idle gaps and the CPU ops behind them
     python3 -m bench.probe steps default max_grad_norm=0   # TrainConfig overrides (k=v,k=v), beside the recipe
-    python3 -m bench.probe steps +fused_cat                # a patch: fused_cat, reduce_bf16, clip_fold, gc_off, bf16_params
+    python3 -m bench.probe steps +fused_cat                # a patch: fused_cat, reduce_bf16, clip_fold, gc_off,
+                                                           # no_fsdp_autocast, bf16_params
 """
 from __future__ import annotations
 
@@ -79,6 +82,27 @@ def gemm() -> None:
                                   "per_step_ms": round(28 * ms, 1)}), flush=True)
             except RuntimeError as error:
                 print(json.dumps({"attention": str(backend), "enable_gqa": gqa, "error": str(error)[:200]}))
+
+
+def bf16_updates() -> None:
+    """Share of weights that three AdamW steps at the workload's learning rate change, bf16 against fp32 weights,
+    in one decoder layer of Qwen2.5-1.5B's shape (a 4k vocabulary, so it runs on a CPU)."""
+    from transformers import AutoModelForCausalLM, Qwen2Config
+    shape = dict(project.QWEN2_5_1_5B, num_hidden_layers=1, vocab_size=4096)
+    lr = TrainConfig.learning_rate
+    for dtype in (torch.bfloat16, torch.float32):
+        torch.manual_seed(0)
+        lm = AutoModelForCausalLM.from_config(Qwen2Config(**shape), torch_dtype=dtype)
+        before = [parameter.detach().clone() for parameter in lm.parameters()]
+        optimizer = torch.optim.AdamW(lm.parameters(), lr=lr)
+        ids = torch.randint(0, shape["vocab_size"], (2, 128))
+        for _ in range(3):
+            lm(input_ids=ids, labels=ids).loss.backward()
+            optimizer.step()
+            optimizer.zero_grad()
+        changed = sum(int((old != new).sum()) for old, new in zip(before, lm.parameters()))
+        total = sum(parameter.numel() for parameter in lm.parameters())
+        print(json.dumps({"weights": str(dtype), "learning_rate": lr, "changed_share": round(changed / total, 4)}))
 
 
 def category(name: str) -> str:
@@ -204,6 +228,22 @@ def patch(name: str) -> None:
         import gc
         gc.collect()
         gc.disable()
+    elif name == "no_fsdp_autocast":
+        # torchtitan's single-device recipe: no FSDP, fp32 weights, bf16 autocast; the loss's matmuls on bf16
+        # copies of the hidden states and the tied weight (the chunked loss keeps its own buffers in their dtype).
+        def shard_model(model, mesh, cfg):
+            for layer in model.layers:
+                layer.compile()
+            return model
+
+        def forward(self, input_ids):
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                hidden = self.lm.model(input_ids=input_ids, use_cache=False).last_hidden_state
+            hidden = hidden[:, :-1].reshape(-1, hidden.shape[-1]).to(torch.bfloat16)
+            return project.LinearCrossEntropy.apply(hidden, self.lm.lm_head.weight.to(torch.bfloat16),
+                                                    input_ids[:, 1:].reshape(-1), self.compiled_loss)
+        project.shard_model = shard_model
+        project.CausalLMWithLoss.forward = forward
     elif name == "bf16_params":
         build = project.build_model
         project.build_model = lambda cfg, device: build(cfg, device).to(torch.bfloat16)
@@ -225,6 +265,8 @@ def parse(variant: str) -> dict:
 
 def main() -> None:
     mode = sys.argv[1]
+    if mode == "bf16_updates":
+        return bf16_updates()
     device = torch.device("cuda", 0)
     torch.cuda.set_device(device)
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")

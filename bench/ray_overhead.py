@@ -1,6 +1,6 @@
 """What Ray Train costs: the workload's step under TorchTrainer against the same loop without Ray, on one GPU.
 
-    python -m bench.ray_overhead --model_config qwen2.5-1.5b --batch_size 8 --seq_len 2048 --steps 12
+    python -m bench.ray_overhead --model_config qwen2.5-1.5b --batch_size 8 --seq_len 2048 --steps 30
 
 `raw` runs train_func's loop by hand (the same build, shard, optimizer, batches, train_step and per-step loss
 all-reduce), `ray` runs `workload.train.fit` on a local Ray cluster with one GPU worker. Both report tokens/s the
@@ -70,7 +70,7 @@ def main() -> None:
     parser.add_argument("--model_config", default="qwen2.5-1.5b")
     parser.add_argument("--batch_size", type=int, default=8)
     parser.add_argument("--seq_len", type=int, default=2048)
-    parser.add_argument("--steps", type=int, default=12)
+    parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--device", default="cuda", help="cpu: a smoke run of this script, not a measurement")
     parser.add_argument("--rounds", type=int, default=2, help="raw, ray, raw, ray, ...: each in its own process")
     parser.add_argument("--only", choices=("raw", "ray"), help=argparse.SUPPRESS)

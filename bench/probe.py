@@ -25,6 +25,7 @@ import torch.distributed as dist
 from bench import step_bench
 from workload import model as project
 from workload.config import TrainConfig
+from workload.data import random_batches
 
 T = 8 * 2048
 
@@ -116,16 +117,23 @@ def category(name: str) -> str:
     return "other"
 
 
-def profile(cfg: TrainConfig, device) -> None:
-    from torch.profiler import ProfilerActivity, profile as torch_profile
+def profiled_step(cfg: TrainConfig, device, activities):
+    """The profiler's record of one project step, after four warm-up steps (compile, allocator)."""
+    from torch.profiler import profile as torch_profile
     step = step_bench.project_step(cfg, device)
-    batch = torch.randint(0, 151936, (cfg.batch_size, cfg.seq_len), device=device)
+    batch = random_batches(cfg, project.NAMED_CONFIGS[cfg.model_config]["vocab_size"], rank=0)(0).to(device)
     for _ in range(4):
         step(batch).item()
     torch.cuda.synchronize()
-    with torch_profile(activities=[ProfilerActivity.CUDA]) as prof:
+    with torch_profile(activities=activities) as prof:
         step(batch).item()
         torch.cuda.synchronize()
+    return prof
+
+
+def profile(cfg: TrainConfig, device) -> None:
+    from torch.profiler import ProfilerActivity
+    prof = profiled_step(cfg, device, [ProfilerActivity.CUDA])
     kernels = collections.Counter()
     counts = collections.Counter()
     for event in prof.events():
@@ -144,15 +152,8 @@ def profile(cfg: TrainConfig, device) -> None:
 def gaps(cfg: TrainConfig, device) -> None:
     """Wall time of one step against the union of its GPU kernels; the longest idle gaps and the CPU ops that
     were running when each gap ended."""
-    from torch.profiler import ProfilerActivity, profile as torch_profile
-    step = step_bench.project_step(cfg, device)
-    batch = torch.randint(0, 151936, (cfg.batch_size, cfg.seq_len), device=device)
-    for _ in range(4):
-        step(batch).item()
-    torch.cuda.synchronize()
-    with torch_profile(activities=[ProfilerActivity.CUDA, ProfilerActivity.CPU]) as prof:
-        step(batch).item()
-        torch.cuda.synchronize()
+    from torch.profiler import ProfilerActivity
+    prof = profiled_step(cfg, device, [ProfilerActivity.CUDA, ProfilerActivity.CPU])
     prof.export_chrome_trace("/tmp/trace.json")
     events = json.load(open("/tmp/trace.json"))["traceEvents"]
     gpu = sorted((e["ts"], e["ts"] + e["dur"], e["name"], e["args"].get("stream")) for e in events
@@ -258,8 +259,10 @@ def parse(variant: str) -> dict:
             patch(item[1:])
             continue
         key, value = item.split("=")
-        overrides[key] = {"true": True, "false": False}.get(value, value if not value.replace(".", "").isdigit()
-                                                                else float(value) if "." in value else int(value))
+        try:
+            overrides[key] = json.loads(value)  # true, false, 0, 1.5
+        except json.JSONDecodeError:
+            overrides[key] = value
     return overrides
 
 

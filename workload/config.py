@@ -1,7 +1,7 @@
 """The training job's configuration: one dataclass, validated on construction, with CLI flags that map onto it 1:1.
 
-Every field carries a one-line docstring; `parse_args` turns each field into `--<field>` with that docstring as
-its help, so the flags, their defaults and their help text have one source. The recipe's flag names
+Every field is declared with `flag(default, help)`; `parse_args` turns each field into `--<field>` with that help,
+so the flags, their defaults and their help text have one source. The recipe's flag names
 (`--model_id`, `--steps`, `--batch_size`, `--seq_len`, `--learning_rate`) are kept.
 
 No Ray and no model download here: a bad flag fails in `TrainConfig.__post_init__`, before anything starts.
@@ -9,10 +9,7 @@ No Ray and no model download here: a bad flag fails in `TrainConfig.__post_init_
 from __future__ import annotations
 
 import argparse
-import ast
 import dataclasses
-import functools
-import inspect
 import os
 from dataclasses import dataclass
 from typing import Sequence
@@ -23,58 +20,75 @@ MODEL_CONFIGS = ("tiny", "qwen2.5-1.5b")
 LOCAL_DATASET_SUFFIXES = (".txt", ".jsonl", ".json")
 
 
+def flag(default, help_text: str):
+    """A TrainConfig field with its one-line --help text, kept in the field's metadata.
+
+    Not docstrings under each field read back with ast.parse: CPython 3.11's AST constructor can fail with a
+    spurious "recursion depth mismatch" while other threads run (python/cpython#106905), and Ray starts threads.
+    """
+    return dataclasses.field(default=default, metadata={"help": help_text})
+
+
 @dataclass(frozen=True)
 class TrainConfig:
     """One training run: model, batch shape, optimizer, data, checkpoints and speed levers."""
 
-    model_id: str = "Qwen/Qwen2.5-1.5B"
-    """Hugging Face model loaded with from_pretrained, unless --model_config names a random-weight architecture."""
-    model_config: str = ""
-    """Build this architecture with random weights instead of downloading --model_id: tiny or qwen2.5-1.5b."""
-    steps: int = 50
-    """Optimizer steps."""
-    batch_size: int = 2
-    """Sequences per worker per step."""
-    seq_len: int = 2048
-    """Tokens per sequence."""
-    learning_rate: float = 1e-5
-    """AdamW learning rate (constant)."""
-    max_grad_norm: float = 1.0
-    """Clip the global gradient norm to this value; 0 turns clipping off."""
-    seed: int = 0
-    """Seed of the random weights and of every step's batch, so a resumed run repeats an uninterrupted one exactly."""
-    num_workers: int = 0
-    """Ray Train workers; 0 means one per GPU of the cluster, or 2 CPU workers on a cluster without GPUs."""
-    max_failures: int = 0
-    """FailureConfig.max_failures: restarts of a failed worker group from the last checkpoint; -1 retries forever."""
-    storage_path: str = ""
-    """RunConfig.storage_path for checkpoints, a local directory or s3://...; empty means no checkpoints."""
-    run_name: str = "ray-train-fsdp-llm"
-    """RunConfig.name; a run with the same storage_path and name resumes from that run's latest checkpoint."""
-    checkpoint_every: int = 0
-    """Save a sharded checkpoint every this many steps (needs --storage_path); 0 saves only after the last step."""
-    dataset: str = ""
-    """Empty: random tokens (the recipe's default). A local .txt/.jsonl/.json file, or a Hugging Face dataset id."""
-    dataset_config: str = ""
-    """Configuration name of a Hugging Face --dataset (e.g. wikitext-2-raw-v1)."""
-    dataset_split: str = "train"
-    """Split of a Hugging Face --dataset."""
-    text_field: str = "text"
-    """Field holding the text in a .jsonl/.json file or a Hugging Face dataset."""
-    tokenizer: str = ""
-    """Tokenizer for --dataset (a Hugging Face id or a local directory); empty means --model_id's."""
-    compile: bool | None = None
-    """torch.compile each decoder layer; unset means on for CUDA and off on CPU (slow to compile there)."""
-    fused_adamw: bool = True
-    """AdamW(fused=True) on CUDA; ignored on CPU."""
-    chunked_loss: bool = True
-    """Compute lm_head + cross-entropy in chunks of tokens, never holding fp32 logits for the whole batch."""
+    model_id: str = flag(
+        "Qwen/Qwen2.5-1.5B",
+        "Hugging Face model loaded with from_pretrained, unless --model_config names a random-weight architecture.",
+    )
+    model_config: str = flag(
+        "", "Build this architecture with random weights instead of downloading --model_id: tiny or qwen2.5-1.5b."
+    )
+    steps: int = flag(50, "Optimizer steps.")
+    batch_size: int = flag(2, "Sequences per worker per step.")
+    seq_len: int = flag(2048, "Tokens per sequence.")
+    learning_rate: float = flag(1e-5, "AdamW learning rate (constant).")
+    max_grad_norm: float = flag(1.0, "Clip the global gradient norm to this value; 0 turns clipping off.")
+    seed: int = flag(
+        0,
+        "Seed of the random weights and of every step's batch, so a resumed run repeats an uninterrupted one exactly.",
+    )
+    num_workers: int = flag(
+        0, "Ray Train workers; 0 means one per GPU of the cluster, or 2 CPU workers on a cluster without GPUs."
+    )
+    max_failures: int = flag(
+        0, "FailureConfig.max_failures: restarts of a failed worker group from the last checkpoint; -1 retries forever."
+    )
+    storage_path: str = flag(
+        "", "RunConfig.storage_path for checkpoints, a local directory or s3://...; empty means no checkpoints."
+    )
+    run_name: str = flag(
+        "ray-train-fsdp-llm",
+        "RunConfig.name; a run with the same storage_path and name resumes from that run's latest checkpoint.",
+    )
+    checkpoint_every: int = flag(
+        0, "Save a sharded checkpoint every this many steps (needs --storage_path); 0 saves only after the last step."
+    )
+    dataset: str = flag(
+        "", "Empty: random tokens (the recipe's default). A local .txt/.jsonl/.json file, or a Hugging Face dataset id."
+    )
+    dataset_config: str = flag("", "Configuration name of a Hugging Face --dataset (e.g. wikitext-2-raw-v1).")
+    dataset_split: str = flag("train", "Split of a Hugging Face --dataset.")
+    text_field: str = flag("text", "Field holding the text in a .jsonl/.json file or a Hugging Face dataset.")
+    tokenizer: str = flag(
+        "", "Tokenizer for --dataset (a Hugging Face id or a local directory); empty means --model_id's."
+    )
+    compile: bool | None = flag(
+        None, "torch.compile each decoder layer; unset means on for CUDA and off on CPU (slow to compile there)."
+    )
+    fused_adamw: bool = flag(True, "AdamW(fused=True) on CUDA; ignored on CPU.")
+    chunked_loss: bool = flag(
+        True, "Compute lm_head + cross-entropy in chunks of tokens, never holding fp32 logits for the whole batch."
+    )
     # Off keeps each layer's gathered bf16 weights from its forward to its backward: one all-gather per layer per
     # step instead of two, for the whole model in bf16 on every GPU (3 GB at 1.5B parameters).
-    reshard_after_forward: bool = False
-    """Free each layer's gathered weights after its forward (ZeRO-3) instead of keeping them for its backward."""
-    activation_checkpointing: bool = False
-    """Recompute each decoder layer's activations in backward: less memory, about a third more compute."""
+    reshard_after_forward: bool = flag(
+        False, "Free each layer's gathered weights after its forward (ZeRO-3) instead of keeping them for its backward."
+    )
+    activation_checkpointing: bool = flag(
+        False, "Recompute each decoder layer's activations in backward: less memory, about a third more compute."
+    )
 
     def __post_init__(self) -> None:
         _positive_int(self, "steps")
@@ -135,35 +149,18 @@ def _positive_int(config: TrainConfig, name: str) -> None:
         raise ValueError(f"--{name} must be a positive integer, got {value!r}")
 
 
-@functools.cache
-def field_docs() -> dict[str, str]:
-    """Each field's docstring, read from this module's source (dataclasses keep no field docstrings at runtime)."""
-    class_node = ast.parse(inspect.getsource(TrainConfig)).body[0]
-    docs: dict[str, str] = {}
-    body = class_node.body
-    for statement, following in zip(body, body[1:]):
-        if (
-            isinstance(statement, ast.AnnAssign)
-            and isinstance(following, ast.Expr)
-            and isinstance(following.value, ast.Constant)
-        ):
-            docs[statement.target.id] = following.value.value
-    return docs
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m workload.train",
         description="Fine-tune a causal LM with Ray Train + PyTorch FSDP2.",
     )
-    docs = field_docs()
     for field in dataclasses.fields(TrainConfig):
-        flag = f"--{field.name}"
-        help_text = f"{docs[field.name]} (default: {field.default!r})"
+        option = f"--{field.name}"
+        help_text = f"{field.metadata['help']} (default: {field.default!r})"
         if field.type in ("bool", "bool | None"):
-            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=field.default, help=help_text)
+            parser.add_argument(option, action=argparse.BooleanOptionalAction, default=field.default, help=help_text)
         else:
-            parser.add_argument(flag, type=_FIELD_PARSERS[field.type], default=field.default, help=help_text)
+            parser.add_argument(option, type=_FIELD_PARSERS[field.type], default=field.default, help=help_text)
     return parser
 
 

@@ -235,6 +235,16 @@ def test_cli_prints_json_and_exits_nonzero_when_expectation_fails(tmp_path, caps
     assert report["ranks"]["ray-train-gpu-worker-1:4004"]["networks"] == ["Socket"], report["ranks"]
 
 
+def test_cli_refuses_an_unknown_expectation_naming_the_allowed_ones(tmp_path, capsys):
+    log = tmp_path / "efa.log"
+    log.write_text(job_log(nccl_job()))
+    with pytest.raises(SystemExit) as exit:
+        transport.main([str(log), "--expect", "tcp"])
+    error = capsys.readouterr().err
+    assert exit.value.code == 2 and "--expect" in error, f"a bad --expect must be a usage error naming it: {error}"
+    assert all(name in error for name in transport.EXPECTATIONS), f"the error must list the allowed values: {error}"
+
+
 def test_cli_runs_as_a_module_without_ray_or_torch(tmp_path):
     log = tmp_path / "single.log"
     log.write_text(job_log(nccl_job(nodes=1)))

@@ -219,8 +219,6 @@ def test_nccl_debug_file_expansion_follows_nccl():
 def test_nccl_transport_lines_are_read_filtered_and_gathered(tmp_path, monkeypatch):
     pattern = str(tmp_path / "nccl-%h-%p.log")
     monkeypatch.setenv("NCCL_DEBUG_FILE", pattern)
-    # Force the fallback filter, whatever workload.transport decides.
-    monkeypatch.setitem(sys.modules, "workload.transport", None)
     path = nccl_logs.expand_debug_file(pattern, socket.gethostname(), os.getpid())
     kept = "ip-10-0-1-5:42:43 [0] NCCL INFO Using network Libfabric"
     with open(path, "w") as file:

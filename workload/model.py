@@ -6,6 +6,8 @@ A GPU benchmark drives these directly (torch + transformers only), so nothing he
 """
 from __future__ import annotations
 
+import functools
+
 import torch
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
@@ -118,16 +120,10 @@ def _chunk_loss_and_grad(logits: torch.Tensor, targets: torch.Tensor) -> tuple[t
     return loss, grad.to(logits.dtype)
 
 
-_compiled_chunk_loss_and_grad = None
-
-
+@functools.cache
 def _chunk_kernel(compiled: bool):
-    global _compiled_chunk_loss_and_grad
-    if not compiled:
-        return _chunk_loss_and_grad
-    if _compiled_chunk_loss_and_grad is None:
-        _compiled_chunk_loss_and_grad = torch.compile(_chunk_loss_and_grad, dynamic=False)
-    return _compiled_chunk_loss_and_grad
+    """The chunk loss, eager or compiled; compiled once per process, however many models use it."""
+    return torch.compile(_chunk_loss_and_grad, dynamic=False) if compiled else _chunk_loss_and_grad
 
 
 class LinearCrossEntropy(torch.autograd.Function):

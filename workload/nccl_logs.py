@@ -7,7 +7,9 @@ driver's summary.
 from __future__ import annotations
 
 import os
+import re
 import socket
+
 import torch.distributed as dist
 
 from workload.transport import is_transport_line
@@ -16,18 +18,8 @@ from workload.transport import is_transport_line
 def expand_debug_file(pattern: str, hostname: str, pid: int) -> str:
     """NCCL's own expansion of NCCL_DEBUG_FILE: %h is the hostname up to its first dot, %p the pid, %% a percent
     sign; any other %x stays as it is."""
-    out: list[str] = []
-    index = 0
-    while index < len(pattern):
-        char = pattern[index]
-        following = pattern[index + 1] if index + 1 < len(pattern) else ""
-        if char != "%" or not following:
-            out.append(char)
-            index += 1
-            continue
-        out.append({"h": hostname.split(".")[0], "p": str(pid), "%": "%"}.get(following, "%" + following))
-        index += 2
-    return "".join(out)
+    values = {"h": hostname.split(".")[0], "p": str(pid), "%": "%"}
+    return re.sub(r"%(.)", lambda match: values.get(match[1], match[0]), pattern)
 
 
 def read_own_log() -> str:

@@ -97,7 +97,10 @@ class RankEvidence:
         return data
 
 
-def _read_message(evidence: RankEvidence, message: str) -> None:
+def _read_line(evidence: RankEvidence, line: re.Match) -> None:
+    """Add one NCCL INFO line (a match of _PREFIX) to its rank's evidence."""
+    evidence.hosts.add(line["host"])
+    message = line["message"]
     if match := _NODES.search(message):
         evidence.nodes = max(evidence.nodes, int(match["nodes"]))
     if match := _USING_NETWORK.match(message):
@@ -160,22 +163,14 @@ def rank_evidence(logs: str | Mapping[object, str | Iterable[str]]) -> dict[str,
     per_rank: dict[str, RankEvidence] = {}
     if isinstance(logs, str):
         for line in logs.splitlines():
-            match = _PREFIX.search(line)
-            if match is None:
-                continue
-            key = f"{match['host']}:{match['pid']}"
-            evidence = per_rank.setdefault(key, RankEvidence())
-            evidence.hosts.add(match["host"])
-            _read_message(evidence, match["message"])
+            if match := _PREFIX.search(line):
+                _read_line(per_rank.setdefault(f"{match['host']}:{match['pid']}", RankEvidence()), match)
     else:
         for rank, lines in logs.items():
             evidence = per_rank.setdefault(str(rank), RankEvidence())
             for line in lines.splitlines() if isinstance(lines, str) else lines:
-                match = _PREFIX.search(line)
-                if match is None:
-                    continue
-                evidence.hosts.add(match["host"])
-                _read_message(evidence, match["message"])
+                if match := _PREFIX.search(line):
+                    _read_line(evidence, match)
     return _decide_all(per_rank)
 
 
@@ -222,10 +217,8 @@ def main(argv: list[str] | None = None) -> int:
         description="Print the NCCL transport of every rank found in NCCL_DEBUG=INFO logs as JSON.",
     )
     parser.add_argument("logfiles", nargs="+", metavar="LOGFILE", help="job log or NCCL_DEBUG_FILE output")
-    parser.add_argument("--expect", default="any", help=f"one of {', '.join(EXPECTATIONS)} (default: any)")
+    parser.add_argument("--expect", default="any", choices=EXPECTATIONS, help="the transport to require (default: any)")
     args = parser.parse_args(argv)
-    if args.expect not in EXPECTATIONS:
-        parser.error(f"--expect must be one of {', '.join(EXPECTATIONS)}; got {args.expect!r}")
     text = ""
     for path in args.logfiles:
         with open(path, encoding="utf-8", errors="replace") as log:

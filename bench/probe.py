@@ -16,7 +16,6 @@ from __future__ import annotations
 import collections
 import dataclasses
 import json
-import os
 import sys
 
 import torch
@@ -271,10 +270,7 @@ def main() -> None:
     if mode == "bf16_updates":
         return bf16_updates()
     device = torch.device("cuda", 0)
-    torch.cuda.set_device(device)
-    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-    os.environ.setdefault("MASTER_PORT", "29513")
-    dist.init_process_group("nccl", rank=0, world_size=1)
+    step_bench.single_process_group(device, port=29513)
     cfg = TrainConfig(model_config="qwen2.5-1.5b", batch_size=8, seq_len=2048)
     if mode == "gemm":
         gemm()

@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import time
 
 import torch
 import torch.distributed as dist
 
+from bench.step_bench import device_from_flag, single_process_group
 from workload import model as project
 from workload.config import TrainConfig
 from workload.data import make_batches
@@ -26,9 +26,7 @@ from workload.data import make_batches
 
 def raw_loop(cfg: TrainConfig, device: torch.device) -> float:
     """train_func without Ray: tokens/s over steps 2..N."""
-    if device.type == "cuda":
-        torch.cuda.set_device(device)
-    dist.init_process_group("nccl" if device.type == "cuda" else "gloo", rank=0, world_size=1)
+    single_process_group(device, port=29513)
     try:
         model = project.build_model(cfg, device)
         model = project.shard_model(model, project.build_mesh(device), cfg)
@@ -75,11 +73,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2, help="raw, ray, raw, ray, ...: each in its own process")
     parser.add_argument("--only", choices=("raw", "ray"), help=argparse.SUPPRESS)
     args = parser.parse_args()
-    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-    os.environ.setdefault("MASTER_PORT", "29513")
     cfg = TrainConfig(model_config=args.model_config, batch_size=args.batch_size, seq_len=args.seq_len,
                       steps=args.steps, num_workers=1)
-    device = torch.device(args.device, 0) if args.device == "cuda" else torch.device(args.device)
+    device = device_from_flag(args.device)
     if args.only == "raw":
         print(json.dumps({"run": "raw", "tokens_per_s": raw_loop(cfg, device)}), flush=True)
         return

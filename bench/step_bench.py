@@ -10,7 +10,8 @@ tokens, seeded per step):
 - project: workload.model's default step, exactly as train_func runs it (FSDP2 per layer with bf16 compute and
            fp32 master weights and reduction, compiled layers, fused AdamW, the chunked linear cross-entropy,
            gradient clipping).
-For each: tokens/s (median step), MFU (6N + attention FLOPs per token against 989 TFLOP/s dense bf16), peak
+For each: tokens/s (median step), MFU (6N + attention FLOPs per token against
+the GPU's dense bf16 peak, 989 TFLOP/s on an H200), peak
 memory, the losses of the first steps; then the ratio. With --memory_batches, the project's peak memory at those
 batch sizes, projected onto 8-way sharding on L4s (the g6 stack). Prints one JSON line per result.
 """
@@ -34,7 +35,6 @@ from workload import model as project
 from workload.config import TrainConfig
 from workload.data import random_batches
 
-H200_DENSE_BF16 = 989e12
 L4_USABLE_GIB = 22.0  # 24 GB card, 22.5 GiB reported, less the CUDA context
 GIB = 2**30
 
@@ -94,14 +94,29 @@ def measure(name: str, step, cfg: TrainConfig, device: torch.device, warmup: int
         losses.append(step(batch).item())  # .item() waits for the step
         times.append(time.perf_counter() - started)
     tokens_per_s = cfg.batch_size * cfg.seq_len / statistics.median(times[warmup:])
+    mfu = project.model_flops_utilization(tokens_per_s, flops, project.peak_flops(device), devices=1)
     return {
         "run": name,
         "tokens_per_s": round(tokens_per_s),
-        "mfu": round(tokens_per_s * flops / H200_DENSE_BF16, 3) if device.type == "cuda" else None,
+        "mfu": round(mfu, 3) if mfu is not None else None,
         "peak_memory_gib": round(torch.cuda.max_memory_allocated(device) / GIB, 1) if device.type == "cuda" else None,
         "step_times_s": [round(t, 4) for t in times],
         "losses": [round(loss, 4) for loss in losses],
     }
+
+
+def device_from_flag(name: str) -> torch.device:
+    """--device: cuda means the first GPU; anything else (cpu) as given."""
+    return torch.device(name, 0) if name == "cuda" else torch.device(name)
+
+
+def single_process_group(device: torch.device, port: int) -> None:
+    """A process group of one rank on `device` (NCCL on a GPU, gloo on the CPU): FSDP needs one even on one GPU."""
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    os.environ.setdefault("MASTER_PORT", str(port))
+    dist.init_process_group("nccl" if device.type == "cuda" else "gloo", rank=0, world_size=1)
 
 
 def synchronize(device: torch.device) -> None:
@@ -162,12 +177,8 @@ def main() -> None:
     parser.add_argument("--memory_batches", default="", help="e.g. 1,2: measure and project peak memory")
     args = parser.parse_args()
 
-    device = torch.device(args.device, 0) if args.device == "cuda" else torch.device(args.device)
-    if device.type == "cuda":
-        torch.cuda.set_device(device)
-    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-    os.environ.setdefault("MASTER_PORT", "29512")
-    dist.init_process_group("nccl" if device.type == "cuda" else "gloo", rank=0, world_size=1)
+    device = device_from_flag(args.device)
+    single_process_group(device, port=29512)
     cfg = TrainConfig(model_config=args.model_config, batch_size=args.batch_size, seq_len=args.seq_len)
     print(json.dumps({"torch": torch.__version__, "device": torch.cuda.get_device_name(device)
                       if device.type == "cuda" else "cpu", "config": dataclasses.asdict(cfg)}), flush=True)

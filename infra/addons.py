@@ -42,8 +42,9 @@ KUBERAY_OPERATOR_VERSION = "1.7.0"
 KUBERAY_OPERATOR_NAMESPACE = "kuberay-system"
 KUBERAY_OPERATOR_RELEASE = "kuberay-operator"
 
-# Node roles and the GPU taint, as the node groups set them. The GPU taint keeps everything that does not ask
-# for a GPU off the expensive nodes; what must run there tolerates it.
+# Node roles, the labels the node groups set (infra/cluster.py, infra/gpu_nodes.py) and the pods select, and the
+# GPU taint's toleration. The GPU taint keeps everything that does not ask for a GPU off the expensive nodes;
+# what must run there tolerates it.
 SYSTEM_NODE_SELECTOR = {"role": "system"}
 GPU_WORKER_NODE_SELECTOR = {"role": "gpu-worker"}
 GPU_PRESENT_LABEL = "nvidia.com/gpu.present"

@@ -14,10 +14,9 @@ import pulumi_aws as aws
 import pulumi_eks as eks
 import pulumi_kubernetes as k8s
 
+from infra.addons import SYSTEM_NODE_SELECTOR
 from infra.config import StackConfig
 
-# The node labels that the KubeRay operator and the Ray head select (infra/addons.py, infra/raycluster.py).
-SYSTEM_NODE_LABELS = {"role": "system"}
 SYSTEM_AMI_TYPE = "AL2023_x86_64_STANDARD"
 SYSTEM_DISK_GIB = 50
 
@@ -144,7 +143,7 @@ class EksCluster(pulumi.ComponentResource):
                 min_size=cfg.system_node_count,
                 max_size=cfg.system_node_count,
             ),
-            labels=SYSTEM_NODE_LABELS,
+            labels=SYSTEM_NODE_SELECTOR,  # what the KubeRay operator and the Ray head select
             version=cfg.kubernetes_version,
             tags=tags,
             opts=pulumi.ResourceOptions(parent=self, depends_on=[self.cluster, *system_policies]),

@@ -15,12 +15,14 @@ from typing import Any, Callable
 import pulumi
 import yaml
 
+# The workload's own lists (both modules import nothing but the standard library), so a name the job accepts is
+# never refused here, nor the reverse.
+from workload.config import MODEL_CONFIGS  # trainModelConfig: architectures built with random weights
+from workload.transport import EXPECTATIONS as EXPECT_TRANSPORTS  # trainExpectTransport
+
 PROJECT_FILE = Path(__file__).resolve().parent.parent / "Pulumi.yaml"
 
 GPU_PLACEMENTS = ("auto", "cluster", "none")
-EXPECT_TRANSPORTS = ("efa", "socket", "intra-node", "any")
-# The named architectures the workload can build with random weights (trainModelConfig).
-MODEL_CONFIGS = ("tiny", "qwen2.5-1.5b")
 NCCL_DEBUG_LEVELS = ("VERSION", "WARN", "INFO", "TRACE")
 
 
@@ -41,6 +43,20 @@ class InstanceFacts:
     def efa_interfaces(self) -> int:
         """EFA interfaces a node gets: one per network card, as far as the type allows (p5: 32, g6: 1)."""
         return min(self.network_cards, self.maximum_efa_interfaces) if self.efa_supported else 0
+
+
+def check_efa_gpu(facts: InstanceFacts, *, config_key: str = "gpuInstanceType") -> InstanceFacts:
+    """Refuse a type that cannot carry the job: without GPUs nothing trains, without EFA NCCL falls back to TCP."""
+    if facts.gpus < 1:
+        raise ValueError(
+            f"config key {config_key!r}: {facts.instance_type} has no GPUs; choose an EFA-capable GPU type "
+            "such as g6.12xlarge, g6e.12xlarge, p4d.24xlarge or p5.48xlarge")
+    if not facts.efa_supported or facts.efa_interfaces < 1:
+        raise ValueError(
+            f"config key {config_key!r}: {facts.instance_type} does not support EFA, so NCCL would silently fall "
+            "back to TCP sockets; choose an EFA-capable GPU type such as g6.12xlarge, g6e.12xlarge, "
+            "p4d.24xlarge or p5.48xlarge")
+    return facts
 
 
 @dataclass(frozen=True)

@@ -9,12 +9,13 @@ from __future__ import annotations
 import pulumi
 import pulumi_aws as aws
 
+from infra.addons import GPU_PRESENT_LABEL, GPU_WORKER_NODE_SELECTOR
 from infra.cluster import node_role
 from infra.config import InstanceFacts
 
 GPU_AMI_TYPE = "AL2023_x86_64_NVIDIA"
 # Without nvidia.com/gpu.present=true the NVIDIA device plugin's DaemonSet matches zero nodes, silently.
-GPU_NODE_LABELS = {"role": "gpu-worker", "nvidia.com/gpu.present": "true"}
+GPU_NODE_LABELS = {**GPU_WORKER_NODE_SELECTOR, GPU_PRESENT_LABEL: "true"}
 GPU_TAINT = {"key": "nvidia.com/gpu", "value": "true", "effect": "NO_SCHEDULE"}
 ROOT_DEVICE_NAME = "/dev/xvda"  # the AL2023 EKS AMIs' root device
 # 2, not 1: pods that are not on the host network (Ray workers writing checkpoints to S3 with the node role)
@@ -28,7 +29,7 @@ def efa_network_interfaces(facts: InstanceFacts, security_group_ids: list[pulumi
     `efa-only` interfaces carry no IP address, so a p5's 31 extra cards do not eat the subnet's addresses
     (the VPC CNI's pod IPs come from the primary). No subnet here: EKS managed node groups set it.
     """
-    assert facts.efa_interfaces >= 1, "instance_facts.check_efa_gpu refuses types without EFA"
+    assert facts.efa_interfaces >= 1, "config.check_efa_gpu refuses types without EFA"
     interfaces = []
     for card in range(facts.efa_interfaces):
         interfaces.append({

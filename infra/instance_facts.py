@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pulumi_aws as aws
 
-from infra.config import InstanceFacts
+from infra.config import InstanceFacts, check_efa_gpu
 
 
 def lookup(instance_type: str, *, config_key: str) -> InstanceFacts:
@@ -28,20 +28,6 @@ def lookup(instance_type: str, *, config_key: str) -> InstanceFacts:
         vcpus=described.default_vcpus,
         memory_mib=described.memory_size,
     )
-
-
-def check_efa_gpu(facts: InstanceFacts, *, config_key: str = "gpuInstanceType") -> InstanceFacts:
-    """Refuse a type that cannot carry the job: without GPUs nothing trains, without EFA NCCL falls back to TCP."""
-    if facts.gpus < 1:
-        raise ValueError(
-            f"config key {config_key!r}: {facts.instance_type} has no GPUs; choose an EFA-capable GPU type "
-            "such as g6.12xlarge, g6e.12xlarge, p4d.24xlarge or p5.48xlarge")
-    if not facts.efa_supported or facts.efa_interfaces < 1:
-        raise ValueError(
-            f"config key {config_key!r}: {facts.instance_type} does not support EFA, so NCCL would silently fall "
-            "back to TCP sockets; choose an EFA-capable GPU type such as g6.12xlarge, g6e.12xlarge, "
-            "p4d.24xlarge or p5.48xlarge")
-    return facts
 
 
 def gpu_instance_facts(instance_type: str) -> InstanceFacts:

@@ -50,6 +50,11 @@ def region_availability_zones() -> dict[str, str]:
     return dict(sorted(zip(zones.names, zones.zone_ids)))
 
 
+def control_plane_azs(azs: tuple[str, ...], zone_ids: dict[str, str]) -> list[str]:
+    """The AZs among `azs` whose zone IDs (`zone_ids`: AZ name -> zone ID) EKS accepts for its control plane."""
+    return [az for az in azs if zone_ids[az] not in EKS_UNSUPPORTED_CONTROL_PLANE_AZ_IDS]
+
+
 def choose_vpc_azs(configured: tuple[str, ...], region_azs: dict[str, str]) -> tuple[str, ...]:
     """The VPC's AZs: the configured ones (each must exist in the region), else every standard AZ, up to 7."""
     if configured:
@@ -61,7 +66,7 @@ def choose_vpc_azs(configured: tuple[str, ...], region_azs: dict[str, str]) -> t
         chosen = configured
     else:
         chosen = tuple(sorted(region_azs))[:7]
-    control_plane = [az for az in chosen if region_azs[az] not in EKS_UNSUPPORTED_CONTROL_PLANE_AZ_IDS]
+    control_plane = control_plane_azs(chosen, region_azs)
     if len(control_plane) < 2:
         key = "vpcAvailabilityZones" if configured else "aws:region"
         raise ValueError(
@@ -189,9 +194,9 @@ class Network(pulumi.ComponentResource):
         self.vpc_id = self.vpc.id
         self.private_subnet_ids = [s.id for s in self.private_subnets.values()]
         self.public_subnet_ids = [s.id for s in self.public_subnets.values()]
-        control_plane_azs = [e.availability_zone for e in plan if e.zone_id not in EKS_UNSUPPORTED_CONTROL_PLANE_AZ_IDS]
-        self.control_plane_private_subnet_ids = [self.private_subnets[az].id for az in control_plane_azs]
-        self.control_plane_public_subnet_ids = [self.public_subnets[az].id for az in control_plane_azs]
+        control_plane = control_plane_azs(self.availability_zones, {e.availability_zone: e.zone_id for e in plan})
+        self.control_plane_private_subnet_ids = [self.private_subnets[az].id for az in control_plane]
+        self.control_plane_public_subnet_ids = [self.public_subnets[az].id for az in control_plane]
         self.register_outputs({
             "vpc_id": self.vpc_id,
             "private_subnet_ids": self.private_subnet_ids,

@@ -66,6 +66,14 @@ class WorkerRequest:
         resources = worker_resources(facts)
         return cls(gpus=int(resources[GPU_RESOURCE]), efa_interfaces=int(resources[EFA_RESOURCE]), workers=workers)
 
+    def as_props(self) -> dict[str, int]:
+        """The request as dynamic-resource inputs (GpuNodesReady's, RayTrainJob's)."""
+        return {"gpus_per_worker": self.gpus, "efa_per_worker": self.efa_interfaces, "workers": self.workers}
+
+    @classmethod
+    def from_props(cls, props: Mapping[str, Any]) -> "WorkerRequest":
+        return cls(int(props["gpus_per_worker"]), int(props["efa_per_worker"]), int(props["workers"]))
+
 
 def plain(obj: Any) -> dict:
     """A Kubernetes object as the API server's JSON (camelCase keys), from a client model or a dict ({} for None)."""
@@ -84,9 +92,16 @@ def _quantity(value: Any) -> Decimal:
     return parse_quantity(value)
 
 
-def _ready(node: dict) -> bool:
+def is_ready(node: dict) -> bool:
+    """A node (as plain data) whose Ready condition is True."""
     conditions = (node.get("status") or {}).get("conditions") or []
     return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+
+
+def is_gpu_worker(node: dict) -> bool:
+    """A node (as plain data) labelled like GPU_WORKER_NODE_SELECTOR: one the Ray worker pods select."""
+    labels = (node.get("metadata") or {}).get("labels") or {}
+    return all(labels.get(key) == value for key, value in GPU_WORKER_NODE_SELECTOR.items())
 
 
 def check_gpu_nodes(nodes: Iterable[Any], request: WorkerRequest) -> list[str]:
@@ -95,16 +110,12 @@ def check_gpu_nodes(nodes: Iterable[Any], request: WorkerRequest) -> list[str]:
     problems = []
     selector = ", ".join(f"{k}={v}" for k, v in GPU_WORKER_NODE_SELECTOR.items())
     usable = 0
-    gpu_nodes = [
-        node for node in map(plain, nodes)
-        if all(((node.get("metadata") or {}).get("labels") or {}).get(k) == v
-               for k, v in GPU_WORKER_NODE_SELECTOR.items())
-    ]
+    gpu_nodes = [node for node in map(plain, nodes) if is_gpu_worker(node)]
     for node in gpu_nodes:
         name = (node.get("metadata") or {}).get("name", "?")
         allocatable = (node.get("status") or {}).get("allocatable") or {}
         node_problems = []
-        if not _ready(node):
+        if not is_ready(node):
             node_problems.append(f"node {name} is not Ready")
         if (node.get("spec") or {}).get("unschedulable"):
             node_problems.append(f"node {name} is cordoned (unschedulable)")
@@ -238,9 +249,8 @@ class GpuNodesReadyInputs:
     """The GPU node group's ARN: a replaced node group (new AZ, new launch template) brings new nodes to check."""
 
 
-_REQUEST_FIELDS = ("gpus_per_worker", "efa_per_worker", "workers")
 # A changed request (instance type or node count) or new GPU nodes check again; a new kubeconfig alone does not.
-_CHECK_FIELDS = (*_REQUEST_FIELDS, "gpu_node_group")
+_CHECK_FIELDS = ("gpus_per_worker", "efa_per_worker", "workers", "gpu_node_group")
 
 
 def to_stderr(line: str) -> None:
@@ -252,9 +262,8 @@ class GpuNodesReadyProvider(pulumi.dynamic.ResourceProvider):
     """create waits for the GPU nodes; diff replaces on a new request; delete has nothing to undo."""
 
     def create(self, props: dict[str, Any]) -> pulumi.dynamic.CreateResult:
-        request = WorkerRequest(int(props["gpus_per_worker"]), int(props["efa_per_worker"]), int(props["workers"]))
         api_client = kubernetes_client(props["kubeconfig"])
-        wait_for_gpu_nodes(lambda: read_cluster(api_client), request, on_progress=to_stderr)
+        wait_for_gpu_nodes(lambda: read_cluster(api_client), WorkerRequest.from_props(props), on_progress=to_stderr)
         # The kubeconfig stays out of the outputs: nothing after create needs the cluster.
         outs = {name: props.get(name) for name in _CHECK_FIELDS}
         return pulumi.dynamic.CreateResult(id_=f"gpu-nodes-ready-{uuid.uuid4().hex[:8]}", outs=outs)
@@ -281,9 +290,7 @@ class GpuNodesReady(pulumi.dynamic.Resource, module="raytrain", name="GpuNodesRe
     ) -> None:
         inputs = GpuNodesReadyInputs(
             kubeconfig=pulumi.Output.secret(kubeconfig),
-            gpus_per_worker=request.gpus,
-            efa_per_worker=request.efa_interfaces,
-            workers=request.workers,
+            **request.as_props(),
             gpu_node_group=gpu_node_group,
         )
         super().__init__(GpuNodesReadyProvider(), name, dict(vars(inputs)), opts)

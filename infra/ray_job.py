@@ -29,12 +29,12 @@ import pulumi.dynamic
 
 from infra.config import InstanceFacts, StackConfig
 from infra.preflight import to_stderr
+from infra.raycluster import DASHBOARD_PORT as JOB_SERVER_PORT  # the head serves the Jobs API on its dashboard port
 
 # Each rank writes its own NCCL log here (%h host, %p pid), reads back its transport lines at the end and reports
 # them in the summary, so the verdict does not depend on which worker output reaches the driver.
 NCCL_DEBUG_FILE = "/tmp/nccl-%h-%p.log"
 # The job server's port on the head pod (the dashboard serves the jobs API).
-JOB_SERVER_PORT = 8265
 # Key of the token in the Secret KubeRay generates for authOptions.mode=token.
 AUTH_TOKEN_KEY = "auth_token"
 # What the failure message quotes of the job's log.
@@ -98,7 +98,6 @@ def job_inputs(cfg: StackConfig, facts: InstanceFacts) -> dict[str, Any]:
         workload = dataclasses.replace(workload, run_name=f"ray-train-fsdp-llm-{train.run_id}-{definition}")
     except ValueError as e:
         raise ValueError(f"train* config keys do not make a valid job: {e}") from e
-    request = WorkerRequest.for_instance(facts, cfg.gpu_node_count)
     # NCCL_DEBUG_FILE goes first so that trainEnv can still send NCCL's log elsewhere.
     env_vars = {"NCCL_DEBUG_FILE": NCCL_DEBUG_FILE, **train.env}
     return {
@@ -108,9 +107,7 @@ def job_inputs(cfg: StackConfig, facts: InstanceFacts) -> dict[str, Any]:
         "env_vars": env_vars,
         "timeout_s": float(train.timeout_minutes * 60),
         "expect_transport": train.expect_transport,
-        "gpus_per_worker": request.gpus,
-        "efa_per_worker": request.efa_interfaces,
-        "workers": request.workers,
+        **WorkerRequest.for_instance(facts, cfg.gpu_node_count).as_props(),
     }
 
 
@@ -151,8 +148,7 @@ def kubernetes_job_server(props: Mapping[str, Any], preflight: bool) -> Iterator
 
     api_client = kubernetes_client(props["kubeconfig"])
     if preflight:
-        run_preflight(api_client, WorkerRequest(int(props["gpus_per_worker"]), int(props["efa_per_worker"]),
-                                                int(props["workers"])))
+        run_preflight(api_client, WorkerRequest.from_props(props))
     token = read_auth_token(api_client, props["namespace"], props["auth_secret_name"])
     pod = head_pod_name(api_client, props["namespace"], props["cluster_name"])
     with forward_to_pod(api_client, props["namespace"], pod, JOB_SERVER_PORT) as forward:

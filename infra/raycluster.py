@@ -12,7 +12,8 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from infra.addons import GPU_TOLERATION, GPU_WORKER_NODE_SELECTOR, KUBERAY_OPERATOR_NAMESPACE, SYSTEM_NODE_SELECTOR
-from infra.config import InstanceFacts, StackConfig
+from infra.config import InstanceFacts, StackConfig, check_efa_gpu
+from infra.preflight import EFA_RESOURCE, GPU_RESOURCE
 
 # The CRD version that kuberay-operator 1.7.0 serves and stores (infra/addons.py pins the operator).
 RAYCLUSTER_API_VERSION = "ray.io/v1"
@@ -102,8 +103,8 @@ def worker_resources(facts: InstanceFacts) -> dict[str, str]:
     return {
         "cpu": str(cpu),
         "memory": f"{memory}Gi",
-        "nvidia.com/gpu": str(facts.gpus),
-        "vpc.amazonaws.com/efa": str(facts.efa_interfaces),
+        GPU_RESOURCE: str(facts.gpus),
+        EFA_RESOURCE: str(facts.efa_interfaces),
     }
 
 
@@ -117,7 +118,6 @@ def check_config(cfg: StackConfig, facts: InstanceFacts) -> None:
 
 def _check_settings(
     *, name: str, namespace: str, image: str, gpu_node_count: int, facts: InstanceFacts,
-    gpus_per_worker: int | None = None,
 ) -> None:
     if len(name) > _RAYCLUSTER_NAME_MAX or not _DNS1035_LABEL.fullmatch(name):
         raise ValueError(
@@ -134,15 +134,7 @@ def _check_settings(
     check_image(image)
     if gpu_node_count < 1:
         raise ValueError(f"gpuNodeCount: {gpu_node_count} must be at least 1 (one Ray worker pod runs per GPU node)")
-    if facts.gpus < 1:
-        raise ValueError(f"gpuInstanceType: {facts.instance_type} has no GPU; choose a GPU instance type")
-    if facts.efa_interfaces < 1:
-        raise ValueError(f"gpuInstanceType: {facts.instance_type} has no EFA interface; choose an EFA-capable type")
-    if gpus_per_worker is not None and gpus_per_worker != facts.gpus:
-        raise ValueError(
-            f"gpuInstanceType: {facts.instance_type} has {facts.gpus} GPUs per node, but the worker group was given "
-            f"{gpus_per_worker}; a worker takes all of its node's GPUs, so the count comes from the instance type"
-        )
+    check_efa_gpu(facts)
     worker_resources(facts)  # raises for a node with no room left for a worker after its reservations
 
 
@@ -154,11 +146,9 @@ def ray_cluster_manifest(
     gpu_node_count: int,
     facts: InstanceFacts,
     transport_env: dict[str, str],
-    gpus_per_worker: int | None = None,
 ) -> dict:
-    """The RayCluster custom resource as a plain dict. `gpus_per_worker`, when given, must match the instance type."""
-    _check_settings(name=name, namespace=namespace, image=image, gpu_node_count=gpu_node_count, facts=facts,
-                    gpus_per_worker=gpus_per_worker)
+    """The RayCluster custom resource as a plain dict; a worker takes all of its node's GPUs (`facts.gpus`)."""
+    _check_settings(name=name, namespace=namespace, image=image, gpu_node_count=gpu_node_count, facts=facts)
     gpus = facts.gpus
     head_resources = {"cpu": HEAD_CPU, "memory": HEAD_MEMORY}
     resources = worker_resources(facts)

@@ -19,7 +19,7 @@ import yaml
 from infra.addons import GPU_WORKER_NODE_SELECTOR
 from infra.config import PROJECT_FILE, project_name, schema
 from infra.portforward import CLUSTER_LABEL, NODE_TYPE_LABEL
-from infra.preflight import EFA_RESOURCE, GPU_RESOURCE, plain
+from infra.preflight import EFA_RESOURCE, GPU_RESOURCE, is_gpu_worker, is_ready, plain
 from infra.raycluster import RAYCLUSTER_API_VERSION
 
 INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
@@ -58,16 +58,15 @@ def collect_status(raycluster: dict | None, pods: Iterable[Any], nodes: Iterable
             "zone": node_labels.get(ZONE_LABEL, ""),
         })
     for name, node in sorted(nodes_by_name.items()):
-        labels = node["metadata"].get("labels") or {}
-        if not all(labels.get(k) == v for k, v in GPU_WORKER_NODE_SELECTOR.items()):
+        if not is_gpu_worker(node):
             continue
+        labels = node["metadata"].get("labels") or {}
         allocatable = (node.get("status") or {}).get("allocatable") or {}
-        conditions = (node.get("status") or {}).get("conditions") or []
         result["gpu_nodes"].append({
             "name": name,
             "instance_type": labels.get(INSTANCE_TYPE_LABEL, ""),
             "zone": labels.get(ZONE_LABEL, ""),
-            "ready": any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions),
+            "ready": is_ready(node),
             "gpu": allocatable.get(GPU_RESOURCE, "0"),
             "efa": allocatable.get(EFA_RESOURCE, "0"),
         })

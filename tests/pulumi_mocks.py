@@ -21,12 +21,14 @@ mock monitor flaky.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
+import os
 import runpy
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pulumi
 import yaml
@@ -41,7 +43,11 @@ from tests.stacks import INSTANCE_FACTS
 
 REPO = Path(__file__).resolve().parent.parent
 PROGRAM = REPO / "__main__.py"
-PROJECT = yaml.safe_load((REPO / "Pulumi.yaml").read_text())["name"]
+PROJECT_FILE = yaml.safe_load((REPO / "Pulumi.yaml").read_text())
+PROJECT = PROJECT_FILE["name"]
+SCHEMA: dict[str, dict[str, Any]] = PROJECT_FILE["config"]
+"""Pulumi.yaml's config keys: type, default and description of each."""
+STACKS = sorted(path.name.split(".")[1] for path in REPO.glob("Pulumi.*.yaml"))
 ACCOUNT_ID = "123456789012"
 DEPLOYER_ROLE_ARN = f"arn:aws:iam::{ACCOUNT_ID}:role/deployer"
 
@@ -98,24 +104,14 @@ class Registration:
 
 
 class AwsMocks(pulumi.runtime.Mocks):
-    """Fake AWS (and pulumi-eks) answers; `extra_outputs` and `extra_calls` let a test add its own."""
+    """Fake AWS (and pulumi-eks) answers."""
 
-    def __init__(
-        self,
-        region: str,
-        *,
-        extra_outputs: Callable[[pulumi_mocks.MockResourceArgs], dict | None] | None = None,
-        extra_calls: dict[str, Callable[[dict], dict]] | None = None,
-    ) -> None:
+    def __init__(self, region: str) -> None:
         self.region = region
-        self.extra_outputs = extra_outputs
-        self.extra_calls = extra_calls or {}
         self.monitor: RecordingMonitor | None = None
 
     # ---- invokes -----------------------------------------------------------------------------------------
     def call(self, args: pulumi_mocks.MockCallArgs):
-        if args.token in self.extra_calls:
-            return self.extra_calls[args.token](args.args)
         # A failing AWS call reaches the program as an invoke failure (a semantic error it can catch), which
         # is what `failures` produces; an exception raised here would instead crash the whole run.
         if args.token == "aws:ec2/getInstanceType:getInstanceType":
@@ -140,17 +136,11 @@ class AwsMocks(pulumi.runtime.Mocks):
             return {"partition": "aws", "dnsSuffix": "amazonaws.com", "id": "aws"}
         if args.token in ("aws:index/getRegion:getRegion", "aws:index/region:getRegion"):
             return {"name": self.region, "region": self.region, "id": self.region}
-        raise NotImplementedError(f"pulumi_mocks: no fake answer for invoke {args.token}; pass extra_calls")
+        raise NotImplementedError(f"pulumi_mocks: no fake answer for invoke {args.token}")
 
     # ---- resources ---------------------------------------------------------------------------------------
     def new_resource(self, args: pulumi_mocks.MockResourceArgs):
         outputs = dict(args.inputs)
-        if self.extra_outputs is not None:
-            extra = self.extra_outputs(args)
-            if extra is not None:
-                outputs.update(extra)
-                return outputs.pop("id", f"{args.name}-id"), outputs
-
         if args.typ == "aws:ec2/capacityReservation:CapacityReservation" and args.resource_id:
             if args.resource_id not in RESERVATIONS:
                 raise Exception(f"InvalidCapacityReservationId.NotFound: {args.resource_id}")
@@ -292,6 +282,59 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
         return response
 
 
+# ---- components built by hand, under mocks that echo inputs as state ----------------------------------------
+
+class EchoMocks(pulumi.runtime.Mocks):
+    """Echoes inputs back as state; the monitor below keeps every registration."""
+
+    def __init__(self) -> None:
+        self.registered: list[dict] = []
+
+    def new_resource(self, args: pulumi.runtime.MockResourceArgs):
+        return f"{args.name}-id", dict(args.inputs)
+
+    def call(self, args: pulumi.runtime.MockCallArgs):
+        return {}
+
+    def named(self, name: str) -> dict:
+        (registration,) = [r for r in self.registered if r["name"] == name]
+        return registration
+
+
+class EchoMonitor(pulumi_mocks.MockMonitor):
+    """The mock monitor, also noting each resource's inputs, `dependencies` (what depends_on resolves to) and
+    additional secret outputs."""
+
+    def RegisterResource(self, request):
+        response = super().RegisterResource(request)
+        self.mocks.registered.append({
+            "urn": response.urn,
+            "type": request.type,
+            "name": request.name,
+            "dependencies": set(request.dependencies),
+            "inputs": self.resources[response.urn].state if response.urn in self.resources else {},
+            "secret_outputs": list(request.additionalSecretOutputs),
+        })
+        return response
+
+
+def run_under_mocks(build, mocks: EchoMocks | None = None) -> tuple[EchoMocks, object]:
+    """Run `build()` (components built by hand, not the whole program) under mocks that echo inputs as state;
+    return the registrations once every one has finished. Pass `mocks` to read them after `build()` raised."""
+    mocks = mocks if mocks is not None else EchoMocks()
+    pulumi.runtime.set_mocks(mocks, project=PROJECT, stack="dev", preview=False, monitor=EchoMonitor(mocks))
+    built = {}
+
+    @pulumi.runtime.test
+    def program():
+        built["value"] = build()
+        return built["value"]  # an Output returned here is awaited, so its applies have run on return
+
+    program()
+    return mocks, built["value"]
+
+
+
 @dataclass
 class ProgramRun:
     """The outcome of one program run: the registrations in order, the stack exports, and any error."""
@@ -312,15 +355,28 @@ class ProgramRun:
         assert len(found) == 1, f"expected exactly one {type_token}{' named ' + name if name else ''}; found {names}"
         return found[0]
 
-    def children_of(self, parent: Registration) -> list[Registration]:
-        return [r for r in self.resources if r.parent == parent.urn]
-
-    def by_urn(self, urn: str) -> Registration:
-        return next(r for r in self.resources if r.urn == urn)
-
 
 def stack_file(stack: str) -> Path:
     return REPO / f"Pulumi.{stack}.yaml"
+
+
+def stack_settings(stack: str | None) -> dict[str, Any]:
+    """Pulumi.yaml's defaults overlaid with Pulumi.<stack>.yaml's values (None: the defaults alone); the project's
+    keys without their prefix (`gpuNodeCount`), others as written (`aws:region`)."""
+    settings = {key: spec.get("default") for key, spec in SCHEMA.items()}
+    if stack is not None:
+        for key, value in (yaml.safe_load(stack_file(stack).read_text()).get("config") or {}).items():
+            settings[key.removeprefix(f"{PROJECT}:")] = value
+    return settings
+
+
+def shared_dir() -> Path:
+    """../shared beside the checkout (or $RAYTRAIN_SHARED_DIR): the reference CRDs and chart values."""
+    for candidate in (os.environ.get("RAYTRAIN_SHARED_DIR"), REPO.parent / "shared", REPO / "shared"):
+        if candidate and (Path(candidate) / "reference").is_dir():
+            return Path(candidate)
+    raise FileNotFoundError("the reference files are read from ../shared/reference (or $RAYTRAIN_SHARED_DIR); "
+                            "neither exists")
 
 
 def stack_config(stack: str | None, overrides: dict[str, Any] | None = None) -> dict[str, str]:
@@ -344,10 +400,10 @@ def stack_config(stack: str | None, overrides: dict[str, Any] | None = None) -> 
     return {key: encode(value) for key, value in values.items()}
 
 
-def _run(stack: str | None, overrides: dict[str, Any] | None, **mock_options: Any) -> ProgramRun:
+def _run(stack: str | None, overrides: dict[str, Any] | None) -> ProgramRun:
     config = stack_config(stack, overrides)
     region = config.get("aws:region", "us-west-2")
-    mocks = AwsMocks(region, **mock_options)
+    mocks = AwsMocks(region)
     monitor = RecordingMonitor(mocks)
     mocks.monitor = monitor
 
@@ -384,18 +440,23 @@ def _run(stack: str | None, overrides: dict[str, Any] | None, **mock_options: An
     return run
 
 
-def run_program(stack: str | None = "dev", overrides: dict[str, Any] | None = None, **mock_options: Any) -> ProgramRun:
+def run_program(stack: str | None = "dev", overrides: dict[str, Any] | None = None) -> ProgramRun:
     """Run `__main__.py` with `Pulumi.<stack>.yaml` (None: no stack file) plus overrides; raise its error."""
-    run = _run(stack, overrides, **mock_options)
+    run = _run(stack, overrides)
     if run.error is not None:
         raise run.error
     return run
 
 
-def run_program_expecting_error(stack: str | None = "dev", overrides: dict[str, Any] | None = None,
-                                **mock_options: Any) -> ProgramRun:
+@functools.cache
+def program(stack: str, overrides: tuple[tuple[str, Any], ...] = ()) -> ProgramRun:
+    """run_program, once per (stack, overrides) in the whole test session: for tests that only read the run."""
+    return run_program(stack, dict(overrides))
+
+
+def run_program_expecting_error(stack: str | None = "dev", overrides: dict[str, Any] | None = None) -> ProgramRun:
     """Run the program, which must fail; the ProgramRun holds the error and whatever got registered first."""
-    run = _run(stack, overrides, **mock_options)
+    run = _run(stack, overrides)
     assert run.error is not None, (
         f"expected the program to fail with config {run.config}; it registered {len(run.resources)} resources")
     return run

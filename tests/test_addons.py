@@ -1,7 +1,6 @@
 """The add-on Helm releases under Pulumi mocks, their values, and the EFA chart's allowlist check."""
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pulumi
@@ -11,58 +10,12 @@ import yaml
 
 from infra import addons
 from infra.addons import ClusterAddons, check_efa_allowlist, efa_supported_instance_types
+from tests.pulumi_mocks import EchoMocks, EchoMonitor, run_under_mocks, shared_dir
 from tests.stacks import INSTANCE_FACTS
 
 REPO = Path(__file__).resolve().parents[1]
 RELEASE = "kubernetes:helm.sh/v3:Release"
 GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
-
-
-class RecordingMocks(pulumi.runtime.Mocks):
-    """Echoes inputs back as state; the monitor below keeps every registration."""
-
-    def __init__(self) -> None:
-        self.registered: list[dict] = []
-
-    def new_resource(self, args: pulumi.runtime.MockResourceArgs):
-        return f"{args.name}-id", dict(args.inputs)
-
-    def call(self, args: pulumi.runtime.MockCallArgs):
-        return {}
-
-    def named(self, name: str) -> dict:
-        (registration,) = [r for r in self.registered if r["name"] == name]
-        return registration
-
-
-class RecordingMonitor(pulumi.runtime.mocks.MockMonitor):
-    """The mock monitor, also noting each resource's inputs and `dependencies` (what depends_on resolves to)."""
-
-    def RegisterResource(self, request):
-        response = super().RegisterResource(request)
-        self.mocks.registered.append({
-            "urn": response.urn,
-            "type": request.type,
-            "name": request.name,
-            "dependencies": set(request.dependencies),
-            "inputs": self.resources[response.urn].state if response.urn in self.resources else {},
-        })
-        return response
-
-
-def run_under_mocks(build) -> tuple[RecordingMocks, object]:
-    """Run `build()` as a Pulumi program under mocks; return the registrations once every one has finished."""
-    mocks = RecordingMocks()
-    pulumi.runtime.set_mocks(mocks, project="raytrain-eks", stack="dev", preview=False, monitor=RecordingMonitor(mocks))
-    built = {}
-
-    @pulumi.runtime.test
-    def program():
-        built["value"] = build()
-        return built["value"]  # an Output returned here is awaited, so its applies have run on return
-
-    program()
-    return mocks, built["value"]
 
 
 def build_addons(gpu_instance_type: str = "g6.12xlarge") -> ClusterAddons:
@@ -124,8 +77,8 @@ def test_stack_gpu_types_are_on_the_efa_allowlist(stack_type):
 
 @pytest.mark.parametrize("instance_type", ["g6.xlarge", "g5.2xlarge", "p3.16xlarge"])
 def test_type_missing_from_the_efa_allowlist_is_refused_before_any_resource(instance_type):
-    mocks = RecordingMocks()
-    pulumi.runtime.set_mocks(mocks, project="raytrain-eks", stack="dev", preview=True, monitor=RecordingMonitor(mocks))
+    mocks = EchoMocks()
+    pulumi.runtime.set_mocks(mocks, project="raytrain-eks", stack="dev", preview=True, monitor=EchoMonitor(mocks))
     provider = k8s.Provider("k8s-refused", kubeconfig="apiVersion: v1")
     with pytest.raises(ValueError, match="gpuInstanceType") as excinfo:
         ClusterAddons("addons", provider=provider, gpu_instance_type=instance_type, depends_on=[])
@@ -139,9 +92,7 @@ def test_type_missing_from_the_efa_allowlist_is_refused_before_any_resource(inst
 
 def test_efa_allowlist_is_the_pinned_charts():
     values_name = f"aws-efa-k8s-device-plugin-{addons.EFA_DEVICE_PLUGIN_VERSION}-values.yaml"
-    shared = REPO.parent / "shared" / "reference" / "charts" / values_name
-    if not shared.exists() and os.environ.get("RAYTRAIN_SHARED_DIR"):
-        shared = Path(os.environ["RAYTRAIN_SHARED_DIR"]) / "reference" / "charts" / values_name
+    shared = shared_dir() / "reference" / "charts" / values_name
     assert shared.exists(), f"the reference values of the pinned EFA chart must exist at {shared}"
     reference = yaml.safe_load(shared.read_text())["supportedInstanceLabels"]["values"]
     assert list(efa_supported_instance_types()) == reference, (

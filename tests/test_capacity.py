@@ -525,6 +525,7 @@ def test_provider_read_drops_a_reservation_that_ended_outside_pulumi(reservation
     ({"candidate_azs": ["us-east-1c"]}, ["candidate_azs"], True),          # its AZ dropped: move
     ({"candidate_azs": ["us-east-1b", "us-east-1a"]}, [], True),           # re-ranked only: stay put
     ({"instance_count": 3}, [], True),
+    ({"profile": "gpu-account"}, ["profile"], True),                       # another profile may be another account
     ({}, [], False),
 ])
 def test_provider_diff_names_the_inputs_that_force_replacement(change, replaces, changes):
@@ -606,11 +607,3 @@ def test_an_undeployed_stack_is_judged_by_its_vpc_availability_zones():
     covered = {az.availability_zone: az.private_subnet for az in report.azs}
     assert covered == {"us-west-2a": True, "us-west-2b": True, "us-west-2c": False, "us-west-2d": False}, \
         f"with no VPC deployed, only the stack's vpcAvailabilityZones will have a private subnet: {covered}"
-
-
-def test_a_new_aws_profile_replaces_the_reservation():
-    """Another profile may be another account: the reservation must move with the rest of the stack."""
-    diff = capacity_reservation.GpuCapacityReservationProvider().diff(
-        "cr-1", {**PROPS, "availability_zone": "us-east-1a", "profile": None},
-        {**PROPS, "profile": "gpu-account"})
-    assert "profile" in diff.replaces, diff.replaces

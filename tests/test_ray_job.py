@@ -16,8 +16,8 @@ import pytest
 
 from infra import ray_job
 from infra.portforward import LocalForward
+from tests.test_workload_train import FAST_RAY_TRAIN
 
-RAY_TEST_ENV = {"RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "0.1", "RAY_TRAIN_ENABLE_PRINT_PATCH": "0", "RAY_DEDUP_LOGS": "0"}
 TINY_ARGS = ["--model_config", "tiny", "--steps", "2", "--batch_size", "2", "--seq_len", "32",
              "--learning_rate", "1e-3", "--num_workers", "2"]
 
@@ -36,7 +36,7 @@ def ray_head():
 
     with pytest.MonkeyPatch.context() as patch:
         # The head's processes inherit these; the client side must hold no token of its own.
-        for name, value in RAY_TEST_ENV.items():
+        for name, value in FAST_RAY_TRAIN.items():
             patch.setenv(name, value)
         for name in ("RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH", "RAY_AUTH_MODE", "RAY_ADDRESS"):
             patch.delenv(name, raising=False)
@@ -69,7 +69,7 @@ def props(**overrides) -> dict:
         "train_args": list(TINY_ARGS),
         "run_id": "1",
         "pip": [],
-        "env_vars": {"NCCL_DEBUG_FILE": ray_job.NCCL_DEBUG_FILE, **RAY_TEST_ENV},
+        "env_vars": {"NCCL_DEBUG_FILE": ray_job.NCCL_DEBUG_FILE, **FAST_RAY_TRAIN},
         "timeout_s": 300.0,
         "expect_transport": "any",
         "gpus_per_worker": 4,

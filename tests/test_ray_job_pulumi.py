@@ -7,11 +7,9 @@ from types import SimpleNamespace
 
 import pulumi
 import pytest
-from pulumi.runtime import rpc
-from pulumi.runtime.mocks import MockMonitor
 
 from infra import ray_job
-from tests.pulumi_mocks import is_secret_value, run_program, run_program_expecting_error
+from tests.pulumi_mocks import is_secret_value, program, run_program, run_under_mocks
 from tests.stacks import INSTANCE_FACTS
 
 JOB = "pulumi-python:dynamic/raytrain:TrainingJob"
@@ -58,63 +56,28 @@ def test_job_reaches_the_ray_cluster_it_waits_for_with_secret_kubeconfig(enabled
 
 
 def test_no_job_unless_train_enabled():
-    run = run_program("dev")
+    run = program("dev")
     assert not run.of_type(JOB), "trainEnabled defaults to false: no training job"
     assert not [key for key in run.exports if key.startswith("job")], f"no job exports: {sorted(run.exports)}"
 
 
-def test_a_bad_run_id_fails_before_any_resource():
-    failed = run_program_expecting_error("dev", {"trainEnabled": True, "trainRunId": "a/b"})
-    assert isinstance(failed.error, ValueError) and "trainRunId" in str(failed.error), failed.error
-    assert failed.resources == [], "the config error must come before any resource is registered"
-
-
-class _SecretsMonitor(MockMonitor):
-    """The stock mock monitor, keeping each registration's raw inputs and additional secret outputs."""
-
-    def __init__(self, mocks):
-        super().__init__(mocks)
-        self.requests = {}
-
-    def RegisterResource(self, request):
-        self.requests[request.name] = (rpc.deserialize_properties(request.object),
-                                       list(request.additionalSecretOutputs))
-        return super().RegisterResource(request)
-
-
-class _EchoMocks(pulumi.runtime.Mocks):
-    def new_resource(self, args):
-        return f"{args.name}-id", dict(args.inputs)
-
-    def call(self, args):
-        return {}
-
-
 def test_training_job_makes_a_plain_kubeconfig_secret_and_keeps_it_secret_in_outputs():
-    from infra.config import TrainConfig
     from tests.test_raycluster_pulumi import CONFIG
 
-    train = TrainConfig(enabled=True, run_id="1", model_id="Qwen/Qwen2.5-1.5B", model_config="", steps=5,
-                        batch_size=2, seq_len=128, learning_rate=1e-5, num_workers=0, max_failures=0,
-                        checkpoint_every=0, storage_path="", pip=(), env={}, timeout_minutes=60, expect_transport="efa")
-    cfg = dataclasses.replace(CONFIG, train=train)
+    cfg = dataclasses.replace(CONFIG, train=dataclasses.replace(CONFIG.train, enabled=True, steps=5, seq_len=128))
     cluster = SimpleNamespace(namespace=pulumi.Output.from_input("ray"),
                               cluster_name=pulumi.Output.from_input("ray-train"),
                               auth_secret_name=pulumi.Output.from_input("ray-train"))
-    mocks = _EchoMocks()
-    monitor = _SecretsMonitor(mocks)
-    pulumi.runtime.set_mocks(mocks, project="raytrain-eks", stack="dev", preview=False, monitor=monitor)
 
-    @pulumi.runtime.test
     def build():
         job = ray_job.TrainingJob("job", kubeconfig="apiVersion: v1\nkind: Config\n", cfg=cfg,
                                   facts=INSTANCE_FACTS["g6.12xlarge"], ray_cluster=cluster)
         return job.urn
 
-    build()
-    inputs, secret_outputs = monitor.requests["job"]
-    assert is_secret_value(inputs["kubeconfig"]), "a kubeconfig given in plain must be registered as a secret"
-    assert "kubeconfig" in secret_outputs, "the kubeconfig kept in the job's outputs must stay secret"
+    mocks, _ = run_under_mocks(build)
+    job = mocks.named("job")
+    assert is_secret_value(job["inputs"]["kubeconfig"]), "a kubeconfig given in plain must be registered as a secret"
+    assert "kubeconfig" in job["secret_outputs"], "the kubeconfig kept in the job's outputs must stay secret"
 
 
 def test_run_name_follows_the_job_definition_so_only_a_retry_resumes():

@@ -18,49 +18,17 @@ from infra.raycluster import (
     ray_cluster_manifest,
     worker_resources,
 )
+from tests.pulumi_mocks import STACKS, shared_dir, stack_settings
 from tests.stacks import INSTANCE_FACTS
 
 REPO = Path(__file__).resolve().parents[1]
 GOLDEN = REPO / "tests" / "golden"
-PROJECT = "raytrain-eks"
-# Each stack's GPU type and node count until its Pulumi.<stack>.yaml exists; the file wins once it does.
-EXPECTED_STACKS = {
-    "dev": ("g6.12xlarge", 2),
-    "g6e": ("g6e.12xlarge", 2),
-    "p4d": ("p4d.24xlarge", 2),
-    "p5": ("p5.48xlarge", 2),
-}
 TRANSPORT_KEYS = {
     "ncclDebug": "NCCL_DEBUG",
     "ncclSocketIfname": "NCCL_SOCKET_IFNAME",
     "fiProvider": "FI_PROVIDER",
     "ncclNetPlugin": "NCCL_NET_PLUGIN",
 }
-
-
-def _shared_dir() -> Path:
-    for candidate in (os.environ.get("RAYTRAIN_SHARED_DIR"), REPO.parent / "shared", REPO / "shared"):
-        if candidate and (Path(candidate) / "reference").is_dir():
-            return Path(candidate)
-    pytest.fail("the KubeRay CRD is read from ../shared/reference (or $RAYTRAIN_SHARED_DIR); neither exists")
-
-
-def _stacks() -> list[str]:
-    on_disk = {p.name[len("Pulumi."):-len(".yaml")] for p in REPO.glob("Pulumi.*.yaml")}
-    return sorted(set(EXPECTED_STACKS) | on_disk)
-
-
-def stack_settings(stack: str) -> dict:
-    """Pulumi.yaml's defaults overlaid with the stack file's values, keyed without the project prefix."""
-    project = yaml.safe_load((REPO / "Pulumi.yaml").read_text())
-    settings = {key: spec.get("default") for key, spec in project["config"].items()}
-    stack_file = REPO / f"Pulumi.{stack}.yaml"
-    if stack_file.exists():
-        for key, value in (yaml.safe_load(stack_file.read_text()).get("config") or {}).items():
-            settings[key.split(":", 1)[-1]] = value
-    else:
-        settings["gpuInstanceType"], settings["gpuNodeCount"] = EXPECTED_STACKS[stack]
-    return settings
 
 
 def render(stack: str) -> dict:
@@ -105,7 +73,7 @@ def _crd_json_schema(node: dict) -> dict:
 
 @pytest.fixture(scope="module")
 def crd_validator() -> jsonschema.Draft7Validator:
-    crd_file = _shared_dir() / "reference" / "kuberay-v1.7.0" / "ray.io_rayclusters.yaml"
+    crd_file = shared_dir() / "reference" / "kuberay-v1.7.0" / "ray.io_rayclusters.yaml"
     crd = yaml.load(crd_file.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     (v1,) = [version for version in crd["spec"]["versions"] if version["name"] == "v1"]
     return jsonschema.Draft7Validator(_crd_json_schema(v1["schema"]["openAPIV3Schema"]))
@@ -115,7 +83,7 @@ def _errors(validator: jsonschema.Draft7Validator, manifest: dict) -> list[str]:
     return [f"{'/'.join(map(str, e.absolute_path))}: {e.message}" for e in validator.iter_errors(manifest)]
 
 
-@pytest.mark.parametrize("stack", _stacks())
+@pytest.mark.parametrize("stack", STACKS)
 def test_manifest_validates_against_kuberay_crd(stack, crd_validator):
     errors = _errors(crd_validator, render(stack))
     assert not errors, f"RayCluster of stack {stack} must validate against the KubeRay v1.7.0 CRD: {errors}"
@@ -130,7 +98,7 @@ def test_crd_validation_rejects_a_misspelt_field_and_a_wrong_type(crd_validator)
     assert any("replicas" in e for e in errors), f"a string replicas must fail: {errors}"
 
 
-@pytest.mark.parametrize("stack", _stacks())
+@pytest.mark.parametrize("stack", STACKS)
 def test_manifest_matches_golden(stack):
     rendered = yaml.safe_dump(render(stack), sort_keys=False)
     golden = GOLDEN / f"raycluster-{stack}.yaml"
@@ -143,7 +111,7 @@ def test_manifest_matches_golden(stack):
     )
 
 
-@pytest.mark.parametrize("stack", _stacks())
+@pytest.mark.parametrize("stack", STACKS)
 def test_worker_group_takes_every_gpu_and_efa_interface_with_guaranteed_qos(stack):
     settings = stack_settings(stack)
     facts = INSTANCE_FACTS[settings["gpuInstanceType"]]

@@ -8,31 +8,15 @@ import pulumi_kubernetes as k8s
 import pytest
 
 from infra.addons import ClusterAddons
+from infra import config
 from infra.config import StackConfig
 from infra.raycluster import RayCluster, ray_cluster_manifest
 from tests.stacks import INSTANCE_FACTS
-from tests.test_addons import run_under_mocks
+from tests.pulumi_mocks import EchoMocks, run_under_mocks, stack_settings
 
-CONFIG = StackConfig(
-    cluster_name="ray-train",
-    kubernetes_version="1.34",
-    vpc_cidr="10.0.0.0/16",
-    vpc_availability_zones=("us-west-2a", "us-west-2b"),
-    system_instance_type="m7i.xlarge",
-    system_node_count=1,
-    gpu_instance_type="g6.12xlarge",
-    gpu_node_count=2,
-    gpu_availability_zone="us-west-2a",
-    gpu_root_volume_gib=200,
-    gpu_placement="auto",
-    capacity_reservation_id="",
-    capacity_reserve=False,
-    capacity_candidate_azs=(),
-    dlc_image="public.ecr.aws/deep-learning-containers/ray:train-ml-cuda-v1.1",
-    ray_namespace="ray",
-    ray_cluster_name="ray-train",
-    transport_env={"NCCL_DEBUG": "INFO", "NCCL_SOCKET_IFNAME": "eth0", "FI_PROVIDER": "efa", "NCCL_NET_PLUGIN": "ofi"},
-)
+# Pulumi.yaml's defaults, with the VPC AZs and GPU AZ that the program would otherwise look up.
+CONFIG = config.parse(stack_settings(None) | {"vpcAvailabilityZones": ["us-west-2a", "us-west-2b"],
+                                              "gpuAvailabilityZone": "us-west-2a"})
 FACTS = INSTANCE_FACTS["g6.12xlarge"]
 
 
@@ -90,5 +74,10 @@ def test_outputs_name_the_cluster_its_head_service_and_token_secret():
 
 def test_bad_image_is_refused_before_the_raycluster_is_registered():
     bad = dataclasses.replace(CONFIG, dlc_image="public.ecr.aws/deep-learning-containers/ray")
+    mocks = EchoMocks()
     with pytest.raises(ValueError, match="dlcImage"):
-        run_under_mocks(lambda: build(bad))
+        run_under_mocks(lambda: build(bad), mocks)
+    registered = {r["type"] for r in mocks.registered}
+    assert "raytrain:infra:ClusterAddons" in registered, "the program must get as far as the RayCluster component"
+    ray_parts = {"raytrain:infra:RayCluster", "kubernetes:core/v1:Namespace", "kubernetes:ray.io/v1:RayCluster"}
+    assert not registered & ray_parts, f"a refused image must register no part of the RayCluster; got {registered}"

@@ -5,7 +5,6 @@ never from the code under test.
 """
 from __future__ import annotations
 
-import functools
 import json
 import ipaddress
 
@@ -13,12 +12,10 @@ import pytest
 import yaml
 
 from tests.pulumi_mocks import (
-    PROJECT, REGIONS, REPO, RESERVATIONS, ProgramRun, Registration, run_program, run_program_expecting_error,
+    PROJECT, REGIONS, REPO, RESERVATIONS, SCHEMA, STACKS, ProgramRun, Registration, is_secret_value, program,
+    run_program, run_program_expecting_error, stack_settings,
 )
 from tests.stacks import INSTANCE_FACTS
-
-SCHEMA = yaml.safe_load((REPO / "Pulumi.yaml").read_text())["config"]
-STACKS = sorted(path.name.split(".")[1] for path in REPO.glob("Pulumi.*.yaml"))
 
 VPC = "aws:ec2/vpc:Vpc"
 SUBNET = "aws:ec2/subnet:Subnet"
@@ -34,17 +31,11 @@ ADDON = "aws:eks/addon:Addon"
 
 def stack_value(stack: str, key: str):
     """A config value as the stack sets it, else Pulumi.yaml's default."""
-    config = yaml.safe_load((REPO / f"Pulumi.{stack}.yaml").read_text())["config"]
-    return config.get(key if ":" in key else f"{PROJECT}:{key}", SCHEMA.get(key, {}).get("default"))
+    return stack_settings(stack).get(key)
 
 
-@functools.cache
-def program(stack: str, overrides: tuple = ()) -> ProgramRun:
-    return run_program(stack, dict(overrides))
-
-
-def gpu_node_group(run: ProgramRun) -> Registration:
-    return next(r for r in run.of_type(NODE_GROUP) if r.inputs["amiType"].endswith("NVIDIA"))
+def gpu_node_group(run: ProgramRun) -> Registration | None:
+    return next((r for r in run.of_type(NODE_GROUP) if r.inputs.get("amiType", "").endswith("NVIDIA")), None)
 
 
 def system_node_group(run: ProgramRun) -> Registration:
@@ -57,10 +48,6 @@ def private_subnets(run: ProgramRun) -> dict[str, Registration]:
 
 def public_subnets(run: ProgramRun) -> dict[str, Registration]:
     return {s.inputs["availabilityZone"]: s for s in run.of_type(SUBNET) if "kubernetes.io/role/elb" in s.inputs["tags"]}
-
-
-def gpu_az(stack: str, run: ProgramRun) -> str:
-    return run.exports["gpuAvailabilityZone"]
 
 
 # ---- the schema and the stack files -------------------------------------------------------------------------
@@ -205,7 +192,8 @@ def test_gpu_placement_and_capacity_reservation(stack):
             == reservation.outputs["reservation_id"], f"{stack}: the launch template targets the stack's reservation"
         assert not run.of_type(PLACEMENT_GROUP) and "placement" not in template, \
             f"{stack}: no placement group with a reservation (its own placement governs)"
-        assert gpu_az(stack, run) == reservation.outputs["availability_zone"], f"{stack}: GPU AZ is the reservation's AZ"
+        assert run.exports["gpuAvailabilityZone"] == reservation.outputs["availability_zone"], \
+            f"{stack}: GPU AZ is the reservation's AZ"
         assert reservation.inputs["region"] == stack_value(stack, "aws:region"), \
             f"{stack}: the reservation's provider must be told the stack's region"
     else:
@@ -226,7 +214,7 @@ def test_gpu_node_group_is_one_az_labelled_tainted_nvidia_ami(stack):
     assert group["scalingConfig"] == {"desiredSize": count, "minSize": count, "maxSize": count}, f"{stack}: {count} GPU nodes"
     assert group["labels"] == {"role": "gpu-worker", "nvidia.com/gpu.present": "true"}, f"{stack}: GPU node labels"
     assert group["taints"] == [{"key": "nvidia.com/gpu", "value": "true", "effect": "NO_SCHEDULE"}], f"{stack}: GPU taint"
-    az = gpu_az(stack, run)
+    az = run.exports["gpuAvailabilityZone"]
     assert group["subnetIds"] == [private_subnets(run)[az].resource_id], f"{stack}: GPU nodes in the private subnet of {az}"
     template = run.one(LAUNCH_TEMPLATE)
     assert group["launchTemplate"]["id"] == template.resource_id, f"{stack}: GPU node group uses its own launch template"
@@ -281,11 +269,7 @@ def test_existing_capacity_reservation_in_another_az_is_refused():
                                                "gpuAvailabilityZone": "us-east-2b"})
     assert isinstance(failed.error, ValueError) and "capacityReservationId" in str(failed.error) \
         and "us-east-2b" in str(failed.error), f"expected a ValueError naming capacityReservationId; got {failed.error!r}"
-    assert not gpu_node_group_or_none(failed), "no GPU node group may be registered for a mismatched reservation"
-
-
-def gpu_node_group_or_none(run: ProgramRun):
-    return next((r for r in run.of_type(NODE_GROUP) if r.inputs.get("amiType", "").endswith("NVIDIA")), None)
+    assert not gpu_node_group(failed), "no GPU node group may be registered for a mismatched reservation"
 
 
 def test_explicit_vpc_azs_and_gpu_node_count():
@@ -297,8 +281,6 @@ def test_explicit_vpc_azs_and_gpu_node_count():
 # ---- wiring of the other components -----------------------------------------------------------------------------
 
 def test_kubernetes_side_waits_for_the_nodes_and_uses_a_secret_kubeconfig():
-    from tests.pulumi_mocks import is_secret_value
-
     run = program("dev")
     provider = run.one("pulumi:providers:kubernetes")
     assert is_secret_value(provider.inputs["kubeconfig"]), "the Kubernetes provider's kubeconfig must be a secret"
@@ -311,16 +293,6 @@ def test_kubernetes_side_waits_for_the_nodes_and_uses_a_secret_kubeconfig():
     operator = next(r for r in releases if "kuberay" in r.name)
     ray_cluster = run.one("kubernetes:ray.io/v1:RayCluster")
     assert operator.urn in ray_cluster.dependencies, "the RayCluster depends on the KubeRay operator (destroy order)"
-    assert not [r for r in run.resources if r.type.endswith(":TrainingJob")], "no training job unless trainEnabled"
-
-
-def test_training_job_only_when_enabled_and_after_the_ray_cluster():
-    run = program("dev", (("trainEnabled", True),))
-    job = run.one("pulumi-python:dynamic/raytrain:TrainingJob")
-    ray_cluster = run.one("kubernetes:ray.io/v1:RayCluster")
-    assert ray_cluster.urn in job.dependencies, "the training job must wait for the RayCluster"
-    assert {"jobId", "jobStatus", "jobFinalLoss", "jobTransportVerdicts"} <= set(run.exports), \
-        f"the job's outputs should be exported; exports are {sorted(run.exports)}"
 
 
 ROLE = "aws:iam/role:Role"

@@ -7,12 +7,11 @@ from __future__ import annotations
 import ipaddress
 
 import pytest
-import yaml
 
 from infra import config
 from infra.gpu_nodes import efa_network_interfaces, use_placement_group
 from infra.network import check_gpu_azs, choose_vpc_azs, subnet_plan
-from tests.pulumi_mocks import REPO, run_program_expecting_error
+from tests.pulumi_mocks import run_program_expecting_error, stack_settings
 from tests.stacks import INSTANCE_FACTS
 
 # (stack, overrides, words the error must contain)
@@ -53,6 +52,9 @@ BAD_CONFIGS = {
     "bad transport expectation": ("dev", {"trainExpectTransport": "tcp"}, ["trainExpectTransport", "efa", "socket"]),
     "bad env entry": ("dev", {"trainEnv": ["NCCL_NET"]}, ["trainEnv", "KEY=VALUE"]),
     "bad learning rate": ("dev", {"trainLearningRate": "fast"}, ["trainLearningRate", "fast"]),
+    "bad run id": ("dev", {"trainEnabled": True, "trainRunId": "a/b"}, ["trainRunId"]),
+    "reserved Ray namespace": ("dev", {"rayNamespace": "kube-system"}, ["rayNamespace", "kube-system"]),
+    "RayCluster name not a DNS-1035 label": ("dev", {"rayClusterName": "7-ray"}, ["rayClusterName", "DNS-1035"]),
 }
 
 
@@ -70,7 +72,7 @@ def test_bad_config_fails_before_any_resource(case):
 # ---- pure helpers ---------------------------------------------------------------------------------------------
 
 def defaults() -> dict:
-    return {key: spec["default"] for key, spec in yaml.safe_load((REPO / "Pulumi.yaml").read_text())["config"].items()}
+    return stack_settings(None)
 
 
 def test_parse_maps_every_key_onto_the_dataclass():

@@ -161,7 +161,6 @@ def load(config: Any | None = None) -> StackConfig:
     return parse(read_raw_config(config))
 
 
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 # 39 at most: IAM role names are <clusterName>-system-node-role plus Pulumi's 8-character suffix, 64 at most.
 _CLUSTER_NAME = re.compile(r"^[a-zA-Z][a-zA-Z0-9-]{0,38}$")
 _K8S_VERSION = re.compile(r"^1\.[0-9]{2}$")
@@ -239,11 +238,8 @@ def parse(raw: dict[str, Any]) -> StackConfig:
     candidates = _check_az_list("capacityCandidateAzs", raw["capacityCandidateAzs"])
     _require(not candidates or reserve, "capacityCandidateAzs", "is only used with capacityReserve=true")
 
-    _require(bool(raw["dlcImage"].strip()) and " " not in raw["dlcImage"], "dlcImage",
-             f"{raw['dlcImage']!r} must be an image reference (repo:tag or repo@sha256:...)")
-    for key in ("rayNamespace", "rayClusterName"):
-        _require(bool(_DNS_LABEL.match(raw[key])), key,
-                 f"{raw[key]!r} must be a Kubernetes DNS label (lowercase letters, digits, '-', at most 63)")
+    # dlcImage, rayNamespace and rayClusterName are checked by raycluster.check_config, which the program runs
+    # before any resource: KubeRay's own limits on them live beside the manifest they end up in.
     _require(raw["ncclDebug"] in NCCL_DEBUG_LEVELS, "ncclDebug",
              f"{raw['ncclDebug']!r} is not one of {list(NCCL_DEBUG_LEVELS)}")
     for key in ("ncclSocketIfname", "fiProvider", "ncclNetPlugin"):

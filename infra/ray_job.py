@@ -75,9 +75,6 @@ def job_inputs(cfg: StackConfig, facts: InstanceFacts) -> dict[str, Any]:
     train = cfg.train
     if train is None:
         raise ValueError("trainEnabled: the stack config has no train settings")
-    if not train.run_id or "/" in train.run_id or any(c.isspace() for c in train.run_id):
-        raise ValueError(f"config key 'trainRunId': {train.run_id!r} must be a non-empty word without '/' or "
-                         f"spaces; it names the job and its checkpoint run")
     try:
         workload = WorkloadConfig(
             model_id=train.model_id,

@@ -55,6 +55,8 @@ BAD_CONFIGS = {
     "bad run id": ("dev", {"trainEnabled": True, "trainRunId": "a/b"}, ["trainRunId"]),
     "reserved Ray namespace": ("dev", {"rayNamespace": "kube-system"}, ["rayNamespace", "kube-system"]),
     "RayCluster name not a DNS-1035 label": ("dev", {"rayClusterName": "7-ray"}, ["rayClusterName", "DNS-1035"]),
+    "Ray namespace not a DNS-1123 label": ("dev", {"rayNamespace": "Ray_NS"}, ["rayNamespace", "DNS-1123"]),
+    "image without tag or digest": ("dev", {"dlcImage": "public.ecr.aws/deep-learning-containers/ray"}, ["dlcImage"]),
 }
 
 

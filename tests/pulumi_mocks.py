@@ -24,7 +24,6 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-import os
 import runpy
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -370,13 +369,8 @@ def stack_settings(stack: str | None) -> dict[str, Any]:
     return settings
 
 
-def shared_dir() -> Path:
-    """../shared beside the checkout (or $RAYTRAIN_SHARED_DIR): the reference CRDs and chart values."""
-    for candidate in (os.environ.get("RAYTRAIN_SHARED_DIR"), REPO.parent / "shared", REPO / "shared"):
-        if candidate and (Path(candidate) / "reference").is_dir():
-            return Path(candidate)
-    raise FileNotFoundError("the reference files are read from ../shared/reference (or $RAYTRAIN_SHARED_DIR); "
-                            "neither exists")
+REFERENCE_DIR = REPO / "tests" / "reference"
+"""Upstream files the tests check against (KubeRay CRDs, chart values), copied with their provenance."""
 
 
 def stack_config(stack: str | None, overrides: dict[str, Any] | None = None) -> dict[str, str]:

@@ -10,7 +10,7 @@ import yaml
 
 from infra import addons
 from infra.addons import ClusterAddons, check_efa_allowlist, efa_supported_instance_types
-from tests.pulumi_mocks import EchoMocks, EchoMonitor, run_under_mocks, shared_dir
+from tests.pulumi_mocks import REFERENCE_DIR, EchoMocks, EchoMonitor, run_under_mocks
 from tests.stacks import INSTANCE_FACTS
 
 REPO = Path(__file__).resolve().parents[1]
@@ -90,11 +90,20 @@ def test_type_missing_from_the_efa_allowlist_is_refused_before_any_resource(inst
     )
 
 
-def test_efa_allowlist_is_the_pinned_charts():
-    values_name = f"aws-efa-k8s-device-plugin-{addons.EFA_DEVICE_PLUGIN_VERSION}-values.yaml"
-    shared = shared_dir() / "reference" / "charts" / values_name
-    assert shared.exists(), f"the reference values of the pinned EFA chart must exist at {shared}"
-    reference = yaml.safe_load(shared.read_text())["supportedInstanceLabels"]["values"]
-    assert list(efa_supported_instance_types()) == reference, (
-        f"infra/charts must hold the values of EFA chart {addons.EFA_DEVICE_PLUGIN_VERSION} exactly"
-    )
+def test_efa_allowlist_is_read_from_the_pinned_charts_values():
+    assert addons.EFA_DEVICE_PLUGIN_VALUES_FILE.name == (
+        f"aws-efa-k8s-device-plugin-{addons.EFA_DEVICE_PLUGIN_VERSION}-values.yaml"), "the values must match the pin"
+    values = yaml.safe_load(addons.EFA_DEVICE_PLUGIN_VALUES_FILE.read_text())
+    assert list(efa_supported_instance_types()) == values["supportedInstanceLabels"]["values"]
+
+
+def test_nvidia_charts_default_affinity_accepts_the_gpu_nodes_label():
+    """The release sets a nodeSelector but keeps the chart's affinity: both must accept the GPU nodes."""
+    values_file = REFERENCE_DIR / "charts" / f"nvidia-device-plugin-{addons.NVIDIA_DEVICE_PLUGIN_VERSION}-values.yaml"
+    values = yaml.safe_load(values_file.read_text())
+    terms = values["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    accepting = [term for term in terms for expression in term["matchExpressions"]
+                 if expression["key"] == addons.GPU_PRESENT_LABEL and expression["operator"] == "In"
+                 and "true" in expression["values"]]
+    assert accepting, (f"NVIDIA chart {addons.NVIDIA_DEVICE_PLUGIN_VERSION}'s default affinity must accept "
+                       f"{addons.GPU_PRESENT_LABEL}=true (the GPU nodes' label); its terms: {terms}")

@@ -18,7 +18,7 @@ from infra.raycluster import (
     ray_cluster_manifest,
     worker_resources,
 )
-from tests.pulumi_mocks import STACKS, shared_dir, stack_settings
+from tests.pulumi_mocks import REFERENCE_DIR, STACKS, stack_settings
 from tests.stacks import INSTANCE_FACTS
 
 REPO = Path(__file__).resolve().parents[1]
@@ -73,7 +73,7 @@ def _crd_json_schema(node: dict) -> dict:
 
 @pytest.fixture(scope="module")
 def crd_validator() -> jsonschema.Draft7Validator:
-    crd_file = shared_dir() / "reference" / "kuberay-v1.7.0" / "ray.io_rayclusters.yaml"
+    crd_file = REFERENCE_DIR / "kuberay-v1.7.0" / "ray.io_rayclusters.yaml"
     crd = yaml.load(crd_file.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     (v1,) = [version for version in crd["spec"]["versions"] if version["name"] == "v1"]
     return jsonschema.Draft7Validator(_crd_json_schema(v1["schema"]["openAPIV3Schema"]))

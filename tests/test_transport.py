@@ -1,5 +1,5 @@
 """The NCCL transport verdict, on lines written from NCCL's and aws-ofi-nccl's own format strings
-(shared/reference/nccl-transport-log-lines.md), and on any real capture dropped into tests/fixtures/nccl/."""
+(tests/reference/nccl-transport-log-lines.md), and on any real capture dropped into tests/fixtures/nccl/."""
 from __future__ import annotations
 
 import json

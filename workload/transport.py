@@ -5,7 +5,7 @@ keeps only its transport lines with `is_transport_line`) and the Pulumi side rea
 
 NCCL prefixes every line with `<hostname>:<pid>:<tid> [<cudaDev>] NCCL INFO `; aws-ofi-nccl logs through
 NCCL, so its lines carry the same prefix. The format strings are in
-shared/reference/nccl-transport-log-lines.md. One process (host:pid) is one rank.
+tests/reference/nccl-transport-log-lines.md. One process (host:pid) is one rank.
 
 Verdict per rank:
 - `efa`: the OFI plugin loaded, libfabric selected provider `efa`, and inter-node channels via NET/Libfabric;

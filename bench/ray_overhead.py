@@ -3,7 +3,7 @@
     python -m bench.ray_overhead --model_config qwen2.5-1.5b --batch_size 8 --seq_len 2048 --steps 30
 
 `raw` runs train_func's loop by hand (the same build, shard, optimizer, batches, train_step and per-step loss
-all-reduce), `ray` runs `workload.train.fit` on a local Ray cluster with one GPU worker. Both report tokens/s the
+all-reduce), `ray` runs `workload.trainer.fit` on a local Ray cluster with one GPU worker. Both report tokens/s the
 way train_func does: every step but the first (compile, allocator), all tokens over all their time. Each run is a
 fresh process, alternating raw, ray, raw, ray, so a drift of the GPU's clocks shows up as spread between rounds.
 With NCCL_DEBUG_FILE set, every process writes its NCCL log there (the Ray run's summary carries its transport

@@ -2,7 +2,7 @@
 
     python -m bench.scaling --world_sizes 1,2 --batch_size 8 --seq_len 2048 --steps 10 --nccl_logs $OUT
 
-Every run is `workload.train.fit` on a local Ray cluster with one GPU worker per rank and the same per-GPU batch
+Every run is `workload.trainer.fit` on a local Ray cluster with one GPU worker per rank and the same per-GPU batch
 (weak scaling). Efficiency = tokens/s per GPU at world size N over tokens/s at 1. Then the largest world size
 again with NCCL forced onto its socket transport (NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 NCCL_NET=Socket): the
 one-host counterpart of EFA against TCP between nodes. With --nccl_logs DIR every rank writes its NCCL_DEBUG=INFO
@@ -18,7 +18,7 @@ import os
 import ray
 
 from workload.config import TrainConfig
-from workload.train import fit, summarize
+from workload.trainer import fit, summarize
 from workload.transport import rank_verdicts
 
 SOCKET_FALLBACK = {"NCCL_P2P_DISABLE": "1", "NCCL_SHM_DISABLE": "1", "NCCL_NET": "Socket"}

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import json
 import os
 
 import pytest
@@ -15,8 +16,8 @@ import ray
 import ray.train
 import torch
 
-from workload import checkpoint, data, model, train
-from workload.config import TrainConfig
+from workload import checkpoint, cli, data, model, train, trainer
+from workload.config import SUMMARY_PREFIX, TrainConfig
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 FAST_RAY_TRAIN = {
@@ -26,8 +27,8 @@ FAST_RAY_TRAIN = {
 }
 BASE = TrainConfig(
     model_config="tiny",
-    dataset=os.path.join(HERE, "data", "corpus.txt"),
-    tokenizer=os.path.join(HERE, "data", "tokenizer"),
+    dataset=os.path.join(HERE, "..", "data", "corpus.txt"),
+    tokenizer=os.path.join(HERE, "..", "data", "tokenizer"),
     steps=16,
     batch_size=4,
     seq_len=32,
@@ -54,7 +55,7 @@ def ray_cluster():
 @pytest.fixture(scope="module")
 def reference(ray_cluster, tmp_path_factory):
     cfg = dataclasses.replace(BASE, storage_path=str(tmp_path_factory.mktemp("reference")), run_name="reference")
-    return cfg, train.fit(cfg)
+    return cfg, trainer.fit(cfg)
 
 
 def _initial_loss(cfg: TrainConfig) -> float:
@@ -71,7 +72,7 @@ def _assert_same_parameters(got: dict, expected: dict, run: str) -> None:
 
 def test_two_cpu_workers_learn_the_corpus(reference):
     cfg, (result, final) = reference
-    summary = train.summarize(cfg, result, final)
+    summary = trainer.summarize(cfg, result, final)
     assert (summary["world_size"], summary["device"], summary["steps"]) == (2, "cpu", cfg.steps), (
         f"summary: expected 2 cpu workers and {cfg.steps} steps, got {summary}"
     )
@@ -88,10 +89,10 @@ def test_two_cpu_workers_learn_the_corpus(reference):
 def test_checkpoint_then_resume_matches_an_uninterrupted_run(reference, tmp_path):
     _, (reference_result, _) = reference
     cfg = dataclasses.replace(BASE, storage_path=str(tmp_path), run_name="resumed")
-    halfway, _ = train.fit(dataclasses.replace(cfg, steps=cfg.steps // 2))
+    halfway, _ = trainer.fit(dataclasses.replace(cfg, steps=cfg.steps // 2))
     assert checkpoint.read_step(halfway.checkpoint.path) == cfg.steps // 2, "first run must checkpoint its last step"
 
-    resumed, final = train.fit(cfg)
+    resumed, final = trainer.fit(cfg)
     assert final["start_step"] == cfg.steps // 2, (
         f"a run with the same storage_path and run_name must resume at step {cfg.steps // 2}, "
         f"started at {final['start_step']}"
@@ -115,7 +116,7 @@ def _dies_once_after_step(marker: str, config: dict) -> None:
             os._exit(1)
 
     ray.train.report = report
-    train.train_func(config)
+    trainer.train_func(config)
 
 
 def test_killed_worker_is_restarted_and_finishes_with_the_same_result(reference, tmp_path):
@@ -123,7 +124,7 @@ def test_killed_worker_is_restarted_and_finishes_with_the_same_result(reference,
     marker = str(tmp_path / "worker-died")
     cfg = dataclasses.replace(BASE, storage_path=str(tmp_path / "storage"), run_name="killed",
                               checkpoint_every=4, max_failures=1)
-    result, final = train.fit(cfg, train_loop=functools.partial(_dies_once_after_step, marker))
+    result, final = trainer.fit(cfg, train_loop=functools.partial(_dies_once_after_step, marker))
 
     assert os.path.exists(marker), "rank 1 must have been killed once"
     # Step 4's report is consumed before step 8's can be queued, so the restart resumes from 4 or 8, never 0.
@@ -135,3 +136,32 @@ def test_killed_worker_is_restarted_and_finishes_with_the_same_result(reference,
         checkpoint.read_model_state(reference_result.checkpoint.path),
         "killed and restarted",
     )
+
+
+def _strict_json(text: str) -> dict:
+    def refuse(constant: str):
+        raise AssertionError(f"the summary must be strict JSON, but holds {constant}: {text}")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_a_diverging_run_stops_at_its_first_non_finite_loss_and_fails_the_job(ray_cluster, tmp_path, capsys,
+                                                                               monkeypatch):
+    # A learning rate of 1e6 sends the tiny model's loss to NaN within a few steps; retries are allowed, and a
+    # checkpoint is saved every step, so a retry (which a raised error would cause) would resume from one.
+    cfg = dataclasses.replace(BASE, learning_rate=1e6, steps=12, checkpoint_every=1, max_failures=2,
+                              storage_path=str(tmp_path), run_name="diverges")
+    monkeypatch.setattr(trainer, "connect_to_cluster", lambda: None)  # this process is already connected
+    with pytest.raises(cli.CheckFailed, match="training diverged") as failure:
+        train.main(cfg.to_args())
+    assert failure.value.exit_code == cli.CHECK_FAILED
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith(SUMMARY_PREFIX)]
+    assert len(lines) == 1, f"the job prints its summary exactly once, got {lines}"
+    summary = _strict_json(lines[0][len(SUMMARY_PREFIX):])
+    diverged = summary["diverged_at_step"]
+    assert isinstance(diverged, int) and 1 < diverged < cfg.steps, f"expected a step inside the run: {summary}"
+    assert (summary["final_loss"], summary["steps"], summary["start_step"]) == (None, diverged, 0), (
+        f"the run stops at the diverged step, with a null loss, in its first attempt (no retry): {summary}")
+    saved = sorted(path.name for path in (tmp_path / "diverges").glob("checkpoint_0*"))
+    assert saved and saved[-1] == f"checkpoint_{diverged - 1:06d}", (
+        f"checkpoints up to the last finite step, none of the diverged weights: {saved}")

@@ -14,13 +14,13 @@ import ray
 import torch
 import torch.distributed as dist
 
-from workload import data, model, nccl_logs, submit, train
+from workload import data, model, nccl_logs, submit, train, trainer
 from workload.config import TrainConfig, parse_args
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-CORPUS = os.path.join(HERE, "data", "corpus.txt")
-CORPUS_JSONL = os.path.join(HERE, "data", "corpus.jsonl")
-TOKENIZER = os.path.join(HERE, "data", "tokenizer")
+CORPUS = os.path.join(HERE, "..", "data", "corpus.txt")
+CORPUS_JSONL = os.path.join(HERE, "..", "data", "corpus.jsonl")
+TOKENIZER = os.path.join(HERE, "..", "data", "tokenizer")
 REPO = os.path.dirname(HERE)
 
 
@@ -252,7 +252,7 @@ def test_unreachable_job_server_is_not_reported_as_an_auth_failure():
 )
 def test_workers_are_sized_from_the_clusters_gpus(monkeypatch, resources, num_workers, expected):
     monkeypatch.setattr(ray, "cluster_resources", lambda: resources)
-    got = train.worker_count(TrainConfig(num_workers=num_workers))
+    got = trainer.worker_count(TrainConfig(num_workers=num_workers))
     assert got == expected, f"cluster {resources}, --num_workers {num_workers}: expected {expected}, got {got}"
 
 
@@ -270,7 +270,7 @@ def test_summary_checkpoint_is_a_usable_uri(storage_path, stored_path, expected)
 
     final = {"world_size": 2, "device": "cpu", "steps": 10, "final_loss": 1.0, "tokens_per_s": 5.0, "mfu": None,
              "nccl_logs": {}}
-    summary = train.summarize(TrainConfig(storage_path=storage_path), Result(), final)
+    summary = trainer.summarize(TrainConfig(storage_path=storage_path), Result(), final)
     assert summary["checkpoint"] == expected, f"checkpoint under {storage_path}: expected {expected}"
 
 
@@ -323,8 +323,8 @@ def test_local_run_passes_local_files_by_absolute_path(monkeypatch, tmp_path):
         raise KeyboardInterrupt  # stop here: only the arguments matter
 
     monkeypatch.setattr(local, "local_cluster", fake_cluster)
-    monkeypatch.setattr(local, "submit_training_job", fake_submit)
-    monkeypatch.setattr(local, "validate", lambda cfg: None)  # no tokenizer for this corpus
+    monkeypatch.setattr(submit, "submit_training_job", fake_submit)
+    monkeypatch.setattr(trainer, "validate", lambda cfg: None)  # no tokenizer for this corpus
     with pytest.raises(KeyboardInterrupt):
         local.main(["--dataset", "corpus.txt"])
     args = submitted["args"]

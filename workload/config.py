@@ -10,14 +10,19 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import os
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Mapping, Sequence
 
 MODEL_CONFIGS = ("tiny", "qwen2.5-1.5b")
 """Names accepted by --model_config (architectures built with random weights, see workload.model)."""
 
 LOCAL_DATASET_SUFFIXES = (".txt", ".jsonl", ".json")
+
+# The job's last line: `TRAIN_SUMMARY {json}` (workload/train.py prints it, workload/submit.py parses it). Here, in
+# a module that imports nothing heavy, so that neither side needs torch to agree on it.
+SUMMARY_PREFIX = "TRAIN_SUMMARY "
 
 
 def flag(default, help_text: str):
@@ -94,8 +99,8 @@ class TrainConfig:
         _positive_int(self, "steps")
         _positive_int(self, "batch_size")
         _positive_int(self, "seq_len")
-        if not self.learning_rate > 0:
-            raise ValueError(f"--learning_rate must be a positive number, got {self.learning_rate}")
+        if not (self.learning_rate > 0 and math.isfinite(self.learning_rate)):
+            raise ValueError(f"--learning_rate must be a positive, finite number, got {self.learning_rate}")
         if not self.max_grad_norm >= 0:
             raise ValueError(f"--max_grad_norm must be 0 (off) or a positive number, got {self.max_grad_norm}")
         if not isinstance(self.max_failures, int) or self.max_failures < -1:
@@ -149,18 +154,28 @@ def _positive_int(config: TrainConfig, name: str) -> None:
         raise ValueError(f"--{name} must be a positive integer, got {value!r}")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m workload.train",
-        description="Fine-tune a causal LM with Ray Train + PyTorch FSDP2.",
+def build_parser(prog: str = "python -m workload.train", description: str = "",
+                 defaults: Mapping[str, object] | None = None) -> argparse.ArgumentParser:
+    """One flag per TrainConfig field with its help; `defaults` replaces some fields' defaults (workload.local's),
+    so each command's --help shows the values it really uses."""
+    from workload import cli
+
+    defaults = dict(defaults or {})
+    unknown = set(defaults) - {field.name for field in dataclasses.fields(TrainConfig)}
+    assert not unknown, f"defaults for fields TrainConfig does not have: {unknown}"
+    parser = cli.parser(
+        prog,
+        description or "Fine-tune a causal LM with Ray Train + PyTorch FSDP2, on the Ray cluster this process runs in.",
+        check_failed="the job failed (its loss diverged, or a worker failed beyond --max_failures)",
     )
     for field in dataclasses.fields(TrainConfig):
         option = f"--{field.name}"
-        help_text = f"{field.metadata['help']} (default: {field.default!r})"
+        default = defaults.get(field.name, field.default)
+        help_text = field.metadata["help"]
         if field.type in ("bool", "bool | None"):
-            parser.add_argument(option, action=argparse.BooleanOptionalAction, default=field.default, help=help_text)
+            parser.add_argument(option, action=argparse.BooleanOptionalAction, default=default, help=help_text)
         else:
-            parser.add_argument(option, type=_FIELD_PARSERS[field.type], default=field.default, help=help_text)
+            parser.add_argument(option, type=_FIELD_PARSERS[field.type], default=default, help=help_text)
     return parser
 
 

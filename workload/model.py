@@ -170,9 +170,9 @@ def build_model(cfg: TrainConfig, device: torch.device) -> CausalLMWithLoss:
     torch.manual_seed(cfg.seed)
     if cfg.model_config:
         with torch.device(device):
-            lm = AutoModelForCausalLM.from_config(hf_config(cfg), torch_dtype=torch.float32)
+            lm = AutoModelForCausalLM.from_config(hf_config(cfg), dtype=torch.float32)
     else:
-        lm = AutoModelForCausalLM.from_pretrained(cfg.model_id, torch_dtype=torch.float32).to(device)
+        lm = AutoModelForCausalLM.from_pretrained(cfg.model_id, dtype=torch.float32).to(device)
     lm.config.use_cache = False
     if cfg.activation_checkpointing:
         lm.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})

@@ -1,6 +1,6 @@
 """Submit the training driver to a Ray job server through the Jobs API, stream its log, and return its summary.
 
-The `workload/` package goes up as the job's working_dir and runs as `python -m workload.train <train_args>`.
+The `workload/` package goes up as the job's working_dir and runs as `python3 -m workload.train <train_args>`.
 The same module serves the local run (workload.local) and the Pulumi job step.
 
 Token authentication: Ray 2.60 turns it on by default and its job server answers 401/403 without a bearer token.
@@ -23,8 +23,8 @@ from typing import Callable, Iterator, Mapping, Sequence
 
 from ray.job_submission import JobStatus, JobSubmissionClient
 
-# The driver's last line; defined here rather than in workload.train so that parsing it imports no torch.
-SUMMARY_PREFIX = "TRAIN_SUMMARY "
+from workload.config import SUMMARY_PREFIX
+
 LOG_TAIL_LINES = 60
 PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 TERMINAL = {JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.STOPPED}
@@ -37,6 +37,7 @@ class JobFailedError(RuntimeError):
         self.job_id = job_id
         self.status = status
         self.log_tail = log_tail
+        self.reason = reason or f"ended {status}"
         super().__init__(f"Ray job {job_id} {reason or 'ended ' + status}. Last lines of its log:\n{log_tail}")
 
 

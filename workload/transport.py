@@ -15,16 +15,17 @@ Verdict per rank:
 - `intra-node`: channel lines, none of them through the network (P2P, SHM);
 - `unknown`: the lines that decide are missing (NCCL_DEBUG not INFO, a truncated log, no channel set up yet).
 
-Usage: python -m workload.transport LOGFILE [LOGFILE...] [--expect efa]
+Usage: python -m workload.transport LOGFILE [LOGFILE...] [--expect efa] (exit codes: workload/cli.py)
 """
 from __future__ import annotations
 
-import argparse
 import json
 import re
 import sys
 from dataclasses import asdict, dataclass, field
-from typing import Iterable, Mapping
+from typing import Iterable, Mapping, Sequence
+
+from workload import cli
 
 VERDICTS = ("efa", "socket", "intra-node", "unknown")
 EXPECTATIONS = ("efa", "socket", "intra-node", "any")
@@ -211,21 +212,31 @@ def check_expectation(verdicts: Mapping[str, str], expect: str) -> str | None:
     return None
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m workload.transport",
-        description="Print the NCCL transport of every rank found in NCCL_DEBUG=INFO logs as JSON.",
-    )
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = cli.parser(
+        "python -m workload.transport",
+        "Print the NCCL transport of every rank found in NCCL_DEBUG=INFO logs (a job log, or the files\n"
+        "NCCL_DEBUG_FILE names) as JSON.\n\n"
+        "  python -m workload.transport job.log --expect efa",
+        check_failed="the transport is not --expect, or no rank's transport lines were found")
     parser.add_argument("logfiles", nargs="+", metavar="LOGFILE", help="job log or NCCL_DEBUG_FILE output")
-    parser.add_argument("--expect", default="any", choices=EXPECTATIONS, help="the transport to require (default: any)")
+    parser.add_argument("--expect", default="any", choices=EXPECTATIONS,
+                        help="the transport every rank that crosses nodes must show; any: report only")
     args = parser.parse_args(argv)
     text = ""
     for path in args.logfiles:
-        with open(path, encoding="utf-8", errors="replace") as log:
-            text += log.read() + "\n"
+        try:
+            with open(path, encoding="utf-8", errors="replace") as log:
+                text += log.read() + "\n"
+        except OSError as error:
+            raise cli.UsageError(f"LOGFILE {path}: {error.strerror}") from None
     evidence = rank_evidence(text)
     verdicts = {rank: item.verdict for rank, item in evidence.items()}
     problem = check_expectation(verdicts, args.expect)
+    if not verdicts:
+        # Even with --expect any: an answer of "ok" about a log that says nothing would be a false all-clear.
+        problem = ("no NCCL transport lines in the given log(s): was NCCL_DEBUG=INFO set, and did the job get as "
+                   "far as its first collective?")
     print(json.dumps({
         "expect": args.expect,
         "ok": problem is None,
@@ -233,8 +244,8 @@ def main(argv: list[str] | None = None) -> int:
         "verdicts": verdicts,
         "ranks": {rank: item.as_dict() for rank, item in evidence.items()},
     }, indent=2, sort_keys=True))
-    return 0 if problem is None else 1
+    return cli.OK if problem is None else cli.CHECK_FAILED
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(cli.run(main))

@@ -1,7 +1,8 @@
-"""Writes the workload tests' offline fixtures: a learnable corpus and a word-level tokenizer trained on it.
+"""Writes the repository's sample data: a learnable corpus and a word-level tokenizer trained on it.
 
-Run from the repository root: `python tests/data/make_workload_fixtures.py`. The outputs are committed, so the
-tests need neither the network nor this script.
+`python -m workload.local` trains on them by default, and the tests use them. Run from the repository root:
+`python data/make_sample_data.py`. The outputs are committed, so neither the local run nor the tests need the
+network or this script.
 """
 import json
 import os

@@ -1,0 +1,107 @@
+"""What every command of the project shares: its exit codes, its --help layout, and how it answers a user error.
+
+The commands: `python -m workload.local`, `workload.train`, `workload.transport` (the workload's), and
+`tools.capacity`, `tools.status`, `tools.job` (the operator's). Each builds its parser with `parser()`, which
+prints the defaults and the exit codes below in --help, and runs its `main` through `run()`, which turns the
+errors a user can cause into one or two lines on stderr and a distinct exit code, never a traceback:
+
+    0    success
+    1    a check ran and said no (a transport not as expected, no AZ qualifies, a job that failed)
+    2    bad usage or input (a flag, a file, a value): fix the command
+    3    the environment: no credentials, no kubeconfig, an API or cluster that cannot be reached
+    130  interrupted (Ctrl-C, SIGTERM)
+
+Standard library only, and nothing heavy is imported here: this module travels to the cluster inside the
+workload package, and --help must answer before torch, Ray or boto3 would have loaded.
+"""
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+from typing import Callable, Sequence
+
+OK = 0
+CHECK_FAILED = 1
+USAGE = 2  # also what argparse exits with on a flag it cannot parse
+ENVIRONMENT = 3
+INTERRUPTED = 130
+
+
+class CommandError(Exception):
+    """A failure the user can act on: `run` prints the message (and the hint on a second line), no traceback."""
+
+    exit_code = CHECK_FAILED
+
+    def __init__(self, message: str, hint: str = "") -> None:
+        super().__init__(message)
+        self.hint = hint
+
+
+class UsageError(CommandError):
+    """Bad flags or input. Plain ValueErrors, the project's way of refusing a bad value, count as this too."""
+
+    exit_code = USAGE
+
+
+class EnvironmentProblem(CommandError):
+    """Missing credentials or kubeconfig, an unreachable API server or job server."""
+
+    exit_code = ENVIRONMENT
+
+
+class CheckFailed(CommandError):
+    """The command ran and its check said no."""
+
+    exit_code = CHECK_FAILED
+
+
+def exit_codes_help(check_failed: str) -> str:
+    """The epilog of every --help: the exit codes, with what "a check failed" means for this command."""
+    return ("exit status:\n"
+            "  0    success\n"
+            f"  1    {check_failed}\n"
+            "  2    bad usage or input (a flag, a file, a value)\n"
+            "  3    the environment: no credentials, no kubeconfig, an API or server that cannot be reached\n"
+            "  130  interrupted")
+
+
+class _HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
+    """Descriptions as written (they hold examples), and every option's default after its help."""
+
+
+def parser(prog: str, description: str, *, check_failed: str) -> argparse.ArgumentParser:
+    return argparse.ArgumentParser(prog=prog, description=description, epilog=exit_codes_help(check_failed),
+                                   formatter_class=_HelpFormatter)
+
+
+def run(main: Callable[[Sequence[str] | None], int], argv: Sequence[str] | None = None) -> int:
+    """Call `main(argv)` and map what it raises to an exit code and a short message on stderr.
+
+    SIGTERM is raised as KeyboardInterrupt, so a killed command unwinds its `finally` blocks (a local Ray
+    cluster stopped, a probe reservation cancelled) exactly as Ctrl-C does.
+    """
+    previous = signal.getsignal(signal.SIGTERM)
+    signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        return main(argv)
+    except CommandError as error:
+        return _fail(error.exit_code, str(error), error.hint)
+    except ValueError as error:
+        return _fail(USAGE, str(error))
+    except KeyboardInterrupt:
+        return _fail(INTERRUPTED, "interrupted")
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _interrupt(signum, _frame) -> None:
+    raise KeyboardInterrupt(signal.Signals(signum).name)
+
+
+def _fail(code: int, message: str, hint: str = "") -> int:
+    print(f"error: {message}", file=sys.stderr)
+    if hint:
+        print(hint, file=sys.stderr)
+    sys.stderr.flush()
+    return code

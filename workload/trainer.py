@@ -1,0 +1,225 @@
+"""Ray Train + FSDP2 fine-tuning: `train_func` runs on every worker; `fit` runs the TorchTrainer from the driver.
+
+`python -m workload.train` (workload/train.py) is the command that calls these: it validates the flags, joins the
+running cluster, and `run` sizes the workers from its GPUs, fits, and returns the summary it prints.
+The same code runs on CPU processes (gloo) and on GPUs (NCCL).
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import shutil
+import sys
+import tempfile
+import time
+from typing import Callable
+
+import ray
+import ray.train
+import ray.train.torch
+import torch
+import torch.distributed as dist
+from ray.util.queue import Queue
+
+from workload import checkpoint as checkpoints
+from workload.config import TrainConfig
+from workload.data import check_tokenizer, make_batches
+from workload.model import (
+    build_mesh,
+    build_model,
+    build_optimizer,
+    check_fits,
+    flops_per_token,
+    hf_config,
+    matmul_parameters,
+    model_flops_utilization,
+    peak_flops,
+    shard_model,
+    train_step,
+)
+from workload.nccl_logs import gather_transport_lines
+
+# Without GPUs the run still shards across processes, so FSDP's collectives are exercised on a laptop.
+CPU_WORKERS_WITHOUT_GPUS = 2
+
+
+def train_func(config: dict) -> None:
+    """config: {"train": TrainConfig fields, "final": a ray.util.queue.Queue that rank 0 hands its final metrics to}."""
+    cfg = TrainConfig(**config["train"])
+    context = ray.train.get_context()
+    rank, world_size = context.get_world_rank(), context.get_world_size()
+    device = ray.train.torch.get_device()
+
+    model = build_model(cfg, device)
+    flops = flops_per_token(model.lm.config, matmul_parameters(model), cfg.seq_len)
+    peak = peak_flops(device)
+    model = shard_model(model, build_mesh(device), cfg)
+    optimizer = build_optimizer(model, cfg)
+    batches = make_batches(cfg, model.lm.config.vocab_size, rank, world_size)
+
+    start_step = 0
+    if (restored := ray.train.get_checkpoint()) is not None:
+        with restored.as_directory() as directory:
+            start_step = checkpoints.load(directory, model, optimizer)
+    if rank == 0:
+        _progress(f"training {cfg.model_config or cfg.model_id} on {world_size} x {device.type}, "
+                  f"steps {start_step + 1}..{cfg.steps}")
+
+    tokens_per_step = cfg.batch_size * cfg.seq_len * world_size
+    step_times: list[float] = []
+    loss_value = None
+    for step in range(start_step, cfg.steps):
+        started = time.perf_counter()
+        loss = train_step(model, optimizer, batches(step).to(device), cfg)
+        loss_value = _mean_over_ranks(loss, world_size)  # .item() also waits for the GPU
+        step_times.append(time.perf_counter() - started)
+        if not math.isfinite(loss_value):
+            # Every rank sees the same mean, so all stop here together (none is left waiting in a collective).
+            # They return rather than raise: a diverged run fails the same way on every retry, so it must not
+            # spend trainMaxFailures restarting from the last checkpoint, and nothing more is saved.
+            if rank == 0:
+                _progress(f"step {step + 1}/{cfg.steps} loss {loss_value}: training diverged, stopping")
+                config["final"].put({"world_size": world_size, "device": device.type, "steps": step + 1,
+                                     "final_loss": None, "diverged_at_step": step + 1, "tokens_per_s": None,
+                                     "mfu": None, "start_step": start_step, "nccl_logs": {}})
+            return
+
+        tokens_per_s = tokens_per_step / step_times[-1]
+        mfu = model_flops_utilization(tokens_per_s, flops, peak, world_size)
+        if rank == 0:
+            mfu_text = f"{mfu:.1%}" if mfu is not None else "n/a"
+            _progress(f"step {step + 1}/{cfg.steps} loss {loss_value:.4f} step_time {step_times[-1]:.3f}s "
+                      f"tokens/s {tokens_per_s:,.0f} mfu {mfu_text}")
+        # Only checkpoints go through ray.train.report: each report is a barrier that can wait up to a controller
+        # poll interval (2 s by default), which would throttle a fast step.
+        if cfg.checkpoint_every and (step + 1) % cfg.checkpoint_every == 0 and step + 1 < cfg.steps:
+            metrics = {"step": step + 1, "loss": loss_value, "start_step": start_step}
+            _report_with_checkpoint(metrics, model, optimizer, step + 1)
+
+    # The first step of an attempt pays for warm-up (allocator, compile), so it is left out when there are others.
+    timed = step_times[1:] or step_times
+    tokens_per_s = tokens_per_step * len(timed) / sum(timed) if timed else None
+    final = {
+        "world_size": world_size,
+        "device": device.type,
+        "steps": cfg.steps,
+        "final_loss": loss_value,
+        "tokens_per_s": tokens_per_s,
+        "mfu": model_flops_utilization(tokens_per_s, flops, peak, world_size),
+        "start_step": start_step,
+        "nccl_logs": gather_transport_lines(rank, world_size),
+    }
+    if rank == 0:
+        config["final"].put(final)
+    # A run resumed after its last step has nothing new to save.
+    if cfg.storage_path and start_step < cfg.steps:
+        _report_with_checkpoint(final, model, optimizer, cfg.steps)
+    else:
+        ray.train.report(final)
+
+
+def _progress(line: str) -> None:
+    # Straight to stdout: Ray Train's patched print() (on by default) writes each line twice into the job log.
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+
+
+def _mean_over_ranks(value: torch.Tensor, world_size: int) -> float:
+    # gloo has no AVG reduction, so sum and divide.
+    dist.all_reduce(value, op=dist.ReduceOp.SUM)
+    return value.item() / world_size
+
+
+def _report_with_checkpoint(metrics: dict, model, optimizer, step: int) -> None:
+    directory = tempfile.mkdtemp(prefix=f"checkpoint-{step:06d}-")
+    try:
+        checkpoints.save(directory, model, optimizer, step)
+        ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(directory),
+                         checkpoint_dir_name=f"checkpoint_{step:06d}")
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def validate(cfg: TrainConfig) -> None:
+    """The checks that need the model's config or the tokenizer, before any worker starts."""
+    config = hf_config(cfg)
+    check_fits(cfg, config)
+    check_tokenizer(cfg, config.vocab_size)
+
+
+def worker_count(cfg: TrainConfig) -> tuple[int, bool]:
+    """(num_workers, use_gpu): the flag, else one per GPU of the cluster, else CPU workers."""
+    gpus = int(ray.cluster_resources().get("GPU", 0))
+    if cfg.num_workers:
+        return cfg.num_workers, gpus > 0
+    if gpus:
+        return gpus, True
+    return CPU_WORKERS_WITHOUT_GPUS, False
+
+
+def fit(cfg: TrainConfig, train_loop: Callable[[dict], None] = train_func) -> tuple[ray.train.Result, dict]:
+    """Run the TorchTrainer on the Ray cluster this process is connected to; returns Ray's result and rank 0's
+    final metrics. `train_loop` gets {"train": ..., "final": ...} on every worker (a variant can wrap train_func)."""
+    num_workers, use_gpu = worker_count(cfg)
+    # Ray Train's Result keeps only the metrics reported with a checkpoint, and a run without storage_path has
+    # none, so the final metrics come back through a queue. No CPU: the training workers may need them all.
+    final_queue = Queue(actor_options={"num_cpus": 0})
+    trainer = ray.train.torch.TorchTrainer(
+        train_loop,
+        train_loop_config={"train": dataclasses.asdict(cfg), "final": final_queue},
+        scaling_config=ray.train.ScalingConfig(num_workers=num_workers, use_gpu=use_gpu),
+        run_config=ray.train.RunConfig(
+            name=cfg.run_name,
+            storage_path=cfg.storage_path or None,
+            failure_config=ray.train.FailureConfig(max_failures=cfg.max_failures),
+        ),
+    )
+    result = trainer.fit()
+    # An attempt that failed after handing over its metrics is followed by one that hands over its own: keep the
+    # last.
+    finals = [final_queue.get() for _ in range(final_queue.qsize())]
+    ray.kill(final_queue.actor)
+    return result, finals[-1]
+
+
+def summarize(cfg: TrainConfig, result: ray.train.Result, final: dict) -> dict:
+    """The driver's summary: rank 0's final metrics plus the latest checkpoint's location."""
+    return {
+        "world_size": final["world_size"],
+        "device": final["device"],
+        "steps": final["steps"],
+        "final_loss": final["final_loss"],
+        "tokens_per_s": final["tokens_per_s"],
+        "mfu": final["mfu"],
+        "start_step": final["start_step"],
+        "diverged_at_step": final.get("diverged_at_step"),
+        "checkpoint": _checkpoint_uri(cfg, result),
+        "nccl_logs": final["nccl_logs"],
+    }
+
+
+def _checkpoint_uri(cfg: TrainConfig, result: ray.train.Result) -> str | None:
+    if result.checkpoint is None:
+        return None
+    scheme, separator, _ = cfg.storage_path.partition("://")
+    # pyarrow paths drop the scheme (s3://bucket/x becomes bucket/x); put it back so the path is usable.
+    return f"{scheme}://{result.checkpoint.path}" if separator else result.checkpoint.path
+
+
+def connect_to_cluster() -> None:
+    """Join the Ray cluster this process runs in (a Ray job's entrypoint has RAY_ADDRESS set)."""
+    from workload import cli
+
+    try:
+        ray.init(address="auto")
+    except ConnectionError as error:
+        raise cli.EnvironmentProblem(
+            f"no running Ray cluster to join ({error})",
+            hint="python -m workload.train runs as a Ray job; to train on this machine: python -m workload.local",
+        ) from None
+
+
+def run(cfg: TrainConfig) -> dict:
+    """Fit on the Ray cluster this process is connected to and return the summary."""
+    result, final = fit(cfg)
+    return summarize(cfg, result, final)

@@ -158,7 +158,7 @@ class GpuCapacityReservationProvider(ResourceProvider):
                 if code in CAPACITY_ERROR_CODES:
                     continue
                 hint = ("the On-Demand vCPU quota of the instance family is regional, so no other AZ can help; "
-                        "`python -m infra.capacity` prints the quota-increase command"
+                        "`python -m tools.capacity` prints the quota-increase command"
                         if code in QUOTA_ERROR_CODES else "this is not a capacity shortage, so no other AZ was tried")
                 raise CapacityReservationError(
                     f"capacity reservation for {inputs.instance_count} x {inputs.instance_type} failed ({hint}):\n  "
@@ -168,7 +168,7 @@ class GpuCapacityReservationProvider(ResourceProvider):
         raise CapacityReservationError(
             f"no candidate AZ has capacity for {inputs.instance_count} x {inputs.instance_type} right now; "
             "each AZ answered:\n  " + "\n  ".join(skipped)
-            + "\nRank other AZs or regions with `python -m infra.capacity`, then set capacityCandidateAzs.")
+            + "\nRank other AZs or regions with `python -m tools.capacity`, then set capacityCandidateAzs.")
 
     def diff(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> DiffResult:
         replaces = [key for key in ("instance_type", "region", "profile") if olds.get(key) != news.get(key)]

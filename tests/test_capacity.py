@@ -1,4 +1,4 @@
-"""The GPU capacity finder (infra.capacity) and the in-stack reservation (infra.capacity_reservation).
+"""The GPU capacity finder (tools.capacity) and the in-stack reservation (infra.capacity_reservation).
 
 AWS is emulated by moto in-process. moto 5.2 has no capacity reservations, no EC2 service quotas and no Spot
 placement scores; those calls are answered by botocore Stubbers, which check every request against the
@@ -24,8 +24,14 @@ from botocore.stub import ANY, Stubber
 from moto import mock_aws
 from pulumi.runtime.rpc import unwrap_rpc_secret
 
-from infra import capacity, capacity_reservation
-from infra.capacity import Aws, AzReport, OnDemandQuota, QuotaUsage
+from infra import capacity_reservation
+from tools.capacity import cli as finder_cli
+from tools.capacity import probe as probes
+from tools.capacity import quotas, stack_file, survey
+from tools.capacity.aws import Aws
+from tools.capacity.quotas import OnDemandQuota, QuotaUsage
+from tools.capacity.survey import AzReport
+from workload import cli
 from infra.capacity_reservation import (
     CapacityReservationError,
     GpuCapacityReservation,
@@ -140,7 +146,7 @@ def project_dir(tmp_path: Path, stack_text: str | None = None, stack: str = "g6"
 
 
 def finder(argv: list[str], aws: Aws, capsys) -> tuple[int, str, str]:
-    status = capacity.main(argv, aws=aws)
+    status = finder_cli.main(argv, aws=aws)
     captured = capsys.readouterr()
     return status, captured.out, captured.err
 
@@ -153,12 +159,12 @@ def finder(argv: list[str], aws: Aws, capsys) -> tuple[int, str, str]:
     ("trn1n.32xlarge", "L-2C3B7624"), ("inf2.48xlarge", "L-1945791B"), ("dl1.24xlarge", "L-6E869C2A"),
 ])
 def test_family_quota_codes(instance_type, code):
-    assert capacity.on_demand_quota(instance_type).code == code, f"{instance_type} should draw on quota {code}"
+    assert quotas.on_demand_quota(instance_type).code == code, f"{instance_type} should draw on quota {code}"
 
 
 def test_a_family_without_a_gpu_quota_is_refused_naming_the_flag():
     with pytest.raises(ValueError, match="--instance-type m7i.xlarge"):
-        capacity.on_demand_quota("m7i.xlarge")
+        quotas.on_demand_quota("m7i.xlarge")
 
 
 def test_quota_arithmetic_and_increase_command():
@@ -185,7 +191,7 @@ def test_quota_usage_counts_only_the_family_on_demand_and_unused_reservations():
             "CapacityReservations": [reservation("cr-0000000000000000a", "us-east-1a", total=2, available=1),
                                      reservation("cr-0000000000000000b", "us-east-1a", instance_type="p5.48xlarge")]})
         aws.stub("quotas", "us-east-1").add_response("get_service_quota", quota_answer("us-east-1", G_AND_VT.code, 192))
-        usage = capacity.quota_usage(aws.ec2("us-east-1"), aws.reservations("us-east-1"), aws.quotas("us-east-1"),
+        usage = quotas.quota_usage(aws.ec2("us-east-1"), aws.reservations("us-east-1"), aws.quotas("us-east-1"),
                                      G_AND_VT)
     assert usage.running_vcpus == G6.vcpus + 4, \
         "running G vCPUs: g6.12xlarge (48) + g5.xlarge (4); p4d, m7i and the Spot g6.xlarge do not count"
@@ -215,7 +221,7 @@ def make_stack_vpc(region: str, cluster_name: str, private_azs: list[str]) -> No
 
 def test_ranking_table_quota_commands_and_write_stack(tmp_path, capsys):
     stack_text = ("# g6 stack: 2 x g6.12xlarge\nconfig:\n  aws:region: us-west-2\n"
-                  "  raytrain-eks:gpuNodeCount: 2  # two nodes\n")
+                  "  raytrain-eks:gpuNodeCount: 2  # two nodes\n  raytrain-eks:capacityReserve: true\n")
     root = project_dir(tmp_path, stack_text)
     with mock_aws():
         make_stack_vpc("us-west-2", "ray-train", ["us-west-2a", "us-west-2b", "us-west-2c"])
@@ -292,7 +298,7 @@ def test_no_credentials_is_a_clear_error(monkeypatch, tmp_path, capsys):
     monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
     monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
     status, _, err = finder(["--instance-type", "g6.12xlarge", "--count", "2"], Aws(), capsys)
-    assert status == 2 and "no AWS credentials found" in err and "--profile" in err, err
+    assert status == cli.ENVIRONMENT and "no AWS credentials found" in err and "--profile" in err, err
 
 
 @pytest.mark.parametrize("argv, flag", [
@@ -318,7 +324,7 @@ def test_write_stack_file_keeps_comments_and_other_keys(tmp_path):
         "  raytrain-eks:gpuInstanceType: g6.12xlarge\n"
         "  raytrain-eks:capacityCandidateAzs:\n"
         "    - us-east-1a\n")
-    replaced = capacity.write_stack_file(path, "raytrain-eks", "us-west-2", "us-west-2b", ["us-west-2b", "us-west-2c"])
+    replaced = stack_file.write_stack_file(path, "raytrain-eks", "us-west-2", "us-west-2b", ["us-west-2b", "us-west-2c"])
     assert replaced == "us-east-1", "the previous region is returned so the CLI can warn about it"
     assert path.read_text() == (
         "# Two g6.12xlarge nodes.\n"
@@ -331,6 +337,15 @@ def test_write_stack_file_keeps_comments_and_other_keys(tmp_path):
         "    - us-west-2b\n"
         "    - us-west-2c\n"
         "  raytrain-eks:gpuAvailabilityZone: us-west-2b\n"), path.read_text()
+
+
+def test_write_stack_file_without_candidates_drops_a_stale_list(tmp_path):
+    """Without capacityReserve the program refuses capacityCandidateAzs, so the finder must not leave one behind."""
+    path = tmp_path / "Pulumi.dev.yaml"
+    path.write_text("config:\n  aws:region: us-east-1\n  raytrain-eks:capacityCandidateAzs:\n    - us-east-1a\n")
+    stack_file.write_stack_file(path, "raytrain-eks", "us-west-2", "us-west-2b", None)
+    assert yaml.safe_load(path.read_text())["config"] == {
+        "aws:region": "us-west-2", "raytrain-eks:gpuAvailabilityZone": "us-west-2b"}, path.read_text()
 
 
 # --- probes ----------------------------------------------------------------------------------------------
@@ -360,7 +375,7 @@ def test_probe_cancels_the_reservation_when_sigterm_strikes_mid_probe():
     azs = candidates("us-east-1a", "us-east-1b", "us-east-1c")
 
     with pytest.raises(KeyboardInterrupt, match="SIGTERM"):
-        capacity.probe(aws, azs, "g6.12xlarge", 2, run_id="test", log=io.StringIO())
+        probes.probe(aws, azs, "g6.12xlarge", 2, run_id="test", log=io.StringIO())
 
     stub.assert_no_pending_responses()  # cr-...b1 was cancelled; us-east-1c was never tried
     assert azs[0].probe_ok is False and "InsufficientInstanceCapacity" in azs[0].notes[0]
@@ -379,8 +394,8 @@ def test_probe_error_mid_probe_still_cancels_what_it_holds():
                       {"CapacityReservationId": "cr-0a0000000000000a1"})
     log = io.StringIO()
 
-    with pytest.raises(capacity.ProbeError, match="--probe: us-east-1b: access denied"):
-        capacity.probe(aws, candidates("us-east-1a", "us-east-1b"), "g6.12xlarge", 2, run_id="test", log=log)
+    with pytest.raises(probes.ProbeError, match="--probe: us-east-1b: access denied"):
+        probes.probe(aws, candidates("us-east-1a", "us-east-1b"), "g6.12xlarge", 2, run_id="test", log=log)
 
     stub.assert_no_pending_responses()
     assert "cr-0a0000000000000a1: cancelled" in log.getvalue(), \
@@ -425,7 +440,7 @@ def test_probe_tags_every_reservation_and_makes_it_expire():
                            {"Key": "raytrain:capacity-probe", "Value": "run42"}]}]})
     stub.add_response("cancel_capacity_reservation", {"Return": True})
     azs = candidates("us-east-1a")
-    leftovers = capacity.probe(aws, azs, "g6.12xlarge", 2, run_id="run42", log=io.StringIO())
+    leftovers = probes.probe(aws, azs, "g6.12xlarge", 2, run_id="run42", log=io.StringIO())
     stub.assert_no_pending_responses()
     assert leftovers == [] and azs[0].probe_ok is True
 
@@ -596,13 +611,13 @@ def test_reservation_refuses_bad_inputs_before_registering(kwargs, message):
 
 
 def test_an_undeployed_stack_is_judged_by_its_vpc_availability_zones():
-    stack = capacity.StackContext(name="g6", path=Path("Pulumi.g6.yaml"), project="raytrain-eks",
+    stack = stack_file.StackContext(name="g6", path=Path("Pulumi.g6.yaml"), project="raytrain-eks",
                                   cluster_name="ray-train", region="us-west-2",
                                   vpc_azs=("us-west-2a", "us-west-2b"))
     with mock_aws():
         aws = FakeAws()
         aws.answer_survey("us-west-2", 256, {})
-        report = capacity.survey_region(aws, "us-west-2", "g6.12xlarge", 2, G_AND_VT, stack)
+        report = survey.survey_region(aws, "us-west-2", "g6.12xlarge", 2, G_AND_VT, stack)
         aws.assert_all_answered()
     covered = {az.availability_zone: az.private_subnet for az in report.azs}
     assert covered == {"us-west-2a": True, "us-west-2b": True, "us-west-2c": False, "us-west-2d": False}, \

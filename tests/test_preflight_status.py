@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from kubernetes import client
 
-from infra import status
+from tools import status
 from infra.addons import GPU_WORKER_NODE_SELECTOR, SYSTEM_NODE_SELECTOR
 
 

@@ -268,7 +268,7 @@ def test_summary_checkpoint_is_a_usable_uri(storage_path, stored_path, expected)
     class Result:
         checkpoint = Stored()
 
-    final = {"world_size": 2, "device": "cpu", "steps": 10, "final_loss": 1.0, "tokens_per_s": 5.0, "mfu": None,
+    final = {"world_size": 2, "device": "cpu", "steps": 10, "final_loss": 1.0, "tokens_per_s": 5.0, "mfu": None, "start_step": 0,
              "nccl_logs": {}}
     summary = trainer.summarize(TrainConfig(storage_path=storage_path), Result(), final)
     assert summary["checkpoint"] == expected, f"checkpoint under {storage_path}: expected {expected}"

@@ -67,12 +67,25 @@ def exit_codes_help(check_failed: str) -> str:
 
 
 class _HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
-    """Descriptions as written (they hold examples), and every option's default after its help."""
+    """Descriptions as written (they hold examples), and each option's default after its help, unless it has none
+    worth printing (a required flag's None, a switch's False)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        if action.default in (None, False) or action.required:
+            return action.help or ""
+        return super()._get_help_string(action)
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):
+        """A flag argparse cannot parse: its message and where to look, not the whole usage block."""
+        _fail(USAGE, message, f"`{self.prog} --help` lists every flag")
+        sys.exit(USAGE)
 
 
 def parser(prog: str, description: str, *, check_failed: str) -> argparse.ArgumentParser:
-    return argparse.ArgumentParser(prog=prog, description=description, epilog=exit_codes_help(check_failed),
-                                   formatter_class=_HelpFormatter)
+    return _Parser(prog=prog, description=description, epilog=exit_codes_help(check_failed),
+                   formatter_class=_HelpFormatter)
 
 
 def run(main: Callable[[Sequence[str] | None], int], argv: Sequence[str] | None = None) -> int:

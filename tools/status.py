@@ -2,17 +2,16 @@
 EFA allocatable of every GPU node.
 
     pulumi stack output kubeconfig --show-secrets > kubeconfig.json   # once per cluster
-    python -m infra.status --kubeconfig kubeconfig.json [--stack dev] [--json]
+    python -m tools.status --kubeconfig kubeconfig.json --stack dev [--json]
 
-The RayCluster's name and namespace come from the stack file (`--stack`), else from Pulumi.yaml's defaults.
+The RayCluster's name and namespace come from the stack file (--stack), else from Pulumi.yaml's defaults.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Sequence
 
 import yaml
 
@@ -21,6 +20,8 @@ from infra.config import PROJECT_FILE, project_name, schema
 from infra.portforward import CLUSTER_LABEL, NODE_TYPE_LABEL
 from infra.preflight import EFA_RESOURCE, GPU_RESOURCE, is_gpu_worker, is_ready, plain
 from infra.raycluster import RAYCLUSTER_API_VERSION
+from tools.kube import REQUEST_TIMEOUT_S, api_client, talking_to
+from workload import cli
 
 INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
 ZONE_LABEL = "topology.kubernetes.io/zone"
@@ -110,17 +111,25 @@ def read_status(api_client: Any, namespace: str, cluster_name: str) -> dict:
     from kubernetes import client
 
     group, version = RAYCLUSTER_API_VERSION.split("/")
-    try:
-        raycluster = client.CustomObjectsApi(api_client).get_namespaced_custom_object(
-            group, version, namespace, "rayclusters", cluster_name)
-    except client.ApiException as e:
-        if e.status != 404:
-            raise
-        raycluster = None
-    core = client.CoreV1Api(api_client)
-    pods = core.list_namespaced_pod(namespace, label_selector=f"{CLUSTER_LABEL}={cluster_name}").items
-    nodes = core.list_node().items
+    timeout = {"_request_timeout": REQUEST_TIMEOUT_S}
+    with talking_to(f"the RayCluster {namespace}/{cluster_name}"):
+        try:
+            raycluster = client.CustomObjectsApi(api_client).get_namespaced_custom_object(
+                group, version, namespace, "rayclusters", cluster_name, **timeout)
+        except client.ApiException as e:
+            if e.status != 404:
+                raise
+            raycluster = None
+        core = client.CoreV1Api(api_client)
+        pods = core.list_namespaced_pod(namespace, label_selector=f"{CLUSTER_LABEL}={cluster_name}", **timeout).items
+        nodes = core.list_node(**timeout).items
     return collect_status(raycluster, pods, nodes)
+
+
+def is_up(status: dict) -> bool:
+    """The RayCluster exists, is ready, and every desired worker is ready."""
+    cluster = status["raycluster"]
+    return bool(cluster) and cluster["state"] == "ready" and cluster["ready_workers"] == cluster["desired_workers"]
 
 
 def stack_settings(stack: str | None) -> tuple[str, str]:
@@ -130,7 +139,8 @@ def stack_settings(stack: str | None) -> tuple[str, str]:
     if stack:
         stack_file = PROJECT_FILE.parent / f"Pulumi.{stack}.yaml"
         if not stack_file.is_file():
-            raise ValueError(f"--stack: {stack_file} does not exist")
+            stacks = sorted(path.name.split(".")[1] for path in PROJECT_FILE.parent.glob("Pulumi.*.yaml"))
+            raise cli.UsageError(f"--stack {stack}: no {stack_file.name} here; stacks: {', '.join(stacks)}")
         config = (yaml.safe_load(stack_file.read_text()) or {}).get("config") or {}
         prefix = project_name()
         namespace = config.get(f"{prefix}:rayNamespace", namespace)
@@ -138,20 +148,18 @@ def stack_settings(stack: str | None) -> tuple[str, str]:
     return namespace, cluster
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m infra.status", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--kubeconfig", type=Path, help="kubeconfig file (default: $KUBECONFIG or ~/.kube/config)")
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = cli.parser("python -m tools.status", __doc__,
+                        check_failed="the RayCluster is missing, not ready, or short of ready workers")
+    parser.add_argument("--kubeconfig", type=Path, help="kubeconfig file; unset: $KUBECONFIG or ~/.kube/config")
     parser.add_argument("--stack", help="read the RayCluster's name and namespace from Pulumi.<stack>.yaml")
     parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
     args = parser.parse_args(argv)
-    from kubernetes import config
-
     namespace, cluster = stack_settings(args.stack)
-    api_client = config.new_client_from_config(config_file=str(args.kubeconfig) if args.kubeconfig else None)
-    status = read_status(api_client, namespace, cluster)
+    status = read_status(api_client(args.kubeconfig), namespace, cluster)
     print(json.dumps(status, indent=2) if args.json else render_status(status))
-    return 0
+    return cli.OK if is_up(status) else cli.CHECK_FAILED
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(cli.run(main))

@@ -1,0 +1,127 @@
+"""Every command, run as a user types it (`python -m ...` in a fresh process), answers a user error with a short
+`error:` line (and at most a hint), the exit code workload/cli.py documents, and never a traceback; `--help`
+shows the command's own defaults and exit codes without loading torch, Ray or transformers."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from workload import cli
+
+REPO = Path(__file__).resolve().parents[1]
+COMMANDS = ["workload.train", "workload.local", "workload.transport", "tools.capacity", "tools.status"]
+# The libraries that take seconds to import (boto3, pulumi and the Kubernetes client take a fraction of one).
+HEAVY_MODULES = ("torch", "ray", "transformers", "datasets")
+
+# An API server that refuses connections, and one whose token command does not exist.
+KUBECONFIG = """apiVersion: v1
+kind: Config
+clusters: [{{name: c, cluster: {{server: "https://127.0.0.1:1"}}}}]
+users: [{{name: u, user: {user}}}]
+contexts: [{{name: x, context: {{cluster: c, user: u}}}}]
+current-context: x
+"""
+
+
+def command(module: str, *args: str, env: dict[str, str] | None = None, cwd: Path = REPO,
+            timeout: float = 120) -> subprocess.CompletedProcess:
+    """`env` adds to this process's environment; a value None removes the variable."""
+    merged = {**os.environ, **(env or {})}
+    return subprocess.run([sys.executable, "-m", module, *args], cwd=cwd, capture_output=True, text=True,
+                          env={key: value for key, value in merged.items() if value is not None}, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory) -> dict[str, str]:
+    root = tmp_path_factory.mktemp("cli")
+    paths = {
+        "empty_log": "nothing from NCCL here\n",
+        "refused_kubeconfig": KUBECONFIG.format(user="{token: abc}"),
+        "no_aws_cli_kubeconfig": KUBECONFIG.format(
+            user="{exec: {apiVersion: client.authentication.k8s.io/v1beta1, command: aws-cli-not-here, args: [x]}}"),
+        "garbage_kubeconfig": "clusters: [\n",
+    }
+    for name, text in paths.items():
+        (root / name).write_text(text)
+    (root / "home").mkdir()
+    (root / "ray").mkdir()
+    return {"dir": str(root), **{name: str(root / name) for name in paths}}
+
+
+NO_AWS = {"AWS_ACCESS_KEY_ID": None, "AWS_SECRET_ACCESS_KEY": None, "AWS_PROFILE": None, "AWS_CONFIG_FILE": "/nonexistent",
+          "AWS_SHARED_CREDENTIALS_FILE": "/nonexistent", "AWS_EC2_METADATA_DISABLED": "true"}
+OFFLINE_AWS = {**NO_AWS, "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+               "AWS_ENDPOINT_URL": "http://127.0.0.1:1"}
+CAPACITY = ["--instance-type", "g6.12xlarge", "--count", "2"]
+
+# (command and flags, extra env, expected exit code, words the error must contain)
+USER_ERRORS = [
+    (["workload.train", "--steps", "-5"], {}, cli.USAGE, "--steps"),
+    (["workload.train", "--learning_rate", "inf"], {}, cli.USAGE, "--learning_rate"),
+    (["workload.train", "--batch_size", "two"], {}, cli.USAGE, "--batch_size"),
+    (["workload.train", "--model_config", "gpt-17"], {}, cli.USAGE, "--model_config"),
+    (["workload.train", "--model_config", "tiny", "--seq_len", "64", "--steps", "2"], {"RAY_TMPDIR": "{dir}/ray"},
+     cli.ENVIRONMENT, "no running Ray cluster"),
+    (["workload.local", "--batch_size", "0"], {}, cli.USAGE, "--batch_size"),
+    (["workload.local", "--dataset", "no/such/file.txt"], {}, cli.USAGE, "--dataset"),
+    (["workload.local", "--seq_len", "100000"], {}, cli.USAGE, "--seq_len"),
+    (["workload.transport", "{dir}/missing.log"], {}, cli.USAGE, "missing.log"),
+    (["workload.transport", "{empty_log}"], {}, cli.CHECK_FAILED, ""),
+    (["workload.transport", "{empty_log}", "--expect", "tcp"], {}, cli.USAGE, "--expect"),
+    (["tools.capacity", "--count", "2"], {}, cli.USAGE, "--instance-type"),
+    (["tools.capacity", "--instance-type", "g6", "--count", "2"], {}, cli.USAGE, "--instance-type"),
+    (["tools.capacity", "--instance-type", "m7i.xlarge", "--count", "2"], {}, cli.USAGE, "--instance-type"),
+    (["tools.capacity", *CAPACITY, "--regions", "useast1"], {}, cli.USAGE, "--regions"),
+    (["tools.capacity", *CAPACITY, "--profile", "nobody"], NO_AWS, cli.USAGE, "--profile"),
+    (["tools.capacity", *CAPACITY, "--write-stack", "dev", "--project-dir", "{dir}"], {}, cli.USAGE,
+     "--project-dir"),
+    (["tools.capacity", *CAPACITY], NO_AWS, cli.ENVIRONMENT, "no AWS credentials"),
+    (["tools.capacity", *CAPACITY], OFFLINE_AWS, cli.ENVIRONMENT, "AWS cannot be reached"),
+    (["tools.status", "--stack", "nope"], {}, cli.USAGE, "--stack"),
+    (["tools.status"], {"HOME": "{dir}/home", "KUBECONFIG": ""}, cli.ENVIRONMENT, "no kubeconfig"),
+    (["tools.status", "--kubeconfig", "{dir}/missing"], {}, cli.USAGE, "--kubeconfig"),
+    (["tools.status", "--kubeconfig", "{garbage_kubeconfig}"], {}, cli.USAGE, "kubeconfig"),
+    (["tools.status", "--kubeconfig", "{no_aws_cli_kubeconfig}"], {}, cli.ENVIRONMENT, "aws-cli-not-here"),
+    (["tools.status", "--kubeconfig", "{refused_kubeconfig}"], {}, cli.ENVIRONMENT, "cannot be reached"),
+]
+
+
+@pytest.mark.parametrize("argv, env, code, words", USER_ERRORS, ids=[" ".join(case[0]) for case in USER_ERRORS])
+def test_a_user_error_is_a_short_message_and_a_documented_exit_code(files, argv, env, code, words):
+    module, *args = [part.format(**files) for part in argv]
+    done = command(module, *args, env={key: value and value.format(**files) for key, value in env.items()})
+    ours = [line for line in done.stderr.splitlines() if line.startswith(("error:", "usage:"))]
+    assert done.returncode == code, (f"`{module} {' '.join(args)}` must exit {code}, exited {done.returncode}:\n"
+                                     f"{done.stderr[-2000:]}")
+    assert "Traceback" not in done.stderr, f"`{module}` printed a traceback:\n{done.stderr[-3000:]}"
+    if code != cli.CHECK_FAILED:
+        assert ours and words in done.stderr, f"the error must name {words!r}:\n{done.stderr[-2000:]}"
+        error_at = next(i for i, line in enumerate(done.stderr.splitlines()) if line.startswith("error:"))
+        assert len(done.stderr.splitlines()[error_at:]) <= 2, f"one line and a hint at most:\n{done.stderr}"
+
+
+@pytest.mark.parametrize("module", COMMANDS)
+def test_help_shows_the_exit_codes_without_loading_heavy_libraries(module):
+    probe = (f"import runpy, sys\nsys.argv = ['{module}', '--help']\n"
+             f"try:\n    runpy.run_module('{module}', run_name='__main__')\nexcept SystemExit as e:\n"
+             f"    assert e.code in (0, None), e.code\n"
+             f"print('LOADED', sorted(m for m in {HEAVY_MODULES!r} if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert f"python -m {module}" in done.stdout and "exit status:" in done.stdout, done.stdout[:500]
+    for code in (cli.CHECK_FAILED, cli.USAGE, cli.ENVIRONMENT):
+        assert f"\n  {code}    " in done.stdout, f"--help of {module} must document exit code {code}"
+    assert done.stdout.strip().endswith("LOADED []"), (
+        f"--help of {module} must not import {HEAVY_MODULES}: {done.stdout.strip().splitlines()[-1]}")
+
+
+def test_each_job_command_shows_its_own_defaults():
+    local, train = command("workload.local", "--help").stdout, command("workload.train", "--help").stdout
+    assert "python -m workload.local" in local and "data/corpus.txt" in local, "the local run's own usage"
+    flat = lambda text: " ".join(text.split())  # noqa: E731 argparse wraps help lines
+    assert "Optimizer steps. (default: 20)" in flat(local) and "Optimizer steps. (default: 50)" in flat(train), (
+        "each command's --help must print the steps it really runs")

@@ -1,0 +1,76 @@
+"""The stack file the finder reads (where the stack's VPC is) and writes (the region and AZ it found)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ruamel.yaml import YAML
+from ruamel.yaml.comments import CommentedMap, CommentedSeq
+
+@dataclass(frozen=True)
+class StackContext:
+    """What the finder needs from a stack: where its VPC is and what its subnets are tagged with."""
+
+    name: str
+    path: Path
+    project: str
+    cluster_name: str
+    region: str | None
+    vpc_azs: tuple[str, ...] = ()
+    """vpcAvailabilityZones, when the stack pins them; empty means a new VPC covers every AZ."""
+    capacity_reserve: bool = False
+    """capacityReserve: only then does the program read capacityCandidateAzs (and refuses it otherwise)."""
+
+
+def load_stack(project_dir: Path, name: str, flag: str) -> StackContext:
+    project_file = project_dir / "Pulumi.yaml"
+    if not project_file.exists():
+        raise ValueError(f"--project-dir {project_dir}: no Pulumi.yaml there")
+    project = YAML(typ="safe").load(project_file.read_text())
+    project_name = project["name"]
+    path = project_dir / f"Pulumi.{name}.yaml"
+    stack_config: dict[str, Any] = {}
+    if path.exists():
+        stack_config = (YAML(typ="safe").load(path.read_text()) or {}).get("config") or {}
+    elif flag == "--stack":
+        raise ValueError(f"--stack {name}: {path} does not exist (stacks here: "
+                         f"{', '.join(sorted(p.name for p in project_dir.glob('Pulumi.*.yaml'))) or 'none'})")
+    schema = project.get("config", {})
+
+    def setting(key: str):
+        return stack_config.get(f"{project_name}:{key}", schema.get(key, {}).get("default"))
+
+    return StackContext(name=name, path=path, project=project_name, cluster_name=setting("clusterName"),
+                        region=stack_config.get("aws:region"), vpc_azs=tuple(setting("vpcAvailabilityZones") or ()),
+                        capacity_reserve=setting("capacityReserve") in (True, "true"))
+
+
+def write_stack_file(path: Path, project: str, region: str, availability_zone: str,
+                     candidate_azs: list[str] | None) -> str | None:
+    """Sets the region and the GPU AZ in a stack file, keeping its comments and other keys; with `candidate_azs`
+    also capacityCandidateAzs, and without them removes a stale list (the program refuses the key unless
+    capacityReserve is true).
+
+    Returns the region it replaced, if it was another one.
+    """
+    yaml = YAML()  # round-trip: comments, key order and quoting survive
+    yaml.indent(mapping=2, sequence=4, offset=2)
+    document = yaml.load(path.read_text()) if path.exists() else None
+    if document is None:
+        document = CommentedMap()
+    config = document.get("config")
+    if config is None:
+        config = document["config"] = CommentedMap()
+    previous = config.get("aws:region")
+    config["aws:region"] = region
+    config[f"{project}:gpuAvailabilityZone"] = availability_zone
+    if candidate_azs is not None:
+        config[f"{project}:capacityCandidateAzs"] = CommentedSeq(candidate_azs)
+    else:
+        config.pop(f"{project}:capacityCandidateAzs", None)
+    with path.open("w") as stream:
+        yaml.dump(document, stream)
+    return previous if previous not in (None, region) else None
+
+

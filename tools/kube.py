@@ -1,0 +1,98 @@
+"""How the operator's commands reach the cluster's API server, and how they word its failures.
+
+`api_client` reads a kubeconfig file (the flag, else $KUBECONFIG or ~/.kube/config) and `talking_to` turns what
+can go wrong on the way (no kubeconfig, an `aws` CLI missing for the token, an unreachable or refusing API server)
+into one `cli.EnvironmentProblem` line that says how to fix it.
+"""
+from __future__ import annotations
+
+import os
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator
+
+from workload import cli
+
+# Each API call gives up after this long: a private endpoint seen from outside the VPC never answers, and the
+# client's default is to wait for the OS (minutes).
+REQUEST_TIMEOUT_S = 15
+
+GET_A_KUBECONFIG = (
+    "get one with `pulumi stack output kubeconfig --show-secrets > kubeconfig.json` (then --kubeconfig "
+    "kubeconfig.json), or `aws eks update-kubeconfig --name <clusterName> --region <region>`")
+
+
+def api_client(kubeconfig: Path | None) -> Any:
+    """A client for the cluster of `kubeconfig`; None means $KUBECONFIG, else ~/.kube/config."""
+    import yaml
+    from kubernetes import client, config
+
+    if kubeconfig is not None and not kubeconfig.is_file():
+        raise cli.UsageError(f"--kubeconfig {kubeconfig}: no such file", hint=GET_A_KUBECONFIG)
+    if kubeconfig is None and not _default_kubeconfig_exists():
+        raise cli.EnvironmentProblem("no kubeconfig: none given with --kubeconfig, none at $KUBECONFIG or "
+                                     "~/.kube/config", hint=GET_A_KUBECONFIG)
+    # A bad file named by the flag is bad input; a bad default one is this machine's set-up.
+    unusable = cli.UsageError if kubeconfig is not None else cli.EnvironmentProblem
+    configuration = client.Configuration()
+    try:
+        if kubeconfig is not None:
+            _check_token_command(yaml.safe_load(kubeconfig.read_text()) or {})
+        config.load_kube_config(config_file=str(kubeconfig) if kubeconfig else None,
+                                client_configuration=configuration)
+    except (config.ConfigException, yaml.YAMLError, OSError, ValueError, TypeError, AttributeError) as error:
+        raise unusable(f"the kubeconfig cannot be used: {_first_line(error)}", hint=GET_A_KUBECONFIG) from None
+    # One try: urllib3's default three retries each log a warning before the same failure.
+    configuration.retries = False
+    return client.ApiClient(configuration)
+
+
+def _check_token_command(kubeconfig: dict) -> None:
+    """pulumi-eks's kubeconfig gets its token from `aws eks get-token`; without the AWS CLI the client would log an
+    error and carry on with no token, to fail later with a 401 that does not say why."""
+    import shutil
+
+    contexts = {item["name"]: item.get("context") or {} for item in kubeconfig.get("contexts") or []}
+    users = {item["name"]: item.get("user") or {} for item in kubeconfig.get("users") or []}
+    user = users.get(contexts.get(kubeconfig.get("current-context"), {}).get("user"), {})
+    command = (user.get("exec") or {}).get("command")
+    if command and shutil.which(command) is None:
+        raise cli.EnvironmentProblem(
+            f"the kubeconfig gets its token by running `{command}`, which is not on PATH",
+            hint="install the AWS CLI v2 (https://docs.aws.amazon.com/cli/latest/userguide/getting-started-install.html)")
+
+
+def _default_kubeconfig_exists() -> bool:
+    paths = os.environ.get("KUBECONFIG", "").split(os.pathsep) if os.environ.get("KUBECONFIG") else []
+    return any(Path(path).expanduser().is_file() for path in paths or ["~/.kube/config"])
+
+
+@contextmanager
+def talking_to(what: str) -> Iterator[None]:
+    """Around API calls: their failures, as one line naming `what` was being asked and what to do."""
+    from kubernetes import client, config
+    from urllib3.exceptions import HTTPError
+
+    try:
+        yield
+    except client.ApiException as error:
+        if error.status in (401, 403):
+            raise cli.EnvironmentProblem(
+                f"the API server refused {what} ({error.status} {error.reason})",
+                hint="your AWS identity needs an EKS access entry on the cluster (README: granting access), and "
+                     "fresh credentials (`aws sso login`)") from None
+        raise cli.EnvironmentProblem(f"the API server answered {error.status} {error.reason} to {what}") from None
+    except (HTTPError, OSError) as error:
+        raise cli.EnvironmentProblem(
+            f"the API server cannot be reached for {what}: {_first_line(error)}",
+            hint="is the cluster up (`pulumi stack output clusterName`), and is this machine allowed to reach its "
+                 "endpoint?") from None
+    except config.ConfigException as error:  # the kubeconfig's exec plugin (`aws eks get-token`) failed
+        raise cli.EnvironmentProblem(f"no token for the cluster: {_first_line(error)}",
+                                     hint="the kubeconfig runs `aws eks get-token`: install the AWS CLI and check "
+                                          "`aws sts get-caller-identity`") from None
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__

@@ -43,7 +43,7 @@ LOG_TAIL_LINES = 80
 # expectation) is updated in place.
 REPLACE_ON_CHANGE = ("train_args", "run_id", "pip", "env_vars")
 # Outputs, declared as None inputs so that Pulumi exposes them as attributes.
-OUTPUT_NAMES = ("job_id", "status", "final_loss", "tokens_per_s", "world_size", "device", "verdicts")
+OUTPUT_NAMES = ("job_id", "status", "final_loss", "tokens_per_s", "world_size", "device", "verdicts", "checkpoint")
 
 
 @dataclass(frozen=True)
@@ -211,6 +211,7 @@ class TrainingJobProvider(pulumi.dynamic.ResourceProvider):
             "world_size": summary.get("world_size"),
             "device": summary.get("device"),
             "verdicts": verdicts,
+            "checkpoint": summary.get("checkpoint"),
         }
         return pulumi.dynamic.CreateResult(id_=result.job_id, outs=outs)
 
@@ -254,6 +255,8 @@ class TrainingJob(pulumi.dynamic.Resource, module="raytrain", name="TrainingJob"
     world_size: pulumi.Output[int]
     device: pulumi.Output[str]
     verdicts: pulumi.Output[dict]
+    checkpoint: pulumi.Output[str]
+    """The last checkpoint's URI (s3://... under trainStoragePath), or None without trainStoragePath."""
 
     def __init__(
         self,

@@ -373,14 +373,16 @@ REFERENCE_DIR = REPO / "tests" / "reference"
 """Upstream files the tests check against (KubeRay CRDs, chart values), copied with their provenance."""
 
 
-def stack_config(stack: str | None, overrides: dict[str, Any] | None = None) -> dict[str, str]:
+def stack_config(stack: str | None, overrides: dict[str, Any] | None = None,
+                 project_dir: Path = REPO) -> dict[str, str]:
     """The stack file's config plus overrides, keyed and encoded as the Pulumi CLI hands them to the program.
 
     Override keys without a namespace belong to the project (`gpuNodeCount` -> `raytrain-eks:gpuNodeCount`).
+    The stack file is `project_dir`'s (a test's copy of the project, say).
     """
     values: dict[str, Any] = {}
     if stack is not None:
-        values.update(yaml.safe_load(stack_file(stack).read_text()).get("config") or {})
+        values.update(yaml.safe_load((project_dir / f"Pulumi.{stack}.yaml").read_text()).get("config") or {})
     for key, value in (overrides or {}).items():
         values[key if ":" in key else f"{PROJECT}:{key}"] = value
 
@@ -394,8 +396,8 @@ def stack_config(stack: str | None, overrides: dict[str, Any] | None = None) -> 
     return {key: encode(value) for key, value in values.items()}
 
 
-def _run(stack: str | None, overrides: dict[str, Any] | None) -> ProgramRun:
-    config = stack_config(stack, overrides)
+def _run(stack: str | None, overrides: dict[str, Any] | None, project_dir: Path = REPO) -> ProgramRun:
+    config = stack_config(stack, overrides, project_dir)
     region = config.get("aws:region", "us-west-2")
     mocks = AwsMocks(region)
     monitor = RecordingMonitor(mocks)
@@ -434,9 +436,10 @@ def _run(stack: str | None, overrides: dict[str, Any] | None) -> ProgramRun:
     return run
 
 
-def run_program(stack: str | None = "dev", overrides: dict[str, Any] | None = None) -> ProgramRun:
+def run_program(stack: str | None = "dev", overrides: dict[str, Any] | None = None,
+                project_dir: Path = REPO) -> ProgramRun:
     """Run `__main__.py` with `Pulumi.<stack>.yaml` (None: no stack file) plus overrides; raise its error."""
-    run = _run(stack, overrides)
+    run = _run(stack, overrides, project_dir)
     if run.error is not None:
         raise run.error
     return run
@@ -448,9 +451,10 @@ def program(stack: str, overrides: tuple[tuple[str, Any], ...] = ()) -> ProgramR
     return run_program(stack, dict(overrides))
 
 
-def run_program_expecting_error(stack: str | None = "dev", overrides: dict[str, Any] | None = None) -> ProgramRun:
+def run_program_expecting_error(stack: str | None = "dev", overrides: dict[str, Any] | None = None,
+                                project_dir: Path = REPO) -> ProgramRun:
     """Run the program, which must fail; the ProgramRun holds the error and whatever got registered first."""
-    run = _run(stack, overrides)
+    run = _run(stack, overrides, project_dir)
     assert run.error is not None, (
         f"expected the program to fail with config {run.config}; it registered {len(run.resources)} resources")
     return run

@@ -1,0 +1,415 @@
+"""The README's command sequences, followed in order as a user types them, through the same entry points.
+
+- The first set-up line runs for real: `bash scripts/setup.sh && .venv/bin/python -m workload.local`.
+- "The commands" (the real-cluster journey), "The cluster from your machine" and "Tools" run in a copy of the
+  project, with stand-ins for what this machine cannot have: AWS is moto, plus answers in the services' real
+  shapes for the APIs moto lacks (service quotas, Spot placement scores, capacity reservations); `pulumi` is a
+  stand-in that keeps the stack files as the CLI does (`stack select/init`, `config set`, `stack output`) and
+  runs the program under Pulumi's mocks for `up`; the API server is a local HTTP server answering for the
+  RayCluster, its pods and the nodes; `aws eks get-token` is a script that prints a token.
+- The finder-then-`pulumi up` flow runs for every stack file, with capacityReserve on and off.
+
+A command the stand-ins do not know fails the test, and so does a `pulumi config set` whose effect on the
+program this file does not check: when the README changes, this file changes with it. Blocks fenced without
+`bash` (kubectl, `aws eks ...`) need a real cluster or account and are not followed.
+"""
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+import yaml
+from botocore.awsrequest import AWSResponse
+from moto import mock_aws
+from ruamel.yaml import YAML
+
+from tests.pulumi_mocks import PROJECT, STACKS, ProgramRun, run_program, stack_settings
+from tests.test_capacity import quota_answer, reservation
+from tools import status
+from tools.capacity import cli as finder
+from tools.capacity.aws import Aws
+from workload import cli, train, transport
+from workload.config import SUMMARY_PREFIX
+
+REPO = Path(__file__).resolve().parents[1]
+README = (REPO / "README.md").read_text()
+JOB = "pulumi-python:dynamic/raytrain:TrainingJob"
+RAYCLUSTER = "kubernetes:ray.io/v1:RayCluster"
+RESERVATION = "pulumi-python:dynamic/raytrain:GpuCapacityReservation"
+NCCL_EFA_LOG = REPO / "tests" / "fixtures" / "nccl" / "efa-synthetic-2x4-g6.12xlarge.log"
+
+
+def bash_block(after: str) -> list[str]:
+    """The commands of the first ```bash block after the text `after`: comments dropped, `&&` chains split."""
+    start = README.index("```bash", README.index(after)) + len("```bash")
+    commands = []
+    for line in README[start:README.index("```", start)].splitlines():
+        line = re.sub(r"\s+#\s.*$", "", line).strip()
+        commands += [part.strip() for part in line.split("&&") if part.strip()]
+    return commands
+
+
+# ---- AWS: moto, and canned answers for what moto lacks -------------------------------------------------------
+
+def _note_params(params: dict, context: dict, **_) -> None:
+    context["api_params"] = dict(params)
+
+
+class JourneyAws(Aws):
+    """moto for what moto emulates. For the rest, answers in every region: ample quota, no reservations, Spot
+    scores only in `region`, where the second AZ scores best (so the finder's pick is visibly not the default
+    first AZ), and probes that succeed."""
+
+    def __init__(self, region: str):
+        super().__init__()
+        self.region = region
+
+    def _answering(self, service: str, region: str, answers: dict[str, Callable[[dict], dict]]):
+        client = self.client(service, region)
+        service_id = client.meta.service_model.service_id.hyphenize()
+        for operation, answer in answers.items():
+            # What botocore's Stubber does: the call's parameters are noted before they are serialized, and a
+            # before-call handler that returns a response short-circuits the HTTP request.
+            client.meta.events.register(f"before-parameter-build.{service_id}.{operation}", _note_params)
+            client.meta.events.register(
+                f"before-call.{service_id}.{operation}",
+                lambda context, answer=answer, **_: (AWSResponse("", 200, {}, None), answer(context["api_params"])))
+        return client
+
+    def quotas(self, region: str):
+        return self._answering("service-quotas", region, {
+            "GetServiceQuota": lambda params: quota_answer(region, params["QuotaCode"], 4096)})
+
+    def spot_scores(self, region: str):
+        zones = sorted((zone["ZoneName"], zone["ZoneId"])
+                       for zone in self.ec2(region).describe_availability_zones()["AvailabilityZones"])
+        scores = [{"Region": region, "AvailabilityZoneId": zone_id, "Score": 9 if index == 1 else 5}
+                  for index, (_, zone_id) in enumerate(zones)] if region == self.region else []
+        return self._answering("ec2", region, {
+            "GetSpotPlacementScores": lambda params: {"SpotPlacementScores": scores}})
+
+    def reservations(self, region: str):
+        return self._answering("ec2", region, {
+            "DescribeCapacityReservations": lambda params: {"CapacityReservations": []},
+            "CreateCapacityReservation": lambda params: {"CapacityReservation": reservation(
+                "cr-0123456789abcdef1", params["AvailabilityZone"], instance_type=params["InstanceType"])},
+            "CancelCapacityReservation": lambda params: {"Return": True},
+        })
+
+
+# ---- Kubernetes: a local API server, and `aws eks get-token` --------------------------------------------------
+
+def _node(name: str, labels: dict, allocatable: dict) -> dict:
+    return {"metadata": {"name": name, "labels": labels}, "spec": {},
+            "status": {"allocatable": allocatable, "conditions": [{"type": "Ready", "status": "True"}]}}
+
+
+def _pod(name: str, kind: str, node: str) -> dict:
+    return {"metadata": {"name": name, "namespace": "ray",
+                         "labels": {"ray.io/cluster": "ray-train", "ray.io/node-type": kind}},
+            "spec": {"nodeName": node, "containers": [{"name": "ray", "image": "ray"}]},
+            "status": {"phase": "Running"}}
+
+
+class FakeKubeApi(ThreadingHTTPServer):
+    """The three reads `tools.status` makes, answered as an EKS API server would for the dev stack's cluster."""
+
+    GPU_NODE_LABELS = {"role": "gpu-worker", "node.kubernetes.io/instance-type": "g6.12xlarge",
+                       "topology.kubernetes.io/zone": "us-west-2b"}
+    ANSWERS = {
+        "/apis/ray.io/v1/namespaces/ray/rayclusters/ray-train": {
+            "apiVersion": "ray.io/v1", "kind": "RayCluster", "metadata": {"name": "ray-train", "namespace": "ray"},
+            "status": {"state": "ready", "readyWorkerReplicas": 2, "desiredWorkerReplicas": 2,
+                       "conditions": [{"type": "RayClusterProvisioned", "status": "True"}]}},
+        "/api/v1/namespaces/ray/pods": {"apiVersion": "v1", "kind": "PodList", "metadata": {}, "items": [
+            _pod("ray-train-head-x1", "head", "ip-10-0-1-1"),
+            _pod("ray-train-gpu-workers-worker-a", "worker", "ip-10-0-64-1"),
+            _pod("ray-train-gpu-workers-worker-b", "worker", "ip-10-0-64-2")]},
+        "/api/v1/nodes": {"apiVersion": "v1", "kind": "NodeList", "metadata": {}, "items": [
+            _node("ip-10-0-1-1", {"role": "system"}, {"cpu": "4"}),
+            _node("ip-10-0-64-1", GPU_NODE_LABELS, {"nvidia.com/gpu": "4", "vpc.amazonaws.com/efa": "1"}),
+            _node("ip-10-0-64-2", GPU_NODE_LABELS, {"nvidia.com/gpu": "4", "vpc.amazonaws.com/efa": "1"})]},
+    }
+
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0), self._Handler)
+        self.authorizations: list[str] = []
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}"
+
+    class _Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+            self.server.authorizations.append(self.headers.get("Authorization", ""))
+            answer = self.server.ANSWERS.get(self.path.split("?")[0])
+            body = json.dumps(answer or {"kind": "Status", "code": 404}).encode()
+            self.send_response(200 if answer else 404)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args) -> None:
+            pass
+
+
+# ---- the shell that follows the README ---------------------------------------------------------------------
+
+# What each `pulumi config set KEY` of the README must change in the program's next run.
+def _job(run: ProgramRun):
+    jobs = run.of_type(JOB)
+    return jobs[0] if jobs else None
+
+
+def _flags(run: ProgramRun) -> dict[str, str]:
+    args = _job(run).inputs["train_args"]
+    return dict(zip(args[::2], args[1::2]))
+
+
+def _s3_policies(run: ProgramRun) -> list[str]:
+    return [str(r.inputs["policy"]) for r in run.of_type("aws:iam/rolePolicy:RolePolicy")]
+
+
+CONFIG_EFFECTS: dict[str, Callable[[ProgramRun, str], Any]] = {
+    "trainEnabled": lambda run, value: (_job(run) is not None) == (value == "true"),
+    "trainRunId": lambda run, value: (_job(run).inputs["run_id"] == value
+                                      and _flags(run)["--run_name"].startswith(f"ray-train-fsdp-llm-{value}-")),
+    "trainStoragePath": lambda run, value: (_flags(run)["--storage_path"] == value and len(
+        [p for p in _s3_policies(run) if f"arn:aws:s3:::{value[5:].split('/')[0]}" in p]) == 2),
+    "trainCheckpointEvery": lambda run, value: _flags(run)["--checkpoint_every"] == value,
+    "trainMaxFailures": lambda run, value: _flags(run)["--max_failures"] == value,
+    "capacityReserve": lambda run, value: bool(run.of_type(RESERVATION)) == (value == "true"),
+}
+
+
+class Shell:
+    """Follows README commands one line at a time, in `workdir` (a copy of the project's stack files)."""
+
+    def __init__(self, workdir: Path, aws: Aws, kube_api: FakeKubeApi | None = None):
+        self.workdir, self.aws, self.kube_api = workdir, aws, kube_api
+        self.stack: str | None = None
+        self.run: ProgramRun | None = None
+        self.pending: dict[str, str] = {}  # keys set since the last `up`, to check against its run
+        self.outputs: list[str] = []
+
+    def __call__(self, line: str) -> str:
+        argv = shlex.split(line)
+        target = None
+        if ">" in argv:
+            argv, target = argv[:argv.index(">")], argv[argv.index(">") + 1]
+        if argv[:2] == ["bash", "scripts/setup.sh"]:
+            out = ""  # this test runs inside the environment it builds
+        elif argv[:2] == [".venv/bin/python", "-m"]:
+            out = self.python(argv[2], argv[3:])
+        elif argv[0] == "pulumi":
+            out = self.pulumi(argv[1:])
+        else:
+            raise AssertionError(f"the README shows `{line}`, which tests/test_readme.py cannot follow: teach it")
+        if target:
+            (self.workdir / target).write_text(out)
+        self.outputs.append(out)
+        return out
+
+    # -- `.venv/bin/python -m MODULE ...`: the module's own main, in this process -----------------------------
+    def python(self, module: str, args: list[str]) -> str:
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.chdir(self.workdir):
+            if module == "tools.capacity":
+                code = finder.main([*args, "--project-dir", str(self.workdir)], aws=self.aws)
+            elif module == "tools.status":
+                code = cli.run(status.main, args)
+            elif module == "workload.transport":
+                code = cli.run(transport.main, args)
+            elif module == "workload.train" and args == ["--help"]:
+                with pytest.raises(SystemExit) as exited:
+                    train.main(args)
+                code = exited.value.code
+            else:
+                raise AssertionError(f"the README runs `python -m {module}`, unknown to tests/test_readme.py")
+        assert code == cli.OK, f"`python -m {module} {shlex.join(args)}` exited {code}:\n{out.getvalue()}"
+        return out.getvalue()
+
+    # -- `pulumi ...` ----------------------------------------------------------------------------------------
+    def pulumi(self, args: list[str]) -> str:
+        if args[:2] in (["stack", "select"], ["stack", "init"]):
+            self.stack = args[2]
+            assert (self.workdir / f"Pulumi.{self.stack}.yaml").is_file(), f"no stack file for {self.stack}"
+            return ""
+        if args[:2] == ["config", "set"]:
+            key, value = [arg for arg in args[2:] if not arg.startswith("--")]
+            self.set_config(key, value)
+            return ""
+        if args == ["up"]:
+            self.run = run_program(self.stack, project_dir=self.workdir)
+            for key, value in self.pending.items():
+                assert key in CONFIG_EFFECTS, f"`pulumi config set {key}`: teach CONFIG_EFFECTS what it changes"
+                assert CONFIG_EFFECTS[key](self.run, value) is True, (
+                    f"after `pulumi config set {key} {value}`, `pulumi up` did not reflect it")
+            self.pending.clear()
+            return f"{len(self.run.resources)} resources"
+        if args[:2] == ["stack", "output"]:
+            assert self.run is not None, "`pulumi stack output` before any `pulumi up`"
+            name = args[2]
+            assert name in self.run.exports, f"the README reads stack output {name}; the program exports " \
+                                             f"{sorted(self.run.exports)}"
+            if name in self.run.secret_exports and "--show-secrets" not in args:
+                return "[secret]"
+            value = self.run.exports[name]
+            return self.kubeconfig(value) if name == "kubeconfig" else json.dumps(value)
+        if args == ["destroy"]:
+            # Pulumi deletes in reverse dependency order: the RayCluster must go while the operator still runs,
+            # and the job before the RayCluster.
+            operator = next(r for r in self.run.of_type("kubernetes:helm.sh/v3:Release") if "kuberay" in r.name)
+            ray_cluster = self.run.one(RAYCLUSTER)
+            assert operator.urn in ray_cluster.dependencies, "the RayCluster must depend on the KubeRay operator"
+            if _job(self.run):
+                assert ray_cluster.urn in _job(self.run).dependencies, "the job must depend on the RayCluster"
+            self.run = None
+            return ""
+        raise AssertionError(f"the README runs `pulumi {shlex.join(args)}`, unknown to tests/test_readme.py")
+
+    def set_config(self, key: str, value: str) -> None:
+        """As `pulumi config set` does: a project key gets the project's prefix; values are kept as text."""
+        path = self.workdir / f"Pulumi.{self.stack}.yaml"
+        document = YAML()
+        data = document.load(path.read_text())
+        data["config"][key if ":" in key else f"{PROJECT}:{key}"] = value
+        with path.open("w") as stream:
+            document.dump(data, stream)
+        self.pending[key] = value
+
+    def kubeconfig(self, text: str) -> str:
+        """The program's kubeconfig, pointed at this test's API server: the mocked EKS endpoint does not exist."""
+        kubeconfig = json.loads(text)
+        assert kubeconfig["users"][0]["user"]["exec"]["command"] == "aws", "the token comes from aws eks get-token"
+        if self.kube_api is not None:
+            kubeconfig["clusters"][0]["cluster"] = {"server": self.kube_api.url}
+        return json.dumps(kubeconfig)
+
+
+@pytest.fixture
+def project(tmp_path) -> Path:
+    for path in REPO.glob("Pulumi*.yaml"):
+        shutil.copy(path, tmp_path / path.name)
+    return tmp_path
+
+
+@pytest.fixture
+def aws_env(monkeypatch):
+    for name in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+                        "AWS_DEFAULT_REGION": "us-east-1", "AWS_EC2_METADATA_DISABLED": "true",
+                        "MOTO_EC2_LOAD_DEFAULT_AMIS": "false"}.items():
+        monkeypatch.setenv(name, value)
+    with mock_aws():
+        yield
+
+
+@pytest.fixture
+def kube_api(tmp_path, monkeypatch):
+    server = FakeKubeApi()
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    # `aws eks get-token`, as the kubeconfig's exec plugin runs it: an ExecCredential with a token.
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "aws").write_text('#!/bin/sh\necho \'{"apiVersion": "client.authentication.k8s.io/v1beta1", '
+                                 '"kind": "ExecCredential", "status": {"token": "k8s-aws-v1.journey"}}\'\n')
+    (bin_dir / "aws").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    yield server
+    server.shutdown()
+
+
+# ---- the journeys ------------------------------------------------------------------------------------------
+
+def test_the_real_cluster_journey_as_written(project, aws_env, kube_api):
+    region = stack_settings("dev")["aws:region"]
+    shell = Shell(project, JourneyAws(region), kube_api)
+    commands = bash_block("### The commands")
+    assert any("tools.capacity" in c for c in commands) and "pulumi up" in commands, commands
+    for command in commands:
+        shell(command)
+        if "tools.capacity" in command:
+            written = yaml.safe_load((project / "Pulumi.dev.yaml").read_text())["config"]
+            assert written["aws:region"] == region and written[f"{PROJECT}:gpuAvailabilityZone"] == f"{region}b", (
+                f"the finder's best AZ (the best Spot score) goes into the stack file: {written}")
+            assert f"{PROJECT}:capacityCandidateAzs" not in written, "dev reserves nothing: no candidate list"
+    assert shell.run is None, "the README's journey ends with pulumi destroy"
+
+
+def test_the_cluster_from_your_machine_and_the_tools(project, aws_env, kube_api):
+    shell = Shell(project, JourneyAws("us-east-2"), kube_api)
+    shell("pulumi stack select dev")
+    shell("pulumi up")
+    for command in bash_block("### The cluster from your machine"):
+        out = shell(command)
+    assert "ray-train-gpu-workers-worker-a" in out and "ip-10-0-64-2" in out, f"tools.status's tables:\n{out}"
+    assert kube_api.authorizations and set(kube_api.authorizations) == {"Bearer k8s-aws-v1.journey"}, (
+        "every API call carries the token from `aws eks get-token`")
+
+    shutil.copy(NCCL_EFA_LOG, project / "job.log")
+    outputs = {command: shell(command) for command in bash_block("## Tools")}
+    probe = next(out for command, out in outputs.items() if "--probe" in command)
+    assert "ok" in probe and "us-east-2" in probe, f"the probe ranks the probed AZs:\n{probe}"
+    verdict = next(json.loads(out) for command, out in outputs.items() if "workload.transport" in command)
+    assert verdict["ok"] and set(verdict["verdicts"].values()) <= {"efa", "intra-node"}, verdict
+
+
+@pytest.mark.parametrize("reserve", [False, True], ids=["on-demand", "capacityReserve"])
+@pytest.mark.parametrize("stack", STACKS)
+def test_the_finder_then_pulumi_up_for_every_stack(project, aws_env, stack, reserve):
+    settings = stack_settings(stack)
+    instance_type, count, region = settings["gpuInstanceType"], settings["gpuNodeCount"], settings["aws:region"]
+    shell = Shell(project, JourneyAws(region))
+    shell(f"pulumi stack select {stack}")
+    shell(f"pulumi config set capacityReserve {str(reserve).lower()}")
+    finder_line = next(c for c in bash_block("### The commands") if "tools.capacity" in c)
+    shell(re.sub(r"--instance-type \S+ --count \S+ --write-stack \S+",
+                 f"--instance-type {instance_type} --count {count} --write-stack {stack}", finder_line))
+    written = yaml.safe_load((project / f"Pulumi.{stack}.yaml").read_text())["config"]
+    best = written[f"{PROJECT}:gpuAvailabilityZone"]
+    shell("pulumi up")
+    run = shell.run
+    assert run.exports["gpuAvailabilityZone"] == best, f"{stack}: the GPU nodes land where the finder pointed"
+    if reserve:
+        (reservation_,) = run.of_type(RESERVATION)
+        assert reservation_.inputs["candidate_azs"] == written[f"{PROJECT}:capacityCandidateAzs"], (
+            f"{stack}: the reservation tries the finder's ranking in order")
+        assert reservation_.inputs["candidate_azs"][0] == best
+    else:
+        assert f"{PROJECT}:capacityCandidateAzs" not in written, f"{stack}: no candidate list without a reservation"
+        assert not run.of_type(RESERVATION), f"{stack}: nothing reserved"
+
+
+def test_the_first_set_up_command_as_written():
+    """`bash scripts/setup.sh && .venv/bin/python -m workload.local`: a second setup installs nothing, and the local
+    run's output is what the README shows."""
+    command = bash_block("# Ray Train + FSDP on EKS with EFA")[:2]
+    assert command == ["bash scripts/setup.sh", ".venv/bin/python -m workload.local"], command
+    done = subprocess.run(" && ".join(command), shell=True, cwd=REPO, capture_output=True, text=True, timeout=900)
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output[-4000:]
+    for unwanted in ("Traceback", "deprecated", "PreemptionWatcher"):
+        assert unwanted not in output, f"the local run must not print {unwanted!r}:\n{output[-4000:]}"
+    summaries = [line for line in done.stdout.splitlines() if line.startswith(SUMMARY_PREFIX)]
+    assert len(summaries) == 1 and done.stdout.splitlines()[-1] == summaries[0], "the summary once, as the last line"
+    summary = json.loads(summaries[0][len(SUMMARY_PREFIX):])
+    losses = [float(m) for m in re.findall(r"step \d+/\d+ loss ([0-9.]+)", done.stdout)]
+    assert losses and summary["final_loss"] < 0.75 * losses[0], f"the loss must visibly fall: {losses}"
+    shown = [float(m) for m in re.findall(r"step (?:1|20)/20 loss ([0-9.]+)", README)]
+    assert shown == pytest.approx([losses[0], losses[-1]], abs=0.05), (
+        f"the README's example losses {shown} must be what a run prints: {losses[0]}, {losses[-1]}")

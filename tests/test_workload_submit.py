@@ -38,8 +38,8 @@ def test_job_runs_through_the_jobs_api_and_returns_its_summary(head):
     assert (result.summary["steps"], result.summary["world_size"], result.summary["device"]) == (3, 2, "cpu"), (
         f"summary: expected 3 steps on 2 cpu workers, got {result.summary}"
     )
-    assert set(result.summary) == {"world_size", "device", "steps", "final_loss", "tokens_per_s", "mfu",
-                                   "checkpoint", "nccl_logs"}, f"summary keys: got {sorted(result.summary)}"
+    assert set(result.summary) == {"world_size", "device", "steps", "final_loss", "tokens_per_s", "mfu", "start_step",
+                                   "diverged_at_step", "checkpoint", "nccl_logs"}, f"summary keys: got {sorted(result.summary)}"
     for step in (1, 2, 3):
         count = sum(f"step {step}/3 loss" in line for line in lines)
         assert count == 1, f"rank 0's progress line for step {step} must stream through on_log once, seen {count}"

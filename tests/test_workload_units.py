@@ -281,7 +281,7 @@ def test_local_head_resolves_the_job_entrypoint_with_this_interpreter(monkeypatc
 
     monkeypatch.setenv("PATH", "/usr/bin:/bin")
     monkeypatch.setenv("RAY_AUTH_TOKEN", "a-token-from-elsewhere")
-    env = local.head_environment(str(tmp_path / "auth_token"))
+    env = local.head_environment(str(tmp_path / "auth_token"), "127.0.0.1:6379")
     assert env["PATH"].split(os.pathsep)[0] == os.path.dirname(sys.executable), env["PATH"]
     assert (env["RAY_AUTH_MODE"], env["RAY_AUTH_TOKEN_PATH"]) == ("token", str(tmp_path / "auth_token"))
     assert "RAY_AUTH_TOKEN" not in env, "the head must use its own token file, not a token from the environment"

@@ -49,6 +49,7 @@ LOCAL_RAY_TRAIN_ENV = {
     "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "0.5",
 }
 HEAD_START_TIMEOUT_S = 90
+LOOPBACK = "127.0.0.1"
 JOB_TIMEOUT_S = 600
 # `ray start --block` itself lingers after SIGTERM; Ray processes are safe to SIGKILL (`ray stop --force` does).
 STOP_GRACE_S = 1
@@ -60,11 +61,13 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
-def head_environment(token_path: str) -> dict[str, str]:
-    """The `ray start` process's environment: token auth from our own token file, and this interpreter first on
-    PATH, since the job's entrypoint `python3 -m workload.train` is resolved there (so
+def head_environment(token_path: str, gcs_address: str) -> dict[str, str]:
+    """The `ray start` process's environment, which every Ray process of the cluster inherits: token auth from our
+    own token file; RAY_ADDRESS naming this cluster, since Ray's helpers that look for "the" cluster (Ray Train's
+    placement-group cleaner among them) otherwise fail when another Ray cluster runs on the machine; and this
+    interpreter first on PATH, since the job's entrypoint `python3 -m workload.train` is resolved there (so
     `.venv/bin/python -m workload.local` works without activating the venv)."""
-    env = {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": token_path}
+    env = {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": token_path, "RAY_ADDRESS": gcs_address}
     env.pop("RAY_AUTH_TOKEN", None)
     env["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), env.get("PATH", "")])
     return env
@@ -79,15 +82,17 @@ def local_cluster() -> Iterator[tuple[str, str]]:
     token_path = os.path.join(temp_dir, "auth_token")
     with open(os.open(token_path, os.O_WRONLY | os.O_CREAT, 0o600), "w") as file:
         file.write(token)
-    dashboard_port = free_port()
-    env = head_environment(token_path)
+    dashboard_port, gcs_port = free_port(), free_port()
+    env = head_environment(token_path, f"{LOOPBACK}:{gcs_port}")
     ray_cli = os.path.join(os.path.dirname(sys.executable), "ray")
     command = [
         ray_cli, "start", "--head", "--block", "--disable-usage-stats",
         "--temp-dir", temp_dir,
-        "--port", str(free_port()),
+        # Loopback only: nothing of this cluster is reachable from the network.
+        "--node-ip-address", LOOPBACK,
+        "--port", str(gcs_port),
         "--ray-client-server-port", str(free_port()),
-        "--dashboard-host", "127.0.0.1",
+        "--dashboard-host", LOOPBACK,
         "--dashboard-port", str(dashboard_port),
         "--dashboard-agent-listen-port", str(free_port()),
         # The local run is the CPU path even on a machine with a GPU: the driver then sizes 2 CPU workers, which
@@ -98,7 +103,7 @@ def local_cluster() -> Iterator[tuple[str, str]]:
     head_log = open(os.path.join(temp_dir, "ray-start.log"), "w+")
     head = subprocess.Popen(command, env=env, stdout=head_log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
-        address = f"http://127.0.0.1:{dashboard_port}"
+        address = f"http://{LOOPBACK}:{dashboard_port}"
         _wait_for_job_server(address, token, head, head_log)
         yield address, token
     finally:

@@ -27,6 +27,7 @@ def lookup(instance_type: str, *, config_key: str) -> InstanceFacts:
         network_cards=described.maximum_network_cards or 1,
         vcpus=described.default_vcpus,
         memory_mib=described.memory_size,
+        architectures=tuple(described.supported_architectures or ()),
     )
 
 

@@ -188,13 +188,15 @@ def check_unknown_keys(keys: set[str], project: str, declared: set[str]) -> None
                      and key.partition(":")[2] not in declared)
     if not unknown:
         return
-    hints = []
+    hints, unmatched = [], False
     for key in unknown:
         nearest = difflib.get_close_matches(key, declared, n=1)
         hints.append(f"{key!r} (did you mean {nearest[0]!r}?)" if nearest else repr(key))
+        unmatched |= not nearest
+    allowed = f"one of {sorted(declared)}" if unmatched else "the key it means"
     raise ValueError(
-        f"config keys {', '.join(hints)} are not declared in Pulumi.yaml, so they would be ignored; "
-        f"remove them (`pulumi config rm {project}:{unknown[0]}`) or use a declared key: {sorted(declared)}")
+        f"config keys {', '.join(hints)} are not declared in Pulumi.yaml, so Pulumi would ignore them; "
+        f"`pulumi config rm {project}:{unknown[0]}`, and use {allowed}")
 
 
 def load(config: Any | None = None) -> StackConfig:

@@ -219,10 +219,10 @@ def check_existing_reservation(cfg: StackConfig, found: dict[str, Any] | None, *
     problems = []
     state = found["State"]
     if state == "scheduled":
-        problems.append(f"it is a Capacity Block that starts at {found.get('StartDate')}; run `pulumi up` once "
-                        "it is active")
+        problems.append(f"it is a Capacity Block that starts at {_when(found.get('StartDate'))}; run `pulumi up` "
+                        "once it is active")
     elif state != "active":
-        problems.append(f"its state is {state}; allowed: active")
+        problems.append(f"its state is {state}")
     if found["AvailabilityZone"] != cfg.gpu_availability_zone:
         problems.append(f"it is in {found['AvailabilityZone']}, but gpuAvailabilityZone is "
                         f"{cfg.gpu_availability_zone} (allowed: {found['AvailabilityZone']})")
@@ -244,12 +244,19 @@ def check_existing_reservation(cfg: StackConfig, found: dict[str, Any] | None, *
         needed = CAPACITY_BLOCK_SETUP + (timedelta(minutes=cfg.train.timeout_minutes) if cfg.train.enabled
                                          else timedelta())
         if end - max(now, found.get("StartDate") or now) < needed:
-            problems.append(f"the Capacity Block ends at {end}, less than {needed} after it is usable (node setup"
-                            f"{' and trainTimeoutMinutes' if cfg.train.enabled else ''})")
+            problems.append(f"the Capacity Block ends at {_when(end)}, less than {needed} after it is usable (node "
+                            f"setup{' and trainTimeoutMinutes' if cfg.train.enabled else ''})")
     if problems:
-        raise ValueError(f"config key {key!r}: {reservation_id} cannot hold the GPU nodes: " + "; ".join(problems))
+        raise ValueError(
+            f"config key {key!r}: {reservation_id} cannot hold the GPU nodes: " + "; ".join(problems)
+            + f". Allowed: an active reservation with {cfg.gpu_node_count} free {cfg.gpu_instance_type} in "
+            f"gpuAvailabilityZone, {capacity_reservation.PLATFORM}, {capacity_reservation.TENANCY} tenancy")
     return ExistingReservation(reservation_id=reservation_id, availability_zone=found["AvailabilityZone"],
                                capacity_block=capacity_block, placement_group=group)
+
+
+def _when(moment: datetime | None) -> str:
+    return moment.strftime("%Y-%m-%d %H:%M UTC") if moment else "?"
 
 
 # ---- the job -----------------------------------------------------------------------------------------------------

@@ -152,7 +152,7 @@ def image_facts(cfg: StackConfig) -> ImageFacts:
         minimum = ".".join(map(str, TOKEN_AUTH_MIN_RAY_VERSION))
         raise ValueError(
             f"config key 'rayVersion': Ray {facts.ray_version} is below {minimum}, which KubeRay requires for the "
-            f"RayCluster's token authentication; use an image with Ray {minimum} or later")
+            f"RayCluster's token authentication; allowed: {minimum} or later (an image that bundles it)")
     return facts
 
 

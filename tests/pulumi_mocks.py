@@ -146,6 +146,8 @@ class Registration:
     provider: str
     read: bool = False
     delete_before_replace: bool = False
+    alias_parents: list[str] = field(default_factory=list)
+    """The parent URNs of the resource's aliases: where it used to live."""
 
     @property
     def resource_id(self) -> str:
@@ -324,7 +326,9 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
             custom=read or bool(request.custom), inputs=rpc.deserialize_properties(struct),
             outputs=outputs, dependencies=list(getattr(request, "dependencies", [])),
             provider=request.provider, read=read,
-            delete_before_replace=bool(getattr(request, "deleteBeforeReplace", False))))
+            delete_before_replace=bool(getattr(request, "deleteBeforeReplace", False)),
+            alias_parents=[alias.spec.parentUrn for alias in getattr(request, "aliases", [])
+                           if alias.HasField("spec") and alias.spec.parentUrn]))
 
     def RegisterResource(self, request):
         if request.type != "pulumi:pulumi:Stack":

@@ -17,7 +17,7 @@ from infra import capacity_reservation, feasibility
 from infra.capacity_reservation import GpuCapacityReservationProvider, reservation_request
 from infra.raycluster import KNOWN_IMAGES
 from tests.pulumi_mocks import (
-    ACCOUNT_ID, RESERVATIONS, SCHEMA, STACKS, program, run_program, run_program_expecting_error, stack_settings,
+    ACCOUNT_ID, PROJECT, RESERVATIONS, SCHEMA, STACKS, program, run_program, run_program_expecting_error, stack_settings,
 )
 from tests.stacks import INSTANCE_FACTS
 from workload import memory
@@ -189,6 +189,15 @@ def test_gpu_node_group_is_replaced_delete_first(stack):
     group = next(g for g in program(stack).of_type(NODE_GROUP) if g.inputs["amiType"] == "AL2023_x86_64_NVIDIA")
     assert group.delete_before_replace, \
         f"{stack}: a replaced GPU node group must go before its successor (no double GPUs, quota or reservation)"
+
+
+def test_the_placement_group_keeps_its_urn_from_before_it_moved_out_of_the_node_group():
+    run = program("dev")
+    group = run.one("aws:ec2/placementGroup:PlacementGroup")
+    old_parent = f"urn:pulumi:dev::{PROJECT}::raytrain:infra:GpuNodeGroup::ray-train-gpu"
+    assert group.alias_parents == [old_parent], \
+        f"live stacks' placement group (and the nodes in it) must not be replaced by the move: {group.alias_parents}"
+    assert group.name == "ray-train-gpu-placement", "the alias keeps the name it had under GpuNodeGroup"
 
 
 def test_the_kubeconfig_assumes_the_stacks_role():

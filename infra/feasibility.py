@@ -124,7 +124,8 @@ def aws_identity(aws_config: Any) -> AwsIdentity:
             "would get 401. Allowed: one role, or an aws:profile whose own AWS config chains the roles")
     role = roles[0]
     if not role.get("roleArn"):
-        raise ValueError("config key 'aws:assumeRoles': the role has no roleArn; allowed: [{roleArn: arn:aws:iam::...}]")
+        raise ValueError("config key 'aws:assumeRoles': the role has no roleArn; "
+                         "allowed: [{roleArn: arn:aws:iam::...}]")
     if role.get("externalId"):
         raise ValueError(
             "config key 'aws:assumeRoles': `aws eks get-token` in the kubeconfig cannot pass the role's externalId, "

@@ -9,9 +9,10 @@ and `run_preflight` are the part that talks to the API server.
 its create polls until every GPU node advertises what a worker pod requests, or fails after
 GPU_NODES_READY_TIMEOUT_SECONDS with the reasons, instead of the RayCluster's 30-minute wait ending in a bare
 timeout. It also checks each node's NVIDIA driver against the image's CUDA, and fails at once on a driver too old:
-KubeRay replaces the image's entrypoint with `ray start`, so the image's CUDA forward-compatibility shim never
-runs, and PyTorch would fail on the first CUDA call of every rank. Like the other dynamic providers it is unpickled by reference (`infra.preflight`) in Pulumi's provider
-process, holds no client, and reports progress on stderr.
+KubeRay sets the Ray container's command to `ulimit ...; ray start ...` (BuildPod in ray-operator/controllers/ray/
+common/pod.go), which replaces the image's entrypoint, so the image's CUDA forward-compatibility shim never runs
+and PyTorch would fail on the first CUDA call of every rank. Like the other dynamic providers it is unpickled by
+reference (`infra.preflight`) in Pulumi's provider process, holds no client, and reports progress on stderr.
 """
 from __future__ import annotations
 

@@ -17,7 +17,8 @@ from infra import capacity_reservation, feasibility
 from infra.capacity_reservation import GpuCapacityReservationProvider, reservation_request
 from infra.raycluster import KNOWN_IMAGES
 from tests.pulumi_mocks import (
-    ACCOUNT_ID, PROJECT, RESERVATIONS, SCHEMA, STACKS, program, run_program, run_program_expecting_error, stack_settings,
+    ACCOUNT_ID, PROJECT, RESERVATIONS, SCHEMA, STACKS, program, run_program, run_program_expecting_error,
+    stack_settings,
 )
 from tests.stacks import INSTANCE_FACTS
 from workload import memory
@@ -73,7 +74,8 @@ DOOMED = {
                                        ["trainExpectTransport", "EFA", "trainEnv NCCL_NET=Socket"]),
     "intra-node across two nodes": ("dev", {**JOB_ON, "trainExpectTransport": "intra-node"},
                                     ["trainExpectTransport", "trainNumWorkers up to 4"]),
-    "pip replacing torch": ("dev", {**JOB_ON, "trainPip": ["torch==2.5.1"]}, ["trainPip", "torch==2.5.1", "other than"]),
+    "pip replacing torch": ("dev", {**JOB_ON, "trainPip": ["torch==2.5.1"]},
+                            ["trainPip", "torch==2.5.1", "other than"]),
     "pip replacing Ray": ("dev", {**JOB_ON, "trainPip": ["einops", "Ray[train]>=2.40"]}, ["trainPip", "ray"]),
     "pip replacing NCCL": ("dev", {**JOB_ON, "trainPip": ["nvidia-nccl-cu12==2.21.5"]}, ["trainPip", "nvidia-*"]),
     # -- the cluster cannot come up
@@ -203,8 +205,9 @@ def test_the_placement_group_keeps_its_urn_from_before_it_moved_out_of_the_node_
 def test_the_kubeconfig_assumes_the_stacks_role():
     run = run_program("dev", {"aws:assumeRoles": [{"roleArn": ROLE}], "aws:profile": "ops"})
     cluster = run.one("eks:index:Cluster")
-    assert cluster.inputs["providerCredentialOpts"] == {"roleArn": ROLE, "profileName": "ops"}, \
-        f"pulumi-eks must write the role and the profile into the kubeconfig: {cluster.inputs.get('providerCredentialOpts')}"
+    credentials = cluster.inputs.get("providerCredentialOpts")
+    assert credentials == {"roleArn": ROLE, "profileName": "ops"}, \
+        f"pulumi-eks must write the role and the profile into the kubeconfig: {credentials}"
     token_args = json.loads(run.exports["kubeconfig"])["users"][0]["user"]["exec"]["args"]
     assert token_args[token_args.index("--role") + 1] == ROLE, f"`aws eks get-token` must assume {ROLE}: {token_args}"
     assert "providerCredentialOpts" not in program("dev").one("eks:index:Cluster").inputs, \
@@ -222,7 +225,8 @@ def test_the_default_image_is_pinned_and_its_ray_version_reaches_the_raycluster(
     assert image.rsplit(":", 1)[-1].count(".") == 2 or "@sha256:" in image, \
         f"the default image must be a frozen vX.Y.Z tag or a digest, not a moving one: {image}"
     spec = program("dev").one("kubernetes:ray.io/v1:RayCluster").inputs["spec"]
-    assert spec["rayVersion"] == KNOWN_IMAGES[image].ray_version, f"rayVersion must be the image's: {spec['rayVersion']}"
+    assert spec["rayVersion"] == KNOWN_IMAGES[image].ray_version, \
+        f"rayVersion must be the image's: {spec['rayVersion']}"
     custom = run_program("dev", {"dlcImage": "registry.example.com/team/ray:2.60.0", "rayVersion": "2.60.0",
                                  "imageCudaVersion": "12.8"})
     assert custom.one("kubernetes:ray.io/v1:RayCluster").inputs["spec"]["rayVersion"] == "2.60.0", \
@@ -296,6 +300,22 @@ def test_pip_refusal_goes_by_the_package_name(entry, refused):
 class FakeAwsConfig(dict):
     def get_object(self, key):
         return self[key] if key in self else None
+
+
+def test_unknown_keys_are_found_in_either_channel_the_cli_passes_config_by(monkeypatch):
+    import pulumi
+
+    from infra import config
+
+    monkeypatch.setenv("PULUMI_CONFIG", json.dumps({"raytrain-eks:gpuNodeCout": "4", "aws:region": "us-west-2"}))
+    token = pulumi.runtime.config.CONFIG.set({"raytrain-eks:trainStep": "5"})
+    try:
+        keys = config.stack_config_keys()
+    finally:
+        pulumi.runtime.config.CONFIG.reset(token)
+    assert {"raytrain-eks:gpuNodeCout", "raytrain-eks:trainStep", "aws:region"} <= keys, keys
+    with pytest.raises(ValueError, match="gpuNodeCout.*trainStep"):
+        config.check_unknown_keys(keys, "raytrain-eks", set(SCHEMA))
 
 
 def test_aws_identity_passes_one_role_and_the_profile_on():

@@ -125,7 +125,8 @@ def test_nodes_wait_for_their_driver_labels_then_pass():
     cluster = FakeCluster(unlabelled, ready)
     cluster.wait(image_cuda="13.0")
     assert cluster.reads == 2, f"ready once gpu-feature-discovery labelled both nodes: {cluster.reads} reads"
-    assert preflight.DRIVER_CUDA_LABEL in cluster.progress[0], f"the wait says which label is missing: {cluster.progress}"
+    assert preflight.DRIVER_CUDA_LABEL in cluster.progress[0], \
+        f"the wait says which label is missing: {cluster.progress}"
 
 
 def test_without_an_image_cuda_the_driver_is_not_checked():
@@ -146,7 +147,8 @@ def test_create_reads_the_cluster_and_keeps_the_kubeconfig_out_of_its_outputs(mo
     result = preflight.GpuNodesReadyProvider().create(props)
     assert clients == [props["kubeconfig"]], "create builds its client from the kubeconfig input"
     assert result.outs == {"gpus_per_worker": 4, "efa_per_worker": 1, "workers": 2, "gpu_node_group": "arn:ng-1",
-                           "image_cuda_version": "13.0"}, f"outputs are the request only, never the kubeconfig: {result.outs}"
+                           "image_cuda_version": "13.0"}, \
+        f"outputs are the request only, never the kubeconfig: {result.outs}"
 
 
 def test_diff_replaces_on_a_new_request_or_new_gpu_nodes_only():

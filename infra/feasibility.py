@@ -14,6 +14,7 @@ from typing import Any
 
 import pulumi
 import pulumi_aws as aws
+from botocore.exceptions import BotoCoreError, ClientError
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
@@ -92,9 +93,15 @@ def check(cfg: StackConfig) -> StackPlan:
         check_job(cfg, gpu)
     reservation = None
     if cfg.capacity_reservation_id:
-        found = capacity_reservation.describe_existing(
-            cfg.capacity_reservation_id, cluster_name=cfg.cluster_name, region=region, profile=identity.profile,
-            role_arn=identity.role_arn)
+        try:
+            found = capacity_reservation.describe_existing(
+                cfg.capacity_reservation_id, cluster_name=cfg.cluster_name, region=region, profile=identity.profile,
+                role_arn=identity.role_arn)
+        except (BotoCoreError, ClientError) as error:
+            raise ValueError(
+                f"config key 'capacityReservationId': {cfg.capacity_reservation_id} cannot be read at preview "
+                f"(ec2:DescribeCapacityReservations and ec2:DescribeInstances, as the stack's identity): {error}"
+            ) from error
         reservation = check_existing_reservation(cfg, found, region=region, now=datetime.now(timezone.utc))
     check_node_counts(cfg, gpu, node_group_limit=_quota(*NODES_PER_NODE_GROUP_QUOTA) or NODES_PER_NODE_GROUP_DEFAULT,
                       vcpu_quota=None if reservation and reservation.capacity_block else _vcpu_quota(gpu))

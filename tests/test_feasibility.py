@@ -377,6 +377,21 @@ def test_describe_existing_answers_none_for_a_reservation_that_does_not_exist(ec
                                                   region="us-east-2", profile=None, role_arn=None) is None
 
 
+def test_a_reservation_that_cannot_be_read_names_the_key(monkeypatch):
+    from botocore.exceptions import ClientError
+
+    from tests import pulumi_mocks
+
+    def denied(*args, **kwargs):
+        raise ClientError({"Error": {"Code": "UnauthorizedOperation", "Message": "not allowed"}},
+                          "DescribeCapacityReservations")
+
+    monkeypatch.setattr(pulumi_mocks, "_describe_existing", denied)
+    failed = run_program_expecting_error("p5", existing("cr-0123456789abcdef0"))
+    assert "capacityReservationId" in str(failed.error) and "UnauthorizedOperation" in str(failed.error), failed.error
+    assert failed.resources == [], "a reservation that cannot be read stops the stack before any resource"
+
+
 def test_the_stacks_reservation_is_requested_in_its_placement_group():
     arn = "arn:aws:ec2:us-east-2:123456789012:placement-group/ray-train-gpu-placement-1a2b3c4"
     request = reservation_request(instance_type="p5.48xlarge", instance_count=2, availability_zone="us-east-2a",

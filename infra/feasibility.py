@@ -44,7 +44,10 @@ SYSTEM_ARCHITECTURE = "x86_64"  # infra/cluster.py's SYSTEM_AMI_TYPE, AL2023_x86
 IMAGE_STACK_PACKAGES = ("torch", "torchvision", "torchaudio", "triton", "pytorch-triton", "ray")
 IMAGE_STACK_PREFIXES = ("nvidia-",)
 
-# A Capacity Block's instances stop at its end: nodes joining, device plugins and the image pull take most of this.
+# EC2 terminates a Capacity Block's instances 30 minutes before its end time (EC2 Auto Scaling user guide, "Use
+# Capacity Blocks for machine learning workloads"); before that, nodes joining, the device plugins and the image
+# pull take most of an hour.
+CAPACITY_BLOCK_TERMINATION_LEAD = timedelta(minutes=30)
 CAPACITY_BLOCK_SETUP = timedelta(hours=1)
 
 
@@ -170,7 +173,8 @@ def check_system_instance(facts: InstanceFacts) -> None:
 
 def check_node_counts(cfg: StackConfig, gpu: InstanceFacts, *, node_group_limit: int, vcpu_quota: int | None) -> None:
     """Managed node groups hold at most `node_group_limit` nodes; the GPU nodes' vCPUs must fit the family's
-    On-Demand quota (None: not readable, or a Capacity Block, which does not draw on it)."""
+    On-Demand quota (None: not readable, or a Capacity Block, paid for apart from On-Demand; whether its instances
+    count against that quota is not documented where this was written, so it is not checked rather than guessed)."""
     for key, count in (("gpuNodeCount", cfg.gpu_node_count), ("systemNodeCount", cfg.system_node_count)):
         if count > node_group_limit:
             raise ValueError(f"config key {key!r}: {count} nodes exceed EKS's nodes per managed node group in this "
@@ -251,9 +255,11 @@ def check_existing_reservation(cfg: StackConfig, found: dict[str, Any] | None, *
     if capacity_block and end is not None:
         needed = CAPACITY_BLOCK_SETUP + (timedelta(minutes=cfg.train.timeout_minutes) if cfg.train.enabled
                                          else timedelta())
-        if end - max(now, found.get("StartDate") or now) < needed:
-            problems.append(f"the Capacity Block ends at {_when(end)}, less than {needed} after it is usable (node "
-                            f"setup{' and trainTimeoutMinutes' if cfg.train.enabled else ''})")
+        usable = end - CAPACITY_BLOCK_TERMINATION_LEAD - max(now, found.get("StartDate") or now)
+        if usable < needed:
+            problems.append(f"the Capacity Block ends at {_when(end)} and EC2 stops its instances 30 minutes "
+                            f"earlier, which leaves less than {needed} (node setup"
+                            f"{' and trainTimeoutMinutes' if cfg.train.enabled else ''})")
     if problems:
         raise ValueError(
             f"config key {key!r}: {reservation_id} cannot hold the GPU nodes: " + "; ".join(problems)

@@ -121,7 +121,7 @@ DOOMED = {
     "a Capacity Block not started yet": ("p5", existing("cr-00000000000000cb2"),
                                          ["capacityReservationId", "Capacity Block that starts"]),
     "a Capacity Block ending before the nodes are up": ("p5", existing("cr-00000000000000cb3"),
-                                                        ["capacityReservationId", "Capacity Block ends"]),
+                                                        ["capacityReservationId", "30 minutes earlier"]),
 }
 
 
@@ -335,9 +335,10 @@ def _capacity_block(end_in: timedelta, timeout_minutes: int) -> tuple:
 
 
 def test_a_capacity_block_must_outlast_the_setup_and_the_job():
-    cfg, found, now = _capacity_block(timedelta(hours=3), timeout_minutes=60)
+    # One hour of setup, the job's 60 minutes, and EC2 stops the instances 30 minutes before the end.
+    cfg, found, now = _capacity_block(timedelta(hours=2, minutes=31), timeout_minutes=60)
     assert feasibility.check_existing_reservation(cfg, found, region="us-east-2", now=now).capacity_block
-    cfg, found, now = _capacity_block(timedelta(hours=1, minutes=30), timeout_minutes=60)
+    cfg, found, now = _capacity_block(timedelta(hours=2, minutes=29), timeout_minutes=60)
     with pytest.raises(ValueError, match="trainTimeoutMinutes"):
         feasibility.check_existing_reservation(cfg, found, region="us-east-2", now=now)
 

@@ -1,29 +1,20 @@
 """Composition root: config -> checks at preview -> components in dependency order -> exports.
 
-Everything that can refuse the stack's config runs first (including the EC2 look-ups of the instance types and
-the region's AZs), so a bad config fails before any resource is registered.
+Everything that can refuse the stack runs first (infra/feasibility.py, with the EC2 and Service Quotas look-ups and
+an existing reservation's), so a stack that cannot work fails before any resource is registered.
 """
 import pulumi
 
-from infra import addons, config, instance_facts, network, preflight, ray_job, raycluster
+from infra import addons, config, feasibility, network, preflight, ray_job, raycluster
 from infra.capacity_reservation import GpuCapacityReservation
 from infra.cluster import EksCluster, checkpoint_storage_policy
-from infra.gpu_nodes import GpuNodeGroup, existing_reservation_id
+from infra.gpu_nodes import GpuNodeGroup, GpuPlacementGroup, TargetedReservation
 from infra.network import Network
 
-# ---- config and every check that needs no resource -------------------------------------------------------
+# ---- config and every check, before any resource ---------------------------------------------------------------
 cfg = config.load()
-region = network.aws_region()
-zone_ids = network.region_availability_zones()
-vpc_azs = network.choose_vpc_azs(cfg.vpc_availability_zones, zone_ids)
-candidate_azs = network.reservation_candidate_azs(cfg, vpc_azs) if cfg.capacity_reserve else ()
-network.check_gpu_azs(vpc_azs, gpu_az=cfg.gpu_availability_zone, candidate_azs=candidate_azs)
-gpu_facts = instance_facts.gpu_instance_facts(cfg.gpu_instance_type)
-instance_facts.lookup(cfg.system_instance_type, config_key="systemInstanceType")
-addons.check_efa_allowlist(cfg.gpu_instance_type)
-raycluster.check_config(cfg, gpu_facts)
-if cfg.train.enabled:
-    ray_job.job_inputs(cfg, gpu_facts)  # refuses a job the cluster cannot run, before any resource
+plan = feasibility.check(cfg)
+gpu_facts = plan.gpu
 
 tags = {"project": pulumi.get_project(), "stack": pulumi.get_stack(), "cluster": cfg.cluster_name}
 
@@ -31,13 +22,14 @@ tags = {"project": pulumi.get_project(), "stack": pulumi.get_stack(), "cluster":
 net = Network(
     f"{cfg.cluster_name}-net",
     vpc_cidr=cfg.vpc_cidr,
-    plan=network.subnet_plan(cfg.vpc_cidr, vpc_azs, zone_ids),
+    plan=network.subnet_plan(cfg.vpc_cidr, plan.vpc_azs, plan.zone_ids),
     cluster_name=cfg.cluster_name,
     tags=tags,
 )
 cluster = EksCluster(
     cfg.cluster_name,
     cfg=cfg,
+    identity=plan.identity,
     vpc_id=net.vpc_id,
     control_plane_public_subnet_ids=net.control_plane_public_subnet_ids,
     control_plane_private_subnet_ids=net.control_plane_private_subnet_ids,
@@ -45,30 +37,31 @@ cluster = EksCluster(
     tags=tags,
 )
 
+# The GPU nodes' cluster placement group comes first: the stack's own reservation is made inside it.
+placement = GpuPlacementGroup(f"{cfg.cluster_name}-gpu-placement", node_group_name=f"{cfg.cluster_name}-gpu",
+                              tags=tags) if plan.own_placement_group else None
+placement_group: pulumi.Input[str] | None = placement.name if placement else None
 if cfg.capacity_reserve:
     reservation = GpuCapacityReservation(
         f"{cfg.cluster_name}-gpu-reservation",
         instance_type=cfg.gpu_instance_type,
         instance_count=cfg.gpu_node_count,
-        candidate_azs=list(candidate_azs),
+        candidate_azs=list(plan.candidate_azs),
         tags=tags,
-        # The dynamic provider runs outside the AWS provider: tell it the stack's region and profile.
-        region=region,
-        profile=pulumi.Config("aws").get("profile"),
+        # The dynamic provider runs outside the AWS provider: tell it the stack's region and identity.
+        region=plan.region,
+        profile=plan.identity.profile,
+        role_arn=plan.identity.role_arn,
+        placement_group_arn=placement.arn if placement else None,
     )
     gpu_az: pulumi.Input[str] = reservation.availability_zone
-    reservation_id: pulumi.Input[str] | None = reservation.reservation_id
-elif cfg.capacity_reservation_id:
-    gpu_az = cfg.gpu_availability_zone
-    reservation_id = existing_reservation_id(
-        f"{cfg.cluster_name}-gpu-reservation",
-        cfg.capacity_reservation_id,
-        instance_type=cfg.gpu_instance_type,
-        availability_zone=cfg.gpu_availability_zone,
-        node_count=cfg.gpu_node_count,
-    )
+    target: TargetedReservation | None = TargetedReservation(reservation.reservation_id)
+elif plan.reservation:
+    gpu_az = plan.reservation.availability_zone
+    target = TargetedReservation(plan.reservation.reservation_id, capacity_block=plan.reservation.capacity_block)
+    placement_group = plan.reservation.placement_group
 else:
-    gpu_az, reservation_id = cfg.gpu_availability_zone, None
+    gpu_az, target = cfg.gpu_availability_zone, None
 
 gpu_nodes = GpuNodeGroup(
     f"{cfg.cluster_name}-gpu",
@@ -81,8 +74,8 @@ gpu_nodes = GpuNodeGroup(
     availability_zone=gpu_az,
     cluster_security_group_id=cluster.cluster_security_group_id,
     root_volume_gib=cfg.gpu_root_volume_gib,
-    gpu_placement=cfg.gpu_placement,
-    capacity_reservation_id=reservation_id,
+    placement_group=placement_group,
+    reservation=target,
     tags=tags,
     storage_policy=checkpoint_storage_policy(cfg.train.storage_path),
 )
@@ -102,6 +95,7 @@ gpu_nodes_ready = preflight.GpuNodesReady(
     kubeconfig=cluster.kubeconfig,
     request=preflight.WorkerRequest.for_instance(gpu_facts, cfg.gpu_node_count),
     gpu_node_group=gpu_nodes.node_group.arn,
+    image_cuda_version=plan.image.cuda_version,
     opts=pulumi.ResourceOptions(depends_on=[cluster_addons.nvidia_device_plugin, cluster_addons.efa_device_plugin]),
 )
 ray_cluster = raycluster.RayCluster(
@@ -114,7 +108,7 @@ ray_cluster = raycluster.RayCluster(
 
 pulumi.export("clusterName", cluster.cluster_name)
 pulumi.export("kubeconfig", cluster.kubeconfig)
-pulumi.export("region", region)
+pulumi.export("region", plan.region)
 pulumi.export("gpuAvailabilityZone", gpu_nodes.availability_zone)
 pulumi.export("gpuInstanceType", gpu_facts.instance_type)
 pulumi.export("gpusPerNode", gpu_facts.gpus)

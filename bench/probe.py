@@ -88,7 +88,7 @@ def bf16_updates() -> None:
     """Share of weights that three AdamW steps at the workload's learning rate change, bf16 against fp32 weights,
     in one decoder layer of Qwen2.5-1.5B's shape (a 4k vocabulary, so it runs on a CPU)."""
     from transformers import AutoModelForCausalLM, Qwen2Config
-    shape = dict(project.QWEN2_5_1_5B, num_hidden_layers=1, vocab_size=4096)
+    shape = dict(project.NAMED_CONFIGS["qwen2.5-1.5b"], num_hidden_layers=1, vocab_size=4096)
     lr = TrainConfig.learning_rate
     for dtype in (torch.bfloat16, torch.float32):
         torch.manual_seed(0)

@@ -31,21 +31,18 @@ from torch.distributed.fsdp import FullyShardedDataParallel
 from torch.distributed.fsdp.wrap import size_based_auto_wrap_policy
 from transformers import AutoModelForCausalLM, Qwen2Config
 
+from workload import memory
 from workload import model as project
 from workload.config import TrainConfig
 from workload.data import random_batches
 
-L4_USABLE_GIB = 22.0  # 24 GB card, 22.5 GiB reported, less the CUDA context
+L4_MEMORY_MIB = 22888  # EC2's DescribeInstanceTypes figure for the g6 family's L4
 GIB = 2**30
 
 
-@functools.cache
 def parameters(model_config: str) -> int:
-    """Parameters of a named architecture (tied embeddings once: 1,543,714,304 for Qwen2.5-1.5B), counted on the
-    meta device, so no memory is spent."""
-    with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(Qwen2Config(**project.NAMED_CONFIGS[model_config]))
-    return sum(parameter.numel() for parameter in model.parameters())
+    """Parameters of a named architecture (tied embeddings once: 1,543,714,304 for Qwen2.5-1.5B)."""
+    return memory.parameter_count(project.NAMED_CONFIGS[model_config])
 
 
 def recipe_step(cfg: TrainConfig, device: torch.device):
@@ -137,9 +134,8 @@ def fresh(device: torch.device) -> None:
 def memory_projection(cfg: TrainConfig, device: torch.device, batch_sizes: list[int], warmup: int) -> dict:
     """Peak memory of the project's step at several batch sizes on this one GPU, then projected onto 8 L4s.
 
-    On one GPU the peak is fixed + per_sequence * batch. Of `fixed`, the sharded state (fp32 weights, fp32
-    gradients, two fp32 AdamW moments: 16 bytes a parameter) is divided by 8 when sharded 8 ways; activations,
-    the gathered bf16 weights and the loss buffers are not. NCCL's own buffers come on top: 1 GiB of margin.
+    On one GPU the peak is fixed + per_sequence * batch; workload.memory splits `fixed` into the state FSDP shards
+    8 ways and the rest, and adds NCCL's buffers. The Pulumi program refuses a job by the same model.
     """
     peaks = {}
     for batch_size in batch_sizes:
@@ -150,9 +146,10 @@ def memory_projection(cfg: TrainConfig, device: torch.device, batch_sizes: list[
     (b1, p1), (b2, p2) = sorted(peaks.items())[:2]
     per_sequence = (p2 - p1) / (b2 - b1)
     fixed = p1 - per_sequence * b1
-    sharded_state = 16 * parameters(cfg.model_config) / GIB
-    fixed_8way = fixed - sharded_state * 7 / 8
-    projected = {b: round(fixed_8way + per_sequence * b + 1.0, 1) for b in (1, 2, 4)}
+    projected = {b: round(memory.projected_peak_gib(fixed_gib=fixed, per_sequence_gib=per_sequence,
+                                                    parameters=parameters(cfg.model_config), batch_size=b, shards=8), 1)
+                 for b in (1, 2, 4)}
+    usable = memory.usable_gib(L4_MEMORY_MIB)
     return {
         "run": "memory",
         "seq_len": cfg.seq_len,
@@ -160,9 +157,9 @@ def memory_projection(cfg: TrainConfig, device: torch.device, batch_sizes: list[
         "per_sequence_gib": round(per_sequence, 2),
         "fixed_gib_1gpu": round(fixed, 1),
         "projected_peak_gib_8xL4_by_batch": projected,
-        "l4_usable_gib": L4_USABLE_GIB,
-        "largest_batch_that_fits_with_2gib_margin": max(
-            (b for b, gib in projected.items() if gib + 2 <= L4_USABLE_GIB), default=0),
+        "l4_usable_gib": round(usable, 2),
+        f"largest_batch_that_fits_with_{memory.MARGIN_GIB:g}gib_margin": max(
+            (b for b, gib in projected.items() if memory.fits(gib, usable)), default=0),
     }
 
 

@@ -74,10 +74,17 @@ def check_efa_allowlist(instance_type: str) -> None:
 
 
 def nvidia_device_plugin_values() -> dict:
-    """Only GPU nodes: a CPU node has no driver, and the plugin would crash-loop there."""
+    """Only GPU nodes: a CPU node has no driver, and the plugin would crash-loop there.
+
+    The chart's gpu-feature-discovery labels each GPU node with its driver's version and the newest CUDA that
+    driver supports, which infra/preflight.py checks against the image's CUDA. It publishes them through the
+    chart's node-feature-discovery, whose worker must then run on the tainted GPU nodes too.
+    """
     return {
         "nodeSelector": {GPU_PRESENT_LABEL: "true"},
         "tolerations": [_CRITICAL_ADDONS_TOLERATION, GPU_TOLERATION],
+        "gfd": {"enabled": True},
+        "nfd": {"worker": {"tolerations": [GPU_TOLERATION]}},
     }
 
 

@@ -10,10 +10,14 @@ The reservation is `targeted`: only instances that name it in their launch templ
 targeted the same way, but it would also absorb any other matching instance of the account in that AZ (a
 stray g6.12xlarge dev box), leaving the node group one node short.
 
+With `placement_group_arn` the reservation is made inside that cluster placement group, so the nodes that use it
+are co-located; EC2 then only lets instances launched into that group use it.
+
 It is a dynamic resource: the provider runs in Pulumi's provider process, which unpickles it by reference
 (`infra.capacity_reservation`, importable from the project root), so it holds no client or session: each
-call builds its boto3 client from the optional `region` and `profile` inputs (the stack's aws:region and
-aws:profile), else the environment. Credentials from aws:assumeRole are not applied: use a profile instead.
+call builds its boto3 client from the optional `region`, `profile` and `role_arn` inputs (the stack's aws:region,
+aws:profile and the role of aws:assumeRoles), else the environment. The program reads an existing reservation at
+preview (`describe_existing`) through the same session.
 """
 from __future__ import annotations
 
@@ -43,14 +47,19 @@ QUOTA_ERROR_CODES = frozenset({"InstanceLimitExceeded", "VcpuLimitExceeded", "Re
 ENDED_STATES = frozenset({"cancelled", "expired", "failed"})
 
 PLATFORM = "Linux/UNIX"  # EKS's AL2023 GPU AMIs; a reservation only serves instances of its platform.
+TENANCY = "default"  # what the GPU launch template launches; a dedicated reservation serves only dedicated instances
 MATCH_CRITERIA = "targeted"
+ROLE_SESSION_NAME = "raytrain-eks"
 
 # Standard mode retries throttling and 5xx. EC2 answers InsufficientInstanceCapacity with a 500, so a starved AZ
 # is retried twice (about a second) before the next AZ is tried; the ClientToken keeps those retries from ever
 # creating a second reservation.
 _CLIENT_CONFIG = Config(retries={"mode": "standard", "max_attempts": 3})
 
-_INPUT_KEYS = ("instance_type", "instance_count", "candidate_azs", "tags", "region", "profile")
+_INPUT_KEYS = ("instance_type", "instance_count", "candidate_azs", "tags", "region", "profile", "role_arn",
+               "placement_group_arn")
+# A reservation cannot be moved into or out of a placement group, nor to another type or account: a new one.
+_REPLACE_KEYS = ("instance_type", "region", "profile", "role_arn", "placement_group_arn")
 
 
 class CapacityReservationError(RuntimeError):
@@ -58,7 +67,7 @@ class CapacityReservationError(RuntimeError):
 
 
 def reservation_request(*, instance_type: str, instance_count: int, availability_zone: str,
-                        tags: dict[str, str], end_date=None) -> dict[str, Any]:
+                        tags: dict[str, str], end_date=None, placement_group_arn: str | None = None) -> dict[str, Any]:
     """The CreateCapacityReservation parameters, shared by the stack's reservation and the finder's probes.
 
     `end_date` (a datetime) makes the reservation expire by itself: the finder's probes set it as a safety net
@@ -71,11 +80,13 @@ def reservation_request(*, instance_type: str, instance_count: int, availability
         "AvailabilityZone": availability_zone,
         "InstanceCount": instance_count,
         "InstanceMatchCriteria": MATCH_CRITERIA,
-        "Tenancy": "default",
+        "Tenancy": TENANCY,
         "EndDateType": "limited" if end_date is not None else "unlimited",
     }
     if end_date is not None:
         request["EndDate"] = end_date
+    if placement_group_arn:
+        request["PlacementGroupArn"] = placement_group_arn
     if tags:
         request["TagSpecifications"] = [{
             "ResourceType": "capacity-reservation",
@@ -103,6 +114,10 @@ class ReservationInputs:
     region: str | None = None
     profile: str | None = None
     """The stack's aws:profile: the reservation must land in the account the rest of the stack is in."""
+    role_arn: str | None = None
+    """The role of the stack's aws:assumeRoles, for the same reason."""
+    placement_group_arn: str | None = None
+    """The cluster placement group to reserve in (the GPU nodes launch into it)."""
 
     @classmethod
     def from_props(cls, props: dict[str, Any]) -> ReservationInputs:
@@ -113,6 +128,8 @@ class ReservationInputs:
             tags=dict(props.get("tags") or {}),
             region=props.get("region") or None,
             profile=props.get("profile") or None,
+            role_arn=props.get("role_arn") or None,
+            placement_group_arn=props.get("placement_group_arn") or None,
         )
 
     def validate(self) -> None:
@@ -132,11 +149,25 @@ class ReservationInputs:
                 "skipped_azs": skipped_azs}
 
 
+def aws_session(*, region: str | None, profile: str | None, role_arn: str | None) -> boto3.session.Session:
+    """The stack's AWS identity: aws:profile (else the environment's credentials), then aws:assumeRoles' role.
+
+    A fresh session per call: boto3's default session is not thread-safe, and the provider process may serve
+    several resources at once.
+    """
+    session = boto3.session.Session(profile_name=profile or None, region_name=region or None)
+    if not role_arn:
+        return session
+    credentials = session.client("sts", config=_CLIENT_CONFIG).assume_role(
+        RoleArn=role_arn, RoleSessionName=ROLE_SESSION_NAME)["Credentials"]
+    return boto3.session.Session(
+        aws_access_key_id=credentials["AccessKeyId"], aws_secret_access_key=credentials["SecretAccessKey"],
+        aws_session_token=credentials["SessionToken"], region_name=region or None)
+
+
 def _ec2_client(props: dict[str, Any]):
-    # A fresh session per call: boto3's default session is not thread-safe, and the provider process may serve
-    # several resources at once.
-    session = boto3.session.Session(profile_name=props.get("profile") or None)
-    return session.client("ec2", region_name=props.get("region") or None, config=_CLIENT_CONFIG)
+    session = aws_session(region=props.get("region"), profile=props.get("profile"), role_arn=props.get("role_arn"))
+    return session.client("ec2", config=_CLIENT_CONFIG)
 
 
 class GpuCapacityReservationProvider(ResourceProvider):
@@ -149,7 +180,8 @@ class GpuCapacityReservationProvider(ResourceProvider):
         skipped: list[str] = []
         for az in inputs.candidate_azs:
             request = reservation_request(instance_type=inputs.instance_type, instance_count=inputs.instance_count,
-                                          availability_zone=az, tags=inputs.tags)
+                                          availability_zone=az, tags=inputs.tags,
+                                          placement_group_arn=inputs.placement_group_arn)
             try:
                 reservation = ec2.create_capacity_reservation(**request)["CapacityReservation"]
             except ClientError as error:
@@ -171,7 +203,7 @@ class GpuCapacityReservationProvider(ResourceProvider):
             + "\nRank other AZs or regions with `python -m tools.capacity`, then set capacityCandidateAzs.")
 
     def diff(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> DiffResult:
-        replaces = [key for key in ("instance_type", "region", "profile") if olds.get(key) != news.get(key)]
+        replaces = [key for key in _REPLACE_KEYS if olds.get(key) != news.get(key)]
         # A new ranking alone must not move a live reservation (and the GPU nodes in it): only an AZ dropped
         # from the candidates forces a new one.
         if olds.get("availability_zone") not in (news.get("candidate_azs") or []):
@@ -223,6 +255,28 @@ def _describe(ec2, reservation_id: str) -> dict[str, Any] | None:
     return found[0] if found else None
 
 
+def describe_existing(reservation_id: str, *, cluster_name: str, region: str | None, profile: str | None,
+                      role_arn: str | None) -> dict[str, Any] | None:
+    """A reservation made outside the stack, as DescribeCapacityReservations returns it, plus `ClusterInstances`:
+    how many of the instances running in it are already this cluster's nodes. None if it does not exist.
+
+    pulumi-aws 7.51 has no invoke for On-Demand Capacity Reservations (only for Capacity Blocks), so the program
+    reads it here at preview, before any resource, as the stack's own identity. A re-run finds its own nodes in
+    the reservation; they count as capacity the stack has, not capacity it lacks.
+    """
+    ec2 = _ec2_client({"region": region, "profile": profile, "role_arn": role_arn})
+    reservation = _describe(ec2, reservation_id)
+    if reservation is None:
+        return None
+    # EKS tags every instance of a managed node group with eks:cluster-name.
+    filters = [{"Name": "capacity-reservation-id", "Values": [reservation_id]},
+               {"Name": "tag:eks:cluster-name", "Values": [cluster_name]},
+               {"Name": "instance-state-name", "Values": ["pending", "running"]}]
+    pages = ec2.get_paginator("describe_instances").paginate(Filters=filters)
+    instances = sum(len(group["Instances"]) for page in pages for group in page["Reservations"])
+    return {**reservation, "ClusterInstances": instances}
+
+
 class GpuCapacityReservation(pulumi.dynamic.Resource, module="raytrain", name="GpuCapacityReservation"):
     """An On-Demand Capacity Reservation in the first of `candidate_azs` that has the capacity."""
 
@@ -235,12 +289,14 @@ class GpuCapacityReservation(pulumi.dynamic.Resource, module="raytrain", name="G
 
     def __init__(self, name: str, *, instance_type: str, instance_count: int, candidate_azs: list[str],
                  tags: dict[str, str], region: str | None = None, profile: str | None = None,
+                 role_arn: str | None = None, placement_group_arn: pulumi.Input[str] | None = None,
                  opts: pulumi.ResourceOptions | None = None):
         inputs = ReservationInputs(instance_type=instance_type, instance_count=instance_count,
                                    candidate_azs=list(candidate_azs), tags=dict(tags), region=region,
-                                   profile=profile)
+                                   profile=profile, role_arn=role_arn)
         inputs.validate()
         super().__init__(
             GpuCapacityReservationProvider(), name,
-            {**asdict(inputs), "reservation_id": None, "availability_zone": None, "skipped_azs": None},
+            {**asdict(inputs), "placement_group_arn": placement_group_arn,
+             "reservation_id": None, "availability_zone": None, "skipped_azs": None},
             opts)

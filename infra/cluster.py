@@ -4,6 +4,13 @@ Access is by EKS access entries (authentication mode API, no aws-auth ConfigMap)
 one EKS creates for the cluster creator: pulumi-eks always sets bootstrapClusterCreatorAdminPermissions=true,
 and declaring a second entry for the same principal fails with ResourceInUseException. Managed node groups
 get their node-role entries from EKS itself.
+
+The kubeconfig authenticates as the creator too. pulumi-eks writes `aws eks get-token` into it with aws:profile
+(or AWS_PROFILE) only, so a stack deployed through aws:assumeRoles would reach its own cluster with the ambient
+identity, which has no access entry: Helm, the RayCluster and the dynamic resources would get 401. The role is
+passed as providerCredentialOpts.roleArn, which pulumi-eks turns into `--role <arn>` (generateKubeconfig in
+pulumi/pulumi-eks nodejs/eks/cluster/cluster.ts); given that, it no longer adds aws:profile itself, so the profile
+is passed with it.
 """
 from __future__ import annotations
 
@@ -15,10 +22,16 @@ import pulumi_eks as eks
 import pulumi_kubernetes as k8s
 
 from infra.addons import SYSTEM_NODE_SELECTOR
-from infra.config import StackConfig
+from infra.config import AwsIdentity, StackConfig
 
 SYSTEM_AMI_TYPE = "AL2023_x86_64_STANDARD"
-SYSTEM_DISK_GIB = 50
+# The Ray head runs the training image (the DLC: tens of GiB, and containerd keeps both the compressed layers and
+# the unpacked snapshot) next to the add-ons' images; EKS's default 20 GiB, or 50, fills up and evicts the head.
+SYSTEM_DISK_GIB = 100
+ROOT_DEVICE_NAME = "/dev/xvda"  # the AL2023 EKS AMIs' root device
+# 2, not 1: pods that are not on the host network (Ray workers writing checkpoints to S3 with the node role)
+# reach IMDS through one extra hop.
+IMDS_HOP_LIMIT = 2
 
 # What every EKS worker node needs; ECR read-only lets it pull the add-on images.
 NODE_POLICY_ARNS = (
@@ -48,6 +61,27 @@ def checkpoint_storage_policy(storage_path: str) -> str | None:
              "Action": ["s3:GetObject", "s3:PutObject", "s3:DeleteObject", "s3:AbortMultipartUpload"]},
         ],
     })
+
+
+def root_volume(size_gib: int) -> aws.ec2.LaunchTemplateBlockDeviceMappingArgs:
+    """A node's root volume: gp3 and encrypted (EKS's own launch template leaves encryption to the account)."""
+    return aws.ec2.LaunchTemplateBlockDeviceMappingArgs(
+        device_name=ROOT_DEVICE_NAME,
+        ebs=aws.ec2.LaunchTemplateBlockDeviceMappingEbsArgs(
+            volume_size=size_gib, volume_type="gp3", encrypted="true", delete_on_termination="true"),
+    )
+
+
+def instance_metadata() -> aws.ec2.LaunchTemplateMetadataOptionsArgs:
+    """IMDS settings of every node's launch template (system and GPU)."""
+    return aws.ec2.LaunchTemplateMetadataOptionsArgs(
+        http_endpoint="enabled", http_tokens="required", http_put_response_hop_limit=IMDS_HOP_LIMIT)
+
+
+def node_tag_specifications(tags: dict[str, str], name: str) -> list[aws.ec2.LaunchTemplateTagSpecificationArgs]:
+    """The stack's tags on what a node launches (its instance, volumes and network interfaces)."""
+    return [aws.ec2.LaunchTemplateTagSpecificationArgs(resource_type=kind, tags={**tags, "Name": name})
+            for kind in ("instance", "volume", "network-interface")]
 
 
 def node_role(name: str, *, tags: dict[str, str], parent: pulumi.Resource,
@@ -87,6 +121,7 @@ class EksCluster(pulumi.ComponentResource):
         name: str,
         *,
         cfg: StackConfig,
+        identity: AwsIdentity,
         vpc_id: pulumi.Input[str],
         control_plane_public_subnet_ids: list[pulumi.Input[str]],
         control_plane_private_subnet_ids: list[pulumi.Input[str]],
@@ -116,6 +151,8 @@ class EksCluster(pulumi.ComponentResource):
             use_default_vpc_cni=False,
             kube_proxy_addon_options=eks.KubeProxyAddonOptionsArgs(enabled=True),
             coredns_addon_options=eks.CoreDnsAddonOptionsArgs(enabled=False),
+            provider_credential_opts=eks.KubeconfigOptionsArgs(
+                role_arn=identity.role_arn, profile_name=identity.profile) if identity.role_arn else None,
             tags=tags,
             opts=pulumi.ResourceOptions(parent=self),
         )
@@ -129,6 +166,18 @@ class EksCluster(pulumi.ComponentResource):
         # The Ray head runs here, and Ray Train's controller on it writes the run's state to the storage path.
         system_role, system_policies = node_role(f"{name}-system-node", tags=tags, parent=self,
                                                  storage_policy=checkpoint_storage_policy(cfg.train.storage_path))
+        # A launch template only for the root volume's size and encryption (node group disk_size cannot encrypt)
+        # and the IMDS settings; EKS still picks the AMI and the bootstrap.
+        self.system_launch_template = aws.ec2.LaunchTemplate(
+            f"{name}-system-lt",
+            description=f"EKS system nodes ({cfg.system_instance_type})",
+            block_device_mappings=[root_volume(SYSTEM_DISK_GIB)],
+            metadata_options=instance_metadata(),
+            tag_specifications=node_tag_specifications(tags, f"{name}-system"),
+            update_default_version=True,
+            tags=tags,
+            opts=pulumi.ResourceOptions(parent=self),
+        )
         self.system_node_group = aws.eks.NodeGroup(
             f"{name}-system",
             cluster_name=self.cluster_name,
@@ -137,7 +186,10 @@ class EksCluster(pulumi.ComponentResource):
             instance_types=[cfg.system_instance_type],
             ami_type=SYSTEM_AMI_TYPE,
             capacity_type="ON_DEMAND",
-            disk_size=SYSTEM_DISK_GIB,
+            launch_template=aws.eks.NodeGroupLaunchTemplateArgs(
+                id=self.system_launch_template.id,
+                version=self.system_launch_template.latest_version.apply(str),
+            ),
             scaling_config=aws.eks.NodeGroupScalingConfigArgs(
                 desired_size=cfg.system_node_count,
                 min_size=cfg.system_node_count,

@@ -5,6 +5,7 @@ with a ValueError that names the key and the allowed values, before any resource
 """
 from __future__ import annotations
 
+import difflib
 import ipaddress
 import json
 import re
@@ -38,11 +39,22 @@ class InstanceFacts:
     network_cards: int
     vcpus: int
     memory_mib: int
+    architectures: tuple[str, ...] = ("x86_64",)
+    """What the type's processors run (x86_64, arm64): a node group's AMI must match."""
 
     @property
     def efa_interfaces(self) -> int:
         """EFA interfaces a node gets: one per network card, as far as the type allows (p5: 32, g6: 1)."""
         return min(self.network_cards, self.maximum_efa_interfaces) if self.efa_supported else 0
+
+
+@dataclass(frozen=True)
+class AwsIdentity:
+    """Who the stack acts as in AWS: aws:profile (else the environment's credentials), then aws:assumeRoles' role.
+    The AWS provider applies both itself; the kubeconfig and the dynamic providers are given them explicitly."""
+
+    profile: str | None = None
+    role_arn: str | None = None
 
 
 def check_efa_gpu(facts: InstanceFacts, *, config_key: str = "gpuInstanceType") -> InstanceFacts:
@@ -100,6 +112,10 @@ class StackConfig:
     capacity_reserve: bool
     capacity_candidate_azs: tuple[str, ...]
     dlc_image: str
+    ray_version: str
+    """As configured: empty means the version the stack knows for dlc_image (raycluster.image_facts)."""
+    image_cuda_version: str
+    """As configured: empty means the stack's figure for a known dlc_image (raycluster.image_facts)."""
     ray_namespace: str
     ray_cluster_name: str
     transport_env: dict[str, str] = field(default_factory=dict)
@@ -156,8 +172,36 @@ def read_raw_config(config: Any | None = None) -> dict[str, Any]:
     return {key: _read_raw(config, key, spec) for key, spec in schema().items()}
 
 
+def stack_config_keys() -> set[str]:
+    """Every key the stack sets, namespaced (`raytrain-eks:gpuNodeCount`, `aws:region`).
+
+    pulumi.Config reads one key at a time and has no listing; the runtime's own config map (filled by the language
+    host, or by set_all_config) and PULUMI_CONFIG (its older channel) together hold all of them.
+    """
+    return set(pulumi.runtime.config.CONFIG.get()) | set(pulumi.runtime.config.get_config_env())
+
+
+def check_unknown_keys(keys: set[str], project: str, declared: set[str]) -> None:
+    """Refuse a key of the project's namespace that Pulumi.yaml does not declare: Pulumi ignores it silently, so a
+    typo (`gpuNodeCout`) would run the stack on the default."""
+    unknown = sorted(key.partition(":")[2] for key in keys if key.partition(":")[0] == project
+                     and key.partition(":")[2] not in declared)
+    if not unknown:
+        return
+    hints, unmatched = [], False
+    for key in unknown:
+        nearest = difflib.get_close_matches(key, declared, n=1)
+        hints.append(f"{key!r} (did you mean {nearest[0]!r}?)" if nearest else repr(key))
+        unmatched |= not nearest
+    allowed = f"one of {sorted(declared)}" if unmatched else "the key it means"
+    raise ValueError(
+        f"config keys {', '.join(hints)} are not declared in Pulumi.yaml, so Pulumi would ignore them; "
+        f"`pulumi config rm {project}:{unknown[0]}`, and use {allowed}")
+
+
 def load(config: Any | None = None) -> StackConfig:
     """Read the stack's config per Pulumi.yaml and validate it. Touches no cloud resource."""
+    check_unknown_keys(stack_config_keys(), project_name(), set(schema()))
     return parse(read_raw_config(config))
 
 
@@ -168,6 +212,8 @@ _AZ_NAME = re.compile(r"^[a-z]{2}(-[a-z]+)+-[0-9][a-z]$")
 _INSTANCE_TYPE = re.compile(r"^[a-z][a-z0-9-]*\.[a-z0-9]+$")
 _RESERVATION_ID = re.compile(r"^cr-[0-9a-f]{8,17}$")
 _RUN_ID = re.compile(r"^[A-Za-z0-9._-]{1,32}$")
+_RAY_VERSION = re.compile(r"^[0-9]+\.[0-9]+\.[0-9]+$")
+_CUDA_VERSION = re.compile(r"^[0-9]+\.[0-9]+$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
@@ -223,11 +269,6 @@ def parse(raw: dict[str, Any]) -> StackConfig:
     reserve = raw["capacityReserve"]
     _require(not (reserve and reservation_id), "capacityReserve",
              "cannot be true while capacityReservationId is set: target the existing reservation or create one")
-    if placement == "cluster" and (reserve or reservation_id):
-        raise ValueError(
-            "config keys 'gpuPlacement' and 'capacityReservationId'/'capacityReserve': gpuPlacement=cluster "
-            "cannot be combined with a capacity reservation (the reservation's own placement governs, and a "
-            "forced placement group loses nodes); use gpuPlacement auto or none")
 
     gpu_az = raw["gpuAvailabilityZone"]
     if gpu_az:
@@ -239,7 +280,12 @@ def parse(raw: dict[str, Any]) -> StackConfig:
     _require(not candidates or reserve, "capacityCandidateAzs", "is only used with capacityReserve=true")
 
     # dlcImage, rayNamespace and rayClusterName are checked by raycluster.check_config, which the program runs
-    # before any resource: KubeRay's own limits on them live beside the manifest they end up in.
+    # before any resource: KubeRay's own limits on them live beside the manifest they end up in. rayVersion and
+    # imageCudaVersion are checked against the image there too; here only their form.
+    _require(raw["rayVersion"] == "" or bool(_RAY_VERSION.match(raw["rayVersion"])), "rayVersion",
+             f"{raw['rayVersion']!r} must be empty (the known image's) or a Ray release like 2.58.0")
+    _require(raw["imageCudaVersion"] == "" or bool(_CUDA_VERSION.match(raw["imageCudaVersion"])), "imageCudaVersion",
+             f"{raw['imageCudaVersion']!r} must be empty (the known image's) or a CUDA major.minor like 13.0")
     _require(raw["ncclDebug"] in NCCL_DEBUG_LEVELS, "ncclDebug",
              f"{raw['ncclDebug']!r} is not one of {list(NCCL_DEBUG_LEVELS)}")
     for key in ("ncclSocketIfname", "fiProvider", "ncclNetPlugin"):
@@ -261,6 +307,8 @@ def parse(raw: dict[str, Any]) -> StackConfig:
         capacity_reserve=reserve,
         capacity_candidate_azs=candidates,
         dlc_image=raw["dlcImage"],
+        ray_version=raw["rayVersion"],
+        image_cuda_version=raw["imageCudaVersion"],
         ray_namespace=raw["rayNamespace"],
         ray_cluster_name=raw["rayClusterName"],
         transport_env={

@@ -1,4 +1,4 @@
-"""The EFA GPU node group, on its own launch template.
+"""The EFA GPU node group, on its own launch template, and the cluster placement group it launches into.
 
 pulumi-eks's built-in EFA support refuses a custom launch template, and only a custom launch template can
 target a capacity reservation; so the template is declared here, with one EFA interface per network card.
@@ -6,21 +6,29 @@ What can be computed without the cloud (interfaces, labels, taint, placement) is
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import pulumi
 import pulumi_aws as aws
 
 from infra.addons import GPU_PRESENT_LABEL, GPU_WORKER_NODE_SELECTOR
-from infra.cluster import node_role
+from infra.cluster import instance_metadata, node_role, node_tag_specifications, root_volume
 from infra.config import InstanceFacts
 
 GPU_AMI_TYPE = "AL2023_x86_64_NVIDIA"
 # Without nvidia.com/gpu.present=true the NVIDIA device plugin's DaemonSet matches zero nodes, silently.
 GPU_NODE_LABELS = {**GPU_WORKER_NODE_SELECTOR, GPU_PRESENT_LABEL: "true"}
 GPU_TAINT = {"key": "nvidia.com/gpu", "value": "true", "effect": "NO_SCHEDULE"}
-ROOT_DEVICE_NAME = "/dev/xvda"  # the AL2023 EKS AMIs' root device
-# 2, not 1: pods that are not on the host network (Ray workers writing checkpoints to S3 with the node role)
-# reach IMDS through one extra hop.
-IMDS_HOP_LIMIT = 2
+
+
+@dataclass(frozen=True)
+class TargetedReservation:
+    """The capacity reservation every GPU node launches into."""
+
+    reservation_id: pulumi.Input[str]
+    capacity_block: bool = False
+    """A Capacity Block for ML: EKS wants capacity type CAPACITY_BLOCK and the launch template's market type
+    capacity-block (EKS user guide, "Create a managed node group with Capacity Blocks for ML")."""
 
 
 def efa_network_interfaces(facts: InstanceFacts, security_group_ids: list[pulumi.Input[str]]) -> list[dict]:
@@ -42,18 +50,37 @@ def efa_network_interfaces(facts: InstanceFacts, security_group_ids: list[pulumi
     return interfaces
 
 
-def use_placement_group(gpu_placement: str, *, reservation_targeted: bool) -> bool:
-    """A cluster placement group keeps EFA latency low, but a reservation's own placement must govern."""
-    if gpu_placement == "cluster":
-        assert not reservation_targeted, "config.parse refuses gpuPlacement=cluster with a reservation"
-        return True
-    if gpu_placement == "none":
-        return False
-    return not reservation_targeted
+def use_placement_group(gpu_placement: str, *, existing_reservation: bool) -> bool:
+    """Whether the stack makes its own cluster placement group, which keeps EFA latency low. An existing
+    reservation's own placement governs instead: EC2 lets only instances inside its placement group (if it has
+    one) use it. The reservation the stack makes itself is made inside the stack's group."""
+    return gpu_placement != "none" and not existing_reservation
+
+
+def placement_group_name(arn: str) -> str:
+    """arn:aws:ec2:<region>:<account>:placement-group/<name> -> <name>: launch templates name the group."""
+    return arn.rsplit("/", 1)[-1]
+
+
+class GpuPlacementGroup(pulumi.ComponentResource):
+    """The cluster placement group of the GPU nodes, made before the capacity reservation that is made in it."""
+
+    def __init__(self, name: str, *, node_group_name: str, tags: dict[str, str],
+                 opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("raytrain:infra:GpuPlacementGroup", name, None, opts)
+        # The group used to be GpuNodeGroup's child, under this very name: the alias keeps it (and the nodes
+        # inside it) instead of replacing it on the first `up` after the move.
+        earlier_parent = pulumi.create_urn(node_group_name, "raytrain:infra:GpuNodeGroup")
+        self.placement_group = aws.ec2.PlacementGroup(
+            name, strategy="cluster", tags=tags,
+            opts=pulumi.ResourceOptions(parent=self, aliases=[pulumi.Alias(parent=earlier_parent)]))
+        self.name: pulumi.Output[str] = self.placement_group.name
+        self.arn: pulumi.Output[str] = self.placement_group.arn
+        self.register_outputs({"name": self.name, "arn": self.arn})
 
 
 class GpuNodeGroup(pulumi.ComponentResource):
-    """EFA security group, placement group, launch template and the managed node group, all in one AZ."""
+    """EFA security group, launch template and the managed node group, all in one AZ and placement group."""
 
     def __init__(
         self,
@@ -68,8 +95,8 @@ class GpuNodeGroup(pulumi.ComponentResource):
         availability_zone: pulumi.Input[str],
         cluster_security_group_id: pulumi.Input[str],
         root_volume_gib: int,
-        gpu_placement: str,
-        capacity_reservation_id: pulumi.Input[str] | None,
+        placement_group: pulumi.Input[str] | None,
+        reservation: TargetedReservation | None,
         tags: dict[str, str],
         storage_policy: str | None = None,
         opts: pulumi.ResourceOptions | None = None,
@@ -92,39 +119,27 @@ class GpuNodeGroup(pulumi.ComponentResource):
             opts=child,
         )
 
-        placement = None
-        self.placement_group: aws.ec2.PlacementGroup | None = None
-        if use_placement_group(gpu_placement, reservation_targeted=capacity_reservation_id is not None):
-            self.placement_group = aws.ec2.PlacementGroup(
-                f"{name}-placement", strategy="cluster", tags=tags, opts=child)
-            placement = aws.ec2.LaunchTemplatePlacementArgs(group_name=self.placement_group.name)
-
-        reservation = None
-        if capacity_reservation_id is not None:
+        target = None
+        if reservation is not None:
             # A targeted reservation has no fallback: nodes launch into it or not at all
             # (the effect of capacity-reservations-only; EC2 refuses a preference next to a target).
-            reservation = aws.ec2.LaunchTemplateCapacityReservationSpecificationArgs(
+            target = aws.ec2.LaunchTemplateCapacityReservationSpecificationArgs(
                 capacity_reservation_target=aws.ec2.LaunchTemplateCapacityReservationSpecificationCapacityReservationTargetArgs(
-                    capacity_reservation_id=capacity_reservation_id))
+                    capacity_reservation_id=reservation.reservation_id))
+        capacity_block = reservation is not None and reservation.capacity_block
 
         self.launch_template = aws.ec2.LaunchTemplate(
             f"{name}-lt",
             description=f"EFA GPU nodes ({facts.instance_type}, {facts.efa_interfaces} EFA interfaces)",
             network_interfaces=efa_network_interfaces(
                 facts, [cluster_security_group_id, self.efa_security_group.id]),
-            placement=placement,
-            capacity_reservation_specification=reservation,
-            metadata_options=aws.ec2.LaunchTemplateMetadataOptionsArgs(
-                http_endpoint="enabled", http_tokens="required", http_put_response_hop_limit=IMDS_HOP_LIMIT),
-            block_device_mappings=[aws.ec2.LaunchTemplateBlockDeviceMappingArgs(
-                device_name=ROOT_DEVICE_NAME,
-                ebs=aws.ec2.LaunchTemplateBlockDeviceMappingEbsArgs(
-                    volume_size=root_volume_gib, volume_type="gp3", encrypted="true", delete_on_termination="true"),
-            )],
-            tag_specifications=[
-                aws.ec2.LaunchTemplateTagSpecificationArgs(resource_type=kind, tags={**tags, "Name": name})
-                for kind in ("instance", "volume", "network-interface")
-            ],
+            placement=aws.ec2.LaunchTemplatePlacementArgs(group_name=placement_group) if placement_group else None,
+            capacity_reservation_specification=target,
+            instance_market_options=aws.ec2.LaunchTemplateInstanceMarketOptionsArgs(market_type="capacity-block")
+            if capacity_block else None,
+            metadata_options=instance_metadata(),
+            block_device_mappings=[root_volume(root_volume_gib)],
+            tag_specifications=node_tag_specifications(tags, name),
             update_default_version=True,
             tags=tags,
             opts=child,
@@ -138,7 +153,7 @@ class GpuNodeGroup(pulumi.ComponentResource):
             subnet_ids=[subnet_id],
             instance_types=[facts.instance_type],
             ami_type=GPU_AMI_TYPE,
-            capacity_type="ON_DEMAND",
+            capacity_type="CAPACITY_BLOCK" if capacity_block else "ON_DEMAND",
             scaling_config=aws.eks.NodeGroupScalingConfigArgs(
                 desired_size=node_count, min_size=node_count, max_size=node_count),
             launch_template=aws.eks.NodeGroupLaunchTemplateArgs(
@@ -151,10 +166,13 @@ class GpuNodeGroup(pulumi.ComponentResource):
             # reservation sized to the node count there is no room for the surge nodes a default update launches
             # first: MINIMAL removes an old node before it launches its replacement.
             update_config=aws.eks.NodeGroupUpdateConfigArgs(
-                max_unavailable=1, update_strategy="MINIMAL" if capacity_reservation_id is not None else None),
+                max_unavailable=1, update_strategy="MINIMAL" if reservation is not None else None),
             version=kubernetes_version,
             tags=tags,
-            opts=pulumi.ResourceOptions(parent=self, depends_on=role_policies),
+            # A change EKS cannot make in place (AZ, subnet, instance type, capacity type) replaces the group.
+            # Create-before-delete would run both groups at once: twice the GPUs, twice the vCPU quota, and no room
+            # in a reservation or a full placement group sized to the node count. The old nodes go first.
+            opts=pulumi.ResourceOptions(parent=self, depends_on=role_policies, delete_before_replace=True),
         )
         self.node_group_name: pulumi.Output[str] = self.node_group.node_group_name
         self.register_outputs({
@@ -163,34 +181,3 @@ class GpuNodeGroup(pulumi.ComponentResource):
             "launch_template_id": self.launch_template.id,
         })
 
-
-def existing_reservation_id(
-    name: str,
-    reservation_id: str,
-    *,
-    instance_type: str,
-    availability_zone: str,
-    node_count: int,
-    opts: pulumi.ResourceOptions | None = None,
-) -> pulumi.Output[str]:
-    """Read a reservation made outside the stack and refuse one the GPU nodes could not launch into.
-
-    A read, not a resource: the stack never owns (or cancels) it. The check runs at preview, since reads do.
-    """
-    reservation = aws.ec2.CapacityReservation.get(name, reservation_id, opts=opts)
-
-    def check(found: list) -> str:
-        az, found_type, count = found
-        problems = []
-        if az != availability_zone:
-            problems.append(f"it is in {az}, but gpuAvailabilityZone is {availability_zone}")
-        if found_type != instance_type:
-            problems.append(f"it holds {found_type}, but gpuInstanceType is {instance_type}")
-        if count < node_count:
-            problems.append(f"it holds {count} instances, but gpuNodeCount is {node_count}")
-        if problems:
-            raise ValueError(f"config key 'capacityReservationId': {reservation_id}: " + "; ".join(problems))
-        return reservation_id
-
-    return pulumi.Output.all(
-        reservation.availability_zone, reservation.instance_type, reservation.instance_count).apply(check)

@@ -4,6 +4,9 @@ Every other module takes the `InstanceFacts` built here, so no figure about the 
 """
 from __future__ import annotations
 
+import re
+from dataclasses import dataclass
+
 import pulumi_aws as aws
 
 from infra.config import InstanceFacts, check_efa_gpu
@@ -27,9 +30,44 @@ def lookup(instance_type: str, *, config_key: str) -> InstanceFacts:
         network_cards=described.maximum_network_cards or 1,
         vcpus=described.default_vcpus,
         memory_mib=described.memory_size,
+        architectures=tuple(described.supported_architectures or ()),
     )
 
 
 def gpu_instance_facts(instance_type: str) -> InstanceFacts:
     """The GPU node type's facts, refused unless it has GPUs and EFA."""
     return check_efa_gpu(lookup(instance_type, config_key="gpuInstanceType"))
+
+
+# On-Demand vCPU quotas (service code ec2) by the letters that open the instance family. Codes as Service
+# Quotas names them; L-1216C47A is the Standard (A, C, D, H, I, M, R, T, Z) quota, not Inf.
+ON_DEMAND_QUOTAS: dict[str, tuple[str, str]] = {
+    "g": ("L-DB2E81BA", "Running On-Demand G and VT instances"),
+    "gr": ("L-DB2E81BA", "Running On-Demand G and VT instances"),
+    "vt": ("L-DB2E81BA", "Running On-Demand G and VT instances"),
+    "p": ("L-417A185B", "Running On-Demand P instances"),
+    "trn": ("L-2C3B7624", "Running On-Demand Trn instances"),
+    "inf": ("L-1945791B", "Running On-Demand Inf instances"),
+    "dl": ("L-6E869C2A", "Running On-Demand DL instances"),
+}
+_FAMILY_LETTERS = re.compile(r"^([a-z]+)\d")
+
+
+@dataclass(frozen=True)
+class OnDemandQuota:
+    """The On-Demand vCPU quota that an instance family draws on."""
+
+    code: str
+    name: str
+
+
+def on_demand_quota(instance_type: str, setting: str = "--instance-type") -> OnDemandQuota:
+    """The quota of `instance_type`'s family: "g6e.12xlarge" -> G and VT, "trn1n.32xlarge" -> Trn. `setting` names
+    where the type came from, for the error (the finder's flag, or a config key)."""
+    match = _FAMILY_LETTERS.match(instance_type.split(".", 1)[0])
+    letters = match.group(1) if match else ""
+    if letters not in ON_DEMAND_QUOTAS:
+        raise ValueError(
+            f"{setting} {instance_type}: not an accelerated instance family with a known On-Demand quota; "
+            f"allowed families start with one of {sorted(ON_DEMAND_QUOTAS)} (G and VT, P, Trn, Inf, DL)")
+    return OnDemandQuota(*ON_DEMAND_QUOTAS[letters])

@@ -8,8 +8,11 @@ and `run_preflight` are the part that talks to the API server.
 `GpuNodesReady` runs the same checks inside `pulumi up`, between the device-plugin releases and the RayCluster:
 its create polls until every GPU node advertises what a worker pod requests, or fails after
 GPU_NODES_READY_TIMEOUT_SECONDS with the reasons, instead of the RayCluster's 30-minute wait ending in a bare
-timeout. Like the other dynamic providers it is unpickled by reference (`infra.preflight`) in Pulumi's provider
-process, holds no client, and reports progress on stderr.
+timeout. It also checks each node's NVIDIA driver against the image's CUDA, and fails at once on a driver too old:
+KubeRay sets the Ray container's command to `ulimit ...; ray start ...` (BuildPod in ray-operator/controllers/ray/
+common/pod.go), which replaces the image's entrypoint, so the image's CUDA forward-compatibility shim never runs
+and PyTorch would fail on the first CUDA call of every rank. Like the other dynamic providers it is unpickled by
+reference (`infra.preflight`) in Pulumi's provider process, holds no client, and reports progress on stderr.
 """
 from __future__ import annotations
 
@@ -44,6 +47,10 @@ GPU_NODES_POLL_SECONDS = 10
 # The NVIDIA chart also ships DaemonSets that select no node unless their feature is on (MPS, feature
 # discovery); 0 desired pods is right for them.
 _OPTIONAL_COMPANIONS = ("mps-control-daemon", "gpu-feature-discovery", "node-feature-discovery")
+# gpu-feature-discovery's labels (infra/addons.py turns it on): the driver's version and the newest CUDA it
+# supports, which NVML reports as the "CUDA driver version" (NVIDIA/k8s-device-plugin internal/lm/nvml.go).
+DRIVER_VERSION_LABEL = "nvidia.com/cuda.driver-version.full"
+DRIVER_CUDA_LABEL = "nvidia.com/cuda.runtime-version.full"
 
 
 class PreflightError(RuntimeError):
@@ -143,6 +150,38 @@ def check_gpu_nodes(nodes: Iterable[Any], request: WorkerRequest) -> list[str]:
     return problems
 
 
+def _cuda(version: str) -> tuple[int, int]:
+    major, _, minor = version.partition(".")
+    return int(major), int(minor or 0)
+
+
+def unlabelled_drivers(nodes: Iterable[Any], image_cuda: str) -> list[str]:
+    """GPU nodes that gpu-feature-discovery has not labelled yet (it labels within a minute of starting)."""
+    if not image_cuda:
+        return []
+    return [f"node {(node.get('metadata') or {}).get('name', '?')} has no {DRIVER_CUDA_LABEL} label yet (is the "
+            f"{NVIDIA_DEVICE_PLUGIN_RELEASE}-gpu-feature-discovery DaemonSet running on it?)"
+            for node in map(plain, nodes) if is_gpu_worker(node)
+            and DRIVER_CUDA_LABEL not in ((node.get("metadata") or {}).get("labels") or {})]
+
+
+def driver_mismatches(nodes: Iterable[Any], image_cuda: str) -> list[str]:
+    """GPU nodes whose NVIDIA driver is too old for the image's CUDA: no wait fixes that."""
+    problems = []
+    for node in map(plain, nodes):
+        labels = (node.get("metadata") or {}).get("labels") or {}
+        if not image_cuda or not is_gpu_worker(node) or DRIVER_CUDA_LABEL not in labels:
+            continue
+        if _cuda(labels[DRIVER_CUDA_LABEL]) < _cuda(image_cuda):
+            problems.append(
+                f"node {node['metadata'].get('name', '?')}: NVIDIA driver {labels.get(DRIVER_VERSION_LABEL, '?')} "
+                f"supports CUDA up to {labels[DRIVER_CUDA_LABEL]}, but the image needs CUDA {image_cuda} "
+                f"(imageCudaVersion); KubeRay skips the image's forward-compatibility entrypoint, so use a GPU AMI "
+                f"release whose driver supports CUDA {image_cuda}, or an image built for CUDA "
+                f"{labels[DRIVER_CUDA_LABEL]}")
+    return problems
+
+
 def check_device_plugins(daemonsets: Iterable[Any]) -> list[str]:
     """Problems with the device-plugin DaemonSets: missing, or 0 desired pods (their node selector or
     tolerations match no GPU node, so no node will ever advertise the resource)."""
@@ -182,9 +221,12 @@ def read_cluster(api_client: Any) -> tuple[list[Any], list[Any]]:
     return nodes, daemonsets
 
 
-def cluster_problems(nodes: Iterable[Any], daemonsets: Iterable[Any], request: WorkerRequest) -> list[str]:
-    """Every reason the worker pods could not get their GPUs and EFA interfaces; [] when they can."""
-    return check_device_plugins(daemonsets) + check_gpu_nodes(nodes, request)
+def cluster_problems(nodes: Iterable[Any], daemonsets: Iterable[Any], request: WorkerRequest,
+                     image_cuda: str = "") -> list[str]:
+    """Every reason the worker pods could not get their GPUs and EFA interfaces (and, with `image_cuda`, why their
+    drivers are not known yet); [] when they can."""
+    nodes = list(nodes)
+    return check_device_plugins(daemonsets) + check_gpu_nodes(nodes, request) + unlabelled_drivers(nodes, image_cuda)
 
 
 def _preflight_error(problems: list[str], waited: str = "") -> PreflightError:
@@ -208,13 +250,21 @@ def wait_for_gpu_nodes(
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
     on_progress: Callable[[str], None] = lambda _: None,
+    image_cuda: str = "",
 ) -> None:
     """Poll `read()` (GPU nodes, device-plugin DaemonSets) until the worker pods could be scheduled; after
-    `timeout_s`, raise PreflightError with the problems of the last poll."""
+    `timeout_s`, raise PreflightError with the problems of the last poll. A node whose driver cannot run
+    `image_cuda` fails at once."""
     deadline = clock() + timeout_s
     reported: list[str] = []
     while True:
-        problems = cluster_problems(*read(), request)
+        nodes, daemonsets = read()
+        nodes = list(nodes)
+        mismatches = driver_mismatches(nodes, image_cuda)
+        if mismatches:
+            raise PreflightError("preflight: the GPU nodes' NVIDIA driver cannot run the image:\n  - "
+                                 + "\n  - ".join(mismatches))
+        problems = cluster_problems(nodes, daemonsets, request, image_cuda)
         if not problems:
             return
         remaining = deadline - clock()
@@ -247,10 +297,13 @@ class GpuNodesReadyInputs:
     workers: int
     gpu_node_group: pulumi.Input[str] = ""
     """The GPU node group's ARN: a replaced node group (new AZ, new launch template) brings new nodes to check."""
+    image_cuda_version: str = ""
+    """CUDA major.minor of the image: every GPU node's driver must support it. Empty skips the check."""
 
 
-# A changed request (instance type or node count) or new GPU nodes check again; a new kubeconfig alone does not.
-_CHECK_FIELDS = ("gpus_per_worker", "efa_per_worker", "workers", "gpu_node_group")
+# A changed request (instance type or node count), image CUDA or new GPU nodes check again; a new kubeconfig alone
+# does not.
+_CHECK_FIELDS = ("gpus_per_worker", "efa_per_worker", "workers", "gpu_node_group", "image_cuda_version")
 
 
 def to_stderr(line: str) -> None:
@@ -263,7 +316,8 @@ class GpuNodesReadyProvider(pulumi.dynamic.ResourceProvider):
 
     def create(self, props: dict[str, Any]) -> pulumi.dynamic.CreateResult:
         api_client = kubernetes_client(props["kubeconfig"])
-        wait_for_gpu_nodes(lambda: read_cluster(api_client), WorkerRequest.from_props(props), on_progress=to_stderr)
+        wait_for_gpu_nodes(lambda: read_cluster(api_client), WorkerRequest.from_props(props), on_progress=to_stderr,
+                           image_cuda=props.get("image_cuda_version") or "")
         # The kubeconfig stays out of the outputs: nothing after create needs the cluster.
         outs = {name: props.get(name) for name in _CHECK_FIELDS}
         return pulumi.dynamic.CreateResult(id_=f"gpu-nodes-ready-{uuid.uuid4().hex[:8]}", outs=outs)
@@ -286,11 +340,13 @@ class GpuNodesReady(pulumi.dynamic.Resource, module="raytrain", name="GpuNodesRe
         kubeconfig: pulumi.Input[Any],
         request: WorkerRequest,
         gpu_node_group: pulumi.Input[str] = "",
+        image_cuda_version: str = "",
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
         inputs = GpuNodesReadyInputs(
             kubeconfig=pulumi.Output.secret(kubeconfig),
             **request.as_props(),
             gpu_node_group=gpu_node_group,
+            image_cuda_version=image_cuda_version,
         )
         super().__init__(GpuNodesReadyProvider(), name, dict(vars(inputs)), opts)

@@ -22,7 +22,7 @@ import hashlib
 import json
 import uuid
 from dataclasses import dataclass
-from typing import Any, Callable, ContextManager, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Callable, ContextManager, Iterator, Mapping
 
 import pulumi
 import pulumi.dynamic
@@ -30,6 +30,9 @@ import pulumi.dynamic
 from infra.config import InstanceFacts, StackConfig
 from infra.preflight import to_stderr
 from infra.raycluster import DASHBOARD_PORT as JOB_SERVER_PORT  # the head serves the Jobs API on its dashboard port
+
+if TYPE_CHECKING:
+    from workload.config import TrainConfig as WorkloadConfig
 
 # Each rank writes its own NCCL log here (%h host, %p pid), reads back its transport lines at the end and reports
 # them in the summary, so the verdict does not depend on which worker output reaches the driver.
@@ -64,12 +67,8 @@ class TrainingJobInputs:
     workers: int
 
 
-def job_inputs(cfg: StackConfig, facts: InstanceFacts) -> dict[str, Any]:
-    """The job's inputs from the stack config: the workload's flags, its runtime_env and the checks.
-
-    Everything but the RayCluster's identity, which comes from the RayCluster's outputs (so the job waits for it).
-    """
-    from infra.preflight import WorkerRequest
+def workload_config(cfg: StackConfig) -> "WorkloadConfig":
+    """The workload's own config for the stack's train* keys, validated by the workload itself."""
     from workload.config import TrainConfig as WorkloadConfig
 
     train = cfg.train
@@ -92,9 +91,20 @@ def job_inputs(cfg: StackConfig, facts: InstanceFacts) -> dict[str, Any]:
         # of the same job should (the same trainRunId and flags); a job with other flags (another model, another
         # shape) must not load this one's checkpoints, and a new trainRunId starts afresh.
         definition = hashlib.sha256(json.dumps(workload.to_args()).encode()).hexdigest()[:8]
-        workload = dataclasses.replace(workload, run_name=f"ray-train-fsdp-llm-{train.run_id}-{definition}")
+        return dataclasses.replace(workload, run_name=f"ray-train-fsdp-llm-{train.run_id}-{definition}")
     except ValueError as e:
         raise ValueError(f"train* config keys do not make a valid job: {e}") from e
+
+
+def job_inputs(cfg: StackConfig, facts: InstanceFacts) -> dict[str, Any]:
+    """The job's inputs from the stack config: the workload's flags, its runtime_env and the checks.
+
+    Everything but the RayCluster's identity, which comes from the RayCluster's outputs (so the job waits for it).
+    """
+    from infra.preflight import WorkerRequest
+
+    workload = workload_config(cfg)
+    train = cfg.train
     # NCCL_DEBUG_FILE goes first so that trainEnv can still send NCCL's log elsewhere.
     env_vars = {"NCCL_DEBUG_FILE": NCCL_DEBUG_FILE, **train.env}
     return {

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 import string
+from dataclasses import dataclass
 
 import pulumi
 import pulumi_kubernetes as k8s
@@ -17,9 +18,28 @@ from infra.preflight import EFA_RESOURCE, GPU_RESOURCE
 
 # The CRD version that kuberay-operator 1.7.0 serves and stores (infra/addons.py pins the operator).
 RAYCLUSTER_API_VERSION = "ray.io/v1"
-# The Ray that the default dlcImage (ray:train-ml-cuda-v1.1) bundles, per the DLC changelog. KubeRay reads it
-# only to gate features: it refuses authOptions.mode=token below Ray 2.52.0.
-RAY_VERSION = "2.58.0"
+
+
+@dataclass(frozen=True)
+class ImageFacts:
+    """What an image bundles that the cluster depends on, and that no API can read from a tag at preview."""
+
+    ray_version: str
+    """The RayCluster's rayVersion. KubeRay gates features on it, and the DLC's EKS guide says it must match."""
+    cuda_version: str
+    """CUDA major.minor of the image's PyTorch: the GPU nodes' driver must support it (preflight checks)."""
+
+
+# What each image the stack knows bundles, per the DLC changelog (aws/deep-learning-containers,
+# docs/ray-train/changelog/index.md, "Ray Train v1.1 - 2026-09-01": Ray 2.58.0, CUDA 13.0.2). Keyed by the frozen
+# vX.Y.Z tag: vX.Y moves with security rebuilds (docs/ray-train/index.md). Not by digest: a digest must be read
+# from the registry, which nothing here can reach, and one typed from memory would be a guess.
+KNOWN_IMAGES = {
+    "public.ecr.aws/deep-learning-containers/ray:train-ml-cuda-v1.1.0": ImageFacts(ray_version="2.58.0",
+                                                                                  cuda_version="13.0"),
+}
+# KubeRay refuses authOptions.mode=token below this Ray (ray-operator/controllers/ray/utils/validation.go).
+TOKEN_AUTH_MIN_RAY_VERSION = (2, 52, 0)
 
 # The head only schedules and serves the job API; the driver of a job runs here, the ranks do not. 2 CPU / 8Gi
 # fits an m7i.xlarge system node (4 vCPU, 16 GiB) next to kube-system and the operator.
@@ -80,7 +100,7 @@ def check_image(image: str) -> None:
     if not colon and not at:
         raise ValueError(
             f"dlcImage: {image!r} has neither a tag nor a digest; give repo:tag "
-            f"(e.g. public.ecr.aws/deep-learning-containers/ray:train-ml-cuda-v1.1) or repo@sha256:<64 hex digits>"
+            f"(e.g. public.ecr.aws/deep-learning-containers/ray:train-ml-cuda-v1.1.0) or repo@sha256:<64 hex digits>"
         )
 
 
@@ -108,12 +128,41 @@ def worker_resources(facts: InstanceFacts) -> dict[str, str]:
     }
 
 
-def check_config(cfg: StackConfig, facts: InstanceFacts) -> None:
-    """Every check `ray_cluster_manifest` makes, on the stack's config; the program runs it before any resource,
-    so a bad RayCluster setting fails before AWS resources are created."""
+def image_facts(cfg: StackConfig) -> ImageFacts:
+    """dlcImage's Ray and CUDA: the stack's figures for a known image (rayVersion/imageCudaVersion may repeat
+    them, not contradict them), the config's for any other."""
+    known = KNOWN_IMAGES.get(cfg.dlc_image)
+    if known is None:
+        missing = [key for key, value in (("rayVersion", cfg.ray_version), ("imageCudaVersion",
+                                                                             cfg.image_cuda_version)) if not value]
+        if missing:
+            raise ValueError(
+                f"config keys {missing}: dlcImage {cfg.dlc_image!r} is not an image the stack knows "
+                f"({sorted(KNOWN_IMAGES)}), so set rayVersion and imageCudaVersion to the Ray release and CUDA "
+                f"major.minor it bundles (e.g. 2.58.0 and 13.0)")
+        facts = ImageFacts(ray_version=cfg.ray_version, cuda_version=cfg.image_cuda_version)
+    else:
+        for key, configured, bundled in (("rayVersion", cfg.ray_version, known.ray_version),
+                                         ("imageCudaVersion", cfg.image_cuda_version, known.cuda_version)):
+            if configured and configured != bundled:
+                raise ValueError(f"config key {key!r}: {configured} contradicts dlcImage {cfg.dlc_image}, which "
+                                 f"bundles {bundled}; allowed: empty or {bundled}")
+        facts = known
+    if tuple(int(part) for part in facts.ray_version.split(".")) < TOKEN_AUTH_MIN_RAY_VERSION:
+        minimum = ".".join(map(str, TOKEN_AUTH_MIN_RAY_VERSION))
+        raise ValueError(
+            f"config key 'rayVersion': Ray {facts.ray_version} is below {minimum}, which KubeRay requires for the "
+            f"RayCluster's token authentication; allowed: {minimum} or later (an image that bundles it)")
+    return facts
+
+
+def check_config(cfg: StackConfig, facts: InstanceFacts) -> ImageFacts:
+    """Every check `ray_cluster_manifest` makes, on the stack's config, and dlcImage's facts; the program runs it
+    before any resource, so a bad RayCluster setting fails before AWS resources are created."""
     assert facts.instance_type == cfg.gpu_instance_type, "facts must describe cfg.gpu_instance_type"
     _check_settings(name=cfg.ray_cluster_name, namespace=cfg.ray_namespace, image=cfg.dlc_image,
                     gpu_node_count=cfg.gpu_node_count, facts=facts)
+    return image_facts(cfg)
 
 
 def _check_settings(
@@ -143,6 +192,7 @@ def ray_cluster_manifest(
     name: str,
     namespace: str,
     image: str,
+    ray_version: str,
     gpu_node_count: int,
     facts: InstanceFacts,
     transport_env: dict[str, str],
@@ -165,7 +215,7 @@ def ray_cluster_manifest(
             },
         },
         "spec": {
-            "rayVersion": RAY_VERSION,
+            "rayVersion": ray_version,
             # Anyone who can reach the head service could otherwise run code on every GPU node.
             "authOptions": {"mode": "token"},
             "headGroupSpec": {
@@ -233,11 +283,12 @@ class RayCluster(pulumi.ComponentResource):
         depends_on: list[pulumi.Resource],
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
-        assert facts.instance_type == cfg.gpu_instance_type, "facts must describe cfg.gpu_instance_type"
+        image = check_config(cfg, facts)
         manifest = ray_cluster_manifest(
             name=cfg.ray_cluster_name,
             namespace=cfg.ray_namespace,
             image=cfg.dlc_image,
+            ray_version=image.ray_version,
             gpu_node_count=cfg.gpu_node_count,
             facts=facts,
             transport_env=cfg.transport_env,

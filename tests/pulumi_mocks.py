@@ -12,9 +12,13 @@ Always with preview=False: under preview, unknown outputs make assertions inside
 What the fake AWS answers:
 - `aws.ec2.get_instance_type` from tests/stacks.py's INSTANCE_FACTS; an unknown type fails as EC2 does.
 - `aws.get_availability_zones` from REGIONS below; an unknown region fails.
-- caller identity, partition, region; a capacity reservation read from RESERVATIONS.
+- `aws.servicequotas.get_service_quota` from QUOTAS; in UNREADABLE_QUOTA_REGIONS it fails, as without permission.
+- caller identity, partition, region.
+- an existing capacity reservation (infra.capacity_reservation.describe_existing, boto3 at preview) from
+  RESERVATIONS, in the region of its AZ only; that function itself is tested against botocore Stubbers.
 - `eks:index:Cluster` (a remote component) returns kubeconfig, security group, OIDC and an `eksCluster` that
-  is a real resource reference, as pulumi-eks's does.
+  is a real resource reference, as pulumi-eks's does; its kubeconfig carries providerCredentialOpts as
+  pulumi-eks writes them (`--role`, `--profile`).
 Resource references found in any resource's inputs are turned into their URNs before the mock monitor
 deserializes them: deserializing a reference constructs a Resource inside the monitor, which makes the stock
 mock monitor flaky.
@@ -26,8 +30,10 @@ import hashlib
 import json
 import runpy
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import pulumi
 import yaml
@@ -38,6 +44,7 @@ from pulumi.runtime import rpc, settings
 from pulumi.runtime.stack import run_pulumi_func
 from pulumi.runtime.sync_await import _sync_await
 
+from infra import capacity_reservation
 from tests.stacks import INSTANCE_FACTS
 
 REPO = Path(__file__).resolve().parent.parent
@@ -61,10 +68,51 @@ REGIONS: dict[str, dict[str, str]] = {
     "eu-north-1": {"eu-north-1a": "eun1-az1", "eu-north-1b": "eun1-az2", "eu-north-1c": "eun1-az3"},
 }
 
-# Capacity reservations that exist outside any stack, for capacityReservationId.
-RESERVATIONS: dict[str, dict[str, Any]] = {
-    "cr-0123456789abcdef0": {"availabilityZone": "us-east-2a", "instanceType": "p5.48xlarge", "instanceCount": 2},
+# Service Quotas values (service code, quota code) -> value, in every region but UNREADABLE_QUOTA_REGIONS.
+QUOTAS: dict[tuple[str, str], float] = {
+    ("ec2", "L-DB2E81BA"): 384.0,  # Running On-Demand G and VT instances (vCPUs): 8 x g6.12xlarge
+    ("ec2", "L-417A185B"): 384.0,  # Running On-Demand P instances (vCPUs): 2 x p5.48xlarge
+    ("eks", "L-BD136A63"): 450.0,  # Nodes per managed node group
 }
+UNREADABLE_QUOTA_REGIONS = {"eu-north-1"}
+
+_NOW = datetime.now(timezone.utc)
+
+
+def _reservation(reservation_id: str, az: str = "us-east-2a", instance_type: str = "p5.48xlarge", total: int = 2,
+                 available: int = 2, **fields: Any) -> dict[str, Any]:
+    """One reservation as DescribeCapacityReservations returns it, plus describe_existing's ClusterInstances."""
+    return {"CapacityReservationId": reservation_id, "AvailabilityZone": az, "InstanceType": instance_type,
+            "InstancePlatform": "Linux/UNIX", "Tenancy": "default", "State": "active", "ReservationType": "default",
+            "TotalInstanceCount": total, "AvailableInstanceCount": available, "InstanceMatchCriteria": "targeted",
+            "EndDateType": "unlimited", "ClusterInstances": 0, **fields}
+
+
+# Capacity reservations that exist outside any stack, for capacityReservationId; all in us-east-2a (the p5 stack).
+RESERVATIONS: dict[str, dict[str, Any]] = {r["CapacityReservationId"]: r for r in (
+    _reservation("cr-0123456789abcdef0"),  # fits the p5 stack's 2 nodes
+    _reservation("cr-0000000000000a4d0", instance_type="p4d.24xlarge"),
+    _reservation("cr-00000000000057d00", InstancePlatform="Windows"),
+    _reservation("cr-0000000000000ded0", Tenancy="dedicated"),
+    _reservation("cr-00000000000cace10", State="cancelled", available=0),
+    _reservation("cr-00000000000000001", total=1, available=1),
+    _reservation("cr-000000000000000f0", available=0),  # full of other instances
+    _reservation("cr-000000000000005e1", available=0, ClusterInstances=2),  # full of this cluster's own nodes
+    _reservation("cr-00000000000000c91",
+                 PlacementGroupArn="arn:aws:ec2:us-east-2:123456789012:placement-group/p5-spine"),
+    _reservation("cr-00000000000000cb1", ReservationType="capacity-block", State="active",
+                 StartDate=_NOW - timedelta(hours=1), EndDate=_NOW + timedelta(days=2), EndDateType="limited"),
+    _reservation("cr-00000000000000cb2", ReservationType="capacity-block", State="scheduled",
+                 StartDate=_NOW + timedelta(days=1), EndDate=_NOW + timedelta(days=3), EndDateType="limited"),
+    _reservation("cr-00000000000000cb3", ReservationType="capacity-block", State="active",  # ends in 30 minutes
+                 StartDate=_NOW - timedelta(hours=20), EndDate=_NOW + timedelta(minutes=30), EndDateType="limited"),
+)}
+
+
+def _describe_existing(reservation_id: str, *, cluster_name: str, region: str | None, profile: str | None,
+                       role_arn: str | None) -> dict[str, Any] | None:
+    found = RESERVATIONS.get(reservation_id)
+    return dict(found) if found and region and found["AvailabilityZone"].startswith(region) else None
 
 _ID_PREFIXES = {
     "aws:ec2/vpc:Vpc": "vpc-",
@@ -96,6 +144,9 @@ class Registration:
     dependencies: list[str]
     provider: str
     read: bool = False
+    delete_before_replace: bool = False
+    alias_parents: list[str] = field(default_factory=list)
+    """The parent URNs of the resource's aliases: where it used to live."""
 
     @property
     def resource_id(self) -> str:
@@ -126,6 +177,15 @@ class AwsMocks(pulumi.runtime.Mocks):
                 return {}, [("region", f"operation error EC2: DescribeAvailabilityZones, unknown region {self.region!r}")]
             zones = REGIONS[self.region]
             return {"id": self.region, "names": list(zones), "zoneIds": list(zones.values()), "state": "available"}
+        if args.token == "aws:servicequotas/getServiceQuota:getServiceQuota":
+            key = (args.args["serviceCode"], args.args["quotaCode"])
+            if self.region in UNREADABLE_QUOTA_REGIONS or key not in QUOTAS:
+                return {}, [("quotaCode", f"getting Service Quotas Service Quota ({key[1]}): operation error "
+                                          "Service Quotas: GetServiceQuota, api error AccessDeniedException")]
+            return {"id": f"{key[0]}/{key[1]}", "serviceCode": key[0], "quotaCode": key[1], "value": QUOTAS[key],
+                    "defaultValue": QUOTAS[key], "adjustable": True, "globalQuota": False, "quotaName": key[1],
+                    "serviceName": key[0], "arn": f"arn:aws:servicequotas:{self.region}::{key[0]}/{key[1]}",
+                    "usageMetrics": []}
         if args.token == "aws:index/getCallerIdentity:getCallerIdentity":
             return {"accountId": ACCOUNT_ID, "arn": f"arn:aws:sts::{ACCOUNT_ID}:assumed-role/deployer/session",
                     "userId": "AROAEXAMPLE:session", "id": ACCOUNT_ID}
@@ -140,10 +200,6 @@ class AwsMocks(pulumi.runtime.Mocks):
     # ---- resources ---------------------------------------------------------------------------------------
     def new_resource(self, args: pulumi_mocks.MockResourceArgs):
         outputs = dict(args.inputs)
-        if args.typ == "aws:ec2/capacityReservation:CapacityReservation" and args.resource_id:
-            if args.resource_id not in RESERVATIONS:
-                raise Exception(f"InvalidCapacityReservationId.NotFound: {args.resource_id}")
-            return args.resource_id, {**RESERVATIONS[args.resource_id], "id": args.resource_id}
         if args.typ == "eks:index:Cluster":
             return f"{args.name}-id", self._eks_cluster_outputs(args)
 
@@ -154,6 +210,8 @@ class AwsMocks(pulumi.runtime.Mocks):
             outputs["arn"] = f"arn:aws:iam::{ACCOUNT_ID}:role/{outputs['name']}"
         elif args.typ == "aws:ec2/launchTemplate:LaunchTemplate":
             outputs["latestVersion"] = 1
+        elif args.typ == "aws:ec2/placementGroup:PlacementGroup":
+            outputs["arn"] = f"arn:aws:ec2:{self.region}:{ACCOUNT_ID}:placement-group/{outputs['name']}"
         elif args.typ == "aws:eks/nodeGroup:NodeGroup":
             outputs.setdefault("nodeGroupName", outputs["name"])
         elif args.typ == "aws:eks/addon:Addon":
@@ -181,14 +239,20 @@ class AwsMocks(pulumi.runtime.Mocks):
         assert self.monitor is not None
         self.monitor.resources[eks_cluster_urn] = pulumi_mocks.MockMonitor.ResourceRegistration(
             eks_cluster_urn, cluster_name, eks_cluster_state)
+        # pulumi-eks's generateKubeconfig (nodejs/eks/cluster/cluster.ts): the role, then the profile, as arguments.
+        credentials = args.inputs.get("providerCredentialOpts") or {}
+        token_args = ["--region", self.region, "eks", "get-token", "--cluster-name", cluster_name, "--output", "json"]
+        if credentials.get("roleArn"):
+            token_args += ["--role", credentials["roleArn"]]
+        if credentials.get("profileName"):
+            token_args += ["--profile", credentials["profileName"]]
         kubeconfig = {
             "apiVersion": "v1", "kind": "Config", "current-context": "aws",
             "clusters": [{"name": "kubernetes", "cluster": {"server": endpoint,
                                                             "certificate-authority-data": "LS0tLS1CRUdJTg=="}}],
             "contexts": [{"name": "aws", "context": {"cluster": "kubernetes", "user": "aws"}}],
             "users": [{"name": "aws", "user": {"exec": {
-                "apiVersion": "client.authentication.k8s.io/v1beta1", "command": "aws",
-                "args": ["--region", self.region, "eks", "get-token", "--cluster-name", cluster_name]}}}],
+                "apiVersion": "client.authentication.k8s.io/v1beta1", "command": "aws", "args": token_args}}}],
         }
         oidc_id = _digest(cluster_name, 32).upper()
         return {
@@ -222,7 +286,7 @@ def describe_instance_type(instance_type: str) -> dict:
                          for i in range(facts.network_cards)],
         "defaultVcpus": facts.vcpus,
         "memorySize": facts.memory_mib,
-        "supportedArchitectures": ["x86_64"],
+        "supportedArchitectures": list(facts.architectures),
         "supportedPlacementStrategies": ["cluster", "partition", "spread"],
     }
 
@@ -260,7 +324,10 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
             type=request.type, name=request.name, urn=urn, parent=request.parent,
             custom=read or bool(request.custom), inputs=rpc.deserialize_properties(struct),
             outputs=outputs, dependencies=list(getattr(request, "dependencies", [])),
-            provider=request.provider, read=read))
+            provider=request.provider, read=read,
+            delete_before_replace=bool(getattr(request, "deleteBeforeReplace", False)),
+            alias_parents=[alias.spec.parentUrn for alias in getattr(request, "aliases", [])
+                           if alias.HasField("spec") and alias.spec.parentUrn]))
 
     def RegisterResource(self, request):
         if request.type != "pulumi:pulumi:Stack":
@@ -427,7 +494,8 @@ def _run(stack: str | None, overrides: dict[str, Any] | None, project_dir: Path 
         return collect_exports()
 
     try:
-        _sync_await(run_pulumi_func(program))
+        with mock.patch.object(capacity_reservation, "describe_existing", _describe_existing):
+            _sync_await(run_pulumi_func(program))
     except BaseException as e:  # noqa: BLE001 handed to the caller
         run.error = e
     finally:

@@ -25,5 +25,10 @@ INSTANCE_FACTS = {
                       maximum_efa_interfaces=0, network_cards=1, vcpus=4, memory_mib=16384),
         InstanceFacts("m7i.xlarge", gpus=0, gpu_memory_mib=0, efa_supported=False,
                       maximum_efa_interfaces=0, network_cards=1, vcpus=4, memory_mib=16384),
+        # System node types the stack must refuse: too small for the Ray head, and Graviton (arm64).
+        InstanceFacts("m7i.large", gpus=0, gpu_memory_mib=0, efa_supported=False,
+                      maximum_efa_interfaces=0, network_cards=1, vcpus=2, memory_mib=8192),
+        InstanceFacts("m7g.xlarge", gpus=0, gpu_memory_mib=0, efa_supported=False,
+                      maximum_efa_interfaces=0, network_cards=1, vcpus=4, memory_mib=16384, architectures=("arm64",)),
     )
 }

@@ -66,6 +66,10 @@ def test_release_values_place_each_addon():
     assert nvidia["nodeSelector"] == {"nvidia.com/gpu.present": "true"}, "NVIDIA plugin must run only on GPU nodes"
     assert GPU_TOLERATION in nvidia["tolerations"], "NVIDIA plugin must tolerate the GPU taint"
     assert GPU_TOLERATION in efa["tolerations"], "EFA plugin must tolerate the GPU taint"
+    # gpu-feature-discovery's driver labels are what the GPU gate checks the image's CUDA against; it publishes them
+    # through node-feature-discovery's worker, which must run on the tainted GPU nodes.
+    assert nvidia["gfd"] == {"enabled": True}, "gpu-feature-discovery must be on"
+    assert GPU_TOLERATION in nvidia["nfd"]["worker"]["tolerations"], "the NFD worker must tolerate the GPU taint"
     assert operator["nodeSelector"] == {"role": "system"}, "KubeRay operator must run on the system nodes"
 
 

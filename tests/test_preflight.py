@@ -12,6 +12,11 @@ G6 = INSTANCE_FACTS["g6.12xlarge"]
 P5 = INSTANCE_FACTS["p5.48xlarge"]
 
 
+def driver_labels(driver: str = "580.95.05", cuda: str = "13.0") -> dict:
+    """What gpu-feature-discovery labels a GPU node with: its driver and the newest CUDA that driver runs."""
+    return {preflight.DRIVER_VERSION_LABEL: driver, preflight.DRIVER_CUDA_LABEL: cuda}
+
+
 def node(name: str, *, gpus: str | None = "4", efa: str | None = "1", ready: bool = True,
          labels: dict | None = None, unschedulable: bool = False) -> client.V1Node:
     allocatable = {"cpu": "47810m", "memory": "191000Mi", "pods": "234"}

@@ -8,9 +8,11 @@ from __future__ import annotations
 import pytest
 
 from infra import preflight
-from tests.pulumi_mocks import is_secret_value, program
+from infra.raycluster import KNOWN_IMAGES
+from tests.pulumi_mocks import is_secret_value, program, stack_settings
 from tests.stacks import INSTANCE_FACTS
-from tests.test_preflight import HEALTHY_PLUGINS, daemonset, node
+from infra.addons import GPU_WORKER_NODE_SELECTOR
+from tests.test_preflight import HEALTHY_PLUGINS, daemonset, driver_labels, node
 
 G6 = INSTANCE_FACTS["g6.12xlarge"]
 REQUEST = preflight.WorkerRequest.for_instance(G6, 2)
@@ -37,9 +39,10 @@ class FakeCluster:
         self.slept.append(seconds)
         self.now += seconds
 
-    def wait(self, request=REQUEST, timeout_s: float = 60, poll_s: float = 10) -> None:
+    def wait(self, request=REQUEST, timeout_s: float = 60, poll_s: float = 10, image_cuda: str = "") -> None:
         preflight.wait_for_gpu_nodes(self.read, request, timeout_s=timeout_s, poll_s=poll_s,
-                                     clock=lambda: self.now, sleep=self.sleep, on_progress=self.progress.append)
+                                     clock=lambda: self.now, sleep=self.sleep, on_progress=self.progress.append,
+                                     image_cuda=image_cuda)
 
 
 HEALTHY = ([node("gpu-a"), node("gpu-b")], HEALTHY_PLUGINS)
@@ -98,17 +101,53 @@ def test_device_plugin_releases_are_the_ones_addons_installs():
         f"preflight looks for the releases infra/addons.py installs: {preflight.DEVICE_PLUGIN_RELEASES}"
 
 
+# ---- the NVIDIA driver against the image's CUDA ---------------------------------------------------------------------
+
+def labelled(name: str, driver: str, cuda: str):
+    return node(name, labels={**GPU_WORKER_NODE_SELECTOR, **driver_labels(driver, cuda)})
+
+
+def test_a_driver_too_old_for_the_image_fails_at_once_naming_both_versions():
+    old_driver = ([labelled("gpu-a", "570.172.08", "12.8"), labelled("gpu-b", "580.95.05", "13.0")], HEALTHY_PLUGINS)
+    cluster = FakeCluster(old_driver)
+    with pytest.raises(preflight.PreflightError) as excinfo:
+        cluster.wait(image_cuda="13.0")
+    message = str(excinfo.value)
+    for words in ("gpu-a", "570.172.08", "CUDA up to 12.8", "needs CUDA 13.0", "imageCudaVersion"):
+        assert words in message, f"the refusal must name {words!r}: {message}"
+    assert "gpu-b" not in message, f"a node whose driver supports CUDA 13.0 is not at fault: {message}"
+    assert cluster.slept == [], f"no wait fixes an old driver: it must fail on the first poll, slept {cluster.slept}"
+
+
+def test_nodes_wait_for_their_driver_labels_then_pass():
+    unlabelled = ([node("gpu-a"), node("gpu-b")], HEALTHY_PLUGINS)
+    ready = ([labelled("gpu-a", "580.95.05", "13.0"), labelled("gpu-b", "590.10.01", "13.1")], HEALTHY_PLUGINS)
+    cluster = FakeCluster(unlabelled, ready)
+    cluster.wait(image_cuda="13.0")
+    assert cluster.reads == 2, f"ready once gpu-feature-discovery labelled both nodes: {cluster.reads} reads"
+    assert preflight.DRIVER_CUDA_LABEL in cluster.progress[0], \
+        f"the wait says which label is missing: {cluster.progress}"
+
+
+def test_without_an_image_cuda_the_driver_is_not_checked():
+    cluster = FakeCluster(HEALTHY)
+    cluster.wait()
+    assert cluster.reads == 1, "no image CUDA given (a TrainingJob's preflight): the labels are not waited for"
+
+
 # ---- the provider -----------------------------------------------------------------------------------------------
 
 def test_create_reads_the_cluster_and_keeps_the_kubeconfig_out_of_its_outputs(monkeypatch):
     clients = []
     monkeypatch.setattr(preflight, "kubernetes_client", lambda kubeconfig: clients.append(kubeconfig) or "api")
-    monkeypatch.setattr(preflight, "read_cluster", lambda api: HEALTHY if api == "api" else None)
+    monkeypatch.setattr(preflight, "read_cluster", lambda api: (
+        [labelled("gpu-a", "580.95.05", "13.0"), labelled("gpu-b", "580.95.05", "13.0")], HEALTHY_PLUGINS))
     props = {"kubeconfig": "apiVersion: v1\nkind: Config\n", "gpus_per_worker": 4, "efa_per_worker": 1, "workers": 2,
-             "gpu_node_group": "arn:ng-1"}
+             "gpu_node_group": "arn:ng-1", "image_cuda_version": "13.0"}
     result = preflight.GpuNodesReadyProvider().create(props)
     assert clients == [props["kubeconfig"]], "create builds its client from the kubeconfig input"
-    assert result.outs == {"gpus_per_worker": 4, "efa_per_worker": 1, "workers": 2, "gpu_node_group": "arn:ng-1"}, \
+    assert result.outs == {"gpus_per_worker": 4, "efa_per_worker": 1, "workers": 2, "gpu_node_group": "arn:ng-1",
+                           "image_cuda_version": "13.0"}, \
         f"outputs are the request only, never the kubeconfig: {result.outs}"
 
 
@@ -138,6 +177,8 @@ def test_gate_waits_for_both_device_plugins_with_the_instance_request(dev):
     # Pulumi.dev.yaml: 2 x g6.12xlarge, 4 GPUs and 1 EFA interface each.
     assert (gate.inputs["gpus_per_worker"], gate.inputs["efa_per_worker"], gate.inputs["workers"]) == \
         (G6.gpus, G6.efa_interfaces, 2), f"GpuNodesReady request from the instance facts: {gate.inputs}"
+    assert gate.inputs["image_cuda_version"] == KNOWN_IMAGES[stack_settings("dev")["dlcImage"]].cuda_version, \
+        f"the gate checks the drivers against the image's CUDA: {gate.inputs}"
     assert is_secret_value(gate.inputs["kubeconfig"]), "GpuNodesReady's kubeconfig must be a Pulumi secret"
 
 

@@ -14,7 +14,7 @@ from tests.stacks import INSTANCE_FACTS
 
 JOB = "pulumi-python:dynamic/raytrain:TrainingJob"
 TRAIN = {
-    "trainEnabled": True, "trainModelConfig": "tiny", "trainSteps": 3, "trainRunId": "7",
+    "trainEnabled": True, "trainModelConfig": "tiny", "trainSeqLen": 256, "trainSteps": 3, "trainRunId": "7",
     "trainEnv": ["NCCL_NET=Socket"], "trainPip": ["einops==0.8.1"], "trainExpectTransport": "socket",
     "trainTimeoutMinutes": 90,
 }
@@ -89,7 +89,7 @@ def test_run_name_follows_the_job_definition_so_only_a_retry_resumes():
 
     same = run_name({})
     assert run_name({}) == same, "the same job, retried, keeps its run name"
-    assert run_name({"trainSeqLen": 256}) != same, "other flags are another checkpoint run"
+    assert run_name({"trainSeqLen": 128}) != same, "other flags are another checkpoint run"
     assert run_name({"trainRunId": "8"}) != same, "a new trainRunId is another checkpoint run"
 
 

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from infra.raycluster import (
-    RAY_VERSION,
+    KNOWN_IMAGES,
     auth_secret_name,
     check_image,
     head_service_name,
@@ -39,6 +39,7 @@ def render(stack: str) -> dict:
         name=settings["rayClusterName"],
         namespace=settings["rayNamespace"],
         image=settings["dlcImage"],
+        ray_version=KNOWN_IMAGES[settings["dlcImage"]].ray_version,
         gpu_node_count=int(settings["gpuNodeCount"]),
         facts=INSTANCE_FACTS[instance_type],
         transport_env={env: str(settings[key]) for key, env in TRANSPORT_KEYS.items()},
@@ -168,7 +169,8 @@ def test_head_runs_on_system_nodes_without_gpus_behind_cluster_ip_with_token_aut
     assert tuple(map(int, spec["rayVersion"].split("."))) >= (2, 52, 0), "token auth needs rayVersion >= 2.52.0"
     images = {container["image"], spec["workerGroupSpecs"][0]["template"]["spec"]["containers"][0]["image"]}
     assert images == {stack_settings("dev")["dlcImage"]}, f"head and workers must run the same image, got {images}"
-    assert spec["rayVersion"] == RAY_VERSION
+    assert spec["rayVersion"] == KNOWN_IMAGES[stack_settings("dev")["dlcImage"]].ray_version, \
+        "rayVersion is the Ray of the default image"
 
 
 def test_kuberay_derived_names():
@@ -181,8 +183,8 @@ def test_kuberay_derived_names():
 
 def _dev_kwargs(**overrides) -> dict:
     kwargs = dict(
-        name="ray-train", namespace="ray", image="public.ecr.aws/deep-learning-containers/ray:train-ml-cuda-v1.1",
-        gpu_node_count=2, facts=INSTANCE_FACTS["g6.12xlarge"], transport_env={"NCCL_DEBUG": "INFO"},
+        name="ray-train", namespace="ray", image="public.ecr.aws/deep-learning-containers/ray:train-ml-cuda-v1.1.0",
+        ray_version="2.58.0", gpu_node_count=2, facts=INSTANCE_FACTS["g6.12xlarge"], transport_env={"NCCL_DEBUG": "INFO"},
     )
     kwargs.update(overrides)
     return kwargs

@@ -10,7 +10,7 @@ import pytest
 from infra.addons import ClusterAddons
 from infra import config
 from infra.config import StackConfig
-from infra.raycluster import RayCluster, ray_cluster_manifest
+from infra.raycluster import KNOWN_IMAGES, RayCluster, ray_cluster_manifest
 from tests.stacks import INSTANCE_FACTS
 from tests.pulumi_mocks import EchoMocks, run_under_mocks, stack_settings
 
@@ -45,7 +45,8 @@ def test_raycluster_is_the_manifest_in_its_namespace_after_the_operator():
     assert namespace["type"] == "kubernetes:core/v1:Namespace", "the Ray namespace is created"
     assert namespace["inputs"]["metadata"]["name"] == "ray", "the namespace is rayNamespace"
     assert custom_resource["type"] == "kubernetes:ray.io/v1:RayCluster", "the CR must be a ray.io/v1 RayCluster"
-    expected = ray_cluster_manifest(name="ray-train", namespace="ray", image=CONFIG.dlc_image, gpu_node_count=2,
+    expected = ray_cluster_manifest(name="ray-train", namespace="ray", image=CONFIG.dlc_image,
+                                    ray_version=KNOWN_IMAGES[CONFIG.dlc_image].ray_version, gpu_node_count=2,
                                     facts=FACTS, transport_env=CONFIG.transport_env)
     inputs = custom_resource["inputs"]
     assert (inputs["apiVersion"], inputs["kind"]) == ("ray.io/v1", "RayCluster")

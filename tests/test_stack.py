@@ -42,6 +42,14 @@ def system_node_group(run: ProgramRun) -> Registration:
     return next(r for r in run.of_type(NODE_GROUP) if not r.inputs["amiType"].endswith("NVIDIA"))
 
 
+def launch_template_of(run: ProgramRun, group: Registration) -> Registration:
+    return next(t for t in run.of_type(LAUNCH_TEMPLATE) if t.resource_id == group.inputs["launchTemplate"]["id"])
+
+
+def gpu_launch_template(run: ProgramRun) -> Registration:
+    return launch_template_of(run, gpu_node_group(run))
+
+
 def private_subnets(run: ProgramRun) -> dict[str, Registration]:
     return {s.inputs["availabilityZone"]: s for s in run.of_type(SUBNET) if "kubernetes.io/role/internal-elb" in s.inputs["tags"]}
 
@@ -149,7 +157,7 @@ def test_system_node_group_is_labelled_for_kuberay_and_ray_head(stack):
 def test_gpu_launch_template_has_one_efa_interface_per_network_card(stack):
     run = program(stack)
     facts = INSTANCE_FACTS[stack_value(stack, "gpuInstanceType")]
-    interfaces = run.one(LAUNCH_TEMPLATE).inputs["networkInterfaces"]
+    interfaces = gpu_launch_template(run).inputs["networkInterfaces"]
     assert len(interfaces) == facts.network_cards, \
         f"{stack}: launch template should have {facts.network_cards} EFA interfaces (one per network card)"
     assert [i["networkCardIndex"] for i in interfaces] == list(range(facts.network_cards)), f"{stack}: network card indexes"
@@ -174,7 +182,7 @@ def test_efa_security_group_allows_itself_in_both_directions(stack):
 
 @pytest.mark.parametrize("stack", STACKS)
 def test_gpu_launch_template_hardening(stack):
-    template = program(stack).one(LAUNCH_TEMPLATE).inputs
+    template = gpu_launch_template(program(stack)).inputs
     assert template["metadataOptions"]["httpTokens"] == "required", f"{stack}: IMDSv2 must be required"
     root = template["blockDeviceMappings"][0]
     assert root["deviceName"] == "/dev/xvda", f"{stack}: root device of the AL2023 AMI"
@@ -185,21 +193,23 @@ def test_gpu_launch_template_hardening(stack):
 @pytest.mark.parametrize("stack", STACKS)
 def test_gpu_placement_and_capacity_reservation(stack):
     run = program(stack)
-    template = run.one(LAUNCH_TEMPLATE).inputs
+    template = gpu_launch_template(run).inputs
+    group = run.one(PLACEMENT_GROUP)
+    assert group.inputs["strategy"] == "cluster", f"{stack}: GPU placement group strategy should be cluster"
+    assert template["placement"]["groupName"] == group.outputs["name"], f"{stack}: launch template uses the placement group"
     if stack_value(stack, "capacityReserve"):
         reservation = next(r for r in run.resources if r.type.endswith(":GpuCapacityReservation"))
         assert template["capacityReservationSpecification"]["capacityReservationTarget"]["capacityReservationId"] \
             == reservation.outputs["reservation_id"], f"{stack}: the launch template targets the stack's reservation"
-        assert not run.of_type(PLACEMENT_GROUP) and "placement" not in template, \
-            f"{stack}: no placement group with a reservation (its own placement governs)"
+        # EC2 co-locates a reservation's capacity only when it is made in the group the nodes launch into.
+        assert reservation.inputs["placement_group_arn"] == group.outputs["arn"], \
+            f"{stack}: the reservation must be made in the GPU placement group {group.outputs['arn']}"
+        assert group.urn in reservation.dependencies, f"{stack}: the placement group must exist before the reservation"
         assert run.exports["gpuAvailabilityZone"] == reservation.outputs["availability_zone"], \
             f"{stack}: GPU AZ is the reservation's AZ"
         assert reservation.inputs["region"] == stack_value(stack, "aws:region"), \
             f"{stack}: the reservation's provider must be told the stack's region"
     else:
-        group = run.one(PLACEMENT_GROUP)
-        assert group.inputs["strategy"] == "cluster", f"{stack}: GPU placement group strategy should be cluster"
-        assert template["placement"]["groupName"] == group.outputs["name"], f"{stack}: launch template uses the placement group"
         assert "capacityReservationSpecification" not in template, f"{stack}: no reservation targeted"
 
 
@@ -216,8 +226,8 @@ def test_gpu_node_group_is_one_az_labelled_tainted_nvidia_ami(stack):
     assert group["taints"] == [{"key": "nvidia.com/gpu", "value": "true", "effect": "NO_SCHEDULE"}], f"{stack}: GPU taint"
     az = run.exports["gpuAvailabilityZone"]
     assert group["subnetIds"] == [private_subnets(run)[az].resource_id], f"{stack}: GPU nodes in the private subnet of {az}"
-    template = run.one(LAUNCH_TEMPLATE)
-    assert group["launchTemplate"]["id"] == template.resource_id, f"{stack}: GPU node group uses its own launch template"
+    template = gpu_launch_template(run)
+    assert template.name.endswith("-gpu-lt"), f"{stack}: GPU node group uses its own launch template"
     if not stack_value(stack, "capacityReserve"):
         assert az == stack_value(stack, "gpuAvailabilityZone"), f"{stack}: GPU AZ should be gpuAvailabilityZone"
 
@@ -248,28 +258,47 @@ def test_no_secret_in_plain_state():
 def test_gpu_placement_none_drops_the_placement_group():
     run = program("dev", (("gpuPlacement", "none"),))
     assert not run.of_type(PLACEMENT_GROUP), "gpuPlacement=none should create no placement group"
-    assert "placement" not in run.one(LAUNCH_TEMPLATE).inputs, "gpuPlacement=none: launch template without placement"
+    assert "placement" not in gpu_launch_template(run).inputs, "gpuPlacement=none: launch template without placement"
 
 
 def test_existing_capacity_reservation_is_targeted_without_placement_group():
-    reservation_id, reservation = next(iter(RESERVATIONS.items()))
+    reservation_id = "cr-0123456789abcdef0"
     run = program("p5", (("capacityReserve", False), ("capacityReservationId", reservation_id)))
-    template = run.one(LAUNCH_TEMPLATE).inputs
+    template = gpu_launch_template(run).inputs
     assert template["capacityReservationSpecification"]["capacityReservationTarget"]["capacityReservationId"] \
         == reservation_id, f"launch template should target {reservation_id}"
-    assert not run.of_type(PLACEMENT_GROUP), "no placement group when a reservation is targeted (gpuPlacement=auto)"
-    assert run.exports["gpuAvailabilityZone"] == reservation["availabilityZone"], "GPU AZ is the reservation's AZ"
+    assert not run.of_type(PLACEMENT_GROUP) and "placement" not in template, \
+        "no placement group for a reservation outside one: EC2 would not let its instances use it"
+    assert run.exports["gpuAvailabilityZone"] == RESERVATIONS[reservation_id]["AvailabilityZone"], \
+        "GPU AZ is the reservation's AZ"
+    assert "instanceMarketOptions" not in template and gpu_node_group(run).inputs["capacityType"] == "ON_DEMAND", \
+        "an On-Demand Capacity Reservation is used by On-Demand instances"
     assert not [r for r in run.resources if r.type.endswith(":GpuCapacityReservation")], \
         "an existing reservation is only read, never created"
+    assert not [r for r in run.resources if r.read], "the reservation is read at preview, not as a resource"
 
 
-def test_existing_capacity_reservation_in_another_az_is_refused():
-    reservation_id = next(iter(RESERVATIONS))
-    failed = run_program_expecting_error("p5", {"capacityReserve": False, "capacityReservationId": reservation_id,
-                                               "gpuAvailabilityZone": "us-east-2b"})
-    assert isinstance(failed.error, ValueError) and "capacityReservationId" in str(failed.error) \
-        and "us-east-2b" in str(failed.error), f"expected a ValueError naming capacityReservationId; got {failed.error!r}"
-    assert not gpu_node_group(failed), "no GPU node group may be registered for a mismatched reservation"
+def test_existing_reservation_in_a_placement_group_launches_into_that_group():
+    run = program("p5", (("capacityReserve", False), ("capacityReservationId", "cr-00000000000000c91")))
+    template = gpu_launch_template(run).inputs
+    assert template["placement"] == {"groupName": "p5-spine"}, \
+        f"the GPU nodes must launch into the reservation's placement group p5-spine; got {template.get('placement')}"
+    assert not run.of_type(PLACEMENT_GROUP), "the stack makes no placement group of its own next to the reservation's"
+
+
+def test_capacity_block_nodes_use_the_capacity_block_market():
+    run = program("p5", (("capacityReserve", False), ("capacityReservationId", "cr-00000000000000cb1")))
+    template = gpu_launch_template(run).inputs
+    assert template["instanceMarketOptions"] == {"marketType": "capacity-block"}, \
+        f"a Capacity Block's instances need market type capacity-block; got {template.get('instanceMarketOptions')}"
+    assert gpu_node_group(run).inputs["capacityType"] == "CAPACITY_BLOCK", "EKS wants capacity type CAPACITY_BLOCK"
+    assert template["capacityReservationSpecification"]["capacityReservationTarget"]["capacityReservationId"] \
+        == "cr-00000000000000cb1", "the launch template targets the Capacity Block"
+
+
+def test_a_rerun_counts_its_own_nodes_in_the_reservation_as_capacity():
+    run = program("p5", (("capacityReserve", False), ("capacityReservationId", "cr-000000000000005e1")))
+    assert gpu_node_group(run), "a reservation filled by this cluster's own nodes still holds them"
 
 
 def test_explicit_vpc_azs_and_gpu_node_count():

@@ -37,9 +37,8 @@ BAD_CONFIGS = {
     "negative GPU nodes": ("dev", {"gpuNodeCount": -2}, ["gpuNodeCount", "at least 1"]),
     "GPU node count not a number": ("dev", {"gpuNodeCount": "two"}, ["gpuNodeCount", "integer"]),
     "reservation id with forced placement group": (
-        "dev", {"capacityReservationId": "cr-0123456789abcdef0", "gpuPlacement": "cluster"},
+        "p5", {"capacityReserve": False, "capacityReservationId": "cr-0123456789abcdef0", "gpuPlacement": "cluster"},
         ["gpuPlacement", "capacityReservationId", "placement group"]),
-    "reserve with forced placement group": ("p5", {"gpuPlacement": "cluster"}, ["gpuPlacement", "capacityReserve"]),
     "reserve and reservation id": ("p5", {"capacityReservationId": "cr-0123456789abcdef0"},
                                    ["capacityReserve", "capacityReservationId"]),
     "unknown placement": ("dev", {"gpuPlacement": "spread"}, ["gpuPlacement", "spread", "auto", "cluster", "none"]),
@@ -100,11 +99,12 @@ def test_efa_interfaces_follow_the_network_cards():
 
 
 @pytest.mark.parametrize("placement, reservation, expected", [
-    ("auto", False, True), ("auto", True, False), ("cluster", False, True), ("none", False, False), ("none", True, False),
+    ("auto", False, True), ("auto", True, False), ("cluster", False, True), ("cluster", True, False),
+    ("none", False, False), ("none", True, False),
 ])
 def test_placement_group_rule(placement, reservation, expected):
-    assert use_placement_group(placement, reservation_targeted=reservation) is expected, \
-        f"gpuPlacement={placement} with reservation={reservation} should give placement group={expected}"
+    assert use_placement_group(placement, existing_reservation=reservation) is expected, \
+        f"gpuPlacement={placement} with an existing reservation={reservation} should give own group={expected}"
 
 
 def test_subnet_plan_fits_seven_azs_without_overlap():

@@ -15,8 +15,40 @@ import os
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
-MODEL_CONFIGS = ("tiny", "qwen2.5-1.5b")
+# Values of Qwen/Qwen2.5-1.5B's published config.json, so `qwen2.5-1.5b` benchmarks the real architecture
+# without a hub download.
+QWEN2_5_1_5B = dict(
+    vocab_size=151936,
+    hidden_size=1536,
+    intermediate_size=8960,
+    num_hidden_layers=28,
+    num_attention_heads=12,
+    num_key_value_heads=2,
+    max_position_embeddings=131072,
+    rope_theta=1000000.0,
+    rms_norm_eps=1e-6,
+    tie_word_embeddings=True,
+)
+# The same architecture at a size that trains in milliseconds per step on one CPU core; tied embeddings like the
+# real model, so the tied-weight path is what the tests exercise.
+TINY = dict(
+    vocab_size=512,
+    hidden_size=64,
+    intermediate_size=128,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=512,
+    rope_theta=10000.0,
+    rms_norm_eps=1e-6,
+    tie_word_embeddings=True,
+)
+# Plain dicts here (no transformers import), so the Pulumi program can judge a job's shape at preview.
+ARCHITECTURES = {"tiny": TINY, "qwen2.5-1.5b": QWEN2_5_1_5B}
+MODEL_CONFIGS = tuple(ARCHITECTURES)
 """Names accepted by --model_config (architectures built with random weights, see workload.model)."""
+# Hub models whose architecture is one of the above, so their limits are known without downloading config.json.
+PUBLISHED_ARCHITECTURES = {"Qwen/Qwen2.5-1.5B": "qwen2.5-1.5b"}
 
 LOCAL_DATASET_SUFFIXES = (".txt", ".jsonl", ".json")
 
@@ -126,6 +158,13 @@ class TrainConfig:
     @property
     def tokenizer_name(self) -> str:
         return self.tokenizer or self.model_id
+
+    @property
+    def architecture(self) -> dict | None:
+        """The architecture this run trains, when known without the hub: --model_config's, or that of a
+        --model_id listed in PUBLISHED_ARCHITECTURES; None for any other hub model."""
+        name = self.model_config or PUBLISHED_ARCHITECTURES.get(self.model_id, "")
+        return ARCHITECTURES.get(name)
 
     def to_args(self) -> list[str]:
         """The CLI flags that rebuild this config (only those that differ from the defaults)."""

@@ -14,37 +14,9 @@ from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from transformers import AutoConfig, AutoModelForCausalLM, PretrainedConfig, Qwen2Config
 
-from workload.config import TrainConfig
+from workload.config import ARCHITECTURES, TrainConfig
 
-# Values of Qwen/Qwen2.5-1.5B's published config.json, so `qwen2.5-1.5b` benchmarks the real architecture
-# without a hub download.
-QWEN2_5_1_5B = dict(
-    vocab_size=151936,
-    hidden_size=1536,
-    intermediate_size=8960,
-    num_hidden_layers=28,
-    num_attention_heads=12,
-    num_key_value_heads=2,
-    max_position_embeddings=131072,
-    rope_theta=1000000.0,
-    rms_norm_eps=1e-6,
-    tie_word_embeddings=True,
-)
-# The same architecture at a size that trains in milliseconds per step on one CPU core; tied embeddings like the
-# real model, so the tied-weight path is what the tests exercise.
-TINY = dict(
-    vocab_size=512,
-    hidden_size=64,
-    intermediate_size=128,
-    num_hidden_layers=2,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    max_position_embeddings=512,
-    rope_theta=10000.0,
-    rms_norm_eps=1e-6,
-    tie_word_embeddings=True,
-)
-NAMED_CONFIGS = {"tiny": TINY, "qwen2.5-1.5b": QWEN2_5_1_5B}
+NAMED_CONFIGS = ARCHITECTURES  # --model_config name -> Qwen2Config keyword arguments (workload.config)
 
 # Most tokens per lm_head + cross-entropy chunk. A chunk's bf16 logits and their gradient are chunk x vocab x 2
 # bytes each (2.5 GB at 8k tokens and Qwen's 152k vocabulary), instead of fp32 logits for the whole batch (10 GB

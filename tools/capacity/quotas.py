@@ -1,7 +1,6 @@
 """On-Demand vCPU quotas: which one an instance family draws on, and how much of it a region has left."""
 from __future__ import annotations
 
-import re
 from collections import Counter
 from dataclasses import dataclass
 from typing import Iterable
@@ -9,39 +8,7 @@ from typing import Iterable
 from botocore.exceptions import ClientError
 
 from infra.capacity_reservation import error_code
-
-# On-Demand vCPU quotas (service code ec2) by the letters that open the instance family. Codes as Service
-# Quotas names them; L-1216C47A is the Standard (A, C, D, H, I, M, R, T, Z) quota, not Inf.
-ON_DEMAND_QUOTAS: dict[str, tuple[str, str]] = {
-    "g": ("L-DB2E81BA", "Running On-Demand G and VT instances"),
-    "gr": ("L-DB2E81BA", "Running On-Demand G and VT instances"),
-    "vt": ("L-DB2E81BA", "Running On-Demand G and VT instances"),
-    "p": ("L-417A185B", "Running On-Demand P instances"),
-    "trn": ("L-2C3B7624", "Running On-Demand Trn instances"),
-    "inf": ("L-1945791B", "Running On-Demand Inf instances"),
-    "dl": ("L-6E869C2A", "Running On-Demand DL instances"),
-}
-_FAMILY_LETTERS = re.compile(r"^([a-z]+)\d")
-
-
-@dataclass(frozen=True)
-class OnDemandQuota:
-    """The On-Demand vCPU quota that an instance family draws on."""
-
-    code: str
-    name: str
-
-
-def on_demand_quota(instance_type: str) -> OnDemandQuota:
-    """The quota of `instance_type`'s family: "g6e.12xlarge" -> G and VT, "trn1n.32xlarge" -> Trn."""
-    match = _FAMILY_LETTERS.match(instance_type.split(".", 1)[0])
-    letters = match.group(1) if match else ""
-    if letters not in ON_DEMAND_QUOTAS:
-        raise ValueError(
-            f"--instance-type {instance_type}: not an accelerated instance family this finder knows; "
-            f"allowed families start with one of {sorted(ON_DEMAND_QUOTAS)} (G and VT, P, Trn, Inf, DL)")
-    return OnDemandQuota(*ON_DEMAND_QUOTAS[letters])
-
+from infra.instance_facts import OnDemandQuota, on_demand_quota
 
 @dataclass(frozen=True)
 class QuotaUsage:

@@ -1,0 +1,421 @@
+"""Preview refuses every stack that cannot end in a working job, before any resource (infra/feasibility.py), and the
+real-deploy fixes show in the rendered resources.
+
+The whole program runs under mocks for each stack (tests/pulumi_mocks.py: EC2, Service Quotas and the existing
+reservations are faked there); the rules and the reservation look-up also get direct cases.
+"""
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta, timezone
+
+import pytest
+from botocore.stub import Stubber
+from moto import mock_aws
+
+from infra import capacity_reservation, feasibility
+from infra.capacity_reservation import GpuCapacityReservationProvider, reservation_request
+from infra.raycluster import KNOWN_IMAGES
+from tests.pulumi_mocks import (
+    ACCOUNT_ID, PROJECT, RESERVATIONS, SCHEMA, STACKS, program, run_program, run_program_expecting_error,
+    stack_settings,
+)
+from tests.stacks import INSTANCE_FACTS
+from workload import memory
+from workload.config import ARCHITECTURES
+
+LAUNCH_TEMPLATE = "aws:ec2/launchTemplate:LaunchTemplate"
+NODE_GROUP = "aws:eks/nodeGroup:NodeGroup"
+JOB = "pulumi-python:dynamic/raytrain:TrainingJob"
+ROLE = f"arn:aws:iam::{ACCOUNT_ID}:role/deployer"
+JOB_ON = {"trainEnabled": True}
+
+
+def existing(reservation_id: str, **more) -> dict:
+    """The p5 stack targeting a reservation made outside it, instead of making its own."""
+    return {"capacityReserve": False, "capacityReservationId": reservation_id, **more}
+
+
+# (stack, overrides, words the error must contain: the key and what is allowed). None of these is in
+# test_stack_validation's BAD_CONFIGS: each passed every check before this module existed.
+DOOMED = {
+    # -- keys Pulumi would ignore
+    "typo'd gpuNodeCount": ("dev", {"gpuNodeCout": 4}, ["gpuNodeCout", "did you mean 'gpuNodeCount'"]),
+    "typo'd trainSteps": ("dev", {"trainStep": 5}, ["trainStep", "did you mean 'trainSteps'"]),
+    "a key no declared key resembles": ("dev", {"nodes": 4}, ["'nodes'", "one of ['capacityCandidateAzs'"]),
+    "pulumi-aws 6's assumeRole": ("dev", {"aws:assumeRole": {"roleArn": ROLE}},
+                                  ["aws:assumeRole", "aws:assumeRoles", "one role"]),
+    "a chain of roles": ("dev", {"aws:assumeRoles": [{"roleArn": ROLE}, {"roleArn": ROLE + "-2"}]},
+                         ["aws:assumeRoles", "401", "one role"]),
+    "a role with an external id": ("dev", {"aws:assumeRoles": [{"roleArn": ROLE, "externalId": "x"}]},
+                                   ["aws:assumeRoles", "externalId", "without externalId"]),
+    # -- the job cannot run on this cluster
+    "tiny at the default 2048 tokens": ("dev", {**JOB_ON, "trainModelConfig": "tiny"},
+                                        ["trainSeqLen", "tiny's 512 positions", "1 to 512"]),
+    "more tokens than Qwen's positions": ("dev", {**JOB_ON, "trainSeqLen": 262144},
+                                          ["trainSeqLen", "131072", "1 to 131072"]),
+    "more workers than GPUs": ("dev", {**JOB_ON, "trainNumWorkers": 9}, ["trainNumWorkers", "0 (one per GPU) to 8"]),
+    "a batch of 64 on L4s": ("dev", {**JOB_ON, "trainBatchSize": 64},
+                             ["trainBatchSize", "g6.12xlarge", "batch of 1 to 2"]),
+    "a batch of 4 on L4s": ("dev", {**JOB_ON, "trainBatchSize": 4}, ["trainBatchSize", "batch of 1 to 2"]),
+    "16k-token sequences on L4s": ("dev", {**JOB_ON, "trainSeqLen": 16384},
+                                   ["trainSeqLen", "a shorter trainSeqLen"]),
+    "local checkpoints on two nodes": ("dev", {**JOB_ON, "trainStoragePath": "/mnt/checkpoints"},
+                                       ["trainStoragePath", "s3://bucket/prefix"]),
+    "efa with one GPU node": ("dev", {**JOB_ON, "gpuNodeCount": 1},
+                              ["trainExpectTransport", "one GPU node", "intra-node or any"]),
+    "efa with workers that fit one node": ("dev", {**JOB_ON, "trainNumWorkers": 4},
+                                           ["trainExpectTransport", "fit on one node", "intra-node or any"]),
+    "efa with NCCL_NET=Socket": ("dev", {**JOB_ON, "trainEnv": ["NCCL_NET=Socket"]},
+                                 ["trainExpectTransport", "NCCL_NET=Socket", "socket or any"]),
+    "efa over libfabric's tcp provider": ("dev", {**JOB_ON, "fiProvider": "tcp"},
+                                          ["trainExpectTransport", "FI_PROVIDER=tcp", "socket or any"]),
+    "socket without NCCL_NET=Socket": ("dev", {**JOB_ON, "trainExpectTransport": "socket"},
+                                       ["trainExpectTransport", "EFA", "trainEnv NCCL_NET=Socket"]),
+    "intra-node across two nodes": ("dev", {**JOB_ON, "trainExpectTransport": "intra-node"},
+                                    ["trainExpectTransport", "trainNumWorkers up to 4"]),
+    "pip replacing torch": ("dev", {**JOB_ON, "trainPip": ["torch==2.5.1"]},
+                            ["trainPip", "torch==2.5.1", "other than"]),
+    "pip replacing Ray": ("dev", {**JOB_ON, "trainPip": ["einops", "Ray[train]>=2.40"]}, ["trainPip", "ray"]),
+    "pip replacing NCCL": ("dev", {**JOB_ON, "trainPip": ["nvidia-nccl-cu12==2.21.5"]}, ["trainPip", "nvidia-*"]),
+    # -- the cluster cannot come up
+    "Kubernetes 1.20": ("dev", {"kubernetesVersion": "1.20"}, ["kubernetesVersion", "1.32, 1.33, 1.34, 1.35"]),
+    "Kubernetes 1.99": ("dev", {"kubernetesVersion": "1.99"}, ["kubernetesVersion", "1.32, 1.33, 1.34, 1.35"]),
+    "1000 GPU nodes": ("dev", {"gpuNodeCount": 1000}, ["gpuNodeCount", "1 to 450"]),
+    "500 system nodes": ("dev", {"systemNodeCount": 500}, ["systemNodeCount", "1 to 450"]),
+    "G vCPUs beyond the quota": ("dev", {"gpuNodeCount": 9}, ["gpuNodeCount", "L-DB2E81BA", "at most 8 nodes"]),
+    "P vCPUs beyond the quota": ("p5", {"gpuNodeCount": 3}, ["gpuNodeCount", "L-417A185B", "at most 2 nodes"]),
+    "a system type with GPUs": ("dev", {"systemInstanceType": "g6.12xlarge"}, ["systemInstanceType", "4 GPUs",
+                                                                              "m7i.xlarge"]),
+    "a system type too small": ("dev", {"systemInstanceType": "m7i.large"}, ["systemInstanceType", "Ray head",
+                                                                           "4 vCPUs and 16 GiB"]),
+    "a Graviton system type": ("dev", {"systemInstanceType": "m7g.xlarge"}, ["systemInstanceType", "arm64",
+                                                                            "x86_64"]),
+    # -- the image
+    "rayVersion contradicting the image": ("dev", {"rayVersion": "2.40.0"}, ["rayVersion", "empty or 2.58.0"]),
+    "imageCudaVersion contradicting the image": ("dev", {"imageCudaVersion": "12.8"},
+                                                 ["imageCudaVersion", "empty or 13.0"]),
+    "an unknown image without its versions": ("dev", {"dlcImage": "registry.example.com/team/ray:2.58.0"},
+                                              ["rayVersion", "imageCudaVersion", "e.g. 2.58.0 and 13.0"]),
+    "Ray too old for token auth": ("dev", {"dlcImage": "registry.example.com/team/ray:2.40.0", "rayVersion": "2.40.0",
+                                           "imageCudaVersion": "12.4"}, ["rayVersion", "2.52.0"]),
+    "a rayVersion that is not a version": ("dev", {"rayVersion": "latest"}, ["rayVersion", "like 2.58.0"]),
+    # -- an existing reservation that does not fit
+    "a reservation that does not exist": ("p5", existing("cr-0000000000000dead"),
+                                          ["capacityReservationId", "does not exist in us-east-2"]),
+    "a reservation in another AZ": ("p5", existing("cr-0123456789abcdef0", gpuAvailabilityZone="us-east-2b"),
+                                    ["capacityReservationId", "gpuAvailabilityZone", "allowed: us-east-2a"]),
+    "a reservation of another type": ("p5", existing("cr-0000000000000a4d0"), ["capacityReservationId",
+                                                                             "p4d.24xlarge"]),
+    "a Windows reservation": ("p5", existing("cr-00000000000057d00"), ["capacityReservationId", "Linux/UNIX"]),
+    "a dedicated reservation": ("p5", existing("cr-0000000000000ded0"), ["capacityReservationId", "dedicated"]),
+    "a cancelled reservation": ("p5", existing("cr-00000000000cace10"), ["capacityReservationId", "cancelled",
+                                                                        "Allowed: an active reservation"]),
+    "a reservation for one node of two": ("p5", existing("cr-00000000000000001"), ["capacityReservationId",
+                                                                                  "gpuNodeCount is 2"]),
+    "a reservation full of other instances": ("p5", existing("cr-000000000000000f0"),
+                                              ["capacityReservationId", "0 of its 2 instances are free"]),
+    "a reservation in a placement group, placement none": (
+        "p5", existing("cr-00000000000000c91", gpuPlacement="none"),
+        ["gpuPlacement", "capacityReservationId", "p5-spine", "auto or cluster"]),
+    "a Capacity Block not started yet": ("p5", existing("cr-00000000000000cb2"),
+                                         ["capacityReservationId", "Capacity Block that starts"]),
+    "a Capacity Block ending before the nodes are up": ("p5", existing("cr-00000000000000cb3"),
+                                                        ["capacityReservationId", "30 minutes earlier"]),
+}
+
+
+@pytest.mark.parametrize("case", list(DOOMED))
+def test_doomed_config_is_refused_before_any_resource(case):
+    stack, overrides, words = DOOMED[case]
+    failed = run_program_expecting_error(stack, overrides)
+    assert isinstance(failed.error, ValueError), f"{case}: expected a ValueError, got {failed.error!r}"
+    message = str(failed.error)
+    missing = [w for w in words if w not in message]
+    assert not missing, f"{case}: the error should mention {missing}; it says: {message}"
+    assert "\n" not in message and len(message) < 1000, f"{case}: one line, not a traceback's worth: {message}"
+    assert failed.resources == [], \
+        f"{case}: no resource may be registered; got {[r.type + ' ' + r.name for r in failed.resources]}"
+
+
+def test_there_are_at_least_25_doomed_configs():
+    assert len(DOOMED) >= 25, f"issue 13 asks for 25 refusals beyond BAD_CONFIGS; {len(DOOMED)} here"
+
+
+# ---- what must still pass -------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_every_stack_runs_the_default_job(stack):
+    run = run_program(stack, JOB_ON)
+    assert run.one(JOB), f"{stack}: the default job must pass every check and be declared"
+
+
+def test_the_readmes_examples_pass():
+    # README "A real cluster": the job, a rerun, S3 checkpoints, failure restarts, one after the other.
+    readme = {**JOB_ON, "trainRunId": "2", "trainStoragePath": "s3://BUCKET/PREFIX", "trainCheckpointEvery": 100,
+              "trainMaxFailures": 2}
+    assert run_program("dev", readme).one(JOB), "the README's pulumi config examples must make a valid stack"
+
+
+def test_unreadable_quotas_are_not_checked():
+    # pulumi_mocks answers Service Quotas in eu-north-1 with AccessDenied, as an account without the permission.
+    run = run_program(None, {"aws:region": "eu-north-1", "gpuAvailabilityZone": "eu-north-1a", "gpuNodeCount": 9})
+    assert len(run.of_type(NODE_GROUP)) == 2, "quotas that cannot be read do not refuse the stack"
+
+
+def test_the_stacks_own_reservation_with_a_forced_placement_group_is_fine():
+    run = program("p5", (("gpuPlacement", "cluster"),))
+    reservation = next(r for r in run.resources if r.type.endswith(":GpuCapacityReservation"))
+    assert reservation.inputs["placement_group_arn"], "gpuPlacement=cluster reserves inside the stack's group"
+
+
+# ---- the real-deploy fixes, in the rendered resources ------------------------------------------------------------
+
+def _launch_template_of(run, group):
+    return next(t for t in run.of_type(LAUNCH_TEMPLATE) if t.resource_id == group.inputs["launchTemplate"]["id"])
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_system_nodes_have_a_100_gib_encrypted_gp3_root(stack):
+    run = program(stack)
+    group = next(g for g in run.of_type(NODE_GROUP) if g.inputs["amiType"] == "AL2023_x86_64_STANDARD")
+    assert "diskSize" not in group.inputs, f"{stack}: the disk comes from the launch template (EKS refuses both)"
+    (root,) = _launch_template_of(run, group).inputs["blockDeviceMappings"]
+    assert root["deviceName"] == "/dev/xvda", f"{stack}: the AL2023 AMI's root device"
+    assert (root["ebs"]["volumeSize"], root["ebs"]["volumeType"], root["ebs"]["encrypted"]) == (100, "gp3", "true"), \
+        f"{stack}: system root volume must be 100 GiB gp3 encrypted (the Ray head's image lands there): {root}"
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_gpu_node_group_is_replaced_delete_first(stack):
+    group = next(g for g in program(stack).of_type(NODE_GROUP) if g.inputs["amiType"] == "AL2023_x86_64_NVIDIA")
+    assert group.delete_before_replace, \
+        f"{stack}: a replaced GPU node group must go before its successor (no double GPUs, quota or reservation)"
+
+
+def test_the_placement_group_keeps_its_urn_from_before_it_moved_out_of_the_node_group():
+    run = program("dev")
+    group = run.one("aws:ec2/placementGroup:PlacementGroup")
+    old_parent = f"urn:pulumi:dev::{PROJECT}::raytrain:infra:GpuNodeGroup::ray-train-gpu"
+    assert group.alias_parents == [old_parent], \
+        f"live stacks' placement group (and the nodes in it) must not be replaced by the move: {group.alias_parents}"
+    assert group.name == "ray-train-gpu-placement", "the alias keeps the name it had under GpuNodeGroup"
+
+
+def test_the_kubeconfig_assumes_the_stacks_role():
+    run = run_program("dev", {"aws:assumeRoles": [{"roleArn": ROLE}], "aws:profile": "ops"})
+    cluster = run.one("eks:index:Cluster")
+    credentials = cluster.inputs.get("providerCredentialOpts")
+    assert credentials == {"roleArn": ROLE, "profileName": "ops"}, \
+        f"pulumi-eks must write the role and the profile into the kubeconfig: {credentials}"
+    token_args = json.loads(run.exports["kubeconfig"])["users"][0]["user"]["exec"]["args"]
+    assert token_args[token_args.index("--role") + 1] == ROLE, f"`aws eks get-token` must assume {ROLE}: {token_args}"
+    assert "providerCredentialOpts" not in program("dev").one("eks:index:Cluster").inputs, \
+        "without a role, pulumi-eks applies aws:profile itself"
+
+
+def test_the_stacks_reservation_is_made_as_the_stacks_role():
+    run = run_program("p5", {"aws:assumeRoles": [{"roleArn": ROLE}]})
+    reservation = next(r for r in run.resources if r.type.endswith(":GpuCapacityReservation"))
+    assert reservation.inputs["role_arn"] == ROLE, "the reservation must land in the account the stack deploys to"
+
+
+def test_the_default_image_is_pinned_and_its_ray_version_reaches_the_raycluster():
+    image = SCHEMA["dlcImage"]["default"]
+    assert image.rsplit(":", 1)[-1].count(".") == 2 or "@sha256:" in image, \
+        f"the default image must be a frozen vX.Y.Z tag or a digest, not a moving one: {image}"
+    spec = program("dev").one("kubernetes:ray.io/v1:RayCluster").inputs["spec"]
+    assert spec["rayVersion"] == KNOWN_IMAGES[image].ray_version, \
+        f"rayVersion must be the image's: {spec['rayVersion']}"
+    custom = run_program("dev", {"dlcImage": "registry.example.com/team/ray:2.60.0", "rayVersion": "2.60.0",
+                                 "imageCudaVersion": "12.8"})
+    assert custom.one("kubernetes:ray.io/v1:RayCluster").inputs["spec"]["rayVersion"] == "2.60.0", \
+        "a custom image's rayVersion comes from the config"
+    gate = custom.one("pulumi-python:dynamic/raytrain:GpuNodesReady")
+    assert gate.inputs["image_cuda_version"] == "12.8", "the driver check uses the custom image's CUDA"
+
+
+# ---- the rules, directly ------------------------------------------------------------------------------------------
+
+def test_memory_model_reproduces_the_benchmarks_l4_projection():
+    # bench/results/RESULTS.md, "Memory on the g6 stack": 10.1, 15.1 and 25.1 GiB at batch 1, 2 and 4.
+    qwen = ARCHITECTURES["qwen2.5-1.5b"]
+    projected = {b: round(memory.job_peak_gib(qwen, batch_size=b, seq_len=2048, shards=8), 1) for b in (1, 2, 4)}
+    assert projected == {1: 10.1, 2: 15.1, 4: 25.1}, f"the model must give RESULTS.md's projection: {projected}"
+    usable = memory.usable_gib(INSTANCE_FACTS["g6.12xlarge"].gpu_memory_mib)
+    assert memory.fits(projected[2], usable) and not memory.fits(projected[4], usable), \
+        f"batch 2 fits an L4 ({usable:.2f} GiB usable), batch 4 does not"
+
+
+def test_the_benchmark_projects_by_the_same_model(monkeypatch):
+    from bench import step_bench
+
+    # The H200 peaks of bench/results/step_bench-h200-2026-11-29.log, through the benchmark's own projection.
+    peaks = iter([29.2, 34.2])
+    monkeypatch.setattr(step_bench, "measure", lambda *args: {"peak_memory_gib": next(peaks)})
+    monkeypatch.setattr(step_bench, "project_step", lambda cfg, device: None)
+    monkeypatch.setattr(step_bench, "fresh", lambda device: None)
+    cfg = step_bench.TrainConfig(model_config="qwen2.5-1.5b", batch_size=8, seq_len=2048)
+    result = step_bench.memory_projection(cfg, "cuda", [1, 2], warmup=0)
+    assert result["projected_peak_gib_8xL4_by_batch"] == {1: 10.1, 2: 15.1, 4: 25.1}, result
+    assert result["largest_batch_that_fits_with_2gib_margin"] == 2, result
+
+
+def test_the_program_judges_a_job_without_importing_torch():
+    import subprocess
+    import sys
+
+    from tests.pulumi_mocks import REPO
+
+    code = "import sys, infra.feasibility; print('torch' in sys.modules, 'ray' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False", "False"], \
+        f"preview must not pay for importing torch or ray (workload.memory and workload.config are stdlib): {out}"
+
+
+def test_parameter_count_matches_the_model_transformers_builds():
+    import torch
+    from transformers import AutoModelForCausalLM, Qwen2Config
+
+    for name, architecture in ARCHITECTURES.items():
+        with torch.device("meta"):
+            model = AutoModelForCausalLM.from_config(Qwen2Config(**architecture))
+        built = sum(p.numel() for p in model.parameters())
+        assert memory.parameter_count(architecture) == built, f"{name}: counted {memory.parameter_count(architecture)}"
+
+
+@pytest.mark.parametrize("entry, refused", [
+    ("torch", True), ("TORCH>=2", True), ("torchvision==0.28.0", True), ("ray[train]", True),
+    ("nvidia-cudnn-cu13", True), ("einops==0.8.1", False), ("raydp", False), ("torchmetrics", False),
+    ("git+https://github.com/example/pkg", False),
+])
+def test_pip_refusal_goes_by_the_package_name(entry, refused):
+    if refused:
+        with pytest.raises(ValueError, match="trainPip"):
+            feasibility.check_pip((entry,))
+    else:
+        feasibility.check_pip((entry,))
+
+
+class FakeAwsConfig(dict):
+    def get_object(self, key):
+        return self[key] if key in self else None
+
+
+def test_unknown_keys_are_found_in_either_channel_the_cli_passes_config_by(monkeypatch):
+    import pulumi
+
+    from infra import config
+
+    monkeypatch.setenv("PULUMI_CONFIG", json.dumps({"raytrain-eks:gpuNodeCout": "4", "aws:region": "us-west-2"}))
+    token = pulumi.runtime.config.CONFIG.set({"raytrain-eks:trainStep": "5"})
+    try:
+        keys = config.stack_config_keys()
+    finally:
+        pulumi.runtime.config.CONFIG.reset(token)
+    assert {"raytrain-eks:gpuNodeCout", "raytrain-eks:trainStep", "aws:region"} <= keys, keys
+    with pytest.raises(ValueError, match="gpuNodeCout.*trainStep"):
+        config.check_unknown_keys(keys, "raytrain-eks", set(SCHEMA))
+
+
+def test_aws_identity_passes_one_role_and_the_profile_on():
+    identity = feasibility.aws_identity(FakeAwsConfig(profile="ops", assumeRoles=[{"roleArn": ROLE}]))
+    assert (identity.profile, identity.role_arn) == ("ops", ROLE), identity
+    assert feasibility.aws_identity(FakeAwsConfig()).role_arn is None, "no role without aws:assumeRoles"
+
+
+def _capacity_block(end_in: timedelta, timeout_minutes: int) -> tuple:
+    from infra import config
+
+    raw = stack_settings("p5") | existing("cr-00000000000000cb1") | {"trainEnabled": True,
+                                                                     "trainTimeoutMinutes": timeout_minutes}
+    now = datetime(2026, 12, 1, tzinfo=timezone.utc)
+    found = dict(RESERVATIONS["cr-00000000000000cb1"], StartDate=now - timedelta(hours=1), EndDate=now + end_in)
+    return config.parse(raw), found, now
+
+
+def test_a_capacity_block_must_outlast_the_setup_and_the_job():
+    # One hour of setup, the job's 60 minutes, and EC2 stops the instances 30 minutes before the end.
+    cfg, found, now = _capacity_block(timedelta(hours=2, minutes=31), timeout_minutes=60)
+    assert feasibility.check_existing_reservation(cfg, found, region="us-east-2", now=now).capacity_block
+    cfg, found, now = _capacity_block(timedelta(hours=2, minutes=29), timeout_minutes=60)
+    with pytest.raises(ValueError, match="trainTimeoutMinutes"):
+        feasibility.check_existing_reservation(cfg, found, region="us-east-2", now=now)
+
+
+# ---- the reservation look-up and the stack's reservation, against EC2's API shapes ------------------------------
+
+@pytest.fixture
+def ec2_stub(monkeypatch):
+    import boto3
+
+    client = boto3.session.Session(aws_access_key_id="testing", aws_secret_access_key="testing",
+                                   region_name="us-east-2").client("ec2")
+    stub = Stubber(client)
+    stub.activate()
+    monkeypatch.setattr(capacity_reservation, "_ec2_client", lambda props: client)
+    yield stub
+    stub.assert_no_pending_responses()
+
+
+def test_describe_existing_counts_this_clusters_nodes_in_the_reservation(ec2_stub):
+    found = {k: v for k, v in RESERVATIONS["cr-0123456789abcdef0"].items() if k != "ClusterInstances"}
+    ec2_stub.add_response("describe_capacity_reservations", {"CapacityReservations": [found]},
+                          {"CapacityReservationIds": ["cr-0123456789abcdef0"]})
+    ec2_stub.add_response("describe_instances", {"Reservations": [{"Instances": [{"InstanceId": "i-1"},
+                                                                                 {"InstanceId": "i-2"}]}]},
+                          {"Filters": [{"Name": "capacity-reservation-id", "Values": ["cr-0123456789abcdef0"]},
+                                       {"Name": "tag:eks:cluster-name", "Values": ["ray-train"]},
+                                       {"Name": "instance-state-name", "Values": ["pending", "running"]}]})
+    result = capacity_reservation.describe_existing("cr-0123456789abcdef0", cluster_name="ray-train",
+                                                    region="us-east-2", profile=None, role_arn=None)
+    assert result["ClusterInstances"] == 2 and result["InstanceType"] == "p5.48xlarge", result
+
+
+def test_describe_existing_answers_none_for_a_reservation_that_does_not_exist(ec2_stub):
+    ec2_stub.add_client_error("describe_capacity_reservations", "InvalidCapacityReservationId.NotFound")
+    assert capacity_reservation.describe_existing("cr-0000000000000dead", cluster_name="ray-train",
+                                                  region="us-east-2", profile=None, role_arn=None) is None
+
+
+def test_a_reservation_that_cannot_be_read_names_the_key(monkeypatch):
+    from botocore.exceptions import ClientError
+
+    from tests import pulumi_mocks
+
+    def denied(*args, **kwargs):
+        raise ClientError({"Error": {"Code": "UnauthorizedOperation", "Message": "not allowed"}},
+                          "DescribeCapacityReservations")
+
+    monkeypatch.setattr(pulumi_mocks, "_describe_existing", denied)
+    failed = run_program_expecting_error("p5", existing("cr-0123456789abcdef0"))
+    assert "capacityReservationId" in str(failed.error) and "UnauthorizedOperation" in str(failed.error), failed.error
+    assert failed.resources == [], "a reservation that cannot be read stops the stack before any resource"
+
+
+def test_the_stacks_reservation_is_requested_in_its_placement_group():
+    arn = "arn:aws:ec2:us-east-2:123456789012:placement-group/ray-train-gpu-placement-1a2b3c4"
+    request = reservation_request(instance_type="p5.48xlarge", instance_count=2, availability_zone="us-east-2a",
+                                  tags={}, placement_group_arn=arn)
+    assert request["PlacementGroupArn"] == arn, "CreateCapacityReservation must name the placement group"
+    assert "PlacementGroupArn" not in reservation_request(instance_type="p5.48xlarge", instance_count=2,
+                                                          availability_zone="us-east-2a", tags={})
+
+
+@pytest.mark.parametrize("key", ["placement_group_arn", "role_arn"])
+def test_a_new_placement_group_or_role_replaces_the_reservation(key):
+    olds = {"instance_type": "p5.48xlarge", "candidate_azs": ["us-east-2a"], "availability_zone": "us-east-2a",
+            key: "old"}
+    result = GpuCapacityReservationProvider().diff("cr-1", olds, {**olds, key: "new"})
+    assert result.replaces == [key] and result.delete_before_replace, \
+        f"EC2 cannot move a reservation into another placement group or account: {result.replaces}"
+
+
+def test_the_session_assumes_the_stacks_role(monkeypatch):
+    for name, value in (("AWS_ACCESS_KEY_ID", "testing"), ("AWS_SECRET_ACCESS_KEY", "testing")):
+        monkeypatch.setenv(name, value)
+    with mock_aws():
+        session = capacity_reservation.aws_session(region="us-east-2", profile=None, role_arn=ROLE)
+        caller = session.client("sts").get_caller_identity()["Arn"]
+    assert caller.startswith(f"arn:aws:sts::{ACCOUNT_ID}:assumed-role/deployer/"), \
+        f"the reservation's calls must run as the assumed role, ran as {caller}"

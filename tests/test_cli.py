@@ -48,7 +48,6 @@ def files(tmp_path_factory) -> dict[str, str]:
     for name, text in paths.items():
         (root / name).write_text(text)
     (root / "home").mkdir()
-    (root / "ray").mkdir()
     return {"dir": str(root), **{name: str(root / name) for name in paths}}
 
 
@@ -64,8 +63,9 @@ USER_ERRORS = [
     (["workload.train", "--learning_rate", "inf"], {}, cli.USAGE, "--learning_rate"),
     (["workload.train", "--batch_size", "two"], {}, cli.USAGE, "--batch_size"),
     (["workload.train", "--model_config", "gpt-17"], {}, cli.USAGE, "--model_config"),
-    (["workload.train", "--model_config", "tiny", "--seq_len", "64", "--steps", "2"], {"RAY_TMPDIR": "{dir}/ray"},
-     cli.ENVIRONMENT, "no running Ray cluster"),
+    # A closed port: "auto" would instead join whatever other Ray cluster runs on this machine.
+    (["workload.train", "--model_config", "tiny", "--seq_len", "64", "--steps", "2"], {"RAY_ADDRESS": "127.0.0.1:9"},
+     cli.ENVIRONMENT, "no Ray cluster answers at RAY_ADDRESS=127.0.0.1:9"),
     (["workload.local", "--batch_size", "0"], {}, cli.USAGE, "--batch_size"),
     (["workload.local", "--dataset", "no/such/file.txt"], {}, cli.USAGE, "--dataset"),
     (["workload.local", "--seq_len", "100000"], {}, cli.USAGE, "--seq_len"),

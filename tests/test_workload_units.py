@@ -385,3 +385,27 @@ def test_max_failures_accepts_ray_retry_forever_and_nothing_below():
     assert TrainConfig(max_failures=-1).max_failures == -1, "-1 is FailureConfig's 'retry forever'"
     with pytest.raises(ValueError, match="--max_failures"):
         TrainConfig(max_failures=-2)
+
+
+def test_a_failed_local_job_still_prints_its_summary_and_exits_1(monkeypatch, capsys):
+    """A diverged run fails its job; the local run still ends with the summary it printed, then one error line."""
+    from contextlib import contextmanager
+
+    from workload import cli, local
+
+    @contextmanager
+    def fake_cluster():
+        yield "http://127.0.0.1:1", "token"
+
+    summary = {"steps": 3, "final_loss": None, "diverged_at_step": 3}
+
+    def failing_submit(address, train_args, **kwargs):
+        log = f"step 3/20 loss nan\nTRAIN_SUMMARY {json.dumps(summary)}\nerror: training diverged"
+        raise submit.JobFailedError("raysubmit_x", "FAILED", log, reason="ended FAILED")
+
+    monkeypatch.setattr(local, "local_cluster", fake_cluster)
+    monkeypatch.setattr(submit, "submit_training_job", failing_submit)
+    assert cli.run(local.main, []) == cli.CHECK_FAILED
+    captured = capsys.readouterr()
+    assert captured.out.splitlines()[-1] == f"TRAIN_SUMMARY {json.dumps(summary)}", captured.out
+    assert captured.err.strip() == "error: Ray job raysubmit_x ended FAILED", captured.err

@@ -202,7 +202,7 @@ def parse_args(argv: Sequence[str] | None = None) -> TrainConfig:
 def main(argv: Sequence[str] | None = None) -> int:
     cfg = parse_args(argv)
     # Heavy imports (torch, transformers, Ray) only once the flags are good, so --help and typos answer at once.
-    from workload.submit import JobFailedError, submit_training_job
+    from workload.submit import JobFailedError, parse_summary, submit_training_job
     from workload.trainer import validate
 
     validate(cfg)  # a flag that does not fit the model or tokenizer fails here, naming it, before Ray starts
@@ -213,10 +213,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                 address, cfg.to_args(), token=token, env_vars=LOCAL_RAY_TRAIN_ENV, timeout_s=JOB_TIMEOUT_S,
                 on_log=_print_progress)
     except JobFailedError as error:
+        print("local Ray cluster stopped", flush=True)
+        if (summary := parse_summary(error.log_tail)) is not None:  # a diverged run still reports how far it got
+            print(SUMMARY_PREFIX + json.dumps(summary, allow_nan=False), flush=True)
         # Its log has just been streamed above; the reason is what is left to say.
         raise cli.CheckFailed(f"Ray job {error.job_id} {error.reason}") from None
-    finally:
-        print("local Ray cluster stopped", flush=True)
+    print("local Ray cluster stopped", flush=True)
     print(SUMMARY_PREFIX + json.dumps(result.summary, allow_nan=False), flush=True)
     return cli.OK
 

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import shutil
+import socket
 import sys
 import tempfile
 import time
@@ -39,6 +41,8 @@ from workload.model import (
 )
 from workload.nccl_logs import gather_transport_lines
 
+# How long the driver waits for RAY_ADDRESS's GCS port to accept a connection before saying nothing is there.
+GCS_PROBE_TIMEOUT_S = 5
 # Without GPUs the run still shards across processes, so FSDP's collectives are exercised on a laptop.
 CPU_WORKERS_WITHOUT_GPUS = 2
 
@@ -210,13 +214,20 @@ def connect_to_cluster() -> None:
     """Join the Ray cluster this process runs in (a Ray job's entrypoint has RAY_ADDRESS set)."""
     from workload import cli
 
+    address = os.environ.get("RAY_ADDRESS", "")
+    hint = "python -m workload.train runs as a Ray job; to train on this machine: python -m workload.local"
+    if address and address != "auto" and "://" not in address:
+        # ray.init waits minutes for a GCS that is not there; a refused or unroutable address is known in seconds.
+        host, _, port = address.rpartition(":")
+        try:
+            socket.create_connection((host, int(port)), timeout=GCS_PROBE_TIMEOUT_S).close()
+        except (OSError, ValueError) as error:
+            raise cli.EnvironmentProblem(f"no Ray cluster answers at RAY_ADDRESS={address} ({error})",
+                                         hint=hint) from None
     try:
         ray.init(address="auto")
     except ConnectionError as error:
-        raise cli.EnvironmentProblem(
-            f"no running Ray cluster to join ({error})",
-            hint="python -m workload.train runs as a Ray job; to train on this machine: python -m workload.local",
-        ) from None
+        raise cli.EnvironmentProblem(f"no running Ray cluster to join ({error})", hint=hint) from None
 
 
 def run(cfg: TrainConfig) -> dict:

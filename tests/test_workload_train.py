@@ -165,3 +165,39 @@ def test_a_diverging_run_stops_at_its_first_non_finite_loss_and_fails_the_job(ra
     saved = sorted(path.name for path in (tmp_path / "diverges").glob("checkpoint_0*"))
     assert saved and saved[-1] == f"checkpoint_{diverged - 1:06d}", (
         f"checkpoints up to the last finite step, none of the diverged weights: {saved}")
+
+
+def test_export_turns_the_two_rank_checkpoint_into_the_trained_model(reference, tmp_path, capsys):
+    """`python -m workload.export` on the reference run's last checkpoint (written by 2 FSDP2 ranks): the weights are
+    the unsharded ones exactly, from_pretrained gives the trained model's logits, and the tokenizer comes along."""
+    from safetensors.torch import load_file
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from workload import export
+
+    cfg, (result, _) = reference
+    out = tmp_path / "model"
+    assert export.main([result.checkpoint.path, str(out)]) == cli.OK
+    assert "from_pretrained" in capsys.readouterr().out
+
+    unsharded = {name.removeprefix("lm."): tensor
+                 for name, tensor in checkpoint.read_model_state(result.checkpoint.path).items()}
+    exported = load_file(out / "model.safetensors")
+    tied = set(unsharded) - set(exported)
+    assert tied <= {"lm_head.weight"}, f"only the tied lm_head may be left to its embedding: {tied}"
+    _assert_same_parameters(exported, {name: unsharded[name] for name in exported}, "exported")
+
+    trained = model.build_model(cfg, torch.device("cpu")).lm
+    trained.load_state_dict(unsharded)
+    loaded = AutoModelForCausalLM.from_pretrained(out)
+    batch = data.dataset_batches(cfg, rank=0, world_size=2)(0)
+    with torch.no_grad():
+        assert torch.equal(loaded(batch).logits, trained(batch).logits), "the exported model's logits differ"
+    # The tokenizer's own files come along. (AutoTokenizer on OUT picks Qwen2Tokenizer from config.json's model type
+    # in transformers 5, which rebuilds a byte-level BPE around the sample tokenizer's word-level vocabulary; hence
+    # the explicit class here. A Qwen tokenizer, the cluster's, round-trips through AutoTokenizer as it is.)
+    from transformers import PreTrainedTokenizerFast
+
+    text = open(cfg.dataset).read()[:2000]
+    assert PreTrainedTokenizerFast.from_pretrained(out)(text).input_ids == \
+        AutoTokenizer.from_pretrained(cfg.tokenizer)(text).input_ids, "the tokenizer must come along"

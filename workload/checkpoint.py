@@ -19,15 +19,23 @@ from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
 STEP_FILE = "train_step.json"
+# Where the Hugging Face model's weights sit in a checkpoint: it is saved as {"model": ..., "optimizer": ...}, and the
+# model is CausalLMWithLoss, whose Hugging Face model is its `lm`.
+MODEL_KEY, LM_PREFIX = "model", "lm."
 
 
-def save(directory: str, model: nn.Module, optimizer: torch.optim.Optimizer, step: int) -> None:
-    """Write this rank's shards of the model and optimizer state; rank 0 also records the step reached."""
+def save(directory: str, model: nn.Module, optimizer: torch.optim.Optimizer, step: int, tokenizer: str = "") -> None:
+    """Write this rank's shards of the model and optimizer state. Rank 0 also records the step reached, the
+    tokenizer trained with, and the model's Hugging Face config (config.json, generation_config.json), so that
+    workload.export can turn the checkpoint into a model directory with nothing else at hand."""
     model_state, optimizer_state = get_state_dict(model, optimizer)
-    dcp.save({"model": model_state, "optimizer": optimizer_state}, checkpoint_id=directory)
+    dcp.save({MODEL_KEY: model_state, "optimizer": optimizer_state}, checkpoint_id=directory)
     if torch.distributed.get_rank() == 0:
         with open(os.path.join(directory, STEP_FILE), "w") as file:
-            json.dump({"step": step}, file)
+            json.dump({"step": step, "tokenizer": tokenizer}, file)
+        model.lm.config.save_pretrained(directory)
+        if model.lm.generation_config is not None:
+            model.lm.generation_config.save_pretrained(directory)
 
 
 def load(directory: str, model: nn.Module, optimizer: torch.optim.Optimizer) -> int:
@@ -50,5 +58,10 @@ def read_model_state(directory: str) -> dict[str, torch.Tensor]:
 
 def read_step(directory: str) -> int:
     """The number of steps the checkpoint had completed."""
+    return read_record(directory)["step"]
+
+
+def read_record(directory: str) -> dict:
+    """What rank 0 recorded beside the shards: the step, and the tokenizer (empty when training had none)."""
     with open(os.path.join(directory, STEP_FILE)) as file:
-        return json.load(file)["step"]
+        return json.load(file)

@@ -98,7 +98,7 @@ def train_func(config: dict) -> None:
         # poll interval (2 s by default), which would throttle a fast step.
         if cfg.checkpoint_every and (step + 1) % cfg.checkpoint_every == 0 and step + 1 < cfg.steps:
             metrics = {"step": step + 1, "loss": loss_value, "start_step": start_step}
-            _report_with_checkpoint(metrics, model, optimizer, step + 1)
+            _report_with_checkpoint(metrics, model, optimizer, step + 1, tokenizer_of(cfg))
 
     # The first step of an attempt pays for warm-up (allocator, compile), so it is left out when there are others.
     timed = step_times[1:] or step_times
@@ -117,9 +117,15 @@ def train_func(config: dict) -> None:
         config["final"].put(final)
     # A run resumed after its last step has nothing new to save.
     if cfg.storage_path and start_step < cfg.steps:
-        _report_with_checkpoint(final, model, optimizer, cfg.steps)
+        _report_with_checkpoint(final, model, optimizer, cfg.steps, tokenizer_of(cfg))
     else:
         ray.train.report(final)
+
+
+def tokenizer_of(cfg: TrainConfig) -> str:
+    """The tokenizer that goes with the trained model: the one training used, or a hub model's own; none for a
+    random-weight architecture trained on random tokens."""
+    return cfg.tokenizer_name if (cfg.dataset or not cfg.model_config) else ""
 
 
 def _progress(line: str) -> None:
@@ -134,10 +140,10 @@ def _mean_over_ranks(value: torch.Tensor, world_size: int) -> float:
     return value.item() / world_size
 
 
-def _report_with_checkpoint(metrics: dict, model, optimizer, step: int) -> None:
+def _report_with_checkpoint(metrics: dict, model, optimizer, step: int, tokenizer: str) -> None:
     directory = tempfile.mkdtemp(prefix=f"checkpoint-{step:06d}-")
     try:
-        checkpoints.save(directory, model, optimizer, step)
+        checkpoints.save(directory, model, optimizer, step, tokenizer=tokenizer)
         ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(directory),
                          checkpoint_dir_name=f"checkpoint_{step:06d}")
     finally:

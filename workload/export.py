@@ -1,0 +1,113 @@
+"""`python -m workload.export CHECKPOINT OUT`: a sharded training checkpoint as a Hugging Face model directory.
+
+CHECKPOINT is a checkpoint the job saved (`checkpoint_<step>/` under its storage path: a local directory or
+s3://...). OUT receives config.json, generation_config.json, model.safetensors and, when the checkpoint names one,
+the tokenizer: `AutoModelForCausalLM.from_pretrained(OUT)` loads it, and so does any server that reads Hugging
+Face directories.
+
+One process, no GPU, no process group, and one full copy of the weights in host memory: the model is built once
+from the checkpoint's own config.json, and DCP reads each rank's shards straight into its parameters (it reshards
+on read, so the world size the checkpoint was written with does not matter). An s3:// checkpoint is copied to a
+temporary directory first (disk, not memory).
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import tempfile
+import warnings
+from contextlib import contextmanager
+from typing import Iterator, Sequence
+
+from workload import cli
+
+DTYPES = ("float32", "bfloat16")
+
+
+def export(checkpoint: str, out: str, *, dtype: str = "float32") -> list[str]:
+    """Write the checkpoint's model (and tokenizer) to `out` as a Hugging Face directory; returns notes for the user
+    (a tokenizer that could not be saved). `float32` keeps the trained master weights exactly; `bfloat16` halves the
+    size as most published checkpoints are, at the cost of updates smaller than half a bf16 step."""
+    import torch
+    import torch.distributed.checkpoint as dcp
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from workload.checkpoint import LM_PREFIX, MODEL_KEY, read_record
+
+    with local_copy(checkpoint) as directory:
+        if not os.path.isfile(os.path.join(directory, "config.json")):
+            raise cli.UsageError(f"CHECKPOINT {checkpoint}: no config.json beside its shards; only checkpoints "
+                                 "saved by this version of the job (workload/checkpoint.py) can be exported")
+        config = AutoConfig.from_pretrained(directory)
+        model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+        state = {MODEL_KEY: {LM_PREFIX + name: tensor for name, tensor in model.state_dict().items()}}
+        with warnings.catch_warnings():  # "assuming the intent is to load in a single process": it is
+            warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+            dcp.load(state, checkpoint_id=directory, no_dist=True)  # in place, into the model's parameters
+        record = read_record(directory)
+        generation = os.path.join(directory, "generation_config.json")
+        if os.path.isfile(generation):
+            from transformers import GenerationConfig
+
+            model.generation_config = GenerationConfig.from_pretrained(directory)
+    model.to(getattr(torch, dtype)).save_pretrained(out, safe_serialization=True)
+    notes = []
+    if record.get("tokenizer"):
+        try:
+            from transformers import AutoTokenizer
+
+            AutoTokenizer.from_pretrained(record["tokenizer"]).save_pretrained(out)
+        except (OSError, ValueError) as error:
+            notes.append(f"the tokenizer {record['tokenizer']!r} was not saved ({error}); save it into {out} with "
+                         "AutoTokenizer.from_pretrained(...).save_pretrained(...)")
+    return notes
+
+
+@contextmanager
+def local_copy(checkpoint: str) -> Iterator[str]:
+    """The checkpoint as a local directory: itself, or a temporary copy of a remote one (s3://...)."""
+    if "://" not in checkpoint:
+        if not os.path.isdir(checkpoint):
+            raise cli.UsageError(f"CHECKPOINT {checkpoint}: no such directory")
+        yield checkpoint
+        return
+    import pyarrow.fs
+
+    try:
+        filesystem, path = pyarrow.fs.FileSystem.from_uri(checkpoint)
+        scratch = tempfile.mkdtemp(prefix="checkpoint-")
+    except (OSError, ValueError, pyarrow.lib.ArrowException) as error:
+        raise cli.UsageError(f"CHECKPOINT {checkpoint}: {error}") from None
+    try:
+        try:
+            pyarrow.fs.copy_files(path, scratch, source_filesystem=filesystem)
+        except (OSError, pyarrow.lib.ArrowException) as error:
+            raise cli.EnvironmentProblem(f"CHECKPOINT {checkpoint} cannot be read: {error}") from None
+        yield scratch
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = cli.parser(
+        "python -m workload.export",
+        "Turn a sharded checkpoint of the training job into a Hugging Face model directory.\n\n"
+        "  python -m workload.export runs/local/local-20261201-042145/checkpoint_000020 model/\n"
+        "  python -m workload.export s3://bucket/prefix/ray-train-fsdp-llm-1-0a1b2c3d/checkpoint_000050 model/",
+        check_failed="(not used: the export either succeeds or fails on its input or environment)")
+    parser.add_argument("checkpoint", metavar="CHECKPOINT", help="checkpoint_<step> directory, local or s3://")
+    parser.add_argument("out", metavar="OUT", help="directory to write the model to (created)")
+    parser.add_argument("--dtype", choices=DTYPES, default="float32",
+                        help="weights' dtype in OUT: float32 keeps the trained weights exactly")
+    args = parser.parse_args(argv)
+    if os.path.exists(args.out) and os.listdir(args.out):
+        raise cli.UsageError(f"OUT {args.out} exists and is not empty; give a new directory")
+    for note in export(args.checkpoint, args.out, dtype=args.dtype):
+        print(f"note: {note}", file=sys.stderr)
+    print(f"wrote {args.out}: load it with AutoModelForCausalLM.from_pretrained({args.out!r})")
+    return cli.OK
+
+
+if __name__ == "__main__":
+    sys.exit(cli.run(main))

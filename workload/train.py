@@ -22,6 +22,7 @@ import torch.distributed as dist
 from ray.util.queue import Queue
 
 from workload import checkpoint as checkpoints
+from workload import fabric, parallel
 from workload.config import TrainConfig, parse_args
 from workload.data import check_tokenizer, make_batches
 from workload.model import (
@@ -50,11 +51,16 @@ def train_func(config: dict) -> None:
     context = ray.train.get_context()
     rank, world_size = context.get_world_rank(), context.get_world_size()
     device = ray.train.torch.get_device()
+    # Before any weights load, so a slow fabric fails the job in seconds.
+    fabric_check = fabric.run_before_training(cfg.fabric_check_seconds, cfg.min_bus_gbytes_per_s, device,
+                                              _progress if rank == 0 else lambda line: None)
 
     model = build_model(cfg, device)
     flops = flops_per_token(model.lm.config, matmul_parameters(model), cfg.seq_len)
     peak = peak_flops(device)
-    model = shard_model(model, build_mesh(device), cfg)
+    plan = parallel.plan_for_worker(cfg, model, device, world_size, context.get_node_rank(),
+                                    context.get_local_world_size(), fabric_check)
+    model = shard_model(model, build_mesh(device, plan.mesh_shape), cfg, reduce_dtype=plan.reduce_dtype)
     optimizer = build_optimizer(model, cfg)
     batches = make_batches(cfg, model.lm.config.vocab_size, rank, world_size)
 
@@ -64,7 +70,7 @@ def train_func(config: dict) -> None:
             start_step = checkpoints.load(directory, model, optimizer)
     if rank == 0:
         _progress(f"training {cfg.model_config or cfg.model_id} on {world_size} x {device.type}, "
-                  f"steps {start_step + 1}..{cfg.steps}")
+                  f"steps {start_step + 1}..{cfg.steps}; sharding {plan.describe()}")
 
     tokens_per_step = cfg.batch_size * cfg.seq_len * world_size
     step_times: list[float] = []
@@ -99,6 +105,8 @@ def train_func(config: dict) -> None:
         "mfu": model_flops_utilization(tokens_per_s, flops, peak, world_size),
         "start_step": start_step,
         "nccl_logs": gather_transport_lines(rank, world_size),
+        "sharding": plan.as_dict(),
+        "fabric": fabric_check,
     }
     if rank == 0:
         config["final"].put(final)
@@ -184,6 +192,8 @@ def summarize(cfg: TrainConfig, result: ray.train.Result, final: dict) -> dict:
         "mfu": final["mfu"],
         "checkpoint": _checkpoint_uri(cfg, result),
         "nccl_logs": final["nccl_logs"],
+        "sharding": final["sharding"],
+        "fabric": final["fabric"],
     }
 
 

@@ -140,3 +140,5 @@ if cfg.train.enabled:
     pulumi.export("jobTokensPerSecond", job.tokens_per_s)
     pulumi.export("jobWorldSize", job.world_size)
     pulumi.export("jobTransportVerdicts", job.verdicts)
+    pulumi.export("jobSharding", job.sharding)
+    pulumi.export("jobFabricCheck", job.fabric)

@@ -43,7 +43,8 @@ LOG_TAIL_LINES = 80
 # expectation) is updated in place.
 REPLACE_ON_CHANGE = ("train_args", "run_id", "pip", "env_vars")
 # Outputs, declared as None inputs so that Pulumi exposes them as attributes.
-OUTPUT_NAMES = ("job_id", "status", "final_loss", "tokens_per_s", "world_size", "device", "verdicts")
+OUTPUT_NAMES = ("job_id", "status", "final_loss", "tokens_per_s", "world_size", "device", "verdicts", "sharding",
+                "fabric")
 
 
 @dataclass(frozen=True)
@@ -87,6 +88,12 @@ def job_inputs(cfg: StackConfig, facts: InstanceFacts) -> dict[str, Any]:
             max_failures=train.max_failures,
             checkpoint_every=train.checkpoint_every,
             storage_path=train.storage_path,
+            sharding=train.sharding,
+            reduce_dtype=train.reduce_dtype,
+            grad_accum_steps=train.grad_accum_steps,
+            min_bus_gbytes_per_s=train.min_bus_gbytes_per_s,
+            # The instance's network, for the job's choice of sharding; its fabric check's measurement wins.
+            node_gbits_per_s=facts.network_gbps,
         )
         # Ray Train resumes a run of the same name and storage path from its latest checkpoint. A retried create
         # of the same job should (the same trainRunId and flags); a job with other flags (another model, another
@@ -211,6 +218,8 @@ class TrainingJobProvider(pulumi.dynamic.ResourceProvider):
             "world_size": summary.get("world_size"),
             "device": summary.get("device"),
             "verdicts": verdicts,
+            "sharding": summary.get("sharding"),
+            "fabric": summary.get("fabric"),
         }
         return pulumi.dynamic.CreateResult(id_=result.job_id, outs=outs)
 
@@ -254,6 +263,8 @@ class TrainingJob(pulumi.dynamic.Resource, module="raytrain", name="TrainingJob"
     world_size: pulumi.Output[int]
     device: pulumi.Output[str]
     verdicts: pulumi.Output[dict]
+    sharding: pulumi.Output[dict]
+    fabric: pulumi.Output[dict]
 
     def __init__(
         self,

@@ -34,11 +34,13 @@ from transformers import AutoModelForCausalLM, Qwen2Config
 from workload import model as project
 from workload.config import TrainConfig
 from workload.data import random_batches
+from workload.parallel import STATE_BYTES_PER_PARAMETER
 
 L4_USABLE_GIB = 22.0  # 24 GB card, 22.5 GiB reported, less the CUDA context
 GIB = 2**30
-# The recipe's size_based_auto_wrap_policy(min_num_params=1e7): on Qwen2.5-1.5B it wraps each MLP (41.3M), the
-# embedding, the (tied) lm_head and, around them, Qwen2Model's remaining attention weights and norms.
+NCCL_BUFFERS_GIB = 1.0  # NCCL's own buffers, outside torch's allocator and so outside the measured peaks
+# The recipe's size_based_auto_wrap_policy(min_num_params=1e7): on Qwen2.5-1.5B it wraps each MLP projection (13.8M),
+# the embedding, the (tied) lm_head, and around them Qwen2Model with its attention weights (5.5M a layer) and norms.
 RECIPE_MIN_NUM_PARAMS = int(1e7)
 
 
@@ -141,13 +143,20 @@ def fresh(device: torch.device) -> None:
         torch.cuda.reset_peak_memory_stats(device)
 
 
-def memory_projection(cfg: TrainConfig, device: torch.device, batch_sizes: list[int], warmup: int) -> dict:
-    """Peak memory of the project's step at several batch sizes on this one GPU, then projected onto 8 L4s.
+def projected_peak_gib(fixed_gib: float, per_sequence_gib: float, parameters: int, shards: int, sequences: int,
+                       extra_gib: float = 0.0) -> float:
+    """A GPU's peak on the cluster from the one-GPU fit `fixed + per_sequence x sequences`.
 
-    On one GPU the peak is fixed + per_sequence * batch. Of `fixed`, the sharded state (fp32 weights, fp32
-    gradients, two fp32 AdamW moments: 16 bytes a parameter) is divided by 8 when sharded 8 ways; activations,
-    the gathered bf16 weights and the loss buffers are not. NCCL's own buffers come on top: 1 GiB of margin.
-    """
+    Of `fixed`, the sharded state (fp32 weights, fp32 gradients, two fp32 AdamW moments: 16 bytes a parameter) is
+    divided by `shards` (all GPUs with full sharding, a node's with HSDP); activations, the gathered bf16 weights and
+    the loss buffers are not. NCCL's buffers and `extra_gib` (gradients accumulated unsharded) come on top."""
+    state = STATE_BYTES_PER_PARAMETER * parameters / GIB
+    return fixed_gib - state * (1 - 1 / shards) + per_sequence_gib * sequences + NCCL_BUFFERS_GIB + extra_gib
+
+
+def memory_projection(cfg: TrainConfig, device: torch.device, batch_sizes: list[int], warmup: int) -> dict:
+    """Peak memory of the project's step at several batch sizes on this one GPU, then projected onto 8 L4s
+    (projected_peak_gib, full sharding 8 ways; bench/step_model.py projects the other layouts)."""
     peaks = {}
     for batch_size in batch_sizes:
         fresh(device)
@@ -157,9 +166,8 @@ def memory_projection(cfg: TrainConfig, device: torch.device, batch_sizes: list[
     (b1, p1), (b2, p2) = sorted(peaks.items())[:2]
     per_sequence = (p2 - p1) / (b2 - b1)
     fixed = p1 - per_sequence * b1
-    sharded_state = 16 * parameters(cfg.model_config) / GIB
-    fixed_8way = fixed - sharded_state * 7 / 8
-    projected = {b: round(fixed_8way + per_sequence * b + 1.0, 1) for b in (1, 2, 4)}
+    projected = {b: round(projected_peak_gib(fixed, per_sequence, parameters(cfg.model_config), 8, b), 1)
+                 for b in (1, 2, 4)}
     return {
         "run": "memory",
         "seq_len": cfg.seq_len,

@@ -44,6 +44,7 @@ class Collective:
     group: str  # world (1-D mesh) | shard (a node's ranks) | replicate (one rank per node)
     ranks: int
     size: int
+    phase: str  # forward | backward
     exposed: bool = False  # issued where no compute can hide it: the step's first gather, its last reduction
 
 
@@ -104,17 +105,19 @@ def step_collectives(units: Sequence[tuple[str, Sequence[Shape]]], mesh_shape: S
     collectives: list[Collective] = []
     if shards > 1:
         for index, numel in enumerate(numels):
-            collectives.append(Collective("all_gather", group, shards, numel * PARAMETER_BYTES, exposed=index == 0))
+            collectives.append(Collective("all_gather", group, shards, numel * PARAMETER_BYTES, "forward",
+                                          exposed=index == 0))
         if reshard_after_forward:
             for numel in reversed(numels[1:]):
-                collectives.append(Collective("all_gather", group, shards, numel * PARAMETER_BYTES))
+                collectives.append(Collective("all_gather", group, shards, numel * PARAMETER_BYTES, "backward"))
     for index in reversed(range(len(numels))):
         last = index == 0
         if shards > 1:
-            collectives.append(Collective("reduce_scatter", group, shards, numels[index] * reduce_bytes, last))
+            collectives.append(Collective("reduce_scatter", group, shards, numels[index] * reduce_bytes, "backward",
+                                          exposed=last))
         if replicas > 1:
-            collectives.append(Collective("all_reduce", "replicate", replicas,
-                                          numels[index] // shards * reduce_bytes, last))
+            collectives.append(Collective("all_reduce", "replicate", replicas, numels[index] // shards * reduce_bytes,
+                                          "backward", exposed=last))
     return collectives
 
 
@@ -122,14 +125,15 @@ def network_traffic(collective: Collective, nodes: int, ranks_per_node: int) -> 
     """Where a collective's bytes travel, with NCCL's ring algorithms: each rank sends busbw-factor x S bytes.
 
     A ring over all ranks crosses each node boundary once per direction, so a node's network carries what each
-    link of the ring carries; a shard group stays inside a node; a replicate group's ranks (one per node) all cross
-    the network at once, ranks_per_node of them through each node's network."""
+    link of the ring carries (and each link inside a node too, if a node has more than one rank); a shard group
+    stays inside a node; a replicate group's ranks (one per node) all cross the network at once, ranks_per_node of
+    them through each node's network."""
     sent = bus_bandwidth_factor(collective.operation, collective.ranks) * collective.size
     if collective.group == "shard":
         return Traffic(0.0, sent)
     if collective.group == "replicate":
         return Traffic(sent * ranks_per_node, 0.0)
-    return Traffic(sent if nodes > 1 else 0.0, sent)
+    return Traffic(sent if nodes > 1 else 0.0, sent if ranks_per_node > 1 else 0.0)
 
 
 def total_traffic(collectives: Iterable[Collective], nodes: int, ranks_per_node: int) -> Traffic:

@@ -290,8 +290,8 @@ def assumptions(batch_size: int, seq_len: int) -> dict:
                          "recipe's and every strategy's unless its batch_multiple says otherwise",
         "compute": f"measured on 1 H200 at {H200_BATCH} x {H200_SEQ_LEN} tokens: {H200_TOKENS_PER_S} tokens/s "
                    f"(bench/results/step_bench-h200-2026-11-29.log), MFU recipe {h200_mfu('recipe'):.3f}, project "
-                   f"{h200_mfu('project'):.3f} against {project.peak_flops_of('H200'):.3g} FLOP/s; the same MFU at each "
-                   "GPU's dense bf16 peak (workload.model.PEAK_BF16_FLOPS), at this batch and with the optimizer "
+                   f"{h200_mfu('project'):.3f} against {project.peak_flops_of('H200'):.3g} FLOP/s; the same MFU at "
+                   "each GPU's dense bf16 peak (workload.model.PEAK_BF16_FLOPS), at this batch and with the optimizer "
                    "over all parameters as measured (sharded, each GPU updates fewer)",
         "forward_share_of_compute": FORWARD_SHARE,
         "inter_node": f"the instance's documented bandwidth (tests/stacks.py) / 8 x {NETWORK_EFFICIENCY} GB/s per "
@@ -315,6 +315,7 @@ def rows(batch_size: int, seq_len: int) -> list[dict]:
     for stack in STACKS:
         hardware = stack_hardware(stack)
         recipe = predict(STRATEGIES[0], hardware, batch_size, seq_len)
+        world = hardware.nodes * hardware.gpus_per_node
         hardware_text = (f"{hardware.nodes} x {hardware.gpus_per_node} {hardware.gpu_name}, "
                          f"{hardware.inter_node_gbytes_per_s:g} GB/s between nodes, "
                          f"{hardware.intra_node_gbytes_per_s:g} GB/s inside")
@@ -323,7 +324,7 @@ def rows(batch_size: int, seq_len: int) -> list[dict]:
             lines.append({
                 "stack": stack, "strategy": strategy.name, "description": strategy.description,
                 "hardware": hardware_text, "same_global_batch": strategy.batch_multiple == 1,
-                "global_batch_sequences": batch_size * strategy.batch_multiple * hardware.nodes * hardware.gpus_per_node,
+                "global_batch_sequences": batch_size * strategy.batch_multiple * world,
                 "grad_accum_steps": strategy.grad_accum_steps,
                 **{key: round(value, 4) for key, value in figures.items()},
                 "predicted_speedup_vs_recipe": round(figures["tokens_per_s"] / recipe["tokens_per_s"], 3),

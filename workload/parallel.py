@@ -18,7 +18,12 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Iterable, Sequence
 
+import torch
+import torch.distributed as dist
+
+from workload.config import TrainConfig
 from workload.fabric import bus_bandwidth_factor
+from workload.model import CausalLMWithLoss, flops_per_token, matmul_parameters, peak_flops
 
 Shape = tuple[int, ...]
 # Bytes a parameter holds in sharded state: fp32 weight, fp32 gradient and AdamW's two fp32 moments.
@@ -74,7 +79,7 @@ class Plan:
                 f"{self.reduce_dtype} ({self.reason})")
 
 
-def fsdp_units(model) -> list[tuple[str, list[Shape]]]:
+def fsdp_units(model: CausalLMWithLoss) -> list[tuple[str, list[Shape]]]:
     """The FSDP units of workload.model.CausalLMWithLoss in forward order with their parameters' shapes: the root
     (embedding, tied lm_head, final norm) first, then each decoder layer. Works on the meta device."""
     in_layers = {id(parameter) for layer in model.layers for parameter in layer.parameters()}
@@ -174,7 +179,8 @@ def choose(requested: str, requested_reduce: str, world_size: int, ranks_per_nod
         shape = mesh_shape(sharding, world_size, per_node)
         reduce, why = requested_reduce, f"--reduce_dtype {requested_reduce}"
         if requested_reduce == "auto":
-            reduce, why = "fp32", "fp32: " + ("one node" if nodes == 1 else "bandwidth or compute unknown")
+            reduce, why = "fp32", "fp32: " + ("nodes unknown" if not ranks_per_node else "one node" if nodes == 1
+                                              else "bandwidth or compute unknown")
             if nodes > 1 and node_gbytes_per_s and compute_seconds:
                 seconds = between_nodes(shape, "fp32") / (node_gbytes_per_s * 1e9)
                 reduce = "bf16" if seconds > compute_seconds else "fp32"
@@ -221,17 +227,12 @@ def choose(requested: str, requested_reduce: str, world_size: int, ranks_per_nod
     return plan("hybrid", f"{between}; bandwidth or compute unknown, so fewer bytes decide")
 
 
-def plan_for_worker(cfg, model, device, world_size: int, node_rank: int, local_world_size: int,
-                    fabric: dict | None) -> Plan:
+def plan_for_worker(cfg: TrainConfig, model: CausalLMWithLoss, device: torch.device, world_size: int,
+                    node_rank: int, local_world_size: int, fabric: dict | None) -> Plan:
     """choose() with what a worker knows: the ranks' placement (Ray's node ranks, gathered from every rank, unless
     --ranks_per_node says), the network (the fabric check's bus bandwidth, else --node_gbits_per_s), the compute
     (the model's FLOPs at the device's peak and ASSUMED_MFU) and the GPU's memory. A collective: every rank calls it
     and all get the same plan."""
-    import torch
-    import torch.distributed as dist
-
-    from workload.model import flops_per_token, matmul_parameters, peak_flops
-
     ranks_per_node = cfg.ranks_per_node
     if not ranks_per_node:
         placements: list = [None] * world_size

@@ -39,6 +39,7 @@ REPO = os.path.dirname(HERE)
         (["--reduce_dtype", "fp16"], "--reduce_dtype must be one of auto, fp32, bf16"),
         (["--grad_accum_steps", "3"], "--grad_accum_steps 3 must divide --batch_size 2"),
         (["--ranks_per_node", "-1"], "--ranks_per_node"),
+        (["--num_workers", "6", "--ranks_per_node", "4"], "--ranks_per_node 4 must divide --num_workers 6"),
         (["--fabric_check_seconds", "0", "--min_bus_gbytes_per_s", "4"], "--min_bus_gbytes_per_s needs"),
     ],
 )

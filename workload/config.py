@@ -154,6 +154,8 @@ class TrainConfig:
                              "each micro-batch takes batch_size / grad_accum_steps sequences")
         if not isinstance(self.ranks_per_node, int) or self.ranks_per_node < 0:
             raise ValueError(f"--ranks_per_node must be 0 (from Ray) or a positive integer, got {self.ranks_per_node!r}")
+        if self.ranks_per_node and self.num_workers % self.ranks_per_node:
+            raise ValueError(f"--ranks_per_node {self.ranks_per_node} must divide --num_workers {self.num_workers}")
         for name in ("node_gbits_per_s", "min_bus_gbytes_per_s"):
             if not getattr(self, name) >= 0:
                 raise ValueError(f"--{name} must be 0 or a positive number, got {getattr(self, name)}")

@@ -104,7 +104,7 @@ class TrainConfig:
         "bytes), or auto: bf16 only when fp32 traffic between nodes would outlast the step's compute.",
     )
     grad_accum_steps: int = flag(
-        1, "Micro-batches per step: --batch_size is split into this many, and gradients are reduced after the last only."
+        1, "Micro-batches per step: --batch_size is split into this many; gradients are reduced after the last only."
     )
     ranks_per_node: int = flag(
         0, "Ranks that share a node, for the sharding; 0 reads it from Ray. Set it to emulate nodes on one host."
@@ -113,7 +113,7 @@ class TrainConfig:
         0.0, "A node's network bandwidth in Gbit/s as AWS documents it (the stack passes its instance's); 0: unknown."
     )
     fabric_check_seconds: float | None = flag(
-        None, "Seconds of timed all-reduce/all-gather/reduce-scatter before training; unset: 3 on GPUs, 0.5 on CPU; 0: off."
+        None, "Seconds of timed all-reduce/all-gather/reduce-scatter before training; unset: 3 (GPU), 0.5 (CPU); 0: off."
     )
     min_bus_gbytes_per_s: float = flag(
         0.0, "Fail before training when the fabric check's bus bandwidth (GB/s, as nccl-tests) is lower; 0: no minimum."
@@ -153,7 +153,8 @@ class TrainConfig:
             raise ValueError(f"--grad_accum_steps {self.grad_accum_steps} must divide --batch_size {self.batch_size}: "
                              "each micro-batch takes batch_size / grad_accum_steps sequences")
         if not isinstance(self.ranks_per_node, int) or self.ranks_per_node < 0:
-            raise ValueError(f"--ranks_per_node must be 0 (from Ray) or a positive integer, got {self.ranks_per_node!r}")
+            raise ValueError(
+                f"--ranks_per_node must be 0 (from Ray) or a positive integer, got {self.ranks_per_node!r}")
         if self.ranks_per_node and self.num_workers % self.ranks_per_node:
             raise ValueError(f"--ranks_per_node {self.ranks_per_node} must divide --num_workers {self.num_workers}")
         for name in ("node_gbits_per_s", "min_bus_gbytes_per_s"):

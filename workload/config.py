@@ -113,7 +113,9 @@ class TrainConfig:
         0.0, "A node's network bandwidth in Gbit/s as AWS documents it (the stack passes its instance's); 0: unknown."
     )
     fabric_check_seconds: float | None = flag(
-        None, "Seconds of timed all-reduce/all-gather/reduce-scatter before training; unset: 3 (GPU), 0.5 (CPU); 0: off."
+        None,
+        "Seconds of all-reduce/all-gather/reduce-scatter timing before training; unset: 3 on GPU, 0.5 on CPU; "
+        "0 skips it.",
     )
     min_bus_gbytes_per_s: float = flag(
         0.0, "Fail before training when the fabric check's bus bandwidth (GB/s, as nccl-tests) is lower; 0: no minimum."

@@ -297,6 +297,11 @@ def assumptions(batch_size: int, seq_len: int) -> dict:
         "inter_node": f"the instance's documented bandwidth (tests/stacks.py) / 8 x {NETWORK_EFFICIENCY} GB/s per "
                       "node, shared by its GPUs",
         "intra_node_gbytes_per_s": INTRA_NODE_GBYTES_PER_S,
+        "intra_node_source": "assumed nccl-tests busbw: PCIe Gen4 x16 without NVLink for L4 and L40S (the order "
+                             "NVIDIA/nccl-tests#128 shows, 17 GB/s), NVSwitch A100 and H100 all-reduce busbw on 8 GPUs",
+        "inter_node_source": "AWS's documented instance bandwidth, Gbit/s: "
+                             + ", ".join(f"{facts.instance_type} {facts.network_gbps:g}" for facts in
+                                         INSTANCE_FACTS.values() if facts.instance_type in INTRA_NODE_GBYTES_PER_S),
         "algorithms": "NCCL rings: per rank, busbw factor x S (all-reduce 2(n-1)/n, all-gather and reduce-scatter "
                       "(n-1)/n); a ring over all ranks crosses each node boundary once per direction",
         "overlap": "first gather and last reduction exposed; the rest hidden under forward (gathers) and backward "

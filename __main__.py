@@ -135,3 +135,5 @@ if cfg.train.enabled:
     pulumi.export("jobWorldSize", job.world_size)
     pulumi.export("jobTransportVerdicts", job.verdicts)
     pulumi.export("jobCheckpoint", job.checkpoint)
+    pulumi.export("jobSharding", job.sharding)
+    pulumi.export("jobFabricCheck", job.fabric)

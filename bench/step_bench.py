@@ -38,6 +38,9 @@ from workload.data import random_batches
 
 L4_MEMORY_MIB = 22888  # EC2's DescribeInstanceTypes figure for the g6 family's L4
 GIB = 2**30
+# The recipe's size_based_auto_wrap_policy(min_num_params=1e7): on Qwen2.5-1.5B it wraps each MLP projection (13.8M),
+# the embedding, the (tied) lm_head, and around them Qwen2Model with its attention weights (5.5M a layer) and norms.
+RECIPE_MIN_NUM_PARAMS = int(1e7)
 
 
 def parameters(model_config: str) -> int:
@@ -45,20 +48,24 @@ def parameters(model_config: str) -> int:
     return memory.parameter_count(project.NAMED_CONFIGS[model_config])
 
 
-def recipe_step(cfg: TrainConfig, device: torch.device):
-    """The original recipe's model, wrapping, optimizer and loss (its code/train.py), as a step function."""
+def recipe_model(cfg: TrainConfig, device: torch.device, min_num_params: int = RECIPE_MIN_NUM_PARAMS):
+    """The original recipe's model, wrapping and optimizer (its code/train.py): bf16 weights, FSDP1 over the default
+    process group (what ray.train.torch.prepare_model(parallel_strategy="fsdp", ...) does with the recipe's kwargs),
+    plain AdamW. A smaller `min_num_params` gives a small model the same units (tests/test_parallel.py)."""
     torch.manual_seed(cfg.seed)
     with torch.device(device):
         model = AutoModelForCausalLM.from_config(Qwen2Config(**project.NAMED_CONFIGS[cfg.model_config]),
                                                  dtype=torch.bfloat16)
-    # What ray.train.torch.prepare_model(parallel_strategy="fsdp", ...) does with the recipe's kwargs. FSDP1 refuses
-    # a CPU, so the CPU smoke run times the recipe's model unwrapped.
-    if device.type == "cuda":
-        model = FullyShardedDataParallel(
-            model, device_id=device,
-            auto_wrap_policy=functools.partial(size_based_auto_wrap_policy, min_num_params=int(1e7)),
-        )
-    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.learning_rate)
+    model = FullyShardedDataParallel(
+        model, device_id=device,
+        auto_wrap_policy=functools.partial(size_based_auto_wrap_policy, min_num_params=min_num_params),
+    )
+    return model, torch.optim.AdamW(model.parameters(), lr=cfg.learning_rate)
+
+
+def recipe_step(cfg: TrainConfig, device: torch.device):
+    """The original recipe's step (the Hugging Face loss, no clipping), as a step function."""
+    model, optimizer = recipe_model(cfg, device)
 
     def step(batch: torch.Tensor) -> torch.Tensor:
         loss = model(input_ids=batch, labels=batch).loss

@@ -19,6 +19,8 @@ import yaml
 # The workload's own lists (both modules import nothing but the standard library), so a name the job accepts is
 # never refused here, nor the reverse.
 from workload.config import MODEL_CONFIGS  # trainModelConfig: architectures built with random weights
+from workload.config import REDUCE_DTYPES  # trainReduceDtype
+from workload.config import SHARDINGS  # trainSharding
 from workload.transport import EXPECTATIONS as EXPECT_TRANSPORTS  # trainExpectTransport
 
 PROJECT_FILE = Path(__file__).resolve().parent.parent / "Pulumi.yaml"
@@ -41,6 +43,10 @@ class InstanceFacts:
     memory_mib: int
     architectures: tuple[str, ...] = ("x86_64",)
     """What the type's processors run (x86_64, arm64): a node group's AMI must match."""
+    gpu_name: str = ""
+    """EC2's GPU name (L4, L40S, A100, H100), matched against workload.model.PEAK_BF16_FLOPS."""
+    network_gbps: float = 0.0
+    """A node's network bandwidth in Gbit/s: the sum of its network cards' peak bandwidth; 0 when EC2 gives none."""
 
     @property
     def efa_interfaces(self) -> int:
@@ -91,6 +97,10 @@ class TrainConfig:
     env: dict[str, str]
     timeout_minutes: int
     expect_transport: str
+    sharding: str
+    reduce_dtype: str
+    grad_accum_steps: int
+    min_bus_gbytes_per_s: float
 
 
 @dataclass(frozen=True)
@@ -342,6 +352,18 @@ def _parse_train(raw: dict[str, Any]) -> TrainConfig:
              f"{raw['trainExpectTransport']!r} is not one of {list(EXPECT_TRANSPORTS)}")
     _require(raw["trainCheckpointEvery"] >= 0, "trainCheckpointEvery",
              f"must be 0 (only after the last step) or more, got {raw['trainCheckpointEvery']}")
+    for key, allowed in (("trainSharding", SHARDINGS), ("trainReduceDtype", REDUCE_DTYPES)):
+        _require(raw[key] in allowed, key, f"{raw[key]!r} is not one of {list(allowed)}")
+    _require(raw["trainGradAccumSteps"] >= 1 and raw["trainBatchSize"] % raw["trainGradAccumSteps"] == 0,
+             "trainGradAccumSteps", f"must be at least 1 and divide trainBatchSize {raw['trainBatchSize']} (each "
+             f"micro-batch takes an equal share of it), got {raw['trainGradAccumSteps']}")
+    try:
+        min_bus = float(raw["trainMinBusBandwidthGBps"])
+    except ValueError as e:
+        raise ValueError(f"config key 'trainMinBusBandwidthGBps': {raw['trainMinBusBandwidthGBps']!r} is not a "
+                         "number") from e
+    _require(min_bus >= 0, "trainMinBusBandwidthGBps",
+             f"must be 0 (no minimum) or a bus bandwidth in GB/s, got {raw['trainMinBusBandwidthGBps']}")
     storage = raw["trainStoragePath"]
     _require(storage == "" or "://" in storage or storage.startswith("/"), "trainStoragePath",
              f"{storage!r} must be empty, an absolute path or a URI like s3://bucket/prefix")
@@ -367,4 +389,8 @@ def _parse_train(raw: dict[str, Any]) -> TrainConfig:
         env=env,
         timeout_minutes=raw["trainTimeoutMinutes"],
         expect_transport=raw["trainExpectTransport"],
+        sharding=raw["trainSharding"],
+        reduce_dtype=raw["trainReduceDtype"],
+        grad_accum_steps=raw["trainGradAccumSteps"],
+        min_bus_gbytes_per_s=min_bus,
     )

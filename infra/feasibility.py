@@ -278,7 +278,7 @@ def _when(moment: datetime | None) -> str:
 def check_job(cfg: StackConfig, gpu: InstanceFacts) -> None:
     """A job the cluster can run: its workers, its shape against the model and the GPUs' memory, its checkpoints,
     its transport expectation and its extra packages."""
-    workload = ray_job.workload_config(cfg)  # the workload's own checks of the flags first
+    workload = ray_job.workload_config(cfg, gpu)  # the workload's own checks of the flags first
     train = cfg.train
     gpus = gpu.gpus * cfg.gpu_node_count
     workers = train.num_workers or gpus
@@ -287,8 +287,12 @@ def check_job(cfg: StackConfig, gpu: InstanceFacts) -> None:
                          f"{gpus} ({cfg.gpu_node_count} x {gpu.gpus}); allowed: 0 (one per GPU) to {gpus}")
     architecture = workload.architecture
     if architecture is not None:
+        # HSDP shards the state over one node's GPUs only; --sharding auto may choose it, so the preview projects
+        # that layout, the larger per GPU (trainSharding full projects full sharding over every worker).
+        shards = gpu.gpus if workload.sharding != "full" and workers > gpu.gpus else workers
         check_job_shape(train.seq_len, train.batch_size, workers, architecture, gpu,
-                        model=train.model_config or train.model_id)
+                        model=train.model_config or train.model_id, shards=shards,
+                        grad_accum_steps=workload.grad_accum_steps)
     else:
         pulumi.log.warn(f"trainModelId {train.model_id}: its architecture is not known before it is downloaded, so "
                         "trainSeqLen and the GPU memory of the job are checked only on the cluster")
@@ -302,8 +306,10 @@ def check_job(cfg: StackConfig, gpu: InstanceFacts) -> None:
 
 
 def check_job_shape(seq_len: int, batch_size: int, workers: int, architecture: dict, gpu: InstanceFacts,
-                    *, model: str) -> None:
-    """Sequence length against the model's positions; projected peak memory (workload.memory) against the GPU's."""
+                    *, model: str, shards: int | None = None, grad_accum_steps: int = 1) -> None:
+    """Sequence length against the model's positions; projected peak memory (workload.memory) against the GPU's.
+    `shards`: over how many GPUs the state is sharded (all `workers` by default, a node's with HSDP); with
+    accumulation a micro-batch is batch / grad_accum_steps sequences, and the gradients are held unsharded."""
     positions = architecture["max_position_embeddings"]
     if seq_len > positions:
         raise ValueError(f"config key 'trainSeqLen': {seq_len} tokens exceed {model}'s {positions} positions; "
@@ -311,7 +317,8 @@ def check_job_shape(seq_len: int, batch_size: int, workers: int, architecture: d
     usable = memory.usable_gib(gpu.gpu_memory_mib)
 
     def peak(batch: int) -> float:
-        return memory.job_peak_gib(architecture, batch_size=batch, seq_len=seq_len, shards=workers)
+        return memory.job_peak_gib(architecture, batch_size=-(-batch // grad_accum_steps), seq_len=seq_len,
+                                   shards=shards or workers, accumulated=grad_accum_steps > 1)
 
     if memory.fits(peak(batch_size), usable):
         return

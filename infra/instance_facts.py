@@ -31,6 +31,9 @@ def lookup(instance_type: str, *, config_key: str) -> InstanceFacts:
         vcpus=described.default_vcpus,
         memory_mib=described.memory_size,
         architectures=tuple(described.supported_architectures or ()),
+        gpu_name=gpus[0].name if gpus else "",
+        # Per card, so p5's 32 cards add up to its 3200 Gbit/s; EFA traffic shares these cards' bandwidth.
+        network_gbps=sum(card.peak_bandwidth or 0.0 for card in described.network_cards or []),
     )
 
 

@@ -46,7 +46,8 @@ LOG_TAIL_LINES = 80
 # expectation) is updated in place.
 REPLACE_ON_CHANGE = ("train_args", "run_id", "pip", "env_vars")
 # Outputs, declared as None inputs so that Pulumi exposes them as attributes.
-OUTPUT_NAMES = ("job_id", "status", "final_loss", "tokens_per_s", "world_size", "device", "verdicts", "checkpoint")
+OUTPUT_NAMES = ("job_id", "status", "final_loss", "tokens_per_s", "world_size", "device", "verdicts", "checkpoint",
+                "sharding", "fabric")
 
 
 @dataclass(frozen=True)
@@ -67,7 +68,7 @@ class TrainingJobInputs:
     workers: int
 
 
-def workload_config(cfg: StackConfig) -> "WorkloadConfig":
+def workload_config(cfg: StackConfig, facts: InstanceFacts) -> "WorkloadConfig":
     """The workload's own config for the stack's train* keys, validated by the workload itself."""
     from workload.config import TrainConfig as WorkloadConfig
 
@@ -86,6 +87,12 @@ def workload_config(cfg: StackConfig) -> "WorkloadConfig":
             max_failures=train.max_failures,
             checkpoint_every=train.checkpoint_every,
             storage_path=train.storage_path,
+            sharding=train.sharding,
+            reduce_dtype=train.reduce_dtype,
+            grad_accum_steps=train.grad_accum_steps,
+            min_bus_gbytes_per_s=train.min_bus_gbytes_per_s,
+            # The instance's network, for the job's choice of sharding; its fabric check's measurement wins.
+            node_gbits_per_s=facts.network_gbps,
         )
         # Ray Train resumes a run of the same name and storage path from its latest checkpoint. A retried create
         # of the same job should (the same trainRunId and flags); a job with other flags (another model, another
@@ -103,7 +110,7 @@ def job_inputs(cfg: StackConfig, facts: InstanceFacts) -> dict[str, Any]:
     """
     from infra.preflight import WorkerRequest
 
-    workload = workload_config(cfg)
+    workload = workload_config(cfg, facts)
     train = cfg.train
     # NCCL_DEBUG_FILE goes first so that trainEnv can still send NCCL's log elsewhere.
     env_vars = {"NCCL_DEBUG_FILE": NCCL_DEBUG_FILE, **train.env}
@@ -222,6 +229,8 @@ class TrainingJobProvider(pulumi.dynamic.ResourceProvider):
             "device": summary.get("device"),
             "verdicts": verdicts,
             "checkpoint": summary.get("checkpoint"),
+            "sharding": summary.get("sharding"),
+            "fabric": summary.get("fabric"),
         }
         return pulumi.dynamic.CreateResult(id_=result.job_id, outs=outs)
 
@@ -267,6 +276,8 @@ class TrainingJob(pulumi.dynamic.Resource, module="raytrain", name="TrainingJob"
     verdicts: pulumi.Output[dict]
     checkpoint: pulumi.Output[str]
     """The last checkpoint's URI (s3://... under trainStoragePath), or None without trainStoragePath."""
+    sharding: pulumi.Output[dict]
+    fabric: pulumi.Output[dict]
 
     def __init__(
         self,

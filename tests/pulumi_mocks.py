@@ -271,8 +271,8 @@ class AwsMocks(pulumi.runtime.Mocks):
 def describe_instance_type(instance_type: str) -> dict:
     """DescribeInstanceTypes for one type, shaped as aws.ec2.get_instance_type returns it."""
     facts = INSTANCE_FACTS[instance_type]
-    gpus = [{"count": facts.gpus, "manufacturer": "NVIDIA", "memorySize": facts.gpu_memory_mib, "name": "GPU"}] \
-        if facts.gpus else []
+    gpus = [{"count": facts.gpus, "manufacturer": "NVIDIA", "memorySize": facts.gpu_memory_mib,
+             "name": facts.gpu_name}] if facts.gpus else []
     return {
         "id": instance_type,
         "instanceType": instance_type,
@@ -282,7 +282,9 @@ def describe_instance_type(instance_type: str) -> dict:
         "efaMaximumInterfaces": facts.maximum_efa_interfaces,
         "maximumNetworkCards": facts.network_cards,
         "networkCards": [{"index": i, "maximumInterfaces": 2 if facts.efa_supported else 4,
-                          "baselineBandwidth": 0.0, "peakBandwidth": 0.0, "performance": "N/A"}
+                          "baselineBandwidth": facts.network_gbps / facts.network_cards,
+                          "peakBandwidth": facts.network_gbps / facts.network_cards,
+                          "performance": f"{facts.network_gbps:g} Gigabit"}
                          for i in range(facts.network_cards)],
         "defaultVcpus": facts.vcpus,
         "memorySize": facts.memory_mib,

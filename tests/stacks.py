@@ -1,7 +1,9 @@
 """What EC2's DescribeInstanceTypes reports for the instance types the stacks and tests use.
 
 The single table of instance facts for the tests: the Pulumi mocks answer `aws.ec2.get_instance_type` from
-it, and the golden RayCluster manifests are rendered from it. Figures are AWS's published values.
+it, and the golden RayCluster manifests are rendered from it, and bench/step_model.py predicts step times from it.
+Figures are AWS's published values (network bandwidth: each type's "Network bandwidth (Gbps)" in the EC2
+instance type specifications, which DescribeInstanceTypes reports per network card).
 """
 from infra.config import InstanceFacts
 
@@ -10,19 +12,24 @@ INSTANCE_FACTS = {
     for facts in (
         # 4 x NVIDIA L4; one EFA interface on its single network card.
         InstanceFacts("g6.12xlarge", gpus=4, gpu_memory_mib=22888, efa_supported=True,
-                      maximum_efa_interfaces=1, network_cards=1, vcpus=48, memory_mib=196608),
+                      maximum_efa_interfaces=1, network_cards=1, vcpus=48, memory_mib=196608,
+                      gpu_name="L4", network_gbps=40.0),
         # 4 x NVIDIA L40S.
         InstanceFacts("g6e.12xlarge", gpus=4, gpu_memory_mib=46068, efa_supported=True,
-                      maximum_efa_interfaces=1, network_cards=1, vcpus=48, memory_mib=393216),
+                      maximum_efa_interfaces=1, network_cards=1, vcpus=48, memory_mib=393216,
+                      gpu_name="L40S", network_gbps=100.0),
         # 8 x A100 40 GB; four network cards, one EFA interface each.
         InstanceFacts("p4d.24xlarge", gpus=8, gpu_memory_mib=40960, efa_supported=True,
-                      maximum_efa_interfaces=4, network_cards=4, vcpus=96, memory_mib=1179648),
+                      maximum_efa_interfaces=4, network_cards=4, vcpus=96, memory_mib=1179648,
+                      gpu_name="A100", network_gbps=400.0),
         # 8 x H100; 32 network cards, one EFA interface each.
         InstanceFacts("p5.48xlarge", gpus=8, gpu_memory_mib=81920, efa_supported=True,
-                      maximum_efa_interfaces=32, network_cards=32, vcpus=192, memory_mib=2097152),
+                      maximum_efa_interfaces=32, network_cards=32, vcpus=192, memory_mib=2097152,
+                      gpu_name="H100", network_gbps=3200.0),
         # A GPU type without EFA, and a CPU type: both must be refused as GPU node types.
         InstanceFacts("g6.xlarge", gpus=1, gpu_memory_mib=22888, efa_supported=False,
-                      maximum_efa_interfaces=0, network_cards=1, vcpus=4, memory_mib=16384),
+                      maximum_efa_interfaces=0, network_cards=1, vcpus=4, memory_mib=16384,
+                      gpu_name="L4", network_gbps=10.0),
         InstanceFacts("m7i.xlarge", gpus=0, gpu_memory_mib=0, efa_supported=False,
                       maximum_efa_interfaces=0, network_cards=1, vcpus=4, memory_mib=16384),
         # System node types the stack must refuse: too small for the Ray head, and Graviton (arm64).

@@ -103,6 +103,8 @@ def test_create_runs_the_job_and_reports_its_results(ray_head, tmp_path):
     assert outs["verdicts"] == {}, f"a CPU job has no NCCL transport, got {outs['verdicts']}"
     assert any("step 2/2" in line for line in logs), "the job's log lines must be streamed while it runs"
     assert outs["kubeconfig"] == props()["kubeconfig"], "delete needs the kubeconfig kept in the outputs"
+    assert outs["sharding"]["sharding"] == "full" and outs["fabric"]["ranks"] == 2, \
+        f"the job's sharding choice and fabric check are outputs: {outs['sharding']}, {outs['fabric']}"
 
     # The same results judged against expect=efa: the update refuses, naming the fix.
     with pytest.raises(ray_job.TrainingJobError, match="no NCCL transport lines.*change trainRunId"):
@@ -148,6 +150,17 @@ def test_failing_job_fails_create_with_its_log_tail(ray_head):
     message = str(raised.value)
     assert "FAILED" in message and "--steps must be" in message, \
         f"create must fail with the job's status and the log tail naming the bad flag: {message[-2000:]}"
+
+
+def test_a_fabric_below_the_minimum_fails_create_naming_both_figures(ray_head):
+    job_provider, _ = provider(ray_head)
+    with pytest.raises(ray_job.TrainingJobError) as raised:
+        job_provider.create(props(train_args=TINY_ARGS + ["--min_bus_gbytes_per_s", "1e6", "--fabric_check_seconds",
+                                                          "0.1"], run_id="slow-fabric"))
+    message = str(raised.value)
+    assert "FAILED" in message and "fabric check: bus bandwidth" in message, message[-3000:]
+    assert "below the expected minimum of 1e+06 GB/s" in message and "trainMinBusBandwidthGBps" in message, \
+        f"the failure must name the measured and the expected figures and the stack key: {message[-3000:]}"
 
 
 def test_wrong_token_fails_clearly_without_showing_it(ray_head):

@@ -39,6 +39,8 @@ def test_job_inputs_come_from_the_train_config(enabled):
     facts = INSTANCE_FACTS["g6.12xlarge"]  # Pulumi.dev.yaml: 2 x g6.12xlarge
     assert (job.inputs["gpus_per_worker"], job.inputs["efa_per_worker"], job.inputs["workers"]) == \
         (facts.gpus, facts.efa_interfaces, 2), f"preflight request from the instance facts: {job.inputs}"
+    assert flags["--node_gbits_per_s"] == "40.0", f"the sharding choice gets the instance's network (EC2): {args}"
+    assert "--sharding" not in flags and "--min_bus_gbytes_per_s" not in flags, f"defaults stay implicit: {args}"
 
 
 def test_job_reaches_the_ray_cluster_it_waits_for_with_secret_kubeconfig(enabled):
@@ -51,8 +53,8 @@ def test_job_reaches_the_ray_cluster_it_waits_for_with_secret_kubeconfig(enabled
     assert is_secret_value(job.inputs["kubeconfig"]), "the kubeconfig given to the job must be a Pulumi secret"
     assert is_secret_value(job.inputs["__provider"]), "the serialized provider must be stored as a secret"
     assert "token" not in job.inputs, "the Ray token is read from its Secret at run time, never an input"
-    assert {"jobId", "jobStatus", "jobFinalLoss", "jobTokensPerSecond", "jobTransportVerdicts"} <= set(run.exports), \
-        f"the job's results must be stack outputs: {sorted(run.exports)}"
+    assert {"jobId", "jobStatus", "jobFinalLoss", "jobTokensPerSecond", "jobTransportVerdicts", "jobSharding",
+            "jobFabricCheck"} <= set(run.exports), f"the job's results must be stack outputs: {sorted(run.exports)}"
 
 
 def test_no_job_unless_train_enabled():
@@ -91,6 +93,15 @@ def test_run_name_follows_the_job_definition_so_only_a_retry_resumes():
     assert run_name({}) == same, "the same job, retried, keeps its run name"
     assert run_name({"trainSeqLen": 128}) != same, "other flags are another checkpoint run"
     assert run_name({"trainRunId": "8"}) != same, "a new trainRunId is another checkpoint run"
+
+
+def test_sharding_and_fabric_keys_reach_the_job():
+    keys = {"trainSharding": "hybrid", "trainReduceDtype": "bf16", "trainGradAccumSteps": 2,
+            "trainMinBusBandwidthGBps": "4.5"}
+    args = run_program("dev", {**TRAIN, **keys}).one(JOB).inputs["train_args"]
+    flags = dict(zip(args[::2], args[1::2]))
+    assert (flags["--sharding"], flags["--reduce_dtype"], flags["--grad_accum_steps"],
+            flags["--min_bus_gbytes_per_s"]) == ("hybrid", "bf16", "2", "4.5"), args
 
 
 def test_checkpoint_every_reaches_the_job():

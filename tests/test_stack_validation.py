@@ -56,6 +56,12 @@ BAD_CONFIGS = {
     "RayCluster name not a DNS-1035 label": ("dev", {"rayClusterName": "7-ray"}, ["rayClusterName", "DNS-1035"]),
     "Ray namespace not a DNS-1123 label": ("dev", {"rayNamespace": "Ray_NS"}, ["rayNamespace", "DNS-1123"]),
     "image without tag or digest": ("dev", {"dlcImage": "public.ecr.aws/deep-learning-containers/ray"}, ["dlcImage"]),
+    "unknown sharding": ("dev", {"trainSharding": "zero3"}, ["trainSharding", "zero3", "auto", "full", "hybrid"]),
+    "unknown reduce dtype": ("dev", {"trainReduceDtype": "fp16"}, ["trainReduceDtype", "fp16", "bf16"]),
+    "accumulation not dividing the batch": ("dev", {"trainGradAccumSteps": 3}, ["trainGradAccumSteps", "divide"]),
+    "bus bandwidth not a number": ("dev", {"trainMinBusBandwidthGBps": "fast"},
+                                   ["trainMinBusBandwidthGBps", "fast"]),
+    "negative bus bandwidth": ("dev", {"trainMinBusBandwidthGBps": "-1"}, ["trainMinBusBandwidthGBps", "GB/s"]),
 }
 
 
@@ -86,6 +92,9 @@ def test_parse_maps_every_key_onto_the_dataclass():
     assert cfg.train.pip == ("datasets",), "trainPip -> a tuple"
     assert cfg.transport_env["NCCL_DEBUG"] == "TRACE", "ncclDebug -> transport_env NCCL_DEBUG"
     assert cfg.gpu_node_count == raw["gpuNodeCount"] == 2, "gpuNodeCount default is 2"
+    assert (cfg.train.sharding, cfg.train.reduce_dtype, cfg.train.grad_accum_steps) == ("auto", "auto", 1), cfg.train
+    bus = config.parse(raw | {"trainMinBusBandwidthGBps": "4.5"}).train.min_bus_gbytes_per_s
+    assert bus == 4.5, "trainMinBusBandwidthGBps is parsed as a float"
 
 
 def test_efa_interfaces_follow_the_network_cards():

@@ -39,7 +39,12 @@ def test_job_runs_through_the_jobs_api_and_returns_its_summary(head):
         f"summary: expected 3 steps on 2 cpu workers, got {result.summary}"
     )
     assert set(result.summary) == {"world_size", "device", "steps", "final_loss", "tokens_per_s", "mfu", "start_step",
-                                   "diverged_at_step", "checkpoint", "nccl_logs"}, f"summary keys: got {sorted(result.summary)}"
+                                   "diverged_at_step", "checkpoint", "nccl_logs", "sharding", "fabric"}, \
+        f"summary keys: got {sorted(result.summary)}"
+    assert result.summary["sharding"]["sharding"] == "full" and "one node" in result.summary["sharding"]["reason"], \
+        f"2 CPU workers on one node: full sharding, and why: {result.summary['sharding']}"
+    assert result.summary["fabric"]["ranks"] == 2 and result.summary["fabric"]["bus_gbytes_per_s"] > 0, \
+        f"the fabric check runs by default, on gloo here: {result.summary['fabric']}"
     for step in (1, 2, 3):
         count = sum(f"step {step}/3 loss" in line for line in lines)
         assert count == 1, f"rank 0's progress line for step {step} must stream through on_log once, seen {count}"

@@ -35,6 +35,12 @@ REPO = os.path.dirname(HERE)
         (["--dataset", "/no/such/corpus.jsonl"], "--dataset"),
         (["--model_config", "tiny", "--seq_len", "4096"], "--seq_len"),
         (["--model_config", "tiny", "--checkpoint_every", "5"], "--checkpoint_every"),
+        (["--sharding", "ring"], "--sharding must be one of auto, full, hybrid"),
+        (["--reduce_dtype", "fp16"], "--reduce_dtype must be one of auto, fp32, bf16"),
+        (["--grad_accum_steps", "3"], "--grad_accum_steps 3 must divide --batch_size 2"),
+        (["--ranks_per_node", "-1"], "--ranks_per_node"),
+        (["--num_workers", "6", "--ranks_per_node", "4"], "--ranks_per_node 4 must divide --num_workers 6"),
+        (["--fabric_check_seconds", "0", "--min_bus_gbytes_per_s", "4"], "--min_bus_gbytes_per_s needs"),
     ],
 )
 def test_bad_input_fails_before_ray_starts(argv, flag):
@@ -50,6 +56,8 @@ def test_flags_map_onto_the_config_and_back():
         f"TrainConfig from flags: expected steps 7, lr 3e-4, chunked_loss off, compile on; got {cfg}"
     )
     assert parse_args(cfg.to_args()) == cfg, "to_args() must rebuild the same TrainConfig"
+    fabric = parse_args(["--fabric_check_seconds", "0.25", "--min_bus_gbytes_per_s", "4.5", "--sharding", "hybrid"])
+    assert parse_args(fabric.to_args()) == fabric and fabric.fabric_check_seconds == 0.25, fabric.to_args()
     assert TrainConfig().compile is None, "compile must default to 'decide by device' (None)"
 
 
@@ -66,9 +74,10 @@ def test_every_config_field_has_a_flag_with_help():
 
 def test_modules_a_benchmark_reuses_do_not_import_ray():
     code = ("import sys; import workload.model, workload.data, workload.checkpoint, workload.config, "
-            "workload.nccl_logs; print('ray' in sys.modules)")
+            "workload.nccl_logs, workload.parallel, workload.fabric; print('ray' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "False", "workload.model/data/checkpoint/config/nccl_logs must not import ray"
+    assert out.stdout.strip() == "False", \
+        "workload.model/data/checkpoint/config/nccl_logs/parallel/fabric must not import ray"
 
 
 def test_pack_concatenates_documents_with_separator_and_drops_the_tail():
@@ -187,6 +196,12 @@ def test_activation_checkpointing_recomputes_the_same_gradients():
     )
 
 
+def test_every_reduce_dtype_flag_has_a_torch_dtype():
+    from workload.config import REDUCE_DTYPES
+
+    assert set(model.TORCH_REDUCE_DTYPES) == set(REDUCE_DTYPES), "--reduce_dtype's choices and the dtypes they mean"
+
+
 def test_peak_flops_lookup(monkeypatch):
     assert model.peak_flops(torch.device("cpu")) is None, "CPU has no MFU peak: null"
     for name, peak in [("NVIDIA H200", 989e12), ("NVIDIA H100 80GB HBM3", 989e12), ("NVIDIA L40S", 362e12),
@@ -268,8 +283,8 @@ def test_summary_checkpoint_is_a_usable_uri(storage_path, stored_path, expected)
     class Result:
         checkpoint = Stored()
 
-    final = {"world_size": 2, "device": "cpu", "steps": 10, "final_loss": 1.0, "tokens_per_s": 5.0, "mfu": None, "start_step": 0,
-             "nccl_logs": {}}
+    final = {"world_size": 2, "device": "cpu", "steps": 10, "final_loss": 1.0, "tokens_per_s": 5.0, "mfu": None,
+             "start_step": 0, "nccl_logs": {}, "sharding": {}, "fabric": None}
     summary = trainer.summarize(TrainConfig(storage_path=storage_path), Result(), final)
     assert summary["checkpoint"] == expected, f"checkpoint under {storage_path}: expected {expected}"
 

@@ -51,6 +51,10 @@ MODEL_CONFIGS = tuple(ARCHITECTURES)
 PUBLISHED_ARCHITECTURES = {"Qwen/Qwen2.5-1.5B": "qwen2.5-1.5b"}
 
 LOCAL_DATASET_SUFFIXES = (".txt", ".jsonl", ".json")
+SHARDINGS = ("auto", "full", "hybrid")
+"""Names accepted by --sharding (workload.parallel chooses between full and hybrid for auto)."""
+REDUCE_DTYPES = ("auto", "fp32", "bf16")
+"""Names accepted by --reduce_dtype (workload.parallel resolves auto)."""
 
 # The job's last line: `TRAIN_SUMMARY {json}` (workload/train.py prints it, workload/submit.py parses it). Here, in
 # a module that imports nothing heavy, so that neither side needs torch to agree on it.
@@ -126,6 +130,33 @@ class TrainConfig:
     activation_checkpointing: bool = flag(
         False, "Recompute each decoder layer's activations in backward: less memory, about a third more compute."
     )
+    sharding: str = flag(
+        "auto",
+        "full: FSDP over every rank; hybrid: FSDP inside each node, replicas across nodes (HSDP); auto: chosen from "
+        "the cluster's shape, network and memory.",
+    )
+    reduce_dtype: str = flag(
+        "auto",
+        "Gradient reduction dtype (the reduce-scatter, and HSDP's all-reduce across nodes): fp32, bf16 (half the "
+        "bytes), or auto: bf16 only when fp32 traffic between nodes would outlast the step's compute.",
+    )
+    grad_accum_steps: int = flag(
+        1, "Micro-batches per step: --batch_size is split into this many; gradients are reduced after the last only."
+    )
+    ranks_per_node: int = flag(
+        0, "Ranks that share a node, for the sharding; 0 reads it from Ray. Set it to emulate nodes on one host."
+    )
+    node_gbits_per_s: float = flag(
+        0.0, "A node's network bandwidth in Gbit/s as AWS documents it (the stack passes its instance's); 0: unknown."
+    )
+    fabric_check_seconds: float | None = flag(
+        None,
+        "Seconds of all-reduce/all-gather/reduce-scatter timing before training; unset: 3 on GPU, 0.5 on CPU; "
+        "0 skips it.",
+    )
+    min_bus_gbytes_per_s: float = flag(
+        0.0, "Fail before training when the fabric check's bus bandwidth (GB/s, as nccl-tests) is lower; 0: no minimum."
+    )
 
     def __post_init__(self) -> None:
         _positive_int(self, "steps")
@@ -154,6 +185,25 @@ class TrainConfig:
             raise ValueError(f"--dataset file {self.dataset!r} does not exist")
         if self.checkpoint_every and not self.storage_path:
             raise ValueError("--checkpoint_every needs --storage_path (where the checkpoints go)")
+        _one_of(self, "sharding", SHARDINGS)
+        _one_of(self, "reduce_dtype", REDUCE_DTYPES)
+        _positive_int(self, "grad_accum_steps")
+        if self.batch_size % self.grad_accum_steps:
+            raise ValueError(f"--grad_accum_steps {self.grad_accum_steps} must divide --batch_size {self.batch_size}: "
+                             "each micro-batch takes batch_size / grad_accum_steps sequences")
+        if not isinstance(self.ranks_per_node, int) or self.ranks_per_node < 0:
+            raise ValueError(
+                f"--ranks_per_node must be 0 (from Ray) or a positive integer, got {self.ranks_per_node!r}")
+        if self.ranks_per_node and self.num_workers % self.ranks_per_node:
+            raise ValueError(f"--ranks_per_node {self.ranks_per_node} must divide --num_workers {self.num_workers}")
+        for name in ("node_gbits_per_s", "min_bus_gbytes_per_s"):
+            if not getattr(self, name) >= 0:
+                raise ValueError(f"--{name} must be 0 or a positive number, got {getattr(self, name)}")
+        if self.fabric_check_seconds is not None and not self.fabric_check_seconds >= 0:
+            raise ValueError(f"--fabric_check_seconds must be 0 (off) or a positive number of seconds, "
+                             f"got {self.fabric_check_seconds}")
+        if self.min_bus_gbytes_per_s and self.fabric_check_seconds == 0:
+            raise ValueError("--min_bus_gbytes_per_s needs the fabric check: --fabric_check_seconds must not be 0")
 
     @property
     def tokenizer_name(self) -> str:
@@ -193,6 +243,12 @@ def _positive_int(config: TrainConfig, name: str) -> None:
         raise ValueError(f"--{name} must be a positive integer, got {value!r}")
 
 
+def _one_of(config: TrainConfig, name: str, allowed: Sequence[str]) -> None:
+    value = getattr(config, name)
+    if value not in allowed:
+        raise ValueError(f"--{name} must be one of {', '.join(allowed)}, got {value!r}")
+
+
 def build_parser(prog: str = "python -m workload.train", description: str = "",
                  defaults: Mapping[str, object] | None = None) -> argparse.ArgumentParser:
     """One flag per TrainConfig field with its help; `defaults` replaces some fields' defaults (workload.local's),
@@ -218,7 +274,7 @@ def build_parser(prog: str = "python -m workload.train", description: str = "",
     return parser
 
 
-_FIELD_PARSERS = {"str": str, "int": int, "float": float}
+_FIELD_PARSERS = {"str": str, "int": int, "float": float, "float | None": float}
 
 
 def parse_args(argv: Sequence[str] | None = None) -> TrainConfig:

@@ -21,6 +21,7 @@ MEASURED_FIXED_GIB = 24.2
 MEASURED_PER_SEQUENCE_GIB = 5.0
 
 SHARDED_BYTES_PER_PARAMETER = 16
+ACCUMULATED_GRADIENT_BYTES_PER_PARAMETER = 4
 NCCL_BUFFERS_GIB = 1.0  # NCCL's own buffers on a multi-rank job, which a one-GPU measurement lacks
 CUDA_CONTEXT_GIB = 0.5  # what the CUDA context takes of the card before PyTorch allocates anything
 # The measurement counts allocated memory; the caching allocator reserves more (fragmentation), and a job that
@@ -47,9 +48,11 @@ def sharded_gib(parameters: int) -> float:
 
 
 def projected_peak_gib(*, fixed_gib: float, per_sequence_gib: float, parameters: int, batch_size: int,
-                       shards: int) -> float:
-    """Peak per GPU with the sharded state split `shards` ways (FSDP's world), plus NCCL's buffers."""
-    return fixed_gib - sharded_gib(parameters) * (1 - 1 / shards) + per_sequence_gib * batch_size + NCCL_BUFFERS_GIB
+                       shards: int, extra_gib: float = 0.0) -> float:
+    """Peak per GPU with the sharded state split `shards` ways (every GPU with full sharding, a node's with HSDP),
+    plus NCCL's buffers and `extra_gib` (gradients accumulated unsharded across micro-batches)."""
+    return (fixed_gib - sharded_gib(parameters) * (1 - 1 / shards) + per_sequence_gib * batch_size
+            + NCCL_BUFFERS_GIB + extra_gib)
 
 
 def _activation_width(architecture: dict) -> int:
@@ -57,7 +60,7 @@ def _activation_width(architecture: dict) -> int:
     return architecture["num_hidden_layers"] * (architecture["hidden_size"] + architecture["intermediate_size"])
 
 
-def job_peak_gib(architecture: dict, *, batch_size: int, seq_len: int, shards: int) -> float:
+def job_peak_gib(architecture: dict, *, batch_size: int, seq_len: int, shards: int, accumulated: bool = False) -> float:
     """The measurement scaled to `architecture` and `seq_len`: activations by tokens and activation width, the
     unsharded remainder (gathered bf16 weights, workspaces) by parameters. Exact for the measured shape only;
     for the others an estimate, and far below any GPU's memory for `tiny`."""
@@ -67,8 +70,11 @@ def job_peak_gib(architecture: dict, *, batch_size: int, seq_len: int, shards: i
     unsharded = (MEASURED_FIXED_GIB - sharded_gib(measured_parameters)) * parameters / measured_parameters
     per_sequence = (MEASURED_PER_SEQUENCE_GIB * seq_len / MEASURED_SEQ_LEN
                     * _activation_width(architecture) / _activation_width(measured))
+    # Accumulating micro-batches holds each rank's gradients unsharded until the step's one reduction; fp32, the
+    # larger of the two reduce dtypes.
+    extra = ACCUMULATED_GRADIENT_BYTES_PER_PARAMETER * parameters / GIB if accumulated else 0.0
     return projected_peak_gib(fixed_gib=unsharded + sharded_gib(parameters), per_sequence_gib=per_sequence,
-                              parameters=parameters, batch_size=batch_size, shards=shards)
+                              parameters=parameters, batch_size=batch_size, shards=shards, extra_gib=extra)
 
 
 def usable_gib(gpu_memory_mib: int) -> float:

@@ -1,8 +1,8 @@
 """The model, its FSDP2 sharding, its optimizer, its loss and its FLOPs: the training step's pieces, without Ray.
 
 A GPU benchmark drives these directly (torch + transformers only), so nothing here imports ray:
-`build_model(cfg, device)`, `build_mesh(device)`, `shard_model(model, mesh, cfg)`, `build_optimizer(model, cfg)`,
-`loss_fn(model, batch)`, `flops_per_token(...)`, `peak_flops(device)`.
+`build_model(cfg, device)`, `build_mesh(device, shape)`, `shard_model(model, mesh, cfg)`, `build_optimizer(model, cfg)`,
+`loss_fn(model, batch)`, `train_step(...)`, `flops_per_token(...)`, `peak_flops(device)`.
 """
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import functools
 import torch
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
-from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 from transformers import AutoConfig, AutoModelForCausalLM, PretrainedConfig, Qwen2Config
 
 from workload.config import ARCHITECTURES, TrainConfig
@@ -32,6 +32,9 @@ PEAK_BF16_FLOPS = (
     ("L40S", 362e12),
     ("L4", 121e12),
 )
+# --reduce_dtype's names as dtypes; auto is resolved by workload.parallel, and means fp32 where nothing resolved it
+# (one GPU, the benchmarks).
+TORCH_REDUCE_DTYPES = {"auto": torch.float32, "fp32": torch.float32, "bf16": torch.bfloat16}
 
 
 def hf_config(cfg: TrainConfig) -> PretrainedConfig:
@@ -151,19 +154,25 @@ def build_model(cfg: TrainConfig, device: torch.device) -> CausalLMWithLoss:
     return CausalLMWithLoss(lm, chunked_loss=cfg.chunked_loss, compiled_loss=compile_enabled(cfg, device))
 
 
-def build_mesh(device: torch.device) -> DeviceMesh:
-    """A 1-D mesh over every rank of the default process group (gloo on CPU, NCCL on GPU)."""
-    return init_device_mesh(device.type, (torch.distributed.get_world_size(),))
+def build_mesh(device: torch.device, shape: tuple[int, ...] | None = None) -> DeviceMesh:
+    """A mesh over every rank of the default process group (gloo on CPU, NCCL on GPU): 1-D by default (FSDP), or
+    2-D (replicas, shards) for HSDP, where consecutive ranks form a shard group (the ranks of one node)."""
+    shape = shape or (torch.distributed.get_world_size(),)
+    names = ("replicate", "shard") if len(shape) == 2 else None
+    return init_device_mesh(device.type, shape, mesh_dim_names=names)
 
 
 def compile_enabled(cfg: TrainConfig, device: torch.device) -> bool:
     return cfg.compile if cfg.compile is not None else device.type == "cuda"
 
 
-def shard_model(model: CausalLMWithLoss, mesh: DeviceMesh, cfg: TrainConfig) -> CausalLMWithLoss:
-    """FSDP2: one unit per decoder layer, then the root (embedding, final norm, lm_head); bf16 compute, fp32
-    gradient reduction."""
-    policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+def shard_model(model: CausalLMWithLoss, mesh: DeviceMesh, cfg: TrainConfig, reduce_dtype: str | None = None,
+                param_dtype: torch.dtype = torch.bfloat16) -> CausalLMWithLoss:
+    """FSDP2: one unit per decoder layer, then the root (embedding, final norm, lm_head); bf16 compute (tests pass
+    fp32), gradients reduced in `reduce_dtype` (default --reduce_dtype). On a 2-D mesh this is HSDP: each unit is
+    sharded over the mesh's second dimension and its gradients all-reduced over the first."""
+    reduce = TORCH_REDUCE_DTYPES[reduce_dtype or cfg.reduce_dtype]
+    policy = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=reduce)
     compile_layers = compile_enabled(cfg, torch.device(mesh.device_type))
     for layer in model.layers:
         if compile_layers:
@@ -189,14 +198,26 @@ def loss_fn(model: nn.Module, batch: torch.Tensor) -> torch.Tensor:
 
 def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, batch: torch.Tensor,
                cfg: TrainConfig) -> torch.Tensor:
-    """One optimizer step on one batch (forward, backward, clip, AdamW); returns the loss without waiting for it."""
-    loss = loss_fn(model, batch)
-    loss.backward()
+    """One optimizer step on one batch: forward and backward of each of its --grad_accum_steps micro-batches, then
+    clip and AdamW. Returns the batch's mean loss without waiting for it."""
+    micro_batches = batch.chunk(cfg.grad_accum_steps)
+    loss = torch.zeros((), device=batch.device)
+    for index, micro_batch in enumerate(micro_batches):
+        last = index == len(micro_batches) - 1
+        if isinstance(model, FSDPModule):
+            # Before the last micro-batch, gradients accumulate unsharded (in the reduce dtype: 4 bytes a parameter
+            # at fp32) and the gathered weights stay: one all-gather and one reduction per step, not per micro-batch.
+            model.set_requires_gradient_sync(last)
+            model.set_reshard_after_backward(last)
+        # Equal micro-batches, so the mean of their means is the batch's mean.
+        micro_loss = loss_fn(model, micro_batch) / len(micro_batches)
+        micro_loss.backward()
+        loss += micro_loss.detach()
     if cfg.max_grad_norm:
         torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
-    return loss.detach()
+    return loss
 
 
 def matmul_parameters(model: CausalLMWithLoss) -> int:
@@ -225,5 +246,9 @@ def peak_flops(device: torch.device) -> float | None:
     """Dense bf16 peak of one device, or None where unknown (CPU, unlisted GPUs): MFU is then reported as null."""
     if device.type != "cuda":
         return None
-    name = torch.cuda.get_device_name(device)
-    return next((peak for key, peak in PEAK_BF16_FLOPS if key in name), None)
+    return peak_flops_of(torch.cuda.get_device_name(device))
+
+
+def peak_flops_of(gpu_name: str) -> float | None:
+    """Dense bf16 peak of a GPU by name (torch's "NVIDIA L4", or EC2's "L4"), None when unlisted."""
+    return next((peak for key, peak in PEAK_BF16_FLOPS if key in gpu_name), None)

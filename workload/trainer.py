@@ -24,6 +24,7 @@ import torch.distributed as dist
 from ray.util.queue import Queue
 
 from workload import checkpoint as checkpoints
+from workload import fabric, parallel
 from workload.config import TrainConfig
 from workload.data import check_tokenizer, make_batches
 from workload.model import (
@@ -53,11 +54,16 @@ def train_func(config: dict) -> None:
     context = ray.train.get_context()
     rank, world_size = context.get_world_rank(), context.get_world_size()
     device = ray.train.torch.get_device()
+    # Before any weights load, so a slow fabric fails the job in seconds.
+    fabric_check = fabric.run_before_training(cfg.fabric_check_seconds, cfg.min_bus_gbytes_per_s, device,
+                                              _progress if rank == 0 else lambda line: None)
 
     model = build_model(cfg, device)
     flops = flops_per_token(model.lm.config, matmul_parameters(model), cfg.seq_len)
     peak = peak_flops(device)
-    model = shard_model(model, build_mesh(device), cfg)
+    plan = parallel.plan_for_worker(cfg, model, device, world_size, context.get_node_rank(),
+                                    context.get_local_world_size(), fabric_check)
+    model = shard_model(model, build_mesh(device, plan.mesh_shape), cfg, reduce_dtype=plan.reduce_dtype)
     optimizer = build_optimizer(model, cfg)
     batches = make_batches(cfg, model.lm.config.vocab_size, rank, world_size)
 
@@ -67,7 +73,7 @@ def train_func(config: dict) -> None:
             start_step = checkpoints.load(directory, model, optimizer)
     if rank == 0:
         _progress(f"training {cfg.model_config or cfg.model_id} on {world_size} x {device.type}, "
-                  f"steps {start_step + 1}..{cfg.steps}")
+                  f"steps {start_step + 1}..{cfg.steps}; sharding {plan.describe()}")
 
     tokens_per_step = cfg.batch_size * cfg.seq_len * world_size
     step_times: list[float] = []
@@ -85,7 +91,8 @@ def train_func(config: dict) -> None:
                 _progress(f"step {step + 1}/{cfg.steps} loss {loss_value}: training diverged, stopping")
                 config["final"].put({"world_size": world_size, "device": device.type, "steps": step + 1,
                                      "final_loss": None, "diverged_at_step": step + 1, "tokens_per_s": None,
-                                     "mfu": None, "start_step": start_step, "nccl_logs": {}})
+                                     "mfu": None, "start_step": start_step, "nccl_logs": {},
+                                     "sharding": plan.as_dict(), "fabric": fabric_check})
             return
 
         tokens_per_s = tokens_per_step / step_times[-1]
@@ -112,6 +119,8 @@ def train_func(config: dict) -> None:
         "mfu": model_flops_utilization(tokens_per_s, flops, peak, world_size),
         "start_step": start_step,
         "nccl_logs": gather_transport_lines(rank, world_size),
+        "sharding": plan.as_dict(),
+        "fabric": fabric_check,
     }
     if rank == 0:
         config["final"].put(final)
@@ -205,6 +214,8 @@ def summarize(cfg: TrainConfig, result: ray.train.Result, final: dict) -> dict:
         "diverged_at_step": final.get("diverged_at_step"),
         "checkpoint": _checkpoint_uri(cfg, result),
         "nccl_logs": final["nccl_logs"],
+        "sharding": final["sharding"],
+        "fabric": final["fabric"],
     }
 
 

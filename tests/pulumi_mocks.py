@@ -14,6 +14,7 @@ What the fake AWS answers:
 - `aws.get_availability_zones` from REGIONS below; an unknown region fails.
 - `aws.servicequotas.get_service_quota` from QUOTAS; in UNREADABLE_QUOTA_REGIONS it fails, as without permission.
 - caller identity, partition, region.
+- the deployer's public address (infra.network.deployer_public_ip, an HTTPS request at preview): DEPLOYER_IP.
 - an existing capacity reservation (infra.capacity_reservation.describe_existing, boto3 at preview) from
   RESERVATIONS, in the region of its AZ only; that function itself is tested against botocore Stubbers.
 - `eks:index:Cluster` (a remote component) returns kubeconfig, security group, OIDC and an `eksCluster` that
@@ -44,7 +45,7 @@ from pulumi.runtime import rpc, settings
 from pulumi.runtime.stack import run_pulumi_func
 from pulumi.runtime.sync_await import _sync_await
 
-from infra import capacity_reservation
+from infra import capacity_reservation, network
 from tests.stacks import INSTANCE_FACTS
 
 REPO = Path(__file__).resolve().parent.parent
@@ -56,6 +57,8 @@ SCHEMA: dict[str, dict[str, Any]] = PROJECT_FILE["config"]
 STACKS = sorted(path.name.split(".")[1] for path in REPO.glob("Pulumi.*.yaml"))
 ACCOUNT_ID = "123456789012"
 DEPLOYER_ROLE_ARN = f"arn:aws:iam::{ACCOUNT_ID}:role/deployer"
+DEPLOYER_IP = "54.240.196.170"
+"""The public address the machine running the program has (a public one: the stack refuses documentation ranges)."""
 
 # name -> AZ ID per region, in the shape of DescribeAvailabilityZones (standard zones only). use1-az3 is the AZ
 # EKS refuses for a control plane.
@@ -233,6 +236,8 @@ class AwsMocks(pulumi.runtime.Mocks):
             "arn": f"arn:aws:eks:{self.region}:{ACCOUNT_ID}:cluster/{cluster_name}",
             "endpoint": endpoint,
             "version": args.inputs.get("version"),
+            # pulumi-eks's ServiceRole `<name>-eksRole`, auto-named.
+            "roleArn": f"arn:aws:iam::{ACCOUNT_ID}:role/{args.name}-eksRole-{_digest(args.name, 7)}",
             "vpcConfig": {"clusterSecurityGroupId": cluster_sg,
                           "subnetIds": args.inputs.get("privateSubnetIds", [])},
         }
@@ -440,6 +445,19 @@ REFERENCE_DIR = REPO / "tests" / "reference"
 """Upstream files the tests check against (KubeRay CRDs, chart values), copied with their provenance."""
 
 
+@dataclass(frozen=True)
+class Secret:
+    """An override set as `pulumi config set --secret` would: the program sees the key among the secret keys."""
+
+    value: Any
+
+
+def secret_keys(overrides: dict[str, Any] | None) -> list[str]:
+    """The namespaced keys of the overrides given as Secret(...)."""
+    return [key if ":" in key else f"{PROJECT}:{key}" for key, value in (overrides or {}).items()
+            if isinstance(value, Secret)]
+
+
 def stack_config(stack: str | None, overrides: dict[str, Any] | None = None,
                  project_dir: Path = REPO) -> dict[str, str]:
     """The stack file's config plus overrides, keyed and encoded as the Pulumi CLI hands them to the program.
@@ -451,7 +469,7 @@ def stack_config(stack: str | None, overrides: dict[str, Any] | None = None,
     if stack is not None:
         values.update(yaml.safe_load((project_dir / f"Pulumi.{stack}.yaml").read_text()).get("config") or {})
     for key, value in (overrides or {}).items():
-        values[key if ":" in key else f"{PROJECT}:{key}"] = value
+        values[key if ":" in key else f"{PROJECT}:{key}"] = value.value if isinstance(value, Secret) else value
 
     def encode(value: Any) -> str:
         if isinstance(value, bool):
@@ -472,8 +490,9 @@ def _run(stack: str | None, overrides: dict[str, Any] | None, project_dir: Path 
 
     # Other tests in the same process may use Pulumi's runtime too: leave its config and root as they were.
     previous_config = dict(runtime_config.CONFIG.get())
+    previous_secret_keys = list(runtime_config._SECRET_KEYS.get())
     previous_root = settings.get_root_resource()
-    pulumi.runtime.set_all_config(config)
+    pulumi.runtime.set_all_config(config, secret_keys(overrides))
     settings.ROOT.set(None)  # a fresh root Stack per run, so exports do not leak between runs
     pulumi.runtime.set_mocks(mocks, project=PROJECT, stack=stack or "test", preview=False, monitor=monitor)
     settings.SETTINGS.rpc_manager.clear()
@@ -494,12 +513,13 @@ def _run(stack: str | None, overrides: dict[str, Any] | None, project_dir: Path 
         return collect_exports()
 
     try:
-        with mock.patch.object(capacity_reservation, "describe_existing", _describe_existing):
+        with mock.patch.object(capacity_reservation, "describe_existing", _describe_existing), \
+                mock.patch.object(network, "deployer_public_ip", lambda: DEPLOYER_IP):
             _sync_await(run_pulumi_func(program))
     except BaseException as e:  # noqa: BLE001 handed to the caller
         run.error = e
     finally:
-        pulumi.runtime.set_all_config(previous_config)
+        pulumi.runtime.set_all_config(previous_config, previous_secret_keys)
         settings.ROOT.set(previous_root)
     return run
 

@@ -178,8 +178,10 @@ def _flags(run: ProgramRun) -> dict[str, str]:
     return dict(zip(args[::2], args[1::2]))
 
 
-def _s3_policies(run: ProgramRun) -> list[str]:
-    return [str(r.inputs["policy"]) for r in run.of_type("aws:iam/rolePolicy:RolePolicy")]
+def _pod_role_policies(run: ProgramRun) -> list[str]:
+    """The inline policies of the Ray pods' role (infra/pod_identity.py), the only role with checkpoint access."""
+    roles = {r.urn for r in run.of_type("aws:iam/role:Role") if "pods.eks.amazonaws.com" in r.inputs["assumeRolePolicy"]}
+    return [str(r.inputs["policy"]) for r in run.of_type("aws:iam/rolePolicy:RolePolicy") if r.parent in roles]
 
 
 CONFIG_EFFECTS: dict[str, Callable[[ProgramRun, str], Any]] = {
@@ -187,7 +189,7 @@ CONFIG_EFFECTS: dict[str, Callable[[ProgramRun, str], Any]] = {
     "trainRunId": lambda run, value: (_job(run).inputs["run_id"] == value
                                       and _flags(run)["--run_name"].startswith(f"ray-train-fsdp-llm-{value}-")),
     "trainStoragePath": lambda run, value: (_flags(run)["--storage_path"] == value and len(
-        [p for p in _s3_policies(run) if f"arn:aws:s3:::{value[5:].split('/')[0]}" in p]) == 2),
+        [p for p in _pod_role_policies(run) if f"arn:aws:s3:::{value[5:].split('/')[0]}" in p]) == 1),
     "trainCheckpointEvery": lambda run, value: _flags(run)["--checkpoint_every"] == value,
     "trainMaxFailures": lambda run, value: _flags(run)["--max_failures"] == value,
     "capacityReserve": lambda run, value: bool(run.of_type(RESERVATION)) == (value == "true"),

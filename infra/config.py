@@ -32,6 +32,8 @@ WORLD_CIDR = "0.0.0.0/0"
 # Keys whose values must be Pulumi secrets (`pulumi config set --secret`): a plain value sits in Pulumi.<stack>.yaml,
 # which is committed.
 SECRET_KEYS = ("trainSecretEnv",)
+# Keys whose values may hold a token: no refusal quotes them.
+SECRET_VALUED_KEYS = (*SECRET_KEYS, "trainEnv")
 
 
 @dataclass(frozen=True)
@@ -199,6 +201,8 @@ def _read_raw(config: Any, key: str, spec: dict[str, Any]) -> Any:
     try:
         value = readers[kind](key)
     except pulumi.ConfigTypeError as e:
+        if key in SECRET_VALUED_KEYS:  # Pulumi's message quotes the value
+            raise ValueError(f"config key {key!r} must be of type {kind} (its value is not shown)") from None
         raise ValueError(f"config key {key!r} must be of type {kind}: {e}") from e
     if value is None:
         value = spec["default"]

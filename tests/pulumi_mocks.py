@@ -150,6 +150,8 @@ class Registration:
     delete_before_replace: bool = False
     alias_parents: list[str] = field(default_factory=list)
     """The parent URNs of the resource's aliases: where it used to live."""
+    replacement_trigger: Any = None
+    """The replacement_trigger option, deserialized (a secret stays wrapped in the secret signature)."""
 
     @property
     def resource_id(self) -> str:
@@ -211,6 +213,9 @@ class AwsMocks(pulumi.runtime.Mocks):
             outputs["name"] = f"{args.name}-{_digest(args.name, 7)}"  # Pulumi's auto-naming
         if args.typ == "aws:iam/role:Role":
             outputs["arn"] = f"arn:aws:iam::{ACCOUNT_ID}:role/{outputs['name']}"
+        elif args.typ == "aws:kms/key:Key":
+            outputs["keyId"] = resource_id = f"{_digest(args.name, 8)}-{_digest(args.name + 'key', 4)}-key"
+            outputs["arn"] = f"arn:aws:kms:{self.region}:{ACCOUNT_ID}:key/{resource_id}"
         elif args.typ == "aws:ec2/launchTemplate:LaunchTemplate":
             outputs["latestVersion"] = 1
         elif args.typ == "aws:ec2/placementGroup:PlacementGroup":
@@ -301,6 +306,18 @@ def is_secret_value(value: Any) -> bool:
     return isinstance(value, dict) and value.get(rpc._special_sig_key) == rpc._special_secret_sig
 
 
+def plain_strings(value: Any) -> list[str]:
+    """Every string in a recorded value outside its secrets (keys included): what the state and preview show in
+    plain text."""
+    if is_secret_value(value):
+        return []
+    if isinstance(value, dict):
+        return [text for key, item in value.items() for text in (str(key), *plain_strings(item))]
+    if isinstance(value, (list, tuple)):
+        return [text for item in value for text in plain_strings(item)]
+    return [str(value)] if value is not None else []
+
+
 def _urns_for_references(value: struct_pb2.Value) -> None:
     """Replace every resource reference inside `value` by its URN, in place."""
     kind = value.WhichOneof("kind")
@@ -332,7 +349,10 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
             provider=request.provider, read=read,
             delete_before_replace=bool(getattr(request, "deleteBeforeReplace", False)),
             alias_parents=[alias.spec.parentUrn for alias in getattr(request, "aliases", [])
-                           if alias.HasField("spec") and alias.spec.parentUrn]))
+                           if alias.HasField("spec") and alias.spec.parentUrn],
+            replacement_trigger=(rpc.deserialize_properties(struct_pb2.Struct(
+                fields={"trigger": request.replacement_trigger}), keep_unknowns=True)["trigger"]
+                if not read and request.HasField("replacement_trigger") else None)))
 
     def RegisterResource(self, request):
         if request.type != "pulumi:pulumi:Stack":
@@ -474,7 +494,7 @@ def stack_config(stack: str | None, overrides: dict[str, Any] | None = None,
     def encode(value: Any) -> str:
         if isinstance(value, bool):
             return "true" if value else "false"
-        if isinstance(value, (list, dict)):
+        if isinstance(value, (list, tuple, dict)):
             return json.dumps(value)
         return str(value)
 

@@ -179,8 +179,9 @@ class EksCluster(pulumi.ComponentResource):
         )
         self.cluster = eks.Cluster(
             f"{name}-eks",
-            # Through the log group's name, so that the aws.eks.Cluster inside pulumi-eks's component waits for it:
-            # a component's depends_on is not passed down to its children.
+            # Through the log group's name: the aws.eks.Cluster inside pulumi-eks's component takes the name as an
+            # input and so waits for the group, whereas depends_on on the component would rely on pulumi-eks
+            # passing it on to that child.
             name=self.log_group.name.apply(lambda _: cfg.cluster_name),
             version=cfg.kubernetes_version,
             vpc_id=vpc_id,

@@ -247,25 +247,25 @@ def check_unknown_keys(keys: set[str], project: str, declared: set[str]) -> None
         f"`pulumi config rm {project}:{unknown[0]}`, and use {allowed}")
 
 
-def check_secret_keys(raw: dict[str, Any], project: str, secret_keys: set[str]) -> None:
+def check_secret_keys(raw: dict[str, Any], project: str, is_secret: Callable[[str], bool]) -> None:
     """Refuse a SECRET_KEYS value stored in plain text: it would sit readable in the committed stack file."""
     for key in SECRET_KEYS:
-        if raw[key] and f"{project}:{key}" not in secret_keys:
+        if raw[key] and not is_secret(f"{project}:{key}"):
             raise ValueError(
                 f"config key {key!r} is stored in plain text in the stack file; set it as a secret: "
                 f"`pulumi config rm {key}`, then `pulumi config set --secret --path '{key}[0]' NAME=VALUE`")
 
 
-def stack_secret_keys() -> set[str]:
-    """The namespaced keys the stack holds as secrets, from both channels the CLI passes them by."""
-    return set(pulumi.runtime.config._SECRET_KEYS.get()) | set(pulumi.runtime.config.get_config_secret_keys_env())
+def is_stack_secret(key: str) -> bool:
+    """Whether the stack holds a namespaced key as a secret, by either channel the CLI passes that by."""
+    return pulumi.runtime.is_config_secret(key) or key in pulumi.runtime.get_config_secret_keys_env()
 
 
 def load(config: Any | None = None) -> StackConfig:
     """Read the stack's config per Pulumi.yaml and validate it. Touches no cloud resource."""
     check_unknown_keys(stack_config_keys(), project_name(), set(schema()))
     raw = read_raw_config(config)
-    check_secret_keys(raw, project_name(), stack_secret_keys())
+    check_secret_keys(raw, project_name(), is_stack_secret)
     return parse(raw)
 
 

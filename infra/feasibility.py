@@ -338,7 +338,7 @@ def check_job(cfg: StackConfig, gpu: InstanceFacts) -> None:
         raise ValueError(
             f"config key 'trainStoragePath': {train.storage_path} is a directory on each node, and Ray Train needs "
             f"one place that the workers on all {cfg.gpu_node_count} GPU nodes and the head share; allowed: "
-            "s3://bucket/prefix (both node roles get access to it), or empty for no checkpoints")
+            "s3://bucket/prefix (the Ray pods' own role gets access to it), or empty for no checkpoints")
     check_transport_expectation(cfg, gpu, workers)
     check_pip(train.pip)
 

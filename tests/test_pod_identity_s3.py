@@ -12,18 +12,16 @@ supports StringEquals only), so listing outside the prefix is not checked here.
 """
 from __future__ import annotations
 
-import json
 import threading
 from datetime import datetime, timedelta, timezone
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import boto3
 import pytest
 from botocore.credentials import ContainerProvider
 from botocore.exceptions import ClientError
-from moto import mock_aws
 from moto.core import enable_iam_authentication
 
+from tests.http_stubs import JsonServer
 from tests.pulumi_mocks import program
 
 BUCKET, PREFIX = "ckpt-bucket", "runs/dev"
@@ -32,44 +30,7 @@ JOB_WITH_CHECKPOINTS = (("trainEnabled", True), ("trainModelConfig", "tiny"), ("
 PROJECTED_TOKEN = "eyJhbGciOiJSUzI1NiJ9.pod-identity-token"  # what the webhook's projected volume holds
 
 
-class PodIdentityAgent(ThreadingHTTPServer):
-    """The node's agent as a pod sees it: GET /v1/credentials with the projected token; the role's session back."""
-
-    def __init__(self, credentials: dict) -> None:
-        super().__init__(("127.0.0.1", 0), self._Handler)
-        self.credentials = credentials
-        self.authorizations: list[str] = []
-
-    class _Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 (http.server's name)
-            self.server.authorizations.append(self.headers.get("Authorization", ""))
-            if self.path != "/v1/credentials" or self.headers.get("Authorization") != PROJECTED_TOKEN:
-                self.send_response(403)
-                self.end_headers()
-                return
-            body = json.dumps(self.server.credentials).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args) -> None:
-            pass
-
-
-@pytest.fixture
-def aws(monkeypatch):
-    for name in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL"):
-        monkeypatch.delenv(name, raising=False)
-    for name, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-                        "AWS_DEFAULT_REGION": "us-west-2"}.items():
-        monkeypatch.setenv(name, value)
-    with mock_aws():
-        yield
-
-
-def test_checkpoints_go_under_the_prefix_with_the_pod_role_and_nowhere_else(aws, tmp_path):
+def test_checkpoints_go_under_the_prefix_with_the_pod_role_and_nowhere_else(aws_env, tmp_path):
     run = program("dev", JOB_WITH_CHECKPOINTS)
     (role,) = [r for r in run.of_type("aws:iam/role:Role") if "pods.eks.amazonaws.com" in r.inputs["assumeRolePolicy"]]
     (policy,) = [r for r in run.of_type("aws:iam/rolePolicy:RolePolicy") if r.parent == role.urn]
@@ -86,16 +47,17 @@ def test_checkpoints_go_under_the_prefix_with_the_pod_role_and_nowhere_else(aws,
     iam.put_role_policy(RoleName="ray-pods", PolicyName="checkpoints", PolicyDocument=policy.inputs["policy"])
     session = boto3.client("sts", region_name="us-west-2").assume_role(
         RoleArn=created["Role"]["Arn"], RoleSessionName="eks-ray-train-ray-head")["Credentials"]
-    agent = PodIdentityAgent({
+    # The node's agent as a pod sees it: GET /v1/credentials with the projected token, the role's session back.
+    agent = JsonServer({"/v1/credentials": {
         "AccessKeyId": session["AccessKeyId"], "SecretAccessKey": session["SecretAccessKey"],
         "Token": session["SessionToken"],
-        "Expiration": (datetime.now(timezone.utc) + timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M:%SZ")})
+        "Expiration": (datetime.now(timezone.utc) + timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M:%SZ")}})
     threading.Thread(target=agent.serve_forever, daemon=True).start()
     token_file = tmp_path / "eks-pod-identity-token"
     token_file.write_text(PROJECTED_TOKEN)
     try:
         # What the webhook puts in the pod's environment, with the agent on loopback instead of 169.254.170.23.
-        pod_env = {"AWS_CONTAINER_CREDENTIALS_FULL_URI": f"http://127.0.0.1:{agent.server_address[1]}/v1/credentials",
+        pod_env = {"AWS_CONTAINER_CREDENTIALS_FULL_URI": f"{agent.url}/v1/credentials",
                    "AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE": str(token_file)}
         credentials = ContainerProvider(environ=pod_env).load()
         assert credentials is not None and agent.authorizations == [PROJECTED_TOKEN], \

@@ -24,16 +24,15 @@ import shlex
 import shutil
 import subprocess
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Callable
 
 import pytest
 import yaml
 from botocore.awsrequest import AWSResponse
-from moto import mock_aws
 from ruamel.yaml import YAML
 
+from tests.http_stubs import JsonServer
 from tests.pulumi_mocks import PROJECT, STACKS, ProgramRun, run_program, stack_settings
 from tests.test_capacity import quota_answer, reservation
 from tools import status
@@ -122,7 +121,7 @@ def _pod(name: str, kind: str, node: str) -> dict:
             "status": {"phase": "Running"}}
 
 
-class FakeKubeApi(ThreadingHTTPServer):
+class FakeKubeApi(JsonServer):
     """The three reads `tools.status` makes, answered as an EKS API server would for the dev stack's cluster."""
 
     GPU_NODE_LABELS = {"role": "gpu-worker", "node.kubernetes.io/instance-type": "g6.12xlarge",
@@ -143,26 +142,7 @@ class FakeKubeApi(ThreadingHTTPServer):
     }
 
     def __init__(self) -> None:
-        super().__init__(("127.0.0.1", 0), self._Handler)
-        self.authorizations: list[str] = []
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server_address[1]}"
-
-    class _Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 (http.server's name)
-            self.server.authorizations.append(self.headers.get("Authorization", ""))
-            answer = self.server.ANSWERS.get(self.path.split("?")[0])
-            body = json.dumps(answer or {"kind": "Status", "code": 404}).encode()
-            self.send_response(200 if answer else 404)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args) -> None:
-            pass
+        super().__init__(self.ANSWERS)
 
 
 # ---- the shell that follows the README ---------------------------------------------------------------------
@@ -306,18 +286,6 @@ def project(tmp_path) -> Path:
     for path in REPO.glob("Pulumi*.yaml"):
         shutil.copy(path, tmp_path / path.name)
     return tmp_path
-
-
-@pytest.fixture
-def aws_env(monkeypatch):
-    for name in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL"):
-        monkeypatch.delenv(name, raising=False)
-    for name, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-                        "AWS_DEFAULT_REGION": "us-east-1", "AWS_EC2_METADATA_DISABLED": "true",
-                        "MOTO_EC2_LOAD_DEFAULT_AMIS": "false"}.items():
-        monkeypatch.setenv(name, value)
-    with mock_aws():
-        yield
 
 
 @pytest.fixture

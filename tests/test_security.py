@@ -15,7 +15,7 @@ import pytest
 from infra import network, ray_security
 from infra.raycluster import KNOWN_IMAGES, containers, ray_cluster_manifest
 from tests.pulumi_mocks import (
-    ACCOUNT_ID, DEPLOYER_IP, DEPLOYER_ROLE_ARN, PROJECT, STACKS, ProgramRun, Registration, Secret, is_secret_value,
+    ACCOUNT_ID, DEPLOYER_IP, DEPLOYER_ROLE_ARN, STACKS, ProgramRun, Registration, Secret, is_secret_value,
     plain_strings, program, run_program, run_program_expecting_error, stack_settings,
 )
 from tests.stacks import INSTANCE_FACTS

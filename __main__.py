@@ -7,9 +7,10 @@ import pulumi
 
 from infra import addons, config, feasibility, network, preflight, ray_job, raycluster
 from infra.capacity_reservation import GpuCapacityReservation
-from infra.cluster import EksCluster, checkpoint_storage_policy
+from infra.cluster import EksCluster
 from infra.gpu_nodes import GpuNodeGroup, GpuPlacementGroup, TargetedReservation
 from infra.network import Network
+from infra.pod_identity import RayPodIdentity, checkpoint_storage_policy
 
 # ---- config and every check, before any resource ---------------------------------------------------------------
 cfg = config.load()
@@ -34,8 +35,20 @@ cluster = EksCluster(
     control_plane_public_subnet_ids=net.control_plane_public_subnet_ids,
     control_plane_private_subnet_ids=net.control_plane_private_subnet_ids,
     system_subnet_ids=net.control_plane_private_subnet_ids,
+    public_access_cidrs=plan.api_public_access_cidrs,
     tags=tags,
 )
+# The Ray pods' own AWS identity (EKS Pod Identity), scoped to the checkpoint prefix; the nodes' roles have none.
+storage_policy = checkpoint_storage_policy(cfg.train.storage_path)
+pod_identity = RayPodIdentity(
+    f"{cfg.cluster_name}-ray-pods",
+    cluster_name=cluster.cluster_name,
+    eks_cluster_name=cfg.cluster_name,
+    namespace=cfg.ray_namespace,
+    service_account=raycluster.pod_service_account_name(cfg.ray_cluster_name),
+    storage_policy=storage_policy,
+    tags=tags,
+) if storage_policy else None
 
 # The GPU nodes' cluster placement group comes first: the stack's own reservation is made inside it.
 placement = GpuPlacementGroup(f"{cfg.cluster_name}-gpu-placement", node_group_name=f"{cfg.cluster_name}-gpu",
@@ -77,7 +90,6 @@ gpu_nodes = GpuNodeGroup(
     placement_group=placement_group,
     reservation=target,
     tags=tags,
-    storage_policy=checkpoint_storage_policy(cfg.train.storage_path),
 )
 
 # ---- Kubernetes: device plugins and KubeRay, GPU nodes ready, the RayCluster, then (optionally) the job ------
@@ -103,7 +115,9 @@ ray_cluster = raycluster.RayCluster(
     provider=cluster.provider,
     cfg=cfg,
     facts=gpu_facts,
-    depends_on=[cluster_addons.kuberay_operator, gpu_nodes_ready],
+    # Pods get Pod Identity credentials only if the association exists when they are created.
+    depends_on=[cluster_addons.kuberay_operator, gpu_nodes_ready, cluster.pod_identity_agent,
+                *([pod_identity.association] if pod_identity else [])],
 )
 
 pulumi.export("clusterName", cluster.cluster_name)

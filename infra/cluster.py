@@ -11,6 +11,11 @@ identity, which has no access entry: Helm, the RayCluster and the dynamic resour
 passed as providerCredentialOpts.roleArn, which pulumi-eks turns into `--role <arn>` (generateKubeconfig in
 pulumi/pulumi-eks nodejs/eks/cluster/cluster.ts); given that, it no longer adds aws:profile itself, so the profile
 is passed with it.
+
+The control plane's security settings live here too (the README's Security section lists them): the API endpoint's
+public side open only to named CIDRs and the deployer's own address, private access on; api, audit and authenticator
+logs into a log group with a retention; Kubernetes Secrets envelope-encrypted with a customer-managed KMS key;
+named admins and viewers as access entries; the VPC CNI's network-policy agent; the EKS Pod Identity agent.
 """
 from __future__ import annotations
 
@@ -21,7 +26,7 @@ import pulumi_aws as aws
 import pulumi_eks as eks
 import pulumi_kubernetes as k8s
 
-from infra.addons import SYSTEM_NODE_SELECTOR
+from infra.addons import GPU_TOLERATION, SYSTEM_NODE_SELECTOR
 from infra.config import AwsIdentity, StackConfig
 
 SYSTEM_AMI_TYPE = "AL2023_x86_64_STANDARD"
@@ -29,38 +34,32 @@ SYSTEM_AMI_TYPE = "AL2023_x86_64_STANDARD"
 # the unpacked snapshot) next to the add-ons' images; EKS's default 20 GiB, or 50, fills up and evicts the head.
 SYSTEM_DISK_GIB = 100
 ROOT_DEVICE_NAME = "/dev/xvda"  # the AL2023 EKS AMIs' root device
-# 2, not 1: pods that are not on the host network (Ray workers writing checkpoints to S3 with the node role)
-# reach IMDS through one extra hop.
-IMDS_HOP_LIMIT = 2
+# 1: a container's packets to IMDS cross one more hop (the pod's veth) than the node's own, so with a limit of 1 only
+# the node and host-network pods (aws-node, kube-proxy, the Pod Identity agent) get an IMDSv2 token, and no pod can
+# act as the node (EKS Best Practices, IAM: "Restrict access to the instance profile assigned to the worker node").
+# The Ray pods get their own AWS credentials through EKS Pod Identity (infra/pod_identity.py).
+IMDS_HOP_LIMIT = 1
 
-# What every EKS worker node needs; ECR read-only lets it pull the add-on images.
+# What a node needs and no more, per the EKS user guide's "Amazon EKS node IAM role": the kubelet's EC2 reads and the
+# Pod Identity agent's eks-auth:AssumeRoleForPodIdentity (AmazonEKSWorkerNodePolicy), image pulls
+# (AmazonEC2ContainerRegistryPullOnly, narrower than ReadOnly), and the VPC CNI's ENI calls, which aws-node makes with
+# the node's role from the host network. Moving those to a role of the vpc-cni add-on's own would take them off the
+# node too; it is not done here because aws-node must have them before any node is Ready, which cannot be tried here.
+# Checkpoint access is the Ray pods' own role, not the nodes'.
 NODE_POLICY_ARNS = (
     "arn:aws:iam::aws:policy/AmazonEKSWorkerNodePolicy",
     "arn:aws:iam::aws:policy/AmazonEKS_CNI_Policy",
-    "arn:aws:iam::aws:policy/AmazonEC2ContainerRegistryReadOnly",
+    "arn:aws:iam::aws:policy/AmazonEC2ContainerRegistryPullOnly",
 )
 
-
-def checkpoint_storage_policy(storage_path: str) -> str | None:
-    """The S3 access Ray Train needs for `trainStoragePath` (s3://bucket/prefix): the head's controller and every
-    worker read and write the run's checkpoints there with their node's role. None for any other path."""
-    if not storage_path.startswith("s3://"):
-        return None
-    bucket, _, prefix = storage_path[len("s3://"):].partition("/")
-    prefix = prefix.strip("/")
-    objects = f"arn:aws:s3:::{bucket}/{prefix}/*" if prefix else f"arn:aws:s3:::{bucket}/*"
-    listing = {"Effect": "Allow", "Action": ["s3:ListBucket", "s3:GetBucketLocation"],
-               "Resource": f"arn:aws:s3:::{bucket}"}
-    if prefix:
-        listing["Condition"] = {"StringLike": {"s3:prefix": [prefix, f"{prefix}/*"]}}
-    return json.dumps({
-        "Version": "2012-10-17",
-        "Statement": [
-            listing,
-            {"Effect": "Allow", "Resource": objects,
-             "Action": ["s3:GetObject", "s3:PutObject", "s3:DeleteObject", "s3:AbortMultipartUpload"]},
-        ],
-    })
+# The control-plane logs a security review asks for (CIS EKS 2.1.1; terraform-aws-eks enables the same three by
+# default). controllerManager and scheduler add volume, not an audit trail. Ingestion bills per GB, audit the most.
+CONTROL_PLANE_LOG_TYPES = ("api", "audit", "authenticator")
+# EKS writes control-plane logs to this group, and creates it without a retention if it does not exist yet.
+CONTROL_PLANE_LOG_GROUP = "/aws/eks/{cluster_name}/cluster"
+# EKS access policies for clusterAdmins and clusterViewers (arn:<partition>:eks::aws:cluster-access-policy/NAME).
+ADMIN_ACCESS_POLICY = "AmazonEKSClusterAdminPolicy"
+VIEW_ACCESS_POLICY = "AmazonEKSViewPolicy"
 
 
 def root_volume(size_gib: int) -> aws.ec2.LaunchTemplateBlockDeviceMappingArgs:
@@ -84,8 +83,7 @@ def node_tag_specifications(tags: dict[str, str], name: str) -> list[aws.ec2.Lau
             for kind in ("instance", "volume", "network-interface")]
 
 
-def node_role(name: str, *, tags: dict[str, str], parent: pulumi.Resource,
-              storage_policy: str | None = None) -> tuple[aws.iam.Role, list[pulumi.Resource]]:
+def node_role(name: str, *, tags: dict[str, str], parent: pulumi.Resource) -> tuple[aws.iam.Role, list[pulumi.Resource]]:
     """An EC2 instance role for a managed node group, and its policies, which the node group must depend on:
     nodes must not boot before the CNI policy is attached, nor lose it while they drain on destroy."""
     role = aws.iam.Role(
@@ -107,10 +105,37 @@ def node_role(name: str, *, tags: dict[str, str], parent: pulumi.Resource,
         )
         for arn in NODE_POLICY_ARNS
     ]
-    if storage_policy:
-        policies.append(aws.iam.RolePolicy(
-            f"{name}-checkpoints", role=role.id, policy=storage_policy, opts=pulumi.ResourceOptions(parent=role)))
     return role, policies
+
+
+def access_entries(admins: tuple[str, ...], viewers: tuple[str, ...]) -> dict[str, eks.AccessEntryArgs]:
+    """clusterAdmins and clusterViewers as EKS access entries with a cluster-wide access policy each. Keyed by the
+    principal (not its position), so adding or removing one leaves the others' entries alone."""
+    entries = {}
+    for principals, role, policy in ((admins, "admin", ADMIN_ACCESS_POLICY), (viewers, "viewer", VIEW_ACCESS_POLICY)):
+        for arn in principals:
+            partition, account, resource = arn.split(":")[1], arn.split(":")[4], arn.split(":", 5)[5]
+            entries[f"{role}-{account}-{resource.rsplit('/', 1)[-1]}"] = eks.AccessEntryArgs(
+                principal_arn=arn,
+                access_policies={policy: eks.AccessPolicyAssociationArgs(
+                    policy_arn=f"arn:{partition}:eks::aws:cluster-access-policy/{policy}",
+                    access_scope=aws.eks.AccessPolicyAssociationAccessScopeArgs(type="cluster"))},
+            )
+    return entries
+
+
+def cluster_role_policy(key_arn: str) -> str:
+    """What the cluster's IAM role gets besides AmazonEKSClusterPolicy: use of the secrets key (the statement
+    terraform-aws-eks attaches for its own key), and no logs:CreateLogGroup, so that logs written while the cluster is
+    destroyed cannot recreate the stack's log group outside Pulumi, with no retention (terraform-aws-eks issue 920)."""
+    return json.dumps({
+        "Version": "2012-10-17",
+        "Statement": [
+            {"Effect": "Allow", "Resource": key_arn,
+             "Action": ["kms:Encrypt", "kms:Decrypt", "kms:ListGrants", "kms:DescribeKey"]},
+            {"Effect": "Deny", "Resource": "*", "Action": ["logs:CreateLogGroup"]},
+        ],
+    })
 
 
 class EksCluster(pulumi.ComponentResource):
@@ -126,21 +151,52 @@ class EksCluster(pulumi.ComponentResource):
         control_plane_public_subnet_ids: list[pulumi.Input[str]],
         control_plane_private_subnet_ids: list[pulumi.Input[str]],
         system_subnet_ids: list[pulumi.Input[str]],
+        public_access_cidrs: tuple[str, ...],
         tags: dict[str, str],
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
         super().__init__("raytrain:infra:EksCluster", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self)
 
+        # Envelope encryption of Kubernetes Secrets (CIS EKS 5.3.1) with a key the account controls: rotated yearly,
+        # its use visible in CloudTrail, revocable. The default key policy (the account's IAM decides) applies.
+        self.secrets_key = aws.kms.Key(
+            f"{name}-secrets",
+            description=f"EKS {cfg.cluster_name}: envelope encryption of Kubernetes Secrets",
+            enable_key_rotation=True,
+            tags=tags,
+            opts=child,
+        )
+        aws.kms.Alias(f"{name}-secrets", name=f"alias/{cfg.cluster_name}-eks-secrets",
+                      target_key_id=self.secrets_key.key_id, opts=child)
+        # Created before the cluster, which would otherwise create it on its first log line with no retention.
+        self.log_group = aws.cloudwatch.LogGroup(
+            f"{name}-control-plane-logs",
+            name=CONTROL_PLANE_LOG_GROUP.format(cluster_name=cfg.cluster_name),
+            retention_in_days=cfg.control_plane_log_retention_days,
+            tags=tags,
+            opts=child,
+        )
         self.cluster = eks.Cluster(
             f"{name}-eks",
-            name=cfg.cluster_name,
+            # Through the log group's name: the aws.eks.Cluster inside pulumi-eks's component takes the name as an
+            # input and so waits for the group, whereas depends_on on the component would rely on pulumi-eks
+            # passing it on to that child.
+            name=self.log_group.name.apply(lambda _: cfg.cluster_name),
             version=cfg.kubernetes_version,
             vpc_id=vpc_id,
             public_subnet_ids=control_plane_public_subnet_ids,
             private_subnet_ids=control_plane_private_subnet_ids,
+            # The public endpoint answers only public_access_cidrs (CIS EKS 5.4.1); `pulumi up` itself talks to the
+            # API server (Helm, the RayCluster, the job), so the deployer's address is among them
+            # (feasibility.api_public_access_cidrs). Nodes reach the API server through the private endpoint.
             endpoint_public_access=True,
-            endpoint_private_access=True,  # nodes reach the API server inside the VPC
+            public_access_cidrs=list(public_access_cidrs),
+            endpoint_private_access=True,
+            enabled_cluster_log_types=list(CONTROL_PLANE_LOG_TYPES),
+            encryption_config_key_arn=self.secrets_key.arn,
             authentication_mode=eks.AuthenticationMode.API,
+            access_entries=access_entries(cfg.cluster_admins, cfg.cluster_viewers),
             create_oidc_provider=True,
             skip_default_node_group=True,
             # Managed node groups use the security group EKS creates for the cluster; pulumi-eks's own pair is
@@ -149,6 +205,9 @@ class EksCluster(pulumi.ComponentResource):
             # vpc-cni and kube-proxy become EKS add-ons here; pulumi-eks leaves coredns out when there is no
             # default node group, so it is added below, after the system nodes it runs on.
             use_default_vpc_cni=False,
+            # The VPC CNI's network-policy agent (eBPF on each pod's host-side veth, aws/aws-network-policy-agent)
+            # enforces the Ray namespace's NetworkPolicies; pulumi-eks sets the add-on's enableNetworkPolicy.
+            vpc_cni_options=eks.VpcCniOptionsArgs(enable_network_policy=True),
             kube_proxy_addon_options=eks.KubeProxyAddonOptionsArgs(enabled=True),
             coredns_addon_options=eks.CoreDnsAddonOptionsArgs(enabled=False),
             provider_credential_opts=eks.KubeconfigOptionsArgs(
@@ -162,10 +221,15 @@ class EksCluster(pulumi.ComponentResource):
         self.cluster_security_group_id: pulumi.Output[str] = self.cluster.cluster_security_group_id
         self.oidc_provider_arn = self.cluster.oidc_provider_arn
         self.kubeconfig: pulumi.Output[str] = pulumi.Output.secret(self.cluster.kubeconfig_json)
+        # pulumi-eks makes the cluster's role; its name is the last part of the ARN (the role has no path).
+        aws.iam.RolePolicy(
+            f"{name}-cluster-role",
+            role=self.cluster.eks_cluster.role_arn.apply(lambda arn: arn.rsplit("/", 1)[-1]),
+            policy=self.secrets_key.arn.apply(cluster_role_policy),
+            opts=child,
+        )
 
-        # The Ray head runs here, and Ray Train's controller on it writes the run's state to the storage path.
-        system_role, system_policies = node_role(f"{name}-system-node", tags=tags, parent=self,
-                                                 storage_policy=checkpoint_storage_policy(cfg.train.storage_path))
+        system_role, system_policies = node_role(f"{name}-system-node", tags=tags, parent=self)
         # A launch template only for the root volume's size and encryption (node group disk_size cannot encrypt)
         # and the IMDS settings; EKS still picks the AMI and the bootstrap.
         self.system_launch_template = aws.ec2.LaunchTemplate(
@@ -205,6 +269,19 @@ class EksCluster(pulumi.ComponentResource):
             cluster_name=self.cluster_name,
             addon_name="coredns",
             # EKS bootstraps a self-managed coredns; the managed add-on takes it over.
+            resolve_conflicts_on_create="OVERWRITE",
+            resolve_conflicts_on_update="OVERWRITE",
+            tags=tags,
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[self.system_node_group]),
+        )
+        # Serves the Ray pods' AWS credentials (EKS Pod Identity) on 169.254.170.23 from the host network of every
+        # node. The add-on's DaemonSet tolerates no taint by default (aws/containers-roadmap#2261); the Ray workers
+        # run on the GPU nodes, so it must tolerate theirs.
+        self.pod_identity_agent = aws.eks.Addon(
+            f"{name}-pod-identity-agent",
+            cluster_name=self.cluster_name,
+            addon_name="eks-pod-identity-agent",
+            configuration_values=json.dumps({"tolerations": [GPU_TOLERATION]}),
             resolve_conflicts_on_create="OVERWRITE",
             resolve_conflicts_on_update="OVERWRITE",
             tags=tags,

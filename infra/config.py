@@ -27,6 +27,15 @@ PROJECT_FILE = Path(__file__).resolve().parent.parent / "Pulumi.yaml"
 
 GPU_PLACEMENTS = ("auto", "cluster", "none")
 NCCL_DEBUG_LEVELS = ("VERSION", "WARN", "INFO", "TRACE")
+# What CloudWatch Logs accepts for a log group's retention (PutRetentionPolicy); 0 means never expire.
+LOG_RETENTION_DAYS = (0, 1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827, 2192, 2557, 2922,
+                      3288, 3653)
+WORLD_CIDR = "0.0.0.0/0"
+# Keys whose values must be Pulumi secrets (`pulumi config set --secret`): a plain value sits in Pulumi.<stack>.yaml,
+# which is committed.
+SECRET_KEYS = ("trainSecretEnv",)
+# Keys whose values may hold a token: no refusal quotes them.
+SECRET_VALUED_KEYS = (*SECRET_KEYS, "trainEnv")
 
 
 @dataclass(frozen=True)
@@ -77,6 +86,36 @@ def check_efa_gpu(facts: InstanceFacts, *, config_key: str = "gpuInstanceType") 
     return facts
 
 
+class SecretEnv:
+    """KEY=VALUE pairs that must never be printed: the repr names the keys only, so a traceback, a log line or a test
+    failure that shows the config shows no value. The program hands the values on only as a Pulumi secret."""
+
+    __slots__ = ("_values",)
+
+    def __init__(self, values: dict[str, str] | None = None) -> None:
+        self._values = dict(values or {})
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(self._values)
+
+    def reveal(self) -> dict[str, str]:
+        """The values, for pulumi.Output.secret(...) and nothing else."""
+        return dict(self._values)
+
+    def __bool__(self) -> bool:
+        return bool(self._values)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, SecretEnv) and other._values == self._values
+
+    def __hash__(self) -> int:
+        return hash(tuple(sorted(self._values.items())))
+
+    def __repr__(self) -> str:
+        return f"SecretEnv(names={list(self._values)})"
+
+
 @dataclass(frozen=True)
 class TrainConfig:
     """The training job that `pulumi up` runs when enabled (keys train*)."""
@@ -101,6 +140,8 @@ class TrainConfig:
     reduce_dtype: str
     grad_accum_steps: int
     min_bus_gbytes_per_s: float
+    secret_env: SecretEnv = field(default_factory=SecretEnv)
+    """trainSecretEnv: delivered to the Ray pods from a Kubernetes Secret, never through the job's inputs."""
 
 
 @dataclass(frozen=True)
@@ -131,6 +172,11 @@ class StackConfig:
     transport_env: dict[str, str] = field(default_factory=dict)
     """NCCL_DEBUG, NCCL_SOCKET_IFNAME, FI_PROVIDER and NCCL_NET_PLUGIN for the Ray workers."""
     train: TrainConfig | None = None
+    api_public_access_cidrs: tuple[str, ...] = ()
+    """As configured; the deployer's own address is added at preview (feasibility.check)."""
+    control_plane_log_retention_days: int = 90
+    cluster_admins: tuple[str, ...] = ()
+    cluster_viewers: tuple[str, ...] = ()
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -165,6 +211,8 @@ def _read_raw(config: Any, key: str, spec: dict[str, Any]) -> Any:
     try:
         value = readers[kind](key)
     except pulumi.ConfigTypeError as e:
+        if key in SECRET_VALUED_KEYS:  # Pulumi's message quotes the value
+            raise ValueError(f"config key {key!r} must be of type {kind} (its value is not shown)") from None
         raise ValueError(f"config key {key!r} must be of type {kind}: {e}") from e
     if value is None:
         value = spec["default"]
@@ -203,16 +251,35 @@ def check_unknown_keys(keys: set[str], project: str, declared: set[str]) -> None
         nearest = difflib.get_close_matches(key, declared, n=1)
         hints.append(f"{key!r} (did you mean {nearest[0]!r}?)" if nearest else repr(key))
         unmatched |= not nearest
-    allowed = f"one of {sorted(declared)}" if unmatched else "the key it means"
+    # The whole list would be one very long line (some 60 keys); their prefixes say where to look.
+    families = sorted({re.match(r"[a-z]+", key).group(0) for key in declared})
+    allowed = (f"a key Pulumi.yaml declares (they start {', '.join(families)}; each with its meaning there)"
+               if unmatched else "the key it means")
     raise ValueError(
         f"config keys {', '.join(hints)} are not declared in Pulumi.yaml, so Pulumi would ignore them; "
         f"`pulumi config rm {project}:{unknown[0]}`, and use {allowed}")
 
 
+def check_secret_keys(raw: dict[str, Any], project: str, is_secret: Callable[[str], bool]) -> None:
+    """Refuse a SECRET_KEYS value stored in plain text: it would sit readable in the committed stack file."""
+    for key in SECRET_KEYS:
+        if raw[key] and not is_secret(f"{project}:{key}"):
+            raise ValueError(
+                f"config key {key!r} is stored in plain text in the stack file; set it as a secret: "
+                f"`pulumi config rm {key}`, then `pulumi config set --secret --path '{key}[0]' NAME=VALUE`")
+
+
+def is_stack_secret(key: str) -> bool:
+    """Whether the stack holds a namespaced key as a secret, by either channel the CLI passes that by."""
+    return pulumi.runtime.is_config_secret(key) or key in pulumi.runtime.get_config_secret_keys_env()
+
+
 def load(config: Any | None = None) -> StackConfig:
     """Read the stack's config per Pulumi.yaml and validate it. Touches no cloud resource."""
     check_unknown_keys(stack_config_keys(), project_name(), set(schema()))
-    return parse(read_raw_config(config))
+    raw = read_raw_config(config)
+    check_secret_keys(raw, project_name(), is_stack_secret)
+    return parse(raw)
 
 
 # 39 at most: IAM role names are <clusterName>-system-node-role plus Pulumi's 8-character suffix, 64 at most.
@@ -225,6 +292,11 @@ _RUN_ID = re.compile(r"^[A-Za-z0-9._-]{1,32}$")
 _RAY_VERSION = re.compile(r"^[0-9]+\.[0-9]+\.[0-9]+$")
 _CUDA_VERSION = re.compile(r"^[0-9]+\.[0-9]+$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# An IAM user or role (optionally with a path): what an EKS access entry's principal can be.
+_PRINCIPAL_ARN = re.compile(r"^arn:aws[a-z-]*:iam::[0-9]{12}:(role|user)/[A-Za-z0-9+=,.@_/-]{1,512}$")
+# S3's bucket naming rules (general purpose buckets): 3-63 lowercase letters, digits, dots and hyphens, starting and
+# ending with a letter or digit. Anything else (a wildcard above all) is not one bucket.
+_S3_BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
 
 
 def _require(ok: bool, key: str, message: str) -> None:
@@ -301,6 +373,15 @@ def parse(raw: dict[str, Any]) -> StackConfig:
     for key in ("ncclSocketIfname", "fiProvider", "ncclNetPlugin"):
         _require(bool(raw[key]) and " " not in raw[key], key, f"{raw[key]!r} must be a single non-empty word")
 
+    retention = raw["controlPlaneLogRetentionDays"]
+    _require(retention in LOG_RETENTION_DAYS, "controlPlaneLogRetentionDays",
+             f"{retention} is not one of CloudWatch's retention periods {list(LOG_RETENTION_DAYS)} (0: never expire)")
+    admins = _check_principals("clusterAdmins", raw["clusterAdmins"])
+    viewers = _check_principals("clusterViewers", raw["clusterViewers"])
+    both = sorted(set(admins) & set(viewers))
+    _require(not both, "clusterViewers",
+             f"{both} are in clusterAdmins too; EKS allows one access entry per principal, so list each in one key")
+
     return StackConfig(
         cluster_name=raw["clusterName"],
         kubernetes_version=raw["kubernetesVersion"],
@@ -328,7 +409,37 @@ def parse(raw: dict[str, Any]) -> StackConfig:
             "NCCL_NET_PLUGIN": raw["ncclNetPlugin"],
         },
         train=_parse_train(raw),
+        api_public_access_cidrs=_check_public_cidrs(raw["apiPublicAccessCidrs"]),
+        control_plane_log_retention_days=retention,
+        cluster_admins=admins,
+        cluster_viewers=viewers,
     )
+
+
+def _check_principals(key: str, arns: list[str]) -> tuple[str, ...]:
+    for arn in arns:
+        _require(bool(_PRINCIPAL_ARN.match(arn)), key,
+                 f"{arn!r} is not an IAM role or user ARN like arn:aws:iam::123456789012:role/NAME")
+    _require(len(set(arns)) == len(arns), key, f"lists a principal twice: {arns}")
+    return tuple(arns)
+
+
+def _check_public_cidrs(cidrs: list[str]) -> tuple[str, ...]:
+    """apiPublicAccessCidrs: public IPv4 blocks. A private block can never reach the public endpoint (nodes and anything
+    inside the VPC use the private one), so it is a mistake rather than a setting."""
+    key = "apiPublicAccessCidrs"
+    checked = []
+    for cidr in cidrs:
+        try:
+            network = ipaddress.IPv4Network(cidr)
+        except ValueError as e:
+            raise ValueError(f"config key {key!r}: {cidr!r} is not an IPv4 CIDR like 203.0.113.7/32: {e}") from e
+        _require(str(network) == WORLD_CIDR or network.is_global, key,
+                 f"{cidr} is not a public address range; the public endpoint only sees public source addresses "
+                 f"(allowed: public IPv4 CIDRs, or {WORLD_CIDR} to open it to the world)")
+        checked.append(str(network))
+    _require(len(set(checked)) == len(checked), key, f"lists a CIDR twice: {cidrs}")
+    return tuple(checked)
 
 
 def _parse_train(raw: dict[str, Any]) -> TrainConfig:
@@ -367,11 +478,19 @@ def _parse_train(raw: dict[str, Any]) -> TrainConfig:
     storage = raw["trainStoragePath"]
     _require(storage == "" or "://" in storage or storage.startswith("/"), "trainStoragePath",
              f"{storage!r} must be empty, an absolute path or a URI like s3://bucket/prefix")
-    env: dict[str, str] = {}
-    for item in raw["trainEnv"]:
-        name, sep, value = item.partition("=")
-        _require(bool(sep) and bool(_ENV_NAME.match(name)), "trainEnv", f"{item!r} is not KEY=VALUE")
-        env[name] = value
+    if storage.startswith("s3://"):
+        bucket, _, prefix = storage.removeprefix("s3://").partition("/")
+        # The pod role's policy is written from this path: a wildcard would grant more than one bucket or prefix.
+        _require(bool(_S3_BUCKET.match(bucket)) and ".." not in bucket, "trainStoragePath",
+                 f"{storage!r} must name one existing bucket (3-63 lowercase letters, digits, '.' and '-'), "
+                 "like s3://my-bucket/prefix; wildcards are not allowed")
+        _require(not any(c in prefix for c in "*?$"), "trainStoragePath",
+                 f"{storage!r}: the prefix must not contain '*', '?' or '$' (IAM would read them as wildcards or "
+                 "policy variables)")
+    env = _parse_env("trainEnv", raw["trainEnv"])
+    secret_env = SecretEnv(_parse_env("trainSecretEnv", raw["trainSecretEnv"]))
+    clash = sorted(set(env) & set(secret_env.names))
+    _require(not clash, "trainSecretEnv", f"{clash} are set in trainEnv too; set each variable in one key")
     return TrainConfig(
         enabled=raw["trainEnabled"],
         run_id=raw["trainRunId"],
@@ -393,4 +512,17 @@ def _parse_train(raw: dict[str, Any]) -> TrainConfig:
         reduce_dtype=raw["trainReduceDtype"],
         grad_accum_steps=raw["trainGradAccumSteps"],
         min_bus_gbytes_per_s=min_bus,
+        secret_env=secret_env,
     )
+
+
+def _parse_env(key: str, items: list[str]) -> dict[str, str]:
+    """KEY=VALUE entries. A refusal quotes the entry's position and name only: the value may be a token."""
+    env: dict[str, str] = {}
+    for index, item in enumerate(items):
+        name, sep, value = item.partition("=")
+        _require(bool(sep) and bool(_ENV_NAME.match(name)), key,
+                 f"entry {index} is not KEY=VALUE with KEY made of letters, digits and '_' (its value is not shown)")
+        _require(name not in env, key, f"sets {name} twice")
+        env[name] = value
+    return env

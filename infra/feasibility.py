@@ -18,7 +18,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
-from infra import addons, capacity_reservation, instance_facts, network, ray_job, raycluster
+from infra import addons, capacity_reservation, config, instance_facts, network, ray_job, raycluster
 from infra.config import AwsIdentity, InstanceFacts, StackConfig
 from infra.gpu_nodes import placement_group_name, use_placement_group
 from workload import memory
@@ -76,6 +76,8 @@ class StackPlan:
     reservation: ExistingReservation | None
     own_placement_group: bool
     """The stack makes a cluster placement group for its GPU nodes (and its own reservation)."""
+    api_public_access_cidrs: tuple[str, ...] = ()
+    """apiPublicAccessCidrs plus the deployer's own address: who may reach the API server's public endpoint."""
 
 
 def check(cfg: StackConfig) -> StackPlan:
@@ -83,6 +85,13 @@ def check(cfg: StackConfig) -> StackPlan:
     this runs at preview before the program registers anything."""
     identity = aws_identity(pulumi.Config("aws"))
     check_kubernetes_version(cfg.kubernetes_version)
+    check_access_entries(cfg, aws.get_caller_identity().arn)
+    public_cidrs = network.api_public_access_cidrs(
+        cfg.api_public_access_cidrs,
+        None if config.WORLD_CIDR in cfg.api_public_access_cidrs else network.deployer_public_ip())
+    if config.WORLD_CIDR in public_cidrs:
+        pulumi.log.warn("apiPublicAccessCidrs includes 0.0.0.0/0: the API server's endpoint answers the whole internet "
+                        "(a stolen credential works from anywhere)")
     region = network.aws_region()
     zone_ids = network.region_availability_zones()
     vpc_azs = network.choose_vpc_azs(cfg.vpc_availability_zones, zone_ids)
@@ -110,7 +119,8 @@ def check(cfg: StackConfig) -> StackPlan:
                       vcpu_quota=None if reservation and reservation.capacity_block else _vcpu_quota(gpu))
     return StackPlan(region=region, zone_ids=zone_ids, vpc_azs=vpc_azs, candidate_azs=candidate_azs, gpu=gpu,
                      image=image, identity=identity, reservation=reservation,
-                     own_placement_group=use_placement_group(cfg.gpu_placement, existing_reservation=bool(reservation)))
+                     own_placement_group=use_placement_group(cfg.gpu_placement, existing_reservation=bool(reservation)),
+                     api_public_access_cidrs=public_cidrs)
 
 
 # ---- AWS identity --------------------------------------------------------------------------------------------
@@ -145,6 +155,38 @@ def aws_identity(aws_config: Any) -> AwsIdentity:
 
 
 # ---- the cluster -----------------------------------------------------------------------------------------------
+
+def principal_of(caller_arn: str) -> str:
+    """The IAM principal behind a caller: an assumed-role session (arn:aws:sts::A:assumed-role/ROLE/SESSION) is its
+    role, arn:aws:iam::A:role/ROLE; a user is itself."""
+    partition, account, resource = caller_arn.split(":")[1], caller_arn.split(":")[4], caller_arn.split(":", 5)[5]
+    if resource.startswith("assumed-role/"):
+        return f"arn:{partition}:iam::{account}:role/{resource.split('/')[1]}"
+    return caller_arn
+
+
+def _same_principal(a: str, b: str) -> bool:
+    """Equal but for an IAM path (role/team/ROLE is ROLE to an assumed-role session, which shows no path)."""
+    def key(arn: str) -> tuple[str, str, str]:
+        fields = arn.split(":")
+        kind, _, rest = fields[5].partition("/")
+        return fields[4], kind, rest.rsplit("/", 1)[-1]
+    return key(a) == key(b)
+
+
+def check_access_entries(cfg: StackConfig, caller_arn: str) -> None:
+    """EKS gives the principal that creates the cluster an access entry of its own (pulumi-eks always sets
+    bootstrapClusterCreatorAdminPermissions), and a second entry for it fails the cluster's creation with
+    ResourceInUseException, twenty minutes in."""
+    creator = principal_of(caller_arn)
+    for key, principals in (("clusterAdmins", cfg.cluster_admins), ("clusterViewers", cfg.cluster_viewers)):
+        for arn in principals:
+            if _same_principal(arn, creator):
+                raise ValueError(
+                    f"config key {key!r}: {arn} is the identity that runs `pulumi up` ({creator}), which EKS already "
+                    "makes the cluster's admin as its creator, and a second access entry for it fails; allowed: "
+                    "other principals")
+
 
 def check_kubernetes_version(version: str) -> None:
     if version not in EKS_VERSIONS:
@@ -300,7 +342,7 @@ def check_job(cfg: StackConfig, gpu: InstanceFacts) -> None:
         raise ValueError(
             f"config key 'trainStoragePath': {train.storage_path} is a directory on each node, and Ray Train needs "
             f"one place that the workers on all {cfg.gpu_node_count} GPU nodes and the head share; allowed: "
-            "s3://bucket/prefix (both node roles get access to it), or empty for no checkpoints")
+            "s3://bucket/prefix (the Ray pods' own role gets access to it), or empty for no checkpoints")
     check_transport_expectation(cfg, gpu, workers)
     check_pip(train.pip)
 

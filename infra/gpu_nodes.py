@@ -98,7 +98,6 @@ class GpuNodeGroup(pulumi.ComponentResource):
         placement_group: pulumi.Input[str] | None,
         reservation: TargetedReservation | None,
         tags: dict[str, str],
-        storage_policy: str | None = None,
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
         super().__init__("raytrain:infra:GpuNodeGroup", name, None, opts)
@@ -145,7 +144,7 @@ class GpuNodeGroup(pulumi.ComponentResource):
             opts=child,
         )
 
-        role, role_policies = node_role(f"{name}-node", tags=tags, parent=self, storage_policy=storage_policy)
+        role, role_policies = node_role(f"{name}-node", tags=tags, parent=self)
         self.node_group = aws.eks.NodeGroup(
             f"{name}-ng",
             cluster_name=cluster_name,

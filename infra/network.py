@@ -6,12 +6,13 @@ The AZ checks are plain functions, run at preview before any resource is registe
 from __future__ import annotations
 
 import ipaddress
+import urllib.request
 from dataclasses import dataclass
 
 import pulumi
 import pulumi_aws as aws
 
-from infra.config import StackConfig
+from infra.config import WORLD_CIDR, StackConfig
 
 # EKS refuses control-plane subnets in these AZ IDs (UnsupportedAvailabilityZoneException); nodes may still
 # run there. AZ IDs, not names, because names map to different physical AZs in each account.
@@ -22,6 +23,13 @@ EKS_UNSUPPORTED_CONTROL_PLANE_AZ_IDS = frozenset({"use1-az3", "usw1-az2", "cac1-
 # balancers. Hence at most 7 AZs.
 _PRIVATE_PREFIX_DIFF = 3
 _PUBLIC_PREFIX_DIFF = 6
+
+
+# AWS's own what-is-my-address service: the address it answers is the one this machine's requests to AWS come from,
+# which is what the EKS endpoint's CIDR filter sees (through the same proxy, when HTTPS_PROXY is set: urllib and the
+# Kubernetes provider's client both honour it).
+CHECKIP_URL = "https://checkip.amazonaws.com"
+CHECKIP_TIMEOUT_SECONDS = 5
 
 
 @dataclass(frozen=True)
@@ -48,6 +56,35 @@ def region_availability_zones() -> dict[str, str]:
         filters=[aws.GetAvailabilityZonesFilterArgs(name="opt-in-status", values=["opt-in-not-required"])],
     )
     return dict(sorted(zip(zones.names, zones.zone_ids)))
+
+
+def deployer_public_ip() -> str | None:
+    """This machine's public IPv4 address, as AWS sees it; None when it cannot be read (offline, blocked)."""
+    try:
+        with urllib.request.urlopen(CHECKIP_URL, timeout=CHECKIP_TIMEOUT_SECONDS) as response:
+            address = ipaddress.IPv4Address(response.read(64).decode().strip())
+    except (OSError, ValueError):
+        return None
+    return str(address) if address.is_global else None
+
+
+def api_public_access_cidrs(configured: tuple[str, ...], deployer_ip: str | None) -> tuple[str, ...]:
+    """Who may reach the API server's public endpoint: apiPublicAccessCidrs plus this machine's address as a /32, since
+    `pulumi up` itself talks to the API server (Helm, the RayCluster, the job). Refused when neither is known."""
+    if WORLD_CIDR in configured:
+        return configured
+    if deployer_ip is None:
+        if configured:
+            return configured
+        raise ValueError(
+            f"config key 'apiPublicAccessCidrs': this machine's public address could not be read from {CHECKIP_URL}, "
+            "and the API server's public endpoint admits only the CIDRs listed there, so `pulumi up` could not reach "
+            "it. Find your address (`curl https://checkip.amazonaws.com`) and set it: `pulumi config set --path "
+            f"'apiPublicAccessCidrs[0]' <address>/32`; allowed: public IPv4 CIDRs, or {WORLD_CIDR} for everyone")
+    own = ipaddress.IPv4Address(deployer_ip)
+    if any(own in ipaddress.IPv4Network(cidr) for cidr in configured):
+        return configured
+    return (*configured, f"{deployer_ip}/32")
 
 
 def control_plane_azs(azs: tuple[str, ...], zone_ids: dict[str, str]) -> list[str]:

@@ -125,6 +125,14 @@ def job_inputs(cfg: StackConfig, facts: InstanceFacts) -> dict[str, Any]:
     }
 
 
+def secret_job_env(env_vars: Mapping[str, str]) -> pulumi.Output[dict[str, str]]:
+    """The job's runtime_env env_vars as a Pulumi secret input. trainEnv may carry a token: a plain input is stored
+    and shown by `pulumi preview` in plain text even when the config value was set with --secret, and
+    additional_secret_outputs covers the outputs only. Tokens belong in trainSecretEnv, which never reaches the job:
+    Ray's dashboard shows every job's runtime_env."""
+    return pulumi.Output.secret(dict(env_vars))
+
+
 @dataclass(frozen=True)
 class JobServer:
     """Where the Ray job server answers, and the token it wants (None when auth is off)."""
@@ -297,10 +305,11 @@ class TrainingJob(pulumi.dynamic.Resource, module="raytrain", name="TrainingJob"
         )
         props: dict[str, Any] = {
             **{field.name: getattr(inputs, field.name) for field in dataclasses.fields(inputs)},
+            "env_vars": secret_job_env(inputs.env_vars),
             "kubeconfig": pulumi.Output.secret(kubeconfig),
             **{output: None for output in OUTPUT_NAMES},
         }
-        # The kubeconfig is kept in the outputs because delete needs it to reach the cluster. trainEnv may carry a
-        # token (HF_TOKEN for a gated model), so the job's env is a secret in the state too.
+        # The kubeconfig is kept in the outputs because delete needs it to reach the cluster; the env stays a secret
+        # in the outputs as in the inputs.
         secret = pulumi.ResourceOptions(additional_secret_outputs=["kubeconfig", "env_vars"])
         super().__init__(TrainingJobProvider(), name, props, pulumi.ResourceOptions.merge(secret, opts))

@@ -1,7 +1,8 @@
 """The RayCluster: a head on the system nodes and one GPU worker pod per GPU node, declared as a KubeRay CR.
 
 `ray_cluster_manifest` builds it from plain values (tests render it per stack into tests/golden/ and validate it
-against the KubeRay CRD schema); `RayCluster` creates its namespace and the custom resource.
+against the KubeRay CRD schema); `RayCluster` creates its namespace (Pod Security Admission labels), the pods' service
+account and secret env, the namespace's NetworkPolicies (infra/ray_security.py) and the custom resource.
 """
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from infra.addons import GPU_TOLERATION, GPU_WORKER_NODE_SELECTOR, KUBERAY_OPERATOR_NAMESPACE, SYSTEM_NODE_SELECTOR
+from infra import ray_security
 from infra.config import InstanceFacts, StackConfig, check_efa_gpu
 from infra.preflight import EFA_RESOURCE, GPU_RESOURCE
 
@@ -84,6 +86,17 @@ def head_service_name(cluster_name: str) -> str:
 def auth_secret_name(cluster_name: str) -> str:
     """The Secret (key auth_token) that KubeRay generates for authOptions.mode=token when no secretName is given."""
     return kuberay_name(cluster_name)
+
+
+def pod_service_account_name(cluster_name: str) -> str:
+    """The service account of the head and worker pods; EKS Pod Identity maps it to their IAM role. Not the
+    cluster's own name, which KubeRay gives the autoscaler's service account when autoscaling is on."""
+    return f"{cluster_name}-pods"
+
+
+def secret_env_name(cluster_name: str) -> str:
+    """The Secret whose keys (trainSecretEnv) every Ray container gets as environment variables."""
+    return f"{cluster_name}-secret-env"
 
 
 def check_image(image: str) -> None:
@@ -202,6 +215,16 @@ def ray_cluster_manifest(
     gpus = facts.gpus
     head_resources = {"cpu": HEAD_CPU, "memory": HEAD_MEMORY}
     resources = worker_resources(facts)
+    pod_identity = {
+        # AWS credentials come from EKS Pod Identity's own projected token (infra/pod_identity.py), and nothing in
+        # a Ray pod calls the Kubernetes API (KubeRay's token auth reads its Secret into an env var; no autoscaler),
+        # so the pods mount no Kubernetes service-account token: job code cannot use one.
+        "serviceAccountName": pod_service_account_name(name),
+        "automountServiceAccountToken": False,
+    }
+    # trainSecretEnv's values: a Secret the program writes from a Pulumi secret, read by the kubelet, never part of
+    # the job's runtime_env (which Ray's dashboard shows) or of this manifest.
+    secret_env = ({"secretRef": {"name": secret_env_name(name)}},)
     return {
         "apiVersion": RAYCLUSTER_API_VERSION,
         "kind": "RayCluster",
@@ -223,18 +246,21 @@ def ray_cluster_manifest(
                 "rayStartParams": {"num-gpus": "0", "dashboard-host": "0.0.0.0"},
                 "template": {
                     "spec": {
+                        **pod_identity,
                         "nodeSelector": dict(SYSTEM_NODE_SELECTOR),
                         "containers": [{
                             "name": "ray-head",
                             "image": image,
                             # The image's NVIDIA hook fails on a node without GPUs unless told there are none.
                             "env": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}],
+                            "envFrom": list(secret_env),
                             "ports": [
                                 {"name": "gcs-server", "containerPort": GCS_PORT},
                                 {"name": "dashboard", "containerPort": DASHBOARD_PORT},
                                 {"name": "client", "containerPort": CLIENT_PORT},
                             ],
                             "resources": {"requests": dict(head_resources), "limits": dict(head_resources)},
+                            "securityContext": ray_security.container_security_context(efa=False),
                         }],
                     },
                 },
@@ -248,17 +274,20 @@ def ray_cluster_manifest(
                 "rayStartParams": {"num-gpus": str(gpus)},
                 "template": {
                     "spec": {
+                        **pod_identity,
                         "nodeSelector": dict(GPU_WORKER_NODE_SELECTOR),
                         "tolerations": [dict(GPU_TOLERATION)],
                         "containers": [{
                             "name": "ray-worker",
                             "image": image,
                             "env": [{"name": key, "value": value} for key, value in transport_env.items()],
+                            "envFrom": list(secret_env),
                             # requests == limits puts the pod in Guaranteed QoS, so no rank is throttled or
                             # evicted ahead of the others and stalls the collective. Requesting the EFA resource is
                             # what makes the EFA device plugin mount the interfaces into the pod.
                             "resources": {"requests": dict(resources), "limits": dict(resources)},
                             "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}],
+                            "securityContext": ray_security.container_security_context(efa=True),
                         }],
                         # NCCL and Ray's object store need far more than the 64 MiB /dev/shm a container gets. A
                         # memory-backed volume counts against the pod's memory limit, which bounds it.
@@ -268,6 +297,13 @@ def ray_cluster_manifest(
             }],
         },
     }
+
+
+def containers(manifest: dict) -> list[dict]:
+    """Every container of the RayCluster's head and worker pod templates."""
+    templates = [manifest["spec"]["headGroupSpec"]["template"],
+                 *(group["template"] for group in manifest["spec"]["workerGroupSpecs"])]
+    return [container for template in templates for container in template["spec"]["containers"]]
 
 
 class RayCluster(pulumi.ComponentResource):
@@ -294,12 +330,38 @@ class RayCluster(pulumi.ComponentResource):
             transport_env=cfg.transport_env,
         )
         super().__init__("raytrain:infra:RayCluster", name, None, opts)
+        in_cluster = pulumi.ResourceOptions(parent=self, provider=provider)
 
-        namespace = k8s.core.v1.Namespace(
+        self.namespace_resource = namespace = k8s.core.v1.Namespace(
             f"{name}-namespace",
-            metadata={"name": cfg.ray_namespace},
-            opts=pulumi.ResourceOptions(parent=self, provider=provider),
+            metadata={"name": cfg.ray_namespace,
+                      "labels": ray_security.namespace_labels(ray_security.pod_security_level(containers(manifest)))},
+            opts=in_cluster,
         )
+        in_namespace = pulumi.ResourceOptions(parent=self, provider=provider, depends_on=[namespace])
+        service_account = k8s.core.v1.ServiceAccount(
+            f"{name}-pods",
+            metadata={"name": pod_service_account_name(cfg.ray_cluster_name), "namespace": cfg.ray_namespace},
+            automount_service_account_token=False,
+            opts=in_namespace,
+        )
+        # Created even when trainSecretEnv is empty: the pods' envFrom names it, so the RayCluster's spec does not
+        # change when a secret is first set.
+        secret_values = pulumi.Output.secret(cfg.train.secret_env.reveal())
+        secret_env = k8s.core.v1.Secret(
+            f"{name}-secret-env",
+            metadata={"name": secret_env_name(cfg.ray_cluster_name), "namespace": cfg.ray_namespace},
+            type="Opaque",
+            string_data=secret_values,
+            opts=in_namespace,
+        )
+        self.network_policies = [
+            k8s.networking.v1.NetworkPolicy(
+                f"{name}-{policy['metadata']['name']}", metadata=policy["metadata"], spec=policy["spec"],
+                opts=in_namespace)
+            for policy in ray_security.network_policies(namespace=cfg.ray_namespace,
+                                                        cluster_name=cfg.ray_cluster_name, vpc_cidr=cfg.vpc_cidr)
+        ]
         # Depending on the operator (passed in depends_on) orders `pulumi destroy` so that the RayCluster goes
         # while the operator still runs its finalizer; the other way round the delete hangs.
         self.custom_resource = k8s.apiextensions.CustomResource(
@@ -309,9 +371,13 @@ class RayCluster(pulumi.ComponentResource):
             metadata=manifest["metadata"],
             spec=manifest["spec"],
             # KubeRay does not recreate running pods when the spec changes (image, env, resources), so a changed
-            # spec replaces the RayCluster; its name is fixed, so the old one goes first.
-            opts=pulumi.ResourceOptions(parent=self, provider=provider, depends_on=[namespace, *depends_on],
-                                        replace_on_changes=["spec"], delete_before_replace=True),
+            # spec replaces the RayCluster; its name is fixed, so the old one goes first. Pods read their
+            # environment once, so new trainSecretEnv values replace it too: the trigger is the values themselves,
+            # kept a secret in the state (no hash of them in plain sight).
+            opts=pulumi.ResourceOptions(
+                parent=self, provider=provider,
+                depends_on=[namespace, service_account, secret_env, *self.network_policies, *depends_on],
+                replace_on_changes=["spec"], delete_before_replace=True, replacement_trigger=secret_values),
         )
         # Derived from the CR's id, so whoever uses these waits until the RayCluster is up.
         created = self.custom_resource.id

@@ -1,5 +1,21 @@
-"""Session-wide test settings."""
+"""Session-wide test settings and fixtures."""
 import logging
+
+import pytest
+from moto import mock_aws
+
+
+@pytest.fixture
+def aws_env(monkeypatch):
+    """moto for every AWS call, with fake credentials and nothing of the machine's own AWS setup."""
+    for name in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+                        "AWS_DEFAULT_REGION": "us-east-1", "AWS_EC2_METADATA_DISABLED": "true",
+                        "MOTO_EC2_LOAD_DEFAULT_AMIS": "false"}.items():
+        monkeypatch.setenv(name, value)
+    with mock_aws():
+        yield
 
 
 def pytest_unconfigure(config):

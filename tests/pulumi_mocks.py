@@ -14,6 +14,7 @@ What the fake AWS answers:
 - `aws.get_availability_zones` from REGIONS below; an unknown region fails.
 - `aws.servicequotas.get_service_quota` from QUOTAS; in UNREADABLE_QUOTA_REGIONS it fails, as without permission.
 - caller identity, partition, region.
+- the deployer's public address (infra.network.deployer_public_ip, an HTTPS request at preview): DEPLOYER_IP.
 - an existing capacity reservation (infra.capacity_reservation.describe_existing, boto3 at preview) from
   RESERVATIONS, in the region of its AZ only; that function itself is tested against botocore Stubbers.
 - `eks:index:Cluster` (a remote component) returns kubeconfig, security group, OIDC and an `eksCluster` that
@@ -44,7 +45,7 @@ from pulumi.runtime import rpc, settings
 from pulumi.runtime.stack import run_pulumi_func
 from pulumi.runtime.sync_await import _sync_await
 
-from infra import capacity_reservation
+from infra import capacity_reservation, network
 from tests.stacks import INSTANCE_FACTS
 
 REPO = Path(__file__).resolve().parent.parent
@@ -56,6 +57,8 @@ SCHEMA: dict[str, dict[str, Any]] = PROJECT_FILE["config"]
 STACKS = sorted(path.name.split(".")[1] for path in REPO.glob("Pulumi.*.yaml"))
 ACCOUNT_ID = "123456789012"
 DEPLOYER_ROLE_ARN = f"arn:aws:iam::{ACCOUNT_ID}:role/deployer"
+DEPLOYER_IP = "54.240.196.170"
+"""The public address the machine running the program has (a public one: the stack refuses documentation ranges)."""
 
 # name -> AZ ID per region, in the shape of DescribeAvailabilityZones (standard zones only). use1-az3 is the AZ
 # EKS refuses for a control plane.
@@ -147,6 +150,8 @@ class Registration:
     delete_before_replace: bool = False
     alias_parents: list[str] = field(default_factory=list)
     """The parent URNs of the resource's aliases: where it used to live."""
+    replacement_trigger: Any = None
+    """The replacement_trigger option, deserialized (a secret stays wrapped in the secret signature)."""
 
     @property
     def resource_id(self) -> str:
@@ -208,6 +213,9 @@ class AwsMocks(pulumi.runtime.Mocks):
             outputs["name"] = f"{args.name}-{_digest(args.name, 7)}"  # Pulumi's auto-naming
         if args.typ == "aws:iam/role:Role":
             outputs["arn"] = f"arn:aws:iam::{ACCOUNT_ID}:role/{outputs['name']}"
+        elif args.typ == "aws:kms/key:Key":
+            outputs["keyId"] = resource_id = f"{_digest(args.name, 8)}-{_digest(args.name + 'key', 4)}-key"
+            outputs["arn"] = f"arn:aws:kms:{self.region}:{ACCOUNT_ID}:key/{resource_id}"
         elif args.typ == "aws:ec2/launchTemplate:LaunchTemplate":
             outputs["latestVersion"] = 1
         elif args.typ == "aws:ec2/placementGroup:PlacementGroup":
@@ -233,6 +241,8 @@ class AwsMocks(pulumi.runtime.Mocks):
             "arn": f"arn:aws:eks:{self.region}:{ACCOUNT_ID}:cluster/{cluster_name}",
             "endpoint": endpoint,
             "version": args.inputs.get("version"),
+            # pulumi-eks's ServiceRole `<name>-eksRole`, auto-named.
+            "roleArn": f"arn:aws:iam::{ACCOUNT_ID}:role/{args.name}-eksRole-{_digest(args.name, 7)}",
             "vpcConfig": {"clusterSecurityGroupId": cluster_sg,
                           "subnetIds": args.inputs.get("privateSubnetIds", [])},
         }
@@ -298,6 +308,18 @@ def is_secret_value(value: Any) -> bool:
     return isinstance(value, dict) and value.get(rpc._special_sig_key) == rpc._special_secret_sig
 
 
+def plain_strings(value: Any) -> list[str]:
+    """Every string in a recorded value outside its secrets (keys included): what the state and preview show in
+    plain text."""
+    if is_secret_value(value):
+        return []
+    if isinstance(value, dict):
+        return [text for key, item in value.items() for text in (str(key), *plain_strings(item))]
+    if isinstance(value, (list, tuple)):
+        return [text for item in value for text in plain_strings(item)]
+    return [str(value)] if value is not None else []
+
+
 def _urns_for_references(value: struct_pb2.Value) -> None:
     """Replace every resource reference inside `value` by its URN, in place."""
     kind = value.WhichOneof("kind")
@@ -329,7 +351,10 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
             provider=request.provider, read=read,
             delete_before_replace=bool(getattr(request, "deleteBeforeReplace", False)),
             alias_parents=[alias.spec.parentUrn for alias in getattr(request, "aliases", [])
-                           if alias.HasField("spec") and alias.spec.parentUrn]))
+                           if alias.HasField("spec") and alias.spec.parentUrn],
+            replacement_trigger=(rpc.deserialize_properties(struct_pb2.Struct(
+                fields={"trigger": request.replacement_trigger}), keep_unknowns=True)["trigger"]
+                if not read and request.HasField("replacement_trigger") else None)))
 
     def RegisterResource(self, request):
         if request.type != "pulumi:pulumi:Stack":
@@ -442,6 +467,19 @@ REFERENCE_DIR = REPO / "tests" / "reference"
 """Upstream files the tests check against (KubeRay CRDs, chart values), copied with their provenance."""
 
 
+@dataclass(frozen=True)
+class Secret:
+    """An override set as `pulumi config set --secret` would: the program sees the key among the secret keys."""
+
+    value: Any
+
+
+def secret_keys(overrides: dict[str, Any] | None) -> list[str]:
+    """The namespaced keys of the overrides given as Secret(...)."""
+    return [key if ":" in key else f"{PROJECT}:{key}" for key, value in (overrides or {}).items()
+            if isinstance(value, Secret)]
+
+
 def stack_config(stack: str | None, overrides: dict[str, Any] | None = None,
                  project_dir: Path = REPO) -> dict[str, str]:
     """The stack file's config plus overrides, keyed and encoded as the Pulumi CLI hands them to the program.
@@ -453,12 +491,12 @@ def stack_config(stack: str | None, overrides: dict[str, Any] | None = None,
     if stack is not None:
         values.update(yaml.safe_load((project_dir / f"Pulumi.{stack}.yaml").read_text()).get("config") or {})
     for key, value in (overrides or {}).items():
-        values[key if ":" in key else f"{PROJECT}:{key}"] = value
+        values[key if ":" in key else f"{PROJECT}:{key}"] = value.value if isinstance(value, Secret) else value
 
     def encode(value: Any) -> str:
         if isinstance(value, bool):
             return "true" if value else "false"
-        if isinstance(value, (list, dict)):
+        if isinstance(value, (list, tuple, dict)):
             return json.dumps(value)
         return str(value)
 
@@ -474,8 +512,9 @@ def _run(stack: str | None, overrides: dict[str, Any] | None, project_dir: Path 
 
     # Other tests in the same process may use Pulumi's runtime too: leave its config and root as they were.
     previous_config = dict(runtime_config.CONFIG.get())
+    previous_secret_keys = list(runtime_config._SECRET_KEYS.get())
     previous_root = settings.get_root_resource()
-    pulumi.runtime.set_all_config(config)
+    pulumi.runtime.set_all_config(config, secret_keys(overrides))
     settings.ROOT.set(None)  # a fresh root Stack per run, so exports do not leak between runs
     pulumi.runtime.set_mocks(mocks, project=PROJECT, stack=stack or "test", preview=False, monitor=monitor)
     settings.SETTINGS.rpc_manager.clear()
@@ -496,12 +535,13 @@ def _run(stack: str | None, overrides: dict[str, Any] | None, project_dir: Path 
         return collect_exports()
 
     try:
-        with mock.patch.object(capacity_reservation, "describe_existing", _describe_existing):
+        with mock.patch.object(capacity_reservation, "describe_existing", _describe_existing), \
+                mock.patch.object(network, "deployer_public_ip", lambda: DEPLOYER_IP):
             _sync_await(run_pulumi_func(program))
     except BaseException as e:  # noqa: BLE001 handed to the caller
         run.error = e
     finally:
-        pulumi.runtime.set_all_config(previous_config)
+        pulumi.runtime.set_all_config(previous_config, previous_secret_keys)
         settings.ROOT.set(previous_root)
     return run
 

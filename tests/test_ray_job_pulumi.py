@@ -32,7 +32,8 @@ def test_job_inputs_come_from_the_train_config(enabled):
     assert flags["--model_config"] == "tiny" and flags["--steps"] == "3", \
         f"train flags from trainModelConfig/Steps: {args}"
     assert flags["--run_name"].startswith("ray-train-fsdp-llm-7-"), f"a new trainRunId is a new checkpoint run: {args}"
-    assert job.inputs["env_vars"] == {"NCCL_DEBUG_FILE": ray_job.NCCL_DEBUG_FILE, "NCCL_NET": "Socket"}, \
+    assert is_secret_value(job.inputs["env_vars"]), "trainEnv may hold a token: the job's env is a secret input"
+    assert job.inputs["env_vars"]["value"] == {"NCCL_DEBUG_FILE": ray_job.NCCL_DEBUG_FILE, "NCCL_NET": "Socket"}, \
         f"job env: each rank's NCCL debug file plus trainEnv; got {job.inputs['env_vars']}"
     assert job.inputs["pip"] == ["einops==0.8.1"] and job.inputs["run_id"] == "7", job.inputs
     assert job.inputs["expect_transport"] == "socket" and job.inputs["timeout_s"] == 90 * 60, job.inputs
@@ -105,6 +106,6 @@ def test_sharding_and_fabric_keys_reach_the_job():
 
 
 def test_checkpoint_every_reaches_the_job():
-    args = run_program("dev", {**TRAIN, "trainStoragePath": "s3://b/p", "trainCheckpointEvery": 100}).one(JOB) \
+    args = run_program("dev", {**TRAIN, "trainStoragePath": "s3://ckpt-bucket/p", "trainCheckpointEvery": 100}).one(JOB) \
         .inputs["train_args"]
     assert args[args.index("--checkpoint_every") + 1] == "100", args

@@ -24,16 +24,15 @@ import shlex
 import shutil
 import subprocess
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Callable
 
 import pytest
 import yaml
 from botocore.awsrequest import AWSResponse
-from moto import mock_aws
 from ruamel.yaml import YAML
 
+from tests.http_stubs import JsonServer
 from tests.pulumi_mocks import PROJECT, STACKS, ProgramRun, run_program, stack_settings
 from tests.test_capacity import quota_answer, reservation
 from tools import status
@@ -122,7 +121,7 @@ def _pod(name: str, kind: str, node: str) -> dict:
             "status": {"phase": "Running"}}
 
 
-class FakeKubeApi(ThreadingHTTPServer):
+class FakeKubeApi(JsonServer):
     """The three reads `tools.status` makes, answered as an EKS API server would for the dev stack's cluster."""
 
     GPU_NODE_LABELS = {"role": "gpu-worker", "node.kubernetes.io/instance-type": "g6.12xlarge",
@@ -143,26 +142,7 @@ class FakeKubeApi(ThreadingHTTPServer):
     }
 
     def __init__(self) -> None:
-        super().__init__(("127.0.0.1", 0), self._Handler)
-        self.authorizations: list[str] = []
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server_address[1]}"
-
-    class _Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 (http.server's name)
-            self.server.authorizations.append(self.headers.get("Authorization", ""))
-            answer = self.server.ANSWERS.get(self.path.split("?")[0])
-            body = json.dumps(answer or {"kind": "Status", "code": 404}).encode()
-            self.send_response(200 if answer else 404)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args) -> None:
-            pass
+        super().__init__(self.ANSWERS)
 
 
 # ---- the shell that follows the README ---------------------------------------------------------------------
@@ -178,8 +158,10 @@ def _flags(run: ProgramRun) -> dict[str, str]:
     return dict(zip(args[::2], args[1::2]))
 
 
-def _s3_policies(run: ProgramRun) -> list[str]:
-    return [str(r.inputs["policy"]) for r in run.of_type("aws:iam/rolePolicy:RolePolicy")]
+def _pod_role_policies(run: ProgramRun) -> list[str]:
+    """The inline policies of the Ray pods' role (infra/pod_identity.py), the only role with checkpoint access."""
+    roles = {r.urn for r in run.of_type("aws:iam/role:Role") if "pods.eks.amazonaws.com" in r.inputs["assumeRolePolicy"]}
+    return [str(r.inputs["policy"]) for r in run.of_type("aws:iam/rolePolicy:RolePolicy") if r.parent in roles]
 
 
 CONFIG_EFFECTS: dict[str, Callable[[ProgramRun, str], Any]] = {
@@ -187,7 +169,7 @@ CONFIG_EFFECTS: dict[str, Callable[[ProgramRun, str], Any]] = {
     "trainRunId": lambda run, value: (_job(run).inputs["run_id"] == value
                                       and _flags(run)["--run_name"].startswith(f"ray-train-fsdp-llm-{value}-")),
     "trainStoragePath": lambda run, value: (_flags(run)["--storage_path"] == value and len(
-        [p for p in _s3_policies(run) if f"arn:aws:s3:::{value[5:].split('/')[0]}" in p]) == 2),
+        [p for p in _pod_role_policies(run) if f"arn:aws:s3:::{value[5:].split('/')[0]}" in p]) == 1),
     "trainCheckpointEvery": lambda run, value: _flags(run)["--checkpoint_every"] == value,
     "trainMaxFailures": lambda run, value: _flags(run)["--max_failures"] == value,
     "capacityReserve": lambda run, value: bool(run.of_type(RESERVATION)) == (value == "true"),
@@ -304,18 +286,6 @@ def project(tmp_path) -> Path:
     for path in REPO.glob("Pulumi*.yaml"):
         shutil.copy(path, tmp_path / path.name)
     return tmp_path
-
-
-@pytest.fixture
-def aws_env(monkeypatch):
-    for name in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL"):
-        monkeypatch.delenv(name, raising=False)
-    for name, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-                        "AWS_DEFAULT_REGION": "us-east-1", "AWS_EC2_METADATA_DISABLED": "true",
-                        "MOTO_EC2_LOAD_DEFAULT_AMIS": "false"}.items():
-        monkeypatch.setenv(name, value)
-    with mock_aws():
-        yield
 
 
 @pytest.fixture

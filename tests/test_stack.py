@@ -133,7 +133,7 @@ def test_eks_cluster_uses_access_entries_oidc_and_core_addons(stack):
     assert inputs["skipDefaultNodeGroup"] is True, f"{stack}: eks.Cluster should skip the default node group"
     assert inputs["useDefaultVpcCni"] is False and inputs["kubeProxyAddonOptions"]["enabled"] is True, \
         f"{stack}: vpc-cni and kube-proxy should be EKS add-ons"
-    coredns = run.one(ADDON)
+    coredns = run.one(ADDON, "ray-train-coredns")
     assert coredns.inputs["addonName"] == "coredns", f"{stack}: expected a coredns EKS add-on"
     assert system_node_group(run).urn in coredns.dependencies, f"{stack}: coredns must wait for the system nodes it runs on"
     # EKS refuses control-plane subnets in use1-az3; nodes may still use it.
@@ -344,15 +344,16 @@ def test_node_groups_wait_for_their_role_policies(stack):
         assert policies <= set(group.dependencies), f"{stack}: {group.name} must depend on its role's policies"
 
 
-def test_s3_checkpoints_grant_both_node_roles_the_prefix_only():
+def test_node_roles_hold_node_policies_only():
+    """Checkpoint access is the Ray pods' own role (tests/test_security.py); the nodes' roles have none of it."""
+    from infra.cluster import NODE_POLICY_ARNS
+
     run = program("dev", (("trainStoragePath", "s3://ckpt-bucket/runs/dev"),))
     for group in (system_node_group(run), gpu_node_group(run)):
-        role_policies = [r for r in run.of_type(ROLE_POLICY) if r.urn in _policies_of(run, group)]
-        assert len(role_policies) == 1, f"{group.name}: one checkpoint policy on its role (Ray head and workers)"
-        statements = json.loads(role_policies[0].inputs["policy"])["Statement"]
-        resources = {s["Resource"] for s in statements}
-        assert resources == {"arn:aws:s3:::ckpt-bucket", "arn:aws:s3:::ckpt-bucket/runs/dev/*"}, resources
-    assert not program("dev").of_type(ROLE_POLICY), "no S3 access without an s3:// trainStoragePath"
+        attached = [r for r in run.of_type(ROLE_POLICY_ATTACHMENT) if r.urn in _policies_of(run, group)]
+        assert sorted(r.inputs["policyArn"] for r in attached) == sorted(NODE_POLICY_ARNS), group.name
+        assert not [r for r in run.of_type(ROLE_POLICY) if r.urn in _policies_of(run, group)], \
+            f"{group.name}: no inline policy (no S3) on a node role"
 
 
 @pytest.mark.parametrize("stack", STACKS)

@@ -1,0 +1,114 @@
+"""The Ray pods' own AWS identity: an IAM role for their service account through EKS Pod Identity, scoped to the
+checkpoint prefix of `trainStoragePath`.
+
+The nodes' roles no longer carry checkpoint access, and with IMDS hop limit 1 (infra/cluster.py) no pod can borrow
+them. The EKS Pod Identity webhook gives a pod of an associated service account the container-credentials variables
+(AWS_CONTAINER_CREDENTIALS_FULL_URI=http://169.254.170.23/v1/credentials, AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE) and
+mounts its own projected token, audience pods.eks.amazonaws.com, whatever the pod's automountServiceAccountToken says
+(aws/amazon-eks-pod-identity-webhook, pkg/handler/handler.go), so the Ray pods keep no Kubernetes API token. The
+node's agent trades that token for the role's credentials (eks-auth:AssumeRoleForPodIdentity).
+
+Pod Identity rather than IRSA: no OIDC trust policy per cluster, and the association is an EKS resource that the
+program declares next to the role. It needs an AWS SDK that knows the container provider with a token file (EKS user
+guide, "Use pod identity with the AWS SDK": boto3 1.34.41, C++ 1.11.263, which pyarrow's S3 filesystem under Ray
+Train bundles in its recent releases).
+"""
+from __future__ import annotations
+
+import json
+
+import pulumi
+import pulumi_aws as aws
+
+# EKS Pod Identity assumes the role as this service principal, and tags the session with the cluster, namespace and
+# service account, which the trust policy pins (EKS user guide, "Create IAM role with trust policy required by EKS
+# Pod Identity").
+POD_IDENTITY_PRINCIPAL = "pods.eks.amazonaws.com"
+
+
+def s3_location(storage_path: str) -> tuple[str, str] | None:
+    """(bucket, prefix without slashes) of an s3:// storage path; None for any other path."""
+    if not storage_path.startswith("s3://"):
+        return None
+    bucket, _, prefix = storage_path.removeprefix("s3://").partition("/")
+    return bucket, prefix.strip("/")
+
+
+def checkpoint_storage_policy(storage_path: str) -> str | None:
+    """The S3 access Ray Train needs for `trainStoragePath` (s3://bucket/prefix): the head's controller and every
+    worker read and write the run's checkpoints there. None for any other path (nothing to grant)."""
+    location = s3_location(storage_path)
+    if location is None:
+        return None
+    bucket, prefix = location
+    objects = f"arn:aws:s3:::{bucket}/{prefix}/*" if prefix else f"arn:aws:s3:::{bucket}/*"
+    listing = {"Effect": "Allow", "Action": ["s3:ListBucket", "s3:GetBucketLocation"],
+               "Resource": f"arn:aws:s3:::{bucket}"}
+    if prefix:
+        listing["Condition"] = {"StringLike": {"s3:prefix": [prefix, f"{prefix}/*"]}}
+    return json.dumps({
+        "Version": "2012-10-17",
+        "Statement": [
+            listing,
+            {"Effect": "Allow", "Resource": objects,
+             "Action": ["s3:GetObject", "s3:PutObject", "s3:DeleteObject", "s3:AbortMultipartUpload"]},
+        ],
+    })
+
+
+def trust_policy(cluster_name: str, namespace: str, service_account: str) -> str:
+    """Only EKS Pod Identity may assume the role, and only for this cluster's Ray service account: another
+    association in the account pointing at the role would be refused by STS."""
+    return json.dumps({
+        "Version": "2012-10-17",
+        "Statement": [{
+            "Effect": "Allow",
+            "Principal": {"Service": POD_IDENTITY_PRINCIPAL},
+            "Action": ["sts:AssumeRole", "sts:TagSession"],
+            "Condition": {"StringEquals": {
+                "aws:RequestTag/eks-cluster-name": cluster_name,
+                "aws:RequestTag/kubernetes-namespace": namespace,
+                "aws:RequestTag/kubernetes-service-account": service_account,
+            }},
+        }],
+    })
+
+
+class RayPodIdentity(pulumi.ComponentResource):
+    """The Ray pods' IAM role, its checkpoint policy, and the association of the role with their service account."""
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        cluster_name: pulumi.Input[str],
+        eks_cluster_name: str,
+        namespace: str,
+        service_account: str,
+        storage_policy: str,
+        tags: dict[str, str],
+        opts: pulumi.ResourceOptions | None = None,
+    ) -> None:
+        super().__init__("raytrain:infra:RayPodIdentity", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self)
+        self.role = aws.iam.Role(
+            f"{name}-role",
+            description=f"Ray pods of EKS cluster {eks_cluster_name} ({namespace}/{service_account}): checkpoints",
+            assume_role_policy=trust_policy(eks_cluster_name, namespace, service_account),
+            tags=tags,
+            opts=child,
+        )
+        self.policy = aws.iam.RolePolicy(f"{name}-checkpoints", role=self.role.id, policy=storage_policy,
+                                         opts=pulumi.ResourceOptions(parent=self.role))
+        # The webhook injects credentials into pods created after the association exists: the RayCluster waits for it.
+        self.association = aws.eks.PodIdentityAssociation(
+            f"{name}-association",
+            cluster_name=cluster_name,
+            namespace=namespace,
+            service_account=service_account,
+            role_arn=self.role.arn,
+            tags=tags,
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[self.policy]),
+        )
+        self.role_arn: pulumi.Output[str] = self.role.arn
+        self.register_outputs({"role_arn": self.role_arn, "association_id": self.association.association_id})

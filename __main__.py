@@ -4,8 +4,10 @@ Everything that can refuse the stack's config runs first (including the EC2 look
 the region's AZs), so a bad config fails before any resource is registered.
 """
 import pulumi
+import pulumi_aws as aws
 
 from infra import addons, config, instance_facts, network, preflight, ray_job, raycluster
+from infra.aws_identity import StackIdentity
 from infra.capacity_reservation import GpuCapacityReservation
 from infra.cluster import EksCluster, checkpoint_storage_policy
 from infra.gpu_nodes import GpuNodeGroup, existing_reservation_id
@@ -24,6 +26,10 @@ addons.check_efa_allowlist(cfg.gpu_instance_type)
 raycluster.check_config(cfg, gpu_facts)
 if cfg.train.enabled:
     ray_job.job_inputs(cfg, gpu_facts)  # refuses a job the cluster cannot run, before any resource
+if cfg.capacity_reserve:
+    # aws:profile and aws:assumeRoles as the AWS provider reads them (a bad assumeRoles entry is refused here), and
+    # the account they reach, through the AWS provider itself.
+    stack_identity = StackIdentity.from_stack_config(account_id=aws.get_caller_identity().account_id)
 
 tags = {"project": pulumi.get_project(), "stack": pulumi.get_stack(), "cluster": cfg.cluster_name}
 
@@ -52,9 +58,11 @@ if cfg.capacity_reserve:
         instance_count=cfg.gpu_node_count,
         candidate_azs=list(candidate_azs),
         tags=tags,
-        # The dynamic provider runs outside the AWS provider: tell it the stack's region and profile.
+        # The dynamic provider runs outside the AWS provider: tell it the stack's region, profile and assumed roles,
+        # and the account they reached at preview, which it checks before it reserves anything.
         region=region,
-        profile=pulumi.Config("aws").get("profile"),
+        identity=stack_identity,
+        end_hours=cfg.capacity_reservation_hours,
     )
     gpu_az: pulumi.Input[str] = reservation.availability_zone
     reservation_id: pulumi.Input[str] | None = reservation.reservation_id

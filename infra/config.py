@@ -23,6 +23,7 @@ from workload.transport import EXPECTATIONS as EXPECT_TRANSPORTS  # trainExpectT
 PROJECT_FILE = Path(__file__).resolve().parent.parent / "Pulumi.yaml"
 
 GPU_PLACEMENTS = ("auto", "cluster", "none")
+TRAIN_WAITS = ("finish", "transport")
 NCCL_DEBUG_LEVELS = ("VERSION", "WARN", "INFO", "TRACE")
 
 
@@ -79,6 +80,8 @@ class TrainConfig:
     env: dict[str, str]
     timeout_minutes: int
     expect_transport: str
+    wait: str = "finish"
+    """trainWait: what `pulumi up` waits for, the job's end or only its verified transport."""
 
 
 @dataclass(frozen=True)
@@ -105,6 +108,8 @@ class StackConfig:
     transport_env: dict[str, str] = field(default_factory=dict)
     """NCCL_DEBUG, NCCL_SOCKET_IFNAME, FI_PROVIDER and NCCL_NET_PLUGIN for the Ray workers."""
     train: TrainConfig | None = None
+    capacity_reservation_hours: int = 0
+    """With capacity_reserve: the reservation's lifetime in hours (0: until destroy)."""
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -270,7 +275,16 @@ def parse(raw: dict[str, Any]) -> StackConfig:
             "NCCL_NET_PLUGIN": raw["ncclNetPlugin"],
         },
         train=_parse_train(raw),
+        capacity_reservation_hours=_parse_reservation_hours(raw),
     )
+
+
+def _parse_reservation_hours(raw: dict[str, Any]) -> int:
+    hours = raw["capacityReservationHours"]
+    _require(hours >= 0, "capacityReservationHours", f"must be 0 (until destroy) or a number of hours, got {hours}")
+    _require(hours == 0 or raw["capacityReserve"], "capacityReservationHours",
+             "is only used with capacityReserve=true (it ends the reservation that the stack makes)")
+    return hours
 
 
 def _parse_train(raw: dict[str, Any]) -> TrainConfig:
@@ -292,6 +306,7 @@ def _parse_train(raw: dict[str, Any]) -> TrainConfig:
              f"{raw['trainRunId']!r} must be 1-32 letters, digits, '.', '_' or '-' (it names the Ray job)")
     _require(raw["trainExpectTransport"] in EXPECT_TRANSPORTS, "trainExpectTransport",
              f"{raw['trainExpectTransport']!r} is not one of {list(EXPECT_TRANSPORTS)}")
+    _require(raw["trainWait"] in TRAIN_WAITS, "trainWait", f"{raw['trainWait']!r} is not one of {list(TRAIN_WAITS)}")
     _require(raw["trainCheckpointEvery"] >= 0, "trainCheckpointEvery",
              f"must be 0 (only after the last step) or more, got {raw['trainCheckpointEvery']}")
     storage = raw["trainStoragePath"]
@@ -319,4 +334,5 @@ def _parse_train(raw: dict[str, Any]) -> TrainConfig:
         env=env,
         timeout_minutes=raw["trainTimeoutMinutes"],
         expect_transport=raw["trainExpectTransport"],
+        wait=raw["trainWait"],
     )

@@ -57,6 +57,15 @@ BAD_CONFIGS = {
     "RayCluster name not a DNS-1035 label": ("dev", {"rayClusterName": "7-ray"}, ["rayClusterName", "DNS-1035"]),
     "Ray namespace not a DNS-1123 label": ("dev", {"rayNamespace": "Ray_NS"}, ["rayNamespace", "DNS-1123"]),
     "image without tag or digest": ("dev", {"dlcImage": "public.ecr.aws/deep-learning-containers/ray"}, ["dlcImage"]),
+    "assumed role without a role ARN": ("p5", {"aws:assumeRoles": [{"sessionName": "ci"}]},
+                                        ["aws:assumeRoles", "roleArn"]),
+    "assumed role with a key the provider cannot pass on": (
+        "p5", {"aws:assumeRole": {"roleArn": "arn:aws:iam::123456789012:role/r", "duration": "1h"}},
+        ["aws:assumeRole", "duration", "roleArn", "sessionName", "externalId"]),
+    "reservation hours without a reservation": ("dev", {"capacityReservationHours": 24},
+                                                ["capacityReservationHours", "capacityReserve"]),
+    "negative reservation hours": ("p5", {"capacityReservationHours": -1}, ["capacityReservationHours"]),
+    "unknown train wait": ("dev", {"trainWait": "forever"}, ["trainWait", "finish", "transport"]),
 }
 
 

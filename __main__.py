@@ -149,3 +149,4 @@ if cfg.train.enabled:
     pulumi.export("jobWorldSize", job.world_size)
     pulumi.export("jobTransportVerdicts", job.verdicts)
     pulumi.export("jobCheckpoint", job.checkpoint)
+    pulumi.export("jobFollow", job.follow)

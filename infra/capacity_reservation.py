@@ -20,7 +20,7 @@ after CreateCapacityReservation returned but before Pulumi recorded the result m
 
 It is a dynamic resource: the provider runs in Pulumi's provider process, which unpickles it by reference
 (`infra.capacity_reservation`, importable from the project root), so it holds no client or session: each
-call builds its boto3 session from the stack's identity (infra/aws_identity.py: aws:profile, then every role of
+call builds its boto3 session from the stack's identity (infra/aws_identity.py: aws:profile, then the role of
 aws:assumeRoles) and `region`, and checks that it is in the account the stack was previewed in before it
 touches anything. Only a change of what is reserved (instance type, region, account, an AZ dropped from the
 candidates) replaces the reservation; new credentials for the same account do not.
@@ -35,7 +35,6 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-import boto3
 import pulumi
 from botocore.config import Config
 from botocore.exceptions import ClientError
@@ -76,9 +75,9 @@ MATCH_CRITERIA = "targeted"
 _CLIENT_CONFIG = Config(retries={"mode": "standard", "max_attempts": 3})
 
 _INPUT_KEYS = ("instance_type", "instance_count", "candidate_azs", "tags", "region", "profile", "urn", "account_id",
-               "assume_roles", "end_hours")
-# What is reserved, and where: a change of any of these is a new reservation. Credentials (profile, assume_roles)
-# for the same account are not: a new profile must not give scarce capacity back.
+               "role_arn", "end_hours")
+# What is reserved, and where: a change of any of these is a new reservation. Credentials (profile, role_arn) for
+# the same account are not: a new profile must not give scarce capacity back.
 _REPLACE_KEYS = ("instance_type", "region", "account_id")
 
 
@@ -137,8 +136,8 @@ class ReservationInputs:
     """This resource's URN: the tag that finds its reservation again, and the seed of its ClientToken."""
     account_id: str | None = None
     """The stack's AWS account (aws.get_caller_identity at preview); every call checks its credentials reach it."""
-    assume_roles: list[dict[str, str]] = field(default_factory=list)
-    """The stack's aws:assumeRoles, assumed in turn after the profile, as the stack's AWS provider does."""
+    role_arn: str | None = None
+    """The role of the stack's aws:assumeRoles, assumed after the profile, as the stack's AWS provider does."""
     end_hours: int = 0
     """capacityReservationHours: the reservation ends this many hours after it is made; 0 never (destroy ends it)."""
 
@@ -153,7 +152,7 @@ class ReservationInputs:
             profile=props.get("profile") or None,
             urn=props.get("urn") or "",
             account_id=props.get("account_id") or None,
-            assume_roles=[dict(role) for role in props.get("assume_roles") or []],
+            role_arn=props.get("role_arn") or None,
             end_hours=int(props.get("end_hours") or 0),
         )
 
@@ -173,7 +172,7 @@ class ReservationInputs:
 
     @property
     def identity(self) -> StackIdentity:
-        return StackIdentity(self.profile, self.assume_roles, self.account_id)
+        return StackIdentity(self.profile, self.role_arn, self.account_id)
 
     @property
     def reservation_tags(self) -> dict[str, str]:
@@ -270,9 +269,8 @@ class GpuCapacityReservationProvider(ResourceProvider):
         ec2 = _ec2_client(news)
         # New credentials for the same account: they must see the reservation, or later calls would think it gone.
         if _describe(ec2, id_) is None:
-            raise CapacityReservationError(
-                f"capacity reservation {id_} is not visible with the new credentials (profile {new.profile!r}, "
-                f"roles {[role['roleArn'] for role in new.assume_roles]}); nothing was changed")
+            raise CapacityReservationError(f"capacity reservation {id_} is not visible with the new credentials "
+                                           f"({new.identity.describe()}); nothing was changed")
         if new.instance_count != old.instance_count:
             ec2.modify_capacity_reservation(CapacityReservationId=id_, InstanceCount=new.instance_count)
         if new.end_hours != old.end_hours:
@@ -403,12 +401,9 @@ class GpuCapacityReservation(pulumi.dynamic.Resource, module="raytrain", name="G
         inputs = ReservationInputs(instance_type=instance_type, instance_count=instance_count,
                                    candidate_azs=list(candidate_azs), tags=dict(tags), region=region,
                                    profile=identity.profile, urn=urn, account_id=identity.account_id,
-                                   assume_roles=identity.assume_roles, end_hours=end_hours)
+                                   role_arn=identity.role_arn, end_hours=end_hours)
         inputs.validate()
-        # An assumed role's externalId is a shared secret of sorts: keep the roles out of plain state.
-        secret = pulumi.ResourceOptions(additional_secret_outputs=["assume_roles"])
         super().__init__(
             GpuCapacityReservationProvider(), name,
-            {**asdict(inputs), "assume_roles": pulumi.Output.secret(inputs.assume_roles),
-             "reservation_id": None, "availability_zone": None, "skipped_azs": None},
-            pulumi.ResourceOptions.merge(secret, opts))
+            {**asdict(inputs), "reservation_id": None, "availability_zone": None, "skipped_azs": None},
+            opts)

@@ -557,7 +557,7 @@ def test_provider_read_drops_a_reservation_that_ended_outside_pulumi(reservation
     ({"candidate_azs": ["us-east-1b", "us-east-1a"]}, [], True),           # re-ranked only: stay put
     ({"instance_count": 3}, [], True),
     ({"profile": "gpu-account"}, [], True),                                # credentials alone: keep the capacity
-    ({"assume_roles": [{"roleArn": "arn:aws:iam::123456789012:role/gpu"}]}, [], True),
+    ({"role_arn": "arn:aws:iam::123456789012:role/gpu"}, [], True),
     ({"account_id": "210987654321"}, ["account_id"], True),                # another account: another reservation
     ({"end_hours": 12}, [], True),                                         # a new end date, in place
     ({}, [], False),
@@ -586,8 +586,7 @@ class DynamicProviderMocks(pulumi.runtime.Mocks):
     """Answers a dynamic resource the way the engine would: through its own unpickled provider."""
 
     def new_resource(self, args: pulumi.runtime.MockResourceArgs):
-        # The dynamic-provider host answers Configure with acceptSecrets false, so the engine hands it plain values.
-        inputs = {key: unwrap_rpc_secret(value) for key, value in args.inputs.items()}
+        inputs = dict(args.inputs)
         if args.typ.startswith("pulumi-python:dynamic"):
             provider = dill.loads(base64.b64decode(unwrap_rpc_secret(inputs.pop("__provider"))))
             result = provider.create(inputs)

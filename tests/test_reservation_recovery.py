@@ -249,9 +249,9 @@ def test_credentials_of_another_account_are_refused_before_any_reservation_call(
 
 
 def test_the_stacks_assumed_role_is_assumed_before_reserving(ec2):
-    role = {"roleArn": f"arn:aws:iam::{OTHER_ACCOUNT}:role/gpu-deployer", "sessionName": "raytrain-test"}
-    made = GpuCapacityReservationProvider().create({**PROPS, "account_id": OTHER_ACCOUNT, "assume_roles": [role]})
+    role_arn = f"arn:aws:iam::{OTHER_ACCOUNT}:role/gpu-deployer"
+    made = GpuCapacityReservationProvider().create({**PROPS, "account_id": OTHER_ACCOUNT, "role_arn": role_arn})
     assert ec2.live()[0]["CapacityReservationId"] == made.id, \
         "with aws:assumeRoles the provider reaches the role's account, which is the stack's, and reserves there"
-    with pytest.raises(AccountMismatch, match=f"role {role['roleArn']}"):
-        GpuCapacityReservationProvider().create({**PROPS, "assume_roles": [role]})  # previewed in the base account
+    with pytest.raises(AccountMismatch, match=f"role {role_arn}"):
+        GpuCapacityReservationProvider().create({**PROPS, "role_arn": role_arn})  # previewed in the base account

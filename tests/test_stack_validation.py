@@ -59,9 +59,14 @@ BAD_CONFIGS = {
     "image without tag or digest": ("dev", {"dlcImage": "public.ecr.aws/deep-learning-containers/ray"}, ["dlcImage"]),
     "assumed role without a role ARN": ("p5", {"aws:assumeRoles": [{"sessionName": "ci"}]},
                                         ["aws:assumeRoles", "roleArn"]),
-    "assumed role with a key the provider cannot pass on": (
-        "p5", {"aws:assumeRole": {"roleArn": "arn:aws:iam::123456789012:role/r", "duration": "1h"}},
-        ["aws:assumeRole", "duration", "roleArn", "sessionName", "externalId"]),
+    "a chain of assumed roles": ("p5", {"aws:assumeRoles": [{"roleArn": "arn:aws:iam::123456789012:role/a"},
+                                                            {"roleArn": "arn:aws:iam::123456789012:role/b"}]},
+                                 ["aws:assumeRoles", "one role"]),
+    "assumed role with an external id": (
+        "p5", {"aws:assumeRoles": [{"roleArn": "arn:aws:iam::123456789012:role/r", "externalId": "x"}]},
+        ["aws:assumeRoles", "externalId"]),
+    "pulumi-aws 6's assumeRole": ("p5", {"aws:assumeRole": {"roleArn": "arn:aws:iam::123456789012:role/r"}},
+                                  ["aws:assumeRole", "aws:assumeRoles"]),
     "reservation hours without a reservation": ("dev", {"capacityReservationHours": 24},
                                                 ["capacityReservationHours", "capacityReserve"]),
     "negative reservation hours": ("p5", {"capacityReservationHours": -1}, ["capacityReservationHours"]),

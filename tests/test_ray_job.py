@@ -163,6 +163,32 @@ def test_create_fails_when_the_verdict_disagrees_with_the_expectation(monkeypatc
         f"expect=any never fails; the per-rank verdicts are outputs: {created.outs['verdicts']}"
 
 
+def test_a_tcp_fallback_in_the_transport_report_stops_the_job_and_fails_create(monkeypatch):
+    """trainWait=transport: rank 4 fell back to sockets after the first steps. Nothing may train on like that."""
+    from tests.test_transport import nccl_job
+    from workload import submit, transport
+
+    ranks = nccl_job(overrides={4: {"network": "Socket", "plugin": False}})
+    report = {"step": 2, "world_size": 8, "device": "cuda",
+              "nccl_logs": {str(r.rank): "\n".join(filter(transport.is_transport_line, r.lines)) for r in ranks}}
+
+    class Client:
+        stopped: list[str] = []
+
+        def stop_job(self, job_id):
+            self.stopped.append(job_id)
+
+    client = Client()
+    monkeypatch.setattr(submit, "connect", lambda address, token: client)
+    monkeypatch.setattr(submit, "start_job", lambda client, train_args, **kwargs: ("raytrain-test-1-abc", False))
+    monkeypatch.setattr(submit, "wait_for_transport", lambda client, job_id, on_log, timeout_s: (
+        report, "step 2/50 loss 2.9\n"))
+    job_provider = ray_job.TrainingJobProvider(connect=Connector("http://127.0.0.1:1", "token"), on_log=lambda l: None)
+    with pytest.raises(ray_job.TrainingJobError, match="after step 2 and was stopped.*4=socket"):
+        job_provider.create(props(wait="transport", expect_transport="efa"))
+    assert client.stopped == ["raytrain-test-1-abc"], "the job on sockets must be stopped, not left to run for days"
+
+
 def test_failing_job_fails_create_with_its_log_tail(ray_head):
     job_provider, _ = provider(ray_head)
     with pytest.raises(ray_job.TrainingJobError) as raised:

@@ -108,14 +108,13 @@ def submit_training_job(
     env_vars: Mapping[str, str] | None = None,
     timeout_s: float = 3600.0,
     on_log: Callable[[str], None] = print,
-    submission_id: str | None = None,
 ) -> JobResult:
     """Run `python3 -m workload.train <train_args>` as a Ray job and wait for it; raises JobFailedError with the
     tail of the log when it fails, is stopped, or runs past `timeout_s` (it is then stopped). Interrupted (Ctrl-C),
     it stops the job: a local run's job must not outlive the command."""
     client = connect(address, token)
     with _auth_refusals(address, token):
-        job_id, _ = start_job(client, train_args, submission_id=submission_id, pip=pip, env_vars=env_vars)
+        job_id, _ = start_job(client, train_args, pip=pip, env_vars=env_vars)
     on_log(f"submitted Ray job {job_id} to {address}")
     try:
         return wait_for_end(client, job_id, on_log, timeout_s)

@@ -61,10 +61,11 @@ if cfg.capacity_reserve:
         instance_count=cfg.gpu_node_count,
         candidate_azs=list(plan.candidate_azs),
         tags=tags,
-        # The dynamic provider runs outside the AWS provider: tell it the stack's region and identity.
+        # The dynamic provider runs outside the AWS provider: tell it the stack's region and identity (with the
+        # account it reached at preview, which the provider checks before it reserves anything).
         region=plan.region,
-        profile=plan.identity.profile,
-        role_arn=plan.identity.role_arn,
+        identity=plan.identity,
+        end_hours=cfg.capacity_reservation_hours,
         placement_group_arn=placement.arn if placement else None,
     )
     gpu_az: pulumi.Input[str] = reservation.availability_zone
@@ -151,3 +152,4 @@ if cfg.train.enabled:
     pulumi.export("jobCheckpoint", job.checkpoint)
     pulumi.export("jobSharding", job.sharding)
     pulumi.export("jobFabricCheck", job.fabric)
+    pulumi.export("jobFollow", job.follow)

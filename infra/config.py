@@ -26,6 +26,7 @@ from workload.transport import EXPECTATIONS as EXPECT_TRANSPORTS  # trainExpectT
 PROJECT_FILE = Path(__file__).resolve().parent.parent / "Pulumi.yaml"
 
 GPU_PLACEMENTS = ("auto", "cluster", "none")
+TRAIN_WAITS = ("finish", "transport")
 NCCL_DEBUG_LEVELS = ("VERSION", "WARN", "INFO", "TRACE")
 # What CloudWatch Logs accepts for a log group's retention (PutRetentionPolicy); 0 means never expire.
 LOG_RETENTION_DAYS = (0, 1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827, 2192, 2557, 2922,
@@ -70,6 +71,9 @@ class AwsIdentity:
 
     profile: str | None = None
     role_arn: str | None = None
+    account_id: str | None = None
+    """The account they reach, as the AWS provider says at preview (aws.get_caller_identity); the dynamic providers
+    refuse to act in any other. None where nothing needed it."""
 
 
 def check_efa_gpu(facts: InstanceFacts, *, config_key: str = "gpuInstanceType") -> InstanceFacts:
@@ -142,6 +146,8 @@ class TrainConfig:
     min_bus_gbytes_per_s: float
     secret_env: SecretEnv = field(default_factory=SecretEnv)
     """trainSecretEnv: delivered to the Ray pods from a Kubernetes Secret, never through the job's inputs."""
+    wait: str = "finish"
+    """trainWait: what `pulumi up` waits for, the job's end or only its verified transport."""
 
 
 @dataclass(frozen=True)
@@ -177,6 +183,8 @@ class StackConfig:
     control_plane_log_retention_days: int = 90
     cluster_admins: tuple[str, ...] = ()
     cluster_viewers: tuple[str, ...] = ()
+    capacity_reservation_hours: int = 0
+    """With capacity_reserve: the reservation's lifetime in hours (0: until destroy)."""
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -413,6 +421,7 @@ def parse(raw: dict[str, Any]) -> StackConfig:
         control_plane_log_retention_days=retention,
         cluster_admins=admins,
         cluster_viewers=viewers,
+        capacity_reservation_hours=_parse_reservation_hours(raw),
     )
 
 
@@ -442,6 +451,14 @@ def _check_public_cidrs(cidrs: list[str]) -> tuple[str, ...]:
     return tuple(checked)
 
 
+def _parse_reservation_hours(raw: dict[str, Any]) -> int:
+    hours = raw["capacityReservationHours"]
+    _require(hours >= 0, "capacityReservationHours", f"must be 0 (until destroy) or a number of hours, got {hours}")
+    _require(hours == 0 or raw["capacityReserve"], "capacityReservationHours",
+             "is only used with capacityReserve=true (it ends the reservation that the stack makes)")
+    return hours
+
+
 def _parse_train(raw: dict[str, Any]) -> TrainConfig:
     try:
         learning_rate = float(raw["trainLearningRate"])
@@ -461,6 +478,7 @@ def _parse_train(raw: dict[str, Any]) -> TrainConfig:
              f"{raw['trainRunId']!r} must be 1-32 letters, digits, '.', '_' or '-' (it names the Ray job)")
     _require(raw["trainExpectTransport"] in EXPECT_TRANSPORTS, "trainExpectTransport",
              f"{raw['trainExpectTransport']!r} is not one of {list(EXPECT_TRANSPORTS)}")
+    _require(raw["trainWait"] in TRAIN_WAITS, "trainWait", f"{raw['trainWait']!r} is not one of {list(TRAIN_WAITS)}")
     _require(raw["trainCheckpointEvery"] >= 0, "trainCheckpointEvery",
              f"must be 0 (only after the last step) or more, got {raw['trainCheckpointEvery']}")
     for key, allowed in (("trainSharding", SHARDINGS), ("trainReduceDtype", REDUCE_DTYPES)):
@@ -513,6 +531,7 @@ def _parse_train(raw: dict[str, Any]) -> TrainConfig:
         grad_accum_steps=raw["trainGradAccumSteps"],
         min_bus_gbytes_per_s=min_bus,
         secret_env=secret_env,
+        wait=raw["trainWait"],
     )
 
 

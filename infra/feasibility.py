@@ -8,6 +8,7 @@ values.
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -84,6 +85,10 @@ def check(cfg: StackConfig) -> StackPlan:
     """Refuse the stack unless it can work; the look-ups are synchronous (invokes, one boto3 read), so all of
     this runs at preview before the program registers anything."""
     identity = aws_identity(pulumi.Config("aws"))
+    if cfg.capacity_reserve or cfg.capacity_reservation_id:
+        # The account these credentials reach, through the stack's own AWS provider: the reservation's provider and
+        # the look-up below act only there (infra/aws_identity.py).
+        identity = dataclasses.replace(identity, account_id=aws.get_caller_identity().account_id)
     check_kubernetes_version(cfg.kubernetes_version)
     check_access_entries(cfg, aws.get_caller_identity().arn)
     public_cidrs = network.api_public_access_cidrs(
@@ -107,8 +112,7 @@ def check(cfg: StackConfig) -> StackPlan:
     if cfg.capacity_reservation_id:
         try:
             found = capacity_reservation.describe_existing(
-                cfg.capacity_reservation_id, cluster_name=cfg.cluster_name, region=region, profile=identity.profile,
-                role_arn=identity.role_arn)
+                cfg.capacity_reservation_id, cluster_name=cfg.cluster_name, region=region, identity=identity)
         except (BotoCoreError, ClientError) as error:
             raise ValueError(
                 f"config key 'capacityReservationId': {cfg.capacity_reservation_id} cannot be read at preview "

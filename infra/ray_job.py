@@ -5,7 +5,18 @@ advertise what the worker pods request, reaches the head's job server through a 
 the RayCluster's token, submits the workload through `workload.submit`, streams its logs into the Pulumi output
 and fails with the log tail when the job fails, times out, or shows a transport other than
 `trainExpectTransport`. A change to the training inputs or `trainRunId` replaces it: a new job, the
-infrastructure untouched. Delete stops the job if it still runs.
+infrastructure untouched. Delete stops the job if it still runs; refresh (`read`) brings its status and, once it
+has succeeded, its results into the state.
+
+Nothing runs unseen:
+- the submission id is derived from the run (stack, trainRunId, the job's flags, pip and env): a create that was
+  cut off (a cancelled `pulumi up`, a dropped port-forward) and then run again attaches to the job it started,
+  running or finished, instead of submitting a second beside it;
+- the job carries its own deadline (`trainTimeoutMinutes`, enforced by its driver: workload/train.py), so it
+  stops even if no `pulumi up` is left waiting for it;
+- `trainWait: transport` returns from create once every rank has reported its NCCL transport after the first
+  steps (a TCP fallback still fails `up`, and that job is stopped); the job runs on, and `python -m tools.job`
+  follows, summarizes and stops it.
 
 Everything Kubernetes (preflight, the token from its Secret, the port-forward) sits behind `JobServerConnector`,
 which tests replace with a Ray head started on the test machine.
@@ -20,7 +31,6 @@ import contextlib
 import dataclasses
 import hashlib
 import json
-import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, ContextManager, Iterator, Mapping
 
@@ -43,11 +53,17 @@ AUTH_TOKEN_KEY = "auth_token"
 # What the failure message quotes of the job's log.
 LOG_TAIL_LINES = 80
 # Inputs that define the job: a change runs a new one. The rest (how to reach the cluster, the timeout, the
-# expectation) is updated in place.
+# expectation, what `up` waits for) is updated in place. The submission id follows from these.
 REPLACE_ON_CHANGE = ("train_args", "run_id", "pip", "env_vars")
 # Outputs, declared as None inputs so that Pulumi exposes them as attributes.
 OUTPUT_NAMES = ("job_id", "status", "final_loss", "tokens_per_s", "world_size", "device", "verdicts", "checkpoint",
-                "sharding", "fabric")
+                "sharding", "fabric", "follow")
+# With trainWait=transport, how long create waits for the transport report. The RayCluster is up and its image
+# pulled by then, so this covers the job's pip installs, the model's download and its first two steps; a job that
+# has not reported by then is stopped rather than left holding every GPU unverified.
+TRANSPORT_WAIT_S = 30 * 60
+# The job's metadata on the job server, by which `python -m tools.job` finds a stack's runs.
+STACK_METADATA, RUN_METADATA = "raytrain.stack", "raytrain.run_id"
 
 
 @dataclass(frozen=True)
@@ -66,6 +82,20 @@ class TrainingJobInputs:
     gpus_per_worker: int
     efa_per_worker: int
     workers: int
+    submission_id: str
+    stack: str
+    wait: str
+
+
+def submission_id(stack: str, run_id: str, train_args: list[str], pip: list[str], env_vars: dict[str, str]) -> str:
+    """The Ray submission id of a run: the same for every create of the same job, another for another job.
+    The env's values are hashed, never shown (trainEnv may hold a token)."""
+    definition = json.dumps([stack, run_id, train_args, pip, sorted(env_vars.items())])
+    return f"raytrain-{stack}-{run_id}-{hashlib.sha256(definition.encode()).hexdigest()[:8]}"
+
+
+def follow_command(stack: str, job_id: str) -> str:
+    return f"python -m tools.job logs {job_id} --follow --stack {stack} --kubeconfig kubeconfig.json"
 
 
 def workload_config(cfg: StackConfig, facts: InstanceFacts) -> "WorkloadConfig":
@@ -114,6 +144,7 @@ def job_inputs(cfg: StackConfig, facts: InstanceFacts) -> dict[str, Any]:
     train = cfg.train
     # NCCL_DEBUG_FILE goes first so that trainEnv can still send NCCL's log elsewhere.
     env_vars = {"NCCL_DEBUG_FILE": NCCL_DEBUG_FILE, **train.env}
+    stack = pulumi.get_stack()
     return {
         "train_args": workload.to_args(),
         "run_id": train.run_id,
@@ -122,6 +153,9 @@ def job_inputs(cfg: StackConfig, facts: InstanceFacts) -> dict[str, Any]:
         "timeout_s": float(train.timeout_minutes * 60),
         "expect_transport": train.expect_transport,
         **WorkerRequest.for_instance(facts, cfg.gpu_node_count).as_props(),
+        "submission_id": submission_id(stack, train.run_id, workload.to_args(), list(train.pip), env_vars),
+        "stack": stack,
+        "wait": train.wait,
     }
 
 
@@ -164,16 +198,24 @@ def read_auth_token(api_client: Any, namespace: str, secret_name: str) -> str:
 
 @contextlib.contextmanager
 def kubernetes_job_server(props: Mapping[str, Any], preflight: bool) -> Iterator[JobServer]:
-    """Preflight (when asked), the token from the RayCluster's Secret, and a port-forward to the head pod."""
-    from infra.portforward import forward_to_pod, head_pod_name
+    """Preflight (when asked), then the RayCluster's job server (head_job_server)."""
     from infra.preflight import WorkerRequest, kubernetes_client, run_preflight
 
     api_client = kubernetes_client(props["kubeconfig"])
     if preflight:
         run_preflight(api_client, WorkerRequest.from_props(props))
-    token = read_auth_token(api_client, props["namespace"], props["auth_secret_name"])
-    pod = head_pod_name(api_client, props["namespace"], props["cluster_name"])
-    with forward_to_pod(api_client, props["namespace"], pod, JOB_SERVER_PORT) as forward:
+    with head_job_server(api_client, props["namespace"], props["cluster_name"], props["auth_secret_name"]) as server:
+        yield server
+
+
+@contextlib.contextmanager
+def head_job_server(api_client: Any, namespace: str, cluster_name: str, secret_name: str) -> Iterator[JobServer]:
+    """The token from the RayCluster's Secret, and a port-forward to its head pod's job server."""
+    from infra.portforward import forward_to_pod, head_pod_name
+
+    token = read_auth_token(api_client, namespace, secret_name)
+    pod = head_pod_name(api_client, namespace, cluster_name)
+    with forward_to_pod(api_client, namespace, pod, JOB_SERVER_PORT) as forward:
         yield JobServer(forward.address, token)
 
 
@@ -182,7 +224,8 @@ class TrainingJobError(RuntimeError):
 
 
 class TrainingJobProvider(pulumi.dynamic.ResourceProvider):
-    """create submits and waits; diff replaces on a new job definition; delete stops a running job."""
+    """create submits (or attaches) and waits; diff replaces on a new job definition; read refreshes the job's
+    status; delete stops a running job."""
 
     def __init__(self, connect: JobServerConnector | None = None, on_log: Callable[[str], None] | None = None):
         super().__init__()
@@ -194,53 +237,70 @@ class TrainingJobProvider(pulumi.dynamic.ResourceProvider):
         return (self._connect or kubernetes_job_server)(props, preflight)
 
     def create(self, props: dict[str, Any]) -> pulumi.dynamic.CreateResult:
-        from workload import submit, transport
+        from workload import submit
 
         on_log = self._on_log or to_stderr
-        submission_id = f"raytrain-{props['run_id']}-{uuid.uuid4().hex[:8]}"
-        on_log(f"[{submission_id}] preflight and port-forward to the Ray head of "
+        on_log(f"[{props['submission_id']}] preflight and port-forward to the Ray head of "
                f"{props['namespace']}/{props['cluster_name']}")
         with self._job_server(props, True) as server:
+            client = submit.connect(server.address, server.token)
+            job_id, attached = submit.start_job(
+                client, list(props["train_args"]), submission_id=props["submission_id"], pip=tuple(props["pip"]),
+                env_vars=dict(props["env_vars"]), time_limit_s=float(props["timeout_s"]),
+                metadata={STACK_METADATA: props["stack"], RUN_METADATA: props["run_id"]})
+            on_log(f"[{job_id}] " + ("attached to this run's job, already on the cluster (an earlier create was cut "
+                                     "off)" if attached else f"submitted to {server.address}"))
             try:
-                result = submit.submit_training_job(
-                    server.address,
-                    list(props["train_args"]),
-                    token=server.token,
-                    pip=tuple(props["pip"]),
-                    env_vars=dict(props["env_vars"]),
-                    timeout_s=float(props["timeout_s"]),
-                    on_log=on_log,
-                    submission_id=submission_id,
-                )
+                if props["wait"] == "transport":
+                    results = self._until_transport(client, job_id, props, on_log)
+                else:
+                    results = self._until_end(client, job_id, props, on_log)
             except submit.JobFailedError as e:
-                # submit_training_job has already stopped a job that ran past its timeout; the cluster stays.
+                # The job has ended, or was stopped at its timeout; the cluster stays.
                 raise TrainingJobError(
                     f"the training job did not succeed (the infrastructure is left as it is): {e}") from None
-        summary = result.summary or {}
-        verdicts = transport.verdicts_from_summary(summary, result.logs)
+        outs = {**props, **results, "follow": follow_command(props["stack"], job_id)}
+        return pulumi.dynamic.CreateResult(id_=job_id, outs=outs)
+
+    @staticmethod
+    def _until_end(client: Any, job_id: str, props: Mapping[str, Any], on_log: Callable[[str], None]) -> dict:
+        """trainWait=finish: the job's end, its summary, and every rank's transport judged."""
+        from workload import submit, transport
+
+        result = submit.wait_for_end(client, job_id, on_log, float(props["timeout_s"]))
+        verdicts = transport.verdicts_from_summary(result.summary, result.logs)
         problem = transport.check_expectation(verdicts, props["expect_transport"])
         if problem:
             raise TrainingJobError(
-                f"training job {result.job_id} succeeded but its NCCL transport is wrong: {problem}\n"
+                f"training job {job_id} succeeded but its NCCL transport is wrong: {problem}\n"
                 f"per-rank verdicts: {json.dumps(verdicts, sort_keys=True)}\n"
-                f"last lines of its log:\n{submit.log_tail(result.logs, LOG_TAIL_LINES)}"
-            )
-        on_log(f"[{result.job_id}] {result.status}: final loss {summary.get('final_loss')}, "
+                f"last lines of its log:\n{submit.log_tail(result.logs, LOG_TAIL_LINES)}")
+        summary = result.summary
+        on_log(f"[{job_id}] {result.status}: final loss {summary.get('final_loss')}, "
                f"{summary.get('tokens_per_s')} tokens/s, transport {json.dumps(verdicts, sort_keys=True)}")
-        outs = {
-            **props,
-            "job_id": result.job_id,
-            "status": result.status,
-            "final_loss": summary.get("final_loss"),
-            "tokens_per_s": summary.get("tokens_per_s"),
-            "world_size": summary.get("world_size"),
-            "device": summary.get("device"),
-            "verdicts": verdicts,
-            "checkpoint": summary.get("checkpoint"),
-            "sharding": summary.get("sharding"),
-            "fabric": summary.get("fabric"),
-        }
-        return pulumi.dynamic.CreateResult(id_=result.job_id, outs=outs)
+        return job_outputs(job_id, result.status, summary, verdicts)
+
+    @staticmethod
+    def _until_transport(client: Any, job_id: str, props: Mapping[str, Any], on_log: Callable[[str], None]) -> dict:
+        """trainWait=transport: every rank's transport after the first steps, judged; the job runs on. A wrong one
+        stops the job: nothing should train for days over TCP sockets."""
+        from workload import submit, transport
+
+        wait_s = min(float(props["timeout_s"]), TRANSPORT_WAIT_S)
+        report, logs = submit.wait_for_transport(client, job_id, on_log, wait_s)
+        verdicts = transport.verdicts_from_summary(report, logs)
+        problem = transport.check_expectation(verdicts, props["expect_transport"])
+        if problem:
+            client.stop_job(job_id)
+            raise TrainingJobError(
+                f"training job {job_id} reported the wrong NCCL transport after step {report.get('step')} and was "
+                f"stopped: {problem}\nper-rank verdicts: {json.dumps(verdicts, sort_keys=True)}\n"
+                f"last lines of its log:\n{submit.log_tail(logs, LOG_TAIL_LINES)}")
+        status = client.get_job_status(job_id).value
+        on_log(f"[{job_id}] {status}: transport {json.dumps(verdicts, sort_keys=True)} after step "
+               f"{report.get('step')}; `pulumi up` returns and the job runs on. Follow it with: "
+               f"{follow_command(props['stack'], job_id)}")
+        return job_outputs(job_id, status, {**report, **(submit.parse_summary(logs) or {})}, verdicts)
 
     def diff(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> pulumi.dynamic.DiffResult:
         inputs = [field.name for field in dataclasses.fields(TrainingJobInputs)] + ["kubeconfig"]
@@ -258,7 +318,26 @@ class TrainingJobProvider(pulumi.dynamic.ResourceProvider):
         if problem:
             raise TrainingJobError(f"training job {olds.get('job_id')} does not meet trainExpectTransport="
                                    f"{news['expect_transport']}: {problem}; change trainRunId to run it again")
-        return pulumi.dynamic.UpdateResult(outs={**olds, **news, **{k: olds.get(k) for k in OUTPUT_NAMES}})
+        kept = {name: olds.get(name) for name in OUTPUT_NAMES}
+        # A job created before `follow` existed gets it now.
+        kept["follow"] = kept["follow"] or follow_command(news["stack"], _id)
+        return pulumi.dynamic.UpdateResult(outs={**olds, **news, **kept})
+
+    def read(self, id_: str, props: dict[str, Any]) -> pulumi.dynamic.ReadResult:
+        """`pulumi refresh`: the job's status now and, once it has succeeded, its results. A job the job server no
+        longer knows (a RayCluster made anew) is gone from the state, and the next `up` runs it again."""
+        from workload import submit, transport
+
+        with self._job_server(props, False) as server:
+            client = submit.connect(server.address, server.token)
+            info = submit.job_info(client, id_)
+            if info is None:
+                return pulumi.dynamic.ReadResult("", {})
+            outs = {**props, "status": info.status.value}
+            logs = client.get_job_logs(id_) if info.status.value == "SUCCEEDED" else ""
+        if summary := submit.parse_summary(logs):
+            outs.update(job_outputs(id_, info.status.value, summary, transport.verdicts_from_summary(summary, logs)))
+        return pulumi.dynamic.ReadResult(id_, outs)
 
     def delete(self, _id: str, props: dict[str, Any]) -> None:
         """Stop the job if it still runs. A cluster that is already gone has nothing left to stop."""
@@ -270,6 +349,22 @@ class TrainingJobProvider(pulumi.dynamic.ResourceProvider):
                 submit.stop_job(server.address, _id, token=server.token)
         except Exception as e:  # noqa: BLE001 - deleting must not be blocked by a cluster already torn down
             on_log(f"[{_id}] not stopped ({type(e).__name__}: {e}); it had finished or its cluster is gone")
+
+
+def job_outputs(job_id: str, status: str, summary: Mapping[str, Any], verdicts: dict[str, str]) -> dict[str, Any]:
+    """The resource's outputs from the job's summary (or, still running, its transport report)."""
+    return {
+        "job_id": job_id,
+        "status": status,
+        "final_loss": summary.get("final_loss"),
+        "tokens_per_s": summary.get("tokens_per_s"),
+        "world_size": summary.get("world_size"),
+        "device": summary.get("device"),
+        "verdicts": verdicts,
+        "checkpoint": summary.get("checkpoint"),
+        "sharding": summary.get("sharding"),
+        "fabric": summary.get("fabric"),
+    }
 
 
 class TrainingJob(pulumi.dynamic.Resource, module="raytrain", name="TrainingJob"):
@@ -286,6 +381,8 @@ class TrainingJob(pulumi.dynamic.Resource, module="raytrain", name="TrainingJob"
     """The last checkpoint's URI (s3://... under trainStoragePath), or None without trainStoragePath."""
     sharding: pulumi.Output[dict]
     fabric: pulumi.Output[dict]
+    follow: pulumi.Output[str]
+    """The command that follows the job's progress (`python -m tools.job logs ... --follow`)."""
 
     def __init__(
         self,

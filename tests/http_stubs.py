@@ -5,11 +5,13 @@ from __future__ import annotations
 import json
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+from urllib.parse import parse_qs
 
 
 class JsonServer(ThreadingHTTPServer):
-    """Answers GET PATH with answers[PATH] as JSON (404 for any other path) and notes every request's Authorization
-    header, so a test can check what credential the client sent."""
+    """Answers GET PATH with answers[PATH] as JSON (404 for any other path; a list answer keeps only the items that
+    match `?labelSelector=k=v,...`, as the Kubernetes API does) and notes every request's Authorization header, so a
+    test can check what credential the client sent."""
 
     def __init__(self, answers: dict[str, Any]) -> None:
         super().__init__(("127.0.0.1", 0), _Handler)
@@ -26,7 +28,13 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:  # noqa: N802 (http.server's name)
         self.server.authorizations.append(self.headers.get("Authorization", ""))
-        answer = self.server.answers.get(self.path.split("?")[0])
+        path, _, query = self.path.partition("?")
+        answer = self.server.answers.get(path)
+        selector = parse_qs(query).get("labelSelector", [""])[0]
+        if answer and selector and "items" in answer:
+            wanted = dict(term.split("=", 1) for term in selector.split(","))
+            answer = {**answer, "items": [item for item in answer["items"]
+                                          if wanted.items() <= (item["metadata"].get("labels") or {}).items()]}
         body = json.dumps(answer or {"kind": "Status", "code": 404}).encode()
         self.send_response(200 if answer else 404)
         self.send_header("Content-Type", "application/json")

@@ -112,8 +112,8 @@ RESERVATIONS: dict[str, dict[str, Any]] = {r["CapacityReservationId"]: r for r i
 )}
 
 
-def _describe_existing(reservation_id: str, *, cluster_name: str, region: str | None, profile: str | None,
-                       role_arn: str | None) -> dict[str, Any] | None:
+def _describe_existing(reservation_id: str, *, cluster_name: str, region: str | None,
+                       identity: Any) -> dict[str, Any] | None:
     found = RESERVATIONS.get(reservation_id)
     return dict(found) if found and region and found["AvailabilityZone"].startswith(region) else None
 

@@ -447,8 +447,9 @@ def test_probe_tags_every_reservation_and_makes_it_expire():
 
 # --- the in-stack reservation ------------------------------------------------------------------------------
 
+URN = "urn:pulumi:p5::raytrain-eks::pulumi-python:dynamic/raytrain:GpuCapacityReservation::ray-train-gpu-reservation"
 PROPS = {"instance_type": "g6.12xlarge", "instance_count": 2, "candidate_azs": ["us-east-1a", "us-east-1b"],
-         "tags": {"raytrain:cluster": "ray-train"}, "region": "us-east-1"}
+         "tags": {"raytrain:cluster": "ray-train"}, "region": "us-east-1", "urn": URN}
 
 
 @pytest.fixture
@@ -465,12 +466,20 @@ def reservation_stub(monkeypatch):
         f"the provider should use the region and profile inputs, used {regions}"
 
 
-def expect_create(stub: Stubber, az: str, error: str | None = None, reservation_id: str = "cr-0b0000000000000b1"):
+def expect_tag_lookup(stub: Stubber, *found: dict, urn: str = URN) -> None:
+    """The look-up for reservations an interrupted create left, by this resource's URN tag."""
+    stub.add_response("describe_capacity_reservations", {"CapacityReservations": list(found)},
+                      {"Filters": [{"Name": "tag:raytrain:urn", "Values": [urn]}]})
+
+
+def expect_create(stub: Stubber, az: str, error: str | None = None, reservation_id: str = "cr-0b0000000000000b1",
+                  urn: str = URN):
     expected = {"ClientToken": ANY, "InstanceType": "g6.12xlarge", "InstancePlatform": "Linux/UNIX",
                 "AvailabilityZone": az, "InstanceCount": 2, "InstanceMatchCriteria": "targeted",
                 "Tenancy": "default", "EndDateType": "unlimited",
                 "TagSpecifications": [{"ResourceType": "capacity-reservation",
-                                       "Tags": [{"Key": "raytrain:cluster", "Value": "ray-train"}]}]}
+                                       "Tags": [{"Key": "raytrain:cluster", "Value": "ray-train"},
+                                                {"Key": "raytrain:urn", "Value": urn}]}]}
     if error:
         capacity_error(stub, "create_capacity_reservation", error, f"{error} in {az}", status=500, **expected)
     else:
@@ -479,6 +488,7 @@ def expect_create(stub: Stubber, az: str, error: str | None = None, reservation_
 
 
 def test_provider_create_moves_to_the_next_az_on_insufficient_capacity(reservation_stub):
+    expect_tag_lookup(reservation_stub)
     expect_create(reservation_stub, "us-east-1a", "InsufficientInstanceCapacity")
     expect_create(reservation_stub, "us-east-1b")
     result = GpuCapacityReservationProvider().create(dict(PROPS))
@@ -488,6 +498,7 @@ def test_provider_create_moves_to_the_next_az_on_insufficient_capacity(reservati
 
 
 def test_provider_create_lists_every_az_when_all_fail(reservation_stub):
+    expect_tag_lookup(reservation_stub)
     expect_create(reservation_stub, "us-east-1a", "InsufficientInstanceCapacity")
     expect_create(reservation_stub, "us-east-1b", "Unsupported")
     with pytest.raises(CapacityReservationError) as failure:
@@ -497,6 +508,7 @@ def test_provider_create_lists_every_az_when_all_fail(reservation_stub):
 
 
 def test_provider_create_stops_at_a_quota_error(reservation_stub):
+    expect_tag_lookup(reservation_stub)
     expect_create(reservation_stub, "us-east-1a", "InstanceLimitExceeded")  # no call for us-east-1b is queued
     with pytest.raises(CapacityReservationError, match="quota of the instance family is regional"):
         GpuCapacityReservationProvider().create(dict(PROPS))
@@ -505,16 +517,20 @@ def test_provider_create_stops_at_a_quota_error(reservation_stub):
 def test_provider_delete_cancels_and_tolerates_an_ended_reservation(reservation_stub):
     reservation_stub.add_response("describe_capacity_reservations",
                                   {"CapacityReservations": [reservation("cr-0b0000000000000b1", "us-east-1b")]})
+    expect_tag_lookup(reservation_stub, reservation("cr-0b0000000000000b1", "us-east-1b"))
     reservation_stub.add_response("cancel_capacity_reservation", {"Return": True},
                                   {"CapacityReservationId": "cr-0b0000000000000b1"})
     reservation_stub.add_response("describe_capacity_reservations", {"CapacityReservations": [
         reservation("cr-0b0000000000000b1", "us-east-1b", state="cancelled")]})
+    expect_tag_lookup(reservation_stub)
     provider = GpuCapacityReservationProvider()
     provider.delete("cr-0b0000000000000b1", dict(PROPS))
     provider.delete("cr-0b0000000000000b1", dict(PROPS))  # already cancelled: no second cancel call
 
 
 def test_provider_update_resizes_and_retags_in_place(reservation_stub):
+    reservation_stub.add_response("describe_capacity_reservations", {"CapacityReservations": [
+        reservation("cr-0b0000000000000b1", "us-east-1b")]}, {"CapacityReservationIds": ["cr-0b0000000000000b1"]})
     reservation_stub.add_response("modify_capacity_reservation", {"Return": True},
                                   {"CapacityReservationId": "cr-0b0000000000000b1", "InstanceCount": 3})
     reservation_stub.add_response("delete_tags", {}, {"Resources": ["cr-0b0000000000000b1"],
@@ -540,12 +556,17 @@ def test_provider_read_drops_a_reservation_that_ended_outside_pulumi(reservation
     ({"candidate_azs": ["us-east-1c"]}, ["candidate_azs"], True),          # its AZ dropped: move
     ({"candidate_azs": ["us-east-1b", "us-east-1a"]}, [], True),           # re-ranked only: stay put
     ({"instance_count": 3}, [], True),
-    ({"profile": "gpu-account"}, ["profile"], True),                       # another profile may be another account
+    ({"profile": "gpu-account"}, [], True),                                # credentials alone: keep the capacity
+    ({"role_arn": "arn:aws:iam::123456789012:role/gpu"}, [], True),
+    ({"account_id": "210987654321"}, ["account_id"], True),                # another account: another reservation
+    ({"end_hours": 12}, [], True),                                         # a new end date, in place
     ({}, [], False),
 ])
 def test_provider_diff_names_the_inputs_that_force_replacement(change, replaces, changes):
-    olds = {**PROPS, "reservation_id": "cr-0b0000000000000b1", "availability_zone": "us-east-1b"}
-    result = GpuCapacityReservationProvider().diff("cr-0b0000000000000b1", olds, {**PROPS, **change})
+    olds = {**PROPS, "account_id": ACCOUNT, "reservation_id": "cr-0b0000000000000b1",
+            "availability_zone": "us-east-1b"}
+    result = GpuCapacityReservationProvider().diff("cr-0b0000000000000b1", olds,
+                                                   {**PROPS, "account_id": ACCOUNT, **change})
     assert (result.replaces, result.changes) == (replaces, changes), f"{change}: {result.replaces}, {result.changes}"
     assert result.delete_before_replace is True
 
@@ -584,18 +605,24 @@ def mocks():
 
 @pulumi.runtime.test
 def test_reservation_under_mocks_lands_in_the_first_az_with_capacity(mocks, reservation_stub):
-    expect_create(reservation_stub, "us-east-1a", "InsufficientInstanceCapacity")
-    expect_create(reservation_stub, "us-east-1b", reservation_id="cr-0c0000000000000c1")
+    urn = "urn:pulumi:test::raytrain-eks::pulumi-python:dynamic/raytrain:GpuCapacityReservation::gpu-capacity"
+    expect_tag_lookup(reservation_stub, urn=urn)
+    expect_create(reservation_stub, "us-east-1a", "InsufficientInstanceCapacity", urn=urn)
+    expect_create(reservation_stub, "us-east-1b", reservation_id="cr-0c0000000000000c1", urn=urn)
     held = GpuCapacityReservation("gpu-capacity", instance_type="g6.12xlarge", instance_count=2,
                                   candidate_azs=["us-east-1a", "us-east-1b"], tags={"raytrain:cluster": "ray-train"},
                                   region="us-east-1")
 
     def check(values):
-        reservation_id, availability_zone = values
+        reservation_id, availability_zone, registered_urn = values
         assert reservation_id == "cr-0c0000000000000c1", \
             f"reservation_id should be the one created in us-east-1b, got {reservation_id}"
         assert availability_zone == "us-east-1b", f"availability_zone should be us-east-1b, got {availability_zone}"
-    return pulumi.Output.all(held.reservation_id, held.availability_zone).apply(check)
+        # The engine leaves the root stack out of a top-level resource's URN (pulumi/pulumi, Deployment.generateURN:
+        # "don't use the root stack type"); Python's mock monitor puts it in.
+        assert registered_urn.replace("pulumi:pulumi:Stack$", "") == urn, \
+            f"the URN tag must be the URN Pulumi gives the resource: {registered_urn}"
+    return pulumi.Output.all(held.reservation_id, held.availability_zone, held.urn).apply(check)
 
 
 @pytest.mark.parametrize("kwargs, message", [

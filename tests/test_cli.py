@@ -13,7 +13,7 @@ import pytest
 from workload import cli
 
 REPO = Path(__file__).resolve().parents[1]
-COMMANDS = ["workload.train", "workload.local", "workload.transport", "tools.capacity", "tools.status"]
+COMMANDS = ["workload.train", "workload.local", "workload.transport", "tools.capacity", "tools.status", "tools.job"]
 # The libraries that take seconds to import (boto3, pulumi and the Kubernetes client take a fraction of one).
 HEAVY_MODULES = ("torch", "ray", "transformers", "datasets")
 
@@ -87,6 +87,13 @@ USER_ERRORS = [
     (["tools.status", "--kubeconfig", "{garbage_kubeconfig}"], {}, cli.USAGE, "kubeconfig"),
     (["tools.status", "--kubeconfig", "{no_aws_cli_kubeconfig}"], {}, cli.ENVIRONMENT, "aws-cli-not-here"),
     (["tools.status", "--kubeconfig", "{refused_kubeconfig}"], {}, cli.ENVIRONMENT, "cannot be reached"),
+    (["workload.train", "--time_limit_s", "0"], {}, cli.USAGE, "--time_limit_s"),
+    (["tools.job"], {}, cli.USAGE, "COMMAND"),
+    (["tools.job", "tail"], {}, cli.USAGE, "COMMAND"),
+    (["tools.job", "list", "--stack", "nope"], {}, cli.USAGE, "--stack"),
+    (["tools.job", "logs", "--kubeconfig", "{dir}/missing"], {}, cli.USAGE, "--kubeconfig"),
+    (["tools.job", "stop"], {"HOME": "{dir}/home", "KUBECONFIG": ""}, cli.ENVIRONMENT, "no kubeconfig"),
+    (["tools.job", "summary", "--kubeconfig", "{refused_kubeconfig}"], {}, cli.ENVIRONMENT, "cannot be reached"),
 ]
 
 

@@ -13,7 +13,8 @@ import pytest
 from botocore.stub import Stubber
 from moto import mock_aws
 
-from infra import capacity_reservation, feasibility
+from infra import aws_identity, capacity_reservation, feasibility
+from infra.config import AwsIdentity
 from infra.capacity_reservation import GpuCapacityReservationProvider, reservation_request
 from infra.raycluster import KNOWN_IMAGES
 from tests.pulumi_mocks import (
@@ -368,14 +369,14 @@ def test_describe_existing_counts_this_clusters_nodes_in_the_reservation(ec2_stu
                                        {"Name": "tag:eks:cluster-name", "Values": ["ray-train"]},
                                        {"Name": "instance-state-name", "Values": ["pending", "running"]}]})
     result = capacity_reservation.describe_existing("cr-0123456789abcdef0", cluster_name="ray-train",
-                                                    region="us-east-2", profile=None, role_arn=None)
+                                                    region="us-east-2", identity=AwsIdentity())
     assert result["ClusterInstances"] == 2 and result["InstanceType"] == "p5.48xlarge", result
 
 
 def test_describe_existing_answers_none_for_a_reservation_that_does_not_exist(ec2_stub):
     ec2_stub.add_client_error("describe_capacity_reservations", "InvalidCapacityReservationId.NotFound")
     assert capacity_reservation.describe_existing("cr-0000000000000dead", cluster_name="ray-train",
-                                                  region="us-east-2", profile=None, role_arn=None) is None
+                                                  region="us-east-2", identity=AwsIdentity()) is None
 
 
 def test_a_reservation_that_cannot_be_read_names_the_key(monkeypatch):
@@ -402,8 +403,8 @@ def test_the_stacks_reservation_is_requested_in_its_placement_group():
                                                           availability_zone="us-east-2a", tags={})
 
 
-@pytest.mark.parametrize("key", ["placement_group_arn", "role_arn"])
-def test_a_new_placement_group_or_role_replaces_the_reservation(key):
+@pytest.mark.parametrize("key", ["placement_group_arn", "account_id"])
+def test_a_new_placement_group_or_account_replaces_the_reservation(key):
     olds = {"instance_type": "p5.48xlarge", "candidate_azs": ["us-east-2a"], "availability_zone": "us-east-2a",
             key: "old"}
     result = GpuCapacityReservationProvider().diff("cr-1", olds, {**olds, key: "new"})
@@ -415,7 +416,7 @@ def test_the_session_assumes_the_stacks_role(monkeypatch):
     for name, value in (("AWS_ACCESS_KEY_ID", "testing"), ("AWS_SECRET_ACCESS_KEY", "testing")):
         monkeypatch.setenv(name, value)
     with mock_aws():
-        session = capacity_reservation.aws_session(region="us-east-2", profile=None, role_arn=ROLE)
+        session = aws_identity.session(AwsIdentity(role_arn=ROLE), "us-east-2")
         caller = session.client("sts").get_caller_identity()["Arn"]
     assert caller.startswith(f"arn:aws:sts::{ACCOUNT_ID}:assumed-role/deployer/"), \
         f"the reservation's calls must run as the assumed role, ran as {caller}"

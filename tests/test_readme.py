@@ -1,12 +1,19 @@
 """The README's command sequences, followed in order as a user types them, through the same entry points.
 
 - The first set-up line runs for real: `bash scripts/setup.sh && .venv/bin/python -m workload.local`.
-- "The commands" (the real-cluster journey), "The cluster from your machine" and "Tools" run in a copy of the
-  project, with stand-ins for what this machine cannot have: AWS is moto, plus answers in the services' real
-  shapes for the APIs moto lacks (service quotas, Spot placement scores, capacity reservations); `pulumi` is a
-  stand-in that keeps the stack files as the CLI does (`stack select/init`, `config set`, `stack output`) and
-  runs the program under Pulumi's mocks for `up`; the API server is a local HTTP server answering for the
-  RayCluster, its pods and the nodes; `aws eks get-token` is a script that prints a token.
+- "The commands" (the real-cluster journey), "The cluster from your machine", "Long runs" and "Tools" run in a
+  copy of the project, with stand-ins for what this machine cannot have: AWS is moto, plus answers in the
+  services' real shapes for the APIs moto lacks (service quotas, Spot placement scores, capacity reservations);
+  `pulumi` is a stand-in that keeps the stack files as the CLI does (`stack select/init`, `config set`,
+  `stack output`) and runs the program under Pulumi's mocks for `up`; the API server is a local HTTP server
+  answering for the RayCluster, its pods, its token Secret, the nodes and the device-plugin DaemonSets;
+  `aws eks get-token` is a script that prints a token.
+- "Long runs" also creates the training job as the engine would: the TrainingJob's own provider, unpickled from
+  what the program registered, runs its create (preflight, token, submission, transport check) for real. Its job
+  server is tests/fake_ray_jobs.py, which speaks the Ray Jobs API but replays a training log instead of training
+  (an EFA job of the dev stack's shape, so trainExpectTransport=efa holds as the stack file says), reached through
+  a local port-forward in place of the Kubernetes API's. tests/test_ray_job.py runs the same provider and
+  `tools.job` against a real Ray head and a real job.
 - The finder-then-`pulumi up` flow runs for every stack file, with capacityReserve on and off.
 
 A command the stand-ins do not know fails the test, and so does a `pulumi config set` whose effect on the
@@ -17,24 +24,32 @@ from __future__ import annotations
 
 import contextlib
 import io
+import base64
 import json
 import os
 import re
 import shlex
 import shutil
+import socket
 import subprocess
 import threading
 from pathlib import Path
 from typing import Any, Callable
 
+import dill
 import pytest
 import yaml
 from botocore.awsrequest import AWSResponse
+from pulumi.runtime.rpc import unwrap_rpc_secret
 from ruamel.yaml import YAML
 
+from infra import portforward
+from infra.raycluster import DASHBOARD_PORT
+from tests.fake_ray_jobs import FakeRayJobServer
 from tests.http_stubs import JsonServer
 from tests.pulumi_mocks import PROJECT, STACKS, ProgramRun, run_program, stack_settings
 from tests.test_capacity import quota_answer, reservation
+from tools import job as job_cli
 from tools import status
 from tools.capacity import cli as finder
 from tools.capacity.aws import Aws
@@ -121,8 +136,21 @@ def _pod(name: str, kind: str, node: str) -> dict:
             "status": {"phase": "Running"}}
 
 
+JOB_SERVER_TOKEN = "journey-ray-token"
+
+
+def _daemonset(name: str) -> dict:
+    labels = {"app.kubernetes.io/instance": name}
+    return {"metadata": {"name": name, "namespace": "kube-system", "labels": labels},
+            "spec": {"selector": {"matchLabels": labels}, "template": {"metadata": {"labels": labels}, "spec": {
+                "containers": [{"name": name, "image": name}]}}},
+            "status": {"currentNumberScheduled": 2, "desiredNumberScheduled": 2, "numberMisscheduled": 0,
+                       "numberReady": 2}}
+
+
 class FakeKubeApi(JsonServer):
-    """The three reads `tools.status` makes, answered as an EKS API server would for the dev stack's cluster."""
+    """What `tools.status`, `tools.job` and the job's preflight read, answered as an EKS API server would for the
+    dev stack's cluster (list answers honour labelSelector)."""
 
     GPU_NODE_LABELS = {"role": "gpu-worker", "node.kubernetes.io/instance-type": "g6.12xlarge",
                        "topology.kubernetes.io/zone": "us-west-2b"}
@@ -139,6 +167,12 @@ class FakeKubeApi(JsonServer):
             _node("ip-10-0-1-1", {"role": "system"}, {"cpu": "4"}),
             _node("ip-10-0-64-1", GPU_NODE_LABELS, {"nvidia.com/gpu": "4", "vpc.amazonaws.com/efa": "1"}),
             _node("ip-10-0-64-2", GPU_NODE_LABELS, {"nvidia.com/gpu": "4", "vpc.amazonaws.com/efa": "1"})]},
+        "/api/v1/namespaces/ray/secrets/ray-train": {"apiVersion": "v1", "kind": "Secret", "metadata": {
+            "name": "ray-train", "namespace": "ray"}, "data": {"auth_token": base64.b64encode(
+                JOB_SERVER_TOKEN.encode()).decode()}},
+        "/apis/apps/v1/namespaces/kube-system/daemonsets": {"apiVersion": "apps/v1", "kind": "DaemonSetList",
+                                                            "metadata": {}, "items": [
+            _daemonset("nvidia-device-plugin"), _daemonset("aws-efa-k8s-device-plugin")]},
     }
 
     def __init__(self) -> None:
@@ -173,18 +207,28 @@ CONFIG_EFFECTS: dict[str, Callable[[ProgramRun, str], Any]] = {
     "trainCheckpointEvery": lambda run, value: _flags(run)["--checkpoint_every"] == value,
     "trainMaxFailures": lambda run, value: _flags(run)["--max_failures"] == value,
     "capacityReserve": lambda run, value: bool(run.of_type(RESERVATION)) == (value == "true"),
+    "trainWait": lambda run, value: _job(run).inputs["wait"] == value,
+    "trainTimeoutMinutes": lambda run, value: _job(run).inputs["timeout_s"] == 60 * int(value),
 }
+# The job's stack outputs (__main__.py's exports) and the provider outputs they read.
+JOB_EXPORTS = {"jobId": "job_id", "jobStatus": "status", "jobFollow": "follow", "jobFinalLoss": "final_loss",
+               "jobTokensPerSecond": "tokens_per_s", "jobWorldSize": "world_size",
+               "jobTransportVerdicts": "verdicts", "jobCheckpoint": "checkpoint"}
 
 
 class Shell:
     """Follows README commands one line at a time, in `workdir` (a copy of the project's stack files)."""
 
-    def __init__(self, workdir: Path, aws: Aws, kube_api: FakeKubeApi | None = None):
+    def __init__(self, workdir: Path, aws: Aws, kube_api: FakeKubeApi | None = None, creates_jobs: bool = False):
         self.workdir, self.aws, self.kube_api = workdir, aws, kube_api
         self.stack: str | None = None
         self.run: ProgramRun | None = None
         self.pending: dict[str, str] = {}  # keys set since the last `up`, to check against its run
         self.outputs: list[str] = []
+        # With creates_jobs, `up` creates the TrainingJob through its provider (the engine's part), and these are
+        # that create's outputs, which the job's stack outputs then read.
+        self.creates_jobs = creates_jobs
+        self.job: dict | None = None
 
     def __call__(self, line: str) -> str:
         argv = shlex.split(line)
@@ -214,6 +258,12 @@ class Shell:
                 code = cli.run(status.main, args)
             elif module == "workload.transport":
                 code = cli.run(transport.main, args)
+            elif module == "tools.job" and args == ["--help"]:
+                with pytest.raises(SystemExit) as exited:
+                    job_cli.main(args)
+                code = exited.value.code
+            elif module == "tools.job":
+                code = cli.run(job_cli.main, args)
             elif module == "workload.train" and args == ["--help"]:
                 with pytest.raises(SystemExit) as exited:
                     train.main(args)
@@ -240,6 +290,8 @@ class Shell:
                 assert CONFIG_EFFECTS[key](self.run, value) is True, (
                     f"after `pulumi config set {key} {value}`, `pulumi up` did not reflect it")
             self.pending.clear()
+            if self.creates_jobs and _job(self.run) is not None:
+                self.create_job(_job(self.run))
             return f"{len(self.run.resources)} resources"
         if args[:2] == ["stack", "output"]:
             assert self.run is not None, "`pulumi stack output` before any `pulumi up`"
@@ -248,8 +300,10 @@ class Shell:
                                              f"{sorted(self.run.exports)}"
             if name in self.run.secret_exports and "--show-secrets" not in args:
                 return "[secret]"
-            value = self.run.exports[name]
-            return self.kubeconfig(value) if name == "kubeconfig" else json.dumps(value)
+            value = self.job[JOB_EXPORTS[name]] if self.job and name in JOB_EXPORTS else self.run.exports[name]
+            if name == "kubeconfig":
+                return self.kubeconfig(value)
+            return value if isinstance(value, str) else json.dumps(value)
         if args == ["destroy"]:
             # Pulumi deletes in reverse dependency order: the RayCluster must go while the operator still runs,
             # and the job before the RayCluster.
@@ -272,6 +326,17 @@ class Shell:
             document.dump(data, stream)
         self.pending[key] = value
 
+    def create_job(self, registered) -> None:
+        """What the engine does with a new (or replaced) TrainingJob: unpickle its provider and call create with
+        the inputs, secrets as plain values (the dynamic provider does not accept secrets)."""
+        props = {key: unwrap_rpc_secret(value) for key, value in registered.inputs.items()}
+        provider = dill.loads(base64.b64decode(props.pop("__provider")))
+        if self.job and self.job["submission_id"] == props["submission_id"]:
+            return  # the same job: no change, nothing created
+        assert self.job is None, "a replaced job: teach the stand-in delete-before-replace"
+        props["kubeconfig"] = self.kubeconfig(props["kubeconfig"])  # the cluster's kubeconfig text, as JSON
+        self.job = provider.create(props).outs
+
     def kubeconfig(self, text: str) -> str:
         """The program's kubeconfig, pointed at this test's API server: the mocked EKS endpoint does not exist."""
         kubeconfig = json.loads(text)
@@ -286,6 +351,22 @@ def project(tmp_path) -> Path:
     for path in REPO.glob("Pulumi*.yaml"):
         shutil.copy(path, tmp_path / path.name)
     return tmp_path
+
+
+@pytest.fixture
+def job_server(monkeypatch):
+    """The stand-in job server, and the Kubernetes port-forward to the head pod replaced by a local one to it."""
+    forwarded: list[tuple[str, str, int]] = []
+
+    def forward_to_pod(api_client, namespace, pod, port):
+        forwarded.append((namespace, pod, port))
+        return portforward.LocalForward(lambda: socket.create_connection(("127.0.0.1", server.port), timeout=30))
+
+    monkeypatch.setattr(portforward, "forward_to_pod", forward_to_pod)
+    with FakeRayJobServer(JOB_SERVER_TOKEN) as server:
+        yield server
+    assert forwarded and set(forwarded) == {("ray", "ray-train-head-x1", DASHBOARD_PORT)}, (
+        f"every port-forward goes to the running head pod's job server port: {set(forwarded)}")
 
 
 @pytest.fixture
@@ -337,6 +418,32 @@ def test_the_cluster_from_your_machine_and_the_tools(project, aws_env, kube_api)
     assert "ok" in probe and "us-east-2" in probe, f"the probe ranks the probed AZs:\n{probe}"
     verdict = next(json.loads(out) for command, out in outputs.items() if "workload.transport" in command)
     assert verdict["ok"] and set(verdict["verdicts"].values()) <= {"efa", "intra-node"}, verdict
+
+
+def test_the_long_run_flow_as_written(project, aws_env, kube_api, job_server):
+    shell = Shell(project, JourneyAws("us-west-2"), kube_api, creates_jobs=True)
+    for command in ("pulumi stack select dev", "pulumi up", "pulumi stack output kubeconfig --show-secrets > "
+                    "kubeconfig.json", "pulumi config set trainEnabled true"):
+        shell(command)
+    outputs = [(command, shell(command)) for command in bash_block("### Long runs")]
+    said = {command.split(" --")[0].split("python -m ")[-1]: out for command, out in outputs}
+    (job_id,) = job_server.jobs
+    job = job_server.jobs[job_id]
+    assert job.metadata == {"raytrain.stack": "dev", "raytrain.run_id": "3"} and job_id.startswith("raytrain-dev-3-"), (
+        f"`pulumi up` submitted one job for the stack's run 3: {job_id} {job.metadata}")
+    assert "--time_limit_s 172800" in job.entrypoint, f"trainTimeoutMinutes 2880 is the job's own limit: {job.entrypoint}"
+    assert shell.job["status"] == "RUNNING" and set(shell.job["verdicts"].values()) == {"efa", "intra-node"}, (
+        f"`up` returned with the job running and its EFA transport checked: {shell.job}")
+    assert said["pulumi stack output jobFollow"].startswith(f"python -m tools.job logs {job_id} --follow"), said
+    assert f"Job {job_id} RUNNING (run 3); follow it: python -m tools.job logs --follow --stack dev --kubeconfig " \
+        "kubeconfig.json" in said["tools.status"], f"status names the running job:\n{said['tools.status']}"
+    assert re.search(rf"{job_id}\s+RUNNING\s+3\s", said["tools.job list"]), said["tools.job list"]
+    followed = said["tools.job logs"]
+    assert "step 50/50 loss" in followed and followed.rstrip().endswith(f"job {job_id} SUCCEEDED"), (
+        f"`logs --follow` streams the job's progress until it ends: {followed[-500:]}")
+    summary = json.loads(said["tools.job summary"])
+    assert (summary["status"], summary["final_loss"], summary["steps"]) == ("SUCCEEDED", 2.0, 50), summary
+    assert said["tools.job stop"].strip() == f"job {job_id} already SUCCEEDED: nothing to stop", said["tools.job stop"]
 
 
 @pytest.mark.parametrize("reserve", [False, True], ids=["on-demand", "capacityReserve"])

@@ -12,8 +12,8 @@ import pytest
 import yaml
 
 from tests.pulumi_mocks import (
-    PROJECT, REGIONS, REPO, RESERVATIONS, SCHEMA, STACKS, ProgramRun, Registration, is_secret_value, program,
-    run_program, run_program_expecting_error, stack_settings,
+    ACCOUNT_ID, PROJECT, REGIONS, REPO, RESERVATIONS, SCHEMA, STACKS, ProgramRun, Registration, is_secret_value,
+    program, run_program, run_program_expecting_error, stack_settings,
 )
 from tests.stacks import INSTANCE_FACTS
 
@@ -365,7 +365,14 @@ def test_gpu_updates_never_surge_past_a_reservation(stack):
         f"{stack}: a reservation sized to the nodes has no room for surge nodes"
 
 
-def test_reservation_uses_the_stacks_aws_profile():
-    run = program("p5", (("aws:profile", "gpu-account"),))
+def test_reservation_uses_the_stacks_aws_identity_and_checks_its_account():
+    role = {"roleArn": f"arn:aws:iam::{ACCOUNT_ID}:role/gpu-deployer"}
+    run = run_program("p5", {"aws:profile": "gpu-account", "aws:assumeRoles": [role], "capacityReservationHours": 48})
     reservation = next(r for r in run.resources if r.type.endswith(":GpuCapacityReservation"))
-    assert reservation.inputs["profile"] == "gpu-account", "the reservation must be made in the stack's account"
+    assert (reservation.inputs["profile"], reservation.inputs["role_arn"]) == ("gpu-account", role["roleArn"]), \
+        f"the provider makes the reservation as the stack's profile, then its role: {reservation.inputs}"
+    assert reservation.inputs["account_id"] == ACCOUNT_ID, \
+        "the account the stack's AWS provider reaches at preview, for the provider to check before reserving"
+    assert reservation.inputs["urn"] == reservation.urn.replace("pulumi:pulumi:Stack$", ""), \
+        "the reservation is tagged with its own URN (as the engine writes it, without the root stack)"
+    assert reservation.inputs["end_hours"] == 48, "capacityReservationHours reaches the reservation"

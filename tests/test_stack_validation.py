@@ -62,6 +62,20 @@ BAD_CONFIGS = {
     "bus bandwidth not a number": ("dev", {"trainMinBusBandwidthGBps": "fast"},
                                    ["trainMinBusBandwidthGBps", "fast"]),
     "negative bus bandwidth": ("dev", {"trainMinBusBandwidthGBps": "-1"}, ["trainMinBusBandwidthGBps", "GB/s"]),
+    "assumed role without a role ARN": ("p5", {"aws:assumeRoles": [{"sessionName": "ci"}]},
+                                        ["aws:assumeRoles", "roleArn"]),
+    "a chain of assumed roles": ("p5", {"aws:assumeRoles": [{"roleArn": "arn:aws:iam::123456789012:role/a"},
+                                                            {"roleArn": "arn:aws:iam::123456789012:role/b"}]},
+                                 ["aws:assumeRoles", "one role"]),
+    "assumed role with an external id": (
+        "p5", {"aws:assumeRoles": [{"roleArn": "arn:aws:iam::123456789012:role/r", "externalId": "x"}]},
+        ["aws:assumeRoles", "externalId"]),
+    "pulumi-aws 6's assumeRole": ("p5", {"aws:assumeRole": {"roleArn": "arn:aws:iam::123456789012:role/r"}},
+                                  ["aws:assumeRole", "aws:assumeRoles"]),
+    "reservation hours without a reservation": ("dev", {"capacityReservationHours": 24},
+                                                ["capacityReservationHours", "capacityReserve"]),
+    "negative reservation hours": ("p5", {"capacityReservationHours": -1}, ["capacityReservationHours"]),
+    "unknown train wait": ("dev", {"trainWait": "forever"}, ["trainWait", "finish", "transport"]),
 }
 
 

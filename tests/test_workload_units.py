@@ -424,3 +424,61 @@ def test_a_failed_local_job_still_prints_its_summary_and_exits_1(monkeypatch, ca
     captured = capsys.readouterr()
     assert captured.out.splitlines()[-1] == f"TRAIN_SUMMARY {json.dumps(summary)}", captured.out
     assert captured.err.strip() == "error: Ray job raysubmit_x ended FAILED", captured.err
+
+
+class _JobServerOf:
+    """A Jobs API client over a table of jobs: {submission id: status}; 404 for any other id."""
+
+    def __init__(self, jobs: dict[str, str]):
+        self.jobs, self.submitted = dict(jobs), []
+
+    def get_job_info(self, job_id):
+        from ray.job_submission import JobStatus
+
+        if job_id not in self.jobs:
+            raise RuntimeError(f"Request failed with status code 404: Job {job_id} does not exist.")
+        return type("JobDetails", (), {"status": JobStatus(self.jobs[job_id])})()
+
+    def submit_job(self, *, entrypoint, runtime_env, submission_id, metadata):
+        self.submitted.append((submission_id, entrypoint, metadata))
+        self.jobs[submission_id] = "PENDING"
+        return submission_id
+
+
+@pytest.mark.parametrize("jobs, expected", [
+    ({}, ("run-1", False)),                                            # a new run: submitted under its id
+    ({"run-1": "RUNNING"}, ("run-1", True)),                           # cut off and run again: attached
+    ({"run-1": "SUCCEEDED"}, ("run-1", True)),                         # already done: its result, not a rerun
+    ({"run-1": "FAILED"}, ("run-1-2", False)),                         # a failed run: tried again
+    ({"run-1": "STOPPED", "run-1-2": "FAILED", "run-1-3": "RUNNING"}, ("run-1-3", True)),
+])
+def test_a_run_is_submitted_once_and_tried_again_only_after_it_failed_or_was_stopped(jobs, expected):
+    client = _JobServerOf(jobs)
+    assert submit.start_job(client, ["--steps", "2"], submission_id="run-1", time_limit_s=3600,
+                            metadata={"raytrain.stack": "dev"}) == expected, jobs
+    submitted = [job_id for job_id, _, _ in client.submitted]
+    assert submitted == ([] if expected[1] else [expected[0]]), f"submitted {submitted} for {jobs}"
+    if client.submitted:
+        _, entrypoint, metadata = client.submitted[0]
+        assert entrypoint.endswith("--steps 2 --time_limit_s 3600") and metadata == {"raytrain.stack": "dev"}, \
+            f"the job's own time limit and the stack's metadata go with it: {entrypoint} {metadata}"
+
+
+def test_the_deadline_interrupts_a_blocked_driver_and_says_it_was_the_time_limit():
+    import threading
+
+    deadline = train.Deadline(0.05)
+    with pytest.raises(KeyboardInterrupt, match="time limit"):
+        with deadline:
+            threading.Event().wait(30)  # blocked, as the driver is in trainer.fit
+    assert deadline.reached, "a time limit, not a Ctrl-C"
+    with train.Deadline(None) as none:
+        pass
+    assert not none.reached, "no --time_limit_s: no deadline"
+
+
+def test_the_transport_report_is_found_behind_rays_worker_prefix():
+    logs = ("step 1/9 loss 6.0\n\x1b[36m(RayTrainWorker pid=12)\x1b[0m TRAIN_TRANSPORT "
+            '{"step": 2, "world_size": 2, "nccl_logs": {"0": ""}}\nstep 3/9 loss 5.0\n')
+    assert submit.parse_transport(logs) == {"step": 2, "world_size": 2, "nccl_logs": {"0": ""}}
+    assert submit.parse_transport("step 1/9 loss 6.0\n") is None

@@ -1,5 +1,6 @@
 """The operator's commands, each `python -m tools.<name> --help`; their exit codes are workload/cli.py's.
 
     tools.capacity   where the GPUs can be had: ranks regions and AZs, writes the stack file
-    tools.status     the RayCluster, its pods and the GPU nodes' GPUs and EFA interfaces
+    tools.status     the RayCluster, its pods, the GPU nodes' GPUs and EFA interfaces, and the running job
+    tools.job        the stack's training runs: list them, follow one, read its summary, stop it
 """

@@ -1,5 +1,6 @@
-"""Where the cluster stands: the RayCluster's state, each Ray pod with its node and instance type, and the GPU and
-EFA allocatable of every GPU node.
+"""Where the cluster stands: the RayCluster's state, each Ray pod with its node and instance type, the GPU and EFA
+allocatable of every GPU node, and the training job running on it (through the head's job server, as
+`python -m tools.job` reaches it).
 
     pulumi stack output kubeconfig --show-secrets > kubeconfig.json   # once per cluster
     python -m tools.status --kubeconfig kubeconfig.json --stack dev [--json]
@@ -19,6 +20,7 @@ from infra.addons import GPU_WORKER_NODE_SELECTOR
 from infra.config import PROJECT_FILE, project_name, schema
 from infra.portforward import CLUSTER_LABEL, NODE_TYPE_LABEL
 from infra.preflight import EFA_RESOURCE, GPU_RESOURCE, is_gpu_worker, is_ready, plain
+from infra.ray_job import RUN_METADATA
 from infra.raycluster import RAYCLUSTER_API_VERSION
 from tools.kube import REQUEST_TIMEOUT_S, api_client, talking_to
 from workload import cli
@@ -74,7 +76,7 @@ def collect_status(raycluster: dict | None, pods: Iterable[Any], nodes: Iterable
     return result
 
 
-def _table(rows: list[list[str]]) -> list[str]:
+def table(rows: list[list[str]]) -> list[str]:
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     return ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows]
 
@@ -91,14 +93,14 @@ def render_status(status: dict) -> str:
                      f"conditions: {conditions})")
     lines.append("")
     if status["pods"]:
-        lines += _table([["POD", "ROLE", "PHASE", "NODE", "INSTANCE TYPE", "ZONE"]]
+        lines += table([["POD", "ROLE", "PHASE", "NODE", "INSTANCE TYPE", "ZONE"]]
                         + [[p["name"], p["role"], p["phase"], p["node"], p["instance_type"], p["zone"]]
                            for p in status["pods"]])
     else:
         lines.append("No Ray pods.")
     lines.append("")
     if status["gpu_nodes"]:
-        lines += _table([["GPU NODE", "INSTANCE TYPE", "ZONE", "READY", GPU_RESOURCE, EFA_RESOURCE]]
+        lines += table([["GPU NODE", "INSTANCE TYPE", "ZONE", "READY", GPU_RESOURCE, EFA_RESOURCE]]
                         + [[n["name"], n["instance_type"], n["zone"], "yes" if n["ready"] else "no", n["gpu"], n["efa"]]
                            for n in status["gpu_nodes"]])
     else:
@@ -148,6 +150,33 @@ def stack_settings(stack: str | None) -> tuple[str, str]:
     return namespace, cluster
 
 
+def read_jobs(args: Any) -> dict:
+    """The stack's jobs that run now, or why they could not be read: the job server is a second way in (a
+    port-forward to the head pod), and a cluster without one is still worth its status."""
+    from tools.job import connect, kubernetes_job_server, stack_jobs
+    from workload.submit import TERMINAL
+
+    try:
+        with kubernetes_job_server(args) as server:
+            jobs = stack_jobs(connect(server), args.stack)
+    except cli.CommandError as error:
+        return {"running": [], "error": str(error)}
+    return {"running": [{"job_id": job.submission_id, "status": job.status.value,
+                         "run_id": (job.metadata or {}).get(RUN_METADATA), "started_ms": job.start_time}
+                        for job in jobs if job.status not in TERMINAL], "error": None}
+
+
+def render_jobs(jobs: dict, stack: str | None, kubeconfig: Path | None) -> str:
+    if jobs["error"]:
+        return f"Jobs: not read ({jobs['error']})"
+    if not jobs["running"]:
+        return "No training job running."
+    follow = "python -m tools.job logs --follow" + (f" --stack {stack}" if stack else "") + (
+        f" --kubeconfig {kubeconfig}" if kubeconfig else "")
+    return "\n".join(f"Job {job['job_id']} {job['status']} (run {job['run_id']}); follow it: {follow}"
+                     for job in jobs["running"])
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = cli.parser("python -m tools.status", __doc__,
                         check_failed="the RayCluster is missing, not ready, or short of ready workers")
@@ -157,7 +186,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     namespace, cluster = stack_settings(args.stack)
     status = read_status(api_client(args.kubeconfig), namespace, cluster)
+    if status["raycluster"] is not None:
+        status["jobs"] = read_jobs(args)
     print(json.dumps(status, indent=2) if args.json else render_status(status))
+    if not args.json and "jobs" in status:
+        print("\n" + render_jobs(status["jobs"], args.stack, args.kubeconfig))
     return cli.OK if is_up(status) else cli.CHECK_FAILED
 
 

@@ -59,6 +59,9 @@ REDUCE_DTYPES = ("auto", "fp32", "bf16")
 # The job's last line: `TRAIN_SUMMARY {json}` (workload/train.py prints it, workload/submit.py parses it). Here, in
 # a module that imports nothing heavy, so that neither side needs torch to agree on it.
 SUMMARY_PREFIX = "TRAIN_SUMMARY "
+# A line printed once the first steps of an attempt have run: `TRAIN_TRANSPORT {json}`, every rank's NCCL transport
+# lines so far. `pulumi up` with trainWait=transport judges it and returns, leaving the job to run on.
+TRANSPORT_PREFIX = "TRAIN_TRANSPORT "
 
 
 def flag(default, help_text: str):

@@ -5,24 +5,80 @@ It checks the flags before torch, transformers and Ray load (so a typo or `--hel
 running Ray cluster, runs the TorchTrainer (workload/trainer.py) and ends by printing one line,
 `TRAIN_SUMMARY {json}`, that workload/submit.py parses. The line is strict JSON: a value that is not a number is
 null. A loss that turns NaN or infinite stops the run at that step and fails the job (exit 1).
+
+`--time_limit_s` is the job's own deadline (the stack's trainTimeoutMinutes): the Ray Jobs API has no time limit
+of its own, and the job must stop even when nobody is watching it. It counts from the driver's start; when it
+passes, the driver stops training and exits 1, and Ray ends the job's workers with it.
 """
 from __future__ import annotations
 
 import json
+import math
+import signal
 import sys
 from typing import Sequence
 
 from workload import cli
-from workload.config import SUMMARY_PREFIX, parse_args
+from workload.config import SUMMARY_PREFIX, TrainConfig, build_parser
+
+
+class Deadline:
+    """Interrupts the main thread once `seconds` have passed (None: never), through SIGALRM.
+
+    It raises KeyboardInterrupt because that is what Ray's blocking calls let through: they check for signals and
+    turn a pending KeyboardInterrupt into one raised in the caller, while another exception raised by a signal
+    handler inside them would be dropped. `reached` tells a time limit from a real Ctrl-C or SIGTERM.
+    """
+
+    def __init__(self, seconds: float | None) -> None:
+        self.seconds = seconds
+        self.reached = False
+
+    def _expire(self, _signum, _frame) -> None:
+        self.reached = True
+        raise KeyboardInterrupt(f"time limit of {self.seconds:.0f} s reached")
+
+    def __enter__(self) -> Deadline:
+        if self.seconds:
+            self._previous = signal.signal(signal.SIGALRM, self._expire)
+            signal.setitimer(signal.ITIMER_REAL, self.seconds)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.seconds:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, self._previous)
+
+
+def parse_args(argv: Sequence[str] | None = None) -> tuple[TrainConfig, float | None]:
+    """The training flags (TrainConfig's, 1:1) and the job's time limit, which belongs to the job, not to the
+    training run: it is not in the run's name, so a retry with a new limit still resumes from the checkpoints."""
+    parser = build_parser()
+    parser.add_argument("--time_limit_s", type=float, default=None,
+                        help="Stop the job after this many seconds from its start; unset: no limit.")
+    args = vars(parser.parse_args(argv))
+    time_limit_s = args.pop("time_limit_s")
+    if time_limit_s is not None and not (time_limit_s > 0 and math.isfinite(time_limit_s)):
+        raise cli.UsageError(f"--time_limit_s must be a positive number of seconds, got {time_limit_s}")
+    return TrainConfig(**args), time_limit_s
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    cfg = parse_args(argv)
-    from workload import trainer  # seconds of imports, only once the flags are known to be good
+    cfg, time_limit_s = parse_args(argv)
+    deadline = Deadline(time_limit_s)
+    try:
+        with deadline:
+            from workload import trainer  # seconds of imports, only once the flags are known to be good
 
-    trainer.validate(cfg)
-    trainer.connect_to_cluster()
-    summary = trainer.run(cfg)
+            trainer.validate(cfg)
+            trainer.connect_to_cluster()
+            summary = trainer.run(cfg)
+    except KeyboardInterrupt:
+        if not deadline.reached:
+            raise
+        raise cli.CheckFailed(
+            f"the job's time limit of {time_limit_s:.0f} s (trainTimeoutMinutes) was reached; training stopped",
+            hint="its last checkpoint, if any, is where a retry with the same trainRunId resumes") from None
     print(SUMMARY_PREFIX + json.dumps(summary, allow_nan=False), flush=True)
     if summary["diverged_at_step"] is not None:
         raise cli.CheckFailed(

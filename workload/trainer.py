@@ -7,6 +7,7 @@ The same code runs on CPU processes (gloo) and on GPUs (NCCL).
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import os
 import shutil
@@ -25,7 +26,7 @@ from ray.util.queue import Queue
 
 from workload import checkpoint as checkpoints
 from workload import fabric, parallel
-from workload.config import TrainConfig
+from workload.config import TRANSPORT_PREFIX, TrainConfig
 from workload.data import check_tokenizer, make_batches
 from workload.model import (
     build_mesh,
@@ -46,6 +47,9 @@ from workload.nccl_logs import gather_transport_lines
 GCS_PROBE_TIMEOUT_S = 5
 # Without GPUs the run still shards across processes, so FSDP's collectives are exercised on a laptop.
 CPU_WORKERS_WITHOUT_GPUS = 2
+# The transport report comes after this many steps of an attempt: NCCL sets up its channels in the first step's
+# collectives, and a second step shows the speed without the first one's warm-up.
+TRANSPORT_REPORT_AFTER_STEPS = 2
 
 
 def train_func(config: dict) -> None:
@@ -101,6 +105,8 @@ def train_func(config: dict) -> None:
             mfu_text = f"{mfu:.1%}" if mfu is not None else "n/a"
             _progress(f"step {step + 1}/{cfg.steps} loss {loss_value:.4f} step_time {step_times[-1]:.3f}s "
                       f"tokens/s {tokens_per_s:,.0f} mfu {mfu_text}")
+        if step + 1 == min(start_step + TRANSPORT_REPORT_AFTER_STEPS, cfg.steps):
+            _report_transport(rank, world_size, device, step + 1)
         # Only checkpoints go through ray.train.report: each report is a barrier that can wait up to a controller
         # poll interval (2 s by default), which would throttle a fast step.
         if cfg.checkpoint_every and (step + 1) % cfg.checkpoint_every == 0 and step + 1 < cfg.steps:
@@ -135,6 +141,14 @@ def tokenizer_of(cfg: TrainConfig) -> str:
     """The tokenizer that goes with the trained model: the one training used, or a hub model's own; none for a
     random-weight architecture trained on random tokens."""
     return cfg.tokenizer_name if (cfg.dataset or not cfg.model_config) else ""
+
+
+def _report_transport(rank: int, world_size: int, device: torch.device, step: int) -> None:
+    """Every rank's NCCL transport lines so far, printed by rank 0 as one TRAIN_TRANSPORT line. A collective."""
+    nccl_logs = gather_transport_lines(rank, world_size)
+    if rank == 0:
+        report = {"step": step, "world_size": world_size, "device": device.type, "nccl_logs": nccl_logs}
+        _progress(TRANSPORT_PREFIX + json.dumps(report))
 
 
 def _progress(line: str) -> None:

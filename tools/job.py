@@ -1,0 +1,215 @@
+"""The training runs on the stack's RayCluster, from your machine: list them, follow one, read its summary, stop it.
+
+    pulumi stack output kubeconfig --show-secrets > kubeconfig.json   # once per cluster
+    python -m tools.job list --kubeconfig kubeconfig.json --stack dev
+    python -m tools.job logs --follow --kubeconfig kubeconfig.json --stack dev
+    python -m tools.job summary --kubeconfig kubeconfig.json --stack dev
+    python -m tools.job stop --kubeconfig kubeconfig.json --stack dev
+
+JOB (after the command) is a submission id, `pulumi stack output jobId` or the first column of `list`; without
+it, the stack's newest job. `logs --follow` streams the log until the job ends (Ctrl-C stops following, not the
+job); `summary` prints the job's TRAIN_SUMMARY (loss, tokens/s, checkpoint) and every rank's NCCL transport;
+`stop` stops it and waits until it has. No kubectl: the kubeconfig (as tools.status reads it), the RayCluster's
+token from its Secret and a port-forward to the head's job server all go through the Kubernetes API.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable, ContextManager, Iterator, Sequence
+
+from infra.ray_job import RUN_METADATA, STACK_METADATA, JobServer, head_job_server
+from infra.raycluster import auth_secret_name
+from tools.kube import api_client, talking_to
+from tools.status import stack_settings, table
+from workload import cli
+
+# `stop` waits this long for the job to end: Ray sends its driver SIGTERM, then SIGKILL a few seconds later.
+STOP_WAIT_S = 60
+# Between two attempts to stream the log again, once the stream has dropped.
+RECONNECT_S = 5.0
+
+# (the parsed flags) -> a context in which the job server answers. Tests pass their own.
+JobServerConnector = Callable[[argparse.Namespace], ContextManager[JobServer]]
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = cli.parser("python -m tools.job", __doc__,
+                        check_failed="the job failed or was stopped, has no summary yet, or the stack has no job")
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--kubeconfig", type=Path, help="kubeconfig file; unset: $KUBECONFIG or ~/.kube/config")
+    common.add_argument("--stack", help="the stack's RayCluster (Pulumi.<stack>.yaml) and only its jobs")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    helps = {"list": "the stack's jobs, oldest first", "logs": "a job's log (--follow: until it ends)",
+             "summary": "a job's TRAIN_SUMMARY and NCCL transport", "stop": "stop a job and wait until it has"}
+    for name, text in helps.items():
+        command = commands.add_parser(name, parents=[common], help=text, description=text, epilog=parser.epilog,
+                                      formatter_class=parser.formatter_class)
+        if name != "list":
+            command.add_argument("job", nargs="?", metavar="JOB", help="submission id; default: the newest job")
+        if name == "logs":
+            command.add_argument("--follow", action="store_true", help="stream the log until the job ends")
+    return parser.parse_args(argv)
+
+
+@contextlib.contextmanager
+def kubernetes_job_server(args: argparse.Namespace) -> Iterator[JobServer]:
+    """The RayCluster's job server through a port-forward, with its token; failures as cli.EnvironmentProblem."""
+    namespace, cluster = stack_settings(args.stack)
+    api = api_client(args.kubeconfig)
+    with contextlib.ExitStack() as entered:
+        try:
+            with talking_to(f"the RayCluster {namespace}/{cluster}"):
+                server = entered.enter_context(head_job_server(api, namespace, cluster, auth_secret_name(cluster)))
+        except RuntimeError as error:  # no running head pod, no token Secret
+            raise cli.EnvironmentProblem(str(error), hint="`python -m tools.status` shows the RayCluster") from None
+        yield server
+
+
+def connect(server: JobServer) -> Any:
+    from workload import submit
+
+    try:
+        return submit.connect(server.address, server.token)
+    except submit.JobAuthenticationError as error:
+        raise cli.EnvironmentProblem(str(error)) from None
+    except (ConnectionError, RuntimeError) as error:
+        raise cli.EnvironmentProblem(f"the Ray job server cannot be reached through the port-forward: {error}",
+                                     hint="is the head pod ready (`python -m tools.status`)?") from None
+
+
+def stack_jobs(client: Any, stack: str | None) -> list[Any]:
+    """The jobs the stack's TrainingJob submitted (all stacks' without `stack`), oldest first."""
+    jobs = [job for job in client.list_jobs()
+            if STACK_METADATA in (job.metadata or {}) and stack in (None, job.metadata[STACK_METADATA])]
+    return sorted(jobs, key=lambda job: job.start_time or 0)
+
+
+def chosen_job(client: Any, args: argparse.Namespace) -> Any:
+    from workload import submit
+
+    if args.job:
+        job = submit.job_info(client, args.job)
+        if job is None:
+            raise cli.UsageError(f"JOB {args.job}: the job server has no such job",
+                                 hint="`python -m tools.job list` shows the stack's jobs")
+        return job
+    jobs = stack_jobs(client, args.stack)
+    if not jobs:
+        raise cli.CheckFailed(f"no training job{' of stack ' + args.stack if args.stack else ''} on this RayCluster",
+                              hint="`pulumi config set trainEnabled true && pulumi up` starts one")
+    return jobs[-1]
+
+
+def _when(milliseconds: int | None) -> str:
+    if not milliseconds:
+        return "-"
+    return datetime.fromtimestamp(milliseconds / 1000, timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _duration(job: Any) -> str:
+    if not job.start_time:
+        return "-"
+    end = job.end_time or time.time() * 1000
+    return str(int(end - job.start_time) // 1000 // 60) + " min"
+
+
+def list_command(client: Any, args: argparse.Namespace) -> int:
+    jobs = stack_jobs(client, args.stack)
+    if not jobs:
+        print(f"No training jobs{' of stack ' + args.stack if args.stack else ''}.")
+        return cli.OK
+    rows = [[job.submission_id, job.status.value, (job.metadata or {}).get(RUN_METADATA, "?"), _when(job.start_time),
+             _duration(job)] for job in jobs]
+    print("\n".join(table([["JOB", "STATUS", "RUN", "STARTED (UTC)", "RAN"]] + rows)))
+    return cli.OK
+
+
+def logs_command(client: Any, args: argparse.Namespace) -> int:
+    from workload import submit
+
+    job = chosen_job(client, args)
+    if not args.follow:
+        print(client.get_job_logs(job.submission_id), end="", flush=True)
+        return cli.OK
+    shown = 0
+    try:
+        while True:
+            followed = submit.follow_log(client, job.submission_id, lambda line: print(line, flush=True), None,
+                                         skip=shown)
+            shown = max(shown, followed.lines)
+            status = client.get_job_status(job.submission_id)
+            if status in submit.TERMINAL:
+                break
+            # The stream dropped (or closed a moment before the status turned): stream again, past what was shown.
+            time.sleep(RECONNECT_S if followed.lost else 0.5)
+    except KeyboardInterrupt:
+        print(f"stopped following; job {job.submission_id} runs on (`python -m tools.job stop` ends it)",
+              file=sys.stderr)
+        raise
+    return _ended(client, job.submission_id, status)
+
+
+def _ended(client: Any, job_id: str, status: Any) -> int:
+    if status.value == "SUCCEEDED":
+        print(f"job {job_id} SUCCEEDED", flush=True)
+        return cli.OK
+    message = client.get_job_info(job_id).message
+    raise cli.CheckFailed(f"job {job_id} {status.value}" + (f": {message}" if message else ""))
+
+
+def summary_command(client: Any, args: argparse.Namespace) -> int:
+    from workload import submit, transport
+
+    job = chosen_job(client, args)
+    logs = client.get_job_logs(job.submission_id)
+    summary = submit.parse_summary(logs)
+    report = summary or submit.parse_transport(logs) or {}
+    progress = [line for line in logs.splitlines() if " loss " in line and "step " in line]
+    print(json.dumps({
+        "job_id": job.submission_id,
+        "status": job.status.value,
+        "run_id": (job.metadata or {}).get(RUN_METADATA),
+        **{key: (summary or {}).get(key) for key in ("final_loss", "tokens_per_s", "mfu", "steps", "world_size",
+                                                     "device", "checkpoint")},
+        "verdicts": transport.verdicts_from_summary(report, logs) if report else {},
+        "last_progress": progress[-1].split(") ", 1)[-1] if progress else None,
+    }, indent=2))
+    if summary is None:
+        raise cli.CheckFailed(f"job {job.submission_id} is {job.status.value} and has printed no TRAIN_SUMMARY yet")
+    return cli.OK
+
+
+def stop_command(client: Any, args: argparse.Namespace) -> int:
+    from workload import submit
+
+    job = chosen_job(client, args)
+    if job.status in submit.TERMINAL:
+        print(f"job {job.submission_id} already {job.status.value}: nothing to stop")
+        return cli.OK
+    client.stop_job(job.submission_id)
+    deadline = time.monotonic() + STOP_WAIT_S
+    while (status := client.get_job_status(job.submission_id)) not in submit.TERMINAL:
+        if time.monotonic() > deadline:
+            raise cli.CheckFailed(f"job {job.submission_id} is still {status.value} {STOP_WAIT_S} s after stop")
+        time.sleep(0.5)
+    print(f"job {job.submission_id} {status.value}")
+    return cli.OK
+
+
+COMMANDS = {"list": list_command, "logs": logs_command, "summary": summary_command, "stop": stop_command}
+
+
+def main(argv: Sequence[str] | None = None, job_server: JobServerConnector | None = None) -> int:
+    args = parse_args(argv)
+    with (job_server or kubernetes_job_server)(args) as server:
+        return COMMANDS[args.command](connect(server), args)
+
+
+if __name__ == "__main__":
+    sys.exit(cli.run(main))

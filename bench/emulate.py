@@ -29,7 +29,6 @@ from typing import Iterator
 import ray
 import ray.train
 import ray.train.torch
-import torch
 import torch.distributed as dist
 
 from bench import step_model
@@ -39,7 +38,7 @@ from workload import fabric
 from workload.config import TrainConfig
 from workload.data import random_batches
 from workload.model import NAMED_CONFIGS
-from workload.trainer import fit, summarize
+from workload.trainer import fit
 
 THROTTLE = Path(__file__).resolve().parent / "tools" / "loopback-throttle.sh"
 # Nodes' traffic between the two local GPUs goes over lo, as it would over a node's network; NCCL must not pick a

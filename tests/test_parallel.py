@@ -96,7 +96,7 @@ def test_qwen_recipe_units_follow_the_size_policy():
     units = dict(step_model.recipe_units(lm, step_model.RECIPE_MIN_NUM_PARAMS))
     config = lm.config
     embedding = config.vocab_size * config.hidden_size
-    assert len(units) == 3 * config.num_hidden_layers + 3, f"3 projections a layer, Qwen2Model, embedding, lm_head"
+    assert len(units) == 3 * config.num_hidden_layers + 3, "3 projections a layer, Qwen2Model, embedding, lm_head"
     assert units["model.layers.0.mlp.gate_proj"] == config.hidden_size * config.intermediate_size, units
     assert units["model.embed_tokens"] == units["lm_head"] == embedding, "the tied weight: one copy per unit"
     parameters = sum(p.numel() for p in lm.parameters())

@@ -5,7 +5,6 @@ never from the code under test.
 """
 from __future__ import annotations
 
-import json
 import ipaddress
 
 import pytest
@@ -13,7 +12,7 @@ import yaml
 
 from tests.pulumi_mocks import (
     ACCOUNT_ID, PROJECT, REGIONS, REPO, RESERVATIONS, SCHEMA, STACKS, ProgramRun, Registration, is_secret_value,
-    program, run_program, run_program_expecting_error, stack_settings,
+    program, run_program, stack_settings,
 )
 from tests.stacks import INSTANCE_FACTS
 

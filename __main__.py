@@ -77,7 +77,7 @@ gpu_nodes = GpuNodeGroup(
     placement_group=placement_group,
     reservation=target,
     tags=tags,
-    storage_policy=checkpoint_storage_policy(cfg.train.storage_path),
+    storage_policy=checkpoint_storage_policy(cfg.train.storage_path, dataset=cfg.train.dataset),
 )
 
 # ---- Kubernetes: device plugins and KubeRay, GPU nodes ready, the RayCluster, then (optionally) the job ------
@@ -137,3 +137,6 @@ if cfg.train.enabled:
     pulumi.export("jobCheckpoint", job.checkpoint)
     pulumi.export("jobSharding", job.sharding)
     pulumi.export("jobFabricCheck", job.fabric)
+    pulumi.export("jobEvalLoss", job.eval_loss)
+    pulumi.export("jobModelPath", job.model)
+    pulumi.export("jobTensorBoard", job.tensorboard)

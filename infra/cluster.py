@@ -41,26 +41,31 @@ NODE_POLICY_ARNS = (
 )
 
 
-def checkpoint_storage_policy(storage_path: str) -> str | None:
+def checkpoint_storage_policy(storage_path: str, dataset: str = "") -> str | None:
     """The S3 access Ray Train needs for `trainStoragePath` (s3://bucket/prefix): the head's controller and every
-    worker read and write the run's checkpoints there with their node's role. None for any other path."""
-    if not storage_path.startswith("s3://"):
-        return None
-    bucket, _, prefix = storage_path[len("s3://"):].partition("/")
-    prefix = prefix.strip("/")
-    objects = f"arn:aws:s3:::{bucket}/{prefix}/*" if prefix else f"arn:aws:s3:::{bucket}/*"
-    listing = {"Effect": "Allow", "Action": ["s3:ListBucket", "s3:GetBucketLocation"],
-               "Resource": f"arn:aws:s3:::{bucket}"}
-    if prefix:
-        listing["Condition"] = {"StringLike": {"s3:prefix": [prefix, f"{prefix}/*"]}}
-    return json.dumps({
-        "Version": "2012-10-17",
-        "Statement": [
-            listing,
-            {"Effect": "Allow", "Resource": objects,
-             "Action": ["s3:GetObject", "s3:PutObject", "s3:DeleteObject", "s3:AbortMultipartUpload"]},
-        ],
-    })
+    worker read and write the run's checkpoints (and the job its models and metrics) there with their node's role.
+    An s3:// `trainDataset` file is read by the head (the check before training) and by every worker: read-only,
+    that one object. None when neither is on S3."""
+    statements = []
+    if storage_path.startswith("s3://"):
+        bucket, _, prefix = storage_path[len("s3://"):].partition("/")
+        prefix = prefix.strip("/")
+        objects = f"arn:aws:s3:::{bucket}/{prefix}/*" if prefix else f"arn:aws:s3:::{bucket}/*"
+        listing = {"Effect": "Allow", "Action": ["s3:ListBucket", "s3:GetBucketLocation"],
+                   "Resource": f"arn:aws:s3:::{bucket}"}
+        if prefix:
+            listing["Condition"] = {"StringLike": {"s3:prefix": [prefix, f"{prefix}/*"]}}
+        statements += [listing, {"Effect": "Allow", "Resource": objects,
+                                 "Action": ["s3:GetObject", "s3:PutObject", "s3:DeleteObject",
+                                            "s3:AbortMultipartUpload"]}]
+    if dataset.startswith("s3://"):
+        bucket, _, key = dataset[len("s3://"):].partition("/")
+        # pyarrow asks for the object's metadata (HeadObject, under s3:GetObject) and, for a missing one, lists its
+        # prefix to tell a file from a directory: ListBucket limited to that key.
+        statements += [{"Effect": "Allow", "Action": "s3:GetObject", "Resource": f"arn:aws:s3:::{bucket}/{key}"},
+                       {"Effect": "Allow", "Action": "s3:ListBucket", "Resource": f"arn:aws:s3:::{bucket}",
+                        "Condition": {"StringLike": {"s3:prefix": [key, f"{key}/*"]}}}]
+    return json.dumps({"Version": "2012-10-17", "Statement": statements}) if statements else None
 
 
 def root_volume(size_gib: int) -> aws.ec2.LaunchTemplateBlockDeviceMappingArgs:
@@ -165,7 +170,8 @@ class EksCluster(pulumi.ComponentResource):
 
         # The Ray head runs here, and Ray Train's controller on it writes the run's state to the storage path.
         system_role, system_policies = node_role(f"{name}-system-node", tags=tags, parent=self,
-                                                 storage_policy=checkpoint_storage_policy(cfg.train.storage_path))
+                                                 storage_policy=checkpoint_storage_policy(cfg.train.storage_path,
+                                                                                          dataset=cfg.train.dataset))
         # A launch template only for the root volume's size and encryption (node group disk_size cannot encrypt)
         # and the IMDS settings; EKS still picks the AMI and the bootstrap.
         self.system_launch_template = aws.ec2.LaunchTemplate(

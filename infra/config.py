@@ -18,6 +18,8 @@ import yaml
 
 # The workload's own lists (both modules import nothing but the standard library), so a name the job accepts is
 # never refused here, nor the reverse.
+from workload.config import EXPORTS  # trainExport
+from workload.config import LR_SCHEDULES  # trainLrSchedule
 from workload.config import MODEL_CONFIGS  # trainModelConfig: architectures built with random weights
 from workload.config import REDUCE_DTYPES  # trainReduceDtype
 from workload.config import SHARDINGS  # trainSharding
@@ -101,6 +103,17 @@ class TrainConfig:
     reduce_dtype: str
     grad_accum_steps: int
     min_bus_gbytes_per_s: float
+    lr_schedule: str
+    warmup_steps: int
+    dataset: str
+    dataset_config: str
+    dataset_split: str
+    text_field: str
+    tokenizer: str
+    eval_split: str
+    eval_fraction: float
+    eval_every: int
+    export: str
 
 
 @dataclass(frozen=True)
@@ -367,6 +380,24 @@ def _parse_train(raw: dict[str, Any]) -> TrainConfig:
     storage = raw["trainStoragePath"]
     _require(storage == "" or "://" in storage or storage.startswith("/"), "trainStoragePath",
              f"{storage!r} must be empty, an absolute path or a URI like s3://bucket/prefix")
+    for key, allowed in (("trainLrSchedule", LR_SCHEDULES), ("trainExport", EXPORTS)):
+        _require(raw[key] in allowed, key, f"{raw[key]!r} is not one of {list(allowed)}")
+    for key in ("trainWarmupSteps", "trainEvalEvery"):
+        _require(raw[key] >= 0, key, f"must be 0 or more, got {raw[key]}")
+    _require(raw["trainWarmupSteps"] <= raw["trainSteps"], "trainWarmupSteps",
+             f"{raw['trainWarmupSteps']} must be at most trainSteps {raw['trainSteps']}")
+    try:
+        eval_fraction = float(raw["trainEvalFraction"])
+    except ValueError as e:
+        raise ValueError(f"config key 'trainEvalFraction': {raw['trainEvalFraction']!r} is not a number") from e
+    _require(0 <= eval_fraction < 1, "trainEvalFraction",
+             f"must be 0 (none) or a fraction below 1 such as 0.05, got {raw['trainEvalFraction']}")
+    _require(not (eval_fraction and raw["trainEvalSplit"]), "trainEvalFraction",
+             "and trainEvalSplit both choose the evaluation set: set one")
+    dataset = raw["trainDataset"]
+    _require(bool(dataset) or not (eval_fraction or raw["trainEvalSplit"] or raw["trainEvalEvery"]), "trainDataset",
+             "is empty (random tokens), so there is nothing to evaluate: set it, or leave trainEvalFraction, "
+             "trainEvalSplit and trainEvalEvery unset")
     env: dict[str, str] = {}
     for item in raw["trainEnv"]:
         name, sep, value = item.partition("=")
@@ -393,4 +424,15 @@ def _parse_train(raw: dict[str, Any]) -> TrainConfig:
         reduce_dtype=raw["trainReduceDtype"],
         grad_accum_steps=raw["trainGradAccumSteps"],
         min_bus_gbytes_per_s=min_bus,
+        lr_schedule=raw["trainLrSchedule"],
+        warmup_steps=raw["trainWarmupSteps"],
+        dataset=dataset,
+        dataset_config=raw["trainDatasetConfig"],
+        dataset_split=raw["trainDatasetSplit"],
+        text_field=raw["trainTextField"],
+        tokenizer=raw["trainTokenizer"],
+        eval_split=raw["trainEvalSplit"],
+        eval_fraction=eval_fraction,
+        eval_every=raw["trainEvalEvery"],
+        export=raw["trainExport"],
     )

@@ -47,7 +47,7 @@ LOG_TAIL_LINES = 80
 REPLACE_ON_CHANGE = ("train_args", "run_id", "pip", "env_vars")
 # Outputs, declared as None inputs so that Pulumi exposes them as attributes.
 OUTPUT_NAMES = ("job_id", "status", "final_loss", "tokens_per_s", "world_size", "device", "verdicts", "checkpoint",
-                "sharding", "fabric")
+                "sharding", "fabric", "eval_loss", "model", "tensorboard")
 
 
 @dataclass(frozen=True)
@@ -91,6 +91,17 @@ def workload_config(cfg: StackConfig, facts: InstanceFacts) -> "WorkloadConfig":
             reduce_dtype=train.reduce_dtype,
             grad_accum_steps=train.grad_accum_steps,
             min_bus_gbytes_per_s=train.min_bus_gbytes_per_s,
+            lr_schedule=train.lr_schedule,
+            warmup_steps=train.warmup_steps,
+            dataset=train.dataset,
+            dataset_config=train.dataset_config,
+            dataset_split=train.dataset_split,
+            text_field=train.text_field,
+            tokenizer=train.tokenizer,
+            eval_split=train.eval_split,
+            eval_fraction=train.eval_fraction,
+            eval_every=train.eval_every,
+            export=train.export,
             # The instance's network, for the job's choice of sharding; its fabric check's measurement wins.
             node_gbits_per_s=facts.network_gbps,
         )
@@ -231,6 +242,9 @@ class TrainingJobProvider(pulumi.dynamic.ResourceProvider):
             "checkpoint": summary.get("checkpoint"),
             "sharding": summary.get("sharding"),
             "fabric": summary.get("fabric"),
+            "eval_loss": summary.get("eval_loss"),
+            "model": summary.get("model"),
+            "tensorboard": summary.get("tensorboard"),
         }
         return pulumi.dynamic.CreateResult(id_=result.job_id, outs=outs)
 
@@ -278,6 +292,11 @@ class TrainingJob(pulumi.dynamic.Resource, module="raytrain", name="TrainingJob"
     """The last checkpoint's URI (s3://... under trainStoragePath), or None without trainStoragePath."""
     sharding: pulumi.Output[dict]
     fabric: pulumi.Output[dict]
+    eval_loss: pulumi.Output[float]
+    model: pulumi.Output[str]
+    """The Hugging Face model directory the job exported (s3://.../model_<step>), or None (trainExport none)."""
+    tensorboard: pulumi.Output[str]
+    """The run's TensorBoard event files (tensorboard --logdir), or None without trainStoragePath."""
 
     def __init__(
         self,

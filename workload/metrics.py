@@ -37,24 +37,33 @@ def _summary_writer_class():
 
 
 class MetricsLog:
-    """Rank 0's TensorBoard writer for a run directory (None: no storage path, nothing is written)."""
+    """Rank 0's TensorBoard writer for a run directory (None: no storage path, nothing is written).
+
+    At every checkpoint (`sync`) the event file is closed and, for a remote run directory, copied up; the run goes on
+    in a new file. Closing is what writes every event: tensorboardX's flush leaves the ones still queued for its
+    writer thread unwritten, and an attempt that fails after its checkpoint must not lose the steps before it."""
 
     def __init__(self, run_directory: str | None, start_step: int) -> None:
         self.destination = storage.join(run_directory, DIRECTORY) if run_directory else None
         self.writer = None
         if self.destination is None:
             return
-        writer_class = _summary_writer_class()
-        if writer_class is None:
+        self.writer_class = _summary_writer_class()
+        if self.writer_class is None:
             print("metrics: neither tensorboardX nor tensorboard is installed: no TensorBoard event files "
                   "(pip install tensorboardX)", file=sys.stderr, flush=True)
             self.destination = None
             return
         remote = storage.is_remote(self.destination)
         self.local = tempfile.mkdtemp(prefix="tensorboard-") if remote else self.destination
-        # The suffix keeps two attempts started within the same second (the file name's resolution) apart.
-        self.writer = writer_class(self.local, purge_step=start_step + 1 if start_step else None,
-                                   filename_suffix=f".from_step_{start_step}")
+        self.start_step, self.files = start_step, 1
+        self.writer = self._open(purge_step=start_step + 1 if start_step else None)
+
+    def _open(self, purge_step: int | None = None):
+        # File names start with the second they were made in; the suffix orders an attempt's files, and attempts
+        # started within one second, as they were written (zero-padded: names sort as text).
+        return self.writer_class(self.local, purge_step=purge_step,
+                                 filename_suffix=f".from_step_{self.start_step:08d}.{self.files:04d}")
 
     def scalars(self, step: int, values: dict[str, float]) -> None:
         if self.writer is not None:
@@ -62,20 +71,25 @@ class MetricsLog:
                 self.writer.add_scalar(tag, value, step)
 
     def sync(self) -> None:
-        """Flush, and copy the files to a remote storage path."""
+        """Complete the event file so far, copy it up to a remote run directory, and go on in a new one."""
         if self.writer is None:
             return
-        self.writer.flush()
-        if self.local != self.destination:
-            storage.upload(self.local, self.destination)
+        self._complete()
+        self.files += 1
+        self.writer = self._open()
 
     def close(self) -> None:
         if self.writer is None:
             return
-        self.sync()
-        self.writer.close()
+        self._complete()
+        self.writer = None
         if self.local != self.destination:
             shutil.rmtree(self.local, ignore_errors=True)
+
+    def _complete(self) -> None:
+        self.writer.close()
+        if self.local != self.destination:
+            storage.upload(self.local, self.destination)
 
 
 def read_scalars(directory: str) -> dict[str, list[tuple[int, float]]]:

@@ -23,6 +23,7 @@ from workload.config import LR_SCHEDULES  # trainLrSchedule
 from workload.config import MODEL_CONFIGS  # trainModelConfig: architectures built with random weights
 from workload.config import REDUCE_DTYPES  # trainReduceDtype
 from workload.config import SHARDINGS  # trainSharding
+from workload.config import is_file_dataset  # trainDataset: a file (s3://...) rather than a Hugging Face id
 from workload.transport import EXPECTATIONS as EXPECT_TRANSPORTS  # trainExpectTransport
 
 PROJECT_FILE = Path(__file__).resolve().parent.parent / "Pulumi.yaml"
@@ -398,6 +399,11 @@ def _parse_train(raw: dict[str, Any]) -> TrainConfig:
     _require(bool(dataset) or not (eval_fraction or raw["trainEvalSplit"] or raw["trainEvalEvery"]), "trainDataset",
              "is empty (random tokens), so there is nothing to evaluate: set it, or leave trainEvalFraction, "
              "trainEvalSplit and trainEvalEvery unset")
+    _require(not (raw["trainEvalSplit"] and is_file_dataset(dataset)), "trainEvalSplit",
+             f"names a split of a Hugging Face trainDataset; the file {dataset} has none: use trainEvalFraction")
+    _require(raw["trainExport"] != "checkpoints" or raw["trainCheckpointEvery"] > 0, "trainExport",
+             "checkpoints writes a model at every checkpoint, and trainCheckpointEvery is 0 (only the last step's): "
+             "set trainCheckpointEvery, or use final")
     env: dict[str, str] = {}
     for item in raw["trainEnv"]:
         name, sep, value = item.partition("=")

@@ -355,6 +355,22 @@ def test_s3_checkpoints_grant_both_node_roles_the_prefix_only():
     assert not program("dev").of_type(ROLE_POLICY), "no S3 access without an s3:// trainStoragePath"
 
 
+def test_an_s3_dataset_is_readable_by_both_node_roles_and_nothing_more():
+    run = program("dev", (("trainStoragePath", "s3://ckpt-bucket/runs/dev"),
+                          ("trainDataset", "s3://data-bucket/corpora/chat.jsonl")))
+    for group in (system_node_group(run), gpu_node_group(run)):
+        (policy,) = [r for r in run.of_type(ROLE_POLICY) if r.urn in _policies_of(run, group)]
+        statements = json.loads(policy.inputs["policy"])["Statement"]
+        on_data = [s for s in statements if "data-bucket" in s["Resource"]]
+        assert {(s["Resource"], str(s["Action"])) for s in on_data} == {
+            ("arn:aws:s3:::data-bucket/corpora/chat.jsonl", "s3:GetObject"),
+            ("arn:aws:s3:::data-bucket", "s3:ListBucket")}, f"{group.name}: read that one object: {on_data}"
+        listing = next(s for s in on_data if s["Action"] == "s3:ListBucket")
+        assert listing["Condition"]["StringLike"]["s3:prefix"][0] == "corpora/chat.jsonl", listing
+    alone = program("dev", (("trainDataset", "s3://data-bucket/corpus.txt"),))
+    assert len(alone.of_type(ROLE_POLICY)) == 2, "an s3:// dataset alone still needs its read access, on both roles"
+
+
 @pytest.mark.parametrize("stack", STACKS)
 def test_gpu_updates_never_surge_past_a_reservation(stack):
     update = gpu_node_group(program(stack)).inputs["updateConfig"]

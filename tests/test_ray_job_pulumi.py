@@ -116,8 +116,8 @@ def test_data_schedule_evaluation_and_export_keys_reach_the_job():
             "trainDataset": "Salesforce/wikitext", "trainDatasetConfig": "wikitext-2-raw-v1",
             "trainDatasetSplit": "train[:90%]", "trainTextField": "text", "trainTokenizer": "Qwen/Qwen2.5-0.5B",
             "trainEvalSplit": "validation", "trainEvalEvery": 25, "trainLrSchedule": "linear",
-            "trainSteps": 100, "trainWarmupSteps": 5, "trainStoragePath": "s3://bucket/runs", "trainCheckpointEvery": 25,
-            "trainExport": "checkpoints"}
+            "trainSteps": 100, "trainWarmupSteps": 5, "trainStoragePath": "s3://bucket/runs",
+            "trainCheckpointEvery": 25, "trainExport": "checkpoints"}
     args = run_program("dev", {**TRAIN, **keys}).one(JOB).inputs["train_args"]
     flags = dict(zip(args[::2], args[1::2]))
     expected = {"--dataset": "Salesforce/wikitext", "--dataset_config": "wikitext-2-raw-v1",

@@ -2,4 +2,5 @@
 
     tools.capacity   where the GPUs can be had: ranks regions and AZs, writes the stack file
     tools.status     the RayCluster, its pods and the GPU nodes' GPUs and EFA interfaces
+    tools.loss_curve a run's loss and learning-rate curves as an SVG picture, from its TensorBoard event files
 """

@@ -5,7 +5,7 @@ the training job (`python3 -m workload.train`) through workload.submit, streams 
 started (also on an error or Ctrl-C), loads the model the job exported with `AutoModelForCausalLM.from_pretrained`
 and prints what it generates from a prompt, and prints the job's summary once, as its last line. It takes every flag
 `workload.train` takes, with the defaults below: a tiny Qwen2 model on the repository's sample corpus
-(data/corpus.txt) with a tenth held out for evaluation, so the loss visibly falls; `--dataset ''` trains on random
+(data/corpus.txt) with a fifth held out for evaluation, so the loss visibly falls; `--dataset ''` trains on random
 tokens as the original recipe does.
 """
 from __future__ import annotations
@@ -40,7 +40,7 @@ LOCAL_DEFAULTS = {
     "checkpoint_every": 20,
     "dataset": os.path.join(REPO, "data", "corpus.txt"),
     "tokenizer": os.path.join(REPO, "data", "tokenizer"),
-    "eval_fraction": 0.1,
+    "eval_fraction": 0.2,
     "eval_every": 10,
     # Under the repository's git-ignored runs/, whatever the current directory.
     "storage_path": os.path.join(REPO, "runs", "local"),

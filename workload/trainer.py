@@ -88,10 +88,11 @@ def train_func(config: dict) -> None:
                   f"steps {start_step + 1}..{cfg.steps}; sharding {plan.describe()}")
         decay = "constant" if cfg.lr_schedule == "constant" else f"{cfg.lr_schedule} decay"
         held_out = sum(len(rows) for rows in data.eval) * world_size
-        _progress(f"effective batch {batch} sequences of {cfg.seq_len} tokens ({world_size} ranks x "
-                  f"{cfg.grad_accum_steps} micro-batches of {cfg.batch_size // cfg.grad_accum_steps}); learning rate "
-                  f"{cfg.learning_rate:g}, {cfg.warmup_steps} warmup steps, then {decay}"
-                  + (f"; evaluation on {held_out} sequences" if held_out else ""))
+        per_rank = (f"{cfg.grad_accum_steps} micro-batches of {cfg.batch_size // cfg.grad_accum_steps}"
+                    if cfg.grad_accum_steps > 1 else str(cfg.batch_size))
+        _progress(f"effective batch {batch} sequences of {cfg.seq_len} tokens ({world_size} ranks x {per_rank}); "
+                  f"learning rate {cfg.learning_rate:g}, {cfg.warmup_steps} warmup steps, then {decay}"
+                  + (f"; evaluation on {held_out} held-out sequences" if held_out else ""))
 
     step_times: list[float] = []
     loss_value = initial_loss = eval_loss = None

@@ -94,8 +94,12 @@ class MetricsLog:
 
 def read_scalars(directory: str) -> dict[str, list[tuple[int, float]]]:
     """Every scalar of a directory's event files as {tag: [(step, value), ...]}, in the order written, after
-    TensorBoard's purge markers are applied (a resumed attempt's steps replace the interrupted one's)."""
-    from tensorboardX.proto.event_pb2 import Event, SessionLog
+    TensorBoard's purge markers are applied (a resumed attempt's steps replace the interrupted one's): what
+    TensorBoard's own EventAccumulator shows for them."""
+    try:
+        from tensorboardX.proto.event_pb2 import Event, SessionLog
+    except ImportError:  # the same protocol buffers, as the tensorboard package ships them
+        from tensorboard.compat.proto.event_pb2 import Event, SessionLog
 
     series: dict[str, list[tuple[int, float]]] = {}
     for path in sorted(glob.glob(os.path.join(directory, EVENT_FILES))):

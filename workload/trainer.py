@@ -3,6 +3,10 @@
 `python -m workload.train` (workload/train.py) is the command that calls these: it validates the flags, joins the
 running cluster, and `run` sizes the workers from its GPUs, fits, and returns the summary it prints.
 The same code runs on CPU processes (gloo) and on GPUs (NCCL).
+
+Under the run's directory (storage_path/run_name) Ray Train keeps the checkpoints; rank 0 adds the TensorBoard event
+files (tensorboard/, workload/metrics.py) and the model as a Hugging Face directory (model_<step>/, gathered from
+every rank's shards, workload/export.py).
 """
 from __future__ import annotations
 
@@ -27,6 +31,7 @@ from workload import checkpoint as checkpoints
 from workload import fabric, parallel, storage
 from workload.config import TrainConfig
 from workload.data import check_dataset, check_tokenizer, make_data
+from workload.export import save_model_directory
 from workload.metrics import MetricsLog
 from workload.model import (
     build_mesh,
@@ -182,8 +187,6 @@ def model_directory(cfg: TrainConfig, step: int) -> str:
 def _export_model(cfg: TrainConfig, model, step: int, rank: int) -> str:
     """Every rank: gather the full weights to rank 0, which writes them as a Hugging Face directory under the run's
     storage path. Returns that directory."""
-    from workload.export import save_model_directory
-
     weights = checkpoints.gather_full_weights(model, keep=rank == 0)
     destination = model_directory(cfg, step)
     if rank == 0:

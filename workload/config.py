@@ -186,7 +186,7 @@ class TrainConfig:
             raise ValueError(f"--max_grad_norm must be 0 (off) or a positive number, got {self.max_grad_norm}")
         if not isinstance(self.max_failures, int) or self.max_failures < -1:
             raise ValueError(f"--max_failures must be -1 (retry forever), 0 or more, got {self.max_failures!r}")
-        for name in ("num_workers", "checkpoint_every"):
+        for name in ("num_workers", "checkpoint_every", "warmup_steps", "eval_every"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 0:
                 raise ValueError(f"--{name} must be an integer >= 0, got {value!r}")
@@ -209,10 +209,6 @@ class TrainConfig:
         _one_of(self, "sharding", SHARDINGS)
         _one_of(self, "lr_schedule", LR_SCHEDULES)
         _one_of(self, "export", EXPORTS)
-        for name in ("warmup_steps", "eval_every"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-                raise ValueError(f"--{name} must be an integer >= 0, got {value!r}")
         if self.warmup_steps > self.steps:
             raise ValueError(f"--warmup_steps {self.warmup_steps} must be at most --steps {self.steps}")
         self._check_evaluation()
@@ -248,12 +244,8 @@ class TrainConfig:
         if self.eval_split and is_file_dataset(self.dataset):
             raise ValueError(f"--eval_split names a split of a Hugging Face --dataset; the file {self.dataset!r} has "
                              "none: use --eval_fraction")
-        if self.eval_every and not self.has_evaluation:
+        if self.eval_every and not (self.eval_fraction or self.eval_split):
             raise ValueError("--eval_every needs an evaluation set: --eval_fraction or --eval_split")
-
-    @property
-    def has_evaluation(self) -> bool:
-        return bool(self.eval_fraction or self.eval_split)
 
     @property
     def tokenizer_name(self) -> str:

@@ -22,7 +22,7 @@ from typing import Callable, Iterable, Sequence
 
 import torch
 
-from workload.config import TrainConfig, is_local_dataset
+from workload.config import TrainConfig, is_file_dataset
 
 Batches = Callable[[int], torch.Tensor]
 
@@ -94,7 +94,7 @@ def read_text(path: str) -> str:
 def load_documents(cfg: TrainConfig, split: str = "") -> list[str]:
     """The documents of --dataset: a file's lines or records, or a Hugging Face dataset's `split` (default
     --dataset_split)."""
-    if is_local_dataset(cfg.dataset) or "://" in cfg.dataset:
+    if is_file_dataset(cfg.dataset):
         text = read_text(cfg.dataset)
         if cfg.dataset.endswith(".txt"):
             return [line.strip() for line in text.splitlines() if line.strip()]

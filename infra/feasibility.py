@@ -277,8 +277,8 @@ def _when(moment: datetime | None) -> str:
 # ---- the job -----------------------------------------------------------------------------------------------------
 
 def check_job(cfg: StackConfig, gpu: InstanceFacts) -> None:
-    """A job the cluster can run: its workers, its shape against the model and the GPUs' memory, its checkpoints,
-    its transport expectation and its extra packages."""
+    """A job the cluster can run: its data, its workers, its shape against the model and the GPUs' memory, its
+    checkpoints, its transport expectation and its extra packages."""
     check_job_data(cfg)
     workload = ray_job.workload_config(cfg, gpu)  # the workload's own checks of the flags first
     train = cfg.train

@@ -438,6 +438,15 @@ def test_local_run_refuses_bad_flags_before_starting_ray(monkeypatch, flags, nam
         local.main(flags)
 
 
+def test_the_local_run_on_random_tokens_evaluates_nothing():
+    """README: `--dataset ''` trains on random tokens; the local defaults' held-out fifth goes with the corpus."""
+    from workload import local
+
+    cfg = local.parse_args(["--dataset", ""])
+    assert (cfg.dataset, cfg.eval_fraction, cfg.eval_every) == ("", 0, 0), cfg
+    assert local.parse_args([]).eval_fraction == local.LOCAL_DEFAULTS["eval_fraction"] > 0
+
+
 def test_local_run_passes_local_files_by_absolute_path(monkeypatch, tmp_path):
     """The job runs in an uploaded copy of workload/, so relative paths of this machine must not reach it."""
     from contextlib import contextmanager

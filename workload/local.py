@@ -196,6 +196,11 @@ def parse_args(argv: Sequence[str] | None = None) -> TrainConfig:
     args = vars(parser.parse_args(argv))
     if args["run_name"] == LOCAL_DEFAULTS["run_name"]:
         args["run_name"] = time.strftime("local-%Y%m%d-%H%M%S")
+    if not args["dataset"]:
+        # Random tokens have nothing to hold out: the local defaults' evaluation goes with the sample corpus.
+        for name in ("eval_fraction", "eval_every"):
+            if args[name] == LOCAL_DEFAULTS[name]:
+                args[name] = 0
     cfg = TrainConfig(**args)
     # The job runs in a copy of workload/ elsewhere, so local files are passed by absolute path.
     return dataclasses.replace(
@@ -227,8 +232,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         # Its log has just been streamed above; the reason is what is left to say.
         raise cli.CheckFailed(f"Ray job {error.job_id} {error.reason}") from None
     print("local Ray cluster stopped", flush=True)
-    if result.summary.get("model"):
-        model = result.summary["model"]
+    model = result.summary.get("model")
+    # A model trained on random tokens has no tokenizer to generate with.
+    if model and os.path.isfile(os.path.join(model, "tokenizer_config.json")):
         print(f"from_pretrained({model}).generate({PROMPT!r}): {json.dumps(generate(model, PROMPT))}", flush=True)
     print(SUMMARY_PREFIX + json.dumps(result.summary, allow_nan=False), flush=True)
     return cli.OK

@@ -61,7 +61,8 @@ def panel(series: list[tuple[str, str, list[tuple[int, float]]]], last_step: int
         out.append(f'<polyline fill="none" stroke="{color}" stroke-width="2" points="{path}"><title>{escape(name)}'
                    f'</title></polyline>')
         if len(points) <= 12:
-            out += [f'<circle cx="{x(step):.1f}" cy="{y(value):.1f}" r="3.5" fill="{color}"/>' for step, value in points]
+            out += [f'<circle cx="{x(step):.1f}" cy="{y(value):.1f}" r="3.5" fill="{color}"/>'
+                    for step, value in points]
         legend_y = top + 18 + 18 * index
         out.append(f'<line x1="{WIDTH - RIGHT - 190}" x2="{WIDTH - RIGHT - 166}" y1="{legend_y - 4}" '
                    f'y2="{legend_y - 4}" stroke="{color}" stroke-width="2"/>')

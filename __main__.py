@@ -38,8 +38,9 @@ cluster = EksCluster(
     public_access_cidrs=plan.api_public_access_cidrs,
     tags=tags,
 )
-# The Ray pods' own AWS identity (EKS Pod Identity), scoped to the checkpoint prefix; the nodes' roles have none.
-storage_policy = checkpoint_storage_policy(cfg.train.storage_path)
+# The Ray pods' own AWS identity (EKS Pod Identity), scoped to the checkpoint prefix and an s3:// dataset file; the
+# nodes' roles have none.
+storage_policy = checkpoint_storage_policy(cfg.train.storage_path, dataset=cfg.train.dataset)
 pod_identity = RayPodIdentity(
     f"{cfg.cluster_name}-ray-pods",
     cluster_name=cluster.cluster_name,
@@ -153,3 +154,6 @@ if cfg.train.enabled:
     pulumi.export("jobSharding", job.sharding)
     pulumi.export("jobFabricCheck", job.fabric)
     pulumi.export("jobFollow", job.follow)
+    pulumi.export("jobEvalLoss", job.eval_loss)
+    pulumi.export("jobModelPath", job.model)
+    pulumi.export("jobTensorBoard", job.tensorboard)

@@ -21,7 +21,7 @@ import torch.distributed as dist
 from bench.step_bench import device_from_flag, single_process_group
 from workload import model as project
 from workload.config import TrainConfig
-from workload.data import make_batches
+from workload.data import make_data
 
 
 def raw_loop(cfg: TrainConfig, device: torch.device) -> float:
@@ -31,7 +31,7 @@ def raw_loop(cfg: TrainConfig, device: torch.device) -> float:
         model = project.build_model(cfg, device)
         model = project.shard_model(model, project.build_mesh(device), cfg)
         optimizer = project.build_optimizer(model, cfg)
-        batches = make_batches(cfg, model.lm.config.vocab_size, 0, 1)
+        batches = make_data(cfg, model.lm.config.vocab_size, 0, 1).train
         step_times = []
         for step in range(cfg.steps):
             started = time.perf_counter()

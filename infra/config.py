@@ -18,9 +18,12 @@ import yaml
 
 # The workload's own lists (both modules import nothing but the standard library), so a name the job accepts is
 # never refused here, nor the reverse.
+from workload.config import EXPORTS  # trainExport
+from workload.config import LR_SCHEDULES  # trainLrSchedule
 from workload.config import MODEL_CONFIGS  # trainModelConfig: architectures built with random weights
 from workload.config import REDUCE_DTYPES  # trainReduceDtype
 from workload.config import SHARDINGS  # trainSharding
+from workload.config import is_file_dataset  # trainDataset: a file (s3://...) rather than a Hugging Face id
 from workload.transport import EXPECTATIONS as EXPECT_TRANSPORTS  # trainExpectTransport
 
 PROJECT_FILE = Path(__file__).resolve().parent.parent / "Pulumi.yaml"
@@ -144,6 +147,17 @@ class TrainConfig:
     reduce_dtype: str
     grad_accum_steps: int
     min_bus_gbytes_per_s: float
+    lr_schedule: str
+    warmup_steps: int
+    dataset: str
+    dataset_config: str
+    dataset_split: str
+    text_field: str
+    tokenizer: str
+    eval_split: str
+    eval_fraction: float
+    eval_every: int
+    export: str
     secret_env: SecretEnv = field(default_factory=SecretEnv)
     """trainSecretEnv: delivered to the Ray pods from a Kubernetes Secret, never through the job's inputs."""
     wait: str = "finish"
@@ -496,6 +510,29 @@ def _parse_train(raw: dict[str, Any]) -> TrainConfig:
     storage = raw["trainStoragePath"]
     _require(storage == "" or "://" in storage or storage.startswith("/"), "trainStoragePath",
              f"{storage!r} must be empty, an absolute path or a URI like s3://bucket/prefix")
+    for key, allowed in (("trainLrSchedule", LR_SCHEDULES), ("trainExport", EXPORTS)):
+        _require(raw[key] in allowed, key, f"{raw[key]!r} is not one of {list(allowed)}")
+    for key in ("trainWarmupSteps", "trainEvalEvery"):
+        _require(raw[key] >= 0, key, f"must be 0 or more, got {raw[key]}")
+    _require(raw["trainWarmupSteps"] <= raw["trainSteps"], "trainWarmupSteps",
+             f"{raw['trainWarmupSteps']} must be at most trainSteps {raw['trainSteps']}")
+    try:
+        eval_fraction = float(raw["trainEvalFraction"])
+    except ValueError as e:
+        raise ValueError(f"config key 'trainEvalFraction': {raw['trainEvalFraction']!r} is not a number") from e
+    _require(0 <= eval_fraction < 1, "trainEvalFraction",
+             f"must be 0 (none) or a fraction below 1 such as 0.05, got {raw['trainEvalFraction']}")
+    _require(not (eval_fraction and raw["trainEvalSplit"]), "trainEvalFraction",
+             "and trainEvalSplit both choose the evaluation set: set one")
+    dataset = raw["trainDataset"]
+    _require(bool(dataset) or not (eval_fraction or raw["trainEvalSplit"] or raw["trainEvalEvery"]), "trainDataset",
+             "is empty (random tokens), so there is nothing to evaluate: set it, or leave trainEvalFraction, "
+             "trainEvalSplit and trainEvalEvery unset")
+    _require(not (raw["trainEvalSplit"] and is_file_dataset(dataset)), "trainEvalSplit",
+             f"names a split of a Hugging Face trainDataset; the file {dataset} has none: use trainEvalFraction")
+    _require(raw["trainExport"] != "checkpoints" or raw["trainCheckpointEvery"] > 0, "trainExport",
+             "checkpoints writes a model at every checkpoint, and trainCheckpointEvery is 0 (only the last step's): "
+             "set trainCheckpointEvery, or use final")
     if storage.startswith("s3://"):
         bucket, _, prefix = storage.removeprefix("s3://").partition("/")
         # The pod role's policy is written from this path: a wildcard would grant more than one bucket or prefix.
@@ -532,6 +569,17 @@ def _parse_train(raw: dict[str, Any]) -> TrainConfig:
         min_bus_gbytes_per_s=min_bus,
         secret_env=secret_env,
         wait=raw["trainWait"],
+        lr_schedule=raw["trainLrSchedule"],
+        warmup_steps=raw["trainWarmupSteps"],
+        dataset=dataset,
+        dataset_config=raw["trainDatasetConfig"],
+        dataset_split=raw["trainDatasetSplit"],
+        text_field=raw["trainTextField"],
+        tokenizer=raw["trainTokenizer"],
+        eval_split=raw["trainEvalSplit"],
+        eval_fraction=eval_fraction,
+        eval_every=raw["trainEvalEvery"],
+        export=raw["trainExport"],
     )
 
 

@@ -23,6 +23,7 @@ from infra import addons, capacity_reservation, config, instance_facts, network,
 from infra.config import AwsIdentity, InstanceFacts, StackConfig
 from infra.gpu_nodes import placement_group_name, use_placement_group
 from workload import memory
+from workload.config import is_local_dataset
 
 # The versions EKS creates clusters on, as of EKS_VERSIONS_DATE (the EKS release calendar: 1.31's extended support
 # ended 2026-11-26; 1.35 is the newest EKS had released). Add a version here when EKS releases it.
@@ -322,8 +323,9 @@ def _when(moment: datetime | None) -> str:
 # ---- the job -----------------------------------------------------------------------------------------------------
 
 def check_job(cfg: StackConfig, gpu: InstanceFacts) -> None:
-    """A job the cluster can run: its workers, its shape against the model and the GPUs' memory, its checkpoints,
-    its transport expectation and its extra packages."""
+    """A job the cluster can run: its data, its workers, its shape against the model and the GPUs' memory, its
+    checkpoints, its transport expectation and its extra packages."""
+    check_job_data(cfg)
     workload = ray_job.workload_config(cfg, gpu)  # the workload's own checks of the flags first
     train = cfg.train
     gpus = gpu.gpus * cfg.gpu_node_count
@@ -349,6 +351,22 @@ def check_job(cfg: StackConfig, gpu: InstanceFacts) -> None:
             "s3://bucket/prefix (the Ray pods' own role gets access to it), or empty for no checkpoints")
     check_transport_expectation(cfg, gpu, workers)
     check_pip(train.pip)
+
+
+def check_job_data(cfg: StackConfig) -> None:
+    """The job's dataset and tokenizer must be where its pods can read them: the hub or S3. A path on this machine is
+    not in the pods, and on a cluster of several nodes a file on one node is not on the others."""
+    train = cfg.train
+    nodes = f"the job's pods on {cfg.gpu_node_count} GPU node{'s' if cfg.gpu_node_count > 1 else ''}"
+    if is_local_dataset(train.dataset):
+        raise ValueError(
+            f"config key 'trainDataset': {train.dataset} is a path on this machine, which {nodes} cannot read; "
+            "allowed: s3://bucket/key.jsonl (or .txt, .json; both node roles get read access to it), or a Hugging "
+            "Face dataset id")
+    if train.tokenizer.startswith(("/", "./", "../", "~")):
+        raise ValueError(
+            f"config key 'trainTokenizer': {train.tokenizer} is a path on this machine, which {nodes} cannot read; "
+            "allowed: a Hugging Face tokenizer or model id, or empty for trainModelId's tokenizer")
 
 
 def check_job_shape(seq_len: int, batch_size: int, workers: int, architecture: dict, gpu: InstanceFacts,

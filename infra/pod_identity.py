@@ -34,26 +34,31 @@ def s3_location(storage_path: str) -> tuple[str, str] | None:
     return bucket, prefix.strip("/")
 
 
-def checkpoint_storage_policy(storage_path: str) -> str | None:
-    """The S3 access Ray Train needs for `trainStoragePath` (s3://bucket/prefix): the head's controller and every
-    worker read and write the run's checkpoints there. None for any other path (nothing to grant)."""
+def checkpoint_storage_policy(storage_path: str, dataset: str = "") -> str | None:
+    """The S3 access the Ray pods need: for `trainStoragePath` (s3://bucket/prefix), Ray Train's controller on the
+    head and every worker read and write the run's checkpoints (and the job its models and metrics) there; an s3://
+    `trainDataset` file is read by the head (the check before training) and every worker: read-only, that one
+    object. None when neither is on S3 (nothing to grant)."""
+    statements = []
     location = s3_location(storage_path)
-    if location is None:
-        return None
-    bucket, prefix = location
-    objects = f"arn:aws:s3:::{bucket}/{prefix}/*" if prefix else f"arn:aws:s3:::{bucket}/*"
-    listing = {"Effect": "Allow", "Action": ["s3:ListBucket", "s3:GetBucketLocation"],
-               "Resource": f"arn:aws:s3:::{bucket}"}
-    if prefix:
-        listing["Condition"] = {"StringLike": {"s3:prefix": [prefix, f"{prefix}/*"]}}
-    return json.dumps({
-        "Version": "2012-10-17",
-        "Statement": [
-            listing,
-            {"Effect": "Allow", "Resource": objects,
-             "Action": ["s3:GetObject", "s3:PutObject", "s3:DeleteObject", "s3:AbortMultipartUpload"]},
-        ],
-    })
+    if location is not None:
+        bucket, prefix = location
+        objects = f"arn:aws:s3:::{bucket}/{prefix}/*" if prefix else f"arn:aws:s3:::{bucket}/*"
+        listing = {"Effect": "Allow", "Action": ["s3:ListBucket", "s3:GetBucketLocation"],
+                   "Resource": f"arn:aws:s3:::{bucket}"}
+        if prefix:
+            listing["Condition"] = {"StringLike": {"s3:prefix": [prefix, f"{prefix}/*"]}}
+        statements += [listing, {"Effect": "Allow", "Resource": objects,
+                                 "Action": ["s3:GetObject", "s3:PutObject", "s3:DeleteObject",
+                                            "s3:AbortMultipartUpload"]}]
+    if dataset.startswith("s3://"):
+        bucket, _, key = dataset[len("s3://"):].partition("/")
+        # pyarrow asks for the object's metadata (HeadObject, under s3:GetObject) and, for a missing one, lists its
+        # prefix to tell a file from a directory: ListBucket limited to that key.
+        statements += [{"Effect": "Allow", "Action": "s3:GetObject", "Resource": f"arn:aws:s3:::{bucket}/{key}"},
+                       {"Effect": "Allow", "Action": "s3:ListBucket", "Resource": f"arn:aws:s3:::{bucket}",
+                        "Condition": {"StringLike": {"s3:prefix": [key, f"{key}/*"]}}}]
+    return json.dumps({"Version": "2012-10-17", "Statement": statements}) if statements else None
 
 
 def trust_policy(cluster_name: str, namespace: str, service_account: str) -> str:

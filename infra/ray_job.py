@@ -57,7 +57,8 @@ LOG_TAIL_LINES = 80
 REPLACE_ON_CHANGE = ("train_args", "run_id", "pip", "env_vars")
 # Outputs, declared as None inputs so that Pulumi exposes them as attributes.
 OUTPUT_NAMES = ("job_id", "status", "final_loss", "tokens_per_s", "world_size", "device", "verdicts", "checkpoint",
-                "sharding", "fabric", "follow")
+                "sharding", "fabric", "follow", "eval_loss", "model",
+                "tensorboard")
 # With trainWait=transport, how long create waits for the transport report. The RayCluster is up and its image
 # pulled by then, so this covers the job's pip installs, the model's download and its first two steps; a job that
 # has not reported by then is stopped rather than left holding every GPU unverified.
@@ -121,6 +122,17 @@ def workload_config(cfg: StackConfig, facts: InstanceFacts) -> "WorkloadConfig":
             reduce_dtype=train.reduce_dtype,
             grad_accum_steps=train.grad_accum_steps,
             min_bus_gbytes_per_s=train.min_bus_gbytes_per_s,
+            lr_schedule=train.lr_schedule,
+            warmup_steps=train.warmup_steps,
+            dataset=train.dataset,
+            dataset_config=train.dataset_config,
+            dataset_split=train.dataset_split,
+            text_field=train.text_field,
+            tokenizer=train.tokenizer,
+            eval_split=train.eval_split,
+            eval_fraction=train.eval_fraction,
+            eval_every=train.eval_every,
+            export=train.export,
             # The instance's network, for the job's choice of sharding; its fabric check's measurement wins.
             node_gbits_per_s=facts.network_gbps,
         )
@@ -364,6 +376,9 @@ def job_outputs(job_id: str, status: str, summary: Mapping[str, Any], verdicts: 
         "checkpoint": summary.get("checkpoint"),
         "sharding": summary.get("sharding"),
         "fabric": summary.get("fabric"),
+        "eval_loss": summary.get("eval_loss"),
+        "model": summary.get("model"),
+        "tensorboard": summary.get("tensorboard"),
     }
 
 
@@ -383,6 +398,11 @@ class TrainingJob(pulumi.dynamic.Resource, module="raytrain", name="TrainingJob"
     fabric: pulumi.Output[dict]
     follow: pulumi.Output[str]
     """The command that follows the job's progress (`python -m tools.job logs ... --follow`)."""
+    eval_loss: pulumi.Output[float]
+    model: pulumi.Output[str]
+    """The Hugging Face model directory the job exported (s3://.../model_<step>), or None (trainExport none)."""
+    tensorboard: pulumi.Output[str]
+    """The run's TensorBoard event files (tensorboard --logdir), or None without trainStoragePath."""
 
     def __init__(
         self,

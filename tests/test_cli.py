@@ -13,7 +13,8 @@ import pytest
 from workload import cli
 
 REPO = Path(__file__).resolve().parents[1]
-COMMANDS = ["workload.train", "workload.local", "workload.transport", "tools.capacity", "tools.status", "tools.job"]
+COMMANDS = ["workload.train", "workload.local", "workload.transport", "workload.export", "tools.capacity",
+            "tools.status", "tools.job", "tools.loss_curve"]
 # The libraries that take seconds to import (boto3, pulumi and the Kubernetes client take a fraction of one).
 HEAVY_MODULES = ("torch", "ray", "transformers", "datasets")
 
@@ -81,6 +82,8 @@ USER_ERRORS = [
      "--project-dir"),
     (["tools.capacity", *CAPACITY], NO_AWS, cli.ENVIRONMENT, "no AWS credentials"),
     (["tools.capacity", *CAPACITY], OFFLINE_AWS, cli.ENVIRONMENT, "AWS cannot be reached"),
+    (["workload.export", "{dir}/no-checkpoint", "{dir}/model"], {}, cli.USAGE, "no such directory"),
+    (["tools.loss_curve", "{dir}/no-run", "--out", "{dir}/run.svg"], {}, cli.USAGE, "RUN"),
     (["tools.status", "--stack", "nope"], {}, cli.USAGE, "--stack"),
     (["tools.status"], {"HOME": "{dir}/home", "KUBECONFIG": ""}, cli.ENVIRONMENT, "no kubeconfig"),
     (["tools.status", "--kubeconfig", "{dir}/missing"], {}, cli.USAGE, "--kubeconfig"),
@@ -130,5 +133,5 @@ def test_each_job_command_shows_its_own_defaults():
     local, train = command("workload.local", "--help").stdout, command("workload.train", "--help").stdout
     assert "python -m workload.local" in local and "data/corpus.txt" in local, "the local run's own usage"
     flat = lambda text: " ".join(text.split())  # noqa: E731 argparse wraps help lines
-    assert "Optimizer steps. (default: 20)" in flat(local) and "Optimizer steps. (default: 50)" in flat(train), (
+    assert "Optimizer steps. (default: 40)" in flat(local) and "Optimizer steps. (default: 50)" in flat(train), (
         "each command's --help must print the steps it really runs")

@@ -63,6 +63,13 @@ DOOMED = {
                                    ["trainSeqLen", "a shorter trainSeqLen"]),
     "local checkpoints on two nodes": ("dev", {**JOB_ON, "trainStoragePath": "/mnt/checkpoints"},
                                        ["trainStoragePath", "s3://bucket/prefix"]),
+    "a dataset on this machine, two nodes": ("dev", {**JOB_ON, "trainDataset": "/home/me/corpus.jsonl"},
+                                             ["trainDataset", "2 GPU nodes cannot read", "s3://bucket/key.jsonl"]),
+    "a dataset on this machine, one node": ("dev", {**JOB_ON, "trainDataset": "corpus.txt", "gpuNodeCount": 1,
+                                                    "trainExpectTransport": "intra-node"},
+                                            ["trainDataset", "1 GPU node cannot read", "Hugging Face dataset id"]),
+    "a tokenizer on this machine": ("dev", {**JOB_ON, "trainDataset": "wikitext", "trainTokenizer": "./tokenizer"},
+                                    ["trainTokenizer", "cannot read", "Hugging Face tokenizer or model id"]),
     "efa with one GPU node": ("dev", {**JOB_ON, "gpuNodeCount": 1},
                               ["trainExpectTransport", "one GPU node", "intra-node or any"]),
     "efa with workers that fit one node": ("dev", {**JOB_ON, "trainNumWorkers": 4},
@@ -134,7 +141,8 @@ def test_doomed_config_is_refused_before_any_resource(case):
     message = str(failed.error)
     missing = [w for w in words if w not in message]
     assert not missing, f"{case}: the error should mention {missing}; it says: {message}"
-    assert "\n" not in message and len(message) < 1000, f"{case}: one line, not a traceback's worth: {message}"
+    # The longest, the refusal of an unknown key, lists every declared key.
+    assert "\n" not in message and len(message) < 2000, f"{case}: one line, not a traceback's worth: {message}"
     assert failed.resources == [], \
         f"{case}: no resource may be registered; got {[r.type + ' ' + r.name for r in failed.resources]}"
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import re
 import socket
 import sys
@@ -123,6 +124,10 @@ def test_create_runs_the_job_and_reports_its_results(ray_head, tmp_path):
     assert outs["kubeconfig"] == props()["kubeconfig"], "delete needs the kubeconfig kept in the outputs"
     assert outs["sharding"]["sharding"] == "full" and outs["fabric"]["ranks"] == 2, \
         f"the job's sharding choice and fabric check are outputs: {outs['sharding']}, {outs['fabric']}"
+    assert outs["model"].endswith("/model_000002") and os.path.isfile(os.path.join(outs["model"], "config.json")), \
+        f"the model the job exported is an output (jobModelPath): {outs['model']}"
+    assert os.listdir(outs["tensorboard"]) and outs["eval_loss"] is None, \
+        f"its event files are an output; no evaluation set, no eval loss: {outs['tensorboard']}, {outs['eval_loss']}"
 
     # The same results judged against expect=efa: the update refuses, naming the fix.
     with pytest.raises(ray_job.TrainingJobError, match="no NCCL transport lines.*change trainRunId"):

@@ -55,7 +55,8 @@ def test_job_reaches_the_ray_cluster_it_waits_for_with_secret_kubeconfig(enabled
     assert is_secret_value(job.inputs["__provider"]), "the serialized provider must be stored as a secret"
     assert "token" not in job.inputs, "the Ray token is read from its Secret at run time, never an input"
     assert {"jobId", "jobStatus", "jobFinalLoss", "jobTokensPerSecond", "jobTransportVerdicts", "jobSharding",
-            "jobFabricCheck"} <= set(run.exports), f"the job's results must be stack outputs: {sorted(run.exports)}"
+            "jobFabricCheck", "jobCheckpoint", "jobModelPath", "jobEvalLoss", "jobTensorBoard"} <= set(run.exports), \
+        f"the job's results must be stack outputs: {sorted(run.exports)}"
 
 
 def test_no_job_unless_train_enabled():
@@ -109,3 +110,24 @@ def test_checkpoint_every_reaches_the_job():
     args = run_program("dev", {**TRAIN, "trainStoragePath": "s3://ckpt-bucket/p", "trainCheckpointEvery": 100}).one(JOB) \
         .inputs["train_args"]
     assert args[args.index("--checkpoint_every") + 1] == "100", args
+
+
+def test_data_schedule_evaluation_and_export_keys_reach_the_job():
+    keys = {"trainModelConfig": "", "trainModelId": "Qwen/Qwen2.5-1.5B", "trainSeqLen": 1024,
+            "trainDataset": "Salesforce/wikitext", "trainDatasetConfig": "wikitext-2-raw-v1",
+            "trainDatasetSplit": "train[:90%]", "trainTextField": "text", "trainTokenizer": "Qwen/Qwen2.5-0.5B",
+            "trainEvalSplit": "validation", "trainEvalEvery": 25, "trainLrSchedule": "linear",
+            "trainSteps": 100, "trainWarmupSteps": 5, "trainStoragePath": "s3://bucket/runs",
+            "trainCheckpointEvery": 25, "trainExport": "checkpoints"}
+    args = run_program("dev", {**TRAIN, **keys}).one(JOB).inputs["train_args"]
+    flags = dict(zip(args[::2], args[1::2]))
+    expected = {"--dataset": "Salesforce/wikitext", "--dataset_config": "wikitext-2-raw-v1",
+                "--dataset_split": "train[:90%]", "--tokenizer": "Qwen/Qwen2.5-0.5B", "--eval_split": "validation",
+                "--eval_every": "25", "--lr_schedule": "linear", "--warmup_steps": "5", "--export": "checkpoints"}
+    assert {flag: flags.get(flag) for flag in expected} == expected, args
+    assert "--text_field" not in flags, f"a key at its default stays implicit: {args}"
+    fraction = run_program("dev", {**TRAIN, "trainDataset": "s3://bucket/data/corpus.jsonl", "trainTextField": "body",
+                                   "trainEvalFraction": "0.05"}).one(JOB).inputs["train_args"]
+    flags = dict(zip(fraction[::2], fraction[1::2]))
+    assert (flags["--dataset"], flags["--text_field"], flags["--eval_fraction"]) == \
+        ("s3://bucket/data/corpus.jsonl", "body", "0.05"), fraction

@@ -32,6 +32,7 @@ import shlex
 import shutil
 import socket
 import subprocess
+import sys
 import threading
 from pathlib import Path
 from typing import Any, Callable
@@ -206,6 +207,10 @@ CONFIG_EFFECTS: dict[str, Callable[[ProgramRun, str], Any]] = {
         [p for p in _pod_role_policies(run) if f"arn:aws:s3:::{value[5:].split('/')[0]}" in p]) == 1),
     "trainCheckpointEvery": lambda run, value: _flags(run)["--checkpoint_every"] == value,
     "trainMaxFailures": lambda run, value: _flags(run)["--max_failures"] == value,
+    "trainDataset": lambda run, value: _flags(run)["--dataset"] == value,
+    "trainDatasetConfig": lambda run, value: _flags(run)["--dataset_config"] == value,
+    "trainEvalSplit": lambda run, value: _flags(run)["--eval_split"] == value,
+    "trainEvalEvery": lambda run, value: _flags(run)["--eval_every"] == value,
     "capacityReserve": lambda run, value: bool(run.of_type(RESERVATION)) == (value == "true"),
     "trainWait": lambda run, value: _job(run).inputs["wait"] == value,
     "trainTimeoutMinutes": lambda run, value: _job(run).inputs["timeout_s"] == 60 * int(value),
@@ -472,9 +477,16 @@ def test_the_finder_then_pulumi_up_for_every_stack(project, aws_env, stack, rese
         assert not run.of_type(RESERVATION), f"{stack}: nothing reserved"
 
 
-def test_the_first_set_up_command_as_written():
+def python_block(after: str) -> str:
+    """The first ```python block after the text `after`."""
+    start = README.index("```python", README.index(after)) + len("```python")
+    return README[start:README.index("```", start)]
+
+
+def test_the_first_set_up_command_as_written(tmp_path):
     """`bash scripts/setup.sh && .venv/bin/python -m workload.local`: a second setup installs nothing, and the local
-    run's output is what the README shows."""
+    run's output is what the README shows: the losses, the exported model's generation, the picture of its curves.
+    The model it exported then loads as the real-cluster section loads its own."""
     command = bash_block("# Ray Train + FSDP on EKS with EFA")[:2]
     assert command == ["bash scripts/setup.sh", ".venv/bin/python -m workload.local"], command
     done = subprocess.run(" && ".join(command), shell=True, cwd=REPO, capture_output=True, text=True, timeout=900)
@@ -485,8 +497,38 @@ def test_the_first_set_up_command_as_written():
     summaries = [line for line in done.stdout.splitlines() if line.startswith(SUMMARY_PREFIX)]
     assert len(summaries) == 1 and done.stdout.splitlines()[-1] == summaries[0], "the summary once, as the last line"
     summary = json.loads(summaries[0][len(SUMMARY_PREFIX):])
-    losses = [float(m) for m in re.findall(r"step \d+/\d+ loss ([0-9.]+)", done.stdout)]
-    assert losses and summary["final_loss"] < 0.75 * losses[0], f"the loss must visibly fall: {losses}"
-    shown = [float(m) for m in re.findall(r"step (?:1|20)/20 loss ([0-9.]+)", README)]
+    steps = summary["steps"]
+    losses = [float(m) for m in re.findall(rf"step \d+/{steps} loss ([0-9.]+)", done.stdout)]
+    assert len(losses) == steps and summary["final_loss"] < 0.75 * losses[0], f"the loss must visibly fall: {losses}"
+    evaluations = [float(m) for m in re.findall(rf"step \d+/{steps} eval_loss ([0-9.]+)", done.stdout)]
+    assert evaluations == sorted(evaluations, reverse=True) and evaluations[-1] < 0.75 * losses[0], (
+        f"the held-out loss must fall too: {evaluations}")
+    shown = [float(m) for m in re.findall(rf"step (?:1|{steps})/{steps} loss ([0-9.]+)", README)]
     assert shown == pytest.approx([losses[0], losses[-1]], abs=0.05), (
         f"the README's example losses {shown} must be what a run prints: {losses[0]}, {losses[-1]}")
+    shown_eval = [float(m) for m in re.findall(rf"step {steps}/{steps} eval_loss ([0-9.]+)", README)]
+    assert shown_eval == pytest.approx([evaluations[-1]], abs=0.05), (shown_eval, evaluations)
+
+    # The generation: a line of the corpus, completed by the exported model loaded with from_pretrained.
+    (generated,) = re.findall(r'^from_pretrained\((.+)\)\.generate\(\'the cat\'\): (".*")$', done.stdout, re.M)
+    assert generated[0] == summary["model"], f"the model the summary names is the one that generates: {generated}"
+    corpus = (REPO / "data" / "corpus.txt").read_text().splitlines()
+    assert json.loads(generated[1]) in corpus, f"after its steps the model completes a corpus line: {generated}"
+    assert re.search(r'\.generate\(\'the cat\'\): "the cat [a-z ]+ \."', README), "and the README shows one"
+
+    # The README's picture is tools.loss_curve's drawing of a run like this one: every step, every evaluation.
+    picture = re.search(r"!\[[^]]*\]\((docs/[^)]+\.svg)\)", README).group(1)
+    lines = re.findall(r'<polyline [^>]*points="([^"]*)"><title>([^<]*)</title>', (REPO / picture).read_text())
+    drawn = {name: len(points.split()) for points, name in lines}
+    assert drawn == {"training loss": steps, "held-out loss": len(evaluations), "learning rate": steps}, drawn
+    from tools import loss_curve
+
+    run_directory = os.path.dirname(summary["tensorboard"])
+    assert loss_curve.main([run_directory, "--out", str(tmp_path / "run.svg")]) == cli.OK
+    assert re.findall(r"<polyline", (tmp_path / "run.svg").read_text()) == ["<polyline"] * 3, "the tool redraws it"
+
+    # The real-cluster section's loading code, on this run's model in place of the one synced from S3.
+    (tmp_path / "qwen-wikitext").symlink_to(summary["model"])
+    loaded = subprocess.run([sys.executable, "-c", python_block("### The commands")], cwd=tmp_path,
+                            capture_output=True, text=True, timeout=300)
+    assert loaded.returncode == 0 and loaded.stdout.startswith("The history of the"), loaded.stderr[-3000:]

@@ -5,6 +5,8 @@ never from the code under test.
 """
 from __future__ import annotations
 
+import json
+
 import ipaddress
 
 import pytest
@@ -353,6 +355,30 @@ def test_node_roles_hold_node_policies_only():
         assert sorted(r.inputs["policyArn"] for r in attached) == sorted(NODE_POLICY_ARNS), group.name
         assert not [r for r in run.of_type(ROLE_POLICY) if r.urn in _policies_of(run, group)], \
             f"{group.name}: no inline policy (no S3) on a node role"
+
+
+def _pod_role_policies(run: ProgramRun) -> list[Registration]:
+    """The inline policies of the Ray pods' role (EKS Pod Identity), the only role with S3 access."""
+    roles = {r.urn for r in run.of_type("aws:iam/role:Role") if "pods.eks.amazonaws.com" in r.inputs["assumeRolePolicy"]}
+    return [r for r in run.of_type(ROLE_POLICY) if r.parent in roles]
+
+
+def test_an_s3_dataset_is_readable_by_the_ray_pods_and_nothing_more():
+    run = program("dev", (("trainStoragePath", "s3://ckpt-bucket/runs/dev"),
+                          ("trainDataset", "s3://data-bucket/corpora/chat.jsonl")))
+    (policy,) = _pod_role_policies(run)
+    statements = json.loads(policy.inputs["policy"])["Statement"]
+    on_data = [s for s in statements if "data-bucket" in s["Resource"]]
+    assert {(s["Resource"], str(s["Action"])) for s in on_data} == {
+        ("arn:aws:s3:::data-bucket/corpora/chat.jsonl", "s3:GetObject"),
+        ("arn:aws:s3:::data-bucket", "s3:ListBucket")}, f"the Ray pods' role reads that one object: {on_data}"
+    listing = next(s for s in on_data if s["Action"] == "s3:ListBucket")
+    assert listing["Condition"]["StringLike"]["s3:prefix"][0] == "corpora/chat.jsonl", listing
+    for group in (system_node_group(run), gpu_node_group(run)):
+        assert not [r for r in run.of_type(ROLE_POLICY) if r.urn in _policies_of(run, group)], \
+            f"{group.name}: the dataset's read access is the pods', not the node's"
+    alone = program("dev", (("trainDataset", "s3://data-bucket/corpus.txt"),))
+    assert len(_pod_role_policies(alone)) == 1, "an s3:// dataset alone still needs its read access, on the pod role"
 
 
 @pytest.mark.parametrize("stack", STACKS)

@@ -76,6 +76,22 @@ BAD_CONFIGS = {
                                                 ["capacityReservationHours", "capacityReserve"]),
     "negative reservation hours": ("p5", {"capacityReservationHours": -1}, ["capacityReservationHours"]),
     "unknown train wait": ("dev", {"trainWait": "forever"}, ["trainWait", "finish", "transport"]),
+    "unknown learning-rate schedule": ("dev", {"trainLrSchedule": "step"},
+                                       ["trainLrSchedule", "'constant', 'linear', 'cosine'"]),
+    "warmup longer than the run": ("dev", {"trainWarmupSteps": 60}, ["trainWarmupSteps", "at most trainSteps 50"]),
+    "negative warmup": ("dev", {"trainWarmupSteps": -1}, ["trainWarmupSteps", "0 or more"]),
+    "eval fraction not a number": ("dev", {"trainDataset": "wikitext", "trainEvalFraction": "a tenth"},
+                                   ["trainEvalFraction", "a tenth"]),
+    "eval fraction of everything": ("dev", {"trainDataset": "wikitext", "trainEvalFraction": "1"},
+                                    ["trainEvalFraction", "below 1"]),
+    "two evaluation sets": ("dev", {"trainDataset": "wikitext", "trainEvalFraction": "0.1",
+                                    "trainEvalSplit": "validation"}, ["trainEvalFraction", "trainEvalSplit", "one"]),
+    "evaluation without a dataset": ("dev", {"trainEvalEvery": 10}, ["trainDataset", "random tokens"]),
+    "a split of a file": ("dev", {"trainDataset": "s3://data/corpus.jsonl", "trainEvalSplit": "validation"},
+                          ["trainEvalSplit", "trainEvalFraction"]),
+    "unknown export": ("dev", {"trainExport": "gguf"}, ["trainExport", "'final', 'checkpoints', 'none'"]),
+    "export at checkpoints without any": ("dev", {"trainExport": "checkpoints"},
+                                          ["trainExport", "trainCheckpointEvery"]),
 }
 
 
@@ -109,6 +125,9 @@ def test_parse_maps_every_key_onto_the_dataclass():
     assert (cfg.train.sharding, cfg.train.reduce_dtype, cfg.train.grad_accum_steps) == ("auto", "auto", 1), cfg.train
     bus = config.parse(raw | {"trainMinBusBandwidthGBps": "4.5"}).train.min_bus_gbytes_per_s
     assert bus == 4.5, "trainMinBusBandwidthGBps is parsed as a float"
+    train = config.parse(raw | {"trainDataset": "wikitext", "trainEvalFraction": "0.05"}).train
+    assert (train.dataset, train.eval_fraction) == ("wikitext", 0.05), "trainEvalFraction is parsed as a float"
+    assert (train.lr_schedule, train.warmup_steps, train.export) == ("cosine", 0, "final"), train
 
 
 def test_efa_interfaces_follow_the_network_cards():

@@ -1,8 +1,10 @@
 """The training function on a real Ray cluster in this process: 2 CPU workers, gloo, FSDP2, sharded checkpoints.
 
-One uninterrupted run on a learnable corpus is the reference: its loss must fall, and both a checkpoint-then-resume
-run and a run whose worker is killed mid-way must end with exactly its parameters (every batch is a function of
-its step, so nothing depends on where a run restarted).
+One uninterrupted run on a learnable corpus is the reference: its training and held-out losses must fall, its
+learning rates follow the schedule, and both a run that fails after a checkpoint and is run again and a run whose
+worker is killed mid-way must end with exactly its parameters and log exactly its learning rates and losses (every
+batch and every learning rate is a function of its step, so nothing depends on where a run restarted). The model it
+exports is its weights exactly, and loads with from_pretrained.
 """
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ import ray
 import ray.train
 import torch
 
-from workload import checkpoint, cli, data, model, train, trainer
+from workload import checkpoint, cli, data, metrics, model, train, trainer
 from workload.config import SUMMARY_PREFIX, TrainConfig
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -33,6 +35,9 @@ BASE = TrainConfig(
     batch_size=4,
     seq_len=32,
     learning_rate=1e-2,
+    warmup_steps=2,  # then the default cosine decay
+    eval_fraction=0.1,
+    eval_every=8,
     num_workers=2,
 )
 KILL_AFTER_STEP = 8
@@ -58,10 +63,18 @@ def reference(ray_cluster, tmp_path_factory):
     return cfg, trainer.fit(cfg)
 
 
-def _initial_loss(cfg: TrainConfig) -> float:
+def _untrained_losses(cfg: TrainConfig) -> tuple[float, float]:
+    """The untrained model's loss on the first step's batches (both ranks') and on the held-out set, without Ray."""
     with torch.no_grad():
         untrained = model.build_model(cfg, torch.device("cpu"))
-        return model.loss_fn(untrained, data.dataset_batches(cfg, rank=0, world_size=2)(0)).item()
+        first = [model.loss_fn(untrained, data.make_data(cfg, 0, rank, 2).train(0)).item() for rank in (0, 1)]
+        _, held = data.dataset_blocks(cfg)
+        return sum(first) / 2, model.evaluate(untrained, list(held.split(cfg.batch_size))).item()
+
+
+def _logged(cfg: TrainConfig) -> dict[str, list[tuple[int, float]]]:
+    """What the run logged to TensorBoard, as TensorBoard shows it."""
+    return metrics.read_scalars(os.path.join(cfg.storage_path, cfg.run_name, metrics.DIRECTORY))
 
 
 def _assert_same_parameters(got: dict, expected: dict, run: str) -> None:
@@ -76,32 +89,76 @@ def test_two_cpu_workers_learn_the_corpus(reference):
     assert (summary["world_size"], summary["device"], summary["steps"]) == (2, "cpu", cfg.steps), (
         f"summary: expected 2 cpu workers and {cfg.steps} steps, got {summary}"
     )
-    initial = _initial_loss(cfg)
+    initial, _ = _untrained_losses(cfg)
+    # The job computes in bf16 (FSDP's mixed precision), this check in fp32.
+    assert summary["initial_loss"] == pytest.approx(initial, rel=2e-2), (
+        f"initial_loss is the untrained model's loss on the first batches, {initial:.3f}: {summary}")
     assert summary["final_loss"] < 0.5 * initial, (
         f"loss on the learnable corpus must fall below half its untrained value {initial:.3f}, "
         f"got {summary['final_loss']:.3f}"
     )
+    assert (summary["effective_batch"], summary["tokens_seen"]) == (2 * cfg.batch_size, 16 * 8 * cfg.seq_len), (
+        f"effective batch: 2 ranks x {cfg.batch_size} sequences; tokens seen: 16 steps of 8 x 32: {summary}")
     assert summary["tokens_per_s"] > 0 and summary["mfu"] is None, f"CPU run: tokens/s > 0 and mfu null, got {summary}"
     assert summary["nccl_logs"] == {}, "no NCCL_DEBUG_FILE: nccl_logs must be {}"
     assert checkpoint.read_step(summary["checkpoint"]) == cfg.steps, "final checkpoint must record the last step"
+    assert summary["model"] == os.path.join(cfg.storage_path, cfg.run_name, "model_000016"), summary["model"]
+    assert summary["tensorboard"] == os.path.join(cfg.storage_path, cfg.run_name, "tensorboard"), summary
 
 
-def test_checkpoint_then_resume_matches_an_uninterrupted_run(reference, tmp_path):
-    _, (reference_result, _) = reference
-    cfg = dataclasses.replace(BASE, storage_path=str(tmp_path), run_name="resumed")
-    halfway, _ = trainer.fit(dataclasses.replace(cfg, steps=cfg.steps // 2))
-    assert checkpoint.read_step(halfway.checkpoint.path) == cfg.steps // 2, "first run must checkpoint its last step"
+def test_the_held_out_loss_falls_and_the_learning_rate_follows_the_schedule(reference):
+    cfg, (result, final) = reference
+    logged = _logged(cfg)
+    _, untrained = _untrained_losses(cfg)
+    evaluations = logged["eval/loss"]
+    assert [step for step, _ in evaluations] == [8, 16], f"--eval_every 8 of 16 steps: {evaluations}"
+    assert untrained > evaluations[0][1] > evaluations[1][1], (
+        f"the held-out loss must fall from the untrained model's {untrained:.3f}: {evaluations}")
+    assert final["eval_loss"] == pytest.approx(evaluations[-1][1], rel=1e-6), "the summary's eval_loss is the last"
+    steps, rates = zip(*logged["train/learning_rate"])
+    assert steps == tuple(range(1, cfg.steps + 1)), f"one learning rate per step: {steps}"
+    assert rates == pytest.approx([model.learning_rate_at(cfg, step) for step in range(cfg.steps)], rel=1e-6), (
+        f"warmup then cosine decay, step by step (TensorBoard keeps float32): {rates}")
+    assert [step for step, _ in logged["train/loss"]] == list(range(1, cfg.steps + 1)), logged["train/loss"]
+    assert logged["train/loss"][-1][1] == pytest.approx(final["final_loss"], rel=1e-6), "the last loss logged"
+
+
+class _Stopped(Exception):
+    pass
+
+
+def _fails_after_step(step: int, config: dict) -> None:
+    """train_func, except that every rank raises right after its checkpoint of `step`: the job fails there."""
+    real_report = ray.train.report
+
+    def report(metrics, checkpoint=None, **kwargs):
+        real_report(metrics, checkpoint=checkpoint, **kwargs)
+        if metrics.get("step") == step:
+            raise _Stopped(f"stopped after step {step}")
+
+    ray.train.report = report
+    trainer.train_func(config)
+
+
+def test_a_run_that_failed_resumes_where_it_stopped_and_continues_the_schedule(reference, tmp_path):
+    """The same job run again after it failed (a `pulumi up` retried): it resumes from its last checkpoint, with the
+    learning rates, the losses and the parameters of the run that never stopped."""
+    reference_cfg, (reference_result, _) = reference
+    cfg = dataclasses.replace(BASE, storage_path=str(tmp_path), run_name="resumed", checkpoint_every=8)
+    with pytest.raises(ray.train.TrainingFailedError, match="stopped after step 8"):
+        trainer.fit(cfg, train_loop=functools.partial(_fails_after_step, 8))
 
     resumed, final = trainer.fit(cfg)
-    assert final["start_step"] == cfg.steps // 2, (
-        f"a run with the same storage_path and run_name must resume at step {cfg.steps // 2}, "
-        f"started at {final['start_step']}"
-    )
+    assert final["start_step"] == 8, (
+        f"a run with the same storage_path and run_name must resume at step 8, started at {final['start_step']}")
     _assert_same_parameters(
         checkpoint.read_model_state(resumed.checkpoint.path),
         checkpoint.read_model_state(reference_result.checkpoint.path),
-        "checkpoint then resume",
+        "failed then resumed",
     )
+    logged, expected = _logged(cfg), _logged(reference_cfg)
+    for tag in ("train/learning_rate", "train/loss", "eval/loss"):
+        assert logged[tag] == expected[tag], f"{tag}: the resumed run must log the uninterrupted run's, step by step"
 
 
 def _dies_once_after_step(marker: str, config: dict) -> None:
@@ -120,7 +177,7 @@ def _dies_once_after_step(marker: str, config: dict) -> None:
 
 
 def test_killed_worker_is_restarted_and_finishes_with_the_same_result(reference, tmp_path):
-    _, (reference_result, _) = reference
+    reference_cfg, (reference_result, _) = reference
     marker = str(tmp_path / "worker-died")
     cfg = dataclasses.replace(BASE, storage_path=str(tmp_path / "storage"), run_name="killed",
                               checkpoint_every=4, max_failures=1)
@@ -136,6 +193,10 @@ def test_killed_worker_is_restarted_and_finishes_with_the_same_result(reference,
         checkpoint.read_model_state(reference_result.checkpoint.path),
         "killed and restarted",
     )
+    # Steps the first attempt logged past the checkpoint it restarted from are purged, then logged again.
+    logged, expected = _logged(cfg), _logged(reference_cfg)
+    for tag in ("train/learning_rate", "train/loss"):
+        assert logged[tag] == expected[tag], f"{tag}: the restarted run must log the uninterrupted run's, once each"
 
 
 def _strict_json(text: str) -> dict:
@@ -167,37 +228,37 @@ def test_a_diverging_run_stops_at_its_first_non_finite_loss_and_fails_the_job(ra
         f"checkpoints up to the last finite step, none of the diverged weights: {saved}")
 
 
-def test_export_turns_the_two_rank_checkpoint_into_the_trained_model(reference, tmp_path, capsys):
-    """`python -m workload.export` on the reference run's last checkpoint (written by 2 FSDP2 ranks): the weights are
-    the unsharded ones exactly, from_pretrained gives the trained model's logits, and the tokenizer comes along."""
+def test_the_job_exports_its_weights_and_so_does_the_export_command(reference, tmp_path, capsys):
+    """The model the job wrote after its last step (gathered from its 2 FSDP2 ranks, right after an evaluation) and
+    `python -m workload.export` on its last checkpoint: both hold the unsharded weights exactly, load with
+    from_pretrained to the trained model's logits, and with AutoTokenizer to the training ids; and both are made
+    for generate(): the KV cache on, the tokenizer's end of text in the generation config."""
     from safetensors.torch import load_file
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from workload import export
 
-    cfg, (result, _) = reference
+    cfg, (result, final) = reference
     out = tmp_path / "model"
     assert export.main([result.checkpoint.path, str(out)]) == cli.OK
     assert "from_pretrained" in capsys.readouterr().out
 
     unsharded = {name.removeprefix("lm."): tensor
                  for name, tensor in checkpoint.read_model_state(result.checkpoint.path).items()}
-    exported = load_file(out / "model.safetensors")
-    tied = set(unsharded) - set(exported)
-    assert tied <= {"lm_head.weight"}, f"only the tied lm_head may be left to its embedding: {tied}"
-    _assert_same_parameters(exported, {name: unsharded[name] for name in exported}, "exported")
-
     trained = model.build_model(cfg, torch.device("cpu")).lm
     trained.load_state_dict(unsharded)
-    loaded = AutoModelForCausalLM.from_pretrained(out)
     batch = data.dataset_batches(cfg, rank=0, world_size=2)(0)
-    with torch.no_grad():
-        assert torch.equal(loaded(batch).logits, trained(batch).logits), "the exported model's logits differ"
-    # The tokenizer's own files come along. (AutoTokenizer on OUT picks Qwen2Tokenizer from config.json's model type
-    # in transformers 5, which rebuilds a byte-level BPE around the sample tokenizer's word-level vocabulary; hence
-    # the explicit class here. A Qwen tokenizer, the cluster's, round-trips through AutoTokenizer as it is.)
-    from transformers import PreTrainedTokenizerFast
-
     text = open(cfg.dataset).read()[:2000]
-    assert PreTrainedTokenizerFast.from_pretrained(out)(text).input_ids == \
-        AutoTokenizer.from_pretrained(cfg.tokenizer)(text).input_ids, "the tokenizer must come along"
+    training_ids = AutoTokenizer.from_pretrained(cfg.tokenizer)(text).input_ids
+    for directory, made_by in ((final["model"], "the job"), (str(out), "workload.export")):
+        exported = load_file(os.path.join(directory, "model.safetensors"))
+        tied = set(unsharded) - set(exported)
+        assert tied <= {"lm_head.weight"}, f"{made_by}: only the tied lm_head may be left to its embedding: {tied}"
+        _assert_same_parameters(exported, {name: unsharded[name] for name in exported}, f"exported by {made_by}")
+        loaded = AutoModelForCausalLM.from_pretrained(directory)
+        with torch.no_grad():
+            assert torch.equal(loaded(batch).logits, trained(batch).logits), f"{made_by}: the logits differ"
+        tokenizer = AutoTokenizer.from_pretrained(directory)
+        assert tokenizer(text).input_ids == training_ids, f"{made_by}: AutoTokenizer must give the training ids"
+        assert loaded.config.use_cache and loaded.generation_config.eos_token_id == tokenizer.eos_token_id, (
+            f"{made_by}: made for generate(): {loaded.config.use_cache}, {loaded.generation_config}")

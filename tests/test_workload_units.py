@@ -3,8 +3,10 @@ files, summary parsing. Runs in seconds."""
 from __future__ import annotations
 
 import dataclasses
+import glob
 import json
 import os
+import pathlib
 import socket
 import subprocess
 import sys
@@ -41,6 +43,16 @@ REPO = os.path.dirname(HERE)
         (["--ranks_per_node", "-1"], "--ranks_per_node"),
         (["--num_workers", "6", "--ranks_per_node", "4"], "--ranks_per_node 4 must divide --num_workers 6"),
         (["--fabric_check_seconds", "0", "--min_bus_gbytes_per_s", "4"], "--min_bus_gbytes_per_s needs"),
+        (["--lr_schedule", "step"], "--lr_schedule must be one of constant, linear, cosine"),
+        (["--steps", "10", "--warmup_steps", "11"], "--warmup_steps 11 must be at most --steps 10"),
+        (["--dataset", CORPUS, "--eval_fraction", "1"], "--eval_fraction must be at least 0 and below 1"),
+        (["--eval_fraction", "0.1"], "--eval_fraction and --eval_split need a --dataset"),
+        (["--dataset", CORPUS, "--eval_split", "validation"], "--eval_split names a split of a Hugging Face"),
+        (["--dataset", "org/corpus", "--eval_split", "validation", "--eval_fraction", "0.1"], "give one"),
+        (["--dataset", CORPUS, "--eval_every", "5"], "--eval_every needs an evaluation set"),
+        (["--export", "hf"], "--export must be one of final, checkpoints, none"),
+        (["--storage_path", "/tmp/x", "--export", "checkpoints"], "--export checkpoints needs --checkpoint_every"),
+        (["--dataset", "s3://bucket/corpus.parquet"], "a remote file must end in one of .txt, .jsonl, .json"),
     ],
 )
 def test_bad_input_fails_before_ray_starts(argv, flag):
@@ -106,7 +118,9 @@ def test_real_data_is_tokenized_packed_and_sharded(tmp_path):
     vocab = tokenizer.get_vocab()
     with open(CORPUS) as file:
         lines = [line.strip() for line in file if line.strip()]
-    stream = [token for line in lines for token in [vocab[word] for word in line.split()] + [vocab["<eos>"]]]
+    # Byte-level BPE as Qwen2's: a word after a space is one token spelt with the space's byte (Ġ) in front.
+    words = [[vocab[word if index == 0 else "Ġ" + word] for index, word in enumerate(line.split())] for line in lines]
+    stream = [token for ids in words for token in ids + [vocab["<|endoftext|>"]]]
     seq_len = 16
     expected_blocks = {tuple(stream[i : i + seq_len]) for i in range(0, len(stream) - seq_len + 1, seq_len)}
 
@@ -150,6 +164,110 @@ def test_hugging_face_dataset_reads_its_text_column(monkeypatch):
     assert calls == [("org/corpus", "v1", "validation")], f"load_dataset must get --dataset/_config/_split: {calls}"
     with pytest.raises(ValueError, match="--text_field 'text'"):
         data.load_documents(TrainConfig(model_config="tiny", dataset="org/corpus", tokenizer=TOKENIZER))
+
+
+def test_held_out_blocks_are_seeded_disjoint_and_shared_equally():
+    cfg = TrainConfig(model_config="tiny", dataset=CORPUS, tokenizer=TOKENIZER, seq_len=16, batch_size=2,
+                      eval_fraction=0.1)
+    every = {tuple(row.tolist()) for row in data.dataset_blocks(dataclasses.replace(cfg, eval_fraction=0.0))[0]}
+    train, held = data.dataset_blocks(cfg)
+    assert len(held) == -(-len(every) // 10) and len(train) + len(held) == len(every), (
+        f"a tenth of {len(every)} blocks (rounded up) is held out: {len(held)} held, {len(train)} left")
+    assert {tuple(row.tolist()) for row in train} | {tuple(row.tolist()) for row in held} == every, \
+        "the held-out and training blocks together are the packed corpus"
+    assert torch.equal(held, data.dataset_blocks(cfg)[1]), "the held-out blocks are a function of the seed"
+    assert not torch.equal(held, data.dataset_blocks(dataclasses.replace(cfg, seed=1))[1]), "and of the seed only"
+    shares = [data.make_data(cfg, 512, rank, 3).eval for rank in range(3)]
+    rows = [tuple(row.tolist()) for share in shares for batch in share for row in batch]
+    assert [sum(len(batch) for batch in share) for share in shares] == [len(held) // 3] * 3, (
+        "each of 3 ranks evaluates an equal share (the remainder is left out), so all run as many forwards")
+    assert all(len(batch) <= cfg.batch_size for share in shares for batch in share), "in batches of --batch_size"
+    assert len(set(rows)) == len(rows) and set(rows) <= {tuple(row.tolist()) for row in held}, "disjoint shares"
+    with pytest.raises(ValueError, match="--eval_fraction 0.1 gives 3 evaluation blocks .* fewer than the 4"):
+        data.make_data(dataclasses.replace(cfg, seq_len=64), 512, 0, 4)
+
+
+def test_eval_split_packs_another_split_of_the_hugging_face_dataset(monkeypatch):
+    import datasets
+
+    splits = {"train": ["the cat sees the ball ."] * 20, "validation": ["the dog likes the tree ."] * 8}
+    monkeypatch.setattr(datasets, "load_dataset",
+                        lambda name, config, split: datasets.Dataset.from_dict({"text": splits[split]}))
+    cfg = TrainConfig(model_config="tiny", dataset="org/corpus", tokenizer=TOKENIZER, seq_len=7, batch_size=2,
+                      eval_split="validation")
+    train, held = data.dataset_blocks(cfg)
+    tokenizer = data.load_tokenizer(TOKENIZER)
+    line = tokenizer("the dog likes the tree .")["input_ids"] + [tokenizer.eos_token_id]
+    assert held.tolist() == [line] * 8 and len(train) == 20, f"evaluation: the validation split's blocks {held}"
+
+
+def test_learning_rates_follow_the_schedule_worked_by_hand():
+    """Peak 1e-3, 4 warmup steps of 12: steps 0-3 climb by quarters; after them, progress (step - 4) / 8."""
+    def rates(schedule):
+        cfg = TrainConfig(learning_rate=1e-3, steps=12, warmup_steps=4, lr_schedule=schedule)
+        return [model.learning_rate_at(cfg, step) for step in (0, 1, 3, 4, 8, 11)]
+
+    warmup = [2.5e-4, 5e-4, 1e-3]
+    # cos(pi * 7/8) = -0.9238795: 0.5 * (1 - 0.9238795) = 0.0380602 of the peak at the last step.
+    assert rates("cosine") == pytest.approx(warmup + [1e-3, 5e-4, 3.80602e-5], rel=1e-5), rates("cosine")
+    assert rates("linear") == pytest.approx(warmup + [1e-3, 5e-4, 1.25e-4], rel=1e-9), rates("linear")
+    assert rates("constant") == pytest.approx(warmup + [1e-3] * 3, rel=1e-9), rates("constant")
+    no_warmup = TrainConfig(learning_rate=1e-3, steps=12)
+    assert model.learning_rate_at(no_warmup, 0) == 1e-3, "without warmup the first step takes the peak"
+
+
+def test_evaluation_takes_the_loss_without_gradients_and_weighs_by_sequences(monkeypatch):
+    monkeypatch.setattr(model, "LOSS_CHUNK_TOKENS", 50)  # several chunks, one partial
+    lm = model.build_model(TrainConfig(model_config="tiny"), torch.device("cpu"))
+    batches = [data.random_batches(TrainConfig(batch_size=size, seq_len=32, seed=size), 512, 0)(0) for size in (3, 1)]
+    plain = [lm.lm(input_ids=batch, labels=batch).loss.item() for batch in batches]
+    assert model.evaluate(lm, batches).item() == pytest.approx((3 * plain[0] + plain[1]) / 4, rel=1e-5), (
+        "the evaluation loss is the mean over sequences of the plain Hugging Face loss")
+    assert all(parameter.grad is None for parameter in lm.parameters()), "evaluation computes no gradients"
+
+
+def test_a_remote_dataset_is_read_through_pyarrow(tmp_path):
+    """A file:// URI takes the same pyarrow path as s3:// (from_uri, then a stream), without S3."""
+    uri = f"file://{os.path.abspath(CORPUS_JSONL)}"
+    cfg = TrainConfig(model_config="tiny", dataset=uri, text_field="body", tokenizer=TOKENIZER)
+    data.check_dataset(cfg)
+    local = TrainConfig(model_config="tiny", dataset=CORPUS_JSONL, text_field="body", tokenizer=TOKENIZER)
+    assert data.load_documents(cfg) == data.load_documents(local), "a remote file reads as the local one"
+    with pytest.raises(ValueError, match="--dataset 'file:///no/such/corpus.jsonl' is not a file there"):
+        data.check_dataset(dataclasses.replace(cfg, dataset="file:///no/such/corpus.jsonl"))
+
+
+def test_metrics_reach_tensorboard_files_under_a_remote_run_directory_and_read_back(tmp_path):
+    """Two attempts of one run, the second resumed at step 3 after the first had logged up to 6 (past its last
+    checkpoint): TensorBoard's purge marker leaves steps 1-3 of the first and 4-5 of the second. A file:// URI takes
+    the upload path an s3:// storage path takes."""
+    from workload import metrics
+
+    run = f"file://{tmp_path}/run"
+    first = metrics.MetricsLog(run, start_step=0)
+    for step in range(1, 7):
+        first.scalars(step, {"train/loss": 10.0 - step})
+    first.sync()
+    assert glob.glob(str(tmp_path / "run" / "tensorboard" / metrics.EVENT_FILES)), "synced up before the end"
+    second = metrics.MetricsLog(run, start_step=3)
+    for step in (4, 5):
+        second.scalars(step, {"train/loss": 100.0 + step, "eval/loss": 50.0})
+    second.close()
+    scalars = metrics.read_scalars(str(tmp_path / "run" / "tensorboard"))
+    assert scalars["train/loss"] == [(1, 9.0), (2, 8.0), (3, 7.0), (4, 104.0), (5, 105.0)], scalars
+    assert scalars["eval/loss"] == [(4, 50.0), (5, 50.0)], scalars
+
+
+def test_a_directory_is_written_to_and_read_from_a_remote_path(tmp_path):
+    from workload import storage
+
+    destination = f"file://{tmp_path}/remote/model"
+    with storage.writing(destination) as local:
+        assert local != str(tmp_path / "remote" / "model"), "a remote destination is written locally first"
+        (pathlib.Path(local) / "config.json").write_text("{}")
+    assert (tmp_path / "remote" / "model" / "config.json").read_text() == "{}", "uploaded on success"
+    with storage.local_copy(destination) as copy:
+        assert os.listdir(copy) == ["config.json"], "and downloaded back"
 
 
 def test_random_batches_are_seeded_per_step_and_rank():
@@ -283,8 +401,10 @@ def test_summary_checkpoint_is_a_usable_uri(storage_path, stored_path, expected)
     class Result:
         checkpoint = Stored()
 
-    final = {"world_size": 2, "device": "cpu", "steps": 10, "final_loss": 1.0, "tokens_per_s": 5.0, "mfu": None,
-             "start_step": 0, "nccl_logs": {}, "sharding": {}, "fabric": None}
+    final = {"world_size": 2, "device": "cpu", "steps": 10, "initial_loss": 6.0, "final_loss": 1.0, "eval_loss": None,
+             "effective_batch": 4, "tokens_seen": 80, "tokens_per_s": 5.0, "mfu": None, "start_step": 0,
+             "diverged_at_step": None, "model": None, "tensorboard": None, "nccl_logs": {}, "sharding": {},
+             "fabric": None}
     summary = trainer.summarize(TrainConfig(storage_path=storage_path), Result(), final)
     assert summary["checkpoint"] == expected, f"checkpoint under {storage_path}: expected {expected}"
 
@@ -316,6 +436,15 @@ def test_local_run_refuses_bad_flags_before_starting_ray(monkeypatch, flags, nam
     monkeypatch.setattr(local, "local_cluster", no_cluster)
     with pytest.raises(ValueError, match=named):
         local.main(flags)
+
+
+def test_the_local_run_on_random_tokens_evaluates_nothing():
+    """README: `--dataset ''` trains on random tokens; the local defaults' held-out fifth goes with the corpus."""
+    from workload import local
+
+    cfg = local.parse_args(["--dataset", ""])
+    assert (cfg.dataset, cfg.eval_fraction, cfg.eval_every) == ("", 0, 0), cfg
+    assert local.parse_args([]).eval_fraction == local.LOCAL_DEFAULTS["eval_fraction"] > 0
 
 
 def test_local_run_passes_local_files_by_absolute_path(monkeypatch, tmp_path):

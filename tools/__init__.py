@@ -3,4 +3,5 @@
     tools.capacity   where the GPUs can be had: ranks regions and AZs, writes the stack file
     tools.status     the RayCluster, its pods, the GPU nodes' GPUs and EFA interfaces, and the running job
     tools.job        the stack's training runs: list them, follow one, read its summary, stop it
+    tools.loss_curve a run's loss and learning-rate curves as an SVG picture, from its TensorBoard event files
 """

@@ -48,6 +48,24 @@ def load(directory: str, model: nn.Module, optimizer: torch.optim.Optimizer) -> 
     return read_step(directory)
 
 
+def gather_full_weights(model: nn.Module, keep: bool) -> dict[str, torch.Tensor]:
+    """The Hugging Face model's full weights, all-gathered from the FSDP2 shards one parameter at a time; the rank
+    that `keep`s them (rank 0) copies each to host memory as it arrives, the others drop it. Every rank must call
+    this (each parameter is a collective). Host memory holds one full copy at most, tied weights once (parameters
+    are listed once however many modules share them), and each device one full parameter at a time."""
+    from torch.distributed.tensor import DTensor
+
+    from workload.model import reshard
+
+    reshard(model)  # the sharded fp32 master weights, not gathered bf16 ones a forward may have left
+    state = {}
+    for name, parameter in model.lm.named_parameters():
+        full = parameter.full_tensor() if isinstance(parameter, DTensor) else parameter
+        if keep:
+            state[name] = full.detach().to("cpu", copy=True)
+    return state
+
+
 def read_model_state(directory: str) -> dict[str, torch.Tensor]:
     """The full, unsharded model weights of a checkpoint, in one process without a process group."""
     with tempfile.TemporaryDirectory() as scratch:

@@ -50,11 +50,16 @@ MODEL_CONFIGS = tuple(ARCHITECTURES)
 # Hub models whose architecture is one of the above, so their limits are known without downloading config.json.
 PUBLISHED_ARCHITECTURES = {"Qwen/Qwen2.5-1.5B": "qwen2.5-1.5b"}
 
-LOCAL_DATASET_SUFFIXES = (".txt", ".jsonl", ".json")
+# A --dataset with one of these suffixes is a file, local or remote (s3://...), rather than a Hugging Face id.
+DATASET_FILE_SUFFIXES = (".txt", ".jsonl", ".json")
 SHARDINGS = ("auto", "full", "hybrid")
 """Names accepted by --sharding (workload.parallel chooses between full and hybrid for auto)."""
 REDUCE_DTYPES = ("auto", "fp32", "bf16")
 """Names accepted by --reduce_dtype (workload.parallel resolves auto)."""
+LR_SCHEDULES = ("constant", "linear", "cosine")
+"""Names accepted by --lr_schedule (workload.model.learning_rate_at)."""
+EXPORTS = ("final", "checkpoints", "none")
+"""Names accepted by --export: when the job writes a Hugging Face model directory."""
 
 # The job's last line: `TRAIN_SUMMARY {json}` (workload/train.py prints it, workload/submit.py parses it). Here, in
 # a module that imports nothing heavy, so that neither side needs torch to agree on it.
@@ -87,7 +92,10 @@ class TrainConfig:
     steps: int = flag(50, "Optimizer steps.")
     batch_size: int = flag(2, "Sequences per worker per step.")
     seq_len: int = flag(2048, "Tokens per sequence.")
-    learning_rate: float = flag(1e-5, "AdamW learning rate (constant).")
+    learning_rate: float = flag(1e-5, "AdamW's peak learning rate (see --lr_schedule).")
+    lr_schedule: str = flag(
+        "cosine", "Learning rate after the warmup: constant, or a linear or cosine decay to 0 at the last step.")
+    warmup_steps: int = flag(0, "Steps of linear warmup to --learning_rate (step k of n takes k/n of it).")
     max_grad_norm: float = flag(1.0, "Clip the global gradient norm to this value; 0 turns clipping off.")
     seed: int = flag(
         0,
@@ -110,7 +118,8 @@ class TrainConfig:
         0, "Save a sharded checkpoint every this many steps (needs --storage_path); 0 saves only after the last step."
     )
     dataset: str = flag(
-        "", "Empty: random tokens (the recipe's default). A local .txt/.jsonl/.json file, or a Hugging Face dataset id."
+        "", "Empty: random tokens (the recipe's default). A .txt/.jsonl/.json file (local, or s3://...), or a Hugging "
+        "Face dataset id."
     )
     dataset_config: str = flag("", "Configuration name of a Hugging Face --dataset (e.g. wikitext-2-raw-v1).")
     dataset_split: str = flag("train", "Split of a Hugging Face --dataset.")
@@ -118,6 +127,15 @@ class TrainConfig:
     tokenizer: str = flag(
         "", "Tokenizer for --dataset (a Hugging Face id or a local directory); empty means --model_id's."
     )
+    eval_fraction: float = flag(
+        0.0, "Hold out this fraction of --dataset's packed sequences for evaluation (0 to below 1); 0: none.")
+    eval_split: str = flag(
+        "", "Evaluate on this split of a Hugging Face --dataset (e.g. validation, or validation[:500]) instead.")
+    eval_every: int = flag(
+        0, "Evaluate every this many steps, and after the last; 0: after the last only (with an evaluation set).")
+    export: str = flag(
+        "final", "Write a Hugging Face model directory (model_<step>/) beside the checkpoints: final (after the last "
+        "step), checkpoints (at every checkpoint too) or none. Without --storage_path nothing is written.")
     compile: bool | None = flag(
         None, "torch.compile each decoder layer; unset means on for CUDA and off on CPU (slow to compile there)."
     )
@@ -171,7 +189,7 @@ class TrainConfig:
             raise ValueError(f"--max_grad_norm must be 0 (off) or a positive number, got {self.max_grad_norm}")
         if not isinstance(self.max_failures, int) or self.max_failures < -1:
             raise ValueError(f"--max_failures must be -1 (retry forever), 0 or more, got {self.max_failures!r}")
-        for name in ("num_workers", "checkpoint_every"):
+        for name in ("num_workers", "checkpoint_every", "warmup_steps", "eval_every"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 0:
                 raise ValueError(f"--{name} must be an integer >= 0, got {value!r}")
@@ -186,9 +204,20 @@ class TrainConfig:
             raise ValueError(f"--run_name must be a non-empty name without '/', got {self.run_name!r}")
         if is_local_dataset(self.dataset) and not os.path.isfile(os.path.expanduser(self.dataset)):
             raise ValueError(f"--dataset file {self.dataset!r} does not exist")
+        if "://" in self.dataset and not self.dataset.endswith(DATASET_FILE_SUFFIXES):
+            raise ValueError(f"--dataset {self.dataset!r}: a remote file must end in one of "
+                             f"{', '.join(DATASET_FILE_SUFFIXES)} (its format)")
         if self.checkpoint_every and not self.storage_path:
             raise ValueError("--checkpoint_every needs --storage_path (where the checkpoints go)")
         _one_of(self, "sharding", SHARDINGS)
+        _one_of(self, "lr_schedule", LR_SCHEDULES)
+        _one_of(self, "export", EXPORTS)
+        if self.warmup_steps > self.steps:
+            raise ValueError(f"--warmup_steps {self.warmup_steps} must be at most --steps {self.steps}")
+        self._check_evaluation()
+        if self.export == "checkpoints" and not self.checkpoint_every:
+            raise ValueError("--export checkpoints needs --checkpoint_every (and --storage_path): the models are "
+                             "written at the checkpoints; final writes one after the last step")
         _one_of(self, "reduce_dtype", REDUCE_DTYPES)
         _positive_int(self, "grad_accum_steps")
         if self.batch_size % self.grad_accum_steps:
@@ -207,6 +236,19 @@ class TrainConfig:
                              f"got {self.fabric_check_seconds}")
         if self.min_bus_gbytes_per_s and self.fabric_check_seconds == 0:
             raise ValueError("--min_bus_gbytes_per_s needs the fabric check: --fabric_check_seconds must not be 0")
+
+    def _check_evaluation(self) -> None:
+        if not (0 <= self.eval_fraction < 1):
+            raise ValueError(f"--eval_fraction must be at least 0 and below 1, got {self.eval_fraction}")
+        if self.eval_fraction and self.eval_split:
+            raise ValueError("--eval_fraction and --eval_split are two ways to choose the evaluation set: give one")
+        if (self.eval_fraction or self.eval_split) and not self.dataset:
+            raise ValueError("--eval_fraction and --eval_split need a --dataset (random tokens have nothing to learn)")
+        if self.eval_split and is_file_dataset(self.dataset):
+            raise ValueError(f"--eval_split names a split of a Hugging Face --dataset; the file {self.dataset!r} has "
+                             "none: use --eval_fraction")
+        if self.eval_every and not (self.eval_fraction or self.eval_split):
+            raise ValueError("--eval_every needs an evaluation set: --eval_fraction or --eval_split")
 
     @property
     def tokenizer_name(self) -> str:
@@ -234,10 +276,16 @@ class TrainConfig:
 
 
 def is_local_dataset(dataset: str) -> bool:
-    """A --dataset that names a file rather than a Hugging Face id: a known suffix or an explicit path."""
-    return bool(dataset) and (
-        dataset.endswith(LOCAL_DATASET_SUFFIXES) or dataset.startswith(("/", "./", "../", "~"))
+    """A --dataset that names a file on this machine rather than a Hugging Face id or a remote file: a known suffix
+    or an explicit path."""
+    return bool(dataset) and "://" not in dataset and (
+        dataset.endswith(DATASET_FILE_SUFFIXES) or dataset.startswith(("/", "./", "../", "~"))
     )
+
+
+def is_file_dataset(dataset: str) -> bool:
+    """A --dataset that is a file, on this machine or remote (s3://bucket/key.jsonl), not a Hugging Face id."""
+    return is_local_dataset(dataset) or "://" in dataset
 
 
 def _positive_int(config: TrainConfig, name: str) -> None:

@@ -3,20 +3,26 @@
 Both sources are indexed by step, never by an iterator's position, so a run resumed from a checkpoint at step k
 sees exactly the batches an uninterrupted run sees from step k on.
 
-Real data: documents from a local .txt (one document a line), .jsonl/.json (the --text_field of each record) or a
-Hugging Face dataset, tokenized with an end-of-text token between documents, concatenated, cut into blocks of
-seq_len tokens (the tail shorter than a block is dropped), shuffled once with the run's seed, and dealt to the
-ranks round-robin (block i goes to rank i % world_size), so the ranks' shards are disjoint and equal in size.
+Real data: documents from a .txt (one document a line) or .jsonl/.json (the --text_field of each record), local or
+s3:// (read with pyarrow, which Ray Train itself uses for its storage, with the same AWS credentials), or a Hugging
+Face dataset, tokenized with an end-of-text token between documents, concatenated, cut into blocks of seq_len
+tokens (the tail shorter than a block is dropped), shuffled once with the run's seed, and dealt to the ranks
+round-robin (block i goes to rank i % world_size), so the ranks' shards are disjoint and equal in size.
+
+Evaluation: --eval_fraction holds out a seeded random share of those blocks before the ranks get theirs;
+--eval_split packs another split of a Hugging Face dataset the same way. Each rank evaluates an equal share.
 """
 from __future__ import annotations
 
 import json
+import math
 import os
+from dataclasses import dataclass
 from typing import Callable, Iterable, Sequence
 
 import torch
 
-from workload.config import TrainConfig, is_local_dataset
+from workload.config import TrainConfig, is_file_dataset
 
 Batches = Callable[[int], torch.Tensor]
 
@@ -57,20 +63,49 @@ def check_tokenizer(cfg: TrainConfig, vocab_size: int) -> None:
         )
 
 
-def load_documents(cfg: TrainConfig) -> list[str]:
-    if is_local_dataset(cfg.dataset):
-        path = os.path.expanduser(cfg.dataset)
-        with open(path, encoding="utf-8") as file:
-            if path.endswith(".txt"):
-                return [line.strip() for line in file if line.strip()]
-            if path.endswith(".jsonl"):
-                records = [json.loads(line) for line in file if line.strip()]
-            else:
-                records = json.load(file)
+def check_dataset(cfg: TrainConfig) -> None:
+    """A remote --dataset file must exist and be readable with the driver's credentials (the workers have the
+    same ones), before any worker starts; a local one was checked with the flags."""
+    if "://" not in cfg.dataset:
+        return
+    import pyarrow.fs
+
+    try:
+        filesystem, path = pyarrow.fs.FileSystem.from_uri(cfg.dataset)
+        found = filesystem.get_file_info(path).type
+    except (OSError, ValueError, pyarrow.lib.ArrowException) as error:
+        raise ValueError(f"--dataset {cfg.dataset!r} cannot be read ({error})") from None
+    if found != pyarrow.fs.FileType.File:
+        raise ValueError(f"--dataset {cfg.dataset!r} is not a file there ({found.name})")
+
+
+def read_text(path: str) -> str:
+    """A local file's text, or a remote one's (s3://...) through pyarrow, whole: its tokens are held anyway."""
+    if "://" not in path:
+        with open(os.path.expanduser(path), encoding="utf-8") as file:
+            return file.read()
+    import pyarrow.fs
+
+    filesystem, inner = pyarrow.fs.FileSystem.from_uri(path)
+    with filesystem.open_input_stream(inner) as stream:
+        return stream.readall().decode("utf-8")
+
+
+def load_documents(cfg: TrainConfig, split: str = "") -> list[str]:
+    """The documents of --dataset: a file's lines or records, or a Hugging Face dataset's `split` (default
+    --dataset_split)."""
+    if is_file_dataset(cfg.dataset):
+        text = read_text(cfg.dataset)
+        if cfg.dataset.endswith(".txt"):
+            return [line.strip() for line in text.splitlines() if line.strip()]
+        if cfg.dataset.endswith(".jsonl"):
+            records = [json.loads(line) for line in text.splitlines() if line.strip()]
+        else:
+            records = json.loads(text)
         return [_text_of(record, cfg.text_field, cfg.dataset) for record in records]
     import datasets
 
-    dataset = datasets.load_dataset(cfg.dataset, cfg.dataset_config or None, split=cfg.dataset_split)
+    dataset = datasets.load_dataset(cfg.dataset, cfg.dataset_config or None, split=split or cfg.dataset_split)
     if cfg.text_field not in dataset.column_names:
         raise ValueError(f"--text_field {cfg.text_field!r} is not a column of {cfg.dataset}: {dataset.column_names}")
     return [text for text in dataset[cfg.text_field] if text and text.strip()]
@@ -110,20 +145,58 @@ def packed_batches(blocks: torch.Tensor, batch_size: int) -> Batches:
     return batch
 
 
-def dataset_batches(cfg: TrainConfig, rank: int, world_size: int) -> Batches:
+def hold_out(blocks: torch.Tensor, fraction: float, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(training blocks, evaluation blocks): a seeded random `fraction` of the blocks (at least one) held out."""
+    held = max(1, math.ceil(len(blocks) * fraction))
+    order = torch.randperm(len(blocks), generator=torch.Generator().manual_seed(seed))
+    return blocks[order[held:].sort().values], blocks[order[:held]]
+
+
+def dataset_blocks(cfg: TrainConfig) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(training blocks, evaluation blocks or None) of --dataset, tokenized and packed."""
     tokenizer = load_tokenizer(cfg.tokenizer_name)
-    documents = load_documents(cfg)
-    token_ids = tokenizer(documents, add_special_tokens=False)["input_ids"]
-    blocks = pack(token_ids, cfg.seq_len, tokenizer.eos_token_id)
-    if len(blocks) < world_size:
+
+    def blocks_of(documents: list[str]) -> torch.Tensor:
+        return pack(tokenizer(documents, add_special_tokens=False)["input_ids"], cfg.seq_len, tokenizer.eos_token_id)
+
+    blocks = blocks_of(load_documents(cfg))
+    if cfg.eval_split:
+        return blocks, blocks_of(load_documents(cfg, cfg.eval_split))
+    if cfg.eval_fraction:
+        return hold_out(blocks, cfg.eval_fraction, cfg.seed)
+    return blocks, None
+
+
+def eval_batches(blocks: torch.Tensor, batch_size: int, rank: int, world_size: int) -> list[torch.Tensor]:
+    """This rank's equal share of the evaluation blocks, in batches of at most batch_size."""
+    per_rank = len(blocks) // world_size
+    return list(blocks[rank::world_size][:per_rank].split(batch_size))
+
+
+@dataclass(frozen=True)
+class Data:
+    train: Batches
+    eval: list[torch.Tensor]
+    """This rank's evaluation batches; empty without an evaluation set."""
+
+
+def make_data(cfg: TrainConfig, vocab_size: int, rank: int, world_size: int) -> Data:
+    if not cfg.dataset:
+        return Data(random_batches(cfg, vocab_size, rank), [])
+    train, held = dataset_blocks(cfg)
+    if len(train) < world_size:
         raise ValueError(
-            f"--dataset {cfg.dataset!r} packs into {len(blocks)} blocks of --seq_len {cfg.seq_len} tokens, "
+            f"--dataset {cfg.dataset!r} packs into {len(train)} training blocks of --seq_len {cfg.seq_len} tokens, "
             f"fewer than the {world_size} workers"
         )
-    return packed_batches(shard(blocks, cfg.seed, rank, world_size), cfg.batch_size)
+    if held is not None and len(held) < world_size:
+        source = f"--eval_split {cfg.eval_split!r}" if cfg.eval_split else f"--eval_fraction {cfg.eval_fraction}"
+        raise ValueError(f"{source} gives {len(held)} evaluation blocks of --seq_len {cfg.seq_len} tokens, fewer "
+                         f"than the {world_size} workers (each evaluates an equal share)")
+    return Data(packed_batches(shard(train, cfg.seed, rank, world_size), cfg.batch_size),
+                eval_batches(held, cfg.batch_size, rank, world_size) if held is not None else [])
 
 
-def make_batches(cfg: TrainConfig, vocab_size: int, rank: int, world_size: int) -> Batches:
-    if cfg.dataset:
-        return dataset_batches(cfg, rank, world_size)
-    return random_batches(cfg, vocab_size, rank)
+def dataset_batches(cfg: TrainConfig, rank: int, world_size: int) -> Batches:
+    """This rank's training batches of --dataset."""
+    return make_data(cfg, 0, rank, world_size).train

@@ -13,12 +13,9 @@ temporary directory first (disk, not memory).
 from __future__ import annotations
 
 import os
-import shutil
 import sys
-import tempfile
 import warnings
-from contextlib import contextmanager
-from typing import Iterator, Sequence
+from typing import Sequence
 
 from workload import cli
 
@@ -34,6 +31,7 @@ def export(checkpoint: str, out: str, *, dtype: str = "float32") -> list[str]:
     from transformers import AutoConfig, AutoModelForCausalLM
 
     from workload.checkpoint import LM_PREFIX, MODEL_KEY, read_record
+    from workload.storage import local_copy
 
     with local_copy(checkpoint) as directory:
         if not os.path.isfile(os.path.join(directory, "config.json")):
@@ -51,42 +49,41 @@ def export(checkpoint: str, out: str, *, dtype: str = "float32") -> list[str]:
             from transformers import GenerationConfig
 
             model.generation_config = GenerationConfig.from_pretrained(directory)
-    model.to(getattr(torch, dtype)).save_pretrained(out, safe_serialization=True)
-    notes = []
-    if record.get("tokenizer"):
-        try:
-            from transformers import AutoTokenizer
+    return save_model_directory(model.to(getattr(torch, dtype)), out, tokenizer=record.get("tokenizer", ""))
 
-            AutoTokenizer.from_pretrained(record["tokenizer"]).save_pretrained(out)
+
+def save_model_directory(lm, out: str, *, state_dict: dict | None = None, tokenizer: str = "") -> list[str]:
+    """`lm.save_pretrained(out)` (model.safetensors, config.json, generation_config.json), with `state_dict` as its
+    weights when given (the job's gathered ones: its own parameters are FSDP shards), and the tokenizer named
+    `tokenizer` saved beside it. Returns notes for the user: a tokenizer that could not be saved.
+
+    The directory is made for inference: config.json says use_cache (training turns the KV cache off, and
+    generate() would otherwise recompute every position at every token), and a generation config without an end
+    of text takes the tokenizer's, so generate() stops where the training documents did."""
+    from transformers.utils import logging as transformers_logging
+
+    transformers_logging.disable_progress_bar()  # "Writing model shards": noise in a job's log
+    notes, loaded = [], None
+    if tokenizer:
+        from transformers import AutoTokenizer
+
+        try:
+            loaded = AutoTokenizer.from_pretrained(tokenizer)
         except (OSError, ValueError) as error:
-            notes.append(f"the tokenizer {record['tokenizer']!r} was not saved ({error}); save it into {out} with "
+            notes.append(f"the tokenizer {tokenizer!r} was not saved ({error}); save it into {out} with "
                          "AutoTokenizer.from_pretrained(...).save_pretrained(...)")
-    return notes
-
-
-@contextmanager
-def local_copy(checkpoint: str) -> Iterator[str]:
-    """The checkpoint as a local directory: itself, or a temporary copy of a remote one (s3://...)."""
-    if "://" not in checkpoint:
-        if not os.path.isdir(checkpoint):
-            raise cli.UsageError(f"CHECKPOINT {checkpoint}: no such directory")
-        yield checkpoint
-        return
-    import pyarrow.fs
-
+    generation = lm.generation_config
+    if loaded is not None and loaded.eos_token_id is not None and generation.eos_token_id is None:
+        generation.eos_token_id = loaded.eos_token_id
+        generation.pad_token_id = loaded.pad_token_id if loaded.pad_token_id is not None else loaded.eos_token_id
+    use_cache, lm.config.use_cache = lm.config.use_cache, True
     try:
-        filesystem, path = pyarrow.fs.FileSystem.from_uri(checkpoint)
-        scratch = tempfile.mkdtemp(prefix="checkpoint-")
-    except (OSError, ValueError, pyarrow.lib.ArrowException) as error:
-        raise cli.UsageError(f"CHECKPOINT {checkpoint}: {error}") from None
-    try:
-        try:
-            pyarrow.fs.copy_files(path, scratch, source_filesystem=filesystem)
-        except (OSError, pyarrow.lib.ArrowException) as error:
-            raise cli.EnvironmentProblem(f"CHECKPOINT {checkpoint} cannot be read: {error}") from None
-        yield scratch
+        lm.save_pretrained(out, state_dict=state_dict, safe_serialization=True)
     finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+        lm.config.use_cache = use_cache
+    if loaded is not None:
+        loaded.save_pretrained(out)
+    return notes
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -2,9 +2,11 @@
 
 It starts a one-node Ray cluster (`ray start --head`, token authentication on, as Ray 2.60 defaults to), submits
 the training job (`python3 -m workload.train`) through workload.submit, streams its progress, stops the cluster it
-started (also on an error or Ctrl-C), and prints the job's summary once, as its last line. It takes every flag
+started (also on an error or Ctrl-C), loads the model the job exported with `AutoModelForCausalLM.from_pretrained`
+and prints what it generates from a prompt, and prints the job's summary once, as its last line. It takes every flag
 `workload.train` takes, with the defaults below: a tiny Qwen2 model on the repository's sample corpus
-(data/corpus.txt), so the loss visibly falls; `--dataset ''` trains on random tokens as the original recipe does.
+(data/corpus.txt) with a fifth held out for evaluation, so the loss visibly falls; `--dataset ''` trains on random
+tokens as the original recipe does.
 """
 from __future__ import annotations
 
@@ -26,17 +28,20 @@ from workload import cli
 from workload.config import SUMMARY_PREFIX, TrainConfig, build_parser, is_local_dataset
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-# Small enough to finish in under a minute on 2 CPU cores, large enough to show the loss falling over a few FSDP
-# steps and a sharded checkpoint round trip.
+# Small enough to finish in under a minute on 2 CPU cores (Ray's start-up is most of it), large enough for the loss to
+# fall until the exported model completes a corpus line, with a sharded checkpoint half-way.
 LOCAL_DEFAULTS = {
     "model_config": "tiny",
-    "steps": 20,
+    "steps": 40,
     "batch_size": 4,
     "seq_len": 64,
-    "learning_rate": 1e-3,
-    "checkpoint_every": 10,
+    "learning_rate": 5e-3,
+    "warmup_steps": 4,
+    "checkpoint_every": 20,
     "dataset": os.path.join(REPO, "data", "corpus.txt"),
     "tokenizer": os.path.join(REPO, "data", "tokenizer"),
+    "eval_fraction": 0.2,
+    "eval_every": 10,
     # Under the repository's git-ignored runs/, whatever the current directory.
     "storage_path": os.path.join(REPO, "runs", "local"),
     "run_name": "local-<date>-<time>",
@@ -51,6 +56,9 @@ LOCAL_RAY_TRAIN_ENV = {
 HEAD_START_TIMEOUT_S = 90
 LOOPBACK = "127.0.0.1"
 JOB_TIMEOUT_S = 600
+# What the local run asks of the model it exported: the start of a corpus line, which the trained model completes.
+PROMPT = "the cat"
+NEW_TOKENS = 8
 # `ray start --block` itself lingers after SIGTERM; Ray processes are safe to SIGKILL (`ray stop --force` does).
 STOP_GRACE_S = 1
 
@@ -181,13 +189,18 @@ def parse_args(argv: Sequence[str] | None = None) -> TrainConfig:
         "Run the training job on this machine: a one-node Ray cluster, the job submitted through the Ray Jobs\n"
         "API as on a real cluster, its progress streamed, its summary printed last. Same flags as\n"
         "`python -m workload.train`, with defaults for a CPU-sized run.\n\n"
-        "  python -m workload.local                 # tiny model, data/corpus.txt, 20 steps\n"
+        "  python -m workload.local                 # tiny model, data/corpus.txt, 40 steps, then a generation\n"
         "  python -m workload.local --steps 5 --dataset ''   # random tokens, as the original recipe",
         defaults=LOCAL_DEFAULTS,
     )
     args = vars(parser.parse_args(argv))
     if args["run_name"] == LOCAL_DEFAULTS["run_name"]:
         args["run_name"] = time.strftime("local-%Y%m%d-%H%M%S")
+    if not args["dataset"]:
+        # Random tokens have nothing to hold out: the local defaults' evaluation goes with the sample corpus.
+        for name in ("eval_fraction", "eval_every"):
+            if args[name] == LOCAL_DEFAULTS[name]:
+                args[name] = 0
     cfg = TrainConfig(**args)
     # The job runs in a copy of workload/ elsewhere, so local files are passed by absolute path.
     return dataclasses.replace(
@@ -219,8 +232,27 @@ def main(argv: Sequence[str] | None = None) -> int:
         # Its log has just been streamed above; the reason is what is left to say.
         raise cli.CheckFailed(f"Ray job {error.job_id} {error.reason}") from None
     print("local Ray cluster stopped", flush=True)
+    model = result.summary.get("model")
+    # A model trained on random tokens has no tokenizer to generate with.
+    if model and os.path.isfile(os.path.join(model, "tokenizer_config.json")):
+        print(f"from_pretrained({model}).generate({PROMPT!r}): {json.dumps(generate(model, PROMPT))}", flush=True)
     print(SUMMARY_PREFIX + json.dumps(result.summary, allow_nan=False), flush=True)
     return cli.OK
+
+
+def generate(model_directory: str, prompt: str, new_tokens: int = NEW_TOKENS) -> str:
+    """The exported model, loaded as anyone would load it, continuing `prompt` greedily."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging as transformers_logging
+
+    transformers_logging.disable_progress_bar()  # "Loading weights": noise here
+    tokenizer = AutoTokenizer.from_pretrained(model_directory)
+    model = AutoModelForCausalLM.from_pretrained(model_directory)
+    inputs = tokenizer(prompt, return_tensors="pt")
+    with torch.no_grad():
+        output = model.generate(**inputs, max_new_tokens=new_tokens, do_sample=False)
+    return tokenizer.decode(output[0], skip_special_tokens=True)
 
 
 def _print_progress(line: str) -> None:

@@ -2,11 +2,13 @@
 
 A GPU benchmark drives these directly (torch + transformers only), so nothing here imports ray:
 `build_model(cfg, device)`, `build_mesh(device, shape)`, `shard_model(model, mesh, cfg)`, `build_optimizer(model, cfg)`,
-`loss_fn(model, batch)`, `train_step(...)`, `flops_per_token(...)`, `peak_flops(device)`.
+`learning_rate_at(cfg, step)`, `loss_fn(model, batch)`, `train_step(...)`, `evaluate(model, batches)`,
+`flops_per_token(...)`, `peak_flops(device)`.
 """
 from __future__ import annotations
 
 import functools
+import math
 
 import torch
 from torch import nn
@@ -80,7 +82,19 @@ class CausalLMWithLoss(nn.Module):
         hidden = self.lm.model(input_ids=input_ids, use_cache=False).last_hidden_state
         hidden = hidden[:, :-1].reshape(-1, hidden.shape[-1])
         targets = input_ids[:, 1:].reshape(-1)
+        if not torch.is_grad_enabled():
+            # Evaluation: LinearCrossEntropy would compute both gradients in forward, twice the lm_head's FLOPs.
+            return _chunked_cross_entropy(hidden, self.lm.lm_head.weight, targets)
         return LinearCrossEntropy.apply(hidden, self.lm.lm_head.weight, targets, self.compiled_loss)
+
+
+def _chunked_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Mean cross-entropy of `hidden @ weight.T` against `targets` without gradients, LOSS_CHUNK_TOKENS at a time."""
+    total = torch.zeros((), dtype=torch.float32, device=hidden.device)
+    for start in range(0, targets.numel(), LOSS_CHUNK_TOKENS):
+        logits = hidden[start:start + LOSS_CHUNK_TOKENS] @ weight.T
+        total += nn.functional.cross_entropy(logits.float(), targets[start:start + LOSS_CHUNK_TOKENS], reduction="sum")
+    return total / targets.numel()
 
 
 def _chunk_loss_and_grad(logits: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -191,6 +205,25 @@ def build_optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer
     )
 
 
+def learning_rate_at(cfg: TrainConfig, step: int) -> float:
+    """The learning rate of step `step` (0-based): --warmup_steps of linear warmup to --learning_rate, then
+    --lr_schedule's decay towards 0 at step --steps. A function of the step alone, so a run resumed at step k
+    continues the schedule exactly where the uninterrupted run is at k, with nothing of it in the checkpoint."""
+    if step < cfg.warmup_steps:
+        return cfg.learning_rate * (step + 1) / cfg.warmup_steps
+    progress = (step - cfg.warmup_steps) / max(1, cfg.steps - cfg.warmup_steps)
+    if cfg.lr_schedule == "linear":
+        return cfg.learning_rate * (1 - progress)
+    if cfg.lr_schedule == "cosine":
+        return cfg.learning_rate * 0.5 * (1 + math.cos(math.pi * progress))
+    return cfg.learning_rate
+
+
+def set_learning_rate(optimizer: torch.optim.Optimizer, learning_rate: float) -> None:
+    for group in optimizer.param_groups:
+        group["lr"] = learning_rate
+
+
 def loss_fn(model: nn.Module, batch: torch.Tensor) -> torch.Tensor:
     """Mean next-token cross-entropy of a (batch, seq_len) tensor of token ids."""
     return model(batch)
@@ -218,6 +251,26 @@ def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, batch: torch.
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
     return loss
+
+
+@torch.no_grad()
+def evaluate(model: nn.Module, batches: list[torch.Tensor]) -> torch.Tensor:
+    """Mean next-token loss over `batches` (this rank's share of the evaluation set), weighted by their sequences.
+    Every rank must pass as many batches as the others: each forward all-gathers the sharded weights."""
+    total = torch.zeros((), dtype=torch.float32, device=batches[0].device)
+    for batch in batches:
+        total += loss_fn(model, batch) * len(batch)
+    reshard(model)
+    return total / sum(len(batch) for batch in batches)
+
+
+def reshard(model: nn.Module) -> None:
+    """Put every FSDP unit back to its sharded fp32 parameters. A forward without backward (evaluation) leaves the
+    units that keep their weights for backward (--no-reshard_after_forward) holding the gathered bf16 ones: a
+    checkpoint or an export would then save bf16 weights, and every GPU would keep the whole model."""
+    for module in model.modules():
+        if isinstance(module, FSDPModule):
+            module.reshard()
 
 
 def matmul_parameters(model: CausalLMWithLoss) -> int:

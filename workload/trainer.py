@@ -3,6 +3,10 @@
 `python -m workload.train` (workload/train.py) is the command that calls these: it validates the flags, joins the
 running cluster, and `run` sizes the workers from its GPUs, fits, and returns the summary it prints.
 The same code runs on CPU processes (gloo) and on GPUs (NCCL).
+
+Under the run's directory (storage_path/run_name) Ray Train keeps the checkpoints; rank 0 adds the TensorBoard event
+files (tensorboard/, workload/metrics.py) and the model as a Hugging Face directory (model_<step>/, gathered from
+every rank's shards, workload/export.py).
 """
 from __future__ import annotations
 
@@ -25,19 +29,24 @@ import torch.distributed as dist
 from ray.util.queue import Queue
 
 from workload import checkpoint as checkpoints
-from workload import fabric, parallel
+from workload import fabric, parallel, storage
 from workload.config import TRANSPORT_PREFIX, TrainConfig
-from workload.data import check_tokenizer, make_batches
+from workload.data import check_dataset, check_tokenizer, make_data
+from workload.export import save_model_directory
+from workload.metrics import MetricsLog
 from workload.model import (
     build_mesh,
     build_model,
     build_optimizer,
     check_fits,
+    evaluate,
     flops_per_token,
     hf_config,
+    learning_rate_at,
     matmul_parameters,
     model_flops_utilization,
     peak_flops,
+    set_learning_rate,
     shard_model,
     train_step,
 )
@@ -69,72 +78,129 @@ def train_func(config: dict) -> None:
                                     context.get_local_world_size(), fabric_check)
     model = shard_model(model, build_mesh(device, plan.mesh_shape), cfg, reduce_dtype=plan.reduce_dtype)
     optimizer = build_optimizer(model, cfg)
-    batches = make_batches(cfg, model.lm.config.vocab_size, rank, world_size)
+    data = make_data(cfg, model.lm.config.vocab_size, rank, world_size)
+    eval_set = [rows.to(device) for rows in data.eval]
 
     start_step = 0
     if (restored := ray.train.get_checkpoint()) is not None:
         with restored.as_directory() as directory:
             start_step = checkpoints.load(directory, model, optimizer)
+    batch = cfg.batch_size * world_size  # the effective batch: sequences per optimizer step, over all ranks
+    tokens_per_step = batch * cfg.seq_len
+    metrics = MetricsLog(run_directory(cfg), start_step) if rank == 0 else None
+    # What rank 0 reports in any case; the steps reached, the losses and the speed are added when the run ends.
+    report = {"world_size": world_size, "device": device.type, "start_step": start_step, "effective_batch": batch,
+              "diverged_at_step": None, "model": None, "sharding": plan.as_dict(), "fabric": fabric_check,
+              "tensorboard": metrics.destination if rank == 0 else None}
     if rank == 0:
         _progress(f"training {cfg.model_config or cfg.model_id} on {world_size} x {device.type}, "
                   f"steps {start_step + 1}..{cfg.steps}; sharding {plan.describe()}")
+        decay = "constant" if cfg.lr_schedule == "constant" else f"{cfg.lr_schedule} decay"
+        held_out = sum(len(rows) for rows in data.eval) * world_size
+        per_rank = (f"{cfg.grad_accum_steps} micro-batches of {cfg.batch_size // cfg.grad_accum_steps}"
+                    if cfg.grad_accum_steps > 1 else str(cfg.batch_size))
+        _progress(f"effective batch {batch} sequences of {cfg.seq_len} tokens ({world_size} ranks x {per_rank}); "
+                  f"learning rate {cfg.learning_rate:g}, {cfg.warmup_steps} warmup steps, then {decay}"
+                  + (f"; evaluation on {held_out} held-out sequences" if held_out else ""))
 
-    tokens_per_step = cfg.batch_size * cfg.seq_len * world_size
     step_times: list[float] = []
-    loss_value = None
+    loss_value = initial_loss = eval_loss = None
     for step in range(start_step, cfg.steps):
+        learning_rate = learning_rate_at(cfg, step)
+        set_learning_rate(optimizer, learning_rate)
         started = time.perf_counter()
-        loss = train_step(model, optimizer, batches(step).to(device), cfg)
+        loss = train_step(model, optimizer, data.train(step).to(device), cfg)
         loss_value = _mean_over_ranks(loss, world_size)  # .item() also waits for the GPU
         step_times.append(time.perf_counter() - started)
+        initial_loss = loss_value if initial_loss is None else initial_loss
+        done = step + 1
         if not math.isfinite(loss_value):
             # Every rank sees the same mean, so all stop here together (none is left waiting in a collective).
             # They return rather than raise: a diverged run fails the same way on every retry, so it must not
             # spend trainMaxFailures restarting from the last checkpoint, and nothing more is saved.
             if rank == 0:
-                _progress(f"step {step + 1}/{cfg.steps} loss {loss_value}: training diverged, stopping")
-                config["final"].put({"world_size": world_size, "device": device.type, "steps": step + 1,
-                                     "final_loss": None, "diverged_at_step": step + 1, "tokens_per_s": None,
-                                     "mfu": None, "start_step": start_step, "nccl_logs": {},
-                                     "sharding": plan.as_dict(), "fabric": fabric_check})
+                _progress(f"step {done}/{cfg.steps} loss {loss_value}: training diverged, stopping")
+                metrics.close()
+                config["final"].put({
+                    **report, "steps": done, "tokens_seen": done * tokens_per_step, "initial_loss": initial_loss,
+                    "final_loss": None, "eval_loss": None, "diverged_at_step": done, "tokens_per_s": None,
+                    "mfu": None, "nccl_logs": {}})
             return
 
         tokens_per_s = tokens_per_step / step_times[-1]
         mfu = model_flops_utilization(tokens_per_s, flops, peak, world_size)
         if rank == 0:
             mfu_text = f"{mfu:.1%}" if mfu is not None else "n/a"
-            _progress(f"step {step + 1}/{cfg.steps} loss {loss_value:.4f} step_time {step_times[-1]:.3f}s "
-                      f"tokens/s {tokens_per_s:,.0f} mfu {mfu_text}")
-        if step + 1 == min(start_step + TRANSPORT_REPORT_AFTER_STEPS, cfg.steps):
-            _report_transport(rank, world_size, device, step + 1)
+            _progress(f"step {done}/{cfg.steps} loss {loss_value:.4f} lr {learning_rate:.2e} batch {batch} "
+                      f"step_time {step_times[-1]:.3f}s tokens/s {tokens_per_s:,.0f} mfu {mfu_text}")
+            metrics.scalars(done, {"train/loss": loss_value, "train/learning_rate": learning_rate,
+                                   "train/tokens_per_s": tokens_per_s})
+        if eval_set and (done == cfg.steps or (cfg.eval_every and done % cfg.eval_every == 0)):
+            eval_loss = _mean_over_ranks(evaluate(model, eval_set), world_size)  # equal shares: the mean of means
+            if rank == 0:
+                _progress(f"step {done}/{cfg.steps} eval_loss {eval_loss:.4f}")
+                metrics.scalars(done, {"eval/loss": eval_loss})
+        if done == min(start_step + TRANSPORT_REPORT_AFTER_STEPS, cfg.steps):
+            _report_transport(rank, world_size, device, done)
         # Only checkpoints go through ray.train.report: each report is a barrier that can wait up to a controller
         # poll interval (2 s by default), which would throttle a fast step.
-        if cfg.checkpoint_every and (step + 1) % cfg.checkpoint_every == 0 and step + 1 < cfg.steps:
-            metrics = {"step": step + 1, "loss": loss_value, "start_step": start_step}
-            _report_with_checkpoint(metrics, model, optimizer, step + 1, tokenizer_of(cfg))
+        if cfg.checkpoint_every and done % cfg.checkpoint_every == 0 and done < cfg.steps:
+            if cfg.export == "checkpoints":
+                _export_model(cfg, model, done, rank)
+            if rank == 0:
+                metrics.sync()
+            _report_with_checkpoint({"step": done, "loss": loss_value, "start_step": start_step}, model, optimizer,
+                                    done, tokenizer_of(cfg))
 
+    # A run resumed after its last step has nothing new to save; its model, if any, is the earlier attempt's.
+    trained = start_step < cfg.steps
+    model_path = None
+    if cfg.storage_path and cfg.export != "none":
+        model_path = _export_model(cfg, model, cfg.steps, rank) if trained else model_directory(cfg, cfg.steps)
     # The first step of an attempt pays for warm-up (allocator, compile), so it is left out when there are others.
     timed = step_times[1:] or step_times
     tokens_per_s = tokens_per_step * len(timed) / sum(timed) if timed else None
     final = {
-        "world_size": world_size,
-        "device": device.type,
+        **report,
         "steps": cfg.steps,
+        "tokens_seen": cfg.steps * tokens_per_step,
+        "initial_loss": initial_loss,
         "final_loss": loss_value,
+        "eval_loss": eval_loss,
+        "model": model_path,
         "tokens_per_s": tokens_per_s,
         "mfu": model_flops_utilization(tokens_per_s, flops, peak, world_size),
-        "start_step": start_step,
         "nccl_logs": gather_transport_lines(rank, world_size),
-        "sharding": plan.as_dict(),
-        "fabric": fabric_check,
     }
     if rank == 0:
+        metrics.close()
         config["final"].put(final)
-    # A run resumed after its last step has nothing new to save.
-    if cfg.storage_path and start_step < cfg.steps:
+    if cfg.storage_path and trained:
         _report_with_checkpoint(final, model, optimizer, cfg.steps, tokenizer_of(cfg))
     else:
         ray.train.report(final)
+
+
+def run_directory(cfg: TrainConfig) -> str | None:
+    """Where Ray Train keeps this run's checkpoints, and the job its models and metrics: storage_path/run_name."""
+    return storage.join(cfg.storage_path, cfg.run_name) if cfg.storage_path else None
+
+
+def model_directory(cfg: TrainConfig, step: int) -> str:
+    return storage.join(run_directory(cfg), f"model_{step:06d}")
+
+
+def _export_model(cfg: TrainConfig, model, step: int, rank: int) -> str:
+    """Every rank: gather the full weights to rank 0, which writes them as a Hugging Face directory under the run's
+    storage path. Returns that directory."""
+    weights = checkpoints.gather_full_weights(model, keep=rank == 0)
+    destination = model_directory(cfg, step)
+    if rank == 0:
+        with storage.writing(destination) as directory:
+            for note in save_model_directory(model.lm, directory, state_dict=weights, tokenizer=tokenizer_of(cfg)):
+                _progress(f"note: {note}")
+        _progress(f"step {step}/{cfg.steps} model written to {destination}")
+    return destination
 
 
 def tokenizer_of(cfg: TrainConfig) -> str:
@@ -178,6 +244,7 @@ def validate(cfg: TrainConfig) -> None:
     config = hf_config(cfg)
     check_fits(cfg, config)
     check_tokenizer(cfg, config.vocab_size)
+    check_dataset(cfg)
 
 
 def worker_count(cfg: TrainConfig) -> tuple[int, bool]:
@@ -221,12 +288,18 @@ def summarize(cfg: TrainConfig, result: ray.train.Result, final: dict) -> dict:
         "world_size": final["world_size"],
         "device": final["device"],
         "steps": final["steps"],
+        "initial_loss": final["initial_loss"],
         "final_loss": final["final_loss"],
+        "eval_loss": final["eval_loss"],
+        "effective_batch": final["effective_batch"],
+        "tokens_seen": final["tokens_seen"],
         "tokens_per_s": final["tokens_per_s"],
         "mfu": final["mfu"],
         "start_step": final["start_step"],
-        "diverged_at_step": final.get("diverged_at_step"),
+        "diverged_at_step": final["diverged_at_step"],
         "checkpoint": _checkpoint_uri(cfg, result),
+        "model": final["model"],
+        "tensorboard": final["tensorboard"],
         "nccl_logs": final["nccl_logs"],
         "sharding": final["sharding"],
         "fabric": final["fabric"],

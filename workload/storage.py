@@ -1,0 +1,74 @@
+"""Where a run keeps what it writes: a local directory or a URI (s3://...), the same storage path Ray Train uses.
+
+Remote paths go through pyarrow.fs, which Ray Train itself uses for its checkpoints (so the same credentials apply:
+the node's or pod's AWS identity). Directories are written locally first and copied up whole: the model files and
+event files are written by libraries (safetensors, tensorboardX) that want a local path.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from contextlib import contextmanager
+from typing import Iterator
+
+from workload import cli
+
+
+def is_remote(path: str) -> bool:
+    return "://" in path
+
+
+def join(base: str, *names: str) -> str:
+    """A path under `base`, a local directory or a URI (os.path.join would not keep a URI's slashes)."""
+    return "/".join([base.rstrip("/"), *names]) if is_remote(base) else os.path.join(base, *names)
+
+
+def upload(local_directory: str, uri: str) -> None:
+    """Copy a local directory's files to a remote directory (existing files are overwritten)."""
+    import pyarrow.fs
+
+    filesystem, path = pyarrow.fs.FileSystem.from_uri(uri)
+    filesystem.create_dir(path, recursive=True)
+    pyarrow.fs.copy_files(local_directory, path, destination_filesystem=filesystem)
+
+
+@contextmanager
+def writing(destination: str) -> Iterator[str]:
+    """A local directory to write `destination`'s files into: itself, or a temporary one uploaded on success."""
+    if not is_remote(destination):
+        os.makedirs(destination, exist_ok=True)
+        yield destination
+        return
+    scratch = tempfile.mkdtemp(prefix="upload-")
+    try:
+        yield scratch
+        upload(scratch, destination)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+@contextmanager
+def local_copy(source: str, what: str = "CHECKPOINT") -> Iterator[str]:
+    """`source` as a local directory: itself, or a temporary copy of a remote one (disk, not memory). Errors name
+    `what` (the argument the user gave)."""
+    if not is_remote(source):
+        if not os.path.isdir(source):
+            raise cli.UsageError(f"{what} {source}: no such directory")
+        yield source
+        return
+    import pyarrow.fs
+
+    try:
+        filesystem, path = pyarrow.fs.FileSystem.from_uri(source)
+        scratch = tempfile.mkdtemp(prefix="download-")
+    except (OSError, ValueError, pyarrow.lib.ArrowException) as error:
+        raise cli.UsageError(f"{what} {source}: {error}") from None
+    try:
+        try:
+            pyarrow.fs.copy_files(path, scratch, source_filesystem=filesystem)
+        except (OSError, pyarrow.lib.ArrowException) as error:
+            raise cli.EnvironmentProblem(f"{what} {source} cannot be read: {error}") from None
+        yield scratch
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)

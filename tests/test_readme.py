@@ -221,6 +221,11 @@ JOB_EXPORTS = {"jobId": "job_id", "jobStatus": "status", "jobFollow": "follow", 
                "jobTransportVerdicts": "verdicts", "jobCheckpoint": "checkpoint"}
 
 
+# The commands the README runs, by module: each one's own main, run as `python -m MODULE` would.
+COMMANDS = {"tools.status": status.main, "workload.transport": transport.main, "tools.job": job_cli.main,
+            "workload.train": train.main}
+
+
 class Shell:
     """Follows README commands one line at a time, in `workdir` (a copy of the project's stack files)."""
 
@@ -259,20 +264,11 @@ class Shell:
         with contextlib.redirect_stdout(out), contextlib.chdir(self.workdir):
             if module == "tools.capacity":
                 code = finder.main([*args, "--project-dir", str(self.workdir)], aws=self.aws)
-            elif module == "tools.status":
-                code = cli.run(status.main, args)
-            elif module == "workload.transport":
-                code = cli.run(transport.main, args)
-            elif module == "tools.job" and args == ["--help"]:
-                with pytest.raises(SystemExit) as exited:
-                    job_cli.main(args)
-                code = exited.value.code
-            elif module == "tools.job":
-                code = cli.run(job_cli.main, args)
-            elif module == "workload.train" and args == ["--help"]:
-                with pytest.raises(SystemExit) as exited:
-                    train.main(args)
-                code = exited.value.code
+            elif module in COMMANDS:
+                try:
+                    code = cli.run(COMMANDS[module], args)
+                except SystemExit as exited:  # --help
+                    code = exited.code
             else:
                 raise AssertionError(f"the README runs `python -m {module}`, unknown to tests/test_readme.py")
         assert code == cli.OK, f"`python -m {module} {shlex.join(args)}` exited {code}:\n{out.getvalue()}"

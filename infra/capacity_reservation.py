@@ -44,7 +44,7 @@ from botocore.config import Config
 from botocore.exceptions import ClientError
 from pulumi.dynamic import CreateResult, DiffResult, ReadResult, ResourceProvider, UpdateResult
 
-from infra.aws_identity import check_account, identity_from_props, session
+from infra.aws_identity import check_account, describe, identity_from_props, session
 from infra.config import AwsIdentity
 
 # AWS's answers that mean "not here, not now": the next AZ may well have the capacity. "Unsupported" is what
@@ -283,7 +283,7 @@ class GpuCapacityReservationProvider(ResourceProvider):
         # New credentials for the same account: they must see the reservation, or later calls would think it gone.
         if _describe(ec2, id_) is None:
             raise CapacityReservationError(f"capacity reservation {id_} is not visible with the new credentials "
-                                           f"({new.identity.describe()}); nothing was changed")
+                                           f"({describe(new.identity)}); nothing was changed")
         if new.instance_count != old.instance_count:
             ec2.modify_capacity_reservation(CapacityReservationId=id_, InstanceCount=new.instance_count)
         if new.end_hours != old.end_hours:

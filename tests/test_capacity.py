@@ -544,6 +544,14 @@ def test_provider_update_resizes_and_retags_in_place(reservation_stub):
         f"an update keeps the reservation's AZ and reports the new count: {result.outs}"
 
 
+def test_provider_update_refuses_credentials_that_cannot_see_the_reservation(reservation_stub):
+    reservation_stub.add_client_error("describe_capacity_reservations", "InvalidCapacityReservationId.NotFound")
+    olds = {**PROPS, "reservation_id": "cr-0b0000000000000b1", "availability_zone": "us-east-1b"}
+    with pytest.raises(CapacityReservationError, match="not visible with the new credentials") as refused:
+        GpuCapacityReservationProvider().update("cr-0b0000000000000b1", olds, {**PROPS, "profile": "gpu-account"})
+    assert "profile 'gpu-account'" in str(refused.value), f"the message names the new identity: {refused.value}"
+
+
 def test_provider_read_drops_a_reservation_that_ended_outside_pulumi(reservation_stub):
     reservation_stub.add_response("describe_capacity_reservations", {"CapacityReservations": [
         reservation("cr-0b0000000000000b1", "us-east-1b", state="expired")]})

@@ -533,15 +533,8 @@ def _parse_train(raw: dict[str, Any]) -> TrainConfig:
     _require(raw["trainExport"] != "checkpoints" or raw["trainCheckpointEvery"] > 0, "trainExport",
              "checkpoints writes a model at every checkpoint, and trainCheckpointEvery is 0 (only the last step's): "
              "set trainCheckpointEvery, or use final")
-    if storage.startswith("s3://"):
-        bucket, _, prefix = storage.removeprefix("s3://").partition("/")
-        # The pod role's policy is written from this path: a wildcard would grant more than one bucket or prefix.
-        _require(bool(_S3_BUCKET.match(bucket)) and ".." not in bucket, "trainStoragePath",
-                 f"{storage!r} must name one existing bucket (3-63 lowercase letters, digits, '.' and '-'), "
-                 "like s3://my-bucket/prefix; wildcards are not allowed")
-        _require(not any(c in prefix for c in "*?$"), "trainStoragePath",
-                 f"{storage!r}: the prefix must not contain '*', '?' or '$' (IAM would read them as wildcards or "
-                 "policy variables)")
+    s3_location(storage, "trainStoragePath")
+    s3_location(dataset, "trainDataset")
     env = _parse_env("trainEnv", raw["trainEnv"])
     secret_env = SecretEnv(_parse_env("trainSecretEnv", raw["trainSecretEnv"]))
     clash = sorted(set(env) & set(secret_env.names))
@@ -581,6 +574,22 @@ def _parse_train(raw: dict[str, Any]) -> TrainConfig:
         eval_every=raw["trainEvalEvery"],
         export=raw["trainExport"],
     )
+
+
+def s3_location(path: str, key: str = "") -> tuple[str, str] | None:
+    """(bucket, key or prefix without surrounding slashes) of an s3:// path; None for any other path. The Ray pods'
+    IAM policy is written from it (infra/pod_identity.py), so a path that would grant more than one bucket or prefix
+    is refused, naming the config `key` it came from."""
+    if not path.startswith("s3://"):
+        return None
+    bucket, _, prefix = path.removeprefix("s3://").partition("/")
+    _require(bool(_S3_BUCKET.match(bucket)) and ".." not in bucket, key,
+             f"{path!r} must name one existing bucket (3-63 lowercase letters, digits, '.' and '-'), "
+             "like s3://my-bucket/prefix; wildcards are not allowed")
+    _require(not any(c in prefix for c in "*?$"), key,
+             f"{path!r}: the path after the bucket must not contain '*', '?' or '$' (IAM would read them as "
+             "wildcards or policy variables)")
+    return bucket, prefix.strip("/")
 
 
 def _parse_env(key: str, items: list[str]) -> dict[str, str]:

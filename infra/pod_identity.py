@@ -20,18 +20,12 @@ import json
 import pulumi
 import pulumi_aws as aws
 
+from infra.config import s3_location
+
 # EKS Pod Identity assumes the role as this service principal, and tags the session with the cluster, namespace and
 # service account, which the trust policy pins (EKS user guide, "Create IAM role with trust policy required by EKS
 # Pod Identity").
 POD_IDENTITY_PRINCIPAL = "pods.eks.amazonaws.com"
-
-
-def s3_location(storage_path: str) -> tuple[str, str] | None:
-    """(bucket, prefix without slashes) of an s3:// storage path; None for any other path."""
-    if not storage_path.startswith("s3://"):
-        return None
-    bucket, _, prefix = storage_path.removeprefix("s3://").partition("/")
-    return bucket, prefix.strip("/")
 
 
 def checkpoint_storage_policy(storage_path: str, dataset: str = "") -> str | None:
@@ -51,8 +45,8 @@ def checkpoint_storage_policy(storage_path: str, dataset: str = "") -> str | Non
         statements += [listing, {"Effect": "Allow", "Resource": objects,
                                  "Action": ["s3:GetObject", "s3:PutObject", "s3:DeleteObject",
                                             "s3:AbortMultipartUpload"]}]
-    if dataset.startswith("s3://"):
-        bucket, _, key = dataset[len("s3://"):].partition("/")
+    if (dataset_location := s3_location(dataset)) is not None:
+        bucket, key = dataset_location
         # pyarrow asks for the object's metadata (HeadObject, under s3:GetObject) and, for a missing one, lists its
         # prefix to tell a file from a directory: ListBucket limited to that key.
         statements += [{"Effect": "Allow", "Action": "s3:GetObject", "Resource": f"arn:aws:s3:::{bucket}/{key}"},

@@ -89,6 +89,7 @@ BAD_CONFIGS = {
     "evaluation without a dataset": ("dev", {"trainEvalEvery": 10}, ["trainDataset", "random tokens"]),
     "a split of a file": ("dev", {"trainDataset": "s3://data/corpus.jsonl", "trainEvalSplit": "validation"},
                           ["trainEvalSplit", "trainEvalFraction"]),
+    "a wildcard in an s3 dataset": ("dev", {"trainDataset": "s3://my-bucket/*.jsonl"}, ["trainDataset", "'*'"]),
     "unknown export": ("dev", {"trainExport": "gguf"}, ["trainExport", "'final', 'checkpoints', 'none'"]),
     "export at checkpoints without any": ("dev", {"trainExport": "checkpoints"},
                                           ["trainExport", "trainCheckpointEvery"]),

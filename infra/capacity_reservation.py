@@ -35,7 +35,7 @@ import hashlib
 import json
 import sys
 import uuid
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -80,8 +80,6 @@ MATCH_CRITERIA = "targeted"
 # creating a second reservation.
 _CLIENT_CONFIG = Config(retries={"mode": "standard", "max_attempts": 3})
 
-_INPUT_KEYS = ("instance_type", "instance_count", "candidate_azs", "tags", "region", "profile", "urn", "account_id",
-               "role_arn", "end_hours", "placement_group_arn")
 # What is reserved, and where: a change of any of these is a new reservation (one cannot move into or out of a
 # placement group either). Credentials (profile, role_arn) for the same account are not: a new profile must not
 # give scarce capacity back.
@@ -268,7 +266,8 @@ class GpuCapacityReservationProvider(ResourceProvider):
         # from the candidates forces a new one.
         if olds.get("availability_zone") not in (news.get("candidate_azs") or []):
             replaces.append("candidate_azs")
-        changed = replaces or [key for key in _INPUT_KEYS if olds.get(key) != news.get(key)]
+        changed = replaces or [field.name for field in fields(ReservationInputs)
+                               if olds.get(field.name) != news.get(field.name)]
         # An in-place update keeps the reservation and its AZ. Pulumi's Python dynamic-provider host does not pass
         # `stables` on and dynamic resources are not previewed, so a preview still shows both outputs as unknown
         # (and the GPU node group as replaced); the update itself changes neither. Delete first on replace: side

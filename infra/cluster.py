@@ -27,7 +27,7 @@ import pulumi_eks as eks
 import pulumi_kubernetes as k8s
 
 from infra.addons import GPU_TOLERATION, SYSTEM_NODE_SELECTOR
-from infra.config import AwsIdentity, StackConfig
+from infra.config import AwsIdentity, StackConfig, arn_parts
 
 SYSTEM_AMI_TYPE = "AL2023_x86_64_STANDARD"
 # The Ray head runs the training image (the DLC: tens of GiB, and containerd keeps both the compressed layers and
@@ -114,7 +114,7 @@ def access_entries(admins: tuple[str, ...], viewers: tuple[str, ...]) -> dict[st
     entries = {}
     for principals, role, policy in ((admins, "admin", ADMIN_ACCESS_POLICY), (viewers, "viewer", VIEW_ACCESS_POLICY)):
         for arn in principals:
-            partition, account, resource = arn.split(":")[1], arn.split(":")[4], arn.split(":", 5)[5]
+            partition, account, resource = arn_parts(arn)
             entries[f"{role}-{account}-{resource.rsplit('/', 1)[-1]}"] = eks.AccessEntryArgs(
                 principal_arn=arn,
                 access_policies={policy: eks.AccessPolicyAssociationArgs(

@@ -321,6 +321,12 @@ _PRINCIPAL_ARN = re.compile(r"^arn:aws[a-z-]*:iam::[0-9]{12}:(role|user)/[A-Za-z
 _S3_BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
 
 
+def arn_parts(arn: str) -> tuple[str, str, str]:
+    """(partition, account, resource) of an ARN: arn:PARTITION:SERVICE:REGION:ACCOUNT:RESOURCE."""
+    fields = arn.split(":", 5)
+    return fields[1], fields[4], fields[5]
+
+
 def _require(ok: bool, key: str, message: str) -> None:
     if not ok:
         raise ValueError(f"config key {key!r}: {message}")

@@ -20,7 +20,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
 from infra import addons, capacity_reservation, config, instance_facts, network, ray_job, raycluster
-from infra.config import AwsIdentity, InstanceFacts, StackConfig
+from infra.config import AwsIdentity, InstanceFacts, StackConfig, arn_parts
 from infra.gpu_nodes import placement_group_name, use_placement_group
 from workload import memory
 from workload.config import is_local_dataset
@@ -86,12 +86,13 @@ def check(cfg: StackConfig) -> StackPlan:
     """Refuse the stack unless it can work; the look-ups are synchronous (invokes, one boto3 read), so all of
     this runs at preview before the program registers anything."""
     identity = aws_identity(pulumi.Config("aws"))
+    caller = aws.get_caller_identity()
     if cfg.capacity_reserve or cfg.capacity_reservation_id:
         # The account these credentials reach, through the stack's own AWS provider: the reservation's provider and
         # the look-up below act only there (infra/aws_identity.py).
-        identity = dataclasses.replace(identity, account_id=aws.get_caller_identity().account_id)
+        identity = dataclasses.replace(identity, account_id=caller.account_id)
     check_kubernetes_version(cfg.kubernetes_version)
-    check_access_entries(cfg, aws.get_caller_identity().arn)
+    check_access_entries(cfg, caller.arn)
     public_cidrs = network.api_public_access_cidrs(
         cfg.api_public_access_cidrs,
         None if config.WORLD_CIDR in cfg.api_public_access_cidrs else network.deployer_public_ip())
@@ -164,7 +165,7 @@ def aws_identity(aws_config: Any) -> AwsIdentity:
 def principal_of(caller_arn: str) -> str:
     """The IAM principal behind a caller: an assumed-role session (arn:aws:sts::A:assumed-role/ROLE/SESSION) is its
     role, arn:aws:iam::A:role/ROLE; a user is itself."""
-    partition, account, resource = caller_arn.split(":")[1], caller_arn.split(":")[4], caller_arn.split(":", 5)[5]
+    partition, account, resource = arn_parts(caller_arn)
     if resource.startswith("assumed-role/"):
         return f"arn:{partition}:iam::{account}:role/{resource.split('/')[1]}"
     return caller_arn
@@ -173,9 +174,9 @@ def principal_of(caller_arn: str) -> str:
 def _same_principal(a: str, b: str) -> bool:
     """Equal but for an IAM path (role/team/ROLE is ROLE to an assumed-role session, which shows no path)."""
     def key(arn: str) -> tuple[str, str, str]:
-        fields = arn.split(":")
-        kind, _, rest = fields[5].partition("/")
-        return fields[4], kind, rest.rsplit("/", 1)[-1]
+        _, account, resource = arn_parts(arn)
+        kind, _, rest = resource.partition("/")
+        return account, kind, rest.rsplit("/", 1)[-1]
     return key(a) == key(b)
 
 
@@ -361,7 +362,7 @@ def check_job_data(cfg: StackConfig) -> None:
     if is_local_dataset(train.dataset):
         raise ValueError(
             f"config key 'trainDataset': {train.dataset} is a path on this machine, which {nodes} cannot read; "
-            "allowed: s3://bucket/key.jsonl (or .txt, .json; both node roles get read access to it), or a Hugging "
+            "allowed: s3://bucket/key.jsonl (or .txt, .json; the Ray pods' role gets read access to it), or a Hugging "
             "Face dataset id")
     if train.tokenizer.startswith(("/", "./", "../", "~")):
         raise ValueError(

@@ -1,5 +1,5 @@
 """The Ray pods' own AWS identity: an IAM role for their service account through EKS Pod Identity, scoped to the
-checkpoint prefix of `trainStoragePath`.
+checkpoint prefix of `trainStoragePath` and, read-only, to an s3:// `trainDataset` file.
 
 The nodes' roles no longer carry checkpoint access, and with IMDS hop limit 1 (infra/cluster.py) no pod can borrow
 them. The EKS Pod Identity webhook gives a pod of an associated service account the container-credentials variables
@@ -74,7 +74,8 @@ def trust_policy(cluster_name: str, namespace: str, service_account: str) -> str
 
 
 class RayPodIdentity(pulumi.ComponentResource):
-    """The Ray pods' IAM role, its checkpoint policy, and the association of the role with their service account."""
+    """The Ray pods' IAM role, its S3 policy (checkpoints, an s3:// dataset), and the association of the role with
+    their service account."""
 
     def __init__(
         self,

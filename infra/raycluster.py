@@ -332,7 +332,7 @@ class RayCluster(pulumi.ComponentResource):
         super().__init__("raytrain:infra:RayCluster", name, None, opts)
         in_cluster = pulumi.ResourceOptions(parent=self, provider=provider)
 
-        self.namespace_resource = namespace = k8s.core.v1.Namespace(
+        namespace = k8s.core.v1.Namespace(
             f"{name}-namespace",
             metadata={"name": cfg.ray_namespace,
                       "labels": ray_security.namespace_labels(ray_security.pod_security_level(containers(manifest)))},

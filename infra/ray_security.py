@@ -40,6 +40,8 @@ from __future__ import annotations
 import ipaddress
 from typing import Iterable
 
+from infra.portforward import CLUSTER_LABEL  # KubeRay labels every pod of a RayCluster with its name
+
 # The one capability EFA needs in the worker containers (see the module docstring).
 EFA_CAPABILITIES = ("IPC_LOCK",)
 # Pod Security Standards, baseline: the capabilities a container may add beyond the runtime's defaults
@@ -51,8 +53,6 @@ BASELINE_ADDABLE_CAPABILITIES = frozenset({
 PSA_WARN_LEVEL = "restricted"
 PSA_AUDIT_LEVEL = "restricted"
 
-# KubeRay labels every pod of a RayCluster with its name (utils.RayClusterLabelKey).
-RAY_CLUSTER_LABEL = "ray.io/cluster"
 # CoreDNS as the EKS coredns add-on labels it, in kube-system.
 DNS_PEER = {
     "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}},
@@ -105,7 +105,7 @@ def namespace_labels(enforce: str) -> dict[str, str]:
 
 def network_policies(*, namespace: str, cluster_name: str, vpc_cidr: str) -> list[dict]:
     """The Ray namespace's NetworkPolicies: default deny, then what a RayCluster and its training job need."""
-    ray_pods = {"matchLabels": {RAY_CLUSTER_LABEL: cluster_name}}
+    ray_pods = {"matchLabels": {CLUSTER_LABEL: cluster_name}}
     vpc = ipaddress.IPv4Network(vpc_cidr)
     not_public = [*NON_PUBLIC_CIDRS]
     if not any(vpc.subnet_of(ipaddress.IPv4Network(block)) for block in NON_PUBLIC_CIDRS):

@@ -26,7 +26,7 @@ from typing import Any, Callable, ContextManager, Iterator, Sequence
 from infra.ray_job import RUN_METADATA, STACK_METADATA, JobServer, head_job_server
 from infra.raycluster import auth_secret_name
 from tools.kube import api_client, talking_to
-from tools.status import stack_settings, table
+from tools.status import stack_settings
 from workload import cli
 
 # `stop` waits this long for the job to end: Ray sends its driver SIGTERM, then SIGKILL a few seconds later.
@@ -57,11 +57,14 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def kubernetes_job_server(args: argparse.Namespace) -> ContextManager[JobServer]:
+    """The job server of --stack's RayCluster, through --kubeconfig."""
+    return job_server(api_client(args.kubeconfig), *stack_settings(args.stack))
+
+
 @contextlib.contextmanager
-def kubernetes_job_server(args: argparse.Namespace) -> Iterator[JobServer]:
+def job_server(api: Any, namespace: str, cluster: str) -> Iterator[JobServer]:
     """The RayCluster's job server through a port-forward, with its token; failures as cli.EnvironmentProblem."""
-    namespace, cluster = stack_settings(args.stack)
-    api = api_client(args.kubeconfig)
     with contextlib.ExitStack() as entered:
         try:
             with talking_to(f"the RayCluster {namespace}/{cluster}"):
@@ -126,7 +129,7 @@ def list_command(client: Any, args: argparse.Namespace) -> int:
         return cli.OK
     rows = [[job.submission_id, job.status.value, (job.metadata or {}).get(RUN_METADATA, "?"), _when(job.start_time),
              _duration(job)] for job in jobs]
-    print("\n".join(table([["JOB", "STATUS", "RUN", "STARTED (UTC)", "RAN"]] + rows)))
+    print("\n".join(cli.table([["JOB", "STATUS", "RUN", "STARTED (UTC)", "RAN"]] + rows)))
     return cli.OK
 
 
@@ -193,11 +196,11 @@ def stop_command(client: Any, args: argparse.Namespace) -> int:
         print(f"job {job.submission_id} already {job.status.value}: nothing to stop")
         return cli.OK
     client.stop_job(job.submission_id)
-    deadline = time.monotonic() + STOP_WAIT_S
-    while (status := client.get_job_status(job.submission_id)) not in submit.TERMINAL:
-        if time.monotonic() > deadline:
-            raise cli.CheckFailed(f"job {job.submission_id} is still {status.value} {STOP_WAIT_S} s after stop")
-        time.sleep(0.5)
+    try:
+        status = submit.wait_for_status(client, job.submission_id, time.monotonic() + STOP_WAIT_S)
+    except TimeoutError:
+        status = client.get_job_status(job.submission_id)
+        raise cli.CheckFailed(f"job {job.submission_id} is still {status.value} {STOP_WAIT_S} s after stop") from None
     print(f"job {job.submission_id} {status.value}")
     return cli.OK
 

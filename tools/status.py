@@ -76,11 +76,6 @@ def collect_status(raycluster: dict | None, pods: Iterable[Any], nodes: Iterable
     return result
 
 
-def table(rows: list[list[str]]) -> list[str]:
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    return ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows]
-
-
 def render_status(status: dict) -> str:
     lines = []
     cluster = status["raycluster"]
@@ -93,14 +88,14 @@ def render_status(status: dict) -> str:
                      f"conditions: {conditions})")
     lines.append("")
     if status["pods"]:
-        lines += table([["POD", "ROLE", "PHASE", "NODE", "INSTANCE TYPE", "ZONE"]]
+        lines += cli.table([["POD", "ROLE", "PHASE", "NODE", "INSTANCE TYPE", "ZONE"]]
                         + [[p["name"], p["role"], p["phase"], p["node"], p["instance_type"], p["zone"]]
                            for p in status["pods"]])
     else:
         lines.append("No Ray pods.")
     lines.append("")
     if status["gpu_nodes"]:
-        lines += table([["GPU NODE", "INSTANCE TYPE", "ZONE", "READY", GPU_RESOURCE, EFA_RESOURCE]]
+        lines += cli.table([["GPU NODE", "INSTANCE TYPE", "ZONE", "READY", GPU_RESOURCE, EFA_RESOURCE]]
                         + [[n["name"], n["instance_type"], n["zone"], "yes" if n["ready"] else "no", n["gpu"], n["efa"]]
                            for n in status["gpu_nodes"]])
     else:
@@ -150,15 +145,15 @@ def stack_settings(stack: str | None) -> tuple[str, str]:
     return namespace, cluster
 
 
-def read_jobs(args: Any) -> dict:
+def read_jobs(api_client: Any, namespace: str, cluster_name: str, stack: str | None) -> dict:
     """The stack's jobs that run now, or why they could not be read: the job server is a second way in (a
     port-forward to the head pod), and a cluster without one is still worth its status."""
-    from tools.job import connect, kubernetes_job_server, stack_jobs
+    from tools.job import connect, job_server, stack_jobs
     from workload.submit import TERMINAL
 
     try:
-        with kubernetes_job_server(args) as server:
-            jobs = stack_jobs(connect(server), args.stack)
+        with job_server(api_client, namespace, cluster_name) as server:
+            jobs = stack_jobs(connect(server), stack)
     except cli.CommandError as error:
         return {"running": [], "error": str(error)}
     return {"running": [{"job_id": job.submission_id, "status": job.status.value,
@@ -185,9 +180,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
     args = parser.parse_args(argv)
     namespace, cluster = stack_settings(args.stack)
-    status = read_status(api_client(args.kubeconfig), namespace, cluster)
+    api = api_client(args.kubeconfig)  # runs the kubeconfig's `aws eks get-token`: once for both reads
+    status = read_status(api, namespace, cluster)
     if status["raycluster"] is not None:
-        status["jobs"] = read_jobs(args)
+        status["jobs"] = read_jobs(api, namespace, cluster, args.stack)
     print(json.dumps(status, indent=2) if args.json else render_status(status))
     if not args.json and "jobs" in status:
         print("\n" + render_jobs(status["jobs"], args.stack, args.kubeconfig))

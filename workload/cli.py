@@ -88,6 +88,12 @@ def parser(prog: str, description: str, *, check_failed: str) -> argparse.Argume
                    formatter_class=_HelpFormatter)
 
 
+def table(rows: Sequence[Sequence[str]]) -> list[str]:
+    """Rows as left-aligned columns two spaces apart, the first row the header: how the commands print tables."""
+    widths = [max(len(row[column]) for row in rows) for column in range(len(rows[0]))]
+    return ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows]
+
+
 def run(main: Callable[[Sequence[str] | None], int], argv: Sequence[str] | None = None) -> int:
     """Call `main(argv)` and map what it raises to an exit code and a short message on stderr.
 

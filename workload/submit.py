@@ -49,7 +49,7 @@ class JobFailedError(RuntimeError):
         self.status = status
         self.log_tail = log_tail
         self.reason = reason or f"ended {status}"
-        super().__init__(f"Ray job {job_id} {reason or 'ended ' + status}. Last lines of its log:\n{log_tail}")
+        super().__init__(f"Ray job {job_id} {self.reason}. Last lines of its log:\n{log_tail}")
 
 
 class JobAuthenticationError(PermissionError):
@@ -195,7 +195,7 @@ def wait_for_end(client: JobSubmissionClient, job_id: str, on_log: Callable[[str
     deadline = time.monotonic() + timeout_s
     try:
         follow_log(client, job_id, on_log, timeout_s)
-        status = _wait_for_end(client, job_id, deadline)
+        status = wait_for_status(client, job_id, deadline)
     except (asyncio.TimeoutError, TimeoutError):
         raise _stopped_at_timeout(client, job_id, timeout_s) from None
     logs = client.get_job_logs(job_id)
@@ -315,8 +315,9 @@ async def _stream_log(client: JobSubmissionClient, job_id: str, on_log: Callable
         await stream.aclose()
 
 
-def _wait_for_end(client: JobSubmissionClient, job_id: str, deadline: float) -> JobStatus:
-    # The log stream can close a moment before the job's status turns terminal.
+def wait_for_status(client: JobSubmissionClient, job_id: str, deadline: float) -> JobStatus:
+    """The job's status once it is terminal; TimeoutError past `deadline` (a time.monotonic()). The log stream can
+    close a moment before the status turns terminal, and a stopped job takes a moment to end."""
     while (status := client.get_job_status(job_id)) not in TERMINAL:
         if time.monotonic() > deadline:
             raise TimeoutError
@@ -344,8 +345,3 @@ def parse_transport(logs: str) -> dict | None:
 def log_tail(logs: str | None, lines: int = LOG_TAIL_LINES) -> str:
     """The last `lines` lines of a job log."""
     return "\n".join((logs or "").splitlines()[-lines:])
-
-
-def stop_job(address: str, submission_id: str, *, token: str | None = None) -> None:
-    """Ask the job server to stop a job; a job already finished is left as it is."""
-    connect(address, token).stop_job(submission_id)

@@ -14,6 +14,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 from tools.capacity.aws import Aws, describe_failure
 from tools.capacity.quotas import OnDemandQuota, QuotaUsage, on_demand_quota, quota_usage, vcpus_of
 from tools.capacity.stack_file import StackContext
+from workload import cli
 
 # Regions are searched in parallel: each waits mostly on the network.
 SEARCH_THREADS = 8
@@ -212,7 +213,6 @@ def render_table(azs: list[AzReport]) -> str:
             "-" if az.spot_score is None else str(az.spot_score),
             {True: "yes", False: "no", None: "-"}[az.private_subnet],
             {True: "ok", False: "failed", None: "-"}[az.probe_ok], "; ".join(az.notes)))
-    widths = [max(len(row[column]) for row in rows) for column in range(len(header))]
-    return "\n".join("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows)
+    return "\n".join(cli.table(rows))
 
 

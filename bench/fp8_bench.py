@@ -92,9 +92,11 @@ def main() -> None:
                   "fp8_over_bf16_tokens_per_s": round(results[True]["tokens_per_s"] / results[False]["tokens_per_s"], 3),
                   "first_losses": {"bf16": results[False]["losses"][:4], "fp8": results[True]["losses"][:4]}})
     if "loss" not in args.skip:
-        runs = {(fp8, seed): loss_run(seed, fp8, args.loss_steps, device) for fp8 in (False, True) for seed in (0, 1)}
-        for line in runs.values():
-            emit(line)
+        runs = {}
+        for fp8 in (False, True):
+            for seed in (0, 1):
+                runs[fp8, seed] = loss_run(seed, fp8, args.loss_steps, device)
+                emit(runs[fp8, seed])
         noise = {key: abs(runs[False, 0][key] - runs[False, 1][key])
                  for key in ("held_out_loss", "mean_train_loss_last_50")}
         gaps = {seed: {key: abs(runs[True, seed][key] - runs[False, seed][key]) for key in noise} for seed in (0, 1)}

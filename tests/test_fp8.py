@@ -13,14 +13,15 @@ from workload.config import TrainConfig
 
 def test_decoder_linears_become_fp8_and_embedding_and_lm_head_stay():
     model = project.build_model(TrainConfig(model_config="tiny"), torch.device("cpu"))
-    reference = project.build_model(TrainConfig(model_config="tiny"), torch.device("cpu"))  # same seed, same init
+    batch = torch.randint(0, 512, (2, 32), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        expected = model(batch)
     swapped = fp8.convert(model.layers)
     linears_per_layer = 7  # q, k, v, o, gate, up, down
     assert swapped == linears_per_layer * len(model.layers), f"swapped {swapped} linear layers"
     assert type(model.lm.lm_head).__name__ == "Linear" and model.lm.lm_head.weight is model.lm.model.embed_tokens.weight, \
         "the tied lm_head stays a bf16 nn.Linear sharing the embedding"
-    batch = torch.randint(0, 512, (2, 32), generator=torch.Generator().manual_seed(0))
-    loss, expected = model(batch), reference(batch)
+    loss = model(batch)
     loss.backward()
     # fp8 operands change the numbers (so the swap took effect) but not the loss beyond fp8's rounding.
     assert loss.item() != expected.item() and abs(loss.item() - expected.item()) < 0.05, (loss, expected)

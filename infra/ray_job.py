@@ -41,8 +41,8 @@ from packaging.utils import canonicalize_name
 
 from infra.config import InstanceFacts, StackConfig
 from infra.preflight import to_stderr
-from workload import fp8
 from infra.raycluster import DASHBOARD_PORT as JOB_SERVER_PORT  # the head serves the Jobs API on its dashboard port
+from workload import fp8  # standard library only: the preview's fp8 check and torchao's pin
 
 if TYPE_CHECKING:
     from workload.config import TrainConfig as WorkloadConfig

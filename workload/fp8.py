@@ -5,7 +5,7 @@ scaling, e4m3 for inputs and weights, e5m2 for the output gradient, all three ma
 weight gradient) through torch._scaled_mm with bf16 output. The embedding and the tied lm_head stay bf16 (the
 chunked loss multiplies by the lm_head's weight directly, and the vocabulary projection is where fp8's error would
 reach the loss first), as do the norms and attention. The master weights stay fp32 and FSDP2 still gathers bf16:
-only the matmuls' operands are cast, per call, so checkpoints and exports do not change.
+only the matmuls' operands are cast, per call; Float8Linear subclasses nn.Linear and keeps its parameters' names.
 
 Standard library at import: the Pulumi program imports this module for its preview checks, and must not pull in
 torch. torchao is imported only by `convert`, on the workers, where the job's runtime_env installs it

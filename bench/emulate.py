@@ -17,6 +17,7 @@ The recipe runs with its own loop (recipe_train_func) through the same fit.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import subprocess
@@ -93,6 +94,11 @@ def loopback_cap(tc_dir: str | None, rate: str) -> Iterator[None]:
     if not tc_dir:
         yield
         return
+    # A tbf on lo caps both directions together (each gets about half: bench/results/throttle-cpu-2026-12-01.jsonl).
+    # loopback-throttle.sh now caps each direction of a veth pair between two namespaces instead, which needs one
+    # Ray node in each namespace (the script's header); this script does not start them yet.
+    sys.exit("--tc: the per-direction cap needs one Ray node per network namespace (bench/tools/loopback-throttle.sh "
+             "says how); bench.emulate does not start them yet")
     subprocess.run(["bash", str(THROTTLE), "on", tc_dir, rate], check=True)
     try:
         yield
@@ -117,7 +123,11 @@ def predicted(name: str, bus_gbytes_per_s: float, cfg: TrainConfig) -> dict:
                                    inter_node_gbytes_per_s=bus_gbytes_per_s,
                                    intra_node_gbytes_per_s=float("inf"), gpu_memory_gib=141.0)
     strategy = next(strategy for strategy in step_model.STRATEGIES if strategy.name == name)
-    return step_model.predict(strategy, hardware, cfg.batch_size, cfg.seq_len)
+    measured = step_model.Assumptions(network_efficiency=1.0)  # the bus bandwidth is already the measured one
+    figures = step_model.predict(strategy, hardware, cfg.batch_size, cfg.seq_len, measured)
+    serialized = step_model.predict(strategy, hardware, cfg.batch_size, cfg.seq_len,
+                                    dataclasses.replace(measured, links="serialized"))
+    return {**figures, "tokens_per_s_serialized": serialized["tokens_per_s"]}
 
 
 def main() -> None:

@@ -9,8 +9,10 @@ GPU's dense bf16 peak at the MFU measured there. The bandwidths come from the in
 the assumptions below. Every assumption is written next to the figures.
 
 One step, per GPU (all GPUs in step):
-- compute: tokens x FLOPs per token / (peak x MFU); the forward is a third of it and the backward two thirds (2N and
-  4N FLOPs per token).
+- compute: tokens x FLOPs per token / (peak x MFU), split into forward, backward and optimizer (clipping + AdamW)
+  by the shares bench/emulate_rank.py measured on the real step (SPLIT). The MFU on each GPU is the H200's
+  batch-8 one scaled by a compute factor per GPU (compute_scale): for the L4, its published sustained bf16 GEMM
+  rate over the H200's measured one; for the H100, the H200's own MFU at the same per-GPU batch.
 - communication: each collective sends busbw-factor x S bytes per rank (nccl-tests' convention); between nodes at a
   node's bandwidth, inside a node at the GPUs' link bandwidth; a collective over all ranks runs at its slowest link.
 - overlap: FSDP's prefetch hides the forward's gathers under the forward's compute, and the backward's gathers and
@@ -18,14 +20,19 @@ One step, per GPU (all GPUs in step):
   (nothing left to compute) are exposed. With k micro-batches, the gathers overlap the first micro-batch's forward,
   the reductions the last one's backward, and the k-1 compute phases in between hide nothing.
       step = first + max(forward compute, forward comm - first) + middle compute
-             + max(backward compute, backward comm - last) + last
+             + max(backward compute, backward comm - last) + last + optimizer
 - links: "concurrent" (the headline) lets the traffic between nodes and the traffic inside a node run at once, since
   FSDP2 reduce-scatters (inside a node under HSDP) and all-reduces (between nodes) on separate streams: a phase's
-  communication takes as long as its busier link's share. "serialized" adds them: a pessimistic bound.
+  communication takes as long as its busier link's share. "serialized" adds them: a pessimistic bound, in the
+  range of the G-family stacks only, whose NCCL SHM traffic and EFA traffic both cross host memory on the same
+  PCIe links (no GPUDirect RDMA there).
+- every uncertain input is a range (Assumptions; LOW_HIGH): each stack's line gives the central prediction and
+  the lowest and highest over the corners of those ranges.
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 import json
 import math
@@ -36,14 +43,15 @@ import torch
 from torch import nn
 
 from bench.step_bench import GIB, L4_MEMORY_MIB, RECIPE_MIN_NUM_PARAMS
-from tests.pulumi_mocks import STACKS, stack_settings
-from tests.stacks import INSTANCE_FACTS
 from workload import memory, parallel
 from workload import model as project
 from workload.config import TrainConfig
 from workload.parallel import Collective, fsdp_units, step_collectives, total_traffic
 
 RESULTS = Path(__file__).resolve().parent / "results" / "step_model.jsonl"
+# Each stack's Hardware as `python -m bench.step_model` read it from the stack files, for machines without Pulumi
+# (the GPU machine that runs bench/emulate_rank.py): tests.pulumi_mocks, which reads them, imports pulumi.
+STACK_HARDWARE = RESULTS.parent / "stack_hardware.json"
 MODEL_CONFIG = "qwen2.5-1.5b"
 # One H200, 8 x 2048 tokens per step, median step (bench/results/step_bench-h200-2026-11-29.log; RESULTS.md).
 H200_TOKENS_PER_S = {"recipe": 37_989, "project": 51_069}
@@ -56,14 +64,56 @@ H200_BATCH2_TOKENS_PER_S = {"recipe": 21_299, "project": 28_936}
 # Memory of the project's step on one H200 at 1 and 2 sequences of 2048 (the same log's memory run).
 H200_PEAK_GIB = {1: 29.2, 2: 34.2}
 # nccl-tests busbw between the GPUs of one node (GB/s); assumptions until a one-node fabric check measures them.
-# L4 and L40S sit on PCIe Gen4 x16 without NVLink: of the order nccl-tests shows for such GPUs (e.g. 17 GB/s
-# all-reduce busbw in NVIDIA/nccl-tests#128). A100 (NVSwitch, 600 GB/s NVLink) and H100 (900 GB/s NVLink): the
-# all-reduce busbw NVIDIA's nccl-tests reach on 8 GPUs, about 230 and 450 GB/s.
-INTRA_NODE_GBYTES_PER_S = {"g6.12xlarge": 16.0, "g6e.12xlarge": 16.0, "p4d.24xlarge": 230.0, "p5.48xlarge": 450.0}
-# busbw between nodes as a share of the instance's documented bandwidth: the documented figure itself, until a
-# cluster's fabric check measures it (the sensitivity lines show 80%).
-NETWORK_EFFICIENCY = 1.0
-FORWARD_SHARE = 1 / 3
+# L4 and L40S sit on PCIe Gen4 x16 without NVLink, and g6/g6e have no usable PCIe P2P, so NCCL uses its SHM
+# transport through host DRAM (Assumptions.g_intra_node_gbytes_per_s, a range: no published figure; 16 GB/s, the
+# order of nccl-tests' P2P figure on PCIe in NVIDIA/nccl-tests#128, is its optimistic end). A100 (NVSwitch,
+# 600 GB/s NVLink) and H100 (900 GB/s NVLink): the all-reduce busbw NVIDIA's nccl-tests reach on 8 GPUs, about 230
+# and 450 GB/s.
+INTRA_NODE_GBYTES_PER_S = {"p4d.24xlarge": 230.0, "p5.48xlarge": 450.0}
+G_FAMILY = ("g6.12xlarge", "g6e.12xlarge")
+# The H200's sustained bf16 GEMM rate in the project's step: its matmuls ran at 740 TFLOP/s of 989 (bench.probe
+# profile, RESULTS.md; 700-790 per shape alone), 0.748 of peak under the 700 W cap.
+H200_SUSTAINED_GEMM_TFLOPS = 740.0
+L4_PEAK_TFLOPS = 121.0
+
+
+@dataclass(frozen=True)
+class Assumptions:
+    """The uncertain inputs, each with its source; LOW_HIGH gives their ranges."""
+
+    # Sustained bf16 GEMM on an L4: 54-71 TFLOP/s measured, 45-58% of its 121 dense peak at its 72 W cap
+    # (zzc0721/torch-performance-test-data issue #120; the same harness reaches 95-97% on an RTX 4090 and an L20).
+    l4_gemm_tflops: float = 62.5
+    # EFA busbw over the instance's documented per-direction figure: 70-90% for the G family, whose EFA traffic is
+    # staged through host memory (no GPUDirect RDMA on G instances: aws/aws-ofi-nccl#547); the same range elsewhere.
+    network_efficiency: float = 0.8
+    # NCCL's SHM transport between a g6/g6e node's GPUs, GB/s per direction (see INTRA_NODE_GBYTES_PER_S).
+    g_intra_node_gbytes_per_s: float = 10.0
+    # concurrent | serialized: traffic inside and between nodes at once, or one after the other.
+    links: str = "concurrent"
+
+
+CENTRAL = Assumptions()
+LOW_HIGH = {"l4_gemm_tflops": (54.0, 71.0), "network_efficiency": (0.7, 0.9), "g_intra_node_gbytes_per_s": (6.0, 16.0),
+            "links": ("concurrent", "serialized")}
+
+
+@dataclass(frozen=True)
+class Split:
+    """Shares of a step's compute: forward, backward, optimizer (clipping, AdamW, zeroing: nothing overlaps it)."""
+
+    forward: float
+    backward: float
+    optimizer: float
+
+
+# Measured by bench/emulate_rank.py on the H200 at the stacks' per-GPU batch (2 x 2048), world sizes 8 and 16, no
+# delays: the mean over the compute-only runs (bench/results/emulate_rank-h200-2026-12-01.jsonl; project: 8 runs,
+# forward 0.42-0.55; recipe: 2 runs). The project's forward is half its compute, not a third: the chunked loss
+# computes the lm_head's gradients in forward; the recipe's is 44%: the Hugging Face loss materialises fp32 logits
+# over the 152k vocabulary in forward. The project's optimizer share (clipping, fused AdamW over fp32 state, the
+# gradient casts) hides no communication.
+SPLIT = {"recipe": Split(0.444, 0.546, 0.010), "project": Split(0.489, 0.374, 0.137)}
 
 
 @dataclass(frozen=True)
@@ -104,15 +154,37 @@ class Hardware:
     inter_node_gbytes_per_s: float
     intra_node_gbytes_per_s: float
     gpu_memory_gib: float
+    instance_type: str = ""
 
 
 def stack_hardware(stack: str) -> Hardware:
-    """A stack's GPU nodes from its Pulumi.<stack>.yaml over Pulumi.yaml's defaults, and their instance facts."""
+    """A stack's GPU nodes from its Pulumi.<stack>.yaml over Pulumi.yaml's defaults, and their instance facts; the
+    bandwidths as documented (Assumptions scale them)."""
+    from tests.pulumi_mocks import stack_settings
+    from tests.stacks import INSTANCE_FACTS
+
     settings = stack_settings(stack)
     facts = INSTANCE_FACTS[settings["gpuInstanceType"]]
-    return Hardware(stack, facts.gpu_name, settings["gpuNodeCount"], facts.gpus,
-                    facts.network_gbps / 8 * NETWORK_EFFICIENCY, INTRA_NODE_GBYTES_PER_S[facts.instance_type],
-                    facts.gpu_memory_mib * 2**20 / GIB)
+    return Hardware(stack, facts.gpu_name, settings["gpuNodeCount"], facts.gpus, facts.network_gbps / 8,
+                    INTRA_NODE_GBYTES_PER_S.get(facts.instance_type, 0.0), facts.gpu_memory_mib * 2**20 / GIB,
+                    facts.instance_type)
+
+
+def saved_hardware(stack: str) -> Hardware:
+    """A stack's Hardware from STACK_HARDWARE (written by main), where the stack files cannot be read."""
+    return Hardware(**json.loads(STACK_HARDWARE.read_text())[stack])
+
+
+def intra_node_gbytes_per_s(hardware: Hardware, assumptions: Assumptions) -> float:
+    if hardware.instance_type in G_FAMILY:
+        return assumptions.g_intra_node_gbytes_per_s
+    return hardware.intra_node_gbytes_per_s
+
+
+def assumed_links(hardware: Hardware, assumptions: Assumptions) -> Hardware:
+    """`hardware` with the bandwidths the assumptions give."""
+    return replace(hardware, inter_node_gbytes_per_s=hardware.inter_node_gbytes_per_s * assumptions.network_efficiency,
+                   intra_node_gbytes_per_s=intra_node_gbytes_per_s(hardware, assumptions))
 
 
 @functools.cache
@@ -176,10 +248,41 @@ def collectives(strategy: Strategy, hardware: Hardware) -> list[Collective]:
     return step_collectives(fsdp_units(meta_model()), shape, strategy.reduce_dtype)
 
 
-def h200_mfu(step: str) -> float:
+def h200_mfu(step: str, tokens_per_s: dict = H200_TOKENS_PER_S) -> float:
     model = meta_model()
     flops = project.flops_per_token(model.lm.config, project.matmul_parameters(model), H200_SEQ_LEN)
-    return project.model_flops_utilization(H200_TOKENS_PER_S[step], flops, project.peak_flops_of("H200"), 1)
+    return project.model_flops_utilization(tokens_per_s[step], flops, project.peak_flops_of("H200"), 1)
+
+
+def compute_scale(step: str, gpu_name: str, assumptions: Assumptions) -> float:
+    """The factor on the H200's batch-8 MFU for `step` on `gpu_name` at the stacks' per-GPU batch.
+
+    L4: its sustained GEMM share of peak over the H200's (the step is matmul-bound on both). H100: the H200's own
+    MFU at batch 2 (the same chip; two sequences do not fill it). L40S and A100: the batch-8 MFU (assumed: they have
+    a third or less of the H200's FLOP/s, so two sequences fill them about as eight fill an H200)."""
+    if gpu_name == "L4":
+        return (assumptions.l4_gemm_tflops / L4_PEAK_TFLOPS) / (H200_SUSTAINED_GEMM_TFLOPS / 989.0)
+    if gpu_name == "H100":
+        return H200_BATCH2_TOKENS_PER_S[step] / H200_TOKENS_PER_S[step]
+    return 1.0
+
+
+def gemm_cases(gpu_name: str) -> dict[str, float]:
+    """The compute cases bench/emulate_rank.py scales its delays for: the L4's GEMM range, else the central one."""
+    if gpu_name != "L4":
+        return {"central compute": CENTRAL.l4_gemm_tflops}
+    low, high = LOW_HIGH["l4_gemm_tflops"]
+    return {f"L4 at {low:g} TFLOP/s": low, f"L4 at {CENTRAL.l4_gemm_tflops:g} TFLOP/s (central)": CENTRAL.l4_gemm_tflops,
+            f"L4 at {high:g} TFLOP/s": high}
+
+
+def compute_seconds(strategy: Strategy, hardware: Hardware, batch_size: int, seq_len: int,
+                    assumptions: Assumptions = CENTRAL) -> float:
+    """One step's compute per GPU (all micro-batches) of `strategy` on `hardware`'s GPU."""
+    model = meta_model()
+    flops = project.flops_per_token(model.lm.config, project.matmul_parameters(model), seq_len)
+    mfu = h200_mfu(strategy.step) * compute_scale(strategy.step, hardware.gpu_name, assumptions)
+    return batch_size * strategy.batch_multiple * seq_len * flops / (project.peak_flops_of(hardware.gpu_name) * mfu)
 
 
 def link_seconds(parts: list[Collective], hardware: Hardware) -> tuple[float, float]:
@@ -190,46 +293,85 @@ def link_seconds(parts: list[Collective], hardware: Hardware) -> tuple[float, fl
 
 
 def comm_seconds(parts: list[Collective], hardware: Hardware, concurrent: bool) -> float:
+    """Seconds `parts` take on `hardware`'s links: a phase's links busy at once (concurrent) or in turn."""
     if concurrent:
         return max(link_seconds(parts, hardware))
     # One collective at a time, each at its slowest link.
     return sum(max(link_seconds([part], hardware)) for part in parts)
 
 
-def predict(strategy: Strategy, hardware: Hardware, batch_size: int, seq_len: int, mfu_scale: float = 1.0) -> dict:
-    """Step time and tokens/s of `strategy` on `hardware`: batch_size x batch_multiple sequences of seq_len tokens
-    per GPU per step, in grad_accum_steps micro-batches."""
-    model = meta_model()
-    flops = project.flops_per_token(model.lm.config, project.matmul_parameters(model), seq_len)
-    mfu = h200_mfu(strategy.step) * mfu_scale
-    tokens_per_gpu = batch_size * strategy.batch_multiple * seq_len
-    compute = tokens_per_gpu * flops / (project.peak_flops_of(hardware.gpu_name) * mfu)
-    micro = compute / strategy.grad_accum_steps
+def predict(strategy: Strategy, hardware: Hardware, batch_size: int, seq_len: int,
+            assumptions: Assumptions = CENTRAL, split: Split | None = None, links_override=None,
+            compute_factor: float = 1.0, hide_under_step: bool = False) -> dict:
+    """Step time and tokens/s of `strategy` on `hardware` (documented bandwidths; `assumptions` scale them):
+    batch_size x batch_multiple sequences of seq_len tokens per GPU per step, in grad_accum_steps micro-batches.
+    `links_override` (bench.emulate_rank.Links) gives the bandwidths directly; `compute_factor` scales the compute
+    (fp8's measured gain). `hide_under_step` is a lever the workload does not have: every collective but the
+    exposed two hides under the whole step's compute (reductions under the optimizer and the next forward too)."""
+    compute = compute_seconds(strategy, hardware, batch_size, seq_len, assumptions) * compute_factor
+    split = split or SPLIT[strategy.step]
+    links = assumed_links(hardware, assumptions)
+    if links_override is not None:
+        links = replace(hardware, inter_node_gbytes_per_s=links_override.inter_node_gbytes_per_s,
+                        intra_node_gbytes_per_s=links_override.intra_node_gbytes_per_s)
+    optimizer = split.optimizer * compute
+    micro = (compute - optimizer) / strategy.grad_accum_steps
+    forward_share = split.forward / (split.forward + split.backward)
     parts = collectives(strategy, hardware)
     phases = {phase: [part for part in parts if part.phase == phase] for phase in ("forward", "backward")}
     first = [part for part in parts if part.exposed and part.phase == "forward"]
     last = [part for part in parts if part.exposed and part.phase == "backward"]
-    result = {}
-    for links in ("concurrent", "serialized"):
-        concurrent = links == "concurrent"
-        # The exposed tail is a chain (HSDP's all-reduce waits for its reduce-scatter): one after the other.
-        exposed_first, exposed_last = (comm_seconds(group, hardware, False) for group in (first, last))
-        forward = max(FORWARD_SHARE * micro, comm_seconds(phases["forward"], hardware, concurrent) - exposed_first)
-        backward = max((1 - FORWARD_SHARE) * micro,
-                       comm_seconds(phases["backward"], hardware, concurrent) - exposed_last)
-        result[links] = exposed_first + forward + (compute - micro) + backward + exposed_last
+    concurrent = assumptions.links == "concurrent"
+    # The exposed tail is a chain (HSDP's all-reduce waits for its reduce-scatter): one after the other.
+    exposed_first, exposed_last = (comm_seconds(group, links, False) for group in (first, last))
+    forward = max(forward_share * micro, comm_seconds(phases["forward"], links, concurrent) - exposed_first)
+    backward = max((1 - forward_share) * micro, comm_seconds(phases["backward"], links, concurrent) - exposed_last)
+    step = exposed_first + forward + (compute - optimizer - micro) + backward + exposed_last + optimizer
+    if hide_under_step:
+        step = exposed_first + exposed_last + max(compute, comm_seconds(parts, links, concurrent) - exposed_first
+                                                  - exposed_last)
     traffic = total_traffic(parts, hardware.nodes, hardware.gpus_per_node)
     world = hardware.nodes * hardware.gpus_per_node
     return {
         "compute_s": compute,
-        "step_s": result["concurrent"],
-        "step_s_serialized": result["serialized"],
-        "tokens_per_s": tokens_per_gpu * world / result["concurrent"],
-        "tokens_per_s_serialized": tokens_per_gpu * world / result["serialized"],
+        "step_s": step,
+        "tokens_per_s": batch_size * strategy.batch_multiple * seq_len * world / step,
         "inter_node_gb_per_node": traffic.inter_node_bytes_per_node / 1e9,
         "intra_node_gb_per_gpu": traffic.intra_node_bytes_per_gpu / 1e9,
-        "mfu": mfu,
+        "mfu": h200_mfu(strategy.step) * compute_scale(strategy.step, hardware.gpu_name, assumptions),
     }
+
+
+def corners(hardware: Hardware) -> list[Assumptions]:
+    """Every combination of the ranges' ends that applies to `hardware` (the L4's GEMM rate on L4s, the SHM range
+    and serialized links on the G family), with the central values elsewhere."""
+    names = ["network_efficiency"]
+    if hardware.gpu_name == "L4":
+        names.append("l4_gemm_tflops")
+    if hardware.instance_type in G_FAMILY:
+        names += ["g_intra_node_gbytes_per_s", "links"]
+    cases = [CENTRAL]
+    for name in names:
+        cases = [replace(case, **{name: value}) for case in cases for value in LOW_HIGH[name]]
+    return cases
+
+
+def predict_range(strategy: Strategy, hardware: Hardware, batch_size: int, seq_len: int, **levers) -> dict:
+    """Central tokens/s and speed-up over the recipe, and their lowest and highest over the ranges' corners (the
+    recipe under the same assumptions in each corner)."""
+    central = predict(strategy, hardware, batch_size, seq_len, **levers)
+    recipe = predict(STRATEGIES[0], hardware, batch_size, seq_len)
+    tokens, speedups = [], []
+    for case in corners(hardware):
+        ours = predict(strategy, hardware, batch_size, seq_len, case, **levers)["tokens_per_s"]
+        tokens.append(ours)
+        speedups.append(ours / predict(STRATEGIES[0], hardware, batch_size, seq_len, case)["tokens_per_s"])
+    return {"tokens_per_s": round(central["tokens_per_s"]),
+            "tokens_per_s_range": [round(min(tokens)), round(max(tokens))],
+            "speedup_vs_recipe": round(central["tokens_per_s"] / recipe["tokens_per_s"], 3),
+            "speedup_vs_recipe_range": [round(min(speedups), 3), round(max(speedups), 3)],
+            "step_s": round(central["step_s"], 4), "compute_s": round(central["compute_s"], 4),
+            "mfu": round(central["mfu"], 3)}
 
 
 def bytes_by_collective(parts: list[Collective], hardware: Hardware) -> dict:
@@ -296,25 +438,33 @@ def assumptions(batch_size: int, seq_len: int) -> dict:
                          "recipe's and every strategy's unless its batch_multiple says otherwise",
         "compute": f"measured on 1 H200 at {H200_BATCH} x {H200_SEQ_LEN} tokens: {H200_TOKENS_PER_S} tokens/s "
                    f"(bench/results/step_bench-h200-2026-11-29.log), MFU recipe {h200_mfu('recipe'):.3f}, project "
-                   f"{h200_mfu('project'):.3f} against {project.peak_flops_of('H200'):.3g} FLOP/s; the same MFU at "
-                   "each GPU's dense bf16 peak (workload.model.PEAK_BF16_FLOPS), at this batch and with the optimizer "
-                   "over all parameters as measured (sharded, each GPU updates fewer)",
-        "forward_share_of_compute": FORWARD_SHARE,
-        "inter_node": f"the instance's documented bandwidth (tests/stacks.py) / 8 x {NETWORK_EFFICIENCY} GB/s per "
-                      "node, shared by its GPUs",
-        "intra_node_gbytes_per_s": INTRA_NODE_GBYTES_PER_S,
-        "intra_node_source": "assumed nccl-tests busbw: PCIe Gen4 x16 without NVLink for L4 and L40S (the order "
-                             "NVIDIA/nccl-tests#128 shows, 17 GB/s), NVSwitch A100 and H100 all-reduce busbw on 8 GPUs",
-        "inter_node_source": "AWS's documented instance bandwidth, Gbit/s: "
-                             + ", ".join(f"{facts.instance_type} {facts.network_gbps:g}" for facts in
-                                         INSTANCE_FACTS.values() if facts.instance_type in INTRA_NODE_GBYTES_PER_S),
+                   f"{h200_mfu('project'):.3f} against {project.peak_flops_of('H200'):.3g} FLOP/s, times "
+                   "compute_scale per GPU: L4 (its sustained GEMM share of peak) / (the H200's, "
+                   f"{H200_SUSTAINED_GEMM_TFLOPS:g} of 989 TFLOP/s in the step's profile); H100 the H200's batch-2 "
+                   f"MFU ({H200_BATCH2_TOKENS_PER_S} tokens/s, step_bench-h200-2026-12-01-batch2.log); L40S, A100 1.0",
+        "central": dataclasses.asdict(CENTRAL),
+        "ranges": LOW_HIGH,
+        "sources": {
+            "l4_gemm_tflops": "zzc0721/torch-performance-test-data issue #120: 54-71 TFLOP/s sustained bf16 GEMM on an "
+                              "L4, 45-58% of its 121 TFLOP/s dense peak (72 W power cap)",
+            "network_efficiency": "no GPUDirect RDMA on G-family instances (aws/aws-ofi-nccl#547): EFA traffic is "
+                                  "staged through host memory; 70-90% of the documented figure, which AWS gives per "
+                                  "direction",
+            "g_intra_node_gbytes_per_s": "g6/g6e have no usable PCIe P2P, so NCCL uses SHM through host DRAM, on the "
+                                         "same PCIe links as EFA; no published figure: 6-16 GB/s (16: nccl-tests' "
+                                         "P2P order on PCIe, NVIDIA/nccl-tests#128, optimistic)",
+            "links": "serialized in the range of the G family only (SHM and EFA share host memory and PCIe)",
+        },
+        "split_forward_backward_optimizer": {step: dataclasses.astuple(split) for step, split in SPLIT.items()},
+        "split_source": "bench/emulate_rank.py, compute-only runs at the stacks' per-GPU batch",
+        "intra_node_gbytes_per_s": {**INTRA_NODE_GBYTES_PER_S, **{name: "g_intra_node_gbytes_per_s"
+                                                                  for name in G_FAMILY}},
         "algorithms": "NCCL rings: per rank, busbw factor x S (all-reduce 2(n-1)/n, all-gather and reduce-scatter "
                       "(n-1)/n); a ring over all ranks crosses each node boundary once per direction",
         "overlap": "first gather and last reduction exposed; the rest hidden under forward (gathers) and backward "
-                   "(gathers, reductions) compute up to its length; with k micro-batches only the first forward "
-                   "and the last backward hide anything",
-        "links": "headline 'concurrent': a phase's traffic between nodes and inside a node run at once; "
-                 "'serialized' adds them",
+                   "(gathers, reductions) compute up to its length; the optimizer hides nothing; with k "
+                   "micro-batches only the first forward and the last backward hide anything. bench/emulate_rank.py "
+                   "checks this against FSDP's real streams",
         "bytes": "from the collectives each step issues: workload.parallel.step_collectives (FSDP2) and "
                  "bench.step_model.recipe_collectives (FSDP1), checked against a recorded step on a gloo mesh in "
                  "tests/test_parallel.py",
@@ -322,14 +472,16 @@ def assumptions(batch_size: int, seq_len: int) -> dict:
 
 
 def rows(batch_size: int, seq_len: int) -> list[dict]:
+    from tests.pulumi_mocks import STACKS
+
     lines: list[dict] = [assumptions(batch_size, seq_len)]
     for stack in STACKS:
         hardware = stack_hardware(stack)
-        recipe = predict(STRATEGIES[0], hardware, batch_size, seq_len)
         world = hardware.nodes * hardware.gpus_per_node
-        hardware_text = (f"{hardware.nodes} x {hardware.gpus_per_node} {hardware.gpu_name}, "
-                         f"{hardware.inter_node_gbytes_per_s:g} GB/s between nodes, "
-                         f"{hardware.intra_node_gbytes_per_s:g} GB/s inside")
+        links = assumed_links(hardware, CENTRAL)
+        hardware_text = (f"{hardware.nodes} x {hardware.gpus_per_node} {hardware.gpu_name}, central "
+                         f"{links.inter_node_gbytes_per_s:g} GB/s between nodes, "
+                         f"{links.intra_node_gbytes_per_s:g} GB/s inside, per direction")
         for strategy in STRATEGIES:
             figures = predict(strategy, hardware, batch_size, seq_len)
             lines.append({
@@ -337,49 +489,21 @@ def rows(batch_size: int, seq_len: int) -> list[dict]:
                 "hardware": hardware_text, "same_global_batch": strategy.batch_multiple == 1,
                 "global_batch_sequences": batch_size * strategy.batch_multiple * world,
                 "grad_accum_steps": strategy.grad_accum_steps,
-                **{key: round(value, 4) for key, value in figures.items()},
-                "predicted_speedup_vs_recipe": round(figures["tokens_per_s"] / recipe["tokens_per_s"], 3),
-                "predicted_speedup_vs_recipe_serialized": round(
-                    figures["tokens_per_s_serialized"] / recipe["tokens_per_s_serialized"], 3),
+                **predict_range(strategy, hardware, batch_size, seq_len),
+                "inter_node_gb_per_node": round(figures["inter_node_gb_per_node"], 3),
+                "intra_node_gb_per_gpu": round(figures["intra_node_gb_per_gpu"], 3),
                 "bytes_per_step": bytes_by_collective(collectives(strategy, hardware), hardware),
             })
         chosen, plan = auto_strategy(hardware, batch_size, seq_len)
-        figures = predict(chosen, hardware, batch_size, seq_len)
-        lines.append({
-            "stack": stack, "strategy": f"auto: {chosen.name}", "predicted_speedup_vs_recipe":
-                round(figures["tokens_per_s"] / recipe["tokens_per_s"], 3),
-            "predicted_speedup_vs_recipe_serialized": round(
-                figures["tokens_per_s_serialized"] / recipe["tokens_per_s_serialized"], 3),
-            "predicted_tokens_per_s": round(figures["tokens_per_s"]), "recipe_tokens_per_s":
-                round(recipe["tokens_per_s"]), "same_global_batch": True, "plan": plan.as_dict(),
-        })
+        lines.append({"stack": stack, "strategy": f"auto: {chosen.name}", "same_global_batch": True,
+                      **predict_range(chosen, hardware, batch_size, seq_len),
+                      "recipe_tokens_per_s": predict_range(STRATEGIES[0], hardware, batch_size, seq_len)[
+                          "tokens_per_s_range"], "plan": plan.as_dict()})
+        lines.append({"stack": stack, "strategy": f"lever (not built): {chosen.name} with every reduction hidden "
+                                                  "under the whole step (the optimizer and the next forward too)",
+                      "same_global_batch": True, **predict_range(chosen, hardware, batch_size, seq_len,
+                                                                 hide_under_step=True)})
         lines += memory_lines(hardware, batch_size)
-        if stack == "dev":
-            lines += sensitivity(hardware, chosen, batch_size, seq_len)
-    return lines
-
-
-def sensitivity(hardware: Hardware, chosen: Strategy, batch_size: int, seq_len: int) -> list[dict]:
-    """The auto choice's speedup on dev when one assumption moves."""
-    cases = {
-        "L4 MFU 0.75x the H200's (its 300 GB/s memory slows the element-wise work and AdamW)": (hardware, 0.75),
-        "L4 MFU 0.5x the H200's": (hardware, 0.5),
-        "EFA at 80% of 40 Gbps": (replace(hardware, inter_node_gbytes_per_s=hardware.inter_node_gbytes_per_s * 0.8),
-                                  1.0),
-        "PCIe at 8 GB/s inside a node": (replace(hardware, intra_node_gbytes_per_s=8.0), 1.0),
-    }
-    # The H200's own MFU at batch 2, each step its own: a scale per step on the batch-8 MFU.
-    batch2 = {step: H200_BATCH2_TOKENS_PER_S[step] / H200_TOKENS_PER_S[step] for step in H200_TOKENS_PER_S}
-    cases["L4 at the H200's measured batch-2 MFU (project 0.30, recipe 0.22)"] = (hardware, batch2)
-    lines = []
-    for case, (varied, mfu_scale) in cases.items():
-        scales = mfu_scale if isinstance(mfu_scale, dict) else {"recipe": mfu_scale, "project": mfu_scale}
-        ours = predict(chosen, varied, batch_size, seq_len, scales[chosen.step])
-        recipe = predict(STRATEGIES[0], varied, batch_size, seq_len, scales["recipe"])
-        lines.append({"stack": hardware.name, "strategy": chosen.name, "sensitivity": case,
-                      "predicted_speedup_vs_recipe": round(ours["tokens_per_s"] / recipe["tokens_per_s"], 3),
-                      "predicted_speedup_vs_recipe_serialized": round(
-                          ours["tokens_per_s_serialized"] / recipe["tokens_per_s_serialized"], 3)})
     return lines
 
 
@@ -387,7 +511,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--output", default=str(RESULTS))
     args = parser.parse_args()
+    from tests.pulumi_mocks import STACKS, stack_settings
+
     defaults = stack_settings(None)
+    STACK_HARDWARE.write_text(json.dumps({stack: dataclasses.asdict(stack_hardware(stack)) for stack in STACKS},
+                                         indent=1) + "\n")
     lines = rows(defaults["trainBatchSize"], defaults["trainSeqLen"])
     with open(args.output, "w") as file:
         for line in lines:

@@ -146,6 +146,7 @@ class TrainConfig:
     sharding: str
     reduce_dtype: str
     grad_accum_steps: int
+    fp8: bool
     min_bus_gbytes_per_s: float
     lr_schedule: str
     warmup_steps: int
@@ -565,6 +566,7 @@ def _parse_train(raw: dict[str, Any]) -> TrainConfig:
         sharding=raw["trainSharding"],
         reduce_dtype=raw["trainReduceDtype"],
         grad_accum_steps=raw["trainGradAccumSteps"],
+        fp8=raw["trainFp8"],
         min_bus_gbytes_per_s=min_bus,
         secret_env=secret_env,
         wait=raw["trainWait"],

@@ -36,10 +36,13 @@ from typing import TYPE_CHECKING, Any, Callable, ContextManager, Iterator, Mappi
 
 import pulumi
 import pulumi.dynamic
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
 
 from infra.config import InstanceFacts, StackConfig
 from infra.preflight import to_stderr
 from infra.raycluster import DASHBOARD_PORT as JOB_SERVER_PORT  # the head serves the Jobs API on its dashboard port
+from workload import fp8  # standard library only: the preview's fp8 check and torchao's pin
 
 if TYPE_CHECKING:
     from workload.config import TrainConfig as WorkloadConfig
@@ -106,6 +109,9 @@ def workload_config(cfg: StackConfig, facts: InstanceFacts) -> "WorkloadConfig":
     train = cfg.train
     if train is None:
         raise ValueError("trainEnabled: the stack config has no train settings")
+    if train.fp8 and not fp8.gpu_has_fp8(facts.gpu_name):
+        raise ValueError(f"config key 'trainFp8': {facts.instance_type}'s {facts.gpu_name or 'GPU'} has no fp8 tensor "
+                         f"cores; allowed: false, or true on {', '.join(fp8.FP8_GPUS)} instances")
     try:
         workload = WorkloadConfig(
             model_id=train.model_id,
@@ -121,6 +127,7 @@ def workload_config(cfg: StackConfig, facts: InstanceFacts) -> "WorkloadConfig":
             sharding=train.sharding,
             reduce_dtype=train.reduce_dtype,
             grad_accum_steps=train.grad_accum_steps,
+            fp8=train.fp8,
             min_bus_gbytes_per_s=train.min_bus_gbytes_per_s,
             lr_schedule=train.lr_schedule,
             warmup_steps=train.warmup_steps,
@@ -145,6 +152,21 @@ def workload_config(cfg: StackConfig, facts: InstanceFacts) -> "WorkloadConfig":
         raise ValueError(f"train* config keys do not make a valid job: {e}") from e
 
 
+def job_pip(train) -> list[str]:
+    """trainPip, plus what the job's flags need beyond the image: torchao for trainFp8 (unless trainPip names it)."""
+    pip = list(train.pip)
+
+    def name(entry: str) -> str:
+        try:
+            return canonicalize_name(Requirement(entry).name)
+        except InvalidRequirement:
+            return entry  # a URL or a path: never torchao by name
+
+    if train.fp8 and "torchao" not in {name(entry) for entry in pip}:
+        pip.append(fp8.TORCHAO_REQUIREMENT)
+    return pip
+
+
 def job_inputs(cfg: StackConfig, facts: InstanceFacts) -> dict[str, Any]:
     """The job's inputs from the stack config: the workload's flags, its runtime_env and the checks.
 
@@ -157,15 +179,16 @@ def job_inputs(cfg: StackConfig, facts: InstanceFacts) -> dict[str, Any]:
     # NCCL_DEBUG_FILE goes first so that trainEnv can still send NCCL's log elsewhere.
     env_vars = {"NCCL_DEBUG_FILE": NCCL_DEBUG_FILE, **train.env}
     stack = pulumi.get_stack()
+    pip = job_pip(train)
     return {
         "train_args": workload.to_args(),
         "run_id": train.run_id,
-        "pip": list(train.pip),
+        "pip": pip,
         "env_vars": env_vars,
         "timeout_s": float(train.timeout_minutes * 60),
         "expect_transport": train.expect_transport,
         **WorkerRequest.for_instance(facts, cfg.gpu_node_count).as_props(),
-        "submission_id": submission_id(stack, train.run_id, workload.to_args(), list(train.pip), env_vars),
+        "submission_id": submission_id(stack, train.run_id, workload.to_args(), pip, env_vars),
         "stack": stack,
         "wait": train.wait,
     }

@@ -82,6 +82,8 @@ DOOMED = {
                                        ["trainExpectTransport", "EFA", "trainEnv NCCL_NET=Socket"]),
     "intra-node across two nodes": ("dev", {**JOB_ON, "trainExpectTransport": "intra-node"},
                                     ["trainExpectTransport", "trainNumWorkers up to 4"]),
+    "fp8 on A100s": ("p4d", {**JOB_ON, "trainFp8": True}, ["trainFp8", "A100", "no fp8 tensor cores",
+                                                           "L4, L40S, H100, H200"]),
     "pip replacing torch": ("dev", {**JOB_ON, "trainPip": ["torch==2.5.1"]},
                             ["trainPip", "torch==2.5.1", "other than"]),
     "pip replacing Ray": ("dev", {**JOB_ON, "trainPip": ["einops", "Ray[train]>=2.40"]}, ["trainPip", "ray"]),

@@ -106,6 +106,15 @@ def test_sharding_and_fabric_keys_reach_the_job():
             flags["--min_bus_gbytes_per_s"]) == ("hybrid", "bf16", "2", "4.5"), args
 
 
+def test_fp8_reaches_the_job_with_torchao_installed_at_start():
+    job = run_program("dev", {**TRAIN, "trainFp8": True}).one(JOB)
+    assert "--fp8" in job.inputs["train_args"], job.inputs["train_args"]
+    # The image has no torchao: the job's runtime_env installs it, next to trainPip's own packages.
+    assert job.inputs["pip"] == ["einops==0.8.1", "torchao==0.18.0"], job.inputs["pip"]
+    pinned = SimpleNamespace(fp8=True, pip=("TorchAO==0.17.0", "https://example.com/x.whl"))
+    assert ray_job.job_pip(pinned) == list(pinned.pip), "trainPip's own torchao, by its canonical name, wins"
+
+
 def test_checkpoint_every_reaches_the_job():
     args = run_program("dev", {**TRAIN, "trainStoragePath": "s3://ckpt-bucket/p", "trainCheckpointEvery": 100}).one(JOB) \
         .inputs["train_args"]

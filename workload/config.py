@@ -148,6 +148,9 @@ class TrainConfig:
     reshard_after_forward: bool = flag(
         False, "Free each layer's gathered weights after its forward (ZeRO-3) instead of keeping them for its backward."
     )
+    fp8: bool = flag(
+        False, "fp8 matmuls (torchao float8 training, dynamic scaling) for the decoder layers' linear layers; needs "
+        "a GPU with fp8 tensor cores (L4, L40S, H100, H200) and torchao.")
     activation_checkpointing: bool = flag(
         False, "Recompute each decoder layer's activations in backward: less memory, about a third more compute."
     )

@@ -16,6 +16,7 @@ from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 from transformers import AutoConfig, AutoModelForCausalLM, PretrainedConfig, Qwen2Config
 
+from workload import fp8
 from workload.config import ARCHITECTURES, TrainConfig
 
 NAMED_CONFIGS = ARCHITECTURES  # --model_config name -> Qwen2Config keyword arguments (workload.config)
@@ -188,6 +189,8 @@ def shard_model(model: CausalLMWithLoss, mesh: DeviceMesh, cfg: TrainConfig, red
     reduce = TORCH_REDUCE_DTYPES[reduce_dtype or cfg.reduce_dtype]
     policy = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=reduce)
     compile_layers = compile_enabled(cfg, torch.device(mesh.device_type))
+    if cfg.fp8:  # before compile and FSDP wrap the layers, so both see the fp8 linears
+        fp8.apply(model.layers, torch.device(mesh.device_type))
     for layer in model.layers:
         if compile_layers:
             # Per layer rather than whole-model: every layer shares one compiled graph, and FSDP's hooks stay

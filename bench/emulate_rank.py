@@ -1,0 +1,375 @@
+"""One rank of a stack's cluster, emulated on one GPU: the real training step at the cluster's world size, each
+collective replaced by a timed delay on the stream that issued it.
+
+    python3 -m bench.emulate_rank --output $OUT/emulate_rank.jsonl     # on one GPU (torch + transformers)
+    python -m bench.emulate_rank --device cpu --stacks dev --strategies hybrid-bf16 --model_config tiny \\
+        --seq_len 32 --steps 2                                           # a smoke run: collectives recorded, no delay
+
+A fake process group (torch.testing._internal.distributed.fake_pg) at the cluster's world size (dev: 2 x 4 = 8,
+p5: 2 x 8 = 16) stands in for NCCL, so FSDP sizes every shard, gather buffer and reduce-scatter input as rank 0 of
+that cluster: the peak memory is the rank's real one. Each collective the step issues (FSDP2's all-gather,
+reduce-scatter and HSDP all-reduce, FSDP1's all-gather and reduce-scatter) is intercepted: its output is filled
+with this rank's data (a gather copies the rank's shard into every slot, a reduce-scatter keeps the rank's chunk),
+and a delay kernel then holds the issuing stream for as long as the collective would take on the stack's links:
+nccl-tests' bus bytes (workload.parallel.network_traffic) over each link's per-direction bandwidth, inside a node
+or between nodes, the slower of the two for a ring that crosses both. FSDP2's real prefetch, its separate
+all-gather, reduce-scatter and all-reduce streams and their events then decide what overlaps.
+
+The compute is an H200's, not the stack's GPU's. Every delay is scaled by (this step's compute on the H200,
+measured here with no delay) / (the same step's compute on the stack's GPU, bench.step_model's figure), so compute
+and communication keep the stack's ratio; the emulated step divided by that scale is the stack's step. Each run's
+line carries bench.step_model's prediction for the same inputs (links, compute, the forward/backward/optimizer
+split measured here) and their ratio.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import functools
+import inspect
+import json
+import statistics
+import time
+from dataclasses import dataclass
+from typing import Callable, Iterator
+
+import torch
+import torch.distributed as dist
+
+from bench import step_model
+from bench.step_bench import GIB, recipe_model
+from workload import model as project
+from workload import parallel
+from workload.config import TrainConfig
+from workload.data import random_batches
+from workload.parallel import Collective
+
+# The functions FSDP2 (torch 2.11: *_into_tensor / *_tensor; 2.13: *_single) and FSDP1 call through
+# `torch.distributed` for their collectives, by the argument that holds S (nccl-tests' size): the gather's output,
+# the reduce-scatter's input, the all-reduce's buffer.
+INTERCEPTED = {
+    "all_gather": ("all_gather", "tensor_list"),  # FSDP1 on CPU (the smoke run)
+    "all_gather_into_tensor": ("all_gather", "output_tensor"),
+    "all_gather_single": ("all_gather", "output_tensor"),
+    "reduce_scatter_tensor": ("reduce_scatter", "input"),
+    "reduce_scatter_single": ("reduce_scatter", "input"),
+    "all_reduce": ("all_reduce", "tensor"),
+}
+# The delay kernel: spins on the GPU's global nanosecond timer, so the delay does not stretch when the SM clock
+# drops under the H200's power cap (torch.cuda._sleep counts clock cycles; used only if CuPy cannot build this).
+SPIN_SOURCE = r"""
+extern "C" __global__ void spin(unsigned long long nanoseconds) {
+    unsigned long long start, now;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+    do { asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now)); } while (now - start < nanoseconds);
+}
+"""
+
+
+@dataclass(frozen=True)
+class Links:
+    """A stack's links, GB/s in each direction at once (a NIC's and a PCIe or NVLink link's figure both hold per
+    direction): between nodes, per node (shared by its GPUs); inside a node, per GPU."""
+
+    nodes: int
+    gpus_per_node: int
+    inter_node_gbytes_per_s: float
+    intra_node_gbytes_per_s: float
+
+    @property
+    def world_size(self) -> int:
+        return self.nodes * self.gpus_per_node
+
+    def group_of(self, ranks: int) -> str:
+        """world | shard | replicate, from a group's size (FSDP2's mesh groups; FSDP1 uses the world)."""
+        names = {self.world_size: "world", self.gpus_per_node: "shard", self.nodes: "replicate"}
+        assert len(names) == 3 or self.nodes == 1, f"group sizes of {self} are ambiguous"
+        return names[ranks]
+
+
+def collective_seconds(operation: str, ranks: int, size: int, links: Links) -> float:
+    """How long one collective keeps its ring busy on `links`: bus bytes over the slower link the ring crosses."""
+    traffic = parallel.network_traffic(Collective(operation, links.group_of(ranks), ranks, size, "forward"),
+                                       links.nodes, links.gpus_per_node)
+    return max(traffic.inter_node_bytes_per_node / (links.inter_node_gbytes_per_s * 1e9),
+               traffic.intra_node_bytes_per_gpu / (links.intra_node_gbytes_per_s * 1e9))
+
+
+class GpuDelay:
+    """Holds the current stream for a given time, using one thread of one SM."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        try:
+            import cupy
+
+            self._kernel = cupy.RawKernel(SPIN_SOURCE, "spin")
+            self._cupy, self._streams = cupy, {}
+            self.kind = "globaltimer spin (CuPy)"
+            self(1e-4)
+            torch.cuda.synchronize(device)
+        except Exception as error:  # no CuPy, or NVRTC missing: the cycle-counting sleep, calibrated once
+            self._kernel, self.kind = None, f"torch.cuda._sleep, calibrated ({type(error).__name__}: {error})"
+            cycles = 50_000_000
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            torch.cuda._sleep(cycles)
+            end.record()
+            end.synchronize()
+            self._cycles_per_s = cycles / (start.elapsed_time(end) / 1e3)
+
+    def __call__(self, seconds: float) -> None:
+        if seconds <= 0:
+            return
+        if self._kernel is None:
+            torch.cuda._sleep(int(seconds * self._cycles_per_s))
+            return
+        handle = torch.cuda.current_stream(self.device).cuda_stream
+        stream = self._streams.get(handle)
+        if stream is None:
+            stream = self._streams[handle] = self._cupy.cuda.ExternalStream(handle)
+        self._kernel((1,), (1,), (self._cupy.uint64(int(seconds * 1e9)),), stream=stream)
+
+    def accuracy(self, seconds: float = 0.01) -> float:
+        """Measured over asked, for one delay alone."""
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        self(seconds)
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end) / 1e3 / seconds
+
+
+class TimedCollectives:
+    """While active, every intercepted collective fills its output with this rank's data, then (with a delay)
+    holds its stream for collective_seconds x scale. Records each one as (operation, group, ranks, size)."""
+
+    def __init__(self, links: Links, delay: Callable[[float], None] | None) -> None:
+        self.links, self.delay, self.scale = links, delay, 0.0
+        self.recorded: list[tuple[str, str, int, int]] = []
+        self.link_seconds = 0.0
+
+    @contextlib.contextmanager
+    def active(self) -> Iterator["TimedCollectives"]:
+        originals = {name: getattr(dist, name) for name in INTERCEPTED if hasattr(dist, name)}
+        for name, original in originals.items():
+            setattr(dist, name, self._wrap(original, *INTERCEPTED[name]))
+        try:
+            yield self
+        finally:
+            for name, original in originals.items():
+                setattr(dist, name, original)
+
+    def _wrap(self, original: Callable, operation: str, size_argument: str) -> Callable:
+        signature = inspect.signature(original)
+
+        @functools.wraps(original)
+        def collective(*args, **kwargs):
+            arguments = signature.bind(*args, **kwargs).arguments
+            group = arguments.get("group") or dist.group.WORLD
+            ranks = dist.get_world_size(group)
+            work = original(*args, **kwargs)  # the fake group's: nothing moves, a Work where async_op asks for one
+            if ranks == 1:
+                return work
+            sized = arguments[size_argument]
+            sized = sized if isinstance(sized, list) else [sized]
+            size = sum(tensor.numel() * tensor.element_size() for tensor in sized)
+            with torch.no_grad():
+                if operation == "all_gather":
+                    source = arguments.get("input_tensor", arguments.get("tensor"))
+                    slots = sized if len(sized) > 1 else list(sized[0].view(ranks, -1))
+                    for slot in slots:  # FSDP2's input is a view of its own slot: skip that one
+                        if slot.data_ptr() != source.data_ptr():
+                            slot.view(-1).copy_(source.view(-1))
+                elif operation == "reduce_scatter":
+                    arguments["output"].view(-1).copy_(arguments["input"].view(ranks, -1)[0])
+            self.recorded.append((operation, self.links.group_of(ranks), ranks, size))
+            seconds = collective_seconds(operation, ranks, size, self.links)
+            self.link_seconds += seconds
+            if self.delay is not None:
+                self.delay(seconds * self.scale)
+            return work
+
+        return collective
+
+
+def fake_world(world_size: int) -> None:
+    """The default process group: rank 0 of `world_size`, every collective a no-op (torch's fake backend)."""
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    if dist.is_initialized():
+        dist.destroy_process_group()
+    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=world_size)
+
+
+def build_step(strategy: step_model.Strategy, cfg: TrainConfig, device: torch.device, links: Links):
+    """(timed step, phased step) of `strategy` on the current fake world: the recipe's FSDP1 step, or
+    workload.model's with the strategy's mesh and reduction. The phased step returns its forward, backward and
+    optimizer seconds (device events), for the split the model uses."""
+    if strategy.step == "recipe":
+        model, optimizer = recipe_model(cfg, device)
+
+        def forward(batch):
+            return model(input_ids=batch, labels=batch).loss
+
+        def tail():
+            optimizer.step()
+            optimizer.zero_grad()
+    else:
+        shape = parallel.mesh_shape(strategy.sharding, links.world_size, links.gpus_per_node)
+        sharded = project.shard_model(project.build_model(cfg, device), project.build_mesh(device, shape), cfg,
+                                      reduce_dtype=strategy.reduce_dtype)
+        model, optimizer = sharded, project.build_optimizer(sharded, cfg)
+
+        def forward(batch):
+            return project.loss_fn(model, batch)
+
+        def tail():
+            if cfg.max_grad_norm:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+
+    def timed(batch):
+        if strategy.step == "recipe":
+            loss = forward(batch)
+            loss.backward()
+            tail()
+            return loss.detach()
+        return project.train_step(model, optimizer, batch, cfg)  # the workload's own step
+
+    def phased(batch) -> tuple[float, float, float]:
+        events = [torch.cuda.Event(enable_timing=True) for _ in range(4)]
+        events[0].record()
+        loss = forward(batch)
+        events[1].record()
+        loss.backward()
+        events[2].record()
+        tail()
+        events[3].record()
+        events[3].synchronize()
+        return tuple(events[i].elapsed_time(events[i + 1]) / 1e3 for i in range(3))
+
+    return timed, phased
+
+
+def median_step(step, batches, device: torch.device, warmup: int, steps: int) -> tuple[float, list[float]]:
+    times = []
+    for index in range(warmup + steps):
+        batch = batches(index).to(device)
+        torch.cuda.synchronize(device) if device.type == "cuda" else None
+        started = time.perf_counter()
+        step(batch).item()  # waits for the step
+        times.append(time.perf_counter() - started)
+    return statistics.median(times[warmup:]), times
+
+
+def emulate(stack: str, strategy: step_model.Strategy, cfg: TrainConfig, device: torch.device, delay: GpuDelay | None,
+            warmup: int, steps: int, l4_cases: dict[str, float], bf16_compute_s: float | None = None) -> list[dict]:
+    """Lines for one (stack, strategy): the compute-only run (no delay: the H200's step at shard size, its split and
+    peak memory), then one delayed run per compute case of the stack's GPU.
+
+    With fp8, `bf16_compute_s` is the same strategy's bf16 compute-only step: the stack's GPU is assumed to gain what
+    the H200 gains (both double their matmul rate in fp8), so the delays keep bf16's scale and the model's compute
+    takes fp8's measured factor."""
+    hardware = step_model.saved_hardware(stack)
+    central = step_model.CENTRAL
+    links = Links(hardware.nodes, hardware.gpus_per_node, hardware.inter_node_gbytes_per_s * central.network_efficiency,
+                  step_model.intra_node_gbytes_per_s(hardware, central))
+    fake_world(links.world_size)
+    collectives = TimedCollectives(links, delay)
+    batches = random_batches(cfg, project.NAMED_CONFIGS[cfg.model_config]["vocab_size"], rank=0)
+    label = strategy.name + ("+fp8" if cfg.fp8 else "")
+    with collectives.active():
+        timed, phased = build_step(strategy, cfg, device, links)
+        if device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(device)
+        compute_s, times = median_step(timed, batches, device, warmup, steps)
+        per_step = len(collectives.recorded) // (warmup + steps)
+        recorded = collectives.recorded[-per_step:]
+        link_seconds = collectives.link_seconds / (warmup + steps)
+        base = {"stack": stack, "strategy": label, "world_size": links.world_size,
+                "per_gpu_batch": f"{cfg.batch_size} x {cfg.seq_len}", "links": dataclasses.asdict(links),
+                "collectives_per_step": per_step, "link_seconds_per_step_unscaled": round(link_seconds, 4)}
+        if device.type != "cuda":
+            return [{**base, "run": "smoke", "recorded": recorded}]
+        peak = torch.cuda.max_memory_allocated(device) / GIB
+        split = [statistics.median(values) for values in zip(*(phased(batches(100 + i).to(device)) for i in range(3)))]
+        shares = step_model.Split(*(part / sum(split) for part in split))
+        lines = [{**base, "run": "compute only (no delay)", "h200_step_s": round(compute_s, 4),
+                  "h200_tokens_per_s_per_gpu": round(cfg.batch_size * cfg.seq_len / compute_s),
+                  "split_forward_backward_optimizer": [round(share, 3) for share in dataclasses.astuple(shares)],
+                  "peak_memory_gib": round(peak, 2), "step_times_s": [round(t, 4) for t in times]}]
+        factor = compute_s / bf16_compute_s if bf16_compute_s else 1.0
+        if bf16_compute_s:
+            lines[0]["fp8_compute_over_bf16"] = round(factor, 3)
+        for case, gemm in l4_cases.items():
+            assumptions = dataclasses.replace(central, l4_gemm_tflops=gemm)
+            target = step_model.compute_seconds(strategy, hardware, cfg.batch_size, cfg.seq_len, assumptions) * factor
+            collectives.scale = compute_s / target
+            emulated_s, times = median_step(timed, batches, device, warmup, steps)
+            stack_step = emulated_s / collectives.scale
+            model = step_model.predict(strategy, hardware, cfg.batch_size, cfg.seq_len, assumptions,
+                                       split=shares, links_override=links, compute_factor=factor)
+            lines.append({**base, "run": f"emulated, {case}", "target_compute_s": round(target, 4),
+                          "delay_scale": round(collectives.scale, 4), "emulated_step_s": round(emulated_s, 4),
+                          "stack_step_s": round(stack_step, 4),
+                          "stack_tokens_per_s": round(cfg.batch_size * cfg.seq_len * links.world_size / stack_step),
+                          "model_step_s": round(model["step_s"], 4),
+                          "emulated_over_model": round(stack_step / model["step_s"], 3),
+                          "step_times_s": [round(t, 4) for t in times]})
+    return lines
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--stacks", default="dev,p5")
+    parser.add_argument("--strategies", default="recipe,project-full,full-bf16,hybrid,hybrid-bf16")
+    parser.add_argument("--fp8_strategies", default="", help="also run these with --fp8 (dev only)")
+    parser.add_argument("--model_config", default="qwen2.5-1.5b")
+    parser.add_argument("--batch_size", type=int, default=2, help="per GPU: the stacks' trainBatchSize")
+    parser.add_argument("--seq_len", type=int, default=2048)
+    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--output", default="")
+    args = parser.parse_args()
+    device = torch.device(args.device, 0) if args.device == "cuda" else torch.device(args.device)
+    delay = None
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+        delay = GpuDelay(device)
+        print(json.dumps({"delay_kernel": delay.kind, "measured_over_asked_10ms": round(delay.accuracy(), 4),
+                          "torch": torch.__version__, "device": torch.cuda.get_device_name(device)}), flush=True)
+    cfg = TrainConfig(model_config=args.model_config, batch_size=args.batch_size, seq_len=args.seq_len)
+    output = open(args.output, "w") if args.output else None
+    runs = [(stack, name, False) for stack in args.stacks.split(",") for name in args.strategies.split(",")]
+    runs += [("dev", name, True) for name in args.fp8_strategies.split(",") if name]
+    compute_only: dict[tuple[str, str], float] = {}  # (stack, strategy): the bf16 compute-only step
+    for stack, name, fp8 in runs:
+        strategy = next(strategy for strategy in step_model.STRATEGIES if strategy.name == name)
+        gpu = step_model.saved_hardware(stack).gpu_name
+        cases = step_model.gemm_cases(gpu)
+        try:
+            lines = emulate(stack, strategy, dataclasses.replace(cfg, fp8=fp8), device, delay, args.warmup,
+                            args.steps, cases, compute_only.get((stack, name)) if fp8 else None)
+            if not fp8 and "h200_step_s" in lines[0]:
+                compute_only[stack, name] = lines[0]["h200_step_s"]
+        except Exception as error:  # one failed run must not lose the others' lines
+            lines = [{"stack": stack, "strategy": name, "fp8": fp8, "error": f"{type(error).__name__}: {error}"}]
+        for line in lines:
+            print(json.dumps(line), flush=True)
+            if output:
+                output.write(json.dumps(line) + "\n")
+                output.flush()
+        import gc
+
+        gc.collect()
+        torch.cuda.empty_cache() if device.type == "cuda" else None
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

@@ -14,7 +14,7 @@ from workload import cli
 
 REPO = Path(__file__).resolve().parents[1]
 COMMANDS = ["workload.train", "workload.local", "workload.transport", "workload.export", "tools.capacity",
-            "tools.status", "tools.job", "tools.loss_curve"]
+            "tools.doctor", "tools.status", "tools.job", "tools.loss_curve"]
 # The libraries that take seconds to import (boto3, pulumi and the Kubernetes client take a fraction of one).
 HEAVY_MODULES = ("torch", "ray", "transformers", "datasets")
 
@@ -84,9 +84,12 @@ USER_ERRORS = [
     (["tools.capacity", *CAPACITY], OFFLINE_AWS, cli.ENVIRONMENT, "AWS cannot be reached"),
     (["workload.export", "{dir}/no-checkpoint", "{dir}/model"], {}, cli.USAGE, "no such directory"),
     (["tools.loss_curve", "{dir}/no-run", "--out", "{dir}/run.svg"], {}, cli.USAGE, "RUN"),
+    (["tools.loss_curve", "{dir}", "--out", "{dir}/run.png"], {}, cli.USAGE, "the picture is SVG"),
+    (["tools.loss_curve", "s3://bucket/run", "--out", "{dir}/run.svg"], OFFLINE_AWS, cli.ENVIRONMENT,
+     "RUN s3://bucket/run/tensorboard"),
     (["tools.status", "--stack", "nope"], {}, cli.USAGE, "--stack"),
     (["tools.status"], {"HOME": "{dir}/home", "KUBECONFIG": ""}, cli.ENVIRONMENT, "no kubeconfig"),
-    (["tools.status", "--kubeconfig", "{dir}/missing"], {}, cli.USAGE, "--kubeconfig"),
+    (["tools.status", "--kubeconfig", "{dir}/missing"], {}, cli.ENVIRONMENT, "--kubeconfig"),
     (["tools.status", "--kubeconfig", "{garbage_kubeconfig}"], {}, cli.USAGE, "kubeconfig"),
     (["tools.status", "--kubeconfig", "{no_aws_cli_kubeconfig}"], {}, cli.ENVIRONMENT, "aws-cli-not-here"),
     (["tools.status", "--kubeconfig", "{refused_kubeconfig}"], {}, cli.ENVIRONMENT, "cannot be reached"),
@@ -94,7 +97,7 @@ USER_ERRORS = [
     (["tools.job"], {}, cli.USAGE, "COMMAND"),
     (["tools.job", "tail"], {}, cli.USAGE, "COMMAND"),
     (["tools.job", "list", "--stack", "nope"], {}, cli.USAGE, "--stack"),
-    (["tools.job", "logs", "--kubeconfig", "{dir}/missing"], {}, cli.USAGE, "--kubeconfig"),
+    (["tools.job", "logs", "--kubeconfig", "{dir}/missing"], {}, cli.ENVIRONMENT, "--kubeconfig"),
     (["tools.job", "stop"], {"HOME": "{dir}/home", "KUBECONFIG": ""}, cli.ENVIRONMENT, "no kubeconfig"),
     (["tools.job", "summary", "--kubeconfig", "{refused_kubeconfig}"], {}, cli.ENVIRONMENT, "cannot be reached"),
 ]

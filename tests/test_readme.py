@@ -479,6 +479,40 @@ def python_block(after: str) -> str:
     return README[start:README.index("```", start)]
 
 
+# What differs between two runs of the same command: ids, ports, timings, where the repository is.
+RUN_TO_RUN = [
+    (re.compile(r"raysubmit_\w+"), "raysubmit_ID"),
+    (re.compile(r"http://127\.0\.0\.1:\d+"), "http://127.0.0.1:PORT"),
+    (re.compile(r"\S*/local-\d{8}-\d{6}-\d+"), "RUN"),
+    (re.compile(r"step_time [0-9.]+s tokens/s [0-9,]+"), "step_time Ts tokens/s N"),
+    (re.compile(r"in \d+ s; "), "in T s; "),
+    (re.compile(r"; [0-9,]+ tokens/s$"), "; N tokens/s"),
+    (re.compile(r"(all_reduce|all_gather|reduce_scatter) [0-9.]+"), r"\1 B"),
+    (re.compile(r"^TRAIN_SUMMARY .*"), "TRAIN_SUMMARY {...}"),
+]
+
+
+def _same_in_any_run(line: str) -> str:
+    for pattern, replacement in RUN_TO_RUN:
+        line = pattern.sub(replacement, line)
+    return line
+
+
+def check_example_output(readme_block: str, printed: str) -> None:
+    """The README's example output is a real run's: each of its lines (but `...`) is a line the run printed, in
+    order, and each kind of line the run printed (all but the elided steps) is in the README."""
+    shown = [_same_in_any_run(line) for line in readme_block.splitlines() if line != "..."]
+    said = [_same_in_any_run(line) for line in printed.splitlines()]
+    position = 0
+    for line in shown:
+        assert line in said[position:], f"the README shows {line!r}, which the run did not print (in that order):\n" \
+                                        + "\n".join(said)
+        position = said.index(line, position) + 1
+    elided = re.compile(r"^step \d+/\d+ (loss|eval_loss) ")
+    missing = [line for line in said if line not in shown and not elided.match(line)]
+    assert not missing, f"the run printed lines the README's example leaves out: {missing}"
+
+
 def test_the_first_set_up_command_as_written(tmp_path):
     """`bash scripts/setup.sh && .venv/bin/python -m workload.local`: a second setup installs nothing, and the local
     run's output is what the README shows: the losses, the exported model's generation, the picture of its curves.
@@ -488,8 +522,10 @@ def test_the_first_set_up_command_as_written(tmp_path):
     done = subprocess.run(" && ".join(command), shell=True, cwd=REPO, capture_output=True, text=True, timeout=900)
     output = done.stdout + done.stderr
     assert done.returncode == 0, output[-4000:]
-    for unwanted in ("Traceback", "deprecated", "PreemptionWatcher"):
+    for unwanted in ("Traceback", "deprecated", "PreemptionWatcher", "Reporting training result", " INFO "):
         assert unwanted not in output, f"the local run must not print {unwanted!r}:\n{output[-4000:]}"
+    start = README.index("```\n", README.index("Its output\n(`--verbose`")) + 4
+    check_example_output(README[start:README.index("```", start)], done.stdout)
     summaries = [line for line in done.stdout.splitlines() if line.startswith(SUMMARY_PREFIX)]
     assert len(summaries) == 1 and done.stdout.splitlines()[-1] == summaries[0], "the summary once, as the last line"
     summary = json.loads(summaries[0][len(SUMMARY_PREFIX):])

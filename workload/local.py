@@ -23,7 +23,7 @@ import time
 from contextlib import contextmanager
 from typing import Iterator, Sequence
 
-from workload import cli, local_checks
+from workload import cli, local_checks, local_output
 from workload.config import SUMMARY_PREFIX, TrainConfig, build_parser, is_local_dataset
 from workload.head_supervisor import stop_session
 
@@ -155,6 +155,11 @@ def _stop(head: subprocess.Popen) -> None:
 
 
 def parse_args(argv: Sequence[str] | None = None) -> TrainConfig:
+    return parse_command(argv)[0]
+
+
+def parse_command(argv: Sequence[str] | None = None) -> tuple[TrainConfig, bool]:
+    """The training flags, and --verbose (the local run's own: how much of the job's log to show)."""
     parser = build_parser(
         "python -m workload.local",
         "Run the training job on this machine: a one-node Ray cluster, the job submitted through the Ray Jobs\n"
@@ -164,7 +169,10 @@ def parse_args(argv: Sequence[str] | None = None) -> TrainConfig:
         "  python -m workload.local --steps 5 --dataset ''   # random tokens, as the original recipe",
         defaults=LOCAL_DEFAULTS,
     )
+    parser.add_argument("--verbose", action="store_true",
+                        help="Show the job's whole log (Ray's own lines and result dumps) instead of its progress.")
     args = vars(parser.parse_args(argv))
+    verbose = args.pop("verbose")
     if args["run_name"] == LOCAL_DEFAULTS["run_name"]:
         args["run_name"] = new_run_name()
     if not args["dataset"]:
@@ -180,7 +188,7 @@ def parse_args(argv: Sequence[str] | None = None) -> TrainConfig:
         tokenizer=os.path.abspath(cfg.tokenizer) if os.path.isdir(cfg.tokenizer) else cfg.tokenizer,
         storage_path=os.path.abspath(cfg.storage_path) if cfg.storage_path and "://" not in cfg.storage_path
         else cfg.storage_path,
-    )
+    ), verbose
 
 
 def new_run_name() -> str:
@@ -202,7 +210,8 @@ def announce_resume(cfg: TrainConfig, resumed_at: int | None) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    cfg = parse_args(argv)
+    cfg, verbose = parse_command(argv)
+    started = time.monotonic()
     resumed_at = local_checks.check_before_ray(cfg)  # the data, storage, workers and an earlier run of the name
     # Heavy imports (torch, transformers, Ray) only once the flags are good, so --help and typos answer at once.
     from workload.submit import JobFailedError, parse_summary, submit_training_job
@@ -211,22 +220,30 @@ def main(argv: Sequence[str] | None = None) -> int:
     validate(cfg)  # a flag that does not fit the model or tokenizer fails here, naming it, before Ray starts
     announce_resume(cfg, resumed_at)
     print("starting a local Ray cluster (ray start --head, token authentication on)", flush=True)
+    progress = local_output.Progress(verbose)
+    if not verbose:
+        local_output.quiet_ray_logging()
     try:
         with local_cluster() as (address, token):
             result = submit_training_job(
                 address, cfg.to_args(), token=token, env_vars=LOCAL_RAY_TRAIN_ENV, timeout_s=JOB_TIMEOUT_S,
-                on_log=_print_progress)
+                on_log=progress)
     except JobFailedError as error:
         print("local Ray cluster stopped", flush=True)
+        for line in progress.failure_tail(error.log_tail):
+            print(line, flush=True)
         if (summary := parse_summary(error.log_tail)) is not None:  # a diverged run still reports how far it got
             print(SUMMARY_PREFIX + json.dumps(summary, allow_nan=False), flush=True)
-        # Its log has just been streamed above; the reason is what is left to say.
-        raise cli.CheckFailed(f"Ray job {error.job_id} {error.reason}") from None
+        # Its log has just been streamed above: the reason without Ray's copy of the log is what is left to say.
+        raise cli.CheckFailed(f"Ray job {error.job_id} {local_output.first_line(error.reason)}",
+                              hint="" if verbose else "--verbose shows the job's whole log") from None
     print("local Ray cluster stopped", flush=True)
     model = result.summary.get("model")
     # A model trained on random tokens has no tokenizer to generate with.
     if model and os.path.isfile(os.path.join(model, "tokenizer_config.json")):
         print(f"from_pretrained({model}).generate({PROMPT!r}): {json.dumps(generate(model, PROMPT))}", flush=True)
+    for line in local_output.recap(result.summary, time.monotonic() - started):
+        print(line, flush=True)
     print(SUMMARY_PREFIX + json.dumps(result.summary, allow_nan=False), flush=True)
     return cli.OK
 
@@ -244,12 +261,6 @@ def generate(model_directory: str, prompt: str, new_tokens: int = NEW_TOKENS) ->
     with torch.no_grad():
         output = model.generate(**inputs, max_new_tokens=new_tokens, do_sample=False)
     return tokenizer.decode(output[0], skip_special_tokens=True)
-
-
-def _print_progress(line: str) -> None:
-    # The summary is printed once, last, after the cluster has stopped.
-    if not line.startswith(SUMMARY_PREFIX):
-        print(line, flush=True)
 
 
 if __name__ == "__main__":

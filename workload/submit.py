@@ -37,6 +37,11 @@ TERMINAL = {JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.STOPPED}
 # A run's job that ended this way is tried again under the next attempt id; one that succeeded is its result.
 RETRIED = {JobStatus.FAILED, JobStatus.STOPPED}
 MAX_ATTEMPTS = 100
+# A head that has just started answers on its job server before its job agent has registered, and refuses a
+# submission with this (HTTP 500, Ray 2.58 and 2.60: dashboard/modules/job/job_head.py); it comes within seconds,
+# longer on a loaded machine.
+NO_AGENT_YET = "No available agent to submit job"
+AGENT_WAIT_S = 60
 # How often the log is read again once its stream has dropped (a port-forward cutting an idle websocket).
 POLL_S = 5.0
 
@@ -169,13 +174,20 @@ def _submit(client: JobSubmissionClient, train_args: Sequence[str], submission_i
         # Only the package goes up, not the repository (its .venv alone is gigabytes).
         shutil.copytree(PACKAGE_DIR, os.path.join(staging, "workload"),
                         ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-        return client.submit_job(
-            # python3, as the original recipe runs it: Ubuntu-based images need not have a `python`.
-            entrypoint=shlex.join(["python3", "-m", "workload.train", *train_args, *limit]),
-            runtime_env={**runtime_env, "working_dir": staging},
-            submission_id=submission_id,
-            metadata=dict(metadata) if metadata else None,
-        )
+        deadline = time.monotonic() + AGENT_WAIT_S
+        while True:
+            try:
+                return client.submit_job(
+                    # python3, as the original recipe runs it: Ubuntu-based images need not have a `python`.
+                    entrypoint=shlex.join(["python3", "-m", "workload.train", *train_args, *limit]),
+                    runtime_env={**runtime_env, "working_dir": staging},
+                    submission_id=submission_id,
+                    metadata=dict(metadata) if metadata else None,
+                )
+            except RuntimeError as error:
+                if NO_AGENT_YET not in str(error) or time.monotonic() > deadline:
+                    raise
+            time.sleep(1)
 
 
 def job_info(client: JobSubmissionClient, job_id: str) -> JobDetails | None:

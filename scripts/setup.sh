@@ -44,6 +44,9 @@ if [ ! -x .venv/bin/python ]; then
     "on Debian or Ubuntu: apt-get install python$wanted-venv; then run this again"
 fi
 .venv/bin/python -m pip install -q --upgrade pip
+# The repository on .venv's path, as `pip install -e .` would put it: `.venv/bin/python -m workload.local` then
+# works from any directory, not only from here.
+echo "$PWD" > "$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/raytrain-eks.pth"
 
 installed=$(.venv/bin/python -c 'import importlib.metadata as m; print(m.version("torch"))' 2>/dev/null || true)
 if [ "${installed%%+*}" = "$TORCH_VERSION" ]; then

@@ -138,3 +138,16 @@ def test_each_job_command_shows_its_own_defaults():
     flat = lambda text: " ".join(text.split())  # noqa: E731 argparse wraps help lines
     assert "Optimizer steps. (default: 40)" in flat(local) and "Optimizer steps. (default: 50)" in flat(train), (
         "each command's --help must print the steps it really runs")
+
+
+@pytest.mark.parametrize("module", ["tools.status", "workload.local"])
+def test_a_python_without_the_projects_packages_says_how_to_run_the_command(module):
+    """The system's python3 instead of .venv's, stood for by this one without its site-packages (-S)."""
+    done = subprocess.run([sys.executable, "-S", "-m", module, "--help"], cwd=REPO, capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == cli.ENVIRONMENT and "Traceback" not in done.stderr, done.stderr
+    assert done.stderr.splitlines() == [
+        f"error: this Python ({sys.executable}) lacks the project's packages ("
+        + ("yaml, boto3, kubernetes, pulumi)" if module.startswith("tools") else "ray, torch, transformers)"),
+        f"set the project up with `bash scripts/setup.sh`, then run the command from the repository's root: "
+        f"`.venv/bin/python -m {module}`"], done.stderr

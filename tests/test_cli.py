@@ -138,6 +138,9 @@ def test_each_job_command_shows_its_own_defaults():
     flat = lambda text: " ".join(text.split())  # noqa: E731 argparse wraps help lines
     assert "Optimizer steps. (default: 40)" in flat(local) and "Optimizer steps. (default: 50)" in flat(train), (
         "each command's --help must print the steps it really runs")
+    assert "GPU of the cluster, or 2 CPU workers on a cluster without GPUs. (default: 0)" in flat(train), (
+        "a zero default is shown too")
+    assert "Configuration name of a Hugging Face --dataset (e.g. wikitext-2-raw-v1). (default: empty)" in flat(train)
 
 
 @pytest.mark.parametrize("module", ["tools.status", "workload.local"])

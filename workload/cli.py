@@ -73,8 +73,11 @@ class _HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefa
     worth printing (a required flag's None, a switch's False)."""
 
     def _get_help_string(self, action: argparse.Action) -> str:
-        if action.default in (None, False) or action.required:
+        # `is`, not `in (None, False)`: 0 == False, and a zero default (--num_workers 0: one per GPU) is worth printing.
+        if action.default is None or action.default is False or action.required:
             return action.help or ""
+        if action.default == "":
+            return (action.help or "") + " (default: empty)"
         return super()._get_help_string(action)
 
 

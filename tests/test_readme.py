@@ -75,6 +75,12 @@ def bash_block(after: str) -> list[str]:
     return commands
 
 
+def sample_block(after: str) -> list[str]:
+    """The lines of the first plain ``` block after the text `after` (a sample output), `...` lines dropped."""
+    start = README.index("```\n", README.index(after)) + 4
+    return [line for line in README[start:README.index("```", start)].splitlines() if line != "..."]
+
+
 # ---- AWS: moto, and canned answers for what moto lacks -------------------------------------------------------
 
 def _note_params(params: dict, context: dict, **_) -> None:
@@ -400,6 +406,12 @@ def test_the_real_cluster_journey_as_written(project, aws_env, kube_api):
             assert written["aws:region"] == region and written[f"{PROJECT}:gpuAvailabilityZone"] == f"{region}b", (
                 f"the finder's best AZ (the best Spot score) goes into the stack file: {written}")
             assert f"{PROJECT}:capacityCandidateAzs" not in written, "dev reserves nothing: no candidate list"
+            shown = [line for line in sample_block("`python -m tools.capacity --instance-type g6.12xlarge")
+                     if line.startswith(("rank ", "1 ", "2 ", "Wrote "))]
+            # Columns are as wide as their widest cell: the README searched two regions, this every region.
+            printed = [" ".join(line.split()) for line in shell.outputs[-1].splitlines()]
+            assert len(shown) == 4 and all(" ".join(line.split()) in printed for line in shown), (
+                f"the README's sample of the finder is what it prints: {shown}\n{shell.outputs[-1]}")
     assert shell.run is None, "the README's journey ends with pulumi destroy"
 
 
@@ -410,6 +422,9 @@ def test_the_cluster_from_your_machine_and_the_tools(project, aws_env, kube_api)
     for command in bash_block("### The cluster from your machine"):
         out = shell(command)
     assert "ray-train-gpu-workers-worker-a" in out and "ip-10-0-64-2" in out, f"tools.status's tables:\n{out}"
+    shown = sample_block("`python -m tools.status --kubeconfig kubeconfig.json --stack dev`:")
+    assert shown[-1] == "No training job running." and "\n".join(shown[:-1]) in out, (
+        f"the README's sample of tools.status is what it prints (but the job line, with no job server here):\n{out}")
     assert kube_api.authorizations and set(kube_api.authorizations) == {"Bearer k8s-aws-v1.journey"}, (
         "every API call carries the token from `aws eks get-token`")
 
@@ -564,3 +579,15 @@ def test_the_first_set_up_command_as_written(tmp_path):
     loaded = subprocess.run([sys.executable, "-c", python_block("### The commands")], cwd=tmp_path,
                             capture_output=True, text=True, timeout=300)
     assert loaded.returncode == 0 and loaded.stdout.startswith("The history of the"), loaded.stderr[-3000:]
+
+
+def _github_anchor(heading: str) -> str:
+    """The id GitHub gives a heading: lower case, punctuation but hyphens dropped, spaces as hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def test_the_readmes_links_to_its_sections_land_and_it_names_no_internal_issue():
+    anchors = {_github_anchor(heading) for heading in re.findall(r"^#{2,4} (.+)$", README, re.M)}
+    links = set(re.findall(r"\]\(#([^)]+)\)", README))
+    assert len(links) > 15 and links <= anchors, f"links to no heading: {sorted(links - anchors)}"
+    assert not re.search(r"\bissues? #?\d+", README, re.I), re.search(r".{40}\bissues? #?\d+.{20}", README, re.I)

@@ -528,7 +528,18 @@ def check_example_output(readme_block: str, printed: str) -> None:
     assert not missing, f"the run printed lines the README's example leaves out: {missing}"
 
 
-def test_the_first_set_up_command_as_written(tmp_path):
+@pytest.fixture
+def runs_it_leaves():
+    """The README's first command writes under the repository's runs/local/, as it says; the run directories this
+    test made there are removed after it (a user's own runs stay)."""
+    runs = REPO / "runs" / "local"
+    before = set(runs.iterdir()) if runs.is_dir() else set()
+    yield
+    for made in (set(runs.iterdir()) if runs.is_dir() else set()) - before:
+        shutil.rmtree(made, ignore_errors=True)
+
+
+def test_the_first_set_up_command_as_written(tmp_path, runs_it_leaves):
     """`bash scripts/setup.sh && .venv/bin/python -m workload.local`: a second setup installs nothing, and the local
     run's output is what the README shows: the losses, the exported model's generation, the picture of its curves.
     The model it exported then loads as the real-cluster section loads its own."""

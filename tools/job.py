@@ -67,8 +67,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 
 def kubernetes_job_server(args: argparse.Namespace) -> ContextManager[JobServer]:
-    """The job server of --stack's RayCluster, through --kubeconfig."""
-    return job_server(api_client(args.kubeconfig), *stack_settings(args.stack))
+    """The job server of --stack's RayCluster, through --kubeconfig. The stack first: a bad flag is the user's to
+    fix before this machine's kubeconfig is."""
+    namespace, cluster = stack_settings(args.stack)
+    return job_server(api_client(args.kubeconfig), namespace, cluster)
 
 
 @contextlib.contextmanager

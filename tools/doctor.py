@@ -124,7 +124,7 @@ def check_aws_cli(run: Callable[[list[str]], tuple[int, str]]) -> Check:
         return Check("aws", False, f"`aws --version` failed: {out.splitlines()[-1] if out else code}")
     version = ".".join(match.groups())
     if match.group(1) != "2":
-        return Check("aws", False, f"AWS CLI {version}; v2 is needed (v1's `eks get-token` differs): {INSTALL_AWS}")
+        return Check("aws", False, f"AWS CLI {version}; the README asks for v2: {INSTALL_AWS}")
     return Check("aws", True, f"AWS CLI {version}")
 
 

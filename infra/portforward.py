@@ -53,6 +53,11 @@ class LocalForward:
             self._streams.update((local, remote))
         try:
             _pump(local, remote, self._closed)
+        except (OSError, ValueError):
+            # A reset by either end (ConnectionResetError, BrokenPipeError), or a stream shut by close(): this
+            # connection is over, which its client sees and reports. Raised here, it would print a traceback from
+            # the thread into whatever output the forward serves (threading.excepthook).
+            pass
         finally:
             with self._lock:
                 self._streams.difference_update((local, remote))

@@ -14,7 +14,7 @@ from workload import cli
 
 REPO = Path(__file__).resolve().parents[1]
 COMMANDS = ["workload.train", "workload.local", "workload.transport", "workload.export", "tools.capacity",
-            "tools.status", "tools.job", "tools.loss_curve"]
+            "tools.doctor", "tools.status", "tools.job", "tools.loss_curve"]
 # The libraries that take seconds to import (boto3, pulumi and the Kubernetes client take a fraction of one).
 HEAVY_MODULES = ("torch", "ray", "transformers", "datasets")
 
@@ -84,9 +84,12 @@ USER_ERRORS = [
     (["tools.capacity", *CAPACITY], OFFLINE_AWS, cli.ENVIRONMENT, "AWS cannot be reached"),
     (["workload.export", "{dir}/no-checkpoint", "{dir}/model"], {}, cli.USAGE, "no such directory"),
     (["tools.loss_curve", "{dir}/no-run", "--out", "{dir}/run.svg"], {}, cli.USAGE, "RUN"),
+    (["tools.loss_curve", "{dir}", "--out", "{dir}/run.png"], {}, cli.USAGE, "the picture is SVG"),
+    (["tools.loss_curve", "s3://bucket/run", "--out", "{dir}/run.svg"], OFFLINE_AWS, cli.ENVIRONMENT,
+     "RUN s3://bucket/run/tensorboard"),
     (["tools.status", "--stack", "nope"], {}, cli.USAGE, "--stack"),
     (["tools.status"], {"HOME": "{dir}/home", "KUBECONFIG": ""}, cli.ENVIRONMENT, "no kubeconfig"),
-    (["tools.status", "--kubeconfig", "{dir}/missing"], {}, cli.USAGE, "--kubeconfig"),
+    (["tools.status", "--kubeconfig", "{dir}/missing"], {}, cli.ENVIRONMENT, "--kubeconfig"),
     (["tools.status", "--kubeconfig", "{garbage_kubeconfig}"], {}, cli.USAGE, "kubeconfig"),
     (["tools.status", "--kubeconfig", "{no_aws_cli_kubeconfig}"], {}, cli.ENVIRONMENT, "aws-cli-not-here"),
     (["tools.status", "--kubeconfig", "{refused_kubeconfig}"], {}, cli.ENVIRONMENT, "cannot be reached"),
@@ -94,7 +97,7 @@ USER_ERRORS = [
     (["tools.job"], {}, cli.USAGE, "COMMAND"),
     (["tools.job", "tail"], {}, cli.USAGE, "COMMAND"),
     (["tools.job", "list", "--stack", "nope"], {}, cli.USAGE, "--stack"),
-    (["tools.job", "logs", "--kubeconfig", "{dir}/missing"], {}, cli.USAGE, "--kubeconfig"),
+    (["tools.job", "logs", "--kubeconfig", "{dir}/missing"], {}, cli.ENVIRONMENT, "--kubeconfig"),
     (["tools.job", "stop"], {"HOME": "{dir}/home", "KUBECONFIG": ""}, cli.ENVIRONMENT, "no kubeconfig"),
     (["tools.job", "summary", "--kubeconfig", "{refused_kubeconfig}"], {}, cli.ENVIRONMENT, "cannot be reached"),
 ]
@@ -135,3 +138,19 @@ def test_each_job_command_shows_its_own_defaults():
     flat = lambda text: " ".join(text.split())  # noqa: E731 argparse wraps help lines
     assert "Optimizer steps. (default: 40)" in flat(local) and "Optimizer steps. (default: 50)" in flat(train), (
         "each command's --help must print the steps it really runs")
+    assert "GPU of the cluster, or 2 CPU workers on a cluster without GPUs. (default: 0)" in flat(train), (
+        "a zero default is shown too")
+    assert "Configuration name of a Hugging Face --dataset (e.g. wikitext-2-raw-v1). (default: empty)" in flat(train)
+
+
+@pytest.mark.parametrize("module", ["tools.status", "workload.local"])
+def test_a_python_without_the_projects_packages_says_how_to_run_the_command(module):
+    """The system's python3 instead of .venv's, stood for by this one without its site-packages (-S)."""
+    done = subprocess.run([sys.executable, "-S", "-m", module, "--help"], cwd=REPO, capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == cli.ENVIRONMENT and "Traceback" not in done.stderr, done.stderr
+    assert done.stderr.splitlines() == [
+        f"error: this Python ({sys.executable}) lacks the project's packages ("
+        + ("yaml, boto3, kubernetes, pulumi)" if module.startswith("tools") else "ray, torch, transformers)"),
+        f"set the project up with `bash scripts/setup.sh`, then run the command from the repository's root: "
+        f"`.venv/bin/python -m {module}`"], done.stderr

@@ -63,3 +63,34 @@ def test_failing_remote_closes_the_local_connection():
             except ConnectionResetError:
                 received = b""
             assert received == b"", "the local connection must be closed when the remote cannot open"
+
+
+def test_a_connection_reset_ends_quietly(monkeypatch):
+    """A client that resets its connection (RST, as a killed process's socket does) ends that connection only:
+    nothing is raised in the forward's thread, where it would print a traceback into the command's output."""
+    import struct
+    import time
+
+    raised: list[BaseException] = []
+    monkeypatch.setattr(threading, "excepthook", lambda hook: raised.append(hook.exc_value))
+    remote_ends: list[socket.socket] = []
+
+    def open_remote() -> socket.socket:
+        ours, theirs = socket.socketpair()
+        remote_ends.append(theirs)
+        return ours
+
+    with LocalForward(open_remote) as forward:
+        client = socket.create_connection(("127.0.0.1", forward.port))
+        client.sendall(b"GET / HTTP/1.1\r\n\r\n")
+        deadline = time.monotonic() + 10
+        while not remote_ends and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert remote_ends[0].recv(64).startswith(b"GET /")
+        client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        client.close()  # RST, not FIN
+        remote_ends[0].sendall(b"HTTP/1.1 200 OK\r\n\r\n" * 4096)  # the forward writes into the reset connection
+        while forward._streams and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert not forward._streams, "the reset connection's streams are closed"
+    assert raised == [], f"the forward's thread raised: {raised!r}"

@@ -75,6 +75,12 @@ def bash_block(after: str) -> list[str]:
     return commands
 
 
+def sample_block(after: str) -> list[str]:
+    """The lines of the first plain ``` block after the text `after` (a sample output), `...` lines dropped."""
+    start = README.index("```\n", README.index(after)) + 4
+    return [line for line in README[start:README.index("```", start)].splitlines() if line != "..."]
+
+
 # ---- AWS: moto, and canned answers for what moto lacks -------------------------------------------------------
 
 def _note_params(params: dict, context: dict, **_) -> None:
@@ -400,6 +406,12 @@ def test_the_real_cluster_journey_as_written(project, aws_env, kube_api):
             assert written["aws:region"] == region and written[f"{PROJECT}:gpuAvailabilityZone"] == f"{region}b", (
                 f"the finder's best AZ (the best Spot score) goes into the stack file: {written}")
             assert f"{PROJECT}:capacityCandidateAzs" not in written, "dev reserves nothing: no candidate list"
+            shown = [line for line in sample_block("`python -m tools.capacity --instance-type g6.12xlarge")
+                     if line.startswith(("rank ", "1 ", "2 ", "Wrote "))]
+            # Columns are as wide as their widest cell: the README searched two regions, this every region.
+            printed = [" ".join(line.split()) for line in shell.outputs[-1].splitlines()]
+            assert len(shown) == 4 and all(" ".join(line.split()) in printed for line in shown), (
+                f"the README's sample of the finder is what it prints: {shown}\n{shell.outputs[-1]}")
     assert shell.run is None, "the README's journey ends with pulumi destroy"
 
 
@@ -410,6 +422,9 @@ def test_the_cluster_from_your_machine_and_the_tools(project, aws_env, kube_api)
     for command in bash_block("### The cluster from your machine"):
         out = shell(command)
     assert "ray-train-gpu-workers-worker-a" in out and "ip-10-0-64-2" in out, f"tools.status's tables:\n{out}"
+    shown = sample_block("`python -m tools.status --kubeconfig kubeconfig.json --stack dev`:")
+    assert shown[-1] == "No training job running." and "\n".join(shown[:-1]) in out, (
+        f"the README's sample of tools.status is what it prints (but the job line, with no job server here):\n{out}")
     assert kube_api.authorizations and set(kube_api.authorizations) == {"Bearer k8s-aws-v1.journey"}, (
         "every API call carries the token from `aws eks get-token`")
 
@@ -479,7 +494,52 @@ def python_block(after: str) -> str:
     return README[start:README.index("```", start)]
 
 
-def test_the_first_set_up_command_as_written(tmp_path):
+# What differs between two runs of the same command: ids, ports, timings, where the repository is.
+RUN_TO_RUN = [
+    (re.compile(r"raysubmit_\w+"), "raysubmit_ID"),
+    (re.compile(r"http://127\.0\.0\.1:\d+"), "http://127.0.0.1:PORT"),
+    (re.compile(r"\S*/local-\d{8}-\d{6}-\d+"), "RUN"),
+    (re.compile(r"step_time [0-9.]+s tokens/s [0-9,]+"), "step_time Ts tokens/s N"),
+    (re.compile(r"in \d+ s; "), "in T s; "),
+    (re.compile(r"; [0-9,]+ tokens/s$"), "; N tokens/s"),
+    (re.compile(r"(all_reduce|all_gather|reduce_scatter) [0-9.]+"), r"\1 B"),
+    (re.compile(r"^TRAIN_SUMMARY .*"), "TRAIN_SUMMARY {...}"),
+]
+
+
+def _same_in_any_run(line: str) -> str:
+    for pattern, replacement in RUN_TO_RUN:
+        line = pattern.sub(replacement, line)
+    return line
+
+
+def check_example_output(readme_block: str, printed: str) -> None:
+    """The README's example output is a real run's: each of its lines (but `...`) is a line the run printed, in
+    order, and each kind of line the run printed (all but the elided steps) is in the README."""
+    shown = [_same_in_any_run(line) for line in readme_block.splitlines() if line != "..."]
+    said = [_same_in_any_run(line) for line in printed.splitlines()]
+    position = 0
+    for line in shown:
+        assert line in said[position:], f"the README shows {line!r}, which the run did not print (in that order):\n" \
+                                        + "\n".join(said)
+        position = said.index(line, position) + 1
+    elided = re.compile(r"^step \d+/\d+ (loss|eval_loss) ")
+    missing = [line for line in said if line not in shown and not elided.match(line)]
+    assert not missing, f"the run printed lines the README's example leaves out: {missing}"
+
+
+@pytest.fixture
+def runs_it_leaves():
+    """The README's first command writes under the repository's runs/local/, as it says; the run directories this
+    test made there are removed after it (a user's own runs stay)."""
+    runs = REPO / "runs" / "local"
+    before = set(runs.iterdir()) if runs.is_dir() else set()
+    yield
+    for made in (set(runs.iterdir()) if runs.is_dir() else set()) - before:
+        shutil.rmtree(made, ignore_errors=True)
+
+
+def test_the_first_set_up_command_as_written(tmp_path, runs_it_leaves):
     """`bash scripts/setup.sh && .venv/bin/python -m workload.local`: a second setup installs nothing, and the local
     run's output is what the README shows: the losses, the exported model's generation, the picture of its curves.
     The model it exported then loads as the real-cluster section loads its own."""
@@ -488,8 +548,10 @@ def test_the_first_set_up_command_as_written(tmp_path):
     done = subprocess.run(" && ".join(command), shell=True, cwd=REPO, capture_output=True, text=True, timeout=900)
     output = done.stdout + done.stderr
     assert done.returncode == 0, output[-4000:]
-    for unwanted in ("Traceback", "deprecated", "PreemptionWatcher"):
+    for unwanted in ("Traceback", "deprecated", "PreemptionWatcher", "Reporting training result", " INFO "):
         assert unwanted not in output, f"the local run must not print {unwanted!r}:\n{output[-4000:]}"
+    start = README.index("```\n", README.index("Its output\n(`--verbose`")) + 4
+    check_example_output(README[start:README.index("```", start)], done.stdout)
     summaries = [line for line in done.stdout.splitlines() if line.startswith(SUMMARY_PREFIX)]
     assert len(summaries) == 1 and done.stdout.splitlines()[-1] == summaries[0], "the summary once, as the last line"
     summary = json.loads(summaries[0][len(SUMMARY_PREFIX):])
@@ -528,3 +590,15 @@ def test_the_first_set_up_command_as_written(tmp_path):
     loaded = subprocess.run([sys.executable, "-c", python_block("### The commands")], cwd=tmp_path,
                             capture_output=True, text=True, timeout=300)
     assert loaded.returncode == 0 and loaded.stdout.startswith("The history of the"), loaded.stderr[-3000:]
+
+
+def _github_anchor(heading: str) -> str:
+    """The id GitHub gives a heading: lower case, punctuation but hyphens dropped, spaces as hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def test_the_readmes_links_to_its_sections_land_and_it_names_no_internal_issue():
+    anchors = {_github_anchor(heading) for heading in re.findall(r"^#{2,4} (.+)$", README, re.M)}
+    links = set(re.findall(r"\]\(#([^)]+)\)", README))
+    assert len(links) > 15 and links <= anchors, f"links to no heading: {sorted(links - anchors)}"
+    assert not re.search(r"\bissues? #?\d+", README, re.I), re.search(r".{40}\bissues? #?\d+.{20}", README, re.I)

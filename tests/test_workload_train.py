@@ -12,6 +12,7 @@ import dataclasses
 import functools
 import json
 import os
+import stat
 
 import pytest
 import ray
@@ -260,5 +261,8 @@ def test_the_job_exports_its_weights_and_so_does_the_export_command(reference, t
             assert torch.equal(loaded(batch).logits, trained(batch).logits), f"{made_by}: the logits differ"
         tokenizer = AutoTokenizer.from_pretrained(directory)
         assert tokenizer(text).input_ids == training_ids, f"{made_by}: AutoTokenizer must give the training ids"
+        modes = {name: os.stat(os.path.join(directory, name)).st_mode & 0o777 for name in os.listdir(directory)}
+        assert len(set(modes.values())) == 1 and modes["model.safetensors"] & stat.S_IRGRP, (
+            f"{made_by}: every file as readable as config.json, by the group too (umask 022): {modes}")
         assert loaded.config.use_cache and loaded.generation_config.eos_token_id == tokenizer.eos_token_id, (
             f"{made_by}: made for generate(): {loaded.config.use_cache}, {loaded.generation_config}")

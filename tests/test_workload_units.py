@@ -470,7 +470,7 @@ def test_local_run_passes_local_files_by_absolute_path(monkeypatch, tmp_path):
     monkeypatch.setattr(submit, "submit_training_job", fake_submit)
     monkeypatch.setattr(trainer, "validate", lambda cfg: None)  # no tokenizer for this corpus
     with pytest.raises(KeyboardInterrupt):
-        local.main(["--dataset", "corpus.txt"])
+        local.main(["--dataset", "corpus.txt", "--storage_path", str(tmp_path / "runs")])
     args = submitted["args"]
     assert args[args.index("--dataset") + 1] == str(corpus), args
 
@@ -531,7 +531,7 @@ def test_max_failures_accepts_ray_retry_forever_and_nothing_below():
         TrainConfig(max_failures=-2)
 
 
-def test_a_failed_local_job_still_prints_its_summary_and_exits_1(monkeypatch, capsys):
+def test_a_failed_local_job_still_prints_its_summary_and_exits_1(monkeypatch, capsys, tmp_path):
     """A diverged run fails its job; the local run still ends with the summary it printed, then one error line."""
     from contextlib import contextmanager
 
@@ -549,7 +549,7 @@ def test_a_failed_local_job_still_prints_its_summary_and_exits_1(monkeypatch, ca
 
     monkeypatch.setattr(local, "local_cluster", fake_cluster)
     monkeypatch.setattr(submit, "submit_training_job", failing_submit)
-    assert cli.run(local.main, []) == cli.CHECK_FAILED
+    assert cli.run(local.main, ["--storage_path", str(tmp_path)]) == cli.CHECK_FAILED
     captured = capsys.readouterr()
     assert captured.out.splitlines()[-1] == f"TRAIN_SUMMARY {json.dumps(summary)}", captured.out
     assert captured.err.strip() == "error: Ray job raysubmit_x ended FAILED", captured.err

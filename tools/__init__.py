@@ -5,3 +5,7 @@
     tools.job        the stack's training runs: list them, follow one, read its summary, stop it
     tools.loss_curve a run's loss and learning-rate curves as an SVG picture, from its TensorBoard event files
 """
+
+from workload.environment import check_interpreter  # noqa: E402 (below the docstring)
+
+check_interpreter("tools", ("yaml", "boto3", "kubernetes", "pulumi"))

@@ -5,6 +5,7 @@
     python -m tools.job logs --follow --kubeconfig kubeconfig.json --stack dev
     python -m tools.job summary --kubeconfig kubeconfig.json --stack dev
     python -m tools.job stop --kubeconfig kubeconfig.json --stack dev
+    python -m tools.job submit --kubeconfig kubeconfig.json --stack dev -- --steps 200   # another run
 
 JOB (after the command) is a submission id, `pulumi stack output jobId` or the first column of `list`; without
 it, the stack's newest job. `logs --follow` streams the log until the job ends (Ctrl-C stops following, not the
@@ -25,6 +26,8 @@ from typing import Any, Callable, ContextManager, Iterator, Sequence
 
 from infra.ray_job import RUN_METADATA, STACK_METADATA, JobServer, head_job_server
 from infra.raycluster import auth_secret_name
+from tools import job_submit
+from tools.job_submit import submit_command
 from tools.kube import api_client, talking_to
 from tools.status import stack_settings
 from workload import cli
@@ -46,11 +49,17 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     common.add_argument("--stack", help="the stack's RayCluster (Pulumi.<stack>.yaml) and only its jobs")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     helps = {"list": "the stack's jobs, oldest first", "logs": "a job's log (--follow: until it ends)",
-             "summary": "a job's TRAIN_SUMMARY and NCCL transport", "stop": "stop a job and wait until it has"}
+             "summary": "a job's TRAIN_SUMMARY and NCCL transport", "stop": "stop a job and wait until it has",
+             "submit": "start another run with the stack's train* settings and the flags after --"}
     for name, text in helps.items():
         command = commands.add_parser(name, parents=[common], help=text, description=text, epilog=parser.epilog,
                                       formatter_class=parser.formatter_class)
-        if name != "list":
+        if name == "submit":
+            command.add_argument("--run-id", help="the run's id (names its submission and checkpoints); "
+                                                  "unset: submit-<UTC date>-<time>")
+            command.add_argument("train_flags", nargs=argparse.REMAINDER, metavar="-- FLAGS",
+                                 help="python -m workload.train flags over the stack's, e.g. -- --steps 200")
+        elif name != "list":
             command.add_argument("job", nargs="?", metavar="JOB", help="submission id; default: the newest job")
         if name == "logs":
             command.add_argument("--follow", action="store_true", help="stream the log until the job ends")
@@ -206,11 +215,14 @@ def stop_command(client: Any, args: argparse.Namespace) -> int:
     return cli.OK
 
 
-COMMANDS = {"list": list_command, "logs": logs_command, "summary": summary_command, "stop": stop_command}
+COMMANDS = {"list": list_command, "logs": logs_command, "summary": summary_command, "stop": stop_command,
+            "submit": submit_command}
 
 
 def main(argv: Sequence[str] | None = None, job_server: JobServerConnector | None = None) -> int:
     args = parse_args(argv)
+    if args.command == "submit":
+        job_submit.prepare(args)
     with (job_server or kubernetes_job_server)(args) as server:
         return COMMANDS[args.command](connect(server), args)
 

@@ -28,7 +28,8 @@ def api_client(kubeconfig: Path | None) -> Any:
     from kubernetes import client, config
 
     if kubeconfig is not None and not kubeconfig.is_file():
-        raise cli.UsageError(f"--kubeconfig {kubeconfig}: no such file", hint=GET_A_KUBECONFIG)
+        # Exit 3 as the help's table says of "no kubeconfig", however it was named.
+        raise cli.EnvironmentProblem(f"--kubeconfig {kubeconfig}: no such file", hint=GET_A_KUBECONFIG)
     if kubeconfig is None and not _default_kubeconfig_exists():
         raise cli.EnvironmentProblem("no kubeconfig: none given with --kubeconfig, none at $KUBECONFIG or "
                                      "~/.kube/config", hint=GET_A_KUBECONFIG)

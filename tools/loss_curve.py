@@ -94,13 +94,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", required=True, help="the SVG file to write")
     parser.add_argument("--title", default="", help="the picture's title; empty: the run's name")
     args = parser.parse_args(argv)
+    if not args.out.lower().endswith(".svg"):
+        raise cli.UsageError(f"--out {args.out}: the picture is SVG; give a file name ending in .svg",
+                             hint="a browser or any SVG viewer shows it; `rsvg-convert` or Inkscape makes a PNG of it")
     from workload import metrics, storage
 
     run = args.run.rstrip("/")
+    # The job's summary names the event files' directory itself (`tensorboard`): take that too.
+    if run.rsplit("/", 1)[-1] == metrics.DIRECTORY:
+        run = run.rsplit("/", 1)[0]
     with storage.local_copy(storage.join(run, metrics.DIRECTORY), what="RUN") as directory:
         scalars = metrics.read_scalars(directory)
-    with open(args.out, "w") as file:
-        file.write(render(scalars, args.title or run.rsplit("/", 1)[-1]))
+    picture = render(scalars, args.title or run.rsplit("/", 1)[-1])
+    try:
+        with open(args.out, "w") as file:
+            file.write(picture)
+    except OSError as error:
+        raise cli.UsageError(f"--out {args.out} cannot be written: {error.strerror}") from None
     print(f"wrote {args.out}: {len(scalars.get('train/loss', []))} steps")
     return cli.OK
 

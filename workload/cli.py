@@ -26,6 +26,8 @@ CHECK_FAILED = 1
 USAGE = 2  # also what argparse exits with on a flag it cannot parse
 ENVIRONMENT = 3
 INTERRUPTED = 130
+# What a command treats as Ctrl-C: `kill`, a container stopping, the terminal it ran in closing.
+STOPPING_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 
 
 class CommandError(Exception):
@@ -71,8 +73,11 @@ class _HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefa
     worth printing (a required flag's None, a switch's False)."""
 
     def _get_help_string(self, action: argparse.Action) -> str:
-        if action.default in (None, False) or action.required:
+        # `is`, not `in (None, False)`: 0 == False, and a zero default (--num_workers 0: one per GPU) is worth printing.
+        if action.default is None or action.default is False or action.required:
             return action.help or ""
+        if action.default == "":
+            return (action.help or "") + " (default: empty)"
         return super()._get_help_string(action)
 
 
@@ -97,11 +102,12 @@ def table(rows: Sequence[Sequence[str]]) -> list[str]:
 def run(main: Callable[[Sequence[str] | None], int], argv: Sequence[str] | None = None) -> int:
     """Call `main(argv)` and map what it raises to an exit code and a short message on stderr.
 
-    SIGTERM is raised as KeyboardInterrupt, so a killed command unwinds its `finally` blocks (a local Ray
-    cluster stopped, a probe reservation cancelled) exactly as Ctrl-C does.
+    SIGTERM and SIGHUP (the terminal closed) are raised as KeyboardInterrupt, so a killed command unwinds its
+    `finally` blocks (a local Ray cluster stopped, a probe reservation cancelled) exactly as Ctrl-C does.
     """
-    previous = signal.getsignal(signal.SIGTERM)
-    signal.signal(signal.SIGTERM, _interrupt)
+    # A signal already ignored stays so: `nohup python -m workload.local` must survive its terminal.
+    previous = {sig: signal.signal(sig, _interrupt) for sig in STOPPING_SIGNALS
+                if signal.getsignal(sig) is not signal.SIG_IGN}
     try:
         return main(argv)
     except CommandError as error:
@@ -111,7 +117,8 @@ def run(main: Callable[[Sequence[str] | None], int], argv: Sequence[str] | None 
     except KeyboardInterrupt:
         return _fail(INTERRUPTED, "interrupted")
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def _interrupt(signum, _frame) -> None:

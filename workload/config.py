@@ -205,6 +205,9 @@ class TrainConfig:
             raise ValueError("--model_id must name a Hugging Face model when --model_config is empty")
         if not self.run_name or "/" in self.run_name:
             raise ValueError(f"--run_name must be a non-empty name without '/', got {self.run_name!r}")
+        if is_local_dataset(self.dataset) and os.path.isdir(os.path.expanduser(self.dataset)):
+            raise ValueError(f"--dataset {self.dataset!r} is a directory; give one {', '.join(DATASET_FILE_SUFFIXES)} "
+                             "file in it")
         if is_local_dataset(self.dataset) and not os.path.isfile(os.path.expanduser(self.dataset)):
             raise ValueError(f"--dataset file {self.dataset!r} does not exist")
         if "://" in self.dataset and not self.dataset.endswith(DATASET_FILE_SUFFIXES):

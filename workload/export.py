@@ -83,7 +83,19 @@ def save_model_directory(lm, out: str, *, state_dict: dict | None = None, tokeni
         lm.config.use_cache = use_cache
     if loaded is not None:
         loaded.save_pretrained(out)
+    _as_readable_as_config(out)
     return notes
+
+
+def _as_readable_as_config(out: str) -> None:
+    """safetensors writes model.safetensors owner-only (0600) whatever the umask, while config.json gets the
+    umask's mode like any file: give every file config.json's, so whoever may read the directory reads the model
+    (a shared runs/ or a group's model store)."""
+    mode = os.stat(os.path.join(out, "config.json")).st_mode & 0o777
+    for name in os.listdir(out):
+        path = os.path.join(out, name)
+        if os.path.isfile(path) and os.stat(path).st_mode & 0o777 != mode:
+            os.chmod(path, mode)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

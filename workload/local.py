@@ -15,7 +15,6 @@ import json
 import os
 import secrets
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -24,8 +23,9 @@ import time
 from contextlib import contextmanager
 from typing import Iterator, Sequence
 
-from workload import cli
+from workload import cli, local_checks, local_output
 from workload.config import SUMMARY_PREFIX, TrainConfig, build_parser, is_local_dataset
+from workload.head_supervisor import stop_session
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Small enough to finish in under a minute on 2 CPU cores (Ray's start-up is most of it), large enough for the loss to
@@ -44,7 +44,7 @@ LOCAL_DEFAULTS = {
     "eval_every": 10,
     # Under the repository's git-ignored runs/, whatever the current directory.
     "storage_path": os.path.join(REPO, "runs", "local"),
-    "run_name": "local-<date>-<time>",
+    "run_name": "local-<date>-<time>-<pid>",
 }
 # Ray Train settings for a one-machine run, passed in the job's env. Nothing here can be preempted, so no watcher
 # (in Ray 2.60 it also logs a spurious error at start); and the controller polls its workers every 0.5 s instead
@@ -59,8 +59,10 @@ JOB_TIMEOUT_S = 600
 # What the local run asks of the model it exported: the start of a corpus line, which the trained model completes.
 PROMPT = "the cat"
 NEW_TOKENS = 8
-# `ray start --block` itself lingers after SIGTERM; Ray processes are safe to SIGKILL (`ray stop --force` does).
-STOP_GRACE_S = 1
+# This interpreter's own `ray`, whatever PATH says.
+RAY_CLI = os.path.join(os.path.dirname(sys.executable), "ray")
+# Runs `ray start` and stops the cluster when this process is gone, even SIGKILLed (see the module).
+SUPERVISOR = os.path.join(REPO, "workload", "head_supervisor.py")
 
 
 def free_port() -> int:
@@ -92,7 +94,7 @@ def local_cluster() -> Iterator[tuple[str, str]]:
         file.write(token)
     dashboard_port, gcs_port = free_port(), free_port()
     env = head_environment(token_path, f"{LOOPBACK}:{gcs_port}")
-    ray_cli = os.path.join(os.path.dirname(sys.executable), "ray")
+    ray_cli = RAY_CLI
     command = [
         ray_cli, "start", "--head", "--block", "--disable-usage-stats",
         "--temp-dir", temp_dir,
@@ -106,10 +108,11 @@ def local_cluster() -> Iterator[tuple[str, str]]:
         # The local run is the CPU path even on a machine with a GPU: the driver then sizes 2 CPU workers, which
         # must fit even on a one-core machine.
         "--num-gpus", "0",
-        "--num-cpus", str(max(2, os.cpu_count() or 1)),
+        "--num-cpus", str(local_checks.local_cpus()),
     ]
     head_log = open(os.path.join(temp_dir, "ray-start.log"), "w+")
-    head = subprocess.Popen(command, env=env, stdout=head_log, stderr=subprocess.STDOUT, start_new_session=True)
+    head = subprocess.Popen([sys.executable, "-I", SUPERVISOR, *command], env=env, stdin=subprocess.PIPE,
+                            stdout=head_log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         address = f"http://{LOOPBACK}:{dashboard_port}"
         _wait_for_job_server(address, token, head, head_log)
@@ -144,46 +147,19 @@ def _wait_for_job_server(address: str, token: str, head: subprocess.Popen, head_
 def _stop(head: subprocess.Popen) -> None:
     """Stop every process the head started: SIGTERM, then SIGKILL to what is left after a grace period.
 
-    `start_new_session` made the head a session leader. Ray's workers take process groups of their own but keep
-    the session, so the session id, not the process group, names exactly the processes of this cluster."""
-    _signal_session(head.pid, signal.SIGTERM)
-    deadline = time.monotonic() + STOP_GRACE_S
-    while _session_members(head.pid) and time.monotonic() < deadline:
-        time.sleep(0.2)
-        head.poll()  # reaps the head, so it stops counting as a member
-    _signal_session(head.pid, signal.SIGKILL)
+    `start_new_session` made the head's supervisor a session leader. Ray's workers take process groups of their own
+    but keep the session, so the session id, not the process group, names exactly the processes of this cluster."""
+    stop_session(head.pid, reap=head.poll)
+    head.stdin.close()
     head.wait()
 
 
-def _session_members(session_id: int) -> list[int]:
-    """Live (not zombie) processes of a session, from /proc; on systems without /proc, the head alone."""
-    if not os.path.isdir("/proc"):
-        return [session_id]
-    members = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as file:
-                stat = file.read()
-        except OSError:
-            continue
-        # Fields after the parenthesised command name: state, ppid, pgrp, session, ...
-        state, _, _, session = stat[stat.rindex(")") + 2 :].split()[:4]
-        if int(session) == session_id and state != "Z":
-            members.append(int(entry))
-    return members
-
-
-def _signal_session(session_id: int, sig: signal.Signals) -> None:
-    for pid in _session_members(session_id):
-        try:
-            os.kill(pid, sig)
-        except ProcessLookupError:
-            pass
-
-
 def parse_args(argv: Sequence[str] | None = None) -> TrainConfig:
+    return parse_command(argv)[0]
+
+
+def parse_command(argv: Sequence[str] | None = None) -> tuple[TrainConfig, bool]:
+    """The training flags, and --verbose (the local run's own: how much of the job's log to show)."""
     parser = build_parser(
         "python -m workload.local",
         "Run the training job on this machine: a one-node Ray cluster, the job submitted through the Ray Jobs\n"
@@ -193,9 +169,12 @@ def parse_args(argv: Sequence[str] | None = None) -> TrainConfig:
         "  python -m workload.local --steps 5 --dataset ''   # random tokens, as the original recipe",
         defaults=LOCAL_DEFAULTS,
     )
+    parser.add_argument("--verbose", action="store_true",
+                        help="Show the job's whole log (Ray's own lines and result dumps) instead of its progress.")
     args = vars(parser.parse_args(argv))
+    verbose = args.pop("verbose")
     if args["run_name"] == LOCAL_DEFAULTS["run_name"]:
-        args["run_name"] = time.strftime("local-%Y%m%d-%H%M%S")
+        args["run_name"] = new_run_name()
     if not args["dataset"]:
         # Random tokens have nothing to hold out: the local defaults' evaluation goes with the sample corpus.
         for name in ("eval_fraction", "eval_every"):
@@ -209,33 +188,62 @@ def parse_args(argv: Sequence[str] | None = None) -> TrainConfig:
         tokenizer=os.path.abspath(cfg.tokenizer) if os.path.isdir(cfg.tokenizer) else cfg.tokenizer,
         storage_path=os.path.abspath(cfg.storage_path) if cfg.storage_path and "://" not in cfg.storage_path
         else cfg.storage_path,
-    )
+    ), verbose
+
+
+def new_run_name() -> str:
+    """`local-<date>-<time>-<pid>`: two runs started in the same second on one machine are two live processes,
+    so their pids, and their run directories, differ."""
+    return time.strftime("local-%Y%m%d-%H%M%S-") + str(os.getpid())
+
+
+def announce_resume(cfg: TrainConfig, resumed_at: int | None) -> None:
+    """Say what this run does with an earlier run of its name; a new run's flags are recorded for the next one."""
+    if resumed_at is None:
+        local_checks.record_flags(cfg)
+    elif resumed_at >= cfg.steps:
+        print(f"run {cfg.run_name} already reached step {resumed_at} of {cfg.steps}: nothing left to train",
+              flush=True)
+    else:
+        print(f"resuming run {cfg.run_name} from step {resumed_at}, its latest checkpoint: steps "
+              f"{resumed_at + 1}..{cfg.steps}", flush=True)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    cfg = parse_args(argv)
+    cfg, verbose = parse_command(argv)
+    started = time.monotonic()
+    resumed_at = local_checks.check_before_ray(cfg)  # the data, storage, workers and an earlier run of the name
     # Heavy imports (torch, transformers, Ray) only once the flags are good, so --help and typos answer at once.
     from workload.submit import JobFailedError, parse_summary, submit_training_job
     from workload.trainer import validate
 
     validate(cfg)  # a flag that does not fit the model or tokenizer fails here, naming it, before Ray starts
+    announce_resume(cfg, resumed_at)
     print("starting a local Ray cluster (ray start --head, token authentication on)", flush=True)
+    progress = local_output.Progress(verbose)
+    if not verbose:
+        local_output.quiet_ray_logging()
     try:
         with local_cluster() as (address, token):
             result = submit_training_job(
                 address, cfg.to_args(), token=token, env_vars=LOCAL_RAY_TRAIN_ENV, timeout_s=JOB_TIMEOUT_S,
-                on_log=_print_progress)
+                on_log=progress)
     except JobFailedError as error:
         print("local Ray cluster stopped", flush=True)
+        for line in progress.failure_tail(error.log_tail):
+            print(line, flush=True)
         if (summary := parse_summary(error.log_tail)) is not None:  # a diverged run still reports how far it got
             print(SUMMARY_PREFIX + json.dumps(summary, allow_nan=False), flush=True)
-        # Its log has just been streamed above; the reason is what is left to say.
-        raise cli.CheckFailed(f"Ray job {error.job_id} {error.reason}") from None
+        # Its log has just been streamed above: the reason without Ray's copy of the log is what is left to say.
+        raise cli.CheckFailed(f"Ray job {error.job_id} {local_output.first_line(error.reason)}",
+                              hint="" if verbose else "--verbose shows the job's whole log") from None
     print("local Ray cluster stopped", flush=True)
     model = result.summary.get("model")
     # A model trained on random tokens has no tokenizer to generate with.
     if model and os.path.isfile(os.path.join(model, "tokenizer_config.json")):
         print(f"from_pretrained({model}).generate({PROMPT!r}): {json.dumps(generate(model, PROMPT))}", flush=True)
+    for line in local_output.recap(result.summary, time.monotonic() - started):
+        print(line, flush=True)
     print(SUMMARY_PREFIX + json.dumps(result.summary, allow_nan=False), flush=True)
     return cli.OK
 
@@ -253,12 +261,6 @@ def generate(model_directory: str, prompt: str, new_tokens: int = NEW_TOKENS) ->
     with torch.no_grad():
         output = model.generate(**inputs, max_new_tokens=new_tokens, do_sample=False)
     return tokenizer.decode(output[0], skip_special_tokens=True)
-
-
-def _print_progress(line: str) -> None:
-    # The summary is printed once, last, after the cluster has stopped.
-    if not line.startswith(SUMMARY_PREFIX):
-        print(line, flush=True)
 
 
 if __name__ == "__main__":

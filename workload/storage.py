@@ -62,8 +62,10 @@ def local_copy(source: str, what: str = "CHECKPOINT") -> Iterator[str]:
     try:
         filesystem, path = pyarrow.fs.FileSystem.from_uri(source)
         scratch = tempfile.mkdtemp(prefix="download-")
-    except (OSError, ValueError, pyarrow.lib.ArrowException) as error:
+    except ValueError as error:  # pyarrow's ArrowInvalid too: a URI it cannot parse, an unknown scheme
         raise cli.UsageError(f"{what} {source}: {error}") from None
+    except (OSError, pyarrow.lib.ArrowException) as error:  # the bucket's region asked of S3, over the network
+        raise cli.EnvironmentProblem(f"{what} {source} cannot be reached: {error}") from None
     try:
         try:
             pyarrow.fs.copy_files(path, scratch, source_filesystem=filesystem)

@@ -1,0 +1,148 @@
+"""The local run's cluster goes when the run goes: on SIGHUP (the terminal closed), on SIGTERM, and when the run
+itself is SIGKILLed, in which case no code of it runs and its supervisor (workload/head_supervisor.py) stops the
+cluster. And the checks before Ray starts: each mistake one `error:` line and exit 2, through the real command.
+
+One real `ray start --head` (the SIGKILL case, the one no handler can cover); the signal handlers' path is shown
+on a stand-in for `ray` that, like Ray's processes, puts its children in process groups of their own within the
+session, so what is checked is the mechanism that finds them, in a second.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from workload import cli
+from workload.head_supervisor import session_members
+
+REPO = Path(__file__).resolve().parents[1]
+# A wait for a condition, not a timing: what the supervisor does after the run dies takes well under a second,
+# plus Ray's SIGTERM grace of 1 s.
+GONE_WITHIN_S = 30
+
+# The local run up to the point where it waits on its job: the cluster started, then nothing but waiting.
+DRIVER = textwrap.dedent("""
+    import sys, time
+    from workload import cli, local
+    if sys.argv[1:]:  # a stand-in for ray: no job server to wait for
+        local.RAY_CLI = sys.argv[1]
+        local._wait_for_job_server = lambda *args: None
+    def main(argv):
+        with local.local_cluster():
+            print("ready", flush=True)
+            time.sleep(600)
+    sys.exit(cli.run(main))
+""")
+# `ray start --block` as far as its processes go: with job control on, each child has its own process group.
+FAKE_RAY = "#!/bin/bash\nset -m\nsleep 600 &\nsleep 600 &\nwait\n"
+
+
+def start_driver(*args: str) -> tuple[subprocess.Popen, int]:
+    """The driver, once its cluster is up, and the cluster's session id (its supervisor's pid, the driver's
+    child)."""
+    driver = subprocess.Popen([sys.executable, "-c", DRIVER, *args], cwd=REPO, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert driver.stdout.readline().strip() == "ready", driver.stderr.read()
+    (session,) = [pid for pid in map(int, filter(str.isdigit, os.listdir("/proc"))) if _parent(pid) == driver.pid]
+    return driver, session
+
+
+def _parent(pid: int) -> int | None:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return int(stat[stat.rindex(")") + 2 :].split()[1])
+
+
+def wait_until_gone(session: int) -> list[int]:
+    deadline = time.monotonic() + GONE_WITHIN_S
+    while (left := session_members(session)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return left
+
+
+@pytest.mark.parametrize("sig", [signal.SIGHUP, signal.SIGTERM], ids=["SIGHUP", "SIGTERM"])
+def test_a_signal_to_the_run_stops_every_process_of_its_cluster(tmp_path, sig):
+    fake_ray = tmp_path / "ray"
+    fake_ray.write_text(FAKE_RAY)
+    fake_ray.chmod(0o755)
+    driver, session = start_driver(str(fake_ray))
+    deadline = time.monotonic() + GONE_WITHIN_S
+    while len(session_members(session)) < 4 and time.monotonic() < deadline:  # supervisor, bash, two sleeps
+        time.sleep(0.05)
+    groups = {Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[2] for pid in session_members(session)}
+    assert len(groups) >= 3, f"the stand-in's children are in process groups of their own, as Ray's are: {groups}"
+    driver.send_signal(sig)
+    assert driver.wait(timeout=GONE_WITHIN_S) == cli.INTERRUPTED, driver.stderr.read()
+    assert session_members(session) == [], f"{sig.name}: processes of the cluster left: {session_members(session)}"
+    assert driver.stderr.read().strip() == "error: interrupted"
+
+
+def test_a_sigkilled_run_leaves_no_ray_process_behind():
+    driver, session = start_driver()
+    ray_processes = [Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+                     for pid in session_members(session)]
+    assert any("gcs_server" in line for line in ray_processes) and any("raylet" in line for line in ray_processes), (
+        f"a real Ray head runs in the session: {ray_processes}")
+    driver.kill()
+    driver.wait()
+    left = wait_until_gone(session)
+    assert left == [], f"Ray processes left after the run was SIGKILLed: {left}"
+
+
+def local_run(*flags: str, cwd: Path = REPO) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "workload.local", *flags], cwd=cwd, capture_output=True, text=True,
+                          timeout=120)
+
+
+@pytest.mark.parametrize("flags, expected", [
+    (["--dataset", "data/corpus.jsonl"],
+     f"error: --text_field text: not a field of {REPO}/data/corpus.jsonl's records (fields: body, id)"),
+    (["--dataset", "data"], "error: --dataset data is a directory; give one file in it: data/corpus.jsonl, "
+                            "data/corpus.txt"),
+    (["--dataset", "./data"], "error: --dataset './data' is a directory; give one .txt, .jsonl, .json file in it"),
+    (["--storage_path", "README.md/runs"], f"error: --storage_path {REPO}/README.md/runs: {REPO}/README.md is a file, not a directory"),
+    (["--num_workers", "999"], "error: --num_workers 999: the local cluster has "),
+], ids=["text_field", "folder", "./folder", "storage_path", "num_workers"])
+def test_the_local_run_refuses_a_bad_dataset_storage_or_worker_count_before_ray(flags, expected):
+    done = local_run(*flags)
+    assert done.returncode == cli.USAGE and done.stderr.startswith(expected), done.stderr
+    assert len(done.stderr.splitlines()) == 1 and done.stdout == "", (done.stdout, done.stderr)
+
+
+def test_a_reused_run_name_says_where_it_resumes_and_refuses_other_flags(tmp_path, capsys):
+    """A run directory as a stopped run leaves it: its flags and a checkpoint at step 20."""
+    from workload import local, local_checks
+
+    cfg = local.parse_args(["--storage_path", str(tmp_path), "--run_name", "mine"])
+    local_checks.record_flags(cfg)
+    (tmp_path / "mine" / "checkpoint_000020").mkdir()
+    (tmp_path / "mine" / "checkpoint_000020" / "train_step.json").write_text(json.dumps({"step": 20}))
+    assert local_checks.check_before_ray(cfg) == 20
+    local.announce_resume(cfg, 20)
+    assert capsys.readouterr().out == "resuming run mine from step 20, its latest checkpoint: steps 21..40\n"
+    done = local_run("--storage_path", str(tmp_path), "--run_name", "mine", "--learning_rate", "0.001")
+    assert done.returncode == cli.USAGE, done.stderr
+    assert done.stderr.splitlines() == [
+        f"error: --run_name mine exists under {tmp_path} with other flags: --learning_rate 0.005 then, 0.001 now",
+        "give the same flags to resume it, or a new --run_name for a new run"], done.stderr
+
+
+def test_two_runs_in_the_same_second_get_two_directories():
+    """Two local runs alive at once, their clocks showing the same second."""
+    same_second = ("import sys, time; time.strftime = lambda pattern: 'local-20261201-120000-'; "
+                   "from workload import local; print(local.parse_args([]).run_name, flush=True); sys.stdin.read()")
+    runs = [subprocess.Popen([sys.executable, "-c", same_second], cwd=REPO, stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, text=True) for _ in range(2)]
+    names = [run.stdout.readline().strip() for run in runs]  # both still running
+    for run in runs:
+        run.communicate("")
+    assert names[0] != names[1] and all(name.startswith("local-20261201-120000-") for name in names), names

@@ -1,0 +1,38 @@
+"""What peers ship, checked against each other: pyproject.toml's commands run the modules `python -m` runs, its
+version is the package's and the changelog's newest, and the license is the Apache-2.0 text it declares."""
+from __future__ import annotations
+
+import importlib
+import re
+import tomllib
+from pathlib import Path
+
+import workload
+from tools import entry_points
+
+REPO = Path(__file__).resolve().parents[1]
+PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())
+
+
+def test_every_command_is_an_entry_point_onto_its_module():
+    scripts = PYPROJECT["project"]["scripts"]
+    assert set(scripts) == set(entry_points.COMMANDS), "one entry point per command, named alike"
+    for name, target in scripts.items():
+        module, _, function = target.partition(":")
+        assert callable(getattr(importlib.import_module(module), function)), target
+        assert callable(importlib.import_module(entry_points.COMMANDS[name]).main), name
+    packages = set(PYPROJECT["tool"]["setuptools"]["packages"])
+    assert {module.rsplit(".", 1)[0] for module in entry_points.COMMANDS.values()} <= packages, packages
+
+
+def test_the_version_is_one_and_the_changelog_names_it():
+    assert PYPROJECT["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "workload.__version__"}
+    newest = re.search(r"^## \[(\d+\.\d+\.\d+)\]", (REPO / "CHANGELOG.md").read_text(), re.M).group(1)
+    assert newest == workload.__version__, (newest, workload.__version__)
+
+
+def test_the_license_is_apache_2():
+    text = (REPO / "LICENSE").read_text()
+    assert PYPROJECT["project"]["license"] == "Apache-2.0"
+    assert "Apache License\n                           Version 2.0, January 2004" in text
+    assert "END OF TERMS AND CONDITIONS" in text

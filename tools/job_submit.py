@@ -1,0 +1,121 @@
+"""`python -m tools.job submit`: another training run on the stack's live RayCluster, without `pulumi up`.
+
+The job is the one `pulumi up` would submit with `trainEnabled` (infra/ray_job.py's workload_config, from the same
+stack file and Pulumi.yaml defaults, checked by the same infra/config.py), with the flags after `--` on top
+(`-- --steps 200 --learning_rate 2e-5`: any `python -m workload.train` flag; the last one given wins), under its
+own run id (`--run-id`, default `submit-<UTC time>`), which names its submission and its checkpoints' directory.
+It carries the stack's metadata, so `list`, `logs`, `summary` and `stop` find it; `pulumi up` does not know it.
+
+What the stack file holds as a Pulumi secret (trainEnv) cannot be read without Pulumi: it is left out, and said so;
+trainSecretEnv reaches the pods from their Kubernetes Secret as before.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import hashlib
+import json
+import sys
+import time
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import yaml
+
+from workload import cli
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+class StackFile:
+    """A Pulumi.<stack>.yaml read as pulumi.Config reads it (get, get_int, get_bool, get_object by key name),
+    for infra.config.read_raw_config; a secret (`{secure: ...}`) reads as unset and is noted."""
+
+    def __init__(self, stack: str, project: str) -> None:
+        path = REPO / f"Pulumi.{stack}.yaml"
+        if not path.is_file():
+            stacks = sorted(p.name.split(".")[1] for p in REPO.glob("Pulumi.*.yaml"))
+            raise cli.UsageError(f"--stack {stack}: no {path.name} here; stacks: {', '.join(stacks)}")
+        config = (yaml.safe_load(path.read_text()) or {}).get("config") or {}
+        prefix = project + ":"
+        self.values = {key[len(prefix):]: value for key, value in config.items() if key.startswith(prefix)}
+        self.secret_keys = sorted(key for key, value in self.values.items() if isinstance(value, dict)
+                                  and "secure" in value)
+
+    def get(self, key: str) -> Any:
+        value = self.values.get(key)
+        return None if key in self.secret_keys else value
+
+    def get_int(self, key: str) -> int | None:
+        value = self.get(key)
+        return None if value is None else int(value)
+
+    def get_bool(self, key: str) -> bool | None:
+        value = self.get(key)
+        return None if value is None else (value if isinstance(value, bool) else str(value).lower() == "true")
+
+    def get_object(self, key: str) -> Any:
+        value = self.get(key)
+        return json.loads(value) if isinstance(value, str) else value
+
+
+def stack_job(stack: str, run_id: str, extra_flags: list[str]) -> dict:
+    """The job `pulumi up` would submit for the stack with trainEnabled, under `run_id`, with `extra_flags` on top:
+    {train_args, pip, env_vars, time_limit_s, submission_id, secrets_left_out}."""
+    from infra import config as stack_config
+    from infra.ray_job import NCCL_DEBUG_FILE, submission_id, workload_config
+    from workload.config import build_parser
+
+    source = StackFile(stack, stack_config.project_name())
+    raw = stack_config.read_raw_config(source)
+    raw.update(trainEnabled=True, trainRunId=run_id)
+    cfg = stack_config.parse(raw)
+    # The instance's network bandwidth only informs the sharding choice, and the job's fabric check measures it;
+    # reading it from EC2 would need this machine to be allowed to describe instance types.
+    workload = workload_config(cfg, SimpleNamespace(network_gbps=0.0))
+    # A flag the job does not know is refused here as `python -m workload.train` would (its one error line, exit 2).
+    flags = vars(build_parser().parse_args([*workload.to_args(), *extra_flags]))
+    from workload.config import TrainConfig
+
+    chosen = TrainConfig(**flags)
+    if "--run_name" not in extra_flags:
+        # As workload_config names the stack's runs, from the flags this run really has: the same run id with other
+        # flags must not resume this run's checkpoints.
+        unnamed = dataclasses.replace(chosen, run_name=TrainConfig.run_name).to_args()
+        chosen = dataclasses.replace(chosen, run_name=f"ray-train-fsdp-llm-{run_id}-"
+                                     f"{hashlib.sha256(json.dumps(unnamed).encode()).hexdigest()[:8]}")
+    train_args = chosen.to_args()
+    env_vars = {"NCCL_DEBUG_FILE": NCCL_DEBUG_FILE, **cfg.train.env}
+    return {"train_args": train_args, "pip": list(cfg.train.pip), "env_vars": env_vars,
+            "time_limit_s": float(cfg.train.timeout_minutes * 60),
+            "submission_id": submission_id(stack, run_id, train_args, list(cfg.train.pip), env_vars),
+            "secrets_left_out": source.secret_keys}
+
+
+def prepare(args: argparse.Namespace) -> None:
+    """The job, built and checked before the cluster is reached (a bad flag costs no port-forward): args.prepared."""
+    if not args.stack:
+        raise cli.UsageError("submit needs --stack: the job is built from Pulumi.<stack>.yaml's train* keys")
+    run_id = args.run_id or time.strftime("submit-%Y%m%d-%H%M%S", time.gmtime())
+    flags = args.train_flags[1:] if args.train_flags[:1] == ["--"] else args.train_flags
+    args.prepared = (run_id, stack_job(args.stack, run_id, flags))
+
+
+def submit_command(client: Any, args: argparse.Namespace) -> int:
+    from infra.ray_job import RUN_METADATA, STACK_METADATA
+    from workload import submit
+
+    run_id, job = args.prepared
+    for key in job["secrets_left_out"]:
+        print(f"note: {key} is a Pulumi secret in Pulumi.{args.stack}.yaml and is not sent; pass what the job needs "
+              "as flags, or through trainSecretEnv", file=sys.stderr)
+    job_id, attached = submit.start_job(
+        client, job["train_args"], submission_id=job["submission_id"], pip=tuple(job["pip"]),
+        env_vars=job["env_vars"], time_limit_s=job["time_limit_s"],
+        metadata={STACK_METADATA: args.stack, RUN_METADATA: run_id})
+    follow = f"python -m tools.job logs {job_id} --follow --stack {args.stack}" + (
+        f" --kubeconfig {args.kubeconfig}" if args.kubeconfig else "")
+    print(f"job {job_id} (run {run_id}) {'was already on the cluster' if attached else 'submitted'}; "
+          f"follow it: {follow}")
+    return cli.OK

@@ -10,6 +10,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 TORCH_VERSION=2.13.0   # the version the tests ran against; the cluster's image has 2.13 too
+FP8_PACKAGES=.venv/fp8  # torchao for --fp8, apart from .venv's site-packages (below)
 MIN_PYTHON=3.11        # what the tests run on (3.11: contextlib.chdir); the cluster's image runs 3.13
 started=$SECONDS
 
@@ -65,4 +66,12 @@ fi
 echo "setup: installing requirements.txt"
 .venv/bin/python -m pip install -q -r requirements.txt || fail "pip could not install requirements.txt" \
   "see pip's message above; a second run continues where this one stopped"
+# torchao, for --fp8 only, in a folder of its own beside .venv's packages: transformers imports torchao whenever it is
+# installed (its quantizer registry), which costs every model build a second and prints torchao's extension-loading
+# warnings. tests/test_fp8.py puts the folder on its path; the cluster's job installs torchao only with trainFp8.
+fp8_pin=$(.venv/bin/python -c 'from workload.fp8 import TORCHAO_REQUIREMENT; print(TORCHAO_REQUIREMENT)')
+if [ ! -d "$FP8_PACKAGES/torchao" ]; then
+  echo "setup: installing $fp8_pin into $FP8_PACKAGES (for --fp8 and its tests only)"
+  .venv/bin/python -m pip install -q --no-deps --target "$FP8_PACKAGES" "$fp8_pin" || fail "pip could not install $fp8_pin"
+fi
 echo "setup: done in $((SECONDS - started)) s: run commands with .venv/bin/python -m ..."

@@ -1,6 +1,7 @@
 """workload.fp8: which layers run their matmuls in fp8, and the refusal on GPUs without fp8 tensor cores."""
 from __future__ import annotations
 
+from pathlib import Path
 from unittest import mock
 
 import pytest
@@ -10,8 +11,18 @@ from workload import fp8
 from workload import model as project
 from workload.config import TrainConfig
 
+# Where scripts/setup.sh installs torchao: beside .venv's packages, not in them (setup.sh says why).
+FP8_PACKAGES = Path(__file__).resolve().parent.parent / ".venv" / "fp8"
 
-def test_decoder_linears_become_fp8_and_embedding_and_lm_head_stay():
+
+@pytest.fixture
+def torchao_on_path(monkeypatch):
+    if not (FP8_PACKAGES / "torchao").is_dir():
+        pytest.fail(f"torchao is not in {FP8_PACKAGES}: run `bash scripts/setup.sh`, which installs it there")
+    monkeypatch.syspath_prepend(str(FP8_PACKAGES))
+
+
+def test_decoder_linears_become_fp8_and_embedding_and_lm_head_stay(torchao_on_path):
     model = project.build_model(TrainConfig(model_config="tiny"), torch.device("cpu"))
     batch = torch.randint(0, 512, (2, 32), generator=torch.Generator().manual_seed(0))
     with torch.no_grad():

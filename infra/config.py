@@ -5,6 +5,7 @@ with a ValueError that names the key and the allowed values, before any resource
 """
 from __future__ import annotations
 
+import copy
 import difflib
 import functools
 import ipaddress
@@ -216,13 +217,19 @@ class StackConfig:
 
 def schema() -> dict[str, dict[str, Any]]:
     """The `config:` section of Pulumi.yaml: every key with its type, default and description."""
-    with PROJECT_FILE.open() as f:
-        return yaml.safe_load(f)["config"]
+    return copy.deepcopy(_project_document(PROJECT_FILE.stat().st_mtime_ns)["config"])
 
 
 def project_name() -> str:
+    return _project_document(PROJECT_FILE.stat().st_mtime_ns)["name"]
+
+
+@functools.lru_cache(maxsize=1)
+def _project_document(_modified_ns: int) -> dict[str, Any]:
+    """Pulumi.yaml, parsed once per version of the file: a preview reads it several times, and PyYAML's pure-Python
+    parser takes tens of milliseconds for its some 80 keys."""
     with PROJECT_FILE.open() as f:
-        return yaml.safe_load(f)["name"]
+        return yaml.safe_load(f)
 
 
 def _read_raw(config: Any, key: str, spec: dict[str, Any], hidden: bool = False) -> Any:

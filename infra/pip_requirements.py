@@ -46,7 +46,7 @@ def check(entries: list[str] | tuple[str, ...]) -> tuple[str, ...]:
         if requirement.url:
             raise ValueError(f"config key {KEY!r}: entry {index} {shown(entry)} installs from a URL, which would sit "
                              f"in the job's plain inputs in Pulumi's state; {allowed}")
-        name = canonicalize_name(requirement.name)
+        name = canonicalize_name(requirement.name).strip("-")  # packaging keeps a trailing '_' ("Torch_")
         if name in IMAGE_STACK_PACKAGES or name.startswith(IMAGE_STACK_PREFIXES):
             raise ValueError(
                 f"config key {KEY!r}: {entry!r} would replace the image's {name} on every worker, and the "

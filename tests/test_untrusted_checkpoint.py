@@ -67,16 +67,18 @@ def process_group(tmp_path):
     dist.destroy_process_group()
 
 
-def _crafted_metadata(directory: str, marker: str) -> str:
+def _crafted_metadata(directory: str, marker: str) -> list[str]:
+    """A `.metadata` whose pickle runs a command; returns what the refusal must name (the file, what it called)."""
     path = os.path.join(directory, checkpoint_reader.METADATA_FILE)
     with open(path, "wb") as file:
         pickle.dump(RunsCommand(f"touch {shlex.quote(marker)}"), file)
-    return path
+    return [path, "posix.system"]
 
 
-def _crafted_value(directory: str, marker: str) -> str:
+def _crafted_value(directory: str, marker: str) -> list[str]:
     """Replace one non-tensor value (the optimizer's lr) by a torch.save'd object that runs a command when loaded
-    with weights_only=False: appended to its shard file, and the (genuine) metadata pointed at it."""
+    with weights_only=False: appended to its shard file, and the (genuine) metadata pointed at it. Returns what the
+    refusal must name (the checkpoint, the value)."""
     metadata = checkpoint_reader.read_metadata(directory)
     fqn = next(name for name, item in metadata.state_dict_metadata.items()
                if isinstance(item, BytesStorageMetadata) and name.endswith(".lr"))
@@ -91,7 +93,7 @@ def _crafted_value(directory: str, marker: str) -> str:
     metadata.storage_data[index] = dataclasses.replace(info, offset=offset, length=len(payload.getvalue()))
     with open(os.path.join(directory, checkpoint_reader.METADATA_FILE), "wb") as file:
         pickle.dump(metadata, file)
-    return fqn
+    return [directory, fqn]
 
 
 def test_a_genuine_checkpoint_loads_exactly(tmp_path):
@@ -101,30 +103,18 @@ def test_a_genuine_checkpoint_loads_exactly(tmp_path):
     assert all(torch.equal(loaded[name], saved[name]) for name in saved), "weights must load exactly"
 
 
-def test_resuming_from_a_crafted_metadata_is_refused_without_running_it(tmp_path, process_group):
+@pytest.mark.parametrize("craft", [_crafted_metadata, _crafted_value])
+def test_resuming_from_a_crafted_checkpoint_is_refused_without_running_it(craft, tmp_path, process_group):
     directory, marker = str(tmp_path / "checkpoint_000003"), str(tmp_path / "ran")
     _saved(directory)
-    path = _crafted_metadata(directory, marker)
+    words = craft(directory, marker)
     model, optimizer = _model_and_optimizer()
     with pytest.raises(checkpoint_reader.CheckpointRefused) as refusal:
         checkpoint.load(directory, model, optimizer)
-    assert not os.path.exists(marker), "the checkpoint's pickle must not run"
+    assert not os.path.exists(marker), f"{craft.__name__}: the crafted pickle must not run"
     message = str(refusal.value)
-    assert path in message and "posix.system" in message and "\n" not in message, \
-        f"one line naming the file and what it asked for: {message}"
-
-
-def test_resuming_from_a_crafted_optimizer_value_is_refused_without_running_it(tmp_path, process_group):
-    directory, marker = str(tmp_path / "checkpoint_000003"), str(tmp_path / "ran")
-    _saved(directory)
-    fqn = _crafted_value(directory, marker)
-    model, optimizer = _model_and_optimizer()
-    with pytest.raises(checkpoint_reader.CheckpointRefused) as refusal:
-        checkpoint.load(directory, model, optimizer)
-    assert not os.path.exists(marker), "the value's pickle must not run (weights_only=True)"
-    message = str(refusal.value)
-    assert directory in message and fqn in message and "\n" not in message, \
-        f"one line naming the checkpoint and the value, not DCP's per-rank tracebacks: {message}"
+    assert all(word in message for word in words) and "\n" not in message, \
+        f"one line naming {words}, not DCP's per-rank tracebacks: {message}"
 
 
 def test_exporting_a_crafted_checkpoint_exits_2_with_one_line(tmp_path, capsys):
@@ -133,7 +123,7 @@ def test_exporting_a_crafted_checkpoint_exits_2_with_one_line(tmp_path, capsys):
     directory, marker = str(tmp_path / "checkpoint_000003"), str(tmp_path / "ran")
     _saved(directory)
     Qwen2Config(**TINY).save_pretrained(directory)  # what export builds the model from, before it reads the shards
-    path = _crafted_metadata(directory, marker)
+    path = _crafted_metadata(directory, marker)[0]
     code = cli.run(export.main, [directory, str(tmp_path / "model")])
     lines = capsys.readouterr().err.strip().splitlines()
     assert not os.path.exists(marker), "workload.export must not run the checkpoint's pickle"

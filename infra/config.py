@@ -5,9 +5,12 @@ with a ValueError that names the key and the allowed values, before any resource
 """
 from __future__ import annotations
 
+import copy
 import difflib
+import functools
 import ipaddress
 import json
+import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,6 +29,8 @@ from workload.config import SHARDINGS  # trainSharding
 from workload.config import is_file_dataset  # trainDataset: a file (s3://...) rather than a Hugging Face id
 from workload.transport import EXPECTATIONS as EXPECT_TRANSPORTS  # trainExpectTransport
 
+from infra import pip_requirements  # trainPip
+
 PROJECT_FILE = Path(__file__).resolve().parent.parent / "Pulumi.yaml"
 
 GPU_PLACEMENTS = ("auto", "cluster", "none")
@@ -38,8 +43,14 @@ WORLD_CIDR = "0.0.0.0/0"
 # Keys whose values must be Pulumi secrets (`pulumi config set --secret`): a plain value sits in Pulumi.<stack>.yaml,
 # which is committed.
 SECRET_KEYS = ("trainSecretEnv",)
-# Keys whose values may hold a token: no refusal quotes them.
+# Keys whose values may hold a token: no refusal quotes them (nor any key the stack holds as a secret).
 SECRET_VALUED_KEYS = (*SECRET_KEYS, "trainEnv")
+# Upper bounds, so that nothing downstream overflows or searches for long: the preview's memory check looks for the
+# largest batch that fits, a per-GPU batch beyond 65536 sequences fits no GPU at any trainSeqLen a model has, the
+# job's deadline is a SIGALRM timer (workload/train.py) and a reservation's end a datetime.
+MAX_BATCH_SIZE = 65536
+MAX_TIMEOUT_MINUTES = 30 * 24 * 60  # 30 days; a longer run is several runs resuming from their checkpoints
+MAX_RESERVATION_HOURS = 366 * 24  # a year: a hard stop meant to be one
 
 
 @dataclass(frozen=True)
@@ -207,17 +218,24 @@ class StackConfig:
 
 def schema() -> dict[str, dict[str, Any]]:
     """The `config:` section of Pulumi.yaml: every key with its type, default and description."""
-    with PROJECT_FILE.open() as f:
-        return yaml.safe_load(f)["config"]
+    return copy.deepcopy(_project_document(PROJECT_FILE.stat().st_mtime_ns)["config"])
 
 
 def project_name() -> str:
+    return _project_document(PROJECT_FILE.stat().st_mtime_ns)["name"]
+
+
+@functools.lru_cache(maxsize=1)
+def _project_document(_modified_ns: int) -> dict[str, Any]:
+    """Pulumi.yaml, parsed once per version of the file: a preview reads it several times, and PyYAML's pure-Python
+    parser takes tens of milliseconds for its some 80 keys."""
     with PROJECT_FILE.open() as f:
-        return yaml.safe_load(f)["name"]
+        return yaml.safe_load(f)
 
 
-def _read_raw(config: Any, key: str, spec: dict[str, Any]) -> Any:
-    """One key through pulumi.Config, typed by the schema; an unset key takes the schema's default.
+def _read_raw(config: Any, key: str, spec: dict[str, Any], hidden: bool = False) -> Any:
+    """One key through pulumi.Config, typed by the schema; an unset key takes the schema's default. A refusal of a
+    `hidden` key (a secret's) does not quote its value.
 
     The Pulumi CLI already applies the schema's defaults; reading them here as well keeps a program run
     without the CLI (the unit tests) on the same values, from the same one place.
@@ -234,7 +252,7 @@ def _read_raw(config: Any, key: str, spec: dict[str, Any]) -> Any:
     try:
         value = readers[kind](key)
     except pulumi.ConfigTypeError as e:
-        if key in SECRET_VALUED_KEYS:  # Pulumi's message quotes the value
+        if hidden or key in SECRET_VALUED_KEYS:  # Pulumi's message quotes the value
             raise ValueError(f"config key {key!r} must be of type {kind} (its value is not shown)") from None
         raise ValueError(f"config key {key!r} must be of type {kind}: {e}") from e
     if value is None:
@@ -243,14 +261,18 @@ def _read_raw(config: Any, key: str, spec: dict[str, Any]) -> Any:
         if isinstance(value, str):  # get_object returns JSON already parsed; a raw default may be text
             value = json.loads(value)
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-            raise ValueError(f"config key {key!r} must be a list of strings, got {value!r}")
+            # `pulumi config set --secret --path 'trainSecretEnv.HF_TOKEN' ...` makes an object of the token.
+            got = (f"a {type(value).__name__} (its value is not shown)" if hidden or key in SECRET_VALUED_KEYS
+                   else repr(value))
+            raise ValueError(f"config key {key!r} must be a list of strings, got {got}")
     return value
 
 
-def read_raw_config(config: Any | None = None) -> dict[str, Any]:
-    """Every key of Pulumi.yaml, read from the stack's config (or its default), by its schema name."""
+def read_raw_config(config: Any | None = None, hidden: frozenset[str] = frozenset()) -> dict[str, Any]:
+    """Every key of Pulumi.yaml, read from the stack's config (or its default), by its schema name; refusals of the
+    `hidden` keys do not quote their values."""
     config = config if config is not None else pulumi.Config()
-    return {key: _read_raw(config, key, spec) for key, spec in schema().items()}
+    return {key: _read_raw(config, key, spec, key in hidden) for key, spec in schema().items()}
 
 
 def stack_config_keys() -> set[str]:
@@ -297,11 +319,61 @@ def is_stack_secret(key: str) -> bool:
     return pulumi.runtime.is_config_secret(key) or key in pulumi.runtime.get_config_secret_keys_env()
 
 
+def secret_fragments() -> list[str]:
+    """What a message must not quote: the values of every key the stack holds as a secret (and of SECRET_KEYS, which
+    must be one), as each string in them and each VALUE of a KEY=VALUE, from the config as the CLI passed it. A plain
+    trainEnv is in the committed stack file already; its refusals name its entries without their values anyway."""
+    project = project_name()
+    fragments: list[str] = []
+
+    def collect(value: Any) -> None:
+        if isinstance(value, dict):
+            value = list(value.values())
+        if isinstance(value, list):
+            for item in value:
+                collect(item)
+        elif isinstance(value, str):
+            fragments.extend([value, value.partition("=")[2]])
+
+    for key in schema():
+        namespaced = f"{project}:{key}"
+        text = pulumi.runtime.get_config(namespaced)
+        if text is None or not (key in SECRET_KEYS or is_stack_secret(namespaced)):
+            continue
+        try:
+            collect(json.loads(text))
+        except ValueError:
+            collect(text)
+    # Three characters at least: a shorter "secret" would blank out ordinary words of the message.
+    return sorted({fragment for fragment in fragments if len(fragment) >= 3}, key=len, reverse=True)
+
+
+def hides_secret_values(check: Callable[..., Any]) -> Callable[..., Any]:
+    """A preview check whose refusals never quote a secret's value: any that would is re-raised with it blanked
+    out (and without the exception it came from, whose text may quote it too)."""
+
+    @functools.wraps(check)
+    def checked(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return check(*args, **kwargs)
+        except ValueError as error:
+            message = str(error)
+            for fragment in secret_fragments():
+                message = message.replace(fragment, "[secret]")
+            if message == str(error):
+                raise
+            raise ValueError(message) from None
+
+    return checked
+
+
+@hides_secret_values
 def load(config: Any | None = None) -> StackConfig:
     """Read the stack's config per Pulumi.yaml and validate it. Touches no cloud resource."""
     check_unknown_keys(stack_config_keys(), project_name(), set(schema()))
-    raw = read_raw_config(config)
-    check_secret_keys(raw, project_name(), is_stack_secret)
+    project = project_name()
+    raw = read_raw_config(config, frozenset(key for key in schema() if is_stack_secret(f"{project}:{key}")))
+    check_secret_keys(raw, project, is_stack_secret)
     return parse(raw)
 
 
@@ -317,6 +389,12 @@ _CUDA_VERSION = re.compile(r"^[0-9]+\.[0-9]+$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # An IAM user or role (optionally with a path): what an EKS access entry's principal can be.
 _PRINCIPAL_ARN = re.compile(r"^arn:aws[a-z-]*:iam::[0-9]{12}:(role|user)/[A-Za-z0-9+=,.@_/-]{1,512}$")
+# NCCL_SOCKET_IFNAME: interface name prefixes (Linux names are at most 15 characters), comma-separated, optionally
+# led by ^ (exclude) or = (exact match), as NCCL's environment variable documentation gives them.
+_SOCKET_IFNAME = re.compile(r"[\^=]?[A-Za-z0-9_.:-]{1,15}(,[A-Za-z0-9_.:-]{1,15})*")
+# FI_PROVIDER and NCCL_NET_PLUGIN: a name (libfabric's layered providers join theirs with ';', lists with ',').
+_PLUGIN_WORD = re.compile(r"[\^]?[A-Za-z0-9_.;,+-]{1,64}")
+# Every pattern here is applied with fullmatch: `re.match` with `$` would take a trailing newline.
 # S3's bucket naming rules (general purpose buckets): 3-63 lowercase letters, digits, dots and hyphens, starting and
 # ending with a letter or digit. Anything else (a wildcard above all) is not one bucket.
 _S3_BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
@@ -335,7 +413,7 @@ def _require(ok: bool, key: str, message: str) -> None:
 
 def _check_az_list(key: str, azs: list[str]) -> tuple[str, ...]:
     for az in azs:
-        _require(bool(_AZ_NAME.match(az)), key, f"{az!r} is not an availability zone name (like us-west-2a)")
+        _require(bool(_AZ_NAME.fullmatch(az)), key, f"{az!r} is not an availability zone name (like us-west-2a)")
     _require(len(set(azs)) == len(azs), key, f"lists an AZ twice: {azs}")
     return tuple(azs)
 
@@ -347,10 +425,10 @@ def parse(raw: dict[str, Any]) -> StackConfig:
     type's facts, the region's AZs) come later, in infra.instance_facts and infra.network, still before any
     resource is registered.
     """
-    _require(bool(_CLUSTER_NAME.match(raw["clusterName"])), "clusterName",
+    _require(bool(_CLUSTER_NAME.fullmatch(raw["clusterName"])), "clusterName",
              f"{raw['clusterName']!r} must start with a letter and hold 1-39 letters, digits or hyphens "
              "(it prefixes every AWS name, some of which are capped at 64 characters)")
-    _require(bool(_K8S_VERSION.match(raw["kubernetesVersion"])), "kubernetesVersion",
+    _require(bool(_K8S_VERSION.fullmatch(raw["kubernetesVersion"])), "kubernetesVersion",
              f"{raw['kubernetesVersion']!r} must be an EKS minor version like 1.34")
     try:
         vpc = ipaddress.IPv4Network(raw["vpcCidr"])
@@ -365,7 +443,7 @@ def parse(raw: dict[str, Any]) -> StackConfig:
     _require(len(vpc_azs) <= 7, "vpcAvailabilityZones", "at most 7 AZs (the VPC is split in eighths)")
 
     for key in ("systemInstanceType", "gpuInstanceType"):
-        _require(bool(_INSTANCE_TYPE.match(raw[key])), key, f"{raw[key]!r} is not an EC2 instance type name")
+        _require(bool(_INSTANCE_TYPE.fullmatch(raw[key])), key, f"{raw[key]!r} is not an EC2 instance type name")
     _require(raw["systemNodeCount"] >= 1, "systemNodeCount",
              f"must be at least 1 (the KubeRay operator and the Ray head run there), got {raw['systemNodeCount']}")
     _require(raw["gpuNodeCount"] >= 1, "gpuNodeCount", f"must be at least 1, got {raw['gpuNodeCount']}")
@@ -375,7 +453,7 @@ def parse(raw: dict[str, Any]) -> StackConfig:
     placement = raw["gpuPlacement"]
     _require(placement in GPU_PLACEMENTS, "gpuPlacement", f"{placement!r} is not one of {list(GPU_PLACEMENTS)}")
     reservation_id = raw["capacityReservationId"]
-    _require(reservation_id == "" or bool(_RESERVATION_ID.match(reservation_id)), "capacityReservationId",
+    _require(reservation_id == "" or bool(_RESERVATION_ID.fullmatch(reservation_id)), "capacityReservationId",
              f"{reservation_id!r} must be empty or a reservation id like cr-0123456789abcdef0")
     reserve = raw["capacityReserve"]
     _require(not (reserve and reservation_id), "capacityReserve",
@@ -393,14 +471,18 @@ def parse(raw: dict[str, Any]) -> StackConfig:
     # dlcImage, rayNamespace and rayClusterName are checked by raycluster.check_config, which the program runs
     # before any resource: KubeRay's own limits on them live beside the manifest they end up in. rayVersion and
     # imageCudaVersion are checked against the image there too; here only their form.
-    _require(raw["rayVersion"] == "" or bool(_RAY_VERSION.match(raw["rayVersion"])), "rayVersion",
+    _require(raw["rayVersion"] == "" or bool(_RAY_VERSION.fullmatch(raw["rayVersion"])), "rayVersion",
              f"{raw['rayVersion']!r} must be empty (the known image's) or a Ray release like 2.58.0")
-    _require(raw["imageCudaVersion"] == "" or bool(_CUDA_VERSION.match(raw["imageCudaVersion"])), "imageCudaVersion",
+    _require(raw["imageCudaVersion"] == "" or bool(_CUDA_VERSION.fullmatch(raw["imageCudaVersion"])), "imageCudaVersion",
              f"{raw['imageCudaVersion']!r} must be empty (the known image's) or a CUDA major.minor like 13.0")
     _require(raw["ncclDebug"] in NCCL_DEBUG_LEVELS, "ncclDebug",
              f"{raw['ncclDebug']!r} is not one of {list(NCCL_DEBUG_LEVELS)}")
-    for key in ("ncclSocketIfname", "fiProvider", "ncclNetPlugin"):
-        _require(bool(raw[key]) and " " not in raw[key], key, f"{raw[key]!r} must be a single non-empty word")
+    _require(bool(_SOCKET_IFNAME.fullmatch(raw["ncclSocketIfname"])), "ncclSocketIfname",
+             f"{raw['ncclSocketIfname']!r} must be interface name prefixes as NCCL takes them: like eth0, eth or "
+             "^docker,lo (comma-separated, led by ^ to exclude or = to match exactly; letters, digits, '_.:-')")
+    for key in ("fiProvider", "ncclNetPlugin"):
+        _require(bool(_PLUGIN_WORD.fullmatch(raw[key])), key,
+                 f"{raw[key]!r} must be a single non-empty word (letters, digits and '_.;,+-'), like efa or aws-ofi")
 
     retention = raw["controlPlaneLogRetentionDays"]
     _require(retention in LOG_RETENTION_DAYS, "controlPlaneLogRetentionDays",
@@ -448,7 +530,7 @@ def parse(raw: dict[str, Any]) -> StackConfig:
 
 def _check_principals(key: str, arns: list[str]) -> tuple[str, ...]:
     for arn in arns:
-        _require(bool(_PRINCIPAL_ARN.match(arn)), key,
+        _require(bool(_PRINCIPAL_ARN.fullmatch(arn)), key,
                  f"{arn!r} is not an IAM role or user ARN like arn:aws:iam::123456789012:role/NAME")
     _require(len(set(arns)) == len(arns), key, f"lists a principal twice: {arns}")
     return tuple(arns)
@@ -474,7 +556,8 @@ def _check_public_cidrs(cidrs: list[str]) -> tuple[str, ...]:
 
 def _parse_reservation_hours(raw: dict[str, Any]) -> int:
     hours = raw["capacityReservationHours"]
-    _require(hours >= 0, "capacityReservationHours", f"must be 0 (until destroy) or a number of hours, got {hours}")
+    _require(0 <= hours <= MAX_RESERVATION_HOURS, "capacityReservationHours",
+             f"must be 0 (until destroy) or a number of hours up to {MAX_RESERVATION_HOURS} (a year), got {hours}")
     _require(hours == 0 or raw["capacityReserve"], "capacityReservationHours",
              "is only used with capacityReserve=true (it ends the reservation that the stack makes)")
     return hours
@@ -488,6 +571,12 @@ def _parse_train(raw: dict[str, Any]) -> TrainConfig:
     _require(0 < learning_rate < 1, "trainLearningRate", f"must be between 0 and 1, got {learning_rate}")
     for key in ("trainSteps", "trainBatchSize", "trainSeqLen", "trainTimeoutMinutes"):
         _require(raw[key] >= 1, key, f"must be at least 1, got {raw[key]}")
+    _require(raw["trainBatchSize"] <= MAX_BATCH_SIZE, "trainBatchSize",
+             f"{raw['trainBatchSize']} sequences per GPU per step: allowed 1 to {MAX_BATCH_SIZE} (for a larger "
+             "effective batch, add GPUs)")
+    _require(raw["trainTimeoutMinutes"] <= MAX_TIMEOUT_MINUTES, "trainTimeoutMinutes",
+             f"{raw['trainTimeoutMinutes']} minutes: allowed 1 to {MAX_TIMEOUT_MINUTES} (30 days); a longer training "
+             "is several jobs, each resuming from the last one's checkpoints")
     _require(raw["trainNumWorkers"] >= 0, "trainNumWorkers",
              f"must be 0 (one worker per GPU) or more, got {raw['trainNumWorkers']}")
     _require(raw["trainMaxFailures"] >= -1, "trainMaxFailures",
@@ -495,7 +584,7 @@ def _parse_train(raw: dict[str, Any]) -> TrainConfig:
     _require(raw["trainModelConfig"] in ("", *MODEL_CONFIGS), "trainModelConfig",
              f"{raw['trainModelConfig']!r} is not empty or one of {list(MODEL_CONFIGS)}")
     _require(bool(raw["trainModelId"]), "trainModelId", "must name a Hugging Face model")
-    _require(bool(_RUN_ID.match(raw["trainRunId"])), "trainRunId",
+    _require(bool(_RUN_ID.fullmatch(raw["trainRunId"])), "trainRunId",
              f"{raw['trainRunId']!r} must be 1-32 letters, digits, '.', '_' or '-' (it names the Ray job)")
     _require(raw["trainExpectTransport"] in EXPECT_TRANSPORTS, "trainExpectTransport",
              f"{raw['trainExpectTransport']!r} is not one of {list(EXPECT_TRANSPORTS)}")
@@ -512,11 +601,10 @@ def _parse_train(raw: dict[str, Any]) -> TrainConfig:
     except ValueError as e:
         raise ValueError(f"config key 'trainMinBusBandwidthGBps': {raw['trainMinBusBandwidthGBps']!r} is not a "
                          "number") from e
-    _require(min_bus >= 0, "trainMinBusBandwidthGBps",
+    _require(min_bus >= 0 and math.isfinite(min_bus), "trainMinBusBandwidthGBps",
              f"must be 0 (no minimum) or a bus bandwidth in GB/s, got {raw['trainMinBusBandwidthGBps']}")
     storage = raw["trainStoragePath"]
-    _require(storage == "" or "://" in storage or storage.startswith("/"), "trainStoragePath",
-             f"{storage!r} must be empty, an absolute path or a URI like s3://bucket/prefix")
+    check_storage_path(storage)
     for key, allowed in (("trainLrSchedule", LR_SCHEDULES), ("trainExport", EXPORTS)):
         _require(raw[key] in allowed, key, f"{raw[key]!r} is not one of {list(allowed)}")
     for key in ("trainWarmupSteps", "trainEvalEvery"):
@@ -540,8 +628,7 @@ def _parse_train(raw: dict[str, Any]) -> TrainConfig:
     _require(raw["trainExport"] != "checkpoints" or raw["trainCheckpointEvery"] > 0, "trainExport",
              "checkpoints writes a model at every checkpoint, and trainCheckpointEvery is 0 (only the last step's): "
              "set trainCheckpointEvery, or use final")
-    s3_location(storage, "trainStoragePath")
-    s3_location(dataset, "trainDataset")
+    check_dataset_location(dataset)
     env = _parse_env("trainEnv", raw["trainEnv"])
     secret_env = SecretEnv(_parse_env("trainSecretEnv", raw["trainSecretEnv"]))
     clash = sorted(set(env) & set(secret_env.names))
@@ -559,7 +646,7 @@ def _parse_train(raw: dict[str, Any]) -> TrainConfig:
         max_failures=raw["trainMaxFailures"],
         checkpoint_every=raw["trainCheckpointEvery"],
         storage_path=storage,
-        pip=tuple(raw["trainPip"]),
+        pip=pip_requirements.check(raw["trainPip"]),
         env=env,
         timeout_minutes=raw["trainTimeoutMinutes"],
         expect_transport=raw["trainExpectTransport"],
@@ -591,13 +678,67 @@ def s3_location(path: str, key: str = "") -> tuple[str, str] | None:
     if not path.startswith("s3://"):
         return None
     bucket, _, prefix = path.removeprefix("s3://").partition("/")
-    _require(bool(_S3_BUCKET.match(bucket)) and ".." not in bucket, key,
+    _require(bool(_S3_BUCKET.fullmatch(bucket)) and ".." not in bucket, key,
              f"{path!r} must name one existing bucket (3-63 lowercase letters, digits, '.' and '-'), "
              "like s3://my-bucket/prefix; wildcards are not allowed")
     _require(not any(c in prefix for c in "*?$"), key,
              f"{path!r}: the path after the bucket must not contain '*', '?' or '$' (IAM would read them as "
              "wildcards or policy variables)")
+    _check_segments(path, prefix.removesuffix("/"), key)
     return bucket, prefix.strip("/")
+
+
+def _check_segments(path: str, inner: str, key: str) -> None:
+    """No empty, '.' or '..' segment: a file system or an S3 client that normalises them reads or writes elsewhere
+    than the prefix the pods' policy grants (and S3 keeps them literally, so the same path means two places)."""
+    segments = inner.split("/") if inner else []
+    _require(not any(segment in ("", ".", "..") for segment in segments), key,
+             f"{path!r} has an empty, '.' or '..' path segment; allowed: a path without '//', '/./' or '/../'")
+
+
+# Where the Ray pods can keep checkpoints: S3 through their own role (infra/pod_identity.py), or a node's disk.
+STORAGE_ALLOWED = ("allowed: s3://bucket/prefix (the Ray pods' role gets access to that prefix only), an absolute path "
+                   "or file:///path (a disk of the one GPU node), or empty for no checkpoints")
+
+
+def check_storage_path(path: str) -> None:
+    """trainStoragePath: empty, s3://bucket/prefix with a prefix (a bucket root would give the pods read, write and
+    delete on the whole bucket), or a local absolute path (file:///path is one too; infra.feasibility refuses it for
+    more than one GPU node)."""
+    key = "trainStoragePath"
+    if not path:
+        return
+    scheme, separator, rest = path.partition("://")
+    if not separator:
+        _require(path.startswith("/"), key, f"{path!r} is neither an absolute path nor a URI; {STORAGE_ALLOWED}")
+        _check_segments(path, path[1:].removesuffix("/"), key)
+        return
+    _require(scheme in ("s3", "file"), key,
+             f"{path!r}: {scheme}:// is not a storage the pods can reach (they hold AWS credentials for S3 only)"
+             + ("; URI schemes are lowercase" if scheme.lower() in ("s3", "file") else "") + f"; {STORAGE_ALLOWED}")
+    if scheme == "file":
+        _require(rest.startswith("/"), key, f"{path!r}: a file:// URI takes an absolute path (file:///path); "
+                                            f"{STORAGE_ALLOWED}")
+        _check_segments(path, rest[1:].removesuffix("/"), key)
+        return
+    _bucket, prefix = s3_location(path, key)
+    _require(bool(prefix), key, f"{path!r} is a bucket root, and the Ray pods' role would get read, write and delete "
+                                f"on the whole bucket; {STORAGE_ALLOWED}")
+
+
+def check_dataset_location(dataset: str) -> None:
+    """trainDataset, when remote: s3://bucket/key only. The job reads remote files through pyarrow's S3 file system
+    with the Ray pods' role (workload/data.py); an https:// or gs:// file would fail on the cluster after `up` made it."""
+    key = "trainDataset"
+    scheme, separator, _ = dataset.partition("://")
+    if not separator:
+        return
+    _require(scheme == "s3", key,
+             f"{dataset!r}: {scheme}:// is not a location the job can read"
+             + ("; URI schemes are lowercase" if scheme.lower() == "s3" else "")
+             + "; allowed: s3://bucket/key.jsonl (or .txt, .json; the Ray pods' role gets read access to it), a "
+             "Hugging Face dataset id, or empty for random tokens")
+    s3_location(dataset, key)
 
 
 def _parse_env(key: str, items: list[str]) -> dict[str, str]:
@@ -605,7 +746,7 @@ def _parse_env(key: str, items: list[str]) -> dict[str, str]:
     env: dict[str, str] = {}
     for index, item in enumerate(items):
         name, sep, value = item.partition("=")
-        _require(bool(sep) and bool(_ENV_NAME.match(name)), key,
+        _require(bool(sep) and bool(_ENV_NAME.fullmatch(name)), key,
                  f"entry {index} is not KEY=VALUE with KEY made of letters, digits and '_' (its value is not shown)")
         _require(name not in env, key, f"sets {name} twice")
         env[name] = value

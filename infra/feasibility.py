@@ -16,8 +16,6 @@ from typing import Any
 import pulumi
 import pulumi_aws as aws
 from botocore.exceptions import BotoCoreError, ClientError
-from packaging.requirements import InvalidRequirement, Requirement
-from packaging.utils import canonicalize_name
 
 from infra import addons, capacity_reservation, config, instance_facts, network, ray_job, raycluster
 from infra.config import AwsIdentity, InstanceFacts, StackConfig, arn_parts
@@ -39,12 +37,6 @@ NODES_PER_NODE_GROUP_DEFAULT = 450
 SYSTEM_ADDONS_CPU = 2
 SYSTEM_ADDONS_MEMORY_GIB = 8
 SYSTEM_ARCHITECTURE = "x86_64"  # infra/cluster.py's SYSTEM_AMI_TYPE, AL2023_x86_64_STANDARD
-
-# pip packages that would replace what the image's training stack is built from: its torch (and the packages that
-# pin an exact torch), its Ray (the cluster's own version must match the job's), and the CUDA, cuDNN and NCCL
-# wheels (nvidia-*) that torch was linked against. A runtime_env with them reinstalls them on every worker.
-IMAGE_STACK_PACKAGES = ("torch", "torchvision", "torchaudio", "triton", "pytorch-triton", "ray")
-IMAGE_STACK_PREFIXES = ("nvidia-",)
 
 # EC2 terminates a Capacity Block's instances 30 minutes before its end time (EC2 Auto Scaling user guide, "Use
 # Capacity Blocks for machine learning workloads"); before that, nodes joining, the device plugins and the image
@@ -82,6 +74,7 @@ class StackPlan:
     """apiPublicAccessCidrs plus the deployer's own address: who may reach the API server's public endpoint."""
 
 
+@config.hides_secret_values
 def check(cfg: StackConfig) -> StackPlan:
     """Refuse the stack unless it can work; the look-ups are synchronous (invokes, one boto3 read), so all of
     this runs at preview before the program registers anything."""
@@ -325,7 +318,7 @@ def _when(moment: datetime | None) -> str:
 
 def check_job(cfg: StackConfig, gpu: InstanceFacts) -> None:
     """A job the cluster can run: its data, its workers, its shape against the model and the GPUs' memory, its
-    checkpoints, its transport expectation and its extra packages."""
+    checkpoints, its transport expectation and its fabric minimum (trainPip is judged with the config)."""
     check_job_data(cfg)
     workload = ray_job.workload_config(cfg, gpu)  # the workload's own checks of the flags first
     train = cfg.train
@@ -345,13 +338,13 @@ def check_job(cfg: StackConfig, gpu: InstanceFacts) -> None:
     else:
         pulumi.log.warn(f"trainModelId {train.model_id}: its architecture is not known before it is downloaded, so "
                         "trainSeqLen and the GPU memory of the job are checked only on the cluster")
-    if train.storage_path and "://" not in train.storage_path and cfg.gpu_node_count > 1:
+    if train.storage_path and not train.storage_path.startswith("s3://") and cfg.gpu_node_count > 1:
         raise ValueError(
             f"config key 'trainStoragePath': {train.storage_path} is a directory on each node, and Ray Train needs "
             f"one place that the workers on all {cfg.gpu_node_count} GPU nodes and the head share; allowed: "
             "s3://bucket/prefix (the Ray pods' own role gets access to it), or empty for no checkpoints")
     check_transport_expectation(cfg, gpu, workers)
-    check_pip(train.pip)
+    check_min_bus_bandwidth(cfg, gpu, workers)
 
 
 def check_job_data(cfg: StackConfig) -> None:
@@ -412,8 +405,10 @@ def check_transport_expectation(cfg: StackConfig, gpu: InstanceFacts, workers: i
             f"{'have one GPU node' if cfg.gpu_node_count == 1 else f'fit on one node of {gpu.gpus} GPUs'}, so NCCL "
             "shows intra-node; allowed: intra-node or any (or more gpuNodeCount / trainNumWorkers)")
     if expect == "efa" and sockets:
+        # trainEnv's values are never quoted (they may hold a token); fiProvider's may be.
         forced = ("trainEnv NCCL_NET=Socket" if env.get("NCCL_NET", "").lower() == "socket"
-                  else f"FI_PROVIDER={env.get('FI_PROVIDER')} (fiProvider or trainEnv)")
+                  else "trainEnv's FI_PROVIDER" if "FI_PROVIDER" in cfg.train.env
+                  else f"FI_PROVIDER={env.get('FI_PROVIDER')} (fiProvider)")
         raise ValueError(f"config key {key!r}: efa, but {forced} sends NCCL over TCP sockets; allowed: socket or "
                          "any with that env, or efa without it")
     if expect == "socket" and not sockets:
@@ -424,16 +419,14 @@ def check_transport_expectation(cfg: StackConfig, gpu: InstanceFacts, workers: i
                          f"{gpu.gpus} GPUs; allowed: efa or any, or trainNumWorkers up to {gpu.gpus}")
 
 
-def check_pip(packages: tuple[str, ...]) -> None:
-    """Refuse trainPip entries that would replace the image's torch, Ray or CUDA/NCCL stack on every worker."""
-    for entry in packages:
-        try:
-            name = canonicalize_name(Requirement(entry).name)
-        except InvalidRequirement:
-            continue  # a URL or a path: pip judges it, its name is not known here
-        if name in IMAGE_STACK_PACKAGES or name.startswith(IMAGE_STACK_PREFIXES):
-            raise ValueError(
-                f"config key 'trainPip': {entry!r} would replace the image's {name} on every worker, and the "
-                f"image's torch, Ray, CUDA and NCCL are built and tested together; allowed: packages other than "
-                f"{', '.join(IMAGE_STACK_PACKAGES)} and {', '.join(p + '*' for p in IMAGE_STACK_PREFIXES)} "
-                "(use another dlcImage for another stack)")
+def check_min_bus_bandwidth(cfg: StackConfig, gpu: InstanceFacts, workers: int) -> None:
+    """trainMinBusBandwidthGBps must be one the fabric can reach: across nodes, a collective's bus bandwidth (as
+    nccl-tests counts it) is bounded by a node's network, EC2's network_gbps / 8 in GB/s. Within one node the bound is
+    NVLink's or PCIe's, which EC2 does not describe, so only the network's is checked."""
+    minimum = cfg.train.min_bus_gbytes_per_s
+    link = gpu.network_gbps / 8
+    if cfg.gpu_node_count > 1 and workers > gpu.gpus and link and minimum > link:
+        raise ValueError(
+            f"config key 'trainMinBusBandwidthGBps': {minimum:g} GB/s is more than the {gpu.network_gbps:g} Gbit/s "
+            f"network of {gpu.instance_type} carries between nodes ({link:g} GB/s), so the job would always fail "
+            f"its fabric check; allowed: 0 (no minimum) to {link:g}")

@@ -31,6 +31,7 @@ import contextlib
 import dataclasses
 import hashlib
 import json
+import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, ContextManager, Iterator, Mapping
 
@@ -102,6 +103,31 @@ def follow_command(stack: str, job_id: str) -> str:
     return f"python -m tools.job logs {job_id} --follow --stack {stack} --kubeconfig kubeconfig.json"
 
 
+# The workload's flags the stack sets, by the train* key that sets each (infra.config.TrainConfig has the workload's
+# field names), so that a refusal from the workload's own checks names what the user set.
+STACK_KEYS = {
+    "model_id": "trainModelId", "model_config": "trainModelConfig", "steps": "trainSteps",
+    "batch_size": "trainBatchSize", "seq_len": "trainSeqLen", "learning_rate": "trainLearningRate",
+    "num_workers": "trainNumWorkers", "max_failures": "trainMaxFailures", "checkpoint_every": "trainCheckpointEvery",
+    "storage_path": "trainStoragePath", "sharding": "trainSharding", "reduce_dtype": "trainReduceDtype",
+    "grad_accum_steps": "trainGradAccumSteps", "min_bus_gbytes_per_s": "trainMinBusBandwidthGBps",
+    "lr_schedule": "trainLrSchedule", "warmup_steps": "trainWarmupSteps", "dataset": "trainDataset",
+    "dataset_config": "trainDatasetConfig", "dataset_split": "trainDatasetSplit", "text_field": "trainTextField",
+    "tokenizer": "trainTokenizer", "eval_split": "trainEvalSplit", "eval_fraction": "trainEvalFraction",
+    "eval_every": "trainEvalEvery", "export": "trainExport", "fp8": "trainFp8",
+}
+_FLAG = re.compile(r"--([a-z_]+)")
+
+
+def stack_message(message: str) -> str:
+    """A refusal of the workload's, with its flags (--checkpoint_every) named as the stack keys that set them."""
+    keys = [STACK_KEYS[flag] for flag in _FLAG.findall(message) if flag in STACK_KEYS]
+    named = _FLAG.sub(lambda match: STACK_KEYS.get(match.group(1), match.group(0)), message)
+    if not keys:
+        return f"train* config keys do not make a valid job: {named}"
+    return f"config key{'s' if len(set(keys)) > 1 else ''} {', '.join(repr(k) for k in dict.fromkeys(keys))}: {named}"
+
+
 def workload_config(cfg: StackConfig, facts: InstanceFacts) -> "WorkloadConfig":
     """The workload's own config for the stack's train* keys, validated by the workload itself."""
     from workload.config import TrainConfig as WorkloadConfig
@@ -114,32 +140,7 @@ def workload_config(cfg: StackConfig, facts: InstanceFacts) -> "WorkloadConfig":
                          f"cores; allowed: false, or true on {', '.join(fp8.FP8_GPUS)} instances")
     try:
         workload = WorkloadConfig(
-            model_id=train.model_id,
-            model_config=train.model_config,
-            steps=train.steps,
-            batch_size=train.batch_size,
-            seq_len=train.seq_len,
-            learning_rate=train.learning_rate,
-            num_workers=train.num_workers,
-            max_failures=train.max_failures,
-            checkpoint_every=train.checkpoint_every,
-            storage_path=train.storage_path,
-            sharding=train.sharding,
-            reduce_dtype=train.reduce_dtype,
-            grad_accum_steps=train.grad_accum_steps,
-            fp8=train.fp8,
-            min_bus_gbytes_per_s=train.min_bus_gbytes_per_s,
-            lr_schedule=train.lr_schedule,
-            warmup_steps=train.warmup_steps,
-            dataset=train.dataset,
-            dataset_config=train.dataset_config,
-            dataset_split=train.dataset_split,
-            text_field=train.text_field,
-            tokenizer=train.tokenizer,
-            eval_split=train.eval_split,
-            eval_fraction=train.eval_fraction,
-            eval_every=train.eval_every,
-            export=train.export,
+            **{name: getattr(train, name) for name in STACK_KEYS},
             # The instance's network, for the job's choice of sharding; its fabric check's measurement wins.
             node_gbits_per_s=facts.network_gbps,
         )
@@ -149,7 +150,7 @@ def workload_config(cfg: StackConfig, facts: InstanceFacts) -> "WorkloadConfig":
         definition = hashlib.sha256(json.dumps(workload.to_args()).encode()).hexdigest()[:8]
         return dataclasses.replace(workload, run_name=f"ray-train-fsdp-llm-{train.run_id}-{definition}")
     except ValueError as e:
-        raise ValueError(f"train* config keys do not make a valid job: {e}") from e
+        raise ValueError(stack_message(str(e))) from None
 
 
 def job_pip(train) -> list[str]:

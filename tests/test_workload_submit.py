@@ -3,12 +3,14 @@ a tiny training job succeeds and returns its summary; a failing job, a timeout a
 from __future__ import annotations
 
 import asyncio
+import os
 import socket
 import time
 
 import pytest
 from ray.job_submission import JobStatus
 
+from tests import listening_sockets
 from workload import local, submit
 
 # Ray Train's print patch stays at its default (on), as on a real cluster, so the test sees the progress lines a
@@ -50,6 +52,23 @@ def test_job_runs_through_the_jobs_api_and_returns_its_summary(head):
         count = sum(f"step {step}/3 loss" in line for line in lines)
         assert count == 1, f"rank 0's progress line for step {step} must stream through on_log once, seen {count}"
     assert token not in result.logs and not any(token in line for line in lines), "the auth token must never be logged"
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/net"), reason="reads the listening sockets from Linux's /proc")
+def test_every_listener_of_the_local_cluster_is_on_loopback(head):
+    """Every TCP socket the cluster's processes listen on (GCS, raylet, the agents and their metrics, the client
+    server, the dashboard, and the workers of the job just run) is bound to loopback, as `ss -ltnp` would show.
+    The cluster's processes are those that inherited its own token file's path. (Not seen here: while training runs,
+    rank 0's torch TCPStore, the process group's rendezvous, which torch binds to every interface.)"""
+    address, _ = head
+    server = listening_sockets.listener_of_port(int(address.rsplit(":", 1)[1]))
+    members = listening_sockets.processes_with_env(listening_sockets.environment_entry(server, "RAY_AUTH_TOKEN_PATH"))
+    found = listening_sockets.listeners(members)
+    names = {listener.process.split()[0] for listener in found}
+    assert any("gcs_server" in name for name in names) and any("raylet" in name for name in names), \
+        f"the GCS and the raylet must be among the cluster's listeners: {sorted(names)}"
+    exposed = [listener for listener in found if not listener.loopback]
+    assert not exposed, f"listening beyond loopback: {exposed}"
 
 
 def test_failing_job_raises_with_the_tail_of_its_log(head):

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 
 import torch
 import torch.distributed.checkpoint as dcp
 from torch import nn
-from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
+from workload import checkpoint_reader
 
 STEP_FILE = "train_step.json"
 # Where the Hugging Face model's weights sit in a checkpoint: it is saved as {"model": ..., "optimizer": ...}, and the
@@ -39,11 +40,12 @@ def save(directory: str, model: nn.Module, optimizer: torch.optim.Optimizer, ste
 
 
 def load(directory: str, model: nn.Module, optimizer: torch.optim.Optimizer) -> int:
-    """Restore the model and optimizer in place; returns the number of steps the checkpoint had completed."""
+    """Restore the model and optimizer in place; returns the number of steps the checkpoint had completed. The
+    checkpoint is untrusted input (workload/checkpoint_reader.py): a crafted one is refused, nothing of it run."""
     # get_state_dict materialises AdamW's moments (a zero step) before the load, so they are restored too.
     model_state, optimizer_state = get_state_dict(model, optimizer)
     state = {"model": model_state, "optimizer": optimizer_state}
-    dcp.load(state, checkpoint_id=directory)
+    checkpoint_reader.load(state, directory)
     set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"])
     return read_step(directory)
 
@@ -67,11 +69,15 @@ def gather_full_weights(model: nn.Module, keep: bool) -> dict[str, torch.Tensor]
 
 
 def read_model_state(directory: str) -> dict[str, torch.Tensor]:
-    """The full, unsharded model weights of a checkpoint, in one process without a process group."""
-    with tempfile.TemporaryDirectory() as scratch:
-        path = os.path.join(scratch, "state.pt")
-        dcp_to_torch_save(directory, path)
-        return torch.load(path, weights_only=False)["model"]
+    """The full, unsharded model weights of a checkpoint, in one process without a process group: tensors of the
+    sizes and dtypes its metadata lists, filled by DCP (which reshards on read)."""
+    metadata = checkpoint_reader.read_metadata(directory)
+    prefix = MODEL_KEY + "."
+    state = {MODEL_KEY: {name.removeprefix(prefix): torch.empty(item.size, dtype=item.properties.dtype)
+                         for name, item in metadata.state_dict_metadata.items()
+                         if name.startswith(prefix) and isinstance(item, TensorStorageMetadata)}}
+    checkpoint_reader.load(state, directory, no_dist=True)
+    return state[MODEL_KEY]
 
 
 def read_step(directory: str) -> int:

@@ -203,8 +203,10 @@ class TrainConfig:
             )
         if not self.model_config and not self.model_id:
             raise ValueError("--model_id must name a Hugging Face model when --model_config is empty")
-        if not self.run_name or "/" in self.run_name:
-            raise ValueError(f"--run_name must be a non-empty name without '/', got {self.run_name!r}")
+        # It names a directory under --storage_path: '.' and '..' would be that directory itself, or its parent.
+        if not self.run_name or "/" in self.run_name or self.run_name in (".", ".."):
+            raise ValueError(f"--run_name must be a non-empty name without '/', and not '.' or '..', "
+                             f"got {self.run_name!r}")
         if is_local_dataset(self.dataset) and os.path.isdir(os.path.expanduser(self.dataset)):
             raise ValueError(f"--dataset {self.dataset!r} is a directory; give one {', '.join(DATASET_FILE_SUFFIXES)} "
                              "file in it")

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import os
 import sys
-import warnings
 from typing import Sequence
 
 from workload import cli
@@ -27,9 +26,9 @@ def export(checkpoint: str, out: str, *, dtype: str = "float32") -> list[str]:
     (a tokenizer that could not be saved). `float32` keeps the trained master weights exactly; `bfloat16` halves the
     size as most published checkpoints are, at the cost of updates smaller than half a bf16 step."""
     import torch
-    import torch.distributed.checkpoint as dcp
     from transformers import AutoConfig, AutoModelForCausalLM
 
+    from workload import checkpoint_reader
     from workload.checkpoint import LM_PREFIX, MODEL_KEY, read_record
     from workload.storage import local_copy
 
@@ -40,9 +39,8 @@ def export(checkpoint: str, out: str, *, dtype: str = "float32") -> list[str]:
         config = AutoConfig.from_pretrained(directory)
         model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
         state = {MODEL_KEY: {LM_PREFIX + name: tensor for name, tensor in model.state_dict().items()}}
-        with warnings.catch_warnings():  # "assuming the intent is to load in a single process": it is
-            warnings.filterwarnings("ignore", message="torch.distributed is disabled")
-            dcp.load(state, checkpoint_id=directory, no_dist=True)  # in place, into the model's parameters
+        # In place, into the model's parameters; the checkpoint is untrusted input (a crafted one is refused).
+        checkpoint_reader.load(state, directory, no_dist=True)
         record = read_record(directory)
         generation = os.path.join(directory, "generation_config.json")
         if os.path.isfile(generation):
@@ -110,7 +108,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--dtype", choices=DTYPES, default="float32",
                         help="weights' dtype in OUT: float32 keeps the trained weights exactly")
     args = parser.parse_args(argv)
-    if os.path.exists(args.out) and os.listdir(args.out):
+    if os.path.exists(args.out) and not os.path.isdir(args.out):
+        raise cli.UsageError(f"OUT {args.out} is a file; give a new directory")
+    if os.path.isdir(args.out) and os.listdir(args.out):
         raise cli.UsageError(f"OUT {args.out} exists and is not empty; give a new directory")
     for note in export(args.checkpoint, args.out, dtype=args.dtype):
         print(f"note: {note}", file=sys.stderr)

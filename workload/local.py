@@ -55,6 +55,8 @@ LOCAL_RAY_TRAIN_ENV = {
 }
 HEAD_START_TIMEOUT_S = 90
 LOOPBACK = "127.0.0.1"
+# Ray's switch for clusters of one machine (ray/_private/ray_constants.py, ENABLE_RAY_CLUSTERS_ENV_VAR).
+LOCAL_CLUSTER_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
 JOB_TIMEOUT_S = 600
 # What the local run asks of the model it exported: the start of a corpus line, which the trained model completes.
 PROMPT = "the cat"
@@ -73,11 +75,18 @@ def free_port() -> int:
 
 def head_environment(token_path: str, gcs_address: str) -> dict[str, str]:
     """The `ray start` process's environment, which every Ray process of the cluster inherits: token auth from our
-    own token file; RAY_ADDRESS naming this cluster, since Ray's helpers that look for "the" cluster (Ray Train's
+    own token file; every listener on loopback; RAY_ADDRESS naming this cluster, since Ray's helpers that look for "the" cluster (Ray Train's
     placement-group cleaner among them) otherwise fail when another Ray cluster runs on the machine; and this
     interpreter first on PATH, since the job's entrypoint `python3 -m workload.train` is resolved there (so
     `.venv/bin/python -m workload.local` works without activating the venv)."""
-    env = {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": token_path, "RAY_ADDRESS": gcs_address}
+    env = {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": token_path, "RAY_ADDRESS": gcs_address,
+           # A one-machine cluster, as Ray makes them on macOS and Windows: without this, `ray start` replaces
+           # --node-ip-address 127.0.0.1 by the machine's outward address (ray/_private/services.py,
+           # resolve_ip_for_localhost), and the GCS, the raylet, every worker's gRPC server, the client server and
+           # the agents (metrics included) listen on all interfaces. With it they bind loopback: the C++ servers
+           # and the Python agents choose their address from the node's (dashboard/agent.py,
+           # reporter_agent.py: localhost if the node is). No worker node can join (scripts.py refuses one).
+           LOCAL_CLUSTER_ENV: "0"}
     env.pop("RAY_AUTH_TOKEN", None)
     env["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), env.get("PATH", "")])
     return env
@@ -98,7 +107,8 @@ def local_cluster() -> Iterator[tuple[str, str]]:
     command = [
         ray_cli, "start", "--head", "--block", "--disable-usage-stats",
         "--temp-dir", temp_dir,
-        # Loopback only: nothing of this cluster is reachable from the network.
+        # Loopback only (with LOCAL_CLUSTER_ENV, see head_environment): nothing of this cluster is reachable from
+        # the network. tests/test_workload_submit.py lists every listening socket of its processes.
         "--node-ip-address", LOOPBACK,
         "--port", str(gcs_port),
         "--ray-client-server-port", str(free_port()),

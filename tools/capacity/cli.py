@@ -59,6 +59,10 @@ PROJECT_DIR = Path(__file__).resolve().parents[2]
 
 _INSTANCE_TYPE = re.compile(r"^[a-z][a-z0-9-]*\.[a-z0-9-]+$")
 _REGION_NAME = re.compile(r"^[a-z]{2}(-[a-z]+)+-\d+$")
+# What Pulumi allows in a stack name (pulumi/pulumi's validateStackName: ^[a-zA-Z0-9-_.]{1,100}$, "a stack name may
+# only contain alphanumeric, hyphens, underscores, or periods"), less '..': Pulumi.<name>.yaml then stays a file of
+# the project directory ('/' and '..' would write elsewhere).
+_STACK_NAME = re.compile(r"[A-Za-z0-9_.-]{1,100}")
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -81,10 +85,14 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.count < 1:
         raise ValueError(f"--count must be at least 1, got {args.count}")
-    if not _INSTANCE_TYPE.match(args.instance_type):
+    for flag, name in (("--write-stack", args.write_stack), ("--stack", args.stack)):
+        if name is not None and (not _STACK_NAME.fullmatch(name) or ".." in name):
+            raise ValueError(f"{flag} {name!r}: a stack name is letters, digits, '-', '_' and '.' (no '/' or '..'), "
+                             "as in Pulumi.<name>.yaml beside Pulumi.yaml, such as dev or g6e")
+    if not _INSTANCE_TYPE.fullmatch(args.instance_type):
         raise ValueError(f"--instance-type {args.instance_type!r}: expected an EC2 instance type such as g6.12xlarge")
     args.region_list = [name.strip() for name in args.regions.split(",") if name.strip()]
-    bad = [name for name in args.region_list if not _REGION_NAME.match(name)]
+    bad = [name for name in args.region_list if not _REGION_NAME.fullmatch(name)]
     if bad:
         raise ValueError(f"--regions: {', '.join(bad)} is not a region name such as us-east-1")
     on_demand_quota(args.instance_type)  # refuse a family without a known quota before calling AWS

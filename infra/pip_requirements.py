@@ -1,0 +1,56 @@
+"""trainPip: the packages the job installs on every worker at its start, as requirement specifiers and nothing else.
+
+Ray writes a runtime_env's pip list into a requirements file, one entry a line, and runs `pip install -r` on it
+(ray/_private/runtime_env/dependency_utils.py, gen_requirements_txt). So an entry is a line of a requirements
+file: an option (`--index-url https://user:token@...`, `-e git+...`, `-r other.txt`), a URL, a local wheel, a
+line with options after the requirement (`torch==2.1.0 --no-deps`) or a second line behind a newline would change
+where pip installs from, or what; and the list is the job's plain input, kept in Pulumi's state. Only PEP 508
+requirement specifiers by name are accepted (a name, extras, version specifiers, a marker; no `name @ URL`), which
+carry no credential. None may replace the image's training stack, judged by the canonical name (PEP 503), so
+`Torch`, `ray[train]>=2`, `nvidia_nccl_cu12` and `torch; python_version > "3"` are all caught. (A package that
+itself requires another torch is pip's to resolve; the image's constraints are not visible here.)
+"""
+from __future__ import annotations
+
+import re
+
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
+
+KEY = "trainPip"
+# pip packages that would replace what the image's training stack is built from: its torch (and the packages that
+# pin an exact torch), its Ray (the cluster's own version must match the job's), and the CUDA, cuDNN and NCCL
+# wheels (nvidia-*) that torch was linked against. A runtime_env with them reinstalls them on every worker.
+IMAGE_STACK_PACKAGES = ("torch", "torchvision", "torchaudio", "triton", "pytorch-triton", "ray")
+IMAGE_STACK_PREFIXES = ("nvidia-",)
+# What a refusal must not quote of an entry: a URL's user:password@ and its query (?token=...).
+_USERINFO = re.compile(r"(?<=//)[^/@\s]*@")
+_QUERY = re.compile(r"\?\S*")
+
+
+def shown(entry: str) -> str:
+    """An entry as a refusal may quote it: a URL's credentials and query replaced by ***, on one line (repr)."""
+    return repr(_QUERY.sub("?***", _USERINFO.sub("***@", entry)))
+
+
+def check(entries: list[str] | tuple[str, ...]) -> tuple[str, ...]:
+    """trainPip, refused unless every entry is a requirement specifier by name for a package not of the image."""
+    allowed = ("allowed: requirement specifiers by name such as einops==0.8.1 or 'datasets>=3; python_version>=\"3.10\"' "
+               "(no pip options, URLs or paths: a private index belongs in the image or its pip.conf)")
+    for index, entry in enumerate(entries):
+        try:
+            requirement = Requirement(entry)
+        except InvalidRequirement:
+            raise ValueError(f"config key {KEY!r}: entry {index} {shown(entry)} is not a requirement specifier (a pip "
+                             f"option, a URL, a path, or text after the requirement); {allowed}") from None
+        if requirement.url:
+            raise ValueError(f"config key {KEY!r}: entry {index} {shown(entry)} installs from a URL, which would sit "
+                             f"in the job's plain inputs in Pulumi's state; {allowed}")
+        name = canonicalize_name(requirement.name).strip("-")  # packaging keeps a trailing '_' ("Torch_")
+        if name in IMAGE_STACK_PACKAGES or name.startswith(IMAGE_STACK_PREFIXES):
+            raise ValueError(
+                f"config key {KEY!r}: {entry!r} would replace the image's {name} on every worker, and the "
+                f"image's torch, Ray, CUDA and NCCL are built and tested together; allowed: packages other than "
+                f"{', '.join(IMAGE_STACK_PACKAGES)} and {', '.join(p + '*' for p in IMAGE_STACK_PREFIXES)} "
+                "(use another dlcImage for another stack)")
+    return tuple(entries)

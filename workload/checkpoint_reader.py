@@ -1,0 +1,143 @@
+"""Loading a checkpoint as untrusted input: whoever can write the storage prefix must not run code where it loads.
+
+torch.distributed.checkpoint keeps a checkpoint's index in `.metadata`, a pickle (FileSystemWriter.finish writes it
+with `pickle.dump`, FileSystemReader.read_metadata reads it with `pickle.load`), and restores every value of the
+state that is not a tensor (AdamW's param_groups) with `torch.load(weights_only=False)`
+(DefaultLoadPlanner.load_bytes): both run whatever a crafted file asks, on every resuming worker and on the
+machine that runs `workload.export`. Here DCP's own reader and planner are kept (torch 2.11's and 2.13's
+torch/distributed/checkpoint/filesystem.py and default_planner.py are the same in these methods), with two changes:
+
+- `.metadata` is unpickled by an Unpickler that admits only what DCP's metadata is made of: the dataclasses and the
+  enum of torch/distributed/checkpoint/metadata.py, filesystem.py's _StorageInfo, torch.Size, torch's dtypes and
+  layouts (pickled by name; layouts through torch.serialization._get_layout), and the pathlib path that
+  StorageMeta.checkpoint_id holds. Anything else (os.system, builtins.eval, any other class) is refused unloaded;
+- values that are not tensors are loaded with `torch.load(weights_only=True)`, as DCP already loads the tensors.
+
+A refusal is a CheckpointRefused (a ValueError, so the commands exit 2) of one line naming the file.
+"""
+from __future__ import annotations
+
+import io
+import os
+import pickle
+import warnings
+from typing import Any
+
+import torch
+import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint import metadata as dcp_metadata
+from torch.distributed.checkpoint._traverse import set_element
+from torch.distributed.checkpoint.api import CheckpointException
+from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
+from torch.distributed.checkpoint.filesystem import FileSystemReader
+from torch.distributed.checkpoint.metadata import Metadata, StorageMeta
+
+METADATA_FILE = ".metadata"  # torch/distributed/checkpoint/filesystem.py's _metadata_fn
+# (module, name) pairs a DCP .metadata pickle names, besides torch's dtypes (`torch float32`, ...). Read off the
+# pickles torch 2.13 writes (pickletools on a model + AdamW checkpoint) and the classes of metadata.py in 2.11 and
+# 2.13. Python 3.13 moved the path classes to pathlib._local, and pickle names a class by its __module__.
+_METADATA_CLASSES = ("Metadata", "MetadataIndex", "StorageMeta", "TensorProperties", "TensorStorageMetadata",
+                     "BytesStorageMetadata", "ChunkStorageMetadata", "_MEM_FORMAT_ENCODING")
+ALLOWED_GLOBALS = frozenset({
+    *((dcp_metadata.__name__, name) for name in _METADATA_CLASSES),
+    ("torch.distributed.checkpoint.filesystem", "_StorageInfo"),
+    ("torch", "Size"),
+    ("torch.serialization", "_get_layout"),
+    *((module, name) for module in ("pathlib", "pathlib._local") for name in ("PosixPath", "PurePosixPath")),
+})
+
+
+class CheckpointRefused(ValueError):
+    """A checkpoint file holds something other than DCP's own metadata or plain data; nothing of it was run."""
+
+
+class _MetadataUnpickler(pickle.Unpickler):
+    def __init__(self, file: Any, path: str) -> None:
+        super().__init__(file)
+        self._path = path
+
+    def find_class(self, module: str, name: str) -> Any:
+        if (module, name) in ALLOWED_GLOBALS or (module == "torch" and isinstance(getattr(torch, name, None),
+                                                                                  torch.dtype)):
+            return super().find_class(module, name)
+        raise CheckpointRefused(
+            f"checkpoint file {self._path} names {module}.{name}, which a DCP checkpoint's metadata never holds; "
+            "refused without loading it (a checkpoint is untrusted input: whoever wrote it could run code here)")
+
+    def persistent_load(self, pid: Any) -> Any:
+        raise CheckpointRefused(f"checkpoint file {self._path} holds a persistent reference, which a DCP "
+                                "checkpoint's metadata never holds; refused without loading it")
+
+
+def read_metadata(directory: str | os.PathLike) -> Metadata:
+    """A checkpoint's `.metadata`, unpickled with only DCP's metadata classes admitted."""
+    path = os.path.join(directory, METADATA_FILE)
+    try:
+        with open(path, "rb") as file:
+            metadata = _MetadataUnpickler(file, path).load()
+    except FileNotFoundError:
+        raise CheckpointRefused(f"checkpoint {directory}: no {METADATA_FILE} (not a DCP checkpoint, or an "
+                                "incomplete one)") from None
+    except CheckpointRefused:
+        raise
+    except Exception as error:  # noqa: BLE001 - a truncated or garbled pickle fails in many ways
+        raise CheckpointRefused(f"checkpoint file {path} is not a DCP metadata file: "
+                                f"{type(error).__name__}: {error}") from None
+    if not isinstance(metadata, Metadata):
+        raise CheckpointRefused(f"checkpoint file {path} holds a {type(metadata).__name__}, not DCP's Metadata")
+    return metadata
+
+
+class _VerifiedReader(FileSystemReader):
+    """FileSystemReader with metadata already read through the restricted Unpickler: DCP's loader asks for it again,
+    and on a failure would fall back to per-rank metadata files (state_dict_loader._load_state_dict)."""
+
+    def __init__(self, directory: str | os.PathLike, metadata: Metadata) -> None:
+        super().__init__(directory)
+        self._metadata = metadata
+
+    def read_metadata(self, *args: Any, **kwargs: Any) -> Metadata:
+        # As FileSystemReader.read_metadata does with the metadata it has read.
+        if getattr(self._metadata, "storage_meta", None) is None:
+            self._metadata.storage_meta = StorageMeta()
+        self._metadata.storage_meta.load_id = self.load_id
+        return self._metadata
+
+
+class _PlainDataPlanner(DefaultLoadPlanner):
+    """DefaultLoadPlanner, except that values that are not tensors are loaded with weights_only=True."""
+
+    def __init__(self, directory: str | os.PathLike) -> None:
+        super().__init__()
+        self._directory = directory
+
+    def load_bytes(self, read_item: Any, value: io.BytesIO) -> None:
+        fqn = read_item.dest_index.fqn
+        try:
+            loaded = torch.load(value, weights_only=True)
+        except pickle.UnpicklingError as error:
+            reason = str(error).strip().splitlines()[-1] if str(error).strip() else type(error).__name__
+            raise CheckpointRefused(
+                f"checkpoint {self._directory}: the value of {fqn!r} in its shard files (__*.distcp) is not plain "
+                f"data (tensors, numbers, strings, lists, dicts), refused without loading it: {reason}") from None
+        # As DefaultLoadPlanner.load_bytes places it.
+        if self.flatten_state_dict:
+            set_element(self.original_state_dict, self.mappings[fqn], loaded)
+        else:
+            self.state_dict[fqn] = loaded
+
+
+def load(state: dict, directory: str | os.PathLike, *, no_dist: bool = False) -> None:
+    """dcp.load(state, directory) in place, with the checkpoint read as untrusted input. Every rank reads the
+    metadata itself first, so a crafted one is refused with the same one line on each rank, before any collective."""
+    reader = _VerifiedReader(directory, read_metadata(directory))
+    try:
+        with warnings.catch_warnings():  # "assuming the intent is to load in a single process": with no_dist it is
+            warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+            dcp.load(state, storage_reader=reader, planner=_PlainDataPlanner(directory), no_dist=no_dist)
+    except CheckpointException as error:
+        # DCP gathers every rank's failure into one exception whose text is their tracebacks; a refusal is one line.
+        refused = [failure for failure, _ in error.failures.values() if isinstance(failure, CheckpointRefused)]
+        if refused:
+            raise refused[0] from None
+        raise

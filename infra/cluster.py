@@ -5,12 +5,15 @@ one EKS creates for the cluster creator: pulumi-eks always sets bootstrapCluster
 and declaring a second entry for the same principal fails with ResourceInUseException. Managed node groups
 get their node-role entries from EKS itself.
 
-The kubeconfig authenticates as the creator too. pulumi-eks writes `aws eks get-token` into it with aws:profile
-(or AWS_PROFILE) only, so a stack deployed through aws:assumeRoles would reach its own cluster with the ambient
-identity, which has no access entry: Helm, the RayCluster and the dynamic resources would get 401. The role is
-passed as providerCredentialOpts.roleArn, which pulumi-eks turns into `--role <arn>` (generateKubeconfig in
-pulumi/pulumi-eks nodejs/eks/cluster/cluster.ts); given that, it no longer adds aws:profile itself, so the profile
-is passed with it.
+The kubeconfig authenticates as the creator too, and must carry the stack's AWS identity, or `aws eks get-token`
+runs as whatever credentials the environment has, which hold no access entry: Helm, the RayCluster and the dynamic
+resources would get 401 a quarter of an hour into `up`, with the node groups billing. pulumi-eks's `kubeconfig` output
+does not carry it: createCore builds two kubeconfigs and returns `kubeconfigWithoutProfile`, keeping the one with
+`--profile` for its own internal provider (generateKubeconfig(..., includeProfile) in pulumi/pulumi-eks
+nodejs/eks/cluster/cluster.ts; pulumi/pulumi-eks#1426, #1207). So the program asks for its own,
+`Cluster.get_kubeconfig(profile_name=aws:profile, role_arn=aws:assumeRoles' role)` (the same file's getKubeconfig,
+which writes `--role` and then `--profile`), and uses it for its Kubernetes provider, the GPU gate, the job and the
+`kubeconfig` output.
 
 The control plane's security settings live here too (the README's Security section lists them): the API endpoint's
 public side open only to named CIDRs and the deployer's own address, private access on; api, audit and authenticator
@@ -210,6 +213,8 @@ class EksCluster(pulumi.ComponentResource):
             vpc_cni_options=eks.VpcCniOptionsArgs(enable_network_policy=True),
             kube_proxy_addon_options=eks.KubeProxyAddonOptionsArgs(enabled=True),
             coredns_addon_options=eks.CoreDnsAddonOptionsArgs(enabled=False),
+            # For pulumi-eks's internal provider (its kubeconfig with the profile); without a role it would read
+            # aws:profile itself, but only with one given here does it write `--role`.
             provider_credential_opts=eks.KubeconfigOptionsArgs(
                 role_arn=identity.role_arn, profile_name=identity.profile) if identity.role_arn else None,
             tags=tags,
@@ -220,7 +225,11 @@ class EksCluster(pulumi.ComponentResource):
         # and it lets nodes and control plane reach each other.
         self.cluster_security_group_id: pulumi.Output[str] = self.cluster.cluster_security_group_id
         self.oidc_provider_arn = self.cluster.oidc_provider_arn
-        self.kubeconfig: pulumi.Output[str] = pulumi.Output.secret(self.cluster.kubeconfig_json)
+        # The stack's profile and role in `aws eks get-token` (see the module docstring); with neither, the
+        # environment's credentials are the stack's too, and pulumi-eks's own kubeconfig is the same.
+        self.kubeconfig: pulumi.Output[str] = pulumi.Output.secret(
+            self.cluster.get_kubeconfig(profile_name=identity.profile, role_arn=identity.role_arn)
+            if identity.profile or identity.role_arn else self.cluster.kubeconfig_json)
         # pulumi-eks makes the cluster's role; its name is the last part of the ARN (the role has no path).
         aws.iam.RolePolicy(
             f"{name}-cluster-role",

@@ -166,6 +166,8 @@ class AwsMocks(pulumi.runtime.Mocks):
         self.region = region
         self.monitor: RecordingMonitor | None = None
         self.clusters: dict[str, tuple[str, str, dict]] = {}
+        self.launch_templates: dict[str, dict] = {}
+        """Launch template id -> its inputs, for what EKS checks of the node groups that use one."""
         """eks:index:Cluster name -> (EKS name, endpoint, credential options), for Cluster.get_kubeconfig."""
 
     def method_call(self, token: str, args: dict) -> dict:
@@ -232,10 +234,12 @@ class AwsMocks(pulumi.runtime.Mocks):
             outputs["arn"] = f"arn:aws:kms:{self.region}:{ACCOUNT_ID}:key/{resource_id}"
         elif args.typ == "aws:ec2/launchTemplate:LaunchTemplate":
             outputs["latestVersion"] = 1
+            self.launch_templates[resource_id] = outputs
         elif args.typ == "aws:ec2/placementGroup:PlacementGroup":
             outputs["arn"] = f"arn:aws:ec2:{self.region}:{ACCOUNT_ID}:placement-group/{outputs['name']}"
         elif args.typ == "aws:eks/nodeGroup:NodeGroup":
             outputs.setdefault("nodeGroupName", outputs["name"])
+            self._check_node_group(outputs)
         elif args.typ == "aws:eks/addon:Addon":
             outputs["addonVersion"] = outputs.get("addonVersion") or "v1.0.0-eksbuild.1"
         elif args.typ.startswith("pulumi-python:dynamic") and "candidate_azs" in outputs:
@@ -243,6 +247,17 @@ class AwsMocks(pulumi.runtime.Mocks):
             outputs.update(reservation_id=f"cr-{_digest(args.name)}", availability_zone=outputs["candidate_azs"][0],
                            skipped_azs=[])
         return resource_id, outputs
+
+    def _check_node_group(self, inputs: dict) -> None:
+        """What CreateNodegroup refuses about the instance type (EKS API reference, CreateNodegroup, instanceTypes:
+        not with a launch template that names one; EKS user guide, "Create a managed node group with Capacity Blocks
+        for ML": a CAPACITY_BLOCK group's launch template must name it)."""
+        template = self.launch_templates.get((inputs.get("launchTemplate") or {}).get("id"), {})
+        if template.get("instanceType") and inputs.get("instanceTypes"):
+            raise ValueError("InvalidParameterException: instanceTypes next to a launch template with InstanceType")
+        if inputs.get("capacityType") == "CAPACITY_BLOCK" and not template.get("instanceType"):
+            raise ValueError("InvalidParameterException: a CAPACITY_BLOCK node group's launch template must name "
+                             "its InstanceType")
 
     def _eks_cluster_outputs(self, args: pulumi_mocks.MockResourceArgs) -> dict:
         """What pulumi-eks's Cluster returns, including `eksCluster` as a resource reference."""

@@ -295,6 +295,11 @@ def test_capacity_block_nodes_use_the_capacity_block_market():
     assert gpu_node_group(run).inputs["capacityType"] == "CAPACITY_BLOCK", "EKS wants capacity type CAPACITY_BLOCK"
     assert template["capacityReservationSpecification"]["capacityReservationTarget"]["capacityReservationId"] \
         == "cr-00000000000000cb1", "the launch template targets the Capacity Block"
+    assert template.get("instanceType") == "p5.48xlarge" and "instanceTypes" not in gpu_node_group(run).inputs, \
+        "EKS wants a Capacity Block's instance type in the launch template, not the node group"
+    on_demand = program("p5")
+    assert "instanceType" not in gpu_launch_template(on_demand).inputs and \
+        gpu_node_group(on_demand).inputs["instanceTypes"] == ["p5.48xlarge"], "elsewhere it stays on the node group"
 
 
 def test_a_rerun_counts_its_own_nodes_in_the_reservation_as_capacity():

@@ -31,6 +31,10 @@ cluster = EksCluster(
     cfg.cluster_name,
     cfg=cfg,
     identity=plan.identity,
+    creator=plan.creator,
+    account_id=plan.account_id,
+    partition=plan.partition,
+    region=plan.region,
     vpc_id=net.vpc_id,
     control_plane_public_subnet_ids=net.control_plane_public_subnet_ids,
     control_plane_private_subnet_ids=net.control_plane_private_subnet_ids,
@@ -45,6 +49,7 @@ pod_identity = RayPodIdentity(
     f"{cfg.cluster_name}-ray-pods",
     cluster_name=cluster.cluster_name,
     eks_cluster_name=cfg.cluster_name,
+    eks_cluster_arn=cluster.cluster_arn,
     namespace=cfg.ray_namespace,
     service_account=raycluster.pod_service_account_name(cfg.ray_cluster_name),
     storage_policy=storage_policy,
@@ -123,6 +128,9 @@ ray_cluster = raycluster.RayCluster(
 )
 
 pulumi.export("clusterName", cluster.cluster_name)
+# Who administers the cluster (issue 22): EKS's bootstrap access entry for the creator, which pulumi-eks always asks
+# for and which `pulumi up` itself authenticates as, plus clusterAdmins' own entries (README, "Who is admin").
+pulumi.export("clusterAdmins", {"creator": cluster.creator, "named": list(cfg.cluster_admins)})
 pulumi.export("kubeconfig", cluster.kubeconfig)
 pulumi.export("region", plan.region)
 pulumi.export("gpuAvailabilityZone", gpu_nodes.availability_zone)

@@ -29,6 +29,7 @@ import pulumi_aws as aws
 import pulumi_eks as eks
 import pulumi_kubernetes as k8s
 
+from infra import trust
 from infra.addons import GPU_TOLERATION, SYSTEM_NODE_SELECTOR
 from infra.config import AwsIdentity, StackConfig, arn_parts
 
@@ -141,6 +142,20 @@ def cluster_role_policy(key_arn: str) -> str:
     })
 
 
+def cluster_role_trust(*, account_id: str, cluster_arn: str):
+    """A Pulumi transform for the eks.Cluster component: the confused-deputy conditions (infra/trust.py) on the
+    cluster role pulumi-eks makes, the child whose assume-role policy lets eks.amazonaws.com in. Every other child,
+    and a policy not yet known, passes unchanged."""
+    def transform(args: pulumi.ResourceTransformArgs) -> pulumi.ResourceTransformResult | None:
+        policy = args.props.get("assumeRolePolicy") if args.type_ == "aws:iam/role:Role" else None
+        if not isinstance(policy, str) or trust.EKS_SERVICE_PRINCIPAL not in policy:
+            return None
+        conditioned = trust.with_source_conditions(policy, service=trust.EKS_SERVICE_PRINCIPAL,
+                                                   account_id=account_id, source_arn=cluster_arn)
+        return pulumi.ResourceTransformResult(props={**args.props, "assumeRolePolicy": conditioned}, opts=args.opts)
+    return transform
+
+
 class EksCluster(pulumi.ComponentResource):
     """Control plane, OIDC provider, core add-ons, system node group and a Kubernetes provider for it."""
 
@@ -150,6 +165,10 @@ class EksCluster(pulumi.ComponentResource):
         *,
         cfg: StackConfig,
         identity: AwsIdentity,
+        creator: str,
+        account_id: str,
+        partition: str,
+        region: str,
         vpc_id: pulumi.Input[str],
         control_plane_public_subnet_ids: list[pulumi.Input[str]],
         control_plane_private_subnet_ids: list[pulumi.Input[str]],
@@ -161,12 +180,18 @@ class EksCluster(pulumi.ComponentResource):
         super().__init__("raytrain:infra:EksCluster", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
 
+        # Known at preview: the name is the stack's own (infra/naming.py), the account and partition the caller's.
+        self.cluster_arn = trust.eks_cluster_arn(partition=partition, region=region, account_id=account_id,
+                                                 cluster_name=cfg.cluster_name)
+        # EKS makes this principal the cluster's admin (see access_entries): what the clusterAdmin output says.
+        self.creator = creator
         # Envelope encryption of Kubernetes Secrets (CIS EKS 5.3.1) with a key the account controls: rotated yearly,
-        # its use visible in CloudTrail, revocable. The default key policy (the account's IAM decides) applies.
+        # its use visible in CloudTrail, revocable. Its key policy is explicit (infra/trust.py).
         self.secrets_key = aws.kms.Key(
             f"{name}-secrets",
             description=f"EKS {cfg.cluster_name}: envelope encryption of Kubernetes Secrets",
             enable_key_rotation=True,
+            policy=trust.secrets_key_policy(partition=partition, account_id=account_id, administrator=creator),
             tags=tags,
             opts=child,
         )
@@ -218,7 +243,8 @@ class EksCluster(pulumi.ComponentResource):
             provider_credential_opts=eks.KubeconfigOptionsArgs(
                 role_arn=identity.role_arn, profile_name=identity.profile) if identity.role_arn else None,
             tags=tags,
-            opts=pulumi.ResourceOptions(parent=self),
+            opts=pulumi.ResourceOptions(parent=self, transforms=[
+                cluster_role_trust(account_id=account_id, cluster_arn=self.cluster_arn)]),
         )
         self.cluster_name: pulumi.Output[str] = self.cluster.eks_cluster.name
         # The EKS-created cluster security group (skip_default_security_groups): every managed node joins it,

@@ -16,6 +16,8 @@ from typing import Any, Callable
 import pulumi
 import yaml
 
+from infra.naming import default_cluster_name
+
 # The workload's own lists (both modules import nothing but the standard library), so a name the job accepts is
 # never refused here, nor the reverse.
 from workload.config import EXPORTS  # trainExport
@@ -301,6 +303,8 @@ def load(config: Any | None = None) -> StackConfig:
     check_unknown_keys(stack_config_keys(), project_name(), set(schema()))
     raw = read_raw_config(config)
     check_secret_keys(raw, project_name(), is_stack_secret)
+    # Issue 22, unique names per stack: an empty clusterName (the default) is `ray-train-<stack>` (infra/naming.py).
+    raw["clusterName"] = raw["clusterName"] or default_cluster_name(pulumi.get_stack())
     return parse(raw)
 
 

@@ -153,6 +153,9 @@ class Registration:
     """The parent URNs of the resource's aliases: where it used to live."""
     replacement_trigger: Any = None
     """The replacement_trigger option, deserialized (a secret stays wrapped in the secret signature)."""
+    transforms: int = 0
+    """How many resource transforms the registration carries (the engine runs them on the resource's children; the
+    mock monitor does not)."""
 
     @property
     def resource_id(self) -> str:
@@ -397,6 +400,7 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
             delete_before_replace=bool(getattr(request, "deleteBeforeReplace", False)),
             alias_parents=[alias.spec.parentUrn for alias in getattr(request, "aliases", [])
                            if alias.HasField("spec") and alias.spec.parentUrn],
+            transforms=len(getattr(request, "transforms", [])) if not read else 0,
             replacement_trigger=(rpc.deserialize_properties(struct_pb2.Struct(
                 fields={"trigger": request.replacement_trigger}), keep_unknowns=True)["trigger"]
                 if not read and request.HasField("replacement_trigger") else None)))
@@ -511,6 +515,8 @@ def stack_settings(stack: str | None) -> dict[str, Any]:
     if stack is not None:
         for key, value in (yaml.safe_load(stack_file(stack).read_text()).get("config") or {}).items():
             settings[key.removeprefix(f"{PROJECT}:")] = value
+    # Pulumi.yaml's clusterName: empty means ray-train-<stack> (the stack the runs below use: "test" without a file).
+    settings["clusterName"] = settings["clusterName"] or f"ray-train-{stack or 'test'}"
     return settings
 
 

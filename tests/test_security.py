@@ -173,13 +173,20 @@ def test_checkpoint_access_is_the_ray_pods_own_role_scoped_to_the_prefix():
     service_account = specs["head"]["serviceAccountName"]
     assert trust["Principal"] == {"Service": "pods.eks.amazonaws.com"} and \
         sorted(trust["Action"]) == ["sts:AssumeRole", "sts:TagSession"], trust
+    # EKS Pod Identity's session tags (EKS user guide, "Create IAM role with trust policy required by EKS Pod
+    # Identity"); the cluster's ARN is the one EKS gives it (the mock's eksCluster), unique per account and region.
     assert trust["Condition"]["StringEquals"] == {
+        "aws:RequestTag/eks-cluster-arn": f"arn:aws:eks:us-west-2:{ACCOUNT_ID}:cluster/ray-train",
         "aws:RequestTag/eks-cluster-name": "ray-train", "aws:RequestTag/kubernetes-namespace": "ray",
         "aws:RequestTag/kubernetes-service-account": service_account}, "only this cluster's Ray service account"
     (policy,) = [r for r in run.of_type(ROLE_POLICY) if r.parent == role.urn]
     statements = json.loads(policy.inputs["policy"])["Statement"]
-    assert {s["Resource"] for s in statements} == {"arn:aws:s3:::ckpt-bucket", "arn:aws:s3:::ckpt-bucket/runs/dev/*"}
-    listing = next(s for s in statements if "s3:ListBucket" in s["Action"])
+    resources = {resource for s in statements for resource in
+                 (s["Resource"] if isinstance(s["Resource"], list) else [s["Resource"]])}
+    assert resources == {"arn:aws:s3:::ckpt-bucket", "arn:aws:s3:::ckpt-bucket/runs/dev/*",
+                         "arn:aws:s3:::ckpt-bucket/runs/", "arn:aws:s3:::ckpt-bucket/runs/dev/"}, \
+        "the bucket (listing, HeadBucket), the prefix's objects and its directory markers (tests/test_storage_policy.py)"
+    listing = next(s for s in statements if "s3:GetBucketLocation" in s["Action"])
     assert listing["Condition"] == {"StringLike": {"s3:prefix": ["runs/dev", "runs/dev/*"]}}, "listing the prefix only"
     association = run.one(ASSOCIATION)
     assert (association.inputs["namespace"], association.inputs["serviceAccount"], association.inputs["roleArn"]) == \

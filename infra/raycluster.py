@@ -32,6 +32,12 @@ class ImageFacts:
     """CUDA major.minor of the image's PyTorch: the GPU nodes' driver must support it (preflight checks)."""
 
 
+# Issue 22: the default stays a frozen tag, not a digest. The publisher's records (aws/deep-learning-containers,
+# docs/ray-train/index.md and changelog/index.md) list the tags of each release and no digest, and the registry cannot
+# be reached from where this program is developed, so a digest here could not be verified against a source. The
+# vX.Y.Z tag is the publisher's per-release tag (vX.Y and the bare name float with security rebuilds). Pin your own
+# by digest with dlcImage: <this image>@sha256:<digest> (`crane digest` / `docker buildx imagetools inspect`): it is
+# the same known image to the checks below.
 # What each image the stack knows bundles, per the DLC changelog (aws/deep-learning-containers,
 # docs/ray-train/changelog/index.md, "Ray Train v1.1 - 2026-09-01": Ray 2.58.0, CUDA 13.0.2). Keyed by the frozen
 # vX.Y.Z tag: vX.Y moves with security rebuilds (docs/ray-train/index.md). Not by digest: a digest must be read
@@ -66,6 +72,9 @@ _DNS1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 # The stack creates and deletes the Ray namespace, so it cannot be one that exists already or is the operator's.
 _RESERVED_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease", KUBERAY_OPERATOR_NAMESPACE)
 _IMAGE_TAG = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
+# A tag naming a full release (1.2.3, v1.2.3, train-ml-cuda-v1.1.0): registries can still move it, but publishers
+# treat it as one build. `latest`, `v1.1`, `train-ml-cuda` and the like are moved on purpose.
+_FROZEN_TAG = re.compile(r"(^|[^0-9.])v?[0-9]+\.[0-9]+\.[0-9]+([^0-9.]|$)")
 _IMAGE_DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
 
 
@@ -117,6 +126,20 @@ def check_image(image: str) -> None:
         )
 
 
+def mutable_tag_warning(image: str) -> str | None:
+    """A warning for a dlcImage whose tag moves (`latest`, `vX.Y`, a bare name): the head and each worker pull it
+    when their pod starts, so one cluster can run two builds, and a re-created pod another. None for a digest or a
+    full-release tag."""
+    reference, at, _ = image.partition("@")
+    if at:
+        return None
+    tag = reference.rsplit("/", 1)[-1].partition(":")[2]
+    if _FROZEN_TAG.search(tag):
+        return None
+    return (f"dlcImage {image!r}: the tag {tag!r} moves (it names no full release), so the Ray pods may pull "
+            "different builds; pin a release tag (vX.Y.Z) or a digest (repo@sha256:...)")
+
+
 def worker_resources(facts: InstanceFacts) -> dict[str, str]:
     """Requests (== limits) of the one Ray worker pod on a GPU node: all GPUs and EFA interfaces, most of the rest.
 
@@ -144,7 +167,8 @@ def worker_resources(facts: InstanceFacts) -> dict[str, str]:
 def image_facts(cfg: StackConfig) -> ImageFacts:
     """dlcImage's Ray and CUDA: the stack's figures for a known image (rayVersion/imageCudaVersion may repeat
     them, not contradict them), the config's for any other."""
-    known = KNOWN_IMAGES.get(cfg.dlc_image)
+    # A known image pinned by digest (repo:tag@sha256:...) bundles what its tag does.
+    known = KNOWN_IMAGES.get(cfg.dlc_image) or KNOWN_IMAGES.get(cfg.dlc_image.partition("@")[0])
     if known is None:
         missing = [key for key, value in (("rayVersion", cfg.ray_version), ("imageCudaVersion",
                                                                              cfg.image_cuda_version)) if not value]
@@ -175,6 +199,8 @@ def check_config(cfg: StackConfig, facts: InstanceFacts) -> ImageFacts:
     assert facts.instance_type == cfg.gpu_instance_type, "facts must describe cfg.gpu_instance_type"
     _check_settings(name=cfg.ray_cluster_name, namespace=cfg.ray_namespace, image=cfg.dlc_image,
                     gpu_node_count=cfg.gpu_node_count, facts=facts)
+    if warning := mutable_tag_warning(cfg.dlc_image):
+        pulumi.log.warn(warning)
     return image_facts(cfg)
 
 

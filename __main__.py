@@ -104,6 +104,7 @@ cluster_addons = addons.ClusterAddons(
     f"{cfg.cluster_name}-addons",
     provider=cluster.provider,
     gpu_instance_type=cfg.gpu_instance_type,
+    vpc_cidr=cfg.vpc_cidr,
     depends_on=[cluster.system_node_group, cluster.coredns, gpu_nodes.node_group],
 )
 # When a device plugin leaves the GPU nodes without their GPUs or EFA interfaces, this fails within

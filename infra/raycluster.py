@@ -14,7 +14,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from infra.addons import GPU_TOLERATION, GPU_WORKER_NODE_SELECTOR, KUBERAY_OPERATOR_NAMESPACE, SYSTEM_NODE_SELECTOR
-from infra import ray_security
+from infra import admission, ray_security
 from infra.config import InstanceFacts, StackConfig, check_efa_gpu
 from infra.preflight import EFA_RESOURCE, GPU_RESOURCE
 
@@ -388,6 +388,16 @@ class RayCluster(pulumi.ComponentResource):
             for policy in ray_security.network_policies(namespace=cfg.ray_namespace,
                                                         cluster_name=cfg.ray_cluster_name, vpc_cidr=cfg.vpc_cidr)
         ]
+        # restricted for every pod of the namespace but IPC_LOCK and root (infra/admission.py): the namespace's own
+        # Pod Security label can only say privileged. Bound before any pod is made.
+        policy_name = f"{cfg.ray_namespace}-pod-security"
+        policy = admission.pod_security_policy(policy_name)
+        self.admission_policy = k8s.admissionregistration.v1.ValidatingAdmissionPolicy(
+            f"{name}-pod-security", metadata=policy["metadata"], spec=policy["spec"], opts=in_cluster)
+        binding = admission.pod_security_binding(policy_name, policy_name=policy_name, namespace=cfg.ray_namespace)
+        self.admission_binding = k8s.admissionregistration.v1.ValidatingAdmissionPolicyBinding(
+            f"{name}-pod-security-binding", metadata=binding["metadata"], spec=binding["spec"],
+            opts=pulumi.ResourceOptions(parent=self, provider=provider, depends_on=[self.admission_policy]))
         # Depending on the operator (passed in depends_on) orders `pulumi destroy` so that the RayCluster goes
         # while the operator still runs its finalizer; the other way round the delete hangs.
         self.custom_resource = k8s.apiextensions.CustomResource(
@@ -402,7 +412,8 @@ class RayCluster(pulumi.ComponentResource):
             # kept a secret in the state (no hash of them in plain sight).
             opts=pulumi.ResourceOptions(
                 parent=self, provider=provider,
-                depends_on=[namespace, service_account, secret_env, *self.network_policies, *depends_on],
+                depends_on=[namespace, service_account, secret_env, *self.network_policies, self.admission_binding,
+                            *depends_on],
                 replace_on_changes=["spec"], delete_before_replace=True, replacement_trigger=secret_values),
         )
         # Derived from the CR's id, so whoever uses these waits until the RayCluster is up.

@@ -266,8 +266,10 @@ def _allows(rule_peers: list[dict], address: str) -> bool:
 @pytest.mark.parametrize("stack", STACKS)
 def test_network_policies_deny_by_default_and_allow_what_ray_needs(stack):
     run = program(stack)
-    policies = {p.inputs["metadata"]["name"]: p.inputs["spec"] for p in run.of_type(NETWORK_POLICY)}
-    assert all(p.inputs["metadata"]["namespace"] == "ray" for p in run.of_type(NETWORK_POLICY)), stack
+    in_ray = [p for p in run.of_type(NETWORK_POLICY) if p.inputs["metadata"]["namespace"] == "ray"]
+    policies = {p.inputs["metadata"]["name"]: p.inputs["spec"] for p in in_ray}
+    assert {p.inputs["metadata"]["namespace"] for p in run.of_type(NETWORK_POLICY)} == {"ray", "kuberay-system"}, \
+        f"{stack}: the Ray namespace's and the operator's (tests/test_admission.py)"
     deny = policies["default-deny"]
     assert deny == {"podSelector": {}, "policyTypes": ["Ingress", "Egress"]}, f"{stack}: default deny in and out"
     ray_pods = {"matchLabels": {"ray.io/cluster": "ray-train"}}
@@ -291,7 +293,7 @@ def test_network_policies_deny_by_default_and_allow_what_ray_needs(stack):
     assert _allows(agent["to"], "169.254.170.23") and not _allows(agent["to"], "169.254.169.254"), \
         f"{stack}: the Pod Identity agent, not IMDS"
     rc = run.one(RAYCLUSTER)
-    assert {p.urn for p in run.of_type(NETWORK_POLICY)} <= set(rc.dependencies), "policies before the pods"
+    assert {p.urn for p in in_ray} <= set(rc.dependencies), "policies before the pods"
 
 
 # ---- secrets stay secret ------------------------------------------------------------------------------------------

@@ -55,6 +55,24 @@ def _unset_or(path: str, field: str, condition: str) -> str:
     return f"(!has({path}) || !has({path}.{field}) || {condition})"
 
 
+def _security_options(path: str) -> dict[str, str]:
+    """The checks a pod's and a container's securityContext share: SELinux, AppArmor, Windows HostProcess."""
+    return {
+        "seLinuxOptions": _unset_or(path, "seLinuxOptions",
+                                    f"((!has({path}.seLinuxOptions.type) || {path}.seLinuxOptions.type in "
+                                    f"{_cel_list(SELINUX_TYPES)}) && !has({path}.seLinuxOptions.user) && "
+                                    f"!has({path}.seLinuxOptions.role))"),
+        "appArmorProfile": _unset_or(path, "appArmorProfile",
+                                     f"{path}.appArmorProfile.type in {_cel_list(APPARMOR_TYPES)}"),
+        "windowsOptions.hostProcess": _unset_or(path, "windowsOptions", _unset_or(
+            f"{path}.windowsOptions", "hostProcess", f"{path}.windowsOptions.hostProcess == false")),
+    }
+
+
+_OPTION_TEXTS = {"seLinuxOptions": "must not set a custom SELinux user, role or type",
+                 "appArmorProfile": "must not set AppArmor Unconfined",
+                 "windowsOptions.hostProcess": "must not be a Windows HostProcess container"}
+
 # Per container `c`: restricted's container checks, but for running as root (see the module docstring).
 SC = "c.securityContext"
 CONTAINER_CHECKS = {
@@ -75,16 +93,7 @@ CONTAINER_CHECKS = {
     "hostPort": ("(!has(c.ports) || c.ports.all(p, !has(p.hostPort) || p.hostPort == 0))",
                  "must not use host ports"),
     "procMount": (_unset_or(SC, "procMount", f"{SC}.procMount == 'Default'"), "must use the default /proc mount"),
-    "seLinuxOptions": (_unset_or(SC, "seLinuxOptions",
-                                 f"((!has({SC}.seLinuxOptions.type) || {SC}.seLinuxOptions.type in "
-                                 f"{_cel_list(SELINUX_TYPES)}) && !has({SC}.seLinuxOptions.user) && "
-                                 f"!has({SC}.seLinuxOptions.role))"),
-                       "must not set a custom SELinux user, role or type"),
-    "appArmorProfile": (_unset_or(SC, "appArmorProfile", f"{SC}.appArmorProfile.type in {_cel_list(APPARMOR_TYPES)}"),
-                        "must not set AppArmor Unconfined"),
-    "windowsOptions.hostProcess": (_unset_or(SC, "windowsOptions", _unset_or(
-        f"{SC}.windowsOptions", "hostProcess", f"{SC}.windowsOptions.hostProcess == false")),
-        "must not be a Windows HostProcess container"),
+    **{check: (expression, _OPTION_TEXTS[check]) for check, expression in _security_options(SC).items()},
 }
 PSC = "object.spec.securityContext"
 POD_CHECKS = {
@@ -99,16 +108,7 @@ POD_CHECKS = {
                        "must not set seccompProfile Unconfined"),
     "sysctls": (_unset_or(PSC, "sysctls", f"{PSC}.sysctls.all(s, s.name in {_cel_list(SAFE_SYSCTLS)})"),
                 "may set only the safe sysctls"),
-    "seLinuxOptions": (_unset_or(PSC, "seLinuxOptions",
-                                 f"((!has({PSC}.seLinuxOptions.type) || {PSC}.seLinuxOptions.type in "
-                                 f"{_cel_list(SELINUX_TYPES)}) && !has({PSC}.seLinuxOptions.user) && "
-                                 f"!has({PSC}.seLinuxOptions.role))"),
-                       "must not set a custom SELinux user, role or type"),
-    "appArmorProfile": (_unset_or(PSC, "appArmorProfile", f"{PSC}.appArmorProfile.type in {_cel_list(APPARMOR_TYPES)}"),
-                        "must not set AppArmor Unconfined"),
-    "windowsOptions.hostProcess": (_unset_or(PSC, "windowsOptions", _unset_or(
-        f"{PSC}.windowsOptions", "hostProcess", f"{PSC}.windowsOptions.hostProcess == false")),
-        "must not be a Windows HostProcess pod"),
+    **{check: (expression, _OPTION_TEXTS[check]) for check, expression in _security_options(PSC).items()},
 }
 VARIABLES = [{"name": "podSeccompAllowed",
               "expression": f"has({PSC}) && has({PSC}.seccompProfile) && "

@@ -147,8 +147,15 @@ def cluster_role_trust(*, account_id: str, cluster_arn: str):
     cluster role pulumi-eks makes, the child whose assume-role policy lets eks.amazonaws.com in. Every other child,
     and a policy not yet known, passes unchanged."""
     def transform(args: pulumi.ResourceTransformArgs) -> pulumi.ResourceTransformResult | None:
-        policy = args.props.get("assumeRolePolicy") if args.type_ == "aws:iam/role:Role" else None
-        if not isinstance(policy, str) or trust.EKS_SERVICE_PRINCIPAL not in policy:
+        if args.type_ != "aws:iam/role:Role":
+            return None
+        policy = args.props.get("assumeRolePolicy")
+        if not isinstance(policy, str):
+            # Not seen in pulumi-eks 4.4 (its policy is a constant); say so rather than skip it silently.
+            pulumi.log.warn(f"{args.name}: its assume-role policy is not known yet, so the confused-deputy conditions "
+                            "(aws:SourceAccount, aws:SourceArn) were not added to it")
+            return None
+        if trust.EKS_SERVICE_PRINCIPAL not in policy:
             return None
         conditioned = trust.with_source_conditions(policy, service=trust.EKS_SERVICE_PRINCIPAL,
                                                    account_id=account_id, source_arn=cluster_arn)

@@ -222,8 +222,7 @@ def _flag(args: list[str], flag: str) -> str | None:
 
 
 @pytest.mark.parametrize("aws_config", [{"aws:profile": "ops"},
-                                        {"aws:assumeRoles": [{"roleArn": ROLE}], "aws:profile": "ops"},
-                                        {"aws:assumeRoles": [{"roleArn": ROLE}]}])
+                                        {"aws:assumeRoles": [{"roleArn": ROLE}], "aws:profile": "ops"}])
 def test_every_kubeconfig_the_program_uses_carries_the_stacks_profile_and_role(aws_config):
     run = run_program("dev", {**aws_config, "trainEnabled": True, "trainModelConfig": "tiny", "trainSeqLen": 256,
                               "trainExpectTransport": "any"})

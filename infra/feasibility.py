@@ -81,9 +81,9 @@ class StackPlan:
     api_public_access_cidrs: tuple[str, ...] = ()
     """apiPublicAccessCidrs plus the deployer's own address: who may reach the API server's public endpoint."""
     # Issue 22 (trust and admins): who runs `pulumi up`, and where, for the trust and key policies and the
-    # clusterAdmin output.
+    # clusterAdmins output.
     creator: str = ""
-    """The IAM principal that creates the cluster (principal_of the caller): EKS's bootstrap cluster admin."""
+    """The IAM principal that creates the cluster (creator_of the caller): EKS's bootstrap cluster admin."""
     account_id: str = ""
     partition: str = "aws"
 

@@ -31,6 +31,10 @@ cluster = EksCluster(
     cfg.cluster_name,
     cfg=cfg,
     identity=plan.identity,
+    creator=plan.creator,
+    account_id=plan.account_id,
+    partition=plan.partition,
+    region=plan.region,
     vpc_id=net.vpc_id,
     control_plane_public_subnet_ids=net.control_plane_public_subnet_ids,
     control_plane_private_subnet_ids=net.control_plane_private_subnet_ids,
@@ -45,6 +49,7 @@ pod_identity = RayPodIdentity(
     f"{cfg.cluster_name}-ray-pods",
     cluster_name=cluster.cluster_name,
     eks_cluster_name=cfg.cluster_name,
+    eks_cluster_arn=cluster.cluster_arn,
     namespace=cfg.ray_namespace,
     service_account=raycluster.pod_service_account_name(cfg.ray_cluster_name),
     storage_policy=storage_policy,
@@ -99,6 +104,7 @@ cluster_addons = addons.ClusterAddons(
     f"{cfg.cluster_name}-addons",
     provider=cluster.provider,
     gpu_instance_type=cfg.gpu_instance_type,
+    vpc_cidr=cfg.vpc_cidr,
     depends_on=[cluster.system_node_group, cluster.coredns, gpu_nodes.node_group],
 )
 # When a device plugin leaves the GPU nodes without their GPUs or EFA interfaces, this fails within
@@ -123,6 +129,9 @@ ray_cluster = raycluster.RayCluster(
 )
 
 pulumi.export("clusterName", cluster.cluster_name)
+# Who administers the cluster (issue 22): EKS's bootstrap access entry for the creator, which pulumi-eks always asks
+# for and which `pulumi up` itself authenticates as, plus clusterAdmins' own entries (README, "Who is admin").
+pulumi.export("clusterAdmins", {"creator": cluster.creator, "named": list(cfg.cluster_admins)})
 pulumi.export("kubeconfig", cluster.kubeconfig)
 pulumi.export("region", plan.region)
 pulumi.export("gpuAvailabilityZone", gpu_nodes.availability_zone)

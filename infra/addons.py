@@ -12,6 +12,8 @@ import pulumi
 import pulumi_kubernetes as k8s
 import yaml
 
+from infra import admission, ray_security
+
 # 0.20.0 is the release whose values we checked (its default affinity already includes
 # nvidia.com/gpu.present=true, which our GPU nodes carry); older charts predate that term.
 NVIDIA_DEVICE_PLUGIN_CHART = "nvidia-device-plugin"
@@ -107,6 +109,7 @@ class ClusterAddons(pulumi.ComponentResource):
         *,
         provider: k8s.Provider,
         gpu_instance_type: str,
+        vpc_cidr: str,
         depends_on: list[pulumi.Resource],
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
@@ -143,6 +146,19 @@ class ClusterAddons(pulumi.ComponentResource):
             "kuberay-operator", KUBERAY_OPERATOR_RELEASE, KUBERAY_OPERATOR_CHART, KUBERAY_OPERATOR_VERSION,
             KUBERAY_OPERATOR_REPO, KUBERAY_OPERATOR_NAMESPACE, kuberay_operator_values(), create_namespace=True,
         )
+        # The operator's namespace (Helm creates it): Pod Security labels and default-deny NetworkPolicies (infra/
+        # admission.py, infra/ray_security.py). A patch, not a Namespace, so that live stacks, whose namespace Helm
+        # made, take the labels without a conflict.
+        after_operator = pulumi.ResourceOptions(parent=self, provider=provider, depends_on=[self.kuberay_operator])
+        self.operator_namespace = k8s.core.v1.NamespacePatch(
+            f"{name}-kuberay-namespace",
+            metadata={"name": KUBERAY_OPERATOR_NAMESPACE, "labels": admission.operator_namespace_labels()},
+            opts=after_operator)
+        self.operator_network_policies = [
+            k8s.networking.v1.NetworkPolicy(f"{name}-kuberay-{policy['metadata']['name']}",
+                                            metadata=policy["metadata"], spec=policy["spec"], opts=after_operator)
+            for policy in ray_security.operator_network_policies(namespace=KUBERAY_OPERATOR_NAMESPACE,
+                                                                 vpc_cidr=vpc_cidr)]
         self.register_outputs({
             "nvidia_device_plugin": self.nvidia_device_plugin.status,
             "efa_device_plugin": self.efa_device_plugin.status,

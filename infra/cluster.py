@@ -5,12 +5,15 @@ one EKS creates for the cluster creator: pulumi-eks always sets bootstrapCluster
 and declaring a second entry for the same principal fails with ResourceInUseException. Managed node groups
 get their node-role entries from EKS itself.
 
-The kubeconfig authenticates as the creator too. pulumi-eks writes `aws eks get-token` into it with aws:profile
-(or AWS_PROFILE) only, so a stack deployed through aws:assumeRoles would reach its own cluster with the ambient
-identity, which has no access entry: Helm, the RayCluster and the dynamic resources would get 401. The role is
-passed as providerCredentialOpts.roleArn, which pulumi-eks turns into `--role <arn>` (generateKubeconfig in
-pulumi/pulumi-eks nodejs/eks/cluster/cluster.ts); given that, it no longer adds aws:profile itself, so the profile
-is passed with it.
+The kubeconfig authenticates as the creator too, and must carry the stack's AWS identity, or `aws eks get-token`
+runs as whatever credentials the environment has, which hold no access entry: Helm, the RayCluster and the dynamic
+resources would get 401 a quarter of an hour into `up`, with the node groups billing. pulumi-eks's `kubeconfig` output
+does not carry it: createCore builds two kubeconfigs and returns `kubeconfigWithoutProfile`, keeping the one with
+`--profile` for its own internal provider (generateKubeconfig(..., includeProfile) in pulumi/pulumi-eks
+nodejs/eks/cluster/cluster.ts; pulumi/pulumi-eks#1426, #1207). So the program asks for its own,
+`Cluster.get_kubeconfig(profile_name=aws:profile, role_arn=aws:assumeRoles' role)` (the same file's getKubeconfig,
+which writes `--role` and then `--profile`), and uses it for its Kubernetes provider, the GPU gate, the job and the
+`kubeconfig` output.
 
 The control plane's security settings live here too (the README's Security section lists them): the API endpoint's
 public side open only to named CIDRs and the deployer's own address, private access on; api, audit and authenticator
@@ -26,6 +29,7 @@ import pulumi_aws as aws
 import pulumi_eks as eks
 import pulumi_kubernetes as k8s
 
+from infra import trust
 from infra.addons import GPU_TOLERATION, SYSTEM_NODE_SELECTOR
 from infra.config import AwsIdentity, StackConfig, arn_parts
 
@@ -138,6 +142,27 @@ def cluster_role_policy(key_arn: str) -> str:
     })
 
 
+def cluster_role_trust(*, account_id: str, cluster_arn: str):
+    """A Pulumi transform for the eks.Cluster component: the confused-deputy conditions (infra/trust.py) on the
+    cluster role pulumi-eks makes, the child whose assume-role policy lets eks.amazonaws.com in. Every other child,
+    and a policy not yet known, passes unchanged."""
+    def transform(args: pulumi.ResourceTransformArgs) -> pulumi.ResourceTransformResult | None:
+        if args.type_ != "aws:iam/role:Role":
+            return None
+        policy = args.props.get("assumeRolePolicy")
+        if not isinstance(policy, str):
+            # Not seen in pulumi-eks 4.4 (its policy is a constant); say so rather than skip it silently.
+            pulumi.log.warn(f"{args.name}: its assume-role policy is not known yet, so the confused-deputy conditions "
+                            "(aws:SourceAccount, aws:SourceArn) were not added to it")
+            return None
+        if trust.EKS_SERVICE_PRINCIPAL not in policy:
+            return None
+        conditioned = trust.with_source_conditions(policy, service=trust.EKS_SERVICE_PRINCIPAL,
+                                                   account_id=account_id, source_arn=cluster_arn)
+        return pulumi.ResourceTransformResult(props={**args.props, "assumeRolePolicy": conditioned}, opts=args.opts)
+    return transform
+
+
 class EksCluster(pulumi.ComponentResource):
     """Control plane, OIDC provider, core add-ons, system node group and a Kubernetes provider for it."""
 
@@ -147,6 +172,10 @@ class EksCluster(pulumi.ComponentResource):
         *,
         cfg: StackConfig,
         identity: AwsIdentity,
+        creator: str,
+        account_id: str,
+        partition: str,
+        region: str,
         vpc_id: pulumi.Input[str],
         control_plane_public_subnet_ids: list[pulumi.Input[str]],
         control_plane_private_subnet_ids: list[pulumi.Input[str]],
@@ -158,12 +187,18 @@ class EksCluster(pulumi.ComponentResource):
         super().__init__("raytrain:infra:EksCluster", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
 
+        # Known at preview: the name is the stack's own (infra/naming.py), the account and partition the caller's.
+        self.cluster_arn = trust.eks_cluster_arn(partition=partition, region=region, account_id=account_id,
+                                                 cluster_name=cfg.cluster_name)
+        # EKS makes this principal the cluster's admin (see access_entries): what the clusterAdmin output says.
+        self.creator = creator
         # Envelope encryption of Kubernetes Secrets (CIS EKS 5.3.1) with a key the account controls: rotated yearly,
-        # its use visible in CloudTrail, revocable. The default key policy (the account's IAM decides) applies.
+        # its use visible in CloudTrail, revocable. Its key policy is explicit (infra/trust.py).
         self.secrets_key = aws.kms.Key(
             f"{name}-secrets",
             description=f"EKS {cfg.cluster_name}: envelope encryption of Kubernetes Secrets",
             enable_key_rotation=True,
+            policy=trust.secrets_key_policy(partition=partition, account_id=account_id, administrator=creator),
             tags=tags,
             opts=child,
         )
@@ -210,17 +245,24 @@ class EksCluster(pulumi.ComponentResource):
             vpc_cni_options=eks.VpcCniOptionsArgs(enable_network_policy=True),
             kube_proxy_addon_options=eks.KubeProxyAddonOptionsArgs(enabled=True),
             coredns_addon_options=eks.CoreDnsAddonOptionsArgs(enabled=False),
+            # For pulumi-eks's internal provider (its kubeconfig with the profile); without a role it would read
+            # aws:profile itself, but only with one given here does it write `--role`.
             provider_credential_opts=eks.KubeconfigOptionsArgs(
                 role_arn=identity.role_arn, profile_name=identity.profile) if identity.role_arn else None,
             tags=tags,
-            opts=pulumi.ResourceOptions(parent=self),
+            opts=pulumi.ResourceOptions(parent=self, transforms=[
+                cluster_role_trust(account_id=account_id, cluster_arn=self.cluster_arn)]),
         )
         self.cluster_name: pulumi.Output[str] = self.cluster.eks_cluster.name
         # The EKS-created cluster security group (skip_default_security_groups): every managed node joins it,
         # and it lets nodes and control plane reach each other.
         self.cluster_security_group_id: pulumi.Output[str] = self.cluster.cluster_security_group_id
         self.oidc_provider_arn = self.cluster.oidc_provider_arn
-        self.kubeconfig: pulumi.Output[str] = pulumi.Output.secret(self.cluster.kubeconfig_json)
+        # The stack's profile and role in `aws eks get-token` (see the module docstring); with neither, the
+        # environment's credentials are the stack's too, and pulumi-eks's own kubeconfig is the same.
+        self.kubeconfig: pulumi.Output[str] = pulumi.Output.secret(
+            self.cluster.get_kubeconfig(profile_name=identity.profile, role_arn=identity.role_arn)
+            if identity.profile or identity.role_arn else self.cluster.kubeconfig_json)
         # pulumi-eks makes the cluster's role; its name is the last part of the ARN (the role has no path).
         aws.iam.RolePolicy(
             f"{name}-cluster-role",

@@ -19,6 +19,8 @@ from typing import Any, Callable
 import pulumi
 import yaml
 
+from infra.naming import default_cluster_name
+
 # The workload's own lists (both modules import nothing but the standard library), so a name the job accepts is
 # never refused here, nor the reverse.
 from workload.config import EXPORTS  # trainExport
@@ -374,6 +376,8 @@ def load(config: Any | None = None) -> StackConfig:
     project = project_name()
     raw = read_raw_config(config, frozenset(key for key in schema() if is_stack_secret(f"{project}:{key}")))
     check_secret_keys(raw, project, is_stack_secret)
+    # Unique names per stack: an empty clusterName (the default) is `ray-train-<stack>` (infra/naming.py).
+    raw["clusterName"] = raw["clusterName"] or default_cluster_name(pulumi.get_stack())
     return parse(raw)
 
 

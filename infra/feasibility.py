@@ -72,6 +72,12 @@ class StackPlan:
     """The stack makes a cluster placement group for its GPU nodes (and its own reservation)."""
     api_public_access_cidrs: tuple[str, ...] = ()
     """apiPublicAccessCidrs plus the deployer's own address: who may reach the API server's public endpoint."""
+    # Issue 22 (trust and admins): who runs `pulumi up`, and where, for the trust and key policies and the
+    # clusterAdmins output.
+    creator: str = ""
+    """The IAM principal that creates the cluster (creator_of the caller): EKS's bootstrap cluster admin."""
+    account_id: str = ""
+    partition: str = "aws"
 
 
 @config.hides_secret_values
@@ -119,7 +125,8 @@ def check(cfg: StackConfig) -> StackPlan:
     return StackPlan(region=region, zone_ids=zone_ids, vpc_azs=vpc_azs, candidate_azs=candidate_azs, gpu=gpu,
                      image=image, identity=identity, reservation=reservation,
                      own_placement_group=use_placement_group(cfg.gpu_placement, existing_reservation=bool(reservation)),
-                     api_public_access_cidrs=public_cidrs)
+                     api_public_access_cidrs=public_cidrs, creator=creator_of(caller.arn),
+                     account_id=caller.account_id, partition=arn_parts(caller.arn)[0])
 
 
 # ---- AWS identity --------------------------------------------------------------------------------------------
@@ -162,6 +169,13 @@ def principal_of(caller_arn: str) -> str:
     if resource.startswith("assumed-role/"):
         return f"arn:{partition}:iam::{account}:role/{resource.split('/')[1]}"
     return caller_arn
+
+
+def creator_of(caller_arn: str) -> str:
+    """The IAM principal behind the caller with its path (a role's session ARN shows none): what EKS makes the
+    bootstrap cluster admin and the key policy names (aws.iam.get_session_context, as terraform-aws-eks does for its
+    key administrators)."""
+    return aws.iam.get_session_context(arn=caller_arn).issuer_arn or principal_of(caller_arn)
 
 
 def _same_principal(a: str, b: str) -> bool:

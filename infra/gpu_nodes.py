@@ -27,8 +27,10 @@ class TargetedReservation:
 
     reservation_id: pulumi.Input[str]
     capacity_block: bool = False
-    """A Capacity Block for ML: EKS wants capacity type CAPACITY_BLOCK and the launch template's market type
-    capacity-block (EKS user guide, "Create a managed node group with Capacity Blocks for ML")."""
+    """A Capacity Block for ML: EKS wants capacity type CAPACITY_BLOCK, and the launch template's market type
+    capacity-block and InstanceType (EKS user guide, "Create a managed node group with Capacity Blocks for ML",
+    step 1); the node group then names no instance type (EKS API CreateNodegroup, instanceTypes: "If you specify
+    launchTemplate, and your launch template uses an instance type, then you can't specify instanceTypes")."""
 
 
 def efa_network_interfaces(facts: InstanceFacts, security_group_ids: list[pulumi.Input[str]]) -> list[dict]:
@@ -136,6 +138,7 @@ class GpuNodeGroup(pulumi.ComponentResource):
             capacity_reservation_specification=target,
             instance_market_options=aws.ec2.LaunchTemplateInstanceMarketOptionsArgs(market_type="capacity-block")
             if capacity_block else None,
+            instance_type=facts.instance_type if capacity_block else None,
             metadata_options=instance_metadata(),
             block_device_mappings=[root_volume(root_volume_gib)],
             tag_specifications=node_tag_specifications(tags, name),
@@ -150,7 +153,8 @@ class GpuNodeGroup(pulumi.ComponentResource):
             cluster_name=cluster_name,
             node_role_arn=role.arn,
             subnet_ids=[subnet_id],
-            instance_types=[facts.instance_type],
+            # Elsewhere the type stays on the node group (where live stacks have it), not the template.
+            instance_types=None if capacity_block else [facts.instance_type],
             ami_type=GPU_AMI_TYPE,
             capacity_type="CAPACITY_BLOCK" if capacity_block else "ON_DEMAND",
             scaling_config=aws.eks.NodeGroupScalingConfigArgs(

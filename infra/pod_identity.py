@@ -21,6 +21,7 @@ import pulumi
 import pulumi_aws as aws
 
 from infra.config import s3_location
+from infra.trust import pod_identity_conditions
 
 # EKS Pod Identity assumes the role as this service principal, and tags the session with the cluster, namespace and
 # service account, which the trust policy pins (EKS user guide, "Create IAM role with trust policy required by EKS
@@ -42,6 +43,21 @@ def checkpoint_storage_policy(storage_path: str, dataset: str = "") -> str | Non
                    "Resource": f"arn:aws:s3:::{bucket}"}
         if prefix:
             listing["Condition"] = {"StringLike": {"s3:prefix": [prefix, f"{prefix}/*"]}}
+            # HeadBucket is authorized as s3:ListBucket and carries no s3:prefix (S3 API Reference, HeadBucket,
+            # "Permissions"), and pyarrow's create_dir(recursive=True) sends it before writing under any prefix
+            # (apache/arrow#49949; the fix, apache/arrow#50793, is unmerged): Ray Train's storage set-up at fit(),
+            # every checkpoint, the export and the TensorBoard upload all create directories. So ListBucket is also
+            # allowed where the request has no s3:prefix at all. Its cost: a listing without a prefix shows the
+            # names (not the contents) of the bucket's other objects. S3 has no narrower action for HeadBucket.
+            statements.append({"Effect": "Allow", "Action": "s3:ListBucket", "Resource": f"arn:aws:s3:::{bucket}",
+                               "Condition": {"Null": {"s3:prefix": "true"}}})
+            # pyarrow's create_dir(recursive=True) then writes an empty "directory" object for every level from the
+            # bucket down ("runs/", "runs/dev/", ...; arrow cpp/src/arrow/filesystem/s3fs.cc, CreateDir, unless
+            # check_directory_existence_before_creation, which Ray does not set): the prefix's ancestors' markers,
+            # those exact keys and nothing under them, may be written too.
+            markers = [f"arn:aws:s3:::{bucket}/{'/'.join(prefix.split('/')[:depth])}/"
+                       for depth in range(1, prefix.count("/") + 2)]
+            statements.append({"Effect": "Allow", "Action": "s3:PutObject", "Resource": markers})
         statements += [listing, {"Effect": "Allow", "Resource": objects,
                                  "Action": ["s3:GetObject", "s3:PutObject", "s3:DeleteObject",
                                             "s3:AbortMultipartUpload"]}]
@@ -55,20 +71,18 @@ def checkpoint_storage_policy(storage_path: str, dataset: str = "") -> str | Non
     return json.dumps({"Version": "2012-10-17", "Statement": statements}) if statements else None
 
 
-def trust_policy(cluster_name: str, namespace: str, service_account: str) -> str:
-    """Only EKS Pod Identity may assume the role, and only for this cluster's Ray service account: another
-    association in the account pointing at the role would be refused by STS."""
+def trust_policy(cluster_arn: str, cluster_name: str, namespace: str, service_account: str) -> str:
+    """Only EKS Pod Identity may assume the role, and only for this stack's cluster (its ARN: account, region, name)
+    and its Ray service account: an association elsewhere pointing at the role would be refused by STS
+    (infra/trust.py)."""
     return json.dumps({
         "Version": "2012-10-17",
         "Statement": [{
             "Effect": "Allow",
             "Principal": {"Service": POD_IDENTITY_PRINCIPAL},
             "Action": ["sts:AssumeRole", "sts:TagSession"],
-            "Condition": {"StringEquals": {
-                "aws:RequestTag/eks-cluster-name": cluster_name,
-                "aws:RequestTag/kubernetes-namespace": namespace,
-                "aws:RequestTag/kubernetes-service-account": service_account,
-            }},
+            "Condition": pod_identity_conditions(cluster_arn=cluster_arn, cluster_name=cluster_name,
+                                                 namespace=namespace, service_account=service_account),
         }],
     })
 
@@ -83,6 +97,7 @@ class RayPodIdentity(pulumi.ComponentResource):
         *,
         cluster_name: pulumi.Input[str],
         eks_cluster_name: str,
+        eks_cluster_arn: str,
         namespace: str,
         service_account: str,
         storage_policy: str,
@@ -94,7 +109,7 @@ class RayPodIdentity(pulumi.ComponentResource):
         self.role = aws.iam.Role(
             f"{name}-role",
             description=f"Ray pods of EKS cluster {eks_cluster_name} ({namespace}/{service_account}): checkpoints",
-            assume_role_policy=trust_policy(eks_cluster_name, namespace, service_account),
+            assume_role_policy=trust_policy(eks_cluster_arn, eks_cluster_name, namespace, service_account),
             tags=tags,
             opts=child,
         )

@@ -136,3 +136,33 @@ def network_policies(*, namespace: str, cluster_name: str, vpc_cidr: str) -> lis
             ],
         }),
     ]
+
+
+def operator_network_policies(*, namespace: str, vpc_cidr: str) -> list[dict]:
+    """The KubeRay operator's namespace (issue 22): default deny in and out, then DNS and HTTPS to the API server,
+    which is all the operator talks to for RayClusters (it reconciles pods and services through the API; it serves
+    no webhook in the chart's defaults, and nothing scrapes its metrics here). The API server is reached through the
+    `kubernetes` service's ClusterIP and, after kube-proxy, the control plane's ENIs in the VPC: both private
+    addresses, which NON_PUBLIC_CIDRS covers (plus a VPC on public addresses). The kubelet's probes come from the
+    node and are always admitted (see the module docstring)."""
+    private = [*NON_PUBLIC_CIDRS]
+    vpc = ipaddress.IPv4Network(vpc_cidr)
+    if not any(vpc.subnet_of(ipaddress.IPv4Network(block)) for block in NON_PUBLIC_CIDRS):
+        private.append(vpc_cidr)
+
+    def policy(name: str, spec: dict) -> dict:
+        return {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+                "metadata": {"name": name, "namespace": namespace}, "spec": spec}
+
+    return [
+        policy("default-deny", {"podSelector": {}, "policyTypes": ["Ingress", "Egress"]}),
+        policy("kuberay-operator-egress", {
+            "podSelector": {},
+            "policyTypes": ["Egress"],
+            "egress": [
+                {"to": [DNS_PEER], "ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]},
+                {"to": [{"ipBlock": {"cidr": block}} for block in private if block != "169.254.0.0/16"],
+                 "ports": [{"protocol": "TCP", "port": HTTPS_PORT}]},
+            ],
+        }),
+    ]

@@ -14,7 +14,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from infra.addons import GPU_TOLERATION, GPU_WORKER_NODE_SELECTOR, KUBERAY_OPERATOR_NAMESPACE, SYSTEM_NODE_SELECTOR
-from infra import ray_security
+from infra import admission, ray_security
 from infra.config import InstanceFacts, StackConfig, check_efa_gpu
 from infra.preflight import EFA_RESOURCE, GPU_RESOURCE
 
@@ -32,6 +32,12 @@ class ImageFacts:
     """CUDA major.minor of the image's PyTorch: the GPU nodes' driver must support it (preflight checks)."""
 
 
+# Issue 22: the default stays a frozen tag, not a digest. The publisher's records (aws/deep-learning-containers,
+# docs/ray-train/index.md and changelog/index.md) list the tags of each release and no digest, and the registry cannot
+# be reached from where this program is developed, so a digest here could not be verified against a source. The
+# vX.Y.Z tag is the publisher's per-release tag (vX.Y and the bare name float with security rebuilds). Pin your own
+# by digest with dlcImage: <this image>@sha256:<digest> (`crane digest` / `docker buildx imagetools inspect`): it is
+# the same known image to the checks below.
 # What each image the stack knows bundles, per the DLC changelog (aws/deep-learning-containers,
 # docs/ray-train/changelog/index.md, "Ray Train v1.1 - 2026-09-01": Ray 2.58.0, CUDA 13.0.2). Keyed by the frozen
 # vX.Y.Z tag: vX.Y moves with security rebuilds (docs/ray-train/index.md). Not by digest: a digest must be read
@@ -66,6 +72,9 @@ _DNS1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 # The stack creates and deletes the Ray namespace, so it cannot be one that exists already or is the operator's.
 _RESERVED_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease", KUBERAY_OPERATOR_NAMESPACE)
 _IMAGE_TAG = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
+# A tag naming a full release (1.2.3, v1.2.3, train-ml-cuda-v1.1.0): registries can still move it, but publishers
+# treat it as one build. `latest`, `v1.1`, `train-ml-cuda` and the like are moved on purpose.
+_FROZEN_TAG = re.compile(r"(^|[^0-9.])v?[0-9]+\.[0-9]+\.[0-9]+([^0-9.]|$)")
 _IMAGE_DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
 
 
@@ -117,6 +126,20 @@ def check_image(image: str) -> None:
         )
 
 
+def mutable_tag_warning(image: str) -> str | None:
+    """A warning for a dlcImage whose tag moves (`latest`, `vX.Y`, a bare name): the head and each worker pull it
+    when their pod starts, so one cluster can run two builds, and a re-created pod another. None for a digest or a
+    full-release tag."""
+    reference, at, _ = image.partition("@")
+    if at:
+        return None
+    tag = reference.rsplit("/", 1)[-1].partition(":")[2]
+    if _FROZEN_TAG.search(tag):
+        return None
+    return (f"dlcImage {image!r}: the tag {tag!r} moves (it names no full release), so the Ray pods may pull "
+            "different builds; pin a release tag (vX.Y.Z) or a digest (repo@sha256:...)")
+
+
 def worker_resources(facts: InstanceFacts) -> dict[str, str]:
     """Requests (== limits) of the one Ray worker pod on a GPU node: all GPUs and EFA interfaces, most of the rest.
 
@@ -144,7 +167,8 @@ def worker_resources(facts: InstanceFacts) -> dict[str, str]:
 def image_facts(cfg: StackConfig) -> ImageFacts:
     """dlcImage's Ray and CUDA: the stack's figures for a known image (rayVersion/imageCudaVersion may repeat
     them, not contradict them), the config's for any other."""
-    known = KNOWN_IMAGES.get(cfg.dlc_image)
+    # A known image pinned by digest (repo:tag@sha256:...) bundles what its tag does.
+    known = KNOWN_IMAGES.get(cfg.dlc_image) or KNOWN_IMAGES.get(cfg.dlc_image.partition("@")[0])
     if known is None:
         missing = [key for key, value in (("rayVersion", cfg.ray_version), ("imageCudaVersion",
                                                                              cfg.image_cuda_version)) if not value]
@@ -175,6 +199,8 @@ def check_config(cfg: StackConfig, facts: InstanceFacts) -> ImageFacts:
     assert facts.instance_type == cfg.gpu_instance_type, "facts must describe cfg.gpu_instance_type"
     _check_settings(name=cfg.ray_cluster_name, namespace=cfg.ray_namespace, image=cfg.dlc_image,
                     gpu_node_count=cfg.gpu_node_count, facts=facts)
+    if warning := mutable_tag_warning(cfg.dlc_image):
+        pulumi.log.warn(warning)
     return image_facts(cfg)
 
 
@@ -362,6 +388,16 @@ class RayCluster(pulumi.ComponentResource):
             for policy in ray_security.network_policies(namespace=cfg.ray_namespace,
                                                         cluster_name=cfg.ray_cluster_name, vpc_cidr=cfg.vpc_cidr)
         ]
+        # restricted for every pod of the namespace but IPC_LOCK and root (infra/admission.py): the namespace's own
+        # Pod Security label can only say privileged. Bound before any pod is made.
+        policy_name = f"{cfg.ray_namespace}-pod-security"
+        policy = admission.pod_security_policy(policy_name)
+        self.admission_policy = k8s.admissionregistration.v1.ValidatingAdmissionPolicy(
+            f"{name}-pod-security", metadata=policy["metadata"], spec=policy["spec"], opts=in_cluster)
+        binding = admission.pod_security_binding(policy_name, policy_name=policy_name, namespace=cfg.ray_namespace)
+        self.admission_binding = k8s.admissionregistration.v1.ValidatingAdmissionPolicyBinding(
+            f"{name}-pod-security-binding", metadata=binding["metadata"], spec=binding["spec"],
+            opts=pulumi.ResourceOptions(parent=self, provider=provider, depends_on=[self.admission_policy]))
         # Depending on the operator (passed in depends_on) orders `pulumi destroy` so that the RayCluster goes
         # while the operator still runs its finalizer; the other way round the delete hangs.
         self.custom_resource = k8s.apiextensions.CustomResource(
@@ -376,7 +412,8 @@ class RayCluster(pulumi.ComponentResource):
             # kept a secret in the state (no hash of them in plain sight).
             opts=pulumi.ResourceOptions(
                 parent=self, provider=provider,
-                depends_on=[namespace, service_account, secret_env, *self.network_policies, *depends_on],
+                depends_on=[namespace, service_account, secret_env, *self.network_policies, self.admission_binding,
+                            *depends_on],
                 replace_on_changes=["spec"], delete_before_replace=True, replacement_trigger=secret_values),
         )
         # Derived from the CR's id, so whoever uses these waits until the RayCluster is up.

@@ -18,8 +18,8 @@ What the fake AWS answers:
 - an existing capacity reservation (infra.capacity_reservation.describe_existing, boto3 at preview) from
   RESERVATIONS, in the region of its AZ only; that function itself is tested against botocore Stubbers.
 - `eks:index:Cluster` (a remote component) returns kubeconfig, security group, OIDC and an `eksCluster` that
-  is a real resource reference, as pulumi-eks's does; its kubeconfig carries providerCredentialOpts as
-  pulumi-eks writes them (`--role`, `--profile`).
+  is a real resource reference, as pulumi-eks's does; its `kubeconfig` output carries `--role` but never
+  `--profile` (pulumi-eks returns kubeconfigWithoutProfile), and its getKubeconfig method answers with both.
 Resource references found in any resource's inputs are turned into their URNs before the mock monitor
 deserializes them: deserializing a reference constructs a Resource inside the monitor, which makes the stock
 mock monitor flaky.
@@ -40,6 +40,7 @@ import pulumi
 import yaml
 from google.protobuf import struct_pb2
 from pulumi.runtime import mocks as pulumi_mocks
+from pulumi.runtime.proto import provider_pb2
 from pulumi.runtime import config as runtime_config
 from pulumi.runtime import rpc, settings
 from pulumi.runtime.stack import run_pulumi_func
@@ -152,6 +153,9 @@ class Registration:
     """The parent URNs of the resource's aliases: where it used to live."""
     replacement_trigger: Any = None
     """The replacement_trigger option, deserialized (a secret stays wrapped in the secret signature)."""
+    transforms: int = 0
+    """How many resource transforms the registration carries (the engine runs them on the resource's children; the
+    mock monitor does not)."""
 
     @property
     def resource_id(self) -> str:
@@ -164,6 +168,21 @@ class AwsMocks(pulumi.runtime.Mocks):
     def __init__(self, region: str) -> None:
         self.region = region
         self.monitor: RecordingMonitor | None = None
+        self.clusters: dict[str, tuple[str, str, dict]] = {}
+        self.launch_templates: dict[str, dict] = {}
+        """Launch template id -> its inputs, for what EKS checks of the node groups that use one."""
+        """eks:index:Cluster name -> (EKS name, endpoint, credential options), for Cluster.get_kubeconfig."""
+
+    def method_call(self, token: str, args: dict) -> dict:
+        """A component's method (pulumi.runtime.call with res=...): `__self__` arrives as the component's URN."""
+        if token == "eks:index:Cluster/getKubeconfig":
+            cluster_name, endpoint, _ = self.clusters[args["__self__"].rsplit("::", 1)[1]]
+            # Cluster.getKubeconfig (nodejs/eks/cluster/cluster.ts): generateKubeconfig with includeProfile=true and
+            # the options given, stringified.
+            options = {key: args[key] for key in ("roleArn", "profileName") if args.get(key)}
+            return {"result": json.dumps(
+                generate_kubeconfig(cluster_name, endpoint, self.region, options, include_profile=True))}
+        raise NotImplementedError(f"pulumi_mocks: no fake answer for method {token}")
 
     # ---- invokes -----------------------------------------------------------------------------------------
     def call(self, args: pulumi_mocks.MockCallArgs):
@@ -218,10 +237,12 @@ class AwsMocks(pulumi.runtime.Mocks):
             outputs["arn"] = f"arn:aws:kms:{self.region}:{ACCOUNT_ID}:key/{resource_id}"
         elif args.typ == "aws:ec2/launchTemplate:LaunchTemplate":
             outputs["latestVersion"] = 1
+            self.launch_templates[resource_id] = outputs
         elif args.typ == "aws:ec2/placementGroup:PlacementGroup":
             outputs["arn"] = f"arn:aws:ec2:{self.region}:{ACCOUNT_ID}:placement-group/{outputs['name']}"
         elif args.typ == "aws:eks/nodeGroup:NodeGroup":
             outputs.setdefault("nodeGroupName", outputs["name"])
+            self._check_node_group(outputs)
         elif args.typ == "aws:eks/addon:Addon":
             outputs["addonVersion"] = outputs.get("addonVersion") or "v1.0.0-eksbuild.1"
         elif args.typ.startswith("pulumi-python:dynamic") and "candidate_azs" in outputs:
@@ -229,6 +250,17 @@ class AwsMocks(pulumi.runtime.Mocks):
             outputs.update(reservation_id=f"cr-{_digest(args.name)}", availability_zone=outputs["candidate_azs"][0],
                            skipped_azs=[])
         return resource_id, outputs
+
+    def _check_node_group(self, inputs: dict) -> None:
+        """What CreateNodegroup refuses about the instance type (EKS API reference, CreateNodegroup, instanceTypes:
+        not with a launch template that names one; EKS user guide, "Create a managed node group with Capacity Blocks
+        for ML": a CAPACITY_BLOCK group's launch template must name it)."""
+        template = self.launch_templates.get((inputs.get("launchTemplate") or {}).get("id"), {})
+        if template.get("instanceType") and inputs.get("instanceTypes"):
+            raise ValueError("InvalidParameterException: instanceTypes next to a launch template with InstanceType")
+        if inputs.get("capacityType") == "CAPACITY_BLOCK" and not template.get("instanceType"):
+            raise ValueError("InvalidParameterException: a CAPACITY_BLOCK node group's launch template must name "
+                             "its InstanceType")
 
     def _eks_cluster_outputs(self, args: pulumi_mocks.MockResourceArgs) -> dict:
         """What pulumi-eks's Cluster returns, including `eksCluster` as a resource reference."""
@@ -249,21 +281,13 @@ class AwsMocks(pulumi.runtime.Mocks):
         assert self.monitor is not None
         self.monitor.resources[eks_cluster_urn] = pulumi_mocks.MockMonitor.ResourceRegistration(
             eks_cluster_urn, cluster_name, eks_cluster_state)
-        # pulumi-eks's generateKubeconfig (nodejs/eks/cluster/cluster.ts): the role, then the profile, as arguments.
-        credentials = args.inputs.get("providerCredentialOpts") or {}
-        token_args = ["--region", self.region, "eks", "get-token", "--cluster-name", cluster_name, "--output", "json"]
-        if credentials.get("roleArn"):
-            token_args += ["--role", credentials["roleArn"]]
-        if credentials.get("profileName"):
-            token_args += ["--profile", credentials["profileName"]]
-        kubeconfig = {
-            "apiVersion": "v1", "kind": "Config", "current-context": "aws",
-            "clusters": [{"name": "kubernetes", "cluster": {"server": endpoint,
-                                                            "certificate-authority-data": "LS0tLS1CRUdJTg=="}}],
-            "contexts": [{"name": "aws", "context": {"cluster": "kubernetes", "user": "aws"}}],
-            "users": [{"name": "aws", "user": {"exec": {
-                "apiVersion": "client.authentication.k8s.io/v1beta1", "command": "aws", "args": token_args}}}],
-        }
+        # pulumi-eks's Cluster constructor: without providerCredentialOpts it takes AWS_PROFILE, else aws:profile, as
+        # {profileName} (nodejs/eks/cluster/cluster.ts, createCluster).
+        credentials = args.inputs.get("providerCredentialOpts") or (
+            {"profileName": pulumi.Config("aws").get("profile")} if pulumi.Config("aws").get("profile") else {})
+        self.clusters[args.name] = (cluster_name, endpoint, credentials)
+        # ... and its `kubeconfig` output is createCore's kubeconfigWithoutProfile: `--role`, never `--profile`.
+        kubeconfig = generate_kubeconfig(cluster_name, endpoint, self.region, credentials, include_profile=False)
         oidc_id = _digest(cluster_name, 32).upper()
         return {
             **args.inputs,
@@ -276,6 +300,30 @@ class AwsMocks(pulumi.runtime.Mocks):
             "oidcProviderUrl": f"oidc.eks.{self.region}.amazonaws.com/id/{oidc_id}",
             "oidcIssuer": f"oidc.eks.{self.region}.amazonaws.com/id/{oidc_id}",
         }
+
+
+def generate_kubeconfig(cluster_name: str, endpoint: str, region: str, options: dict, *,
+                        include_profile: bool) -> dict:
+    """pulumi-eks's generateKubeconfig (nodejs/eks/cluster/cluster.ts, pulumi/pulumi-eks@7bf0c1b): `aws eks get-token`
+    with `--role` when options name one, and `--profile` only when include_profile (the internal provider's and
+    getKubeconfig's kubeconfig, not the `kubeconfig` output)."""
+    token_args = ["--region", region, "eks", "get-token", "--cluster-name", cluster_name, "--output", "json"]
+    if options.get("roleArn"):
+        token_args += ["--role", options["roleArn"]]
+    if include_profile and options.get("profileName"):
+        token_args += ["--profile", options["profileName"]]
+    return {
+        "apiVersion": "v1",
+        "clusters": [{"cluster": {"server": endpoint, "certificate-authority-data": "LS0tLS1CRUdJTg=="},
+                      "name": "kubernetes"}],
+        "contexts": [{"context": {"cluster": "kubernetes", "user": "aws"}, "name": "aws"}],
+        "current-context": "aws",
+        "kind": "Config",
+        "users": [{"name": "aws", "user": {"exec": {
+            "apiVersion": "client.authentication.k8s.io/v1beta1", "command": "aws", "args": token_args,
+            "env": [{"name": "KUBERNETES_EXEC_INFO", "value": '{"apiVersion": "client.authentication.k8s.io/v1beta1"}'}],
+        }}}],
+    }
 
 
 def describe_instance_type(instance_type: str) -> dict:
@@ -352,6 +400,7 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
             delete_before_replace=bool(getattr(request, "deleteBeforeReplace", False)),
             alias_parents=[alias.spec.parentUrn for alias in getattr(request, "aliases", [])
                            if alias.HasField("spec") and alias.spec.parentUrn],
+            transforms=len(getattr(request, "transforms", [])) if not read else 0,
             replacement_trigger=(rpc.deserialize_properties(struct_pb2.Struct(
                 fields={"trigger": request.replacement_trigger}), keep_unknowns=True)["trigger"]
                 if not read and request.HasField("replacement_trigger") else None)))
@@ -365,6 +414,12 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
             registered = self.resources[response.urn]
             self._record(request, response.urn, {**registered.state, "id": registered.id}, read=False)
         return response
+
+    def Call(self, request):
+        for item in request.args.fields.values():
+            _urns_for_references(item)
+        result = self.mocks.method_call(request.tok, rpc.deserialize_properties(request.args))
+        return provider_pb2.CallResponse(**{"return": _sync_await(rpc.serialize_properties(result, {}))})
 
     def ReadResource(self, request):
         for item in request.properties.fields.values():
@@ -460,6 +515,8 @@ def stack_settings(stack: str | None) -> dict[str, Any]:
     if stack is not None:
         for key, value in (yaml.safe_load(stack_file(stack).read_text()).get("config") or {}).items():
             settings[key.removeprefix(f"{PROJECT}:")] = value
+    # Pulumi.yaml's clusterName: empty means ray-train-<stack> (the stack the runs below use: "test" without a file).
+    settings["clusterName"] = settings["clusterName"] or f"ray-train-{stack or 'test'}"
     return settings
 
 

@@ -21,7 +21,8 @@ GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSc
 def build_addons(gpu_instance_type: str = "g6.12xlarge") -> ClusterAddons:
     provider = k8s.Provider("k8s", kubeconfig=pulumi.Output.secret("apiVersion: v1\nkind: Config\n"))
     node_group = pulumi.CustomResource("test:index:NodeGroup", "gpu-nodes", {})
-    return ClusterAddons("addons", provider=provider, gpu_instance_type=gpu_instance_type, depends_on=[node_group])
+    return ClusterAddons("addons", provider=provider, gpu_instance_type=gpu_instance_type, vpc_cidr="10.0.0.0/16",
+                         depends_on=[node_group])
 
 
 EXPECTED_RELEASES = {
@@ -85,7 +86,8 @@ def test_type_missing_from_the_efa_allowlist_is_refused_before_any_resource(inst
     pulumi.runtime.set_mocks(mocks, project="raytrain-eks", stack="dev", preview=True, monitor=EchoMonitor(mocks))
     provider = k8s.Provider("k8s-refused", kubeconfig="apiVersion: v1")
     with pytest.raises(ValueError, match="gpuInstanceType") as excinfo:
-        ClusterAddons("addons", provider=provider, gpu_instance_type=instance_type, depends_on=[])
+        ClusterAddons("addons", provider=provider, gpu_instance_type=instance_type, vpc_cidr="10.0.0.0/16",
+                      depends_on=[])
     message = str(excinfo.value)
     assert instance_type in message and "v0.5.30" in message, f"the error must name {instance_type} and the chart"
     assert "g6.12xlarge" in message, "the error must list allowed GPU types"

@@ -23,7 +23,7 @@ FACTS = INSTANCE_FACTS["g6.12xlarge"]
 def build(cfg: StackConfig = CONFIG):
     provider = k8s.Provider("k8s", kubeconfig=pulumi.Output.secret("apiVersion: v1\nkind: Config\n"))
     node_group = pulumi.CustomResource("test:index:NodeGroup", "gpu-nodes", {})
-    addons = ClusterAddons("addons", provider=provider, gpu_instance_type=cfg.gpu_instance_type,
+    addons = ClusterAddons("addons", provider=provider, gpu_instance_type=cfg.gpu_instance_type, vpc_cidr=cfg.vpc_cidr,
                            depends_on=[node_group])
     ray = RayCluster("ray", provider=provider, cfg=cfg, facts=FACTS, depends_on=[addons.kuberay_operator])
     return pulumi.Output.all(

@@ -173,13 +173,20 @@ def test_checkpoint_access_is_the_ray_pods_own_role_scoped_to_the_prefix():
     service_account = specs["head"]["serviceAccountName"]
     assert trust["Principal"] == {"Service": "pods.eks.amazonaws.com"} and \
         sorted(trust["Action"]) == ["sts:AssumeRole", "sts:TagSession"], trust
+    # EKS Pod Identity's session tags (EKS user guide, "Create IAM role with trust policy required by EKS Pod
+    # Identity"); the cluster's ARN is the one EKS gives it (the mock's eksCluster), unique per account and region.
     assert trust["Condition"]["StringEquals"] == {
+        "aws:RequestTag/eks-cluster-arn": f"arn:aws:eks:us-west-2:{ACCOUNT_ID}:cluster/ray-train",
         "aws:RequestTag/eks-cluster-name": "ray-train", "aws:RequestTag/kubernetes-namespace": "ray",
         "aws:RequestTag/kubernetes-service-account": service_account}, "only this cluster's Ray service account"
     (policy,) = [r for r in run.of_type(ROLE_POLICY) if r.parent == role.urn]
     statements = json.loads(policy.inputs["policy"])["Statement"]
-    assert {s["Resource"] for s in statements} == {"arn:aws:s3:::ckpt-bucket", "arn:aws:s3:::ckpt-bucket/runs/dev/*"}
-    listing = next(s for s in statements if "s3:ListBucket" in s["Action"])
+    resources = {resource for s in statements for resource in
+                 (s["Resource"] if isinstance(s["Resource"], list) else [s["Resource"]])}
+    assert resources == {"arn:aws:s3:::ckpt-bucket", "arn:aws:s3:::ckpt-bucket/runs/dev/*",
+                         "arn:aws:s3:::ckpt-bucket/runs/", "arn:aws:s3:::ckpt-bucket/runs/dev/"}, \
+        "the bucket (listing, HeadBucket), the prefix's objects and its directory markers (tests/test_storage_policy.py)"
+    listing = next(s for s in statements if "s3:GetBucketLocation" in s["Action"])
     assert listing["Condition"] == {"StringLike": {"s3:prefix": ["runs/dev", "runs/dev/*"]}}, "listing the prefix only"
     association = run.one(ASSOCIATION)
     assert (association.inputs["namespace"], association.inputs["serviceAccount"], association.inputs["roleArn"]) == \
@@ -259,8 +266,10 @@ def _allows(rule_peers: list[dict], address: str) -> bool:
 @pytest.mark.parametrize("stack", STACKS)
 def test_network_policies_deny_by_default_and_allow_what_ray_needs(stack):
     run = program(stack)
-    policies = {p.inputs["metadata"]["name"]: p.inputs["spec"] for p in run.of_type(NETWORK_POLICY)}
-    assert all(p.inputs["metadata"]["namespace"] == "ray" for p in run.of_type(NETWORK_POLICY)), stack
+    in_ray = [p for p in run.of_type(NETWORK_POLICY) if p.inputs["metadata"]["namespace"] == "ray"]
+    policies = {p.inputs["metadata"]["name"]: p.inputs["spec"] for p in in_ray}
+    assert {p.inputs["metadata"]["namespace"] for p in run.of_type(NETWORK_POLICY)} == {"ray", "kuberay-system"}, \
+        f"{stack}: the Ray namespace's and the operator's (tests/test_admission.py)"
     deny = policies["default-deny"]
     assert deny == {"podSelector": {}, "policyTypes": ["Ingress", "Egress"]}, f"{stack}: default deny in and out"
     ray_pods = {"matchLabels": {"ray.io/cluster": "ray-train"}}
@@ -284,7 +293,7 @@ def test_network_policies_deny_by_default_and_allow_what_ray_needs(stack):
     assert _allows(agent["to"], "169.254.170.23") and not _allows(agent["to"], "169.254.169.254"), \
         f"{stack}: the Pod Identity agent, not IMDS"
     rc = run.one(RAYCLUSTER)
-    assert {p.urn for p in run.of_type(NETWORK_POLICY)} <= set(rc.dependencies), "policies before the pods"
+    assert {p.urn for p in in_ray} <= set(rc.dependencies), "policies before the pods"
 
 
 # ---- secrets stay secret ------------------------------------------------------------------------------------------

@@ -122,6 +122,34 @@ def test_network_has_public_and_private_subnets_in_two_azs_and_nat(stack):
         f"{stack}: the private route table sends 0.0.0.0/0 through the NAT gateway"
 
 
+def _physical_names(stack: str) -> set[str]:
+    """The names that AWS holds unique per account and region (IAM roles: per account) the stack chooses itself."""
+    run = program(stack)
+    return {run.one(EKS_CLUSTER).inputs["name"], run.one("aws:cloudwatch/logGroup:LogGroup").inputs["name"],
+            run.one("aws:kms/alias:Alias").inputs["name"]}
+
+
+def test_no_two_stacks_share_a_name_aws_holds_unique():
+    names = {stack: _physical_names(stack) for stack in STACKS}
+    for one in STACKS:
+        for other in STACKS:
+            assert one == other or not names[one] & names[other], \
+                f"stacks {one} and {other} (one account, possibly one region) share {names[one] & names[other]}"
+    assert names["g6e"] == {"ray-train-g6e", "/aws/eks/ray-train-g6e/cluster", "alias/ray-train-g6e-eks-secrets"}, \
+        "without clusterName a stack's names are ray-train-<stack>"
+    assert "ray-train" in names["dev"], "Pulumi.dev.yaml keeps its live clusters' name, ray-train"
+    assert run_program("g6e", {"clusterName": "team-a"}).one(EKS_CLUSTER).inputs["name"] == "team-a"
+
+
+def test_the_default_cluster_name_is_a_valid_one_for_any_stack_name():
+    from infra.naming import default_cluster_name
+    from infra.config import _CLUSTER_NAME
+    for stack in ("g6e", "Prod_East.1", "a" * 80, "p5", "x.y", "x-y"):
+        assert _CLUSTER_NAME.match(default_cluster_name(stack)), f"{stack!r} -> {default_cluster_name(stack)!r}"
+    assert default_cluster_name("x.y") != default_cluster_name("x-y"), "stacks whose names only differ in . and -"
+    assert default_cluster_name("a" * 80) != default_cluster_name("a" * 81), "long names stay apart"
+
+
 @pytest.mark.parametrize("stack", STACKS)
 def test_eks_cluster_uses_access_entries_oidc_and_core_addons(stack):
     run = program(stack)
@@ -134,7 +162,7 @@ def test_eks_cluster_uses_access_entries_oidc_and_core_addons(stack):
     assert inputs["skipDefaultNodeGroup"] is True, f"{stack}: eks.Cluster should skip the default node group"
     assert inputs["useDefaultVpcCni"] is False and inputs["kubeProxyAddonOptions"]["enabled"] is True, \
         f"{stack}: vpc-cni and kube-proxy should be EKS add-ons"
-    coredns = run.one(ADDON, "ray-train-coredns")
+    coredns = run.one(ADDON, f"{stack_value(stack, 'clusterName')}-coredns")
     assert coredns.inputs["addonName"] == "coredns", f"{stack}: expected a coredns EKS add-on"
     assert system_node_group(run).urn in coredns.dependencies, f"{stack}: coredns must wait for the system nodes it runs on"
     # EKS refuses control-plane subnets in use1-az3; nodes may still use it.
@@ -295,6 +323,11 @@ def test_capacity_block_nodes_use_the_capacity_block_market():
     assert gpu_node_group(run).inputs["capacityType"] == "CAPACITY_BLOCK", "EKS wants capacity type CAPACITY_BLOCK"
     assert template["capacityReservationSpecification"]["capacityReservationTarget"]["capacityReservationId"] \
         == "cr-00000000000000cb1", "the launch template targets the Capacity Block"
+    assert template.get("instanceType") == "p5.48xlarge" and "instanceTypes" not in gpu_node_group(run).inputs, \
+        "EKS wants a Capacity Block's instance type in the launch template, not the node group"
+    on_demand = program("p5")
+    assert "instanceType" not in gpu_launch_template(on_demand).inputs and \
+        gpu_node_group(on_demand).inputs["instanceTypes"] == ["p5.48xlarge"], "elsewhere it stays on the node group"
 
 
 def test_a_rerun_counts_its_own_nodes_in_the_reservation_as_capacity():

@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any, Callable, ContextManager, Iterator, Mappi
 import pulumi
 import pulumi.dynamic
 
-from infra.config import InstanceFacts, StackConfig
+from infra.config import InstanceFacts, StackConfig, TrainExamples
 from infra.preflight import to_stderr
 from infra.raycluster import DASHBOARD_PORT as JOB_SERVER_PORT  # the head serves the Jobs API on its dashboard port
 
@@ -133,6 +133,7 @@ def workload_config(cfg: StackConfig, facts: InstanceFacts) -> "WorkloadConfig":
             eval_fraction=train.eval_fraction,
             eval_every=train.eval_every,
             export=train.export,
+            **examples_flags(train.examples),
             # The instance's network, for the job's choice of sharding; its fabric check's measurement wins.
             node_gbits_per_s=facts.network_gbps,
         )
@@ -143,6 +144,11 @@ def workload_config(cfg: StackConfig, facts: InstanceFacts) -> "WorkloadConfig":
         return dataclasses.replace(workload, run_name=f"ray-train-fsdp-llm-{train.run_id}-{definition}")
     except ValueError as e:
         raise ValueError(f"train* config keys do not make a valid job: {e}") from e
+
+
+def examples_flags(examples: TrainExamples) -> dict[str, Any]:
+    """trainDataFormat and its keys as the workload's fields of the same names (--data_format, --messages_field...)."""
+    return dataclasses.asdict(examples)
 
 
 def job_inputs(cfg: StackConfig, facts: InstanceFacts) -> dict[str, Any]:

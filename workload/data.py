@@ -58,7 +58,7 @@ def check_tokenizer(cfg: TrainConfig, vocab_size: int) -> None:
     if not cfg.dataset:
         return
     if cfg.data_format != "text":
-        from workload.sft import load_tokenizer as load_chat_tokenizer
+        from workload.sft.dataset import load_tokenizer as load_chat_tokenizer
 
         load_chat_tokenizer(cfg)  # refuses a tokenizer without a chat template, unless --chat_template names one
     size = len(load_tokenizer(cfg.tokenizer_name))
@@ -204,12 +204,13 @@ def make_data(cfg: TrainConfig, vocab_size: int, rank: int, world_size: int) -> 
 
 def _example_data(cfg: TrainConfig, rank: int, world_size: int) -> Data:
     """Chat or prompt-completion examples (workload/sft/), packed, then dealt as text blocks are."""
-    from workload import sft
+    from workload.sft.dataset import dataset_blocks as example_blocks
+    from workload.sft.packing import TokenBatch
 
-    blocks = sft.dataset_blocks(cfg)
+    blocks = example_blocks(cfg)
     data = _deal(cfg, blocks.train.blocks, blocks.eval.blocks if blocks.eval else None, rank, world_size)
     train = data.train
-    return Data(lambda step: sft.TokenBatch.of(train(step)), [sft.TokenBatch.of(rows) for rows in data.eval],
+    return Data(lambda step: TokenBatch.of(train(step)), [TokenBatch.of(rows) for rows in data.eval],
                 blocks.describe(cfg), blocks.summary())
 
 

@@ -146,7 +146,7 @@ def test_a_chat_fine_tune_reaches_the_job_as_the_workload_flags():
     assert (workload.dataset, workload.data_format, workload.messages_field, workload.chat_template,
             workload.truncation, workload.train_on_prompt, workload.eval_fraction) == (
         "s3://bucket/chats/train.parquet", "chat", "conversation", "llama3", "split", True, 0.05), args
-    pairs = ray_job.examples_flags(config.parse(stack_settings(None) | {
+    pairs = ray_job.examples_flags(config.parse(stack_settings("dev") | {
         **TRAIN, "trainDataset": "org/pairs", "trainDataFormat": "prompt-completion", "trainPromptField": "question",
         "trainCompletionField": "answer"}).train.examples)
     assert pairs == {"data_format": "prompt-completion", "messages_field": "messages", "prompt_field": "question",

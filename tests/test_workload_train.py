@@ -276,6 +276,16 @@ def _trained_tokens_seen(cfg: TrainConfig) -> tuple[int, int]:
     return sum(int(b.examples()) for b in steps), sum(int(b.trained_tokens()) for b in steps)
 
 
+def _fit_and_count(cfg: TrainConfig, train_examples: int, eval_examples: int) -> dict:
+    """Fit on the Ray cluster; the summary must count the examples and trained tokens the steps really held."""
+    result, final = trainer.fit(cfg)
+    summary = trainer.summarize(cfg, result, final)
+    examples, trained = _trained_tokens_seen(cfg)
+    assert summary["examples"] == {"examples": train_examples, "eval_examples": eval_examples, "over_long": 0,
+                                   "examples_seen": examples, "trained_tokens_seen": trained}, summary["examples"]
+    return summary
+
+
 def test_a_chat_fine_tune_learns_the_answers_and_its_export_answers_through_the_template(ray_cluster, tmp_path):
     """The sample conversations on 2 CPU workers: the loss on the assistant's tokens falls, the summary counts the
     examples and trained tokens, the held-out loss is over the assistant's tokens only, and the exported model
@@ -285,11 +295,7 @@ def test_a_chat_fine_tune_learns_the_answers_and_its_export_answers_through_the_
     from workload import local
 
     cfg = dataclasses.replace(CHAT, storage_path=str(tmp_path), run_name="chat")
-    result, final = trainer.fit(cfg)
-    summary = trainer.summarize(cfg, result, final)
-    examples, trained = _trained_tokens_seen(cfg)
-    assert summary["examples"] == {"examples": 96, "eval_examples": 24, "over_long": 0, "examples_seen": examples,
-                                   "trained_tokens_seen": trained}, summary["examples"]
+    summary = _fit_and_count(cfg, train_examples=96, eval_examples=24)
     assert summary["final_loss"] < 0.5 * summary["initial_loss"], summary
 
     exported = AutoModelForCausalLM.from_pretrained(summary["model"])
@@ -332,10 +338,6 @@ def test_a_prompt_completion_fine_tune_trains_on_completions_and_keeps_the_templ
     cfg = dataclasses.replace(CHAT, dataset=os.path.join(HERE, "..", "data", "instructions.jsonl"), eval_fraction=0,
                               data_format="prompt-completion", steps=8, warmup_steps=1, storage_path=str(tmp_path),
                               run_name="pairs")
-    result, final = trainer.fit(cfg)
-    summary = trainer.summarize(cfg, result, final)
-    examples, trained = _trained_tokens_seen(cfg)
-    assert summary["examples"] == {"examples": 120, "eval_examples": 0, "over_long": 0, "examples_seen": examples,
-                                   "trained_tokens_seen": trained}, summary["examples"]
+    summary = _fit_and_count(cfg, train_examples=120, eval_examples=0)
     assert summary["final_loss"] < 0.7 * summary["initial_loss"], summary
     assert chat_template(summary["model"]) == chat_template(cfg.tokenizer), "the export keeps the chat template"

@@ -259,7 +259,11 @@ def loss_fn(model: nn.Module, batch, divisor: torch.Tensor | None = None) -> tor
     (workload.sft.TokenBatch), their counted targets' summed loss over `divisor` (default: their number)."""
     if isinstance(batch, torch.Tensor):
         return model(batch)
-    return model(batch.input_ids, labels=batch.labels, position_ids=batch.position_ids, divisor=divisor)
+    if divisor is None:
+        return model(batch.input_ids, labels=batch.labels, position_ids=batch.position_ids)
+    # Summed inside, divided here in fp32: a tensor passed into the FSDP module would be cast to bf16 on the way
+    # in (its mixed-precision policy casts floating inputs), rounding the token count.
+    return model(batch.input_ids, labels=batch.labels, position_ids=batch.position_ids, divisor=1.0) / divisor
 
 
 def loss_divisor(batch) -> torch.Tensor | None:

@@ -266,7 +266,7 @@ def test_the_job_exports_its_weights_and_so_does_the_export_command(reference, t
 
 CHAT = dataclasses.replace(
     BASE, dataset=os.path.join(HERE, "..", "data", "conversations.jsonl"), data_format="chat", seq_len=128,
-    tokenizer=os.path.join(HERE, "..", "data", "chat-tokenizer"), eval_fraction=0.2, eval_every=0)
+    tokenizer=os.path.join(HERE, "..", "data", "chat-tokenizer"), eval_fraction=0.2, eval_every=0, steps=10)
 
 
 def _trained_tokens_seen(cfg: TrainConfig) -> tuple[int, int]:
@@ -336,7 +336,7 @@ def _greedy_answer(lm, tokenizer, messages: list[dict], limit: int) -> str:
 
 def test_a_prompt_completion_fine_tune_trains_on_completions_and_keeps_the_template(ray_cluster, tmp_path):
     cfg = dataclasses.replace(CHAT, dataset=os.path.join(HERE, "..", "data", "instructions.jsonl"), eval_fraction=0,
-                              data_format="prompt-completion", steps=8, warmup_steps=1, storage_path=str(tmp_path),
+                              data_format="prompt-completion", steps=6, warmup_steps=1, storage_path=str(tmp_path),
                               run_name="pairs")
     summary = _fit_and_count(cfg, train_examples=120, eval_examples=0)
     assert summary["final_loss"] < 0.7 * summary["initial_loss"], summary

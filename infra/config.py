@@ -23,7 +23,10 @@ from infra.naming import default_cluster_name
 
 # The workload's own lists (both modules import nothing but the standard library), so a name the job accepts is
 # never refused here, nor the reverse.
+from workload.config import CHAT_TEMPLATES  # trainChatTemplate: the published templates the workload ships
+from workload.config import DATA_FORMATS  # trainDataFormat
 from workload.config import EXPORTS  # trainExport
+from workload.config import TRUNCATIONS  # trainTruncation
 from workload.config import LR_SCHEDULES  # trainLrSchedule
 from workload.config import MODEL_CONFIGS  # trainModelConfig: architectures built with random weights
 from workload.config import REDUCE_DTYPES  # trainReduceDtype
@@ -137,6 +140,19 @@ class SecretEnv:
 
 
 @dataclass(frozen=True)
+class TrainExamples:
+    """trainDataFormat and the keys of chat and prompt-completion data (workload/sft/)."""
+
+    data_format: str = "text"
+    messages_field: str = "messages"
+    prompt_field: str = "prompt"
+    completion_field: str = "completion"
+    train_on_prompt: bool = False
+    chat_template: str = ""
+    truncation: str = "truncate"
+
+
+@dataclass(frozen=True)
 class TrainConfig:
     """The training job that `pulumi up` runs when enabled (keys train*)."""
 
@@ -172,6 +188,8 @@ class TrainConfig:
     eval_fraction: float
     eval_every: int
     export: str
+    examples: "TrainExamples" = field(default_factory=lambda: TrainExamples())
+    """trainDataFormat and its keys: how trainDataset's records are trained on."""
     secret_env: SecretEnv = field(default_factory=SecretEnv)
     """trainSecretEnv: delivered to the Ray pods from a Kubernetes Secret, never through the job's inputs."""
     wait: str = "finish"
@@ -672,6 +690,37 @@ def _parse_train(raw: dict[str, Any]) -> TrainConfig:
         eval_fraction=eval_fraction,
         eval_every=raw["trainEvalEvery"],
         export=raw["trainExport"],
+        examples=_parse_train_examples(raw),
+    )
+
+
+def _parse_train_examples(raw: dict[str, Any]) -> TrainExamples:
+    """The keys of chat and prompt-completion data, each checked against its allowed values."""
+    data_format = raw["trainDataFormat"]
+    _require(data_format in DATA_FORMATS, "trainDataFormat", f"{data_format!r} is not one of {list(DATA_FORMATS)}")
+    _require(raw["trainTruncation"] in TRUNCATIONS, "trainTruncation",
+             f"{raw['trainTruncation']!r} is not one of {list(TRUNCATIONS)}")
+    _require(raw["trainChatTemplate"] in ("", *CHAT_TEMPLATES), "trainChatTemplate",
+             f"{raw['trainChatTemplate']!r} is not empty (the tokenizer's own) or one of {list(CHAT_TEMPLATES)}")
+    if data_format != "text":
+        _require(bool(raw["trainDataset"]), "trainDataset",
+                 f"is empty (random tokens), and trainDataFormat {data_format} needs records to train on")
+        _require(not raw["trainDataset"].endswith(".txt"), "trainDataset",
+                 f"{raw['trainDataset']} is plain text; trainDataFormat {data_format} reads records from .jsonl, .json, "
+                 ".parquet or a Hugging Face dataset")
+        keys = ("trainMessagesField",) if data_format == "chat" else ("trainPromptField", "trainCompletionField")
+        for key in keys:
+            _require(bool(raw[key]), key, f"must name the records' field for trainDataFormat {data_format}")
+        _require(data_format != "prompt-completion" or raw["trainPromptField"] != raw["trainCompletionField"],
+                 "trainCompletionField", f"must differ from trainPromptField, both are {raw['trainPromptField']!r}")
+    return TrainExamples(
+        data_format=data_format,
+        messages_field=raw["trainMessagesField"],
+        prompt_field=raw["trainPromptField"],
+        completion_field=raw["trainCompletionField"],
+        train_on_prompt=raw["trainOnPrompt"],
+        chat_template=raw["trainChatTemplate"],
+        truncation=raw["trainTruncation"],
     )
 
 

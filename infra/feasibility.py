@@ -21,7 +21,8 @@ from infra import addons, capacity_reservation, config, instance_facts, network,
 from infra.config import AwsIdentity, InstanceFacts, StackConfig, arn_parts
 from infra.gpu_nodes import placement_group_name, use_placement_group
 from workload import memory
-from workload.config import is_local_dataset
+from workload.config import CHAT_TEMPLATES, is_local_dataset
+from workload.sft.chat import KNOWN_CHAT_TEMPLATES
 
 # The versions EKS creates clusters on, as of EKS_VERSIONS_DATE (the EKS release calendar: 1.31's extended support
 # ended 2026-11-26; 1.35 is the newest EKS had released). Add a version here when EKS releases it.
@@ -335,6 +336,7 @@ def check_job(cfg: StackConfig, gpu: InstanceFacts) -> None:
     checkpoints, its transport expectation and its fabric minimum (trainPip is judged with the config)."""
     check_job_data(cfg)
     workload = ray_job.workload_config(cfg, gpu)  # the workload's own checks of the flags first
+    check_chat_template(cfg)
     train = cfg.train
     gpus = gpu.gpus * cfg.gpu_node_count
     workers = train.num_workers or gpus
@@ -375,6 +377,25 @@ def check_job_data(cfg: StackConfig) -> None:
         raise ValueError(
             f"config key 'trainTokenizer': {train.tokenizer} is a path on this machine, which {nodes} cannot read; "
             "allowed: a Hugging Face tokenizer or model id, or empty for trainModelId's tokenizer")
+
+
+def check_chat_template(cfg: StackConfig) -> None:
+    """Chat and prompt-completion data are rendered with the tokenizer's chat template: a tokenizer known to have
+    none is refused unless trainChatTemplate names one; one not known here is checked by the job before it trains."""
+    train = cfg.train
+    if train.examples.data_format == "text" or train.examples.chat_template:
+        return
+    tokenizer = train.tokenizer or train.model_id
+    key = "trainTokenizer" if train.tokenizer else "trainModelId"
+    known = KNOWN_CHAT_TEMPLATES.get(tokenizer)
+    if known is False:
+        raise ValueError(
+            f"config key '{key}': the tokenizer {tokenizer} has no chat template, so trainDataFormat "
+            f"{train.examples.data_format} cannot render its records the way the model will see them; allowed: set "
+            f"trainChatTemplate to one of {list(CHAT_TEMPLATES)}, or a tokenizer that has a template")
+    if known is None:
+        pulumi.log.warn(f"{key} {tokenizer}: whether its tokenizer has a chat template is not known before it is "
+                        "downloaded; the job checks it before any worker starts")
 
 
 def check_job_shape(seq_len: int, batch_size: int, workers: int, architecture: dict, gpu: InstanceFacts,

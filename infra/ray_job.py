@@ -40,7 +40,7 @@ import pulumi.dynamic
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
-from infra.config import InstanceFacts, StackConfig
+from infra.config import InstanceFacts, StackConfig, TrainExamples
 from infra.preflight import to_stderr
 from infra.raycluster import DASHBOARD_PORT as JOB_SERVER_PORT  # the head serves the Jobs API on its dashboard port
 from workload import fp8  # standard library only: the preview's fp8 check and torchao's pin
@@ -116,13 +116,21 @@ STACK_KEYS = {
     "tokenizer": "trainTokenizer", "eval_split": "trainEvalSplit", "eval_fraction": "trainEvalFraction",
     "eval_every": "trainEvalEvery", "export": "trainExport", "fp8": "trainFp8",
 }
+# The flags of trainDataFormat and its keys (infra.config.TrainExamples' fields), for naming only.
+EXAMPLES_KEYS = {
+    "data_format": "trainDataFormat", "messages_field": "trainMessagesField", "prompt_field": "trainPromptField",
+    "completion_field": "trainCompletionField", "train_on_prompt": "trainOnPrompt",
+    "chat_template": "trainChatTemplate", "truncation": "trainTruncation",
+}
+assert set(EXAMPLES_KEYS) == {field.name for field in dataclasses.fields(TrainExamples)}, "a TrainExamples field unnamed"
 _FLAG = re.compile(r"--([a-z_]+)")
 
 
 def stack_message(message: str) -> str:
     """A refusal of the workload's, with its flags (--checkpoint_every) named as the stack keys that set them."""
-    keys = [STACK_KEYS[flag] for flag in _FLAG.findall(message) if flag in STACK_KEYS]
-    named = _FLAG.sub(lambda match: STACK_KEYS.get(match.group(1), match.group(0)), message)
+    stack_keys = {**STACK_KEYS, **EXAMPLES_KEYS}
+    keys = [stack_keys[flag] for flag in _FLAG.findall(message) if flag in stack_keys]
+    named = _FLAG.sub(lambda match: stack_keys.get(match.group(1), match.group(0)), message)
     if not keys:
         return f"train* config keys do not make a valid job: {named}"
     return f"config key{'s' if len(set(keys)) > 1 else ''} {', '.join(repr(k) for k in dict.fromkeys(keys))}: {named}"
@@ -141,6 +149,7 @@ def workload_config(cfg: StackConfig, facts: InstanceFacts) -> "WorkloadConfig":
     try:
         workload = WorkloadConfig(
             **{name: getattr(train, name) for name in STACK_KEYS},
+            **examples_flags(train.examples),
             # The instance's network, for the job's choice of sharding; its fabric check's measurement wins.
             node_gbits_per_s=facts.network_gbps,
         )
@@ -166,6 +175,11 @@ def job_pip(train) -> list[str]:
     if train.fp8 and "torchao" not in {name(entry) for entry in pip}:
         pip.append(fp8.TORCHAO_REQUIREMENT)
     return pip
+
+
+def examples_flags(examples: TrainExamples) -> dict[str, Any]:
+    """trainDataFormat and its keys as the workload's fields of the same names (--data_format, --messages_field...)."""
+    return dataclasses.asdict(examples)
 
 
 def job_inputs(cfg: StackConfig, facts: InstanceFacts) -> dict[str, Any]:

@@ -8,8 +8,8 @@ from types import SimpleNamespace
 import pulumi
 import pytest
 
-from infra import ray_job
-from tests.pulumi_mocks import is_secret_value, program, run_program, run_under_mocks
+from infra import config, ray_job
+from tests.pulumi_mocks import is_secret_value, program, run_program, run_under_mocks, stack_settings
 from tests.stacks import INSTANCE_FACTS
 
 JOB = "pulumi-python:dynamic/raytrain:TrainingJob"
@@ -140,3 +140,24 @@ def test_data_schedule_evaluation_and_export_keys_reach_the_job():
     flags = dict(zip(fraction[::2], fraction[1::2]))
     assert (flags["--dataset"], flags["--text_field"], flags["--eval_fraction"]) == \
         ("s3://bucket/data/corpus.jsonl", "body", "0.05"), fraction
+
+
+def test_a_chat_fine_tune_reaches_the_job_as_the_workload_flags():
+    """The stack's job inputs for conversations: the format and its keys become the workload's flags, which
+    rebuild a workload config (the one the job will parse) with the same values."""
+    from workload.config import parse_args
+
+    keys = {"trainDataset": "s3://bucket/chats/train.parquet", "trainDataFormat": "chat",
+            "trainMessagesField": "conversation", "trainChatTemplate": "llama3", "trainTruncation": "split",
+            "trainOnPrompt": True, "trainEvalFraction": "0.05"}
+    args = run_program("dev", {**TRAIN, **keys}).one(JOB).inputs["train_args"]
+    workload = parse_args(args)
+    assert (workload.dataset, workload.data_format, workload.messages_field, workload.chat_template,
+            workload.truncation, workload.train_on_prompt, workload.eval_fraction) == (
+        "s3://bucket/chats/train.parquet", "chat", "conversation", "llama3", "split", True, 0.05), args
+    pairs = ray_job.examples_flags(config.parse(stack_settings("dev") | {
+        **TRAIN, "trainDataset": "org/pairs", "trainDataFormat": "prompt-completion", "trainPromptField": "question",
+        "trainCompletionField": "answer"}).train.examples)
+    assert pairs == {"data_format": "prompt-completion", "messages_field": "messages", "prompt_field": "question",
+                     "completion_field": "answer", "train_on_prompt": False, "chat_template": "",
+                     "truncation": "truncate"}, pairs

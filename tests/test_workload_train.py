@@ -266,3 +266,82 @@ def test_the_job_exports_its_weights_and_so_does_the_export_command(reference, t
             f"{made_by}: every file as readable as config.json, by the group too (umask 022): {modes}")
         assert loaded.config.use_cache and loaded.generation_config.eos_token_id == tokenizer.eos_token_id, (
             f"{made_by}: made for generate(): {loaded.config.use_cache}, {loaded.generation_config}")
+
+
+CHAT = dataclasses.replace(
+    BASE, dataset=os.path.join(HERE, "..", "data", "conversations.jsonl"), data_format="chat", seq_len=128,
+    tokenizer=os.path.join(HERE, "..", "data", "chat-tokenizer"), eval_fraction=0.2, eval_every=0, steps=10)
+
+
+def _trained_tokens_seen(cfg: TrainConfig) -> tuple[int, int]:
+    """(examples, trained tokens) of every step's batches on both ranks, counted without Ray."""
+    batches = [data.make_data(cfg, 0, rank, 2).train for rank in (0, 1)]
+    steps = [batch(step) for batch in batches for step in range(cfg.steps)]
+    return sum(int(b.examples()) for b in steps), sum(int(b.trained_tokens()) for b in steps)
+
+
+def _fit_and_count(cfg: TrainConfig, train_examples: int, eval_examples: int) -> dict:
+    """Fit on the Ray cluster; the summary must count the examples and trained tokens the steps really held."""
+    result, final = trainer.fit(cfg)
+    summary = trainer.summarize(cfg, result, final)
+    examples, trained = _trained_tokens_seen(cfg)
+    assert summary["examples"] == {"examples": train_examples, "eval_examples": eval_examples, "over_long": 0,
+                                   "examples_seen": examples, "trained_tokens_seen": trained}, summary["examples"]
+    return summary
+
+
+def test_a_chat_fine_tune_learns_the_answers_and_its_export_answers_through_the_template(ray_cluster, tmp_path):
+    """The sample conversations on 2 CPU workers: the loss on the assistant's tokens falls, the summary counts the
+    examples and trained tokens, the held-out loss is over the assistant's tokens only, and the exported model
+    answers a question through its own chat template, stopping at the end of its turn."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from workload import local
+
+    cfg = dataclasses.replace(CHAT, storage_path=str(tmp_path), run_name="chat")
+    summary = _fit_and_count(cfg, train_examples=96, eval_examples=24)
+    assert summary["final_loss"] < 0.5 * summary["initial_loss"], summary
+
+    exported = AutoModelForCausalLM.from_pretrained(summary["model"])
+    held_out = data.make_data(cfg, 0, 0, 1).eval
+    with torch.no_grad():
+        # Hugging Face's own loss on the held-out blocks (labels -100 outside the assistant's turns), token-weighted.
+        sums = [exported(input_ids=b.input_ids, labels=b.labels, position_ids=b.position_ids).loss * b.trained_tokens()
+                for b in held_out]
+    expected = float(sum(sums) / sum(b.trained_tokens() for b in held_out))
+    assert summary["eval_loss"] == pytest.approx(expected, rel=2e-2), "eval_loss: the assistant tokens' mean loss"
+
+    answer = local.generate_chat(summary["model"], local.CHAT_PROMPTS["chat"])
+    assert AutoTokenizer.from_pretrained(summary["model"]).chat_template == chat_template(cfg.tokenizer)
+    assert answer == _greedy_answer(exported, AutoTokenizer.from_pretrained(cfg.tokenizer), local.CHAT_PROMPTS["chat"],
+                                    2 * local.NEW_TOKENS), "generate() on the export: the training template's prompt, " \
+        "greedy, stopping at the end of the assistant's turn"
+
+
+def chat_template(tokenizer: str) -> str:
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(tokenizer).chat_template
+
+
+def _greedy_answer(lm, tokenizer, messages: list[dict], limit: int) -> str:
+    """The model's greedy answer computed by hand: the training tokenizer's rendering of the prompt, one argmax
+    at a time, until <|im_end|> (the turn's end) or `limit` tokens."""
+    ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True)["input_ids"]
+    end, answer = tokenizer.convert_tokens_to_ids("<|im_end|>"), []
+    with torch.no_grad():
+        while len(answer) < limit:
+            token = int(lm(torch.tensor([ids + answer])).logits[0, -1].argmax())
+            if token == end:
+                break
+            answer.append(token)
+    return tokenizer.decode(answer, skip_special_tokens=True)
+
+
+def test_a_prompt_completion_fine_tune_trains_on_completions_and_keeps_the_template(ray_cluster, tmp_path):
+    cfg = dataclasses.replace(CHAT, dataset=os.path.join(HERE, "..", "data", "instructions.jsonl"), eval_fraction=0,
+                              data_format="prompt-completion", steps=6, warmup_steps=1, storage_path=str(tmp_path),
+                              run_name="pairs")
+    summary = _fit_and_count(cfg, train_examples=120, eval_examples=0)
+    assert summary["final_loss"] < 0.7 * summary["initial_loss"], summary
+    assert chat_template(summary["model"]) == chat_template(cfg.tokenizer), "the export keeps the chat template"

@@ -52,7 +52,15 @@ REPO = os.path.dirname(HERE)
         (["--dataset", CORPUS, "--eval_every", "5"], "--eval_every needs an evaluation set"),
         (["--export", "hf"], "--export must be one of final, checkpoints, none"),
         (["--storage_path", "/tmp/x", "--export", "checkpoints"], "--export checkpoints needs --checkpoint_every"),
-        (["--dataset", "s3://bucket/corpus.parquet"], "a remote file must end in one of .txt, .jsonl, .json"),
+        (["--dataset", "s3://bucket/corpus.csv"], "a remote file must end in one of .txt, .jsonl, .json, .parquet"),
+        (["--data_format", "sharegpt"], "--data_format must be one of text, chat, prompt-completion"),
+        (["--data_format", "chat"], "--data_format chat needs a --dataset of records"),
+        (["--data_format", "chat", "--dataset", CORPUS], "is plain text; records come from .jsonl"),
+        (["--data_format", "chat", "--dataset", "org/chats", "--messages_field", ""], "--messages_field must name"),
+        (["--data_format", "prompt-completion", "--dataset", "org/pairs", "--completion_field", "prompt"],
+         "--prompt_field and --completion_field must differ"),
+        (["--truncation", "drop"], "--truncation must be one of truncate, split"),
+        (["--chat_template", "zephyr"], "--chat_template must be empty .*, one of qwen2.5, llama3, or an existing"),
     ],
 )
 def test_bad_input_fails_before_ray_starts(argv, flag):

@@ -25,15 +25,16 @@ STEP_FILE = "train_step.json"
 MODEL_KEY, LM_PREFIX = "model", "lm."
 
 
-def save(directory: str, model: nn.Module, optimizer: torch.optim.Optimizer, step: int, tokenizer: str = "") -> None:
+def save(directory: str, model: nn.Module, optimizer: torch.optim.Optimizer, step: int, tokenizer: str = "",
+         chat_template: str = "") -> None:
     """Write this rank's shards of the model and optimizer state. Rank 0 also records the step reached, the
-    tokenizer trained with, and the model's Hugging Face config (config.json, generation_config.json), so that
+    tokenizer trained with (and the text of the chat template it rendered with, when not the tokenizer's own), and the model's Hugging Face config (config.json, generation_config.json), so that
     workload.export can turn the checkpoint into a model directory with nothing else at hand."""
     model_state, optimizer_state = get_state_dict(model, optimizer)
     dcp.save({MODEL_KEY: model_state, "optimizer": optimizer_state}, checkpoint_id=directory)
     if torch.distributed.get_rank() == 0:
         with open(os.path.join(directory, STEP_FILE), "w") as file:
-            json.dump({"step": step, "tokenizer": tokenizer}, file)
+            json.dump({"step": step, "tokenizer": tokenizer, "chat_template": chat_template}, file)
         model.lm.config.save_pretrained(directory)
         if model.lm.generation_config is not None:
             model.lm.generation_config.save_pretrained(directory)

@@ -80,6 +80,12 @@ class _HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefa
             return (action.help or "") + " (default: empty)"
         return super()._get_help_string(action)
 
+    def _split_lines(self, text: str, width: int) -> list[str]:
+        # argparse's own, except that a flag value such as prompt-completion is never cut at its hyphen.
+        import textwrap
+
+        return textwrap.wrap(self._whitespace_matcher.sub(" ", text).strip(), width, break_on_hyphens=False)
+
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str):

@@ -51,7 +51,13 @@ MODEL_CONFIGS = tuple(ARCHITECTURES)
 PUBLISHED_ARCHITECTURES = {"Qwen/Qwen2.5-1.5B": "qwen2.5-1.5b"}
 
 # A --dataset with one of these suffixes is a file, local or remote (s3://...), rather than a Hugging Face id.
-DATASET_FILE_SUFFIXES = (".txt", ".jsonl", ".json")
+DATASET_FILE_SUFFIXES = (".txt", ".jsonl", ".json", ".parquet")
+DATA_FORMATS = ("text", "chat", "prompt-completion")
+"""Names accepted by --data_format: raw text packed as today, or supervised fine-tuning records (workload/sft/)."""
+CHAT_TEMPLATES = ("qwen2.5", "llama3")
+"""Names accepted by --chat_template besides a .jinja file: the published templates in workload/sft/templates/."""
+TRUNCATIONS = ("truncate", "split")
+"""Names accepted by --truncation: what happens to a chat or prompt-completion example longer than --seq_len."""
 SHARDINGS = ("auto", "full", "hybrid")
 """Names accepted by --sharding (workload.parallel chooses between full and hybrid for auto)."""
 REDUCE_DTYPES = ("auto", "fp32", "bf16")
@@ -127,6 +133,20 @@ class TrainConfig:
     tokenizer: str = flag(
         "", "Tokenizer for --dataset (a Hugging Face id or a local directory); empty means --model_id's."
     )
+    data_format: str = flag(
+        "text", "text: documents packed and trained on every token; chat: a --messages_field of role/content turns; "
+        "prompt-completion: a --prompt_field and a --completion_field (both rendered with the chat template).")
+    messages_field: str = flag("messages", "Field holding a record's list of {role, content} turns (--data_format chat).")
+    prompt_field: str = flag("prompt", "Field holding a record's prompt (--data_format prompt-completion).")
+    completion_field: str = flag("completion", "Field holding a record's completion (--data_format prompt-completion).")
+    train_on_prompt: bool = flag(
+        False, "Chat and prompt-completion: train on every token, not only the assistant's (completion) tokens.")
+    chat_template: str = flag(
+        "", "Chat template to render examples with instead of the tokenizer's own: a shipped one (qwen2.5, llama3) "
+        "or a .jinja file; the exported model keeps it.")
+    truncation: str = flag(
+        "truncate", "A chat or prompt-completion example longer than --seq_len: truncate (keep its first tokens) or "
+        "split (train on each --seq_len piece as an example of its own).")
     eval_fraction: float = flag(
         0.0, "Hold out this fraction of --dataset's packed sequences for evaluation (0 to below 1); 0: none.")
     eval_split: str = flag(
@@ -223,6 +243,7 @@ class TrainConfig:
         if self.warmup_steps > self.steps:
             raise ValueError(f"--warmup_steps {self.warmup_steps} must be at most --steps {self.steps}")
         self._check_evaluation()
+        self._check_data_format()
         if self.export == "checkpoints" and not self.checkpoint_every:
             raise ValueError("--export checkpoints needs --checkpoint_every (and --storage_path): the models are "
                              "written at the checkpoints; final writes one after the last step")
@@ -257,6 +278,27 @@ class TrainConfig:
                              "none: use --eval_fraction")
         if self.eval_every and not (self.eval_fraction or self.eval_split):
             raise ValueError("--eval_every needs an evaluation set: --eval_fraction or --eval_split")
+
+    def _check_data_format(self) -> None:
+        _one_of(self, "data_format", DATA_FORMATS)
+        _one_of(self, "truncation", TRUNCATIONS)
+        if self.chat_template and self.chat_template not in CHAT_TEMPLATES and not (
+                self.chat_template.endswith(".jinja") and os.path.isfile(os.path.expanduser(self.chat_template))):
+            raise ValueError(f"--chat_template must be empty (the tokenizer's own), one of {', '.join(CHAT_TEMPLATES)}, "
+                             f"or an existing .jinja file, got {self.chat_template!r}")
+        if self.data_format == "text":
+            return
+        if not self.dataset:
+            raise ValueError(f"--data_format {self.data_format} needs a --dataset of records (random tokens are text)")
+        if self.dataset.endswith(".txt"):
+            raise ValueError(f"--data_format {self.data_format}: {self.dataset!r} is plain text; records come from "
+                             ".jsonl, .json, .parquet or a Hugging Face dataset")
+        names = ("messages_field",) if self.data_format == "chat" else ("prompt_field", "completion_field")
+        for name in names:
+            if not getattr(self, name):
+                raise ValueError(f"--{name} must name the records' field for --data_format {self.data_format}")
+        if self.data_format == "prompt-completion" and self.prompt_field == self.completion_field:
+            raise ValueError(f"--prompt_field and --completion_field must differ, both are {self.prompt_field!r}")
 
     @property
     def tokenizer_name(self) -> str:

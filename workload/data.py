@@ -53,9 +53,14 @@ def load_tokenizer(name: str):
 
 
 def check_tokenizer(cfg: TrainConfig, vocab_size: int) -> None:
-    """With --dataset, the tokenizer must load and its ids must fit the model's embedding."""
+    """With --dataset, the tokenizer must load and its ids must fit the model's embedding; chat and prompt-completion
+    data also need its chat template (or --chat_template)."""
     if not cfg.dataset:
         return
+    if cfg.data_format != "text":
+        from workload.sft.dataset import load_tokenizer as load_chat_tokenizer
+
+        load_chat_tokenizer(cfg)  # refuses a tokenizer without a chat template, unless --chat_template names one
     size = len(load_tokenizer(cfg.tokenizer_name))
     if size > vocab_size:
         raise ValueError(
@@ -94,6 +99,10 @@ def read_text(path: str) -> str:
 def load_documents(cfg: TrainConfig, split: str = "") -> list[str]:
     """The documents of --dataset: a file's lines or records, or a Hugging Face dataset's `split` (default
     --dataset_split)."""
+    if cfg.dataset.endswith(".parquet"):
+        from workload.sft.records import read_file_records
+
+        return [_text_of(record, cfg.text_field, cfg.dataset) for record in read_file_records(cfg.dataset)]
     if is_file_dataset(cfg.dataset):
         text = read_text(cfg.dataset)
         if cfg.dataset.endswith(".txt"):
@@ -178,12 +187,34 @@ class Data:
     train: Batches
     eval: list[torch.Tensor]
     """This rank's evaluation batches; empty without an evaluation set."""
+    description: str = ""
+    """A progress line saying what the data became (chat and prompt-completion data)."""
+    summary: dict | None = None
+    """What the job's summary reports of the examples (chat and prompt-completion data)."""
 
 
 def make_data(cfg: TrainConfig, vocab_size: int, rank: int, world_size: int) -> Data:
     if not cfg.dataset:
         return Data(random_batches(cfg, vocab_size, rank), [])
+    if cfg.data_format != "text":
+        return _example_data(cfg, rank, world_size)
     train, held = dataset_blocks(cfg)
+    return _deal(cfg, train, held, rank, world_size)
+
+
+def _example_data(cfg: TrainConfig, rank: int, world_size: int) -> Data:
+    """Chat or prompt-completion examples (workload/sft/), packed, then dealt as text blocks are."""
+    from workload.sft.dataset import dataset_blocks as example_blocks
+    from workload.sft.packing import TokenBatch
+
+    blocks = example_blocks(cfg)
+    data = _deal(cfg, blocks.train.blocks, blocks.eval.blocks if blocks.eval else None, rank, world_size)
+    train = data.train
+    return Data(lambda step: TokenBatch.of(train(step)), [TokenBatch.of(rows) for rows in data.eval],
+                blocks.describe(cfg), blocks.summary())
+
+
+def _deal(cfg: TrainConfig, train: torch.Tensor, held: torch.Tensor | None, rank: int, world_size: int) -> Data:
     if len(train) < world_size:
         raise ValueError(
             f"--dataset {cfg.dataset!r} packs into {len(train)} training blocks of --seq_len {cfg.seq_len} tokens, "

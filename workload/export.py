@@ -47,10 +47,12 @@ def export(checkpoint: str, out: str, *, dtype: str = "float32") -> list[str]:
             from transformers import GenerationConfig
 
             model.generation_config = GenerationConfig.from_pretrained(directory)
-    return save_model_directory(model.to(getattr(torch, dtype)), out, tokenizer=record.get("tokenizer", ""))
+    return save_model_directory(model.to(getattr(torch, dtype)), out, tokenizer=record.get("tokenizer", ""),
+                                chat_template=record.get("chat_template", ""))
 
 
-def save_model_directory(lm, out: str, *, state_dict: dict | None = None, tokenizer: str = "") -> list[str]:
+def save_model_directory(lm, out: str, *, state_dict: dict | None = None, tokenizer: str = "",
+                         chat_template: str = "") -> list[str]:
     """`lm.save_pretrained(out)` (model.safetensors, config.json, generation_config.json), with `state_dict` as its
     weights when given (the job's gathered ones: its own parameters are FSDP shards), and the tokenizer named
     `tokenizer` saved beside it. Returns notes for the user: a tokenizer that could not be saved.
@@ -74,6 +76,8 @@ def save_model_directory(lm, out: str, *, state_dict: dict | None = None, tokeni
     if loaded is not None and loaded.eos_token_id is not None and generation.eos_token_id is None:
         generation.eos_token_id = loaded.eos_token_id
         generation.pad_token_id = loaded.pad_token_id if loaded.pad_token_id is not None else loaded.eos_token_id
+    if loaded is not None:
+        _keep_chat_template(loaded, generation, chat_template)
     use_cache, lm.config.use_cache = lm.config.use_cache, True
     try:
         lm.save_pretrained(out, state_dict=state_dict, safe_serialization=True)
@@ -94,6 +98,26 @@ def _as_readable_as_config(out: str) -> None:
         path = os.path.join(out, name)
         if os.path.isfile(path) and os.stat(path).st_mode & 0o777 != mode:
             os.chmod(path, mode)
+
+
+def _keep_chat_template(tokenizer, generation, chat_template: str) -> None:
+    """The template training rendered with goes with the tokenizer (`chat_template` when training named one), and
+    generate() stops at the end of an assistant turn as well as at the end of text, as the instruct models'
+    generation configs do (Qwen2.5-Instruct: <|im_end|> and <|endoftext|>)."""
+    from workload.sft.chat import end_of_turn_token
+
+    if chat_template:
+        tokenizer.chat_template = chat_template
+    try:
+        end_of_turn = end_of_turn_token(tokenizer)
+    except ValueError:  # a template that cannot render a one-question conversation has no end of turn to find
+        return
+    if end_of_turn is None:
+        return
+    stops = generation.eos_token_id if isinstance(generation.eos_token_id, list) else (
+        [] if generation.eos_token_id is None else [generation.eos_token_id])
+    if end_of_turn not in stops:
+        generation.eos_token_id = [end_of_turn, *stops]
 
 
 def main(argv: Sequence[str] | None = None) -> int:

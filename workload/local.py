@@ -46,6 +46,20 @@ LOCAL_DEFAULTS = {
     "storage_path": os.path.join(REPO, "runs", "local"),
     "run_name": "local-<date>-<time>-<pid>",
 }
+# A chat or prompt-completion run left on the sample corpus trains on the sample records instead, with the sample
+# tokenizer that has a chat template (data/make_sample_data.py), in blocks that hold a conversation with the
+# template's system prompt (Qwen2.5's default one is 22 tokens of bytes in this vocabulary).
+FORMAT_DEFAULTS = {
+    "chat": {"dataset": os.path.join(REPO, "data", "conversations.jsonl"),
+             "tokenizer": os.path.join(REPO, "data", "chat-tokenizer"), "seq_len": 128},
+    "prompt-completion": {"dataset": os.path.join(REPO, "data", "instructions.jsonl"),
+                          "tokenizer": os.path.join(REPO, "data", "chat-tokenizer"), "seq_len": 128},
+}
+# What the local run asks a chat-trained model, through its chat template: a question of the sample's kind.
+CHAT_PROMPTS = {
+    "chat": [{"role": "system", "content": "answer in one line ."}, {"role": "user", "content": "the cat chases what ?"}],
+    "prompt-completion": [{"role": "user", "content": "the cat chases what ?"}],
+}
 # Ray Train settings for a one-machine run, passed in the job's env. Nothing here can be preempted, so no watcher
 # (in Ray 2.60 it also logs a spurious error at start); and the controller polls its workers every 0.5 s instead
 # of 2 s, which a 20-step run otherwise waits on at each checkpoint report.
@@ -176,7 +190,8 @@ def parse_command(argv: Sequence[str] | None = None) -> tuple[TrainConfig, bool]
         "API as on a real cluster, its progress streamed, its summary printed last. Same flags as\n"
         "`python -m workload.train`, with defaults for a CPU-sized run.\n\n"
         "  python -m workload.local                 # tiny model, data/corpus.txt, 40 steps, then a generation\n"
-        "  python -m workload.local --steps 5 --dataset ''   # random tokens, as the original recipe",
+        "  python -m workload.local --steps 5 --dataset ''   # random tokens, as the original recipe\n"
+        "  python -m workload.local --data_format chat       # a chat fine-tune on data/conversations.jsonl",
         defaults=LOCAL_DEFAULTS,
     )
     parser.add_argument("--verbose", action="store_true",
@@ -185,6 +200,9 @@ def parse_command(argv: Sequence[str] | None = None) -> tuple[TrainConfig, bool]
     verbose = args.pop("verbose")
     if args["run_name"] == LOCAL_DEFAULTS["run_name"]:
         args["run_name"] = new_run_name()
+    for name, value in FORMAT_DEFAULTS.get(args["data_format"], {}).items():
+        if args[name] == LOCAL_DEFAULTS.get(name, TrainConfig.__dataclass_fields__[name].default):
+            args[name] = value
     if not args["dataset"]:
         # Random tokens have nothing to hold out: the local defaults' evaluation goes with the sample corpus.
         for name in ("eval_fraction", "eval_every"):
@@ -196,6 +214,8 @@ def parse_command(argv: Sequence[str] | None = None) -> tuple[TrainConfig, bool]
         cfg,
         dataset=os.path.abspath(os.path.expanduser(cfg.dataset)) if is_local_dataset(cfg.dataset) else cfg.dataset,
         tokenizer=os.path.abspath(cfg.tokenizer) if os.path.isdir(cfg.tokenizer) else cfg.tokenizer,
+        chat_template=os.path.abspath(os.path.expanduser(cfg.chat_template)) if os.path.isfile(
+            os.path.expanduser(cfg.chat_template)) else cfg.chat_template,
         storage_path=os.path.abspath(cfg.storage_path) if cfg.storage_path and "://" not in cfg.storage_path
         else cfg.storage_path,
     ), verbose
@@ -251,7 +271,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     model = result.summary.get("model")
     # A model trained on random tokens has no tokenizer to generate with.
     if model and os.path.isfile(os.path.join(model, "tokenizer_config.json")):
-        print(f"from_pretrained({model}).generate({PROMPT!r}): {json.dumps(generate(model, PROMPT))}", flush=True)
+        if cfg.data_format in CHAT_PROMPTS:
+            messages = CHAT_PROMPTS[cfg.data_format]
+            print(f"from_pretrained({model}).generate(apply_chat_template({json.dumps(messages)})): "
+                  f"{json.dumps(generate_chat(model, messages))}", flush=True)
+        else:
+            print(f"from_pretrained({model}).generate({PROMPT!r}): {json.dumps(generate(model, PROMPT))}", flush=True)
     for line in local_output.recap(result.summary, time.monotonic() - started):
         print(line, flush=True)
     print(SUMMARY_PREFIX + json.dumps(result.summary, allow_nan=False), flush=True)
@@ -271,6 +296,22 @@ def generate(model_directory: str, prompt: str, new_tokens: int = NEW_TOKENS) ->
     with torch.no_grad():
         output = model.generate(**inputs, max_new_tokens=new_tokens, do_sample=False)
     return tokenizer.decode(output[0], skip_special_tokens=True)
+
+
+def generate_chat(model_directory: str, messages: list[dict], new_tokens: int = 2 * NEW_TOKENS) -> str:
+    """The exported model answering `messages` as any chat client would ask it: through the exported tokenizer's
+    chat template with the generation prompt, greedily, until its end of turn; the answer alone."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging as transformers_logging
+
+    transformers_logging.disable_progress_bar()
+    tokenizer = AutoTokenizer.from_pretrained(model_directory)
+    model = AutoModelForCausalLM.from_pretrained(model_directory)
+    inputs = tokenizer.apply_chat_template(messages, add_generation_prompt=True, return_tensors="pt", return_dict=True)
+    with torch.no_grad():
+        output = model.generate(**inputs, max_new_tokens=new_tokens, do_sample=False)
+    return tokenizer.decode(output[0, inputs["input_ids"].shape[1]:], skip_special_tokens=True)
 
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@ from transformers import AutoConfig, AutoModelForCausalLM, PretrainedConfig, Qwe
 from workload import fp8
 from workload.config import ARCHITECTURES, TrainConfig
 
+IGNORE_INDEX = -100  # a target that carries no loss (workload/sft/chat.py labels prompts with it)
 NAMED_CONFIGS = ARCHITECTURES  # --model_config name -> Qwen2Config keyword arguments (workload.config)
 
 # Most tokens per lm_head + cross-entropy chunk. A chunk's bf16 logits and their gradient are chunk x vocab x 2
@@ -77,25 +78,38 @@ class CausalLMWithLoss(nn.Module):
     def layers(self) -> nn.ModuleList:
         return self.lm.model.layers
 
-    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+    def forward(self, input_ids: torch.Tensor, labels: torch.Tensor | None = None,
+                position_ids: torch.Tensor | None = None, divisor: torch.Tensor | float | None = None) -> torch.Tensor:
+        """The next-token loss of `input_ids`: summed over the targets that count, divided by `divisor` (default:
+        their number, a mean). `labels` (default: the ids themselves) marks targets that carry no loss with
+        IGNORE_INDEX; `position_ids` restarting at 0 keep packed examples apart (workload/sft/packing.py)."""
         if not self.chunked_loss:
-            return self.lm(input_ids=input_ids, labels=input_ids, use_cache=False).loss
-        hidden = self.lm.model(input_ids=input_ids, use_cache=False).last_hidden_state
+            if labels is None and position_ids is None and divisor is None:
+                return self.lm(input_ids=input_ids, labels=input_ids, use_cache=False).loss
+            # HF's loss: summed and divided by num_items_in_batch when given, else the mean over counted targets.
+            return self.lm(input_ids=input_ids, labels=input_ids if labels is None else labels,
+                           position_ids=position_ids, num_items_in_batch=divisor, use_cache=False).loss
+        hidden = self.lm.model(input_ids=input_ids, position_ids=position_ids, use_cache=False).last_hidden_state
         hidden = hidden[:, :-1].reshape(-1, hidden.shape[-1])
-        targets = input_ids[:, 1:].reshape(-1)
+        targets = (input_ids if labels is None else labels)[:, 1:].reshape(-1)
+        masked = labels is not None
+        if divisor is None:
+            divisor = (targets != IGNORE_INDEX).sum().clamp(min=1) if masked else targets.numel()
         if not torch.is_grad_enabled():
             # Evaluation: LinearCrossEntropy would compute both gradients in forward, twice the lm_head's FLOPs.
-            return _chunked_cross_entropy(hidden, self.lm.lm_head.weight, targets)
-        return LinearCrossEntropy.apply(hidden, self.lm.lm_head.weight, targets, self.compiled_loss)
+            return _chunked_cross_entropy(hidden, self.lm.lm_head.weight, targets) / divisor
+        return LinearCrossEntropy.apply(hidden, self.lm.lm_head.weight, targets, self.compiled_loss, masked, divisor)
 
 
 def _chunked_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """Mean cross-entropy of `hidden @ weight.T` against `targets` without gradients, LOSS_CHUNK_TOKENS at a time."""
+    """Summed cross-entropy of `hidden @ weight.T` against `targets` (IGNORE_INDEX ones left out, as
+    cross_entropy's default ignore_index) without gradients, LOSS_CHUNK_TOKENS at a time."""
     total = torch.zeros((), dtype=torch.float32, device=hidden.device)
     for start in range(0, targets.numel(), LOSS_CHUNK_TOKENS):
         logits = hidden[start:start + LOSS_CHUNK_TOKENS] @ weight.T
-        total += nn.functional.cross_entropy(logits.float(), targets[start:start + LOSS_CHUNK_TOKENS], reduction="sum")
-    return total / targets.numel()
+        total += nn.functional.cross_entropy(logits.float(), targets[start:start + LOSS_CHUNK_TOKENS], reduction="sum",
+                                             ignore_index=IGNORE_INDEX)
+    return total
 
 
 def _chunk_loss_and_grad(logits: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -110,27 +124,43 @@ def _chunk_loss_and_grad(logits: torch.Tensor, targets: torch.Tensor) -> tuple[t
     return loss, grad.to(logits.dtype)
 
 
+def _masked_chunk_loss_and_grad(logits: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """_chunk_loss_and_grad where targets equal to IGNORE_INDEX add nothing to the loss and get no gradient. On the
+    full chunk rather than on the counted rows only, so a compiled kernel keeps one shape whatever the mask."""
+    counted = targets != IGNORE_INDEX
+    safe_targets = torch.where(counted, targets, 0)
+    logits32 = logits.float()
+    log_normalizer = torch.logsumexp(logits32, dim=-1)
+    token_loss = log_normalizer - logits32.gather(1, safe_targets[:, None]).squeeze(1)
+    loss = torch.where(counted, token_loss, 0.0).sum()
+    one_hot = torch.arange(logits.shape[1], device=logits.device)[None, :] == safe_targets[:, None]
+    grad = (torch.exp(logits32 - log_normalizer[:, None]) - one_hot.to(logits32.dtype)) * counted[:, None]
+    return loss, grad.to(logits.dtype)
+
+
 @functools.cache
-def _chunk_kernel(compiled: bool):
+def _chunk_kernel(compiled: bool, masked: bool = False):
     """The chunk loss, eager or compiled; compiled once per process, however many models use it."""
-    return torch.compile(_chunk_loss_and_grad, dynamic=False) if compiled else _chunk_loss_and_grad
+    kernel = _masked_chunk_loss_and_grad if masked else _chunk_loss_and_grad
+    return torch.compile(kernel, dynamic=False) if compiled else kernel
 
 
 class LinearCrossEntropy(torch.autograd.Function):
-    """Mean cross-entropy of `hidden @ weight.T` against `targets`, a chunk of tokens at a time.
+    """Cross-entropy of `hidden @ weight.T` against `targets`, a chunk of tokens at a time: summed, then divided by
+    `divisor` (default: the number of targets, the mean). `masked`: targets equal to IGNORE_INDEX count for nothing.
 
     Both gradients are computed in forward, chunk by chunk, and kept for backward: the full-batch logits never
     exist, and nothing is recomputed (a checkpointed chunk loop would run the lm_head matmul a fourth time).
     """
 
     @staticmethod
-    def forward(ctx, hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor,
-                compiled: bool) -> torch.Tensor:
+    def forward(ctx, hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, compiled: bool,
+                masked: bool = False, divisor: torch.Tensor | float | None = None) -> torch.Tensor:
         tokens = targets.numel()
         # Equal chunks (the last may be shorter), so a compiled kernel sees one or two shapes, not one per batch.
         chunks = -(-tokens // LOSS_CHUNK_TOKENS)
         chunk = -(-tokens // chunks)
-        kernel = _chunk_kernel(compiled)
+        kernel = _chunk_kernel(compiled, masked)
         grad_hidden = torch.empty_like(hidden)
         grad_weight = torch.zeros_like(weight)
         total = torch.zeros((), dtype=torch.float32, device=hidden.device)
@@ -143,15 +173,15 @@ class LinearCrossEntropy(torch.autograd.Function):
             # vocabulary x hidden gradient (0.9 GB at Qwen's size) and no casts.
             grad_weight.addmm_(grad_logits.T, hidden_chunk)
         ctx.save_for_backward(grad_hidden, grad_weight)
-        ctx.tokens = tokens
-        return total / tokens
+        ctx.divisor = tokens if divisor is None else divisor
+        return total / ctx.divisor
 
     @staticmethod
     def backward(ctx, grad_output: torch.Tensor):
         grad_hidden, grad_weight = ctx.saved_tensors
         # A 0-dim fp32 factor: the products are computed in fp32 and rounded once to the gradients' dtype.
-        scale = grad_output.float() / ctx.tokens
-        return grad_hidden * scale, grad_weight * scale, None, None
+        scale = grad_output.float() / ctx.divisor
+        return grad_hidden * scale, grad_weight * scale, None, None, None, None
 
 
 def build_model(cfg: TrainConfig, device: torch.device) -> CausalLMWithLoss:
@@ -227,16 +257,39 @@ def set_learning_rate(optimizer: torch.optim.Optimizer, learning_rate: float) ->
         group["lr"] = learning_rate
 
 
-def loss_fn(model: nn.Module, batch: torch.Tensor) -> torch.Tensor:
-    """Mean next-token cross-entropy of a (batch, seq_len) tensor of token ids."""
-    return model(batch)
+def loss_fn(model: nn.Module, batch, divisor: torch.Tensor | None = None) -> torch.Tensor:
+    """Mean next-token cross-entropy of a (batch, seq_len) tensor of token ids; of a packed batch of examples
+    (workload.sft.TokenBatch), their counted targets' summed loss over `divisor` (default: their number)."""
+    if isinstance(batch, torch.Tensor):
+        return model(batch)
+    if divisor is None:
+        return model(batch.input_ids, labels=batch.labels, position_ids=batch.position_ids)
+    # Summed inside, divided here in fp32: a tensor passed into the FSDP module would be cast to bf16 on the way
+    # in (its mixed-precision policy casts floating inputs), rounding the token count.
+    return model(batch.input_ids, labels=batch.labels, position_ids=batch.position_ids, divisor=1.0) / divisor
 
 
-def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, batch: torch.Tensor,
+def loss_divisor(batch) -> torch.Tensor | None:
+    """For a packed batch of examples: the counted targets of the whole step over all ranks, per rank. Each rank's
+    summed loss over it, with FSDP averaging the gradients over ranks, is exactly the global batch's mean over its
+    counted tokens (as torchtune and TRL normalise), however unevenly micro-batches and ranks hold them. None for
+    token ids, where every micro-batch counts the same tokens and the mean of their means is that mean already."""
+    if isinstance(batch, torch.Tensor):
+        return None
+    counted = batch.trained_tokens().float()
+    world_size = 1
+    if torch.distributed.is_initialized():
+        torch.distributed.all_reduce(counted)  # one scalar per step
+        world_size = torch.distributed.get_world_size()
+    return counted.clamp(min=1) / world_size
+
+
+def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, batch,
                cfg: TrainConfig) -> torch.Tensor:
     """One optimizer step on one batch: forward and backward of each of its --grad_accum_steps micro-batches, then
     clip and AdamW. Returns the batch's mean loss without waiting for it."""
     micro_batches = batch.chunk(cfg.grad_accum_steps)
+    divisor = loss_divisor(batch)
     loss = torch.zeros((), device=batch.device)
     for index, micro_batch in enumerate(micro_batches):
         last = index == len(micro_batches) - 1
@@ -246,7 +299,8 @@ def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, batch: torch.
             model.set_requires_gradient_sync(last)
             model.set_reshard_after_backward(last)
         # Equal micro-batches, so the mean of their means is the batch's mean.
-        micro_loss = loss_fn(model, micro_batch) / len(micro_batches)
+        micro_loss = (loss_fn(model, micro_batch) / len(micro_batches) if divisor is None
+                      else loss_fn(model, micro_batch, divisor))
         micro_loss.backward()
         loss += micro_loss.detach()
     if cfg.max_grad_norm:
@@ -257,14 +311,27 @@ def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, batch: torch.
 
 
 @torch.no_grad()
-def evaluate(model: nn.Module, batches: list[torch.Tensor]) -> torch.Tensor:
+def evaluate(model: nn.Module, batches: list) -> torch.Tensor:
     """Mean next-token loss over `batches` (this rank's share of the evaluation set), weighted by their sequences.
     Every rank must pass as many batches as the others: each forward all-gathers the sharded weights."""
+    if not isinstance(batches[0], torch.Tensor):
+        return _evaluate_examples(model, batches)
     total = torch.zeros((), dtype=torch.float32, device=batches[0].device)
     for batch in batches:
         total += loss_fn(model, batch) * len(batch)
     reshard(model)
     return total / sum(len(batch) for batch in batches)
+
+
+def _evaluate_examples(model: nn.Module, batches: list) -> torch.Tensor:
+    """Packed examples: the loss over every rank's counted (assistant) tokens, the same value on every rank."""
+    total = torch.zeros(2, dtype=torch.float32, device=batches[0].device)
+    for batch in batches:
+        total += torch.stack([loss_fn(model, batch, divisor=1.0), batch.trained_tokens().float()])
+    reshard(model)
+    if torch.distributed.is_initialized():
+        torch.distributed.all_reduce(total)
+    return total[0] / total[1].clamp(min=1)
 
 
 def reshard(model: nn.Module) -> None:

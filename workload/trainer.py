@@ -102,15 +102,20 @@ def train_func(config: dict) -> None:
         _progress(f"effective batch {batch} sequences of {cfg.seq_len} tokens ({world_size} ranks x {per_rank}); "
                   f"learning rate {cfg.learning_rate:g}, {cfg.warmup_steps} warmup steps, then {decay}"
                   + (f"; evaluation on {held_out} held-out sequences" if held_out else ""))
+        if data.description:
+            _progress(data.description)
 
     step_times: list[float] = []
     loss_value = initial_loss = eval_loss = None
+    examples = {"examples_seen": 0, "trained_tokens_seen": 0}  # over all ranks, this attempt's steps
     for step in range(start_step, cfg.steps):
         learning_rate = learning_rate_at(cfg, step)
         set_learning_rate(optimizer, learning_rate)
         started = time.perf_counter()
-        loss = train_step(model, optimizer, data.train(step).to(device), cfg)
+        step_batch = data.train(step).to(device)
+        loss = train_step(model, optimizer, step_batch, cfg)
         loss_value = _mean_over_ranks(loss, world_size)  # .item() also waits for the GPU
+        examples_text = _count_examples(step_batch, examples) if data.summary is not None else ""
         step_times.append(time.perf_counter() - started)
         initial_loss = loss_value if initial_loss is None else initial_loss
         done = step + 1
@@ -131,8 +136,8 @@ def train_func(config: dict) -> None:
         mfu = model_flops_utilization(tokens_per_s, flops, peak, world_size)
         if rank == 0:
             mfu_text = f"{mfu:.1%}" if mfu is not None else "n/a"
-            _progress(f"step {done}/{cfg.steps} loss {loss_value:.4f} lr {learning_rate:.2e} batch {batch} "
-                      f"step_time {step_times[-1]:.3f}s tokens/s {tokens_per_s:,.0f} mfu {mfu_text}")
+            _progress(f"step {done}/{cfg.steps} loss {loss_value:.4f} lr {learning_rate:.2e} batch {batch}"
+                      f"{examples_text} step_time {step_times[-1]:.3f}s tokens/s {tokens_per_s:,.0f} mfu {mfu_text}")
             metrics.scalars(done, {"train/loss": loss_value, "train/learning_rate": learning_rate,
                                    "train/tokens_per_s": tokens_per_s})
         if eval_set and (done == cfg.steps or (cfg.eval_every and done % cfg.eval_every == 0)):
@@ -150,7 +155,7 @@ def train_func(config: dict) -> None:
             if rank == 0:
                 metrics.sync()
             _report_with_checkpoint({"step": done, "loss": loss_value, "start_step": start_step}, model, optimizer,
-                                    done, tokenizer_of(cfg))
+                                    done, tokenizer_of(cfg), chat_template_of(cfg))
 
     # A run resumed after its last step has nothing new to save; its model, if any, is the earlier attempt's.
     trained = start_step < cfg.steps
@@ -171,12 +176,13 @@ def train_func(config: dict) -> None:
         "tokens_per_s": tokens_per_s,
         "mfu": model_flops_utilization(tokens_per_s, flops, peak, world_size),
         "nccl_logs": gather_transport_lines(rank, world_size),
+        "examples": {**data.summary, **examples} if data.summary is not None else None,
     }
     if rank == 0:
         metrics.close()
         config["final"].put(final)
     if cfg.storage_path and trained:
-        _report_with_checkpoint(final, model, optimizer, cfg.steps, tokenizer_of(cfg))
+        _report_with_checkpoint(final, model, optimizer, cfg.steps, tokenizer_of(cfg), chat_template_of(cfg))
     else:
         ray.train.report(final)
 
@@ -197,7 +203,8 @@ def _export_model(cfg: TrainConfig, model, step: int, rank: int) -> str:
     destination = model_directory(cfg, step)
     if rank == 0:
         with storage.writing(destination) as directory:
-            for note in save_model_directory(model.lm, directory, state_dict=weights, tokenizer=tokenizer_of(cfg)):
+            for note in save_model_directory(model.lm, directory, state_dict=weights, tokenizer=tokenizer_of(cfg),
+                                             chat_template=chat_template_of(cfg)):
                 _progress(f"note: {note}")
         _progress(f"step {step}/{cfg.steps} model written to {destination}")
     return destination
@@ -207,6 +214,13 @@ def tokenizer_of(cfg: TrainConfig) -> str:
     """The tokenizer that goes with the trained model: the one training used, or a hub model's own; none for a
     random-weight architecture trained on random tokens."""
     return cfg.tokenizer_name if (cfg.dataset or not cfg.model_config) else ""
+
+
+def chat_template_of(cfg: TrainConfig) -> str:
+    """The text of --chat_template, which the exported tokenizer keeps; empty keeps the tokenizer's own."""
+    from workload.sft.chat import template_text
+
+    return template_text(cfg.chat_template) if cfg.chat_template else ""
 
 
 def _report_transport(rank: int, world_size: int, device: torch.device, step: int) -> None:
@@ -223,16 +237,27 @@ def _progress(line: str) -> None:
     sys.stdout.flush()
 
 
+def _count_examples(batch, seen: dict) -> str:
+    """Chat and prompt-completion steps: the examples that started in the step and the targets that carried loss,
+    over all ranks (a collective), added to `seen`; returned as the progress line's words."""
+    counts = torch.stack([batch.examples(), batch.trained_tokens()])
+    dist.all_reduce(counts, op=dist.ReduceOp.SUM)
+    examples, trained = counts.tolist()
+    seen["examples_seen"] += examples
+    seen["trained_tokens_seen"] += trained
+    return f" examples {examples} trained_tokens {trained}"
+
+
 def _mean_over_ranks(value: torch.Tensor, world_size: int) -> float:
     # gloo has no AVG reduction, so sum and divide.
     dist.all_reduce(value, op=dist.ReduceOp.SUM)
     return value.item() / world_size
 
 
-def _report_with_checkpoint(metrics: dict, model, optimizer, step: int, tokenizer: str) -> None:
+def _report_with_checkpoint(metrics: dict, model, optimizer, step: int, tokenizer: str, chat_template: str) -> None:
     directory = tempfile.mkdtemp(prefix=f"checkpoint-{step:06d}-")
     try:
-        checkpoints.save(directory, model, optimizer, step, tokenizer=tokenizer)
+        checkpoints.save(directory, model, optimizer, step, tokenizer=tokenizer, chat_template=chat_template)
         ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(directory),
                          checkpoint_dir_name=f"checkpoint_{step:06d}")
     finally:
@@ -303,6 +328,7 @@ def summarize(cfg: TrainConfig, result: ray.train.Result, final: dict) -> dict:
         "nccl_logs": final["nccl_logs"],
         "sharding": final["sharding"],
         "fabric": final["fabric"],
+        "examples": final.get("examples"),
     }
 
 

@@ -1,0 +1,108 @@
+"""Conversations rendered with the model's chat template, and which of their tokens the model should learn.
+
+The text is the template's, exactly what `tokenizer.apply_chat_template` gives at inference; its token ids are the
+tokenizer's on that whole text (so they equal `apply_chat_template(..., tokenize=True)`), and a token is trained when
+it starts inside an assistant turn's span of characters.
+
+The spans come from rendering prefixes, as TRL's prompt-completion path does (render the prompt with the generation
+prompt, then prompt + completion, and train on the difference), turn by turn: assistant turn i spans from the end of
+`render(turns[:i], add_generation_prompt=True)` to the end of `render(turns[:i + 1])`, less trailing whitespace (the
+newline ChatML puts after `<|im_end|>` is never generated: generation stops at the end-of-turn token). TRL's other way,
+`return_assistant_tokens_mask`, needs `{% generation %}` tags that neither Qwen2.5's nor Llama 3's published template
+has. A template that does not render a conversation as the concatenation of its turns (one that rewrites earlier
+turns once later ones follow) is refused, naming the record, instead of guessing.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Sequence
+
+from workload.config import CHAT_TEMPLATES
+
+TEMPLATES_DIRECTORY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "templates")
+IGNORE_INDEX = -100  # the label of a token that carries no loss: torch's cross_entropy default, and Hugging Face's
+ROLES = ("system", "user", "assistant", "tool")
+# Hub tokenizers whose tokenizer_config.json is known here, and whether it has a chat_template: the Pulumi preview
+# refuses a chat format with one that has none (and no trainChatTemplate) before any GPU bills; any other tokenizer
+# is checked by the job's driver, before a worker starts. Sources: Qwen2.5-0.5B-Instruct's template as
+# huggingface/swift-jinja's tests copy it, Meta-Llama-3-8B-Instruct's as llama.cpp's do (templates/README.md); GPT-2's
+# tokenizer_config.json is {"model_max_length": 1024}, and transformers has had no class-default templates since 4.43.
+KNOWN_CHAT_TEMPLATES = {
+    "Qwen/Qwen2.5-0.5B-Instruct": True,
+    "meta-llama/Meta-Llama-3-8B-Instruct": True,
+    "gpt2": False,
+    "openai-community/gpt2": False,
+}
+
+
+@dataclass(frozen=True)
+class Example:
+    """One tokenized example: its token ids, and for each the label it is trained towards (itself, or IGNORE_INDEX)."""
+
+    input_ids: list[int]
+    labels: list[int]
+
+
+def template_text(name: str) -> str:
+    """--chat_template's text: a shipped template by name, or a .jinja file's contents."""
+    path = os.path.join(TEMPLATES_DIRECTORY, f"{name}.jinja") if name in CHAT_TEMPLATES else os.path.expanduser(name)
+    with open(path, encoding="utf-8") as file:
+        return file.read()
+
+
+def apply_template(tokenizer, chat_template: str, tokenizer_name: str) -> None:
+    """Give `tokenizer` --chat_template when named, else require its own: a chat dataset cannot be rendered without."""
+    if chat_template:
+        tokenizer.chat_template = template_text(chat_template)
+    elif not tokenizer.chat_template:
+        raise ValueError(f"the tokenizer {tokenizer_name!r} has no chat template, so conversations cannot be rendered "
+                         f"the way the model will see them; name one with --chat_template (one of "
+                         f"{', '.join(CHAT_TEMPLATES)}, or a .jinja file)")
+
+
+def render(tokenizer, turns: Sequence[dict], add_generation_prompt: bool = False) -> str:
+    return tokenizer.apply_chat_template(list(turns), tokenize=False, add_generation_prompt=add_generation_prompt)
+
+
+def tokenize_conversation(tokenizer, turns: Sequence[dict], trained_turns: Sequence[int], train_on_prompt: bool,
+                          where: str) -> Example:
+    """`turns` rendered and tokenized; the tokens of the turns indexed by `trained_turns` (assistant turns) are
+    labelled with themselves, all others IGNORE_INDEX unless `train_on_prompt`. `where` names the record in errors."""
+    try:
+        text = render(tokenizer, turns)
+        spans = [_turn_span(tokenizer, turns, index, text, where) for index in trained_turns]
+    except ValueError:
+        raise
+    except Exception as error:  # jinja2's TemplateError and whatever a template's raise_exception() raises
+        raise ValueError(f"{where}: the chat template cannot render it ({error})") from error
+    encoding = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+    ids = encoding["input_ids"]
+    if train_on_prompt:
+        return Example(ids, list(ids))
+    labels = [token if any(start <= begin < end for start, end in spans) else IGNORE_INDEX
+              for token, (begin, _) in zip(ids, encoding["offset_mapping"])]
+    return Example(ids, labels)
+
+
+def _turn_span(tokenizer, turns: Sequence[dict], index: int, text: str, where: str) -> tuple[int, int]:
+    before = render(tokenizer, turns[:index], add_generation_prompt=True) if index else ""
+    through = render(tokenizer, turns[:index + 1])
+    if not (through.startswith(before) and text.startswith(through)):
+        raise ValueError(
+            f"{where}: the chat template does not render this conversation turn by turn (turn {index + 1} renders "
+            "differently once later turns follow), so its assistant tokens cannot be found exactly; name a template "
+            "that does with --chat_template")
+    return len(before), len(through.rstrip())
+
+
+def end_of_turn_token(tokenizer) -> int | None:
+    """The token an assistant turn ends with under the tokenizer's template (<|im_end|>, <|eot_id|>): where generate()
+    must stop. None without a template, or when the turn ends in ordinary text."""
+    if not tokenizer.chat_template:
+        return None
+    probe = tokenize_conversation(tokenizer, [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}],
+                                  [1], False, "probe")
+    trained = [token for token in probe.labels if token != IGNORE_INDEX]
+    last = trained[-1] if trained else None
+    return last if last in tokenizer.all_special_ids else None

@@ -106,12 +106,14 @@ def local_run(*flags: str, cwd: Path = REPO) -> subprocess.CompletedProcess:
 @pytest.mark.parametrize("flags, expected", [
     (["--dataset", "data/corpus.jsonl"],
      f"error: --text_field text: not a field of {REPO}/data/corpus.jsonl's records (fields: body, id)"),
-    (["--dataset", "data"], "error: --dataset data is a directory; give one file in it: data/corpus.jsonl, "
-                            "data/corpus.txt"),
-    (["--dataset", "./data"], "error: --dataset './data' is a directory; give one .txt, .jsonl, .json file in it"),
+    (["--data_format", "chat", "--dataset", "data/corpus.jsonl"],
+     f"error: --messages_field messages: not a field of {REPO}/data/corpus.jsonl's records (fields: body, id)"),
+    (["--dataset", "data"], "error: --dataset data is a directory; give one file in it: data/conversations.jsonl, "
+                            "data/corpus.jsonl, data/corpus.txt, data/instructions.jsonl"),
+    (["--dataset", "./data"], "error: --dataset './data' is a directory; give one .txt, .jsonl, .json, .parquet file in it"),
     (["--storage_path", "README.md/runs"], f"error: --storage_path {REPO}/README.md/runs: {REPO}/README.md is a file, not a directory"),
     (["--num_workers", "999"], "error: --num_workers 999: the local cluster has "),
-], ids=["text_field", "folder", "./folder", "storage_path", "num_workers"])
+], ids=["text_field", "messages_field", "folder", "./folder", "storage_path", "num_workers"])
 def test_the_local_run_refuses_a_bad_dataset_storage_or_worker_count_before_ray(flags, expected):
     done = local_run(*flags)
     assert done.returncode == cli.USAGE and done.stderr.startswith(expected), done.stderr

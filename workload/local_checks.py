@@ -21,6 +21,9 @@ FLAGS_FILE = "local_run_flags.json"
 # Flags that change what is saved or checked, not what is trained: a resumed run may set them differently.
 RESUMABLE_CHANGES = frozenset({"run_name", "storage_path", "export", "checkpoint_every", "eval_every",
                                "max_failures", "fabric_check_seconds", "min_bus_gbytes_per_s"})
+# The flags naming the fields each --data_format reads from a record (workload/sft/ reads the same).
+FIELD_FLAGS = {"text": ("text_field",), "chat": ("messages_field",),
+               "prompt-completion": ("prompt_field", "completion_field")}
 # The sample corpus's records, as a hint when a .jsonl/.json file lacks --text_field.
 RECORD_PREVIEW = 5
 
@@ -33,19 +36,21 @@ def local_cpus() -> int:
 
 def check_dataset(cfg: TrainConfig) -> None:
     """A folder given as --dataset (datasets would load every file in it as a dataset of its own making), and a
-    .jsonl/.json file whose records lack --text_field (each worker would fail on its first record)."""
+    .jsonl/.json file whose records lack the fields --data_format reads (--text_field; --messages_field; --prompt_field
+    and --completion_field): each worker would fail on its first record."""
     folder = os.path.expanduser(cfg.dataset)
     if cfg.dataset and "://" not in cfg.dataset and os.path.isdir(folder):
         raise cli.UsageError(directory_refusal(cfg.dataset))
     if not (is_file_dataset(cfg.dataset) and "://" not in cfg.dataset and cfg.dataset.endswith((".jsonl", ".json"))):
         return
     records = _first_records(cfg.dataset)
-    missing = next((record for record in records if not isinstance(record, dict) or cfg.text_field not in record),
-                   None)
-    if missing is not None:
-        fields = sorted(missing) if isinstance(missing, dict) else f"a {type(missing).__name__}, not an object"
-        raise cli.UsageError(f"--text_field {cfg.text_field}: not a field of {cfg.dataset}'s records (fields: "
-                             f"{', '.join(fields) if isinstance(fields, list) else fields})")
+    for flag in FIELD_FLAGS[cfg.data_format]:
+        field = getattr(cfg, flag)
+        missing = next((record for record in records if not isinstance(record, dict) or field not in record), None)
+        if missing is not None:
+            fields = sorted(missing) if isinstance(missing, dict) else f"a {type(missing).__name__}, not an object"
+            raise cli.UsageError(f"--{flag} {field}: not a field of {cfg.dataset}'s records (fields: "
+                                 f"{', '.join(fields) if isinstance(fields, list) else fields})")
 
 
 def directory_refusal(dataset: str) -> str:

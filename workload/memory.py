@@ -46,10 +46,19 @@ LAYERS_IN_FLIGHT = 2  # with reshard_after_forward: the layer computing and the 
 ACTIVATION_BYTES = {"hidden": 16, "query": 6, "key_value": 4, "intermediate": 8}
 QK_NORM_ACTIVATION_BYTES = {"query": 8, "key_value": 8}
 CHECKPOINTED_BYTES_PER_HIDDEN = 2  # with activation checkpointing a layer keeps its bf16 input only
-# The loss chunk (workload.model.LOSS_CHUNK_TOKENS): its logits in bf16 and fp32, exp() in fp32 and the bf16
-# gradient, a bool one-hot: 13 bytes a logit at once in the eager kernel.
+# The loss chunk (workload.model.LOSS_CHUNK_TOKENS) in the eager kernel (_chunk_loss_and_grad), at its fullest, the
+# subtraction of the one-hot: the bf16 logits (2 bytes a logit), their fp32 copy (4), the bool one-hot (1), exp() in
+# fp32 (4), the one-hot cast to fp32 (4) and the difference (4). (A first count of 13 left out the one-hot's fp32 cast
+# and the difference; the H200 showed the missing ~6 bytes a logit: bench/results/RESULTS.md.) Compiled
+# (torch.compile on CUDA) the kernel fuses them, so this is an upper bound for the compiled job.
 LOSS_CHUNK_TOKENS = 8192
-LOSS_BYTES_PER_LOGIT = 13
+LOSS_BYTES_PER_LOGIT = 19
+# Compiled, the kernel reads the bf16 logits and writes their bf16 gradient; nothing else of chunk x vocabulary.
+COMPILED_LOSS_BYTES_PER_LOGIT = 4
+# A compiled layer (torch.compile, as the job runs on a GPU) saves less than the eager one: Inductor's partitioner
+# recomputes cheap element-wise results in backward instead of keeping them. This share of the eager count is
+# measured on the H200 (bench/results/RESULTS.md).
+COMPILED_ACTIVATION_SHARE = 0.67
 FINAL_NORM_BYTES_PER_HIDDEN = 10  # the final RMSNorm's saved tensors and the loss's reshaped bf16 input
 
 NCCL_BUFFERS_GIB = 1.0  # NCCL's own buffers on a multi-rank job, outside PyTorch's allocator
@@ -135,7 +144,8 @@ class MemoryEstimate:
 
 
 def _moments(config: dict, *, micro_batch: int, seq_len: int, activation_checkpointing: bool,
-             reshard_after_forward: bool, grad_accum_steps: int, reduce_dtype: str) -> dict[str, tuple[dict, int]]:
+             reshard_after_forward: bool, grad_accum_steps: int, reduce_dtype: str,
+             compiled: bool) -> dict[str, tuple[dict, int]]:
     """The two moments the peak can fall on, each as (its unsharded parts in bytes, its bytes per parameter that
     FSDP shards): the last micro-batch's loss, and the optimizer step."""
     parameters = parameter_count(config)
@@ -152,6 +162,8 @@ def _moments(config: dict, *, micro_batch: int, seq_len: int, activation_checkpo
         # set_reshard_after_backward(False) before the last one.
         gathered = GATHERED_BYTES_PER_PARAMETER * parameters
     layer_activation = activation_bytes_per_token(config) * tokens
+    if compiled:
+        layer_activation = int(layer_activation * COMPILED_ACTIVATION_SHARE)
     if activation_checkpointing:
         activations = CHECKPOINTED_BYTES_PER_HIDDEN * hidden * tokens * layers + layer_activation
     else:
@@ -160,7 +172,7 @@ def _moments(config: dict, *, micro_batch: int, seq_len: int, activation_checkpo
     chunks = max(1, -(-loss_tokens // LOSS_CHUNK_TOKENS))
     chunk = -(-loss_tokens // chunks)
     loss = (GATHERED_BYTES_PER_PARAMETER * (loss_tokens * hidden + vocab * hidden)  # the two kept gradients
-            + LOSS_BYTES_PER_LOGIT * chunk * vocab)
+            + (COMPILED_LOSS_BYTES_PER_LOGIT if compiled else LOSS_BYTES_PER_LOGIT) * chunk * vocab)
     accumulated = REDUCE_BYTES[reduce_dtype] * parameters if accumulating else 0
     return {
         "loss": ({"gathered_weights": gathered, "activations": activations, "loss": loss,
@@ -172,15 +184,16 @@ def _moments(config: dict, *, micro_batch: int, seq_len: int, activation_checkpo
 
 def estimate(config: dict, *, micro_batch: int, seq_len: int, shards: int, activation_checkpointing: bool = False,
              reshard_after_forward: bool = False, grad_accum_steps: int = 1, reduce_dtype: str = "fp32",
-             ranks: int | None = None) -> MemoryEstimate:
+             compiled: bool = False, ranks: int | None = None) -> MemoryEstimate:
     """The peak of one rank of workload.model.train_step: `micro_batch` sequences of `seq_len` tokens per forward,
-    the state sharded `shards` ways (all ranks with full sharding, a node's with HSDP). `ranks`: the job's world size
-    (NCCL's buffers only where there are two or more; default `shards`)."""
+    the state sharded `shards` ways (all ranks with full sharding, a node's with HSDP), eager or `compiled` (the job's
+    default on a GPU). `ranks`: the job's world size (NCCL's buffers only where there are two or more; default
+    `shards`)."""
     parameters = parameter_count(config)
     moments = _moments(config, micro_batch=micro_batch, seq_len=seq_len,
                        activation_checkpointing=activation_checkpointing,
                        reshard_after_forward=reshard_after_forward, grad_accum_steps=grad_accum_steps,
-                       reduce_dtype=reduce_dtype)
+                       reduce_dtype=reduce_dtype, compiled=compiled)
     totals = {name: sum(parts.values()) + per_parameter * parameters / shards
               for name, (parts, per_parameter) in moments.items()}
     parts, per_parameter = moments[max(totals, key=totals.get)]

@@ -157,3 +157,6 @@ if cfg.train.enabled:
     pulumi.export("jobEvalLoss", job.eval_loss)
     pulumi.export("jobModelPath", job.model)
     pulumi.export("jobTensorBoard", job.tensorboard)
+    # Known at preview (infra/feasibility.py): the memory levers the job will use and why; None for a model whose
+    # architecture the preview could not read.
+    pulumi.export("jobMemoryPlan", plan.memory_plan.as_dict() if plan.memory_plan else None)

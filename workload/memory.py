@@ -56,8 +56,9 @@ LOSS_BYTES_PER_LOGIT = 19
 # Compiled, the kernel reads the bf16 logits and writes their bf16 gradient; nothing else of chunk x vocabulary.
 COMPILED_LOSS_BYTES_PER_LOGIT = 4
 # A compiled layer (torch.compile, as the job runs on a GPU) saves less than the eager one: Inductor's partitioner
-# recomputes cheap element-wise results in backward instead of keeping them. This share of the eager count is
-# measured on the H200 (bench/results/RESULTS.md).
+# recomputes cheap element-wise results in backward instead of keeping them. This share of the eager count comes from
+# the compiled Qwen2.5-1.5B step's 5.0 GiB per 2048-token sequence (bench/results/step_bench-h200-2026-11-29.log,
+# less its 1.2 GiB of loss chunk: 3.8 of an eager 5.7 GiB); memory_bench's compiled cases check it on four others.
 COMPILED_ACTIVATION_SHARE = 0.67
 FINAL_NORM_BYTES_PER_HIDDEN = 10  # the final RMSNorm's saved tensors and the loss's reshaped bf16 input
 

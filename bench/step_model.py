@@ -31,17 +31,18 @@ import json
 import math
 from dataclasses import dataclass, replace
 from pathlib import Path
+from types import SimpleNamespace
 
 import torch
 from torch import nn
 
-from bench.step_bench import GIB, L4_MEMORY_MIB, RECIPE_MIN_NUM_PARAMS
+from bench.step_bench import GIB, RECIPE_MIN_NUM_PARAMS
 from tests.pulumi_mocks import STACKS, stack_settings
 from tests.stacks import INSTANCE_FACTS
-from workload import memory, parallel
+from workload import architectures, memory, parallel
 from workload import model as project
 from workload.config import TrainConfig
-from workload.parallel import Collective, fsdp_units, step_collectives, total_traffic
+from workload.parallel import Collective, step_collectives, total_traffic
 
 RESULTS = Path(__file__).resolve().parent / "results" / "step_model.jsonl"
 MODEL_CONFIG = "qwen2.5-1.5b"
@@ -53,8 +54,6 @@ H200_BATCH, H200_SEQ_LEN = 8, 2048
 # FLOP/s, so two sequences fill it far better; the headline scales the batch-8 MFU, and the sensitivity rows say
 # what the batch-2 one would give, the pessimistic end.
 H200_BATCH2_TOKENS_PER_S = {"recipe": 21_299, "project": 28_936}
-# Memory of the project's step on one H200 at 1 and 2 sequences of 2048 (the same log's memory run).
-H200_PEAK_GIB = {1: 29.2, 2: 34.2}
 # nccl-tests busbw between the GPUs of one node (GB/s); assumptions until a one-node fabric check measures them.
 # L4 and L40S sit on PCIe Gen4 x16 without NVLink: of the order nccl-tests shows for such GPUs (e.g. 17 GB/s
 # all-reduce busbw in NVIDIA/nccl-tests#128). A100 (NVSwitch, 600 GB/s NVLink) and H100 (900 GB/s NVLink): the
@@ -121,6 +120,35 @@ def meta_model() -> project.CausalLMWithLoss:
     return project.build_model(TrainConfig(model_config=MODEL_CONFIG), torch.device("meta"))
 
 
+@dataclass(frozen=True)
+class ModelShape:
+    """What the step's time depends on: the FSDP units' shapes, the parameters in matmuls, layers and width."""
+
+    units: tuple
+    matmul_parameters: int
+    layers: int
+    hidden: int
+
+    def flops_per_token(self, seq_len: int) -> float:
+        return project.flops_per_token(SimpleNamespace(num_hidden_layers=self.layers, hidden_size=self.hidden),
+                                       self.matmul_parameters, seq_len)
+
+
+def config_shape(config: dict) -> ModelShape:
+    """Any decoder from its config.json, without building it (workload.memory.unit_shapes, which tests/test_memory.py
+    checks against the model transformers builds)."""
+    untied_input_embedding = 0 if config.get("tie_word_embeddings", True) else (
+        config["vocab_size"] * config["hidden_size"])
+    return ModelShape(tuple(memory.unit_shapes(config)), memory.parameter_count(config) - untied_input_embedding,
+                      config["num_hidden_layers"], config["hidden_size"])
+
+
+@functools.cache
+def default_shape() -> ModelShape:
+    """Qwen2.5-1.5B, the architecture the H200 measurements are of."""
+    return config_shape(project.NAMED_CONFIGS[MODEL_CONFIG])
+
+
 def recipe_units(module: nn.Module, min_num_params: int) -> list[tuple[str, int]]:
     """FSDP1's units under size_based_auto_wrap_policy(min_num_params), in forward (pre-)order, as (name, numel).
 
@@ -168,17 +196,17 @@ def recipe_collectives(units: list[tuple[str, int]], world_size: int) -> list[Co
     return forward + backward
 
 
-def collectives(strategy: Strategy, hardware: Hardware) -> list[Collective]:
+def collectives(strategy: Strategy, hardware: Hardware, shape: ModelShape | None = None,
+                reshard_after_forward: bool = False) -> list[Collective]:
     world = hardware.nodes * hardware.gpus_per_node
     if strategy.step == "recipe":
         return recipe_collectives(recipe_units(meta_model().lm, RECIPE_MIN_NUM_PARAMS), world)
-    shape = parallel.mesh_shape(strategy.sharding, world, hardware.gpus_per_node)
-    return step_collectives(fsdp_units(meta_model()), shape, strategy.reduce_dtype)
+    mesh = parallel.mesh_shape(strategy.sharding, world, hardware.gpus_per_node)
+    return step_collectives((shape or default_shape()).units, mesh, strategy.reduce_dtype, reshard_after_forward)
 
 
 def h200_mfu(step: str) -> float:
-    model = meta_model()
-    flops = project.flops_per_token(model.lm.config, project.matmul_parameters(model), H200_SEQ_LEN)
+    flops = default_shape().flops_per_token(H200_SEQ_LEN)
     return project.model_flops_utilization(H200_TOKENS_PER_S[step], flops, project.peak_flops_of("H200"), 1)
 
 
@@ -196,16 +224,21 @@ def comm_seconds(parts: list[Collective], hardware: Hardware, concurrent: bool) 
     return sum(max(link_seconds([part], hardware)) for part in parts)
 
 
-def predict(strategy: Strategy, hardware: Hardware, batch_size: int, seq_len: int, mfu_scale: float = 1.0) -> dict:
+def predict(strategy: Strategy, hardware: Hardware, batch_size: int, seq_len: int, mfu_scale: float = 1.0,
+            shape: ModelShape | None = None, activation_checkpointing: bool = False,
+            reshard_after_forward: bool = False) -> dict:
     """Step time and tokens/s of `strategy` on `hardware`: batch_size x batch_multiple sequences of seq_len tokens
-    per GPU per step, in grad_accum_steps micro-batches."""
-    model = meta_model()
-    flops = project.flops_per_token(model.lm.config, project.matmul_parameters(model), seq_len)
+    per GPU per step, in grad_accum_steps micro-batches; of Qwen2.5-1.5B unless `shape` says another model. With
+    activation checkpointing backward recomputes each layer's forward (the compute grows by the forward's share);
+    with reshard_after_forward backward gathers every layer again."""
+    flops = (shape or default_shape()).flops_per_token(seq_len)
     mfu = h200_mfu(strategy.step) * mfu_scale
     tokens_per_gpu = batch_size * strategy.batch_multiple * seq_len
     compute = tokens_per_gpu * flops / (project.peak_flops_of(hardware.gpu_name) * mfu)
+    recompute = FORWARD_SHARE if activation_checkpointing else 0.0
+    compute *= 1 + recompute
     micro = compute / strategy.grad_accum_steps
-    parts = collectives(strategy, hardware)
+    parts = collectives(strategy, hardware, shape, reshard_after_forward)
     phases = {phase: [part for part in parts if part.phase == phase] for phase in ("forward", "backward")}
     first = [part for part in parts if part.exposed and part.phase == "forward"]
     last = [part for part in parts if part.exposed and part.phase == "backward"]
@@ -214,8 +247,9 @@ def predict(strategy: Strategy, hardware: Hardware, batch_size: int, seq_len: in
         concurrent = links == "concurrent"
         # The exposed tail is a chain (HSDP's all-reduce waits for its reduce-scatter): one after the other.
         exposed_first, exposed_last = (comm_seconds(group, hardware, False) for group in (first, last))
-        forward = max(FORWARD_SHARE * micro, comm_seconds(phases["forward"], hardware, concurrent) - exposed_first)
-        backward = max((1 - FORWARD_SHARE) * micro,
+        forward_share = FORWARD_SHARE / (1 + recompute)  # of the micro-batch's compute, recomputation included
+        forward = max(forward_share * micro, comm_seconds(phases["forward"], hardware, concurrent) - exposed_first)
+        backward = max((1 - forward_share) * micro,
                        comm_seconds(phases["backward"], hardware, concurrent) - exposed_last)
         result[links] = exposed_first + forward + (compute - micro) + backward + exposed_last
     traffic = total_traffic(parts, hardware.nodes, hardware.gpus_per_node)
@@ -247,14 +281,16 @@ def bytes_by_collective(parts: list[Collective], hardware: Hardware) -> dict:
     return {key: {name: round(value, 4) for name, value in row.items()} for key, row in table.items()}
 
 
-def auto_strategy(hardware: Hardware, batch_size: int, seq_len: int) -> tuple[Strategy, parallel.Plan]:
-    """What the workload's --sharding auto --reduce_dtype auto picks on this hardware (workload.parallel.choose with
-    the figures a worker has: the instance's bandwidth, its compute estimate at ASSUMED_MFU, the GPU's memory)."""
-    model = meta_model()
-    flops = project.flops_per_token(model.lm.config, project.matmul_parameters(model), seq_len)
-    compute = batch_size * seq_len * flops / (project.peak_flops_of(hardware.gpu_name) * parallel.ASSUMED_MFU)
-    plan = parallel.choose("auto", "auto", hardware.nodes * hardware.gpus_per_node, hardware.gpus_per_node,
-                           fsdp_units(model), node_gbytes_per_s=hardware.inter_node_gbytes_per_s,
+def auto_strategy(hardware: Hardware, batch_size: int, seq_len: int, shape: ModelShape | None = None,
+                  requested: str = "auto") -> tuple[Strategy, parallel.Plan]:
+    """What the workload's --sharding `requested` --reduce_dtype auto picks on this hardware
+    (workload.parallel.choose with the figures a worker has: the instance's bandwidth, its compute estimate at
+    ASSUMED_MFU, the GPU's memory)."""
+    shape = shape or default_shape()
+    compute = (batch_size * seq_len * shape.flops_per_token(seq_len)
+               / (project.peak_flops_of(hardware.gpu_name) * parallel.ASSUMED_MFU))
+    plan = parallel.choose(requested, "auto", hardware.nodes * hardware.gpus_per_node, hardware.gpus_per_node,
+                           list(shape.units), node_gbytes_per_s=hardware.inter_node_gbytes_per_s,
                            bandwidth_source="instance facts", compute_seconds=compute,
                            gpu_memory_bytes=int(hardware.gpu_memory_gib * GIB))
     name = {("full", "fp32"): "project-full", ("full", "bf16"): "full-bf16", ("hybrid", "fp32"): "hybrid",
@@ -262,28 +298,26 @@ def auto_strategy(hardware: Hardware, batch_size: int, seq_len: int) -> tuple[St
     return next(strategy for strategy in STRATEGIES if strategy.name == name), plan
 
 
-def memory_lines(hardware: Hardware, batch_size: int) -> list[dict]:
-    """Projected peak per GPU of the project's layouts on this stack (workload.memory.projected_peak_gib from the
-    H200's measured peaks), with accumulation's unsharded gradients (FSDP2 accumulates them in the reduce dtype)."""
-    (b1, p1), (b2, p2) = sorted(H200_PEAK_GIB.items())
-    per_sequence = (p2 - p1) / (b2 - b1)
-    fixed = p1 - per_sequence * b1
-    parameters = sum(parameter.numel() for parameter in meta_model().parameters())
+def memory_lines(hardware: Hardware, batch_size: int, seq_len: int) -> list[dict]:
+    """Projected peak per GPU of the project's layouts on this stack (workload.memory.estimate, the preview's and the
+    job's projection, compiled as the job runs on a GPU), with accumulation's unsharded gradients."""
+    config = architectures.published("Qwen/Qwen2.5-1.5B")
+    usable = memory.usable_gib(round(hardware.gpu_memory_gib * 1024))
     lines = []
     for strategy in STRATEGIES:
         if strategy.step == "recipe":
             continue
         shards = hardware.gpus_per_node if strategy.sharding == "hybrid" else hardware.nodes * hardware.gpus_per_node
         micro = batch_size * strategy.batch_multiple // strategy.grad_accum_steps
-        accumulated = (parallel.REDUCE_BYTES[strategy.reduce_dtype] * parameters / GIB
-                       if strategy.grad_accum_steps > 1 else 0.0)
-        peak = memory.projected_peak_gib(fixed_gib=fixed, per_sequence_gib=per_sequence, parameters=parameters,
-                                         batch_size=micro, shards=shards, extra_gib=accumulated)
-        usable = memory.usable_gib(L4_MEMORY_MIB) if hardware.gpu_name == "L4" else hardware.gpu_memory_gib
+        estimate = memory.estimate(config, micro_batch=micro, seq_len=seq_len, shards=shards,
+                                   grad_accum_steps=strategy.grad_accum_steps, reduce_dtype=strategy.reduce_dtype,
+                                   compiled=True, ranks=hardware.nodes * hardware.gpus_per_node)
         lines.append({"stack": hardware.name, "memory": strategy.name, "shards": shards,
-                      "micro_batch_sequences": micro, "unsharded_accumulated_gradients_gib": round(accumulated, 2),
-                      "projected_peak_gib": round(peak, 2), "usable_gib": round(usable, 1),
-                      "margin_gib": round(usable - peak, 2), "fits": peak <= usable})
+                      "micro_batch_sequences": micro,
+                      "unsharded_accumulated_gradients_gib": round(estimate.accumulated_gradients_gib, 2),
+                      "projected_peak_gib": round(estimate.peak_gib, 2), "usable_gib": round(usable, 1),
+                      "margin_gib": round(usable - estimate.peak_gib, 2),
+                      "fits": memory.fits(estimate.peak_gib, usable)})
     return lines
 
 
@@ -353,7 +387,7 @@ def rows(batch_size: int, seq_len: int) -> list[dict]:
             "predicted_tokens_per_s": round(figures["tokens_per_s"]), "recipe_tokens_per_s":
                 round(recipe["tokens_per_s"]), "same_global_batch": True, "plan": plan.as_dict(),
         })
-        lines += memory_lines(hardware, batch_size)
+        lines += memory_lines(hardware, batch_size, seq_len)
         if stack == "dev":
             lines += sensitivity(hardware, chosen, batch_size, seq_len)
     return lines

@@ -76,9 +76,12 @@ def test_parameter_count_is_the_published_total(model_id):
         assert round(value / 1e9, digits) == published, f"{model_id}: {label} {value:,} is not the card's {published}B"
 
 
-def test_parameter_count_is_what_transformers_builds_for_each_family():
+def test_parameters_and_fsdp_units_are_what_transformers_builds_for_each_family():
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, Qwen2Config
+
+    from workload.model import CausalLMWithLoss
+    from workload.parallel import fsdp_units
 
     # One layer of each family (biases, head_dim, q/k norms, tied or not), on the meta device: no memory, no time.
     for model_id in ("Qwen/Qwen2.5-7B", "Qwen/Qwen3-0.6B", "meta-llama/Llama-3.2-1B", "mistralai/Mistral-7B-v0.3"):
@@ -88,6 +91,9 @@ def test_parameter_count_is_what_transformers_builds_for_each_family():
             model = AutoModelForCausalLM.from_config(AutoConfig.for_model(config["model_type"], **fields))
         built = sum(p.numel() for p in model.parameters())
         assert memory.parameter_count(config) == built, f"{model_id} (1 layer): counted {memory.parameter_count(config)}, built {built}"
+        units = fsdp_units(CausalLMWithLoss(model, chunked_loss=True))
+        assert [(name, sorted(shapes)) for name, shapes in units] == \
+            [(name, sorted(shapes)) for name, shapes in memory.unit_shapes(config)], f"{model_id}: FSDP units {units}"
     with torch.device("meta"):  # the random-weight architectures are Qwen2Config keyword arguments
         model = AutoModelForCausalLM.from_config(Qwen2Config(**ARCHITECTURES["tiny"]))
     assert memory.parameter_count(ARCHITECTURES["tiny"]) == sum(p.numel() for p in model.parameters())
@@ -151,7 +157,7 @@ def test_the_levers_come_in_order_and_only_when_needed():
     assert plan(40960).changed == ("activation_checkpointing",), "an A100 40GB: checkpointing is enough"
     assert plan(40960, activation_checkpointing=True).changed == (), "a lever already on is no change"
     l4 = plan(22888, ranks_per_node=4)
-    assert l4.changed == ("sharding", "activation_checkpointing", "reshard_after_forward") and l4.fits, \
+    assert l4.changed == ("activation_checkpointing", "reshard_after_forward", "sharding") and l4.fits, \
         f"2 x 4 L4s: checkpointing, reshard_after_forward, then full sharding over all 8: {l4.describe()}"
     assert not plan(22888, ranks_per_node=4, sharding="hybrid").fits, "HSDP's 4-way shards, asked for, cannot fit"
 

@@ -85,29 +85,45 @@ def _has_qk_norm(config: dict) -> bool:
     return config.get("model_type") == "qwen3"
 
 
-def layer_parameters(config: dict) -> int:
-    """Parameters of one decoder layer, as transformers builds it for the config's model_type. A config without one
-    (the random-weight architectures of workload.config) is Qwen2's."""
+def layer_shapes(config: dict) -> list[tuple[int, ...]]:
+    """The parameter shapes of one decoder layer, as transformers builds it for the config's model_type. A config
+    without one (the random-weight architectures of workload.config) is Qwen2's."""
     widths = _widths(config)
-    hidden, query, kv = widths["hidden"], widths["query"], widths["key_value"]
+    hidden, query, kv, intermediate = widths["hidden"], widths["query"], widths["key_value"], widths["intermediate"]
     model_type = config.get("model_type", "qwen2")
     # Qwen2Attention: q, k, v always biased, o never. Llama, Mistral and Qwen3: attention_bias on all four.
     qkv_bias = model_type == "qwen2" or bool(config.get("attention_bias"))
     o_bias = model_type != "qwen2" and bool(config.get("attention_bias"))
-    attention = hidden * query + 2 * hidden * kv + query * hidden
-    attention += (query + 2 * kv if qkv_bias else 0) + (hidden if o_bias else 0)
-    if _has_qk_norm(config):
-        attention += 2 * widths["head_dim"]
-    intermediate = widths["intermediate"]
-    mlp = 3 * hidden * intermediate + (2 * intermediate + hidden if config.get("mlp_bias") else 0)
-    return attention + mlp + 2 * hidden  # input and post-attention RMSNorms
+    shapes = [(query, hidden), (kv, hidden), (kv, hidden), (hidden, query)]
+    shapes += [(query,), (kv,), (kv,)] if qkv_bias else []
+    shapes += [(hidden,)] if o_bias else []
+    shapes += [(widths["head_dim"],)] * 2 if _has_qk_norm(config) else []  # Qwen3's q_norm and k_norm
+    shapes += [(intermediate, hidden), (intermediate, hidden), (hidden, intermediate)]
+    shapes += [(intermediate,), (intermediate,), (hidden,)] if config.get("mlp_bias") else []
+    return shapes + [(hidden,), (hidden,)]  # input and post-attention RMSNorms
+
+
+def root_shapes(config: dict) -> list[tuple[int, ...]]:
+    """What FSDP's root unit holds: the embedding, the final norm, and an untied lm_head."""
+    embedding = (config["vocab_size"], config["hidden_size"])
+    tied = config.get("tie_word_embeddings", True)
+    return [embedding, (config["hidden_size"],)] + ([] if tied else [embedding])
+
+
+def unit_shapes(config: dict) -> list[tuple[str, list[tuple[int, ...]]]]:
+    """workload.parallel.fsdp_units of the model built from `config`, without building it: the root, then each
+    layer, with their parameters' shapes (bench/step_model.py predicts the collectives of any model from these)."""
+    layer = layer_shapes(config)
+    return [("root", root_shapes(config)), *((f"layers.{index}", layer)
+                                              for index in range(config["num_hidden_layers"]))]
+
+
+def layer_parameters(config: dict) -> int:
+    return sum(math.prod(shape) for shape in layer_shapes(config))
 
 
 def root_parameters(config: dict) -> int:
-    """What FSDP's root unit holds: the embedding, the final norm, and an untied lm_head."""
-    embedding = config["vocab_size"] * config["hidden_size"]
-    tied = config.get("tie_word_embeddings", True)
-    return embedding + config["hidden_size"] + (0 if tied else embedding)
+    return sum(math.prod(shape) for shape in root_shapes(config))
 
 
 def parameter_count(config: dict) -> int:

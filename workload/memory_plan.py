@@ -103,7 +103,7 @@ def choose(config: dict, *, batch_size: int, seq_len: int, world_size: int, rank
 
     def plan(settings: Settings, fits: bool, reason: str) -> MemoryPlan:
         estimate, micro, shards = evaluate(settings)
-        changed = tuple(name for name in ("sharding", "activation_checkpointing", "reshard_after_forward",
+        changed = tuple(name for name in ("activation_checkpointing", "reshard_after_forward", "sharding",
                                           "grad_accum_steps")
                         if getattr(settings, name) != getattr(requested, name))
         return MemoryPlan(fits, settings, changed, batch_size, micro, shards, estimate.peak_gib, usable, reason,

@@ -18,8 +18,8 @@ workload.model.train_step, term by term:
 - accumulation: with --grad_accum_steps k > 1, FSDP2 keeps each layer's weights gathered across the micro-batches and
   accumulates the unsharded gradients in the reduce dtype (FSDPParam.to_accumulated_grad_if_needed).
 
-The peak is the larger of two moments: the last micro-batch's loss (everything above but the
-sharded gradients), and the optimizer step (all the state, the root's weights).
+The peak is the larger of two moments: the last micro-batch's loss (everything above but the sharded gradients), and
+the optimizer step (all the state, the root's weights).
 bench/memory_bench.py measures it on an H200 with a fake process group at the cluster's world size (each rank's real
 shards) and checks each projection; bench/results/RESULTS.md has the figures. On top of what PyTorch allocates a job
 needs the CUDA context, NCCL's buffers and the caching allocator's slack: `fits` keeps those free.
@@ -42,7 +42,7 @@ LAYERS_IN_FLIGHT = 2  # with reshard_after_forward: the layer computing and the 
 # kv = key/value heads x head_dim, i intermediate), from what autograd keeps in the eager bf16 layer:
 # two RMSNorms each keep their fp32 input, its bf16 cast and their bf16 output (8h each); attention keeps q and k
 # after rotary, v, SDPA's output and o_proj's contiguous input (6q + 4kv); the MLP keeps gate, silu(gate), up and
-# their product (8i). Qwen3's q/k norms add their fp32 inputs, casts and outputs (8q + 8kv).
+# their product (8i). Qwen3's q/k norms add the same per width as an RMSNorm (8q + 8kv).
 ACTIVATION_BYTES = {"hidden": 16, "query": 6, "key_value": 4, "intermediate": 8}
 QK_NORM_ACTIVATION_BYTES = {"query": 8, "key_value": 8}
 CHECKPOINTED_BYTES_PER_HIDDEN = 2  # with activation checkpointing a layer keeps its bf16 input only
@@ -67,9 +67,6 @@ CUDA_CONTEXT_GIB = 0.5  # what the CUDA context takes of the card before PyTorch
 # The measurement counts allocated memory; the caching allocator reserves more (fragmentation), and a job that
 # runs out of memory does so on reserved memory. This much is kept free.
 MARGIN_GIB = 2.0
-
-# The one-GPU measurement bench/step_bench.py extrapolates from (projected_peak_gib).
-ACCUMULATED_GRADIENT_BYTES_PER_PARAMETER = REDUCE_BYTES["fp32"]
 
 
 def _widths(config: dict) -> dict[str, int]:

@@ -25,7 +25,8 @@ def hub(monkeypatch):
                       "acme/weights-only": {"model.safetensors": b"\0"},
                       "acme/encoder": {"config.json": json.dumps({"model_type": "bert", "hidden_size": 768}).encode()}},
                      gated={"acme/llama-gated": {TOKEN}})
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    # A short poll, so shutdown() at teardown returns at once (socketserver polls every 0.5 s by default).
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True).start()
     monkeypatch.setenv("HF_ENDPOINT", server.url)
     yield server
     server.shutdown()

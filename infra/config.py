@@ -542,6 +542,7 @@ def _parse_train(raw: dict[str, Any]) -> TrainConfig:
              "set trainCheckpointEvery, or use final")
     s3_location(storage, "trainStoragePath")
     s3_location(dataset, "trainDataset")
+    s3_location(raw["trainModelId"], "trainModelId")  # an s3:// model directory: the pods' policy is written from it
     env = _parse_env("trainEnv", raw["trainEnv"])
     secret_env = SecretEnv(_parse_env("trainSecretEnv", raw["trainSecretEnv"]))
     clash = sorted(set(env) & set(secret_env.names))

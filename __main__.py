@@ -42,9 +42,10 @@ cluster = EksCluster(
     public_access_cidrs=plan.api_public_access_cidrs,
     tags=tags,
 )
-# The Ray pods' own AWS identity (EKS Pod Identity), scoped to the checkpoint prefix and an s3:// dataset file; the
-# nodes' roles have none.
-storage_policy = checkpoint_storage_policy(cfg.train.storage_path, dataset=cfg.train.dataset)
+# The Ray pods' own AWS identity (EKS Pod Identity), scoped to the checkpoint prefix, an s3:// dataset file and an
+# s3:// model directory (read-only); the nodes' roles have none.
+storage_policy = checkpoint_storage_policy(cfg.train.storage_path, dataset=cfg.train.dataset,
+                                           model=cfg.train.model_id)
 pod_identity = RayPodIdentity(
     f"{cfg.cluster_name}-ray-pods",
     cluster_name=cluster.cluster_name,
@@ -166,3 +167,6 @@ if cfg.train.enabled:
     pulumi.export("jobEvalLoss", job.eval_loss)
     pulumi.export("jobModelPath", job.model)
     pulumi.export("jobTensorBoard", job.tensorboard)
+    # Known at preview (infra/feasibility.py): the memory levers the job will use and why; None for a model whose
+    # architecture the preview could not read.
+    pulumi.export("jobMemoryPlan", plan.memory_plan.as_dict() if plan.memory_plan else None)

@@ -6,7 +6,10 @@ No GPU needed. The bytes come from the collectives each step issues: workload.pa
 project's FSDP2, recipe_collectives below for the recipe's FSDP1; tests/test_parallel.py records both on a gloo mesh
 and checks them against these functions. The compute comes from the H200 measurement (bench/results), scaled by each
 GPU's dense bf16 peak at the MFU measured there. The bandwidths come from the instance facts (tests/stacks.py) and
-the assumptions below. Every assumption is written next to the figures.
+the assumptions below. Every assumption is written next to the figures. The lines below are of Qwen2.5-1.5B, the
+model measured; predict takes any decoder's shape from its config.json (config_shape: its FSDP units and FLOPs per
+token from workload.memory, without building it) at the same measured MFU and split (bench/model_table.py, the
+README's model x stack table, uses it so).
 
 One step, per GPU (all GPUs in step):
 - compute: tokens x FLOPs per token / (peak x MFU), split into forward, backward and optimizer (clipping + AdamW)
@@ -38,15 +41,16 @@ import json
 import math
 from dataclasses import dataclass, replace
 from pathlib import Path
+from types import SimpleNamespace
 
 import torch
 from torch import nn
 
-from bench.step_bench import GIB, L4_MEMORY_MIB, RECIPE_MIN_NUM_PARAMS
-from workload import memory, parallel
+from bench.step_bench import GIB, RECIPE_MIN_NUM_PARAMS
+from workload import architectures, memory, parallel
 from workload import model as project
 from workload.config import TrainConfig
-from workload.parallel import Collective, fsdp_units, step_collectives, total_traffic
+from workload.parallel import Collective, step_collectives, total_traffic
 
 RESULTS = Path(__file__).resolve().parent / "results" / "step_model.jsonl"
 # Each stack's Hardware as `python -m bench.step_model` read it from the stack files, for machines without Pulumi
@@ -61,8 +65,6 @@ H200_BATCH, H200_SEQ_LEN = 8, 2048
 # FLOP/s, so two sequences fill it far better; the headline scales the batch-8 MFU, and the sensitivity rows say
 # what the batch-2 one would give, the pessimistic end.
 H200_BATCH2_TOKENS_PER_S = {"recipe": 21_299, "project": 28_936}
-# Memory of the project's step on one H200 at 1 and 2 sequences of 2048 (the same log's memory run).
-H200_PEAK_GIB = {1: 29.2, 2: 34.2}
 # nccl-tests busbw between the GPUs of one node (GB/s); assumptions until a one-node fabric check measures them.
 # L4 and L40S sit on PCIe Gen4 x16 without NVLink, and g6/g6e have no usable PCIe P2P, so NCCL uses its SHM
 # transport through host DRAM (Assumptions.g_intra_node_gbytes_per_s, a range: no published figure; 16 GB/s, the
@@ -114,6 +116,10 @@ class Split:
 # over the 152k vocabulary in forward. The project's optimizer share (clipping, fused AdamW over fp32 state, the
 # gradient casts) hides no communication.
 SPLIT = {"recipe": Split(0.444, 0.546, 0.010), "project": Split(0.489, 0.374, 0.137)}
+# Activation checkpointing reruns each decoder layer's forward in backward: a third more of the forward and backward
+# compute (a layer's forward is 2 of the 6 FLOPs per parameter per token). Not the measured forward share above,
+# which holds the chunked loss's lm_head gradients that nothing recomputes.
+RECOMPUTE_SHARE = 1 / 3
 
 
 @dataclass(frozen=True)
@@ -193,6 +199,35 @@ def meta_model() -> project.CausalLMWithLoss:
     return project.build_model(TrainConfig(model_config=MODEL_CONFIG), torch.device("meta"))
 
 
+@dataclass(frozen=True)
+class ModelShape:
+    """What the step's time depends on: the FSDP units' shapes, the parameters in matmuls, layers and width."""
+
+    units: tuple
+    matmul_parameters: int
+    layers: int
+    hidden: int
+
+    def flops_per_token(self, seq_len: int) -> float:
+        return project.flops_per_token(SimpleNamespace(num_hidden_layers=self.layers, hidden_size=self.hidden),
+                                       self.matmul_parameters, seq_len)
+
+
+def config_shape(config: dict) -> ModelShape:
+    """Any decoder from its config.json, without building it (workload.memory.unit_shapes, which tests/test_memory.py
+    checks against the model transformers builds)."""
+    untied_input_embedding = 0 if config.get("tie_word_embeddings", True) else (
+        config["vocab_size"] * config["hidden_size"])
+    return ModelShape(tuple(memory.unit_shapes(config)), memory.parameter_count(config) - untied_input_embedding,
+                      config["num_hidden_layers"], config["hidden_size"])
+
+
+@functools.cache
+def default_shape() -> ModelShape:
+    """Qwen2.5-1.5B, the architecture the H200 measurements are of."""
+    return config_shape(project.NAMED_CONFIGS[MODEL_CONFIG])
+
+
 def recipe_units(module: nn.Module, min_num_params: int) -> list[tuple[str, int]]:
     """FSDP1's units under size_based_auto_wrap_policy(min_num_params), in forward (pre-)order, as (name, numel).
 
@@ -240,17 +275,17 @@ def recipe_collectives(units: list[tuple[str, int]], world_size: int) -> list[Co
     return forward + backward
 
 
-def collectives(strategy: Strategy, hardware: Hardware) -> list[Collective]:
+def collectives(strategy: Strategy, hardware: Hardware, shape: ModelShape | None = None,
+                reshard_after_forward: bool = False) -> list[Collective]:
     world = hardware.nodes * hardware.gpus_per_node
     if strategy.step == "recipe":
         return recipe_collectives(recipe_units(meta_model().lm, RECIPE_MIN_NUM_PARAMS), world)
-    shape = parallel.mesh_shape(strategy.sharding, world, hardware.gpus_per_node)
-    return step_collectives(fsdp_units(meta_model()), shape, strategy.reduce_dtype)
+    mesh = parallel.mesh_shape(strategy.sharding, world, hardware.gpus_per_node)
+    return step_collectives((shape or default_shape()).units, mesh, strategy.reduce_dtype, reshard_after_forward)
 
 
 def h200_mfu(step: str, tokens_per_s: dict = H200_TOKENS_PER_S) -> float:
-    model = meta_model()
-    flops = project.flops_per_token(model.lm.config, project.matmul_parameters(model), H200_SEQ_LEN)
+    flops = default_shape().flops_per_token(H200_SEQ_LEN)
     return project.model_flops_utilization(tokens_per_s[step], flops, project.peak_flops_of("H200"), 1)
 
 
@@ -277,10 +312,10 @@ def gemm_cases(gpu_name: str) -> dict[str, float]:
 
 
 def compute_seconds(strategy: Strategy, hardware: Hardware, batch_size: int, seq_len: int,
-                    assumptions: Assumptions = CENTRAL) -> float:
-    """One step's compute per GPU (all micro-batches) of `strategy` on `hardware`'s GPU."""
-    model = meta_model()
-    flops = project.flops_per_token(model.lm.config, project.matmul_parameters(model), seq_len)
+                    assumptions: Assumptions = CENTRAL, shape: ModelShape | None = None) -> float:
+    """One step's compute per GPU (all micro-batches) of `strategy` on `hardware`'s GPU, of Qwen2.5-1.5B unless
+    `shape` says another model, without activation checkpointing's recomputation (predict adds it)."""
+    flops = (shape or default_shape()).flops_per_token(seq_len)
     mfu = h200_mfu(strategy.step) * compute_scale(strategy.step, hardware.gpu_name, assumptions)
     return batch_size * strategy.batch_multiple * seq_len * flops / (project.peak_flops_of(hardware.gpu_name) * mfu)
 
@@ -302,31 +337,41 @@ def comm_seconds(parts: list[Collective], hardware: Hardware, concurrent: bool) 
 
 def predict(strategy: Strategy, hardware: Hardware, batch_size: int, seq_len: int,
             assumptions: Assumptions = CENTRAL, split: Split | None = None, links_override=None,
-            compute_factor: float = 1.0, hide_under_step: bool = False) -> dict:
+            compute_factor: float = 1.0, hide_under_step: bool = False, shape: ModelShape | None = None,
+            activation_checkpointing: bool = False, reshard_after_forward: bool = False) -> dict:
     """Step time and tokens/s of `strategy` on `hardware` (documented bandwidths; `assumptions` scale them):
-    batch_size x batch_multiple sequences of seq_len tokens per GPU per step, in grad_accum_steps micro-batches.
-    `links_override` (bench.emulate_rank.Links) gives the bandwidths directly; `compute_factor` scales the compute
-    (fp8's measured gain). `hide_under_step` is a lever the workload does not have: every collective but the
-    exposed two hides under the whole step's compute (reductions under the optimizer and the next forward too)."""
-    compute = compute_seconds(strategy, hardware, batch_size, seq_len, assumptions) * compute_factor
+    batch_size x batch_multiple sequences of seq_len tokens per GPU per step, in grad_accum_steps micro-batches; of
+    Qwen2.5-1.5B unless `shape` says another model (its FLOPs and collectives; the split and MFU are the measured
+    ones). `links_override` (bench.emulate_rank.Links) gives the bandwidths directly; `compute_factor` scales the
+    compute (fp8's measured gain). `hide_under_step` is a lever the workload does not have: every collective but the
+    exposed two hides under the whole step's compute (reductions under the optimizer and the next forward too).
+    With activation checkpointing backward recomputes each layer's forward (RECOMPUTE_SHARE more of the forward and
+    backward compute, in backward); with reshard_after_forward backward gathers every layer again."""
+    compute = compute_seconds(strategy, hardware, batch_size, seq_len, assumptions, shape) * compute_factor
     split = split or SPLIT[strategy.step]
     links = assumed_links(hardware, assumptions)
     if links_override is not None:
         links = replace(hardware, inter_node_gbytes_per_s=links_override.inter_node_gbytes_per_s,
                         intra_node_gbytes_per_s=links_override.intra_node_gbytes_per_s)
     optimizer = split.optimizer * compute
-    micro = (compute - optimizer) / strategy.grad_accum_steps
     forward_share = split.forward / (split.forward + split.backward)
-    parts = collectives(strategy, hardware)
+    forward_total = forward_share * (compute - optimizer)
+    backward_total = (1 - forward_share) * (compute - optimizer)
+    if activation_checkpointing:
+        backward_total += RECOMPUTE_SHARE * (compute - optimizer)
+        compute = optimizer + forward_total + backward_total
+    micro_forward, micro_backward = (total / strategy.grad_accum_steps for total in (forward_total, backward_total))
+    parts = collectives(strategy, hardware, shape, reshard_after_forward)
     phases = {phase: [part for part in parts if part.phase == phase] for phase in ("forward", "backward")}
     first = [part for part in parts if part.exposed and part.phase == "forward"]
     last = [part for part in parts if part.exposed and part.phase == "backward"]
     concurrent = assumptions.links == "concurrent"
     # The exposed tail is a chain (HSDP's all-reduce waits for its reduce-scatter): one after the other.
     exposed_first, exposed_last = (comm_seconds(group, links, False) for group in (first, last))
-    forward = max(forward_share * micro, comm_seconds(phases["forward"], links, concurrent) - exposed_first)
-    backward = max((1 - forward_share) * micro, comm_seconds(phases["backward"], links, concurrent) - exposed_last)
-    step = exposed_first + forward + (compute - optimizer - micro) + backward + exposed_last + optimizer
+    forward = max(micro_forward, comm_seconds(phases["forward"], links, concurrent) - exposed_first)
+    backward = max(micro_backward, comm_seconds(phases["backward"], links, concurrent) - exposed_last)
+    middle = compute - optimizer - micro_forward - micro_backward
+    step = exposed_first + forward + middle + backward + exposed_last + optimizer
     if hide_under_step:
         step = exposed_first + exposed_last + max(compute, comm_seconds(parts, links, concurrent) - exposed_first
                                                   - exposed_last)
@@ -389,14 +434,16 @@ def bytes_by_collective(parts: list[Collective], hardware: Hardware) -> dict:
     return {key: {name: round(value, 4) for name, value in row.items()} for key, row in table.items()}
 
 
-def auto_strategy(hardware: Hardware, batch_size: int, seq_len: int) -> tuple[Strategy, parallel.Plan]:
-    """What the workload's --sharding auto --reduce_dtype auto picks on this hardware (workload.parallel.choose with
-    the figures a worker has: the instance's bandwidth, its compute estimate at ASSUMED_MFU, the GPU's memory)."""
-    model = meta_model()
-    flops = project.flops_per_token(model.lm.config, project.matmul_parameters(model), seq_len)
-    compute = batch_size * seq_len * flops / (project.peak_flops_of(hardware.gpu_name) * parallel.ASSUMED_MFU)
-    plan = parallel.choose("auto", "auto", hardware.nodes * hardware.gpus_per_node, hardware.gpus_per_node,
-                           fsdp_units(model), node_gbytes_per_s=hardware.inter_node_gbytes_per_s,
+def auto_strategy(hardware: Hardware, batch_size: int, seq_len: int, shape: ModelShape | None = None,
+                  requested: str = "auto") -> tuple[Strategy, parallel.Plan]:
+    """What the workload's --sharding `requested` --reduce_dtype auto picks on this hardware
+    (workload.parallel.choose with the figures a worker has: the instance's bandwidth, its compute estimate at
+    ASSUMED_MFU, the GPU's memory)."""
+    shape = shape or default_shape()
+    compute = (batch_size * seq_len * shape.flops_per_token(seq_len)
+               / (project.peak_flops_of(hardware.gpu_name) * parallel.ASSUMED_MFU))
+    plan = parallel.choose(requested, "auto", hardware.nodes * hardware.gpus_per_node, hardware.gpus_per_node,
+                           list(shape.units), node_gbytes_per_s=hardware.inter_node_gbytes_per_s,
                            bandwidth_source="instance facts", compute_seconds=compute,
                            gpu_memory_bytes=int(hardware.gpu_memory_gib * GIB))
     name = {("full", "fp32"): "project-full", ("full", "bf16"): "full-bf16", ("hybrid", "fp32"): "hybrid",
@@ -404,28 +451,26 @@ def auto_strategy(hardware: Hardware, batch_size: int, seq_len: int) -> tuple[St
     return next(strategy for strategy in STRATEGIES if strategy.name == name), plan
 
 
-def memory_lines(hardware: Hardware, batch_size: int) -> list[dict]:
-    """Projected peak per GPU of the project's layouts on this stack (workload.memory.projected_peak_gib from the
-    H200's measured peaks), with accumulation's unsharded gradients (FSDP2 accumulates them in the reduce dtype)."""
-    (b1, p1), (b2, p2) = sorted(H200_PEAK_GIB.items())
-    per_sequence = (p2 - p1) / (b2 - b1)
-    fixed = p1 - per_sequence * b1
-    parameters = sum(parameter.numel() for parameter in meta_model().parameters())
+def memory_lines(hardware: Hardware, batch_size: int, seq_len: int) -> list[dict]:
+    """Projected peak per GPU of the project's layouts on this stack (workload.memory.estimate, the preview's and the
+    job's projection, compiled as the job runs on a GPU), with accumulation's unsharded gradients."""
+    config = architectures.published("Qwen/Qwen2.5-1.5B")
+    usable = memory.usable_gib(round(hardware.gpu_memory_gib * 1024))
     lines = []
     for strategy in STRATEGIES:
         if strategy.step == "recipe":
             continue
         shards = hardware.gpus_per_node if strategy.sharding == "hybrid" else hardware.nodes * hardware.gpus_per_node
         micro = batch_size * strategy.batch_multiple // strategy.grad_accum_steps
-        accumulated = (parallel.REDUCE_BYTES[strategy.reduce_dtype] * parameters / GIB
-                       if strategy.grad_accum_steps > 1 else 0.0)
-        peak = memory.projected_peak_gib(fixed_gib=fixed, per_sequence_gib=per_sequence, parameters=parameters,
-                                         batch_size=micro, shards=shards, extra_gib=accumulated)
-        usable = memory.usable_gib(L4_MEMORY_MIB) if hardware.gpu_name == "L4" else hardware.gpu_memory_gib
+        estimate = memory.estimate(config, micro_batch=micro, seq_len=seq_len, shards=shards,
+                                   grad_accum_steps=strategy.grad_accum_steps, reduce_dtype=strategy.reduce_dtype,
+                                   compiled=True, ranks=hardware.nodes * hardware.gpus_per_node)
         lines.append({"stack": hardware.name, "memory": strategy.name, "shards": shards,
-                      "micro_batch_sequences": micro, "unsharded_accumulated_gradients_gib": round(accumulated, 2),
-                      "projected_peak_gib": round(peak, 2), "usable_gib": round(usable, 1),
-                      "margin_gib": round(usable - peak, 2), "fits": peak <= usable})
+                      "micro_batch_sequences": micro,
+                      "unsharded_accumulated_gradients_gib": round(estimate.accumulated_gradients_gib, 2),
+                      "projected_peak_gib": round(estimate.peak_gib, 2), "usable_gib": round(usable, 1),
+                      "margin_gib": round(usable - estimate.peak_gib, 2),
+                      "fits": memory.fits(estimate.peak_gib, usable)})
     return lines
 
 
@@ -457,6 +502,8 @@ def assumptions(batch_size: int, seq_len: int) -> dict:
         },
         "split_forward_backward_optimizer": {step: dataclasses.astuple(split) for step, split in SPLIT.items()},
         "split_source": "bench/emulate_rank.py, compute-only runs at the stacks' per-GPU batch",
+        "activation_checkpointing": f"backward recomputes each layer's forward: {RECOMPUTE_SHARE:.3f} more of the "
+                                    "forward and backward compute (2 of 6 FLOPs per parameter per token)",
         "intra_node_gbytes_per_s": {**INTRA_NODE_GBYTES_PER_S, **{name: "g_intra_node_gbytes_per_s"
                                                                   for name in G_FAMILY}},
         "algorithms": "NCCL rings: per rank, busbw factor x S (all-reduce 2(n-1)/n, all-gather and reduce-scatter "
@@ -503,7 +550,7 @@ def rows(batch_size: int, seq_len: int) -> list[dict]:
                                                   "under the whole step (the optimizer and the next forward too)",
                       "same_global_batch": True, **predict_range(chosen, hardware, batch_size, seq_len,
                                                                  hide_under_step=True)})
-        lines += memory_lines(hardware, batch_size)
+        lines += memory_lines(hardware, batch_size, seq_len)
     return lines
 
 

@@ -17,10 +17,10 @@ import pulumi
 import pulumi_aws as aws
 from botocore.exceptions import BotoCoreError, ClientError
 
-from infra import addons, capacity_reservation, config, instance_facts, network, ray_job, raycluster
+from infra import addons, capacity_reservation, config, instance_facts, model_config, network, ray_job, raycluster
 from infra.config import AwsIdentity, InstanceFacts, StackConfig, arn_parts
 from infra.gpu_nodes import placement_group_name, use_placement_group
-from workload import memory
+from workload import memory, memory_plan
 from workload.config import CHAT_TEMPLATES, is_local_dataset
 from workload.sft.chat import KNOWN_CHAT_TEMPLATES
 
@@ -79,6 +79,9 @@ class StackPlan:
     """The IAM principal that creates the cluster (creator_of the caller): EKS's bootstrap cluster admin."""
     account_id: str = ""
     partition: str = "aws"
+    memory_plan: memory_plan.MemoryPlan | None = None
+    """The job's memory plan (workload.memory_plan), when its architecture is known at preview: the jobMemoryPlan
+    output."""
 
 
 @config.hides_secret_values
@@ -108,8 +111,7 @@ def check(cfg: StackConfig) -> StackPlan:
     check_system_instance(instance_facts.lookup(cfg.system_instance_type, config_key="systemInstanceType"))
     addons.check_efa_allowlist(cfg.gpu_instance_type)
     image = raycluster.check_config(cfg, gpu)
-    if cfg.train.enabled:
-        check_job(cfg, gpu)
+    job_memory = check_job(cfg, gpu, identity=identity, region=region) if cfg.train.enabled else None
     reservation = None
     if cfg.capacity_reservation_id:
         try:
@@ -127,7 +129,7 @@ def check(cfg: StackConfig) -> StackPlan:
                      image=image, identity=identity, reservation=reservation,
                      own_placement_group=use_placement_group(cfg.gpu_placement, existing_reservation=bool(reservation)),
                      api_public_access_cidrs=public_cidrs, creator=creator_of(caller.arn),
-                     account_id=caller.account_id, partition=arn_parts(caller.arn)[0])
+                     account_id=caller.account_id, partition=arn_parts(caller.arn)[0], memory_plan=job_memory)
 
 
 # ---- AWS identity --------------------------------------------------------------------------------------------
@@ -331,9 +333,11 @@ def _when(moment: datetime | None) -> str:
 
 # ---- the job -----------------------------------------------------------------------------------------------------
 
-def check_job(cfg: StackConfig, gpu: InstanceFacts) -> None:
-    """A job the cluster can run: its data, its workers, its shape against the model and the GPUs' memory, its
-    checkpoints, its transport expectation and its fabric minimum (trainPip is judged with the config)."""
+def check_job(cfg: StackConfig, gpu: InstanceFacts, *, identity: AwsIdentity | None = None,
+              region: str | None = None) -> memory_plan.MemoryPlan | None:
+    """A job the cluster can run: its data, its workers, its shape against the model and the GPUs' memory (the
+    memory plan it returns), its checkpoints, its transport expectation and its fabric minimum (trainPip is judged
+    with the config)."""
     check_job_data(cfg)
     workload = ray_job.workload_config(cfg, gpu)  # the workload's own checks of the flags first
     check_chat_template(cfg)
@@ -343,17 +347,16 @@ def check_job(cfg: StackConfig, gpu: InstanceFacts) -> None:
     if workers > gpus:
         raise ValueError(f"config key 'trainNumWorkers': {workers} workers need a GPU each, and the cluster has "
                          f"{gpus} ({cfg.gpu_node_count} x {gpu.gpus}); allowed: 0 (one per GPU) to {gpus}")
-    architecture = workload.architecture
-    if architecture is not None:
-        # HSDP shards the state over one node's GPUs only; --sharding auto may choose it, so the preview projects
-        # that layout, the larger per GPU (trainSharding full projects full sharding over every worker).
-        shards = gpu.gpus if workload.sharding != "full" and workers > gpu.gpus else workers
-        check_job_shape(train.seq_len, train.batch_size, workers, architecture, gpu,
-                        model=train.model_config or train.model_id, shards=shards,
-                        grad_accum_steps=workload.grad_accum_steps)
+    architecture = model_config.resolve(train.model_id, train.model_config,
+                                        hub_token=train.secret_env.reveal().get(model_config.HUB_TOKEN_VARIABLE),
+                                        identity=identity, region=region)
+    plan = None
+    if isinstance(architecture, model_config.Known):
+        plan = check_job_shape(workload, architecture.config, gpu, workers, model=train.model_config or train.model_id,
+                               node_count=cfg.gpu_node_count)
     else:
-        pulumi.log.warn(f"trainModelId {train.model_id}: its architecture is not known before it is downloaded, so "
-                        "trainSeqLen and the GPU memory of the job are checked only on the cluster")
+        pulumi.log.warn(f"trainModelId {train.model_id}: {architecture.reason}, so trainSeqLen and the GPU memory of "
+                        "the job are checked only on the cluster")
     if train.storage_path and not train.storage_path.startswith("s3://") and cfg.gpu_node_count > 1:
         raise ValueError(
             f"config key 'trainStoragePath': {train.storage_path} is a directory on each node, and Ray Train needs "
@@ -361,6 +364,7 @@ def check_job(cfg: StackConfig, gpu: InstanceFacts) -> None:
             "s3://bucket/prefix (the Ray pods' own role gets access to it), or empty for no checkpoints")
     check_transport_expectation(cfg, gpu, workers)
     check_min_bus_bandwidth(cfg, gpu, workers)
+    return plan
 
 
 def check_job_data(cfg: StackConfig) -> None:
@@ -398,30 +402,65 @@ def check_chat_template(cfg: StackConfig) -> None:
                         "downloaded; the job checks it before any worker starts")
 
 
-def check_job_shape(seq_len: int, batch_size: int, workers: int, architecture: dict, gpu: InstanceFacts,
-                    *, model: str, shards: int | None = None, grad_accum_steps: int = 1) -> None:
-    """Sequence length against the model's positions; projected peak memory (workload.memory) against the GPU's.
-    `shards`: over how many GPUs the state is sharded (all `workers` by default, a node's with HSDP); with
-    accumulation a micro-batch is batch / grad_accum_steps sequences, and the gradients are held unsharded."""
-    positions = architecture["max_position_embeddings"]
-    if seq_len > positions:
-        raise ValueError(f"config key 'trainSeqLen': {seq_len} tokens exceed {model}'s {positions} positions; "
+def check_job_shape(workload: Any, architecture: dict, gpu: InstanceFacts, workers: int, *, model: str,
+                    node_count: int) -> memory_plan.MemoryPlan:
+    """Sequence length against the model's positions; the memory plan (workload.memory_plan, the function the job
+    runs) for the job's flags on `workers` GPUs of `gpu`. Refused when no plan fits, naming the memory the model needs
+    per GPU and what would fit: a smaller per-GPU batch, more nodes, or another instance type the project knows."""
+    positions = architecture.get("max_position_embeddings")
+    if positions and workload.seq_len > positions:
+        raise ValueError(f"config key 'trainSeqLen': {workload.seq_len} tokens exceed {model}'s {positions} positions; "
                          f"allowed: 1 to {positions}")
-    usable = memory.usable_gib(gpu.gpu_memory_mib)
-
-    def peak(batch: int) -> float:
-        return memory.job_peak_gib(architecture, batch_size=-(-batch // grad_accum_steps), seq_len=seq_len,
-                                   shards=shards or workers, accumulated=grad_accum_steps > 1)
-
-    if memory.fits(peak(batch_size), usable):
-        return
-    largest = next((b for b in range(batch_size - 1, 0, -1) if memory.fits(peak(b), usable)), 0)
-    allowed = (f"a per-GPU batch of 1 to {largest} at trainSeqLen {seq_len}" if largest
-               else "a shorter trainSeqLen (no batch fits at this one), or a GPU type with more memory")
+    compiled = workload.compile is not False  # the job compiles on a GPU unless told not to
+    plan = memory_plan.for_job(workload, architecture, world_size=workers, ranks_per_node=gpu.gpus,
+                               gpu_memory_mib=gpu.gpu_memory_mib, compiled=compiled)
+    if plan.fits:
+        return plan
+    billions = memory.parameter_count(architecture) / 1e9
     raise ValueError(
-        f"config keys 'trainBatchSize' and 'trainSeqLen': {batch_size} x {seq_len} tokens per GPU project to a "
-        f"{peak(batch_size):.1f} GiB peak on each of the {workers} GPUs of {gpu.instance_type}, which leave "
-        f"{usable:.1f} GiB usable ({memory.MARGIN_GIB:g} GiB kept free); allowed: {allowed}")
+        f"config keys 'trainModelId', 'trainBatchSize' and 'trainSeqLen': {model} ({billions:.2f} B parameters) needs "
+        f"{plan.peak_gib:.1f} GiB on each of the {workers} GPUs of {gpu.instance_type} at {workload.batch_size} x "
+        f"{workload.seq_len} tokens per GPU even with {plan.describe().split(':')[0]}, and they leave "
+        f"{plan.usable_gib - memory.MARGIN_GIB:.1f} GiB ({memory.MARGIN_GIB:g} GiB kept free); allowed: "
+        + "; or ".join(what_would_fit(workload, architecture, gpu, workers, node_count=node_count, compiled=compiled)))
+
+
+def what_would_fit(workload: Any, architecture: dict, gpu: InstanceFacts, workers: int, *, node_count: int,
+                   compiled: bool) -> list[str]:
+    """A refusal's alternatives, each found in closed form or by binary search: a smaller per-GPU batch on this
+    cluster, the node count of this type at which the shards fit, the known instance types that fit at this node
+    count (or the node count they need)."""
+    options = []
+    batch = memory_plan.largest_micro_batch(architecture, seq_len=workload.seq_len, shards=workers,
+                                            world_size=workers, gpu_memory_mib=gpu.gpu_memory_mib,
+                                            below=workload.batch_size, compiled=compiled)
+    if batch:
+        options.append(f"a per-GPU batch (trainBatchSize) of {'1' if batch == 1 else f'1 to {batch}'} at trainSeqLen "
+                       f"{workload.seq_len}")
+
+    def nodes_for(gpus_per_node: int, gpu_memory_mib: int) -> int | None:
+        shards = memory.shards_needed(architecture, usable=memory.usable_gib(gpu_memory_mib),
+                                      micro_batch=workload.batch_size, seq_len=workload.seq_len,
+                                      activation_checkpointing=True, reshard_after_forward=True, grad_accum_steps=1,
+                                      reduce_dtype=workload.reduce_dtype, compiled=compiled)
+        return -(-shards // gpus_per_node) if shards else None
+
+    nodes = nodes_for(gpu.gpus, gpu.gpu_memory_mib)
+    if nodes and nodes > node_count:
+        options.append(f"gpuNodeCount {nodes} or more of {gpu.instance_type} (the state sharded over "
+                       f"{nodes * gpu.gpus} GPUs, with full sharding, activation checkpointing and "
+                       "reshard_after_forward)")
+    for instance_type, (gpus_per_node, gpu_memory_mib) in instance_facts.KNOWN_GPU_INSTANCE_TYPES.items():
+        if instance_type == gpu.instance_type or gpu_memory_mib <= gpu.gpu_memory_mib:
+            continue
+        other = memory_plan.for_job(workload, architecture, world_size=gpus_per_node * node_count,
+                                    ranks_per_node=gpus_per_node, gpu_memory_mib=gpu_memory_mib, compiled=compiled)
+        if other.fits:
+            options.append(f"gpuInstanceType {instance_type} ({node_count} nodes: {other.describe().split(':')[0]})")
+        elif (needed := nodes_for(gpus_per_node, gpu_memory_mib)) is not None:
+            options.append(f"gpuInstanceType {instance_type} with gpuNodeCount {needed} or more")
+    return options or [f"a smaller model or a shorter trainSeqLen (nothing the project knows fits {workload.seq_len}"
+                       " tokens)"]
 
 
 def check_transport_expectation(cfg: StackConfig, gpu: InstanceFacts, workers: int) -> None:

@@ -12,6 +12,17 @@ import pulumi_aws as aws
 from infra.config import InstanceFacts, check_efa_gpu
 
 
+# The GPU instance types of the project's stacks (Pulumi.<stack>.yaml): GPUs per node and each GPU's memory in MiB,
+# EC2 DescribeInstanceTypes' figures (tests/stacks.py holds the same, and a test keeps the two equal). A refusal of the
+# job's memory names which of them would fit without an EC2 call per type; the stack's own type is always read live.
+KNOWN_GPU_INSTANCE_TYPES = {
+    "g6.12xlarge": (4, 22888),  # 4 x L4
+    "g6e.12xlarge": (4, 46068),  # 4 x L40S
+    "p4d.24xlarge": (8, 40960),  # 8 x A100 40 GB
+    "p5.48xlarge": (8, 81920),  # 8 x H100
+}
+
+
 def lookup(instance_type: str, *, config_key: str) -> InstanceFacts:
     """Describe `instance_type` through EC2 (a synchronous invoke, so it runs before any resource exists)."""
     try:

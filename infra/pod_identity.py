@@ -29,7 +29,7 @@ from infra.trust import pod_identity_conditions
 POD_IDENTITY_PRINCIPAL = "pods.eks.amazonaws.com"
 
 
-def checkpoint_storage_policy(storage_path: str, dataset: str = "") -> str | None:
+def checkpoint_storage_policy(storage_path: str, dataset: str = "", model: str = "") -> str | None:
     """The S3 access the Ray pods need: for `trainStoragePath` (s3://bucket/prefix), Ray Train's controller on the
     head and every worker read and write the run's checkpoints (and the job its models and metrics) there; an s3://
     `trainDataset` file is read by the head (the check before training) and every worker: read-only, that one
@@ -68,6 +68,13 @@ def checkpoint_storage_policy(storage_path: str, dataset: str = "") -> str | Non
         statements += [{"Effect": "Allow", "Action": "s3:GetObject", "Resource": f"arn:aws:s3:::{bucket}/{key}"},
                        {"Effect": "Allow", "Action": "s3:ListBucket", "Resource": f"arn:aws:s3:::{bucket}",
                         "Condition": {"StringLike": {"s3:prefix": [key, f"{key}/*"]}}}]
+    if (model_location := s3_location(model)) is not None:
+        # An s3://bucket/prefix/ trainModelId: the job reads the model directory (config, tokenizer, safetensors).
+        bucket, prefix = model_location
+        statements += [{"Effect": "Allow", "Action": "s3:GetObject",
+                        "Resource": f"arn:aws:s3:::{bucket}/{prefix}/*" if prefix else f"arn:aws:s3:::{bucket}/*"},
+                       {"Effect": "Allow", "Action": "s3:ListBucket", "Resource": f"arn:aws:s3:::{bucket}",
+                        **({"Condition": {"StringLike": {"s3:prefix": [prefix, f"{prefix}/*"]}}} if prefix else {})}]
     return json.dumps({"Version": "2012-10-17", "Statement": statements}) if statements else None
 
 

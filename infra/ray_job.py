@@ -152,6 +152,8 @@ def workload_config(cfg: StackConfig, facts: InstanceFacts) -> "WorkloadConfig":
             **examples_flags(train.examples),
             # The instance's network, for the job's choice of sharding; its fabric check's measurement wins.
             node_gbits_per_s=facts.network_gbps,
+            # Its GPUs' memory as EC2 says, so the job's memory plan is the one the preview exported.
+            gpu_memory_mib=facts.gpu_memory_mib,
         )
         # Ray Train resumes a run of the same name and storage path from its latest checkpoint. A retried create
         # of the same job should (the same trainRunId and flags); a job with other flags (another model, another

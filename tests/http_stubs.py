@@ -44,3 +44,83 @@ class _Handler(BaseHTTPRequestHandler):
 
     def log_message(self, *args) -> None:
         pass
+
+
+class FakeHub(ThreadingHTTPServer):
+    """The Hugging Face Hub's file endpoint, as strict as huggingface_hub relies on: HEAD and GET
+    /<org>/<name>/resolve/<revision>/<file> (file_download.hf_hub_url). A file answers 200 with X-Repo-Commit and an
+    ETag (file_download.get_hf_file_metadata refuses a response without either) and Content-Length. Errors carry the
+    Hub's X-Error-Code, which utils/_http.py hf_raise_for_status maps onto its exceptions:
+    - a repo that does not exist: 401 RepoNotFound without a token, 404 RepoNotFound with one (the Hub answers 401 to
+      anonymous requests for missing, private and gated repos alike; hf_raise_for_status's comment and the gist it
+      links, Wauplin/46c27ad266b15998ce56a6603796f0b9);
+    - a gated repo: 401 GatedRepo without a token, 403 GatedRepo with a token that was not granted access;
+    - a file the repo lacks: 404 EntryNotFound, with the repo's X-Repo-Commit.
+    `repos` maps a repo id to {file name: bytes}; `gated` maps a gated repo id to the tokens granted access.
+    Every request's (method, path, Authorization) is noted."""
+
+    COMMIT = "0123456789abcdef0123456789abcdef01234567"
+
+    def __init__(self, repos: dict[str, dict[str, bytes]], gated: dict[str, set[str]] | None = None) -> None:
+        super().__init__(("127.0.0.1", 0), _HubHandler)
+        self.repos = repos
+        self.gated = gated or {}
+        self.requests: list[tuple[str, str, str]] = []
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}"
+
+
+class _HubHandler(BaseHTTPRequestHandler):
+    server: FakeHub
+
+    def _answer(self, body: bool) -> None:
+        import hashlib
+
+        authorization = self.headers.get("Authorization", "")
+        self.server.requests.append((self.command, self.path, authorization))
+        token = authorization.removeprefix("Bearer ") if authorization else ""
+        parts = self.path.split("?")[0].strip("/").split("/")
+        if len(parts) < 5 or parts[2] != "resolve":
+            return self._error(404, "", "Not found")
+        repo, file_name = "/".join(parts[:2]), "/".join(parts[4:])
+        if repo not in self.server.repos:
+            return self._error(404 if token else 401, "RepoNotFound", "Repository not found")
+        if repo in self.server.gated and token not in self.server.gated[repo]:
+            return self._error(403 if token else 401, "GatedRepo",
+                               f"Access to model {repo} is restricted and you are not in the authorized list.")
+        files = self.server.repos[repo]
+        if file_name not in files:
+            return self._error(404, "EntryNotFound", "Entry not found", commit=True)
+        content = files[file_name]
+        self.send_response(200)
+        self.send_header("X-Repo-Commit", FakeHub.COMMIT)
+        self.send_header("ETag", f'"{hashlib.sha1(content).hexdigest()}"')
+        self.send_header("Content-Length", str(len(content)))
+        self.end_headers()
+        if body:
+            self.wfile.write(content)
+
+    def _error(self, status: int, code: str, message: str, commit: bool = False) -> None:
+        body = json.dumps({"error": message}).encode()
+        self.send_response(status)
+        if code:
+            self.send_header("X-Error-Code", code)
+        self.send_header("X-Error-Message", message)
+        if commit:
+            self.send_header("X-Repo-Commit", FakeHub.COMMIT)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    def do_HEAD(self) -> None:  # noqa: N802 (http.server's name)
+        self._answer(body=False)
+
+    def do_GET(self) -> None:  # noqa: N802
+        self._answer(body=True)
+
+    def log_message(self, *args) -> None:
+        pass

@@ -220,6 +220,8 @@ CONFIG_EFFECTS: dict[str, Callable[[ProgramRun, str], Any]] = {
     "capacityReserve": lambda run, value: bool(run.of_type(RESERVATION)) == (value == "true"),
     "trainWait": lambda run, value: _job(run).inputs["wait"] == value,
     "trainTimeoutMinutes": lambda run, value: _job(run).inputs["timeout_s"] == 60 * int(value),
+    "trainModelId": lambda run, value: (_flags(run)["--model_id"] == value
+                                        and run.exports["jobMemoryPlan"]["fits"] is True),
 }
 # The job's stack outputs (__main__.py's exports) and the provider outputs they read.
 JOB_EXPORTS = {"jobId": "job_id", "jobStatus": "status", "jobFollow": "follow", "jobFinalLoss": "final_loss",
@@ -460,6 +462,22 @@ def test_the_long_run_flow_as_written(project, aws_env, kube_api, job_server):
     summary = json.loads(said["tools.job summary"])
     assert (summary["status"], summary["final_loss"], summary["steps"]) == ("SUCCEEDED", 2.0, 50), summary
     assert said["tools.job stop"].strip() == f"job {job_id} already SUCCEEDED: nothing to stop", said["tools.job stop"]
+
+
+def test_an_8b_model_on_p5_as_written(project, aws_env):
+    shell = Shell(project, JourneyAws("us-east-2"))
+    outputs = [shell(command) for command in bash_block("### Your model in")]
+    assert shell.stack == "p5" and _flags(shell.run)["--model_id"] == "Qwen/Qwen3-8B", _flags(shell.run)
+    plan = json.loads(outputs[-1])
+    assert plan["fits"] and plan["changed"] == [] and plan["shards"] == 8, f"p5 fits Qwen3-8B as requested: {plan}"
+    assert f'"peak_gib": {plan["peak_gib"]}' in README, f"the README shows the plan's peak, {plan['peak_gib']} GiB"
+
+
+def test_the_model_table_is_what_the_preview_says():
+    from bench import model_table
+
+    assert model_table.in_readme(README) == model_table.markdown(), \
+        "README's model table is stale: python -m bench.model_table --write"
 
 
 @pytest.mark.parametrize("reserve", [False, True], ids=["on-demand", "capacityReserve"])

@@ -412,7 +412,7 @@ def test_summary_checkpoint_is_a_usable_uri(storage_path, stored_path, expected)
     final = {"world_size": 2, "device": "cpu", "steps": 10, "initial_loss": 6.0, "final_loss": 1.0, "eval_loss": None,
              "effective_batch": 4, "tokens_seen": 80, "tokens_per_s": 5.0, "mfu": None, "start_step": 0,
              "diverged_at_step": None, "model": None, "tensorboard": None, "nccl_logs": {}, "sharding": {},
-             "fabric": None}
+             "fabric": None, "memory_plan": None}
     summary = trainer.summarize(TrainConfig(storage_path=storage_path), Result(), final)
     assert summary["checkpoint"] == expected, f"checkpoint under {storage_path}: expected {expected}"
 

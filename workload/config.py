@@ -15,20 +15,14 @@ import os
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
-# Values of Qwen/Qwen2.5-1.5B's published config.json, so `qwen2.5-1.5b` benchmarks the real architecture
+from workload import architectures
+
+# The published config.json of the architectures known before any download (workload/architectures: Qwen2.5,
+# Qwen3, Llama 3.x, Mistral). Qwen/Qwen2.5-1.5B's fields make `qwen2.5-1.5b`, so it benchmarks the real architecture
 # without a hub download.
-QWEN2_5_1_5B = dict(
-    vocab_size=151936,
-    hidden_size=1536,
-    intermediate_size=8960,
-    num_hidden_layers=28,
-    num_attention_heads=12,
-    num_key_value_heads=2,
-    max_position_embeddings=131072,
-    rope_theta=1000000.0,
-    rms_norm_eps=1e-6,
-    tie_word_embeddings=True,
-)
+QWEN2_5_1_5B = {key: architectures.published("Qwen/Qwen2.5-1.5B")[key] for key in (
+    "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
+    "max_position_embeddings", "rope_theta", "rms_norm_eps", "tie_word_embeddings")}
 # The same architecture at a size that trains in milliseconds per step on one CPU core; tied embeddings like the
 # real model, so the tied-weight path is what the tests exercise.
 TINY = dict(
@@ -43,12 +37,11 @@ TINY = dict(
     rms_norm_eps=1e-6,
     tie_word_embeddings=True,
 )
-# Plain dicts here (no transformers import), so the Pulumi program can judge a job's shape at preview.
+# Plain dicts here (no transformers import), so the Pulumi program can judge a job's shape at preview. Both are
+# Qwen2Config keyword arguments (workload.model builds them), so workload.memory counts them as Qwen2.
 ARCHITECTURES = {"tiny": TINY, "qwen2.5-1.5b": QWEN2_5_1_5B}
 MODEL_CONFIGS = tuple(ARCHITECTURES)
 """Names accepted by --model_config (architectures built with random weights, see workload.model)."""
-# Hub models whose architecture is one of the above, so their limits are known without downloading config.json.
-PUBLISHED_ARCHITECTURES = {"Qwen/Qwen2.5-1.5B": "qwen2.5-1.5b"}
 
 # A --dataset with one of these suffixes is a file, local or remote (s3://...), rather than a Hugging Face id.
 DATASET_FILE_SUFFIXES = (".txt", ".jsonl", ".json", ".parquet")
@@ -193,6 +186,10 @@ class TrainConfig:
     node_gbits_per_s: float = flag(
         0.0, "A node's network bandwidth in Gbit/s as AWS documents it (the stack passes its instance's); 0: unknown."
     )
+    gpu_memory_mib: int = flag(
+        0, "Each GPU's memory in MiB as EC2 documents it (the stack passes its instance's), for the memory plan; "
+        "0 reads it from the device."
+    )
     fabric_check_seconds: float | None = flag(
         None,
         "Seconds of all-reduce/all-gather/reduce-scatter timing before training; unset: 3 on GPU, 0.5 on CPU; "
@@ -212,7 +209,7 @@ class TrainConfig:
             raise ValueError(f"--max_grad_norm must be 0 (off) or a positive number, got {self.max_grad_norm}")
         if not isinstance(self.max_failures, int) or self.max_failures < -1:
             raise ValueError(f"--max_failures must be -1 (retry forever), 0 or more, got {self.max_failures!r}")
-        for name in ("num_workers", "checkpoint_every", "warmup_steps", "eval_every"):
+        for name in ("num_workers", "checkpoint_every", "warmup_steps", "eval_every", "gpu_memory_mib"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 0:
                 raise ValueError(f"--{name} must be an integer >= 0, got {value!r}")
@@ -306,10 +303,11 @@ class TrainConfig:
 
     @property
     def architecture(self) -> dict | None:
-        """The architecture this run trains, when known without the hub: --model_config's, or that of a
-        --model_id listed in PUBLISHED_ARCHITECTURES; None for any other hub model."""
-        name = self.model_config or PUBLISHED_ARCHITECTURES.get(self.model_id, "")
-        return ARCHITECTURES.get(name)
+        """The architecture this run trains, when known without the hub: --model_config's, or the published config
+        of a --model_id the project ships (workload.architectures); None for any other model."""
+        if self.model_config:
+            return dict(ARCHITECTURES[self.model_config])
+        return architectures.published(self.model_id)
 
     def to_args(self) -> list[str]:
         """The CLI flags that rebuild this config (only those that differ from the defaults)."""

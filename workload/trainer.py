@@ -29,7 +29,7 @@ import torch.distributed as dist
 from ray.util.queue import Queue
 
 from workload import checkpoint as checkpoints
-from workload import fabric, parallel, storage
+from workload import fabric, memory_plan, parallel, storage
 from workload.config import TRANSPORT_PREFIX, TrainConfig
 from workload.data import check_dataset, check_tokenizer, make_data
 from workload.export import save_model_directory
@@ -39,6 +39,7 @@ from workload.model import (
     build_model,
     build_optimizer,
     check_fits,
+    compile_enabled,
     evaluate,
     flops_per_token,
     hf_config,
@@ -71,6 +72,8 @@ def train_func(config: dict) -> None:
     fabric_check = fabric.run_before_training(cfg.fabric_check_seconds, cfg.min_bus_gbytes_per_s, device,
                                               _progress if rank == 0 else lambda line: None)
 
+    # The memory levers before the model is built (activation checkpointing is set at build time).
+    cfg, fit_plan = _plan_memory(cfg, world_size, context.get_local_world_size(), device)
     model = build_model(cfg, device)
     flops = flops_per_token(model.lm.config, matmul_parameters(model), cfg.seq_len)
     peak = peak_flops(device)
@@ -91,10 +94,13 @@ def train_func(config: dict) -> None:
     # What rank 0 reports in any case; the steps reached, the losses and the speed are added when the run ends.
     report = {"world_size": world_size, "device": device.type, "start_step": start_step, "effective_batch": batch,
               "diverged_at_step": None, "model": None, "sharding": plan.as_dict(), "fabric": fabric_check,
+              "memory_plan": fit_plan.as_dict() if fit_plan else None,
               "tensorboard": metrics.destination if rank == 0 else None}
     if rank == 0:
         _progress(f"training {cfg.model_config or cfg.model_id} on {world_size} x {device.type}, "
                   f"steps {start_step + 1}..{cfg.steps}; sharding {plan.describe()}")
+        if fit_plan:
+            _progress(f"memory plan: {fit_plan.describe()}")
         decay = "constant" if cfg.lr_schedule == "constant" else f"{cfg.lr_schedule} decay"
         held_out = sum(len(rows) for rows in data.eval) * world_size
         per_rank = (f"{cfg.grad_accum_steps} micro-batches of {cfg.batch_size // cfg.grad_accum_steps}"
@@ -185,6 +191,23 @@ def train_func(config: dict) -> None:
         _report_with_checkpoint(final, model, optimizer, cfg.steps, tokenizer_of(cfg), chat_template_of(cfg))
     else:
         ray.train.report(final)
+
+
+def _plan_memory(cfg: TrainConfig, world_size: int, ranks_per_node: int,
+                 device: torch.device) -> tuple[TrainConfig, memory_plan.MemoryPlan | None]:
+    """The flags with workload.memory_plan's levers on a GPU (the preview chose the same for a stack's job); none on
+    CPU, whose memory is the host's. A request that nothing makes fit stops here, before any weights load."""
+    if device.type != "cuda":
+        return cfg, None
+    gpu_memory_mib = cfg.gpu_memory_mib or torch.cuda.get_device_properties(device).total_memory // 2**20
+    plan = memory_plan.for_job(cfg, cfg.architecture or hf_config(cfg).to_dict(), world_size=world_size,
+                               ranks_per_node=cfg.ranks_per_node or ranks_per_node, gpu_memory_mib=gpu_memory_mib,
+                               compiled=compile_enabled(cfg, device))
+    if not plan.fits:
+        raise ValueError(f"--model_id {cfg.model_config or cfg.model_id} with --batch_size {cfg.batch_size} x "
+                         f"--seq_len {cfg.seq_len} does not fit {world_size} GPUs of {gpu_memory_mib} MiB: "
+                         f"{plan.reason}")
+    return memory_plan.apply(cfg, plan), plan
 
 
 def run_directory(cfg: TrainConfig) -> str | None:
@@ -329,6 +352,7 @@ def summarize(cfg: TrainConfig, result: ray.train.Result, final: dict) -> dict:
         "sharding": final["sharding"],
         "fabric": final["fabric"],
         "examples": final.get("examples"),
+        "memory_plan": final["memory_plan"],
     }
 
 

@@ -1,0 +1,96 @@
+"""The README's table of models x stacks: what the preview says of each model on each stack's GPUs, and the
+step-time model's tokens/s for the plan it chose.
+
+    python -m bench.model_table            # prints the table
+    python -m bench.model_table --write    # and puts it into README.md between its markers
+
+Each cell is the preview's own verdict: infra.feasibility.check_job_shape on the job the stack file would run
+(Pulumi.yaml's defaults and the stack's file, trainModelId set to the model, through infra.config.parse and
+infra.ray_job.workload_config as `pulumi up` does), so "no" is the refusal `pulumi preview` prints. The tokens/s are
+bench.step_model.predict's for that plan (its sharding as the job's --sharding auto would choose it, its activation
+checkpointing, reshard_after_forward and micro-batches), its central figure: the H200's measured MFU and step split
+for Qwen2.5-1.5B carried to each GPU (the L4 at its sustained GEMM rate) and the central bandwidths of
+bench.step_model.Assumptions; a prediction until a cluster measures it. tests/test_readme.py checks that README.md holds exactly
+this table.
+"""
+from __future__ import annotations
+
+import argparse
+import re
+from pathlib import Path
+
+from bench import step_model
+from infra import config as stack_config
+from infra import feasibility, ray_job
+from tests.pulumi_mocks import STACKS, stack_settings
+from tests.stacks import INSTANCE_FACTS
+from workload import architectures, memory
+
+README = Path(__file__).resolve().parent.parent / "README.md"
+BEGIN, END = "<!-- model-table: python -m bench.model_table --write -->", "<!-- /model-table -->"
+MODELS = ("Qwen/Qwen2.5-1.5B", "Qwen/Qwen2.5-7B", "meta-llama/Llama-3.1-8B", "Qwen/Qwen3-8B",
+          "mistralai/Mistral-7B-v0.3", "Qwen/Qwen2.5-14B", "Qwen/Qwen2.5-32B", "meta-llama/Llama-3.1-70B")
+LEVER_NAMES = {"activation_checkpointing": "AC", "reshard_after_forward": "RAF", "sharding": "full"}  # in plan order
+
+
+def cell(model_id: str, stack: str) -> dict:
+    """The preview's verdict on `model_id` with the stack's default job, and the predicted tokens/s of its plan."""
+    settings = stack_settings(stack)
+    facts = INSTANCE_FACTS[settings["gpuInstanceType"]]
+    cfg = stack_config.parse(settings | {"trainEnabled": True, "trainModelId": model_id})
+    workload = ray_job.workload_config(cfg, facts)
+    workers = facts.gpus * cfg.gpu_node_count
+    config = architectures.published(model_id)
+    try:
+        plan = feasibility.check_job_shape(workload, config, facts, workers, model=model_id,
+                                           node_count=cfg.gpu_node_count)
+    except ValueError as refusal:
+        needed = re.search(r"needs ([0-9.]+) GiB", str(refusal)).group(1)
+        return {"fits": False, "text": f"no: {needed} GiB/GPU"}
+    hardware = step_model.stack_hardware(stack)
+    shape = step_model.config_shape(config)
+    strategy, _ = step_model.auto_strategy(hardware, plan.micro_batch, workload.seq_len, shape,
+                                           requested=plan.settings.sharding)
+    strategy = step_model.replace(strategy, grad_accum_steps=plan.settings.grad_accum_steps)
+    predicted = step_model.predict(strategy, hardware, workload.batch_size, workload.seq_len, shape=shape,
+                                   activation_checkpointing=plan.settings.activation_checkpointing,
+                                   reshard_after_forward=plan.settings.reshard_after_forward)
+    levers = [LEVER_NAMES[name] for name in plan.changed if name in LEVER_NAMES]
+    if plan.settings.grad_accum_steps > 1:
+        levers.append(f"{plan.settings.grad_accum_steps}x{plan.micro_batch}")
+    return {"fits": True, "plan": levers, "peak_gib": plan.peak_gib, "tokens_per_s": predicted["tokens_per_s"],
+            "text": f"{'+'.join(levers) or 'as is'}, {plan.peak_gib:.0f} GiB, "
+                    f"{predicted['tokens_per_s'] / 1000:,.1f}k tok/s"}
+
+
+def markdown() -> str:
+    header = ["model", "parameters", *(f"`{stack}` ({stack_settings(stack)['gpuNodeCount']} x "
+                                       f"{stack_settings(stack)['gpuInstanceType']})" for stack in STACKS)]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for model_id in MODELS:
+        billions = memory.parameter_count(architectures.published(model_id)) / 1e9
+        cells = [cell(model_id, stack)["text"] for stack in STACKS]
+        lines.append(f"| `{model_id}` | {billions:.2f} B | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def in_readme(text: str) -> str:
+    """The table between the README's markers."""
+    start = text.index(BEGIN) + len(BEGIN)
+    return text[start:text.index(END, start)].strip()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--write", action="store_true", help="replace the table in README.md")
+    args = parser.parse_args()
+    table = markdown()
+    print(table)
+    if args.write:
+        text = README.read_text()
+        start, end = text.index(BEGIN) + len(BEGIN), text.index(END)
+        README.write_text(f"{text[:start]}\n{table}\n{text[end:]}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,192 @@
+"""The shipped architectures, the memory model against its H200 measurements, and the memory plan.
+
+Pure functions (no Pulumi, no Ray) but for one meta-device build per model family and the job's plan, which imports
+the trainer.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from infra import instance_facts
+from tests.stacks import INSTANCE_FACTS
+from workload import architectures, memory, memory_plan
+from workload.config import ARCHITECTURES
+
+REPO = Path(__file__).resolve().parent.parent
+MEASUREMENTS = REPO / "bench" / "results" / "memory_bench-h200-2026-12-01-run2.log"
+
+# Published parameter totals. Exact where the figure is published to the parameter (Meta's and Mistral's model
+# cards and papers, the Qwen2.5 report's tables); else as the model card rounds it (Qwen3's "Number of Parameters"
+# and "Number of Parameters (Non-Embedding)", which leaves out the embedding and an untied lm_head).
+EXACT = {
+    "Qwen/Qwen2.5-0.5B": 494_032_768,
+    "Qwen/Qwen2.5-1.5B": 1_543_714_304,
+    "Qwen/Qwen2.5-3B": 3_085_938_688,
+    "Qwen/Qwen2.5-7B": 7_615_616_512,
+    "Qwen/Qwen2.5-14B": 14_770_033_664,
+    "Qwen/Qwen2.5-32B": 32_763_876_352,
+    "Qwen/Qwen2.5-72B": 72_706_203_648,
+    "meta-llama/Llama-3.1-8B": 8_030_261_248,
+    "meta-llama/Llama-3.1-70B": 70_553_706_496,
+    "meta-llama/Llama-3.3-70B-Instruct": 70_553_706_496,
+    "meta-llama/Llama-3.2-1B": 1_235_814_400,
+    "meta-llama/Llama-3.2-3B": 3_212_749_824,
+    "mistralai/Mistral-7B-v0.3": 7_248_023_552,
+}
+ROUNDED = {  # billions: (total, non-embedding), as the Qwen3 model cards give them
+    "Qwen/Qwen3-0.6B": (0.6, 0.44),
+    "Qwen/Qwen3-1.7B": (1.7, 1.4),
+    "Qwen/Qwen3-4B": (4.0, 3.6),
+    "Qwen/Qwen3-8B": (8.2, 6.95),
+    "Qwen/Qwen3-14B": (14.8, 13.2),
+    "Qwen/Qwen3-32B": (32.8, 31.2),
+}
+ISSUE_FAMILIES = ("Qwen/Qwen2.5-", "Qwen/Qwen3-", "meta-llama/Llama-3.1-", "meta-llama/Llama-3.2-",
+                  "meta-llama/Llama-3.3-", "mistralai/Mistral-7B")
+
+
+def test_every_shipped_config_is_a_published_file_with_a_provenance_line():
+    sources = (REPO / "workload" / "architectures" / "SOURCES.md").read_text()
+    ids = architectures.shipped_ids()
+    assert len(ids) >= 18 and all(any(i.startswith(f) for i in ids) for f in ISSUE_FAMILIES), ids
+    for model_id in ids:
+        config = architectures.published(model_id)
+        assert config["architectures"][0].endswith("ForCausalLM") and "transformers_version" in config, \
+            f"{model_id}: a config.json as published carries its architecture and transformers version"
+        assert f"`{model_id}`" in sources, f"SOURCES.md must say where {model_id}'s file came from"
+    assert set(EXACT) | set(ROUNDED) == set(ids), "every shipped config is checked against its published total"
+
+
+@pytest.mark.parametrize("model_id", sorted(set(EXACT) | set(ROUNDED)))
+def test_parameter_count_is_the_published_total(model_id):
+    config = architectures.published(model_id)
+    counted = memory.parameter_count(config)
+    if model_id in EXACT:
+        assert counted == EXACT[model_id], f"{model_id}: counted {counted:,}, published {EXACT[model_id]:,}"
+        return
+    total, non_embedding = ROUNDED[model_id]
+    embeddings = memory.root_parameters(config) - config["hidden_size"]
+    for label, value, published in (("total", counted, total), ("non-embedding", counted - embeddings, non_embedding)):
+        digits = len(str(published).split(".")[1])
+        assert round(value / 1e9, digits) == published, f"{model_id}: {label} {value:,} is not the card's {published}B"
+
+
+def test_parameters_and_fsdp_units_are_what_transformers_builds_for_each_family():
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM, Qwen2Config
+
+    from workload.model import CausalLMWithLoss
+    from workload.parallel import fsdp_units
+
+    # One layer of each family (biases, head_dim, q/k norms, tied or not), on the meta device: no memory, no time.
+    for model_id in ("Qwen/Qwen2.5-7B", "Qwen/Qwen3-0.6B", "meta-llama/Llama-3.2-1B", "mistralai/Mistral-7B-v0.3"):
+        config = dict(architectures.published(model_id), num_hidden_layers=1)
+        fields = {k: v for k, v in config.items() if k not in ("architectures", "model_type", "torch_dtype")}
+        with torch.device("meta"):
+            model = AutoModelForCausalLM.from_config(AutoConfig.for_model(config["model_type"], **fields))
+        built = sum(p.numel() for p in model.parameters())
+        assert memory.parameter_count(config) == built, f"{model_id} (1 layer): counted {memory.parameter_count(config)}, built {built}"
+        units = fsdp_units(CausalLMWithLoss(model, chunked_loss=True))
+        assert [(name, sorted(shapes)) for name, shapes in units] == \
+            [(name, sorted(shapes)) for name, shapes in memory.unit_shapes(config)], f"{model_id}: FSDP units {units}"
+    with torch.device("meta"):  # the random-weight architectures are Qwen2Config keyword arguments
+        model = AutoModelForCausalLM.from_config(Qwen2Config(**ARCHITECTURES["tiny"]))
+    assert memory.parameter_count(ARCHITECTURES["tiny"]) == sum(p.numel() for p in model.parameters())
+
+
+def test_the_projection_is_within_ten_percent_of_every_measured_peak():
+    """bench/results' H200 run: each rank's real peak at world size 8 or 16, against the projection with today's
+    constants (a change to workload.memory that moves a projection out of 10% fails here)."""
+    rows = [json.loads(line) for line in MEASUREMENTS.read_text().splitlines() if line.startswith('{"model"')]
+    architectures_measured = {row["model"] for row in rows}
+    assert len(rows) >= 20 and len(architectures_measured) >= 3, "three or more architectures, measured"
+    assert {True, False} == {row["activation_checkpointing"] for row in rows} == {row["compiled"] for row in rows}
+    for row in rows:
+        projected = memory.estimate(
+            architectures.published(row["model"]), micro_batch=row["micro_batch"], seq_len=row["seq_len"],
+            shards=row["world_size"], activation_checkpointing=row["activation_checkpointing"],
+            reshard_after_forward=row["reshard_after_forward"], grad_accum_steps=row["grad_accum_steps"],
+            compiled=row["compiled"]).allocated_gib
+        ratio = projected / row["measured_max_allocated_gib"]
+        assert abs(ratio - 1) <= 0.10, f"{row['model']} {row}: projected {projected:.2f} GiB, ratio {ratio:.3f}"
+
+
+def test_the_memory_model_chunks_the_loss_as_the_model_does():
+    from workload import model
+
+    assert memory.LOSS_CHUNK_TOKENS == model.LOSS_CHUNK_TOKENS
+
+
+def test_shards_needed_is_the_fewest_that_fit():
+    config = architectures.published("meta-llama/Llama-3.1-70B")
+    settings = dict(micro_batch=2, seq_len=2048, activation_checkpointing=True, reshard_after_forward=True,
+                    grad_accum_steps=1, reduce_dtype="fp32", compiled=True)
+    usable = memory.usable_gib(40960)
+    needed = memory.shards_needed(config, usable=usable, **settings)
+    assert memory.fits(memory.estimate(config, shards=needed, **settings).peak_gib, usable)
+    assert not memory.fits(memory.estimate(config, shards=needed - 1, **settings).peak_gib, usable), needed
+    assert memory.shards_needed(config, usable=memory.usable_gib(8192), **settings) is None, \
+        "on an 8 GiB GPU what FSDP does not shard (the root's weights, a layer's activations) is already too much"
+
+
+def test_a_huge_batch_is_planned_in_a_few_estimates(monkeypatch):
+    calls = []
+    estimate = memory.estimate
+    monkeypatch.setattr(memory, "estimate", lambda *a, **k: calls.append(1) or estimate(*a, **k))
+    batch = 2**20 * 3 * 5 * 7  # 110 million sequences, 252 divisors
+    plan = memory_plan.choose(architectures.published("Qwen/Qwen2.5-0.5B"), batch_size=batch, seq_len=2048,
+                              world_size=16, ranks_per_node=8, gpu_memory_mib=81920)
+    assert plan.fits and plan.micro_batch * plan.settings.grad_accum_steps == batch, plan
+    assert len(calls) < 40, f"binary search over the divisors, not a walk over batch sizes: {len(calls)} estimates"
+
+
+def test_the_levers_come_in_order_and_only_when_needed():
+    llama = architectures.published("meta-llama/Llama-3.1-8B")
+
+    def plan(gpu_memory_mib, ranks_per_node=8, **requested):
+        return memory_plan.choose(llama, batch_size=2, seq_len=2048, world_size=2 * ranks_per_node,
+                                  ranks_per_node=ranks_per_node, gpu_memory_mib=gpu_memory_mib,
+                                  requested=memory_plan.Settings(**requested))
+
+    assert plan(81920).changed == (), "fits an H100 as asked"
+    assert plan(40960).changed == ("activation_checkpointing",), "an A100 40GB: checkpointing is enough"
+    assert plan(40960, activation_checkpointing=True).changed == (), "a lever already on is no change"
+    l4 = plan(22888, ranks_per_node=4)
+    assert l4.changed == ("activation_checkpointing", "reshard_after_forward", "sharding") and l4.fits, \
+        f"2 x 4 L4s: checkpointing, reshard_after_forward, then full sharding over all 8: {l4.describe()}"
+    assert not plan(22888, ranks_per_node=4, sharding="hybrid").fits, "HSDP's 4-way shards, asked for, cannot fit"
+
+
+def test_the_job_applies_the_plan_the_preview_exports():
+    import torch
+
+    from infra import config as stack_config
+    from infra import feasibility, ray_job
+    from tests.pulumi_mocks import stack_settings
+    from workload import trainer
+
+    raw = stack_settings("dev") | {"trainEnabled": True, "trainModelId": "meta-llama/Llama-3.1-8B"}
+    cfg = stack_config.parse(raw)
+    workload = ray_job.workload_config(cfg, INSTANCE_FACTS["g6.12xlarge"])
+    preview = feasibility.check_job_shape(workload, architectures.published(workload.model_id),
+                                          INSTANCE_FACTS["g6.12xlarge"], 8, model=workload.model_id, node_count=2)
+    # On a GPU the job plans before it builds the model; the device's memory comes from the flag the stack sets.
+    applied, job = trainer._plan_memory(workload, 8, 4, torch.device("cuda", 0))
+    assert job.as_dict() == preview.as_dict(), "the job runs the plan the preview showed"
+    assert (applied.activation_checkpointing, applied.reshard_after_forward, applied.sharding) == (True, True, "full")
+    assert trainer._plan_memory(workload, 8, 4, torch.device("cpu")) == (workload, None), "no plan on CPU"
+    with pytest.raises(ValueError, match="does not fit 8 GPUs of 22888 MiB"):
+        trainer._plan_memory(dataclasses.replace(workload, model_id="meta-llama/Llama-3.1-70B"), 8, 4,
+                             torch.device("cuda", 0))
+
+
+def test_the_known_instance_types_are_the_stacks_facts():
+    for instance_type, (gpus, gpu_memory_mib) in instance_facts.KNOWN_GPU_INSTANCE_TYPES.items():
+        facts = INSTANCE_FACTS[instance_type]
+        assert (facts.gpus, facts.gpu_memory_mib) == (gpus, gpu_memory_mib), instance_type
+    assert math.isclose(memory.usable_gib(1024), 0.5)

@@ -213,3 +213,23 @@ def test_an_s3_model_must_be_a_directory_under_a_bucket(model_id):
     with pytest.raises(ValueError, match="--model_id .* a model in S3 is a directory, s3://bucket/prefix/"):
         TrainConfig(model_id=model_id)
     assert TrainConfig(model_id="s3://bucket/models/llama-3.2-1b/").model_id.endswith("/")
+
+
+def test_a_remote_model_s_config_and_tokenizer_are_read_from_their_directory(run, tmp_path, monkeypatch):
+    """The driver's checks read an s3:// model's config.json, and a tokenizer from a remote directory, through
+    pyarrow into the machine's cache (file:// takes the path s3:// takes); a directory without config.json is
+    named as not a model."""
+    from huggingface_hub import constants
+
+    from workload.data import load_tokenizer
+
+    directories, _, _, _ = run
+    monkeypatch.setattr(constants, "HF_HOME", str(tmp_path / "hf-home"))
+    cfg = TrainConfig(model_id=f"file://{directories['mistral']}")
+    assert model.hf_config(cfg).model_type == "mistral", "the config of a remote model directory"
+    tokenizer = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data", "tokenizer")
+    text = "the cat sees the ball ."
+    assert load_tokenizer(f"file://{os.path.abspath(tokenizer)}")(text).input_ids == load_tokenizer(tokenizer)(
+        text).input_ids, "a remote tokenizer directory tokenizes as the local one"
+    with pytest.raises(ValueError, match=r"--model_id file://.*: no config.json there; a model directory holds"):
+        model.hf_config(TrainConfig(model_id=f"file://{tmp_path}"))

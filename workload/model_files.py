@@ -28,6 +28,7 @@ MODEL_FILE_PATTERNS = ("*.safetensors", "*.json", "*.txt", "*.model", "*.tiktoke
 """Files of a model directory that are fetched: weights (safetensors), config and index (JSON), tokenizer (JSON,
 merges.txt, sentencepiece .model, tiktoken) and chat template."""
 CONFIG_PATTERNS = ("config.json",)
+TOKENIZER_PATTERNS = tuple(pattern for pattern in MODEL_FILE_PATTERNS if pattern != "*.safetensors")
 # How long a node's other ranks wait for its local rank 0 to finish downloading: NCCL's default collective timeout
 # (10 minutes, Ray Train's 30) is shorter than 140 GB through a NAT gateway, so the wait is a gloo group of its own.
 DOWNLOAD_TIMEOUT = datetime.timedelta(hours=3)
@@ -53,13 +54,14 @@ def for_this_node(model_id: str, local_rank: int, progress: Callable[[str], None
 
 
 def fetch(model_id: str, progress: Callable[[str], None] = lambda line: None,
-          patterns: tuple[str, ...] = MODEL_FILE_PATTERNS) -> str:
+          patterns: tuple[str, ...] = MODEL_FILE_PATTERNS, required: str | None = "config.json") -> str:
     """Download `model_id`'s files matching `patterns` into this machine's cache (files already there, of the same
-    size, are kept) and return the directory; a local directory is returned as it is."""
+    size, are kept) and return the directory; a local directory is returned as it is. A remote directory without
+    the `required` file is refused."""
     if os.path.isdir(os.path.expanduser(model_id)):
         return os.path.expanduser(model_id)
     if storage.is_remote(model_id):
-        return _copy_remote(model_id, patterns, progress)
+        return _copy_remote(model_id, patterns, progress, required)
     from huggingface_hub import snapshot_download
 
     progress(f"downloading {model_id} from the Hugging Face Hub")
@@ -82,7 +84,7 @@ def read_config_directory(model_id: str) -> str:
     """A local directory holding `model_id`'s config.json, for AutoConfig on the driver before any worker starts:
     only that file is fetched from s3://; a Hub id or a local directory is read where it is."""
     if storage.is_remote(model_id):
-        return _copy_remote(model_id, CONFIG_PATTERNS, lambda line: None)
+        return _copy_remote(model_id, CONFIG_PATTERNS, lambda line: None, "config.json")
     return model_id
 
 
@@ -95,7 +97,7 @@ def _cache_directory(uri: str) -> str:
     return os.path.join(constants.HF_HOME, "remote-models", scheme, *path.strip("/").split("/"))
 
 
-def _copy_remote(uri: str, patterns: tuple[str, ...], progress: Callable[[str], None]) -> str:
+def _copy_remote(uri: str, patterns: tuple[str, ...], progress: Callable[[str], None], required: str | None) -> str:
     import pyarrow.fs
 
     what = f"--model_id {uri}"
@@ -106,8 +108,8 @@ def _copy_remote(uri: str, patterns: tuple[str, ...], progress: Callable[[str], 
         raise ValueError(f"{what}: cannot list the model directory ({error})") from None
     wanted = [info for info in listed if info.type == pyarrow.fs.FileType.File
               and any(fnmatch.fnmatch(info.base_name, pattern) for pattern in patterns)]
-    if "config.json" not in {info.base_name for info in wanted}:
-        raise ValueError(f"{what}: no config.json there; a model directory holds config.json and *.safetensors "
+    if required and required not in {info.base_name for info in wanted}:
+        raise ValueError(f"{what}: no {required} there; a model directory holds config.json and *.safetensors "
                          "(what save_pretrained writes, or the job's model_<step>/)")
     directory = _cache_directory(uri)
     os.makedirs(directory, exist_ok=True)

@@ -38,9 +38,10 @@ cluster = EksCluster(
     public_access_cidrs=plan.api_public_access_cidrs,
     tags=tags,
 )
-# The Ray pods' own AWS identity (EKS Pod Identity), scoped to the checkpoint prefix and an s3:// dataset file; the
-# nodes' roles have none.
-storage_policy = checkpoint_storage_policy(cfg.train.storage_path, dataset=cfg.train.dataset)
+# The Ray pods' own AWS identity (EKS Pod Identity), scoped to the checkpoint prefix, an s3:// dataset file and an
+# s3:// model directory; the nodes' roles have none.
+storage_policy = checkpoint_storage_policy(cfg.train.storage_path, dataset=cfg.train.dataset,
+                                           model=cfg.train.model_id)
 pod_identity = RayPodIdentity(
     f"{cfg.cluster_name}-ray-pods",
     cluster_name=cluster.cluster_name,

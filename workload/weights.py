@@ -9,11 +9,11 @@ memory-mapped file, and `copy_` casts them (bf16 or fp16 in published files) int
 holds more than one tensor's own shard in host memory, or any full tensor on its device; host memory per rank is one
 shard of the largest tensor (the embedding), device memory the rank's fp32 shards.
 
-Not torch.distributed.checkpoint's HuggingFaceStorageReader: it needs every key of the state dict in the files (a
-tied lm_head is not there, and a partial-load planner would pass over a truly missing tensor in silence), its
-errors on a malformed file are planner tracebacks, and its constructor has changed between the torch releases the
-cluster (2.13) and the benchmark machine (2.11) run. safe_open and get_slice are the same in every safetensors
-release since 0.3.
+Not torch.distributed.checkpoint's HuggingFaceStorageReader (torch 2.13 has it): DCP's load plans every key of the
+state dict, and a tied lm_head is not in the files, so it would need a partial-load planner, which passes over a
+truly missing tensor in silence; and its errors on a malformed file are planner tracebacks, not a line naming the
+tensor. safe_open and get_slice are what it reads with too, and the cluster's and the benchmark machine's
+safetensors (0.8) both have them.
 
 Files from storage are untrusted input: a tensor missing from the files, or of another shape than config.json
 implies, or not floating point, or an index that names a file outside the directory, fails with one line naming the

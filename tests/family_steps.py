@@ -50,6 +50,10 @@ def shrink(config: dict) -> dict:
     if "head_dim" in config:
         own = config["head_dim"] != config["hidden_size"] // config["num_attention_heads"]
         small["head_dim"] = 2 * hidden // heads if own else hidden // heads
+    if (config.get("rope_scaling") or {}).get("original_max_position_embeddings"):
+        # Llama 3's frequencies are rescaled by wavelength against the pre-training context: a quarter of the small
+        # one puts the tiny head's frequencies in all three of its bands (kept, smoothed, divided by the factor).
+        small["rope_scaling"] = dict(config["rope_scaling"], original_max_position_embeddings=64)
     if "max_window_layers" in config:
         small["max_window_layers"] = small["num_hidden_layers"]
     return small

@@ -60,6 +60,7 @@ def _trained_model(directory: str, state: dict[str, torch.Tensor]):
 def test_shrunk_configs_keep_what_tells_each_family_apart():
     llama, mistral, qwen3 = (shrink(published(family)) for family in ("llama", "mistral", "qwen3"))
     assert llama["rope_scaling"]["rope_type"] == "llama3" and llama["tie_word_embeddings"], llama
+    assert llama["rope_scaling"]["original_max_position_embeddings"] < llama["max_position_embeddings"], llama
     assert not mistral["tie_word_embeddings"] and mistral["model_type"] == "mistral", mistral
     assert qwen3["head_dim"] * qwen3["num_attention_heads"] != qwen3["hidden_size"], (
         f"Qwen3's head_dim is not hidden_size / heads, in the published config and the shrunk one: {qwen3}")

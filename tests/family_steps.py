@@ -225,6 +225,11 @@ def worker(rank: int, port: int, models: dict[str, str], work: str, out: str) ->
     torch.set_num_threads(1)  # 2 processes share the CI machine's 2 cores
     dist.init_process_group("gloo", rank=rank, world_size=WORLD)
     results = {name: _family(name, model_id, work, rank) for name, model_id in models.items()}
+    # A download that fails on the node's local rank 0 must fail its other ranks too, rather than leave them waiting.
+    try:
+        model_files.for_this_node(f"file://{work}/no-such-model", local_rank=rank, progress=lambda line: None)
+    except (ValueError, RuntimeError) as error:
+        results["failed_download"] = f"{type(error).__name__}: {error}"
     # HSDP's 2-D mesh (1 replica x 2 shards): the rows each rank reads come from the mesh's second dimension.
     llama = model_files.local_directory(models["llama"])
     hybrid = _sharded(TrainConfig(model_id=llama, reduce_dtype="fp32", compile=False), llama, mesh_shape=(1, 2))
@@ -232,6 +237,7 @@ def worker(rank: int, port: int, models: dict[str, str], work: str, out: str) ->
     if rank == 0:
         torch.save(results, out)
     else:
-        torch.save({name: {key: result[key] for key in ("directory", "progress", "reads", "largest", "shards")}
-                    for name, result in results.items() if name in models}, out + ".rank1")
+        torch.save({**{name: {key: result[key] for key in ("directory", "progress", "reads", "largest", "shards")}
+                       for name, result in results.items() if name in models},
+                    "failed_download": results.get("failed_download")}, out + ".rank1")
     dist.destroy_process_group()

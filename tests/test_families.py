@@ -121,6 +121,10 @@ def test_the_model_files_are_fetched_once_per_node(run):
         f"both ranks read one copy under HF_HOME: {cache}, {rank1['qwen3']['directory']}")
     assert sorted(os.listdir(cache)) == sorted(os.listdir(directories["qwen3"])), "the model directory's files"
     assert rank0["llama"]["directory"] == directories["llama"], "a local directory is read where it is"
+    assert rank0["failed_download"].startswith("ValueError: --model_id file://") and (
+        "cannot list the model directory" in rank0["failed_download"]), rank0["failed_download"]
+    assert rank1["failed_download"] == (f"RuntimeError: --model_id file://{root}/no-such-model: the download failed "
+                                        "on another rank (its log says why)"), rank1["failed_download"]
 
 
 @pytest.mark.parametrize("family", list(FAMILIES))

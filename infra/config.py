@@ -651,7 +651,10 @@ def _parse_train(raw: dict[str, Any]) -> TrainConfig:
              "checkpoints writes a model at every checkpoint, and trainCheckpointEvery is 0 (only the last step's): "
              "set trainCheckpointEvery, or use final")
     check_dataset_location(dataset)
-    s3_location(raw["trainModelId"], "trainModelId")  # an s3:// model directory: the pods' policy is written from it
+    if (model_location := s3_location(raw["trainModelId"], "trainModelId")) is not None:
+        _require(bool(model_location[1]), "trainModelId",
+                 f"{raw['trainModelId']!r}: a model in S3 is a directory, s3://bucket/prefix/ holding config.json and "
+                 "*.safetensors, not a bucket's root")
     env = _parse_env("trainEnv", raw["trainEnv"])
     secret_env = SecretEnv(_parse_env("trainSecretEnv", raw["trainSecretEnv"]))
     clash = sorted(set(env) & set(secret_env.names))

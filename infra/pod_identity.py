@@ -1,5 +1,5 @@
 """The Ray pods' own AWS identity: an IAM role for their service account through EKS Pod Identity, scoped to the
-checkpoint prefix of `trainStoragePath` and, read-only, to an s3:// `trainDataset` file.
+checkpoint prefix of `trainStoragePath` and, read-only, to an s3:// `trainDataset` file and `trainModelId` directory.
 
 The nodes' roles no longer carry checkpoint access, and with IMDS hop limit 1 (infra/cluster.py) no pod can borrow
 them. The EKS Pod Identity webhook gives a pod of an associated service account the container-credentials variables
@@ -33,7 +33,8 @@ def checkpoint_storage_policy(storage_path: str, dataset: str = "", model: str =
     """The S3 access the Ray pods need: for `trainStoragePath` (s3://bucket/prefix), Ray Train's controller on the
     head and every worker read and write the run's checkpoints (and the job its models and metrics) there; an s3://
     `trainDataset` file is read by the head (the check before training) and every worker: read-only, that one
-    object. None when neither is on S3 (nothing to grant)."""
+    object; an s3:// `trainModelId` directory is read by the head (its config.json) and each node's first worker
+    (workload/model_files.py): read-only, that prefix. None when none is on S3 (nothing to grant)."""
     statements = []
     location = s3_location(storage_path)
     if location is not None:
@@ -69,12 +70,11 @@ def checkpoint_storage_policy(storage_path: str, dataset: str = "", model: str =
                        {"Effect": "Allow", "Action": "s3:ListBucket", "Resource": f"arn:aws:s3:::{bucket}",
                         "Condition": {"StringLike": {"s3:prefix": [key, f"{key}/*"]}}}]
     if (model_location := s3_location(model)) is not None:
-        # An s3://bucket/prefix/ trainModelId: the job reads the model directory (config, tokenizer, safetensors).
         bucket, prefix = model_location
-        statements += [{"Effect": "Allow", "Action": "s3:GetObject",
-                        "Resource": f"arn:aws:s3:::{bucket}/{prefix}/*" if prefix else f"arn:aws:s3:::{bucket}/*"},
+        # pyarrow lists the directory (ListObjectsV2 with Prefix "prefix/"), then reads each file.
+        statements += [{"Effect": "Allow", "Action": "s3:GetObject", "Resource": f"arn:aws:s3:::{bucket}/{prefix}/*"},
                        {"Effect": "Allow", "Action": "s3:ListBucket", "Resource": f"arn:aws:s3:::{bucket}",
-                        **({"Condition": {"StringLike": {"s3:prefix": [prefix, f"{prefix}/*"]}}} if prefix else {})}]
+                        "Condition": {"StringLike": {"s3:prefix": [prefix, f"{prefix}/*"]}}}]
     return json.dumps({"Version": "2012-10-17", "Statement": statements}) if statements else None
 
 

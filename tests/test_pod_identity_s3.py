@@ -90,3 +90,18 @@ def test_checkpoints_go_under_the_prefix_with_the_pod_role_and_nowhere_else(aws_
     finally:
         agent.shutdown()
         agent.server_close()
+
+
+def test_an_s3_model_directory_is_readable_by_the_pods_and_nothing_beside_it():
+    """workload/model_files.py lists the directory and reads its files: GetObject under the prefix and ListBucket
+    limited to it, no write."""
+    import json
+
+    from infra.pod_identity import checkpoint_storage_policy
+
+    statements = json.loads(checkpoint_storage_policy("", model="s3://models-bucket/base/llama-3.1-8b/"))["Statement"]
+    assert statements == [
+        {"Effect": "Allow", "Action": "s3:GetObject", "Resource": "arn:aws:s3:::models-bucket/base/llama-3.1-8b/*"},
+        {"Effect": "Allow", "Action": "s3:ListBucket", "Resource": "arn:aws:s3:::models-bucket",
+         "Condition": {"StringLike": {"s3:prefix": ["base/llama-3.1-8b", "base/llama-3.1-8b/*"]}}}], statements
+    assert checkpoint_storage_policy("", model="Qwen/Qwen2.5-1.5B") is None, "a Hub id needs no S3 access"

@@ -90,6 +90,7 @@ BAD_CONFIGS = {
     "a split of a file": ("dev", {"trainDataset": "s3://data/corpus.jsonl", "trainEvalSplit": "validation"},
                           ["trainEvalSplit", "trainEvalFraction"]),
     "a wildcard in an s3 dataset": ("dev", {"trainDataset": "s3://my-bucket/*.jsonl"}, ["trainDataset", "'*'"]),
+    "an s3 model at a bucket's root": ("dev", {"trainModelId": "s3://my-bucket/"}, ["trainModelId", "bucket's root"]),
     "unknown export": ("dev", {"trainExport": "gguf"}, ["trainExport", "'final', 'checkpoints', 'none'"]),
     "export at checkpoints without any": ("dev", {"trainExport": "checkpoints"},
                                           ["trainExport", "trainCheckpointEvery"]),

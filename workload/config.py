@@ -83,7 +83,9 @@ class TrainConfig:
 
     model_id: str = flag(
         "Qwen/Qwen2.5-1.5B",
-        "Hugging Face model loaded with from_pretrained, unless --model_config names a random-weight architecture.",
+        "Pretrained model to fine-tune, unless --model_config names a random-weight architecture: a Hugging Face Hub "
+        "id, a local directory, or s3://bucket/prefix/ (config.json and *.safetensors); fetched once per node and "
+        "loaded sharded.",
     )
     model_config: str = flag(
         "", "Build this architecture with random weights instead of downloading --model_id: tiny or qwen2.5-1.5b."
@@ -220,6 +222,11 @@ class TrainConfig:
             )
         if not self.model_config and not self.model_id:
             raise ValueError("--model_id must name a Hugging Face model when --model_config is empty")
+        if self.model_id.startswith("s3://"):
+            bucket, _, prefix = self.model_id.removeprefix("s3://").partition("/")
+            if not bucket or not prefix.strip("/"):
+                raise ValueError(f"--model_id {self.model_id!r}: a model in S3 is a directory, s3://bucket/prefix/ "
+                                 "holding config.json and *.safetensors, not a bucket's root")
         # It names a directory under --storage_path: '.' and '..' would be that directory itself, or its parent.
         if not self.run_name or "/" in self.run_name or self.run_name in (".", ".."):
             raise ValueError(f"--run_name must be a non-empty name without '/', and not '.' or '..', "

@@ -44,9 +44,15 @@ def _step_seed(seed: int, step: int, rank: int) -> int:
 
 
 def load_tokenizer(name: str):
+    """A Hugging Face tokenizer by Hub id, local directory, or remote directory (an s3:// model's own tokenizer:
+    its files are copied into this machine's cache first, workload.model_files)."""
     from transformers import AutoTokenizer
 
+    from workload import model_files, storage
+
     try:
+        if storage.is_remote(name):
+            name = model_files.fetch(name, patterns=model_files.TOKENIZER_PATTERNS, required=None)
         return AutoTokenizer.from_pretrained(name)
     except (OSError, ValueError) as error:
         raise ValueError(f"--tokenizer {name!r} (default: --model_id) cannot be loaded ({error})") from error

@@ -65,10 +65,10 @@ def save_model_directory(lm, out: str, *, state_dict: dict | None = None, tokeni
     transformers_logging.disable_progress_bar()  # "Writing model shards": noise in a job's log
     notes, loaded = [], None
     if tokenizer:
-        from transformers import AutoTokenizer
+        from workload.data import load_tokenizer  # a Hub id, a directory, or an s3:// model's own tokenizer
 
         try:
-            loaded = AutoTokenizer.from_pretrained(tokenizer)
+            loaded = load_tokenizer(tokenizer)
         except (OSError, ValueError) as error:
             notes.append(f"the tokenizer {tokenizer!r} was not saved ({error}); save it into {out} with "
                          "AutoTokenizer.from_pretrained(...).save_pretrained(...)")

@@ -1,7 +1,8 @@
 """The model, its FSDP2 sharding, its optimizer, its loss and its FLOPs: the training step's pieces, without Ray.
 
 A GPU benchmark drives these directly (torch + transformers only), so nothing here imports ray:
-`build_model(cfg, device)`, `build_mesh(device, shape)`, `shard_model(model, mesh, cfg)`, `build_optimizer(model, cfg)`,
+`build_model(cfg, device)`, `build_mesh(device, shape)`, `shard_model(model, mesh, cfg)`,
+`load_pretrained(model, directory, device, cfg)` (a --model_id's weights, after sharding), `build_optimizer(model, cfg)`,
 `learning_rate_at(cfg, step)`, `loss_fn(model, batch)`, `train_step(...)`, `evaluate(model, batches)`,
 `flops_per_token(...)`, `peak_flops(device)`.
 """
@@ -9,18 +10,21 @@ from __future__ import annotations
 
 import functools
 import math
+import os
 
 import torch
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
-from transformers import AutoConfig, AutoModelForCausalLM, PretrainedConfig, Qwen2Config
+from transformers import AutoConfig, AutoModelForCausalLM, GenerationConfig, PretrainedConfig, Qwen2Config
 
-from workload import fp8
+from workload import fp8, model_files, weights
+from workload.checkpoint import LM_PREFIX
 from workload.config import ARCHITECTURES, TrainConfig
 
 IGNORE_INDEX = -100  # a target that carries no loss (workload/sft/chat.py labels prompts with it)
 NAMED_CONFIGS = ARCHITECTURES  # --model_config name -> Qwen2Config keyword arguments (workload.config)
+GENERATION_CONFIG = "generation_config.json"
 
 # Most tokens per lm_head + cross-entropy chunk. A chunk's bf16 logits and their gradient are chunk x vocab x 2
 # bytes each (2.5 GB at 8k tokens and Qwen's 152k vocabulary), instead of fp32 logits for the whole batch (10 GB
@@ -41,12 +45,13 @@ PEAK_BF16_FLOPS = (
 TORCH_REDUCE_DTYPES = {"auto": torch.float32, "fp32": torch.float32, "bf16": torch.bfloat16}
 
 
-def hf_config(cfg: TrainConfig) -> PretrainedConfig:
-    """The architecture to train: a named random-weight config, or --model_id's config from the hub."""
+def hf_config(cfg: TrainConfig, directory: str | None = None) -> PretrainedConfig:
+    """The architecture to train: a named random-weight config, or --model_id's config.json (from `directory`, the
+    model's files on this node, when given; else from the Hub, a local directory or s3://)."""
     if cfg.model_config:
         return Qwen2Config(**NAMED_CONFIGS[cfg.model_config], use_cache=False)
     try:
-        return AutoConfig.from_pretrained(cfg.model_id)
+        return AutoConfig.from_pretrained(directory or model_files.read_config_directory(cfg.model_id))
     except (OSError, ValueError) as error:
         raise ValueError(f"--model_id {cfg.model_id!r}: cannot load its config ({error})") from error
 
@@ -184,19 +189,32 @@ class LinearCrossEntropy(torch.autograd.Function):
         return grad_hidden * scale, grad_weight * scale, None, None, None, None
 
 
-def build_model(cfg: TrainConfig, device: torch.device) -> CausalLMWithLoss:
-    """fp32 master weights on `device` (random with --model_config, else from_pretrained); bf16 comes from FSDP's
-    mixed-precision policy at compute time, so AdamW updates full-precision weights."""
+def build_model(cfg: TrainConfig, device: torch.device, directory: str | None = None) -> CausalLMWithLoss:
+    """fp32 master weights: random ones on `device` with --model_config (seeded); with --model_id, the architecture
+    of `directory`'s config.json on the meta device, holding no memory until `load_pretrained` fills this rank's
+    shards after shard_model. bf16 comes from FSDP's mixed-precision policy at compute time, so AdamW updates
+    full-precision weights."""
     torch.manual_seed(cfg.seed)
     if cfg.model_config:
         with torch.device(device):
             lm = AutoModelForCausalLM.from_config(hf_config(cfg), dtype=torch.float32)
     else:
-        lm = AutoModelForCausalLM.from_pretrained(cfg.model_id, dtype=torch.float32).to(device)
+        with torch.device("meta"):
+            lm = AutoModelForCausalLM.from_config(hf_config(cfg, directory), dtype=torch.float32)
+        if directory and os.path.isfile(os.path.join(directory, GENERATION_CONFIG)):
+            # What from_pretrained would take too: the published end-of-text ids and sampling defaults, which the
+            # exported model keeps.
+            lm.generation_config = GenerationConfig.from_pretrained(directory)
     lm.config.use_cache = False
     if cfg.activation_checkpointing:
         lm.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     return CausalLMWithLoss(lm, chunked_loss=cfg.chunked_loss, compiled_loss=compile_enabled(cfg, device))
+
+
+def load_pretrained(model: CausalLMWithLoss, directory: str, device: torch.device, cfg: TrainConfig) -> None:
+    """This rank's shards of --model_id's weights, read from the safetensors files in `directory` into the
+    meta-built model that shard_model has sharded (workload.weights)."""
+    weights.load_sharded(model, directory, device, f"--model_id {cfg.model_id}", prefix=LM_PREFIX)
 
 
 def build_mesh(device: torch.device, shape: tuple[int, ...] | None = None) -> DeviceMesh:

@@ -29,7 +29,7 @@ import torch.distributed as dist
 from ray.util.queue import Queue
 
 from workload import checkpoint as checkpoints
-from workload import fabric, memory_plan, parallel, storage
+from workload import fabric, memory_plan, model_files, parallel, storage
 from workload.config import TRANSPORT_PREFIX, TrainConfig
 from workload.data import check_dataset, check_tokenizer, make_data
 from workload.export import save_model_directory
@@ -44,6 +44,7 @@ from workload.model import (
     flops_per_token,
     hf_config,
     learning_rate_at,
+    load_pretrained,
     matmul_parameters,
     model_flops_utilization,
     peak_flops,
@@ -74,12 +75,20 @@ def train_func(config: dict) -> None:
 
     # The memory levers before the model is built (activation checkpointing is set at build time).
     cfg, fit_plan = _plan_memory(cfg, world_size, context.get_local_world_size(), device)
-    model = build_model(cfg, device)
+    # A pretrained model's files, downloaded once per node (its local rank 0) and read by all its ranks.
+    directory = None if cfg.model_config else model_files.for_this_node(
+        cfg.model_id, context.get_local_rank(), _progress if rank == 0 else lambda line: None)
+    model = build_model(cfg, device, directory)  # on the meta device for a pretrained model
     flops = flops_per_token(model.lm.config, matmul_parameters(model), cfg.seq_len)
     peak = peak_flops(device)
     plan = parallel.plan_for_worker(cfg, model, device, world_size, context.get_node_rank(),
                                     context.get_local_world_size(), fabric_check)
     model = shard_model(model, build_mesh(device, plan.mesh_shape), cfg, reduce_dtype=plan.reduce_dtype)
+    if directory:
+        started = time.perf_counter()
+        load_pretrained(model, directory, device, cfg)
+        if rank == 0:
+            _progress(f"loaded {cfg.model_id}'s weights into this rank's shards in {time.perf_counter() - started:.1f}s")
     optimizer = build_optimizer(model, cfg)
     data = make_data(cfg, model.lm.config.vocab_size, rank, world_size)
     eval_set = [rows.to(device) for rows in data.eval]

@@ -33,6 +33,7 @@ from workload import fabric, parallel, storage
 from workload.config import TRANSPORT_PREFIX, TrainConfig
 from workload.data import check_dataset, check_tokenizer, make_data
 from workload.export import save_model_directory
+from workload.live_metrics import LiveMetrics
 from workload.metrics import MetricsLog
 from workload.model import (
     build_mesh,
@@ -88,6 +89,7 @@ def train_func(config: dict) -> None:
     batch = cfg.batch_size * world_size  # the effective batch: sequences per optimizer step, over all ranks
     tokens_per_step = batch * cfg.seq_len
     metrics = MetricsLog(run_directory(cfg), start_step) if rank == 0 else None
+    live = LiveMetrics(cfg.run_name) if rank == 0 else None
     # What rank 0 reports in any case; the steps reached, the losses and the speed are added when the run ends.
     report = {"world_size": world_size, "device": device.type, "start_step": start_step, "effective_batch": batch,
               "diverged_at_step": None, "model": None, "sharding": plan.as_dict(), "fabric": fabric_check,
@@ -135,6 +137,7 @@ def train_func(config: dict) -> None:
                       f"step_time {step_times[-1]:.3f}s tokens/s {tokens_per_s:,.0f} mfu {mfu_text}")
             metrics.scalars(done, {"train/loss": loss_value, "train/learning_rate": learning_rate,
                                    "train/tokens_per_s": tokens_per_s})
+            live.record(tokens_per_s, step_times[-1])
         if eval_set and (done == cfg.steps or (cfg.eval_every and done % cfg.eval_every == 0)):
             eval_loss = _mean_over_ranks(evaluate(model, eval_set), world_size)  # equal shares: the mean of means
             if rank == 0:

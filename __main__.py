@@ -135,7 +135,7 @@ if cfg.monitoring == "prometheus":
         ray_namespace_name=cfg.ray_namespace, ray_cluster_name=cfg.ray_cluster_name,
         depends_on=[cluster.system_node_group, cluster.coredns, gpu_nodes.node_group])
     pulumi.export("grafanaCommand", metrics.dashboard_command)
-    pulumi.export("grafanaAdminPassword", metrics.grafana_password.result)
+    pulumi.export("grafanaAdminPassword", metrics.admin_password)
 elif cfg.monitoring == "cloudwatch":
     metrics = monitoring.CloudWatchMonitoring(
         f"{cfg.cluster_name}-cloudwatch", cluster_name=cluster.cluster_name, eks_cluster_name=cfg.cluster_name,

@@ -329,10 +329,12 @@ class PrometheusMonitoring(pulumi.ComponentResource):
         in_namespace = pulumi.ResourceOptions(parent=self, provider=provider, depends_on=[namespace, *depends_on])
         self.grafana_password = random.RandomPassword(
             f"{name}-grafana-admin", length=24, special=False, opts=pulumi.ResourceOptions(parent=self))
+        # pulumi-random marks `result` secret itself (additionalSecretOutputs); wrapping it says so here too.
+        self.admin_password: pulumi.Output[str] = pulumi.Output.secret(self.grafana_password.result)
         admin_secret = k8s.core.v1.Secret(
             f"{name}-grafana-admin",
             metadata={"name": GRAFANA_ADMIN_SECRET, "namespace": MONITORING_NAMESPACE},
-            string_data={"admin-user": GRAFANA_ADMIN_USER, "admin-password": self.grafana_password.result},
+            string_data={"admin-user": GRAFANA_ADMIN_USER, "admin-password": self.admin_password},
             opts=in_namespace)
         dashboards = {"training": {f"{TRAINING_DASHBOARD_UID}.json": json.dumps(training_dashboard())},
                       **{key.removesuffix(".json").lower(): {key: value} for key, value in ray_dashboards().items()}}
@@ -374,7 +376,7 @@ class PrometheusMonitoring(pulumi.ComponentResource):
             for policy in scrape_network_policies(namespace=ray_namespace_name, cluster_name=ray_cluster_name)]
         self.dashboard_command: pulumi.Output[str] = self.stack.status.apply(lambda _: dashboard_command())
         self.register_outputs({"dashboard_command": self.dashboard_command,
-                               "grafana_admin_password": self.grafana_password.result})
+                               "grafana_admin_password": self.admin_password})
 
 
 class CloudWatchMonitoring(pulumi.ComponentResource):

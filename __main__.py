@@ -127,8 +127,8 @@ ray_cluster = raycluster.RayCluster(
 
 # ---- metrics, node health, idle stop (issue 24) -----------------------------------------------------------------
 # The agent's conditions are worth having with repair off too (`kubectl describe node` names the fault).
-node_health.node_monitoring_agent(f"{cfg.cluster_name}-node-monitoring-agent", cluster_name=cluster.cluster_name,
-                                  tags=tags, depends_on=[cluster.system_node_group])
+node_health.NodeMonitoringAgent(f"{cfg.cluster_name}-node-monitoring-agent", cluster_name=cluster.cluster_name,
+                                 tags=tags, depends_on=[cluster.system_node_group])
 if cfg.monitoring == "prometheus":
     metrics = monitoring.PrometheusMonitoring(
         f"{cfg.cluster_name}-monitoring", provider=cluster.provider, ray_namespace=ray_cluster.namespace,

@@ -64,11 +64,16 @@ def node_monitoring_agent_configuration() -> dict:
     return {"dcgmAgent": {"tolerations": [dict(GPU_TOLERATION)]}}
 
 
-def node_monitoring_agent(name: str, *, cluster_name: pulumi.Input[str], tags: dict[str, str],
-                          depends_on: list[pulumi.Resource], parent: pulumi.Resource | None = None) -> aws.eks.Addon:
-    """The agent as an EKS add-on, at EKS's default version for the cluster (as coredns and the Pod Identity agent)."""
-    return aws.eks.Addon(
-        name, cluster_name=cluster_name, addon_name=NODE_MONITORING_AGENT_ADDON,
-        configuration_values=json.dumps(node_monitoring_agent_configuration()),
-        resolve_conflicts_on_create="OVERWRITE", resolve_conflicts_on_update="OVERWRITE", tags=tags,
-        opts=pulumi.ResourceOptions(parent=parent, depends_on=list(depends_on)))
+class NodeMonitoringAgent(pulumi.ComponentResource):
+    """The agent as an EKS add-on, at EKS's default version for the cluster (as coredns and the Pod Identity agent),
+    on every node once the system nodes are up."""
+
+    def __init__(self, name: str, *, cluster_name: pulumi.Input[str], tags: dict[str, str],
+                 depends_on: list[pulumi.Resource], opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("raytrain:infra:NodeMonitoringAgent", name, None, opts)
+        self.addon = aws.eks.Addon(
+            name, cluster_name=cluster_name, addon_name=NODE_MONITORING_AGENT_ADDON,
+            configuration_values=json.dumps(node_monitoring_agent_configuration()),
+            resolve_conflicts_on_create="OVERWRITE", resolve_conflicts_on_update="OVERWRITE", tags=tags,
+            opts=pulumi.ResourceOptions(parent=self, depends_on=list(depends_on)))
+        self.register_outputs({"addon_version": self.addon.addon_version})

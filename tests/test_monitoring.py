@@ -1,6 +1,6 @@
-"""Issue 24 under the mocks and as pure functions: the metrics stack, node repair and the idle stop in every stack, their
-pins and values checked against the charts' own values.yaml (tests/reference/charts), the NetworkPolicies evaluated
-connection by connection, the system node's budget, and each key's other settings.
+"""Issue 24 under the mocks and as pure functions: the metrics stack, node repair and the idle stop in every stack,
+their pins and values checked against the charts' own values.yaml (tests/reference/charts), the NetworkPolicies
+evaluated connection by connection, the system node's budget, and each key's other settings.
 
 Expected values come from the charts' copies, Pulumi.yaml and the stack files, AWS's ARN format and the upstream
 facts the modules cite; a pinned version is the program's own constant, asserted so that a bump is a reviewed diff.
@@ -42,7 +42,8 @@ def test_every_stack_renders_the_pinned_metrics_stack_node_repair_and_idle_stop(
     run = program(stack)
     releases = {r.inputs["name"]: r.inputs for r in run.of_type(RELEASE)}
     expected = {
-        "kube-prometheus-stack": ("kube-prometheus-stack", "88.5.3", "https://prometheus-community.github.io/helm-charts"),
+        "kube-prometheus-stack": ("kube-prometheus-stack", "88.5.3",
+                                  "https://prometheus-community.github.io/helm-charts"),
         "dcgm-exporter": ("dcgm-exporter", "4.8.2", "https://nvidia.github.io/dcgm-exporter/helm-charts"),
     }
     for release, (chart, version, repo) in expected.items():
@@ -126,7 +127,7 @@ def test_dcgm_exporter_values_exist_in_the_chart_and_its_counters_hold_the_panel
                 .read_text().splitlines() if line.strip() and not line.startswith("#")}
     queried = {word for _, expression, _, _ in monitoring.TRAINING_PANELS for word in
                expression.replace("(", " ").replace(")", " ").split() if word.startswith("DCGM_")}
-    assert queried and queried <= counters, f"panels query DCGM fields the exporter does not export: {queried - counters}"
+    assert queried and queried <= counters, f"panels query DCGM fields not exported: {queried - counters}"
     for field in ("DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_POWER_USAGE", "DCGM_FI_DEV_SM_CLOCK",
                   "DCGM_FI_DEV_XID_ERRORS"):
         assert field in queried, f"the issue's per-GPU figure {field} needs a panel"
@@ -142,7 +143,8 @@ def test_only_the_dcgm_exporter_goes_to_the_gpu_nodes():
         assert section["nodeSelector"] == {"role": "system"}, f"{'.'.join(path)} must be on the system nodes"
         assert "tolerations" not in section, f"{'.'.join(path)} must not tolerate the GPU taint"
     # node-exporter's chart tolerates every NoSchedule taint: only the selector keeps it off the GPU nodes.
-    assert {"effect": "NoSchedule", "operator": "Exists"} in chart_values("prometheus-node-exporter-4.56.1")["tolerations"]
+    node_exporter = chart_values("prometheus-node-exporter-4.56.1")
+    assert {"effect": "NoSchedule", "operator": "Exists"} in node_exporter["tolerations"]
     dcgm = monitoring.dcgm_exporter_values()
     assert dcgm["nodeSelector"] == {"nvidia.com/gpu.present": "true"} and dcgm["tolerations"] == [GPU_TOLERATION]
 
@@ -256,7 +258,8 @@ def test_idle_stop_is_scoped_to_the_gpu_node_group_and_pulumi_up_leaves_its_size
     assert group.outputs["arn"].startswith(f"arn:aws:eks:{run.config['aws:region']}:"), group.outputs["arn"]
     association = run.one("aws:eks/podIdentityAssociation:PodIdentityAssociation", f"{name}-idle-stop-association")
     cron = run.one("kubernetes:batch/v1:CronJob").inputs["spec"]["jobTemplate"]["spec"]["template"]["spec"]
-    assert (association.inputs["namespace"], association.inputs["serviceAccount"]) == ("ray", cron["serviceAccountName"])
+    assert (association.inputs["namespace"], association.inputs["serviceAccount"]) == (
+        "ray", cron["serviceAccountName"])
     env = {e["name"]: e.get("value") or e.get("valueFrom") for e in cron["containers"][0]["env"]}
     assert env["IDLE_MINUTES"] == "60" and env["GPU_NODEGROUP"] == group.outputs["nodeGroupName"], env
     assert env["RAY_AUTH_TOKEN"] == {"secretKeyRef": {"name": "ray-train", "key": "auth_token"}}, env

@@ -161,7 +161,10 @@ def dcgm_exporter_values() -> dict:
         "nodeSelector": {GPU_PRESENT_LABEL: "true"},
         "tolerations": [dict(GPU_TOLERATION)],
         "resources": RESOURCES["dcgm-exporter"],
-        "serviceMonitor": {"enabled": True, "interval": SCRAPE_INTERVAL},
+        # The exporter's own Hostname label is its pod's name (it does not run on the host network): the node comes
+        # from service discovery instead (the chart's commented relabeling example, as `node`).
+        "serviceMonitor": {"enabled": True, "interval": SCRAPE_INTERVAL, "relabelings": [
+            {"sourceLabels": ["__meta_kubernetes_pod_node_name"], "targetLabel": "node"}]},
     }
 
 
@@ -259,19 +262,20 @@ def dashboard_command(kubeconfig: str = "kubeconfig.json") -> str:
 # ---- Grafana dashboards -------------------------------------------------------------------------------------------
 
 # One row per question a user asks of a running fine-tune: (title, PromQL, unit, what it says). The README's panel
-# table is this list. DCGM series carry Hostname (the node) and gpu; Ray's carry the PodMonitor's node label.
+# table is this list. Every series carries `node`: DCGM's and Ray's from their scrape configs' relabelings, cAdvisor's
+# from the Prometheus operator's kubelet endpoints (their target is the Node).
 TRAINING_PANELS = (
-    ("GPU utilization", "avg by (Hostname, gpu) (DCGM_FI_DEV_GPU_UTIL)", "percent",
+    ("GPU utilization", "avg by (node, gpu) (DCGM_FI_DEV_GPU_UTIL)", "percent",
      "share of time each GPU ran a kernel; a healthy FSDP run sits near 100 on every GPU, one low GPU is a straggler"),
-    ("Tensor core activity", "avg by (Hostname, gpu) (DCGM_FI_PROF_PIPE_TENSOR_ACTIVE)", "percentunit",
+    ("Tensor core activity", "avg by (node, gpu) (DCGM_FI_PROF_PIPE_TENSOR_ACTIVE)", "percentunit",
      "share of cycles the tensor cores were busy: closer to MFU than utilization"),
-    ("GPU memory used", "avg by (Hostname, gpu) (DCGM_FI_DEV_FB_USED) * 1048576", "bytes",
+    ("GPU memory used", "avg by (node, gpu) (DCGM_FI_DEV_FB_USED) * 1048576", "bytes",
      "frame buffer in use per GPU; flat during training, equal across ranks under FSDP"),
-    ("GPU power", "avg by (Hostname, gpu) (DCGM_FI_DEV_POWER_USAGE)", "watt",
+    ("GPU power", "avg by (node, gpu) (DCGM_FI_DEV_POWER_USAGE)", "watt",
      "board power draw; drops with utilization when a GPU waits on the network"),
-    ("SM clock", "avg by (Hostname, gpu) (DCGM_FI_DEV_SM_CLOCK)", "rotmhz",
+    ("SM clock", "avg by (node, gpu) (DCGM_FI_DEV_SM_CLOCK)", "rotmhz",
      "falls when a GPU throttles (power or thermal)"),
-    ("XID errors", "max by (Hostname, gpu) (DCGM_FI_DEV_XID_ERRORS)", "none",
+    ("XID errors", "max by (node, gpu) (DCGM_FI_DEV_XID_ERRORS)", "none",
      "the last XID the driver raised per GPU; any non-zero value is a driver or hardware fault to look up"),
     ("Node network (pod network)",
      'sum by (node) (rate(container_network_transmit_bytes_total{namespace="ray"}[1m]) '

@@ -359,3 +359,16 @@ def test_the_default_system_node_holds_everything_with_the_stated_margin():
     margin = (cpu - used_cpu, (mib - used_mib) / 1024)
     # The README's figure ("about 0.8 CPU and 2.5 GiB to spare"): a change of requests that eats it fails here.
     assert margin[0] >= 0.75 and margin[1] >= 2.3, f"m7i.xlarge margin {margin[0]:.2f} CPU, {margin[1]:.2f} GiB"
+
+
+def test_tools_status_prints_the_dashboard_command_and_why_gpu_nodes_are_missing(tmp_path):
+    from pathlib import Path
+
+    from tools.status import dashboard_lines
+
+    lines = dashboard_lines("dev", Path("kubeconfig.json"), gpu_nodes=2)
+    assert lines == [f"Metrics (Grafana; the Ray dashboard's Metrics view embeds it): "
+                     f"{monitoring.dashboard_command('kubeconfig.json')}"], lines
+    assert "port-forward svc/kube-prometheus-stack-grafana 3000:3000" in lines[0]
+    stopped = dashboard_lines("dev", None, gpu_nodes=0)
+    assert len(stopped) == 2 and "gpuWakeCommand" in stopped[1] and "60 minutes" in stopped[1], stopped

@@ -358,7 +358,7 @@ class TrainingJobProvider(pulumi.dynamic.ResourceProvider):
         on_log = self._on_log or to_stderr
         try:
             with self._job_server(props, False) as server:
-                submit.stop_job(server.address, _id, token=server.token)
+                submit.connect(server.address, server.token).stop_job(_id)
         except Exception as e:  # noqa: BLE001 - deleting must not be blocked by a cluster already torn down
             on_log(f"[{_id}] not stopped ({type(e).__name__}: {e}); it had finished or its cluster is gone")
 

@@ -593,6 +593,36 @@ def test_a_run_is_submitted_once_and_tried_again_only_after_it_failed_or_was_sto
             f"the job's own time limit and the stack's metadata go with it: {entrypoint} {metadata}"
 
 
+class _JobServerStartingUp(_JobServerOf):
+    """A job server whose head's job agent registers only after `refusals` submissions, answering the 500 that
+    ray/dashboard/modules/job/job_head.py (submit_job) returns meanwhile."""
+
+    def __init__(self, refusals: int, error: str = "No available agent to submit job, please try again later."):
+        super().__init__({})
+        self.refusals, self.error = refusals, error
+
+    def submit_job(self, **kwargs):
+        if self.refusals:
+            self.refusals -= 1
+            raise RuntimeError(f"Request failed with status code 500: {self.error}.")
+        return super().submit_job(**kwargs)
+
+
+def test_a_job_server_whose_agent_is_not_up_yet_is_asked_again_and_other_errors_are_not(monkeypatch):
+    monkeypatch.setattr(submit, "AGENT_RETRY_INTERVAL_S", 0.0)
+    client = _JobServerStartingUp(refusals=3)
+    assert submit.start_job(client, ["--steps", "2"], submission_id="run-1", time_limit_s=60) == ("run-1", False)
+    assert [job_id for job_id, _, _ in client.submitted] == ["run-1"], "submitted once, after the agent came up"
+    monkeypatch.setattr(submit, "AGENT_WAIT_S", 0.0)
+    with pytest.raises(RuntimeError, match="No available agent"):
+        submit.start_job(_JobServerStartingUp(refusals=1000), ["--steps", "2"], submission_id="run-1",
+                         time_limit_s=60)
+    broken = _JobServerStartingUp(refusals=1, error="runtime_env: invalid pip spec")
+    with pytest.raises(RuntimeError, match="invalid pip spec"):
+        submit.start_job(broken, ["--steps", "2"], submission_id="run-1", time_limit_s=60)
+    assert broken.refusals == 0 and not broken.submitted, "another server error is not retried"
+
+
 def test_the_deadline_interrupts_a_blocked_driver_and_says_it_was_the_time_limit():
     import threading
 

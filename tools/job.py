@@ -59,7 +59,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 def kubernetes_job_server(args: argparse.Namespace) -> ContextManager[JobServer]:
     """The job server of --stack's RayCluster, through --kubeconfig."""
-    return job_server(api_client(args.kubeconfig), *stack_settings(args.stack))
+    namespace, cluster = stack_settings(args.stack)  # a bad --stack is the user's mistake (2) before any kubeconfig
+    return job_server(api_client(args.kubeconfig), namespace, cluster)
 
 
 @contextlib.contextmanager

@@ -39,6 +39,10 @@ RETRIED = {JobStatus.FAILED, JobStatus.STOPPED}
 MAX_ATTEMPTS = 100
 # How often the log is read again once its stream has dropped (a port-forward cutting an idle websocket).
 POLL_S = 5.0
+# The job server's answer while its head's job agent has not registered yet, and how long to keep asking.
+NO_AGENT_YET = "No available agent to submit job"
+AGENT_WAIT_S = 60
+AGENT_RETRY_INTERVAL_S = 1.0
 
 
 class JobFailedError(RuntimeError):
@@ -169,13 +173,22 @@ def _submit(client: JobSubmissionClient, train_args: Sequence[str], submission_i
         # Only the package goes up, not the repository (its .venv alone is gigabytes).
         shutil.copytree(PACKAGE_DIR, os.path.join(staging, "workload"),
                         ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-        return client.submit_job(
-            # python3, as the original recipe runs it: Ubuntu-based images need not have a `python`.
-            entrypoint=shlex.join(["python3", "-m", "workload.train", *train_args, *limit]),
-            runtime_env={**runtime_env, "working_dir": staging},
-            submission_id=submission_id,
-            metadata=dict(metadata) if metadata else None,
-        )
+        deadline = time.monotonic() + AGENT_WAIT_S
+        while True:
+            try:
+                return client.submit_job(
+                    # python3, as the original recipe runs it: Ubuntu-based images need not have a `python`.
+                    entrypoint=shlex.join(["python3", "-m", "workload.train", *train_args, *limit]),
+                    runtime_env={**runtime_env, "working_dir": staging},
+                    submission_id=submission_id,
+                    metadata=dict(metadata) if metadata else None,
+                )
+            except RuntimeError as error:
+                # A head that has just started answers HTTP before its job agent registers, and says so with a 500
+                # that asks to try again (ray/dashboard/modules/job/job_head.py, submit_job): nothing was submitted.
+                if NO_AGENT_YET not in str(error) or time.monotonic() > deadline:
+                    raise
+                time.sleep(AGENT_RETRY_INTERVAL_S)
 
 
 def job_info(client: JobSubmissionClient, job_id: str) -> JobDetails | None:

@@ -31,8 +31,8 @@ FAST_RAY_TRAIN = {"RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "0.1", "RAY_DEDUP_LOGS": 
 TINY = ["--model_config", "tiny", "--steps", "3", "--batch_size", "2", "--seq_len", "32"]
 
 
-# Ray reports metrics every 10 s by default; this cluster every 0.5 s, so a short run shows up while it runs.
-FAST_METRICS = {"RAY_metrics_report_interval_ms": "500"}
+# Ray reports metrics every 10 s by default; this cluster every 0.2 s, so a short run shows up while it runs.
+FAST_METRICS = {"RAY_metrics_report_interval_ms": "200"}
 METRICS_PORT = {}
 
 
@@ -113,7 +113,7 @@ def test_timeout_stops_the_job(head):
 
 # ---- issue 24: the metrics a Ray node serves, and the idle stop's decision, on this cluster ----------------------
 
-STEPS = 40
+STEPS = 60
 SCRAPED_JOB = [*TINY, "--steps", str(STEPS), "--fabric_check_seconds", "0", "--run_name", "scraped"]
 RAY_NODE_METRICS = ("ray_node_cpu_utilization", "ray_node_mem_used")
 IDLE_MINUTES = 30
@@ -127,27 +127,29 @@ def scrape(url: str) -> dict[str, list]:
     return {family.name: family.samples for family in text_string_to_metric_families(text)}
 
 
-def _submit_once_the_agent_serves(client, url: str) -> str:
-    """The node's dashboard agent serves the metrics and takes the job; the job server answers before it is up."""
+def _wait_for_metrics(url: str) -> None:
+    """The node's dashboard agent serves the metrics; it comes up after the job server (submit._submit waits for it
+    too before it submits)."""
     deadline = time.monotonic() + 120
     while True:
         try:
             scrape(url)
-            return submit._submit(client, SCRAPED_JOB, None, (), FAST_RAY_TRAIN, None, None)
-        except (OSError, RuntimeError) as error:
-            if time.monotonic() > deadline or not (isinstance(error, OSError) or "No available agent" in str(error)):
+            return
+        except OSError:
+            if time.monotonic() > deadline:
                 raise
             time.sleep(0.5)
 
 
 @pytest.fixture(scope="module")
 def observed_run(head):
-    """One more job, scraped and its job list read every half second while it runs; then the list once it ended."""
+    """One more job, scraped and its job list read every 0.2 s while it runs; then the list once it has ended."""
     address, token = head
     endpoint = monitoring.ray_pod_monitor(namespace="ray", cluster_name="ray-train")["spec"]["podMetricsEndpoints"][0]
     url = f"http://{local.LOOPBACK}:{METRICS_PORT['port']}{endpoint['path']}"
     client = submit.connect(address, token)
-    job_id = _submit_once_the_agent_serves(client, url)
+    _wait_for_metrics(url)
+    job_id = submit._submit(client, SCRAPED_JOB, None, (), FAST_RAY_TRAIN, None, None)
     scraped, running_lists = None, []
     deadline = time.monotonic() + 240
     while time.monotonic() < deadline and client.get_job_status(job_id) not in submit.TERMINAL:
@@ -155,7 +157,7 @@ def observed_run(head):
         families = scrape(url)
         if f"ray_{live_metrics.TOKENS_PER_SECOND}" in families:
             scraped = families
-        time.sleep(0.5)
+        time.sleep(0.2)
     status = submit.wait_for_status(client, job_id, time.monotonic() + 120)
     return {"job_id": job_id, "status": status, "scraped": scraped, "running_lists": running_lists,
             "ended_list": client.list_jobs(), "logs": client.get_job_logs(job_id)}

@@ -268,36 +268,23 @@ def test_idle_stop_is_scoped_to_the_gpu_node_group_and_pulumi_up_leaves_its_size
     assert script == {"idle_check.py": idle_stop.CHECK_SCRIPT.read_text()}, "the CronJob runs the tested script"
 
 
-def test_idle_stop_off_keeps_the_group_at_its_count_and_no_check():
-    run = run_program("dev", {"gpuIdleStopMinutes": 0, "gpuNodeRepair": False, "monitoring": "none"})
+def test_idle_stop_and_repair_off_and_cloudwatch_instead_of_prometheus():
+    """One run with each key at its other setting."""
+    run = run_program("dev", {"gpuIdleStopMinutes": 0, "gpuNodeRepair": False, "monitoring": "cloudwatch"})
     group = gpu_node_group(run)
     assert group.inputs["scalingConfig"] == {"desiredSize": 2, "minSize": 2, "maxSize": 2}
     assert group.ignore_changes == [], "without the idle stop, pulumi up restores the count"
     assert group.inputs["nodeRepairConfig"] == {"enabled": False}, "gpuNodeRepair false turns repair off explicitly"
-    assert not run.of_type("kubernetes:batch/v1:CronJob"), "no idle check"
+    assert not run.of_type("kubernetes:batch/v1:CronJob") and "gpuWakeCommand" not in run.exports, "no idle check"
     assert {r.inputs["name"] for r in run.of_type(RELEASE)} == {
-        "nvidia-device-plugin", "aws-efa-k8s-device-plugin", "kuberay-operator"}, "monitoring none: no metrics stack"
-    assert "gpuWakeCommand" not in run.exports and "grafanaCommand" not in run.exports
+        "nvidia-device-plugin", "aws-efa-k8s-device-plugin", "kuberay-operator"}, "cloudwatch: no Prometheus stack"
     head = run.one("kubernetes:ray.io/v1:RayCluster").inputs["spec"]["headGroupSpec"]["template"]["spec"]
     assert not any(e["name"].startswith("RAY_GRAFANA") for e in head["containers"][0]["env"])
-
-
-def test_a_job_run_wakes_the_gpu_nodes_before_it_is_submitted():
-    run = run_program("dev", {"trainEnabled": True})
-    awake = run.one("pulumi-python:dynamic/raytrain:GpuNodesAwake", "ray-train-gpu-awake")
-    assert (awake.inputs["node_count"], awake.inputs["run_id"]) == (2, "1"), awake.inputs
-    job = run.one("pulumi-python:dynamic/raytrain:TrainingJob", "ray-train-job")
-    assert awake.urn in job.dependencies, "the job waits for the nodes to be asked back"
-
-
-def test_cloudwatch_instead_of_prometheus():
-    run = run_program("dev", {"monitoring": "cloudwatch"})
     addon = run.one(ADDON, "ray-train-cloudwatch-addon")
     assert addon.inputs["addonName"] == "amazon-cloudwatch-observability"
     (association,) = addon.inputs["podIdentityAssociations"]
     assert association["serviceAccount"] == "cloudwatch-agent"
-    assert not [r for r in run.of_type(RELEASE) if r.inputs["name"] in ("kube-prometheus-stack", "dcgm-exporter")]
-    assert "CloudWatch" in run.exports["grafanaCommand"]
+    assert "CloudWatch" in run.exports["grafanaCommand"] and "grafanaAdminPassword" not in run.exports
 
 
 @pytest.mark.parametrize("overrides, key", [

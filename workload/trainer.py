@@ -27,6 +27,7 @@ import ray.train.torch
 import torch
 import torch.distributed as dist
 from ray.util.queue import Queue
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from workload import checkpoint as checkpoints
 from workload import fabric, parallel, storage
@@ -265,8 +266,11 @@ def fit(cfg: TrainConfig, train_loop: Callable[[dict], None] = train_func) -> tu
     final metrics. `train_loop` gets {"train": ..., "final": ...} on every worker (a variant can wrap train_func)."""
     num_workers, use_gpu = worker_count(cfg)
     # Ray Train's Result keeps only the metrics reported with a checkpoint, and a run without storage_path has
-    # none, so the final metrics come back through a queue. No CPU: the training workers may need them all.
-    final_queue = Queue(actor_options={"num_cpus": 0})
+    # none, so the final metrics come back through a queue. No CPU: the training workers may need them all. On this
+    # driver's node (the Ray head, which node repair never replaces): left to the scheduler it may land on a GPU
+    # node, and a node that is replaced mid-run then takes the run's result with it after the workers resumed.
+    final_queue = Queue(actor_options={"num_cpus": 0, "scheduling_strategy": NodeAffinitySchedulingStrategy(
+        ray.get_runtime_context().get_node_id(), soft=False)})
     trainer = ray.train.torch.TorchTrainer(
         train_loop,
         train_loop_config={"train": dataclasses.asdict(cfg), "final": final_queue},

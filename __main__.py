@@ -6,6 +6,7 @@ an existing reservation's), so a stack that cannot work fails before any resourc
 import pulumi
 
 from infra import addons, config, feasibility, network, preflight, ray_job, raycluster
+from infra import idle_stop, monitoring, node_health
 from infra.capacity_reservation import GpuCapacityReservation
 from infra.cluster import EksCluster
 from infra.gpu_nodes import GpuNodeGroup, GpuPlacementGroup, TargetedReservation
@@ -98,6 +99,8 @@ gpu_nodes = GpuNodeGroup(
     placement_group=placement_group,
     reservation=target,
     tags=tags,
+    node_repair=cfg.gpu_node_repair,
+    idle_stop=bool(cfg.gpu_idle_stop_minutes),
 )
 
 # ---- Kubernetes: device plugins and KubeRay, GPU nodes ready, the RayCluster, then (optionally) the job ------
@@ -129,6 +132,40 @@ ray_cluster = raycluster.RayCluster(
                 *([pod_identity.association] if pod_identity else [])],
 )
 
+# ---- metrics, node health, idle stop (issue 24) -----------------------------------------------------------------
+# The agent's conditions are worth having with repair off too (`kubectl describe node` names the fault).
+node_health.NodeMonitoringAgent(f"{cfg.cluster_name}-node-monitoring-agent", cluster_name=cluster.cluster_name,
+                                 tags=tags, depends_on=[cluster.system_node_group])
+if cfg.monitoring == "prometheus":
+    metrics = monitoring.PrometheusMonitoring(
+        f"{cfg.cluster_name}-monitoring", provider=cluster.provider, ray_namespace=ray_cluster.namespace,
+        ray_namespace_name=cfg.ray_namespace, ray_cluster_name=cfg.ray_cluster_name,
+        depends_on=[cluster.system_node_group, cluster.coredns, gpu_nodes.node_group])
+    pulumi.export("grafanaCommand", metrics.dashboard_command)
+    pulumi.export("grafanaAdminPassword", metrics.admin_password)
+elif cfg.monitoring == "cloudwatch":
+    metrics = monitoring.CloudWatchMonitoring(
+        f"{cfg.cluster_name}-cloudwatch", cluster_name=cluster.cluster_name, eks_cluster_name=cfg.cluster_name,
+        tags=tags, depends_on=[cluster.system_node_group, cluster.pod_identity_agent])
+    pulumi.export("grafanaCommand", metrics.dashboard_command)
+wake = []
+if cfg.gpu_idle_stop_minutes:
+    if target is not None:
+        pulumi.log.warn("gpuIdleStopMinutes with a capacity reservation: stopping the GPU nodes saves nothing, the "
+                        "reservation bills whether instances run in it or not")
+    idle_stop.IdleStop(
+        f"{cfg.cluster_name}-idle-stop", provider=cluster.provider, cluster_name=cluster.cluster_name,
+        eks_cluster_name=cfg.cluster_name, namespace=ray_cluster.namespace, namespace_name=cfg.ray_namespace,
+        ray_cluster_name=cfg.ray_cluster_name, image=cfg.dlc_image, nodegroup_name=gpu_nodes.node_group_name,
+        nodegroup_arn=gpu_nodes.node_group.arn, region=plan.region, idle_minutes=cfg.gpu_idle_stop_minutes, tags=tags)
+    pulumi.export("gpuWakeCommand", pulumi.Output.all(cluster.cluster_name, gpu_nodes.node_group_name).apply(
+        lambda names: idle_stop.wake_command(names[0], names[1], cfg.gpu_node_count, plan.region)))
+    if cfg.train.enabled:
+        wake = [idle_stop.GpuNodesAwake(
+            f"{cfg.cluster_name}-gpu-awake", cluster=cluster.cluster_name, nodegroup=gpu_nodes.node_group_name,
+            node_count=cfg.gpu_node_count, run_id=cfg.train.run_id, region=plan.region, identity=plan.identity,
+            opts=pulumi.ResourceOptions(depends_on=[ray_cluster]))]
+
 pulumi.export("clusterName", cluster.cluster_name)
 # Who administers the cluster (issue 22): EKS's bootstrap access entry for the creator, which pulumi-eks always asks
 # for and which `pulumi up` itself authenticates as, plus clusterAdmins' own entries (README, "Who is admin").
@@ -152,7 +189,7 @@ if cfg.train.enabled:
         cfg=cfg,
         facts=gpu_facts,
         ray_cluster=ray_cluster,
-        opts=pulumi.ResourceOptions(depends_on=[ray_cluster]),
+        opts=pulumi.ResourceOptions(depends_on=[ray_cluster, *wake]),
     )
     pulumi.export("jobId", job.job_id)
     pulumi.export("jobStatus", job.status)

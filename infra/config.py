@@ -231,6 +231,13 @@ class StackConfig:
     cluster_viewers: tuple[str, ...] = ()
     capacity_reservation_hours: int = 0
     """With capacity_reserve: the reservation's lifetime in hours (0: until destroy)."""
+    # ---- issue 24: metrics, node repair, idle stop
+    monitoring: str = "prometheus"
+    """monitoring: prometheus, cloudwatch or none (infra/monitoring.py)."""
+    gpu_node_repair: bool = True
+    """gpuNodeRepair: the node monitoring agent and the GPU node group's automatic repair (infra/node_health.py)."""
+    gpu_idle_stop_minutes: int = 0
+    """gpuIdleStopMinutes: scale the GPU nodes to 0 after this long without a Ray job; 0 never (infra/idle_stop.py)."""
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -547,7 +554,25 @@ def parse(raw: dict[str, Any]) -> StackConfig:
         cluster_admins=admins,
         cluster_viewers=viewers,
         capacity_reservation_hours=_parse_reservation_hours(raw),
+        **_parse_operations(raw),
     )
+
+
+# ---- issue 24: metrics, node repair, idle stop
+MONITORING_BACKENDS = ("prometheus", "cloudwatch", "none")  # infra/monitoring.py builds each
+IDLE_STOP_MINIMUM_MINUTES = 10  # nodes take about that long to join and run a job's first step
+IDLE_STOP_MAXIMUM_MINUTES = 10080  # a week
+
+
+def _parse_operations(raw: dict[str, Any]) -> dict[str, Any]:
+    _require(raw["monitoring"] in MONITORING_BACKENDS, "monitoring",
+             f"{raw['monitoring']!r} is not one of {list(MONITORING_BACKENDS)}")
+    minutes = raw["gpuIdleStopMinutes"]
+    _require(minutes == 0 or IDLE_STOP_MINIMUM_MINUTES <= minutes <= IDLE_STOP_MAXIMUM_MINUTES, "gpuIdleStopMinutes",
+             f"must be 0 (never stop) or {IDLE_STOP_MINIMUM_MINUTES} to {IDLE_STOP_MAXIMUM_MINUTES} minutes, "
+             f"got {minutes}")
+    return {"monitoring": raw["monitoring"], "gpu_node_repair": raw["gpuNodeRepair"],
+            "gpu_idle_stop_minutes": minutes}
 
 
 def _check_principals(key: str, arns: list[str]) -> tuple[str, ...]:

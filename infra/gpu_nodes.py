@@ -14,6 +14,7 @@ import pulumi_aws as aws
 from infra.addons import GPU_PRESENT_LABEL, GPU_WORKER_NODE_SELECTOR
 from infra.cluster import instance_metadata, node_role, node_tag_specifications, root_volume
 from infra.config import InstanceFacts
+from infra.node_health import node_repair_config
 
 GPU_AMI_TYPE = "AL2023_x86_64_NVIDIA"
 # Without nvidia.com/gpu.present=true the NVIDIA device plugin's DaemonSet matches zero nodes, silently.
@@ -100,6 +101,8 @@ class GpuNodeGroup(pulumi.ComponentResource):
         placement_group: pulumi.Input[str] | None,
         reservation: TargetedReservation | None,
         tags: dict[str, str],
+        node_repair: bool = True,
+        idle_stop: bool = False,
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
         super().__init__("raytrain:infra:GpuNodeGroup", name, None, opts)
@@ -157,8 +160,11 @@ class GpuNodeGroup(pulumi.ComponentResource):
             instance_types=None if capacity_block else [facts.instance_type],
             ami_type=GPU_AMI_TYPE,
             capacity_type="CAPACITY_BLOCK" if capacity_block else "ON_DEMAND",
+            # With the idle stop (infra/idle_stop.py) the group may sit at 0 nodes: its minimum is 0, and the desired
+            # size is left to the idle check and the wake-up (ignore_changes below), so `pulumi up` does not fight it.
             scaling_config=aws.eks.NodeGroupScalingConfigArgs(
-                desired_size=node_count, min_size=node_count, max_size=node_count),
+                desired_size=node_count, min_size=0 if idle_stop else node_count, max_size=node_count),
+            node_repair_config=node_repair_config(node_repair),
             launch_template=aws.eks.NodeGroupLaunchTemplateArgs(
                 id=self.launch_template.id,
                 version=self.launch_template.latest_version.apply(str),
@@ -175,7 +181,8 @@ class GpuNodeGroup(pulumi.ComponentResource):
             # A change EKS cannot make in place (AZ, subnet, instance type, capacity type) replaces the group.
             # Create-before-delete would run both groups at once: twice the GPUs, twice the vCPU quota, and no room
             # in a reservation or a full placement group sized to the node count. The old nodes go first.
-            opts=pulumi.ResourceOptions(parent=self, depends_on=role_policies, delete_before_replace=True),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=role_policies, delete_before_replace=True,
+                                        ignore_changes=["scalingConfig.desiredSize"] if idle_stop else None),
         )
         self.node_group_name: pulumi.Output[str] = self.node_group.node_group_name
         self.register_outputs({

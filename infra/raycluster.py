@@ -14,7 +14,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from infra.addons import GPU_TOLERATION, GPU_WORKER_NODE_SELECTOR, KUBERAY_OPERATOR_NAMESPACE, SYSTEM_NODE_SELECTOR
-from infra import admission, ray_security
+from infra import admission, monitoring, ray_security
 from infra.config import InstanceFacts, StackConfig, check_efa_gpu
 from infra.preflight import EFA_RESOURCE, GPU_RESOURCE
 
@@ -235,8 +235,10 @@ def ray_cluster_manifest(
     gpu_node_count: int,
     facts: InstanceFacts,
     transport_env: dict[str, str],
+    head_env: dict[str, str] | None = None,
 ) -> dict:
-    """The RayCluster custom resource as a plain dict; a worker takes all of its node's GPUs (`facts.gpus`)."""
+    """The RayCluster custom resource as a plain dict; a worker takes all of its node's GPUs (`facts.gpus`).
+    `head_env`: more environment of the head (infra/monitoring.py's Prometheus and Grafana addresses)."""
     _check_settings(name=name, namespace=namespace, image=image, gpu_node_count=gpu_node_count, facts=facts)
     gpus = facts.gpus
     head_resources = {"cpu": HEAD_CPU, "memory": HEAD_MEMORY}
@@ -269,7 +271,8 @@ def ray_cluster_manifest(
             "authOptions": {"mode": "token"},
             "headGroupSpec": {
                 "serviceType": "ClusterIP",  # jobs are submitted from inside the cluster; 8265 is never exposed
-                "rayStartParams": {"num-gpus": "0", "dashboard-host": "0.0.0.0"},
+                "rayStartParams": {"num-gpus": "0", "dashboard-host": "0.0.0.0",
+                                   **monitoring.ray_metrics_start_params()},
                 "template": {
                     "spec": {
                         **pod_identity,
@@ -278,12 +281,14 @@ def ray_cluster_manifest(
                             "name": "ray-head",
                             "image": image,
                             # The image's NVIDIA hook fails on a node without GPUs unless told there are none.
-                            "env": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}],
+                            "env": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"},
+                                    *({"name": key, "value": value} for key, value in (head_env or {}).items())],
                             "envFrom": list(secret_env),
                             "ports": [
                                 {"name": "gcs-server", "containerPort": GCS_PORT},
                                 {"name": "dashboard", "containerPort": DASHBOARD_PORT},
                                 {"name": "client", "containerPort": CLIENT_PORT},
+                                monitoring.ray_metrics_container_port(),
                             ],
                             "resources": {"requests": dict(head_resources), "limits": dict(head_resources)},
                             "securityContext": ray_security.container_security_context(efa=False),
@@ -297,7 +302,7 @@ def ray_cluster_manifest(
                 "minReplicas": gpu_node_count,
                 "maxReplicas": gpu_node_count,
                 # Ray's GPU count and the pod's GPU request come from the same value.
-                "rayStartParams": {"num-gpus": str(gpus)},
+                "rayStartParams": {"num-gpus": str(gpus), **monitoring.ray_metrics_start_params()},
                 "template": {
                     "spec": {
                         **pod_identity,
@@ -308,6 +313,7 @@ def ray_cluster_manifest(
                             "image": image,
                             "env": [{"name": key, "value": value} for key, value in transport_env.items()],
                             "envFrom": list(secret_env),
+                            "ports": [monitoring.ray_metrics_container_port()],
                             # requests == limits puts the pod in Guaranteed QoS, so no rank is throttled or
                             # evicted ahead of the others and stalls the collective. Requesting the EFA resource is
                             # what makes the EFA device plugin mount the interfaces into the pod.
@@ -354,6 +360,7 @@ class RayCluster(pulumi.ComponentResource):
             gpu_node_count=cfg.gpu_node_count,
             facts=facts,
             transport_env=cfg.transport_env,
+            head_env=monitoring.ray_head_env() if cfg.monitoring == "prometheus" else None,
         )
         super().__init__("raytrain:infra:RayCluster", name, None, opts)
         in_cluster = pulumi.ResourceOptions(parent=self, provider=provider)

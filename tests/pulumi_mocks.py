@@ -156,6 +156,8 @@ class Registration:
     transforms: int = 0
     """How many resource transforms the registration carries (the engine runs them on the resource's children; the
     mock monitor does not)."""
+    ignore_changes: list[str] = field(default_factory=list)
+    """The ignore_changes option: property paths `pulumi up` leaves as the cloud has them."""
 
     @property
     def resource_id(self) -> str:
@@ -242,6 +244,10 @@ class AwsMocks(pulumi.runtime.Mocks):
             outputs["arn"] = f"arn:aws:ec2:{self.region}:{ACCOUNT_ID}:placement-group/{outputs['name']}"
         elif args.typ == "aws:eks/nodeGroup:NodeGroup":
             outputs.setdefault("nodeGroupName", outputs["name"])
+            # EKS's node group ARN: arn:aws:eks:REGION:ACCOUNT:nodegroup/CLUSTER/NODEGROUP/UUID (Service Authorization
+            # Reference, Amazon EKS, resource type "nodegroup").
+            outputs["arn"] = (f"arn:aws:eks:{self.region}:{ACCOUNT_ID}:nodegroup/{outputs['clusterName']}/"
+                              f"{outputs['nodeGroupName']}/{_digest(args.name, 8)}-{_digest(args.name + 'ng', 4)}")
             self._check_node_group(outputs)
         elif args.typ == "aws:eks/addon:Addon":
             outputs["addonVersion"] = outputs.get("addonVersion") or "v1.0.0-eksbuild.1"
@@ -401,6 +407,7 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
             alias_parents=[alias.spec.parentUrn for alias in getattr(request, "aliases", [])
                            if alias.HasField("spec") and alias.spec.parentUrn],
             transforms=len(getattr(request, "transforms", [])) if not read else 0,
+            ignore_changes=list(getattr(request, "ignoreChanges", [])),
             replacement_trigger=(rpc.deserialize_properties(struct_pb2.Struct(
                 fields={"trigger": request.replacement_trigger}), keep_unknowns=True)["trigger"]
                 if not read and request.HasField("replacement_trigger") else None)))

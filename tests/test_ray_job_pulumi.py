@@ -59,6 +59,13 @@ def test_job_reaches_the_ray_cluster_it_waits_for_with_secret_kubeconfig(enabled
         f"the job's results must be stack outputs: {sorted(run.exports)}"
 
 
+def test_a_job_run_wakes_the_gpu_nodes_before_it_is_submitted(enabled):
+    """Issue 24's idle stop (on by default) may have scaled the GPU nodes to 0: the run asks them back first."""
+    awake = enabled.one("pulumi-python:dynamic/raytrain:GpuNodesAwake", "ray-train-gpu-awake")
+    assert (awake.inputs["node_count"], awake.inputs["run_id"]) == (2, "7"), awake.inputs
+    assert awake.urn in enabled.one(JOB).dependencies, "the job waits for the nodes to be asked back"
+
+
 def test_no_job_unless_train_enabled():
     run = program("dev")
     assert not run.of_type(JOB), "trainEnabled defaults to false: no training job"

@@ -1,17 +1,31 @@
 """The Jobs API path against a real `ray start --head` with token authentication on (workload.local's cluster):
-a tiny training job succeeds and returns its summary; a failing job, a timeout and a wrong token fail clearly."""
+a tiny training job succeeds and returns its summary; a failing job, a timeout and a wrong token fail clearly.
+
+On the same cluster (issue 24), one more short job:
+- the node's metrics endpoint, scraped as the shipped PodMonitor scrapes a Ray pod (its path, plain HTTP), serves
+  the Prometheus exposition format with Ray's node metrics and the job's own tokens/s and step time while it runs;
+- the idle stop's decision, from the real job server's list_jobs during and after the job, and its scaling call
+  against moto's EKS (boto3, the same calls the CronJob makes), which leaves the node group at 0 nodes.
+Locally the metrics port is a free one instead of RAY_METRICS_PORT (8080 may be taken here); on the cluster KubeRay's
+`metrics` container port maps the PodMonitor's port name to it the same way."""
 from __future__ import annotations
 
 import asyncio
 import os
 import socket
 import time
+import urllib.request
+from datetime import datetime, timedelta, timezone
 
+import boto3
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 from ray.job_submission import JobStatus
 
+from infra import idle_check, monitoring
+from infra.idle_stop import SCALING_ACTIONS
 from tests import listening_sockets
-from workload import local, submit
+from workload import live_metrics, local, submit
 
 # Ray Train's print patch stays at its default (on), as on a real cluster, so the test sees the progress lines a
 # real job log gets.
@@ -19,11 +33,20 @@ FAST_RAY_TRAIN = {"RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "0.1", "RAY_DEDUP_LOGS": 
 TINY = ["--model_config", "tiny", "--steps", "3", "--batch_size", "2", "--seq_len", "32"]
 
 
+# Ray reports metrics every 10 s by default; this cluster every 0.2 s, so a short run shows up while it runs.
+FAST_METRICS = {"RAY_metrics_report_interval_ms": "200"}
+METRICS_PORT = {}
+
+
 @pytest.fixture(scope="module")
 def head():
     """One cluster for the module. It is left the way Ctrl-C would leave it, and must then be down."""
-    cluster = local.local_cluster()
-    address, token = cluster.__enter__()
+    METRICS_PORT["port"] = local.free_port()
+    with pytest.MonkeyPatch.context() as patch:
+        for name, value in FAST_METRICS.items():
+            patch.setenv(name, value)
+        cluster = local.local_cluster(metrics_export_port=METRICS_PORT["port"])
+        address, token = cluster.__enter__()
     yield address, token
     cluster.__exit__(KeyboardInterrupt, KeyboardInterrupt(), None)
     port = int(address.rsplit(":", 1)[1])
@@ -106,4 +129,111 @@ def test_timeout_stops_the_job(head):
     while client.get_job_status(failure.value.job_id) != JobStatus.STOPPED and time.monotonic() < deadline:
         time.sleep(0.5)
     assert client.get_job_status(failure.value.job_id) == JobStatus.STOPPED, "a timed-out job must be stopped"
+
+
+# ---- issue 24: the metrics a Ray node serves, and the idle stop's decision, on this cluster ----------------------
+
+STEPS = 60
+SCRAPED_JOB = [*TINY, "--steps", str(STEPS), "--fabric_check_seconds", "0", "--run_name", "scraped"]
+RAY_NODE_METRICS = ("ray_node_cpu_utilization", "ray_node_mem_used")
+IDLE_MINUTES = 30
+
+
+def scrape(url: str) -> dict[str, list]:
+    """One scrape: metric family name -> its samples, parsed from the exposition format."""
+    with urllib.request.urlopen(url, timeout=5) as response:
+        assert response.headers.get_content_type() == "text/plain", response.headers
+        text = response.read().decode()
+    return {family.name: family.samples for family in text_string_to_metric_families(text)}
+
+
+def _wait_for_metrics(url: str) -> None:
+    """The node's dashboard agent serves its metrics, node metrics among them: it comes up after the job server, and
+    reports the node's figures every few seconds from then on."""
+    deadline = time.monotonic() + 120
+    while True:
+        try:
+            if RAY_NODE_METRICS[0] in scrape(url):
+                return
+        except OSError:
+            pass
+        assert time.monotonic() < deadline, f"{url} served no {RAY_NODE_METRICS[0]} within 120 s"
+        time.sleep(0.5)
+
+
+@pytest.fixture(scope="module")
+def observed_run(head):
+    """One more job, scraped and its job list read every 0.2 s while it runs; then the list once it has ended."""
+    address, token = head
+    endpoint = monitoring.ray_pod_monitor(namespace="ray", cluster_name="ray-train")["spec"]["podMetricsEndpoints"][0]
+    url = f"http://{local.LOOPBACK}:{METRICS_PORT['port']}{endpoint['path']}"
+    client = submit.connect(address, token)
+    _wait_for_metrics(url)
+    job_id = submit._submit(client, SCRAPED_JOB, None, (), FAST_RAY_TRAIN, None, None)
+    scraped, running_lists = {}, []  # every metric family seen while the job ran, as last scraped
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline and client.get_job_status(job_id) not in submit.TERMINAL:
+        running_lists.append(client.list_jobs())
+        scraped.update(scrape(url))
+        time.sleep(0.2)
+    status = submit.wait_for_status(client, job_id, time.monotonic() + 120)
+    return {"job_id": job_id, "status": status, "scraped": scraped, "running_lists": running_lists,
+            "ended_list": client.list_jobs(), "logs": client.get_job_logs(job_id)}
+
+
+def test_the_scrape_finds_the_jobs_tokens_per_second_and_the_ray_node_metrics(observed_run):
+    assert observed_run["status"].value == "SUCCEEDED", observed_run["logs"][-2000:]
+    families = observed_run["scraped"]
+    assert f"ray_{live_metrics.TOKENS_PER_SECOND}" in families, (
+        f"ray_{live_metrics.TOKENS_PER_SECOND} never appeared on the metrics endpoint while the job ran")
+    for name in RAY_NODE_METRICS:
+        assert families.get(name), f"Ray's node metric {name} must be on the endpoint; got {sorted(families)[:40]}"
+    for name in (live_metrics.TOKENS_PER_SECOND, live_metrics.STEP_TIME_SECONDS):
+        samples = families[f"ray_{name}"]
+        assert [s.labels.get("run") for s in samples] == ["scraped"], f"one series per run (rank 0 only): {samples}"
+        assert samples[0].value > 0, f"{name} must be a measured, positive value: {samples}"
+    # The training dashboard's panels query exactly these series.
+    queries = " ".join(expression for _, expression, _, _ in monitoring.TRAINING_PANELS)
+    assert f"ray_{live_metrics.TOKENS_PER_SECOND}" in queries and f"ray_{live_metrics.STEP_TIME_SECONDS}" in queries
+
+
+def _eks_with_gpu_nodes(node_count: int = 2):
+    eks = boto3.client("eks", region_name="us-east-1")
+    iam = boto3.client("iam", region_name="us-east-1")
+    role = iam.create_role(RoleName="eks", AssumeRolePolicyDocument="{}")["Role"]["Arn"]
+    eks.create_cluster(name="ray-train", roleArn=role, resourcesVpcConfig={"subnetIds": ["subnet-1"]})
+    eks.create_nodegroup(clusterName="ray-train", nodegroupName="gpu", nodeRole=role, subnets=["subnet-1"],
+                         scalingConfig={"minSize": 0, "maxSize": node_count, "desiredSize": node_count})
+    return eks
+
+
+def test_idle_decision_from_the_real_job_server_and_the_stop_against_moto(observed_run, aws_env):
+    eks = _eks_with_gpu_nodes()
+    nodegroup = eks.describe_nodegroup(clusterName="ray-train", nodegroupName="gpu")["nodegroup"]
+    calls: list[str] = []
+    eks.meta.events.register("before-call.eks.*", lambda model, **_: calls.append(model.name))
+    running = [jobs for jobs in observed_run["running_lists"]
+               if any(job.status.value == "RUNNING" for job in jobs)]
+    assert running, "the job list must have shown the job RUNNING at least once"
+    during = idle_check.decide(running[-1], nodegroup, now=nodegroup["createdAt"] + timedelta(days=1),
+                               idle_minutes=IDLE_MINUTES)
+    assert not during.stop and observed_run["job_id"] in during.reason, f"a running job keeps the nodes: {during}"
+
+    (ended,) = [job for job in observed_run["ended_list"] if job.submission_id == observed_run["job_id"]]
+    end = max(nodegroup["createdAt"], datetime.fromtimestamp(ended.end_time / 1000, timezone.utc))
+    almost = idle_check.check_once(observed_run["ended_list"], eks, cluster="ray-train", nodegroup_name="gpu",
+                                   idle_minutes=IDLE_MINUTES, now=end + timedelta(minutes=IDLE_MINUTES - 1))
+    assert not almost.stop and almost.idle_since == end, f"{IDLE_MINUTES - 1} minutes after the job: keep: {almost}"
+    assert calls == ["DescribeNodegroup"], f"no scaling call before the idle period is over: {calls}"
+
+    stopped = idle_check.check_once(observed_run["ended_list"], eks, cluster="ray-train", nodegroup_name="gpu",
+                                    idle_minutes=IDLE_MINUTES, now=end + timedelta(minutes=IDLE_MINUTES + 1))
+    assert stopped.stop, f"{IDLE_MINUTES + 1} minutes after the job ended the nodes must stop: {stopped}"
+    scaling = eks.describe_nodegroup(clusterName="ray-train", nodegroupName="gpu")["nodegroup"]["scalingConfig"]
+    # EKS refuses minSize above desiredSize (moto does not check it): the call must keep min <= desired <= max.
+    assert scaling == {"minSize": 0, "maxSize": 2, "desiredSize": 0}, scaling
+    assert set(calls) <= {action.split(":")[1] for action in SCALING_ACTIONS}, (
+        f"every call the check makes must be allowed by its IAM policy: {calls}")
+    assert not idle_check.check_once([], eks, cluster="ray-train", nodegroup_name="gpu", idle_minutes=IDLE_MINUTES,
+                                     now=end + timedelta(days=1)).stop, "a stopped group is left alone"
 

@@ -2,22 +2,28 @@
 
 One uninterrupted run on a learnable corpus is the reference: its training and held-out losses must fall, its
 learning rates follow the schedule, and both a run that fails after a checkpoint and is run again and a run whose
-worker is killed mid-way must end with exactly its parameters and log exactly its learning rates and losses (every
-batch and every learning rate is a function of its step, so nothing depends on where a run restarted). The model it
-exports is its weights exactly, and loads with from_pretrained.
+worker's node disappears mid-way (and a new node joins) must end with exactly its parameters and log exactly its
+learning rates and losses (every batch and every learning rate is a function of its step, so nothing depends on
+where a run restarted). The model it exports is its weights exactly, and loads with from_pretrained.
+
+The cluster has two Ray nodes of one CPU each (ray.cluster_utils.Cluster: a real GCS and two real raylets), so the
+two workers run on different nodes, as ranks do on GPU nodes, and one node can be taken away under its worker.
 """
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import functools
 import json
 import os
 import stat
+import threading
 
 import pytest
 import ray
 import ray.train
 import torch
+from ray.cluster_utils import Cluster
 
 from workload import checkpoint, cli, data, metrics, model, train, trainer
 from workload.config import SUMMARY_PREFIX, TrainConfig
@@ -52,9 +58,12 @@ def ray_cluster():
     # ray.init turns token auth on (Ray 2.60's default) by writing RAY_AUTH_MODE into this process's environment;
     # recording it here lets undo() give the tests that follow the environment they had.
     patch.delenv("RAY_AUTH_MODE", raising=False)
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=True)
-    yield
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
+    cluster.add_node(num_cpus=1)
+    ray.init(address=cluster.address, log_to_driver=True)
+    yield cluster
     ray.shutdown()
+    cluster.shutdown()
     patch.undo()
 
 
@@ -162,29 +171,54 @@ def test_a_run_that_failed_resumes_where_it_stopped_and_continues_the_schedule(r
         assert logged[tag] == expected[tag], f"{tag}: the resumed run must log the uninterrupted run's, step by step"
 
 
-def _dies_once_after_step(marker: str, config: dict) -> None:
-    """train_func, except that rank 1 exits right after its checkpoint of KILL_AFTER_STEP, once per marker."""
+def _loses_its_node_after_step(marker: str, head_node_id: str, config: dict) -> None:
+    """train_func, except that the rank on the node that is not the head, right after its checkpoint of
+    KILL_AFTER_STEP, names its node in `marker` (once per marker) and waits there for the node to be taken away."""
     real_report = ray.train.report
 
     def report(metrics, checkpoint=None, **kwargs):
         real_report(metrics, checkpoint=checkpoint, **kwargs)
-        if (metrics.get("step") == KILL_AFTER_STEP and ray.train.get_context().get_world_rank() == 1
-                and not os.path.exists(marker)):
-            open(marker, "w").close()
-            os._exit(1)
+        node_id = ray.get_runtime_context().get_node_id()
+        if metrics.get("step") == KILL_AFTER_STEP and node_id != head_node_id and not os.path.exists(marker):
+            with open(marker + ".partial", "w") as file:
+                file.write(node_id)
+            os.rename(marker + ".partial", marker)
+            threading.Event().wait()  # until its node, and this process with it, is gone
 
     ray.train.report = report
     trainer.train_func(config)
 
 
-def test_killed_worker_is_restarted_and_finishes_with_the_same_result(reference, tmp_path):
-    reference_cfg, (reference_result, _) = reference
-    marker = str(tmp_path / "worker-died")
-    cfg = dataclasses.replace(BASE, storage_path=str(tmp_path / "storage"), run_name="killed",
-                              checkpoint_every=4, max_failures=1)
-    result, final = trainer.fit(cfg, train_loop=functools.partial(_dies_once_after_step, marker))
+def _replace_the_node_named_in(cluster: Cluster, marker: str, training: concurrent.futures.Future) -> str:
+    """Once a worker names its node: that node disappears (its raylet and every process on it killed, as when an
+    instance is terminated) and a new node of the same size joins, as a repaired GPU node does. From the main
+    thread: starting a node sets signal handlers."""
+    while not os.path.exists(marker):
+        if training.done():
+            training.result()  # raises what the training raised
+            raise AssertionError("the run ended without any worker losing its node")
+        concurrent.futures.wait([training], timeout=0.05)
+    node_id = open(marker).read()
+    (node,) = [node for node in cluster.worker_nodes if node.node_id == node_id]
+    cluster.remove_node(node, allow_graceful=False)
+    cluster.add_node(num_cpus=1)
+    return node_id
 
-    assert os.path.exists(marker), "rank 1 must have been killed once"
+
+def test_a_worker_whose_node_disappears_resumes_on_the_new_node_with_the_same_result(ray_cluster, reference,
+                                                                                    tmp_path):
+    reference_cfg, (reference_result, _) = reference
+    marker = str(tmp_path / "node-lost")
+    cfg = dataclasses.replace(BASE, storage_path=str(tmp_path / "storage"), run_name="node-lost",
+                              checkpoint_every=4, max_failures=1)
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        training = pool.submit(trainer.fit, cfg, train_loop=functools.partial(
+            _loses_its_node_after_step, marker, ray_cluster.head_node.node_id))
+        lost = _replace_the_node_named_in(ray_cluster, marker, training)
+        result, final = training.result()
+
+    alive = {node["NodeID"] for node in ray.nodes() if node["Alive"]}
+    assert lost not in alive and len(alive) == 2, f"the lost node is gone and a new one serves: {alive}"
     # Step 4's report is consumed before step 8's can be queued, so the restart resumes from 4 or 8, never 0.
     assert final["start_step"] in (4, KILL_AFTER_STEP), (
         f"the restarted workers must resume from a checkpoint (step 4 or 8), started at {final['start_step']}"
@@ -192,7 +226,7 @@ def test_killed_worker_is_restarted_and_finishes_with_the_same_result(reference,
     _assert_same_parameters(
         checkpoint.read_model_state(result.checkpoint.path),
         checkpoint.read_model_state(reference_result.checkpoint.path),
-        "killed and restarted",
+        "node lost and replaced",
     )
     # Steps the first attempt logged past the checkpoint it restarted from are purged, then logged again.
     logged, expected = _logged(cfg), _logged(reference_cfg)

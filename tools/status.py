@@ -1,6 +1,6 @@
 """Where the cluster stands: the RayCluster's state, each Ray pod with its node and instance type, the GPU and EFA
-allocatable of every GPU node, and the training job running on it (through the head's job server, as
-`python -m tools.job` reaches it).
+allocatable of every GPU node, the training job running on it (through the head's job server, as
+`python -m tools.job` reaches it), and how to open the metrics (the stack's `monitoring`: Grafana's port-forward).
 
     pulumi stack output kubeconfig --show-secrets > kubeconfig.json   # once per cluster
     python -m tools.status --kubeconfig kubeconfig.json --stack dev [--json]
@@ -17,6 +17,7 @@ from typing import Any, Iterable, Sequence
 import yaml
 
 from infra.addons import GPU_WORKER_NODE_SELECTOR
+from infra import monitoring
 from infra.config import PROJECT_FILE, project_name, schema
 from infra.portforward import CLUSTER_LABEL, NODE_TYPE_LABEL
 from infra.preflight import EFA_RESOURCE, GPU_RESOURCE, is_gpu_worker, is_ready, plain
@@ -145,6 +146,28 @@ def stack_settings(stack: str | None) -> tuple[str, str]:
     return namespace, cluster
 
 
+def stack_key(stack: str | None, key: str) -> Any:
+    """One of the project's keys as the stack sets it (Pulumi.<stack>.yaml), else Pulumi.yaml's default."""
+    value = schema()[key]["default"]
+    if stack:
+        config = (yaml.safe_load((PROJECT_FILE.parent / f"Pulumi.{stack}.yaml").read_text()) or {}).get("config") or {}
+        value = config.get(f"{project_name()}:{key}", value)
+    return value
+
+
+def dashboard_lines(stack: str | None, kubeconfig: Path | None, gpu_nodes: int) -> list[str]:
+    """How to open the metrics, and why there may be no GPU nodes (issue 24)."""
+    lines = []
+    if stack_key(stack, "monitoring") == "prometheus":
+        lines.append(f"Metrics (Grafana; the Ray dashboard's Metrics view embeds it): "
+                     f"{monitoring.dashboard_command(str(kubeconfig or 'kubeconfig.json'))}")
+    if not gpu_nodes and int(stack_key(stack, "gpuIdleStopMinutes")):
+        lines.append(f"No GPU nodes: the idle stop scales them to 0 after {stack_key(stack, 'gpuIdleStopMinutes')} "
+                     "minutes without a Ray job; `pulumi stack output gpuWakeCommand` brings them back "
+                     "(so does the next `pulumi up` with a new trainRunId)")
+    return lines
+
+
 def read_jobs(api_client: Any, namespace: str, cluster_name: str, stack: str | None) -> dict:
     """The stack's jobs that run now, or why they could not be read: the job server is a second way in (a
     port-forward to the head pod), and a cluster without one is still worth its status."""
@@ -184,9 +207,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     status = read_status(api, namespace, cluster)
     if status["raycluster"] is not None:
         status["jobs"] = read_jobs(api, namespace, cluster, args.stack)
+    notes = dashboard_lines(args.stack, args.kubeconfig, len(status["gpu_nodes"]))
+    if args.json:
+        status["notes"] = notes
     print(json.dumps(status, indent=2) if args.json else render_status(status))
     if not args.json and "jobs" in status:
         print("\n" + render_jobs(status["jobs"], args.stack, args.kubeconfig))
+    if not args.json and notes:
+        print("\n" + "\n".join(notes))
     return cli.OK if is_up(status) else cli.CHECK_FAILED
 
 

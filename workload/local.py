@@ -107,9 +107,10 @@ def head_environment(token_path: str, gcs_address: str) -> dict[str, str]:
 
 
 @contextmanager
-def local_cluster() -> Iterator[tuple[str, str]]:
+def local_cluster(metrics_export_port: int | None = None) -> Iterator[tuple[str, str]]:
     """A `ray start --head --block` of our own, CPU only: yields (job server address, token). On exit every process
-    it started is stopped, and nothing else (other Ray clusters on this machine are left alone)."""
+    it started is stopped, and nothing else (other Ray clusters on this machine are left alone). `metrics_export_port`:
+    where the node serves its Prometheus metrics (unset: a port Ray picks)."""
     temp_dir = tempfile.mkdtemp(prefix="ray-local-")
     token = secrets.token_hex(32)
     token_path = os.path.join(temp_dir, "auth_token")
@@ -133,6 +134,7 @@ def local_cluster() -> Iterator[tuple[str, str]]:
         # must fit even on a one-core machine.
         "--num-gpus", "0",
         "--num-cpus", str(local_checks.local_cpus()),
+        *(["--metrics-export-port", str(metrics_export_port)] if metrics_export_port else []),
     ]
     head_log = open(os.path.join(temp_dir, "ray-start.log"), "w+")
     head = subprocess.Popen([sys.executable, "-I", SUPERVISOR, *command], env=env, stdin=subprocess.PIPE,

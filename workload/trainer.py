@@ -27,12 +27,14 @@ import ray.train.torch
 import torch
 import torch.distributed as dist
 from ray.util.queue import Queue
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from workload import checkpoint as checkpoints
 from workload import fabric, memory_plan, model_files, parallel, storage
 from workload.config import TRANSPORT_PREFIX, TrainConfig
 from workload.data import check_dataset, check_tokenizer, make_data
 from workload.export import save_model_directory
+from workload.live_metrics import LiveMetrics
 from workload.metrics import MetricsLog
 from workload.model import (
     build_mesh,
@@ -100,6 +102,7 @@ def train_func(config: dict) -> None:
     batch = cfg.batch_size * world_size  # the effective batch: sequences per optimizer step, over all ranks
     tokens_per_step = batch * cfg.seq_len
     metrics = MetricsLog(run_directory(cfg), start_step) if rank == 0 else None
+    live = LiveMetrics(cfg.run_name) if rank == 0 else None
     # What rank 0 reports in any case; the steps reached, the losses and the speed are added when the run ends.
     report = {"world_size": world_size, "device": device.type, "start_step": start_step, "effective_batch": batch,
               "diverged_at_step": None, "model": None, "sharding": plan.as_dict(), "fabric": fabric_check,
@@ -155,6 +158,7 @@ def train_func(config: dict) -> None:
                       f"{examples_text} step_time {step_times[-1]:.3f}s tokens/s {tokens_per_s:,.0f} mfu {mfu_text}")
             metrics.scalars(done, {"train/loss": loss_value, "train/learning_rate": learning_rate,
                                    "train/tokens_per_s": tokens_per_s})
+            live.record(tokens_per_s, step_times[-1])
         if eval_set and (done == cfg.steps or (cfg.eval_every and done % cfg.eval_every == 0)):
             eval_loss = _mean_over_ranks(evaluate(model, eval_set), world_size)  # equal shares: the mean of means
             if rank == 0:
@@ -319,8 +323,11 @@ def fit(cfg: TrainConfig, train_loop: Callable[[dict], None] = train_func) -> tu
     final metrics. `train_loop` gets {"train": ..., "final": ...} on every worker (a variant can wrap train_func)."""
     num_workers, use_gpu = worker_count(cfg)
     # Ray Train's Result keeps only the metrics reported with a checkpoint, and a run without storage_path has
-    # none, so the final metrics come back through a queue. No CPU: the training workers may need them all.
-    final_queue = Queue(actor_options={"num_cpus": 0})
+    # none, so the final metrics come back through a queue. No CPU: the training workers may need them all. On this
+    # driver's node (the Ray head, which node repair never replaces): left to the scheduler it may land on a GPU
+    # node, and a node that is replaced mid-run then takes the run's result with it after the workers resumed.
+    final_queue = Queue(actor_options={"num_cpus": 0, "scheduling_strategy": NodeAffinitySchedulingStrategy(
+        ray.get_runtime_context().get_node_id(), soft=False)})
     trainer = ray.train.torch.TorchTrainer(
         train_loop,
         train_loop_config={"train": dataclasses.asdict(cfg), "final": final_queue},

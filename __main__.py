@@ -146,7 +146,8 @@ if cfg.monitoring == "prometheus":
 elif cfg.monitoring == "cloudwatch":
     metrics = monitoring.CloudWatchMonitoring(
         f"{cfg.cluster_name}-cloudwatch", cluster_name=cluster.cluster_name, eks_cluster_name=cfg.cluster_name,
-        tags=tags, depends_on=[cluster.system_node_group, cluster.pod_identity_agent])
+        eks_cluster_arn=cluster.cluster_arn, tags=tags,
+        depends_on=[cluster.system_node_group, cluster.pod_identity_agent])
     pulumi.export("grafanaCommand", metrics.dashboard_command)
 wake = []
 if cfg.gpu_idle_stop_minutes:
@@ -155,7 +156,8 @@ if cfg.gpu_idle_stop_minutes:
                         "reservation bills whether instances run in it or not")
     idle_stop.IdleStop(
         f"{cfg.cluster_name}-idle-stop", provider=cluster.provider, cluster_name=cluster.cluster_name,
-        eks_cluster_name=cfg.cluster_name, namespace=ray_cluster.namespace, namespace_name=cfg.ray_namespace,
+        eks_cluster_name=cfg.cluster_name, eks_cluster_arn=cluster.cluster_arn, namespace=ray_cluster.namespace,
+        namespace_name=cfg.ray_namespace,
         ray_cluster_name=cfg.ray_cluster_name, image=cfg.dlc_image, nodegroup_name=gpu_nodes.node_group_name,
         nodegroup_arn=gpu_nodes.node_group.arn, region=plan.region, idle_minutes=cfg.gpu_idle_stop_minutes, tags=tags)
     pulumi.export("gpuWakeCommand", pulumi.Output.all(cluster.cluster_name, gpu_nodes.node_group_name).apply(

@@ -139,14 +139,16 @@ class IdleStop(pulumi.ComponentResource):
     """The check's IAM role (Pod Identity), service account, script, CronJob and NetworkPolicies."""
 
     def __init__(self, name: str, *, provider: k8s.Provider, cluster_name: pulumi.Input[str], eks_cluster_name: str,
-                 namespace: pulumi.Input[str], namespace_name: str, ray_cluster_name: str, image: str,
+                 eks_cluster_arn: str, namespace: pulumi.Input[str], namespace_name: str, ray_cluster_name: str,
+                 image: str,
                  nodegroup_name: pulumi.Input[str], nodegroup_arn: pulumi.Input[str], region: str, idle_minutes: int,
                  tags: dict[str, str], opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("raytrain:infra:IdleStop", name, None, opts)
         service_account = idle_stop_name(ray_cluster_name)
         role = aws.iam.Role(f"{name}-role",
                             description=f"EKS {eks_cluster_name}: scale the GPU node group to 0 when idle",
-                            assume_role_policy=trust_policy(eks_cluster_name, namespace_name, service_account),
+                            assume_role_policy=trust_policy(eks_cluster_arn, eks_cluster_name, namespace_name,
+                                                            service_account),
                             tags=tags, opts=pulumi.ResourceOptions(parent=self))
         policy = aws.iam.RolePolicy(f"{name}-scaling", role=role.id,
                                     policy=pulumi.Output.from_input(nodegroup_arn).apply(scaling_policy),

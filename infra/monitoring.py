@@ -387,13 +387,14 @@ class CloudWatchMonitoring(pulumi.ComponentResource):
     """The CloudWatch Observability add-on, its agent's IAM role through EKS Pod Identity (the nodes' roles carry no
     CloudWatch rights), nothing else: metrics and dashboards are Container Insights' own, in the CloudWatch console."""
 
-    def __init__(self, name: str, *, cluster_name: pulumi.Input[str], eks_cluster_name: str, tags: dict[str, str],
-                 depends_on: list[pulumi.Resource], opts: pulumi.ResourceOptions | None = None) -> None:
+    def __init__(self, name: str, *, cluster_name: pulumi.Input[str], eks_cluster_name: str, eks_cluster_arn: str,
+                 tags: dict[str, str], depends_on: list[pulumi.Resource],
+                 opts: pulumi.ResourceOptions | None = None) -> None:
         from infra.pod_identity import trust_policy
 
         super().__init__("raytrain:infra:CloudWatchMonitoring", name, None, opts)
         role = aws.iam.Role(f"{name}-agent", assume_role_policy=trust_policy(
-            eks_cluster_name, CLOUDWATCH_NAMESPACE, CLOUDWATCH_SERVICE_ACCOUNT), tags=tags,
+            eks_cluster_arn, eks_cluster_name, CLOUDWATCH_NAMESPACE, CLOUDWATCH_SERVICE_ACCOUNT), tags=tags,
             opts=pulumi.ResourceOptions(parent=self))
         attachment = aws.iam.RolePolicyAttachment(f"{name}-agent-policy", role=role.name,
                                                   policy_arn=CLOUDWATCH_AGENT_POLICY,

@@ -13,7 +13,6 @@ fine-tune on the repository's sample corpus, side by side in one process.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import statistics
 

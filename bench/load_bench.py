@@ -84,7 +84,6 @@ def write(directory: str, device: torch.device, layers: int | None) -> dict:
 def load(directory: str, rank: int, world_size: int, cap_gib: float, device: torch.device) -> dict:
     import torch.distributed as dist
     from safetensors import safe_open
-    from torch.distributed.tensor import DTensor
     from torch.testing._internal.distributed.fake_pg import FakeStore
 
     from workload import model, weights

@@ -17,7 +17,6 @@ import celpy
 import kubernetes_validate
 import pytest
 
-from infra import admission
 from tests.pulumi_mocks import SCHEMA, program
 
 KUBERNETES = SCHEMA["kubernetesVersion"]["default"]

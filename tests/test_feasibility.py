@@ -22,7 +22,6 @@ from tests.pulumi_mocks import (
     run_program_expecting_error,
     stack_settings,
 )
-from tests.stacks import INSTANCE_FACTS
 
 LAUNCH_TEMPLATE = "aws:ec2/launchTemplate:LaunchTemplate"
 NODE_GROUP = "aws:eks/nodeGroup:NodeGroup"

@@ -14,7 +14,7 @@ import jsonschema
 import pytest
 import yaml
 
-from infra import idle_stop, monitoring, node_health
+from infra import idle_stop, monitoring
 from infra.addons import GPU_TOLERATION
 from infra.raycluster import HEAD_CPU, HEAD_MEMORY
 from tests.pulumi_mocks import REFERENCE_DIR, STACKS, ProgramRun, program, run_program, stack_settings

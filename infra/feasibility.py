@@ -450,7 +450,7 @@ def what_would_fit(workload: Any, architecture: dict, gpu: InstanceFacts, worker
         options.append(f"gpuNodeCount {nodes} or more of {gpu.instance_type} (the state sharded over "
                        f"{nodes * gpu.gpus} GPUs, with full sharding, activation checkpointing and "
                        "reshard_after_forward)")
-    for instance_type, (gpus_per_node, gpu_memory_mib) in instance_facts.KNOWN_GPU_INSTANCE_TYPES.items():
+    for instance_type, (gpus_per_node, gpu_memory_mib, _) in instance_facts.KNOWN_GPU_INSTANCE_TYPES.items():
         if instance_type == gpu.instance_type or gpu_memory_mib <= gpu.gpu_memory_mib:
             continue
         other = memory_plan.for_job(workload, architecture, world_size=gpus_per_node * node_count,

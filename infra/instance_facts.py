@@ -7,19 +7,27 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from typing import NamedTuple
+
 import pulumi_aws as aws
 
 from infra.config import InstanceFacts, check_efa_gpu
 
 
 # The GPU instance types of the project's stacks (Pulumi.<stack>.yaml): GPUs per node and each GPU's memory in MiB,
-# EC2 DescribeInstanceTypes' figures (tests/stacks.py holds the same, and a test keeps the two equal). A refusal of the
+# EC2 DescribeInstanceTypes' figures (and its GPU name) (tests/stacks.py holds the same, and a test keeps the two equal). A refusal of the
 # job's memory names which of them would fit without an EC2 call per type; the stack's own type is always read live.
+class KnownGpuInstance(NamedTuple):
+    gpus: int
+    gpu_memory_mib: int
+    gpu_name: str
+
+
 KNOWN_GPU_INSTANCE_TYPES = {
-    "g6.12xlarge": (4, 22888),  # 4 x L4
-    "g6e.12xlarge": (4, 46068),  # 4 x L40S
-    "p4d.24xlarge": (8, 40960),  # 8 x A100 40 GB
-    "p5.48xlarge": (8, 81920),  # 8 x H100
+    "g6.12xlarge": KnownGpuInstance(4, 22888, "L4"),
+    "g6e.12xlarge": KnownGpuInstance(4, 46068, "L40S"),
+    "p4d.24xlarge": KnownGpuInstance(8, 40960, "A100"),  # A100 40 GB
+    "p5.48xlarge": KnownGpuInstance(8, 81920, "H100"),
 }
 
 

@@ -143,7 +143,8 @@ def workload_config(cfg: StackConfig, facts: InstanceFacts) -> "WorkloadConfig":
     train = cfg.train
     if train is None:
         raise ValueError("trainEnabled: the stack config has no train settings")
-    if train.fp8 and not fp8.gpu_has_fp8(facts.gpu_name):
+    # An unknown GPU (tools.job submit, away from EC2) is left to the job's own device check (workload.fp8).
+    if train.fp8 and facts.gpu_name and not fp8.gpu_has_fp8(facts.gpu_name):
         raise ValueError(f"config key 'trainFp8': {facts.instance_type}'s {facts.gpu_name or 'GPU'} has no fp8 tensor "
                          f"cores; allowed: false, or true on {', '.join(fp8.FP8_GPUS)} instances")
     try:

@@ -186,7 +186,7 @@ def test_the_job_applies_the_plan_the_preview_exports():
 
 
 def test_the_known_instance_types_are_the_stacks_facts():
-    for instance_type, (gpus, gpu_memory_mib) in instance_facts.KNOWN_GPU_INSTANCE_TYPES.items():
+    for instance_type, known in instance_facts.KNOWN_GPU_INSTANCE_TYPES.items():
         facts = INSTANCE_FACTS[instance_type]
-        assert (facts.gpus, facts.gpu_memory_mib) == (gpus, gpu_memory_mib), instance_type
+        assert (facts.gpus, facts.gpu_memory_mib, facts.gpu_name) == tuple(known), instance_type
     assert math.isclose(memory.usable_gib(1024), 0.5)

@@ -64,6 +64,7 @@ def stack_job(stack: str, run_id: str, extra_flags: list[str]) -> dict:
     """The job `pulumi up` would submit for the stack with trainEnabled, under `run_id`, with `extra_flags` on top:
     {train_args, pip, env_vars, time_limit_s, submission_id, secrets_left_out}."""
     from infra import config as stack_config
+    from infra.instance_facts import KNOWN_GPU_INSTANCE_TYPES
     from infra.ray_job import NCCL_DEBUG_FILE, submission_id, workload_config
     from workload.config import build_parser
 
@@ -72,8 +73,12 @@ def stack_job(stack: str, run_id: str, extra_flags: list[str]) -> dict:
     raw.update(trainEnabled=True, trainRunId=run_id)
     cfg = stack_config.parse(raw)
     # The instance's network bandwidth only informs the sharding choice, and the job's fabric check measures it;
-    # reading it from EC2 would need this machine to be allowed to describe instance types.
-    workload = workload_config(cfg, SimpleNamespace(network_gbps=0.0))
+    # reading it from EC2 would need this machine to be allowed to describe instance types. The GPU's memory and name
+    # (for the memory plan and fp8) are the stacks' known figures; for another type the job reads its own GPU.
+    known = KNOWN_GPU_INSTANCE_TYPES.get(cfg.gpu_instance_type)
+    workload = workload_config(cfg, SimpleNamespace(
+        network_gbps=0.0, instance_type=cfg.gpu_instance_type, gpu_memory_mib=known.gpu_memory_mib if known else 0,
+        gpu_name=known.gpu_name if known else ""))
     # A flag the job does not know is refused here as `python -m workload.train` would (its one error line, exit 2).
     flags = vars(build_parser().parse_args([*workload.to_args(), *extra_flags]))
     from workload.config import TrainConfig

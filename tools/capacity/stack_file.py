@@ -8,6 +8,8 @@ from typing import Any
 from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
 
+from infra.naming import default_cluster_name  # the stack's clusterName when it sets none, as infra.config
+
 @dataclass(frozen=True)
 class StackContext:
     """What the finder needs from a stack: where its VPC is and what its subnets are tagged with."""
@@ -41,7 +43,7 @@ def load_stack(project_dir: Path, name: str, flag: str) -> StackContext:
     def setting(key: str):
         return stack_config.get(f"{project_name}:{key}", schema.get(key, {}).get("default"))
 
-    return StackContext(name=name, path=path, project=project_name, cluster_name=setting("clusterName"),
+    return StackContext(name=name, path=path, project=project_name, cluster_name=setting("clusterName") or default_cluster_name(name),
                         region=stack_config.get("aws:region"), vpc_azs=tuple(setting("vpcAvailabilityZones") or ()),
                         capacity_reserve=setting("capacityReserve") in (True, "true"))
 

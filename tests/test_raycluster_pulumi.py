@@ -8,7 +8,7 @@ import pulumi_kubernetes as k8s
 import pytest
 
 from infra.addons import ClusterAddons
-from infra import config
+from infra import config, monitoring
 from infra.config import StackConfig
 from infra.raycluster import KNOWN_IMAGES, RayCluster, ray_cluster_manifest
 from tests.stacks import INSTANCE_FACTS
@@ -47,7 +47,10 @@ def test_raycluster_is_the_manifest_in_its_namespace_after_the_operator():
     assert custom_resource["type"] == "kubernetes:ray.io/v1:RayCluster", "the CR must be a ray.io/v1 RayCluster"
     expected = ray_cluster_manifest(name="ray-train", namespace="ray", image=CONFIG.dlc_image,
                                     ray_version=KNOWN_IMAGES[CONFIG.dlc_image].ray_version, gpu_node_count=2,
-                                    facts=FACTS, transport_env=CONFIG.transport_env)
+                                    facts=FACTS, transport_env=CONFIG.transport_env,
+                                    # Pulumi.yaml's default monitoring (prometheus): the head is told where it is
+                                    head_env=monitoring.ray_head_env())
+    assert CONFIG.monitoring == "prometheus", CONFIG.monitoring
     inputs = custom_resource["inputs"]
     assert (inputs["apiVersion"], inputs["kind"]) == ("ray.io/v1", "RayCluster")
     assert inputs["metadata"] == expected["metadata"], "the CR's metadata must be the manifest's"

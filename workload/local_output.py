@@ -18,7 +18,8 @@ from workload.config import SUMMARY_PREFIX, TRANSPORT_PREFIX
 # Every line the project prints into a job's log starts with one of these (workload/trainer.py's _progress,
 # workload/fabric.py, workload/cli.py's errors); tests/test_local_output.py checks the trainer's against it.
 OWN_PREFIXES = ("training ", "effective batch ", "step ", "fabric check ", "note: ", "warning: ", "error: ",
-                "submitted Ray job ", "log stream of ")
+                "submitted Ray job ", "log stream of ", "memory plan: ", "loaded ", "downloading ", "copying ",
+                "copied ")
 # "(RayTrainWorker pid=123)" and, on a terminal, its ANSI colours: Ray's log monitor puts them before a worker's line.
 RAY_PREFIX = re.compile(r"^(\x1b\[[0-9;]*m)*\((?P<actor>[A-Za-z]+) pid=\d+(?:, ip=[^)]*)?\)(\x1b\[[0-9;]*m)* ")
 ANSI = re.compile(r"\x1b\[[0-9;]*m")

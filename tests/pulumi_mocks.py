@@ -511,6 +511,14 @@ class ProgramRun:
         return found[0]
 
 
+def ray_pods_role(run: ProgramRun, service_account: str = "ray-train-pods") -> Registration:
+    """The Ray pods' Pod Identity role (infra/pod_identity.py): the one whose trust names their service account. The
+    idle check and the CloudWatch agent (issue 24) have Pod Identity roles of their own."""
+    (role,) = [r for r in run.of_type("aws:iam/role:Role") if "pods.eks.amazonaws.com" in r.inputs["assumeRolePolicy"]
+               and f'"{service_account}"' in r.inputs["assumeRolePolicy"]]
+    return role
+
+
 def stack_file(stack: str) -> Path:
     return REPO / f"Pulumi.{stack}.yaml"
 

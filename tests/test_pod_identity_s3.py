@@ -22,7 +22,7 @@ from botocore.exceptions import ClientError
 from moto.core import enable_iam_authentication
 
 from tests.http_stubs import JsonServer
-from tests.pulumi_mocks import program
+from tests.pulumi_mocks import program, ray_pods_role
 
 BUCKET, PREFIX = "ckpt-bucket", "runs/dev"
 JOB_WITH_CHECKPOINTS = (("trainEnabled", True), ("trainModelConfig", "tiny"), ("trainSeqLen", 256),
@@ -32,7 +32,7 @@ PROJECTED_TOKEN = "eyJhbGciOiJSUzI1NiJ9.pod-identity-token"  # what the webhook'
 
 def test_checkpoints_go_under_the_prefix_with_the_pod_role_and_nowhere_else(aws_env, tmp_path):
     run = program("dev", JOB_WITH_CHECKPOINTS)
-    (role,) = [r for r in run.of_type("aws:iam/role:Role") if "pods.eks.amazonaws.com" in r.inputs["assumeRolePolicy"]]
+    role = ray_pods_role(run)
     (policy,) = [r for r in run.of_type("aws:iam/rolePolicy:RolePolicy") if r.parent == role.urn]
     args = run.one("pulumi-python:dynamic/raytrain:TrainingJob").inputs["train_args"]
     run_dir = f"{PREFIX}/{args[args.index('--run_name') + 1]}"

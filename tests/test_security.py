@@ -15,8 +15,8 @@ import pytest
 from infra import network, ray_security
 from infra.raycluster import KNOWN_IMAGES, containers, ray_cluster_manifest
 from tests.pulumi_mocks import (
-    ACCOUNT_ID, DEPLOYER_IP, DEPLOYER_ROLE_ARN, STACKS, ProgramRun, Registration, Secret, is_secret_value,
-    plain_strings, program, run_program, run_program_expecting_error, stack_settings,
+    ACCOUNT_ID, DEPLOYER_IP, DEPLOYER_ROLE_ARN, STACKS, ProgramRun, Secret, is_secret_value, plain_strings, program,
+    ray_pods_role, run_program, run_program_expecting_error, stack_settings,
 )
 from tests.stacks import INSTANCE_FACTS
 from tests.test_stack import gpu_launch_template, launch_template_of, system_node_group
@@ -34,13 +34,6 @@ JOB = "pulumi-python:dynamic/raytrain:TrainingJob"
 STORAGE = "s3://ckpt-bucket/runs/dev"
 BASELINE_CAPABILITIES = {"AUDIT_WRITE", "CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "MKNOD", "NET_BIND_SERVICE",
                          "SETFCAP", "SETGID", "SETPCAP", "SETUID", "SYS_CHROOT"}  # Pod Security Standards, baseline
-
-
-def pod_role(run: ProgramRun) -> Registration:
-    # The Ray pods' service account's; the idle check (issue 24) has a Pod Identity role of its own.
-    (role,) = [r for r in run.of_type(ROLE) if "pods.eks.amazonaws.com" in r.inputs["assumeRolePolicy"]
-               and '"ray-train-pods"' in r.inputs["assumeRolePolicy"]]
-    return role
 
 
 def pod_specs(run: ProgramRun) -> dict[str, dict]:
@@ -169,7 +162,7 @@ def test_deployer_address_is_read_from_aws_checkip():
 
 def test_checkpoint_access_is_the_ray_pods_own_role_scoped_to_the_prefix():
     run = program("dev", (("trainStoragePath", STORAGE),))
-    role = pod_role(run)
+    role = ray_pods_role(run)
     trust = json.loads(role.inputs["assumeRolePolicy"])["Statement"][0]
     specs = pod_specs(run)
     service_account = specs["head"]["serviceAccountName"]

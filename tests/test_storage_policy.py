@@ -18,7 +18,7 @@ import pytest
 from botocore.exceptions import ClientError
 
 from tests.iam_policy import Request, decide
-from tests.pulumi_mocks import program
+from tests.pulumi_mocks import program, ray_pods_role
 from tests.s3_policy_server import PolicyEnforcingS3
 
 BUCKET, PREFIX = "ckpt-bucket", "runs/dev"
@@ -29,7 +29,7 @@ POD_KEY, ADMIN_KEY = "AKIARAYPODS000000001", "AKIAADMIN00000000001"
 
 def pod_policy() -> str:
     run = program("dev", (("trainStoragePath", STORAGE),))
-    (role,) = [r for r in run.of_type("aws:iam/role:Role") if "pods.eks.amazonaws.com" in r.inputs["assumeRolePolicy"]]
+    role = ray_pods_role(run)
     (policy,) = [r for r in run.of_type("aws:iam/rolePolicy:RolePolicy") if r.parent == role.urn]
     return policy.inputs["policy"]
 

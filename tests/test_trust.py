@@ -13,7 +13,7 @@ import pulumi
 
 from infra.cluster import cluster_role_trust
 from tests.iam_policy import Request, decide
-from tests.pulumi_mocks import ACCOUNT_ID, DEPLOYER_ROLE_ARN, program, run_program
+from tests.pulumi_mocks import ACCOUNT_ID, DEPLOYER_ROLE_ARN, program, run_program, ray_pods_role
 
 CLUSTER_ARN = f"arn:aws:eks:us-west-2:{ACCOUNT_ID}:cluster/ray-train"  # the dev stack's, as EKS names it
 # pulumi-eks's cluster role trust (nodejs/eks/servicerole.ts, with cluster.ts's assumeRoleActions), verbatim.
@@ -55,7 +55,7 @@ def test_the_cluster_role_admits_eks_only_for_this_cluster():
 
 def test_the_pods_role_admits_pod_identity_only_for_this_stacks_cluster_and_service_account():
     run = program("dev", (("trainStoragePath", "s3://ckpt-bucket/runs/dev"),))
-    (role,) = [r for r in run.of_type("aws:iam/role:Role") if "pods.eks.amazonaws.com" in r.inputs["assumeRolePolicy"]]
+    role = ray_pods_role(run)
     policy = role.inputs["assumeRolePolicy"]
     tags = {"aws:RequestTag/eks-cluster-arn": CLUSTER_ARN, "aws:RequestTag/eks-cluster-name": "ray-train",
             "aws:RequestTag/kubernetes-namespace": "ray", "aws:RequestTag/kubernetes-service-account": "ray-train-pods",

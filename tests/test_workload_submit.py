@@ -66,8 +66,9 @@ def test_job_runs_through_the_jobs_api_and_returns_its_summary(head):
     assert set(result.summary) == {"world_size", "device", "steps", "initial_loss", "final_loss", "eval_loss",
                                    "effective_batch", "tokens_seen", "tokens_per_s", "mfu", "start_step",
                                    "diverged_at_step", "checkpoint", "model", "tensorboard", "nccl_logs", "sharding",
-                                   "fabric", "memory_plan"}, f"summary keys: got {sorted(result.summary)}"
+                                   "fabric", "memory_plan", "examples"}, f"summary keys: got {sorted(result.summary)}"
     assert result.summary["memory_plan"] is None, "CPU workers plan no GPU memory (the host's is theirs)"
+    assert result.summary["examples"] is None, "random tokens: no supervised examples to count"
     assert result.summary["sharding"]["sharding"] == "full" and "one node" in result.summary["sharding"]["reason"], \
         f"2 CPU workers on one node: full sharding, and why: {result.summary['sharding']}"
     assert result.summary["fabric"]["ranks"] == 2 and result.summary["fabric"]["bus_gbytes_per_s"] > 0, \

@@ -560,7 +560,9 @@ def test_a_failed_local_job_still_prints_its_summary_and_exits_1(monkeypatch, ca
     assert cli.run(local.main, ["--storage_path", str(tmp_path)]) == cli.CHECK_FAILED
     captured = capsys.readouterr()
     assert captured.out.splitlines()[-1] == f"TRAIN_SUMMARY {json.dumps(summary)}", captured.out
-    assert captured.err.strip() == "error: Ray job raysubmit_x ended FAILED", captured.err
+    # The reason in one line, and the hint (issue 25: a quiet run's log is behind --verbose) in a second.
+    assert captured.err.strip().splitlines() == ["error: Ray job raysubmit_x ended FAILED",
+                                                 "--verbose shows the job's whole log"], captured.err
 
 
 class _JobServerOf:

@@ -54,7 +54,9 @@ def listeners(pids: list[int]) -> list[Listener]:
     for pid in pids:
         try:
             with open(f"/proc/{pid}/cmdline", "rb") as file:
-                process = file.read().replace(b"\0", b" ").decode(errors="replace").strip()[:80]
+                program, *arguments = file.read().decode(errors="replace").strip("\0").split("\0")
+            # The program whole (a clone's path can be long, as in CI), its arguments shortened for messages.
+            process = f"{program} {' '.join(arguments)[:80]}".strip()
             links = [os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")]
         except OSError:
             continue

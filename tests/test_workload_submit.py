@@ -87,9 +87,17 @@ def test_every_listener_of_the_local_cluster_is_on_loopback(head):
     rank 0's torch TCPStore, the process group's rendezvous, which torch binds to every interface.)"""
     address, _ = head
     server = listening_sockets.listener_of_port(int(address.rsplit(":", 1)[1]))
-    members = listening_sockets.processes_with_env(listening_sockets.environment_entry(server, "RAY_AUTH_TOKEN_PATH"))
-    found = listening_sockets.listeners(members)
-    names = {listener.process.split()[0] for listener in found}
+    entry = listening_sockets.environment_entry(server, "RAY_AUTH_TOKEN_PATH")
+    # The job server answers before the raylet has opened every listener (its job agent registers later too): look
+    # again until the GCS and the raylet are both there, for a bounded while.
+    deadline = time.monotonic() + 30
+    while True:
+        found = listening_sockets.listeners(listening_sockets.processes_with_env(entry))
+        names = {listener.process.split()[0] for listener in found}
+        if time.monotonic() > deadline or (any("gcs_server" in name for name in names)
+                                           and any("raylet" in name for name in names)):
+            break
+        time.sleep(0.5)
     assert any("gcs_server" in name for name in names) and any("raylet" in name for name in names), \
         f"the GCS and the raylet must be among the cluster's listeners: {sorted(names)}"
     exposed = [listener for listener in found if not listener.loopback]

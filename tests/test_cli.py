@@ -14,7 +14,7 @@ from workload import cli
 
 REPO = Path(__file__).resolve().parents[1]
 COMMANDS = ["workload.train", "workload.local", "workload.transport", "workload.export", "tools.capacity",
-            "tools.doctor", "tools.status", "tools.job", "tools.loss_curve"]
+            "tools.doctor", "tools.status", "tools.job", "tools.loss_curve", "tools.gpu_panel"]
 # The libraries that take seconds to import (boto3, pulumi and the Kubernetes client take a fraction of one).
 HEAVY_MODULES = ("torch", "ray", "transformers", "datasets")
 
@@ -87,6 +87,8 @@ USER_ERRORS = [
     (["tools.loss_curve", "{dir}", "--out", "{dir}/run.png"], {}, cli.USAGE, "the picture is SVG"),
     (["tools.loss_curve", "s3://bucket/run", "--out", "{dir}/run.svg"], OFFLINE_AWS, cli.ENVIRONMENT,
      "RUN s3://bucket/run/tensorboard"),
+    (["tools.gpu_panel", "{dir}/no-recording.json", "--out", "{dir}/gpu.svg"], {}, cli.USAGE, "RECORDING"),
+    (["tools.gpu_panel", "{empty_log}", "--out", "{dir}/gpu.svg"], {}, cli.USAGE, "is not JSON"),
     (["tools.status", "--stack", "nope"], {}, cli.USAGE, "--stack"),
     (["tools.status"], {"HOME": "{dir}/home", "KUBECONFIG": ""}, cli.ENVIRONMENT, "no kubeconfig"),
     (["tools.status", "--kubeconfig", "{dir}/missing"], {}, cli.ENVIRONMENT, "--kubeconfig"),

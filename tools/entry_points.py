@@ -16,6 +16,7 @@ COMMANDS = {
     "raytrain-status": "tools.status",
     "raytrain-job": "tools.job",
     "raytrain-loss-curve": "tools.loss_curve",
+    "raytrain-gpu-panel": "tools.gpu_panel",
     "raytrain-doctor": "tools.doctor",
 }
 
@@ -34,4 +35,5 @@ def capacity() -> int: return _run(COMMANDS["raytrain-capacity"])
 def status() -> int: return _run(COMMANDS["raytrain-status"])
 def job() -> int: return _run(COMMANDS["raytrain-job"])
 def loss_curve() -> int: return _run(COMMANDS["raytrain-loss-curve"])
+def gpu_panel() -> int: return _run(COMMANDS["raytrain-gpu-panel"])
 def doctor() -> int: return _run(COMMANDS["raytrain-doctor"])

@@ -10,11 +10,10 @@ and no font rasterizer, and the committed picture diffs as text.
 """
 from __future__ import annotations
 
-import math
 import sys
-from html import escape
 from typing import Sequence
 
+from tools.svg_chart import Box, chart, document
 from workload import cli
 
 WIDTH, LEFT, RIGHT = 720, 70, 20
@@ -22,52 +21,6 @@ LOSS_TOP, LOSS_HEIGHT = 40, 230
 RATE_TOP, RATE_HEIGHT = 320, 80
 HEIGHT = RATE_TOP + RATE_HEIGHT + 45
 TRAIN_COLOR, EVAL_COLOR, RATE_COLOR = "#1f77b4", "#d62728", "#2ca02c"
-
-
-def nice_ticks(low: float, high: float, count: int = 5) -> list[float]:
-    """About `count` round values (1, 2 or 5 times a power of ten apart) covering [low, high]."""
-    if high <= low:
-        high = low + 1
-    raw = (high - low) / count
-    magnitude = 10 ** math.floor(math.log10(raw))
-    step = next(factor * magnitude for factor in (1, 2, 5, 10) if factor * magnitude >= raw)
-    first = math.floor(low / step) * step
-    return [first + index * step for index in range(int(math.ceil((high - first) / step - 1e-9)) + 1)]
-
-
-def panel(series: list[tuple[str, str, list[tuple[int, float]]]], last_step: int, top: int, height: int,
-          title: str) -> list[str]:
-    """One chart: axes with ticks, and each (name, color, points) as a line (with dots when there are few)."""
-    values = [value for _, _, points in series for _, value in points]
-    y_ticks = nice_ticks(min(0.0, min(values)), max(values))
-    x_ticks = nice_ticks(0, last_step)
-    x_span, y_span = x_ticks[-1] - x_ticks[0], y_ticks[-1] - y_ticks[0]
-
-    def x(step: float) -> float:
-        return LEFT + (step - x_ticks[0]) / x_span * (WIDTH - LEFT - RIGHT)
-
-    def y(value: float) -> float:
-        return top + height - (value - y_ticks[0]) / y_span * height
-
-    out = [f'<text x="{LEFT}" y="{top - 12}" font-weight="bold">{escape(title)}</text>',
-           f'<rect x="{LEFT}" y="{top}" width="{WIDTH - LEFT - RIGHT}" height="{height}" fill="none" stroke="#999"/>']
-    for tick in y_ticks:
-        out.append(f'<line x1="{LEFT}" x2="{WIDTH - RIGHT}" y1="{y(tick):.1f}" y2="{y(tick):.1f}" stroke="#eee"/>')
-        out.append(f'<text x="{LEFT - 6}" y="{y(tick) + 4:.1f}" text-anchor="end">{tick:g}</text>')
-    for tick in x_ticks:
-        out.append(f'<text x="{x(tick):.1f}" y="{top + height + 16}" text-anchor="middle">{tick:g}</text>')
-    for index, (name, color, points) in enumerate(series):
-        path = " ".join(f"{x(step):.1f},{y(value):.1f}" for step, value in points)
-        out.append(f'<polyline fill="none" stroke="{color}" stroke-width="2" points="{path}"><title>{escape(name)}'
-                   f'</title></polyline>')
-        if len(points) <= 12:
-            out += [f'<circle cx="{x(step):.1f}" cy="{y(value):.1f}" r="3.5" fill="{color}"/>'
-                    for step, value in points]
-        legend_y = top + 18 + 18 * index
-        out.append(f'<line x1="{WIDTH - RIGHT - 190}" x2="{WIDTH - RIGHT - 166}" y1="{legend_y - 4}" '
-                   f'y2="{legend_y - 4}" stroke="{color}" stroke-width="2"/>')
-        out.append(f'<text x="{WIDTH - RIGHT - 160}" y="{legend_y}">{escape(name)}</text>')
-    return out
 
 
 def render(scalars: dict[str, list[tuple[int, float]]], title: str) -> str:
@@ -78,14 +31,12 @@ def render(scalars: dict[str, list[tuple[int, float]]], title: str) -> str:
     losses = [("training loss", TRAIN_COLOR, scalars["train/loss"])]
     if scalars.get("eval/loss"):
         losses.append(("held-out loss", EVAL_COLOR, scalars["eval/loss"]))
-    body = panel(losses, last_step, LOSS_TOP, LOSS_HEIGHT, title)
+    body = chart(losses, last_step, Box(LEFT, LOSS_TOP, WIDTH - LEFT - RIGHT, LOSS_HEIGHT), title)
     if scalars.get("train/learning_rate"):
-        body += panel([("learning rate", RATE_COLOR, scalars["train/learning_rate"])], last_step, RATE_TOP,
-                      RATE_HEIGHT, "learning rate")
+        body += chart([("learning rate", RATE_COLOR, scalars["train/learning_rate"])], last_step,
+                      Box(LEFT, RATE_TOP, WIDTH - LEFT - RIGHT, RATE_HEIGHT), "learning rate")
     body.append(f'<text x="{(WIDTH + LEFT - RIGHT) / 2}" y="{HEIGHT - 8}" text-anchor="middle">step</text>')
-    return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{HEIGHT}" '
-            f'viewBox="0 0 {WIDTH} {HEIGHT}" font-family="sans-serif" font-size="12">\n'
-            f'<rect width="{WIDTH}" height="{HEIGHT}" fill="white"/>\n' + "\n".join(body) + "\n</svg>\n")
+    return document(WIDTH, HEIGHT, body)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

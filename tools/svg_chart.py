@@ -1,0 +1,76 @@
+"""Line charts as SVG elements, for the README's pictures (tools/loss_curve.py, tools/gpu_panel.py): axes with round
+ticks, a polyline per series with its name as the line's <title>, and a legend. No plotting library: the pictures
+diff as text, and the tests read their lines back."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from html import escape
+
+Points = list[tuple[float, float]]
+
+
+@dataclass(frozen=True)
+class Box:
+    """Where a chart's plot area sits in the picture, in pixels."""
+    left: float
+    top: float
+    width: float
+    height: float
+
+
+def nice_ticks(low: float, high: float, count: int = 5) -> list[float]:
+    """About `count` round values (1, 2 or 5 times a power of ten apart) covering [low, high]."""
+    if high <= low:
+        high = low + 1
+    raw = (high - low) / count
+    magnitude = 10 ** math.floor(math.log10(raw))
+    step = next(factor * magnitude for factor in (1, 2, 5, 10) if factor * magnitude >= raw)
+    first = math.floor(low / step) * step
+    return [first + index * step for index in range(int(math.ceil((high - first) / step - 1e-9)) + 1)]
+
+
+def chart(series: list[tuple[str, str, Points]], x_high: float, box: Box, title: str, legend_width: int = 190,
+          dots_up_to: int = 12, legend: bool = True) -> list[str]:
+    """One chart: axes from 0 with ticks, and each (name, color, points) as a line, with dots where it has few, and
+    a legend in its top right corner unless `legend` is off."""
+    values = [value for _, _, points in series for _, value in points]
+    y_ticks = nice_ticks(min(0.0, min(values)), max(values))
+    x_ticks = nice_ticks(0, x_high)
+    x_span, y_span = x_ticks[-1] - x_ticks[0], y_ticks[-1] - y_ticks[0]
+    right = box.left + box.width
+
+    def x(step: float) -> float:
+        return box.left + (step - x_ticks[0]) / x_span * box.width
+
+    def y(value: float) -> float:
+        return box.top + box.height - (value - y_ticks[0]) / y_span * box.height
+
+    out = [f'<text x="{box.left}" y="{box.top - 12}" font-weight="bold">{escape(title)}</text>',
+           f'<rect x="{box.left}" y="{box.top}" width="{box.width}" height="{box.height}" fill="none" stroke="#999"/>']
+    for tick in y_ticks:
+        out.append(f'<line x1="{box.left}" x2="{right}" y1="{y(tick):.1f}" y2="{y(tick):.1f}" stroke="#eee"/>')
+        out.append(f'<text x="{box.left - 6}" y="{y(tick) + 4:.1f}" text-anchor="end">{tick:g}</text>')
+    for tick in x_ticks:
+        out.append(f'<text x="{x(tick):.1f}" y="{box.top + box.height + 16}" text-anchor="middle">{tick:g}</text>')
+    for index, (name, color, points) in enumerate(series):
+        path = " ".join(f"{x(step):.1f},{y(value):.1f}" for step, value in points)
+        out.append(f'<polyline fill="none" stroke="{color}" stroke-width="2" points="{path}"><title>{escape(name)}'
+                   f'</title></polyline>')
+        if len(points) <= dots_up_to:
+            out += [f'<circle cx="{x(step):.1f}" cy="{y(value):.1f}" r="3.5" fill="{color}"/>'
+                    for step, value in points]
+        if not legend:
+            continue
+        legend_y = box.top + 18 + 18 * index
+        out.append(f'<line x1="{right - legend_width}" x2="{right - legend_width + 24}" y1="{legend_y - 4}" '
+                   f'y2="{legend_y - 4}" stroke="{color}" stroke-width="2"/>')
+        out.append(f'<text x="{right - legend_width + 30}" y="{legend_y}">{escape(name)}</text>')
+    return out
+
+
+def document(width: int, height: int, body: list[str]) -> str:
+    """The SVG file: a white page of `width` x `height` holding the elements."""
+    return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+            f'viewBox="0 0 {width} {height}" font-family="sans-serif" font-size="12">\n'
+            f'<rect width="{width}" height="{height}" fill="white"/>\n' + "\n".join(body) + "\n</svg>\n")

@@ -18,8 +18,8 @@ Where the machine refuses one (a VM may hide XID events or GPM), that panel is l
 The job panels are rank 0's own figures per step, the values its Ray gauges carry (workload/live_metrics.py).
 
 The file is the training dashboard as Prometheus would answer it: for each panel title, the metric its query reads
-and the `result` list of a `query_range` answer of type matrix ({"metric": {...labels}, "values": [[unix_time, "value"], ...]}), as in the
-Prometheus HTTP API's documentation (https://prometheus.io/docs/prometheus/latest/querying/api/#range-queries).
+and the `result` list of a `query_range` answer of type matrix ({"metric": {labels}, "values": [[unix_time, "value"],
+...]}), as in the Prometheus HTTP API's documentation (https://prometheus.io/docs/prometheus/latest/querying/api/#range-queries).
 """
 from __future__ import annotations
 

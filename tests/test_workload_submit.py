@@ -1,9 +1,9 @@
 """The Jobs API path against a real `ray start --head` with token authentication on (workload.local's cluster):
 a tiny training job succeeds and returns its summary; a failing job, a timeout and a wrong token fail clearly.
 
-On the same cluster (issue 24), one more short job:
+While that job runs (issue 24):
 - the node's metrics endpoint, scraped as the shipped PodMonitor scrapes a Ray pod (its path, plain HTTP), serves
-  the Prometheus exposition format with Ray's node metrics and the job's own tokens/s and step time while it runs;
+  the Prometheus exposition format with Ray's node metrics and the job's own tokens/s and step time;
 - the idle stop's decision, from the real job server's list_jobs during and after the job, and its scaling call
   against moto's EKS (boto3, the same calls the CronJob makes), which leaves the node group at 0 nodes.
 Locally the metrics port is a free one instead of RAY_METRICS_PORT (8080 may be taken here); on the cluster KubeRay's
@@ -11,6 +11,7 @@ Locally the metrics port is a free one instead of RAY_METRICS_PORT (8080 may be 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import os
 import socket
 import time
@@ -31,6 +32,9 @@ from workload import live_metrics, local, submit
 # real job log gets.
 FAST_RAY_TRAIN = {"RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "0.1", "RAY_DEDUP_LOGS": "0"}
 TINY = ["--model_config", "tiny", "--steps", "3", "--batch_size", "2", "--seq_len", "32"]
+# The module's one training run: long enough (a few seconds) for the scrapes to see it while it runs.
+STEPS = 60
+SCRAPED_JOB = [*TINY, "--steps", str(STEPS), "--run_name", "scraped"]
 
 
 # Ray reports metrics every 10 s by default; this cluster every 0.2 s, so a short run shows up while it runs.
@@ -54,14 +58,11 @@ def head():
         assert probe.connect_ex(("127.0.0.1", port)) != 0, f"job server on port {port} must be down after Ctrl-C"
 
 
-def test_job_runs_through_the_jobs_api_and_returns_its_summary(head):
-    address, token = head
-    lines: list[str] = []
-    result = submit.submit_training_job(address, TINY, token=token, env_vars=FAST_RAY_TRAIN, on_log=lines.append,
-                                        timeout_s=300)
+def test_job_runs_through_the_jobs_api_and_returns_its_summary(observed_run):
+    result, lines, token = observed_run["result"], observed_run["lines"], observed_run["token"]
     assert result.status == "SUCCEEDED", f"tiny job: expected SUCCEEDED, got {result.status}"
-    assert (result.summary["steps"], result.summary["world_size"], result.summary["device"]) == (3, 2, "cpu"), (
-        f"summary: expected 3 steps on 2 cpu workers, got {result.summary}"
+    assert (result.summary["steps"], result.summary["world_size"], result.summary["device"]) == (STEPS, 2, "cpu"), (
+        f"summary: expected {STEPS} steps on 2 cpu workers, got {result.summary}"
     )
     assert set(result.summary) == {"world_size", "device", "steps", "initial_loss", "final_loss", "eval_loss",
                                    "effective_batch", "tokens_seen", "tokens_per_s", "mfu", "start_step",
@@ -73,14 +74,14 @@ def test_job_runs_through_the_jobs_api_and_returns_its_summary(head):
         f"2 CPU workers on one node: full sharding, and why: {result.summary['sharding']}"
     assert result.summary["fabric"]["ranks"] == 2 and result.summary["fabric"]["bus_gbytes_per_s"] > 0, \
         f"the fabric check runs by default, on gloo here: {result.summary['fabric']}"
-    for step in (1, 2, 3):
-        count = sum(f"step {step}/3 loss" in line for line in lines)
+    for step in range(1, STEPS + 1):
+        count = sum(f"step {step}/{STEPS} loss" in line for line in lines)
         assert count == 1, f"rank 0's progress line for step {step} must stream through on_log once, seen {count}"
     assert token not in result.logs and not any(token in line for line in lines), "the auth token must never be logged"
 
 
 @pytest.mark.skipif(not os.path.isdir("/proc/net"), reason="reads the listening sockets from Linux's /proc")
-def test_every_listener_of_the_local_cluster_is_on_loopback(head):
+def test_every_listener_of_the_local_cluster_is_on_loopback(head, observed_run):
     """Every TCP socket the cluster's processes listen on (GCS, raylet, the agents and their metrics, the client
     server, the dashboard, and the workers of the job just run) is bound to loopback, as `ss -ltnp` would show.
     The cluster's processes are those that inherited its own token file's path. (Not seen here: while training runs,
@@ -142,8 +143,6 @@ def test_timeout_stops_the_job(head):
 
 # ---- issue 24: the metrics a Ray node serves, and the idle stop's decision, on this cluster ----------------------
 
-STEPS = 60
-SCRAPED_JOB = [*TINY, "--steps", str(STEPS), "--fabric_check_seconds", "0", "--run_name", "scraped"]
 RAY_NODE_METRICS = ("ray_node_cpu_utilization", "ray_node_mem_used")
 IDLE_MINUTES = 30
 
@@ -172,26 +171,30 @@ def _wait_for_metrics(url: str) -> None:
 
 @pytest.fixture(scope="module")
 def observed_run(head):
-    """One more job, scraped and its job list read every 0.2 s while it runs; then the list once it has ended."""
+    """The module's training job, submitted as the local run submits it (submit_training_job, its log lines
+    streamed), in a thread; meanwhile the node's metrics are scraped and the job list read every 0.2 s. Then the
+    list once the job has ended."""
     address, token = head
     endpoint = monitoring.ray_pod_monitor(namespace="ray", cluster_name="ray-train")["spec"]["podMetricsEndpoints"][0]
     url = f"http://{local.LOOPBACK}:{METRICS_PORT['port']}{endpoint['path']}"
     client = submit.connect(address, token)
     _wait_for_metrics(url)
-    job_id = submit._submit(client, SCRAPED_JOB, None, (), FAST_RAY_TRAIN, None, None)
+    lines: list[str] = []
     scraped, running_lists = {}, []  # every metric family seen while the job ran, as last scraped
-    deadline = time.monotonic() + 240
-    while time.monotonic() < deadline and client.get_job_status(job_id) not in submit.TERMINAL:
-        running_lists.append(client.list_jobs())
-        scraped.update(scrape(url))
-        time.sleep(0.2)
-    status = submit.wait_for_status(client, job_id, time.monotonic() + 120)
-    return {"job_id": job_id, "status": status, "scraped": scraped, "running_lists": running_lists,
-            "ended_list": client.list_jobs(), "logs": client.get_job_logs(job_id)}
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        job = pool.submit(submit.submit_training_job, address, SCRAPED_JOB, token=token, env_vars=FAST_RAY_TRAIN,
+                          on_log=lines.append, timeout_s=300)
+        while not job.done():
+            running_lists.append(client.list_jobs())
+            scraped.update(scrape(url))
+            concurrent.futures.wait([job], timeout=0.2)
+        result = job.result()
+    return {"job_id": result.job_id, "status": result.status, "scraped": scraped, "running_lists": running_lists,
+            "ended_list": client.list_jobs(), "logs": result.logs, "result": result, "lines": lines, "token": token}
 
 
 def test_the_scrape_finds_the_jobs_tokens_per_second_and_the_ray_node_metrics(observed_run):
-    assert observed_run["status"].value == "SUCCEEDED", observed_run["logs"][-2000:]
+    assert observed_run["status"] == "SUCCEEDED", observed_run["logs"][-2000:]
     families = observed_run["scraped"]
     assert f"ray_{live_metrics.TOKENS_PER_SECOND}" in families, (
         f"ray_{live_metrics.TOKENS_PER_SECOND} never appeared on the metrics endpoint while the job ran")

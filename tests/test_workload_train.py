@@ -1,9 +1,9 @@
 """The training function on a real Ray cluster in this process: 2 CPU workers, gloo, FSDP2, sharded checkpoints.
 
 One uninterrupted run on a learnable corpus is the reference: its training and held-out losses must fall, its
-learning rates follow the schedule, and both a run that fails after a checkpoint and is run again and a run whose
-worker's node disappears mid-way (and a new node joins) must end with exactly its parameters and log exactly its
-learning rates and losses (every batch and every learning rate is a function of its step, so nothing depends on
+learning rates follow the schedule, and a run whose worker's node disappears mid-way (a new node joins; Ray Train
+restarts the workers) and which then fails past its retries and is run again must end with exactly its parameters
+and log exactly its learning rates and losses (every batch and every learning rate is a function of its step, so nothing depends on
 where a run restarted). The model it exports is its weights exactly, and loads with from_pretrained.
 
 The cluster has two Ray nodes of one CPU each (ray.cluster_utils.Cluster: a real GCS and two real raylets), so the
@@ -48,6 +48,7 @@ BASE = TrainConfig(
     num_workers=2,
 )
 KILL_AFTER_STEP = 8
+FAIL_AFTER_STEP = 12
 
 
 @pytest.fixture(scope="module")
@@ -137,44 +138,18 @@ class _Stopped(Exception):
     pass
 
 
-def _fails_after_step(step: int, config: dict) -> None:
-    """train_func, except that every rank raises right after its checkpoint of `step`: the job fails there."""
+def _loses_its_node_then_fails(marker: str, head_node_id: str, config: dict) -> None:
+    """train_func, except that:
+    - right after its checkpoint of KILL_AFTER_STEP, the rank on the node that is not the head names its node in
+      `marker` (once per marker) and waits there for the node to be taken away;
+    - in the attempt after that (Ray Train's restart), rank 0 writes the step of the checkpoint it restarts from to
+      `marker`.restart, and every rank raises right after its checkpoint of FAIL_AFTER_STEP, which fails the run
+      once its one retry is spent."""
     real_report = ray.train.report
-
-    def report(metrics, checkpoint=None, **kwargs):
-        real_report(metrics, checkpoint=checkpoint, **kwargs)
-        if metrics.get("step") == step:
-            raise _Stopped(f"stopped after step {step}")
-
-    ray.train.report = report
-    trainer.train_func(config)
-
-
-def test_a_run_that_failed_resumes_where_it_stopped_and_continues_the_schedule(reference, tmp_path):
-    """The same job run again after it failed (a `pulumi up` retried): it resumes from its last checkpoint, with the
-    learning rates, the losses and the parameters of the run that never stopped."""
-    reference_cfg, (reference_result, _) = reference
-    cfg = dataclasses.replace(BASE, storage_path=str(tmp_path), run_name="resumed", checkpoint_every=8)
-    with pytest.raises(ray.train.TrainingFailedError, match="stopped after step 8"):
-        trainer.fit(cfg, train_loop=functools.partial(_fails_after_step, 8))
-
-    resumed, final = trainer.fit(cfg)
-    assert final["start_step"] == 8, (
-        f"a run with the same storage_path and run_name must resume at step 8, started at {final['start_step']}")
-    _assert_same_parameters(
-        checkpoint.read_model_state(resumed.checkpoint.path),
-        checkpoint.read_model_state(reference_result.checkpoint.path),
-        "failed then resumed",
-    )
-    logged, expected = _logged(cfg), _logged(reference_cfg)
-    for tag in ("train/learning_rate", "train/loss", "eval/loss"):
-        assert logged[tag] == expected[tag], f"{tag}: the resumed run must log the uninterrupted run's, step by step"
-
-
-def _loses_its_node_after_step(marker: str, head_node_id: str, config: dict) -> None:
-    """train_func, except that the rank on the node that is not the head, right after its checkpoint of
-    KILL_AFTER_STEP, names its node in `marker` (once per marker) and waits there for the node to be taken away."""
-    real_report = ray.train.report
+    restored = ray.train.get_checkpoint()
+    if os.path.exists(marker) and ray.train.get_context().get_world_rank() == 0:
+        with open(marker + ".restart", "w") as file:
+            file.write(str(checkpoint.read_step(restored.path) if restored else 0))
 
     def report(metrics, checkpoint=None, **kwargs):
         real_report(metrics, checkpoint=checkpoint, **kwargs)
@@ -184,6 +159,8 @@ def _loses_its_node_after_step(marker: str, head_node_id: str, config: dict) -> 
                 file.write(node_id)
             os.rename(marker + ".partial", marker)
             threading.Event().wait()  # until its node, and this process with it, is gone
+        if metrics.get("step") == FAIL_AFTER_STEP and os.path.exists(marker):
+            raise _Stopped(f"stopped after step {FAIL_AFTER_STEP}")
 
     ray.train.report = report
     trainer.train_func(config)
@@ -205,33 +182,41 @@ def _replace_the_node_named_in(cluster: Cluster, marker: str, training: concurre
     return node_id
 
 
-def test_a_worker_whose_node_disappears_resumes_on_the_new_node_with_the_same_result(ray_cluster, reference,
-                                                                                    tmp_path):
+def test_a_lost_node_and_a_failed_run_both_resume_to_the_uninterrupted_result(ray_cluster, reference, tmp_path):
+    """A worker's node disappears mid-run and a new one joins: Ray Train (trainMaxFailures 1) restarts the workers
+    from the last checkpoint, on the new node. That attempt then fails too, past its one retry, and the run fails.
+    Run again, as a retried `pulumi up` runs the job again, it resumes where it stopped. In the end: the learning
+    rates, the losses and the parameters of the run that never stopped."""
     reference_cfg, (reference_result, _) = reference
     marker = str(tmp_path / "node-lost")
-    cfg = dataclasses.replace(BASE, storage_path=str(tmp_path / "storage"), run_name="node-lost",
+    cfg = dataclasses.replace(BASE, storage_path=str(tmp_path / "storage"), run_name="interrupted",
                               checkpoint_every=4, max_failures=1)
     with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
         training = pool.submit(trainer.fit, cfg, train_loop=functools.partial(
-            _loses_its_node_after_step, marker, ray_cluster.head_node.node_id))
+            _loses_its_node_then_fails, marker, ray_cluster.head_node.node_id))
         lost = _replace_the_node_named_in(ray_cluster, marker, training)
-        result, final = training.result()
-
+        with pytest.raises(ray.train.TrainingFailedError, match=f"stopped after step {FAIL_AFTER_STEP}"):
+            training.result()
     alive = {node["NodeID"] for node in ray.nodes() if node["Alive"]}
     assert lost not in alive and len(alive) == 2, f"the lost node is gone and a new one serves: {alive}"
     # Step 4's report is consumed before step 8's can be queued, so the restart resumes from 4 or 8, never 0.
-    assert final["start_step"] in (4, KILL_AFTER_STEP), (
-        f"the restarted workers must resume from a checkpoint (step 4 or 8), started at {final['start_step']}"
-    )
+    restarted = int(open(marker + ".restart").read())
+    assert restarted in (4, KILL_AFTER_STEP), (
+        f"the restarted workers must resume from a checkpoint (step 4 or 8), started at {restarted}")
+
+    resumed, final = trainer.fit(cfg)
+    assert final["start_step"] == FAIL_AFTER_STEP, (
+        f"run again with the same storage_path and run_name, it must resume at step {FAIL_AFTER_STEP}, "
+        f"started at {final['start_step']}")
     _assert_same_parameters(
-        checkpoint.read_model_state(result.checkpoint.path),
+        checkpoint.read_model_state(resumed.checkpoint.path),
         checkpoint.read_model_state(reference_result.checkpoint.path),
-        "node lost and replaced",
+        "node lost, then failed, then run again",
     )
-    # Steps the first attempt logged past the checkpoint it restarted from are purged, then logged again.
+    # Steps an attempt logged past the checkpoint the next one started from are purged, then logged again.
     logged, expected = _logged(cfg), _logged(reference_cfg)
-    for tag in ("train/learning_rate", "train/loss"):
-        assert logged[tag] == expected[tag], f"{tag}: the restarted run must log the uninterrupted run's, once each"
+    for tag in ("train/learning_rate", "train/loss", "eval/loss"):
+        assert logged[tag] == expected[tag], f"{tag}: the resumed run must log the uninterrupted run's, once each"
 
 
 def _strict_json(text: str) -> dict:

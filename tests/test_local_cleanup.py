@@ -62,6 +62,13 @@ def _parent(pid: int) -> int | None:
     return int(stat[stat.rindex(")") + 2 :].split()[1])
 
 
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:  # ended in between
+        return ""
+
+
 def wait_until_gone(session: int) -> list[int]:
     deadline = time.monotonic() + GONE_WITHIN_S
     while (left := session_members(session)) and time.monotonic() < deadline:
@@ -88,10 +95,16 @@ def test_a_signal_to_the_run_stops_every_process_of_its_cluster(tmp_path, sig):
 
 def test_a_sigkilled_run_leaves_no_ray_process_behind():
     driver, session = start_driver()
-    ray_processes = [Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
-                     for pid in session_members(session)]
-    assert any("gcs_server" in line for line in ray_processes) and any("raylet" in line for line in ray_processes), (
-        f"a real Ray head runs in the session: {ray_processes}")
+    # The job server answers (the driver's "ready") before `ray start` has always spawned the raylet: look again,
+    # for a bounded while, until both are there.
+    deadline = time.monotonic() + GONE_WITHIN_S
+    while True:
+        ray_processes = [_cmdline(pid) for pid in session_members(session)]
+        running = all(any(name in line for line in ray_processes) for name in ("gcs_server", "raylet"))
+        if running or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert running, f"a real Ray head runs in the session: {ray_processes}"
     driver.kill()
     driver.wait()
     left = wait_until_gone(session)

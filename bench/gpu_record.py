@@ -135,31 +135,32 @@ class Sampler(threading.Thread):
                 for gpu, values in sorted(self.series.get(title, {}).items())]
 
 
-def train_for(seconds: float, cfg, on_step) -> None:
-    """train_func's loop by hand on GPU 0 (bench.ray_overhead's raw loop), stopping once `seconds` have passed;
-    on_step(unix_time, tokens_per_s, step_time_s) after each step, as rank 0 sets its gauges."""
-    import torch
+def train_for(seconds: float, cfg, on_step, device: str = "cuda") -> None:
+    """train_func's loop by hand on GPU 0 (bench.ray_overhead's raw loop), stopping once `seconds` have passed or
+    on_step(unix_time, tokens_per_s, step_time_s), called after each step as rank 0 sets its gauges, returns False.
+    `device` cpu: a smoke run (gloo)."""
     import torch.distributed as dist
 
-    from bench.step_bench import single_process_group
+    from bench.step_bench import device_from_flag, single_process_group
     from workload import model as project
     from workload.data import make_data
 
-    device = torch.device("cuda", 0)
-    single_process_group(device, port=29517)
+    where = device_from_flag(device)
+    single_process_group(where, port=29517)
     try:
-        model = project.shard_model(project.build_model(cfg, device), project.build_mesh(device), cfg)
+        model = project.shard_model(project.build_model(cfg, where), project.build_mesh(where), cfg)
         optimizer = project.build_optimizer(model, cfg)
         batches = make_data(cfg, model.lm.config.vocab_size, 0, 1).train
         began, step = time.perf_counter(), 0
         while time.perf_counter() - began < seconds:
             started = time.perf_counter()
-            loss = project.train_step(model, optimizer, batches(step).to(device), cfg)
+            loss = project.train_step(model, optimizer, batches(step).to(where), cfg)
             dist.all_reduce(loss, op=dist.ReduceOp.SUM)
             loss.item()
             elapsed = time.perf_counter() - started
-            on_step(time.time(), cfg.batch_size * cfg.seq_len / elapsed, elapsed)
             step += 1
+            if on_step(time.time(), cfg.batch_size * cfg.seq_len / elapsed, elapsed) is False:
+                break
     finally:
         dist.destroy_process_group()
 

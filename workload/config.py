@@ -155,6 +155,9 @@ class TrainConfig:
         None, "torch.compile each decoder layer; unset means on for CUDA and off on CPU (slow to compile there)."
     )
     fused_adamw: bool = flag(True, "AdamW(fused=True) on CUDA; ignored on CPU.")
+    gc_every: int = flag(
+        50, "Python's garbage collector off during training, its young objects collected every this many steps on "
+        "every rank at once, everything before checkpoints and evaluations; 0: Python's own schedule.")
     chunked_loss: bool = flag(
         True, "Compute lm_head + cross-entropy in chunks of tokens, never holding fp32 logits for the whole batch."
     )
@@ -211,7 +214,7 @@ class TrainConfig:
             raise ValueError(f"--max_grad_norm must be 0 (off) or a positive number, got {self.max_grad_norm}")
         if not isinstance(self.max_failures, int) or self.max_failures < -1:
             raise ValueError(f"--max_failures must be -1 (retry forever), 0 or more, got {self.max_failures!r}")
-        for name in ("num_workers", "checkpoint_every", "warmup_steps", "eval_every", "gpu_memory_mib"):
+        for name in ("num_workers", "checkpoint_every", "warmup_steps", "eval_every", "gpu_memory_mib", "gc_every"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 0:
                 raise ValueError(f"--{name} must be an integer >= 0, got {value!r}")

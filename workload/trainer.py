@@ -34,6 +34,7 @@ from workload import fabric, memory_plan, model_files, parallel, storage
 from workload.config import TRANSPORT_PREFIX, TrainConfig
 from workload.data import check_dataset, check_tokenizer, make_data
 from workload.export import save_model_directory
+from workload.gc_control import StepCollector
 from workload.live_metrics import LiveMetrics
 from workload.metrics import MetricsLog
 from workload.model import (
@@ -126,55 +127,64 @@ def train_func(config: dict) -> None:
     step_times: list[float] = []
     loss_value = initial_loss = eval_loss = None
     examples = {"examples_seen": 0, "trained_tokens_seen": 0}  # over all ranks, this attempt's steps
-    for step in range(start_step, cfg.steps):
-        learning_rate = learning_rate_at(cfg, step)
-        set_learning_rate(optimizer, learning_rate)
-        started = time.perf_counter()
-        step_batch = data.train(step).to(device)
-        loss = train_step(model, optimizer, step_batch, cfg)
-        loss_value = _mean_over_ranks(loss, world_size)  # .item() also waits for the GPU
-        examples_text = _count_examples(step_batch, examples) if data.summary is not None else ""
-        step_times.append(time.perf_counter() - started)
-        initial_loss = loss_value if initial_loss is None else initial_loss
-        done = step + 1
-        if not math.isfinite(loss_value):
-            # Every rank sees the same mean, so all stop here together (none is left waiting in a collective).
-            # They return rather than raise: a diverged run fails the same way on every retry, so it must not
-            # spend trainMaxFailures restarting from the last checkpoint, and nothing more is saved.
-            if rank == 0:
-                _progress(f"step {done}/{cfg.steps} loss {loss_value}: training diverged, stopping")
-                metrics.close()
-                config["final"].put({
-                    **report, "steps": done, "tokens_seen": done * tokens_per_step, "initial_loss": initial_loss,
-                    "final_loss": None, "eval_loss": None, "diverged_at_step": done, "tokens_per_s": None,
-                    "mfu": None, "nccl_logs": {}})
-            return
+    # Python's collector on the loop's schedule: every rank collects at the same steps (workload/gc_control.py).
+    collector = StepCollector(cfg.gc_every)
+    try:
+        for step in range(start_step, cfg.steps):
+            learning_rate = learning_rate_at(cfg, step)
+            set_learning_rate(optimizer, learning_rate)
+            started = time.perf_counter()
+            step_batch = data.train(step).to(device)
+            loss = train_step(model, optimizer, step_batch, cfg)
+            loss_value = _mean_over_ranks(loss, world_size)  # .item() also waits for the GPU
+            examples_text = _count_examples(step_batch, examples) if data.summary is not None else ""
+            done = step + 1
+            collector.after_step(done)  # inside the step's time: what it costs, the tokens/s pays
+            step_times.append(time.perf_counter() - started)
+            initial_loss = loss_value if initial_loss is None else initial_loss
+            if not math.isfinite(loss_value):
+                # Every rank sees the same mean, so all stop here together (none is left waiting in a collective).
+                # They return rather than raise: a diverged run fails the same way on every retry, so it must not
+                # spend trainMaxFailures restarting from the last checkpoint, and nothing more is saved.
+                if rank == 0:
+                    _progress(f"step {done}/{cfg.steps} loss {loss_value}: training diverged, stopping")
+                    metrics.close()
+                    config["final"].put({
+                        **report, "steps": done, "tokens_seen": done * tokens_per_step, "initial_loss": initial_loss,
+                        "final_loss": None, "eval_loss": None, "diverged_at_step": done, "tokens_per_s": None,
+                        "mfu": None, "nccl_logs": {}})
+                return
 
-        tokens_per_s = tokens_per_step / step_times[-1]
-        mfu = model_flops_utilization(tokens_per_s, flops, peak, world_size)
-        if rank == 0:
-            mfu_text = f"{mfu:.1%}" if mfu is not None else "n/a"
-            _progress(f"step {done}/{cfg.steps} loss {loss_value:.4f} lr {learning_rate:.2e} batch {batch}"
-                      f"{examples_text} step_time {step_times[-1]:.3f}s tokens/s {tokens_per_s:,.0f} mfu {mfu_text}")
-            metrics.scalars(done, {"train/loss": loss_value, "train/learning_rate": learning_rate,
-                                   "train/tokens_per_s": tokens_per_s})
-            live.record(tokens_per_s, step_times[-1])
-        if eval_set and (done == cfg.steps or (cfg.eval_every and done % cfg.eval_every == 0)):
-            eval_loss = _mean_over_ranks(evaluate(model, eval_set), world_size)  # equal shares: the mean of means
+            tokens_per_s = tokens_per_step / step_times[-1]
+            mfu = model_flops_utilization(tokens_per_s, flops, peak, world_size)
             if rank == 0:
-                _progress(f"step {done}/{cfg.steps} eval_loss {eval_loss:.4f}")
-                metrics.scalars(done, {"eval/loss": eval_loss})
-        if done == min(start_step + TRANSPORT_REPORT_AFTER_STEPS, cfg.steps):
-            _report_transport(rank, world_size, device, done)
-        # Only checkpoints go through ray.train.report: each report is a barrier that can wait up to a controller
-        # poll interval (2 s by default), which would throttle a fast step.
-        if cfg.checkpoint_every and done % cfg.checkpoint_every == 0 and done < cfg.steps:
-            if cfg.export == "checkpoints":
-                _export_model(cfg, model, done, rank)
-            if rank == 0:
-                metrics.sync()
-            _report_with_checkpoint({"step": done, "loss": loss_value, "start_step": start_step}, model, optimizer,
-                                    done, tokenizer_of(cfg), chat_template_of(cfg))
+                mfu_text = f"{mfu:.1%}" if mfu is not None else "n/a"
+                _progress(f"step {done}/{cfg.steps} loss {loss_value:.4f} lr {learning_rate:.2e} batch {batch}"
+                          f"{examples_text} step_time {step_times[-1]:.3f}s tokens/s {tokens_per_s:,.0f} "
+                          f"mfu {mfu_text}")
+                metrics.scalars(done, {"train/loss": loss_value, "train/learning_rate": learning_rate,
+                                       "train/tokens_per_s": tokens_per_s})
+                live.record(tokens_per_s, step_times[-1])
+            if eval_set and (done == cfg.steps or (cfg.eval_every and done % cfg.eval_every == 0)):
+                collector.at_pause()
+                eval_loss = _mean_over_ranks(evaluate(model, eval_set), world_size)  # equal shares: the mean of means
+                if rank == 0:
+                    _progress(f"step {done}/{cfg.steps} eval_loss {eval_loss:.4f}")
+                    metrics.scalars(done, {"eval/loss": eval_loss})
+            if done == min(start_step + TRANSPORT_REPORT_AFTER_STEPS, cfg.steps):
+                _report_transport(rank, world_size, device, done)
+            # Only checkpoints go through ray.train.report: each report is a barrier that can wait up to a controller
+            # poll interval (2 s by default), which would throttle a fast step.
+            if cfg.checkpoint_every and done % cfg.checkpoint_every == 0 and done < cfg.steps:
+                collector.at_pause()
+                if cfg.export == "checkpoints":
+                    _export_model(cfg, model, done, rank)
+                if rank == 0:
+                    metrics.sync()
+                _report_with_checkpoint({"step": done, "loss": loss_value, "start_step": start_step}, model, optimizer,
+                                        done, tokenizer_of(cfg), chat_template_of(cfg))
+    finally:
+        collector.close()
 
     # A run resumed after its last step has nothing new to save; its model, if any, is the earlier attempt's.
     trained = start_step < cfg.steps

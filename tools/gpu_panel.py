@@ -21,7 +21,7 @@ import sys
 from html import escape
 from typing import Sequence
 
-from tools.svg_chart import Box, chart, document
+from tools.svg_chart import Box, chart, check_out, document, write
 from workload import cli
 
 COLUMNS, CHART_WIDTH, CHART_HEIGHT, LEFT, GUTTER, RIGHT = 2, 380, 110, 60, 80, 20
@@ -126,15 +126,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("recording", metavar="RECORDING", help="the recording (JSON) of the dashboard's panels")
     parser.add_argument("--out", required=True, help="the SVG file to write")
     args = parser.parse_args(argv)
-    if not args.out.lower().endswith(".svg"):
-        raise cli.UsageError(f"--out {args.out}: the picture is SVG; give a file name ending in .svg")
+    check_out(args.out)
     recording = read_recording(args.recording)
     picture = render(recording)
-    try:
-        with open(args.out, "w") as file:
-            file.write(picture)
-    except OSError as error:
-        raise cli.UsageError(f"--out {args.out} cannot be written: {error.strerror}") from None
+    write(args.out, picture)
     print(f"wrote {args.out}: {', '.join(title for title in dashboard_panels() if title in recording['panels'])}")
     return cli.OK
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import sys
 from typing import Sequence
 
-from tools.svg_chart import Box, chart, document
+from tools.svg_chart import Box, chart, check_out, document, write
 from workload import cli
 
 WIDTH, LEFT, RIGHT = 720, 70, 20
@@ -45,9 +45,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", required=True, help="the SVG file to write")
     parser.add_argument("--title", default="", help="the picture's title; empty: the run's name")
     args = parser.parse_args(argv)
-    if not args.out.lower().endswith(".svg"):
-        raise cli.UsageError(f"--out {args.out}: the picture is SVG; give a file name ending in .svg",
-                             hint="a browser or any SVG viewer shows it; `rsvg-convert` or Inkscape makes a PNG of it")
+    check_out(args.out)
     from workload import metrics, storage
 
     run = args.run.rstrip("/")
@@ -57,11 +55,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     with storage.local_copy(storage.join(run, metrics.DIRECTORY), what="RUN") as directory:
         scalars = metrics.read_scalars(directory)
     picture = render(scalars, args.title or run.rsplit("/", 1)[-1])
-    try:
-        with open(args.out, "w") as file:
-            file.write(picture)
-    except OSError as error:
-        raise cli.UsageError(f"--out {args.out} cannot be written: {error.strerror}") from None
+    write(args.out, picture)
     print(f"wrote {args.out}: {len(scalars.get('train/loss', []))} steps")
     return cli.OK
 

@@ -7,6 +7,8 @@ import math
 from dataclasses import dataclass
 from html import escape
 
+from workload import cli
+
 Points = list[tuple[float, float]]
 
 
@@ -74,3 +76,19 @@ def document(width: int, height: int, body: list[str]) -> str:
     return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
             f'viewBox="0 0 {width} {height}" font-family="sans-serif" font-size="12">\n'
             f'<rect width="{width}" height="{height}" fill="white"/>\n' + "\n".join(body) + "\n</svg>\n")
+
+
+def check_out(out: str) -> None:
+    """--out must name an SVG file: refused before any work."""
+    if not out.lower().endswith(".svg"):
+        raise cli.UsageError(f"--out {out}: the picture is SVG; give a file name ending in .svg",
+                             hint="a browser or any SVG viewer shows it; `rsvg-convert` or Inkscape makes a PNG of it")
+
+
+def write(out: str, picture: str) -> None:
+    """The picture into --out, or a usage error naming it."""
+    try:
+        with open(out, "w") as file:
+            file.write(picture)
+    except OSError as error:
+        raise cli.UsageError(f"--out {out} cannot be written: {error.strerror}") from None

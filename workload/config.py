@@ -225,11 +225,8 @@ class TrainConfig:
             )
         if not self.model_config and not self.model_id:
             raise ValueError("--model_id must name a Hugging Face model when --model_config is empty")
-        if self.model_id.startswith("s3://"):
-            bucket, _, prefix = self.model_id.removeprefix("s3://").partition("/")
-            if not bucket or not prefix.strip("/"):
-                raise ValueError(f"--model_id {self.model_id!r}: a model in S3 is a directory, s3://bucket/prefix/ "
-                                 "holding config.json and *.safetensors, not a bucket's root")
+        if not_an_s3_model_directory(self.model_id):
+            raise ValueError(f"--model_id {self.model_id!r}: {S3_MODEL_DIRECTORY}")
         # It names a directory under --storage_path: '.' and '..' would be that directory itself, or its parent.
         if not self.run_name or "/" in self.run_name or self.run_name in (".", ".."):
             raise ValueError(f"--run_name must be a non-empty name without '/', and not '.' or '..', "
@@ -339,6 +336,17 @@ def is_local_dataset(dataset: str) -> bool:
     return bool(dataset) and "://" not in dataset and (
         dataset.endswith(DATASET_FILE_SUFFIXES) or dataset.startswith(("/", "./", "../", "~"))
     )
+
+
+S3_MODEL_DIRECTORY = "a model in S3 is a directory, s3://bucket/prefix/ holding config.json and *.safetensors, not " \
+    "a bucket's root"
+
+
+def not_an_s3_model_directory(model_id: str) -> bool:
+    """An s3:// --model_id (trainModelId) that names no directory under a bucket: the job and the preview refuse it
+    (a bucket root would also give the pods' role read access to the whole bucket)."""
+    bucket, _, prefix = model_id.removeprefix("s3://").partition("/")
+    return model_id.startswith("s3://") and not (bucket and prefix.strip("/"))
 
 
 def is_file_dataset(dataset: str) -> bool:

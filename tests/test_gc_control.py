@@ -8,7 +8,7 @@ import gc
 import pytest
 
 from workload.config import TrainConfig, parse_args
-from workload.gc_control import StepCollector
+from workload.gc_control import FULL_EVERY, StepCollector
 
 
 @pytest.fixture
@@ -38,6 +38,11 @@ def test_the_collector_runs_on_the_steps_schedule_and_is_restored(collections):
                                         f"{collections}"
     collector.at_pause()
     assert collections[-1] == 2, "a pause collects everything"
+    del collections[:]
+    for done in range(151, 50 * FULL_EVERY + 1):
+        collector.after_step(done)
+    assert collections[-1] == 2 and collections.count(2) == 1, (
+        f"every {FULL_EVERY}th collection is a full one, pauses or not: {collections[-3:]}")
     collector.close()
     assert gc.isenabled(), "automatic collection back after the loop"
 

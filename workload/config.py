@@ -157,7 +157,8 @@ class TrainConfig:
     fused_adamw: bool = flag(True, "AdamW(fused=True) on CUDA; ignored on CPU.")
     gc_every: int = flag(
         50, "Python's garbage collector off during training, its young objects collected every this many steps on "
-        "every rank at once, everything before checkpoints and evaluations; 0: Python's own schedule.")
+        "every rank at once, everything every 20th time and before checkpoints and evaluations; 0: Python's own "
+        "schedule.")
     chunked_loss: bool = flag(
         True, "Compute lm_head + cross-entropy in chunks of tokens, never holding fp32 logits for the whole batch."
     )

@@ -5,14 +5,17 @@ pause on one rank is a pause for all of them (the next collective waits for it),
 paused in many steps: a straggler the GPUs pay for. torchtitan turns the automatic collector off and collects every
 few steps instead ("used to avoid stragglers in garbage collection", torchtitan/tools/utils.py, GarbageCollection:
 gc.disable(), then gc.collect(1) every gc_freq steps). Here every rank collects the young generations at the same
-steps, and everything (the oldest generation too) where all ranks already wait together: before a checkpoint or an
-evaluation. `--gc_every 0` leaves Python's collector as it is.
+steps, and everything (the oldest generation too) where all ranks already wait together, before a checkpoint or an
+evaluation, and every FULL_EVERY collections in any case, so that garbage old enough to have left the young
+generations is freed in a run without either. `--gc_every 0` leaves Python's collector as it is.
 
 Standard library only: benchmarks reuse it without Ray (bench/gc_bench.py).
 """
 from __future__ import annotations
 
 import gc
+
+FULL_EVERY = 20  # young-generation collections per full one: every 1,000 steps at the default --gc_every 50
 
 
 class StepCollector:
@@ -27,7 +30,9 @@ class StepCollector:
             gc.disable()
 
     def after_step(self, done: int) -> None:
-        if self.every > 0 and done % self.every == 0:
+        if self.every > 0 and done % (self.every * FULL_EVERY) == 0:
+            gc.collect()
+        elif self.every > 0 and done % self.every == 0:
             gc.collect(1)
 
     def at_pause(self) -> None:

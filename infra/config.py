@@ -32,7 +32,7 @@ from workload.config import MODEL_CONFIGS  # trainModelConfig: architectures bui
 from workload.config import REDUCE_DTYPES  # trainReduceDtype
 from workload.config import SHARDINGS  # trainSharding
 from workload.config import is_file_dataset  # trainDataset: a file (s3://...) rather than a Hugging Face id
-from workload.config import S3_MODEL_DIRECTORY, not_an_s3_model_directory
+from workload.config import S3_MODEL_DIRECTORY  # trainModelId in S3: the job's own refusal, word for word
 from workload.transport import EXPECTATIONS as EXPECT_TRANSPORTS  # trainExpectTransport
 
 from infra import pip_requirements  # trainPip
@@ -677,9 +677,8 @@ def _parse_train(raw: dict[str, Any]) -> TrainConfig:
              "checkpoints writes a model at every checkpoint, and trainCheckpointEvery is 0 (only the last step's): "
              "set trainCheckpointEvery, or use final")
     check_dataset_location(dataset)
-    s3_location(raw["trainModelId"], "trainModelId")  # refuses a malformed s3:// path
-    _require(not not_an_s3_model_directory(raw["trainModelId"]), "trainModelId",
-             f"{raw['trainModelId']!r}: {S3_MODEL_DIRECTORY}")
+    if (model_location := s3_location(raw["trainModelId"], "trainModelId")) is not None:
+        _require(bool(model_location[1]), "trainModelId", f"{raw['trainModelId']!r}: {S3_MODEL_DIRECTORY}")
     env = _parse_env("trainEnv", raw["trainEnv"])
     secret_env = SecretEnv(_parse_env("trainSecretEnv", raw["trainSecretEnv"]))
     clash = sorted(set(env) & set(secret_env.names))

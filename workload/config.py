@@ -43,6 +43,9 @@ ARCHITECTURES = {"tiny": TINY, "qwen2.5-1.5b": QWEN2_5_1_5B}
 MODEL_CONFIGS = tuple(ARCHITECTURES)
 """Names accepted by --model_config (architectures built with random weights, see workload.model)."""
 
+# Why an s3:// --model_id (trainModelId) must name a directory under a bucket; the preview refuses with the same words.
+S3_MODEL_DIRECTORY = ("a model in S3 is a directory, s3://bucket/prefix/ holding config.json and *.safetensors, not "
+                      "a bucket's root")
 # A --dataset with one of these suffixes is a file, local or remote (s3://...), rather than a Hugging Face id.
 DATASET_FILE_SUFFIXES = (".txt", ".jsonl", ".json", ".parquet")
 DATA_FORMATS = ("text", "chat", "prompt-completion")
@@ -226,8 +229,10 @@ class TrainConfig:
             )
         if not self.model_config and not self.model_id:
             raise ValueError("--model_id must name a Hugging Face model when --model_config is empty")
-        if not_an_s3_model_directory(self.model_id):
-            raise ValueError(f"--model_id {self.model_id!r}: {S3_MODEL_DIRECTORY}")
+        if self.model_id.startswith("s3://"):
+            bucket, _, prefix = self.model_id.removeprefix("s3://").partition("/")
+            if not bucket or not prefix.strip("/"):
+                raise ValueError(f"--model_id {self.model_id!r}: {S3_MODEL_DIRECTORY}")
         # It names a directory under --storage_path: '.' and '..' would be that directory itself, or its parent.
         if not self.run_name or "/" in self.run_name or self.run_name in (".", ".."):
             raise ValueError(f"--run_name must be a non-empty name without '/', and not '.' or '..', "
@@ -337,17 +342,6 @@ def is_local_dataset(dataset: str) -> bool:
     return bool(dataset) and "://" not in dataset and (
         dataset.endswith(DATASET_FILE_SUFFIXES) or dataset.startswith(("/", "./", "../", "~"))
     )
-
-
-S3_MODEL_DIRECTORY = "a model in S3 is a directory, s3://bucket/prefix/ holding config.json and *.safetensors, not " \
-    "a bucket's root"
-
-
-def not_an_s3_model_directory(model_id: str) -> bool:
-    """An s3:// --model_id (trainModelId) that names no directory under a bucket: the job and the preview refuse it
-    (a bucket root would also give the pods' role read access to the whole bucket)."""
-    bucket, _, prefix = model_id.removeprefix("s3://").partition("/")
-    return model_id.startswith("s3://") and not (bucket and prefix.strip("/"))
 
 
 def is_file_dataset(dataset: str) -> bool:

@@ -119,12 +119,3 @@ def test_the_preview_refuses_a_hub_model_that_cannot_fit_before_any_resource(hub
     assert any("/acme/llama-70b-chat/resolve/main/config.json" in path for _, path, _ in hub.requests)
 
 
-def test_an_s3_model_gets_read_access_on_the_pods_role_and_nothing_more():
-    from infra.pod_identity import checkpoint_storage_policy
-
-    statements = json.loads(checkpoint_storage_policy("", model="s3://models/runs/qwen-7b/"))["Statement"]
-    assert statements == [
-        {"Effect": "Allow", "Action": "s3:GetObject", "Resource": "arn:aws:s3:::models/runs/qwen-7b/*"},
-        {"Effect": "Allow", "Action": "s3:ListBucket", "Resource": "arn:aws:s3:::models",
-         "Condition": {"StringLike": {"s3:prefix": ["runs/qwen-7b", "runs/qwen-7b/*"]}}}], statements
-    assert checkpoint_storage_policy("", model="Qwen/Qwen2.5-7B") is None, "a Hub model needs no S3 access"

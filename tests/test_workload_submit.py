@@ -189,12 +189,12 @@ def observed_run(head):
             scraped.update(scrape(url))
             concurrent.futures.wait([job], timeout=0.2)
         result = job.result()
-    return {"job_id": result.job_id, "status": result.status, "scraped": scraped, "running_lists": running_lists,
-            "ended_list": client.list_jobs(), "logs": result.logs, "result": result, "lines": lines, "token": token}
+    return {"result": result, "lines": lines, "token": token, "scraped": scraped, "running_lists": running_lists,
+            "ended_list": client.list_jobs()}
 
 
 def test_the_scrape_finds_the_jobs_tokens_per_second_and_the_ray_node_metrics(observed_run):
-    assert observed_run["status"] == "SUCCEEDED", observed_run["logs"][-2000:]
+    assert observed_run["result"].status == "SUCCEEDED", observed_run["result"].logs[-2000:]
     families = observed_run["scraped"]
     assert f"ray_{live_metrics.TOKENS_PER_SECOND}" in families, (
         f"ray_{live_metrics.TOKENS_PER_SECOND} never appeared on the metrics endpoint while the job ran")
@@ -229,9 +229,10 @@ def test_idle_decision_from_the_real_job_server_and_the_stop_against_moto(observ
     assert running, "the job list must have shown the job RUNNING at least once"
     during = idle_check.decide(running[-1], nodegroup, now=nodegroup["createdAt"] + timedelta(days=1),
                                idle_minutes=IDLE_MINUTES)
-    assert not during.stop and observed_run["job_id"] in during.reason, f"a running job keeps the nodes: {during}"
+    job_id = observed_run["result"].job_id
+    assert not during.stop and job_id in during.reason, f"a running job keeps the nodes: {during}"
 
-    (ended,) = [job for job in observed_run["ended_list"] if job.submission_id == observed_run["job_id"]]
+    (ended,) = [job for job in observed_run["ended_list"] if job.submission_id == job_id]
     end = max(nodegroup["createdAt"], datetime.fromtimestamp(ended.end_time / 1000, timezone.utc))
     almost = idle_check.check_once(observed_run["ended_list"], eks, cluster="ray-train", nodegroup_name="gpu",
                                    idle_minutes=IDLE_MINUTES, now=end + timedelta(minutes=IDLE_MINUTES - 1))

@@ -3,8 +3,9 @@
 One uninterrupted run on a learnable corpus is the reference: its training and held-out losses must fall, its
 learning rates follow the schedule, and a run whose worker's node disappears mid-way (a new node joins; Ray Train
 restarts the workers) and which then fails past its retries and is run again must end with exactly its parameters
-and log exactly its learning rates and losses (every batch and every learning rate is a function of its step, so nothing depends on
-where a run restarted). The model it exports is its weights exactly, and loads with from_pretrained.
+and log exactly its learning rates and losses (every batch and every learning rate is a function of its step, so
+nothing depends on where a run restarted). The model it exports is its weights exactly, and loads with
+from_pretrained.
 
 The cluster has two Ray nodes of one CPU each (ray.cluster_utils.Cluster: a real GCS and two real raylets), so the
 two workers run on different nodes, as ranks do on GPU nodes, and one node can be taken away under its worker.

@@ -35,10 +35,10 @@ import torch.distributed as dist
 from bench import step_model
 from bench.scaling import SOCKET_FALLBACK, run
 from bench.step_bench import recipe_model
-from workload import fabric
+from workload.fabric import bandwidth as fabric
 from workload.config import TrainConfig
-from workload.data import random_batches
-from workload.model import NAMED_CONFIGS
+from workload.data.batches import random_batches
+from workload.model.causal_lm import NAMED_CONFIGS
 from workload.trainer import fit
 
 THROTTLE = Path(__file__).resolve().parent / "tools" / "loopback-throttle.sh"

@@ -11,7 +11,7 @@ that cluster: the peak memory is the rank's real one. Each collective the step i
 reduce-scatter and HSDP all-reduce, FSDP1's all-gather and reduce-scatter) is intercepted: its output is filled
 with this rank's data (a gather copies the rank's shard into every slot, a reduce-scatter keeps the rank's chunk),
 and a delay kernel then holds the issuing stream for as long as the collective would take on the stack's links:
-nccl-tests' bus bytes (workload.parallel.network_traffic) over each link's per-direction bandwidth, inside a node
+nccl-tests' bus bytes (workload.model.parallel.network_traffic) over each link's per-direction bandwidth, inside a node
 or between nodes, the slower of the two for a ring that crosses both. FSDP2's real prefetch, its separate
 all-gather, reduce-scatter and all-reduce streams and their events then decide what overlaps.
 
@@ -39,11 +39,11 @@ import torch.distributed as dist
 
 from bench import step_model
 from bench.step_bench import GIB, recipe_model
-from workload import model as project
-from workload import parallel
+from workload.model import causal_lm as project
+from workload.model import parallel
 from workload.config import TrainConfig
-from workload.data import random_batches
-from workload.parallel import Collective
+from workload.data.batches import random_batches
+from workload.model.parallel import Collective
 
 # The functions FSDP2 (torch 2.11: *_into_tensor / *_tensor; 2.13: *_single) and FSDP1 call through
 # `torch.distributed` for their collectives, by the argument that holds S (nccl-tests' size): the gather's output,
@@ -205,7 +205,7 @@ def fake_world(world_size: int) -> None:
 
 def build_step(strategy: step_model.Strategy, cfg: TrainConfig, device: torch.device, links: Links):
     """(timed step, phased step) of `strategy` on the current fake world: the recipe's FSDP1 step, or
-    workload.model's with the strategy's mesh and reduction. The phased step returns its forward, backward and
+    workload.model.causal_lm's with the strategy's mesh and reduction. The phased step returns its forward, backward and
     optimizer seconds (device events), for the split the model uses."""
     if strategy.step == "recipe":
         model, optimizer = recipe_model(cfg, device)

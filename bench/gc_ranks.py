@@ -27,7 +27,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from workload.local import free_port
+from workload.run.local import free_port
 
 MODES = {"python": 0, "every-50": 50}
 

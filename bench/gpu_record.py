@@ -15,7 +15,7 @@ GPUs going busy and coming back. A thread reads NVML once a second, the library 
   DCGM_FI_DEV_XID_ERRORS the last XID event NVML delivered (nvmlDeviceRegisterEvents, XidCriticalError), else 0
   DCGM_FI_PROF_PIPE_TENSOR_ACTIVE NVML's GPU performance monitoring (GPM, Hopper and later): ANY_TENSOR_UTIL / 100
 Where the machine refuses one (a VM may hide XID events or GPM), that panel is left out and the file says why.
-The job panels are rank 0's own figures per step, the values its Ray gauges carry (workload/live_metrics.py).
+The job panels are rank 0's own figures per step, the values its Ray gauges carry (workload/metrics/live.py).
 
 The file is the training dashboard as Prometheus would answer it: for each panel title, the metric its query reads
 and the `result` list of a `query_range` answer of type matrix ({"metric": {labels}, "values": [[unix_time, "value"],
@@ -142,8 +142,8 @@ def train_for(seconds: float, cfg, on_step, device: str = "cuda") -> None:
     import torch.distributed as dist
 
     from bench.step_bench import device_from_flag, single_process_group
-    from workload import model as project
-    from workload.data import make_data
+    from workload.model import causal_lm as project
+    from workload.data.batches import make_data
 
     where = device_from_flag(device)
     single_process_group(where, port=29517)

@@ -1,20 +1,20 @@
-"""One rank's real peak GPU memory at a cluster's world size, on one GPU, against workload.memory's projection.
+"""One rank's real peak GPU memory at a cluster's world size, on one GPU, against workload.model.memory's projection.
 
     python -m bench.memory_bench                 # every case of CASES, on the first GPU (torch + transformers)
     python -m bench.memory_bench --cases 0,3     # some of them
 
-For each case the model is built from its shipped config (workload/architectures/configs) on the meta device,
-sharded with workload.model.shard_model over a mesh of `world_size` ranks of a fake process group
+For each case the model is built from its shipped config (workload/model/architectures/configs) on the meta device,
+sharded with workload.model.causal_lm.shard_model over a mesh of `world_size` ranks of a fake process group
 (torch.testing._internal.distributed.fake_pg: FakeStore and the "fake" backend), then materialised with to_empty:
 this GPU holds exactly what one rank of that cluster holds, its shards of the fp32 weights and of AdamW's state, and
-all-gathers allocate their full outputs. It then runs real steps of workload.model.train_step on random tokens and
+all-gathers allocate their full outputs. It then runs real steps of workload.model.causal_lm.train_step on random tokens and
 records torch.cuda.max_memory_allocated() over the steps after the first (which allocates AdamW's state).
 
 A fake process group's collectives return without writing their outputs: gathered weights and reduced gradients are
 whatever the allocator handed out, so the losses are meaningless (often NaN) and only the memory is real. The rotary
 embeddings' inv_freq buffers, which to_empty leaves uninitialised, are filled with a plain ramp for the same reason.
 Cases run eager or compiled (torch.compile of each layer and of the loss kernel, as the job does on a GPU); the
-projection has a figure for each (workload.memory: the eager one counted, the compiled one measured here).
+projection has a figure for each (workload.model.memory: the eager one counted, the compiled one measured here).
 Prints one JSON line per case, then a table.
 """
 from __future__ import annotations
@@ -29,8 +29,9 @@ import torch.distributed as dist
 from torch.testing._internal.distributed.fake_pg import FakeStore
 from transformers import AutoConfig, AutoModelForCausalLM
 
-from workload import architectures, memory
-from workload import model as project
+from workload.model import architectures
+from workload.model import memory
+from workload.model import causal_lm as project
 from workload.config import TrainConfig
 
 GIB = 2**30

@@ -4,9 +4,9 @@ step-time model's tokens/s for the plan it chose.
     python -m bench.model_table            # prints the table
     python -m bench.model_table --write    # and puts it into README.md between its markers
 
-Each cell is the preview's own verdict: infra.feasibility.check_job_shape on the job the stack file would run
-(Pulumi.yaml's defaults and the stack's file, trainModelId set to the model, through infra.config.parse and
-infra.ray_job.workload_config as `pulumi up` does), so "no" is the refusal `pulumi preview` prints. The tokens/s are
+Each cell is the preview's own verdict: infra.stack.feasibility.check_job_shape on the job the stack file would run
+(Pulumi.yaml's defaults and the stack's file, trainModelId set to the model, through infra.stack.config.parse and
+infra.job.ray_job.workload_config as `pulumi up` does), so "no" is the refusal `pulumi preview` prints. The tokens/s are
 bench.step_model.predict's for that plan (its sharding as the job's --sharding auto would choose it, its activation
 checkpointing, reshard_after_forward and micro-batches), its central figure: the H200's measured MFU and step split
 for Qwen2.5-1.5B carried to each GPU (the L4 at its sustained GEMM rate) and the central bandwidths of
@@ -20,11 +20,13 @@ import re
 from pathlib import Path
 
 from bench import step_model
-from infra import config as stack_config
-from infra import feasibility, ray_job
+from infra.stack import config as stack_config
+from infra.stack import feasibility
+from infra.job import ray_job
 from tests.pulumi_mocks import STACKS, stack_settings
 from tests.stacks import INSTANCE_FACTS
-from workload import architectures, memory
+from workload.model import architectures
+from workload.model import memory
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 BEGIN, END = "<!-- model-table: python -m bench.model_table --write -->", "<!-- /model-table -->"

@@ -3,7 +3,7 @@
     python -m bench.packing_bench                     # on the GPU: Qwen2.5-1.5B's shape, random weights, 2 x 2048
     python -m bench.packing_bench --device cpu --model_config tiny --seq_len 256 --steps 2 --warmup 1   # smoke run
 
-Every run is workload.model's default step as train_func runs it (FSDP2 on a process group of one, compiled layers,
+Every run is workload.model.causal_lm's default step as train_func runs it (FSDP2 on a process group of one, compiled layers,
 fused AdamW, the chunked linear cross-entropy), on batches of the same shape:
 - plain:        today's text path: token ids only, every token a target, one causal attention over the block;
 - labels-only:  packed examples with their labels masked (half of each example ignored) but positions not
@@ -13,7 +13,7 @@ fused AdamW, the chunked linear cross-entropy), on batches of the same shape:
 - packed-flex:  the same batches with attn_implementation flex_attention: transformers turns the same mask into a
                 BlockMask and FlexAttention skips the blocks that are masked whole.
 The examples' lengths are drawn uniformly from --min_len..--max_len (seeded), like chat turns, and packed by
-workload.sft.packing exactly as the job packs them. Prints one JSON line per run (tokens/s of the median step, all
+workload.data.packing exactly as the job packs them. Prints one JSON line per run (tokens/s of the median step, all
 positions counted, padding included, so the runs compare; trained tokens/s too; peak memory; the first losses),
 then the ratios to plain. packed-sdpa and packed-flex see the same batches, so their losses must agree to bf16
 noise: both are exact.
@@ -30,10 +30,10 @@ import torch
 import torch.distributed as dist
 
 from bench.step_bench import GIB, device_from_flag, fresh, single_process_group, synchronize
-from workload import model as project
+from workload.model import causal_lm as project
 from workload.config import TrainConfig
-from workload.sft.chat import IGNORE_INDEX, Example
-from workload.sft.packing import TokenBatch, pack_examples
+from workload.data.chat import IGNORE_INDEX, Example
+from workload.data.packing import TokenBatch, pack_examples
 
 RUNS = ("plain", "labels-only", "packed-sdpa", "packed-flex")
 

@@ -1,7 +1,7 @@
 """Exploratory (issue 7, second round): where the project's step still spends its time, on one GPU.
 
 Used to look for the last 5% to 1.4x; bench/step_bench.py stays the benchmark of record. The `+name` variants
-monkeypatch workload.model or transformers for the rest of the process: one per run, after any unpatched
+monkeypatch workload.model.causal_lm or transformers for the rest of the process: one per run, after any unpatched
 variants.
     python3 -m bench.probe gemm                            # each projection's matmuls alone, separate and fused
     python3 -m bench.probe profile                         # one default step's kernels, grouped
@@ -22,9 +22,9 @@ import torch
 import torch.distributed as dist
 
 from bench import step_bench
-from workload import model as project
+from workload.model import causal_lm as project
 from workload.config import TrainConfig
-from workload.data import random_batches
+from workload.data.batches import random_batches
 
 T = 8 * 2048
 

@@ -19,9 +19,9 @@ import torch
 import torch.distributed as dist
 
 from bench.step_bench import device_from_flag, single_process_group
-from workload import model as project
+from workload.model import causal_lm as project
 from workload.config import TrainConfig
-from workload.data import make_data
+from workload.data.batches import make_data
 
 
 def raw_loop(cfg: TrainConfig, device: torch.device) -> float:

@@ -19,7 +19,7 @@ import ray
 
 from workload.config import TrainConfig
 from workload.trainer import fit, summarize
-from workload.transport import rank_verdicts
+from workload.fabric.transport import rank_verdicts
 
 SOCKET_FALLBACK = {"NCCL_P2P_DISABLE": "1", "NCCL_SHM_DISABLE": "1", "NCCL_NET": "Socket"}
 

@@ -7,7 +7,7 @@ Both train the Qwen2.5-1.5B architecture from the same random init on the same b
 tokens, seeded per step):
 - recipe:  the original recipe's step: the model in bf16, FSDP1 with size_based_auto_wrap_policy(1e7), eager,
            plain AdamW, the Hugging Face loss (model(input_ids, labels=input_ids).loss);
-- project: workload.model's default step, exactly as train_func runs it (FSDP2 per layer with bf16 compute and
+- project: workload.model.causal_lm's default step, exactly as train_func runs it (FSDP2 per layer with bf16 compute and
            fp32 master weights and reduction, compiled layers, fused AdamW, the chunked linear cross-entropy,
            gradient clipping).
 For each: tokens/s (median step), MFU (6N + attention FLOPs per token against
@@ -31,10 +31,10 @@ from torch.distributed.fsdp import FullyShardedDataParallel
 from torch.distributed.fsdp.wrap import size_based_auto_wrap_policy
 from transformers import AutoModelForCausalLM, Qwen2Config
 
-from workload import memory
-from workload import model as project
+from workload.model import memory
+from workload.model import causal_lm as project
 from workload.config import TrainConfig
-from workload.data import random_batches
+from workload.data.batches import random_batches
 
 L4_MEMORY_MIB = 22888  # EC2's DescribeInstanceTypes figure for the g6 family's L4
 GIB = 2**30
@@ -78,7 +78,7 @@ def recipe_step(cfg: TrainConfig, device: torch.device):
 
 
 def project_step(cfg: TrainConfig, device: torch.device):
-    """workload.model's step with the workload's defaults: the same calls train_func makes."""
+    """workload.model.causal_lm's step with the workload's defaults: the same calls train_func makes."""
     model = project.build_model(cfg, device)
     model = project.shard_model(model, project.build_mesh(device), cfg)
     optimizer = project.build_optimizer(model, cfg)
@@ -141,7 +141,7 @@ def fresh(device: torch.device) -> None:
 def memory_projection(cfg: TrainConfig, device: torch.device, batch_sizes: list[int], warmup: int) -> dict:
     """Peak memory of the project's step at several batch sizes on this one GPU, then projected onto 8 L4s.
 
-    On one GPU the peak is fixed + per_sequence * batch; workload.memory splits `fixed` into the state FSDP shards
+    On one GPU the peak is fixed + per_sequence * batch; workload.model.memory splits `fixed` into the state FSDP shards
     8 ways and the rest, and adds NCCL's buffers. The Pulumi program refuses a job by the same model.
     """
     peaks = {}

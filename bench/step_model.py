@@ -2,13 +2,13 @@
 
     python -m bench.step_model        # prints JSON lines and writes them to bench/results/step_model.jsonl
 
-No GPU needed. The bytes come from the collectives each step issues: workload.parallel.step_collectives for the
+No GPU needed. The bytes come from the collectives each step issues: workload.model.parallel.step_collectives for the
 project's FSDP2, recipe_collectives below for the recipe's FSDP1; tests/test_parallel.py records both on a gloo mesh
 and checks them against these functions. The compute comes from the H200 measurement (bench/results), scaled by each
 GPU's dense bf16 peak at the MFU measured there. The bandwidths come from the instance facts (tests/stacks.py) and
 the assumptions below. Every assumption is written next to the figures. The lines below are of Qwen2.5-1.5B, the
 model measured; predict takes any decoder's shape from its config.json (config_shape: its FSDP units and FLOPs per
-token from workload.memory, without building it) at the same measured MFU and split (bench/model_table.py, the
+token from workload.model.memory, without building it) at the same measured MFU and split (bench/model_table.py, the
 README's model x stack table, uses it so).
 
 One step, per GPU (all GPUs in step):
@@ -47,10 +47,12 @@ import torch
 from torch import nn
 
 from bench.step_bench import GIB, RECIPE_MIN_NUM_PARAMS
-from workload import architectures, memory, parallel
-from workload import model as project
+from workload.model import architectures
+from workload.model import memory
+from workload.model import parallel
+from workload.model import causal_lm as project
 from workload.config import TrainConfig
-from workload.parallel import Collective, step_collectives, total_traffic
+from workload.model.parallel import Collective, step_collectives, total_traffic
 
 RESULTS = Path(__file__).resolve().parent / "results" / "step_model.jsonl"
 # Each stack's Hardware as `python -m bench.step_model` read it from the stack files, for machines without Pulumi
@@ -214,7 +216,7 @@ class ModelShape:
 
 
 def config_shape(config: dict) -> ModelShape:
-    """Any decoder from its config.json, without building it (workload.memory.unit_shapes, which tests/test_memory.py
+    """Any decoder from its config.json, without building it (workload.model.memory.unit_shapes, which tests/test_memory.py
     checks against the model transformers builds)."""
     untied_input_embedding = 0 if config.get("tie_word_embeddings", True) else (
         config["vocab_size"] * config["hidden_size"])
@@ -437,7 +439,7 @@ def bytes_by_collective(parts: list[Collective], hardware: Hardware) -> dict:
 def auto_strategy(hardware: Hardware, batch_size: int, seq_len: int, shape: ModelShape | None = None,
                   requested: str = "auto") -> tuple[Strategy, parallel.Plan]:
     """What the workload's --sharding `requested` --reduce_dtype auto picks on this hardware
-    (workload.parallel.choose with the figures a worker has: the instance's bandwidth, its compute estimate at
+    (workload.model.parallel.choose with the figures a worker has: the instance's bandwidth, its compute estimate at
     ASSUMED_MFU, the GPU's memory)."""
     shape = shape or default_shape()
     compute = (batch_size * seq_len * shape.flops_per_token(seq_len)
@@ -452,7 +454,7 @@ def auto_strategy(hardware: Hardware, batch_size: int, seq_len: int, shape: Mode
 
 
 def memory_lines(hardware: Hardware, batch_size: int, seq_len: int) -> list[dict]:
-    """Projected peak per GPU of the project's layouts on this stack (workload.memory.estimate, the preview's and the
+    """Projected peak per GPU of the project's layouts on this stack (workload.model.memory.estimate, the preview's and the
     job's projection, compiled as the job runs on a GPU), with accumulation's unsharded gradients."""
     config = architectures.published("Qwen/Qwen2.5-1.5B")
     usable = memory.usable_gib(round(hardware.gpu_memory_gib * 1024))
@@ -512,7 +514,7 @@ def assumptions(batch_size: int, seq_len: int) -> dict:
                    "(gathers, reductions) compute up to its length; the optimizer hides nothing; with k "
                    "micro-batches only the first forward and the last backward hide anything. bench/emulate_rank.py "
                    "checks this against FSDP's real streams",
-        "bytes": "from the collectives each step issues: workload.parallel.step_collectives (FSDP2) and "
+        "bytes": "from the collectives each step issues: workload.model.parallel.step_collectives (FSDP2) and "
                  "bench.step_model.recipe_collectives (FSDP1), checked against a recorded step on a gloo mesh in "
                  "tests/test_parallel.py",
     }

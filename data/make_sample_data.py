@@ -25,7 +25,7 @@ OBJECTS = ("ball", "tree", "house", "river", "stone")
 END_OF_TEXT = "<|endoftext|>"  # Qwen2's end-of-text token, and Qwen2Tokenizer's default eos, unk and pad
 # ChatML's turn markers, as Qwen2.5-Instruct's tokenizer has them (special tokens; <|im_end|> is its eos).
 IM_START, IM_END = "<|im_start|>", "<|im_end|>"
-CHAT_TEMPLATE = os.path.join(HERE, "..", "workload", "sft", "templates", "qwen2.5.jinja")
+CHAT_TEMPLATE = os.path.join(HERE, "..", "workload", "data", "templates", "qwen2.5.jinja")
 SYSTEM = "answer in one line ."
 CONVERSATIONS = 120
 
@@ -61,7 +61,7 @@ def instructions() -> list[dict]:
 
 
 def chat_tokenizer(tokenizer: Qwen2Tokenizer) -> Qwen2Tokenizer:
-    """The sample tokenizer with ChatML's markers and Qwen2.5-Instruct's chat template (workload/sft/templates), as
+    """The sample tokenizer with ChatML's markers and Qwen2.5-Instruct's chat template (workload/data/templates), as
     Qwen2.5-Instruct's tokenizer has them: <|im_end|> ends a turn and the text, <|endoftext|> pads."""
     tokenizer.add_special_tokens({"additional_special_tokens": [IM_START, IM_END]})
     tokenizer.eos_token = IM_END

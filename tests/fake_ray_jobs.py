@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from aiohttp import web
 
 from tests.test_transport import nccl_job
-from workload import transport
+from workload.fabric import transport
 from workload.config import SUMMARY_PREFIX, TRANSPORT_PREFIX
 
 RAY_VERSION = "2.60.0"

@@ -14,13 +14,15 @@ import torch
 import torch.distributed as dist
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from workload import checkpoint, model, model_files
+from workload.checkpoint import sharded as checkpoint
+from workload.model import causal_lm as model
+from workload.model import files as model_files
 from workload.config import TrainConfig
-from workload.data import random_batches
-from workload.export import save_model_directory
+from workload.data.batches import random_batches
+from workload.checkpoint.export import save_model_directory
 
 WORLD = 2
-CONFIGS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "workload", "architectures",
+CONFIGS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "workload", "model", "architectures",
                        "configs")
 # family -> the shipped config.json it is shrunk from.
 FAMILIES = {
@@ -163,7 +165,7 @@ def _shard_sizes(sharded) -> dict[str, tuple[int, int]]:
 
     persistent = set(sharded.state_dict())
     tensors = [*sharded.named_parameters(), *((n, b) for n, b in sharded.named_buffers() if n in persistent)]
-    return {name.removeprefix(checkpoint.LM_PREFIX): (
+    return {name.removeprefix(model.LM_PREFIX): (
         (tensor.to_local() if isinstance(tensor, DTensor) else tensor).numel(), tensor.numel())
         for name, tensor in tensors}
 

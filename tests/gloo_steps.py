@@ -13,9 +13,11 @@ import torch
 import torch.distributed as dist
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from workload import fabric, model, parallel
+from workload.fabric import bandwidth as fabric
+from workload.model import causal_lm as model
+from workload.model import parallel
 from workload.config import TrainConfig
-from workload.data import random_batches
+from workload.data.batches import random_batches
 
 WORLD = 4
 BASE = TrainConfig(model_config="tiny", batch_size=4, seq_len=32, learning_rate=1e-2, reduce_dtype="fp32")

@@ -14,8 +14,8 @@ What the fake AWS answers:
 - `aws.get_availability_zones` from REGIONS below; an unknown region fails.
 - `aws.servicequotas.get_service_quota` from QUOTAS; in UNREADABLE_QUOTA_REGIONS it fails, as without permission.
 - caller identity, partition, region.
-- the deployer's public address (infra.network.deployer_public_ip, an HTTPS request at preview): DEPLOYER_IP.
-- an existing capacity reservation (infra.capacity_reservation.describe_existing, boto3 at preview) from
+- the deployer's public address (infra.aws.network.deployer_public_ip, an HTTPS request at preview): DEPLOYER_IP.
+- an existing capacity reservation (infra.aws.capacity_reservation.describe_existing, boto3 at preview) from
   RESERVATIONS, in the region of its AZ only; that function itself is tested against botocore Stubbers.
 - `eks:index:Cluster` (a remote component) returns kubeconfig, security group, OIDC and an `eksCluster` that
   is a real resource reference, as pulumi-eks's does; its `kubeconfig` output carries `--role` but never
@@ -46,7 +46,8 @@ from pulumi.runtime import rpc, settings
 from pulumi.runtime.stack import run_pulumi_func
 from pulumi.runtime.sync_await import _sync_await
 
-from infra import capacity_reservation, network
+from infra.aws import capacity_reservation
+from infra.aws import network
 from tests.stacks import INSTANCE_FACTS
 
 REPO = Path(__file__).resolve().parent.parent
@@ -512,7 +513,7 @@ class ProgramRun:
 
 
 def ray_pods_role(run: ProgramRun, service_account: str = "ray-train-pods") -> Registration:
-    """The Ray pods' Pod Identity role (infra/pod_identity.py): the one whose trust names their service account. The
+    """The Ray pods' Pod Identity role (infra/aws/pod_identity.py): the one whose trust names their service account. The
     idle check and the CloudWatch agent (issue 24) have Pod Identity roles of their own."""
     (role,) = [r for r in run.of_type("aws:iam/role:Role") if "pods.eks.amazonaws.com" in r.inputs["assumeRolePolicy"]
                and f'"{service_account}"' in r.inputs["assumeRolePolicy"]]

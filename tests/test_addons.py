@@ -8,8 +8,8 @@ import pulumi_kubernetes as k8s
 import pytest
 import yaml
 
-from infra import addons
-from infra.addons import ClusterAddons, check_efa_allowlist, efa_supported_instance_types
+from infra.kubernetes import addons
+from infra.kubernetes.addons import ClusterAddons, check_efa_allowlist, efa_supported_instance_types
 from tests.pulumi_mocks import REFERENCE_DIR, EchoMocks, EchoMonitor, run_under_mocks
 from tests.stacks import INSTANCE_FACTS
 

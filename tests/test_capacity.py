@@ -1,4 +1,4 @@
-"""The GPU capacity finder (tools.capacity) and the in-stack reservation (infra.capacity_reservation).
+"""The GPU capacity finder (tools.capacity) and the in-stack reservation (infra.aws.capacity_reservation).
 
 AWS is emulated by moto in-process. moto 5.2 has no capacity reservations, no EC2 service quotas and no Spot
 placement scores; those calls are answered by botocore Stubbers, which check every request against the
@@ -24,7 +24,7 @@ from botocore.stub import ANY, Stubber
 from moto import mock_aws
 from pulumi.runtime.rpc import unwrap_rpc_secret
 
-from infra import capacity_reservation
+from infra.aws import capacity_reservation
 from tools.capacity import cli as finder_cli
 from tools.capacity import probe as probes
 from tools.capacity import quotas, stack_file, survey
@@ -32,7 +32,7 @@ from tools.capacity.aws import Aws
 from tools.capacity.quotas import OnDemandQuota, QuotaUsage
 from tools.capacity.survey import AzReport
 from workload import cli
-from infra.capacity_reservation import (
+from infra.aws.capacity_reservation import (
     CapacityReservationError,
     GpuCapacityReservation,
     GpuCapacityReservationProvider,
@@ -202,7 +202,7 @@ def test_quota_usage_counts_only_the_family_on_demand_and_unused_reservations():
 # --- the search, ranked -----------------------------------------------------------------------------------
 
 def make_stack_vpc(region: str, cluster_name: str, private_azs: list[str]) -> None:
-    """A VPC tagged the way infra/network.py tags it, with a private subnet in each of `private_azs`."""
+    """A VPC tagged the way infra/aws/network.py tags it, with a private subnet in each of `private_azs`."""
     ec2 = boto3.client("ec2", region_name=region)
     vpc_id = ec2.create_vpc(CidrBlock="10.0.0.0/16")["Vpc"]["VpcId"]
     for index, az in enumerate(private_azs):
@@ -224,7 +224,7 @@ def test_ranking_table_quota_commands_and_write_stack(tmp_path, capsys):
                   "  raytrain-eks:gpuNodeCount: 2  # two nodes\n  raytrain-eks:capacityReserve: true\n")
     root = project_dir(tmp_path, stack_text)
     with mock_aws():
-        # The stack sets no clusterName: its cluster is ray-train-g6 (infra/naming.py), whose subnets the finder looks for.
+        # The stack sets no clusterName: its cluster is ray-train-g6 (infra/stack/naming.py), whose subnets the finder looks for.
         make_stack_vpc("us-west-2", "ray-train-g6", ["us-west-2a", "us-west-2b", "us-west-2c"])
         aws = FakeAws()
         # us-east-1: quota too small for 2 x 48 vCPUs. us-west-2: enough, and two AZs scored.

@@ -12,7 +12,7 @@ import threading
 
 import pytest
 
-from infra import network
+from infra.aws import network
 from tests.pulumi_mocks import stack_settings
 from tests.test_readme import JourneyAws
 from tools import doctor

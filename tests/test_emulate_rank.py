@@ -1,5 +1,5 @@
 """bench.emulate_rank's bookkeeping, on the CPU: the collectives it intercepts on a fake world of 8 ranks (2 nodes of
-4) are the ones workload.parallel says a step issues, and each one's delay is its bus bytes over the link it
+4) are the ones workload.model.parallel says a step issues, and each one's delay is its bus bytes over the link it
 crosses. The timings themselves are the GPU run's (bench/results/emulate_rank-h200-2026-12-01.jsonl)."""
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ import torch
 import torch.distributed as dist
 
 from bench import emulate_rank, step_model
-from workload import model as project
-from workload import parallel
+from workload.model import causal_lm as project
+from workload.model import parallel
 from workload.config import TrainConfig
-from workload.data import random_batches
+from workload.data.batches import random_batches
 
 DEV = emulate_rank.Links(nodes=2, gpus_per_node=4, inter_node_gbytes_per_s=4.0, intra_node_gbytes_per_s=10.0)
 

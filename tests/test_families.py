@@ -1,5 +1,5 @@
 """Other families end to end: tiny Llama, Mistral and Qwen3 models, shrunk from their published config.json
-(workload/architectures/configs), saved as bf16 safetensors directories, then taken through the job's path by one
+(workload/model/architectures/configs), saved as bf16 safetensors directories, then taken through the job's path by one
 spawn of 2 gloo processes (tests/family_steps.py): fetched once per node, built on the meta device, sharded with
 FSDP2, each rank's shards read from the files, trained, checkpointed, resumed and exported. The tests compare what
 the ranks loaded, read and trained with the files, with from_pretrained, and with each other. The rest are the
@@ -18,9 +18,10 @@ from safetensors.torch import load_file, save_file
 from tests.family_steps import (FAMILIES, RESUMED_STEPS, TRAINED_STEPS, VOCAB, LargestTensor, published, save_tiny,
                                 shrink, worker)
 from tests.gloo_steps import free_port
-from workload import checkpoint, model, weights
+from workload.model import causal_lm as model
+from workload.model import weights
 from workload.config import TrainConfig
-from workload.data import random_batches
+from workload.data.batches import random_batches
 
 
 def _file_tensors(directory: str) -> dict[str, torch.Tensor]:
@@ -131,7 +132,7 @@ def test_the_model_files_are_fetched_once_per_node(run):
 def test_training_resumes_from_the_checkpoint_and_both_exports_give_the_trained_logits(run, family, tmp_path):
     from transformers import AutoModelForCausalLM
 
-    from workload import export
+    from workload.checkpoint import export
 
     directories, results, _, _ = run
     result = results[family]
@@ -175,7 +176,7 @@ def tiny_llama(tmp_path_factory):
 def _load(directory: str) -> None:
     cfg = TrainConfig(model_id=directory, compile=False)
     weights.load_sharded(model.build_model(cfg, torch.device("cpu"), directory), directory, torch.device("cpu"),
-                         f"--model_id {directory}", prefix=checkpoint.LM_PREFIX)
+                         f"--model_id {directory}", prefix=model.LM_PREFIX)
 
 
 def _rewrite(source: str, target, change) -> str:
@@ -226,7 +227,7 @@ def test_a_remote_model_s_config_and_tokenizer_are_read_from_their_directory(run
     named as not a model."""
     from huggingface_hub import constants
 
-    from workload.data import load_tokenizer
+    from workload.data.tokenizer import load_tokenizer
 
     directories, _, _, _ = run
     monkeypatch.setattr(constants, "HF_HOME", str(tmp_path / "hf-home"))

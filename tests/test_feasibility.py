@@ -1,4 +1,4 @@
-"""Preview refuses every stack that cannot end in a working job, before any resource (infra/feasibility.py), and the
+"""Preview refuses every stack that cannot end in a working job, before any resource (infra/stack/feasibility.py), and the
 real-deploy fixes show in the rendered resources.
 
 The whole program runs under mocks for each stack (tests/pulumi_mocks.py: EC2, Service Quotas and the existing
@@ -13,10 +13,12 @@ import pytest
 from botocore.stub import Stubber
 from moto import mock_aws
 
-from infra import aws_identity, capacity_reservation, feasibility
-from infra.config import AwsIdentity
-from infra.capacity_reservation import GpuCapacityReservationProvider, reservation_request
-from infra.raycluster import KNOWN_IMAGES
+from infra.aws import identity as aws_identity
+from infra.aws import capacity_reservation
+from infra.stack import feasibility
+from infra.stack.config import AwsIdentity
+from infra.aws.capacity_reservation import GpuCapacityReservationProvider, reservation_request
+from infra.kubernetes.raycluster import KNOWN_IMAGES
 from tests.pulumi_mocks import (
     ACCOUNT_ID, PROJECT, RESERVATIONS, SCHEMA, STACKS, is_secret_value, program, run_program,
     run_program_expecting_error,
@@ -323,10 +325,10 @@ def test_the_program_judges_a_job_without_importing_torch():
 
     from tests.pulumi_mocks import REPO
 
-    code = "import sys, infra.feasibility; print('torch' in sys.modules, 'ray' in sys.modules)"
+    code = "import sys, infra.stack.feasibility; print('torch' in sys.modules, 'ray' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["False", "False"], \
-        f"preview must not pay for importing torch or ray (workload.memory and workload.config are stdlib): {out}"
+        f"preview must not pay for importing torch or ray (workload.model.memory and workload.config are stdlib): {out}"
 
 
 @pytest.mark.parametrize("entry, refused", [
@@ -334,7 +336,7 @@ def test_the_program_judges_a_job_without_importing_torch():
     ("nvidia-cudnn-cu13", True), ("einops==0.8.1", False), ("raydp", False), ("torchmetrics", False),
 ])
 def test_pip_refusal_goes_by_the_package_name(entry, refused):
-    from infra import pip_requirements
+    from infra.job import pip_requirements
 
     if refused:
         with pytest.raises(ValueError, match="trainPip"):
@@ -351,7 +353,7 @@ class FakeAwsConfig(dict):
 def test_unknown_keys_are_found_in_either_channel_the_cli_passes_config_by(monkeypatch):
     import pulumi
 
-    from infra import config
+    from infra.stack import config
 
     monkeypatch.setenv("PULUMI_CONFIG", json.dumps({"raytrain-eks:gpuNodeCout": "4", "aws:region": "us-west-2"}))
     token = pulumi.runtime.config.CONFIG.set({"raytrain-eks:trainStep": "5"})
@@ -371,7 +373,7 @@ def test_aws_identity_passes_one_role_and_the_profile_on():
 
 
 def _capacity_block(end_in: timedelta, timeout_minutes: int) -> tuple:
-    from infra import config
+    from infra.stack import config
 
     raw = stack_settings("p5") | existing("cr-00000000000000cb1") | {"trainEnabled": True,
                                                                      "trainTimeoutMinutes": timeout_minutes}

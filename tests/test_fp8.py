@@ -1,4 +1,4 @@
-"""workload.fp8: which layers run their matmuls in fp8, and the refusal on GPUs without fp8 tensor cores."""
+"""workload.model.fp8: which layers run their matmuls in fp8, and the refusal on GPUs without fp8 tensor cores."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -7,8 +7,8 @@ from unittest import mock
 import pytest
 import torch
 
-from workload import fp8
-from workload import model as project
+from workload.model import fp8
+from workload.model import causal_lm as project
 from workload.config import TrainConfig
 
 # Where scripts/setup.sh installs torchao: beside .venv's packages, not in them (setup.sh says why).

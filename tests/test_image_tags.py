@@ -1,5 +1,5 @@
 """dlcImage by tag or digest (issue 22, item 10): a moving tag is warned about at preview; a digest of a known image
-keeps that image's facts. The default stays a frozen tag (infra/raycluster.py says why: the publisher gives no
+keeps that image's facts. The default stays a frozen tag (infra/kubernetes/raycluster.py says why: the publisher gives no
 digest)."""
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import logging
 
 import pytest
 
-from infra.raycluster import KNOWN_IMAGES, mutable_tag_warning
+from infra.kubernetes.raycluster import KNOWN_IMAGES, mutable_tag_warning
 from tests.pulumi_mocks import SCHEMA, run_program
 
 DEFAULT = SCHEMA["dlcImage"]["default"]

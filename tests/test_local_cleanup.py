@@ -1,5 +1,5 @@
 """The local run's cluster goes when the run goes: on SIGHUP (the terminal closed), on SIGTERM, and when the run
-itself is SIGKILLed, in which case no code of it runs and its supervisor (workload/head_supervisor.py) stops the
+itself is SIGKILLed, in which case no code of it runs and its supervisor (workload/run/head_supervisor.py) stops the
 cluster. And the checks before Ray starts: each mistake one `error:` line and exit 2, through the real command.
 
 One real `ray start --head` (the SIGKILL case, the one no handler can cover); the signal handlers' path is shown
@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from workload import cli
-from workload.head_supervisor import session_members
+from workload.run.head_supervisor import session_members
 
 REPO = Path(__file__).resolve().parents[1]
 # A wait for a condition, not a timing: what the supervisor does after the run dies takes well under a second,
@@ -30,7 +30,8 @@ GONE_WITHIN_S = 30
 # The local run up to the point where it waits on its job: the cluster started, then nothing but waiting.
 DRIVER = textwrap.dedent("""
     import sys, time
-    from workload import cli, local
+    from workload import cli
+    from workload.run import local
     if sys.argv[1:]:  # a stand-in for ray: no job server to wait for
         local.RAY_CLI = sys.argv[1]
         local._wait_for_job_server = lambda *args: None
@@ -135,7 +136,8 @@ def test_the_local_run_refuses_a_bad_dataset_storage_or_worker_count_before_ray(
 
 def test_a_reused_run_name_says_where_it_resumes_and_refuses_other_flags(tmp_path, capsys):
     """A run directory as a stopped run leaves it: its flags and a checkpoint at step 20."""
-    from workload import local, local_checks
+    from workload.run import local
+    from workload.run import checks as local_checks
 
     cfg = local.parse_args(["--storage_path", str(tmp_path), "--run_name", "mine"])
     local_checks.record_flags(cfg)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from workload import local_output
+from workload.run import output as local_output
 
 REPO = Path(__file__).resolve().parents[1]
 OURS = {

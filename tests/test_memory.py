@@ -12,9 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from infra import instance_facts
+from infra.stack import instance_facts
 from tests.stacks import INSTANCE_FACTS
-from workload import architectures, memory, memory_plan
+from workload.model import architectures
+from workload.model import memory
+from workload.model import memory_plan
 from workload.config import ARCHITECTURES
 
 REPO = Path(__file__).resolve().parent.parent
@@ -51,7 +53,7 @@ ISSUE_FAMILIES = ("Qwen/Qwen2.5-", "Qwen/Qwen3-", "meta-llama/Llama-3.1-", "meta
 
 
 def test_every_shipped_config_is_a_published_file_with_a_provenance_line():
-    sources = (REPO / "workload" / "architectures" / "SOURCES.md").read_text()
+    sources = (REPO / "workload" / "model" / "architectures" / "SOURCES.md").read_text()
     ids = architectures.shipped_ids()
     assert len(ids) >= 18 and all(any(i.startswith(f) for i in ids) for f in ISSUE_FAMILIES), ids
     for model_id in ids:
@@ -80,8 +82,8 @@ def test_parameters_and_fsdp_units_are_what_transformers_builds_for_each_family(
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, Qwen2Config
 
-    from workload.model import CausalLMWithLoss
-    from workload.parallel import fsdp_units
+    from workload.model.causal_lm import CausalLMWithLoss
+    from workload.model.parallel import fsdp_units
 
     # One layer of each family (biases, head_dim, q/k norms, tied or not), on the meta device: no memory, no time.
     for model_id in ("Qwen/Qwen2.5-7B", "Qwen/Qwen3-0.6B", "meta-llama/Llama-3.2-1B", "mistralai/Mistral-7B-v0.3"):
@@ -101,7 +103,7 @@ def test_parameters_and_fsdp_units_are_what_transformers_builds_for_each_family(
 
 def test_the_projection_is_within_ten_percent_of_every_measured_peak():
     """bench/results' H200 run: each rank's real peak at world size 8 or 16, against the projection with today's
-    constants (a change to workload.memory that moves a projection out of 10% fails here)."""
+    constants (a change to workload.model.memory that moves a projection out of 10% fails here)."""
     rows = [json.loads(line) for line in MEASUREMENTS.read_text().splitlines() if line.startswith('{"model"')]
     architectures_measured = {row["model"] for row in rows}
     assert len(rows) >= 20 and len(architectures_measured) >= 3, "three or more architectures, measured"
@@ -117,7 +119,7 @@ def test_the_projection_is_within_ten_percent_of_every_measured_peak():
 
 
 def test_the_memory_model_chunks_the_loss_as_the_model_does():
-    from workload import model
+    from workload.model import causal_lm as model
 
     assert memory.LOSS_CHUNK_TOKENS == model.LOSS_CHUNK_TOKENS
 
@@ -165,8 +167,9 @@ def test_the_levers_come_in_order_and_only_when_needed():
 def test_the_job_applies_the_plan_the_preview_exports():
     import torch
 
-    from infra import config as stack_config
-    from infra import feasibility, ray_job
+    from infra.stack import config as stack_config
+    from infra.stack import feasibility
+    from infra.job import ray_job
     from tests.pulumi_mocks import stack_settings
     from workload import trainer
 

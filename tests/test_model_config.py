@@ -9,10 +9,10 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from infra import model_config
-from infra.config import AwsIdentity
+from infra.stack import model_config
+from infra.stack.config import AwsIdentity
 from tests.http_stubs import FakeHub
-from workload import architectures
+from workload.model import architectures
 
 QWEN_7B = architectures.published("Qwen/Qwen2.5-7B")
 TOKEN = "hf_granted_0123456789"

@@ -25,6 +25,16 @@ def test_every_command_is_an_entry_point_onto_its_module():
     assert {module.rsplit(".", 1)[0] for module in entry_points.COMMANDS.values()} <= packages, packages
 
 
+def test_every_package_of_the_tree_is_packaged():
+    packages = set(PYPROJECT["tool"]["setuptools"]["packages"])
+    in_tree = {str(init.parent.relative_to(REPO)).replace("/", ".")
+               for layer in ("infra", "tools", "workload") for init in (REPO / layer).rglob("__init__.py")}
+    assert packages == in_tree, f"pyproject.toml's packages differ from the tree's by {packages ^ in_tree}"
+    for package, patterns in PYPROJECT["tool"]["setuptools"]["package-data"].items():
+        for pattern in patterns:
+            assert list((REPO / package.replace(".", "/")).glob(pattern)), f"{package}: {pattern} matches no file"
+
+
 def test_the_version_is_one_and_the_changelog_names_it():
     assert PYPROJECT["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "workload.__version__"}
     newest = re.search(r"^## \[(\d+\.\d+\.\d+)\]", (REPO / "CHANGELOG.md").read_text(), re.M).group(1)

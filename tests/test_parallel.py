@@ -2,7 +2,7 @@
 
 One real run for the module (tests/gloo_steps.py): 4 processes on gloo train the tiny model with each layout, record
 every collective one step dispatches, and run the fabric check; the tests compare what they saw with each other and
-with workload.parallel's and bench.step_model's formulas. The rest are pure functions.
+with workload.model.parallel's and bench.step_model's formulas. The rest are pure functions.
 """
 from __future__ import annotations
 
@@ -17,7 +17,9 @@ import torch.multiprocessing as mp
 from bench import step_model
 from tests.gloo_steps import BASE, RECORDED, STEPS, WORLD, free_port, worker
 from tests.stacks import INSTANCE_FACTS
-from workload import fabric, model, parallel
+from workload.fabric import bandwidth as fabric
+from workload.model import causal_lm as model
+from workload.model import parallel
 
 
 @pytest.fixture(scope="module")

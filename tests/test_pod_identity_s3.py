@@ -93,11 +93,11 @@ def test_checkpoints_go_under_the_prefix_with_the_pod_role_and_nowhere_else(aws_
 
 
 def test_an_s3_model_directory_is_readable_by_the_pods_and_nothing_beside_it():
-    """workload/model_files.py lists the directory and reads its files: GetObject under the prefix and ListBucket
+    """workload/model/files.py lists the directory and reads its files: GetObject under the prefix and ListBucket
     limited to it, no write."""
     import json
 
-    from infra.pod_identity import checkpoint_storage_policy
+    from infra.aws.pod_identity import checkpoint_storage_policy
 
     statements = json.loads(checkpoint_storage_policy("", model="s3://models-bucket/base/llama-3.1-8b/"))["Statement"]
     assert statements == [

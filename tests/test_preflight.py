@@ -4,8 +4,8 @@ from __future__ import annotations
 import pytest
 from kubernetes import client
 
-from infra import preflight
-from infra.addons import GPU_WORKER_NODE_SELECTOR
+from infra.job import preflight
+from infra.kubernetes.addons import GPU_WORKER_NODE_SELECTOR
 from tests.stacks import INSTANCE_FACTS
 
 G6 = INSTANCE_FACTS["g6.12xlarge"]

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import pytest
 
-from infra import preflight
-from infra.raycluster import KNOWN_IMAGES
+from infra.job import preflight
+from infra.kubernetes.raycluster import KNOWN_IMAGES
 from tests.pulumi_mocks import is_secret_value, program, stack_settings
 from tests.stacks import INSTANCE_FACTS
-from infra.addons import GPU_WORKER_NODE_SELECTOR
+from infra.kubernetes.addons import GPU_WORKER_NODE_SELECTOR
 from tests.test_preflight import HEALTHY_PLUGINS, daemonset, driver_labels, node
 
 G6 = INSTANCE_FACTS["g6.12xlarge"]
@@ -94,11 +94,11 @@ def test_missing_nvidia_daemonset_is_named():
 
 
 def test_device_plugin_releases_are_the_ones_addons_installs():
-    from infra import addons
+    from infra.kubernetes import addons
 
     assert set(preflight.DEVICE_PLUGIN_RELEASES) == {addons.NVIDIA_DEVICE_PLUGIN_RELEASE,
                                                      addons.EFA_DEVICE_PLUGIN_RELEASE}, \
-        f"preflight looks for the releases infra/addons.py installs: {preflight.DEVICE_PLUGIN_RELEASES}"
+        f"preflight looks for the releases infra/kubernetes/addons.py installs: {preflight.DEVICE_PLUGIN_RELEASES}"
 
 
 # ---- the NVIDIA driver against the image's CUDA ---------------------------------------------------------------------

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from kubernetes import client
 
-from tools import status
-from infra.addons import GPU_WORKER_NODE_SELECTOR, SYSTEM_NODE_SELECTOR
+from tools import stack, status
+from infra.kubernetes.addons import GPU_WORKER_NODE_SELECTOR, SYSTEM_NODE_SELECTOR
 
 
 def node(name: str, labels: dict, allocatable: dict, ready: bool = True) -> client.V1Node:
@@ -71,4 +71,4 @@ def test_render_status_prints_every_section():
 
 
 def test_stack_settings_default_to_pulumi_yaml():
-    assert status.stack_settings(None) == ("ray", "ray-train"), "Pulumi.yaml defaults: namespace ray, ray-train"
+    assert stack.stack_settings(None) == ("ray", "ray-train"), "Pulumi.yaml defaults: namespace ray, ray-train"

@@ -18,8 +18,8 @@ from urllib.parse import urlparse
 
 import pytest
 
-from infra import ray_job
-from infra.portforward import LocalForward
+from infra.job import ray_job
+from infra.kubernetes.portforward import LocalForward
 from tests.test_workload_train import FAST_RAY_TRAIN
 
 TINY_ARGS = ["--model_config", "tiny", "--steps", "2", "--batch_size", "2", "--seq_len", "32",
@@ -28,7 +28,7 @@ TINY_ARGS = ["--model_config", "tiny", "--steps", "2", "--batch_size", "2", "--s
 
 @pytest.fixture(autouse=True, scope="module")
 def _event_loop_restored():
-    """workload.submit streams logs with asyncio.run, which leaves the main thread without an event loop; the
+    """workload.run.submit streams logs with asyncio.run, which leaves the main thread without an event loop; the
     Pulumi mock tests that run later in the same process need one."""
     yield
     asyncio.set_event_loop(asyncio.new_event_loop())
@@ -36,7 +36,7 @@ def _event_loop_restored():
 
 @pytest.fixture(scope="module")
 def ray_head():
-    from workload.local import local_cluster
+    from workload.run.local import local_cluster
 
     with pytest.MonkeyPatch.context() as patch:
         # The head's processes inherit these; the client side must hold no token of its own.
@@ -140,7 +140,8 @@ def test_create_runs_the_job_and_reports_its_results(ray_head, tmp_path):
 def test_create_fails_when_the_verdict_disagrees_with_the_expectation(monkeypatch):
     """The CPU job has no NCCL lines, so this one job's result is given: rank 1 fell back to sockets."""
     from tests.test_transport import nccl_job
-    from workload import submit, transport
+    from workload.run import submit
+    from workload.fabric import transport
 
     ranks = nccl_job(overrides={4: {"network": "Socket", "plugin": False}})
     nccl_logs = {str(rank.rank): "\n".join(filter(transport.is_transport_line, rank.lines)) for rank in ranks}
@@ -173,7 +174,8 @@ def test_create_fails_when_the_verdict_disagrees_with_the_expectation(monkeypatc
 def test_a_tcp_fallback_in_the_transport_report_stops_the_job_and_fails_create(monkeypatch):
     """trainWait=transport: rank 4 fell back to sockets after the first steps. Nothing may train on like that."""
     from tests.test_transport import nccl_job
-    from workload import submit, transport
+    from workload.run import submit
+    from workload.fabric import transport
 
     ranks = nccl_job(overrides={4: {"network": "Socket", "plugin": False}})
     report = {"step": 2, "world_size": 8, "device": "cuda",
@@ -227,7 +229,7 @@ def test_wrong_token_fails_clearly_without_showing_it(ray_head):
 
 
 def test_delete_stops_a_running_job(ray_head):
-    from workload.submit import connect
+    from workload.run.submit import connect
 
     address, token = ray_head
     client = connect(address, token)
@@ -310,7 +312,7 @@ def jobs_of_run(client, run_name: str) -> list:
 def test_submit_lose_the_connection_create_again_one_job_that_the_cli_follows_and_stops(ray_head, capsys):
     from tools import job as job_cli
     from workload import cli
-    from workload.submit import connect
+    from workload.run.submit import connect
 
     address, token = ray_head
     client = connect(address, token)
@@ -377,7 +379,7 @@ def test_submit_lose_the_connection_create_again_one_job_that_the_cli_follows_an
 
 def test_the_job_stops_itself_at_its_time_limit(ray_head):
     """No `pulumi up` waits for it: the driver's own deadline ends the job (and Ray its workers)."""
-    from workload import submit
+    from workload.run import submit
 
     address, token = ray_head
     client = submit.connect(address, token)

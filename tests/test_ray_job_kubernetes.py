@@ -8,7 +8,9 @@ import contextlib
 import pytest
 from kubernetes import client
 
-from infra import portforward, preflight, ray_job
+from infra.kubernetes import portforward
+from infra.job import preflight
+from infra.job import ray_job
 
 
 class FakeCore:

@@ -8,7 +8,7 @@ import urllib.request
 
 import pytest
 
-from infra.portforward import LocalForward
+from infra.kubernetes.portforward import LocalForward
 
 
 class _Echo(http.server.BaseHTTPRequestHandler):

@@ -8,7 +8,8 @@ from types import SimpleNamespace
 import pulumi
 import pytest
 
-from infra import config, ray_job
+from infra.stack import config
+from infra.job import ray_job
 from tests.pulumi_mocks import is_secret_value, program, run_program, run_under_mocks, stack_settings
 from tests.stacks import INSTANCE_FACTS
 

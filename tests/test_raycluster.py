@@ -9,15 +9,15 @@ import jsonschema
 import pytest
 import yaml
 
-from infra.raycluster import (
+from infra.kubernetes.raycluster import (
     KNOWN_IMAGES,
     auth_secret_name,
     check_image,
     head_service_name,
     kuberay_name,
     ray_cluster_manifest,
-    worker_resources,
 )
+from infra.kubernetes.devices import worker_resources
 from tests.pulumi_mocks import REFERENCE_DIR, STACKS, stack_settings
 from tests.stacks import INSTANCE_FACTS
 

@@ -7,10 +7,11 @@ import pulumi
 import pulumi_kubernetes as k8s
 import pytest
 
-from infra.addons import ClusterAddons
-from infra import config, monitoring
-from infra.config import StackConfig
-from infra.raycluster import KNOWN_IMAGES, RayCluster, ray_cluster_manifest
+from infra.kubernetes.addons import ClusterAddons
+from infra.stack import config
+from infra.kubernetes import monitoring
+from infra.stack.config import StackConfig
+from infra.kubernetes.raycluster import KNOWN_IMAGES, RayCluster, ray_cluster_manifest
 from tests.stacks import INSTANCE_FACTS
 from tests.pulumi_mocks import EchoMocks, run_under_mocks, stack_settings
 

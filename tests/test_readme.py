@@ -44,8 +44,8 @@ from botocore.awsrequest import AWSResponse
 from pulumi.runtime.rpc import unwrap_rpc_secret
 from ruamel.yaml import YAML
 
-from infra import portforward
-from infra.raycluster import DASHBOARD_PORT
+from infra.kubernetes import portforward
+from infra.kubernetes.raycluster import DASHBOARD_PORT
 from tests.fake_ray_jobs import FakeRayJobServer
 from tests.http_stubs import JsonServer
 from tests.pulumi_mocks import PROJECT, STACKS, ProgramRun, run_program, stack_settings
@@ -54,7 +54,8 @@ from tools import job as job_cli
 from tools import status
 from tools.capacity import cli as finder
 from tools.capacity.aws import Aws
-from workload import cli, train, transport
+from workload import cli, train
+from workload.fabric import transport
 from workload.config import SUMMARY_PREFIX
 
 REPO = Path(__file__).resolve().parents[1]
@@ -200,7 +201,7 @@ def _flags(run: ProgramRun) -> dict[str, str]:
 
 
 def _pod_role_policies(run: ProgramRun) -> list[str]:
-    """The inline policies of the Ray pods' role (infra/pod_identity.py), the only role with checkpoint access."""
+    """The inline policies of the Ray pods' role (infra/aws/pod_identity.py), the only role with checkpoint access."""
     roles = {r.urn for r in run.of_type("aws:iam/role:Role") if "pods.eks.amazonaws.com" in r.inputs["assumeRolePolicy"]}
     return [str(r.inputs["policy"]) for r in run.of_type("aws:iam/rolePolicy:RolePolicy") if r.parent in roles]
 

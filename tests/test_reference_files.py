@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-PROVENANCE_READMES = [REPO / "tests" / "reference" / "README.md", REPO / "infra" / "charts" / "README.md"]
+PROVENANCE_READMES = [REPO / "tests" / "reference" / "README.md", REPO / "infra" / "kubernetes" / "charts" / "README.md"]
 _ROW = re.compile(r"^\| `(?P<file>[^`]+)` \|.*\| `(?P<sha256>[0-9a-f]{64})` \|$")
 
 

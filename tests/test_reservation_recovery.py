@@ -18,8 +18,8 @@ from botocore.awsrequest import AWSResponse
 from botocore.validate import validate_parameters
 from moto import mock_aws
 
-from infra.aws_identity import AccountMismatch
-from infra.capacity_reservation import URN_TAG, GpuCapacityReservationProvider
+from infra.aws.identity import AccountMismatch
+from infra.aws.capacity_reservation import URN_TAG, GpuCapacityReservationProvider
 
 ACCOUNT = "123456789012"  # moto's account for the environment's credentials
 OTHER_ACCOUNT = "210987654321"

@@ -1,8 +1,8 @@
 """Issue 22's security review, items 5, 7, 8, 13 and 15: bad input is refused at preview naming the key (or the
 flag), in one line, before any resource and without quoting a secret.
 
-Most cases go straight to the validation the program runs first (infra.config.parse, infra.pip_requirements, the
-job's flags through infra.ray_job.workload_config): milliseconds each. One case per kind runs the whole program
+Most cases go straight to the validation the program runs first (infra.stack.config.parse, infra.job.pip_requirements, the
+job's flags through infra.job.ray_job.workload_config): milliseconds each. One case per kind runs the whole program
 under mocks, to show the refusal comes at preview with nothing registered; the secret cases all do, since what
 they check (the stack's secret keys, Pulumi's typed reads) exists only inside the program.
 """
@@ -12,7 +12,10 @@ import dataclasses
 
 import pytest
 
-from infra import config, feasibility, pip_requirements, ray_job
+from infra.stack import config
+from infra.stack import feasibility
+from infra.job import pip_requirements
+from infra.job import ray_job
 from tests.pulumi_mocks import Secret, run_program_expecting_error, stack_settings
 from tests.stacks import INSTANCE_FACTS
 from workload import cli
@@ -110,7 +113,7 @@ SECRET_ECHOES = {
                                   "trainPip"),
     "a URL requirement with a token": ({"trainPip": [f"pkg @ https://{TOKEN}@example.com/pkg.whl"]}, "trainPip"),
 }
-# The same, from the checks that need the cloud's answers (infra.feasibility.check), through the whole program.
+# The same, from the checks that need the cloud's answers (infra.stack.feasibility.check), through the whole program.
 SECRET_ECHOES_AT_PREVIEW = {
     "a secret dataset on this machine": ({**JOB_ON, "trainDataset": Secret(f"/home/{TOKEN}/corpus.jsonl")},
                                          "trainDataset"),
@@ -240,7 +243,7 @@ def test_a_run_name_that_is_a_directory_of_its_own_is_refused(name):
 
 
 def test_export_onto_an_existing_file_is_one_line_and_exit_2(tmp_path, capsys):
-    from workload import export
+    from workload.checkpoint import export
 
     existing = tmp_path / "model.safetensors"
     existing.write_text("not a directory")

@@ -12,8 +12,9 @@ from unittest import mock
 
 import pytest
 
-from infra import network, ray_security
-from infra.raycluster import KNOWN_IMAGES, containers, ray_cluster_manifest
+from infra.aws import network
+from infra.kubernetes import ray_security
+from infra.kubernetes.raycluster import KNOWN_IMAGES, containers, ray_cluster_manifest
 from tests.pulumi_mocks import (
     ACCOUNT_ID, DEPLOYER_IP, DEPLOYER_ROLE_ARN, STACKS, ProgramRun, Secret, is_secret_value, plain_strings, program,
     ray_pods_role, run_program, run_program_expecting_error, stack_settings,
@@ -219,7 +220,7 @@ def test_ray_containers_drop_capabilities_but_what_efa_needs(stack):
         assert context["seccompProfile"] == {"type": "RuntimeDefault"}, f"{stack} {group}: seccomp RuntimeDefault"
         assert not context.get("privileged"), group
         added = context["capabilities"].get("add", [])
-        # EFA memory registration pins pages against RLIMIT_MEMLOCK unless CAP_IPC_LOCK (infra/ray_security.py).
+        # EFA memory registration pins pages against RLIMIT_MEMLOCK unless CAP_IPC_LOCK (infra/kubernetes/ray_security.py).
         assert added == (["IPC_LOCK"] if group != "head" else []), f"{stack} {group}: added {added}"
         assert {"secretRef": {"name": "ray-train-secret-env"}} in container["envFrom"], f"{stack} {group}"
 

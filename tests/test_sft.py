@@ -2,7 +2,7 @@
 templates, packed batches give each example the loss it has alone, the loss over uneven micro-batches and ranks is
 the global mean over trained tokens, and bad records or templates are refused naming the flag.
 
-The two templates are the published Qwen2.5-Instruct and Llama 3 Instruct ones (workload/sft/templates/, with their
+The two templates are the published Qwen2.5-Instruct and Llama 3 Instruct ones (workload/data/templates/, with their
 provenance), attached to tiny tokenizers built from the repository's sample BPE (data/tokenizer) with each model's
 special tokens added, as their tokenizer_config.json declares them.
 """
@@ -14,9 +14,9 @@ import os
 import pytest
 import torch
 
-from workload import model
+from workload.model import causal_lm as model
 from workload.config import TrainConfig
-from workload.sft import chat, packing, records
+from workload.data import chat, packing, records
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 DATA = os.path.join(HERE, "..", "data")
@@ -237,7 +237,7 @@ def test_accumulated_micro_batches_give_the_step_of_the_whole_batch():
 def test_the_exported_tokenizer_keeps_the_training_template_and_generation_stops_at_the_end_of_a_turn(tmp_path):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from workload.export import save_model_directory
+    from workload.checkpoint.export import save_model_directory
 
     lm = model.build_model(TrainConfig(model_config="tiny"), torch.device("cpu")).lm
     notes = save_model_directory(lm, str(tmp_path), tokenizer=os.path.join(DATA, "chat-tokenizer"),

@@ -142,8 +142,8 @@ def test_no_two_stacks_share_a_name_aws_holds_unique():
 
 
 def test_the_default_cluster_name_is_a_valid_one_for_any_stack_name():
-    from infra.naming import default_cluster_name
-    from infra.config import _CLUSTER_NAME
+    from infra.stack.naming import default_cluster_name
+    from infra.stack.config import _CLUSTER_NAME
     for stack in ("g6e", "Prod_East.1", "a" * 80, "p5", "x.y", "x-y"):
         assert _CLUSTER_NAME.match(default_cluster_name(stack)), f"{stack!r} -> {default_cluster_name(stack)!r}"
     assert default_cluster_name("x.y") != default_cluster_name("x-y"), "stacks whose names only differ in . and -"
@@ -381,7 +381,7 @@ def test_node_groups_wait_for_their_role_policies(stack):
 
 def test_node_roles_hold_node_policies_only():
     """Checkpoint access is the Ray pods' own role (tests/test_security.py); the nodes' roles have none of it."""
-    from infra.cluster import NODE_POLICY_ARNS
+    from infra.aws.cluster import NODE_POLICY_ARNS
 
     run = program("dev", (("trainStoragePath", "s3://ckpt-bucket/runs/dev"),))
     for group in (system_node_group(run), gpu_node_group(run)):

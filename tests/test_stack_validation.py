@@ -8,9 +8,9 @@ import ipaddress
 
 import pytest
 
-from infra import config
-from infra.gpu_nodes import efa_network_interfaces, use_placement_group
-from infra.network import check_gpu_azs, choose_vpc_azs, subnet_plan
+from infra.stack import config
+from infra.aws.gpu_nodes import efa_network_interfaces, use_placement_group
+from infra.aws.network import check_gpu_azs, choose_vpc_azs, subnet_plan
 from tests.pulumi_mocks import run_program_expecting_error, stack_settings
 from tests.stacks import INSTANCE_FACTS
 
@@ -177,7 +177,7 @@ def test_missing_region_fails_before_any_resource(monkeypatch):
 
 
 def test_reservation_candidates_start_with_the_gpu_az():
-    from infra.network import reservation_candidate_azs
+    from infra.aws.network import reservation_candidate_azs
 
     raw = defaults() | {"gpuAvailabilityZone": "us-east-2b", "capacityReserve": True}
     vpc_azs = ("us-east-2a", "us-east-2b", "us-east-2c")

@@ -1,7 +1,7 @@
 """The whole storage path of a run, with the Ray pods' rendered S3 policy enforced (issue 22, item 2).
 
 Ray Train's own StorageContext (its set-up at fit() and persist_current_checkpoint), the job's export
-(workload.storage.writing) and TensorBoard upload (workload.metrics.MetricsLog), and the read back that resuming and
+(workload.storage.writing) and TensorBoard upload (workload.metrics.tensorboard.MetricsLog), and the read back that resuming and
 `workload.export` do (workload.storage.local_copy) run against moto's S3 server through pyarrow and boto3, exactly
 as in a pod, with the credentials of a caller whose policy is the one the program renders for trainStoragePath. Each
 request is authorized as S3 would (tests/s3_policy_server.py: the operation, its action and condition keys) by an
@@ -69,7 +69,8 @@ def test_storage_setup_checkpoint_export_tensorboard_and_read_back_pass_the_pod_
     from ray.train import Checkpoint
     from ray.train.v2._internal.execution.storage import StorageContext
 
-    from workload import metrics, storage
+    from workload import storage
+    from workload.metrics import tensorboard as metrics
 
     context = StorageContext(STORAGE, RUN)  # what fit() builds first: the run directory and its marker file
     shards = tmp_path / "checkpoint"

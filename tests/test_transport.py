@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from workload import transport
+from workload.fabric import transport
 
 FIXTURES = Path(__file__).parent / "fixtures" / "nccl"
 

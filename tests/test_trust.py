@@ -11,7 +11,7 @@ import json
 
 import pulumi
 
-from infra.cluster import cluster_role_trust
+from infra.aws.cluster import cluster_role_trust
 from tests.iam_policy import Request, decide
 from tests.pulumi_mocks import ACCOUNT_ID, DEPLOYER_ROLE_ARN, program, run_program, ray_pods_role
 
@@ -82,7 +82,7 @@ def test_the_secrets_key_has_an_explicit_policy_the_account_governs():
     principals = {s["Principal"]["AWS"]: s for s in statements}
     assert set(principals) == {root, DEPLOYER_ROLE_ARN}, f"who the key policy names: {sorted(principals)}"
     assert decide([{"Statement": [principals[root]]}], Request("kms:Decrypt")) == "Allow", \
-        "the account's IAM policies count (the cluster role's grant, infra/cluster.py), so no lockout"
+        "the account's IAM policies count (the cluster role's grant, infra/aws/cluster.py), so no lockout"
     creator = {"Statement": [principals[DEPLOYER_ROLE_ARN]]}
     assert decide([creator], Request("kms:PutKeyPolicy")) == "Allow" and \
         decide([creator], Request("kms:ScheduleKeyDeletion")) == "Allow", "the creator administers the key"

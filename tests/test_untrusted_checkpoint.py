@@ -1,9 +1,9 @@
-"""A checkpoint is untrusted input (workload/checkpoint_reader.py): a crafted one is refused, with one line naming
-the file, and nothing in it runs, on the resume path (workload.checkpoint.load, which every resuming worker calls
+"""A checkpoint is untrusted input (workload/checkpoint/reader.py): a crafted one is refused, with one line naming
+the file, and nothing in it runs, on the resume path (workload.checkpoint.sharded.load, which every resuming worker calls
 under a process group) and through `python -m workload.export`. A genuine one still loads exactly.
 
 The checkpoints are real DCP checkpoints of a small model and its AdamW state (the `{"model", "optimizer"}` layout
-workload/checkpoint.py saves), then tampered with as an attacker who can write the storage prefix would: a
+workload/checkpoint/sharded.py saves), then tampered with as an attacker who can write the storage prefix would: a
 `.metadata` whose pickle calls os.system, or a non-tensor value (a param_group's lr) replaced by such a pickle.
 """
 from __future__ import annotations
@@ -23,7 +23,10 @@ import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.metadata import BytesStorageMetadata
 from torch.distributed.checkpoint.state_dict import get_state_dict
 
-from workload import checkpoint, checkpoint_reader, cli, export
+from workload import cli
+from workload.checkpoint import sharded as checkpoint
+from workload.checkpoint import reader as checkpoint_reader
+from workload.checkpoint import export
 from workload.config import TINY
 
 
@@ -47,7 +50,7 @@ def _model_and_optimizer() -> tuple[torch.nn.Module, torch.optim.Optimizer]:
 
 
 def _saved(directory: str) -> dict[str, torch.Tensor]:
-    """A genuine checkpoint in workload/checkpoint.py's layout; returns the model weights it holds."""
+    """A genuine checkpoint in workload/checkpoint/sharded.py's layout; returns the model weights it holds."""
     model, optimizer = _model_and_optimizer()
     model_state, optimizer_state = get_state_dict(model, optimizer)
     with warnings.catch_warnings():

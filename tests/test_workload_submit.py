@@ -23,10 +23,13 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from ray.job_submission import JobStatus
 
-from infra import idle_check, monitoring
-from infra.idle_stop import SCALING_ACTIONS
+from infra.kubernetes import idle_check
+from infra.kubernetes import monitoring
+from infra.kubernetes.idle_stop import SCALING_ACTIONS
 from tests import listening_sockets
-from workload import live_metrics, local, submit
+from workload.metrics import live as live_metrics
+from workload.run import local
+from workload.run import submit
 
 # Ray Train's print patch stays at its default (on), as on a real cluster, so the test sees the progress lines a
 # real job log gets.

@@ -26,7 +26,11 @@ import ray.train
 import torch
 from ray.cluster_utils import Cluster
 
-from workload import checkpoint, cli, data, metrics, model, train, trainer
+from workload import cli, train, trainer
+from workload.checkpoint import sharded as checkpoint
+from workload.data import batches as data
+from workload.metrics import tensorboard as metrics
+from workload.model import causal_lm as model
 from workload.config import SUMMARY_PREFIX, TrainConfig
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -257,7 +261,7 @@ def test_the_job_exports_its_weights_and_so_does_the_export_command(reference, t
     from safetensors.torch import load_file
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from workload import export
+    from workload.checkpoint import export
 
     cfg, (result, final) = reference
     out = tmp_path / "model"
@@ -316,7 +320,7 @@ def test_a_chat_fine_tune_learns_the_answers_and_its_export_answers_through_the_
     answers a question through its own chat template, stopping at the end of its turn."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from workload import local
+    from workload.run import local
 
     cfg = dataclasses.replace(CHAT, storage_path=str(tmp_path), run_name="chat")
     summary = _fit_and_count(cfg, train_examples=96, eval_examples=24)

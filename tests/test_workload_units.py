@@ -16,7 +16,12 @@ import ray
 import torch
 import torch.distributed as dist
 
-from workload import data, model, nccl_logs, submit, train, trainer
+from workload import train, trainer
+from workload.data import batches as data
+from workload.data.tokenizer import load_tokenizer
+from workload.model import causal_lm as model
+from workload.fabric import nccl_logs
+from workload.run import submit
 from workload.config import TrainConfig, parse_args
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -93,11 +98,11 @@ def test_every_config_field_has_a_flag_with_help():
 
 
 def test_modules_a_benchmark_reuses_do_not_import_ray():
-    code = ("import sys; import workload.model, workload.data, workload.checkpoint, workload.config, "
-            "workload.nccl_logs, workload.parallel, workload.fabric; print('ray' in sys.modules)")
+    code = ("import sys; import workload.model.causal_lm, workload.data.batches, workload.checkpoint.sharded, workload.config, "
+            "workload.fabric.nccl_logs, workload.model.parallel, workload.fabric.bandwidth; print('ray' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False", \
-        "workload.model/data/checkpoint/config/nccl_logs/parallel/fabric must not import ray"
+        "workload.model.causal_lm/data/checkpoint/config/nccl_logs/parallel/fabric must not import ray"
 
 
 def test_pack_concatenates_documents_with_separator_and_drops_the_tail():
@@ -204,7 +209,7 @@ def test_eval_split_packs_another_split_of_the_hugging_face_dataset(monkeypatch)
     cfg = TrainConfig(model_config="tiny", dataset="org/corpus", tokenizer=TOKENIZER, seq_len=7, batch_size=2,
                       eval_split="validation")
     train, held = data.dataset_blocks(cfg)
-    tokenizer = data.load_tokenizer(TOKENIZER)
+    tokenizer = load_tokenizer(TOKENIZER)
     line = tokenizer("the dog likes the tree .")["input_ids"] + [tokenizer.eos_token_id]
     assert held.tolist() == [line] * 8 and len(train) == 20, f"evaluation: the validation split's blocks {held}"
 
@@ -249,7 +254,7 @@ def test_metrics_reach_tensorboard_files_under_a_remote_run_directory_and_read_b
     """Two attempts of one run, the second resumed at step 3 after the first had logged up to 6 (past its last
     checkpoint): TensorBoard's purge marker leaves steps 1-3 of the first and 4-5 of the second. A file:// URI takes
     the upload path an s3:// storage path takes."""
-    from workload import metrics
+    from workload.metrics import tensorboard as metrics
 
     run = f"file://{tmp_path}/run"
     first = metrics.MetricsLog(run, start_step=0)
@@ -380,7 +385,7 @@ def test_summary_is_the_last_summary_line():
 
 
 def test_unreachable_job_server_is_not_reported_as_an_auth_failure():
-    from workload.local import free_port
+    from workload.run.local import free_port
 
     with pytest.raises(ConnectionError):
         submit.connect(f"http://127.0.0.1:{free_port()}", token="x")
@@ -420,7 +425,7 @@ def test_summary_checkpoint_is_a_usable_uri(storage_path, stored_path, expected)
 def test_local_head_resolves_the_job_entrypoint_with_this_interpreter(monkeypatch, tmp_path):
     """`.venv/bin/python -m workload.local` runs without an activated venv: the job's `python -m workload.train`
     must find this interpreter (and its Ray), not whatever `python` comes first on the caller's PATH."""
-    from workload import local
+    from workload.run import local
 
     monkeypatch.setenv("PATH", "/usr/bin:/bin")
     monkeypatch.setenv("RAY_AUTH_TOKEN", "a-token-from-elsewhere")
@@ -436,7 +441,7 @@ def test_local_head_resolves_the_job_entrypoint_with_this_interpreter(monkeypatc
     (["--seq_len", "100000"], "--seq_len"),
 ])
 def test_local_run_refuses_bad_flags_before_starting_ray(monkeypatch, flags, named):
-    from workload import local
+    from workload.run import local
 
     def no_cluster():
         raise AssertionError("the local Ray cluster must not start for a bad flag")
@@ -448,7 +453,7 @@ def test_local_run_refuses_bad_flags_before_starting_ray(monkeypatch, flags, nam
 
 def test_the_local_run_on_random_tokens_evaluates_nothing():
     """README: `--dataset ''` trains on random tokens; the local defaults' held-out fifth goes with the corpus."""
-    from workload import local
+    from workload.run import local
 
     cfg = local.parse_args(["--dataset", ""])
     assert (cfg.dataset, cfg.eval_fraction, cfg.eval_every) == ("", 0, 0), cfg
@@ -459,7 +464,7 @@ def test_local_run_passes_local_files_by_absolute_path(monkeypatch, tmp_path):
     """The job runs in an uploaded copy of workload/, so relative paths of this machine must not reach it."""
     from contextlib import contextmanager
 
-    from workload import local
+    from workload.run import local
 
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("some text\n")
@@ -512,7 +517,7 @@ class _FakeJobClient:
 
 
 def test_a_dropped_log_stream_falls_back_to_waiting_for_the_job(monkeypatch):
-    from workload import submit
+    from workload.run import submit
 
     client = _FakeJobClient(RuntimeError("Websocket closed abnormally: 1006"))
     monkeypatch.setattr(submit, "connect", lambda address, token: client)
@@ -524,7 +529,7 @@ def test_a_dropped_log_stream_falls_back_to_waiting_for_the_job(monkeypatch):
 
 
 def test_an_interrupted_wait_stops_the_job(monkeypatch):
-    from workload import submit
+    from workload.run import submit
 
     client = _FakeJobClient(KeyboardInterrupt())
     monkeypatch.setattr(submit, "connect", lambda address, token: client)
@@ -543,7 +548,8 @@ def test_a_failed_local_job_still_prints_its_summary_and_exits_1(monkeypatch, ca
     """A diverged run fails its job; the local run still ends with the summary it printed, then one error line."""
     from contextlib import contextmanager
 
-    from workload import cli, local
+    from workload import cli
+    from workload.run import local
 
     @contextmanager
     def fake_cluster():

@@ -131,7 +131,7 @@ def check_aws_cli(run: Callable[[list[str]], tuple[int, str]]) -> Check:
 def stack_config(stack: str) -> dict:
     """The stack's settings: Pulumi.<stack>.yaml over Pulumi.yaml's defaults, keys without the project prefix
     (aws:* keys as they are)."""
-    from infra.config import project_name, schema
+    from infra.stack.config import project_name, schema
 
     path = REPO / f"Pulumi.{stack}.yaml"
     if not path.is_file():
@@ -174,7 +174,7 @@ def check_aws(aws, settings: dict) -> list[Check]:
 
 
 def check_address(settings: dict, read_address: Callable[[], str | None]) -> Check:
-    from infra.network import CHECKIP_URL
+    from infra.aws.network import CHECKIP_URL
 
     if settings.get("apiPublicAccessCidrs"):
         return Check("address", True, f"apiPublicAccessCidrs {settings['apiPublicAccessCidrs']} (set in the stack)")
@@ -192,7 +192,7 @@ def main(argv: Sequence[str] | None = None, aws=None,
     parser.add_argument("--profile", help="AWS profile; unset: AWS_PROFILE or the default credentials")
     args = parser.parse_args(argv)
     settings = stack_config(args.stack)
-    from infra.network import deployer_public_ip
+    from infra.aws.network import deployer_public_ip
     from tools.capacity.aws import Aws
 
     checks = [check_python(), *check_pulumi(run), check_aws_cli(run),

@@ -34,7 +34,7 @@ UNITS = {"percent": (1, "%"), "percentunit": (100, "%"), "bytes": (2**-30, "GiB"
 
 def dashboard_panels() -> dict[str, str]:
     """Panel title -> Grafana unit, in the dashboard's order."""
-    from infra.monitoring import TRAINING_PANELS
+    from infra.kubernetes.monitoring import TRAINING_PANELS
 
     return {title: unit for title, _, unit, _ in TRAINING_PANELS}
 

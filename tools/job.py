@@ -16,20 +16,19 @@ token from its Secret and a port-forward to the head's job server all go through
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import sys
 import time
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable, ContextManager, Iterator, Sequence
+from typing import Any, Callable, ContextManager, Sequence
 
-from infra.ray_job import RUN_METADATA, STACK_METADATA, JobServer, head_job_server
-from infra.raycluster import auth_secret_name
+from infra.job.ray_job import RUN_METADATA, JobServer
 from tools import job_submit
 from tools.job_submit import submit_command
-from tools.kube import api_client, talking_to
-from tools.status import stack_settings
+from tools.kube import api_client
+from tools.job_server import connect, job_server, stack_jobs
+from tools.stack import stack_settings
 from workload import cli
 
 # `stop` waits this long for the job to end: Ray sends its driver SIGTERM, then SIGKILL a few seconds later.
@@ -72,39 +71,8 @@ def kubernetes_job_server(args: argparse.Namespace) -> ContextManager[JobServer]
     return job_server(api_client(args.kubeconfig), namespace, cluster)
 
 
-@contextlib.contextmanager
-def job_server(api: Any, namespace: str, cluster: str) -> Iterator[JobServer]:
-    """The RayCluster's job server through a port-forward, with its token; failures as cli.EnvironmentProblem."""
-    with contextlib.ExitStack() as entered:
-        try:
-            with talking_to(f"the RayCluster {namespace}/{cluster}"):
-                server = entered.enter_context(head_job_server(api, namespace, cluster, auth_secret_name(cluster)))
-        except RuntimeError as error:  # no running head pod, no token Secret
-            raise cli.EnvironmentProblem(str(error), hint="`python -m tools.status` shows the RayCluster") from None
-        yield server
-
-
-def connect(server: JobServer) -> Any:
-    from workload import submit
-
-    try:
-        return submit.connect(server.address, server.token)
-    except submit.JobAuthenticationError as error:
-        raise cli.EnvironmentProblem(str(error)) from None
-    except (ConnectionError, RuntimeError) as error:
-        raise cli.EnvironmentProblem(f"the Ray job server cannot be reached through the port-forward: {error}",
-                                     hint="is the head pod ready (`python -m tools.status`)?") from None
-
-
-def stack_jobs(client: Any, stack: str | None) -> list[Any]:
-    """The jobs the stack's TrainingJob submitted (all stacks' without `stack`), oldest first."""
-    jobs = [job for job in client.list_jobs()
-            if STACK_METADATA in (job.metadata or {}) and stack in (None, job.metadata[STACK_METADATA])]
-    return sorted(jobs, key=lambda job: job.start_time or 0)
-
-
 def chosen_job(client: Any, args: argparse.Namespace) -> Any:
-    from workload import submit
+    from workload.run import submit
 
     if args.job:
         job = submit.job_info(client, args.job)
@@ -144,7 +112,7 @@ def list_command(client: Any, args: argparse.Namespace) -> int:
 
 
 def logs_command(client: Any, args: argparse.Namespace) -> int:
-    from workload import submit
+    from workload.run import submit
 
     job = chosen_job(client, args)
     if not args.follow:
@@ -177,7 +145,8 @@ def _ended(client: Any, job_id: str, status: Any) -> int:
 
 
 def summary_command(client: Any, args: argparse.Namespace) -> int:
-    from workload import submit, transport
+    from workload.run import submit
+    from workload.fabric import transport
 
     job = chosen_job(client, args)
     logs = client.get_job_logs(job.submission_id)
@@ -199,7 +168,7 @@ def summary_command(client: Any, args: argparse.Namespace) -> int:
 
 
 def stop_command(client: Any, args: argparse.Namespace) -> int:
-    from workload import submit
+    from workload.run import submit
 
     job = chosen_job(client, args)
     if job.status in submit.TERMINAL:

@@ -24,7 +24,7 @@ TRAIN_COLOR, EVAL_COLOR, RATE_COLOR = "#1f77b4", "#d62728", "#2ca02c"
 
 
 def render(scalars: dict[str, list[tuple[int, float]]], title: str) -> str:
-    """The SVG document for a run's scalars (workload.metrics.read_scalars)."""
+    """The SVG document for a run's scalars (workload.metrics.tensorboard.read_scalars)."""
     if not scalars.get("train/loss"):
         raise cli.UsageError("the run's event files hold no train/loss: is RUN a run directory of this job?")
     last_step = max(step for points in scalars.values() for step, _ in points)
@@ -46,7 +46,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--title", default="", help="the picture's title; empty: the run's name")
     args = parser.parse_args(argv)
     check_out(args.out)
-    from workload import metrics, storage
+    from workload import storage
+    from workload.metrics import tensorboard as metrics
 
     run = args.run.rstrip("/")
     # The job's summary names the event files' directory itself (`tensorboard`): take that too.

@@ -14,15 +14,15 @@ import sys
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-import yaml
 
-from infra.addons import GPU_WORKER_NODE_SELECTOR
-from infra import monitoring
-from infra.config import PROJECT_FILE, project_name, schema
-from infra.portforward import CLUSTER_LABEL, NODE_TYPE_LABEL
-from infra.preflight import EFA_RESOURCE, GPU_RESOURCE, is_gpu_worker, is_ready, plain
-from infra.ray_job import RUN_METADATA
-from infra.raycluster import RAYCLUSTER_API_VERSION
+from infra.kubernetes.addons import GPU_WORKER_NODE_SELECTOR
+from infra.kubernetes import monitoring
+from tools.stack import stack_key, stack_settings
+from infra.kubernetes.portforward import CLUSTER_LABEL, NODE_TYPE_LABEL
+from infra.job.preflight import is_gpu_worker, is_ready, plain
+from infra.kubernetes.devices import EFA_RESOURCE, GPU_RESOURCE
+from infra.job.ray_job import RUN_METADATA
+from infra.kubernetes.raycluster import RAYCLUSTER_API_VERSION
 from tools.kube import REQUEST_TIMEOUT_S, api_client, talking_to
 from workload import cli
 
@@ -130,31 +130,6 @@ def is_up(status: dict) -> bool:
     return bool(cluster) and cluster["state"] == "ready" and cluster["ready_workers"] == cluster["desired_workers"]
 
 
-def stack_settings(stack: str | None) -> tuple[str, str]:
-    """(namespace, RayCluster name) of a stack: its Pulumi.<stack>.yaml, else Pulumi.yaml's defaults."""
-    keys = schema()
-    namespace, cluster = keys["rayNamespace"]["default"], keys["rayClusterName"]["default"]
-    if stack:
-        stack_file = PROJECT_FILE.parent / f"Pulumi.{stack}.yaml"
-        if not stack_file.is_file():
-            stacks = sorted(path.name.split(".")[1] for path in PROJECT_FILE.parent.glob("Pulumi.*.yaml"))
-            raise cli.UsageError(f"--stack {stack}: no {stack_file.name} here; stacks: {', '.join(stacks)}")
-        config = (yaml.safe_load(stack_file.read_text()) or {}).get("config") or {}
-        prefix = project_name()
-        namespace = config.get(f"{prefix}:rayNamespace", namespace)
-        cluster = config.get(f"{prefix}:rayClusterName", cluster)
-    return namespace, cluster
-
-
-def stack_key(stack: str | None, key: str) -> Any:
-    """One of the project's keys as the stack sets it (Pulumi.<stack>.yaml), else Pulumi.yaml's default."""
-    value = schema()[key]["default"]
-    if stack:
-        config = (yaml.safe_load((PROJECT_FILE.parent / f"Pulumi.{stack}.yaml").read_text()) or {}).get("config") or {}
-        value = config.get(f"{project_name()}:{key}", value)
-    return value
-
-
 def dashboard_lines(stack: str | None, kubeconfig: Path | None, gpu_nodes: int) -> list[str]:
     """How to open the metrics, and why there may be no GPU nodes (issue 24)."""
     lines = []
@@ -171,8 +146,8 @@ def dashboard_lines(stack: str | None, kubeconfig: Path | None, gpu_nodes: int) 
 def read_jobs(api_client: Any, namespace: str, cluster_name: str, stack: str | None) -> dict:
     """The stack's jobs that run now, or why they could not be read: the job server is a second way in (a
     port-forward to the head pod), and a cluster without one is still worth its status."""
-    from tools.job import connect, job_server, stack_jobs
-    from workload.submit import TERMINAL
+    from tools.job_server import connect, job_server, stack_jobs
+    from workload.run.submit import TERMINAL
 
     try:
         with job_server(api_client, namespace, cluster_name) as server:

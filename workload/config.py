@@ -15,7 +15,7 @@ import os
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
-from workload import architectures
+from workload.model import architectures
 
 # The published config.json of the architectures known before any download (workload/architectures: Qwen2.5,
 # Qwen3, Llama 3.x, Mistral). Qwen/Qwen2.5-1.5B's fields make `qwen2.5-1.5b`, so it benchmarks the real architecture
@@ -38,10 +38,10 @@ TINY = dict(
     tie_word_embeddings=True,
 )
 # Plain dicts here (no transformers import), so the Pulumi program can judge a job's shape at preview. Both are
-# Qwen2Config keyword arguments (workload.model builds them), so workload.memory counts them as Qwen2.
+# Qwen2Config keyword arguments (workload.model.causal_lm builds them), so workload.model.memory counts them as Qwen2.
 ARCHITECTURES = {"tiny": TINY, "qwen2.5-1.5b": QWEN2_5_1_5B}
 MODEL_CONFIGS = tuple(ARCHITECTURES)
-"""Names accepted by --model_config (architectures built with random weights, see workload.model)."""
+"""Names accepted by --model_config (architectures built with random weights, see workload.model.causal_lm)."""
 
 # Why an s3:// --model_id (trainModelId) must name a directory under a bucket; the preview refuses with the same words.
 S3_MODEL_DIRECTORY = ("a model in S3 is a directory, s3://bucket/prefix/ holding config.json and *.safetensors, not "
@@ -49,21 +49,21 @@ S3_MODEL_DIRECTORY = ("a model in S3 is a directory, s3://bucket/prefix/ holding
 # A --dataset with one of these suffixes is a file, local or remote (s3://...), rather than a Hugging Face id.
 DATASET_FILE_SUFFIXES = (".txt", ".jsonl", ".json", ".parquet")
 DATA_FORMATS = ("text", "chat", "prompt-completion")
-"""Names accepted by --data_format: raw text packed as today, or supervised fine-tuning records (workload/sft/)."""
+"""Names accepted by --data_format: raw text packed as today, or supervised fine-tuning records (workload/data/)."""
 CHAT_TEMPLATES = ("qwen2.5", "llama3")
-"""Names accepted by --chat_template besides a .jinja file: the published templates in workload/sft/templates/."""
+"""Names accepted by --chat_template besides a .jinja file: the published templates in workload/data/templates/."""
 TRUNCATIONS = ("truncate", "split")
 """Names accepted by --truncation: what happens to a chat or prompt-completion example longer than --seq_len."""
 SHARDINGS = ("auto", "full", "hybrid")
-"""Names accepted by --sharding (workload.parallel chooses between full and hybrid for auto)."""
+"""Names accepted by --sharding (workload.model.parallel chooses between full and hybrid for auto)."""
 REDUCE_DTYPES = ("auto", "fp32", "bf16")
-"""Names accepted by --reduce_dtype (workload.parallel resolves auto)."""
+"""Names accepted by --reduce_dtype (workload.model.parallel resolves auto)."""
 LR_SCHEDULES = ("constant", "linear", "cosine")
-"""Names accepted by --lr_schedule (workload.model.learning_rate_at)."""
+"""Names accepted by --lr_schedule (workload.model.causal_lm.learning_rate_at)."""
 EXPORTS = ("final", "checkpoints", "none")
 """Names accepted by --export: when the job writes a Hugging Face model directory."""
 
-# The job's last line: `TRAIN_SUMMARY {json}` (workload/train.py prints it, workload/submit.py parses it). Here, in
+# The job's last line: `TRAIN_SUMMARY {json}` (workload/train.py prints it, workload/run/submit.py parses it). Here, in
 # a module that imports nothing heavy, so that neither side needs torch to agree on it.
 SUMMARY_PREFIX = "TRAIN_SUMMARY "
 # A line printed once the first steps of an attempt have run: `TRAIN_TRANSPORT {json}`, every rank's NCCL transport
@@ -317,7 +317,7 @@ class TrainConfig:
     @property
     def architecture(self) -> dict | None:
         """The architecture this run trains, when known without the hub: --model_config's, or the published config
-        of a --model_id the project ships (workload.architectures); None for any other model."""
+        of a --model_id the project ships (workload.model.architectures); None for any other model."""
         if self.model_config:
             return dict(ARCHITECTURES[self.model_config])
         return architectures.published(self.model_id)

@@ -3,7 +3,7 @@ Pulumi job resource and `python -m workload.local` submit it); `--help` lists ev
 
 It checks the flags before torch, transformers and Ray load (so a typo or `--help` answers at once), joins the
 running Ray cluster, runs the TorchTrainer (workload/trainer.py) and ends by printing one line,
-`TRAIN_SUMMARY {json}`, that workload/submit.py parses. The line is strict JSON: a value that is not a number is
+`TRAIN_SUMMARY {json}`, that workload/run/submit.py parses. The line is strict JSON: a value that is not a number is
 null. A loss that turns NaN or infinite stops the run at that step and fails the job (exit 1).
 
 `--time_limit_s` is the job's own deadline (the stack's trainTimeoutMinutes): the Ray Jobs API has no time limit

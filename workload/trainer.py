@@ -5,8 +5,8 @@ running cluster, and `run` sizes the workers from its GPUs, fits, and returns th
 The same code runs on CPU processes (gloo) and on GPUs (NCCL).
 
 Under the run's directory (storage_path/run_name) Ray Train keeps the checkpoints; rank 0 adds the TensorBoard event
-files (tensorboard/, workload/metrics.py) and the model as a Hugging Face directory (model_<step>/, gathered from
-every rank's shards, workload/export.py).
+files (tensorboard/, workload/metrics/tensorboard.py) and the model as a Hugging Face directory (model_<step>/, gathered from
+every rank's shards, workload/checkpoint/export.py).
 """
 from __future__ import annotations
 
@@ -29,15 +29,19 @@ import torch.distributed as dist
 from ray.util.queue import Queue
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from workload import checkpoint as checkpoints
-from workload import fabric, memory_plan, model_files, parallel, storage
+from workload.checkpoint import sharded as checkpoints
+from workload import storage
+from workload.fabric import bandwidth as fabric
+from workload.model import memory_plan
+from workload.model import files as model_files
+from workload.model import parallel
 from workload.config import TRANSPORT_PREFIX, TrainConfig
-from workload.data import check_dataset, check_tokenizer, make_data
-from workload.export import save_model_directory
+from workload.data.batches import check_dataset, check_tokenizer, make_data
+from workload.checkpoint.export import save_model_directory
 from workload.gc_control import StepCollector
-from workload.live_metrics import LiveMetrics
-from workload.metrics import MetricsLog
-from workload.model import (
+from workload.metrics.live import LiveMetrics
+from workload.metrics.tensorboard import MetricsLog
+from workload.model.causal_lm import (
     build_mesh,
     build_model,
     build_optimizer,
@@ -55,7 +59,7 @@ from workload.model import (
     shard_model,
     train_step,
 )
-from workload.nccl_logs import gather_transport_lines
+from workload.fabric.nccl_logs import gather_transport_lines
 
 # How long the driver waits for RAY_ADDRESS's GCS port to accept a connection before saying nothing is there.
 GCS_PROBE_TIMEOUT_S = 5
@@ -218,7 +222,7 @@ def train_func(config: dict) -> None:
 
 def _plan_memory(cfg: TrainConfig, world_size: int, ranks_per_node: int,
                  device: torch.device) -> tuple[TrainConfig, memory_plan.MemoryPlan | None]:
-    """The flags with workload.memory_plan's levers on a GPU (the preview chose the same for a stack's job); none on
+    """The flags with workload.model.memory_plan's levers on a GPU (the preview chose the same for a stack's job); none on
     CPU, whose memory is the host's. A request that nothing makes fit stops here, before any weights load."""
     if device.type != "cuda":
         return cfg, None
@@ -264,7 +268,7 @@ def tokenizer_of(cfg: TrainConfig) -> str:
 
 def chat_template_of(cfg: TrainConfig) -> str:
     """The text of --chat_template, which the exported tokenizer keeps; empty keeps the tokenizer's own."""
-    from workload.sft.chat import template_text
+    from workload.data.chat import template_text
 
     return template_text(cfg.chat_template) if cfg.chat_template else ""
 

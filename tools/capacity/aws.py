@@ -11,7 +11,7 @@ import boto3
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError, EndpointConnectionError, NoCredentialsError, ProfileNotFound
 
-from infra.capacity_reservation import error_code, error_message
+from infra.aws.capacity_reservation import error_code, error_message
 from workload import cli
 
 _CLIENT_CONFIG = Config(retries={"mode": "standard", "max_attempts": 5})

@@ -1,0 +1,223 @@
+"""Idle GPUs stop billing (issue 24), like SkyPilot's autostop: with `gpuIdleStopMinutes` set, a CronJob in the Ray
+namespace scales the GPU node group to zero once no Ray job has run for that long; the cluster, the system node, the
+RayCluster (its workers Pending), the stack's outputs and the checkpoints in S3 stay.
+
+Where the check runs. In the cluster, next to the job server it asks (the head's Jobs API through its service, with
+the RayCluster's token from the Secret KubeRay made), on the system node, every CHECK_SCHEDULE; it calls EKS
+UpdateNodegroupConfig with its own IAM role through EKS Pod Identity, allowed eks:DescribeNodegroup and
+eks:UpdateNodegroupConfig on the GPU node group's ARN and nothing else. Not a Lambda: it would need a way into the
+cluster's private job server (a VPC function, the token in Secrets Manager), for the same two calls. The script is
+infra/kubernetes/idle_check.py, mounted as it is.
+
+Waking. `pulumi up` with a job to run (trainEnabled, a new trainRunId) first sets the node group's desired size back
+to gpuNodeCount (`GpuNodesAwake`, a small dynamic resource), and the job then waits for its workers like a first run.
+By hand: the `gpuWakeCommand` output (`aws eks update-nodegroup-config ...`). The program declares minSize 0 and
+ignores desiredSize on the node group while the idle stop is on (ignore_changes), so `pulumi up` does not fight a
+stopped group, nor start it without a job.
+
+What still bills while stopped: the EKS control plane ($0.10/h), the NAT gateway (hourly and per GB), the system
+node (m7i.xlarge by default), the GPU nodes' nothing (their root volumes go with the instances), S3, CloudWatch logs,
+and a capacity reservation: an On-Demand Capacity Reservation bills at the On-Demand rate whether instances run in it
+or not, and a Capacity Block is paid up front, so with either the idle stop saves nothing on the GPUs (the program
+warns at preview). `pulumi destroy` is what stops everything.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pulumi
+import pulumi_aws as aws
+import pulumi_kubernetes as k8s
+from pulumi.dynamic import CreateResult, DiffResult, ResourceProvider, UpdateResult
+
+from infra.aws import identity as aws_identity
+from infra.kubernetes import ray_security
+from infra.kubernetes.addons import SYSTEM_NODE_SELECTOR
+from infra.stack.config import AwsIdentity
+from infra.aws.pod_identity import trust_policy
+from infra.kubernetes.portforward import CLUSTER_LABEL, NODE_TYPE_LABEL
+from infra.kubernetes.raycluster import DASHBOARD_PORT, auth_secret_name, head_service_name
+
+CHECK_SCRIPT = Path(__file__).with_name("idle_check.py")
+CHECK_SCHEDULE = "*/5 * * * *"
+# The pod carries this label and not the RayCluster's, so the Ray namespace's policy for Ray pods does not apply to it.
+IDLE_STOP_LABEL = {"app.kubernetes.io/name": "ray-idle-stop"}
+SCALING_ACTIONS = ("eks:DescribeNodegroup", "eks:UpdateNodegroupConfig")
+# Python importing Ray and boto3 in the training image: a few hundred MiB, for seconds every five minutes.
+CHECK_RESOURCES = {"requests": {"cpu": "100m", "memory": "512Mi"}, "limits": {"memory": "512Mi"}}
+MINIMUM_MINUTES = 10
+
+
+def idle_stop_name(cluster_name: str) -> str:
+    return f"{cluster_name}-idle-stop"
+
+
+def scaling_policy(nodegroup_arn: str) -> str:
+    """The check's IAM policy: the two calls it makes, on the GPU node group only."""
+    return json.dumps({"Version": "2012-10-17", "Statement": [
+        {"Effect": "Allow", "Action": list(SCALING_ACTIONS), "Resource": nodegroup_arn}]})
+
+
+def cronjob_manifest(*, namespace: str, cluster_name: str, image: str, eks_cluster: pulumi.Input[str],
+                     nodegroup_name: pulumi.Input[str], region: str, idle_minutes: int) -> dict:
+    name = idle_stop_name(cluster_name)
+    env = {"RAY_JOB_SERVER": f"http://{head_service_name(cluster_name)}.{namespace}.svc:{DASHBOARD_PORT}",
+           "EKS_CLUSTER": eks_cluster, "GPU_NODEGROUP": nodegroup_name, "AWS_REGION": region,
+           "IDLE_MINUTES": str(idle_minutes),
+           # The image's NVIDIA hook fails on a node without GPUs unless told there are none (as on the Ray head).
+           "NVIDIA_VISIBLE_DEVICES": "void"}
+    pod = {
+        "metadata": {"labels": dict(IDLE_STOP_LABEL)},
+        "spec": {
+            "serviceAccountName": name,
+            "automountServiceAccountToken": False,  # it calls AWS and Ray, never the Kubernetes API
+            "nodeSelector": dict(SYSTEM_NODE_SELECTOR),
+            "restartPolicy": "Never",
+            "containers": [{
+                "name": "idle-check",
+                "image": image,
+                "command": ["python3", f"/opt/idle-stop/{CHECK_SCRIPT.name}"],
+                "env": [*({"name": key, "value": value} for key, value in env.items()),
+                        {"name": "RAY_AUTH_TOKEN", "valueFrom": {"secretKeyRef": {
+                            "name": auth_secret_name(cluster_name), "key": "auth_token"}}}],
+                "volumeMounts": [{"name": "script", "mountPath": "/opt/idle-stop", "readOnly": True}],
+                "resources": CHECK_RESOURCES,
+                "securityContext": ray_security.container_security_context(efa=False),
+            }],
+            "volumes": [{"name": "script", "configMap": {"name": name}}],
+        },
+    }
+    return {
+        "apiVersion": "batch/v1", "kind": "CronJob",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "schedule": CHECK_SCHEDULE,
+            "concurrencyPolicy": "Forbid",
+            "startingDeadlineSeconds": 240,
+            "successfulJobsHistoryLimit": 1,
+            "failedJobsHistoryLimit": 3,
+            "jobTemplate": {"spec": {"backoffLimit": 0, "activeDeadlineSeconds": 240, "ttlSecondsAfterFinished": 3600,
+                                     "template": pod}},
+        },
+    }
+
+
+def network_policies(*, namespace: str, cluster_name: str) -> list[dict]:
+    """The check's way through the default deny: out to the head's job server, DNS, AWS's public endpoints (EKS) and
+    the Pod Identity agent; the head admits it on the job server's port."""
+    check_pod = {"matchLabels": dict(IDLE_STOP_LABEL)}
+    head = {"matchLabels": {CLUSTER_LABEL: cluster_name, NODE_TYPE_LABEL: "head"}}
+    name = idle_stop_name(cluster_name)
+
+    def policy(suffix: str, spec: dict) -> dict:
+        return {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+                "metadata": {"name": f"{name}-{suffix}", "namespace": namespace}, "spec": spec}
+
+    job_server = [{"protocol": "TCP", "port": DASHBOARD_PORT}]
+    return [
+        policy("egress", {"podSelector": check_pod, "policyTypes": ["Egress"], "egress": [
+            {"to": [{"podSelector": head}], "ports": job_server},
+            {"to": [ray_security.DNS_PEER],
+             "ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]},
+            {"to": [{"ipBlock": {"cidr": "0.0.0.0/0", "except": list(ray_security.NON_PUBLIC_CIDRS)}}],
+             "ports": [{"protocol": "TCP", "port": ray_security.HTTPS_PORT}]},
+            {"to": [{"ipBlock": {"cidr": ray_security.POD_IDENTITY_AGENT_CIDR}}],
+             "ports": [{"protocol": "TCP", "port": ray_security.POD_IDENTITY_AGENT_PORT}]},
+        ]}),
+        policy("to-head", {"podSelector": head, "policyTypes": ["Ingress"],
+                           "ingress": [{"from": [{"podSelector": check_pod}], "ports": job_server}]}),
+    ]
+
+
+def wake_command(cluster: str, nodegroup: str, node_count: int, region: str) -> str:
+    return (f"aws eks update-nodegroup-config --region {region} --cluster-name {cluster} --nodegroup-name {nodegroup} "
+            f"--scaling-config minSize=0,maxSize={node_count},desiredSize={node_count}")
+
+
+class IdleStop(pulumi.ComponentResource):
+    """The check's IAM role (Pod Identity), service account, script, CronJob and NetworkPolicies."""
+
+    def __init__(self, name: str, *, provider: k8s.Provider, cluster_name: pulumi.Input[str], eks_cluster_name: str,
+                 eks_cluster_arn: str, namespace: pulumi.Input[str], namespace_name: str, ray_cluster_name: str,
+                 image: str,
+                 nodegroup_name: pulumi.Input[str], nodegroup_arn: pulumi.Input[str], region: str, idle_minutes: int,
+                 tags: dict[str, str], opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("raytrain:infra:IdleStop", name, None, opts)
+        service_account = idle_stop_name(ray_cluster_name)
+        role = aws.iam.Role(f"{name}-role",
+                            description=f"EKS {eks_cluster_name}: scale the GPU node group to 0 when idle",
+                            assume_role_policy=trust_policy(eks_cluster_arn, eks_cluster_name, namespace_name,
+                                                            service_account),
+                            tags=tags, opts=pulumi.ResourceOptions(parent=self))
+        policy = aws.iam.RolePolicy(f"{name}-scaling", role=role.id,
+                                    policy=pulumi.Output.from_input(nodegroup_arn).apply(scaling_policy),
+                                    opts=pulumi.ResourceOptions(parent=role))
+        association = aws.eks.PodIdentityAssociation(
+            f"{name}-association", cluster_name=cluster_name, namespace=namespace_name,
+            service_account=service_account, role_arn=role.arn, tags=tags,
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[policy]))
+        in_cluster = pulumi.ResourceOptions(parent=self, provider=provider)
+        account = k8s.core.v1.ServiceAccount(
+            f"{name}-sa", metadata={"name": service_account, "namespace": namespace},
+            automount_service_account_token=False, opts=in_cluster)
+        script = k8s.core.v1.ConfigMap(
+            f"{name}-script", metadata={"name": service_account, "namespace": namespace},
+            data={CHECK_SCRIPT.name: CHECK_SCRIPT.read_text()}, opts=in_cluster)
+        self.network_policies = [
+            k8s.networking.v1.NetworkPolicy(f"{name}-{p['metadata']['name']}",
+                                            metadata={**p["metadata"], "namespace": namespace}, spec=p["spec"],
+                                            opts=in_cluster)
+            for p in network_policies(namespace=namespace_name, cluster_name=ray_cluster_name)]
+        manifest = cronjob_manifest(namespace=namespace_name, cluster_name=ray_cluster_name, image=image,
+                                    eks_cluster=cluster_name, nodegroup_name=nodegroup_name, region=region,
+                                    idle_minutes=idle_minutes)
+        # Pods get Pod Identity credentials only if the association exists when they are created.
+        self.cron_job = k8s.batch.v1.CronJob(
+            f"{name}-cronjob", metadata={**manifest["metadata"], "namespace": namespace}, spec=manifest["spec"],
+            opts=pulumi.ResourceOptions(parent=self, provider=provider,
+                                        depends_on=[association, account, script, *self.network_policies]))
+        self.register_outputs({"cron_job": self.cron_job.metadata["name"]})
+
+
+# ---- waking the nodes for a job (pulumi up) ------------------------------------------------------------------------
+
+class _WakeProvider(ResourceProvider):
+    """create/update: set the node group's desired size back to node_count, then wait until EKS reports the group
+    ACTIVE (the nodes join after; the job waits for its workers). delete: nothing (the node group is the program's)."""
+
+    def _wake(self, props: dict[str, Any]) -> dict[str, Any]:
+        from infra.kubernetes import idle_check
+
+        identity = aws_identity.identity_from_props(props)
+        boto_session = aws_identity.session(identity, props["region"])
+        aws_identity.check_account(boto_session, identity)
+        eks = boto_session.client("eks")
+        woken = idle_check.wake(eks, props["cluster"], props["nodegroup"], int(props["node_count"]))
+        if woken:
+            eks.get_waiter("nodegroup_active").wait(clusterName=props["cluster"], nodegroupName=props["nodegroup"])
+        return {**props, "woken": woken}
+
+    def create(self, props: dict[str, Any]) -> CreateResult:
+        return CreateResult(id_=f"{props['cluster']}/{props['nodegroup']}", outs=self._wake(props))
+
+    def diff(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> DiffResult:
+        changed = [key for key in ("run_id", "node_count", "nodegroup") if olds.get(key) != news.get(key)]
+        return DiffResult(changes=bool(changed), replaces=[], delete_before_replace=False)
+
+    def update(self, _id: str, _olds: dict[str, Any], news: dict[str, Any]) -> UpdateResult:
+        return UpdateResult(outs=self._wake(news))
+
+
+class GpuNodesAwake(pulumi.dynamic.Resource, module="raytrain", name="GpuNodesAwake"):
+    """The GPU node group at gpuNodeCount before this run's job (trainRunId) is submitted."""
+
+    woken: pulumi.Output[bool]
+
+    def __init__(self, name: str, *, cluster: pulumi.Input[str], nodegroup: pulumi.Input[str], node_count: int,
+                 run_id: str, region: str, identity: AwsIdentity, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__(_WakeProvider(), name, {
+            "cluster": cluster, "nodegroup": nodegroup, "node_count": node_count, "run_id": run_id, "region": region,
+            "profile": identity.profile or "", "role_arn": identity.role_arn or "",
+            "account_id": identity.account_id or "", "woken": None}, opts)

@@ -1,0 +1,166 @@
+"""The architecture of the stack's model, at preview: what the memory plan and the sequence-length check read.
+
+In order: a random-weight architecture (trainModelConfig); the published config.json the project ships
+(workload/architectures); for any other Hugging Face id, its config.json from the Hub (huggingface_hub's
+hf_hub_download, which honours HF_ENDPOINT and HF_HUB_OFFLINE, with trainSecretEnv's HF_TOKEN for a gated or private
+model); for an s3://bucket/prefix/ model directory, its config.json through boto3 as the stack's AWS identity.
+
+A model that cannot exist for the job (no such repo, a gated one without a token that has access, no config.json, a
+file that is not a decoder's config) is refused here, naming trainModelId; one that cannot be read from this machine
+(no network, S3 access denied to the deployer) is `Unknown` with the reason, and the preview warns as it did before.
+The token is handed to huggingface_hub and never printed: refusals name HF_TOKEN, not its value.
+"""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import dataclass
+from typing import Any
+
+from infra.stack.config import AwsIdentity, s3_location
+from workload.model import architectures
+from workload.config import ARCHITECTURES
+
+CONFIG_FILE = "config.json"
+HUB_TOKEN_VARIABLE = "HF_TOKEN"
+# What workload.model.memory reads of a config; a config without them (a multimodal wrapper with text_config, an encoder)
+# is not a decoder the memory model knows.
+REQUIRED_FIELDS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "vocab_size")
+# Mixture-of-experts configs carry one of these; workload.model.memory counts dense layers only.
+EXPERT_FIELDS = ("num_experts", "num_local_experts", "n_routed_experts")
+# Seconds to wait for the Hub's answer before calling it unreachable (huggingface_hub's own default is 10).
+HUB_TIMEOUT_S = 10
+
+
+@dataclass(frozen=True)
+class Known:
+    """An architecture, and where it came from (for the preview's messages)."""
+
+    config: dict
+    source: str
+
+
+@dataclass(frozen=True)
+class Unknown:
+    """Not readable from this machine; why."""
+
+    reason: str
+
+
+def resolve(model_id: str, model_config: str = "", *, hub_token: str | None = None,
+            identity: AwsIdentity | None = None, region: str | None = None) -> Known | Unknown:
+    """The architecture of trainModelId / trainModelConfig (see the module docstring). ValueError for a model the
+    job could not load either."""
+    if model_config:
+        return Known(dict(ARCHITECTURES[model_config]), f"trainModelConfig {model_config}")
+    if (shipped := architectures.published(model_id)) is not None:
+        return Known(shipped, f"the published config.json shipped in {architectures.file_for(model_id).name}")
+    if s3_location(model_id, "trainModelId") is not None:
+        return _from_s3(model_id, identity or AwsIdentity(), region)
+    return _from_hub(model_id, hub_token)
+
+
+def check_decoder(config: Any, where: str) -> dict:
+    """A config.json read from storage is untrusted input: a JSON object with the decoder fields, as integers."""
+    if not isinstance(config, dict):
+        raise ValueError(f"config key 'trainModelId': {where} is not a JSON object; allowed: a model whose "
+                         f"{CONFIG_FILE} describes a decoder (hidden_size, num_hidden_layers, ...)")
+    missing = [name for name in REQUIRED_FIELDS if not isinstance(config.get(name), int) or config[name] < 1]
+    if missing:
+        raise ValueError(f"config key 'trainModelId': {where} has no positive integer {', '.join(missing)}, so it is "
+                         "not a decoder-only causal LM this job trains; allowed: a decoder such as Qwen2.5, Qwen3, "
+                         "Llama or Mistral")
+    return config
+
+
+def _dense(config: dict, source: str) -> Known | Unknown:
+    if any(config.get(name) for name in EXPERT_FIELDS):
+        return Unknown(f"{source} describes a mixture-of-experts model, whose memory workload.model.memory does not project")
+    return Known(config, source)
+
+
+# ---- the Hub -----------------------------------------------------------------------------------------------------
+
+def _from_hub(model_id: str, token: str | None) -> Known | Unknown:
+    """config.json through hf_hub_download into a scratch cache (a few kB; the deployer's own cache is not touched).
+    huggingface_hub turns the Hub's answers into its errors (utils/_http.py hf_raise_for_status): X-Error-Code
+    RepoNotFound (401 unauthenticated, 404 authenticated) -> RepositoryNotFoundError, GatedRepo (401 without a token,
+    403 with one not granted) -> GatedRepoError, EntryNotFound -> EntryNotFoundError; no connection ->
+    LocalEntryNotFoundError (file_download.py, _get_metadata_or_catch_error). Only the last is not an answer about
+    the model."""
+    from huggingface_hub import hf_hub_download
+    from huggingface_hub.errors import (
+        GatedRepoError,
+        HfHubHTTPError,
+        LocalEntryNotFoundError,
+        RemoteEntryNotFoundError,
+        RepositoryNotFoundError,
+        RevisionNotFoundError,
+    )
+
+    key = "config key 'trainModelId'"
+    endpoint = os.environ.get("HF_ENDPOINT") or None  # read now, not when huggingface_hub was imported
+    with tempfile.TemporaryDirectory(prefix="raytrain-model-config-") as cache:
+        try:
+            path = hf_hub_download(model_id, CONFIG_FILE, cache_dir=cache, token=token or False, endpoint=endpoint,
+                                   etag_timeout=HUB_TIMEOUT_S)
+            with open(path) as file:
+                text = file.read()
+        except LocalEntryNotFoundError as error:
+            # Before the others: it is also an EntryNotFoundError, but says the Hub could not be reached.
+            return Unknown(f"its {CONFIG_FILE} could not be read from the Hub ({type(error).__name__}: no answer)")
+        except GatedRepoError:
+            if token:
+                raise ValueError(f"{key}: {model_id} is gated and trainSecretEnv's {HUB_TOKEN_VARIABLE} has not been "
+                                 f"granted access; allowed: a token of an account that accepted the model's terms on "
+                                 f"its Hub page") from None
+            raise ValueError(f"{key}: {model_id} is gated on the Hugging Face Hub, and the job would be refused its "
+                             f"weights; set a token with access: `pulumi config set --secret --path "
+                             f"'trainSecretEnv[0]' {HUB_TOKEN_VARIABLE}=...`") from None
+        except RepositoryNotFoundError:
+            hint = ("or private, and trainSecretEnv's HF_TOKEN cannot see it" if token else
+                    f"or private (then set trainSecretEnv {HUB_TOKEN_VARIABLE})")
+            raise ValueError(f"{key}: {model_id} is not a model on the Hugging Face Hub ({hint}); allowed: a Hub "
+                             "model id such as Qwen/Qwen2.5-7B, or s3://bucket/prefix/ holding a model directory") from None
+        except (RemoteEntryNotFoundError, RevisionNotFoundError):
+            raise ValueError(f"{key}: {model_id} has no {CONFIG_FILE} on the Hub, so transformers cannot load it; "
+                             "allowed: a transformers model repo") from None
+        except (HfHubHTTPError, OSError) as error:  # 5xx, 429, a proxy's refusal
+            return Unknown(f"its {CONFIG_FILE} could not be read from the Hub ({type(error).__name__})")
+    try:
+        config = json.loads(text)
+    except json.JSONDecodeError:
+        raise ValueError(f"{key}: {model_id}'s {CONFIG_FILE} on the Hub is not JSON") from None
+    return _dense(check_decoder(config, f"{model_id}'s {CONFIG_FILE}"), f"{model_id}'s {CONFIG_FILE} on the Hub")
+
+
+# ---- S3 ------------------------------------------------------------------------------------------------------------
+
+def _from_s3(model_id: str, identity: AwsIdentity, region: str | None) -> Known | Unknown:
+    """s3://bucket/prefix/config.json as the stack's identity (infra.aws.identity.session)."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    from infra.aws import identity as aws_identity
+
+    bucket, prefix = s3_location(model_id, "trainModelId")
+    key = f"{prefix}/{CONFIG_FILE}" if prefix else CONFIG_FILE
+    where = f"s3://{bucket}/{key}"
+    try:
+        body = aws_identity.session(identity, region).client("s3").get_object(Bucket=bucket, Key=key)["Body"].read()
+    except ClientError as error:
+        code = error.response.get("Error", {}).get("Code", "")
+        if code in ("NoSuchKey", "404"):
+            raise ValueError(f"config key 'trainModelId': {where} does not exist; allowed: s3://bucket/prefix/ of a "
+                             f"model directory (its {CONFIG_FILE} and safetensors files)") from None
+        if code == "NoSuchBucket":
+            raise ValueError(f"config key 'trainModelId': bucket {bucket} does not exist; allowed: s3://bucket/prefix/ "
+                             "of a model directory in an existing bucket") from None
+        return Unknown(f"{where} could not be read as {aws_identity.describe(identity)} ({code or 'error'})")
+    except BotoCoreError as error:
+        return Unknown(f"{where} could not be read as {aws_identity.describe(identity)} ({type(error).__name__})")
+    try:
+        config = json.loads(body)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise ValueError(f"config key 'trainModelId': {where} is not JSON") from None
+    return _dense(check_decoder(config, where), where)

@@ -1,0 +1,144 @@
+"""`python -m workload.export CHECKPOINT OUT`: a sharded training checkpoint as a Hugging Face model directory.
+
+CHECKPOINT is a checkpoint the job saved (`checkpoint_<step>/` under its storage path: a local directory or
+s3://...). OUT receives config.json, generation_config.json, model.safetensors and, when the checkpoint names one,
+the tokenizer: `AutoModelForCausalLM.from_pretrained(OUT)` loads it, and so does any server that reads Hugging
+Face directories.
+
+One process, no GPU, no process group, and one full copy of the weights in host memory: the model is built once
+from the checkpoint's own config.json, and DCP reads each rank's shards straight into its parameters (it reshards
+on read, so the world size the checkpoint was written with does not matter). An s3:// checkpoint is copied to a
+temporary directory first (disk, not memory).
+"""
+from __future__ import annotations
+
+import os
+import sys
+from typing import Sequence
+
+from workload import cli
+
+DTYPES = ("float32", "bfloat16")
+
+
+def export(checkpoint: str, out: str, *, dtype: str = "float32") -> list[str]:
+    """Write the checkpoint's model (and tokenizer) to `out` as a Hugging Face directory; returns notes for the user
+    (a tokenizer that could not be saved). `float32` keeps the trained master weights exactly; `bfloat16` halves the
+    size as most published checkpoints are, at the cost of updates smaller than half a bf16 step."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from workload.checkpoint import reader as checkpoint_reader
+    from workload.checkpoint.sharded import MODEL_KEY, read_record
+    from workload.model.causal_lm import LM_PREFIX
+    from workload.storage import local_copy
+
+    with local_copy(checkpoint) as directory:
+        if not os.path.isfile(os.path.join(directory, "config.json")):
+            raise cli.UsageError(f"CHECKPOINT {checkpoint}: no config.json beside its shards; only checkpoints "
+                                 "saved by this version of the job (workload/checkpoint/sharded.py) can be exported")
+        config = AutoConfig.from_pretrained(directory)
+        model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+        state = {MODEL_KEY: {LM_PREFIX + name: tensor for name, tensor in model.state_dict().items()}}
+        # In place, into the model's parameters; the checkpoint is untrusted input (a crafted one is refused).
+        checkpoint_reader.load(state, directory, no_dist=True)
+        record = read_record(directory)
+        generation = os.path.join(directory, "generation_config.json")
+        if os.path.isfile(generation):
+            from transformers import GenerationConfig
+
+            model.generation_config = GenerationConfig.from_pretrained(directory)
+    return save_model_directory(model.to(getattr(torch, dtype)), out, tokenizer=record.get("tokenizer", ""),
+                                chat_template=record.get("chat_template", ""))
+
+
+def save_model_directory(lm, out: str, *, state_dict: dict | None = None, tokenizer: str = "",
+                         chat_template: str = "") -> list[str]:
+    """`lm.save_pretrained(out)` (model.safetensors, config.json, generation_config.json), with `state_dict` as its
+    weights when given (the job's gathered ones: its own parameters are FSDP shards), and the tokenizer named
+    `tokenizer` saved beside it. Returns notes for the user: a tokenizer that could not be saved.
+
+    The directory is made for inference: config.json says use_cache (training turns the KV cache off, and
+    generate() would otherwise recompute every position at every token), and a generation config without an end
+    of text takes the tokenizer's, so generate() stops where the training documents did."""
+    from transformers.utils import logging as transformers_logging
+
+    transformers_logging.disable_progress_bar()  # "Writing model shards": noise in a job's log
+    notes, loaded = [], None
+    if tokenizer:
+        from workload.data.tokenizer import load_tokenizer  # a Hub id, a directory, or an s3:// model's own tokenizer
+
+        try:
+            loaded = load_tokenizer(tokenizer)
+        except (OSError, ValueError) as error:
+            notes.append(f"the tokenizer {tokenizer!r} was not saved ({error}); save it into {out} with "
+                         "AutoTokenizer.from_pretrained(...).save_pretrained(...)")
+    generation = lm.generation_config
+    if loaded is not None and loaded.eos_token_id is not None and generation.eos_token_id is None:
+        generation.eos_token_id = loaded.eos_token_id
+        generation.pad_token_id = loaded.pad_token_id if loaded.pad_token_id is not None else loaded.eos_token_id
+    if loaded is not None:
+        _keep_chat_template(loaded, generation, chat_template)
+    use_cache, lm.config.use_cache = lm.config.use_cache, True
+    try:
+        lm.save_pretrained(out, state_dict=state_dict, safe_serialization=True)
+    finally:
+        lm.config.use_cache = use_cache
+    if loaded is not None:
+        loaded.save_pretrained(out)
+    _as_readable_as_config(out)
+    return notes
+
+
+def _as_readable_as_config(out: str) -> None:
+    """safetensors writes model.safetensors owner-only (0600) whatever the umask, while config.json gets the
+    umask's mode like any file: give every file config.json's, so whoever may read the directory reads the model
+    (a shared runs/ or a group's model store)."""
+    mode = os.stat(os.path.join(out, "config.json")).st_mode & 0o777
+    for name in os.listdir(out):
+        path = os.path.join(out, name)
+        if os.path.isfile(path) and os.stat(path).st_mode & 0o777 != mode:
+            os.chmod(path, mode)
+
+
+def _keep_chat_template(tokenizer, generation, chat_template: str) -> None:
+    """The template training rendered with goes with the tokenizer (`chat_template` when training named one), and
+    generate() stops at the end of an assistant turn as well as at the end of text, as the instruct models'
+    generation configs do (Qwen2.5-Instruct: <|im_end|> and <|endoftext|>)."""
+    from workload.data.chat import end_of_turn_token
+
+    if chat_template:
+        tokenizer.chat_template = chat_template
+    try:
+        end_of_turn = end_of_turn_token(tokenizer)
+    except ValueError:  # a template that cannot render a one-question conversation has no end of turn to find
+        return
+    if end_of_turn is None:
+        return
+    stops = generation.eos_token_id if isinstance(generation.eos_token_id, list) else (
+        [] if generation.eos_token_id is None else [generation.eos_token_id])
+    if end_of_turn not in stops:
+        generation.eos_token_id = [end_of_turn, *stops]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = cli.parser(
+        "python -m workload.export",
+        "Turn a sharded checkpoint of the training job into a Hugging Face model directory.\n\n"
+        "  python -m workload.export runs/local/local-20261201-042145/checkpoint_000020 model/\n"
+        "  python -m workload.export s3://bucket/prefix/ray-train-fsdp-llm-1-0a1b2c3d/checkpoint_000050 model/",
+        check_failed="(not used: the export either succeeds or fails on its input or environment)")
+    parser.add_argument("checkpoint", metavar="CHECKPOINT", help="checkpoint_<step> directory, local or s3://")
+    parser.add_argument("out", metavar="OUT", help="directory to write the model to (created)")
+    parser.add_argument("--dtype", choices=DTYPES, default="float32",
+                        help="weights' dtype in OUT: float32 keeps the trained weights exactly")
+    args = parser.parse_args(argv)
+    if os.path.exists(args.out) and not os.path.isdir(args.out):
+        raise cli.UsageError(f"OUT {args.out} is a file; give a new directory")
+    if os.path.isdir(args.out) and os.listdir(args.out):
+        raise cli.UsageError(f"OUT {args.out} exists and is not empty; give a new directory")
+    for note in export(args.checkpoint, args.out, dtype=args.dtype):
+        print(f"note: {note}", file=sys.stderr)
+    print(f"wrote {args.out}: load it with AutoModelForCausalLM.from_pretrained({args.out!r})")
+    return cli.OK
+

@@ -1,0 +1,32 @@
+"""The tokenizer of a run: by Hub id, local directory or s3:// model, and for chat data with the chat template the
+examples are rendered with."""
+from __future__ import annotations
+
+from workload.config import TrainConfig
+from workload.data import chat
+
+
+def load_tokenizer(name: str):
+    """A Hugging Face tokenizer by Hub id, local directory, or remote directory (an s3:// model's own tokenizer:
+    its files are copied into this machine's cache first, workload.model.files)."""
+    from transformers import AutoTokenizer
+
+    from workload import storage
+    from workload.model import files as model_files
+
+    try:
+        if storage.is_remote(name):
+            name = model_files.fetch(name, patterns=model_files.TOKENIZER_PATTERNS, required=None)
+        return AutoTokenizer.from_pretrained(name)
+    except (OSError, ValueError) as error:
+        raise ValueError(f"--tokenizer {name!r} (default: --model_id) cannot be loaded ({error})") from error
+
+
+def load_chat_tokenizer(cfg: TrainConfig):
+    """The tokenizer with the chat template the examples are rendered with (--chat_template, or its own)."""
+    tokenizer = load_tokenizer(cfg.tokenizer_name)
+    chat.apply_template(tokenizer, cfg.chat_template, cfg.tokenizer_name)
+    if not tokenizer.is_fast:
+        raise ValueError(f"--tokenizer {cfg.tokenizer_name!r} is a slow (Python) tokenizer; the assistant tokens are "
+                         "found through a fast tokenizer's character offsets")
+    return tokenizer

@@ -1,0 +1,255 @@
+"""How the model is spread over the cluster, and what that costs on its network.
+
+Two layouts of FSDP2 (workload.model.causal_lm.shard_model does both):
+- full: every unit sharded over all ranks (a 1-D mesh). Each step all-gathers the bf16 weights and reduce-scatters
+  the gradients over every rank, so between nodes each node's network carries about the whole model's weights and
+  gradients every step.
+- hybrid (HSDP): units sharded over the ranks of one node and replicated across nodes (a 2-D mesh, replicas x
+  shards). The all-gather and the reduce-scatter stay inside a node; only an all-reduce of each rank's gradient
+  shard crosses the network, once per step.
+
+`step_collectives` lists exactly what one step issues (tests/test_parallel.py records a real step on a gloo mesh
+and compares), `network_traffic` turns that into bytes inside and between nodes with nccl-tests' bus factors, and
+`choose` picks the layout for --sharding auto. bench/step_model.py predicts step times from the same functions.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Iterable, Sequence
+
+import torch
+import torch.distributed as dist
+
+from workload.model import memory
+from workload.config import TrainConfig
+from workload.fabric.bandwidth import bus_bandwidth_factor
+from workload.model.causal_lm import CausalLMWithLoss, flops_per_token, matmul_parameters, peak_flops
+
+Shape = tuple[int, ...]
+# Bytes a parameter holds in sharded state: fp32 weight, fp32 gradient and AdamW's two fp32 moments.
+STATE_BYTES_PER_PARAMETER = memory.SHARDED_BYTES_PER_PARAMETER
+# The gathered weights are in the compute dtype, bf16.
+PARAMETER_BYTES = 2
+REDUCE_BYTES = {"fp32": 4, "bf16": 2}  # per gradient element, by --reduce_dtype
+# HSDP keeps 1/ranks_per_node of the state per GPU instead of 1/world_size. auto refuses it when that share would
+# take more than this fraction of a GPU's memory: the rest holds activations (5 GiB per 2048-token sequence of
+# Qwen2.5-1.5B), the gathered bf16 weights and NCCL's buffers (bench/results/RESULTS.md, memory on the g6 stack).
+HYBRID_STATE_MEMORY_FRACTION = 0.5
+# For auto's compute estimate: the project step's model FLOPs utilisation measured on an H200 (0.533,
+# bench/results/RESULTS.md), assumed to carry over to other GPUs through their dense bf16 peak.
+ASSUMED_MFU = 0.53
+
+
+@dataclass(frozen=True)
+class Collective:
+    """One collective a step issues. `size` is nccl-tests' S in bytes: the all-gather's output, the
+    reduce-scatter's input, the all-reduce's buffer."""
+
+    operation: str  # all_gather | reduce_scatter | all_reduce
+    group: str  # world (1-D mesh) | shard (a node's ranks) | replicate (one rank per node)
+    ranks: int
+    size: int
+    phase: str  # forward | backward
+    exposed: bool = False  # issued where no compute can hide it: the step's first gather, its last reduction
+
+
+@dataclass(frozen=True)
+class Traffic:
+    """Bytes one step sends, per direction: through each node's network, and over each GPU's link inside a node."""
+
+    inter_node_bytes_per_node: float
+    intra_node_bytes_per_gpu: float
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The chosen layout: its mesh, and why."""
+
+    sharding: str  # full | hybrid
+    mesh_shape: tuple[int, ...]
+    reduce_dtype: str  # fp32 | bf16
+    requested: str
+    reason: str
+
+    def as_dict(self) -> dict:
+        return {**asdict(self), "mesh_shape": list(self.mesh_shape)}
+
+    def describe(self) -> str:
+        return (f"{self.sharding} over mesh {'x'.join(map(str, self.mesh_shape))}, gradients reduced in "
+                f"{self.reduce_dtype} ({self.reason})")
+
+
+def fsdp_units(model: CausalLMWithLoss) -> list[tuple[str, list[Shape]]]:
+    """The FSDP units of workload.model.causal_lm.CausalLMWithLoss in forward order with their parameters' shapes: the root
+    (embedding, tied lm_head, final norm) first, then each decoder layer. Works on the meta device."""
+    in_layers = {id(parameter) for layer in model.layers for parameter in layer.parameters()}
+    root = [tuple(p.shape) for p in model.parameters() if id(p) not in in_layers]
+    layers = [(f"layers.{index}", [tuple(p.shape) for p in layer.parameters()])
+              for index, layer in enumerate(model.layers)]
+    return [("root", root), *layers]
+
+
+def padded_numel(shape: Shape, shards: int) -> int:
+    """FSDP2 shards a parameter on dim 0, padded to a multiple of the shard count."""
+    rows = math.ceil(shape[0] / shards) * shards if shape else 1
+    return rows * math.prod(shape[1:])
+
+
+def step_collectives(units: Sequence[tuple[str, Sequence[Shape]]], mesh_shape: Sequence[int], reduce_dtype: str,
+                     reshard_after_forward: bool = False) -> list[Collective]:
+    """What one training step of workload.model.causal_lm issues with these units on this mesh, in issue order.
+
+    Forward gathers each unit once (root first). With reshard_after_forward the layers (not the root, whose weights
+    FSDP2 keeps) are gathered again in backward. Backward reduce-scatters each unit's gradients (layers in reverse,
+    the root last), and on a 2-D mesh all-reduces each rank's reduced shard across the replicas. A group of one rank
+    issues nothing. --grad_accum_steps changes none of this: inner micro-batches issue no collective at all."""
+    replicas, shards = (1, *mesh_shape) if len(mesh_shape) == 1 else tuple(mesh_shape)
+    group = "world" if len(mesh_shape) == 1 else "shard"
+    numels = [sum(padded_numel(shape, shards) for shape in shapes) for _, shapes in units]
+    reduce_bytes = REDUCE_BYTES[reduce_dtype]
+    collectives: list[Collective] = []
+    if shards > 1:
+        for index, numel in enumerate(numels):
+            collectives.append(Collective("all_gather", group, shards, numel * PARAMETER_BYTES, "forward",
+                                          exposed=index == 0))
+        if reshard_after_forward:
+            for numel in reversed(numels[1:]):
+                collectives.append(Collective("all_gather", group, shards, numel * PARAMETER_BYTES, "backward"))
+    for index in reversed(range(len(numels))):
+        last = index == 0
+        if shards > 1:
+            collectives.append(Collective("reduce_scatter", group, shards, numels[index] * reduce_bytes, "backward",
+                                          exposed=last))
+        if replicas > 1:
+            collectives.append(Collective("all_reduce", "replicate", replicas, numels[index] // shards * reduce_bytes,
+                                          "backward", exposed=last))
+    return collectives
+
+
+def network_traffic(collective: Collective, nodes: int, ranks_per_node: int) -> Traffic:
+    """Where a collective's bytes travel, with NCCL's ring algorithms: each rank sends busbw-factor x S bytes.
+
+    A ring over all ranks crosses each node boundary once per direction, so a node's network carries what each
+    link of the ring carries (and each link inside a node too, if a node has more than one rank); a shard group
+    stays inside a node; a replicate group's ranks (one per node) all cross the network at once, ranks_per_node of
+    them through each node's network."""
+    sent = bus_bandwidth_factor(collective.operation, collective.ranks) * collective.size
+    if collective.group == "shard":
+        return Traffic(0.0, sent)
+    if collective.group == "replicate":
+        return Traffic(sent * ranks_per_node, 0.0)
+    return Traffic(sent if nodes > 1 else 0.0, sent if ranks_per_node > 1 else 0.0)
+
+
+def total_traffic(collectives: Iterable[Collective], nodes: int, ranks_per_node: int) -> Traffic:
+    parts = [network_traffic(collective, nodes, ranks_per_node) for collective in collectives]
+    return Traffic(sum(part.inter_node_bytes_per_node for part in parts),
+                   sum(part.intra_node_bytes_per_gpu for part in parts))
+
+
+def mesh_shape(sharding: str, world_size: int, ranks_per_node: int) -> tuple[int, ...]:
+    return (world_size // ranks_per_node, ranks_per_node) if sharding == "hybrid" else (world_size,)
+
+
+def ranks_per_node_of(node_ranks: Sequence[int], local_world_sizes: Sequence[int]) -> int | None:
+    """Ranks per node from every rank's (node rank, local world size), as Ray Train reports them; None unless all
+    nodes hold as many ranks and each node's ranks are consecutive, which a (replicas, shards) mesh assumes."""
+    per_node = local_world_sizes[0]
+    if any(size != per_node for size in local_world_sizes):
+        return None
+    if any(node != rank // per_node for rank, node in enumerate(node_ranks)):
+        return None
+    return per_node
+
+
+def choose(requested: str, requested_reduce: str, world_size: int, ranks_per_node: int | None,
+           units: Sequence[tuple[str, Sequence[Shape]]], *, node_gbytes_per_s: float | None = None,
+           bandwidth_source: str = "", compute_seconds: float | None = None,
+           gpu_memory_bytes: int | None = None) -> Plan:
+    """The layout for --sharding `requested` and the dtype for --reduce_dtype `requested_reduce`, with the reason
+    the progress line and the summary print.
+
+    auto sharding is full unless the network is the bottleneck: full on one node; full when HSDP's per-GPU state
+    would not fit (memory demands it) or would not move fewer bytes between nodes; full when its traffic between
+    nodes takes less time than the step's compute, which hides it (FSDP2 gathers the next unit during the current
+    unit's compute); hybrid otherwise. Without a bandwidth or a compute estimate, fewer bytes decide.
+    auto reduction is bf16 when the chosen layout's fp32 traffic between nodes would outlast the compute, else
+    fp32 (bf16 needs a known bandwidth and compute)."""
+    def plan(sharding: str, reason: str) -> Plan:
+        shape = mesh_shape(sharding, world_size, per_node)
+        reduce, why = requested_reduce, f"--reduce_dtype {requested_reduce}"
+        if requested_reduce == "auto":
+            reduce, why = "fp32", "fp32: " + ("nodes unknown" if not ranks_per_node else "one node" if nodes == 1
+                                              else "bandwidth or compute unknown")
+            if nodes > 1 and node_gbytes_per_s and compute_seconds:
+                seconds = between_nodes(shape, "fp32") / (node_gbytes_per_s * 1e9)
+                reduce = "bf16" if seconds > compute_seconds else "fp32"
+                why = (f"{reduce}: fp32 gradients take {seconds:.2f} s between nodes, "
+                       f"{'more' if reduce == 'bf16' else 'less'} than the compute")
+        return Plan(sharding, shape, reduce, requested, f"{reason}; reduction {why}")
+
+    def between_nodes(shape: tuple[int, ...], reduce: str) -> float:
+        return total_traffic(step_collectives(units, shape, reduce), nodes, per_node).inter_node_bytes_per_node
+
+    per_node = ranks_per_node or world_size
+    if world_size % per_node:
+        raise ValueError(f"--ranks_per_node {per_node} must divide the {world_size} workers")
+    nodes = world_size // per_node
+    if requested == "hybrid" and not ranks_per_node:
+        raise ValueError("--sharding hybrid needs nodes of equal size with consecutive ranks; set --ranks_per_node")
+    if requested in ("full", "hybrid"):
+        return plan(requested, f"--sharding {requested}")
+    if not ranks_per_node:
+        return plan("full", "ranks are not grouped into nodes of equal size")
+    if nodes == 1:
+        return plan("full", f"one node of {world_size} ranks: nothing crosses a network")
+    parameters = sum(math.prod(shape) for _, shapes in units for shape in shapes)
+    state = STATE_BYTES_PER_PARAMETER * parameters / ranks_per_node
+    if gpu_memory_bytes and state > HYBRID_STATE_MEMORY_FRACTION * gpu_memory_bytes:
+        return plan("full", f"memory: HSDP would keep {state / 2**30:.1f} GiB of fp32 weights, gradients and AdamW "
+                            f"state on each GPU, over {HYBRID_STATE_MEMORY_FRACTION:.0%} of its "
+                            f"{gpu_memory_bytes / 2**30:.1f} GiB")
+    # Compared at the same reduction dtype, so the layout's choice does not depend on the dtype's.
+    reduce = "fp32" if requested_reduce == "auto" else requested_reduce
+    full_bytes = between_nodes(mesh_shape("full", world_size, per_node), reduce)
+    hybrid_bytes = between_nodes(mesh_shape("hybrid", world_size, per_node), reduce)
+    between = (f"HSDP sends {hybrid_bytes / 1e9:.2f} GB per node per step between nodes, full sharding "
+               f"{full_bytes / 1e9:.2f} GB ({reduce} gradients)")
+    if hybrid_bytes >= full_bytes:
+        return plan("full", between)
+    if node_gbytes_per_s and compute_seconds:
+        full_seconds = full_bytes / (node_gbytes_per_s * 1e9)
+        timing = (f"{full_seconds:.2f} s at {node_gbytes_per_s:.3g} GB/s ({bandwidth_source}) against about "
+                  f"{compute_seconds:.2f} s of compute")
+        if full_seconds <= compute_seconds:
+            return plan("full", f"{between}; full sharding's {timing}: hidden, and it needs the least memory")
+        return plan("hybrid", f"network-bound: {between}; full sharding's {timing}")
+    return plan("hybrid", f"{between}; bandwidth or compute unknown, so fewer bytes decide")
+
+
+def plan_for_worker(cfg: TrainConfig, model: CausalLMWithLoss, device: torch.device, world_size: int,
+                    node_rank: int, local_world_size: int, fabric: dict | None) -> Plan:
+    """choose() with what a worker knows: the ranks' placement (Ray's node ranks, gathered from every rank, unless
+    --ranks_per_node says), the network (the fabric check's bus bandwidth, else --node_gbits_per_s), the compute
+    (the model's FLOPs at the device's peak and ASSUMED_MFU) and the GPU's memory. A collective: every rank calls it
+    and all get the same plan."""
+    ranks_per_node = cfg.ranks_per_node
+    if not ranks_per_node:
+        placements: list = [None] * world_size
+        dist.all_gather_object(placements, (node_rank, local_world_size))
+        ranks_per_node = ranks_per_node_of([node for node, _ in placements], [size for _, size in placements])
+    if fabric:
+        bandwidth, source = fabric["bus_gbytes_per_s"], "measured by the fabric check"
+    else:
+        bandwidth, source = cfg.node_gbits_per_s / 8, "--node_gbits_per_s"
+    peak = peak_flops(device)
+    compute_seconds = None
+    if peak:
+        tokens = cfg.batch_size * cfg.seq_len
+        compute_seconds = tokens * flops_per_token(model.lm.config, matmul_parameters(model), cfg.seq_len) / (
+            peak * ASSUMED_MFU)
+    memory = torch.cuda.get_device_properties(device).total_memory if device.type == "cuda" else None
+    return choose(cfg.sharding, cfg.reduce_dtype, world_size, ranks_per_node, fsdp_units(model),
+                  node_gbytes_per_s=bandwidth or None, bandwidth_source=source, compute_seconds=compute_seconds,
+                  gpu_memory_bytes=memory)

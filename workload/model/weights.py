@@ -1,0 +1,157 @@
+"""A pretrained model's weights into its FSDP2 shards: each rank reads only its own rows of each tensor.
+
+The model is built on the meta device (workload.model.causal_lm.build_model: no memory at all), sharded with FSDP2
+(workload.model.causal_lm.shard_model), and only then materialised: `load_sharded` turns each parameter into this rank's
+shard on the device (`to_empty`), and fills it from the model directory's safetensors files, one
+`model.safetensors` or the shards that `model.safetensors.index.json` lists. For each tensor,
+`safe_open(...).get_slice(name)[start:stop]` reads the rows of dim 0 that FSDP2 gave this rank, out of the
+memory-mapped file, and `copy_` casts them (bf16 or fp16 in published files) into the fp32 master weights. No rank
+holds more than one tensor's own shard in host memory, or any full tensor on its device; host memory per rank is one
+shard of the largest tensor (the embedding), device memory the rank's fp32 shards.
+
+Not torch.distributed.checkpoint's HuggingFaceStorageReader (torch 2.13 has it): DCP's load plans every key of the
+state dict, and a tied lm_head is not in the files, so it would need a partial-load planner, which passes over a
+truly missing tensor in silence; and its errors on a malformed file are planner tracebacks, not a line naming the
+tensor. safe_open and get_slice are what it reads with too, and the cluster's and the benchmark machine's
+safetensors (0.8) both have them.
+
+Files from storage are untrusted input: a tensor missing from the files, or of another shape than config.json
+implies, or not floating point, or an index that names a file outside the directory, fails with one line naming the
+tensor, the file and what was expected.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from collections import defaultdict
+
+import torch
+from torch import nn
+
+SINGLE_FILE = "model.safetensors"
+INDEX_FILE = "model.safetensors.index.json"
+# safetensors' dtype names that copy_ can cast into fp32 master weights; anything else is a quantised or integer
+# checkpoint this loader does not dequantise.
+FLOAT_DTYPES = ("F64", "F32", "F16", "BF16")
+
+
+def weight_files(directory: str, what: str) -> dict[str, str]:
+    """Tensor name -> the safetensors file (a path) that holds it: the index's map, or every tensor of the single
+    file. `what` names the setting the directory came from, for the errors."""
+    index = os.path.join(directory, INDEX_FILE)
+    if os.path.isfile(index):
+        try:
+            with open(index) as file:
+                weight_map = json.load(file)["weight_map"]
+            assert isinstance(weight_map, dict)
+        except (OSError, ValueError, KeyError, TypeError, AssertionError):
+            raise ValueError(f"{what}: {INDEX_FILE} is not a safetensors index (a JSON object with a "
+                             "'weight_map' of tensor name -> file)") from None
+        root = os.path.realpath(directory)
+        files = {}
+        for name, file_name in weight_map.items():
+            path = os.path.realpath(os.path.join(directory, str(file_name)))
+            if os.path.dirname(path) != root:
+                raise ValueError(f"{what}: {INDEX_FILE} puts {name} in {file_name!r}, outside the model directory")
+            files[name] = path
+        return files
+    single = os.path.join(directory, SINGLE_FILE)
+    if not os.path.isfile(single):
+        raise ValueError(f"{what}: no {SINGLE_FILE} or {INDEX_FILE} in {directory}; only safetensors weights are "
+                         "loaded (convert .bin/.pth checkpoints with save_pretrained(safe_serialization=True))")
+    from safetensors import safe_open
+
+    with safe_open(single, framework="pt") as handle:
+        return {name: single for name in handle.keys()}
+
+
+def local_rows(tensor: torch.Tensor) -> tuple[int, int]:
+    """The rows [start, stop) of dim 0 of the full tensor that this rank's shard holds: all of them for a plain
+    tensor; FSDP2's even chunks (torch.chunk's: ceil(rows / shards) each, the last ones shorter or empty) for each
+    mesh dimension it is sharded over (one for FSDP, the second of HSDP's (replicate, shard) mesh)."""
+    from torch.distributed.tensor import DTensor
+
+    start, stop = 0, tensor.shape[0] if tensor.dim() else 1
+    if not isinstance(tensor, DTensor):
+        return start, stop
+    for mesh_dim, placement in enumerate(tensor.placements):
+        if not placement.is_shard():
+            continue  # Replicate: every replica reads the same rows
+        assert placement.dim == 0, f"FSDP2 shards dim 0, got {tensor.placements}"
+        shards = tensor.device_mesh.size(mesh_dim)
+        chunk = -(-(stop - start) // shards)
+        first = start + tensor.device_mesh.get_local_rank(mesh_dim) * chunk
+        start, stop = min(first, stop), min(first + chunk, stop)
+    return start, stop
+
+
+def load_sharded(model: nn.Module, directory: str, device: torch.device, what: str, prefix: str = "") -> None:
+    """Materialise the meta-built, FSDP2-sharded `model` on `device` and fill this rank's shards from the
+    safetensors files in `directory`, where each tensor is named as in the model's state dict less `prefix` (the
+    Hugging Face model's own names when `model` wraps it). Non-persistent buffers (the rotary inv_freq) are not in
+    the files: their modules compute them again on the device. Every rank calls this; none communicates."""
+    # On the root: FSDP2's FSDPModule._apply re-registers each unit's sharded parameters after to_empty.
+    model.to_empty(device=device)
+    files = weight_files(directory, what)
+    persistent = set(model.state_dict())
+    with contextlib.ExitStack() as stack, torch.no_grad():
+        handles = {}
+
+        def handle(path: str):
+            if path not in handles:
+                from safetensors import safe_open
+
+                handles[path] = stack.enter_context(safe_open(path, framework="pt"))
+            return handles[path]
+
+        # named_parameters lists a tied lm_head once, as the embedding it shares; files that also hold
+        # lm_head.weight (Qwen3-0.6B's do) have it left unread.
+        tensors = [*model.named_parameters(), *((name, buffer) for name, buffer in model.named_buffers()
+                                                if name in persistent)]
+        for full_name, tensor in tensors:
+            name = full_name.removeprefix(prefix)
+            if name not in files:
+                raise ValueError(f"{what}: the safetensors files in {directory} lack the tensor {name}, which "
+                                 "the architecture of its config.json needs")
+            _fill(tensor, name, handle(files[name]), os.path.basename(files[name]), what)
+    _reinitialise_buffers(model, persistent, device, what)
+
+
+def _fill(tensor: torch.Tensor, name: str, handle, file_name: str, what: str) -> None:
+    """Copy this rank's rows of `name` from an open safetensors file into `tensor` (a DTensor's local shard)."""
+    from torch.distributed.tensor import DTensor
+
+    stored = handle.get_slice(name)
+    shape, dtype = tuple(stored.get_shape()), stored.get_dtype()
+    if shape != tuple(tensor.shape):
+        raise ValueError(f"{what}: {name} in {file_name} has shape {list(shape)}; the model's config.json gives "
+                         f"{list(tensor.shape)}")
+    if dtype not in FLOAT_DTYPES:
+        raise ValueError(f"{what}: {name} in {file_name} is {dtype}; only floating-point weights "
+                         f"({', '.join(FLOAT_DTYPES)}) are loaded, not quantised checkpoints")
+    local = tensor.to_local() if isinstance(tensor, DTensor) else tensor
+    start, stop = local_rows(tensor)
+    assert stop - start == (local.shape[0] if local.dim() else 1), (name, start, stop, local.shape)
+    rows = stored[start:stop] if tensor.dim() else handle.get_tensor(name)
+    local.copy_(rows)
+
+
+def _reinitialise_buffers(model: nn.Module, persistent: set[str], device: torch.device, what: str) -> None:
+    """Compute the non-persistent buffers again on `device`: their modules are built anew from their config there
+    (a rotary embedding's inv_freq is a function of the config alone), and their buffers taken."""
+    owners = defaultdict(list)
+    for name, _ in model.named_buffers():
+        if name not in persistent:
+            owner, _, buffer = name.rpartition(".")
+            owners[owner].append(buffer)
+    for owner_name, buffers in owners.items():
+        owner = model.get_submodule(owner_name)
+        config = getattr(owner, "config", None)
+        if config is None:
+            raise ValueError(f"{what}: {owner_name} ({type(owner).__name__}) has buffers that are not in the "
+                             f"weights ({', '.join(buffers)}) and no config to compute them from")
+        with torch.device(device):
+            fresh = type(owner)(config)
+        for buffer in buffers:
+            setattr(owner, buffer, getattr(fresh, buffer))

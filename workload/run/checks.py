@@ -1,0 +1,167 @@
+"""What `python -m workload.local` checks before it starts Ray: the files the job will read, where it will write,
+whether its workers fit the local cluster, and what an existing run of the same name was started with.
+
+Each check raises `cli.UsageError` naming the flag and what would work, so a mistake is one `error:` line and exit
+2 in a second, instead of a job that fails on every worker (four tracebacks) or waits for CPUs that never come.
+Standard library only: nothing heavy has loaded when these run.
+"""
+from __future__ import annotations
+
+import dataclasses
+import glob
+import json
+import os
+import tempfile
+
+from workload import cli
+from workload.config import DATASET_FILE_SUFFIXES, TrainConfig, is_file_dataset
+
+# Beside the run's checkpoints: the flags it was started with, to compare a later run of the same name against.
+FLAGS_FILE = "local_run_flags.json"
+# Flags that change what is saved or checked, not what is trained: a resumed run may set them differently.
+RESUMABLE_CHANGES = frozenset({"run_name", "storage_path", "export", "checkpoint_every", "eval_every",
+                               "max_failures", "fabric_check_seconds", "min_bus_gbytes_per_s"})
+# The flags naming the fields each --data_format reads from a record (workload/data/ reads the same).
+FIELD_FLAGS = {"text": ("text_field",), "chat": ("messages_field",),
+               "prompt-completion": ("prompt_field", "completion_field")}
+# The sample corpus's records, as a hint when a .jsonl/.json file lacks --text_field.
+RECORD_PREVIEW = 5
+
+
+def local_cpus() -> int:
+    """CPUs the local cluster offers (`ray start --num-cpus`): this machine's cores, at least 2 (two CPU workers
+    must fit even on a one-core machine; Ray oversubscribes the core)."""
+    return max(2, os.cpu_count() or 1)
+
+
+def check_dataset(cfg: TrainConfig) -> None:
+    """A folder given as --dataset (datasets would load every file in it as a dataset of its own making), and a
+    .jsonl/.json file whose records lack the fields --data_format reads (--text_field; --messages_field; --prompt_field
+    and --completion_field): each worker would fail on its first record."""
+    folder = os.path.expanduser(cfg.dataset)
+    if cfg.dataset and "://" not in cfg.dataset and os.path.isdir(folder):
+        raise cli.UsageError(directory_refusal(cfg.dataset))
+    if not (is_file_dataset(cfg.dataset) and "://" not in cfg.dataset and cfg.dataset.endswith((".jsonl", ".json"))):
+        return
+    records = _first_records(cfg.dataset)
+    for flag in FIELD_FLAGS[cfg.data_format]:
+        field = getattr(cfg, flag)
+        missing = next((record for record in records if not isinstance(record, dict) or field not in record), None)
+        if missing is not None:
+            fields = sorted(missing) if isinstance(missing, dict) else f"a {type(missing).__name__}, not an object"
+            raise cli.UsageError(f"--{flag} {field}: not a field of {cfg.dataset}'s records (fields: "
+                                 f"{', '.join(fields) if isinstance(fields, list) else fields})")
+
+
+def directory_refusal(dataset: str) -> str:
+    folder = os.path.expanduser(dataset)
+    files = sorted(name for name in os.listdir(folder) if name.endswith(DATASET_FILE_SUFFIXES))
+    return (f"--dataset {dataset} is a directory; give one file in it"
+            + (f": {', '.join(os.path.join(dataset, name) for name in files)}" if files
+               else f" ({', '.join(DATASET_FILE_SUFFIXES)})"))
+
+
+def _first_records(path: str) -> list:
+    try:
+        with open(path, encoding="utf-8") as file:
+            if path.endswith(".jsonl"):
+                lines = [(number, line) for number, line in enumerate(file, 1) if line.strip()][:RECORD_PREVIEW]
+                return [_record(path, number, line) for number, line in lines]
+            data = json.load(file)
+    except (OSError, UnicodeDecodeError) as error:
+        raise cli.UsageError(f"--dataset {path} cannot be read: {error}") from None
+    except json.JSONDecodeError as error:
+        raise cli.UsageError(f"--dataset {path} is not JSON: {error}") from None
+    if not isinstance(data, list):
+        raise cli.UsageError(f"--dataset {path}: a .json file must hold a list of records, not a "
+                             f"{type(data).__name__}")
+    return data[:RECORD_PREVIEW]
+
+
+def _record(path: str, number: int, line: str) -> object:
+    try:
+        return json.loads(line)
+    except json.JSONDecodeError as error:
+        raise cli.UsageError(f"--dataset {path}: line {number} is not JSON ({error})") from None
+
+
+def check_storage(cfg: TrainConfig) -> None:
+    """A local --storage_path must be a directory this user can write in, or be creatable: its nearest existing
+    ancestor is written to once (permissions alone do not tell: root passes any access check, and /proc refuses
+    anyway). Nothing is left behind."""
+    path = cfg.storage_path
+    if not path or "://" in path:
+        return
+    existing = os.path.abspath(path)
+    while not os.path.exists(existing):
+        existing = os.path.dirname(existing)
+    if not os.path.isdir(existing):
+        raise cli.UsageError(f"--storage_path {path}: {existing} is a file, not a directory")
+    try:
+        with tempfile.TemporaryFile(dir=existing):
+            pass
+    except OSError as error:
+        raise cli.UsageError(f"--storage_path {path} cannot be written: {error.strerror} ({existing})") from None
+
+
+def check_workers(cfg: TrainConfig, cpus: int) -> None:
+    """Each CPU worker takes one of the local cluster's CPUs; more would wait for CPUs until the job's time limit."""
+    if cfg.num_workers > cpus:
+        raise cli.UsageError(f"--num_workers {cfg.num_workers}: the local cluster has {cpus} CPUs (one per core "
+                             f"of this machine), one per worker; give at most {cpus}, or 0 for 2")
+
+
+def resume_step(cfg: TrainConfig) -> int | None:
+    """The step the run named --run_name under a local --storage_path has checkpointed (None: a new run), after
+    checking that it was started with the same training flags: resuming with others would silently mix two runs
+    (another --learning_rate, another schedule length, another dataset) into one."""
+    if not cfg.storage_path or "://" in cfg.storage_path:
+        return None
+    directory = os.path.join(cfg.storage_path, cfg.run_name)
+    if not os.path.isdir(directory):
+        return None
+    steps = []
+    for step_file in glob.glob(os.path.join(directory, "checkpoint_*", "train_step.json")):
+        try:
+            with open(step_file) as file:
+                steps.append(int(json.load(file)["step"]))
+        except (OSError, ValueError, KeyError, TypeError):
+            continue  # a checkpoint cut off while being written: Ray Train does not resume from it either
+    if not steps:
+        return None  # nothing to resume: the run starts afresh, whatever it was started with before
+    before = _recorded_flags(directory)
+    if before is not None:
+        now = dataclasses.asdict(cfg)
+        changed = [name for name in now if name not in RESUMABLE_CHANGES and before.get(name) != now[name]]
+        if changed:
+            shown = "; ".join(f"--{name} {before.get(name)!r} then, {now[name]!r} now" for name in changed)
+            raise cli.UsageError(f"--run_name {cfg.run_name} exists under {cfg.storage_path} with other flags: {shown}",
+                                 hint="give the same flags to resume it, or a new --run_name for a new run")
+    return max(steps)
+
+
+def _recorded_flags(directory: str) -> dict | None:
+    try:
+        with open(os.path.join(directory, FLAGS_FILE)) as file:
+            return json.load(file)
+    except (OSError, ValueError):
+        return None
+
+
+def record_flags(cfg: TrainConfig) -> None:
+    """Write the run's flags beside its checkpoints, for a new run (a resumed one keeps its first flags)."""
+    if not cfg.storage_path or "://" in cfg.storage_path:
+        return
+    directory = os.path.join(cfg.storage_path, cfg.run_name)
+    os.makedirs(directory, exist_ok=True)
+    with open(os.path.join(directory, FLAGS_FILE), "w") as file:
+        json.dump(dataclasses.asdict(cfg), file, indent=1)
+
+
+def check_before_ray(cfg: TrainConfig) -> int | None:
+    """Every check above, in the order a user would want to hear of them; returns the step a resumed run starts
+    after (None: a new run)."""
+    check_dataset(cfg)
+    check_storage(cfg)
+    check_workers(cfg, local_cpus())
+    return resume_step(cfg)

@@ -1,0 +1,319 @@
+"""`python -m workload.local [train flags]`: the whole job on this machine, through the same path as a real cluster.
+
+It starts a one-node Ray cluster (`ray start --head`, token authentication on, as Ray 2.60 defaults to), submits
+the training job (`python3 -m workload.train`) through workload.run.submit, streams its progress, stops the cluster it
+started (also on an error or Ctrl-C), loads the model the job exported with `AutoModelForCausalLM.from_pretrained`
+and prints what it generates from a prompt, and prints the job's summary once, as its last line. It takes every flag
+`workload.train` takes, with the defaults below: a tiny Qwen2 model on the repository's sample corpus
+(data/corpus.txt) with a fifth held out for evaluation, so the loss visibly falls; `--dataset ''` trains on random
+tokens as the original recipe does.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import secrets
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from contextlib import contextmanager
+from typing import Iterator, Sequence
+
+from workload import cli
+from workload.run import checks as local_checks
+from workload.run import output as local_output
+from workload.config import SUMMARY_PREFIX, TrainConfig, build_parser, is_local_dataset
+from workload.run.head_supervisor import stop_session
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# Small enough to finish in under a minute on 2 CPU cores (Ray's start-up is most of it), large enough for the loss to
+# fall until the exported model completes a corpus line, with a sharded checkpoint half-way.
+LOCAL_DEFAULTS = {
+    "model_config": "tiny",
+    "steps": 40,
+    "batch_size": 4,
+    "seq_len": 64,
+    "learning_rate": 5e-3,
+    "warmup_steps": 4,
+    "checkpoint_every": 20,
+    "dataset": os.path.join(REPO, "data", "corpus.txt"),
+    "tokenizer": os.path.join(REPO, "data", "tokenizer"),
+    "eval_fraction": 0.2,
+    "eval_every": 10,
+    # Under the repository's git-ignored runs/, whatever the current directory.
+    "storage_path": os.path.join(REPO, "runs", "local"),
+    "run_name": "local-<date>-<time>-<pid>",
+}
+# A chat or prompt-completion run left on the sample corpus trains on the sample records instead, with the sample
+# tokenizer that has a chat template (data/make_sample_data.py), in blocks that hold a conversation with the
+# template's system prompt (Qwen2.5's default one is 22 tokens of bytes in this vocabulary).
+FORMAT_DEFAULTS = {
+    "chat": {"dataset": os.path.join(REPO, "data", "conversations.jsonl"),
+             "tokenizer": os.path.join(REPO, "data", "chat-tokenizer"), "seq_len": 128},
+    "prompt-completion": {"dataset": os.path.join(REPO, "data", "instructions.jsonl"),
+                          "tokenizer": os.path.join(REPO, "data", "chat-tokenizer"), "seq_len": 128},
+}
+# What the local run asks a chat-trained model, through its chat template: a question of the sample's kind.
+CHAT_PROMPTS = {
+    "chat": [{"role": "system", "content": "answer in one line ."}, {"role": "user", "content": "the cat chases what ?"}],
+    "prompt-completion": [{"role": "user", "content": "the cat chases what ?"}],
+}
+# Ray Train settings for a one-machine run, passed in the job's env. Nothing here can be preempted, so no watcher
+# (in Ray 2.60 it also logs a spurious error at start); and the controller polls its workers every 0.5 s instead
+# of 2 s, which a 20-step run otherwise waits on at each checkpoint report.
+LOCAL_RAY_TRAIN_ENV = {
+    "RAY_TRAIN_ENABLE_PREEMPTION_WATCHER": "0",
+    "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "0.5",
+}
+HEAD_START_TIMEOUT_S = 90
+LOOPBACK = "127.0.0.1"
+# Ray's switch for clusters of one machine (ray/_private/ray_constants.py, ENABLE_RAY_CLUSTERS_ENV_VAR).
+LOCAL_CLUSTER_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+JOB_TIMEOUT_S = 600
+# What the local run asks of the model it exported: the start of a corpus line, which the trained model completes.
+PROMPT = "the cat"
+NEW_TOKENS = 8
+# This interpreter's own `ray`, whatever PATH says.
+RAY_CLI = os.path.join(os.path.dirname(sys.executable), "ray")
+# Runs `ray start` and stops the cluster when this process is gone, even SIGKILLed (see the module).
+SUPERVISOR = os.path.join(REPO, "workload", "run", "head_supervisor.py")
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def head_environment(token_path: str, gcs_address: str) -> dict[str, str]:
+    """The `ray start` process's environment, which every Ray process of the cluster inherits: token auth from our
+    own token file; every listener on loopback; RAY_ADDRESS naming this cluster, since Ray's helpers that look for "the" cluster (Ray Train's
+    placement-group cleaner among them) otherwise fail when another Ray cluster runs on the machine; and this
+    interpreter first on PATH, since the job's entrypoint `python3 -m workload.train` is resolved there (so
+    `.venv/bin/python -m workload.local` works without activating the venv)."""
+    env = {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": token_path, "RAY_ADDRESS": gcs_address,
+           # A one-machine cluster, as Ray makes them on macOS and Windows: without this, `ray start` replaces
+           # --node-ip-address 127.0.0.1 by the machine's outward address (ray/_private/services.py,
+           # resolve_ip_for_localhost), and the GCS, the raylet, every worker's gRPC server, the client server and
+           # the agents (metrics included) listen on all interfaces. With it they bind loopback: the C++ servers
+           # and the Python agents choose their address from the node's (dashboard/agent.py,
+           # reporter_agent.py: localhost if the node is). No worker node can join (scripts.py refuses one).
+           LOCAL_CLUSTER_ENV: "0"}
+    env.pop("RAY_AUTH_TOKEN", None)
+    env["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), env.get("PATH", "")])
+    return env
+
+
+@contextmanager
+def local_cluster(metrics_export_port: int | None = None) -> Iterator[tuple[str, str]]:
+    """A `ray start --head --block` of our own, CPU only: yields (job server address, token). On exit every process
+    it started is stopped, and nothing else (other Ray clusters on this machine are left alone). `metrics_export_port`:
+    where the node serves its Prometheus metrics (unset: a port Ray picks)."""
+    temp_dir = tempfile.mkdtemp(prefix="ray-local-")
+    token = secrets.token_hex(32)
+    token_path = os.path.join(temp_dir, "auth_token")
+    with open(os.open(token_path, os.O_WRONLY | os.O_CREAT, 0o600), "w") as file:
+        file.write(token)
+    dashboard_port, gcs_port = free_port(), free_port()
+    env = head_environment(token_path, f"{LOOPBACK}:{gcs_port}")
+    ray_cli = RAY_CLI
+    command = [
+        ray_cli, "start", "--head", "--block", "--disable-usage-stats",
+        "--temp-dir", temp_dir,
+        # Loopback only (with LOCAL_CLUSTER_ENV, see head_environment): nothing of this cluster is reachable from
+        # the network. tests/test_workload_submit.py lists every listening socket of its processes.
+        "--node-ip-address", LOOPBACK,
+        "--port", str(gcs_port),
+        "--ray-client-server-port", str(free_port()),
+        "--dashboard-host", LOOPBACK,
+        "--dashboard-port", str(dashboard_port),
+        "--dashboard-agent-listen-port", str(free_port()),
+        # The local run is the CPU path even on a machine with a GPU: the driver then sizes 2 CPU workers, which
+        # must fit even on a one-core machine.
+        "--num-gpus", "0",
+        "--num-cpus", str(local_checks.local_cpus()),
+        *(["--metrics-export-port", str(metrics_export_port)] if metrics_export_port else []),
+    ]
+    head_log = open(os.path.join(temp_dir, "ray-start.log"), "w+")
+    head = subprocess.Popen([sys.executable, "-I", SUPERVISOR, *command], env=env, stdin=subprocess.PIPE,
+                            stdout=head_log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        address = f"http://{LOOPBACK}:{dashboard_port}"
+        _wait_for_job_server(address, token, head, head_log)
+        yield address, token
+    finally:
+        _stop(head)
+        head_log.close()
+        shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+def _wait_for_job_server(address: str, token: str, head: subprocess.Popen, head_log) -> None:
+    from workload.run.submit import JobAuthenticationError, connect
+
+    deadline = time.monotonic() + HEAD_START_TIMEOUT_S
+    while True:
+        if head.poll() is not None:
+            head_log.seek(0)
+            raise cli.EnvironmentProblem(f"ray start --head exited with code {head.returncode}; its last lines:\n"
+                                         + "\n".join(head_log.read().splitlines()[-15:]))
+        try:
+            connect(address, token)
+            return
+        except JobAuthenticationError:
+            raise
+        except Exception as error:
+            if time.monotonic() > deadline:
+                raise cli.EnvironmentProblem(f"the Ray job server at {address} did not come up within "
+                                   f"{HEAD_START_TIMEOUT_S} s ({error})") from error
+            time.sleep(1)
+
+
+def _stop(head: subprocess.Popen) -> None:
+    """Stop every process the head started: SIGTERM, then SIGKILL to what is left after a grace period.
+
+    `start_new_session` made the head's supervisor a session leader. Ray's workers take process groups of their own
+    but keep the session, so the session id, not the process group, names exactly the processes of this cluster."""
+    stop_session(head.pid, reap=head.poll)
+    head.stdin.close()
+    head.wait()
+
+
+def parse_args(argv: Sequence[str] | None = None) -> TrainConfig:
+    return parse_command(argv)[0]
+
+
+def parse_command(argv: Sequence[str] | None = None) -> tuple[TrainConfig, bool]:
+    """The training flags, and --verbose (the local run's own: how much of the job's log to show)."""
+    parser = build_parser(
+        "python -m workload.local",
+        "Run the training job on this machine: a one-node Ray cluster, the job submitted through the Ray Jobs\n"
+        "API as on a real cluster, its progress streamed, its summary printed last. Same flags as\n"
+        "`python -m workload.train`, with defaults for a CPU-sized run.\n\n"
+        "  python -m workload.local                 # tiny model, data/corpus.txt, 40 steps, then a generation\n"
+        "  python -m workload.local --steps 5 --dataset ''   # random tokens, as the original recipe\n"
+        "  python -m workload.local --data_format chat       # a chat fine-tune on data/conversations.jsonl",
+        defaults=LOCAL_DEFAULTS,
+    )
+    parser.add_argument("--verbose", action="store_true",
+                        help="Show the job's whole log (Ray's own lines and result dumps) instead of its progress.")
+    args = vars(parser.parse_args(argv))
+    verbose = args.pop("verbose")
+    if args["run_name"] == LOCAL_DEFAULTS["run_name"]:
+        args["run_name"] = new_run_name()
+    for name, value in FORMAT_DEFAULTS.get(args["data_format"], {}).items():
+        if args[name] == LOCAL_DEFAULTS.get(name, TrainConfig.__dataclass_fields__[name].default):
+            args[name] = value
+    if not args["dataset"]:
+        # Random tokens have nothing to hold out: the local defaults' evaluation goes with the sample corpus.
+        for name in ("eval_fraction", "eval_every"):
+            if args[name] == LOCAL_DEFAULTS[name]:
+                args[name] = 0
+    cfg = TrainConfig(**args)
+    # The job runs in a copy of workload/ elsewhere, so local files are passed by absolute path.
+    return dataclasses.replace(
+        cfg,
+        dataset=os.path.abspath(os.path.expanduser(cfg.dataset)) if is_local_dataset(cfg.dataset) else cfg.dataset,
+        tokenizer=os.path.abspath(cfg.tokenizer) if os.path.isdir(cfg.tokenizer) else cfg.tokenizer,
+        chat_template=os.path.abspath(os.path.expanduser(cfg.chat_template)) if os.path.isfile(
+            os.path.expanduser(cfg.chat_template)) else cfg.chat_template,
+        storage_path=os.path.abspath(cfg.storage_path) if cfg.storage_path and "://" not in cfg.storage_path
+        else cfg.storage_path,
+    ), verbose
+
+
+def new_run_name() -> str:
+    """`local-<date>-<time>-<pid>`: two runs started in the same second on one machine are two live processes,
+    so their pids, and their run directories, differ."""
+    return time.strftime("local-%Y%m%d-%H%M%S-") + str(os.getpid())
+
+
+def announce_resume(cfg: TrainConfig, resumed_at: int | None) -> None:
+    """Say what this run does with an earlier run of its name; a new run's flags are recorded for the next one."""
+    if resumed_at is None:
+        local_checks.record_flags(cfg)
+    elif resumed_at >= cfg.steps:
+        print(f"run {cfg.run_name} already reached step {resumed_at} of {cfg.steps}: nothing left to train",
+              flush=True)
+    else:
+        print(f"resuming run {cfg.run_name} from step {resumed_at}, its latest checkpoint: steps "
+              f"{resumed_at + 1}..{cfg.steps}", flush=True)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    cfg, verbose = parse_command(argv)
+    started = time.monotonic()
+    resumed_at = local_checks.check_before_ray(cfg)  # the data, storage, workers and an earlier run of the name
+    # Heavy imports (torch, transformers, Ray) only once the flags are good, so --help and typos answer at once.
+    from workload.run.submit import JobFailedError, parse_summary, submit_training_job
+    from workload.trainer import validate
+
+    validate(cfg)  # a flag that does not fit the model or tokenizer fails here, naming it, before Ray starts
+    announce_resume(cfg, resumed_at)
+    print("starting a local Ray cluster (ray start --head, token authentication on)", flush=True)
+    progress = local_output.Progress(verbose)
+    if not verbose:
+        local_output.quiet_ray_logging()
+    try:
+        with local_cluster() as (address, token):
+            result = submit_training_job(
+                address, cfg.to_args(), token=token, env_vars=LOCAL_RAY_TRAIN_ENV, timeout_s=JOB_TIMEOUT_S,
+                on_log=progress)
+    except JobFailedError as error:
+        print("local Ray cluster stopped", flush=True)
+        for line in progress.failure_tail(error.log_tail):
+            print(line, flush=True)
+        if (summary := parse_summary(error.log_tail)) is not None:  # a diverged run still reports how far it got
+            print(SUMMARY_PREFIX + json.dumps(summary, allow_nan=False), flush=True)
+        # Its log has just been streamed above: the reason without Ray's copy of the log is what is left to say.
+        raise cli.CheckFailed(f"Ray job {error.job_id} {local_output.first_line(error.reason)}",
+                              hint="" if verbose else "--verbose shows the job's whole log") from None
+    print("local Ray cluster stopped", flush=True)
+    model = result.summary.get("model")
+    # A model trained on random tokens has no tokenizer to generate with.
+    if model and os.path.isfile(os.path.join(model, "tokenizer_config.json")):
+        if cfg.data_format in CHAT_PROMPTS:
+            messages = CHAT_PROMPTS[cfg.data_format]
+            print(f"from_pretrained({model}).generate(apply_chat_template({json.dumps(messages)})): "
+                  f"{json.dumps(generate_chat(model, messages))}", flush=True)
+        else:
+            print(f"from_pretrained({model}).generate({PROMPT!r}): {json.dumps(generate(model, PROMPT))}", flush=True)
+    for line in local_output.recap(result.summary, time.monotonic() - started):
+        print(line, flush=True)
+    print(SUMMARY_PREFIX + json.dumps(result.summary, allow_nan=False), flush=True)
+    return cli.OK
+
+
+def generate(model_directory: str, prompt: str, new_tokens: int = NEW_TOKENS) -> str:
+    """The exported model, loaded as anyone would load it, continuing `prompt` greedily."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging as transformers_logging
+
+    transformers_logging.disable_progress_bar()  # "Loading weights": noise here
+    tokenizer = AutoTokenizer.from_pretrained(model_directory)
+    model = AutoModelForCausalLM.from_pretrained(model_directory)
+    inputs = tokenizer(prompt, return_tensors="pt")
+    with torch.no_grad():
+        output = model.generate(**inputs, max_new_tokens=new_tokens, do_sample=False)
+    return tokenizer.decode(output[0], skip_special_tokens=True)
+
+
+def generate_chat(model_directory: str, messages: list[dict], new_tokens: int = 2 * NEW_TOKENS) -> str:
+    """The exported model answering `messages` as any chat client would ask it: through the exported tokenizer's
+    chat template with the generation prompt, greedily, until its end of turn; the answer alone."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging as transformers_logging
+
+    transformers_logging.disable_progress_bar()
+    tokenizer = AutoTokenizer.from_pretrained(model_directory)
+    model = AutoModelForCausalLM.from_pretrained(model_directory)
+    inputs = tokenizer.apply_chat_template(messages, add_generation_prompt=True, return_tensors="pt", return_dict=True)
+    with torch.no_grad():
+        output = model.generate(**inputs, max_new_tokens=new_tokens, do_sample=False)
+    return tokenizer.decode(output[0, inputs["input_ids"].shape[1]:], skip_special_tokens=True)
+

@@ -1,13 +1,13 @@
 """Composition root: config -> checks at preview -> components in dependency order -> exports.
 
-Everything that can refuse the stack runs first (infra/stack/feasibility.py, with the EC2 and Service Quotas look-ups and
+Everything that can refuse the stack runs first (infra/preview/feasibility.py, with the EC2 and Service Quotas look-ups and
 an existing reservation's), so a stack that cannot work fails before any resource is registered.
 """
 import pulumi
 
 from infra.kubernetes import addons
-from infra.stack import config
-from infra.stack import feasibility
+from infra import config
+from infra.preview import feasibility
 from infra.aws import network
 from infra.job import preflight
 from infra.job import ray_job
@@ -214,6 +214,6 @@ if cfg.train.enabled:
     pulumi.export("jobEvalLoss", job.eval_loss)
     pulumi.export("jobModelPath", job.model)
     pulumi.export("jobTensorBoard", job.tensorboard)
-    # Known at preview (infra/stack/feasibility.py): the memory levers the job will use and why; None for a model whose
+    # Known at preview (infra/preview/feasibility.py): the memory levers the job will use and why; None for a model whose
     # architecture the preview could not read.
     pulumi.export("jobMemoryPlan", plan.memory_plan.as_dict() if plan.memory_plan else None)

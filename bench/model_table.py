@@ -4,9 +4,9 @@ step-time model's tokens/s for the plan it chose.
     python -m bench.model_table            # prints the table
     python -m bench.model_table --write    # and puts it into README.md between its markers
 
-Each cell is the preview's own verdict: infra.stack.feasibility.check_job_shape on the job the stack file would run
-(Pulumi.yaml's defaults and the stack's file, trainModelId set to the model, through infra.stack.config.parse and
-infra.job.ray_job.workload_config as `pulumi up` does), so "no" is the refusal `pulumi preview` prints. The tokens/s are
+Each cell is the preview's own verdict: infra.preview.job_plan.check_job_shape on the job the stack file would run
+(Pulumi.yaml's defaults and the stack's file, trainModelId set to the model, through infra.config.parse and
+infra.job.job_config.workload_config as `pulumi up` does), so "no" is the refusal `pulumi preview` prints. The tokens/s are
 bench.step_model.predict's for that plan (its sharding as the job's --sharding auto would choose it, its activation
 checkpointing, reshard_after_forward and micro-batches), its central figure: the H200's measured MFU and step split
 for Qwen2.5-1.5B carried to each GPU (the L4 at its sustained GEMM rate) and the central bandwidths of
@@ -20,9 +20,9 @@ import re
 from pathlib import Path
 
 from bench import step_model
-from infra.stack import config as stack_config
-from infra.stack import feasibility
-from infra.job import ray_job
+from infra import config as stack_config
+from infra.preview import job_plan
+from infra.job import job_config
 from tests.pulumi_mocks import STACKS, stack_settings
 from tests.stacks import INSTANCE_FACTS
 from workload.model import architectures
@@ -40,11 +40,11 @@ def cell(model_id: str, stack: str) -> dict:
     settings = stack_settings(stack)
     facts = INSTANCE_FACTS[settings["gpuInstanceType"]]
     cfg = stack_config.parse(settings | {"trainEnabled": True, "trainModelId": model_id})
-    workload = ray_job.workload_config(cfg, facts)
+    workload = job_config.workload_config(cfg, facts)
     workers = facts.gpus * cfg.gpu_node_count
     config = architectures.published(model_id)
     try:
-        plan = feasibility.check_job_shape(workload, config, facts, workers, model=model_id,
+        plan = job_plan.check_job_shape(workload, config, facts, workers, model=model_id,
                                            node_count=cfg.gpu_node_count)
     except ValueError as refusal:
         needed = re.search(r"needs ([0-9.]+) GiB", str(refusal)).group(1)

@@ -49,12 +49,11 @@ MOVES = {
     "infra.portforward": "infra.kubernetes.portforward",
     "infra.preflight": "infra.job.preflight",
     "infra.ray_job": "infra.job.ray_job",
-    "infra.pip_requirements": "infra.job.pip_requirements",
-    "infra.config": "infra.stack.config",
-    "infra.naming": "infra.stack.naming",
-    "infra.instance_facts": "infra.stack.instance_facts",
-    "infra.model_config": "infra.stack.model_config",
-    "infra.feasibility": "infra.stack.feasibility",
+    "infra.pip_requirements": "infra.config.pip_requirements",
+    "infra.naming": "infra.config.naming",
+    "infra.instance_facts": "infra.preview.instance_facts",
+    "infra.model_config": "infra.preview.model_config",
+    "infra.feasibility": "infra.preview.feasibility",
 }
 # Commands users type (`python -m workload.local`): the old name stays as a thin entry module, so only imports of its
 # contents and attribute paths are rewritten, never the bare name.
@@ -119,7 +118,7 @@ def _dotted(match):
     imported = _IMPORTED.match(match.string, match.end())
     if not rest and imported and old + "." + imported.group(1) in NEW_NAMES:
         return match.group(0)
-    # Already a new name (workload.data.chat, infra.stack.config.X)?
+    # Already a new name (workload.data.chat, infra.preview.feasibility.X)?
     if rest:
         first = old + "." + rest.split(".")[1]
         if first in NEW_NAMES:

@@ -5,7 +5,7 @@ it, and the golden RayCluster manifests are rendered from it, and bench/step_mod
 Figures are AWS's published values (network bandwidth: each type's "Network bandwidth (Gbps)" in the EC2
 instance type specifications, which DescribeInstanceTypes reports per network card).
 """
-from infra.stack.config import InstanceFacts
+from infra.config import InstanceFacts
 
 INSTANCE_FACTS = {
     facts.instance_type: facts

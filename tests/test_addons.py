@@ -9,6 +9,7 @@ import pytest
 import yaml
 
 from infra.kubernetes import addons
+from infra.aws import node_labels
 from infra.kubernetes.addons import ClusterAddons, check_efa_allowlist, efa_supported_instance_types
 from tests.pulumi_mocks import REFERENCE_DIR, EchoMocks, EchoMonitor, run_under_mocks
 from tests.stacks import INSTANCE_FACTS
@@ -109,7 +110,7 @@ def test_nvidia_charts_default_affinity_accepts_the_gpu_nodes_label():
     values = yaml.safe_load(values_file.read_text())
     terms = values["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
     accepting = [term for term in terms for expression in term["matchExpressions"]
-                 if expression["key"] == addons.GPU_PRESENT_LABEL and expression["operator"] == "In"
+                 if expression["key"] == node_labels.GPU_PRESENT_LABEL and expression["operator"] == "In"
                  and "true" in expression["values"]]
     assert accepting, (f"NVIDIA chart {addons.NVIDIA_DEVICE_PLUGIN_VERSION}'s default affinity must accept "
-                       f"{addons.GPU_PRESENT_LABEL}=true (the GPU nodes' label); its terms: {terms}")
+                       f"{node_labels.GPU_PRESENT_LABEL}=true (the GPU nodes' label); its terms: {terms}")

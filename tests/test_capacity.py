@@ -224,7 +224,7 @@ def test_ranking_table_quota_commands_and_write_stack(tmp_path, capsys):
                   "  raytrain-eks:gpuNodeCount: 2  # two nodes\n  raytrain-eks:capacityReserve: true\n")
     root = project_dir(tmp_path, stack_text)
     with mock_aws():
-        # The stack sets no clusterName: its cluster is ray-train-g6 (infra/stack/naming.py), whose subnets the finder looks for.
+        # The stack sets no clusterName: its cluster is ray-train-g6 (infra/config/naming.py), whose subnets the finder looks for.
         make_stack_vpc("us-west-2", "ray-train-g6", ["us-west-2a", "us-west-2b", "us-west-2c"])
         aws = FakeAws()
         # us-east-1: quota too small for 2 x 48 vCPUs. us-west-2: enough, and two AZs scored.

@@ -1,4 +1,4 @@
-"""Preview refuses every stack that cannot end in a working job, before any resource (infra/stack/feasibility.py), and the
+"""Preview refuses every stack that cannot end in a working job, before any resource (infra/preview/feasibility.py), and the
 real-deploy fixes show in the rendered resources.
 
 The whole program runs under mocks for each stack (tests/pulumi_mocks.py: EC2, Service Quotas and the existing
@@ -15,8 +15,9 @@ from moto import mock_aws
 
 from infra.aws import identity as aws_identity
 from infra.aws import capacity_reservation
-from infra.stack import feasibility
-from infra.stack.config import AwsIdentity
+from infra.preview import feasibility
+from infra.preview import access
+from infra.config import AwsIdentity
 from infra.aws.capacity_reservation import GpuCapacityReservationProvider, reservation_request
 from infra.kubernetes.raycluster import KNOWN_IMAGES
 from tests.pulumi_mocks import (
@@ -325,7 +326,7 @@ def test_the_program_judges_a_job_without_importing_torch():
 
     from tests.pulumi_mocks import REPO
 
-    code = "import sys, infra.stack.feasibility; print('torch' in sys.modules, 'ray' in sys.modules)"
+    code = "import sys, infra.preview.feasibility; print('torch' in sys.modules, 'ray' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["False", "False"], \
         f"preview must not pay for importing torch or ray (workload.model.memory and workload.config are stdlib): {out}"
@@ -336,7 +337,7 @@ def test_the_program_judges_a_job_without_importing_torch():
     ("nvidia-cudnn-cu13", True), ("einops==0.8.1", False), ("raydp", False), ("torchmetrics", False),
 ])
 def test_pip_refusal_goes_by_the_package_name(entry, refused):
-    from infra.job import pip_requirements
+    from infra.config import pip_requirements
 
     if refused:
         with pytest.raises(ValueError, match="trainPip"):
@@ -353,7 +354,7 @@ class FakeAwsConfig(dict):
 def test_unknown_keys_are_found_in_either_channel_the_cli_passes_config_by(monkeypatch):
     import pulumi
 
-    from infra.stack import config
+    from infra import config
 
     monkeypatch.setenv("PULUMI_CONFIG", json.dumps({"raytrain-eks:gpuNodeCout": "4", "aws:region": "us-west-2"}))
     token = pulumi.runtime.config.CONFIG.set({"raytrain-eks:trainStep": "5"})
@@ -367,13 +368,13 @@ def test_unknown_keys_are_found_in_either_channel_the_cli_passes_config_by(monke
 
 
 def test_aws_identity_passes_one_role_and_the_profile_on():
-    identity = feasibility.aws_identity(FakeAwsConfig(profile="ops", assumeRoles=[{"roleArn": ROLE}]))
+    identity = access.aws_identity(FakeAwsConfig(profile="ops", assumeRoles=[{"roleArn": ROLE}]))
     assert (identity.profile, identity.role_arn) == ("ops", ROLE), identity
-    assert feasibility.aws_identity(FakeAwsConfig()).role_arn is None, "no role without aws:assumeRoles"
+    assert access.aws_identity(FakeAwsConfig()).role_arn is None, "no role without aws:assumeRoles"
 
 
 def _capacity_block(end_in: timedelta, timeout_minutes: int) -> tuple:
-    from infra.stack import config
+    from infra import config
 
     raw = stack_settings("p5") | existing("cr-00000000000000cb1") | {"trainEnabled": True,
                                                                      "trainTimeoutMinutes": timeout_minutes}

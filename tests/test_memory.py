@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from infra.stack import instance_facts
+from infra.preview import instance_facts
 from tests.stacks import INSTANCE_FACTS
 from workload.model import architectures
 from workload.model import memory
@@ -167,16 +167,16 @@ def test_the_levers_come_in_order_and_only_when_needed():
 def test_the_job_applies_the_plan_the_preview_exports():
     import torch
 
-    from infra.stack import config as stack_config
-    from infra.stack import feasibility
-    from infra.job import ray_job
+    from infra import config as stack_config
+    from infra.preview import job_plan
+    from infra.job import job_config
     from tests.pulumi_mocks import stack_settings
     from workload import trainer
 
     raw = stack_settings("dev") | {"trainEnabled": True, "trainModelId": "meta-llama/Llama-3.1-8B"}
     cfg = stack_config.parse(raw)
-    workload = ray_job.workload_config(cfg, INSTANCE_FACTS["g6.12xlarge"])
-    preview = feasibility.check_job_shape(workload, architectures.published(workload.model_id),
+    workload = job_config.workload_config(cfg, INSTANCE_FACTS["g6.12xlarge"])
+    preview = job_plan.check_job_shape(workload, architectures.published(workload.model_id),
                                           INSTANCE_FACTS["g6.12xlarge"], 8, model=workload.model_id, node_count=2)
     # On a GPU the job plans before it builds the model; the device's memory comes from the flag the stack sets.
     applied, job = trainer._plan_memory(workload, 8, 4, torch.device("cuda", 0))

@@ -9,8 +9,8 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from infra.stack import model_config
-from infra.stack.config import AwsIdentity
+from infra.preview import model_config
+from infra.config import AwsIdentity
 from tests.http_stubs import FakeHub
 from workload.model import architectures
 

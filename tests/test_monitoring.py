@@ -16,7 +16,7 @@ import yaml
 
 from infra.kubernetes import idle_stop
 from infra.kubernetes import monitoring
-from infra.kubernetes.addons import GPU_TOLERATION
+from infra.aws.node_labels import GPU_TOLERATION
 from infra.kubernetes.raycluster import HEAD_CPU, HEAD_MEMORY
 from tests.pulumi_mocks import REFERENCE_DIR, STACKS, ProgramRun, program, run_program, stack_settings
 from tests.stacks import INSTANCE_FACTS
@@ -338,8 +338,8 @@ def test_the_default_system_node_holds_everything_with_the_stated_margin():
             **KUBE_SYSTEM_REQUESTS}
     addons_cpu = sum(_cpu(cpu) for cpu, _ in pods.values())
     addons_mib = sum(_mib(memory) for _, memory in pods.values())
-    # infra/stack/feasibility.py refuses a system type smaller than head + these reserves: they must cover the real sum.
-    from infra.stack.feasibility import SYSTEM_ADDONS_CPU, SYSTEM_ADDONS_MEMORY_GIB
+    # infra/preview/feasibility.py refuses a system type smaller than head + these reserves: they must cover the real sum.
+    from infra.preview.feasibility import SYSTEM_ADDONS_CPU, SYSTEM_ADDONS_MEMORY_GIB
 
     assert addons_cpu <= SYSTEM_ADDONS_CPU and addons_mib <= SYSTEM_ADDONS_MEMORY_GIB * 1024, (addons_cpu, addons_mib)
     cpu, mib = allocatable("m7i.xlarge")

@@ -5,7 +5,7 @@ import pytest
 from kubernetes import client
 
 from infra.job import preflight
-from infra.kubernetes.addons import GPU_WORKER_NODE_SELECTOR
+from infra.aws.node_labels import GPU_WORKER_NODE_SELECTOR
 from tests.stacks import INSTANCE_FACTS
 
 G6 = INSTANCE_FACTS["g6.12xlarge"]

@@ -11,7 +11,7 @@ from infra.job import preflight
 from infra.kubernetes.raycluster import KNOWN_IMAGES
 from tests.pulumi_mocks import is_secret_value, program, stack_settings
 from tests.stacks import INSTANCE_FACTS
-from infra.kubernetes.addons import GPU_WORKER_NODE_SELECTOR
+from infra.aws.node_labels import GPU_WORKER_NODE_SELECTOR
 from tests.test_preflight import HEALTHY_PLUGINS, daemonset, driver_labels, node
 
 G6 = INSTANCE_FACTS["g6.12xlarge"]

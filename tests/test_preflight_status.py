@@ -4,7 +4,7 @@ from __future__ import annotations
 from kubernetes import client
 
 from tools import stack, status
-from infra.kubernetes.addons import GPU_WORKER_NODE_SELECTOR, SYSTEM_NODE_SELECTOR
+from infra.aws.node_labels import GPU_WORKER_NODE_SELECTOR, SYSTEM_NODE_SELECTOR
 
 
 def node(name: str, labels: dict, allocatable: dict, ready: bool = True) -> client.V1Node:

@@ -19,6 +19,8 @@ from urllib.parse import urlparse
 import pytest
 
 from infra.job import ray_job
+from infra.job import job_server
+from infra.job import job_config
 from infra.kubernetes.portforward import LocalForward
 from tests.test_workload_train import FAST_RAY_TRAIN
 
@@ -63,7 +65,7 @@ class Connector:
         self.calls.append(preflight)
         with LocalForward(lambda: socket.create_connection(self.remote, timeout=30)) as forward:
             self.forwards.append(forward)
-            yield ray_job.JobServer(forward.address, self.token)
+            yield job_server.JobServer(forward.address, self.token)
 
     def cut(self) -> None:
         """The connection lost, as when a port-forward dies: every open stream closed, new ones refused."""
@@ -84,7 +86,7 @@ def props(**overrides) -> dict:
         "train_args": list(TINY_ARGS),
         "run_id": "1",
         "pip": [],
-        "env_vars": {"NCCL_DEBUG_FILE": ray_job.NCCL_DEBUG_FILE, **FAST_RAY_TRAIN},
+        "env_vars": {"NCCL_DEBUG_FILE": job_config.NCCL_DEBUG_FILE, **FAST_RAY_TRAIN},
         "timeout_s": 300.0,
         "expect_transport": "any",
         "gpus_per_worker": 4,
@@ -94,7 +96,7 @@ def props(**overrides) -> dict:
         "wait": "finish",
         **overrides,
     }
-    derived = ray_job.submission_id(STACK, base["run_id"], base["train_args"], base["pip"], base["env_vars"])
+    derived = job_config.submission_id(STACK, base["run_id"], base["train_args"], base["pip"], base["env_vars"])
     return {"submission_id": derived, **base}
 
 

@@ -10,7 +10,7 @@ from kubernetes import client
 
 from infra.kubernetes import portforward
 from infra.job import preflight
-from infra.job import ray_job
+from infra.job import job_server
 
 
 class FakeCore:
@@ -42,15 +42,15 @@ def core(monkeypatch):
 
 def test_token_is_decoded_from_the_auth_token_key(core):
     core.secret_data = {"auth_token": base64.b64encode(b"s3cret-token").decode()}
-    assert ray_job.read_auth_token(None, "ray", "ray-train") == "s3cret-token", "the Secret's auth_token, decoded"
+    assert job_server.read_auth_token(None, "ray", "ray-train") == "s3cret-token", "the Secret's auth_token, decoded"
 
 
 def test_missing_secret_or_key_fails_naming_the_secret(core):
     with pytest.raises(RuntimeError, match="ray/ray-train: 404 Not Found"):
-        ray_job.read_auth_token(None, "ray", "ray-train")
+        job_server.read_auth_token(None, "ray", "ray-train")
     core.secret_data = {"token": "eA=="}
     with pytest.raises(RuntimeError, match="Secret ray/ray-train has no 'auth_token' key"):
-        ray_job.read_auth_token(None, "ray", "ray-train")
+        job_server.read_auth_token(None, "ray", "ray-train")
 
 
 def test_head_pod_is_the_running_one(core):
@@ -65,7 +65,7 @@ def test_kubernetes_job_server_preflights_reads_the_token_and_forwards_to_the_he
     steps = []
     monkeypatch.setattr(preflight, "kubernetes_client", lambda kubeconfig: steps.append(("client", kubeconfig)))
     monkeypatch.setattr(preflight, "run_preflight", lambda api, request: steps.append(("preflight", request)))
-    monkeypatch.setattr(ray_job, "read_auth_token", lambda api, ns, secret: steps.append(("token", ns, secret)) or "t")
+    monkeypatch.setattr(job_server, "read_auth_token", lambda api, ns, secret: steps.append(("token", ns, secret)) or "t")
     monkeypatch.setattr(portforward, "head_pod_name", lambda api, ns, name: steps.append(("head", name)) or "head-0")
 
     @contextlib.contextmanager
@@ -76,12 +76,12 @@ def test_kubernetes_job_server_preflights_reads_the_token_and_forwards_to_the_he
     monkeypatch.setattr(portforward, "forward_to_pod", forward)
     props = {"kubeconfig": "kc", "namespace": "ray", "cluster_name": "ray-train", "auth_secret_name": "ray-train",
              "gpus_per_worker": 4, "efa_per_worker": 1, "workers": 2}
-    with ray_job.kubernetes_job_server(props, True) as server:
-        assert server == ray_job.JobServer("http://127.0.0.1:1", "t"), server
+    with job_server.kubernetes_job_server(props, True) as server:
+        assert server == job_server.JobServer("http://127.0.0.1:1", "t"), server
     assert steps == [("client", "kc"), ("preflight", preflight.WorkerRequest(4, 1, 2)), ("token", "ray", "ray-train"),
-                     ("head", "ray-train"), ("forward", "head-0", ray_job.JOB_SERVER_PORT)], steps
+                     ("head", "ray-train"), ("forward", "head-0", job_server.JOB_SERVER_PORT)], steps
     steps.clear()
-    with ray_job.kubernetes_job_server(props, False):
+    with job_server.kubernetes_job_server(props, False):
         pass
     assert [step[0] for step in steps] == ["client", "token", "head", "forward"], f"no preflight on delete: {steps}"
 

@@ -8,8 +8,9 @@ from types import SimpleNamespace
 import pulumi
 import pytest
 
-from infra.stack import config
+from infra import config
 from infra.job import ray_job
+from infra.job import job_config
 from tests.pulumi_mocks import is_secret_value, program, run_program, run_under_mocks, stack_settings
 from tests.stacks import INSTANCE_FACTS
 
@@ -34,7 +35,7 @@ def test_job_inputs_come_from_the_train_config(enabled):
         f"train flags from trainModelConfig/Steps: {args}"
     assert flags["--run_name"].startswith("ray-train-fsdp-llm-7-"), f"a new trainRunId is a new checkpoint run: {args}"
     assert is_secret_value(job.inputs["env_vars"]), "trainEnv may hold a token: the job's env is a secret input"
-    assert job.inputs["env_vars"]["value"] == {"NCCL_DEBUG_FILE": ray_job.NCCL_DEBUG_FILE, "NCCL_NET": "Socket"}, \
+    assert job.inputs["env_vars"]["value"] == {"NCCL_DEBUG_FILE": job_config.NCCL_DEBUG_FILE, "NCCL_NET": "Socket"}, \
         f"job env: each rank's NCCL debug file plus trainEnv; got {job.inputs['env_vars']}"
     assert job.inputs["pip"] == ["einops==0.8.1"] and job.inputs["run_id"] == "7", job.inputs
     assert job.inputs["expect_transport"] == "socket" and job.inputs["timeout_s"] == 90 * 60, job.inputs
@@ -120,7 +121,7 @@ def test_fp8_reaches_the_job_with_torchao_installed_at_start():
     # The image has no torchao: the job's runtime_env installs it, next to trainPip's own packages.
     assert job.inputs["pip"] == ["einops==0.8.1", "torchao==0.18.0"], job.inputs["pip"]
     pinned = SimpleNamespace(fp8=True, pip=("TorchAO==0.17.0", "https://example.com/x.whl"))
-    assert ray_job.job_pip(pinned) == list(pinned.pip), "trainPip's own torchao, by its canonical name, wins"
+    assert job_config.job_pip(pinned) == list(pinned.pip), "trainPip's own torchao, by its canonical name, wins"
 
 
 def test_checkpoint_every_reaches_the_job():
@@ -163,7 +164,7 @@ def test_a_chat_fine_tune_reaches_the_job_as_the_workload_flags():
     assert (workload.dataset, workload.data_format, workload.messages_field, workload.chat_template,
             workload.truncation, workload.train_on_prompt, workload.eval_fraction) == (
         "s3://bucket/chats/train.parquet", "chat", "conversation", "llama3", "split", True, 0.05), args
-    pairs = ray_job.examples_flags(config.parse(stack_settings("dev") | {
+    pairs = job_config.examples_flags(config.parse(stack_settings("dev") | {
         **TRAIN, "trainDataset": "org/pairs", "trainDataFormat": "prompt-completion", "trainPromptField": "question",
         "trainCompletionField": "answer"}).train.examples)
     assert pairs == {"data_format": "prompt-completion", "messages_field": "messages", "prompt_field": "question",

@@ -8,9 +8,9 @@ import pulumi_kubernetes as k8s
 import pytest
 
 from infra.kubernetes.addons import ClusterAddons
-from infra.stack import config
+from infra import config
 from infra.kubernetes import monitoring
-from infra.stack.config import StackConfig
+from infra.config import StackConfig
 from infra.kubernetes.raycluster import KNOWN_IMAGES, RayCluster, ray_cluster_manifest
 from tests.stacks import INSTANCE_FACTS
 from tests.pulumi_mocks import EchoMocks, run_under_mocks, stack_settings

@@ -1,8 +1,8 @@
 """Issue 22's security review, items 5, 7, 8, 13 and 15: bad input is refused at preview naming the key (or the
 flag), in one line, before any resource and without quoting a secret.
 
-Most cases go straight to the validation the program runs first (infra.stack.config.parse, infra.job.pip_requirements, the
-job's flags through infra.job.ray_job.workload_config): milliseconds each. One case per kind runs the whole program
+Most cases go straight to the validation the program runs first (infra.config.parse, infra.config.pip_requirements, the
+job's flags through infra.job.job_config.workload_config): milliseconds each. One case per kind runs the whole program
 under mocks, to show the refusal comes at preview with nothing registered; the secret cases all do, since what
 they check (the stack's secret keys, Pulumi's typed reads) exists only inside the program.
 """
@@ -12,10 +12,10 @@ import dataclasses
 
 import pytest
 
-from infra.stack import config
-from infra.stack import feasibility
-from infra.job import pip_requirements
-from infra.job import ray_job
+from infra import config
+from infra.preview import job_plan
+from infra.config import pip_requirements
+from infra.job import job_config
 from tests.pulumi_mocks import Secret, run_program_expecting_error, stack_settings
 from tests.stacks import INSTANCE_FACTS
 from workload import cli
@@ -113,7 +113,7 @@ SECRET_ECHOES = {
                                   "trainPip"),
     "a URL requirement with a token": ({"trainPip": [f"pkg @ https://{TOKEN}@example.com/pkg.whl"]}, "trainPip"),
 }
-# The same, from the checks that need the cloud's answers (infra.stack.feasibility.check), through the whole program.
+# The same, from the checks that need the cloud's answers (infra.preview.feasibility.check), through the whole program.
 SECRET_ECHOES_AT_PREVIEW = {
     "a secret dataset on this machine": ({**JOB_ON, "trainDataset": Secret(f"/home/{TOKEN}/corpus.jsonl")},
                                          "trainDataset"),
@@ -201,7 +201,7 @@ def test_a_minimum_bus_bandwidth_above_the_nodes_network_is_refused():
     # g6.12xlarge: 40 Gbit/s, 5 GB/s between nodes; the dev stack's 8 workers span its 2 nodes.
     def check(minimum: str, nodes: int = 2) -> None:
         cfg = config.parse(DEV | JOB_ON | {"trainMinBusBandwidthGBps": minimum, "gpuNodeCount": nodes})
-        feasibility.check_min_bus_bandwidth(cfg, G6, workers=4 * nodes)
+        job_plan.check_min_bus_bandwidth(cfg, G6, workers=4 * nodes)
 
     with pytest.raises(ValueError, match=r"'trainMinBusBandwidthGBps'.*allowed: 0 \(no minimum\) to 5"):
         check("5.5")
@@ -217,7 +217,7 @@ def test_a_minimum_bus_bandwidth_above_the_nodes_network_is_refused():
 ])
 def test_the_jobs_own_checks_name_the_stack_keys(overrides, keys):
     with pytest.raises(ValueError) as refused:
-        ray_job.workload_config(config.parse(DEV | JOB_ON | overrides), G6)
+        job_config.workload_config(config.parse(DEV | JOB_ON | overrides), G6)
     message = str(refused.value)
     assert all(key in message for key in keys) and "--" not in message, \
         f"the refusal must name {keys} and no job flag: {message}"
@@ -254,5 +254,5 @@ def test_export_onto_an_existing_file_is_one_line_and_exit_2(tmp_path, capsys):
 
 def test_the_workload_and_the_stack_agree_on_the_flags_the_stack_sets():
     fields = {field.name for field in dataclasses.fields(TrainConfig)}
-    assert set(ray_job.STACK_KEYS) <= fields, set(ray_job.STACK_KEYS) - fields
-    assert set(ray_job.STACK_KEYS.values()) <= set(config.schema()), "every key named is one Pulumi.yaml declares"
+    assert set(job_config.STACK_KEYS) <= fields, set(job_config.STACK_KEYS) - fields
+    assert set(job_config.STACK_KEYS.values()) <= set(config.schema()), "every key named is one Pulumi.yaml declares"

@@ -142,10 +142,10 @@ def test_no_two_stacks_share_a_name_aws_holds_unique():
 
 
 def test_the_default_cluster_name_is_a_valid_one_for_any_stack_name():
-    from infra.stack.naming import default_cluster_name
-    from infra.stack.config import _CLUSTER_NAME
+    from infra.config.naming import default_cluster_name
+    from infra.config import CLUSTER_NAME
     for stack in ("g6e", "Prod_East.1", "a" * 80, "p5", "x.y", "x-y"):
-        assert _CLUSTER_NAME.match(default_cluster_name(stack)), f"{stack!r} -> {default_cluster_name(stack)!r}"
+        assert CLUSTER_NAME.match(default_cluster_name(stack)), f"{stack!r} -> {default_cluster_name(stack)!r}"
     assert default_cluster_name("x.y") != default_cluster_name("x-y"), "stacks whose names only differ in . and -"
     assert default_cluster_name("a" * 80) != default_cluster_name("a" * 81), "long names stay apart"
 

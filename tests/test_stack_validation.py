@@ -8,7 +8,7 @@ import ipaddress
 
 import pytest
 
-from infra.stack import config
+from infra import config
 from infra.aws.gpu_nodes import efa_network_interfaces, use_placement_group
 from infra.aws.network import check_gpu_azs, choose_vpc_azs, subnet_plan
 from tests.pulumi_mocks import run_program_expecting_error, stack_settings

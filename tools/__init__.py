@@ -1,4 +1,5 @@
-"""The operator's commands, each `python -m tools.<name> --help`; their exit codes are workload/cli.py's.
+"""The operator's commands, each `python -m tools.<name> --help`; their exit codes are workload/cli.py's. The top
+layer with __main__.py: may import infra/ and workload/, never imported by them.
 
     tools.capacity   where the GPUs can be had: ranks regions and AZs, writes the stack file
     tools.status     the RayCluster, its pods, the GPU nodes' GPUs and EFA interfaces, and the running job

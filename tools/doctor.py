@@ -131,7 +131,7 @@ def check_aws_cli(run: Callable[[list[str]], tuple[int, str]]) -> Check:
 def stack_config(stack: str) -> dict:
     """The stack's settings: Pulumi.<stack>.yaml over Pulumi.yaml's defaults, keys without the project prefix
     (aws:* keys as they are)."""
-    from infra.stack.config import project_name, schema
+    from infra.config import project_name, schema
 
     path = REPO / f"Pulumi.{stack}.yaml"
     if not path.is_file():

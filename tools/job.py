@@ -23,7 +23,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, ContextManager, Sequence
 
-from infra.job.ray_job import RUN_METADATA, JobServer
+from infra.job.ray_job import RUN_METADATA
+from infra.job.job_server import JobServer
 from tools import job_submit
 from tools.job_submit import submit_command
 from tools.kube import api_client

@@ -1,7 +1,7 @@
 """`python -m tools.job submit`: another training run on the stack's live RayCluster, without `pulumi up`.
 
 The job is the one `pulumi up` would submit with `trainEnabled` (infra/job/ray_job.py's workload_config, from the same
-stack file and Pulumi.yaml defaults, checked by the same infra/stack/config.py), with the flags after `--` on top
+stack file and Pulumi.yaml defaults, checked by the same infra/config/), with the flags after `--` on top
 (`-- --steps 200 --learning_rate 2e-5`: any `python -m workload.train` flag; the last one given wins), under its
 own run id (`--run-id`, default `submit-<UTC time>`), which names its submission and its checkpoints' directory.
 It carries the stack's metadata, so `list`, `logs`, `summary` and `stop` find it; `pulumi up` does not know it.
@@ -30,7 +30,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 class StackFile:
     """A Pulumi.<stack>.yaml read as pulumi.Config reads it (get, get_int, get_bool, get_object by key name),
-    for infra.stack.config.read_raw_config; a secret (`{secure: ...}`) reads as unset and is noted."""
+    for infra.config.read_raw_config; a secret (`{secure: ...}`) reads as unset and is noted."""
 
     def __init__(self, stack: str, project: str) -> None:
         path = REPO / f"Pulumi.{stack}.yaml"
@@ -63,9 +63,9 @@ class StackFile:
 def stack_job(stack: str, run_id: str, extra_flags: list[str]) -> dict:
     """The job `pulumi up` would submit for the stack with trainEnabled, under `run_id`, with `extra_flags` on top:
     {train_args, pip, env_vars, time_limit_s, submission_id, secrets_left_out}."""
-    from infra.stack import config as stack_config
-    from infra.stack.instance_facts import KNOWN_GPU_INSTANCE_TYPES
-    from infra.job.ray_job import NCCL_DEBUG_FILE, submission_id, workload_config
+    from infra import config as stack_config
+    from infra.preview.instance_facts import KNOWN_GPU_INSTANCE_TYPES
+    from infra.job.job_config import NCCL_DEBUG_FILE, submission_id, workload_config
     from workload.config import build_parser
 
     source = StackFile(stack, stack_config.project_name())

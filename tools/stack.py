@@ -6,7 +6,7 @@ from typing import Any
 
 import yaml
 
-from infra.stack.config import PROJECT_FILE, project_name, schema
+from infra.config import PROJECT_FILE, project_name, schema
 from workload import cli
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 
-from infra.kubernetes.addons import GPU_WORKER_NODE_SELECTOR
+from infra.aws.node_labels import GPU_WORKER_NODE_SELECTOR
 from infra.kubernetes import monitoring
 from tools.stack import stack_key, stack_settings
 from infra.kubernetes.portforward import CLUSTER_LABEL, NODE_TYPE_LABEL

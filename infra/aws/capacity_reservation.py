@@ -45,7 +45,7 @@ from botocore.exceptions import ClientError
 from pulumi.dynamic import CreateResult, DiffResult, ReadResult, ResourceProvider, UpdateResult
 
 from infra.aws.identity import check_account, describe, identity_from_props, session
-from infra.stack.config import AwsIdentity
+from infra.config import AwsIdentity
 
 # AWS's answers that mean "not here, not now": the next AZ may well have the capacity. "Unsupported" is what
 # EC2 says when the AZ does not offer the instance type at all.

@@ -30,8 +30,8 @@ import pulumi_eks as eks
 import pulumi_kubernetes as k8s
 
 from infra.aws import trust
-from infra.kubernetes.addons import GPU_TOLERATION, SYSTEM_NODE_SELECTOR
-from infra.stack.config import AwsIdentity, StackConfig, arn_parts
+from infra.aws.node_labels import GPU_TOLERATION, SYSTEM_NODE_SELECTOR
+from infra.config import AwsIdentity, StackConfig, arn_parts
 
 SYSTEM_AMI_TYPE = "AL2023_x86_64_STANDARD"
 # The Ray head runs the training image (the DLC: tens of GiB, and containerd keeps both the compressed layers and
@@ -187,7 +187,7 @@ class EksCluster(pulumi.ComponentResource):
         super().__init__("raytrain:infra:EksCluster", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
 
-        # Known at preview: the name is the stack's own (infra/stack/naming.py), the account and partition the caller's.
+        # Known at preview: the name is the stack's own (infra/config/naming.py), the account and partition the caller's.
         self.cluster_arn = trust.eks_cluster_arn(partition=partition, region=region, account_id=account_id,
                                                  cluster_name=cfg.cluster_name)
         # EKS makes this principal the cluster's admin (see access_entries): what the clusterAdmin output says.

@@ -11,9 +11,9 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_aws as aws
 
-from infra.kubernetes.addons import GPU_PRESENT_LABEL, GPU_WORKER_NODE_SELECTOR
+from infra.aws.node_labels import GPU_PRESENT_LABEL, GPU_WORKER_NODE_SELECTOR
 from infra.aws.cluster import instance_metadata, node_role, node_tag_specifications, root_volume
-from infra.stack.config import InstanceFacts
+from infra.config import InstanceFacts
 from infra.aws.node_health import node_repair_config
 
 GPU_AMI_TYPE = "AL2023_x86_64_NVIDIA"

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_aws as aws
 
-from infra.stack.config import WORLD_CIDR, StackConfig
+from infra.config import WORLD_CIDR, StackConfig
 
 # EKS refuses control-plane subnets in these AZ IDs (UnsupportedAvailabilityZoneException); nodes may still
 # run there. AZ IDs, not names, because names map to different physical AZs in each account.

@@ -34,7 +34,7 @@ import json
 import pulumi
 import pulumi_aws as aws
 
-from infra.kubernetes.addons import GPU_TOLERATION
+from infra.aws.node_labels import GPU_TOLERATION
 
 NODE_MONITORING_AGENT_ADDON = "eks-node-monitoring-agent"
 # One node at a time, and none once two are unhealthy together: a GPU node group is small and each replacement

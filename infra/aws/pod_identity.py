@@ -20,7 +20,7 @@ import json
 import pulumi
 import pulumi_aws as aws
 
-from infra.stack.config import s3_location
+from infra.config import s3_location
 from infra.aws.trust import pod_identity_conditions
 
 # EKS Pod Identity assumes the role as this service principal, and tags the session with the cluster, namespace and

@@ -26,11 +26,10 @@ from typing import Any, Callable, Iterable, Mapping
 import pulumi
 import pulumi.dynamic
 
-from infra.kubernetes.addons import (
-    DEVICE_PLUGIN_NAMESPACE, EFA_DEVICE_PLUGIN_RELEASE, GPU_WORKER_NODE_SELECTOR, NVIDIA_DEVICE_PLUGIN_RELEASE,
-)
+from infra.aws.node_labels import GPU_WORKER_NODE_SELECTOR
+from infra.kubernetes.addons import DEVICE_PLUGIN_NAMESPACE, EFA_DEVICE_PLUGIN_RELEASE, NVIDIA_DEVICE_PLUGIN_RELEASE
 from infra.kubernetes.devices import EFA_RESOURCE, GPU_RESOURCE, worker_resources
-from infra.stack.config import InstanceFacts
+from infra.config import InstanceFacts
 
 # Each chart names its DaemonSet after the release (infra/kubernetes/addons.py), and this is the resource it advertises.
 DEVICE_PLUGIN_RELEASES = {

@@ -12,6 +12,8 @@ import pulumi
 import pulumi_kubernetes as k8s
 import yaml
 
+from infra.aws.node_labels import GPU_PRESENT_LABEL, GPU_TOLERATION, SYSTEM_NODE_SELECTOR
+
 from infra.kubernetes import admission
 from infra.kubernetes import ray_security
 
@@ -45,13 +47,6 @@ KUBERAY_OPERATOR_VERSION = "1.7.0"
 KUBERAY_OPERATOR_NAMESPACE = "kuberay-system"
 KUBERAY_OPERATOR_RELEASE = "kuberay-operator"
 
-# Node roles, the labels the node groups set (infra/aws/cluster.py, infra/aws/gpu_nodes.py) and the pods select, and the
-# GPU taint's toleration. The GPU taint keeps everything that does not ask for a GPU off the expensive nodes;
-# what must run there tolerates it.
-SYSTEM_NODE_SELECTOR = {"role": "system"}
-GPU_WORKER_NODE_SELECTOR = {"role": "gpu-worker"}
-GPU_PRESENT_LABEL = "nvidia.com/gpu.present"
-GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
 # The NVIDIA chart's own default toleration; it is kept because Helm replaces a list value instead of merging it.
 _CRITICAL_ADDONS_TOLERATION = {"key": "CriticalAddonsOnly", "operator": "Exists"}
 

@@ -2,7 +2,7 @@
 the figures the RayCluster's workers are built from and the preflight checks nodes against."""
 from __future__ import annotations
 
-from infra.stack.config import InstanceFacts
+from infra.config import InstanceFacts
 
 GPU_RESOURCE = "nvidia.com/gpu"  # the NVIDIA device plugin's resource
 EFA_RESOURCE = "vpc.amazonaws.com/efa"  # the EFA device plugin's resource

@@ -34,8 +34,8 @@ from pulumi.dynamic import CreateResult, DiffResult, ResourceProvider, UpdateRes
 
 from infra.aws import identity as aws_identity
 from infra.kubernetes import ray_security
-from infra.kubernetes.addons import SYSTEM_NODE_SELECTOR
-from infra.stack.config import AwsIdentity
+from infra.aws.node_labels import SYSTEM_NODE_SELECTOR
+from infra.config import AwsIdentity
 from infra.aws.pod_identity import trust_policy
 from infra.kubernetes.portforward import CLUSTER_LABEL, NODE_TYPE_LABEL
 from infra.kubernetes.raycluster import DASHBOARD_PORT, auth_secret_name, head_service_name

@@ -13,11 +13,13 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_kubernetes as k8s
 
-from infra.kubernetes.addons import GPU_TOLERATION, GPU_WORKER_NODE_SELECTOR, KUBERAY_OPERATOR_NAMESPACE, SYSTEM_NODE_SELECTOR
+from infra.kubernetes.addons import (
+    GPU_TOLERATION, GPU_WORKER_NODE_SELECTOR, KUBERAY_OPERATOR_NAMESPACE, SYSTEM_NODE_SELECTOR,
+)
 from infra.kubernetes import admission
 from infra.kubernetes import monitoring
 from infra.kubernetes import ray_security
-from infra.stack.config import InstanceFacts, StackConfig, check_efa_gpu
+from infra.config import InstanceFacts, StackConfig, check_efa_gpu
 from infra.kubernetes.devices import worker_resources
 
 # The CRD version that kuberay-operator 1.7.0 serves and stores (infra/kubernetes/addons.py pins the operator).

@@ -8,7 +8,7 @@ from typing import Iterable
 from botocore.exceptions import ClientError
 
 from infra.aws.capacity_reservation import error_code
-from infra.stack.instance_facts import OnDemandQuota, on_demand_quota
+from infra.preview.instance_facts import OnDemandQuota, on_demand_quota
 
 @dataclass(frozen=True)
 class QuotaUsage:

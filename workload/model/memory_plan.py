@@ -12,7 +12,7 @@ The levers, cheapest first (each later one is tried with the earlier ones on):
 A lever already on stays on. The search is a handful of estimates: binary search over the batch's divisors (the peak
 grows with the micro-batch), never a walk over batch sizes.
 
-`choose` is what the job (workload/trainer.py, before it builds the model) and the preview (infra/stack/feasibility.py,
+`choose` is what the job (workload/trainer.py, before it builds the model) and the preview (infra/preview/feasibility.py,
 which exports it as the stack output jobMemoryPlan) both call, with the same inputs, so both say the same.
 Standard library only: the Pulumi program imports this.
 """
@@ -180,7 +180,7 @@ def largest_micro_batch(config: dict, *, seq_len: int, shards: int, world_size: 
 def for_job(cfg: TrainConfig, architecture: dict, *, world_size: int, ranks_per_node: int, gpu_memory_mib: int,
             compiled: bool) -> MemoryPlan:
     """`choose` for a job's flags: what workload/trainer.py runs before it builds the model, and what the preview
-    (infra/stack/feasibility.py) projects for the stack's job with the instance's figures."""
+    (infra/preview/feasibility.py) projects for the stack's job with the instance's figures."""
     requested = Settings(cfg.activation_checkpointing, cfg.reshard_after_forward, cfg.grad_accum_steps, cfg.sharding)
     return choose(architecture, batch_size=cfg.batch_size, seq_len=cfg.seq_len, world_size=world_size,
                   ranks_per_node=min(ranks_per_node, world_size), gpu_memory_mib=gpu_memory_mib,

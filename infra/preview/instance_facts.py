@@ -11,7 +11,7 @@ from typing import NamedTuple
 
 import pulumi_aws as aws
 
-from infra.stack.config import InstanceFacts, check_efa_gpu
+from infra.config import InstanceFacts, check_efa_gpu
 
 
 # The GPU instance types of the project's stacks (Pulumi.<stack>.yaml): GPUs per node and each GPU's memory in MiB,

@@ -12,7 +12,7 @@ import hashlib
 import re
 
 DEFAULT_CLUSTER_NAME_PREFIX = "ray-train"
-# infra/stack/config.py's clusterName rule: a letter first, then letters, digits and hyphens, 39 characters at most.
+# infra/config/'s clusterName rule: a letter first, then letters, digits and hyphens, 39 characters at most.
 _MAX_LENGTH = 39
 _DIGEST_LENGTH = 6
 

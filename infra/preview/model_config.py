@@ -18,7 +18,7 @@ import tempfile
 from dataclasses import dataclass
 from typing import Any
 
-from infra.stack.config import AwsIdentity, s3_location
+from infra.config import AwsIdentity, s3_location
 from workload.model import architectures
 from workload.config import ARCHITECTURES
 

@@ -1,0 +1,116 @@
+"""The rules single values follow: names, ARNs, AZs and S3 locations, each refusal a ValueError naming the key
+and what it allows."""
+from __future__ import annotations
+
+import re
+
+
+# 39 at most: IAM role names are <clusterName>-system-node-role plus Pulumi's 8-character suffix, 64 at most.
+CLUSTER_NAME = re.compile(r"^[a-zA-Z][a-zA-Z0-9-]{0,38}$")
+K8S_VERSION = re.compile(r"^1\.[0-9]{2}$")
+AZ_NAME = re.compile(r"^[a-z]{2}(-[a-z]+)+-[0-9][a-z]$")
+INSTANCE_TYPE = re.compile(r"^[a-z][a-z0-9-]*\.[a-z0-9]+$")
+RESERVATION_ID = re.compile(r"^cr-[0-9a-f]{8,17}$")
+RUN_ID = re.compile(r"^[A-Za-z0-9._-]{1,32}$")
+RAY_VERSION = re.compile(r"^[0-9]+\.[0-9]+\.[0-9]+$")
+CUDA_VERSION = re.compile(r"^[0-9]+\.[0-9]+$")
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# An IAM user or role (optionally with a path): what an EKS access entry's principal can be.
+PRINCIPAL_ARN = re.compile(r"^arn:aws[a-z-]*:iam::[0-9]{12}:(role|user)/[A-Za-z0-9+=,.@_/-]{1,512}$")
+# NCCL_SOCKET_IFNAME: interface name prefixes (Linux names are at most 15 characters), comma-separated, optionally
+# led by ^ (exclude) or = (exact match), as NCCL's environment variable documentation gives them.
+SOCKET_IFNAME = re.compile(r"[\^=]?[A-Za-z0-9_.:-]{1,15}(,[A-Za-z0-9_.:-]{1,15})*")
+# FI_PROVIDER and NCCL_NET_PLUGIN: a name (libfabric's layered providers join theirs with ';', lists with ',').
+PLUGIN_WORD = re.compile(r"[\^]?[A-Za-z0-9_.;,+-]{1,64}")
+# Every pattern here is applied with fullmatch: `re.match` with `$` would take a trailing newline.
+# S3's bucket naming rules (general purpose buckets): 3-63 lowercase letters, digits, dots and hyphens, starting and
+# ending with a letter or digit. Anything else (a wildcard above all) is not one bucket.
+S3_BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
+
+
+def arn_parts(arn: str) -> tuple[str, str, str]:
+    """(partition, account, resource) of an ARN: arn:PARTITION:SERVICE:REGION:ACCOUNT:RESOURCE."""
+    fields = arn.split(":", 5)
+    return fields[1], fields[4], fields[5]
+
+
+def require(ok: bool, key: str, message: str) -> None:
+    if not ok:
+        raise ValueError(f"config key {key!r}: {message}")
+
+
+def check_az_list(key: str, azs: list[str]) -> tuple[str, ...]:
+    for az in azs:
+        require(bool(AZ_NAME.fullmatch(az)), key, f"{az!r} is not an availability zone name (like us-west-2a)")
+    require(len(set(azs)) == len(azs), key, f"lists an AZ twice: {azs}")
+    return tuple(azs)
+
+
+def s3_location(path: str, key: str = "") -> tuple[str, str] | None:
+    """(bucket, key or prefix without surrounding slashes) of an s3:// path; None for any other path. The Ray pods'
+    IAM policy is written from it (infra/aws/pod_identity.py), so a path that would grant more than one bucket or prefix
+    is refused, naming the config `key` it came from."""
+    if not path.startswith("s3://"):
+        return None
+    bucket, _, prefix = path.removeprefix("s3://").partition("/")
+    require(bool(S3_BUCKET.fullmatch(bucket)) and ".." not in bucket, key,
+             f"{path!r} must name one existing bucket (3-63 lowercase letters, digits, '.' and '-'), "
+             "like s3://my-bucket/prefix; wildcards are not allowed")
+    require(not any(c in prefix for c in "*?$"), key,
+             f"{path!r}: the path after the bucket must not contain '*', '?' or '$' (IAM would read them as "
+             "wildcards or policy variables)")
+    _check_segments(path, prefix.removesuffix("/"), key)
+    return bucket, prefix.strip("/")
+
+
+def _check_segments(path: str, inner: str, key: str) -> None:
+    """No empty, '.' or '..' segment: a file system or an S3 client that normalises them reads or writes elsewhere
+    than the prefix the pods' policy grants (and S3 keeps them literally, so the same path means two places)."""
+    segments = inner.split("/") if inner else []
+    require(not any(segment in ("", ".", "..") for segment in segments), key,
+             f"{path!r} has an empty, '.' or '..' path segment; allowed: a path without '//', '/./' or '/../'")
+
+
+# Where the Ray pods can keep checkpoints: S3 through their own role (infra/aws/pod_identity.py), or a node's disk.
+STORAGE_ALLOWED = ("allowed: s3://bucket/prefix (the Ray pods' role gets access to that prefix only), an absolute path "
+                   "or file:///path (a disk of the one GPU node), or empty for no checkpoints")
+
+
+def check_storage_path(path: str) -> None:
+    """trainStoragePath: empty, s3://bucket/prefix with a prefix (a bucket root would give the pods read, write and
+    delete on the whole bucket), or a local absolute path (file:///path is one too; infra.preview.feasibility refuses it for
+    more than one GPU node)."""
+    key = "trainStoragePath"
+    if not path:
+        return
+    scheme, separator, rest = path.partition("://")
+    if not separator:
+        require(path.startswith("/"), key, f"{path!r} is neither an absolute path nor a URI; {STORAGE_ALLOWED}")
+        _check_segments(path, path[1:].removesuffix("/"), key)
+        return
+    require(scheme in ("s3", "file"), key,
+             f"{path!r}: {scheme}:// is not a storage the pods can reach (they hold AWS credentials for S3 only)"
+             + ("; URI schemes are lowercase" if scheme.lower() in ("s3", "file") else "") + f"; {STORAGE_ALLOWED}")
+    if scheme == "file":
+        require(rest.startswith("/"), key, f"{path!r}: a file:// URI takes an absolute path (file:///path); "
+                                            f"{STORAGE_ALLOWED}")
+        _check_segments(path, rest[1:].removesuffix("/"), key)
+        return
+    _bucket, prefix = s3_location(path, key)
+    require(bool(prefix), key, f"{path!r} is a bucket root, and the Ray pods' role would get read, write and delete "
+                                f"on the whole bucket; {STORAGE_ALLOWED}")
+
+
+def check_dataset_location(dataset: str) -> None:
+    """trainDataset, when remote: s3://bucket/key only. The job reads remote files through pyarrow's S3 file system
+    with the Ray pods' role (workload/data/batches.py); an https:// or gs:// file would fail on the cluster after `up` made it."""
+    key = "trainDataset"
+    scheme, separator, _ = dataset.partition("://")
+    if not separator:
+        return
+    require(scheme == "s3", key,
+             f"{dataset!r}: {scheme}:// is not a location the job can read"
+             + ("; URI schemes are lowercase" if scheme.lower() == "s3" else "")
+             + "; allowed: s3://bucket/key.jsonl (or .txt, .json; the Ray pods' role gets read access to it), a "
+             "Hugging Face dataset id, or empty for random tokens")
+    s3_location(dataset, key)

@@ -1,0 +1,170 @@
+"""The keys Pulumi.yaml declares, and the stack's raw values of them: read with their defaults, unknown keys
+refused with the nearest declared one, secrets required where a value may hold a token and never quoted."""
+from __future__ import annotations
+
+import copy
+import difflib
+import functools
+import json
+import re
+from pathlib import Path
+from typing import Any, Callable
+
+import pulumi
+import yaml
+
+from infra.config.settings import SECRET_KEYS, SECRET_VALUED_KEYS
+
+
+PROJECT_FILE = Path(__file__).resolve().parents[2] / "Pulumi.yaml"
+
+
+def schema() -> dict[str, dict[str, Any]]:
+    """The `config:` section of Pulumi.yaml: every key with its type, default and description."""
+    return copy.deepcopy(_project_document(PROJECT_FILE.stat().st_mtime_ns)["config"])
+
+
+def project_name() -> str:
+    return _project_document(PROJECT_FILE.stat().st_mtime_ns)["name"]
+
+
+@functools.lru_cache(maxsize=1)
+def _project_document(_modified_ns: int) -> dict[str, Any]:
+    """Pulumi.yaml, parsed once per version of the file: a preview reads it several times, and PyYAML's pure-Python
+    parser takes tens of milliseconds for its some 80 keys."""
+    with PROJECT_FILE.open() as f:
+        return yaml.safe_load(f)
+
+
+def _read_raw(config: Any, key: str, spec: dict[str, Any], hidden: bool = False) -> Any:
+    """One key through pulumi.Config, typed by the schema; an unset key takes the schema's default. A refusal of a
+    `hidden` key (a secret's) does not quote its value.
+
+    The Pulumi CLI already applies the schema's defaults; reading them here as well keeps a program run
+    without the CLI (the unit tests) on the same values, from the same one place.
+    """
+    readers: dict[str, Callable[[str], Any]] = {
+        "string": config.get,
+        "integer": config.get_int,
+        "boolean": config.get_bool,
+        "array": config.get_object,
+    }
+    kind = spec["type"]
+    if kind not in readers:
+        raise ValueError(f"Pulumi.yaml: config key {key!r} has type {kind!r}; supported: {sorted(readers)}")
+    try:
+        value = readers[kind](key)
+    except pulumi.ConfigTypeError as e:
+        if hidden or key in SECRET_VALUED_KEYS:  # Pulumi's message quotes the value
+            raise ValueError(f"config key {key!r} must be of type {kind} (its value is not shown)") from None
+        raise ValueError(f"config key {key!r} must be of type {kind}: {e}") from e
+    if value is None:
+        value = spec["default"]
+    if kind == "array":
+        if isinstance(value, str):  # get_object returns JSON already parsed; a raw default may be text
+            value = json.loads(value)
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            # `pulumi config set --secret --path 'trainSecretEnv.HF_TOKEN' ...` makes an object of the token.
+            got = (f"a {type(value).__name__} (its value is not shown)" if hidden or key in SECRET_VALUED_KEYS
+                   else repr(value))
+            raise ValueError(f"config key {key!r} must be a list of strings, got {got}")
+    return value
+
+
+def read_raw_config(config: Any | None = None, hidden: frozenset[str] = frozenset()) -> dict[str, Any]:
+    """Every key of Pulumi.yaml, read from the stack's config (or its default), by its schema name; refusals of the
+    `hidden` keys do not quote their values."""
+    config = config if config is not None else pulumi.Config()
+    return {key: _read_raw(config, key, spec, key in hidden) for key, spec in schema().items()}
+
+
+def stack_config_keys() -> set[str]:
+    """Every key the stack sets, namespaced (`raytrain-eks:gpuNodeCount`, `aws:region`).
+
+    pulumi.Config reads one key at a time and has no listing; the runtime's own config map (filled by the language
+    host, or by set_all_config) and PULUMI_CONFIG (its older channel) together hold all of them.
+    """
+    return set(pulumi.runtime.config.CONFIG.get()) | set(pulumi.runtime.config.get_config_env())
+
+
+def check_unknown_keys(keys: set[str], project: str, declared: set[str]) -> None:
+    """Refuse a key of the project's namespace that Pulumi.yaml does not declare: Pulumi ignores it silently, so a
+    typo (`gpuNodeCout`) would run the stack on the default."""
+    unknown = sorted(key.partition(":")[2] for key in keys if key.partition(":")[0] == project
+                     and key.partition(":")[2] not in declared)
+    if not unknown:
+        return
+    hints, unmatched = [], False
+    for key in unknown:
+        nearest = difflib.get_close_matches(key, declared, n=1)
+        hints.append(f"{key!r} (did you mean {nearest[0]!r}?)" if nearest else repr(key))
+        unmatched |= not nearest
+    # The whole list would be one very long line (some 60 keys); their prefixes say where to look.
+    families = sorted({re.match(r"[a-z]+", key).group(0) for key in declared})
+    allowed = (f"a key Pulumi.yaml declares (they start {', '.join(families)}; each with its meaning there)"
+               if unmatched else "the key it means")
+    raise ValueError(
+        f"config keys {', '.join(hints)} are not declared in Pulumi.yaml, so Pulumi would ignore them; "
+        f"`pulumi config rm {project}:{unknown[0]}`, and use {allowed}")
+
+
+def check_secret_keys(raw: dict[str, Any], project: str, is_secret: Callable[[str], bool]) -> None:
+    """Refuse a SECRET_KEYS value stored in plain text: it would sit readable in the committed stack file."""
+    for key in SECRET_KEYS:
+        if raw[key] and not is_secret(f"{project}:{key}"):
+            raise ValueError(
+                f"config key {key!r} is stored in plain text in the stack file; set it as a secret: "
+                f"`pulumi config rm {key}`, then `pulumi config set --secret --path '{key}[0]' NAME=VALUE`")
+
+
+def is_stack_secret(key: str) -> bool:
+    """Whether the stack holds a namespaced key as a secret, by either channel the CLI passes that by."""
+    return pulumi.runtime.is_config_secret(key) or key in pulumi.runtime.get_config_secret_keys_env()
+
+
+def secret_fragments() -> list[str]:
+    """What a message must not quote: the values of every key the stack holds as a secret (and of SECRET_KEYS, which
+    must be one), as each string in them and each VALUE of a KEY=VALUE, from the config as the CLI passed it. A plain
+    trainEnv is in the committed stack file already; its refusals name its entries without their values anyway."""
+    project = project_name()
+    fragments: list[str] = []
+
+    def collect(value: Any) -> None:
+        if isinstance(value, dict):
+            value = list(value.values())
+        if isinstance(value, list):
+            for item in value:
+                collect(item)
+        elif isinstance(value, str):
+            fragments.extend([value, value.partition("=")[2]])
+
+    for key in schema():
+        namespaced = f"{project}:{key}"
+        text = pulumi.runtime.get_config(namespaced)
+        if text is None or not (key in SECRET_KEYS or is_stack_secret(namespaced)):
+            continue
+        try:
+            collect(json.loads(text))
+        except ValueError:
+            collect(text)
+    # Three characters at least: a shorter "secret" would blank out ordinary words of the message.
+    return sorted({fragment for fragment in fragments if len(fragment) >= 3}, key=len, reverse=True)
+
+
+def hides_secret_values(check: Callable[..., Any]) -> Callable[..., Any]:
+    """A preview check whose refusals never quote a secret's value: any that would is re-raised with it blanked
+    out (and without the exception it came from, whose text may quote it too)."""
+
+    @functools.wraps(check)
+    def checked(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return check(*args, **kwargs)
+        except ValueError as error:
+            message = str(error)
+            for fragment in secret_fragments():
+                message = message.replace(fragment, "[secret]")
+            if message == str(error):
+                raise
+            raise ValueError(message) from None
+
+    return checked

@@ -1,0 +1,213 @@
+"""The stack's settings as the program uses them: frozen, typed dataclasses, and the bounds and choices
+the keys are checked against."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+GPU_PLACEMENTS = ("auto", "cluster", "none")
+TRAIN_WAITS = ("finish", "transport")
+NCCL_DEBUG_LEVELS = ("VERSION", "WARN", "INFO", "TRACE")
+# What CloudWatch Logs accepts for a log group's retention (PutRetentionPolicy); 0 means never expire.
+LOG_RETENTION_DAYS = (0, 1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827, 2192, 2557, 2922,
+                      3288, 3653)
+WORLD_CIDR = "0.0.0.0/0"
+# Keys whose values must be Pulumi secrets (`pulumi config set --secret`): a plain value sits in Pulumi.<stack>.yaml,
+# which is committed.
+SECRET_KEYS = ("trainSecretEnv",)
+# Keys whose values may hold a token: no refusal quotes them (nor any key the stack holds as a secret).
+SECRET_VALUED_KEYS = (*SECRET_KEYS, "trainEnv")
+# Upper bounds, so that nothing downstream overflows or searches for long: the preview's memory check looks for the
+# largest batch that fits, a per-GPU batch beyond 65536 sequences fits no GPU at any trainSeqLen a model has, the
+# job's deadline is a SIGALRM timer (workload/train.py) and a reservation's end a datetime.
+MAX_BATCH_SIZE = 65536
+MAX_TIMEOUT_MINUTES = 30 * 24 * 60  # 30 days; a longer run is several runs resuming from their checkpoints
+MAX_RESERVATION_HOURS = 366 * 24  # a year: a hard stop meant to be one
+
+
+@dataclass(frozen=True)
+class InstanceFacts:
+    """What EC2 says about an instance type: the one source of GPU, EFA and size figures (never typed twice)."""
+
+    instance_type: str
+    gpus: int
+    gpu_memory_mib: int
+    efa_supported: bool
+    maximum_efa_interfaces: int
+    network_cards: int
+    vcpus: int
+    memory_mib: int
+    architectures: tuple[str, ...] = ("x86_64",)
+    """What the type's processors run (x86_64, arm64): a node group's AMI must match."""
+    gpu_name: str = ""
+    """EC2's GPU name (L4, L40S, A100, H100), matched against workload.model.causal_lm.PEAK_BF16_FLOPS."""
+    network_gbps: float = 0.0
+    """A node's network bandwidth in Gbit/s: the sum of its network cards' peak bandwidth; 0 when EC2 gives none."""
+
+    @property
+    def efa_interfaces(self) -> int:
+        """EFA interfaces a node gets: one per network card, as far as the type allows (p5: 32, g6: 1)."""
+        return min(self.network_cards, self.maximum_efa_interfaces) if self.efa_supported else 0
+
+
+@dataclass(frozen=True)
+class AwsIdentity:
+    """Who the stack acts as in AWS: aws:profile (else the environment's credentials), then aws:assumeRoles' role.
+    The AWS provider applies both itself; the kubeconfig and the dynamic providers are given them explicitly."""
+
+    profile: str | None = None
+    role_arn: str | None = None
+    account_id: str | None = None
+    """The account they reach, as the AWS provider says at preview (aws.get_caller_identity); the dynamic providers
+    refuse to act in any other. None where nothing needed it."""
+
+
+def check_efa_gpu(facts: InstanceFacts, *, config_key: str = "gpuInstanceType") -> InstanceFacts:
+    """Refuse a type that cannot carry the job: without GPUs nothing trains, without EFA NCCL falls back to TCP."""
+    if facts.gpus < 1:
+        raise ValueError(
+            f"config key {config_key!r}: {facts.instance_type} has no GPUs; choose an EFA-capable GPU type "
+            "such as g6.12xlarge, g6e.12xlarge, p4d.24xlarge or p5.48xlarge")
+    if not facts.efa_supported or facts.efa_interfaces < 1:
+        raise ValueError(
+            f"config key {config_key!r}: {facts.instance_type} does not support EFA, so NCCL would silently fall "
+            "back to TCP sockets; choose an EFA-capable GPU type such as g6.12xlarge, g6e.12xlarge, "
+            "p4d.24xlarge or p5.48xlarge")
+    return facts
+
+
+class SecretEnv:
+    """KEY=VALUE pairs that must never be printed: the repr names the keys only, so a traceback, a log line or a test
+    failure that shows the config shows no value. The program hands the values on only as a Pulumi secret."""
+
+    __slots__ = ("_values",)
+
+    def __init__(self, values: dict[str, str] | None = None) -> None:
+        self._values = dict(values or {})
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(self._values)
+
+    def reveal(self) -> dict[str, str]:
+        """The values, for pulumi.Output.secret(...) and nothing else."""
+        return dict(self._values)
+
+    def __bool__(self) -> bool:
+        return bool(self._values)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, SecretEnv) and other._values == self._values
+
+    def __hash__(self) -> int:
+        return hash(tuple(sorted(self._values.items())))
+
+    def __repr__(self) -> str:
+        return f"SecretEnv(names={list(self._values)})"
+
+
+@dataclass(frozen=True)
+class TrainExamples:
+    """trainDataFormat and the keys of chat and prompt-completion data (workload/data/)."""
+
+    data_format: str = "text"
+    messages_field: str = "messages"
+    prompt_field: str = "prompt"
+    completion_field: str = "completion"
+    train_on_prompt: bool = False
+    chat_template: str = ""
+    truncation: str = "truncate"
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """The training job that `pulumi up` runs when enabled (keys train*)."""
+
+    enabled: bool
+    run_id: str
+    model_id: str
+    model_config: str
+    steps: int
+    batch_size: int
+    seq_len: int
+    learning_rate: float
+    num_workers: int
+    max_failures: int
+    checkpoint_every: int
+    storage_path: str
+    pip: tuple[str, ...]
+    env: dict[str, str]
+    timeout_minutes: int
+    expect_transport: str
+    sharding: str
+    reduce_dtype: str
+    grad_accum_steps: int
+    fp8: bool
+    min_bus_gbytes_per_s: float
+    lr_schedule: str
+    warmup_steps: int
+    dataset: str
+    dataset_config: str
+    dataset_split: str
+    text_field: str
+    tokenizer: str
+    eval_split: str
+    eval_fraction: float
+    eval_every: int
+    export: str
+    examples: "TrainExamples" = field(default_factory=lambda: TrainExamples())
+    """trainDataFormat and its keys: how trainDataset's records are trained on."""
+    secret_env: SecretEnv = field(default_factory=SecretEnv)
+    """trainSecretEnv: delivered to the Ray pods from a Kubernetes Secret, never through the job's inputs."""
+    wait: str = "finish"
+    """trainWait: what `pulumi up` waits for, the job's end or only its verified transport."""
+
+
+@dataclass(frozen=True)
+class StackConfig:
+    """Every setting of the stack, validated."""
+
+    cluster_name: str
+    kubernetes_version: str
+    vpc_cidr: str
+    vpc_availability_zones: tuple[str, ...]
+    system_instance_type: str
+    system_node_count: int
+    gpu_instance_type: str
+    gpu_node_count: int
+    gpu_availability_zone: str
+    gpu_root_volume_gib: int
+    gpu_placement: str
+    capacity_reservation_id: str
+    capacity_reserve: bool
+    capacity_candidate_azs: tuple[str, ...]
+    dlc_image: str
+    ray_version: str
+    """As configured: empty means the version the stack knows for dlc_image (raycluster.image_facts)."""
+    image_cuda_version: str
+    """As configured: empty means the stack's figure for a known dlc_image (raycluster.image_facts)."""
+    ray_namespace: str
+    ray_cluster_name: str
+    transport_env: dict[str, str] = field(default_factory=dict)
+    """NCCL_DEBUG, NCCL_SOCKET_IFNAME, FI_PROVIDER and NCCL_NET_PLUGIN for the Ray workers."""
+    train: TrainConfig | None = None
+    api_public_access_cidrs: tuple[str, ...] = ()
+    """As configured; the deployer's own address is added at preview (feasibility.check)."""
+    control_plane_log_retention_days: int = 90
+    cluster_admins: tuple[str, ...] = ()
+    cluster_viewers: tuple[str, ...] = ()
+    capacity_reservation_hours: int = 0
+    """With capacity_reserve: the reservation's lifetime in hours (0: until destroy)."""
+    # ---- issue 24: metrics, node repair, idle stop
+    monitoring: str = "prometheus"
+    """monitoring: prometheus, cloudwatch or none (infra/kubernetes/monitoring.py)."""
+    gpu_node_repair: bool = True
+    """gpuNodeRepair: the node monitoring agent and the GPU node group's automatic repair (infra/aws/node_health.py)."""
+    gpu_idle_stop_minutes: int = 0
+    """gpuIdleStopMinutes: scale the GPU nodes to 0 after this long without a Ray job; 0 never (infra/kubernetes/idle_stop.py)."""
+
+
+# ---- issue 24: metrics, node repair, idle stop
+MONITORING_BACKENDS = ("prometheus", "cloudwatch", "none")  # infra/kubernetes/monitoring.py builds each
+IDLE_STOP_MINIMUM_MINUTES = 10  # nodes take about that long to join and run a job's first step
+IDLE_STOP_MAXIMUM_MINUTES = 10080  # a week

@@ -1,0 +1,176 @@
+"""The train* keys: the training job's settings, checked against the workload's own lists so that a value the
+job accepts is never refused here, nor the reverse."""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from workload.config import CHAT_TEMPLATES
+from workload.config import DATA_FORMATS  # trainDataFormat
+from workload.config import EXPORTS  # trainExport
+from workload.config import TRUNCATIONS  # trainTruncation
+from workload.config import LR_SCHEDULES  # trainLrSchedule
+from workload.config import MODEL_CONFIGS  # trainModelConfig: architectures built with random weights
+from workload.config import REDUCE_DTYPES  # trainReduceDtype
+from workload.config import SHARDINGS  # trainSharding
+from workload.config import is_file_dataset  # trainDataset: a file (s3://...) rather than a Hugging Face id
+from workload.config import S3_MODEL_DIRECTORY  # trainModelId in S3: the job's own refusal, word for word
+from workload.fabric.transport import EXPECTATIONS as EXPECT_TRANSPORTS  # trainExpectTransport
+import infra.config.pip_requirements as pip_requirements  # trainPip
+from infra.config.rules import ENV_NAME, RUN_ID, require, check_dataset_location, check_storage_path, s3_location
+from infra.config.settings import (
+    MAX_BATCH_SIZE, MAX_TIMEOUT_MINUTES, SecretEnv, TRAIN_WAITS, TrainConfig, TrainExamples,
+)
+
+
+def parse_train(raw: dict[str, Any]) -> TrainConfig:
+    try:
+        learning_rate = float(raw["trainLearningRate"])
+    except ValueError as e:
+        raise ValueError(f"config key 'trainLearningRate': {raw['trainLearningRate']!r} is not a number") from e
+    require(0 < learning_rate < 1, "trainLearningRate", f"must be between 0 and 1, got {learning_rate}")
+    for key in ("trainSteps", "trainBatchSize", "trainSeqLen", "trainTimeoutMinutes"):
+        require(raw[key] >= 1, key, f"must be at least 1, got {raw[key]}")
+    require(raw["trainBatchSize"] <= MAX_BATCH_SIZE, "trainBatchSize",
+             f"{raw['trainBatchSize']} sequences per GPU per step: allowed 1 to {MAX_BATCH_SIZE} (for a larger "
+             "effective batch, add GPUs)")
+    require(raw["trainTimeoutMinutes"] <= MAX_TIMEOUT_MINUTES, "trainTimeoutMinutes",
+             f"{raw['trainTimeoutMinutes']} minutes: allowed 1 to {MAX_TIMEOUT_MINUTES} (30 days); a longer training "
+             "is several jobs, each resuming from the last one's checkpoints")
+    require(raw["trainNumWorkers"] >= 0, "trainNumWorkers",
+             f"must be 0 (one worker per GPU) or more, got {raw['trainNumWorkers']}")
+    require(raw["trainMaxFailures"] >= -1, "trainMaxFailures",
+             f"must be -1 (retry forever), 0 or more, got {raw['trainMaxFailures']}")
+    require(raw["trainModelConfig"] in ("", *MODEL_CONFIGS), "trainModelConfig",
+             f"{raw['trainModelConfig']!r} is not empty or one of {list(MODEL_CONFIGS)}")
+    require(bool(raw["trainModelId"]), "trainModelId", "must name a Hugging Face model")
+    require(bool(RUN_ID.fullmatch(raw["trainRunId"])), "trainRunId",
+             f"{raw['trainRunId']!r} must be 1-32 letters, digits, '.', '_' or '-' (it names the Ray job)")
+    require(raw["trainExpectTransport"] in EXPECT_TRANSPORTS, "trainExpectTransport",
+             f"{raw['trainExpectTransport']!r} is not one of {list(EXPECT_TRANSPORTS)}")
+    require(raw["trainWait"] in TRAIN_WAITS, "trainWait", f"{raw['trainWait']!r} is not one of {list(TRAIN_WAITS)}")
+    require(raw["trainCheckpointEvery"] >= 0, "trainCheckpointEvery",
+             f"must be 0 (only after the last step) or more, got {raw['trainCheckpointEvery']}")
+    for key, allowed in (("trainSharding", SHARDINGS), ("trainReduceDtype", REDUCE_DTYPES)):
+        require(raw[key] in allowed, key, f"{raw[key]!r} is not one of {list(allowed)}")
+    require(raw["trainGradAccumSteps"] >= 1 and raw["trainBatchSize"] % raw["trainGradAccumSteps"] == 0,
+             "trainGradAccumSteps", f"must be at least 1 and divide trainBatchSize {raw['trainBatchSize']} (each "
+             f"micro-batch takes an equal share of it), got {raw['trainGradAccumSteps']}")
+    try:
+        min_bus = float(raw["trainMinBusBandwidthGBps"])
+    except ValueError as e:
+        raise ValueError(f"config key 'trainMinBusBandwidthGBps': {raw['trainMinBusBandwidthGBps']!r} is not a "
+                         "number") from e
+    require(min_bus >= 0 and math.isfinite(min_bus), "trainMinBusBandwidthGBps",
+             f"must be 0 (no minimum) or a bus bandwidth in GB/s, got {raw['trainMinBusBandwidthGBps']}")
+    storage = raw["trainStoragePath"]
+    check_storage_path(storage)
+    for key, allowed in (("trainLrSchedule", LR_SCHEDULES), ("trainExport", EXPORTS)):
+        require(raw[key] in allowed, key, f"{raw[key]!r} is not one of {list(allowed)}")
+    for key in ("trainWarmupSteps", "trainEvalEvery"):
+        require(raw[key] >= 0, key, f"must be 0 or more, got {raw[key]}")
+    require(raw["trainWarmupSteps"] <= raw["trainSteps"], "trainWarmupSteps",
+             f"{raw['trainWarmupSteps']} must be at most trainSteps {raw['trainSteps']}")
+    try:
+        eval_fraction = float(raw["trainEvalFraction"])
+    except ValueError as e:
+        raise ValueError(f"config key 'trainEvalFraction': {raw['trainEvalFraction']!r} is not a number") from e
+    require(0 <= eval_fraction < 1, "trainEvalFraction",
+             f"must be 0 (none) or a fraction below 1 such as 0.05, got {raw['trainEvalFraction']}")
+    require(not (eval_fraction and raw["trainEvalSplit"]), "trainEvalFraction",
+             "and trainEvalSplit both choose the evaluation set: set one")
+    dataset = raw["trainDataset"]
+    require(bool(dataset) or not (eval_fraction or raw["trainEvalSplit"] or raw["trainEvalEvery"]), "trainDataset",
+             "is empty (random tokens), so there is nothing to evaluate: set it, or leave trainEvalFraction, "
+             "trainEvalSplit and trainEvalEvery unset")
+    require(not (raw["trainEvalSplit"] and is_file_dataset(dataset)), "trainEvalSplit",
+             f"names a split of a Hugging Face trainDataset; the file {dataset} has none: use trainEvalFraction")
+    require(raw["trainExport"] != "checkpoints" or raw["trainCheckpointEvery"] > 0, "trainExport",
+             "checkpoints writes a model at every checkpoint, and trainCheckpointEvery is 0 (only the last step's): "
+             "set trainCheckpointEvery, or use final")
+    check_dataset_location(dataset)
+    if (model_location := s3_location(raw["trainModelId"], "trainModelId")) is not None:
+        require(bool(model_location[1]), "trainModelId", f"{raw['trainModelId']!r}: {S3_MODEL_DIRECTORY}")
+    env = _parse_env("trainEnv", raw["trainEnv"])
+    secret_env = SecretEnv(_parse_env("trainSecretEnv", raw["trainSecretEnv"]))
+    clash = sorted(set(env) & set(secret_env.names))
+    require(not clash, "trainSecretEnv", f"{clash} are set in trainEnv too; set each variable in one key")
+    return TrainConfig(
+        enabled=raw["trainEnabled"],
+        run_id=raw["trainRunId"],
+        model_id=raw["trainModelId"],
+        model_config=raw["trainModelConfig"],
+        steps=raw["trainSteps"],
+        batch_size=raw["trainBatchSize"],
+        seq_len=raw["trainSeqLen"],
+        learning_rate=learning_rate,
+        num_workers=raw["trainNumWorkers"],
+        max_failures=raw["trainMaxFailures"],
+        checkpoint_every=raw["trainCheckpointEvery"],
+        storage_path=storage,
+        pip=pip_requirements.check(raw["trainPip"]),
+        env=env,
+        timeout_minutes=raw["trainTimeoutMinutes"],
+        expect_transport=raw["trainExpectTransport"],
+        sharding=raw["trainSharding"],
+        reduce_dtype=raw["trainReduceDtype"],
+        grad_accum_steps=raw["trainGradAccumSteps"],
+        fp8=raw["trainFp8"],
+        min_bus_gbytes_per_s=min_bus,
+        secret_env=secret_env,
+        wait=raw["trainWait"],
+        lr_schedule=raw["trainLrSchedule"],
+        warmup_steps=raw["trainWarmupSteps"],
+        dataset=dataset,
+        dataset_config=raw["trainDatasetConfig"],
+        dataset_split=raw["trainDatasetSplit"],
+        text_field=raw["trainTextField"],
+        tokenizer=raw["trainTokenizer"],
+        eval_split=raw["trainEvalSplit"],
+        eval_fraction=eval_fraction,
+        eval_every=raw["trainEvalEvery"],
+        export=raw["trainExport"],
+        examples=_parse_train_examples(raw),
+    )
+
+
+def _parse_train_examples(raw: dict[str, Any]) -> TrainExamples:
+    """The keys of chat and prompt-completion data, each checked against its allowed values."""
+    data_format = raw["trainDataFormat"]
+    require(data_format in DATA_FORMATS, "trainDataFormat", f"{data_format!r} is not one of {list(DATA_FORMATS)}")
+    require(raw["trainTruncation"] in TRUNCATIONS, "trainTruncation",
+             f"{raw['trainTruncation']!r} is not one of {list(TRUNCATIONS)}")
+    require(raw["trainChatTemplate"] in ("", *CHAT_TEMPLATES), "trainChatTemplate",
+             f"{raw['trainChatTemplate']!r} is not empty (the tokenizer's own) or one of {list(CHAT_TEMPLATES)}")
+    if data_format != "text":
+        require(bool(raw["trainDataset"]), "trainDataset",
+                 f"is empty (random tokens), and trainDataFormat {data_format} needs records to train on")
+        require(not raw["trainDataset"].endswith(".txt"), "trainDataset",
+                 f"{raw['trainDataset']} is plain text; trainDataFormat {data_format} reads records from .jsonl, .json, "
+                 ".parquet or a Hugging Face dataset")
+        keys = ("trainMessagesField",) if data_format == "chat" else ("trainPromptField", "trainCompletionField")
+        for key in keys:
+            require(bool(raw[key]), key, f"must name the records' field for trainDataFormat {data_format}")
+        require(data_format != "prompt-completion" or raw["trainPromptField"] != raw["trainCompletionField"],
+                 "trainCompletionField", f"must differ from trainPromptField, both are {raw['trainPromptField']!r}")
+    return TrainExamples(
+        data_format=data_format,
+        messages_field=raw["trainMessagesField"],
+        prompt_field=raw["trainPromptField"],
+        completion_field=raw["trainCompletionField"],
+        train_on_prompt=raw["trainOnPrompt"],
+        chat_template=raw["trainChatTemplate"],
+        truncation=raw["trainTruncation"],
+    )
+
+
+def _parse_env(key: str, items: list[str]) -> dict[str, str]:
+    """KEY=VALUE entries. A refusal quotes the entry's position and name only: the value may be a token."""
+    env: dict[str, str] = {}
+    for index, item in enumerate(items):
+        name, sep, value = item.partition("=")
+        require(bool(sep) and bool(ENV_NAME.fullmatch(name)), key,
+                 f"entry {index} is not KEY=VALUE with KEY made of letters, digits and '_' (its value is not shown)")
+        require(name not in env, key, f"sets {name} twice")
+        env[name] = value
+    return env

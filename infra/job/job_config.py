@@ -1,0 +1,149 @@
+"""The training job's command, from the stack's train* keys: the workload's flags (one per key), the packages it
+installs, its data-format flags and its secret environment."""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import re
+from typing import TYPE_CHECKING, Any, Mapping
+
+import pulumi
+import pulumi.dynamic
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
+
+from infra.config import InstanceFacts, StackConfig, TrainExamples
+from workload.model import fp8  # standard library only: the preview's fp8 check and torchao's pin
+
+if TYPE_CHECKING:
+    from workload.config import TrainConfig as WorkloadConfig
+
+
+# Each rank writes its own NCCL log here (%h host, %p pid), reads back its transport lines at the end and reports
+# them in the summary, so the verdict does not depend on which worker output reaches the driver.
+NCCL_DEBUG_FILE = "/tmp/nccl-%h-%p.log"
+
+
+def submission_id(stack: str, run_id: str, train_args: list[str], pip: list[str], env_vars: dict[str, str]) -> str:
+    """The Ray submission id of a run: the same for every create of the same job, another for another job.
+    The env's values are hashed, never shown (trainEnv may hold a token)."""
+    definition = json.dumps([stack, run_id, train_args, pip, sorted(env_vars.items())])
+    return f"raytrain-{stack}-{run_id}-{hashlib.sha256(definition.encode()).hexdigest()[:8]}"
+
+
+# The workload's flags the stack sets, by the train* key that sets each (infra.config.TrainConfig has the workload's
+# field names), so that a refusal from the workload's own checks names what the user set.
+STACK_KEYS = {
+    "model_id": "trainModelId", "model_config": "trainModelConfig", "steps": "trainSteps",
+    "batch_size": "trainBatchSize", "seq_len": "trainSeqLen", "learning_rate": "trainLearningRate",
+    "num_workers": "trainNumWorkers", "max_failures": "trainMaxFailures", "checkpoint_every": "trainCheckpointEvery",
+    "storage_path": "trainStoragePath", "sharding": "trainSharding", "reduce_dtype": "trainReduceDtype",
+    "grad_accum_steps": "trainGradAccumSteps", "min_bus_gbytes_per_s": "trainMinBusBandwidthGBps",
+    "lr_schedule": "trainLrSchedule", "warmup_steps": "trainWarmupSteps", "dataset": "trainDataset",
+    "dataset_config": "trainDatasetConfig", "dataset_split": "trainDatasetSplit", "text_field": "trainTextField",
+    "tokenizer": "trainTokenizer", "eval_split": "trainEvalSplit", "eval_fraction": "trainEvalFraction",
+    "eval_every": "trainEvalEvery", "export": "trainExport", "fp8": "trainFp8",
+}
+# The flags of trainDataFormat and its keys (infra.config.TrainExamples' fields), for naming only.
+EXAMPLES_KEYS = {
+    "data_format": "trainDataFormat", "messages_field": "trainMessagesField", "prompt_field": "trainPromptField",
+    "completion_field": "trainCompletionField", "train_on_prompt": "trainOnPrompt",
+    "chat_template": "trainChatTemplate", "truncation": "trainTruncation",
+}
+
+_FLAG = re.compile(r"--([a-z_]+)")
+
+
+def stack_message(message: str) -> str:
+    """A refusal of the workload's, with its flags (--checkpoint_every) named as the stack keys that set them."""
+    stack_keys = {**STACK_KEYS, **EXAMPLES_KEYS}
+    keys = [stack_keys[flag] for flag in _FLAG.findall(message) if flag in stack_keys]
+    named = _FLAG.sub(lambda match: stack_keys.get(match.group(1), match.group(0)), message)
+    if not keys:
+        return f"train* config keys do not make a valid job: {named}"
+    return f"config key{'s' if len(set(keys)) > 1 else ''} {', '.join(repr(k) for k in dict.fromkeys(keys))}: {named}"
+
+
+def workload_config(cfg: StackConfig, facts: InstanceFacts) -> "WorkloadConfig":
+    """The workload's own config for the stack's train* keys, validated by the workload itself."""
+    from workload.config import TrainConfig as WorkloadConfig
+
+    train = cfg.train
+    if train is None:
+        raise ValueError("trainEnabled: the stack config has no train settings")
+    # An unknown GPU (tools.job submit, away from EC2) is left to the job's own device check (workload.model.fp8).
+    if train.fp8 and facts.gpu_name and not fp8.gpu_has_fp8(facts.gpu_name):
+        raise ValueError(f"config key 'trainFp8': {facts.instance_type}'s {facts.gpu_name or 'GPU'} has no fp8 tensor "
+                         f"cores; allowed: false, or true on {', '.join(fp8.FP8_GPUS)} instances")
+    try:
+        workload = WorkloadConfig(
+            **{name: getattr(train, name) for name in STACK_KEYS},
+            **examples_flags(train.examples),
+            # The instance's network, for the job's choice of sharding; its fabric check's measurement wins.
+            node_gbits_per_s=facts.network_gbps,
+            # Its GPUs' memory as EC2 says, so the job's memory plan is the one the preview exported.
+            gpu_memory_mib=facts.gpu_memory_mib,
+        )
+        # Ray Train resumes a run of the same name and storage path from its latest checkpoint. A retried create
+        # of the same job should (the same trainRunId and flags); a job with other flags (another model, another
+        # shape) must not load this one's checkpoints, and a new trainRunId starts afresh.
+        definition = hashlib.sha256(json.dumps(workload.to_args()).encode()).hexdigest()[:8]
+        return dataclasses.replace(workload, run_name=f"ray-train-fsdp-llm-{train.run_id}-{definition}")
+    except ValueError as e:
+        raise ValueError(stack_message(str(e))) from None
+
+
+def job_pip(train) -> list[str]:
+    """trainPip, plus what the job's flags need beyond the image: torchao for trainFp8 (unless trainPip names it)."""
+    pip = list(train.pip)
+
+    def name(entry: str) -> str:
+        try:
+            return canonicalize_name(Requirement(entry).name)
+        except InvalidRequirement:
+            return entry  # a URL or a path: never torchao by name
+
+    if train.fp8 and "torchao" not in {name(entry) for entry in pip}:
+        pip.append(fp8.TORCHAO_REQUIREMENT)
+    return pip
+
+
+def examples_flags(examples: TrainExamples) -> dict[str, Any]:
+    """trainDataFormat and its keys as the workload's fields of the same names (--data_format, --messages_field...)."""
+    return dataclasses.asdict(examples)
+
+
+def job_inputs(cfg: StackConfig, facts: InstanceFacts) -> dict[str, Any]:
+    """The job's inputs from the stack config: the workload's flags, its runtime_env and the checks.
+
+    Everything but the RayCluster's identity, which comes from the RayCluster's outputs (so the job waits for it).
+    """
+    from infra.job.preflight import WorkerRequest
+
+    workload = workload_config(cfg, facts)
+    train = cfg.train
+    # NCCL_DEBUG_FILE goes first so that trainEnv can still send NCCL's log elsewhere.
+    env_vars = {"NCCL_DEBUG_FILE": NCCL_DEBUG_FILE, **train.env}
+    stack = pulumi.get_stack()
+    pip = job_pip(train)
+    return {
+        "train_args": workload.to_args(),
+        "run_id": train.run_id,
+        "pip": pip,
+        "env_vars": env_vars,
+        "timeout_s": float(train.timeout_minutes * 60),
+        "expect_transport": train.expect_transport,
+        **WorkerRequest.for_instance(facts, cfg.gpu_node_count).as_props(),
+        "submission_id": submission_id(stack, train.run_id, workload.to_args(), pip, env_vars),
+        "stack": stack,
+        "wait": train.wait,
+    }
+
+
+def secret_job_env(env_vars: Mapping[str, str]) -> pulumi.Output[dict[str, str]]:
+    """The job's runtime_env env_vars as a Pulumi secret input. trainEnv may carry a token: a plain input is stored
+    and shown by `pulumi preview` in plain text even when the config value was set with --secret, and
+    additional_secret_outputs covers the outputs only. Tokens belong in trainSecretEnv, which never reaches the job:
+    Ray's dashboard shows every job's runtime_env."""
+    return pulumi.Output.secret(dict(env_vars))

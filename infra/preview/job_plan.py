@@ -1,0 +1,189 @@
+"""Whether the training job can run, at preview: its memory plan on the stack's GPUs, its data and chat
+template, its shape against the cluster, and the transport and bandwidth it expects."""
+from __future__ import annotations
+
+from typing import Any
+
+import pulumi
+
+from infra.preview import instance_facts
+from infra.preview import model_config
+from infra.job import job_config
+from infra.config import AwsIdentity, InstanceFacts, StackConfig
+from workload.model import memory
+from workload.model import memory_plan
+from workload.config import CHAT_TEMPLATES, is_local_dataset
+from workload.data.chat import KNOWN_CHAT_TEMPLATES
+
+
+def check_job(cfg: StackConfig, gpu: InstanceFacts, *, identity: AwsIdentity | None = None,
+              region: str | None = None) -> memory_plan.MemoryPlan | None:
+    """A job the cluster can run: its data, its workers, its shape against the model and the GPUs' memory (the
+    memory plan it returns), its checkpoints, its transport expectation and its fabric minimum (trainPip is judged
+    with the config)."""
+    check_job_data(cfg)
+    workload = job_config.workload_config(cfg, gpu)  # the workload's own checks of the flags first
+    check_chat_template(cfg)
+    train = cfg.train
+    gpus = gpu.gpus * cfg.gpu_node_count
+    workers = train.num_workers or gpus
+    if workers > gpus:
+        raise ValueError(f"config key 'trainNumWorkers': {workers} workers need a GPU each, and the cluster has "
+                         f"{gpus} ({cfg.gpu_node_count} x {gpu.gpus}); allowed: 0 (one per GPU) to {gpus}")
+    architecture = model_config.resolve(train.model_id, train.model_config,
+                                        hub_token=train.secret_env.reveal().get(model_config.HUB_TOKEN_VARIABLE),
+                                        identity=identity, region=region)
+    plan = None
+    if isinstance(architecture, model_config.Known):
+        plan = check_job_shape(workload, architecture.config, gpu, workers, model=train.model_config or train.model_id,
+                               node_count=cfg.gpu_node_count)
+    else:
+        pulumi.log.warn(f"trainModelId {train.model_id}: {architecture.reason}, so trainSeqLen and the GPU memory of "
+                        "the job are checked only on the cluster")
+    if train.storage_path and not train.storage_path.startswith("s3://") and cfg.gpu_node_count > 1:
+        raise ValueError(
+            f"config key 'trainStoragePath': {train.storage_path} is a directory on each node, and Ray Train needs "
+            f"one place that the workers on all {cfg.gpu_node_count} GPU nodes and the head share; allowed: "
+            "s3://bucket/prefix (the Ray pods' own role gets access to it), or empty for no checkpoints")
+    check_transport_expectation(cfg, gpu, workers)
+    check_min_bus_bandwidth(cfg, gpu, workers)
+    return plan
+
+
+def check_job_data(cfg: StackConfig) -> None:
+    """The job's dataset and tokenizer must be where its pods can read them: the hub or S3. A path on this machine is
+    not in the pods, and on a cluster of several nodes a file on one node is not on the others."""
+    train = cfg.train
+    nodes = f"the job's pods on {cfg.gpu_node_count} GPU node{'s' if cfg.gpu_node_count > 1 else ''}"
+    if is_local_dataset(train.dataset):
+        raise ValueError(
+            f"config key 'trainDataset': {train.dataset} is a path on this machine, which {nodes} cannot read; "
+            "allowed: s3://bucket/key.jsonl (or .txt, .json; the Ray pods' role gets read access to it), or a Hugging "
+            "Face dataset id")
+    if train.tokenizer.startswith(("/", "./", "../", "~")):
+        raise ValueError(
+            f"config key 'trainTokenizer': {train.tokenizer} is a path on this machine, which {nodes} cannot read; "
+            "allowed: a Hugging Face tokenizer or model id, or empty for trainModelId's tokenizer")
+
+
+def check_chat_template(cfg: StackConfig) -> None:
+    """Chat and prompt-completion data are rendered with the tokenizer's chat template: a tokenizer known to have
+    none is refused unless trainChatTemplate names one; one not known here is checked by the job before it trains."""
+    train = cfg.train
+    if train.examples.data_format == "text" or train.examples.chat_template:
+        return
+    tokenizer = train.tokenizer or train.model_id
+    key = "trainTokenizer" if train.tokenizer else "trainModelId"
+    known = KNOWN_CHAT_TEMPLATES.get(tokenizer)
+    if known is False:
+        raise ValueError(
+            f"config key '{key}': the tokenizer {tokenizer} has no chat template, so trainDataFormat "
+            f"{train.examples.data_format} cannot render its records the way the model will see them; allowed: set "
+            f"trainChatTemplate to one of {list(CHAT_TEMPLATES)}, or a tokenizer that has a template")
+    if known is None:
+        pulumi.log.warn(f"{key} {tokenizer}: whether its tokenizer has a chat template is not known before it is "
+                        "downloaded; the job checks it before any worker starts")
+
+
+def check_job_shape(workload: Any, architecture: dict, gpu: InstanceFacts, workers: int, *, model: str,
+                    node_count: int) -> memory_plan.MemoryPlan:
+    """Sequence length against the model's positions; the memory plan (workload.model.memory_plan, the function the job
+    runs) for the job's flags on `workers` GPUs of `gpu`. Refused when no plan fits, naming the memory the model needs
+    per GPU and what would fit: a smaller per-GPU batch, more nodes, or another instance type the project knows."""
+    positions = architecture.get("max_position_embeddings")
+    if positions and workload.seq_len > positions:
+        raise ValueError(f"config key 'trainSeqLen': {workload.seq_len} tokens exceed {model}'s {positions} positions; "
+                         f"allowed: 1 to {positions}")
+    compiled = workload.compile is not False  # the job compiles on a GPU unless told not to
+    plan = memory_plan.for_job(workload, architecture, world_size=workers, ranks_per_node=gpu.gpus,
+                               gpu_memory_mib=gpu.gpu_memory_mib, compiled=compiled)
+    if plan.fits:
+        return plan
+    billions = memory.parameter_count(architecture) / 1e9
+    raise ValueError(
+        f"config keys 'trainModelId', 'trainBatchSize' and 'trainSeqLen': {model} ({billions:.2f} B parameters) needs "
+        f"{plan.peak_gib:.1f} GiB on each of the {workers} GPUs of {gpu.instance_type} at {workload.batch_size} x "
+        f"{workload.seq_len} tokens per GPU even with {plan.describe().split(':')[0]}, and they leave "
+        f"{plan.usable_gib - memory.MARGIN_GIB:.1f} GiB ({memory.MARGIN_GIB:g} GiB kept free); allowed: "
+        + "; or ".join(what_would_fit(workload, architecture, gpu, workers, node_count=node_count, compiled=compiled)))
+
+
+def what_would_fit(workload: Any, architecture: dict, gpu: InstanceFacts, workers: int, *, node_count: int,
+                   compiled: bool) -> list[str]:
+    """A refusal's alternatives, each found in closed form or by binary search: a smaller per-GPU batch on this
+    cluster, the node count of this type at which the shards fit, the known instance types that fit at this node
+    count (or the node count they need)."""
+    options = []
+    batch = memory_plan.largest_micro_batch(architecture, seq_len=workload.seq_len, shards=workers,
+                                            world_size=workers, gpu_memory_mib=gpu.gpu_memory_mib,
+                                            below=workload.batch_size, compiled=compiled)
+    if batch:
+        options.append(f"a per-GPU batch (trainBatchSize) of {'1' if batch == 1 else f'1 to {batch}'} at trainSeqLen "
+                       f"{workload.seq_len}")
+
+    def nodes_for(gpus_per_node: int, gpu_memory_mib: int) -> int | None:
+        shards = memory.shards_needed(architecture, usable=memory.usable_gib(gpu_memory_mib),
+                                      micro_batch=workload.batch_size, seq_len=workload.seq_len,
+                                      activation_checkpointing=True, reshard_after_forward=True, grad_accum_steps=1,
+                                      reduce_dtype=workload.reduce_dtype, compiled=compiled)
+        return -(-shards // gpus_per_node) if shards else None
+
+    nodes = nodes_for(gpu.gpus, gpu.gpu_memory_mib)
+    if nodes and nodes > node_count:
+        options.append(f"gpuNodeCount {nodes} or more of {gpu.instance_type} (the state sharded over "
+                       f"{nodes * gpu.gpus} GPUs, with full sharding, activation checkpointing and "
+                       "reshard_after_forward)")
+    for instance_type, (gpus_per_node, gpu_memory_mib, _) in instance_facts.KNOWN_GPU_INSTANCE_TYPES.items():
+        if instance_type == gpu.instance_type or gpu_memory_mib <= gpu.gpu_memory_mib:
+            continue
+        other = memory_plan.for_job(workload, architecture, world_size=gpus_per_node * node_count,
+                                    ranks_per_node=gpus_per_node, gpu_memory_mib=gpu_memory_mib, compiled=compiled)
+        if other.fits:
+            options.append(f"gpuInstanceType {instance_type} ({node_count} nodes: {other.describe().split(':')[0]})")
+        elif (needed := nodes_for(gpus_per_node, gpu_memory_mib)) is not None:
+            options.append(f"gpuInstanceType {instance_type} with gpuNodeCount {needed} or more")
+    return options or [f"a smaller model or a shorter trainSeqLen (nothing the project knows fits {workload.seq_len}"
+                       " tokens)"]
+
+
+def check_transport_expectation(cfg: StackConfig, gpu: InstanceFacts, workers: int) -> None:
+    """trainExpectTransport must be what this cluster and the job's env can show: the job fails after it ran
+    (and billed) when every rank's NCCL transport differs from it."""
+    expect = cfg.train.expect_transport
+    env = {**cfg.transport_env, **cfg.train.env}  # what the ranks see: the job's runtime_env wins
+    sockets = env.get("NCCL_NET", "").lower() == "socket" or env.get("FI_PROVIDER") != "efa"
+    # Ray Train's default placement packs workers onto as few nodes as hold them (ScalingConfig
+    # placement_strategy="PACK"): workers that fit on one node's GPUs never cross nodes.
+    crosses_nodes = cfg.gpu_node_count > 1 and workers > gpu.gpus
+    key = "trainExpectTransport"
+    if expect in ("efa", "socket") and not crosses_nodes:
+        raise ValueError(
+            f"config key {key!r}: {expect} needs ranks on two or more nodes, but the job's {workers} workers "
+            f"{'have one GPU node' if cfg.gpu_node_count == 1 else f'fit on one node of {gpu.gpus} GPUs'}, so NCCL "
+            "shows intra-node; allowed: intra-node or any (or more gpuNodeCount / trainNumWorkers)")
+    if expect == "efa" and sockets:
+        # trainEnv's values are never quoted (they may hold a token); fiProvider's may be.
+        forced = ("trainEnv NCCL_NET=Socket" if env.get("NCCL_NET", "").lower() == "socket"
+                  else "trainEnv's FI_PROVIDER" if "FI_PROVIDER" in cfg.train.env
+                  else f"FI_PROVIDER={env.get('FI_PROVIDER')} (fiProvider)")
+        raise ValueError(f"config key {key!r}: efa, but {forced} sends NCCL over TCP sockets; allowed: socket or "
+                         "any with that env, or efa without it")
+    if expect == "socket" and not sockets:
+        raise ValueError(f"config key {key!r}: socket, but the workers load aws-ofi-nccl on EFA, so NCCL uses EFA; "
+                         "allowed: efa or any, or socket with trainEnv NCCL_NET=Socket")
+    if expect == "intra-node" and crosses_nodes:
+        raise ValueError(f"config key {key!r}: intra-node, but {workers} workers span more than one node of "
+                         f"{gpu.gpus} GPUs; allowed: efa or any, or trainNumWorkers up to {gpu.gpus}")
+
+
+def check_min_bus_bandwidth(cfg: StackConfig, gpu: InstanceFacts, workers: int) -> None:
+    """trainMinBusBandwidthGBps must be one the fabric can reach: across nodes, a collective's bus bandwidth (as
+    nccl-tests counts it) is bounded by a node's network, EC2's network_gbps / 8 in GB/s. Within one node the bound is
+    NVLink's or PCIe's, which EC2 does not describe, so only the network's is checked."""
+    minimum = cfg.train.min_bus_gbytes_per_s
+    link = gpu.network_gbps / 8
+    if cfg.gpu_node_count > 1 and workers > gpu.gpus and link and minimum > link:
+        raise ValueError(
+            f"config key 'trainMinBusBandwidthGBps': {minimum:g} GB/s is more than the {gpu.network_gbps:g} Gbit/s "
+            f"network of {gpu.instance_type} carries between nodes ({link:g} GB/s), so the job would always fail "
+            f"its fabric check; allowed: 0 (no minimum) to {link:g}")

@@ -33,6 +33,7 @@ import ray.train.torch
 import torch.distributed as dist
 
 from bench import step_model
+from bench import step_inputs
 from bench.scaling import SOCKET_FALLBACK, run
 from bench.step_bench import recipe_model
 from workload.fabric import bandwidth as fabric
@@ -119,11 +120,11 @@ def measure(name: str, cfg: TrainConfig, gpus: int, env: dict[str, str]) -> dict
 
 def predicted(name: str, bus_gbytes_per_s: float, cfg: TrainConfig) -> dict:
     """bench.step_model's figures for 2 nodes of 1 H200 whose network is the fabric check's bus bandwidth."""
-    hardware = step_model.Hardware("emulated", "H200", nodes=2, gpus_per_node=1,
+    hardware = step_inputs.Hardware("emulated", "H200", nodes=2, gpus_per_node=1,
                                    inter_node_gbytes_per_s=bus_gbytes_per_s,
                                    intra_node_gbytes_per_s=float("inf"), gpu_memory_gib=141.0)
-    strategy = next(strategy for strategy in step_model.STRATEGIES if strategy.name == name)
-    measured = step_model.Assumptions(network_efficiency=1.0)  # the bus bandwidth is already the measured one
+    strategy = next(strategy for strategy in step_inputs.STRATEGIES if strategy.name == name)
+    measured = step_inputs.Assumptions(network_efficiency=1.0)  # the bus bandwidth is already the measured one
     figures = step_model.predict(strategy, hardware, cfg.batch_size, cfg.seq_len, measured)
     serialized = step_model.predict(strategy, hardware, cfg.batch_size, cfg.seq_len,
                                     dataclasses.replace(measured, links="serialized"))

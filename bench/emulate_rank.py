@@ -38,6 +38,7 @@ import torch
 import torch.distributed as dist
 
 from bench import step_model
+from bench import step_inputs
 from bench.step_bench import GIB, recipe_model
 from workload.model import causal_lm as project
 from workload.model import parallel
@@ -203,7 +204,7 @@ def fake_world(world_size: int) -> None:
     dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=world_size)
 
 
-def build_step(strategy: step_model.Strategy, cfg: TrainConfig, device: torch.device, links: Links):
+def build_step(strategy: step_inputs.Strategy, cfg: TrainConfig, device: torch.device, links: Links):
     """(timed step, phased step) of `strategy` on the current fake world: the recipe's FSDP1 step, or
     workload.model.causal_lm's with the strategy's mesh and reduction. The phased step returns its forward, backward and
     optimizer seconds (device events), for the split the model uses."""
@@ -265,7 +266,7 @@ def median_step(step, batches, device: torch.device, warmup: int, steps: int) ->
     return statistics.median(times[warmup:]), times
 
 
-def emulate(stack: str, strategy: step_model.Strategy, cfg: TrainConfig, device: torch.device, delay: GpuDelay | None,
+def emulate(stack: str, strategy: step_inputs.Strategy, cfg: TrainConfig, device: torch.device, delay: GpuDelay | None,
             warmup: int, steps: int, l4_cases: dict[str, float], bf16_compute_s: float | None = None) -> list[dict]:
     """Lines for one (stack, strategy): the compute-only run (no delay: the H200's step at shard size, its split and
     peak memory), then one delayed run per compute case of the stack's GPU.
@@ -273,10 +274,10 @@ def emulate(stack: str, strategy: step_model.Strategy, cfg: TrainConfig, device:
     With fp8, `bf16_compute_s` is the same strategy's bf16 compute-only step: the stack's GPU is assumed to gain what
     the H200 gains (both double their matmul rate in fp8), so the delays keep bf16's scale and the model's compute
     takes fp8's measured factor."""
-    hardware = step_model.saved_hardware(stack)
-    central = step_model.CENTRAL
+    hardware = step_inputs.saved_hardware(stack)
+    central = step_inputs.CENTRAL
     links = Links(hardware.nodes, hardware.gpus_per_node, hardware.inter_node_gbytes_per_s * central.network_efficiency,
-                  step_model.intra_node_gbytes_per_s(hardware, central))
+                  step_inputs.intra_node_gbytes_per_s(hardware, central))
     fake_world(links.world_size)
     collectives = TimedCollectives(links, delay)
     batches = random_batches(cfg, project.NAMED_CONFIGS[cfg.model_config]["vocab_size"], rank=0)
@@ -296,7 +297,7 @@ def emulate(stack: str, strategy: step_model.Strategy, cfg: TrainConfig, device:
             return [{**base, "run": "smoke", "recorded": recorded}]
         peak = torch.cuda.max_memory_allocated(device) / GIB
         split = [statistics.median(values) for values in zip(*(phased(batches(100 + i).to(device)) for i in range(3)))]
-        shares = step_model.Split(*(part / sum(split) for part in split))
+        shares = step_inputs.Split(*(part / sum(split) for part in split))
         lines = [{**base, "run": "compute only (no delay)", "h200_step_s": round(compute_s, 4),
                   "h200_tokens_per_s_per_gpu": round(cfg.batch_size * cfg.seq_len / compute_s),
                   "split_forward_backward_optimizer": [round(share, 3) for share in dataclasses.astuple(shares)],
@@ -348,8 +349,8 @@ def main() -> None:
     runs += [("dev", name, True) for name in args.fp8_strategies.split(",") if name]
     compute_only: dict[tuple[str, str], float] = {}  # (stack, strategy): the bf16 compute-only step
     for stack, name, fp8 in runs:
-        strategy = next(strategy for strategy in step_model.STRATEGIES if strategy.name == name)
-        gpu = step_model.saved_hardware(stack).gpu_name
+        strategy = next(strategy for strategy in step_inputs.STRATEGIES if strategy.name == name)
+        gpu = step_inputs.saved_hardware(stack).gpu_name
         cases = step_model.gemm_cases(gpu)
         try:
             lines = emulate(stack, strategy, dataclasses.replace(cfg, fp8=fp8), device, delay, args.warmup,

@@ -10,16 +10,19 @@ infra.job.job_config.workload_config as `pulumi up` does), so "no" is the refusa
 bench.step_model.predict's for that plan (its sharding as the job's --sharding auto would choose it, its activation
 checkpointing, reshard_after_forward and micro-batches), its central figure: the H200's measured MFU and step split
 for Qwen2.5-1.5B carried to each GPU (the L4 at its sustained GEMM rate) and the central bandwidths of
-bench.step_model.Assumptions; a prediction until a cluster measures it. tests/test_readme.py checks that README.md holds exactly
+bench.step_inputs.Assumptions; a prediction until a cluster measures it. tests/test_readme.py checks that README.md holds exactly
 this table.
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import re
 from pathlib import Path
 
 from bench import step_model
+from bench import step_shapes
+from bench import step_inputs
 from infra import config as stack_config
 from infra.preview import job_plan
 from infra.job import job_config
@@ -49,11 +52,11 @@ def cell(model_id: str, stack: str) -> dict:
     except ValueError as refusal:
         needed = re.search(r"needs ([0-9.]+) GiB", str(refusal)).group(1)
         return {"fits": False, "text": f"no: {needed} GiB/GPU"}
-    hardware = step_model.stack_hardware(stack)
-    shape = step_model.config_shape(config)
+    hardware = step_inputs.stack_hardware(stack)
+    shape = step_shapes.config_shape(config)
     strategy, _ = step_model.auto_strategy(hardware, plan.micro_batch, workload.seq_len, shape,
                                            requested=plan.settings.sharding)
-    strategy = step_model.replace(strategy, grad_accum_steps=plan.settings.grad_accum_steps)
+    strategy = dataclasses.replace(strategy, grad_accum_steps=plan.settings.grad_accum_steps)
     predicted = step_model.predict(strategy, hardware, workload.batch_size, workload.seq_len, shape=shape,
                                    activation_checkpointing=plan.settings.activation_checkpointing,
                                    reshard_after_forward=plan.settings.reshard_after_forward)

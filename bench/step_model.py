@@ -3,10 +3,10 @@
     python -m bench.step_model        # prints JSON lines and writes them to bench/results/step_model.jsonl
 
 No GPU needed. The bytes come from the collectives each step issues: workload.model.parallel.step_collectives for the
-project's FSDP2, recipe_collectives below for the recipe's FSDP1; tests/test_parallel.py records both on a gloo mesh
+project's FSDP2, recipe_collectives (bench/step_shapes.py) for the recipe's FSDP1; tests/test_parallel.py records both on a gloo mesh
 and checks them against these functions. The compute comes from the H200 measurement (bench/results), scaled by each
 GPU's dense bf16 peak at the MFU measured there. The bandwidths come from the instance facts (tests/stacks.py) and
-the assumptions below. Every assumption is written next to the figures. The lines below are of Qwen2.5-1.5B, the
+the assumptions in bench/step_inputs.py. Every assumption is written next to the figures. The lines below are of Qwen2.5-1.5B, the
 model measured; predict takes any decoder's shape from its config.json (config_shape: its FSDP units and FLOPs per
 token from workload.model.memory, without building it) at the same measured MFU and split (bench/model_table.py, the
 README's model x stack table, uses it so).
@@ -36,254 +36,21 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import functools
 import json
-import math
-from dataclasses import dataclass, replace
-from pathlib import Path
-from types import SimpleNamespace
+from dataclasses import replace
 
-import torch
-from torch import nn
-
-from bench.step_bench import GIB, RECIPE_MIN_NUM_PARAMS
+from bench.step_bench import GIB
 from workload.model import architectures
 from workload.model import memory
 from workload.model import parallel
 from workload.model import causal_lm as project
-from workload.config import TrainConfig
-from workload.model.parallel import Collective, step_collectives, total_traffic
-
-RESULTS = Path(__file__).resolve().parent / "results" / "step_model.jsonl"
-# Each stack's Hardware as `python -m bench.step_model` read it from the stack files, for machines without Pulumi
-# (the GPU machine that runs bench/emulate_rank.py): tests.pulumi_mocks, which reads them, imports pulumi.
-STACK_HARDWARE = RESULTS.parent / "stack_hardware.json"
-MODEL_CONFIG = "qwen2.5-1.5b"
-# One H200, 8 x 2048 tokens per step, median step (bench/results/step_bench-h200-2026-11-29.log; RESULTS.md).
-H200_TOKENS_PER_S = {"recipe": 37_989, "project": 51_069}
-H200_BATCH, H200_SEQ_LEN = 8, 2048
-# The same steps at the stacks' per-GPU batch of 2 x 2048 (bench/results/step_bench-h200-2026-12-01-batch2.log):
-# two sequences do not fill an H200 (MFU 0.30 and 0.22 against 0.53 and 0.40 at 8). An L4 has an eighth of its
-# FLOP/s, so two sequences fill it far better; the headline scales the batch-8 MFU, and the sensitivity rows say
-# what the batch-2 one would give, the pessimistic end.
-H200_BATCH2_TOKENS_PER_S = {"recipe": 21_299, "project": 28_936}
-# nccl-tests busbw between the GPUs of one node (GB/s); assumptions until a one-node fabric check measures them.
-# L4 and L40S sit on PCIe Gen4 x16 without NVLink, and g6/g6e have no usable PCIe P2P, so NCCL uses its SHM
-# transport through host DRAM (Assumptions.g_intra_node_gbytes_per_s, a range: no published figure; 16 GB/s, the
-# order of nccl-tests' P2P figure on PCIe in NVIDIA/nccl-tests#128, is its optimistic end). A100 (NVSwitch,
-# 600 GB/s NVLink) and H100 (900 GB/s NVLink): the all-reduce busbw NVIDIA's nccl-tests reach on 8 GPUs, about 230
-# and 450 GB/s.
-INTRA_NODE_GBYTES_PER_S = {"p4d.24xlarge": 230.0, "p5.48xlarge": 450.0}
-G_FAMILY = ("g6.12xlarge", "g6e.12xlarge")
-# The H200's sustained bf16 GEMM rate in the project's step: its matmuls ran at 740 TFLOP/s of 989 (bench.probe
-# profile, RESULTS.md; 700-790 per shape alone), 0.748 of peak under the 700 W cap.
-H200_SUSTAINED_GEMM_TFLOPS = 740.0
-L4_PEAK_TFLOPS = 121.0
-
-
-@dataclass(frozen=True)
-class Assumptions:
-    """The uncertain inputs, each with its source; LOW_HIGH gives their ranges."""
-
-    # Sustained bf16 GEMM on an L4: 54-71 TFLOP/s measured, 45-58% of its 121 dense peak at its 72 W cap
-    # (zzc0721/torch-performance-test-data issue #120; the same harness reaches 95-97% on an RTX 4090 and an L20).
-    l4_gemm_tflops: float = 62.5
-    # EFA busbw over the instance's documented per-direction figure: 70-90% for the G family, whose EFA traffic is
-    # staged through host memory (no GPUDirect RDMA on G instances: aws/aws-ofi-nccl#547); the same range elsewhere.
-    network_efficiency: float = 0.8
-    # NCCL's SHM transport between a g6/g6e node's GPUs, GB/s per direction (see INTRA_NODE_GBYTES_PER_S).
-    g_intra_node_gbytes_per_s: float = 10.0
-    # concurrent | serialized: traffic inside and between nodes at once, or one after the other.
-    links: str = "concurrent"
-
-
-CENTRAL = Assumptions()
-LOW_HIGH = {"l4_gemm_tflops": (54.0, 71.0), "network_efficiency": (0.7, 0.9), "g_intra_node_gbytes_per_s": (6.0, 16.0),
-            "links": ("concurrent", "serialized")}
-
-
-@dataclass(frozen=True)
-class Split:
-    """Shares of a step's compute: forward, backward, optimizer (clipping, AdamW, zeroing: nothing overlaps it)."""
-
-    forward: float
-    backward: float
-    optimizer: float
-
-
-# Measured by bench/emulate_rank.py on the H200 at the stacks' per-GPU batch (2 x 2048), world sizes 8 and 16, no
-# delays: the mean over the compute-only runs (bench/results/emulate_rank-h200-2026-12-01.jsonl; project: 8 runs,
-# forward 0.42-0.55; recipe: 2 runs). The project's forward is half its compute, not a third: the chunked loss
-# computes the lm_head's gradients in forward; the recipe's is 44%: the Hugging Face loss materialises fp32 logits
-# over the 152k vocabulary in forward. The project's optimizer share (clipping, fused AdamW over fp32 state, the
-# gradient casts) hides no communication.
-SPLIT = {"recipe": Split(0.444, 0.546, 0.010), "project": Split(0.489, 0.374, 0.137)}
-# Activation checkpointing reruns each decoder layer's forward in backward: a third more of the forward and backward
-# compute (a layer's forward is 2 of the 6 FLOPs per parameter per token). Not the measured forward share above,
-# which holds the chunked loss's lm_head gradients that nothing recomputes.
-RECOMPUTE_SHARE = 1 / 3
-
-
-@dataclass(frozen=True)
-class Strategy:
-    name: str
-    description: str
-    step: str  # recipe | project: whose H200 MFU applies
-    sharding: str  # full | hybrid
-    reduce_dtype: str
-    grad_accum_steps: int = 1
-    batch_multiple: int = 1  # the global batch over the recipe's
-
-
-STRATEGIES = (
-    Strategy("recipe", "the original recipe: FSDP1 full shard over all GPUs, size-based wrap (1e7), bf16 weights "
-                       "and gradients, every unit gathered in forward and again in backward", "recipe", "full", "bf16"),
-    Strategy("project-full", "the project's default before this issue: FSDP2 full shard over all GPUs, weights kept "
-                             "from forward to backward, fp32 gradient reduction", "project", "full", "fp32"),
-    Strategy("full-bf16", "FSDP2 full shard, bf16 gradient reduction", "project", "full", "bf16"),
-    Strategy("hybrid", "HSDP: FSDP2 inside each node, replicas across nodes, fp32 reduction", "project", "hybrid",
-             "fp32"),
-    Strategy("hybrid-bf16", "HSDP with bf16 reduction", "project", "hybrid", "bf16"),
-    Strategy("hybrid-bf16-accum2", "HSDP, bf16, 2 micro-batches of half the batch: the same global batch",
-             "project", "hybrid", "bf16", grad_accum_steps=2),
-    Strategy("hybrid-bf16-accum4-4x", "HSDP, bf16, 4 micro-batches of the default batch: 4x the global batch",
-             "project", "hybrid", "bf16", grad_accum_steps=4, batch_multiple=4),
-    Strategy("project-full-accum4-4x", "FSDP2 full shard, fp32, 4 micro-batches of the default batch: 4x the "
-                                       "global batch", "project", "full", "fp32", grad_accum_steps=4, batch_multiple=4),
+from workload.model.parallel import Collective, total_traffic
+from bench.step_inputs import (
+    Assumptions, CENTRAL, G_FAMILY, H200_BATCH, H200_BATCH2_TOKENS_PER_S, H200_SEQ_LEN, H200_SUSTAINED_GEMM_TFLOPS,
+    H200_TOKENS_PER_S, Hardware, INTRA_NODE_GBYTES_PER_S, L4_PEAK_TFLOPS, LOW_HIGH, MODEL_CONFIG, RECOMPUTE_SHARE,
+    RESULTS, SPLIT, STACK_HARDWARE, STRATEGIES, Split, Strategy, assumed_links, stack_hardware,
 )
-
-
-@dataclass(frozen=True)
-class Hardware:
-    name: str
-    gpu_name: str
-    nodes: int
-    gpus_per_node: int
-    inter_node_gbytes_per_s: float
-    intra_node_gbytes_per_s: float
-    gpu_memory_gib: float
-    instance_type: str = ""
-
-
-def stack_hardware(stack: str) -> Hardware:
-    """A stack's GPU nodes from its Pulumi.<stack>.yaml over Pulumi.yaml's defaults, and their instance facts; the
-    bandwidths as documented (Assumptions scale them)."""
-    from tests.pulumi_mocks import stack_settings
-    from tests.stacks import INSTANCE_FACTS
-
-    settings = stack_settings(stack)
-    facts = INSTANCE_FACTS[settings["gpuInstanceType"]]
-    return Hardware(stack, facts.gpu_name, settings["gpuNodeCount"], facts.gpus, facts.network_gbps / 8,
-                    INTRA_NODE_GBYTES_PER_S.get(facts.instance_type, 0.0), facts.gpu_memory_mib * 2**20 / GIB,
-                    facts.instance_type)
-
-
-def saved_hardware(stack: str) -> Hardware:
-    """A stack's Hardware from STACK_HARDWARE (written by main), where the stack files cannot be read."""
-    return Hardware(**json.loads(STACK_HARDWARE.read_text())[stack])
-
-
-def intra_node_gbytes_per_s(hardware: Hardware, assumptions: Assumptions) -> float:
-    if hardware.instance_type in G_FAMILY:
-        return assumptions.g_intra_node_gbytes_per_s
-    return hardware.intra_node_gbytes_per_s
-
-
-def assumed_links(hardware: Hardware, assumptions: Assumptions) -> Hardware:
-    """`hardware` with the bandwidths the assumptions give."""
-    return replace(hardware, inter_node_gbytes_per_s=hardware.inter_node_gbytes_per_s * assumptions.network_efficiency,
-                   intra_node_gbytes_per_s=intra_node_gbytes_per_s(hardware, assumptions))
-
-
-@functools.cache
-def meta_model() -> project.CausalLMWithLoss:
-    """Qwen2.5-1.5B as the workload builds it, on the meta device (no memory)."""
-    return project.build_model(TrainConfig(model_config=MODEL_CONFIG), torch.device("meta"))
-
-
-@dataclass(frozen=True)
-class ModelShape:
-    """What the step's time depends on: the FSDP units' shapes, the parameters in matmuls, layers and width."""
-
-    units: tuple
-    matmul_parameters: int
-    layers: int
-    hidden: int
-
-    def flops_per_token(self, seq_len: int) -> float:
-        return project.flops_per_token(SimpleNamespace(num_hidden_layers=self.layers, hidden_size=self.hidden),
-                                       self.matmul_parameters, seq_len)
-
-
-def config_shape(config: dict) -> ModelShape:
-    """Any decoder from its config.json, without building it (workload.model.memory.unit_shapes, which tests/test_memory.py
-    checks against the model transformers builds)."""
-    untied_input_embedding = 0 if config.get("tie_word_embeddings", True) else (
-        config["vocab_size"] * config["hidden_size"])
-    return ModelShape(tuple(memory.unit_shapes(config)), memory.parameter_count(config) - untied_input_embedding,
-                      config["num_hidden_layers"], config["hidden_size"])
-
-
-@functools.cache
-def default_shape() -> ModelShape:
-    """Qwen2.5-1.5B, the architecture the H200 measurements are of."""
-    return config_shape(project.NAMED_CONFIGS[MODEL_CONFIG])
-
-
-def recipe_units(module: nn.Module, min_num_params: int) -> list[tuple[str, int]]:
-    """FSDP1's units under size_based_auto_wrap_policy(min_num_params), in forward (pre-)order, as (name, numel).
-
-    The policy's walk (torch.distributed.fsdp.wrap._recursive_wrap): a module whose subtree holds at least
-    min_num_params parameters is descended into; after its children, it is wrapped if the parameters its wrapped
-    children did not take still number at least min_num_params (never a ModuleList or ModuleDict). Subtrees are
-    counted per module, so a weight tied between the embedding and the lm_head is counted, and flattened, by both:
-    FSDP1 wraps each with its own copy (recorded on the gloo mesh). The root keeps what no unit took."""
-    order: list[str] = []
-    wrapped: dict[str, nn.Module] = {}
-    numels: dict[str, int] = {}
-
-    def walk(name: str, current: nn.Module) -> int:
-        order.append(name)
-        subtree = sum(parameter.numel() for parameter in current.parameters())
-        if subtree < min_num_params:
-            return 0
-        taken = sum(walk(f"{name}.{child_name}".lstrip("."), child) for child_name, child in current.named_children())
-        if name and subtree - taken >= min_num_params and not isinstance(current, (nn.ModuleList, nn.ModuleDict)):
-            wrapped[name], numels[name] = current, subtree - taken
-            return subtree
-        return taken
-
-    walk("", module)
-    in_units = {id(parameter) for unit in wrapped.values() for parameter in unit.parameters()}
-    root = sum(parameter.numel() for parameter in module.parameters() if id(parameter) not in in_units)
-    units = [(name, numels[name]) for name in order if name in wrapped]
-    return ([("<root>", root)] if root else []) + units
-
-
-def recipe_collectives(units: list[tuple[str, int]], world_size: int) -> list[Collective]:
-    """What one step of the recipe issues: FSDP1 pads each unit's flat bf16 parameter to a multiple of the world
-    size; every unit but the root is gathered in forward, freed, gathered again in backward, and reduce-scattered
-    once, in bf16 (the model is bf16, without a mixed-precision policy)."""
-    def padded(numel: int) -> int:
-        return math.ceil(numel / world_size) * world_size
-
-    forward = [Collective("all_gather", "world", world_size, padded(numel) * 2, "forward") for _, numel in units]
-    backward = [Collective("all_gather", "world", world_size, padded(numel) * 2, "backward")
-                for name, numel in units if name != "<root>"]
-    backward += [Collective("reduce_scatter", "world", world_size, padded(numel) * 2, "backward")
-                 for _, numel in reversed(units)]
-    forward[0] = replace(forward[0], exposed=True)
-    backward[-1] = replace(backward[-1], exposed=True)
-    return forward + backward
-
-
-def collectives(strategy: Strategy, hardware: Hardware, shape: ModelShape | None = None,
-                reshard_after_forward: bool = False) -> list[Collective]:
-    world = hardware.nodes * hardware.gpus_per_node
-    if strategy.step == "recipe":
-        return recipe_collectives(recipe_units(meta_model().lm, RECIPE_MIN_NUM_PARAMS), world)
-    mesh = parallel.mesh_shape(strategy.sharding, world, hardware.gpus_per_node)
-    return step_collectives((shape or default_shape()).units, mesh, strategy.reduce_dtype, reshard_after_forward)
+from bench.step_shapes import ModelShape, bytes_by_collective, collectives, default_shape, meta_model
 
 
 def h200_mfu(step: str, tokens_per_s: dict = H200_TOKENS_PER_S) -> float:
@@ -421,21 +188,6 @@ def predict_range(strategy: Strategy, hardware: Hardware, batch_size: int, seq_l
             "mfu": round(central["mfu"], 3)}
 
 
-def bytes_by_collective(parts: list[Collective], hardware: Hardware) -> dict:
-    """GB per step by (operation, group): nccl-tests' size S summed, and what crosses the node boundary."""
-    table: dict[str, dict] = {}
-    for part in parts:
-        key = f"{part.operation}/{part.group}"
-        row = table.setdefault(key, {"count": 0, "size_gb": 0.0, "inter_node_gb_per_node": 0.0,
-                                     "intra_node_gb_per_gpu": 0.0})
-        traffic = total_traffic([part], hardware.nodes, hardware.gpus_per_node)
-        row["count"] += 1
-        row["size_gb"] += part.size / 1e9
-        row["inter_node_gb_per_node"] += traffic.inter_node_bytes_per_node / 1e9
-        row["intra_node_gb_per_gpu"] += traffic.intra_node_bytes_per_gpu / 1e9
-    return {key: {name: round(value, 4) for name, value in row.items()} for key, row in table.items()}
-
-
 def auto_strategy(hardware: Hardware, batch_size: int, seq_len: int, shape: ModelShape | None = None,
                   requested: str = "auto") -> tuple[Strategy, parallel.Plan]:
     """What the workload's --sharding `requested` --reduce_dtype auto picks on this hardware
@@ -515,7 +267,7 @@ def assumptions(batch_size: int, seq_len: int) -> dict:
                    "micro-batches only the first forward and the last backward hide anything. bench/emulate_rank.py "
                    "checks this against FSDP's real streams",
         "bytes": "from the collectives each step issues: workload.model.parallel.step_collectives (FSDP2) and "
-                 "bench.step_model.recipe_collectives (FSDP1), checked against a recorded step on a gloo mesh in "
+                 "bench.step_shapes.recipe_collectives (FSDP1), checked against a recorded step on a gloo mesh in "
                  "tests/test_parallel.py",
     }
 

@@ -10,6 +10,7 @@ import torch
 import torch.distributed as dist
 
 from bench import emulate_rank, step_model
+from bench import step_inputs
 from workload.model import causal_lm as project
 from workload.model import parallel
 from workload.config import TrainConfig
@@ -32,7 +33,7 @@ def test_intercepted_step_issues_what_workload_parallel_counts():
     if dist.is_initialized():
         pytest.skip("a process group of another test is live in this process")
     cfg = TrainConfig(model_config="tiny", batch_size=2, seq_len=16, reduce_dtype="bf16")
-    strategy = next(s for s in step_model.STRATEGIES if s.name == "hybrid-bf16")
+    strategy = next(s for s in step_inputs.STRATEGIES if s.name == "hybrid-bf16")
     try:
         emulate_rank.fake_world(DEV.world_size)
         collectives = emulate_rank.TimedCollectives(DEV, delay=None)
@@ -53,16 +54,16 @@ def test_intercepted_step_issues_what_workload_parallel_counts():
 def test_the_l4_runs_the_step_at_the_mfu_its_published_gemm_rate_gives():
     # zzc0721/torch-performance-test-data#120: 54-71 TFLOP/s sustained, so the project's step at MFU 0.30-0.41.
     low, high = (step_model.h200_mfu("project") * step_model.compute_scale(
-        "project", "L4", step_model.Assumptions(l4_gemm_tflops=gemm)) for gemm in step_model.LOW_HIGH["l4_gemm_tflops"])
+        "project", "L4", step_inputs.Assumptions(l4_gemm_tflops=gemm)) for gemm in step_inputs.LOW_HIGH["l4_gemm_tflops"])
     assert 0.30 <= low < high <= 0.42, (low, high)
 
 
 def test_each_stack_gets_a_central_figure_inside_its_range():
-    dev, p5 = step_model.saved_hardware("dev"), step_model.saved_hardware("p5")
+    dev, p5 = step_inputs.saved_hardware("dev"), step_inputs.saved_hardware("p5")
     assert {case.links for case in step_model.corners(dev)} == {"concurrent", "serialized"}, \
         "G family: SHM and EFA share host memory, so serialized links are in dev's range"
     assert {case.links for case in step_model.corners(p5)} == {"concurrent"}, "p5's NVLink and EFA do not"
-    hybrid = next(s for s in step_model.STRATEGIES if s.name == "hybrid-bf16")
+    hybrid = next(s for s in step_inputs.STRATEGIES if s.name == "hybrid-bf16")
     figures = step_model.predict_range(hybrid, dev, 2, 2048)
     low, high = figures["speedup_vs_recipe_range"]
     assert low < figures["speedup_vs_recipe"] < high, figures

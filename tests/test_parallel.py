@@ -14,7 +14,7 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 
-from bench import step_model
+from bench import step_shapes
 from tests.gloo_steps import BASE, RECORDED, STEPS, WORLD, free_port, worker
 from tests.stacks import INSTANCE_FACTS
 from workload.fabric import bandwidth as fabric
@@ -82,9 +82,9 @@ def test_recorded_collectives_are_the_formula(gloo_run, name):
 ])
 def test_recorded_recipe_step_is_the_recipe_formula(gloo_run, min_num_params, unit_names):
     lm = model.build_model(BASE, torch.device("meta")).lm
-    units = step_model.recipe_units(lm, min_num_params)
+    units = step_shapes.recipe_units(lm, min_num_params)
     assert [name for name, _ in units if name != "<root>"] == unit_names, f"FSDP1's units of the tiny model: {units}"
-    expected = step_model.recipe_collectives(units, WORLD)
+    expected = step_shapes.recipe_collectives(units, WORLD)
     recorded = gloo_run["recorded"][f"recipe-{min_num_params}"]["c10d"]
     assert collections.Counter(recorded) == collections.Counter(
         (c.operation, c.ranks, c.size, c.phase) for c in expected), (
@@ -94,8 +94,8 @@ def test_recorded_recipe_step_is_the_recipe_formula(gloo_run, min_num_params, un
 def test_qwen_recipe_units_follow_the_size_policy():
     """At 1e7, Qwen2.5-1.5B's MLP projections (13.8M each) are units of their own; its attention blocks (5.5M) are
     not, and stay in Qwen2Model's unit; the tied embedding and lm_head each get a unit (and a copy of the weight)."""
-    lm = step_model.meta_model().lm
-    units = dict(step_model.recipe_units(lm, step_model.RECIPE_MIN_NUM_PARAMS))
+    lm = step_shapes.meta_model().lm
+    units = dict(step_shapes.recipe_units(lm, step_shapes.RECIPE_MIN_NUM_PARAMS))
     config = lm.config
     embedding = config.vocab_size * config.hidden_size
     assert len(units) == 3 * config.num_hidden_layers + 3, "3 projections a layer, Qwen2Model, embedding, lm_head"
@@ -107,7 +107,7 @@ def test_qwen_recipe_units_follow_the_size_policy():
 
 def test_traffic_per_step_matches_the_closed_forms():
     """Qwen2.5-1.5B on the dev stack's shape (2 nodes x 4 GPUs), where no dimension needs padding."""
-    units = parallel.fsdp_units(step_model.meta_model())
+    units = parallel.fsdp_units(step_shapes.meta_model())
     parameters = sum(math.prod(shape) for _, shapes in units for shape in shapes)
     nodes, per_node, world = 2, 4, 8
 
@@ -125,9 +125,9 @@ def test_traffic_per_step_matches_the_closed_forms():
 
 def _qwen_choice(instance_type: str, nodes: int = 2, **overrides) -> parallel.Plan:
     facts = INSTANCE_FACTS[instance_type]
-    units = parallel.fsdp_units(step_model.meta_model())
-    config = step_model.meta_model().lm.config
-    flops = model.flops_per_token(config, model.matmul_parameters(step_model.meta_model()), 2048)
+    units = parallel.fsdp_units(step_shapes.meta_model())
+    config = step_shapes.meta_model().lm.config
+    flops = model.flops_per_token(config, model.matmul_parameters(step_shapes.meta_model()), 2048)
     figures = {"node_gbytes_per_s": facts.network_gbps / 8, "bandwidth_source": "instance facts",
                "compute_seconds": 2 * 2048 * flops / (model.peak_flops_of(facts.gpu_name) * parallel.ASSUMED_MFU),
                "gpu_memory_bytes": facts.gpu_memory_mib * 2**20, **overrides}

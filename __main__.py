@@ -1,25 +1,20 @@
 """Composition root: config -> checks at preview -> components in dependency order -> exports.
 
-Everything that can refuse the stack runs first (infra/preview/feasibility.py, with the EC2 and Service Quotas look-ups and
-an existing reservation's), so a stack that cannot work fails before any resource is registered.
+Everything that can refuse the stack runs first (infra/preview/feasibility.py, with the EC2 and Service Quotas look-ups
+and an existing reservation's), so a stack that cannot work fails before any resource is registered.
 """
 import pulumi
 
-from infra.kubernetes import addons
 from infra import config
-from infra.preview import feasibility
-from infra.aws import network
-from infra.job import preflight
-from infra.job import ray_job
-from infra.kubernetes import raycluster
-from infra.kubernetes import idle_stop
-from infra.kubernetes import monitoring
-from infra.aws import node_health
+from infra.aws import network, node_health
 from infra.aws.capacity_reservation import GpuCapacityReservation
 from infra.aws.cluster import EksCluster
 from infra.aws.gpu_nodes import GpuNodeGroup, GpuPlacementGroup, TargetedReservation
 from infra.aws.network import Network
 from infra.aws.pod_identity import RayPodIdentity, checkpoint_storage_policy
+from infra.job import preflight, ray_job
+from infra.kubernetes import addons, idle_stop, monitoring, raycluster
+from infra.preview import feasibility
 
 # ---- config and every check, before any resource ---------------------------------------------------------------
 cfg = config.load()
@@ -214,6 +209,6 @@ if cfg.train.enabled:
     pulumi.export("jobEvalLoss", job.eval_loss)
     pulumi.export("jobModelPath", job.model)
     pulumi.export("jobTensorBoard", job.tensorboard)
-    # Known at preview (infra/preview/feasibility.py): the memory levers the job will use and why; None for a model whose
-    # architecture the preview could not read.
+    # Known at preview (infra/preview/feasibility.py): the memory levers the job will use and why; None for a model
+    # whose architecture the preview could not read.
     pulumi.export("jobMemoryPlan", plan.memory_plan.as_dict() if plan.memory_plan else None)

@@ -32,13 +32,12 @@ import ray.train
 import ray.train.torch
 import torch.distributed as dist
 
-from bench import step_model
-from bench import step_inputs
+from bench import step_inputs, step_model
 from bench.scaling import SOCKET_FALLBACK, run
 from bench.step_bench import recipe_model
-from workload.fabric import bandwidth as fabric
 from workload.config import TrainConfig
 from workload.data.batches import random_batches
+from workload.fabric import bandwidth as fabric
 from workload.model.causal_lm import NAMED_CONFIGS
 from workload.trainer import fit
 

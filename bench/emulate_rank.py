@@ -37,13 +37,12 @@ from typing import Callable, Iterator
 import torch
 import torch.distributed as dist
 
-from bench import step_model
-from bench import step_inputs
+from bench import step_inputs, step_model
 from bench.step_bench import GIB, recipe_model
-from workload.model import causal_lm as project
-from workload.model import parallel
 from workload.config import TrainConfig
 from workload.data.batches import random_batches
+from workload.model import causal_lm as project
+from workload.model import parallel
 from workload.model.parallel import Collective
 
 # The functions FSDP2 (torch 2.11: *_into_tensor / *_tensor; 2.13: *_single) and FSDP1 call through

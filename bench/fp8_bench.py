@@ -6,8 +6,8 @@ fine-tune on the repository's sample corpus, side by side in one process.
 - speed: workload.model.causal_lm's default step on Qwen2.5-1.5B (random weights, random tokens), bf16 then fp8, at each
   --speed_batches per-GPU batch of --seq_len tokens; median step after warm-up (bench.step_bench.measure).
 - loss: a small Qwen2-shaped model (LOSS_ARCHITECTURE) trained for --loss_steps on data/corpus.txt with
-  data/tokenizer (workload.data.batches's packing, 20% held out), through workload.model.causal_lm's own shard_model and train_step:
-  bf16 with seeds 0 and 1 (their difference is the seed-to-seed noise), fp8 with the same seeds. The verdict
+  data/tokenizer (workload.data.batches's packing, 20% held out), through workload.model.causal_lm's own shard_model and
+  train_step: bf16 with seeds 0 and 1 (their difference is the seed-to-seed noise), fp8 with the same seeds. The verdict
   compares fp8's difference from bf16 at the same seed with that noise.
 """
 from __future__ import annotations
@@ -21,9 +21,9 @@ import torch.distributed as dist
 from transformers import AutoModelForCausalLM, Qwen2Config
 
 from bench.step_bench import fresh, measure, project_step, single_process_group
-from workload.model import causal_lm as project
 from workload.config import TrainConfig
 from workload.data.batches import make_data
+from workload.model import causal_lm as project
 
 # Qwen2's shape at 8 layers of 512: every linear dimension a multiple of 16 (torch._scaled_mm's rule), so every
 # decoder linear runs in fp8; big enough that the matmuls, not the launches, dominate a step.

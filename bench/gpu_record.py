@@ -19,7 +19,8 @@ The job panels are rank 0's own figures per step, the values its Ray gauges carr
 
 The file is the training dashboard as Prometheus would answer it: for each panel title, the metric its query reads
 and the `result` list of a `query_range` answer of type matrix ({"metric": {labels}, "values": [[unix_time, "value"],
-...]}), as in the Prometheus HTTP API's documentation (https://prometheus.io/docs/prometheus/latest/querying/api/#range-queries).
+...]}), as in the Prometheus HTTP API's documentation
+(https://prometheus.io/docs/prometheus/latest/querying/api/#range-queries).
 """
 from __future__ import annotations
 
@@ -142,8 +143,8 @@ def train_for(seconds: float, cfg, on_step, device: str = "cuda") -> None:
     import torch.distributed as dist
 
     from bench.step_bench import device_from_flag, single_process_group
-    from workload.model import causal_lm as project
     from workload.data.batches import make_data
+    from workload.model import causal_lm as project
 
     where = device_from_flag(device)
     single_process_group(where, port=29517)

@@ -3,11 +3,17 @@
 Used once to choose the workload's defaults; bench/step_bench.py is the benchmark of record.
     python bench/levers.py --variants recipe,fsdp2,fsdp2-compile,... --batch 8 --seq 2048
 """
-import argparse, functools, json, math, os, time
+import argparse
+import functools
+import json
+import math
+import os
+import time
 
 import torch
 import torch.distributed as dist
-from torch.distributed.fsdp import FullyShardedDataParallel as FSDP, fully_shard, MixedPrecisionPolicy
+from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from torch.distributed.fsdp.wrap import size_based_auto_wrap_policy
 from transformers import AutoModelForCausalLM, Qwen2Config
 
@@ -66,7 +72,9 @@ class WithLoss(torch.nn.Module):
         targets = ids[:, 1:].reshape(-1)
         w = lm.lm_head.weight
         if "liger" in self.variant:
-            from liger_kernel.transformers.functional import liger_fused_linear_cross_entropy
+            from liger_kernel.transformers.functional import (
+                liger_fused_linear_cross_entropy,
+            )
             return liger_fused_linear_cross_entropy(hidden, w, targets)
         if "chunkedc" in self.variant:
             return LinearCrossEntropyCompiled.apply(hidden, w, targets, 16376 if "c16k" in self.variant else 8188 if "c8k" in self.variant else 4094)
@@ -140,6 +148,7 @@ def loss_of(variant, model, ids):
 
 def attention_backends(variant):
     import contextlib
+
     from torch.nn.attention import SDPBackend, sdpa_kernel
     if "cudnn" not in variant:
         return contextlib.nullcontext()
@@ -185,7 +194,7 @@ def run(variant, args, device):
         print(json.dumps(dict(variant=variant, phases="forward,backward,optimizer,(drain)", cpu_issue_ms=cpu,
                               gpu_event_ms=gpu)), flush=True)
     if variant == args.profile:
-        from torch.profiler import profile, ProfilerActivity
+        from torch.profiler import ProfilerActivity, profile
         with profile(activities=[ProfilerActivity.CUDA, ProfilerActivity.CPU]) as prof:
             with attention_backends(variant):
                 loss = loss_of(variant, model, ids)
@@ -193,7 +202,8 @@ def run(variant, args, device):
             opt.step(); opt.zero_grad(set_to_none=True)
             torch.cuda.synchronize()
         if os.environ.get("OUT"):
-            import gzip, shutil
+            import gzip
+            import shutil
             prof.export_chrome_trace("/tmp/trace.json")
             with open("/tmp/trace.json", "rb") as src, gzip.open(os.environ["OUT"] + "/trace.json.gz", "wb") as dst:
                 shutil.copyfileobj(src, dst)

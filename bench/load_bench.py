@@ -9,8 +9,9 @@
    shards are the real rank's), under torch.cuda.set_per_process_memory_fraction at --cap_gib GiB (below the
    model's fp32 size, 30 GiB), loads it through the job's path (workload.model.causal_lm.build_model on the meta device,
    shard_model, load_pretrained) and prints one JSON line: the GPU's peak (max_memory_allocated), the process's
-   RSS before the load and its peak (VmHWM, file pages of the memory-mapped safetensors included), the rank's fp32 shard bytes, the seconds taken, a spot check of the loaded
-   rows against the file, and whether the cap holds (a tensor of the fp32 model's size cannot be allocated under it).
+   RSS before the load and its peak (VmHWM, file pages of the memory-mapped safetensors included), the rank's fp32 shard
+   bytes, the seconds taken, a spot check of the loaded rows against the file, and whether the cap holds (a tensor of
+   the fp32 model's size cannot be allocated under it).
 
 The job's earlier path, from_pretrained(dtype=float32).to(device) on every rank, needs the whole fp32 model on every
 GPU (and in every rank's host memory first): 32 GB, above the cap.
@@ -86,9 +87,9 @@ def load(directory: str, rank: int, world_size: int, cap_gib: float, device: tor
     from safetensors import safe_open
     from torch.testing._internal.distributed.fake_pg import FakeStore
 
+    from workload.config import TrainConfig
     from workload.model import causal_lm as model
     from workload.model import weights
-    from workload.config import TrainConfig
 
     on_gpu = device.type == "cuda"  # --device cpu is a smoke run of the code, with no cap and no GPU figures
     device = torch.device("cuda", torch.cuda.current_device()) if on_gpu and device.index is None else device

@@ -7,8 +7,8 @@ For each case the model is built from its shipped config (workload/model/archite
 sharded with workload.model.causal_lm.shard_model over a mesh of `world_size` ranks of a fake process group
 (torch.testing._internal.distributed.fake_pg: FakeStore and the "fake" backend), then materialised with to_empty:
 this GPU holds exactly what one rank of that cluster holds, its shards of the fp32 weights and of AdamW's state, and
-all-gathers allocate their full outputs. It then runs real steps of workload.model.causal_lm.train_step on random tokens and
-records torch.cuda.max_memory_allocated() over the steps after the first (which allocates AdamW's state).
+all-gathers allocate their full outputs. It then runs real steps of workload.model.causal_lm.train_step on random tokens
+and records torch.cuda.max_memory_allocated() over the steps after the first (which allocates AdamW's state).
 
 A fake process group's collectives return without writing their outputs: gathered weights and reduced gradients are
 whatever the allocator handed out, so the losses are meaningless (often NaN) and only the memory is real. The rotary
@@ -29,10 +29,9 @@ import torch.distributed as dist
 from torch.testing._internal.distributed.fake_pg import FakeStore
 from transformers import AutoConfig, AutoModelForCausalLM
 
-from workload.model import architectures
-from workload.model import memory
-from workload.model import causal_lm as project
 from workload.config import TrainConfig
+from workload.model import architectures, memory
+from workload.model import causal_lm as project
 
 GIB = 2**30
 # (Hub id, world size, micro-batch, seq_len, activation checkpointing, reshard_after_forward, grad_accum_steps,

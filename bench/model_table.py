@@ -6,12 +6,12 @@ step-time model's tokens/s for the plan it chose.
 
 Each cell is the preview's own verdict: infra.preview.job_plan.check_job_shape on the job the stack file would run
 (Pulumi.yaml's defaults and the stack's file, trainModelId set to the model, through infra.config.parse and
-infra.job.job_config.workload_config as `pulumi up` does), so "no" is the refusal `pulumi preview` prints. The tokens/s are
-bench.step_model.predict's for that plan (its sharding as the job's --sharding auto would choose it, its activation
+infra.job.job_config.workload_config as `pulumi up` does), so "no" is the refusal `pulumi preview` prints. The tokens/s
+are bench.step_model.predict's for that plan (its sharding as the job's --sharding auto would choose it, its activation
 checkpointing, reshard_after_forward and micro-batches), its central figure: the H200's measured MFU and step split
 for Qwen2.5-1.5B carried to each GPU (the L4 at its sustained GEMM rate) and the central bandwidths of
-bench.step_inputs.Assumptions; a prediction until a cluster measures it. tests/test_readme.py checks that README.md holds exactly
-this table.
+bench.step_inputs.Assumptions; a prediction until a cluster measures it. tests/test_readme.py checks that README.md
+holds exactly this table.
 """
 from __future__ import annotations
 
@@ -20,16 +20,13 @@ import dataclasses
 import re
 from pathlib import Path
 
-from bench import step_model
-from bench import step_shapes
-from bench import step_inputs
+from bench import step_inputs, step_model, step_shapes
 from infra import config as stack_config
-from infra.preview import job_plan
 from infra.job import job_config
+from infra.preview import job_plan
 from tests.pulumi_mocks import STACKS, stack_settings
 from tests.stacks import INSTANCE_FACTS
-from workload.model import architectures
-from workload.model import memory
+from workload.model import architectures, memory
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 BEGIN, END = "<!-- model-table: python -m bench.model_table --write -->", "<!-- /model-table -->"

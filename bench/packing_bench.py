@@ -3,8 +3,8 @@
     python -m bench.packing_bench                     # on the GPU: Qwen2.5-1.5B's shape, random weights, 2 x 2048
     python -m bench.packing_bench --device cpu --model_config tiny --seq_len 256 --steps 2 --warmup 1   # smoke run
 
-Every run is workload.model.causal_lm's default step as train_func runs it (FSDP2 on a process group of one, compiled layers,
-fused AdamW, the chunked linear cross-entropy), on batches of the same shape:
+Every run is workload.model.causal_lm's default step as train_func runs it (FSDP2 on a process group of one, compiled
+layers, fused AdamW, the chunked linear cross-entropy), on batches of the same shape:
 - plain:        today's text path: token ids only, every token a target, one causal attention over the block;
 - labels-only:  packed examples with their labels masked (half of each example ignored) but positions not
                 restarted: the cost of the masked loss alone (it leaks across examples: not exact, for reference);
@@ -29,11 +29,17 @@ import time
 import torch
 import torch.distributed as dist
 
-from bench.step_bench import GIB, device_from_flag, fresh, single_process_group, synchronize
-from workload.model import causal_lm as project
+from bench.step_bench import (
+    GIB,
+    device_from_flag,
+    fresh,
+    single_process_group,
+    synchronize,
+)
 from workload.config import TrainConfig
 from workload.data.chat import IGNORE_INDEX, Example
 from workload.data.packing import TokenBatch, pack_examples
+from workload.model import causal_lm as project
 
 RUNS = ("plain", "labels-only", "packed-sdpa", "packed-flex")
 

@@ -22,9 +22,9 @@ import torch
 import torch.distributed as dist
 
 from bench import step_bench
-from workload.model import causal_lm as project
 from workload.config import TrainConfig
 from workload.data.batches import random_batches
+from workload.model import causal_lm as project
 
 T = 8 * 2048
 
@@ -64,8 +64,8 @@ def gemm() -> None:
                       "saved_per_step_ms_28_layers": round(28 * (separate - fused), 2)}), flush=True)
 
     # Attention: SDPA's backends, GQA expanded (as HF does for sdpa) against enable_gqa.
-    from torch.nn.attention import SDPBackend, sdpa_kernel
     import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
     q = torch.randn(8, 12, 2048, 128, device="cuda", dtype=torch.bfloat16, requires_grad=True)
     k = torch.randn(8, 2, 2048, 128, device="cuda", dtype=torch.bfloat16, requires_grad=True)
     v = torch.randn(8, 2, 2048, 128, device="cuda", dtype=torch.bfloat16, requires_grad=True)

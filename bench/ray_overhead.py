@@ -19,9 +19,9 @@ import torch
 import torch.distributed as dist
 
 from bench.step_bench import device_from_flag, single_process_group
-from workload.model import causal_lm as project
 from workload.config import TrainConfig
 from workload.data.batches import make_data
+from workload.model import causal_lm as project
 
 
 def raw_loop(cfg: TrainConfig, device: torch.device) -> float:
@@ -46,7 +46,9 @@ def raw_loop(cfg: TrainConfig, device: torch.device) -> float:
 
 
 def ray_run(cfg: TrainConfig, device: torch.device) -> dict:
-    from bench.scaling import run  # imports Ray: only the Ray measurement's process needs it
+    from bench.scaling import (
+        run,  # imports Ray: only the Ray measurement's process needs it
+    )
 
     return run(cfg, 1 if device.type == "cuda" else 0, env={}, nccl_dir=None)
 

@@ -18,8 +18,8 @@ import os
 import ray
 
 from workload.config import TrainConfig
-from workload.trainer import fit, summarize
 from workload.fabric.transport import rank_verdicts
+from workload.trainer import fit, summarize
 
 SOCKET_FALLBACK = {"NCCL_P2P_DISABLE": "1", "NCCL_SHM_DISABLE": "1", "NCCL_NET": "Socket"}
 

@@ -31,10 +31,10 @@ from torch.distributed.fsdp import FullyShardedDataParallel
 from torch.distributed.fsdp.wrap import size_based_auto_wrap_policy
 from transformers import AutoModelForCausalLM, Qwen2Config
 
-from workload.model import memory
-from workload.model import causal_lm as project
 from workload.config import TrainConfig
 from workload.data.batches import random_batches
+from workload.model import causal_lm as project
+from workload.model import memory
 
 L4_MEMORY_MIB = 22888  # EC2's DescribeInstanceTypes figure for the g6 family's L4
 GIB = 2**30

@@ -8,7 +8,6 @@ from pathlib import Path
 
 from bench.step_bench import GIB
 
-
 RESULTS = Path(__file__).resolve().parent / "results" / "step_model.jsonl"
 # Each stack's Hardware as `python -m bench.step_model` read it from the stack files, for machines without Pulumi
 # (the GPU machine that runs bench/emulate_rank.py): tests.pulumi_mocks, which reads them, imports pulumi.

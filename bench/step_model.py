@@ -3,13 +3,13 @@
     python -m bench.step_model        # prints JSON lines and writes them to bench/results/step_model.jsonl
 
 No GPU needed. The bytes come from the collectives each step issues: workload.model.parallel.step_collectives for the
-project's FSDP2, recipe_collectives (bench/step_shapes.py) for the recipe's FSDP1; tests/test_parallel.py records both on a gloo mesh
-and checks them against these functions. The compute comes from the H200 measurement (bench/results), scaled by each
-GPU's dense bf16 peak at the MFU measured there. The bandwidths come from the instance facts (tests/stacks.py) and
-the assumptions in bench/step_inputs.py. Every assumption is written next to the figures. The lines below are of Qwen2.5-1.5B, the
-model measured; predict takes any decoder's shape from its config.json (config_shape: its FSDP units and FLOPs per
-token from workload.model.memory, without building it) at the same measured MFU and split (bench/model_table.py, the
-README's model x stack table, uses it so).
+project's FSDP2, recipe_collectives (bench/step_shapes.py) for the recipe's FSDP1; tests/test_parallel.py records both
+on a gloo mesh and checks them against these functions. The compute comes from the H200 measurement (bench/results),
+scaled by each GPU's dense bf16 peak at the MFU measured there. The bandwidths come from the instance facts
+(tests/stacks.py) and the assumptions in bench/step_inputs.py. Every assumption is written next to the figures. The
+lines below are of Qwen2.5-1.5B, the model measured; predict takes any decoder's shape from its config.json
+(config_shape: its FSDP units and FLOPs per token from workload.model.memory, without building it) at the same measured
+MFU and split (bench/model_table.py, the README's model x stack table, uses it so).
 
 One step, per GPU (all GPUs in step):
 - compute: tokens x FLOPs per token / (peak x MFU), split into forward, backward and optimizer (clipping + AdamW)
@@ -40,17 +40,40 @@ import json
 from dataclasses import replace
 
 from bench.step_bench import GIB
-from workload.model import architectures
-from workload.model import memory
-from workload.model import parallel
+from bench.step_inputs import (
+    CENTRAL,
+    G_FAMILY,
+    H200_BATCH,
+    H200_BATCH2_TOKENS_PER_S,
+    H200_SEQ_LEN,
+    H200_SUSTAINED_GEMM_TFLOPS,
+    H200_TOKENS_PER_S,
+    INTRA_NODE_GBYTES_PER_S,
+    L4_PEAK_TFLOPS,
+    LOW_HIGH,
+    MODEL_CONFIG,
+    RECOMPUTE_SHARE,
+    RESULTS,
+    SPLIT,
+    STACK_HARDWARE,
+    STRATEGIES,
+    Assumptions,
+    Hardware,
+    Split,
+    Strategy,
+    assumed_links,
+    stack_hardware,
+)
+from bench.step_shapes import (
+    ModelShape,
+    bytes_by_collective,
+    collectives,
+    default_shape,
+    meta_model,
+)
+from workload.model import architectures, memory, parallel
 from workload.model import causal_lm as project
 from workload.model.parallel import Collective, total_traffic
-from bench.step_inputs import (
-    Assumptions, CENTRAL, G_FAMILY, H200_BATCH, H200_BATCH2_TOKENS_PER_S, H200_SEQ_LEN, H200_SUSTAINED_GEMM_TFLOPS,
-    H200_TOKENS_PER_S, Hardware, INTRA_NODE_GBYTES_PER_S, L4_PEAK_TFLOPS, LOW_HIGH, MODEL_CONFIG, RECOMPUTE_SHARE,
-    RESULTS, SPLIT, STACK_HARDWARE, STRATEGIES, Split, Strategy, assumed_links, stack_hardware,
-)
-from bench.step_shapes import ModelShape, bytes_by_collective, collectives, default_shape, meta_model
 
 
 def h200_mfu(step: str, tokens_per_s: dict = H200_TOKENS_PER_S) -> float:
@@ -206,8 +229,8 @@ def auto_strategy(hardware: Hardware, batch_size: int, seq_len: int, shape: Mode
 
 
 def memory_lines(hardware: Hardware, batch_size: int, seq_len: int) -> list[dict]:
-    """Projected peak per GPU of the project's layouts on this stack (workload.model.memory.estimate, the preview's and the
-    job's projection, compiled as the job runs on a GPU), with accumulation's unsharded gradients."""
+    """Projected peak per GPU of the project's layouts on this stack (workload.model.memory.estimate, the preview's and
+    the job's projection, compiled as the job runs on a GPU), with accumulation's unsharded gradients."""
     config = architectures.published("Qwen/Qwen2.5-1.5B")
     usable = memory.usable_gib(round(hardware.gpu_memory_gib * 1024))
     lines = []

@@ -12,12 +12,11 @@ import torch
 from torch import nn
 
 from bench.step_bench import RECIPE_MIN_NUM_PARAMS
-from workload.model import memory
-from workload.model import parallel
-from workload.model import causal_lm as project
+from bench.step_inputs import MODEL_CONFIG, Hardware, Strategy
 from workload.config import TrainConfig
+from workload.model import causal_lm as project
+from workload.model import memory, parallel
 from workload.model.parallel import Collective, step_collectives, total_traffic
-from bench.step_inputs import Hardware, MODEL_CONFIG, Strategy
 
 
 @functools.cache
@@ -41,7 +40,8 @@ class ModelShape:
 
 
 def config_shape(config: dict) -> ModelShape:
-    """Any decoder from its config.json, without building it (workload.model.memory.unit_shapes, which tests/test_memory.py
+    """Any decoder from its config.json, without building it (workload.model.memory.unit_shapes, which
+    tests/test_memory.py
     checks against the model transformers builds)."""
     untied_input_embedding = 0 if config.get("tie_word_embeddings", True) else (
         config["vocab_size"] * config["hidden_size"])

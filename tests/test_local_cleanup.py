@@ -156,7 +156,7 @@ def test_a_reused_run_name_says_where_it_resumes_and_refuses_other_flags(tmp_pat
 def test_two_runs_in_the_same_second_get_two_directories():
     """Two local runs alive at once, their clocks showing the same second."""
     same_second = ("import sys, time; time.strftime = lambda pattern: 'local-20261201-120000-'; "
-                   "from workload import local; print(local.parse_args([]).run_name, flush=True); sys.stdin.read()")
+                   "from workload.run import local; print(local.parse_args([]).run_name, flush=True); sys.stdin.read()")
     runs = [subprocess.Popen([sys.executable, "-c", same_second], cwd=REPO, stdin=subprocess.PIPE,
                              stdout=subprocess.PIPE, text=True) for _ in range(2)]
     names = [run.stdout.readline().strip() for run in runs]  # both still running

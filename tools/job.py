@@ -23,12 +23,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, ContextManager, Sequence
 
-from infra.job.ray_job import RUN_METADATA
 from infra.job.job_server import JobServer
+from infra.job.ray_job import RUN_METADATA
 from tools import job_submit
+from tools.job_server import connect, job_server, stack_jobs
 from tools.job_submit import submit_command
 from tools.kube import api_client
-from tools.job_server import connect, job_server, stack_jobs
 from tools.stack import stack_settings
 from workload import cli
 
@@ -146,8 +146,8 @@ def _ended(client: Any, job_id: str, status: Any) -> int:
 
 
 def summary_command(client: Any, args: argparse.Namespace) -> int:
-    from workload.run import submit
     from workload.fabric import transport
+    from workload.run import submit
 
     job = chosen_job(client, args)
     logs = client.get_job_logs(job.submission_id)

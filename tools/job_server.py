@@ -5,8 +5,8 @@ from __future__ import annotations
 import contextlib
 from typing import Any, Iterator
 
-from infra.job.ray_job import STACK_METADATA
 from infra.job.job_server import JobServer, head_job_server
+from infra.job.ray_job import STACK_METADATA
 from infra.kubernetes.raycluster import auth_secret_name
 from tools.kube import talking_to
 from workload import cli

@@ -64,8 +64,8 @@ def stack_job(stack: str, run_id: str, extra_flags: list[str]) -> dict:
     """The job `pulumi up` would submit for the stack with trainEnabled, under `run_id`, with `extra_flags` on top:
     {train_args, pip, env_vars, time_limit_s, submission_id, secrets_left_out}."""
     from infra import config as stack_config
-    from infra.preview.instance_facts import KNOWN_GPU_INSTANCE_TYPES
     from infra.job.job_config import NCCL_DEBUG_FILE, submission_id, workload_config
+    from infra.preview.instance_facts import KNOWN_GPU_INSTANCE_TYPES
     from workload.config import build_parser
 
     source = StackFile(stack, stack_config.project_name())

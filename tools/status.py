@@ -14,16 +14,15 @@ import sys
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-
 from infra.aws.node_labels import GPU_WORKER_NODE_SELECTOR
-from infra.kubernetes import monitoring
-from tools.stack import stack_key, stack_settings
-from infra.kubernetes.portforward import CLUSTER_LABEL, NODE_TYPE_LABEL
 from infra.job.preflight import is_gpu_worker, is_ready, plain
-from infra.kubernetes.devices import EFA_RESOURCE, GPU_RESOURCE
 from infra.job.ray_job import RUN_METADATA
+from infra.kubernetes import monitoring
+from infra.kubernetes.devices import EFA_RESOURCE, GPU_RESOURCE
+from infra.kubernetes.portforward import CLUSTER_LABEL, NODE_TYPE_LABEL
 from infra.kubernetes.raycluster import RAYCLUSTER_API_VERSION
 from tools.kube import REQUEST_TIMEOUT_S, api_client, talking_to
+from tools.stack import stack_key, stack_settings
 from workload import cli
 
 INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"

@@ -1,4 +1,5 @@
-"""`python -m workload.export`: a sharded training checkpoint as a Hugging Face model directory. The command's name, kept where users type it; the code is workload.checkpoint.export."""
+"""`python -m workload.export`: a sharded training checkpoint as a Hugging Face model directory. The command's name,
+kept where users type it; the code is workload.checkpoint.export."""
 import sys
 
 from workload import cli

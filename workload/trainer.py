@@ -5,8 +5,8 @@ running cluster, and `run` sizes the workers from its GPUs, fits, and returns th
 The same code runs on CPU processes (gloo) and on GPUs (NCCL).
 
 Under the run's directory (storage_path/run_name) Ray Train keeps the checkpoints; rank 0 adds the TensorBoard event
-files (tensorboard/, workload/metrics/tensorboard.py) and the model as a Hugging Face directory (model_<step>/, gathered from
-every rank's shards, workload/checkpoint/export.py).
+files (tensorboard/, workload/metrics/tensorboard.py) and the model as a Hugging Face directory (model_<step>/, gathered
+from every rank's shards, workload/checkpoint/export.py).
 """
 from __future__ import annotations
 
@@ -29,18 +29,18 @@ import torch.distributed as dist
 from ray.util.queue import Queue
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from workload.checkpoint import sharded as checkpoints
 from workload import storage
-from workload.fabric import bandwidth as fabric
-from workload.model import memory_plan
-from workload.model import files as model_files
-from workload.model import parallel
+from workload.checkpoint import sharded as checkpoints
+from workload.checkpoint.export import save_model_directory
 from workload.config import TRANSPORT_PREFIX, TrainConfig
 from workload.data.batches import check_dataset, check_tokenizer, make_data
-from workload.checkpoint.export import save_model_directory
+from workload.fabric import bandwidth as fabric
+from workload.fabric.nccl_logs import gather_transport_lines
 from workload.gc_control import StepCollector
 from workload.metrics.live import LiveMetrics
 from workload.metrics.tensorboard import MetricsLog
+from workload.model import files as model_files
+from workload.model import memory_plan, parallel
 from workload.model.causal_lm import (
     build_mesh,
     build_model,
@@ -59,7 +59,6 @@ from workload.model.causal_lm import (
     shard_model,
     train_step,
 )
-from workload.fabric.nccl_logs import gather_transport_lines
 
 # How long the driver waits for RAY_ADDRESS's GCS port to accept a connection before saying nothing is there.
 GCS_PROBE_TIMEOUT_S = 5
@@ -222,8 +221,8 @@ def train_func(config: dict) -> None:
 
 def _plan_memory(cfg: TrainConfig, world_size: int, ranks_per_node: int,
                  device: torch.device) -> tuple[TrainConfig, memory_plan.MemoryPlan | None]:
-    """The flags with workload.model.memory_plan's levers on a GPU (the preview chose the same for a stack's job); none on
-    CPU, whose memory is the host's. A request that nothing makes fit stops here, before any weights load."""
+    """The flags with workload.model.memory_plan's levers on a GPU (the preview chose the same for a stack's job); none
+    on CPU, whose memory is the host's. A request that nothing makes fit stops here, before any weights load."""
     if device.type != "cuda":
         return cfg, None
     gpu_memory_mib = cfg.gpu_memory_mib or torch.cuda.get_device_properties(device).total_memory // 2**20

@@ -1,4 +1,5 @@
-"""`python -m workload.transport`: which transport NCCL used, read from a job's NCCL_DEBUG=INFO lines. The command's name, kept where users type it; the code is workload.fabric.transport."""
+"""`python -m workload.transport`: which transport NCCL used, read from a job's NCCL_DEBUG=INFO lines. The command's
+name, kept where users type it; the code is workload.fabric.transport."""
 import sys
 
 from workload import cli

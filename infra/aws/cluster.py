@@ -187,7 +187,8 @@ class EksCluster(pulumi.ComponentResource):
         super().__init__("raytrain:infra:EksCluster", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
 
-        # Known at preview: the name is the stack's own (infra/config/naming.py), the account and partition the caller's.
+        # Known at preview: the name is the stack's own (infra/config/naming.py), the account and partition the
+        # caller's.
         self.cluster_arn = trust.eks_cluster_arn(partition=partition, region=region, account_id=account_id,
                                                  cluster_name=cfg.cluster_name)
         # EKS makes this principal the cluster's admin (see access_entries): what the clusterAdmin output says.

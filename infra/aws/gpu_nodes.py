@@ -11,10 +11,15 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_aws as aws
 
-from infra.aws.node_labels import GPU_PRESENT_LABEL, GPU_WORKER_NODE_SELECTOR
-from infra.aws.cluster import instance_metadata, node_role, node_tag_specifications, root_volume
-from infra.config import InstanceFacts
+from infra.aws.cluster import (
+    instance_metadata,
+    node_role,
+    node_tag_specifications,
+    root_volume,
+)
 from infra.aws.node_health import node_repair_config
+from infra.aws.node_labels import GPU_PRESENT_LABEL, GPU_WORKER_NODE_SELECTOR
+from infra.config import InstanceFacts
 
 GPU_AMI_TYPE = "AL2023_x86_64_NVIDIA"
 # Without nvidia.com/gpu.present=true the NVIDIA device plugin's DaemonSet matches zero nodes, silently.
@@ -160,8 +165,9 @@ class GpuNodeGroup(pulumi.ComponentResource):
             instance_types=None if capacity_block else [facts.instance_type],
             ami_type=GPU_AMI_TYPE,
             capacity_type="CAPACITY_BLOCK" if capacity_block else "ON_DEMAND",
-            # With the idle stop (infra/kubernetes/idle_stop.py) the group may sit at 0 nodes: its minimum is 0, and the desired
-            # size is left to the idle check and the wake-up (ignore_changes below), so `pulumi up` does not fight it.
+            # With the idle stop (infra/kubernetes/idle_stop.py) the group may sit at 0 nodes: its minimum is 0, and the
+            # desired size is left to the idle check and the wake-up (ignore_changes below), so `pulumi up` does not
+            # fight it.
             scaling_config=aws.eks.NodeGroupScalingConfigArgs(
                 desired_size=node_count, min_size=0 if idle_stop else node_count, max_size=node_count),
             node_repair_config=node_repair_config(node_repair),

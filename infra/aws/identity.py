@@ -3,8 +3,8 @@ and the preview's look-up of an existing reservation.
 
 A dynamic provider runs in Pulumi's provider process with boto3, not through pulumi-aws, so it does not get the
 stack's `aws:profile` and `aws:assumeRoles` for free. It is given them as an `AwsIdentity` (read and validated at
-preview by infra/preview/feasibility.py), `session` builds the same identity with boto3 (the profile, then the role through
-STS AssumeRole), and `check_account` refuses to go on when that identity is not in the account the stack was
+preview by infra/preview/feasibility.py), `session` builds the same identity with boto3 (the profile, then the role
+through STS AssumeRole), and `check_account` refuses to go on when that identity is not in the account the stack was
 previewed in. A reservation made with other credentials would bill in an account nobody looks at, and a delete with
 them would find nothing and report it gone.
 """

@@ -12,10 +12,10 @@ process limits; networking (NetworkingReady): VPC CNI (IPAMD) problems, interfac
 (StorageReady): EBS throughput and IOPS limits, I/O delays; container runtime (ContainerRuntimeReady): pods that do
 not terminate, probe failures.
 
-What it cannot: a GPU that is healthy but slow (a throttling straggler shows only in infra/kubernetes/monitoring.py's panels),
-an NCCL hang or a job stuck in a collective on healthy hardware, EFA loss or degradation that the driver does not log
-as an error, a wrong result (silent data corruption), and anything inside the container (a Python exception, a CUDA
-out-of-memory). Those fail or hang the job, not the node: Ray Train's FailureConfig (trainMaxFailures) restarts the
+What it cannot: a GPU that is healthy but slow (a throttling straggler shows only in infra/kubernetes/monitoring.py's
+panels), an NCCL hang or a job stuck in a collective on healthy hardware, EFA loss or degradation that the driver does
+not log as an error, a wrong result (silent data corruption), and anything inside the container (a Python exception, a
+CUDA out-of-memory). Those fail or hang the job, not the node: Ray Train's FailureConfig (trainMaxFailures) restarts the
 workers from the last checkpoint, and the job's time limit (trainTimeoutMinutes) ends a hang.
 
 Capacity. A replacement needs an instance. In a Capacity Reservation sized to the node count, or a Capacity Block,

@@ -20,8 +20,8 @@ import json
 import pulumi
 import pulumi_aws as aws
 
-from infra.config import s3_location
 from infra.aws.trust import pod_identity_conditions
+from infra.config import s3_location
 
 # EKS Pod Identity assumes the role as this service principal, and tags the session with the cluster, namespace and
 # service account, which the trust policy pins (EKS user guide, "Create IAM role with trust policy required by EKS

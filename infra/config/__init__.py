@@ -12,21 +12,61 @@ resource is registered. Imports the standard library, pulumi, yaml and workload/
 The names the rest of the program uses are imported here, so `from infra.config import StackConfig` and
 `config.load()` read the same wherever they are written.
 """
-from infra.config.settings import (  # noqa: F401
-    GPU_PLACEMENTS, TRAIN_WAITS, NCCL_DEBUG_LEVELS, LOG_RETENTION_DAYS, WORLD_CIDR, SECRET_KEYS, SECRET_VALUED_KEYS,
-    MAX_BATCH_SIZE, MAX_TIMEOUT_MINUTES, MAX_RESERVATION_HOURS, InstanceFacts, AwsIdentity, check_efa_gpu, SecretEnv,
-    TrainExamples, TrainConfig, StackConfig, MONITORING_BACKENDS, IDLE_STOP_MINIMUM_MINUTES,
-    IDLE_STOP_MAXIMUM_MINUTES,
-)
-from infra.config.schema import (  # noqa: F401
-    PROJECT_FILE, schema, project_name, read_raw_config, stack_config_keys, check_unknown_keys, check_secret_keys,
-    is_stack_secret, secret_fragments, hides_secret_values,
+from infra.config.parse import (  # noqa: F401
+    load,
+    parse,
 )
 from infra.config.rules import (  # noqa: F401
-    CLUSTER_NAME, K8S_VERSION, AZ_NAME, INSTANCE_TYPE, RESERVATION_ID, RUN_ID, RAY_VERSION, CUDA_VERSION, ENV_NAME,
-    PRINCIPAL_ARN, SOCKET_IFNAME, PLUGIN_WORD, S3_BUCKET, arn_parts, s3_location, STORAGE_ALLOWED,
-    check_storage_path, check_dataset_location,
+    AZ_NAME,
+    CLUSTER_NAME,
+    CUDA_VERSION,
+    ENV_NAME,
+    INSTANCE_TYPE,
+    K8S_VERSION,
+    PLUGIN_WORD,
+    PRINCIPAL_ARN,
+    RAY_VERSION,
+    RESERVATION_ID,
+    RUN_ID,
+    S3_BUCKET,
+    SOCKET_IFNAME,
+    STORAGE_ALLOWED,
+    arn_parts,
+    check_dataset_location,
+    check_storage_path,
+    s3_location,
 )
-from infra.config.parse import (  # noqa: F401
-    load, parse,
+from infra.config.schema import (  # noqa: F401
+    PROJECT_FILE,
+    check_secret_keys,
+    check_unknown_keys,
+    hides_secret_values,
+    is_stack_secret,
+    project_name,
+    read_raw_config,
+    schema,
+    secret_fragments,
+    stack_config_keys,
+)
+from infra.config.settings import (  # noqa: F401
+    GPU_PLACEMENTS,
+    IDLE_STOP_MAXIMUM_MINUTES,
+    IDLE_STOP_MINIMUM_MINUTES,
+    LOG_RETENTION_DAYS,
+    MAX_BATCH_SIZE,
+    MAX_RESERVATION_HOURS,
+    MAX_TIMEOUT_MINUTES,
+    MONITORING_BACKENDS,
+    NCCL_DEBUG_LEVELS,
+    SECRET_KEYS,
+    SECRET_VALUED_KEYS,
+    TRAIN_WAITS,
+    WORLD_CIDR,
+    AwsIdentity,
+    InstanceFacts,
+    SecretEnv,
+    StackConfig,
+    TrainConfig,
+    TrainExamples,
+    check_efa_gpu,
 )

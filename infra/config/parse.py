@@ -10,16 +10,38 @@ import pulumi
 
 from infra.config.naming import default_cluster_name
 from infra.config.rules import (
-    CLUSTER_NAME, CUDA_VERSION, INSTANCE_TYPE, K8S_VERSION, PLUGIN_WORD, PRINCIPAL_ARN, RAY_VERSION, RESERVATION_ID,
-    SOCKET_IFNAME, check_az_list, require,
+    CLUSTER_NAME,
+    CUDA_VERSION,
+    INSTANCE_TYPE,
+    K8S_VERSION,
+    PLUGIN_WORD,
+    PRINCIPAL_ARN,
+    RAY_VERSION,
+    RESERVATION_ID,
+    SOCKET_IFNAME,
+    check_az_list,
+    require,
 )
 from infra.config.schema import (
-    check_secret_keys, check_unknown_keys, hides_secret_values, is_stack_secret, project_name, read_raw_config, schema,
+    check_secret_keys,
+    check_unknown_keys,
+    hides_secret_values,
+    is_stack_secret,
+    project_name,
+    read_raw_config,
+    schema,
     stack_config_keys,
 )
 from infra.config.settings import (
-    GPU_PLACEMENTS, IDLE_STOP_MAXIMUM_MINUTES, IDLE_STOP_MINIMUM_MINUTES, LOG_RETENTION_DAYS, MAX_RESERVATION_HOURS,
-    MONITORING_BACKENDS, NCCL_DEBUG_LEVELS, StackConfig, WORLD_CIDR,
+    GPU_PLACEMENTS,
+    IDLE_STOP_MAXIMUM_MINUTES,
+    IDLE_STOP_MINIMUM_MINUTES,
+    LOG_RETENTION_DAYS,
+    MAX_RESERVATION_HOURS,
+    MONITORING_BACKENDS,
+    NCCL_DEBUG_LEVELS,
+    WORLD_CIDR,
+    StackConfig,
 )
 from infra.config.train_keys import parse_train
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import re
 
-
 # 39 at most: IAM role names are <clusterName>-system-node-role plus Pulumi's 8-character suffix, 64 at most.
 CLUSTER_NAME = re.compile(r"^[a-zA-Z][a-zA-Z0-9-]{0,38}$")
 K8S_VERSION = re.compile(r"^1\.[0-9]{2}$")
@@ -78,8 +77,8 @@ STORAGE_ALLOWED = ("allowed: s3://bucket/prefix (the Ray pods' role gets access 
 
 def check_storage_path(path: str) -> None:
     """trainStoragePath: empty, s3://bucket/prefix with a prefix (a bucket root would give the pods read, write and
-    delete on the whole bucket), or a local absolute path (file:///path is one too; infra.preview.feasibility refuses it for
-    more than one GPU node)."""
+    delete on the whole bucket), or a local absolute path (file:///path is one too; infra.preview.feasibility refuses it
+    for more than one GPU node)."""
     key = "trainStoragePath"
     if not path:
         return
@@ -103,7 +102,8 @@ def check_storage_path(path: str) -> None:
 
 def check_dataset_location(dataset: str) -> None:
     """trainDataset, when remote: s3://bucket/key only. The job reads remote files through pyarrow's S3 file system
-    with the Ray pods' role (workload/data/batches.py); an https:// or gs:// file would fail on the cluster after `up` made it."""
+    with the Ray pods' role (workload/data/batches.py); an https:// or gs:// file would fail on the cluster after `up`
+    made it."""
     key = "trainDataset"
     scheme, separator, _ = dataset.partition("://")
     if not separator:

@@ -15,7 +15,6 @@ import yaml
 
 from infra.config.settings import SECRET_KEYS, SECRET_VALUED_KEYS
 
-
 PROJECT_FILE = Path(__file__).resolve().parents[2] / "Pulumi.yaml"
 
 

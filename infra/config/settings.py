@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-
 GPU_PLACEMENTS = ("auto", "cluster", "none")
 TRAIN_WAITS = ("finish", "transport")
 NCCL_DEBUG_LEVELS = ("VERSION", "WARN", "INFO", "TRACE")

@@ -5,21 +5,37 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from workload.config import CHAT_TEMPLATES
-from workload.config import DATA_FORMATS  # trainDataFormat
-from workload.config import EXPORTS  # trainExport
-from workload.config import TRUNCATIONS  # trainTruncation
-from workload.config import LR_SCHEDULES  # trainLrSchedule
-from workload.config import MODEL_CONFIGS  # trainModelConfig: architectures built with random weights
-from workload.config import REDUCE_DTYPES  # trainReduceDtype
-from workload.config import SHARDINGS  # trainSharding
-from workload.config import is_file_dataset  # trainDataset: a file (s3://...) rather than a Hugging Face id
-from workload.config import S3_MODEL_DIRECTORY  # trainModelId in S3: the job's own refusal, word for word
-from workload.fabric.transport import EXPECTATIONS as EXPECT_TRANSPORTS  # trainExpectTransport
 import infra.config.pip_requirements as pip_requirements  # trainPip
-from infra.config.rules import ENV_NAME, RUN_ID, require, check_dataset_location, check_storage_path, s3_location
+from infra.config.rules import (
+    ENV_NAME,
+    RUN_ID,
+    check_dataset_location,
+    check_storage_path,
+    require,
+    s3_location,
+)
 from infra.config.settings import (
-    MAX_BATCH_SIZE, MAX_TIMEOUT_MINUTES, SecretEnv, TRAIN_WAITS, TrainConfig, TrainExamples,
+    MAX_BATCH_SIZE,
+    MAX_TIMEOUT_MINUTES,
+    TRAIN_WAITS,
+    SecretEnv,
+    TrainConfig,
+    TrainExamples,
+)
+from workload.config import (
+    CHAT_TEMPLATES,
+    DATA_FORMATS,  # trainDataFormat
+    EXPORTS,  # trainExport
+    LR_SCHEDULES,  # trainLrSchedule
+    MODEL_CONFIGS,  # trainModelConfig: architectures built with random weights
+    REDUCE_DTYPES,  # trainReduceDtype
+    S3_MODEL_DIRECTORY,  # trainModelId in S3: the job's own refusal, word for word
+    SHARDINGS,  # trainSharding
+    TRUNCATIONS,  # trainTruncation
+    is_file_dataset,  # trainDataset: a file (s3://...) rather than a Hugging Face id
+)
+from workload.fabric.transport import (
+    EXPECTATIONS as EXPECT_TRANSPORTS,  # trainExpectTransport
 )
 
 

@@ -6,8 +6,9 @@ import contextlib
 from dataclasses import dataclass
 from typing import Any, Callable, ContextManager, Iterator, Mapping
 
-from infra.kubernetes.raycluster import DASHBOARD_PORT as JOB_SERVER_PORT  # the head serves the Jobs API on its dashboard port
-
+from infra.kubernetes.raycluster import (
+    DASHBOARD_PORT as JOB_SERVER_PORT,  # the head serves the Jobs API on its dashboard port
+)
 
 # The job server's port on the head pod (the dashboard serves the jobs API).
 # Key of the token in the Secret KubeRay generates for authOptions.mode=token.

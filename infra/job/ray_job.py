@@ -36,10 +36,9 @@ import pulumi
 import pulumi.dynamic
 
 from infra.config import InstanceFacts, StackConfig, TrainExamples
-from infra.job.preflight import to_stderr
 from infra.job.job_config import EXAMPLES_KEYS, job_inputs, secret_job_env
 from infra.job.job_server import JobServer, JobServerConnector, kubernetes_job_server
-
+from infra.job.preflight import to_stderr
 
 # What the failure message quotes of the job's log.
 LOG_TAIL_LINES = 80
@@ -132,8 +131,8 @@ class TrainingJobProvider(pulumi.dynamic.ResourceProvider):
     @staticmethod
     def _until_end(client: Any, job_id: str, props: Mapping[str, Any], on_log: Callable[[str], None]) -> dict:
         """trainWait=finish: the job's end, its summary, and every rank's transport judged."""
-        from workload.run import submit
         from workload.fabric import transport
+        from workload.run import submit
 
         result = submit.wait_for_end(client, job_id, on_log, float(props["timeout_s"]))
         verdicts = transport.verdicts_from_summary(result.summary, result.logs)
@@ -152,8 +151,8 @@ class TrainingJobProvider(pulumi.dynamic.ResourceProvider):
     def _until_transport(client: Any, job_id: str, props: Mapping[str, Any], on_log: Callable[[str], None]) -> dict:
         """trainWait=transport: every rank's transport after the first steps, judged; the job runs on. A wrong one
         stops the job: nothing should train for days over TCP sockets."""
-        from workload.run import submit
         from workload.fabric import transport
+        from workload.run import submit
 
         wait_s = min(float(props["timeout_s"]), TRANSPORT_WAIT_S)
         report, logs = submit.wait_for_transport(client, job_id, on_log, wait_s)
@@ -195,8 +194,8 @@ class TrainingJobProvider(pulumi.dynamic.ResourceProvider):
     def read(self, id_: str, props: dict[str, Any]) -> pulumi.dynamic.ReadResult:
         """`pulumi refresh`: the job's status now and, once it has succeeded, its results. A job the job server no
         longer knows (a RayCluster made anew) is gone from the state, and the next `up` runs it again."""
-        from workload.run import submit
         from workload.fabric import transport
+        from workload.run import submit
 
         with self._job_server(props, False) as server:
             client = submit.connect(server.address, server.token)

@@ -12,10 +12,12 @@ import pulumi
 import pulumi_kubernetes as k8s
 import yaml
 
-from infra.aws.node_labels import GPU_PRESENT_LABEL, GPU_TOLERATION, SYSTEM_NODE_SELECTOR
-
-from infra.kubernetes import admission
-from infra.kubernetes import ray_security
+from infra.aws.node_labels import (
+    GPU_PRESENT_LABEL,
+    GPU_TOLERATION,
+    SYSTEM_NODE_SELECTOR,
+)
+from infra.kubernetes import admission, ray_security
 
 # 0.20.0 is the release whose values we checked (its default affinity already includes
 # nvidia.com/gpu.present=true, which our GPU nodes carry); older charts predate that term.
@@ -38,8 +40,8 @@ EFA_DEVICE_PLUGIN_RELEASE = "aws-efa-k8s-device-plugin"  # also its DaemonSet's 
 # Both device plugins run in kube-system, next to the other node agents (aws-node, kube-proxy).
 DEVICE_PLUGIN_NAMESPACE = "kube-system"
 
-# 1.7.0 serves the ray.io/v1 RayCluster with authOptions (token auth), which infra/kubernetes/raycluster.py relies on; the
-# chart also installs the CRDs. Helm installs CRDs only on first install and never upgrades them, so bumping this
+# 1.7.0 serves the ray.io/v1 RayCluster with authOptions (token auth), which infra/kubernetes/raycluster.py relies on;
+# the chart also installs the CRDs. Helm installs CRDs only on first install and never upgrades them, so bumping this
 # pin on a live stack also needs the new CRDs applied by hand (KubeRay's upgrade guide).
 KUBERAY_OPERATOR_CHART = "kuberay-operator"
 KUBERAY_OPERATOR_REPO = "https://ray-project.github.io/kuberay-helm/"
@@ -143,8 +145,8 @@ class ClusterAddons(pulumi.ComponentResource):
             KUBERAY_OPERATOR_REPO, KUBERAY_OPERATOR_NAMESPACE, kuberay_operator_values(), create_namespace=True,
         )
         # The operator's namespace (Helm creates it): Pod Security labels and default-deny NetworkPolicies (infra/
-        # admission.py, infra/kubernetes/ray_security.py). A patch, not a Namespace, so that live stacks, whose namespace Helm
-        # made, take the labels without a conflict.
+        # admission.py, infra/kubernetes/ray_security.py). A patch, not a Namespace, so that live stacks, whose
+        # namespace Helm made, take the labels without a conflict.
         after_operator = pulumi.ResourceOptions(parent=self, provider=provider, depends_on=[self.kuberay_operator])
         self.operator_namespace = k8s.core.v1.NamespacePatch(
             f"{name}-kuberay-namespace",

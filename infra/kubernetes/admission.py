@@ -3,10 +3,10 @@ to the `restricted` Pod Security Standard but for what the training image needs,
 labels and NetworkPolicies.
 
 Why a policy of its own. Pod Security Admission enforces a namespace at one level, and the GPU workers' IPC_LOCK (EFA,
-infra/kubernetes/ray_security.py) is outside even `baseline`, so the Ray namespace must be labelled `enforce: privileged`, which
-by itself enforces nothing. The policy below (admissionregistration.k8s.io/v1, GA since Kubernetes 1.30) puts the
-rest back: every check of `restricted` (kubernetes.io/docs/concepts/security/pod-security-standards, and the same
-checks in k8s.io/pod-security-admission/policy/check_*.go), with two exceptions, each needed and no wider:
+infra/kubernetes/ray_security.py) is outside even `baseline`, so the Ray namespace must be labelled `enforce:
+privileged`, which by itself enforces nothing. The policy below (admissionregistration.k8s.io/v1, GA since Kubernetes
+1.30) puts the rest back: every check of `restricted` (kubernetes.io/docs/concepts/security/pod-security-standards, and
+the same checks in k8s.io/pod-security-admission/policy/check_*.go), with two exceptions, each needed and no wider:
 - capabilities.add may hold IPC_LOCK besides restricted's NET_BIND_SERVICE (the workers, for EFA);
 - the containers may run as root (runAsNonRoot and runAsUser are not checked): the DLC image's user is root, and
   IPC_LOCK only lifts the memlock limit for a root process.

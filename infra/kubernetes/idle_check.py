@@ -1,7 +1,7 @@
-"""The idle stop's check (issue 24), run every few minutes in the cluster by infra/kubernetes/idle_stop.py's CronJob: when no Ray
-job has run for `IDLE_MINUTES`, scale the GPU node group to zero. `python3 idle_check.py` in the training image (it
-has Ray and boto3); this file is the CronJob's script as it is, mounted from a ConfigMap, so it imports nothing of the
-repository: only the standard library, boto3 and Ray's job client.
+"""The idle stop's check (issue 24), run every few minutes in the cluster by infra/kubernetes/idle_stop.py's CronJob:
+when no Ray job has run for `IDLE_MINUTES`, scale the GPU node group to zero. `python3 idle_check.py` in the training
+image (it has Ray and boto3); this file is the CronJob's script as it is, mounted from a ConfigMap, so it imports
+nothing of the repository: only the standard library, boto3 and Ray's job client.
 
 Idle since when. No state is kept between runs: idle starts at the latest of the last job's end, the node group's
 last change (EKS's modifiedAt: a scale-up by `pulumi up`, a repair, an update) and its creation. So a node group that

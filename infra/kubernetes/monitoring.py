@@ -17,8 +17,8 @@ taint by default, so it is given the system nodes' selector). Every container ha
 known: `system_node_requests` lists them, and tests/test_monitoring.py checks they fit the default system node
 beside the Ray head, the add-ons and kube-system, with the margin the README states.
 
-Network. The Ray namespace is default-deny (infra/kubernetes/ray_security.py); `scrape_network_policies` admits exactly the
-Prometheus pods (by a label this chart gives them) to Ray's metrics port, and the Ray head to Prometheus's and
+Network. The Ray namespace is default-deny (infra/kubernetes/ray_security.py); `scrape_network_policies` admits exactly
+the Prometheus pods (by a label this chart gives them) to Ray's metrics port, and the Ray head to Prometheus's and
 Grafana's ports (the dashboard's server queries both). Nothing else is opened.
 
 Login. Grafana's admin password is a random password held as a Pulumi secret (pulumi-random) and a Kubernetes Secret
@@ -34,7 +34,11 @@ import pulumi_aws as aws
 import pulumi_kubernetes as k8s
 import pulumi_random as random
 
-from infra.aws.node_labels import GPU_PRESENT_LABEL, GPU_TOLERATION, SYSTEM_NODE_SELECTOR
+from infra.aws.node_labels import (
+    GPU_PRESENT_LABEL,
+    GPU_TOLERATION,
+    SYSTEM_NODE_SELECTOR,
+)
 from infra.kubernetes.portforward import CLUSTER_LABEL, NODE_TYPE_LABEL
 
 # kube-prometheus-stack 88.5.3 (prometheus-operator v0.93.1; subcharts grafana 12.11.1, kube-state-metrics 8.4.0,

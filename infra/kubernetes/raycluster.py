@@ -13,13 +13,14 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_kubernetes as k8s
 
-from infra.kubernetes.addons import (
-    GPU_TOLERATION, GPU_WORKER_NODE_SELECTOR, KUBERAY_OPERATOR_NAMESPACE, SYSTEM_NODE_SELECTOR,
+from infra.aws.node_labels import (
+    GPU_TOLERATION,
+    GPU_WORKER_NODE_SELECTOR,
+    SYSTEM_NODE_SELECTOR,
 )
-from infra.kubernetes import admission
-from infra.kubernetes import monitoring
-from infra.kubernetes import ray_security
 from infra.config import InstanceFacts, StackConfig, check_efa_gpu
+from infra.kubernetes import admission, monitoring, ray_security
+from infra.kubernetes.addons import KUBERAY_OPERATOR_NAMESPACE
 from infra.kubernetes.devices import worker_resources
 
 # The CRD version that kuberay-operator 1.7.0 serves and stores (infra/kubernetes/addons.py pins the operator).
@@ -375,8 +376,8 @@ class RayCluster(pulumi.ComponentResource):
             for policy in ray_security.network_policies(namespace=cfg.ray_namespace,
                                                         cluster_name=cfg.ray_cluster_name, vpc_cidr=cfg.vpc_cidr)
         ]
-        # restricted for every pod of the namespace but IPC_LOCK and root (infra/kubernetes/admission.py): the namespace's own
-        # Pod Security label can only say privileged. Bound before any pod is made.
+        # restricted for every pod of the namespace but IPC_LOCK and root (infra/kubernetes/admission.py): the
+        # namespace's own Pod Security label can only say privileged. Bound before any pod is made.
         policy_name = f"{cfg.ray_namespace}-pod-security"
         policy = admission.pod_security_policy(policy_name)
         self.admission_policy = k8s.admissionregistration.v1.ValidatingAdmissionPolicy(

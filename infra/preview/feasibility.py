@@ -17,18 +17,15 @@ import pulumi
 import pulumi_aws as aws
 from botocore.exceptions import BotoCoreError, ClientError
 
-from infra.kubernetes import addons
-from infra.aws import capacity_reservation
 from infra import config
-from infra.preview import instance_facts
-from infra.aws import network
-from infra.kubernetes import raycluster
-from infra.config import AwsIdentity, InstanceFacts, StackConfig, arn_parts
+from infra.aws import capacity_reservation, network
 from infra.aws.gpu_nodes import placement_group_name, use_placement_group
-from workload.model import memory_plan
+from infra.config import AwsIdentity, InstanceFacts, StackConfig, arn_parts
+from infra.kubernetes import addons, raycluster
+from infra.preview import instance_facts
 from infra.preview.access import aws_identity, check_access_entries, creator_of
 from infra.preview.job_plan import check_job
-
+from workload.model import memory_plan
 
 # The versions EKS creates clusters on, as of EKS_VERSIONS_DATE (the EKS release calendar: 1.31's extended support
 # ended 2026-11-26; 1.35 is the newest EKS had released). Add a version here when EKS releases it.

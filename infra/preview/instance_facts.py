@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-
 from typing import NamedTuple
 
 import pulumi_aws as aws
@@ -15,8 +14,9 @@ from infra.config import InstanceFacts, check_efa_gpu
 
 
 # The GPU instance types of the project's stacks (Pulumi.<stack>.yaml): GPUs per node and each GPU's memory in MiB,
-# EC2 DescribeInstanceTypes' figures (and its GPU name) (tests/stacks.py holds the same, and a test keeps the two equal). A refusal of the
-# job's memory names which of them would fit without an EC2 call per type; the stack's own type is always read live.
+# EC2 DescribeInstanceTypes' figures (and its GPU name) (tests/stacks.py holds the same, and a test keeps the two
+# equal). A refusal of the job's memory names which of them would fit without an EC2 call per type; the stack's own type
+# is always read live.
 class KnownGpuInstance(NamedTuple):
     gpus: int
     gpu_memory_mib: int

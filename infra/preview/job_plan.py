@@ -6,14 +6,12 @@ from typing import Any
 
 import pulumi
 
-from infra.preview import instance_facts
-from infra.preview import model_config
-from infra.job import job_config
 from infra.config import AwsIdentity, InstanceFacts, StackConfig
-from workload.model import memory
-from workload.model import memory_plan
+from infra.job import job_config
+from infra.preview import instance_facts, model_config
 from workload.config import CHAT_TEMPLATES, is_local_dataset
 from workload.data.chat import KNOWN_CHAT_TEMPLATES
+from workload.model import memory, memory_plan
 
 
 def check_job(cfg: StackConfig, gpu: InstanceFacts, *, identity: AwsIdentity | None = None,

@@ -19,13 +19,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from infra.config import AwsIdentity, s3_location
-from workload.model import architectures
 from workload.config import ARCHITECTURES
+from workload.model import architectures
 
 CONFIG_FILE = "config.json"
 HUB_TOKEN_VARIABLE = "HF_TOKEN"
-# What workload.model.memory reads of a config; a config without them (a multimodal wrapper with text_config, an encoder)
-# is not a decoder the memory model knows.
+# What workload.model.memory reads of a config; a config without them (a multimodal wrapper with text_config, an
+# encoder) is not a decoder the memory model knows.
 REQUIRED_FIELDS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "vocab_size")
 # Mixture-of-experts configs carry one of these; workload.model.memory counts dense layers only.
 EXPERT_FIELDS = ("num_experts", "num_local_experts", "n_routed_experts")

@@ -10,6 +10,7 @@ from botocore.exceptions import ClientError
 from infra.aws.capacity_reservation import error_code
 from infra.preview.instance_facts import OnDemandQuota, on_demand_quota
 
+
 @dataclass(frozen=True)
 class QuotaUsage:
     """A region's On-Demand vCPU quota of one family and what is already drawn from it."""

@@ -29,7 +29,8 @@ MODEL_KEY = "model"
 def save(directory: str, model: nn.Module, optimizer: torch.optim.Optimizer, step: int, tokenizer: str = "",
          chat_template: str = "") -> None:
     """Write this rank's shards of the model and optimizer state. Rank 0 also records the step reached, the
-    tokenizer trained with (and the text of the chat template it rendered with, when not the tokenizer's own), and the model's Hugging Face config (config.json, generation_config.json), so that
+    tokenizer trained with (and the text of the chat template it rendered with, when not the tokenizer's own), and the
+    model's Hugging Face config (config.json, generation_config.json), so that
     workload.export can turn the checkpoint into a model directory with nothing else at hand."""
     model_state, optimizer_state = get_state_dict(model, optimizer)
     dcp.save({MODEL_KEY: model_state, "optimizer": optimizer_state}, checkpoint_id=directory)

@@ -1,6 +1,6 @@
-"""The job's own throughput as Ray metrics, so Prometheus (infra/kubernetes/monitoring.py) and the training dashboard see it live:
-rank 0's tokens/s and step time, the same figures as its progress line, through Ray's metrics agent on its node
-(exported as ray_raytrain_tokens_per_second and ray_raytrain_step_time_seconds on the node's metrics port).
+"""The job's own throughput as Ray metrics, so Prometheus (infra/kubernetes/monitoring.py) and the training dashboard
+see it live: rank 0's tokens/s and step time, the same figures as its progress line, through Ray's metrics agent on its
+node (exported as ray_raytrain_tokens_per_second and ray_raytrain_step_time_seconds on the node's metrics port).
 
 Gauges, not histograms: one value per step is what the panel plots, and a gauge's series is one per run.
 """

@@ -2,8 +2,8 @@
 
 A GPU benchmark drives these directly (torch + transformers only), so nothing here imports ray:
 `build_model(cfg, device)`, `build_mesh(device, shape)`, `shard_model(model, mesh, cfg)`,
-`load_pretrained(model, directory, device, cfg)` (a --model_id's weights, after sharding), `build_optimizer(model, cfg)`,
-`learning_rate_at(cfg, step)`, `loss_fn(model, batch)`, `train_step(...)`, `evaluate(model, batches)`,
+`load_pretrained(model, directory, device, cfg)` (a --model_id's weights, after sharding), `build_optimizer(model,
+cfg)`, `learning_rate_at(cfg, step)`, `loss_fn(model, batch)`, `train_step(...)`, `evaluate(model, batches)`,
 `flops_per_token(...)`, `peak_flops(device)`.
 """
 from __future__ import annotations
@@ -16,12 +16,17 @@ import torch
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
-from transformers import AutoConfig, AutoModelForCausalLM, GenerationConfig, PretrainedConfig, Qwen2Config
+from transformers import (
+    AutoConfig,
+    AutoModelForCausalLM,
+    GenerationConfig,
+    PretrainedConfig,
+    Qwen2Config,
+)
 
-from workload.model import fp8
-from workload.model import files as model_files
-from workload.model import weights
 from workload.config import ARCHITECTURES, TrainConfig
+from workload.model import files as model_files
+from workload.model import fp8, weights
 
 IGNORE_INDEX = -100  # a target that carries no loss (workload/data/chat.py labels prompts with it)
 NAMED_CONFIGS = ARCHITECTURES  # --model_config name -> Qwen2Config keyword arguments (workload.config)
@@ -41,8 +46,8 @@ PEAK_BF16_FLOPS = (
     ("L40S", 362e12),
     ("L4", 121e12),
 )
-# --reduce_dtype's names as dtypes; auto is resolved by workload.model.parallel, and means fp32 where nothing resolved it
-# (one GPU, the benchmarks).
+# --reduce_dtype's names as dtypes; auto is resolved by workload.model.parallel, and means fp32 where nothing resolved
+# it (one GPU, the benchmarks).
 TORCH_REDUCE_DTYPES = {"auto": torch.float32, "fp32": torch.float32, "bf16": torch.bfloat16}
 
 # Where the Hugging Face model sits in CausalLMWithLoss (its `lm`), and so in every state dict the job saves.

@@ -13,8 +13,9 @@ workload.model.causal_lm.train_step, term by term:
 - activations: what each decoder layer saves for backward, per token (ACTIVATION_BYTES below, counted from what
   autograd saves in the eager Hugging Face layer); with activation checkpointing each layer keeps its input only, and
   backward recomputes one layer at a time;
-- the loss: workload.model.causal_lm.LinearCrossEntropy keeps the hidden states' and the lm_head's gradients from forward, and
-  while a chunk computes it holds the chunk's logits several times over (bf16, fp32, the softmax and its gradient);
+- the loss: workload.model.causal_lm.LinearCrossEntropy keeps the hidden states' and the lm_head's gradients from
+  forward, and while a chunk computes it holds the chunk's logits several times over (bf16, fp32, the softmax and its
+  gradient);
 - accumulation: with --grad_accum_steps k > 1, FSDP2 keeps each layer's weights gathered across the micro-batches and
   accumulates the unsharded gradients in the reduce dtype (FSDPParam.to_accumulated_grad_if_needed).
 
@@ -46,10 +47,10 @@ LAYERS_IN_FLIGHT = 2  # with reshard_after_forward: the layer computing and the 
 ACTIVATION_BYTES = {"hidden": 16, "query": 6, "key_value": 4, "intermediate": 8}
 QK_NORM_ACTIVATION_BYTES = {"query": 8, "key_value": 8}
 CHECKPOINTED_BYTES_PER_HIDDEN = 2  # with activation checkpointing a layer keeps its bf16 input only
-# The loss chunk (workload.model.causal_lm.LOSS_CHUNK_TOKENS) in the eager kernel (_chunk_loss_and_grad), at its fullest, the
-# subtraction of the one-hot: the bf16 logits (2 bytes a logit), their fp32 copy (4), the bool one-hot (1), exp() in
-# fp32 (4), the one-hot cast to fp32 (4) and the difference (4). (A first count of 13 left out the one-hot's fp32 cast
-# and the difference; the H200 showed the missing ~6 bytes a logit: bench/results/RESULTS.md.) Compiled
+# The loss chunk (workload.model.causal_lm.LOSS_CHUNK_TOKENS) in the eager kernel (_chunk_loss_and_grad), at its
+# fullest, the subtraction of the one-hot: the bf16 logits (2 bytes a logit), their fp32 copy (4), the bool one-hot (1),
+# exp() in fp32 (4), the one-hot cast to fp32 (4) and the difference (4). (A first count of 13 left out the one-hot's
+# fp32 cast and the difference; the H200 showed the missing ~6 bytes a logit: bench/results/RESULTS.md.) Compiled
 # (torch.compile on CUDA) the kernel fuses them, so this is an upper bound for the compiled job.
 LOSS_CHUNK_TOKENS = 8192
 LOSS_BYTES_PER_LOGIT = 19
@@ -199,10 +200,10 @@ def _moments(config: dict, *, micro_batch: int, seq_len: int, activation_checkpo
 def estimate(config: dict, *, micro_batch: int, seq_len: int, shards: int, activation_checkpointing: bool = False,
              reshard_after_forward: bool = False, grad_accum_steps: int = 1, reduce_dtype: str = "fp32",
              compiled: bool = False, ranks: int | None = None) -> MemoryEstimate:
-    """The peak of one rank of workload.model.causal_lm.train_step: `micro_batch` sequences of `seq_len` tokens per forward,
-    the state sharded `shards` ways (all ranks with full sharding, a node's with HSDP), eager or `compiled` (the job's
-    default on a GPU). `ranks`: the job's world size (NCCL's buffers only where there are two or more; default
-    `shards`)."""
+    """The peak of one rank of workload.model.causal_lm.train_step: `micro_batch` sequences of `seq_len` tokens per
+    forward, the state sharded `shards` ways (all ranks with full sharding, a node's with HSDP), eager or `compiled`
+    (the job's default on a GPU). `ranks`: the job's world size (NCCL's buffers only where there are two or more;
+    default `shards`)."""
     parameters = parameter_count(config)
     moments = _moments(config, micro_batch=micro_batch, seq_len=seq_len,
                        activation_checkpointing=activation_checkpointing,

@@ -12,17 +12,17 @@ The levers, cheapest first (each later one is tried with the earlier ones on):
 A lever already on stays on. The search is a handful of estimates: binary search over the batch's divisors (the peak
 grows with the micro-batch), never a walk over batch sizes.
 
-`choose` is what the job (workload/trainer.py, before it builds the model) and the preview (infra/preview/feasibility.py,
-which exports it as the stack output jobMemoryPlan) both call, with the same inputs, so both say the same.
-Standard library only: the Pulumi program imports this.
+`choose` is what the job (workload/trainer.py, before it builds the model) and the preview
+(infra/preview/feasibility.py, which exports it as the stack output jobMemoryPlan) both call, with the same inputs, so
+both say the same. Standard library only: the Pulumi program imports this.
 """
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
 
-from workload.model import memory
 from workload.config import TrainConfig
+from workload.model import memory
 
 
 @dataclass(frozen=True)

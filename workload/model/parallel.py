@@ -21,10 +21,15 @@ from typing import Iterable, Sequence
 import torch
 import torch.distributed as dist
 
-from workload.model import memory
 from workload.config import TrainConfig
 from workload.fabric.bandwidth import bus_bandwidth_factor
-from workload.model.causal_lm import CausalLMWithLoss, flops_per_token, matmul_parameters, peak_flops
+from workload.model import memory
+from workload.model.causal_lm import (
+    CausalLMWithLoss,
+    flops_per_token,
+    matmul_parameters,
+    peak_flops,
+)
 
 Shape = tuple[int, ...]
 # Bytes a parameter holds in sharded state: fp32 weight, fp32 gradient and AdamW's two fp32 moments.
@@ -81,8 +86,8 @@ class Plan:
 
 
 def fsdp_units(model: CausalLMWithLoss) -> list[tuple[str, list[Shape]]]:
-    """The FSDP units of workload.model.causal_lm.CausalLMWithLoss in forward order with their parameters' shapes: the root
-    (embedding, tied lm_head, final norm) first, then each decoder layer. Works on the meta device."""
+    """The FSDP units of workload.model.causal_lm.CausalLMWithLoss in forward order with their parameters' shapes: the
+    root (embedding, tied lm_head, final norm) first, then each decoder layer. Works on the meta device."""
     in_layers = {id(parameter) for layer in model.layers for parameter in layer.parameters()}
     root = [tuple(p.shape) for p in model.parameters() if id(p) not in in_layers]
     layers = [(f"layers.{index}", [tuple(p.shape) for p in layer.parameters()])

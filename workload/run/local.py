@@ -24,9 +24,9 @@ from contextlib import contextmanager
 from typing import Iterator, Sequence
 
 from workload import cli
+from workload.config import SUMMARY_PREFIX, TrainConfig, build_parser, is_local_dataset
 from workload.run import checks as local_checks
 from workload.run import output as local_output
-from workload.config import SUMMARY_PREFIX, TrainConfig, build_parser, is_local_dataset
 from workload.run.head_supervisor import stop_session
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -91,10 +91,10 @@ def free_port() -> int:
 
 def head_environment(token_path: str, gcs_address: str) -> dict[str, str]:
     """The `ray start` process's environment, which every Ray process of the cluster inherits: token auth from our
-    own token file; every listener on loopback; RAY_ADDRESS naming this cluster, since Ray's helpers that look for "the" cluster (Ray Train's
-    placement-group cleaner among them) otherwise fail when another Ray cluster runs on the machine; and this
-    interpreter first on PATH, since the job's entrypoint `python3 -m workload.train` is resolved there (so
-    `.venv/bin/python -m workload.local` works without activating the venv)."""
+    own token file; every listener on loopback; RAY_ADDRESS naming this cluster, since Ray's helpers that look for "the"
+    cluster (Ray Train's placement-group cleaner among them) otherwise fail when another Ray cluster runs on the
+    machine; and this interpreter first on PATH, since the job's entrypoint `python3 -m workload.train` is resolved
+    there (so `.venv/bin/python -m workload.local` works without activating the venv)."""
     env = {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": token_path, "RAY_ADDRESS": gcs_address,
            # A one-machine cluster, as Ray makes them on macOS and Windows: without this, `ray start` replaces
            # --node-ip-address 127.0.0.1 by the machine's outward address (ray/_private/services.py,

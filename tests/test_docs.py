@@ -233,3 +233,26 @@ def test_the_chat_run_sample_is_what_the_job_prints():
     workers = int(re.search(r"--verbose` on (\d+) CPU workers", " ".join(text.split())).group(1))
     assert (int(shape.group(1)), shape.group(2), int(shape.group(3))) == (
         cfg.steps, f"{learning_rate_at(cfg, 0):.2e}", cfg.batch_size * workers), step_line
+
+
+def test_the_pulumi_up_sample_is_what_the_program_registers():
+    """docs/tools.md's `pulumi up`: each resource it shows (but the CLI's own stack) is one the program registers,
+    under the component the tree shows it in, and the counts it gives are the program's under the mocks."""
+    tools = page("docs/tools.md")
+    with_job, without = program("dev", (("trainEnabled", True),)), program("dev")
+    registered = {(re.sub(r"^(aws|random):(\w+)/\w+:", r"\1:\2:", r.type), r.name): r for r in with_job.resources}
+    component = None
+    rows = [re.match(r"^ \+ {3}(│  |)[├└]─ (\S+)\s+(\S+)\s+create$", line)
+            for line in sample_block(tools, "`pulumi up` on `dev` with `trainEnabled`")]
+    assert sum(row is not None for row in rows) > 10, rows
+    for row in filter(None, rows):
+        nested, type_, name = row.groups()
+        resource = registered.get((type_, name))
+        assert resource is not None, f"docs/tools.md shows {type_} {name}, which the program does not register"
+        if nested:
+            assert resource.parent == component.urn, f"{name} is a child of {component.name}"
+        else:
+            component = resource
+    counts = re.search(r"registers (\d+) resources under the test suite's mocks, (\d+) without the job",
+                       " ".join(tools.split())).groups()
+    assert tuple(map(int, counts)) == (len(with_job.resources), len(without.resources)), counts

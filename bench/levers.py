@@ -72,9 +72,7 @@ class WithLoss(torch.nn.Module):
         targets = ids[:, 1:].reshape(-1)
         w = lm.lm_head.weight
         if "liger" in self.variant:
-            from liger_kernel.transformers.functional import (
-                liger_fused_linear_cross_entropy,
-            )
+            from liger_kernel.transformers.functional import liger_fused_linear_cross_entropy
             return liger_fused_linear_cross_entropy(hidden, w, targets)
         if "chunkedc" in self.variant:
             return LinearCrossEntropyCompiled.apply(hidden, w, targets, 16376 if "c16k" in self.variant else 8188 if "c8k" in self.variant else 4094)

@@ -1,8 +1,8 @@
-"""The README's table of models x stacks: what the preview says of each model on each stack's GPUs, and the
+"""docs/models.md's table of models x stacks: what the preview says of each model on each stack's GPUs, and the
 step-time model's tokens/s for the plan it chose.
 
     python -m bench.model_table            # prints the table
-    python -m bench.model_table --write    # and puts it into README.md between its markers
+    python -m bench.model_table --write    # and puts it into docs/models.md between its markers
 
 Each cell is the preview's own verdict: infra.preview.job_plan.check_job_shape on the job the stack file would run
 (Pulumi.yaml's defaults and the stack's file, trainModelId set to the model, through infra.config.parse and
@@ -10,7 +10,7 @@ infra.job.job_config.workload_config as `pulumi up` does), so "no" is the refusa
 are bench.step_model.predict's for that plan (its sharding as the job's --sharding auto would choose it, its activation
 checkpointing, reshard_after_forward and micro-batches), its central figure: the H200's measured MFU and step split
 for Qwen2.5-1.5B carried to each GPU (the L4 at its sustained GEMM rate) and the central bandwidths of
-bench.step_inputs.Assumptions; a prediction until a cluster measures it. tests/test_readme.py checks that README.md
+bench.step_inputs.Assumptions; a prediction until a cluster measures it. tests/test_docs.py checks that docs/models.md
 holds exactly this table.
 """
 from __future__ import annotations
@@ -28,7 +28,7 @@ from tests.pulumi_mocks import STACKS, stack_settings
 from tests.stacks import INSTANCE_FACTS
 from workload.model import architectures, memory
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+PAGE = Path(__file__).resolve().parent.parent / "docs" / "models.md"
 BEGIN, END = "<!-- model-table: python -m bench.model_table --write -->", "<!-- /model-table -->"
 MODELS = ("Qwen/Qwen2.5-1.5B", "Qwen/Qwen2.5-7B", "meta-llama/Llama-3.1-8B", "Qwen/Qwen3-8B",
           "mistralai/Mistral-7B-v0.3", "Qwen/Qwen2.5-14B", "Qwen/Qwen2.5-32B", "meta-llama/Llama-3.1-70B")
@@ -77,21 +77,21 @@ def markdown() -> str:
 
 
 def in_readme(text: str) -> str:
-    """The table between the README's markers."""
+    """The table between the page's markers."""
     start = text.index(BEGIN) + len(BEGIN)
     return text[start:text.index(END, start)].strip()
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--write", action="store_true", help="replace the table in README.md")
+    parser.add_argument("--write", action="store_true", help="replace the table in docs/models.md")
     args = parser.parse_args()
     table = markdown()
     print(table)
     if args.write:
-        text = README.read_text()
+        text = PAGE.read_text()
         start, end = text.index(BEGIN) + len(BEGIN), text.index(END)
-        README.write_text(f"{text[:start]}\n{table}\n{text[end:]}")
+        PAGE.write_text(f"{text[:start]}\n{table}\n{text[end:]}")
 
 
 if __name__ == "__main__":

@@ -29,13 +29,7 @@ import time
 import torch
 import torch.distributed as dist
 
-from bench.step_bench import (
-    GIB,
-    device_from_flag,
-    fresh,
-    single_process_group,
-    synchronize,
-)
+from bench.step_bench import GIB, device_from_flag, fresh, single_process_group, synchronize
 from workload.config import TrainConfig
 from workload.data.chat import IGNORE_INDEX, Example
 from workload.data.packing import TokenBatch, pack_examples

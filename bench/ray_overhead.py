@@ -46,9 +46,7 @@ def raw_loop(cfg: TrainConfig, device: torch.device) -> float:
 
 
 def ray_run(cfg: TrainConfig, device: torch.device) -> dict:
-    from bench.scaling import (
-        run,  # imports Ray: only the Ray measurement's process needs it
-    )
+    from bench.scaling import run  # imports Ray: only the Ray measurement's process needs it
 
     return run(cfg, 1 if device.type == "cuda" else 0, env={}, nccl_dir=None)
 

@@ -64,13 +64,7 @@ from bench.step_inputs import (
     assumed_links,
     stack_hardware,
 )
-from bench.step_shapes import (
-    ModelShape,
-    bytes_by_collective,
-    collectives,
-    default_shape,
-    meta_model,
-)
+from bench.step_shapes import ModelShape, bytes_by_collective, collectives, default_shape, meta_model
 from workload.model import architectures, memory, parallel
 from workload.model import causal_lm as project
 from workload.model.parallel import Collective, total_traffic

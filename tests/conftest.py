@@ -4,6 +4,9 @@ import logging
 import pytest
 from moto import mock_aws
 
+# The README's and docs' journeys' fixtures (project, kube_api, job_server), for every test that walks one.
+pytest_plugins = ("tests.docs_shell",)
+
 
 @pytest.fixture
 def aws_env(monkeypatch):

@@ -14,7 +14,7 @@ import pytest
 
 from infra.aws import network
 from tests.pulumi_mocks import stack_settings
-from tests.test_readme import JourneyAws
+from tests.docs_shell import JourneyAws
 from tools import doctor
 from workload import cli
 

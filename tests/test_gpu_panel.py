@@ -18,14 +18,15 @@ from tools import gpu_panel
 from workload import cli
 
 REPO = Path(__file__).resolve().parents[1]
-README = (REPO / "README.md").read_text()
+README = (REPO / "docs" / "metrics.md").read_text()  # the README's page on metrics, which holds the picture
 FLAT_README = " ".join(README.split())
 
 
 def picture_and_recording() -> tuple[Path, Path]:
     """The README's GPU picture and the recording its command draws it from."""
     (command,) = re.findall(r"`\.venv/bin/python -m tools\.gpu_panel (\S+) --out (\S+\.svg)`", FLAT_README)
-    assert f"]({command[1]})" in README, f"the README shows the picture its command writes: {command[1]}"
+    assert f"]({Path(command[1]).relative_to('docs').as_posix()})" in README, (
+        f"the page shows the picture its command writes: {command[1]}")
     return REPO / command[1], REPO / command[0]
 
 

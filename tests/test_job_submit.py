@@ -10,7 +10,6 @@ import re
 
 import pytest
 
-from tests.test_readme import job_server, kube_api  # noqa: F401 (fixtures)
 from tools import job as job_cli
 from workload import cli
 

@@ -68,9 +68,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     deadline = Deadline(time_limit_s)
     try:
         with deadline:
-            from workload import (
-                trainer,  # seconds of imports, only once the flags are known to be good
-            )
+            from workload import trainer  # seconds of imports, only once the flags are known to be good
 
             trainer.validate(cfg)
             trainer.connect_to_cluster()

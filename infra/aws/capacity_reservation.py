@@ -42,13 +42,7 @@ from typing import Any
 import pulumi
 from botocore.config import Config
 from botocore.exceptions import ClientError
-from pulumi.dynamic import (
-    CreateResult,
-    DiffResult,
-    ReadResult,
-    ResourceProvider,
-    UpdateResult,
-)
+from pulumi.dynamic import CreateResult, DiffResult, ReadResult, ResourceProvider, UpdateResult
 
 from infra.aws.identity import check_account, describe, identity_from_props, session
 from infra.config import AwsIdentity

@@ -11,12 +11,7 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_aws as aws
 
-from infra.aws.cluster import (
-    instance_metadata,
-    node_role,
-    node_tag_specifications,
-    root_volume,
-)
+from infra.aws.cluster import instance_metadata, node_role, node_tag_specifications, root_volume
 from infra.aws.node_health import node_repair_config
 from infra.aws.node_labels import GPU_PRESENT_LABEL, GPU_WORKER_NODE_SELECTOR
 from infra.config import InstanceFacts

@@ -12,10 +12,7 @@ resource is registered. Imports the standard library, pulumi, yaml and workload/
 The names the rest of the program uses are imported here, so `from infra.config import StackConfig` and
 `config.load()` read the same wherever they are written.
 """
-from infra.config.parse import (  # noqa: F401
-    load,
-    parse,
-)
+from infra.config.parse import load, parse  # noqa: F401
 from infra.config.rules import (  # noqa: F401
     AZ_NAME,
     CLUSTER_NAME,

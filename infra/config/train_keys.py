@@ -6,14 +6,7 @@ import math
 from typing import Any
 
 import infra.config.pip_requirements as pip_requirements  # trainPip
-from infra.config.rules import (
-    ENV_NAME,
-    RUN_ID,
-    check_dataset_location,
-    check_storage_path,
-    require,
-    s3_location,
-)
+from infra.config.rules import ENV_NAME, RUN_ID, check_dataset_location, check_storage_path, require, s3_location
 from infra.config.settings import (
     MAX_BATCH_SIZE,
     MAX_TIMEOUT_MINUTES,
@@ -34,9 +27,7 @@ from workload.config import (
     TRUNCATIONS,  # trainTruncation
     is_file_dataset,  # trainDataset: a file (s3://...) rather than a Hugging Face id
 )
-from workload.fabric.transport import (
-    EXPECTATIONS as EXPECT_TRANSPORTS,  # trainExpectTransport
-)
+from workload.fabric.transport import EXPECTATIONS as EXPECT_TRANSPORTS  # trainExpectTransport
 
 
 def parse_train(raw: dict[str, Any]) -> TrainConfig:

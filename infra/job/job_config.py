@@ -14,9 +14,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
 from infra.config import InstanceFacts, StackConfig, TrainExamples
-from workload.model import (
-    fp8,  # standard library only: the preview's fp8 check and torchao's pin
-)
+from workload.model import fp8  # standard library only: the preview's fp8 check and torchao's pin
 
 if TYPE_CHECKING:
     from workload.config import TrainConfig as WorkloadConfig

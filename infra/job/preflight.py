@@ -28,11 +28,7 @@ import pulumi.dynamic
 
 from infra.aws.node_labels import GPU_WORKER_NODE_SELECTOR
 from infra.config import InstanceFacts
-from infra.kubernetes.addons import (
-    DEVICE_PLUGIN_NAMESPACE,
-    EFA_DEVICE_PLUGIN_RELEASE,
-    NVIDIA_DEVICE_PLUGIN_RELEASE,
-)
+from infra.kubernetes.addons import DEVICE_PLUGIN_NAMESPACE, EFA_DEVICE_PLUGIN_RELEASE, NVIDIA_DEVICE_PLUGIN_RELEASE
 from infra.kubernetes.devices import EFA_RESOURCE, GPU_RESOURCE, worker_resources
 
 # Each chart names its DaemonSet after the release (infra/kubernetes/addons.py), and this is the resource it advertises.

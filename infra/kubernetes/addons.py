@@ -12,11 +12,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 import yaml
 
-from infra.aws.node_labels import (
-    GPU_PRESENT_LABEL,
-    GPU_TOLERATION,
-    SYSTEM_NODE_SELECTOR,
-)
+from infra.aws.node_labels import GPU_PRESENT_LABEL, GPU_TOLERATION, SYSTEM_NODE_SELECTOR
 from infra.kubernetes import admission, ray_security
 
 # 0.20.0 is the release whose values we checked (its default affinity already includes

@@ -38,11 +38,7 @@ from infra.aws.pod_identity import trust_policy
 from infra.config import AwsIdentity
 from infra.kubernetes import ray_security
 from infra.kubernetes.portforward import CLUSTER_LABEL, NODE_TYPE_LABEL
-from infra.kubernetes.raycluster import (
-    DASHBOARD_PORT,
-    auth_secret_name,
-    head_service_name,
-)
+from infra.kubernetes.raycluster import DASHBOARD_PORT, auth_secret_name, head_service_name
 
 CHECK_SCRIPT = Path(__file__).with_name("idle_check.py")
 CHECK_SCHEDULE = "*/5 * * * *"

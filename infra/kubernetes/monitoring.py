@@ -34,11 +34,7 @@ import pulumi_aws as aws
 import pulumi_kubernetes as k8s
 import pulumi_random as random
 
-from infra.aws.node_labels import (
-    GPU_PRESENT_LABEL,
-    GPU_TOLERATION,
-    SYSTEM_NODE_SELECTOR,
-)
+from infra.aws.node_labels import GPU_PRESENT_LABEL, GPU_TOLERATION, SYSTEM_NODE_SELECTOR
 from infra.kubernetes.portforward import CLUSTER_LABEL, NODE_TYPE_LABEL
 
 # kube-prometheus-stack 88.5.3 (prometheus-operator v0.93.1; subcharts grafana 12.11.1, kube-state-metrics 8.4.0,

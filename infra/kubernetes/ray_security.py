@@ -40,9 +40,7 @@ from __future__ import annotations
 import ipaddress
 from typing import Iterable
 
-from infra.kubernetes.portforward import (
-    CLUSTER_LABEL,  # KubeRay labels every pod of a RayCluster with its name
-)
+from infra.kubernetes.portforward import CLUSTER_LABEL  # KubeRay labels every pod of a RayCluster with its name
 
 # The one capability EFA needs in the worker containers (see the module docstring).
 EFA_CAPABILITIES = ("IPC_LOCK",)

@@ -13,11 +13,7 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_kubernetes as k8s
 
-from infra.aws.node_labels import (
-    GPU_TOLERATION,
-    GPU_WORKER_NODE_SELECTOR,
-    SYSTEM_NODE_SELECTOR,
-)
+from infra.aws.node_labels import GPU_TOLERATION, GPU_WORKER_NODE_SELECTOR, SYSTEM_NODE_SELECTOR
 from infra.config import InstanceFacts, StackConfig, check_efa_gpu
 from infra.kubernetes import admission, monitoring, ray_security
 from infra.kubernetes.addons import KUBERAY_OPERATOR_NAMESPACE

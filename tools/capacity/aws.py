@@ -9,13 +9,7 @@ import threading
 
 import boto3
 from botocore.config import Config
-from botocore.exceptions import (
-    BotoCoreError,
-    ClientError,
-    EndpointConnectionError,
-    NoCredentialsError,
-    ProfileNotFound,
-)
+from botocore.exceptions import BotoCoreError, ClientError, EndpointConnectionError, NoCredentialsError, ProfileNotFound
 
 from infra.aws.capacity_reservation import error_code, error_message
 from workload import cli

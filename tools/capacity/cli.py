@@ -52,14 +52,7 @@ from tools.capacity.aws import Aws, check_credentials, describe_failure
 from tools.capacity.probe import probe
 from tools.capacity.quotas import on_demand_quota
 from tools.capacity.stack_file import StackContext, load_stack, write_stack_file
-from tools.capacity.survey import (
-    AzReport,
-    quota_increase_commands,
-    rank,
-    render_table,
-    resolve_regions,
-    search,
-)
+from tools.capacity.survey import AzReport, quota_increase_commands, rank, render_table, resolve_regions, search
 from workload import cli
 
 PROJECT_DIR = Path(__file__).resolve().parents[2]

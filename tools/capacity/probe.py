@@ -13,12 +13,7 @@ from typing import Any, TextIO
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from infra.aws.capacity_reservation import (
-    CAPACITY_ERROR_CODES,
-    QUOTA_ERROR_CODES,
-    error_code,
-    reservation_request,
-)
+from infra.aws.capacity_reservation import CAPACITY_ERROR_CODES, QUOTA_ERROR_CODES, error_code, reservation_request
 from tools.capacity.aws import Aws, describe_failure
 from tools.capacity.survey import AzReport
 from workload import cli

@@ -8,9 +8,7 @@ from typing import Any
 from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
 
-from infra.config.naming import (
-    default_cluster_name,  # the stack's clusterName when it sets none, as infra.config
-)
+from infra.config.naming import default_cluster_name  # the stack's clusterName when it sets none, as infra.config
 
 
 @dataclass(frozen=True)

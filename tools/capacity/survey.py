@@ -12,13 +12,7 @@ from typing import Any, Iterable
 from botocore.exceptions import BotoCoreError, ClientError
 
 from tools.capacity.aws import Aws, describe_failure
-from tools.capacity.quotas import (
-    OnDemandQuota,
-    QuotaUsage,
-    on_demand_quota,
-    quota_usage,
-    vcpus_of,
-)
+from tools.capacity.quotas import OnDemandQuota, QuotaUsage, on_demand_quota, quota_usage, vcpus_of
 from tools.capacity.stack_file import StackContext
 from workload import cli
 

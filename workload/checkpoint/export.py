@@ -66,9 +66,7 @@ def save_model_directory(lm, out: str, *, state_dict: dict | None = None, tokeni
     transformers_logging.disable_progress_bar()  # "Writing model shards": noise in a job's log
     notes, loaded = [], None
     if tokenizer:
-        from workload.data.tokenizer import (
-            load_tokenizer,  # a Hub id, a directory, or an s3:// model's own tokenizer
-        )
+        from workload.data.tokenizer import load_tokenizer  # a Hub id, a directory, or an s3:// model's own tokenizer
 
         try:
             loaded = load_tokenizer(tokenizer)

@@ -16,13 +16,7 @@ import torch
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
-from transformers import (
-    AutoConfig,
-    AutoModelForCausalLM,
-    GenerationConfig,
-    PretrainedConfig,
-    Qwen2Config,
-)
+from transformers import AutoConfig, AutoModelForCausalLM, GenerationConfig, PretrainedConfig, Qwen2Config
 
 from workload.config import ARCHITECTURES, TrainConfig
 from workload.model import files as model_files

@@ -24,12 +24,7 @@ import torch.distributed as dist
 from workload.config import TrainConfig
 from workload.fabric.bandwidth import bus_bandwidth_factor
 from workload.model import memory
-from workload.model.causal_lm import (
-    CausalLMWithLoss,
-    flops_per_token,
-    matmul_parameters,
-    peak_flops,
-)
+from workload.model.causal_lm import CausalLMWithLoss, flops_per_token, matmul_parameters, peak_flops
 
 Shape = tuple[int, ...]
 # Bytes a parameter holds in sharded state: fp32 weight, fp32 gradient and AdamW's two fp32 moments.

@@ -173,7 +173,7 @@ if cfg.gpu_idle_stop_minutes:
 
 pulumi.export("clusterName", cluster.cluster_name)
 # Who administers the cluster (issue 22): EKS's bootstrap access entry for the creator, which pulumi-eks always asks
-# for and which `pulumi up` itself authenticates as, plus clusterAdmins' own entries (README, "Who is admin").
+# for and which `pulumi up` itself authenticates as, plus clusterAdmins' own entries (docs/security.md, "Who is admin").
 pulumi.export("clusterAdmins", {"creator": cluster.creator, "named": list(cfg.cluster_admins)})
 pulumi.export("kubeconfig", cluster.kubeconfig)
 pulumi.export("region", plan.region)

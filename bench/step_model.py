@@ -9,7 +9,7 @@ scaled by each GPU's dense bf16 peak at the MFU measured there. The bandwidths c
 (tests/stacks.py) and the assumptions in bench/step_inputs.py. Every assumption is written next to the figures. The
 lines below are of Qwen2.5-1.5B, the model measured; predict takes any decoder's shape from its config.json
 (config_shape: its FSDP units and FLOPs per token from workload.model.memory, without building it) at the same measured
-MFU and split (bench/model_table.py, the README's model x stack table, uses it so).
+MFU and split (bench/model_table.py, docs/models.md's model x stack table, uses it so).
 
 One step, per GPU (all GPUs in step):
 - compute: tokens x FLOPs per token / (peak x MFU), split into forward, backward and optimizer (clipping + AdamW)

@@ -1,4 +1,4 @@
-"""Is this machine ready for the first `pulumi up`? Each item of the README's "Before the first `pulumi up`",
+"""Is this machine ready for the first `pulumi up`? Each item of docs/cluster-setup.md's "Before the first `pulumi up`",
 checked here, one line each: `ok` and what was found, or `fix` and what to do.
 
     python -m tools.doctor --stack dev
@@ -124,7 +124,7 @@ def check_aws_cli(run: Callable[[list[str]], tuple[int, str]]) -> Check:
         return Check("aws", False, f"`aws --version` failed: {out.splitlines()[-1] if out else code}")
     version = ".".join(match.groups())
     if match.group(1) != "2":
-        return Check("aws", False, f"AWS CLI {version}; the README asks for v2: {INSTALL_AWS}")
+        return Check("aws", False, f"AWS CLI {version}; docs/cluster-setup.md asks for v2: {INSTALL_AWS}")
     return Check("aws", True, f"AWS CLI {version}")
 
 

@@ -1,5 +1,5 @@
-"""The training dashboard's panels as one SVG picture, drawn from a recording of them: what the README's picture of a
-healthy run is.
+"""The training dashboard's panels as one SVG picture, drawn from a recording of them: what docs/metrics.md's picture of
+a healthy run is.
 
     python -m tools.gpu_panel bench/results/gpu_panel-h200-2026-12-01.json --out docs/gpu-panel.svg
 

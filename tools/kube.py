@@ -80,7 +80,7 @@ def talking_to(what: str) -> Iterator[None]:
         if error.status in (401, 403):
             raise cli.EnvironmentProblem(
                 f"the API server refused {what} ({error.status} {error.reason})",
-                hint="your AWS identity needs an EKS access entry on the cluster (README: granting access), and "
+                hint="your AWS identity needs an EKS access entry on the cluster (docs/security.md: A teammate), and "
                      "fresh credentials (`aws sso login`)") from None
         raise cli.EnvironmentProblem(f"the API server answered {error.status} {error.reason} to {what}") from None
     except (HTTPError, OSError) as error:

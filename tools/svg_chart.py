@@ -1,5 +1,5 @@
-"""Line charts as SVG elements, for the README's pictures (tools/loss_curve.py, tools/gpu_panel.py): axes with round
-ticks, a polyline per series with its name as the line's <title>, and a legend. No plotting library: the pictures
+"""Line charts as SVG elements, for the README's and docs' pictures (tools/loss_curve.py, tools/gpu_panel.py): axes with
+round ticks, a polyline per series with its name as the line's <title>, and a legend. No plotting library: the pictures
 diff as text, and the tests read their lines back."""
 from __future__ import annotations
 

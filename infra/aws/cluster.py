@@ -15,7 +15,7 @@ nodejs/eks/cluster/cluster.ts; pulumi/pulumi-eks#1426, #1207). So the program as
 which writes `--role` and then `--profile`), and uses it for its Kubernetes provider, the GPU gate, the job and the
 `kubeconfig` output.
 
-The control plane's security settings live here too (the README's Security section lists them): the API endpoint's
+The control plane's security settings live here too (docs/security.md lists them): the API endpoint's
 public side open only to named CIDRs and the deployer's own address, private access on; api, audit and authenticator
 logs into a log group with a retention; Kubernetes Secrets envelope-encrypted with a customer-managed KMS key;
 named admins and viewers as access entries; the VPC CNI's network-policy agent; the EKS Pod Identity agent.

@@ -15,7 +15,7 @@ What lands where. Only the DCGM exporter runs on the GPU nodes (tolerating their
 Grafana, kube-state-metrics and node-exporter are pinned to the system nodes (node-exporter tolerates every NoSchedule
 taint by default, so it is given the system nodes' selector). Every container has requests, so the system node's sum is
 known: `system_node_requests` lists them, and tests/test_monitoring.py checks they fit the default system node
-beside the Ray head, the add-ons and kube-system, with the margin the README states.
+beside the Ray head, the add-ons and kube-system, with the margin docs/metrics.md states.
 
 Network. The Ray namespace is default-deny (infra/kubernetes/ray_security.py); `scrape_network_policies` admits exactly
 the Prometheus pods (by a label this chart gives them) to Ray's metrics port, and the Ray head to Prometheus's and
@@ -79,7 +79,8 @@ PROMETHEUS_RETENTION = "7d"
 PROMETHEUS_RETENTION_SIZE = "6GB"
 GRAFANA_ADMIN_USER = "admin"
 GRAFANA_ADMIN_SECRET = "grafana-admin"
-GRAFANA_LOCAL_PORT = 3000  # where the README's port-forward puts Grafana, and what the Ray dashboard's iframes load
+# Where docs/metrics.md's port-forward puts Grafana, and what the Ray dashboard's iframes load.
+GRAFANA_LOCAL_PORT = 3000
 DASHBOARD_LABEL = {"grafana_dashboard": "1"}  # the Grafana sidecar's default label (kube-prometheus-stack values)
 TRAINING_DASHBOARD_UID = "raytrain-gpus"
 
@@ -209,7 +210,7 @@ def ray_metrics_container_port() -> dict:
 def ray_head_env() -> dict[str, str]:
     """What the Ray dashboard's Metrics view needs on the head (Ray docs, "Configuring and managing Ray Dashboard"):
     its server queries Prometheus and checks Grafana in the cluster; the browser loads Grafana's iframes from the
-    README's port-forward."""
+    docs/metrics.md's port-forward."""
     return {
         "RAY_PROMETHEUS_HOST": f"http://{prometheus_service()}.{MONITORING_NAMESPACE}.svc:{PROMETHEUS_PORT}",
         "RAY_GRAFANA_HOST": f"http://{grafana_service()}.{MONITORING_NAMESPACE}.svc:{GRAFANA_PORT}",
@@ -261,7 +262,7 @@ def dashboard_command(kubeconfig: str = "kubeconfig.json") -> str:
 
 # ---- Grafana dashboards -------------------------------------------------------------------------------------------
 
-# One row per question a user asks of a running fine-tune: (title, PromQL, unit, what it says). The README's panel
+# One row per question a user asks of a running fine-tune: (title, PromQL, unit, what it says). docs/metrics.md's panel
 # table is this list. Every series carries `node`: DCGM's and Ray's from their scrape configs' relabelings, cAdvisor's
 # from the Prometheus operator's kubelet endpoints (their target is the Node).
 TRAINING_PANELS = (

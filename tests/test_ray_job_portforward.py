@@ -1,9 +1,14 @@
 """LocalForward, the local end of the port-forward to the job server: one remote stream per connection."""
 from __future__ import annotations
 
+import fcntl
 import http.server
+import queue
 import socket
+import struct
+import termios
 import threading
+import time
 import urllib.request
 
 import pytest
@@ -65,32 +70,54 @@ def test_failing_remote_closes_the_local_connection():
             assert received == b"", "the local connection must be closed when the remote cannot open"
 
 
-def test_a_connection_reset_ends_quietly(monkeypatch):
-    """A client that resets its connection (RST, as a killed process's socket does) ends that connection only:
-    nothing is raised in the forward's thread, where it would print a traceback into the command's output."""
-    import struct
-    import time
+def _unread(stream: socket.socket) -> int:
+    """Bytes that arrived at `stream` and are not read yet."""
+    return struct.unpack("i", fcntl.ioctl(stream, termios.FIONREAD, b"\0" * 4))[0]
 
+
+def test_a_connection_reset_ends_quietly(monkeypatch):
+    """A client that resets its connection (RST, as a killed process's socket does) while the forward writes the job
+    server's answer into it ends that connection only: nothing is raised in the forward's thread, where it would print
+    a traceback into the command's output.
+
+    The answer is written before the reset, never after: once the client has reset, the forward may close the remote
+    end at any moment, and a write into it would fail in the test instead. The client's receive buffer and the
+    forward's send buffer are small, so once the forward has taken a chunk of the answer it is writing into the
+    client, and cannot be done with it, when the reset comes."""
     raised: list[BaseException] = []
     monkeypatch.setattr(threading, "excepthook", lambda hook: raised.append(hook.exc_value))
-    remote_ends: list[socket.socket] = []
+    opened: queue.Queue[tuple[socket.socket, socket.socket]] = queue.Queue()
+    serving: list[threading.Thread] = []
+    answer = b"HTTP/1.1 200 OK\r\n\r\n" * 4096  # 76 KiB: a socketpair holds it all, the client's side a few KiB
 
     def open_remote() -> socket.socket:
+        serving.append(threading.current_thread())  # the thread that serves this connection
         ours, theirs = socket.socketpair()
-        remote_ends.append(theirs)
+        opened.put((ours, theirs))
         return ours
 
     with LocalForward(open_remote) as forward:
-        client = socket.create_connection(("127.0.0.1", forward.port))
+        # A connection the listener accepts inherits its buffer sizes; both are set before connecting.
+        forward._listener.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+        client = socket.socket()
+        client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        client.connect(("127.0.0.1", forward.port))
         client.sendall(b"GET / HTTP/1.1\r\n\r\n")
+        forward_end, remote = opened.get(timeout=10)
+        remote.settimeout(10)
+        assert remote.recv(64).startswith(b"GET /")
+        remote.sendall(answer)
         deadline = time.monotonic() + 10
-        while not remote_ends and time.monotonic() < deadline:
+        while _unread(forward_end) == len(answer):  # until the forward has taken its first chunk of the answer
+            assert time.monotonic() < deadline, "the forward must read the remote's answer"
             time.sleep(0.01)
-        assert remote_ends[0].recv(64).startswith(b"GET /")
         client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
         client.close()  # RST, not FIN
-        remote_ends[0].sendall(b"HTTP/1.1 200 OK\r\n\r\n" * 4096)  # the forward writes into the reset connection
-        while forward._streams and time.monotonic() < deadline:
-            time.sleep(0.01)
+        try:
+            assert remote.recv(1) == b"", "the forward must close the remote stream of the reset connection"
+        except ConnectionResetError:
+            pass  # closed too, with the rest of the answer unread (a socketpair then reports a reset)
+        serving[0].join(timeout=10)
+        assert not serving[0].is_alive(), "the reset connection's thread must end"
         assert not forward._streams, "the reset connection's streams are closed"
     assert raised == [], f"the forward's thread raised: {raised!r}"

@@ -15,9 +15,10 @@ import pytest
 from infra.aws import network
 from infra.kubernetes import ray_security
 from infra.kubernetes.raycluster import KNOWN_IMAGES, containers, ray_cluster_manifest
+from tests.aws_mocks import ACCOUNT_ID, DEPLOYER_IP, DEPLOYER_ROLE_ARN
 from tests.pulumi_mocks import (
-    ACCOUNT_ID, DEPLOYER_IP, DEPLOYER_ROLE_ARN, STACKS, ProgramRun, Secret, is_secret_value, plain_strings, program,
-    ray_pods_role, run_program, run_program_expecting_error, stack_settings,
+    STACKS, ProgramRun, Secret, is_secret_value, plain_strings, program, ray_pods_role, run_program,
+    run_program_expecting_error, stack_settings,
 )
 from tests.stacks import INSTANCE_FACTS
 from tests.test_stack import gpu_launch_template, launch_template_of, system_node_group

@@ -12,9 +12,9 @@ import ipaddress
 import pytest
 import yaml
 
+from tests.aws_mocks import ACCOUNT_ID, REGIONS, RESERVATIONS
 from tests.pulumi_mocks import (
-    ACCOUNT_ID, PROJECT, REGIONS, REPO, RESERVATIONS, SCHEMA, STACKS, ProgramRun, Registration, is_secret_value,
-    program, run_program, stack_settings,
+    PROJECT, REPO, SCHEMA, STACKS, ProgramRun, Registration, is_secret_value, program, run_program, stack_settings,
 )
 from tests.stacks import INSTANCE_FACTS
 

@@ -13,7 +13,8 @@ import pulumi
 
 from infra.aws.cluster import cluster_role_trust
 from tests.iam_policy import Request, decide
-from tests.pulumi_mocks import ACCOUNT_ID, DEPLOYER_ROLE_ARN, program, run_program, ray_pods_role
+from tests.aws_mocks import ACCOUNT_ID, DEPLOYER_ROLE_ARN
+from tests.pulumi_mocks import program, run_program, ray_pods_role
 
 CLUSTER_ARN = f"arn:aws:eks:us-west-2:{ACCOUNT_ID}:cluster/ray-train"  # the dev stack's, as EKS names it
 # pulumi-eks's cluster role trust (nodejs/eks/servicerole.ts, with cluster.ts's assumeRoleActions), verbatim.

@@ -1,133 +1,39 @@
-"""The GPU capacity finder (tools.capacity) and the in-stack reservation (infra.aws.capacity_reservation).
+"""The GPU capacity finder (tools.capacity): quotas, the survey's ranking and stack file, and the probes.
 
 AWS is emulated by moto in-process. moto 5.2 has no capacity reservations, no EC2 service quotas and no Spot
-placement scores; those calls are answered by botocore Stubbers, which check every request against the
-service model and every canned answer against the real response shape.
-"""
+placement scores; those calls are answered by botocore Stubbers (tests/capacity_stubs.py), which check every request
+against the service model and every canned answer against the real response shape."""
 from __future__ import annotations
 
-import base64
 import io
 import os
 import signal
-import subprocess
-import sys
-from datetime import datetime, timezone
 from pathlib import Path
 
 import boto3
-import dill
-import pulumi
 import pytest
 import yaml
-from botocore.stub import ANY, Stubber
+from botocore.stub import ANY
 from moto import mock_aws
-from pulumi.runtime.rpc import unwrap_rpc_secret
 
-from infra.aws import capacity_reservation
+from tests.capacity_stubs import (
+    G6,
+    G_AND_VT,
+    FakeAws,
+    capacity_error,
+    fake_credentials,  # noqa: F401 (an autouse fixture: no real AWS credentials)
+    quota_answer,
+    reservation,
+)
 from tools.capacity import cli as finder_cli
 from tools.capacity import probe as probes
-from tools.capacity import quotas, stack_file, survey
+from tools.capacity import quotas, stack_file
 from tools.capacity.aws import Aws
-from tools.capacity.quotas import OnDemandQuota, QuotaUsage
+from tools.capacity.quotas import QuotaUsage
 from tools.capacity.survey import AzReport
 from workload import cli
-from infra.aws.capacity_reservation import (
-    CapacityReservationError,
-    GpuCapacityReservation,
-    GpuCapacityReservationProvider,
-)
-from tests.stacks import INSTANCE_FACTS
 
 REPO = Path(__file__).resolve().parent.parent
-ACCOUNT = "123456789012"
-G6 = INSTANCE_FACTS["g6.12xlarge"]
-G_AND_VT = OnDemandQuota("L-DB2E81BA", "Running On-Demand G and VT instances")
-
-
-@pytest.fixture(autouse=True)
-def fake_credentials(monkeypatch):
-    for name in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
-    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
-    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
-    monkeypatch.setenv("MOTO_EC2_LOAD_DEFAULT_AMIS", "false")  # seconds per region, and no test needs them
-
-
-# --- canned answers, in the shapes the services really return -------------------------------------------
-
-def quota_answer(region: str, code: str, value: float) -> dict:
-    return {"Quota": {"ServiceCode": "ec2", "ServiceName": "Amazon Elastic Compute Cloud (Amazon EC2)",
-                      "QuotaArn": f"arn:aws:servicequotas:{region}:{ACCOUNT}:ec2/{code}", "QuotaCode": code,
-                      "QuotaName": "Running On-Demand G and VT instances", "Value": value, "Unit": "None",
-                      "Adjustable": True, "GlobalQuota": False}}
-
-
-def reservation(reservation_id: str, az: str, *, instance_type: str = "g6.12xlarge", total: int = 2,
-                available: int = 2, state: str = "active") -> dict:
-    return {"CapacityReservationId": reservation_id, "OwnerId": ACCOUNT,
-            "CapacityReservationArn": f"arn:aws:ec2:{az[:-1]}:{ACCOUNT}:capacity-reservation/{reservation_id}",
-            "AvailabilityZoneId": "use1-az1", "InstanceType": instance_type, "InstancePlatform": "Linux/UNIX",
-            "AvailabilityZone": az, "Tenancy": "default", "TotalInstanceCount": total,
-            "AvailableInstanceCount": available, "EbsOptimized": True, "EphemeralStorage": False,
-            "State": state, "EndDateType": "unlimited", "InstanceMatchCriteria": "targeted",
-            "CreateDate": datetime(2026, 11, 29, tzinfo=timezone.utc), "Tags": []}
-
-
-def capacity_error(stub: Stubber, operation: str, code: str, message: str = "", status: int = 400, **expected):
-    stub.add_client_error(operation, service_error_code=code, service_message=message or code,
-                          http_status_code=status, expected_params=expected or None)
-
-
-class FakeAws(Aws):
-    """moto for what moto emulates; one Stubber per region for quotas, Spot scores and reservations."""
-
-    def __init__(self):
-        super().__init__()
-        self.stubs: dict[tuple[str, str], Stubber] = {}
-
-    def stub(self, kind: str, region: str) -> Stubber:
-        if (kind, region) not in self.stubs:
-            service = "service-quotas" if kind == "quotas" else "ec2"
-            self.stubs[kind, region] = Stubber(self.client(service, region))
-            self.stubs[kind, region].activate()
-        return self.stubs[kind, region]
-
-    def quotas(self, region):
-        return self.stub("quotas", region).client
-
-    def spot_scores(self, region):
-        return self.stub("spot", region).client
-
-    def reservations(self, region):
-        return self.stub("reservations", region).client
-
-    def answer_survey(self, region: str, quota_vcpus: float | None, scores: dict[str, int] | None,
-                      reservations: list[dict] = ()) -> None:
-        """Queues what one region's survey asks of the stubbed APIs; None for quota or scores: access denied."""
-        if quota_vcpus is None:  # the survey then skips the usage it would subtract from the quota
-            capacity_error(self.stub("quotas", region), "get_service_quota", "AccessDeniedException",
-                           "User is not authorized to perform: servicequotas:GetServiceQuota")
-        else:
-            self.stub("quotas", region).add_response(
-                "get_service_quota", quota_answer(region, G_AND_VT.code, quota_vcpus),
-                {"ServiceCode": "ec2", "QuotaCode": G_AND_VT.code})
-            self.stub("reservations", region).add_response(
-                "describe_capacity_reservations", {"CapacityReservations": list(reservations)})
-        if scores is None:
-            capacity_error(self.stub("spot", region), "get_spot_placement_scores", "UnauthorizedOperation",
-                           "You are not authorized to perform this operation.")
-            return
-        self.stub("spot", region).add_response("get_spot_placement_scores", {"SpotPlacementScores": [
-            {"Region": region, "AvailabilityZoneId": zone_id, "Score": score} for zone_id, score in scores.items()]},
-            {"InstanceTypes": ["g6.12xlarge"], "TargetCapacity": 2, "TargetCapacityUnitType": "units",
-             "SingleAvailabilityZone": True, "RegionNames": [region]})
-
-    def assert_all_answered(self):
-        for (kind, region), stub in self.stubs.items():
-            stub.assert_no_pending_responses()
 
 
 def run_instances(region: str, *types: str, spot: bool = False) -> None:
@@ -150,8 +56,6 @@ def finder(argv: list[str], aws: Aws, capsys) -> tuple[int, str, str]:
     captured = capsys.readouterr()
     return status, captured.out, captured.err
 
-
-# --- quota arithmetic --------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("instance_type, code", [
     ("g6.12xlarge", "L-DB2E81BA"), ("g6e.48xlarge", "L-DB2E81BA"), ("gr6.4xlarge", "L-DB2E81BA"),
@@ -198,8 +102,6 @@ def test_quota_usage_counts_only_the_family_on_demand_and_unused_reservations():
     assert usage.reserved_vcpus == G6.vcpus, "one unused g6.12xlarge of the G reservation; the P one does not count"
     assert usage.headroom_vcpus == 192 - 2 * G6.vcpus - 4
 
-
-# --- the search, ranked -----------------------------------------------------------------------------------
 
 def make_stack_vpc(region: str, cluster_name: str, private_azs: list[str]) -> None:
     """A VPC tagged the way infra/aws/network.py tags it, with a private subnet in each of `private_azs`."""
@@ -312,8 +214,6 @@ def test_bad_flags_are_refused_before_any_aws_call(argv, flag, capsys):
     assert status == 2 and f"error: {flag}" in err, f"the error should name {flag}: {err}"
 
 
-# --- the stack file --------------------------------------------------------------------------------------
-
 def test_write_stack_file_keeps_comments_and_other_keys(tmp_path):
     path = tmp_path / "Pulumi.g6.yaml"
     path.write_text(
@@ -348,8 +248,6 @@ def test_write_stack_file_without_candidates_drops_a_stale_list(tmp_path):
     assert yaml.safe_load(path.read_text())["config"] == {
         "aws:region": "us-west-2", "raytrain-eks:gpuAvailabilityZone": "us-west-2b"}, path.read_text()
 
-
-# --- probes ----------------------------------------------------------------------------------------------
 
 def candidates(*zones: str) -> list[AzReport]:
     return [AzReport(region="us-east-1", availability_zone=zone, zone_id="", offered=True, needed_vcpus=96)
@@ -444,217 +342,3 @@ def test_probe_tags_every_reservation_and_makes_it_expire():
     leftovers = probes.probe(aws, azs, "g6.12xlarge", 2, run_id="run42", log=io.StringIO())
     stub.assert_no_pending_responses()
     assert leftovers == [] and azs[0].probe_ok is True
-
-
-# --- the in-stack reservation ------------------------------------------------------------------------------
-
-URN = "urn:pulumi:p5::raytrain-eks::pulumi-python:dynamic/raytrain:GpuCapacityReservation::ray-train-gpu-reservation"
-PROPS = {"instance_type": "g6.12xlarge", "instance_count": 2, "candidate_azs": ["us-east-1a", "us-east-1b"],
-         "tags": {"raytrain:cluster": "ray-train"}, "region": "us-east-1", "urn": URN}
-
-
-@pytest.fixture
-def reservation_stub(monkeypatch):
-    client = Aws().client("ec2", "us-east-1")
-    stub = Stubber(client)
-    stub.activate()
-    regions = []
-    monkeypatch.setattr(capacity_reservation, "_ec2_client",
-                        lambda props: regions.append((props.get("region"), props.get("profile"))) or client)
-    yield stub
-    stub.assert_no_pending_responses()
-    assert set(regions) <= {("us-east-1", None), ("us-east-1", "gpu-account")}, \
-        f"the provider should use the region and profile inputs, used {regions}"
-
-
-def expect_tag_lookup(stub: Stubber, *found: dict, urn: str = URN) -> None:
-    """The look-up for reservations an interrupted create left, by this resource's URN tag."""
-    stub.add_response("describe_capacity_reservations", {"CapacityReservations": list(found)},
-                      {"Filters": [{"Name": "tag:raytrain:urn", "Values": [urn]}]})
-
-
-def expect_create(stub: Stubber, az: str, error: str | None = None, reservation_id: str = "cr-0b0000000000000b1",
-                  urn: str = URN):
-    expected = {"ClientToken": ANY, "InstanceType": "g6.12xlarge", "InstancePlatform": "Linux/UNIX",
-                "AvailabilityZone": az, "InstanceCount": 2, "InstanceMatchCriteria": "targeted",
-                "Tenancy": "default", "EndDateType": "unlimited",
-                "TagSpecifications": [{"ResourceType": "capacity-reservation",
-                                       "Tags": [{"Key": "raytrain:cluster", "Value": "ray-train"},
-                                                {"Key": "raytrain:urn", "Value": urn}]}]}
-    if error:
-        capacity_error(stub, "create_capacity_reservation", error, f"{error} in {az}", status=500, **expected)
-    else:
-        stub.add_response("create_capacity_reservation",
-                          {"CapacityReservation": reservation(reservation_id, az)}, expected)
-
-
-def test_provider_create_moves_to_the_next_az_on_insufficient_capacity(reservation_stub):
-    expect_tag_lookup(reservation_stub)
-    expect_create(reservation_stub, "us-east-1a", "InsufficientInstanceCapacity")
-    expect_create(reservation_stub, "us-east-1b")
-    result = GpuCapacityReservationProvider().create(dict(PROPS))
-    assert result.id == "cr-0b0000000000000b1" and result.outs["reservation_id"] == result.id
-    assert result.outs["availability_zone"] == "us-east-1b", "the reservation should land in the second candidate"
-    assert result.outs["skipped_azs"][0].startswith("us-east-1a: InsufficientInstanceCapacity")
-
-
-def test_provider_create_lists_every_az_when_all_fail(reservation_stub):
-    expect_tag_lookup(reservation_stub)
-    expect_create(reservation_stub, "us-east-1a", "InsufficientInstanceCapacity")
-    expect_create(reservation_stub, "us-east-1b", "Unsupported")
-    with pytest.raises(CapacityReservationError) as failure:
-        GpuCapacityReservationProvider().create(dict(PROPS))
-    message = str(failure.value)
-    assert "us-east-1a: InsufficientInstanceCapacity" in message and "us-east-1b: Unsupported" in message, message
-
-
-def test_provider_create_stops_at_a_quota_error(reservation_stub):
-    expect_tag_lookup(reservation_stub)
-    expect_create(reservation_stub, "us-east-1a", "InstanceLimitExceeded")  # no call for us-east-1b is queued
-    with pytest.raises(CapacityReservationError, match="quota of the instance family is regional"):
-        GpuCapacityReservationProvider().create(dict(PROPS))
-
-
-def test_provider_delete_cancels_and_tolerates_an_ended_reservation(reservation_stub):
-    reservation_stub.add_response("describe_capacity_reservations",
-                                  {"CapacityReservations": [reservation("cr-0b0000000000000b1", "us-east-1b")]})
-    expect_tag_lookup(reservation_stub, reservation("cr-0b0000000000000b1", "us-east-1b"))
-    reservation_stub.add_response("cancel_capacity_reservation", {"Return": True},
-                                  {"CapacityReservationId": "cr-0b0000000000000b1"})
-    reservation_stub.add_response("describe_capacity_reservations", {"CapacityReservations": [
-        reservation("cr-0b0000000000000b1", "us-east-1b", state="cancelled")]})
-    expect_tag_lookup(reservation_stub)
-    provider = GpuCapacityReservationProvider()
-    provider.delete("cr-0b0000000000000b1", dict(PROPS))
-    provider.delete("cr-0b0000000000000b1", dict(PROPS))  # already cancelled: no second cancel call
-
-
-def test_provider_update_resizes_and_retags_in_place(reservation_stub):
-    reservation_stub.add_response("describe_capacity_reservations", {"CapacityReservations": [
-        reservation("cr-0b0000000000000b1", "us-east-1b")]}, {"CapacityReservationIds": ["cr-0b0000000000000b1"]})
-    reservation_stub.add_response("modify_capacity_reservation", {"Return": True},
-                                  {"CapacityReservationId": "cr-0b0000000000000b1", "InstanceCount": 3})
-    reservation_stub.add_response("delete_tags", {}, {"Resources": ["cr-0b0000000000000b1"],
-                                                      "Tags": [{"Key": "raytrain:cluster"}]})
-    reservation_stub.add_response("create_tags", {}, {"Resources": ["cr-0b0000000000000b1"],
-                                                      "Tags": [{"Key": "team", "Value": "ml"}]})
-    olds = {**PROPS, "reservation_id": "cr-0b0000000000000b1", "availability_zone": "us-east-1b"}
-    result = GpuCapacityReservationProvider().update(
-        "cr-0b0000000000000b1", olds, {**PROPS, "instance_count": 3, "tags": {"team": "ml"}})
-    assert (result.outs["availability_zone"], result.outs["instance_count"]) == ("us-east-1b", 3), \
-        f"an update keeps the reservation's AZ and reports the new count: {result.outs}"
-
-
-def test_provider_update_refuses_credentials_that_cannot_see_the_reservation(reservation_stub):
-    reservation_stub.add_client_error("describe_capacity_reservations", "InvalidCapacityReservationId.NotFound")
-    olds = {**PROPS, "reservation_id": "cr-0b0000000000000b1", "availability_zone": "us-east-1b"}
-    with pytest.raises(CapacityReservationError, match="not visible with the new credentials") as refused:
-        GpuCapacityReservationProvider().update("cr-0b0000000000000b1", olds, {**PROPS, "profile": "gpu-account"})
-    assert "profile 'gpu-account'" in str(refused.value), f"the message names the new identity: {refused.value}"
-
-
-def test_provider_read_drops_a_reservation_that_ended_outside_pulumi(reservation_stub):
-    reservation_stub.add_response("describe_capacity_reservations", {"CapacityReservations": [
-        reservation("cr-0b0000000000000b1", "us-east-1b", state="expired")]})
-    result = GpuCapacityReservationProvider().read("cr-0b0000000000000b1", dict(PROPS))
-    assert not result.id, "an expired reservation reads as gone, so a refresh removes it from the state"
-
-
-@pytest.mark.parametrize("change, replaces, changes", [
-    ({"instance_type": "g6e.12xlarge"}, ["instance_type"], True),
-    ({"candidate_azs": ["us-east-1c"]}, ["candidate_azs"], True),          # its AZ dropped: move
-    ({"candidate_azs": ["us-east-1b", "us-east-1a"]}, [], True),           # re-ranked only: stay put
-    ({"instance_count": 3}, [], True),
-    ({"profile": "gpu-account"}, [], True),                                # credentials alone: keep the capacity
-    ({"role_arn": "arn:aws:iam::123456789012:role/gpu"}, [], True),
-    ({"account_id": "210987654321"}, ["account_id"], True),                # another account: another reservation
-    ({"end_hours": 12}, [], True),                                         # a new end date, in place
-    ({}, [], False),
-])
-def test_provider_diff_names_the_inputs_that_force_replacement(change, replaces, changes):
-    olds = {**PROPS, "account_id": ACCOUNT, "reservation_id": "cr-0b0000000000000b1",
-            "availability_zone": "us-east-1b"}
-    result = GpuCapacityReservationProvider().diff("cr-0b0000000000000b1", olds,
-                                                   {**PROPS, "account_id": ACCOUNT, **change})
-    assert (result.replaces, result.changes) == (replaces, changes), f"{change}: {result.replaces}, {result.changes}"
-    assert result.delete_before_replace is True
-
-
-def test_provider_survives_the_trip_to_the_provider_process():
-    """Pulumi pickles the provider with dill and unpickles it in a fresh interpreter at the project root."""
-    serialized = pulumi.dynamic.dynamic.serialize_provider(GpuCapacityReservationProvider())
-    script = ("import base64, dill, sys; provider = dill.loads(base64.b64decode(sys.stdin.read())); "
-              "print(provider.diff('cr-1', {'availability_zone': 'a', 'candidate_azs': ['a']}, "
-              "{'candidate_azs': ['b']}).replaces)")
-    done = subprocess.run([sys.executable, "-c", script], input=serialized, cwd=REPO, capture_output=True,
-                          text=True, timeout=120)
-    assert done.returncode == 0 and done.stdout.strip() == "['candidate_azs']", done.stderr[-2000:]
-
-
-class DynamicProviderMocks(pulumi.runtime.Mocks):
-    """Answers a dynamic resource the way the engine would: through its own unpickled provider."""
-
-    def new_resource(self, args: pulumi.runtime.MockResourceArgs):
-        inputs = dict(args.inputs)
-        if args.typ.startswith("pulumi-python:dynamic"):
-            provider = dill.loads(base64.b64decode(unwrap_rpc_secret(inputs.pop("__provider"))))
-            result = provider.create(inputs)
-            return result.id, result.outs
-        return f"{args.name}-id", inputs
-
-    def call(self, args: pulumi.runtime.MockCallArgs):
-        return {}
-
-
-@pytest.fixture
-def mocks():
-    pulumi.runtime.set_mocks(DynamicProviderMocks(), project="raytrain-eks", stack="test", preview=False)
-    yield
-
-
-@pulumi.runtime.test
-def test_reservation_under_mocks_lands_in_the_first_az_with_capacity(mocks, reservation_stub):
-    urn = "urn:pulumi:test::raytrain-eks::pulumi-python:dynamic/raytrain:GpuCapacityReservation::gpu-capacity"
-    expect_tag_lookup(reservation_stub, urn=urn)
-    expect_create(reservation_stub, "us-east-1a", "InsufficientInstanceCapacity", urn=urn)
-    expect_create(reservation_stub, "us-east-1b", reservation_id="cr-0c0000000000000c1", urn=urn)
-    held = GpuCapacityReservation("gpu-capacity", instance_type="g6.12xlarge", instance_count=2,
-                                  candidate_azs=["us-east-1a", "us-east-1b"], tags={"raytrain:cluster": "ray-train"},
-                                  region="us-east-1")
-
-    def check(values):
-        reservation_id, availability_zone, registered_urn = values
-        assert reservation_id == "cr-0c0000000000000c1", \
-            f"reservation_id should be the one created in us-east-1b, got {reservation_id}"
-        assert availability_zone == "us-east-1b", f"availability_zone should be us-east-1b, got {availability_zone}"
-        # The engine leaves the root stack out of a top-level resource's URN (pulumi/pulumi, Deployment.generateURN:
-        # "don't use the root stack type"); Python's mock monitor puts it in.
-        assert registered_urn.replace("pulumi:pulumi:Stack$", "") == urn, \
-            f"the URN tag must be the URN Pulumi gives the resource: {registered_urn}"
-    return pulumi.Output.all(held.reservation_id, held.availability_zone, held.urn).apply(check)
-
-
-@pytest.mark.parametrize("kwargs, message", [
-    ({"instance_count": 0}, "instance_count"),
-    ({"candidate_azs": []}, "candidate_azs"),
-    ({"candidate_azs": ["us-east-1a", "us-east-1a"]}, "lists an AZ twice"),
-])
-def test_reservation_refuses_bad_inputs_before_registering(kwargs, message):
-    arguments = {"instance_type": "g6.12xlarge", "instance_count": 2, "candidate_azs": ["us-east-1a"], "tags": {},
-                 **kwargs}
-    with pytest.raises(ValueError, match=message):
-        GpuCapacityReservation("gpu-capacity", **arguments)
-
-
-def test_an_undeployed_stack_is_judged_by_its_vpc_availability_zones():
-    stack = stack_file.StackContext(name="g6", path=Path("Pulumi.g6.yaml"), project="raytrain-eks",
-                                  cluster_name="ray-train", region="us-west-2",
-                                  vpc_azs=("us-west-2a", "us-west-2b"))
-    with mock_aws():
-        aws = FakeAws()
-        aws.answer_survey("us-west-2", 256, {})
-        report = survey.survey_region(aws, "us-west-2", "g6.12xlarge", 2, G_AND_VT, stack)
-        aws.assert_all_answered()
-    covered = {az.availability_zone: az.private_subnet for az in report.azs}
-    assert covered == {"us-west-2a": True, "us-west-2b": True, "us-west-2c": False, "us-west-2d": False}, \
-        f"with no VPC deployed, only the stack's vpcAvailabilityZones will have a private subnet: {covered}"

@@ -10,11 +10,11 @@ import pytest
 from botocore.stub import Stubber
 from moto import mock_aws
 
-from infra.aws import identity as aws_identity
 from infra.aws import capacity_reservation
-from infra.preview import feasibility
-from infra.config import AwsIdentity
+from infra.aws import identity as aws_identity
 from infra.aws.capacity_reservation import GpuCapacityReservationProvider, reservation_request
+from infra.config import AwsIdentity
+from infra.preview import feasibility
 from tests.aws_mocks import ACCOUNT_ID, DEPLOYER_ROLE_ARN, RESERVATIONS, existing
 from tests.pulumi_mocks import run_program_expecting_error, stack_settings
 

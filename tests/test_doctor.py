@@ -47,7 +47,16 @@ def checkip(monkeypatch):
     server.shutdown()
 
 
-def test_a_ready_machine_is_ok_but_for_the_passphrase(tmp_path, monkeypatch, capsys, aws_env, checkip):
+@pytest.fixture
+def no_time_limits(monkeypatch):
+    """The stand-ins answer at once, so how soon their answers come depends only on how loaded this machine is, which
+    must not decide a test: without the limits the doctor puts on a real CLI (one that hangs at a prompt) and on
+    checkip, it waits for them. test_a_cli_that_does_not_answer_is_reported_not_waited_on holds the CLI limit."""
+    monkeypatch.setattr(doctor, "COMMAND_TIMEOUT_S", None)
+    monkeypatch.setattr(network, "CHECKIP_TIMEOUT_SECONDS", None)
+
+
+def test_a_ready_machine_is_ok_but_for_the_passphrase(tmp_path, monkeypatch, capsys, aws_env, checkip, no_time_limits):
     fake_cli(tmp_path, "pulumi", {"version": "v3.272.0", "whoami --json": json.dumps(
         {"user": "alice", "organizations": [], "url": "s3://alice-pulumi-state"})})
     fake_cli(tmp_path, "aws", {"--version": "aws-cli/2.27.3 Python/3.13.3 Linux/6.8.0 exe/x86_64.ubuntu.24"})
@@ -89,3 +98,14 @@ def test_a_bare_machine_gets_what_to_do_for_each_item(tmp_path, monkeypatch, cap
     assert "get.pulumi.com" in fixes["pulumi"] and "getting-started-install" in fixes["aws"]
     assert "no AWS credentials found" in fixes["credentials"] and "aws sso login" in fixes["credentials"]
     assert "apiPublicAccessCidrs[0]" in fixes["address"]
+
+
+def test_a_cli_that_does_not_answer_is_reported_not_waited_on(tmp_path, monkeypatch):
+    """A `pulumi` that never answers (stuck at a prompt) is reported after the limit: a stand-in that sleeps far past a
+    limit of a tenth of a second."""
+    (tmp_path / "pulumi").write_text("#!/bin/sh\nexec sleep 60\n")
+    (tmp_path / "pulumi").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setattr(doctor, "COMMAND_TIMEOUT_S", 0.1)
+    (check,) = doctor.check_pulumi(doctor.run_command)
+    assert not check.ok and check.said == "`pulumi version` failed: `pulumi version` did not answer within 0.1 s", check

@@ -29,9 +29,12 @@ GONE_WITHIN_S = 30
 
 # The local run up to the point where it waits on its job: the cluster started, then nothing but waiting.
 DRIVER = textwrap.dedent("""
-    import sys, time
+    import signal, sys, time
     from workload import cli
     from workload.run import local
+    # SIGHUP at its default, as a terminal starts the run, even where these tests run under nohup, which ignores it
+    # (and cli.run leaves an ignored signal ignored).
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
     if sys.argv[1:]:  # a stand-in for ray: no job server to wait for
         local.RAY_CLI = sys.argv[1]
         local._wait_for_job_server = lambda *args: None

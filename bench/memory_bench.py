@@ -70,8 +70,10 @@ def hf_config(published: dict):
     return AutoConfig.for_model(published["model_type"], **fields, use_cache=False)
 
 
-def sharded_model(published: dict, cfg: TrainConfig, device: torch.device) -> project.CausalLMWithLoss:
-    """The model as one rank of the fake group holds it: built on meta, sharded, then given this rank's storage."""
+def sharded_model(published: dict, cfg: TrainConfig, device: torch.device,
+                  mesh_shape: tuple[int, ...] | None = None) -> project.CausalLMWithLoss:
+    """The model as one rank of the fake group holds it: built on meta, sharded (over a 1-D mesh of every rank, or
+    HSDP's 2-D (replicas, shards) `mesh_shape`), then given this rank's storage."""
     with torch.device("meta"):
         lm = AutoModelForCausalLM.from_config(hf_config(published), dtype=torch.float32)
     lm.config.use_cache = False
@@ -79,7 +81,7 @@ def sharded_model(published: dict, cfg: TrainConfig, device: torch.device) -> pr
         lm.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     lm.train()
     model = project.CausalLMWithLoss(lm, chunked_loss=cfg.chunked_loss, compiled_loss=bool(cfg.compile))
-    model = project.shard_model(model, project.build_mesh(device), cfg)
+    model = project.shard_model(model, project.build_mesh(device, mesh_shape), cfg)
     model.to_empty(device=device)
     with torch.no_grad():
         for parameter in model.parameters():

@@ -32,7 +32,8 @@ PAGE = Path(__file__).resolve().parent.parent / "docs" / "models.md"
 BEGIN, END = "<!-- model-table: python -m bench.model_table --write -->", "<!-- /model-table -->"
 MODELS = ("Qwen/Qwen2.5-1.5B", "Qwen/Qwen2.5-7B", "meta-llama/Llama-3.1-8B", "Qwen/Qwen3-8B",
           "mistralai/Mistral-7B-v0.3", "Qwen/Qwen2.5-14B", "Qwen/Qwen2.5-32B", "meta-llama/Llama-3.1-70B")
-LEVER_NAMES = {"activation_checkpointing": "AC", "reshard_after_forward": "RAF", "sharding": "full"}  # in plan order
+LEVER_NAMES = {"activation_checkpointing": "AC", "reshard_after_forward": "RAF", "sharding": "full",
+               "reduce_dtype": "bf16"}  # in plan order
 
 
 def cell(model_id: str, stack: str) -> dict:

@@ -51,7 +51,7 @@ DOOMED = {
                            ["trainModelId", "meta-llama/Llama-3.1-70B", "70.55 B parameters", "GiB on each of the 8",
                             "gpuInstanceType p5.48xlarge (2 nodes"]),
     "a 70B model on A100s": ("p4d", {**JOB_ON, "trainModelId": "meta-llama/Llama-3.3-70B-Instruct"},
-                             ["trainModelId", "70.6 GiB on each of the 16 GPUs of p4d.24xlarge",
+                             ["trainModelId", "78.1 GiB on each of the 16 GPUs of p4d.24xlarge",
                               "gpuNodeCount 6 or more of p4d.24xlarge", "gpuInstanceType p5.48xlarge"]),
     "a 32B model on L40Ss": ("g6e", {**JOB_ON, "trainModelId": "Qwen/Qwen2.5-32B"},
                              ["trainModelId", "Qwen/Qwen2.5-32B", "gpuNodeCount 4 or more of g6e.12xlarge"]),
@@ -298,7 +298,7 @@ def test_the_benchmark_projects_by_the_same_model(monkeypatch):
     cfg = step_bench.TrainConfig(model_config="qwen2.5-1.5b", batch_size=8, seq_len=2048)
     result = step_bench.memory_projection(cfg, "cuda", [1, 2], warmup=0)
     assert result["projected_peak_gib_8xL4_by_batch"] == {1: 10.1, 2: 15.1, 4: 25.1}, result
-    assert result["largest_batch_that_fits_with_2gib_margin"] == 2, result
+    assert result[f"largest_batch_that_fits_with_{memory.MARGIN_GIB:g}gib_margin"] == 2, result
 
 
 def test_the_program_judges_a_job_without_importing_torch():

@@ -17,10 +17,13 @@ from tests.stacks import INSTANCE_FACTS
 from workload.model import architectures
 from workload.model import memory
 from workload.model import memory_plan
-from workload.config import ARCHITECTURES
+from workload.config import ARCHITECTURES, TrainConfig
 
 REPO = Path(__file__).resolve().parent.parent
 MEASUREMENTS = REPO / "bench" / "results" / "memory_bench-h200-2026-12-01-run2.log"
+# bench/memory_cap.py's runs of the planner's plans under the target GPU's memory: run 1 with the planner before this
+# calibration, run 2 with it (the plans it picks today).
+CAP_RUNS = [REPO / "bench" / "results" / f"memory_cap-h200-2026-12-03-run{run}.jsonl" for run in (1, 2)]
 
 # Published parameter totals. Exact where the figure is published to the parameter (Meta's and Mistral's model
 # cards and papers, the Qwen2.5 report's tables); else as the model card rounds it (Qwen3's "Number of Parameters"
@@ -118,6 +121,70 @@ def test_the_projection_is_within_ten_percent_of_every_measured_peak():
         assert abs(ratio - 1) <= 0.10, f"{row['model']} {row}: projected {projected:.2f} GiB, ratio {ratio:.3f}"
 
 
+def _cap_runs() -> list[dict]:
+    return [json.loads(line) for path in CAP_RUNS for line in path.read_text().splitlines() if line.strip()]
+
+
+def test_no_plan_measured_under_the_gpus_cap_exceeds_its_projection():
+    """Every run of memory_cap that completed its steps allocated no more than today's projection of its settings;
+    and every plan run as the job runs it (expandable segments) at the GPU's usable memory less NCCL's buffers ran."""
+    runs = _cap_runs()
+    today = _planned_today(runs)
+    assert len(runs) >= 50 and {(2, 4), (2, 8)} <= {tuple(run["mesh"]) for run in runs}, "HSDP's 2-D meshes measured"
+    assert {8, 16} <= {run["world_size"] for run in runs}
+    for run in runs:
+        projected = memory.estimate(
+            architectures.published(run["model"]), micro_batch=run["micro_batch"], seq_len=run["seq_len"],
+            shards=run["mesh"][-1], ranks=run["world_size"], activation_checkpointing=run["activation_checkpointing"],
+            reshard_after_forward=run["reshard_after_forward"], grad_accum_steps=run["grad_accum_steps"],
+            reduce_dtype=run.get("reduce_dtype", "fp32"), compiled=True).allocated_gib
+        if not run["oom"]:
+            assert run["allocated_gib"] <= projected, f"{run}: projected {projected:.2f} GiB"
+        if run["alloc_conf"] == "expandable_segments:True" and run["fits"] and run in today:
+            assert not run["oom"], f"{run['model']} ran out of memory under {run['cap_gib']} GiB"
+
+
+def _planned_today(runs: list[dict]) -> list[dict]:
+    """The runs whose settings are what the planner picks today for their case."""
+    from bench.memory_cap import planned
+
+    keys = ("micro_batch", "mesh", "activation_checkpointing", "reshard_after_forward", "grad_accum_steps")
+    today = {}
+    for run in runs:
+        case = (run["model"], run["batch"], run["seq_len"], run["world_size"], run["instance"])
+        today.setdefault(case, planned(case))
+    return [run for run in runs if all(run.get(key, "fp32") == today[(run["model"], run["batch"], run["seq_len"],
+                                                                       run["world_size"], run["instance"])][key]
+                                       for key in (*keys, "reduce_dtype"))]
+
+
+def test_every_case_the_planner_picks_today_was_measured_under_its_cap():
+    from bench.memory_cap import CASES, planned
+
+    runs = _planned_today(_cap_runs())
+    for case in CASES:
+        measured = [run for run in runs if (run["model"], run["batch"], run["seq_len"], run["world_size"],
+                                            run["instance"]) == case and run["alloc_conf"]]
+        assert measured and all(not run["oom"] for run in measured), f"{case}: {planned(case)} not measured as run"
+
+
+def test_the_root_gradient_reduction_is_a_peak_no_micro_batch_lowers():
+    """The dev stack's 7B with checkpointing and reshard: its peak is the root's gradient reduction, the same at one
+    sequence as at two, and bf16 reduction is the lever that lowers it (and is turned only when nothing else fits)."""
+    qwen = architectures.published("Qwen/Qwen2.5-7B")
+    settings = dict(seq_len=2048, shards=8, activation_checkpointing=True, reshard_after_forward=True, compiled=True)
+    one, two = (memory.estimate(qwen, micro_batch=batch, **settings) for batch in (1, 2))
+    assert one.allocated_gib == two.allocated_gib and one.root_gradients_gib > 6, (one, two)
+    in_bf16 = memory.estimate(qwen, micro_batch=2, reduce_dtype="bf16", **settings)
+    assert in_bf16.allocated_gib < two.allocated_gib - 0.9
+    dev = memory_plan.choose(qwen, batch_size=2, seq_len=2048, world_size=8, ranks_per_node=4, gpu_memory_mib=22888)
+    assert dev.fits and dev.settings.reduce_dtype == "bf16" and "reduce_dtype" in dev.changed, dev.describe()
+    assert memory_plan.apply(TrainConfig(model_id="Qwen/Qwen2.5-7B"), dev).reduce_dtype == "bf16"
+    p5 = memory_plan.choose(architectures.published("meta-llama/Llama-3.1-8B"), batch_size=2, seq_len=2048,
+                            world_size=16, ranks_per_node=8, gpu_memory_mib=81920)
+    assert p5.changed == () and p5.settings.reduce_dtype == "fp32", p5.describe()
+
+
 def test_the_memory_model_chunks_the_loss_as_the_model_does():
     from workload.model import causal_lm as model
 
@@ -159,8 +226,9 @@ def test_the_levers_come_in_order_and_only_when_needed():
     assert plan(40960).changed == ("activation_checkpointing",), "an A100 40GB: checkpointing is enough"
     assert plan(40960, activation_checkpointing=True).changed == (), "a lever already on is no change"
     l4 = plan(22888, ranks_per_node=4)
-    assert l4.changed == ("activation_checkpointing", "reshard_after_forward", "sharding") and l4.fits, \
-        f"2 x 4 L4s: checkpointing, reshard_after_forward, then full sharding over all 8: {l4.describe()}"
+    assert l4.changed == ("activation_checkpointing", "reshard_after_forward", "sharding", "reduce_dtype") \
+        and l4.fits and l4.settings.reduce_dtype == "bf16", \
+        f"2 x 4 L4s: checkpointing, reshard_after_forward, full sharding over all 8, then bf16 reduction: {l4.describe()}"
     assert not plan(22888, ranks_per_node=4, sharding="hybrid").fits, "HSDP's 4-way shards, asked for, cannot fit"
 
 

@@ -19,8 +19,12 @@ workload.model.causal_lm.train_step, term by term:
 - accumulation: with --grad_accum_steps k > 1, FSDP2 keeps each layer's weights gathered across the micro-batches and
   accumulates the unsharded gradients in the reduce dtype (FSDPParam.to_accumulated_grad_if_needed).
 
-The peak is the larger of two moments: the last micro-batch's loss (everything above but the sharded gradients), and
-the optimizer step (all the state, the root's weights).
+The peak is the largest of three moments: the last micro-batch's loss (everything above but the sharded gradients),
+the root's gradient reduction at the end of backward (the layers' sharded gradients made, the root's weights
+resharded, and its unsharded bf16 gradients beside their reduce-dtype copy, the reduce-scatter's input: FSDP2's
+FSDPParamGroup.post_backward reshards, then foreach_reduce copies), and the optimizer step (all the state, the root's
+weights). With the untied 152k/128k vocabularies of the 7-8B models and their state sharded 4 to 8 ways, the second
+is the peak of the plans with checkpointing and reshard_after_forward, at any micro-batch (bench/memory_cap.py).
 bench/memory_bench.py measures it on an H200 with a fake process group at the cluster's world size (each rank's real
 shards) and checks each projection; bench/results/RESULTS.md has the figures. On top of what PyTorch allocates a job
 needs the CUDA context, NCCL's buffers and the caching allocator's slack: `fits` keeps those free.
@@ -38,6 +42,13 @@ SHARDED_BYTES_PER_PARAMETER = 16  # fp32 weight, fp32 gradient, AdamW's two fp32
 STATE_BYTES_BEFORE_GRADIENTS = 12  # the same, before backward has produced this step's gradients
 GATHERED_BYTES_PER_PARAMETER = 2  # bf16, FSDP's compute dtype
 REDUCE_BYTES = {"fp32": 4, "bf16": 2, "auto": 4}  # auto may choose fp32: the larger
+# The root's gradient reduction, bytes per root parameter: its bf16 gradients and their reduce-dtype copy. fp32: 2 + 4
+# counted, and measured (with STEP_WORKSPACE_GIB) on Qwen2.5-7B and Llama-3.1-8B, memory_cap-h200-2026-12-03-run1.log.
+# bf16: 2 + 2 counted, but measured 4.6 to 4.9 (Qwen2.5-7B on 8 ranks 18.46 GiB at 1 x 2048, 18.83 at 2 x 2048;
+# Llama-3.1-8B 19.34 at 2 x 2048: memory_cap-h200-2026-12-03-run2.log): with the copy gone the peak moves into the
+# backward of the last layers, where a recomputed layer's activations and its gradients are alive, which this term
+# stands for at these batch sizes rather than counts.
+ROOT_REDUCTION_BYTES = {"fp32": 6, "bf16": 5, "auto": 6}
 LAYERS_IN_FLIGHT = 2  # with reshard_after_forward: the layer computing and the one FSDP prefetches
 # Bytes a decoder layer saves for backward per token, in units of its widths (h hidden, q = heads x head_dim,
 # kv = key/value heads x head_dim, i intermediate), from what autograd keeps in the eager bf16 layer:
@@ -60,14 +71,30 @@ COMPILED_LOSS_BYTES_PER_LOGIT = 4
 # recomputes cheap element-wise results in backward instead of keeping them. This share of the eager count comes from
 # the compiled Qwen2.5-1.5B step's 5.0 GiB per 2048-token sequence (bench/results/step_bench-h200-2026-11-29.log,
 # less its 1.2 GiB of loss chunk: 3.8 of an eager 5.7 GiB); memory_bench's compiled cases check it on four others.
-COMPILED_ACTIVATION_SHARE = 0.67
+COMPILED_ACTIVATION_SHARE = 0.71
+# (0.67 at first; the compiled runs without checkpointing measured 0.4% to 2.5% over their projections at 0.67:
+# Llama-3.1-8B on p5's HSDP 2 x 8 46.75 GiB against 46.38, Qwen2.5-1.5B on dev's HSDP 2 x 4 18.07 against 17.63,
+# bench/results/memory_cap-h200-2026-12-03-run1.log; memory_bench-h200-2026-12-01-run2.log's compiled Llama-3.1-8B,
+# Qwen2.5-0.5B and Llama-3.2-3B. 0.71 and STEP_WORKSPACE_GIB bring each under its projection.)
 FINAL_NORM_BYTES_PER_HIDDEN = 10  # the final RMSNorm's saved tensors and the loss's reshaped bf16 input
+
+# What every moment holds besides the terms above (cuBLAS's workspaces, the batch, the loss, clipping's norms): the
+# residual of the root's gradient reduction, the counted peak of the checkpointed and resharded 7-8B plans, measured
+# 0.07 to 0.09 GiB over its count (Qwen2.5-7B on 8 ranks 19.84-19.86 GiB against 19.77 counted, Llama-3.1-8B on
+# HSDP 2 x 4 34.87 against 34.81: bench/results/memory_cap-h200-2026-12-03-run1.log).
+STEP_WORKSPACE_GIB = 0.125
 
 NCCL_BUFFERS_GIB = 1.0  # NCCL's own buffers on a multi-rank job, outside PyTorch's allocator
 CUDA_CONTEXT_GIB = 0.5  # what the CUDA context takes of the card before PyTorch allocates anything
-# The measurement counts allocated memory; the caching allocator reserves more (fragmentation), and a job that
-# runs out of memory does so on reserved memory. This much is kept free.
-MARGIN_GIB = 2.0
+# The projection counts allocated memory; the caching allocator reserves more, and a job runs out of memory on
+# reserved memory. This much is kept free of the card, for the allocator run as the job runs it
+# (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True). Measured under torch.cuda.set_per_process_memory_fraction at an
+# L4's usable memory less NCCL's buffers (20.85 GiB; bench/results/memory_cap-h200-2026-12-03-run1.log): every plan ran
+# with expandable segments, the tightest (Qwen2.5-7B on 8 ranks, allocated peak 19.84) with 1.0 GiB between its peak
+# and the cap. The allocator's default ran out of memory on that plan with 2.0 GiB free (it reserved 28.8 GiB for
+# 19.9 allocated left uncapped; expandable segments 26.9): no margin makes the default safe there, so the job sets
+# expandable segments and the margin is what it measured, 1.0 GiB (2.0 before, a guess).
+MARGIN_GIB = 1.0
 
 
 def _widths(config: dict) -> dict[str, int]:
@@ -149,6 +176,8 @@ class MemoryEstimate:
     activations_gib: float
     loss_gib: float
     accumulated_gradients_gib: float
+    root_gradients_gib: float
+    """The root's unsharded gradients and their reduce-dtype copy, where the peak is the root's gradient reduction."""
     allocated_gib: float
     """The projected torch.cuda.max_memory_allocated()."""
     peak_gib: float
@@ -161,8 +190,8 @@ class MemoryEstimate:
 def _moments(config: dict, *, micro_batch: int, seq_len: int, activation_checkpointing: bool,
              reshard_after_forward: bool, grad_accum_steps: int, reduce_dtype: str,
              compiled: bool) -> dict[str, tuple[dict, int]]:
-    """The two moments the peak can fall on, each as (its unsharded parts in bytes, its bytes per parameter that
-    FSDP shards): the last micro-batch's loss, and the optimizer step."""
+    """The three moments the peak can fall on, each as (its unsharded parts in bytes, the bytes FSDP shards over
+    every shard): the last micro-batch's loss, the root's gradient reduction, and the optimizer step."""
     parameters = parameter_count(config)
     layers = config["num_hidden_layers"]
     per_layer, root = layer_parameters(config), root_parameters(config)
@@ -189,11 +218,21 @@ def _moments(config: dict, *, micro_batch: int, seq_len: int, activation_checkpo
     loss = (GATHERED_BYTES_PER_PARAMETER * (loss_tokens * hidden + vocab * hidden)  # the two kept gradients
             + (COMPILED_LOSS_BYTES_PER_LOGIT if compiled else LOSS_BYTES_PER_LOGIT) * chunk * vocab)
     accumulated = REDUCE_BYTES[reduce_dtype] * parameters if accumulating else 0
+    workspace = int(STEP_WORKSPACE_GIB * GIB)
+    gradient_bytes = SHARDED_BYTES_PER_PARAMETER - STATE_BYTES_BEFORE_GRADIENTS
     return {
         "loss": ({"gathered_weights": gathered, "activations": activations, "loss": loss,
-                  "accumulated_gradients": accumulated}, STATE_BYTES_BEFORE_GRADIENTS),
+                  "accumulated_gradients": accumulated, "workspace": workspace},
+                 STATE_BYTES_BEFORE_GRADIENTS * parameters),
+        # The root's unsharded bf16 gradients (the embedding's, and the lm_head's the loss made in forward) and their
+        # reduce-dtype copy; the root's weights are resharded first unless accumulation keeps them gathered.
+        "root reduction": ({"gathered_weights": GATHERED_BYTES_PER_PARAMETER * root if accumulating else 0,
+                            "root_gradients": ROOT_REDUCTION_BYTES[reduce_dtype] * root,
+                            "accumulated_gradients": accumulated, "workspace": workspace},
+                           STATE_BYTES_BEFORE_GRADIENTS * parameters + gradient_bytes * (parameters - root)),
         "optimizer step": ({"gathered_weights": GATHERED_BYTES_PER_PARAMETER * root,
-                            "accumulated_gradients": accumulated}, SHARDED_BYTES_PER_PARAMETER),
+                            "accumulated_gradients": accumulated, "workspace": workspace},
+                           SHARDED_BYTES_PER_PARAMETER * parameters),
     }
 
 
@@ -209,29 +248,27 @@ def estimate(config: dict, *, micro_batch: int, seq_len: int, shards: int, activ
                        activation_checkpointing=activation_checkpointing,
                        reshard_after_forward=reshard_after_forward, grad_accum_steps=grad_accum_steps,
                        reduce_dtype=reduce_dtype, compiled=compiled)
-    totals = {name: sum(parts.values()) + per_parameter * parameters / shards
-              for name, (parts, per_parameter) in moments.items()}
-    parts, per_parameter = moments[max(totals, key=totals.get)]
+    totals = {name: sum(parts.values()) + sharded / shards for name, (parts, sharded) in moments.items()}
+    parts, sharded = moments[max(totals, key=totals.get)]
     allocated = max(totals.values())
     nccl = NCCL_BUFFERS_GIB if (ranks or shards) > 1 else 0.0
     return MemoryEstimate(
-        parameters=parameters, state_gib=per_parameter * parameters / shards / GIB,
+        parameters=parameters, state_gib=sharded / shards / GIB,
         gathered_weights_gib=parts["gathered_weights"] / GIB, activations_gib=parts.get("activations", 0) / GIB,
         loss_gib=parts.get("loss", 0) / GIB, accumulated_gradients_gib=parts["accumulated_gradients"] / GIB,
-        allocated_gib=allocated / GIB, peak_gib=allocated / GIB + nccl)
+        root_gradients_gib=parts.get("root_gradients", 0) / GIB, allocated_gib=allocated / GIB, peak_gib=allocated / GIB + nccl)
 
 
 def shards_needed(config: dict, *, usable: float, micro_batch: int, seq_len: int, **settings) -> int | None:
     """The fewest shards (GPUs sharing the state) at which the estimate fits `usable`, in closed form: each moment's
     peak is a + b / shards. None when no shard count fits (what FSDP does not shard is already too much)."""
     budget = usable - MARGIN_GIB - NCCL_BUFFERS_GIB
-    parameters = parameter_count(config)
     needed = 1
-    for parts, per_parameter in _moments(config, micro_batch=micro_batch, seq_len=seq_len, **settings).values():
+    for parts, sharded in _moments(config, micro_batch=micro_batch, seq_len=seq_len, **settings).values():
         unsharded = sum(parts.values()) / GIB
         if unsharded >= budget:
             return None
-        needed = max(needed, math.ceil(per_parameter * parameters / GIB / (budget - unsharded)))
+        needed = max(needed, math.ceil(sharded / GIB / (budget - unsharded)))
     return needed
 
 

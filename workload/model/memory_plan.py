@@ -8,7 +8,11 @@ The levers, cheapest first (each later one is tried with the earlier ones on):
 3. full sharding instead of HSDP (--sharding auto on two or more nodes only, where auto may choose HSDP): the state
    over every GPU rather than one node's, at more traffic between nodes;
 4. micro-batches with --grad_accum_steps: the largest micro-batch that divides the per-GPU batch and fits, so the
-   global batch and the optimizer's steps stay what was asked; the accumulated unsharded gradients cost memory too.
+   global batch and the optimizer's steps stay what was asked; the accumulated unsharded gradients cost memory too;
+5. only when nothing above fits: gradients reduced in bf16 (--reduce_dtype bf16, as auto chooses on a slow network):
+   the root's gradient reduction, a peak no micro-batch lowers (workload.model.memory), then needs no fp32 copy of the
+   embedding's and lm_head's gradients. The dev stack's Qwen2.5-7B at 2 x 2048 on 8 L4s is such a plan
+   (bench/results/memory_cap-h200-2026-12-03-run1.log).
 A lever already on stays on. The search is a handful of estimates: binary search over the batch's divisors (the peak
 grows with the micro-batch), never a walk over batch sizes.
 
@@ -33,6 +37,7 @@ class Settings:
     reshard_after_forward: bool = False
     grad_accum_steps: int = 1
     sharding: str = "auto"
+    reduce_dtype: str = "fp32"
 
 
 @dataclass(frozen=True)
@@ -56,6 +61,7 @@ class MemoryPlan:
                 "activation_checkpointing": self.settings.activation_checkpointing,
                 "reshard_after_forward": self.settings.reshard_after_forward,
                 "grad_accum_steps": self.settings.grad_accum_steps, "sharding": self.settings.sharding,
+                "reduce_dtype": self.settings.reduce_dtype,
                 "batch_size": self.batch_size, "micro_batch": self.micro_batch, "shards": self.shards,
                 "peak_gib": round(self.peak_gib, 1), "usable_gib": round(self.usable_gib, 1), "reason": self.reason}
 
@@ -69,6 +75,8 @@ class MemoryPlan:
             levers.append("full sharding")
         if self.settings.grad_accum_steps > 1:
             levers.append(f"{self.settings.grad_accum_steps} micro-batches of {self.micro_batch}")
+        if "reduce_dtype" in self.changed:
+            levers.append(f"gradients reduced in {self.settings.reduce_dtype}")
         return (f"{', '.join(levers) or 'as requested'}: {self.peak_gib:.1f} GiB of {self.usable_gib:.1f} GiB "
                 f"per GPU ({self.reason})")
 
@@ -87,6 +95,7 @@ def choose(config: dict, *, batch_size: int, seq_len: int, world_size: int, rank
     the layers and the loss are compiled (the job's default on a GPU)."""
     usable = memory.usable_gib(gpu_memory_mib)
     nodes = max(1, world_size // max(1, ranks_per_node))
+    requested = dataclasses.replace(requested, reduce_dtype=reduce_dtype)
 
     def shards_of(sharding: str) -> int:
         # auto may choose HSDP on two or more nodes (workload.model.parallel.choose): the larger share per GPU.
@@ -102,9 +111,10 @@ def choose(config: dict, *, batch_size: int, seq_len: int, world_size: int, rank
                                 compiled=compiled), micro, shards)
 
     def plan(settings: Settings, fits: bool, reason: str) -> MemoryPlan:
+        settings = dataclasses.replace(settings, reduce_dtype=reduce_dtype)
         estimate, micro, shards = evaluate(settings)
         changed = tuple(name for name in ("activation_checkpointing", "reshard_after_forward", "sharding",
-                                          "grad_accum_steps")
+                                          "grad_accum_steps", "reduce_dtype")
                         if getattr(settings, name) != getattr(requested, name))
         return MemoryPlan(fits, settings, changed, batch_size, micro, shards, estimate.peak_gib, usable, reason,
                           estimate)
@@ -154,6 +164,16 @@ def choose(config: dict, *, batch_size: int, seq_len: int, world_size: int, rank
         return plan(found, True, f"{why}; {levers + ' and ' if levers else ''}{found.grad_accum_steps} micro-batches "
                                  f"of {batch_size // found.grad_accum_steps} fit and keep the per-GPU batch of "
                                  f"{batch_size}")
+    if reduce_dtype != "bf16":
+        in_bf16 = choose(config, batch_size=batch_size, seq_len=seq_len, world_size=world_size,
+                         ranks_per_node=ranks_per_node, gpu_memory_mib=gpu_memory_mib,
+                         requested=dataclasses.replace(requested, reduce_dtype="bf16"), reduce_dtype="bf16",
+                         compiled=compiled)
+        if in_bf16.fits:
+            return dataclasses.replace(
+                in_bf16, changed=in_bf16.changed + ("reduce_dtype",),
+                reason=f"{why}; {in_bf16.reason.split('; ', 1)[-1]} with gradients reduced in bf16 (in "
+                       f"{reduce_dtype} the root's gradient reduction alone needs more)")
     frugal = candidates[-1][0] if candidates else requested
     return plan(frugal, False, f"{why}; no lever brings it under {usable - memory.MARGIN_GIB:.1f} GiB")
 
@@ -181,7 +201,8 @@ def for_job(cfg: TrainConfig, architecture: dict, *, world_size: int, ranks_per_
             compiled: bool) -> MemoryPlan:
     """`choose` for a job's flags: what workload/trainer.py runs before it builds the model, and what the preview
     (infra/preview/feasibility.py) projects for the stack's job with the instance's figures."""
-    requested = Settings(cfg.activation_checkpointing, cfg.reshard_after_forward, cfg.grad_accum_steps, cfg.sharding)
+    requested = Settings(cfg.activation_checkpointing, cfg.reshard_after_forward, cfg.grad_accum_steps, cfg.sharding,
+                         cfg.reduce_dtype)
     return choose(architecture, batch_size=cfg.batch_size, seq_len=cfg.seq_len, world_size=world_size,
                   ranks_per_node=min(ranks_per_node, world_size), gpu_memory_mib=gpu_memory_mib,
                   requested=requested, reduce_dtype=cfg.reduce_dtype, compiled=compiled)

@@ -298,7 +298,7 @@ def test_the_benchmark_projects_by_the_same_model(monkeypatch):
     cfg = step_bench.TrainConfig(model_config="qwen2.5-1.5b", batch_size=8, seq_len=2048)
     result = step_bench.memory_projection(cfg, "cuda", [1, 2], warmup=0)
     assert result["projected_peak_gib_8xL4_by_batch"] == {1: 10.1, 2: 15.1, 4: 25.1}, result
-    assert result[f"largest_batch_that_fits_with_{memory.MARGIN_GIB:g}gib_margin"] == 2, result
+    assert result[f"largest_batch_that_fits_with_{step_bench.memory.MARGIN_GIB:g}gib_margin"] == 2, result
 
 
 def test_the_program_judges_a_job_without_importing_torch():

@@ -84,9 +84,25 @@ SUPERVISOR = os.path.join(REPO, "workload", "run", "head_supervisor.py")
 
 
 def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
+    return free_ports(1)[0]
+
+
+def free_ports(count: int, taken: tuple[int, ...] = ()) -> list[int]:
+    """`count` distinct ports free on loopback, none of `taken`. Every probe stays open until all are chosen: probes
+    closed one by one can be given the same port twice, and `ray start` then refuses two of its listeners one port."""
+    probes: list[socket.socket] = []
+    ports: list[int] = []
+    try:
+        while len(ports) < count:
+            probe = socket.socket()
+            probes.append(probe)
+            probe.bind(("127.0.0.1", 0))
+            if probe.getsockname()[1] not in taken:  # one of `taken` stays held by its probe: not offered again
+                ports.append(probe.getsockname()[1])
+        return ports
+    finally:
+        for probe in probes:
+            probe.close()
 
 
 def head_environment(token_path: str, gcs_address: str) -> dict[str, str]:
@@ -118,7 +134,8 @@ def local_cluster(metrics_export_port: int | None = None) -> Iterator[tuple[str,
     token_path = os.path.join(temp_dir, "auth_token")
     with open(os.open(token_path, os.O_WRONLY | os.O_CREAT, 0o600), "w") as file:
         file.write(token)
-    dashboard_port, gcs_port = free_port(), free_port()
+    taken = (metrics_export_port,) if metrics_export_port else ()
+    dashboard_port, gcs_port, client_server_port, agent_port = free_ports(4, taken)
     env = head_environment(token_path, f"{LOOPBACK}:{gcs_port}")
     ray_cli = RAY_CLI
     command = [
@@ -128,10 +145,10 @@ def local_cluster(metrics_export_port: int | None = None) -> Iterator[tuple[str,
         # the network. tests/test_workload_submit.py lists every listening socket of its processes.
         "--node-ip-address", LOOPBACK,
         "--port", str(gcs_port),
-        "--ray-client-server-port", str(free_port()),
+        "--ray-client-server-port", str(client_server_port),
         "--dashboard-host", LOOPBACK,
         "--dashboard-port", str(dashboard_port),
-        "--dashboard-agent-listen-port", str(free_port()),
+        "--dashboard-agent-listen-port", str(agent_port),
         # The local run is the CPU path even on a machine with a GPU: the driver then sizes 2 CPU workers, which
         # must fit even on a one-core machine.
         "--num-gpus", "0",

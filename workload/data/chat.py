@@ -19,10 +19,10 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from workload.config import CHAT_TEMPLATES
+from workload.data.shapes import ROLES  # noqa: F401  (the roles a turn may have: the README names them)
 
 TEMPLATES_DIRECTORY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "templates")
 IGNORE_INDEX = -100  # the label of a token that carries no loss: torch's cross_entropy default, and Hugging Face's
-ROLES = ("system", "user", "assistant", "tool")
 # Hub tokenizers whose tokenizer_config.json is known here, and whether it has a chat_template: the Pulumi preview
 # refuses a chat format with one that has none (and no trainChatTemplate) before any GPU bills; any other tokenizer
 # is checked by the job's driver, before a worker starts. Sources: Qwen2.5-0.5B-Instruct's template as

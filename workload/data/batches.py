@@ -179,6 +179,9 @@ def _example_data(cfg: TrainConfig, rank: int, world_size: int) -> Data:
     from workload.data.packing import TokenBatch
 
     blocks = example_blocks(cfg)
+    if not blocks.train.examples:
+        raise ValueError(f"--dataset {cfg.dataset}: no example is left to train on ({blocks.describe(cfg)}); allowed: "
+                         "records with assistant turns, a longer --seq_len, or --truncation keep_end or split")
     data = _deal(cfg, blocks.train.blocks, blocks.eval.blocks if blocks.eval else None, rank, world_size)
     train = data.train
     return Data(lambda step: TokenBatch.of(train(step)), [TokenBatch.of(rows) for rows in data.eval],

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from workload.config import CHAT_TEMPLATES
-from workload.data.shapes import ROLES  # noqa: F401  (the roles a turn may have: the README names them)
+from workload.data.shapes import ROLES, call_name  # noqa: F401  (ROLES: the roles a turn may have, the README's)
 
 TEMPLATES_DIRECTORY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "templates")
 IGNORE_INDEX = -100  # the label of a token that carries no loss: torch's cross_entropy default, and Hugging Face's
@@ -99,7 +99,7 @@ def _turn_span(tokenizer, turns: Sequence[dict], index: int, text: str, where: s
             "differently once later turns follow), so its assistant tokens cannot be found exactly; name a template "
             "that does with --chat_template")
     for call in turns[index].get("tool_calls") or ():
-        name = (call.get("function") or call).get("name", "")
+        name = call_name(call) or ""
         if name not in through[len(before):]:
             raise ValueError(f"{where}: the chat template does not render turn {index + 1}'s tool_calls (no "
                              f"{name!r} in it), so the model would learn a turn without its calls; name a template "

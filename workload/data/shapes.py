@@ -189,8 +189,7 @@ def _turn(turn: object, path: str, shape: str) -> dict:
     tool_calls = turn.get("tool_calls")
     if tool_calls is not None:
         if role != "assistant" or not isinstance(tool_calls, list) or not tool_calls or not all(
-                isinstance(call, dict) and isinstance((call.get("function") or call).get("name"), str)
-                for call in tool_calls):
+                isinstance(call_name(call), str) for call in tool_calls):
             raise RecordError(f"{path}.tool_calls is {show(tool_calls)}; allowed: on an assistant turn, a non-empty "
                               'list of {"function": {"name": a string, "arguments": ...}}')
         if content is None:
@@ -199,6 +198,14 @@ def _turn(turn: object, path: str, shape: str) -> dict:
         raise RecordError(f"{path}.content is {show(content)}; allowed: a string"
                           + (" (or null with tool_calls)" if role == "assistant" else ""))
     return dict(turn)
+
+
+def call_name(call: object) -> str | None:
+    """A tool call's function name: OpenAI's {"function": {"name": ...}}, or {"name": ...} as some datasets write it."""
+    if not isinstance(call, dict):
+        return None
+    inner = call.get("function", call)
+    return inner.get("name") if isinstance(inner, dict) else None
 
 
 def _sharegpt_turn(turn: object, path: str, shape: str) -> dict:

@@ -321,6 +321,7 @@ def _fit_and_count(cfg: TrainConfig, train_examples: int, eval_examples: int) ->
     summary = trainer.summarize(cfg, result, final)
     examples, trained = _trained_tokens_seen(cfg)
     assert summary["examples"] == {"examples": train_examples, "eval_examples": eval_examples, "over_long": 0,
+                                   "dropped": {"no_trained_turn": 0, "cut_by_truncation": 0},
                                    "examples_seen": examples, "trained_tokens_seen": trained}, summary["examples"]
     return summary
 

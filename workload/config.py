@@ -47,12 +47,13 @@ MODEL_CONFIGS = tuple(ARCHITECTURES)
 S3_MODEL_DIRECTORY = ("a model in S3 is a directory, s3://bucket/prefix/ holding config.json and *.safetensors, not "
                       "a bucket's root")
 # A --dataset with one of these suffixes is a file, local or remote (s3://...), rather than a Hugging Face id.
-DATASET_FILE_SUFFIXES = (".txt", ".jsonl", ".json", ".parquet")
+# Each of the first four may also be gzip-compressed (workload/data/validate.py reads them all).
+DATASET_FILE_SUFFIXES = (".txt", ".jsonl", ".json", ".csv", ".parquet", ".txt.gz", ".jsonl.gz", ".json.gz", ".csv.gz")
 DATA_FORMATS = ("text", "chat", "prompt-completion")
 """Names accepted by --data_format: raw text packed as today, or supervised fine-tuning records (workload/data/)."""
 CHAT_TEMPLATES = ("qwen2.5", "llama3")
 """Names accepted by --chat_template besides a .jinja file: the published templates in workload/data/templates/."""
-TRUNCATIONS = ("truncate", "split")
+TRUNCATIONS = ("truncate", "keep_end", "split")
 """Names accepted by --truncation: what happens to a chat or prompt-completion example longer than --seq_len."""
 SHARDINGS = ("auto", "full", "hybrid")
 """Names accepted by --sharding (workload.model.parallel chooses between full and hybrid for auto)."""
@@ -122,8 +123,8 @@ class TrainConfig:
         0, "Save a sharded checkpoint every this many steps (needs --storage_path); 0 saves only after the last step."
     )
     dataset: str = flag(
-        "", "Empty: random tokens (the recipe's default). A .txt/.jsonl/.json file (local, or s3://...), or a Hugging "
-        "Face dataset id."
+        "", "Empty: random tokens (the recipe's default). A .txt/.jsonl/.json/.csv/.parquet file (the first four also "
+        ".gz; local, or s3://...), or a Hugging Face dataset id."
     )
     dataset_config: str = flag("", "Configuration name of a Hugging Face --dataset (e.g. wikitext-2-raw-v1).")
     dataset_split: str = flag("train", "Split of a Hugging Face --dataset.")
@@ -132,8 +133,9 @@ class TrainConfig:
         "", "Tokenizer for --dataset (a Hugging Face id or a local directory); empty means --model_id's."
     )
     data_format: str = flag(
-        "text", "text: documents packed and trained on every token; chat: a --messages_field of role/content turns; "
-        "prompt-completion: a --prompt_field and a --completion_field (both rendered with the chat template).")
+        "text", "text: documents packed and trained on every token; chat: a --messages_field of role/content turns "
+        "(or ShareGPT's conversations of from/value); prompt-completion: a --prompt_field and a --completion_field "
+        "(or Alpaca's instruction, input, output); both rendered with the chat template.")
     messages_field: str = flag("messages", "Field holding a record's list of {role, content} turns (--data_format chat).")
     prompt_field: str = flag("prompt", "Field holding a record's prompt (--data_format prompt-completion).")
     completion_field: str = flag("completion", "Field holding a record's completion (--data_format prompt-completion).")
@@ -143,8 +145,9 @@ class TrainConfig:
         "", "Chat template to render examples with instead of the tokenizer's own: a shipped one (qwen2.5, llama3) "
         "or a .jinja file; the exported model keeps it.")
     truncation: str = flag(
-        "truncate", "A chat or prompt-completion example longer than --seq_len: truncate (keep its first tokens) or "
-        "split (train on each --seq_len piece as an example of its own).")
+        "truncate", "A chat or prompt-completion example longer than --seq_len: truncate (keep its first tokens, TRL's "
+        "keep_start), keep_end (keep its last tokens) or split (train on each --seq_len piece as an example of its "
+        "own). An example left without a trained token is dropped and counted.")
     eval_fraction: float = flag(
         0.0, "Hold out this fraction of --dataset's packed sequences for evaluation (0 to below 1); 0: none.")
     eval_split: str = flag(
@@ -300,7 +303,7 @@ class TrainConfig:
             return
         if not self.dataset:
             raise ValueError(f"--data_format {self.data_format} needs a --dataset of records (random tokens are text)")
-        if self.dataset.endswith(".txt"):
+        if self.dataset.endswith((".txt", ".txt.gz")):
             raise ValueError(f"--data_format {self.data_format}: {self.dataset!r} is plain text; records come from "
                              ".jsonl, .json, .parquet or a Hugging Face dataset")
         names = ("messages_field",) if self.data_format == "chat" else ("prompt_field", "completion_field")

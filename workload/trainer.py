@@ -33,6 +33,7 @@ from workload import storage
 from workload.checkpoint import sharded as checkpoints
 from workload.checkpoint.export import save_model_directory
 from workload.config import TRANSPORT_PREFIX, TrainConfig
+from workload.data import validate as records_check
 from workload.data.batches import check_dataset, check_tokenizer, make_data
 from workload.fabric import bandwidth as fabric
 from workload.fabric.nccl_logs import gather_transport_lines
@@ -314,11 +315,14 @@ def _report_with_checkpoint(metrics: dict, model, optimizer, step: int, tokenize
 
 
 def validate(cfg: TrainConfig) -> None:
-    """The checks that need the model's config or the tokenizer, before any worker starts."""
+    """The checks that need the model's config or the tokenizer, before any worker starts, and every record of a
+    --dataset file (workload.data.validate), before any worker loads the model."""
+    check_dataset(cfg)
+    # Refusals only: the local run has said what the file holds, and on a cluster rank 0's data line says it.
+    records_check.check_dataset(cfg, say=lambda line: None)
     config = hf_config(cfg)
     check_fits(cfg, config)
     check_tokenizer(cfg, config.vocab_size)
-    check_dataset(cfg)
 
 
 def worker_count(cfg: TrainConfig) -> tuple[int, bool]:

@@ -152,7 +152,7 @@ def _parse_train_examples(raw: dict[str, Any]) -> TrainExamples:
     if data_format != "text":
         require(bool(raw["trainDataset"]), "trainDataset",
                  f"is empty (random tokens), and trainDataFormat {data_format} needs records to train on")
-        require(not raw["trainDataset"].endswith(".txt"), "trainDataset",
+        require(not raw["trainDataset"].endswith((".txt", ".txt.gz")), "trainDataset",
                  f"{raw['trainDataset']} is plain text; trainDataFormat {data_format} reads records from .jsonl, .json, "
                  ".parquet or a Hugging Face dataset")
         keys = ("trainMessagesField",) if data_format == "chat" else ("trainPromptField", "trainCompletionField")

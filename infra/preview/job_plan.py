@@ -8,7 +8,7 @@ import pulumi
 
 from infra.config import AwsIdentity, InstanceFacts, StackConfig
 from infra.job import job_config
-from infra.preview import instance_facts, model_config
+from infra.preview import dataset_records, instance_facts, model_config
 from workload.config import CHAT_TEMPLATES, is_local_dataset
 from workload.data.chat import KNOWN_CHAT_TEMPLATES
 from workload.model import memory, memory_plan
@@ -22,6 +22,7 @@ def check_job(cfg: StackConfig, gpu: InstanceFacts, *, identity: AwsIdentity | N
     check_job_data(cfg)
     workload = job_config.workload_config(cfg, gpu)  # the workload's own checks of the flags first
     check_chat_template(cfg)
+    dataset_records.check_train_dataset(cfg, identity=identity, region=region)  # every record the job would read
     train = cfg.train
     gpus = gpu.gpus * cfg.gpu_node_count
     workers = train.num_workers or gpus

@@ -18,7 +18,7 @@ import signal
 import sys
 from typing import Sequence
 
-from workload import cli
+from workload import cli, config_file
 from workload.config import SUMMARY_PREFIX, TrainConfig, build_parser
 
 
@@ -50,21 +50,26 @@ class Deadline:
             signal.signal(signal.SIGALRM, self._previous)
 
 
-def parse_args(argv: Sequence[str] | None = None) -> tuple[TrainConfig, float | None]:
-    """The training flags (TrainConfig's, 1:1) and the job's time limit, which belongs to the job, not to the
-    training run: it is not in the run's name, so a retry with a new limit still resumes from the checkpoints."""
+def parse_args(argv: Sequence[str] | None = None) -> tuple[TrainConfig, float | None, bool]:
+    """The training flags (TrainConfig's, 1:1, over --config's file), the job's time limit, which belongs to the job,
+    not to the training run: it is not in the run's name, so a retry with a new limit still resumes from the
+    checkpoints; and --print_config."""
     parser = build_parser()
     parser.add_argument("--time_limit_s", type=float, default=None,
                         help="Stop the job after this many seconds from its start; unset: no limit.")
-    args = vars(parser.parse_args(argv))
+    config_file.add_options(parser)
+    args, print_config = config_file.parse(parser, argv)
     time_limit_s = args.pop("time_limit_s")
     if time_limit_s is not None and not (time_limit_s > 0 and math.isfinite(time_limit_s)):
         raise cli.UsageError(f"--time_limit_s must be a positive number of seconds, got {time_limit_s}")
-    return TrainConfig(**args), time_limit_s
+    return TrainConfig(**args), time_limit_s, print_config
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    cfg, time_limit_s = parse_args(argv)
+    cfg, time_limit_s, print_config = parse_args(argv)
+    if print_config:
+        print(config_file.render(cfg, **({"time_limit_s": time_limit_s} if time_limit_s else {})), end="", flush=True)
+        return cli.OK
     deadline = Deadline(time_limit_s)
     try:
         with deadline:

@@ -78,6 +78,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             trainer.validate(cfg)
             trainer.connect_to_cluster()
             summary = trainer.run(cfg)
+            push_failed = push_model(cfg, summary)
     except KeyboardInterrupt:
         if not deadline.reached:
             raise
@@ -89,7 +90,28 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise cli.CheckFailed(
             f"training diverged: the loss was not finite at step {summary['diverged_at_step']}; "
             f"lower --learning_rate (now {cfg.learning_rate}) or keep --max_grad_norm on")
+    if push_failed:
+        raise cli.CheckFailed(f"--push_to_hub {cfg.push_to_hub}: the upload failed ({push_failed}); the model is at "
+                              f"{summary['model']}")
     return cli.OK
+
+
+def push_model(cfg: TrainConfig, summary: dict) -> str | None:
+    """--push_to_hub: the exported model uploaded once training is done (workload/checkpoint/hub.py); the summary
+    gets its URL as "hub". Returns why the upload failed, or None: the run's summary is printed either way."""
+    if not cfg.push_to_hub:
+        return None
+    summary["hub"] = None
+    if summary["model"] is None or summary["diverged_at_step"] is not None:
+        return None if summary["diverged_at_step"] is not None else "the run exported no model"
+    from workload.checkpoint import hub
+
+    try:
+        summary["hub"] = hub.push(summary["model"], cfg.push_to_hub, cfg.run_name)
+    except Exception as error:  # any failure of the upload is reported the same way, after the summary
+        return " ".join(f"{type(error).__name__}: {error}".split())[:400]
+    print(f"pushed {summary['model']} to {summary['hub']}", flush=True)
+    return None
 
 
 if __name__ == "__main__":

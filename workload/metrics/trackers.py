@@ -54,7 +54,7 @@ class RunLog:
         for tracker in list(self.trackers):
             try:
                 getattr(tracker, call)(*args)
-            except Exception as error:  # noqa: BLE001: whatever a tracker raises, the training goes on
+            except Exception as error:  # whatever a tracker raises, the training goes on
                 self.trackers.remove(tracker)
                 reason = " ".join(f"{type(error).__name__}: {error}".split())[:300]
                 self.say(f"warning: --report_to {tracker.name} failed ({reason}); the run goes on without it")
@@ -70,7 +70,7 @@ class RunLog:
         if self.tensorboard is not None and self.tensorboard in (getattr(t, "log", None) for t in self.trackers):
             try:
                 self.tensorboard.sync()
-            except Exception as error:  # noqa: BLE001
+            except Exception as error:
                 self.say(f"warning: --report_to tensorboard could not write its event files ({error})")
 
     def close(self, summary: dict[str, Any] | None = None) -> None:
@@ -98,7 +98,7 @@ def for_run(cfg, run_directory: str | None, start_step: int, say=None) -> RunLog
 
                 tracker = WandbTracker(cfg, run_directory, say)
             trackers.append(tracker)
-        except Exception as error:  # noqa: BLE001: a tracker that cannot start never stops the training
+        except Exception as error:  # a tracker that cannot start never stops the training
             reason = " ".join(f"{type(error).__name__}: {error}".split())[:300]
             say(f"warning: --report_to {name} could not start ({reason}); the run goes on without it")
     return RunLog(trackers, tensorboard, say)

@@ -87,3 +87,18 @@ def test_print_config_replays_the_run(tmp_path, capsys):
     assert local.parse_args(["--config", str(path)]) == local.parse_args(argv), "the printed file is the run"
     # The local run's file replays on the job's command too: every field is in it, whatever that command's defaults.
     assert train.parse_args(["--config", str(path)])[0] == local.parse_args(argv)
+
+
+def test_the_docs_sample_run_yaml_is_a_valid_run(tmp_path):
+    """docs/tracking.md's run.yaml is a run `--config` accepts, with the values it shows."""
+    import re
+
+    from tests.docs_shell import page
+
+    sample = re.search(r"```yaml\n(.*?)```", page("docs/tracking.md"), re.S).group(1)
+    keys = yaml.safe_load(sample)
+    path = tmp_path / "run.yaml"
+    path.write_text(sample)
+    cfg = local.parse_args(["--config", str(path)])
+    assert cfg.data_format == "chat" and cfg.report_to == "tensorboard,mlflow" and cfg.learning_rate == 3e-3, cfg
+    assert all(getattr(cfg, key) == value for key, value in keys.items() if key != "learning_rate"), (keys, cfg)

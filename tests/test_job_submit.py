@@ -91,3 +91,11 @@ def test_submit_reads_a_config_file_between_the_stack_and_the_flags_and_prints_t
     code = cli.run(lambda argv: job_cli.main(argv, job_server=no_cluster),
                    ["submit", "--stack", "dev", "--config", str(path)])
     assert code == cli.USAGE and "unrecognized keys: stepz" in capsys.readouterr().err
+
+
+def test_a_tracker_named_after_the_stack_brings_its_client():
+    from tools.job_submit import stack_job
+    from workload.metrics.tracking import TRACKER_REQUIREMENTS
+
+    assert stack_job("dev", "r", [])["pip"] == [], "the dev stack reports to TensorBoard only"
+    assert stack_job("dev", "r", ["--report_to", "tensorboard,wandb"])["pip"] == [TRACKER_REQUIREMENTS["wandb"]]

@@ -160,14 +160,14 @@ def test_the_stacks_tracking_keys_reach_the_job_as_its_flags_and_its_clients_as_
 
     raw = stack_settings(None) | {"gpuAvailabilityZone": "us-west-2b",
         "trainEnabled": True, "trainModelConfig": "tiny", "trainStoragePath": "s3://my-bucket/runs",
-        "trainReportTo": "tensorboard,mlflow,wandb", "trainMlflowTrackingUri": "http://mlflow.team.internal:5000",
+        "trainReportTo": "tensorboard,mlflow,wandb", "trainMlflowTrackingUri": "https://mlflow.team.example.com",
         "trainWandbProject": "team", "trainPushToHub": "me/tiny",
         "trainSecretEnv": ["WANDB_API_KEY=k", "HF_TOKEN=t"]}
     cfg = config.parse(raw)
     facts = SimpleNamespace(network_gbps=0.0, instance_type="g6e.xlarge", gpu_memory_mib=0, gpu_name="")
     args = workload_config(cfg, facts).to_args()
     for flag, value in (("--report_to", "tensorboard,mlflow,wandb"), ("--wandb_project", "team"),
-                        ("--mlflow_tracking_uri", "http://mlflow.team.internal:5000"), ("--push_to_hub", "me/tiny")):
+                        ("--mlflow_tracking_uri", "https://mlflow.team.example.com"), ("--push_to_hub", "me/tiny")):
         assert args[args.index(flag) + 1] == value, args
     assert job_pip(cfg.train) == [TRACKER_REQUIREMENTS["mlflow"], TRACKER_REQUIREMENTS["wandb"]]
     assert job_pip(config.parse(raw | {"trainReportTo": "tensorboard", "trainPip": ["wandb==0.30.0"]}).train) == [

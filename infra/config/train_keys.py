@@ -153,7 +153,9 @@ def parse_train(raw: dict[str, Any]) -> TrainConfig:
 WANDB_KEY = "WANDB_API_KEY"
 HUB_TOKEN = "HF_TOKEN"
 TOKEN_VARIABLES = (WANDB_KEY, HUB_TOKEN, "MLFLOW_TRACKING_PASSWORD", "MLFLOW_TRACKING_TOKEN")
-_TRACKING_URI = re.compile(r"https?://[A-Za-z0-9.-]+(:\d{1,5})?(/[\w./-]*)?")
+# https on 443: the Ray pods' NetworkPolicy lets them out to public addresses on 443 only (infra/kubernetes/
+# ray_security.py), and a policy cannot name a host to let a team server on another port or address through.
+_TRACKING_URI = re.compile(r"https://[A-Za-z0-9.-]+(:443)?(/[\w./-]*)?")
 _HUB_REPO = re.compile(r"[\w.-]{1,96}/[\w.-]{1,96}")
 
 
@@ -169,11 +171,12 @@ def _check_tracking(raw: dict[str, Any], env: dict[str, str], secret_env: Secret
             "--secret --path 'trainSecretEnv[0]' NAME=...`), never in trainEnv, which Ray's dashboard shows")
     uri = raw["trainMlflowTrackingUri"]
     require(not uri or bool(_TRACKING_URI.fullmatch(uri)), "trainMlflowTrackingUri",
-             "must be http(s)://host[:port][/path] with no user:password@ (credentials go in trainSecretEnv as "
-             f"MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD), got {'a URI with credentials' if '@' in uri else repr(uri)}")
+             "must be https://host[/path] on port 443, the only way out the Ray pods' NetworkPolicy allows (to public "
+             "addresses), with no user:password@ (credentials go in trainSecretEnv as MLFLOW_TRACKING_USERNAME and "
+             f"MLFLOW_TRACKING_PASSWORD), got {'a URI with credentials' if '@' in uri else repr(uri)}")
     require("mlflow" not in trackers or bool(uri), "trainReportTo",
              "mlflow needs trainMlflowTrackingUri: a job's pods keep no local MLflow store (set the team's server, "
-             "http(s)://host:port, reachable from the Ray pods)")
+             "https://host)")
     require("wandb" not in trackers or WANDB_KEY in secret_env.names, "trainReportTo",
              f"wandb needs {WANDB_KEY} in trainSecretEnv: `pulumi config set --secret --path 'trainSecretEnv[0]' "
              f"{WANDB_KEY}=...` (a Pulumi secret, never in plain config)")

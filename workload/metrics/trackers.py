@@ -23,7 +23,6 @@ from workload.metrics.tensorboard import MetricsLog
 from workload.metrics.tracking import Tracker, flat_params
 
 
-
 class _TensorBoard:
     """MetricsLog as a Tracker: its curves only (TensorBoard has no parameters worth the event files)."""
 

@@ -16,11 +16,18 @@ own clients are called here directly.
 """
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 from workload.config import parse_report_to
 from workload.metrics.tensorboard import MetricsLog
 from workload.metrics.tracking import Tracker, flat_params
+
+
+def _say(line: str) -> None:
+    # Straight to stdout, as the trainer's progress: Ray Train's patched print() writes each line twice into the log.
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
 
 
 class _TensorBoard:
@@ -45,8 +52,8 @@ class RunLog:
     """Rank 0's trackers for one run, each call made on every tracker still working."""
 
     def __init__(self, trackers: list[Tracker], tensorboard: MetricsLog | None = None,
-                 say=lambda line: print(line, flush=True)) -> None:
-        self.trackers, self.tensorboard, self.say = list(trackers), tensorboard, say
+                 say=None) -> None:
+        self.trackers, self.tensorboard, self.say = list(trackers), tensorboard, say or _say
         self.destination = tensorboard.destination if tensorboard is not None else None
 
     def _each(self, call: str, *args: Any) -> None:
@@ -80,7 +87,7 @@ class RunLog:
 
 def for_run(cfg, run_directory: str | None, start_step: int, say=None) -> RunLog:
     """Rank 0's RunLog for `cfg.report_to`. A tracker that cannot start is left out with its warning line."""
-    say = say or (lambda line: print(line, flush=True))
+    say = say or _say
     trackers: list[Tracker] = []
     tensorboard = None
     for name in parse_report_to(cfg.report_to):

@@ -12,8 +12,9 @@ import logging
 import pytest
 from moto import mock_aws
 
-# The README's and docs' journeys' fixtures (project, kube_api, job_server), for every test that walks one.
-pytest_plugins = ("tests.docs_shell",)
+# The README's and docs' journeys' fixtures (project, kube_api, job_server), for every test that walks one; a real
+# MLflow tracking server (mlflow_server) for the trackers' tests.
+pytest_plugins = ("tests.docs_shell", "tests.mlflow_server")
 
 
 # Test modules that start Ray clusters or long runs, longest first (pytest --durations shows what they take).

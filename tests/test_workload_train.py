@@ -41,6 +41,8 @@ FAST_RAY_TRAIN = {
     "RAY_TRAIN_ENABLE_PREEMPTION_WATCHER": "0",
     "RAY_TRAIN_ENABLE_PRINT_PATCH": "0",
     "RAY_DEDUP_LOGS": "0",
+    # The reference run reports to W&B too: its files only, no network.
+    "WANDB_MODE": "offline",
 }
 BASE = TrainConfig(
     model_config="tiny",
@@ -86,7 +88,9 @@ def ray_cluster():
 
 @pytest.fixture(scope="module")
 def reference(ray_cluster, tmp_path_factory):
-    cfg = dataclasses.replace(BASE, storage_path=str(tmp_path_factory.mktemp("reference")), run_name="reference")
+    # Every tracker, MLflow in its local store in the run directory (tests/test_tracking.py has the tracking server).
+    cfg = dataclasses.replace(BASE, storage_path=str(tmp_path_factory.mktemp("reference")), run_name="reference",
+                              report_to="tensorboard,mlflow,wandb")
     return cfg, trainer.fit(cfg)
 
 
@@ -148,6 +152,30 @@ def test_the_held_out_loss_falls_and_the_learning_rate_follows_the_schedule(refe
         f"warmup then cosine decay, step by step (TensorBoard keeps float32): {rates}")
     assert [step for step, _ in logged["train/loss"]] == list(range(1, cfg.steps + 1)), logged["train/loss"]
     assert logged["train/loss"][-1][1] == pytest.approx(final["final_loss"], rel=1e-6), "the last loss logged"
+
+
+def test_the_run_is_in_mlflow_and_wandb_as_in_tensorboard(reference):
+    """Each tracker of --report_to has every step's loss as TensorBoard has it, the run's flags and its plan."""
+    from mlflow import MlflowClient
+
+    from tests import wandb_files
+
+    cfg, (result, final) = reference
+    run_directory = os.path.join(cfg.storage_path, cfg.run_name)
+    losses = _logged(cfg)["train/loss"]
+    client = MlflowClient(f"sqlite:///{run_directory}/mlflow.db")
+    (run,) = client.search_runs([client.get_experiment_by_name("ray-train-fsdp-llm").experiment_id])
+    logged = [(m.step, m.value) for m in client.get_metric_history(run.info.run_id, "train/loss")]
+    assert [step for step, _ in logged] == list(range(1, cfg.steps + 1)), logged
+    assert [value for _, value in logged] == pytest.approx([value for _, value in losses], rel=1e-6), (
+        f"MLflow's losses are TensorBoard's (which keeps float32): {logged} {losses}")
+    params = run.data.params
+    assert (params["steps"], params["learning_rate"], params["world_size"], params["sharding.sharding"]) == (
+        str(cfg.steps), str(cfg.learning_rate), "2", final["sharding"]["sharding"]), params
+    assert run.data.tags["model"] == final["model"] and run.info.status == "FINISHED", run.data.tags
+    history = wandb_files.history(wandb_files.offline_run(run_directory))
+    assert [step for step, _ in history["train/loss"]] == list(range(1, cfg.steps + 1)), history["train/loss"]
+    assert wandb_files.summary(wandb_files.offline_run(run_directory))["model"] == final["model"]
 
 
 class _Stopped(Exception):

@@ -12,6 +12,7 @@ import argparse
 import dataclasses
 import math
 import os
+import re
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
@@ -46,6 +47,8 @@ MODEL_CONFIGS = tuple(ARCHITECTURES)
 # Why an s3:// --model_id (trainModelId) must name a directory under a bucket; the preview refuses with the same words.
 S3_MODEL_DIRECTORY = ("a model in S3 is a directory, s3://bucket/prefix/ holding config.json and *.safetensors, not "
                       "a bucket's root")
+# A Hub repo id as huggingface_hub's validate_repo_id accepts it, with the owner the upload needs.
+_HUB_REPO = re.compile(r"[\w.-]{1,96}/[\w.-]{1,96}")
 # A --dataset with one of these suffixes is a file, local or remote (s3://...), rather than a Hugging Face id.
 # Each of the first four may also be gzip-compressed (workload/data/validate.py reads them all).
 DATASET_FILE_SUFFIXES = (".txt", ".jsonl", ".json", ".csv", ".parquet", ".txt.gz", ".jsonl.gz", ".json.gz", ".csv.gz")
@@ -63,6 +66,8 @@ LR_SCHEDULES = ("constant", "linear", "cosine")
 """Names accepted by --lr_schedule (workload.model.causal_lm.learning_rate_at)."""
 EXPORTS = ("final", "checkpoints", "none")
 """Names accepted by --export: when the job writes a Hugging Face model directory."""
+REPORT_TO = ("tensorboard", "mlflow", "wandb", "none")
+"""Names accepted by --report_to, transformers' names (a comma list, or none alone; workload/metrics/trackers.py)."""
 
 # The job's last line: `TRAIN_SUMMARY {json}` (workload/train.py prints it, workload/run/submit.py parses it). Here, in
 # a module that imports nothing heavy, so that neither side needs torch to agree on it.
@@ -157,6 +162,16 @@ class TrainConfig:
     export: str = flag(
         "final", "Write a Hugging Face model directory (model_<step>/) beside the checkpoints: final (after the last "
         "step), checkpoints (at every checkpoint too) or none. Without --storage_path nothing is written.")
+    report_to: str = flag(
+        "tensorboard", "Where rank 0 reports the run (flags, plan, each step's metrics, summary): a comma list of "
+        "tensorboard, mlflow, wandb, or none.")
+    mlflow_tracking_uri: str = flag(
+        "", "--report_to mlflow: the tracking server (http://...); empty: $MLFLOW_TRACKING_URI, else a local store in "
+        "the run directory (mlruns/).")
+    wandb_project: str = flag("", "--report_to wandb: the W&B project; empty: $WANDB_PROJECT, else ray-train-fsdp-llm.")
+    push_to_hub: str = flag(
+        "", "After the last step, upload the exported model to this Hugging Face Hub repo (owner/name, created "
+        "private), with $HF_TOKEN; empty: no upload.")
     compile: bool | None = flag(
         None, "torch.compile each decoder layer; unset means on for CUDA and off on CPU (slow to compile there)."
     )
@@ -253,6 +268,13 @@ class TrainConfig:
         _one_of(self, "sharding", SHARDINGS)
         _one_of(self, "lr_schedule", LR_SCHEDULES)
         _one_of(self, "export", EXPORTS)
+        parse_report_to(self.report_to)
+        if self.push_to_hub and (self.export == "none" or not self.storage_path):
+            raise ValueError("--push_to_hub uploads the exported model: it needs --storage_path and --export final or "
+                             "checkpoints")
+        if self.push_to_hub and not _HUB_REPO.fullmatch(self.push_to_hub):
+            raise ValueError(f"--push_to_hub must name a Hub repo as owner/name (letters, digits, '-', '_', '.'), got "
+                             f"{self.push_to_hub!r}")
         if self.warmup_steps > self.steps:
             raise ValueError(f"--warmup_steps {self.warmup_steps} must be at most --steps {self.steps}")
         self._check_evaluation()
@@ -350,6 +372,14 @@ def is_local_dataset(dataset: str) -> bool:
 def is_file_dataset(dataset: str) -> bool:
     """A --dataset that is a file, on this machine or remote (s3://bucket/key.jsonl), not a Hugging Face id."""
     return is_local_dataset(dataset) or "://" in dataset
+
+
+def parse_report_to(value: str) -> tuple[str, ...]:
+    """--report_to's names, validated (ValueError naming the flag); () for none."""
+    names = tuple(dict.fromkeys(name.strip() for name in value.split(",") if name.strip()))
+    if not names or set(names) - set(REPORT_TO) or ("none" in names and len(names) > 1):
+        raise ValueError(f"--report_to must be a comma list of {', '.join(REPORT_TO[:-1])}, or none; got {value!r}")
+    return () if names == ("none",) else names
 
 
 def _positive_int(config: TrainConfig, name: str) -> None:

@@ -160,6 +160,14 @@ class TrainConfig:
     """trainSecretEnv: delivered to the Ray pods from a Kubernetes Secret, never through the job's inputs."""
     wait: str = "finish"
     """trainWait: what `pulumi up` waits for, the job's end or only its verified transport."""
+    report_to: str = "tensorboard"
+    """trainReportTo: where the job's rank 0 reports the run (workload/metrics/trackers.py)."""
+    mlflow_tracking_uri: str = ""
+    """trainMlflowTrackingUri: the team's MLflow server for trainReportTo mlflow."""
+    wandb_project: str = ""
+    """trainWandbProject: the W&B project for trainReportTo wandb."""
+    push_to_hub: str = ""
+    """trainPushToHub: the Hub repo the exported model is uploaded to."""
 
 
 @dataclass(frozen=True)

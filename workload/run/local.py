@@ -23,7 +23,7 @@ import time
 from contextlib import contextmanager
 from typing import Iterator, Sequence
 
-from workload import cli
+from workload import cli, config_file
 from workload.config import SUMMARY_PREFIX, TrainConfig, build_parser, is_local_dataset
 from workload.run import checks as local_checks
 from workload.run import output as local_output
@@ -203,8 +203,9 @@ def parse_args(argv: Sequence[str] | None = None) -> TrainConfig:
     return parse_command(argv)[0]
 
 
-def parse_command(argv: Sequence[str] | None = None) -> tuple[TrainConfig, bool]:
-    """The training flags, and --verbose (the local run's own: how much of the job's log to show)."""
+def parse_command(argv: Sequence[str] | None = None) -> tuple[TrainConfig, bool, bool]:
+    """The training flags (over --config's file), --verbose (the local run's own: how much of the job's log to show)
+    and --print_config."""
     parser = build_parser(
         "python -m workload.local",
         "Run the training job on this machine: a one-node Ray cluster, the job submitted through the Ray Jobs\n"
@@ -212,12 +213,14 @@ def parse_command(argv: Sequence[str] | None = None) -> tuple[TrainConfig, bool]
         "`python -m workload.train`, with defaults for a CPU-sized run.\n\n"
         "  python -m workload.local                 # tiny model, data/corpus.txt, 40 steps, then a generation\n"
         "  python -m workload.local --steps 5 --dataset ''   # random tokens, as the original recipe\n"
-        "  python -m workload.local --data_format chat       # a chat fine-tune on data/conversations.jsonl",
+        "  python -m workload.local --data_format chat       # a chat fine-tune on data/conversations.jsonl\n"
+        "  python -m workload.local --config run.yaml --steps 10   # a run described in a file, one flag over it",
         defaults=LOCAL_DEFAULTS,
     )
     parser.add_argument("--verbose", action="store_true",
                         help="Show the job's whole log (Ray's own lines and result dumps) instead of its progress.")
-    args = vars(parser.parse_args(argv))
+    config_file.add_options(parser)
+    args, print_config = config_file.parse(parser, argv)
     verbose = args.pop("verbose")
     if args["run_name"] == LOCAL_DEFAULTS["run_name"]:
         args["run_name"] = new_run_name()
@@ -239,7 +242,7 @@ def parse_command(argv: Sequence[str] | None = None) -> tuple[TrainConfig, bool]
             os.path.expanduser(cfg.chat_template)) else cfg.chat_template,
         storage_path=os.path.abspath(cfg.storage_path) if cfg.storage_path and "://" not in cfg.storage_path
         else cfg.storage_path,
-    ), verbose
+    ), verbose, print_config
 
 
 def new_run_name() -> str:
@@ -261,7 +264,10 @@ def announce_resume(cfg: TrainConfig, resumed_at: int | None) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    cfg, verbose = parse_command(argv)
+    cfg, verbose, print_config = parse_command(argv)
+    if print_config:
+        print(config_file.render(cfg), end="", flush=True)
+        return cli.OK
     started = time.monotonic()
     resumed_at = local_checks.check_before_ray(cfg)  # the data, storage, workers and an earlier run of the name
     # Heavy imports (torch, transformers, Ray) only once the flags are good, so --help and typos answer at once.

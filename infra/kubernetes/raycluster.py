@@ -141,6 +141,19 @@ def mutable_tag_warning(image: str) -> str | None:
             "different builds; pin a release tag (vX.Y.Z) or a digest (repo@sha256:...)")
 
 
+def unpinned_image_warning(image: str) -> str | None:
+    """A warning for a dlcImage the stack does not know, named by a tag alone, however frozen the tag looks: a
+    registry lets whoever can push to the repository move any tag, `v1.2.3` included, and one the publisher does not
+    vouch for (another registry, a fork, a mirror) is pinned only by a digest. None for a digest or a known image."""
+    if "@" in image or image in KNOWN_IMAGES:
+        return None
+    registry = image.split("/", 1)[0] if "/" in image and any(c in image.split("/", 1)[0] for c in ".:") \
+        else "docker.io"
+    return (f"dlcImage {image!r}: a tag from {registry} that the stack does not know; whoever can push there can move "
+            "it, so the Ray pods may run another build than the one checked. Pin it by digest: "
+            "repo:tag@sha256:<digest> (`crane digest IMAGE` or `docker buildx imagetools inspect IMAGE`)")
+
+
 def image_facts(cfg: StackConfig) -> ImageFacts:
     """dlcImage's Ray and CUDA: the stack's figures for a known image (rayVersion/imageCudaVersion may repeat
     them, not contradict them), the config's for any other."""
@@ -176,7 +189,7 @@ def check_config(cfg: StackConfig, facts: InstanceFacts) -> ImageFacts:
     assert facts.instance_type == cfg.gpu_instance_type, "facts must describe cfg.gpu_instance_type"
     _check_settings(name=cfg.ray_cluster_name, namespace=cfg.ray_namespace, image=cfg.dlc_image,
                     gpu_node_count=cfg.gpu_node_count, facts=facts)
-    if warning := mutable_tag_warning(cfg.dlc_image):
+    if warning := mutable_tag_warning(cfg.dlc_image) or unpinned_image_warning(cfg.dlc_image):
         pulumi.log.warn(warning)
     return image_facts(cfg)
 

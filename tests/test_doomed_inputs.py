@@ -16,7 +16,7 @@ from infra.config import env_names
 from infra.kubernetes.raycluster import unpinned_image_warning
 from infra.preview import endpoint_access, object_names
 from tests.pulumi_mocks import Secret, run_program
-from tests.test_review_refusals import DEV, JOB_ON, TOKEN, load_refusal, program_refusal, refusal
+from tests.test_review_refusals import DEV, TOKEN, load_refusal, program_refusal, refusal
 
 
 def assert_names(message: str, words: list[str]) -> None:

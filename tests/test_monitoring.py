@@ -251,7 +251,8 @@ def test_idle_stop_is_scoped_to_the_gpu_node_group_and_pulumi_up_leaves_its_size
     group = gpu_node_group(run)
     count = stack_settings(stack)["gpuNodeCount"]
     assert group.inputs["scalingConfig"] == {"desiredSize": count, "minSize": 0, "maxSize": count}, stack
-    assert group.ignore_changes == ["scalingConfig.desiredSize"], f"{stack}: `pulumi up` must not fight a stopped group"
+    assert group.ignore_changes == ["scalingConfig"], f"{stack}: `pulumi up` must not fight a stopped group (issue 31: " \
+        "nor send a stale desired size above a lowered max; GpuNodesAwake sets the sizes)"
     name = stack_settings(stack)["clusterName"]
     policy = json.loads(run.one("aws:iam/rolePolicy:RolePolicy", f"{name}-idle-stop-scaling").inputs["policy"])
     assert policy["Statement"] == [{"Effect": "Allow", "Action": ["eks:DescribeNodegroup", "eks:UpdateNodegroupConfig"],

@@ -6,6 +6,8 @@ account and secret env, the namespace's NetworkPolicies (infra/kubernetes/ray_se
 """
 from __future__ import annotations
 
+import hashlib
+import json
 import re
 import string
 from dataclasses import dataclass
@@ -328,6 +330,29 @@ def containers(manifest: dict) -> list[dict]:
     return [container for template in templates for container in template["spec"]["containers"]]
 
 
+def stack_manifest(cfg: StackConfig, facts: InstanceFacts) -> dict:
+    """The stack's RayCluster, from its config: what RayCluster creates, and what spec_digest digests. (The preview's
+    check_config has run by then: its warnings are not repeated here.)"""
+    image = image_facts(cfg)
+    return ray_cluster_manifest(
+        name=cfg.ray_cluster_name,
+        namespace=cfg.ray_namespace,
+        image=cfg.dlc_image,
+        ray_version=image.ray_version,
+        gpu_node_count=cfg.gpu_node_count,
+        facts=facts,
+        transport_env=cfg.transport_env,
+        head_env=monitoring.ray_head_env() if cfg.monitoring == "prometheus" else None,
+    )
+
+
+def spec_digest(cfg: StackConfig, facts: InstanceFacts) -> str:
+    """A digest of the RayCluster's spec: it changes exactly when `pulumi up` replaces the RayCluster for its spec
+    (replace_on_changes below), which then waits for every worker (GpuNodesAwake wakes the nodes first)."""
+    spec = json.dumps(stack_manifest(cfg, facts)["spec"], sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(spec.encode()).hexdigest()
+
+
 class RayCluster(pulumi.ComponentResource):
     """The Ray namespace and the RayCluster CR; it depends on the KubeRay operator, so destroy removes it first."""
 
@@ -341,17 +366,7 @@ class RayCluster(pulumi.ComponentResource):
         depends_on: list[pulumi.Resource],
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
-        image = check_config(cfg, facts)
-        manifest = ray_cluster_manifest(
-            name=cfg.ray_cluster_name,
-            namespace=cfg.ray_namespace,
-            image=cfg.dlc_image,
-            ray_version=image.ray_version,
-            gpu_node_count=cfg.gpu_node_count,
-            facts=facts,
-            transport_env=cfg.transport_env,
-            head_env=monitoring.ray_head_env() if cfg.monitoring == "prometheus" else None,
-        )
+        manifest = stack_manifest(cfg, facts)
         super().__init__("raytrain:infra:RayCluster", name, None, opts)
         in_cluster = pulumi.ResourceOptions(parent=self, provider=provider)
 

@@ -40,7 +40,7 @@ from infra.aws import identity as aws_identity
 from infra.aws.node_labels import SYSTEM_NODE_SELECTOR
 from infra.aws.pod_identity import trust_policy
 from infra.config import AwsIdentity
-from infra.kubernetes import ray_security
+from infra.kubernetes import admission, idle_stop_identity, ray_security
 from infra.kubernetes.portforward import CLUSTER_LABEL, NODE_TYPE_LABEL
 from infra.kubernetes.raycluster import DASHBOARD_PORT, auth_secret_name, head_service_name
 
@@ -51,7 +51,6 @@ IDLE_STOP_LABEL = {"app.kubernetes.io/name": "ray-idle-stop"}
 SCALING_ACTIONS = ("eks:DescribeNodegroup", "eks:UpdateNodegroupConfig")
 # Python importing Ray and boto3 in the training image: a few hundred MiB, for seconds every five minutes.
 CHECK_RESOURCES = {"requests": {"cpu": "100m", "memory": "512Mi"}, "limits": {"memory": "512Mi"}}
-MINIMUM_MINUTES = 10
 
 
 def idle_stop_name(cluster_name: str) -> str:
@@ -167,9 +166,22 @@ class IdleStop(pulumi.ComponentResource):
             service_account=service_account, role_arn=role.arn, tags=tags,
             opts=pulumi.ResourceOptions(parent=self, depends_on=[policy]))
         in_cluster = pulumi.ResourceOptions(parent=self, provider=provider)
+        # No other pod of the namespace may act as the check (infra/kubernetes/idle_stop_identity.py), bound before
+        # the account exists.
+        guard_name = f"{namespace_name}-{service_account}"
+        guard = idle_stop_identity.identity_policy(guard_name, service_account=service_account,
+                                                   cronjob=idle_stop_name(ray_cluster_name))
+        guard_policy = k8s.admissionregistration.v1.ValidatingAdmissionPolicy(
+            f"{name}-identity", metadata=guard["metadata"], spec=guard["spec"],
+            opts=pulumi.ResourceOptions(parent=self, provider=provider))
+        binding = admission.pod_security_binding(guard_name, policy_name=guard_name, namespace=namespace_name)
+        guard_binding = k8s.admissionregistration.v1.ValidatingAdmissionPolicyBinding(
+            f"{name}-identity-binding", metadata=binding["metadata"], spec=binding["spec"],
+            opts=pulumi.ResourceOptions(parent=self, provider=provider, depends_on=[guard_policy]))
         account = k8s.core.v1.ServiceAccount(
             f"{name}-sa", metadata={"name": service_account, "namespace": namespace},
-            automount_service_account_token=False, opts=in_cluster)
+            automount_service_account_token=False,
+            opts=pulumi.ResourceOptions(parent=self, provider=provider, depends_on=[guard_binding]))
         script = k8s.core.v1.ConfigMap(
             f"{name}-script", metadata={"name": service_account, "namespace": namespace},
             data={CHECK_SCRIPT.name: CHECK_SCRIPT.read_text()}, opts=in_cluster)

@@ -153,7 +153,7 @@ node_health.NodeMonitoringAgent(f"{cfg.cluster_name}-node-monitoring-agent", clu
 if cfg.monitoring == "prometheus":
     metrics = monitoring.PrometheusMonitoring(
         f"{cfg.cluster_name}-monitoring", provider=cluster.provider, ray_namespace=ray_cluster.namespace,
-        ray_namespace_name=cfg.ray_namespace, ray_cluster_name=cfg.ray_cluster_name,
+        ray_namespace_name=cfg.ray_namespace, ray_cluster_name=cfg.ray_cluster_name, vpc_cidr=cfg.vpc_cidr,
         depends_on=[cluster.system_node_group, cluster.coredns, gpu_nodes.node_group])
     pulumi.export("grafanaCommand", metrics.dashboard_command)
     pulumi.export("grafanaAdminPassword", metrics.admin_password)

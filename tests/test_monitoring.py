@@ -44,13 +44,15 @@ def test_every_stack_renders_the_pinned_metrics_stack_node_repair_and_idle_stop(
     releases = {r.inputs["name"]: r.inputs for r in run.of_type(RELEASE)}
     expected = {
         "kube-prometheus-stack": ("kube-prometheus-stack", "88.5.3",
-                                  "https://prometheus-community.github.io/helm-charts"),
-        "dcgm-exporter": ("dcgm-exporter", "4.8.2", "https://nvidia.github.io/dcgm-exporter/helm-charts"),
+                                  "https://prometheus-community.github.io/helm-charts", "monitoring"),
+        # Issue 31: the DaemonSets that need the host run in a privileged namespace of their own.
+        "dcgm-exporter": ("dcgm-exporter", "4.8.2", "https://nvidia.github.io/dcgm-exporter/helm-charts",
+                          "monitoring-host"),
     }
-    for release, (chart, version, repo) in expected.items():
+    for release, (chart, version, repo, namespace) in expected.items():
         got = releases[release]
         assert (got["chart"], got["version"], got["repositoryOpts"]["repo"], got["namespace"]) == (
-            chart, version, repo, "monitoring"), f"{stack}: {release} must be {chart} {version} from {repo}: {got}"
+            chart, version, repo, namespace), f"{stack}: {release} must be {chart} {version} from {repo}: {got}"
     monitor = run.one("kubernetes:monitoring.coreos.com/v1:PodMonitor")
     assert monitor.inputs["spec"]["namespaceSelector"] == {"matchNames": ["ray"]}, stack
     assert monitor.inputs["spec"]["podMetricsEndpoints"][0]["port"] == "metrics", stack

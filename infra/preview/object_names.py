@@ -43,7 +43,7 @@ FROM_RAY_CLUSTER_NAME = (
 # namespace of the same name is declared twice (the second create fails with AlreadyExists), and the Ray namespace's
 # restricted Pod Security would refuse the DaemonSets' host access (node-exporter, the CloudWatch agent).
 MONITORING_NAMESPACES = {
-    "prometheus": (monitoring.MONITORING_NAMESPACE,),
+    "prometheus": (monitoring.MONITORING_NAMESPACE, monitoring.MONITORING_HOST_NAMESPACE),
     "cloudwatch": (monitoring.CLOUDWATCH_NAMESPACE,),
     "none": (),
 }

@@ -36,6 +36,7 @@ import pulumi_random as random
 
 from infra.aws.node_labels import GPU_PRESENT_LABEL, GPU_TOLERATION, SYSTEM_NODE_SELECTOR
 from infra.kubernetes.portforward import CLUSTER_LABEL, NODE_TYPE_LABEL
+from infra.kubernetes import image_pins
 from infra.kubernetes import monitoring_security as security
 
 # kube-prometheus-stack 88.5.3 (prometheus-operator v0.93.1; subcharts grafana 12.11.1, kube-state-metrics 8.4.0,
@@ -381,12 +382,17 @@ class PrometheusMonitoring(pulumi.ComponentResource):
                 opts=pulumi.ResourceOptions(parent=self, provider=provider,
                                             depends_on=[*namespace_ready, *depends_on, *after]))
 
+        # Each image by digest once infra/kubernetes/image_pins.py has it (nothing changes until then).
         self.stack = release("kube-prometheus-stack", KUBE_PROMETHEUS_STACK_RELEASE, KUBE_PROMETHEUS_STACK_CHART,
-                             KUBE_PROMETHEUS_STACK_VERSION, KUBE_PROMETHEUS_STACK_REPO, kube_prometheus_stack_values(),
+                             KUBE_PROMETHEUS_STACK_VERSION, KUBE_PROMETHEUS_STACK_REPO,
+                             image_pins.merged(kube_prometheus_stack_values(),
+                                               image_pins.chart_values(KUBE_PROMETHEUS_STACK_RELEASE)),
                              [admin_secret, *dashboard_maps])
         # After the stack: its ServiceMonitor is a CRD the stack installs.
         self.dcgm_exporter = release("dcgm-exporter", DCGM_EXPORTER_RELEASE, DCGM_EXPORTER_CHART,
-                                     DCGM_EXPORTER_VERSION, DCGM_EXPORTER_REPO, dcgm_exporter_values(), [self.stack],
+                                     DCGM_EXPORTER_VERSION, DCGM_EXPORTER_REPO,
+                                     image_pins.merged(dcgm_exporter_values(),
+                                                       image_pins.chart_values(DCGM_EXPORTER_RELEASE)), [self.stack],
                                      release_namespace=security.MONITORING_HOST_NAMESPACE)
         monitor = ray_pod_monitor(namespace=ray_namespace_name, cluster_name=ray_cluster_name)
         self.pod_monitor = k8s.apiextensions.CustomResource(

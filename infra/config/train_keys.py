@@ -7,6 +7,7 @@ import re
 from typing import Any
 
 import infra.config.pip_requirements as pip_requirements  # trainPip
+from infra.config.env_names import MAX_ENV_ENTRIES, MAX_ENV_VALUE_CHARS, reserved_reason
 from infra.config.rules import ENV_NAME, RUN_ID, check_dataset_location, check_storage_path, require, s3_location
 from infra.config.settings import (
     MAX_BATCH_SIZE,
@@ -222,11 +223,19 @@ def _parse_train_examples(raw: dict[str, Any]) -> TrainExamples:
 
 def _parse_env(key: str, items: list[str]) -> dict[str, str]:
     """KEY=VALUE entries. A refusal quotes the entry's position and name only: the value may be a token."""
+    require(len(items) <= MAX_ENV_ENTRIES, key, f"{len(items)} entries; allowed: at most {MAX_ENV_ENTRIES} (each is "
+                                                  "an environment variable of every Ray container)")
     env: dict[str, str] = {}
     for index, item in enumerate(items):
         name, sep, value = item.partition("=")
         require(bool(sep) and bool(ENV_NAME.fullmatch(name)), key,
                  f"entry {index} is not KEY=VALUE with KEY made of letters, digits and '_' (its value is not shown)")
         require(name not in env, key, f"sets {name} twice")
+        why = reserved_reason(name)
+        require(why is None, key, f"entry {index} sets {name}, which the job may not set: {why} (its value is not "
+                                  "shown)")
+        require(len(value) <= MAX_ENV_VALUE_CHARS, key,
+                 f"entry {index} ({name}): the value is {len(value)} characters; allowed: at most "
+                 f"{MAX_ENV_VALUE_CHARS} (its value is not shown)")
         env[name] = value
     return env

@@ -162,8 +162,8 @@ def check_transport_expectation(cfg: StackConfig, gpu: InstanceFacts, workers: i
             "shows intra-node; allowed: intra-node or any (or more gpuNodeCount / trainNumWorkers)")
     if expect == "efa" and sockets:
         # trainEnv's values are never quoted (they may hold a token); fiProvider's may be.
+        # trainEnv may not set FI_PROVIDER (infra/config/env_names.py): fiProvider is the one place it is set.
         forced = ("trainEnv NCCL_NET=Socket" if env.get("NCCL_NET", "").lower() == "socket"
-                  else "trainEnv's FI_PROVIDER" if "FI_PROVIDER" in cfg.train.env
                   else f"FI_PROVIDER={env.get('FI_PROVIDER')} (fiProvider)")
         raise ValueError(f"config key {key!r}: efa, but {forced} sends NCCL over TCP sockets; allowed: socket or "
                          "any with that env, or efa without it")

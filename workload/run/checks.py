@@ -129,7 +129,7 @@ def record_flags(cfg: TrainConfig) -> None:
 def check_before_ray(cfg: TrainConfig) -> int | None:
     """Every check above, in the order a user would want to hear of them; returns the step a resumed run starts
     after (None: a new run)."""
-    check_dataset(cfg)
     check_storage(cfg)
     check_workers(cfg, local_cpus())
+    check_dataset(cfg)  # last of the three: it reads the whole file, and says so once it has
     return resume_step(cfg)

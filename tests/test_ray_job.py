@@ -21,7 +21,7 @@ from infra.job import ray_job
 from infra.job import job_server
 from infra.job import job_config
 from infra.kubernetes.portforward import LocalForward
-from tests.test_workload_train import FAST_RAY_TRAIN
+from tests.local_ray import FAST_RAY_TRAIN
 
 TINY_ARGS = ["--model_config", "tiny", "--steps", "2", "--batch_size", "2", "--seq_len", "32",
              "--learning_rate", "1e-3", "--num_workers", "2"]

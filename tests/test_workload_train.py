@@ -51,10 +51,11 @@ FAIL_AFTER_STEP = 12
 
 
 @pytest.fixture(scope="module")
-def reference(ray_cluster, tmp_path_factory):
-    # Every tracker, MLflow in its local store in the run directory (tests/test_tracking.py has the tracking server).
+def reference(ray_cluster, tmp_path_factory, mlflow_server):
+    # Every tracker: MLflow on a running tracking server, as a team's (tests/mlflow_server.py), W&B offline. A run
+    # without a tracking URI keeps a store of its own: tests/test_tracking.py.
     cfg = dataclasses.replace(BASE, storage_path=str(tmp_path_factory.mktemp("reference")), run_name="reference",
-                              report_to="tensorboard,mlflow,wandb")
+                              report_to="tensorboard,mlflow,wandb", mlflow_tracking_uri=mlflow_server)
     return cfg, trainer.fit(cfg)
 
 
@@ -123,12 +124,14 @@ def test_the_run_is_in_mlflow_and_wandb_as_in_tensorboard(reference):
     from mlflow import MlflowClient
 
     from tests import wandb_files
+    from workload.metrics.mlflow_tracker import RUN_NAME_TAG
 
     cfg, (result, final) = reference
     run_directory = os.path.join(cfg.storage_path, cfg.run_name)
     losses = _logged(cfg)["train/loss"]
-    client = MlflowClient(f"sqlite:///{run_directory}/mlflow.db")
-    (run,) = client.search_runs([client.get_experiment_by_name("ray-train-fsdp-llm").experiment_id])
+    client = MlflowClient(cfg.mlflow_tracking_uri)  # the server, read back through MLflow's client
+    (run,) = client.search_runs([client.get_experiment_by_name("ray-train-fsdp-llm").experiment_id],
+                                filter_string=f"tags.`{RUN_NAME_TAG}` = '{cfg.run_name}'")
     logged = [(m.step, m.value) for m in client.get_metric_history(run.info.run_id, "train/loss")]
     assert [step for step, _ in logged] == list(range(1, cfg.steps + 1)), logged
     assert [value for _, value in logged] == pytest.approx([value for _, value in losses], rel=1e-6), (

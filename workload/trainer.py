@@ -40,7 +40,7 @@ from workload.gc_control import StepCollector
 from workload.metrics.live import LiveMetrics
 from workload.metrics.tensorboard import MetricsLog
 from workload.model import files as model_files
-from workload.model import memory_plan, parallel
+from workload.model import compatibility, memory_plan, parallel
 from workload.model.causal_lm import (
     build_mesh,
     build_model,
@@ -316,6 +316,8 @@ def _report_with_checkpoint(metrics: dict, model, optimizer, step: int, tokenize
 def validate(cfg: TrainConfig) -> None:
     """The checks that need the model's config or the tokenizer, before any worker starts."""
     config = hf_config(cfg)
+    if not cfg.model_config:  # the model gate, as the preview ran it and every worker will
+        compatibility.build(config, f"--model_id {cfg.model_id}")
     check_fits(cfg, config)
     check_tokenizer(cfg, config.vocab_size)
     check_dataset(cfg)

@@ -5,8 +5,10 @@ In order: a random-weight architecture (trainModelConfig); the published config.
 hf_hub_download, which honours HF_ENDPOINT and HF_HUB_OFFLINE, with trainSecretEnv's HF_TOKEN for a gated or private
 model); for an s3://bucket/prefix/ model directory, its config.json through boto3 as the stack's AWS identity.
 
-A model that cannot exist for the job (no such repo, a gated one without a token that has access, no config.json, a
-file that is not a decoder's config) is refused here, naming trainModelId; one that cannot be read from this machine
+A model that cannot exist for the job (no such repo, a gated one without a token that has access, no config.json) or
+that the job could not train is refused here, naming trainModelId: a config.json read from the Hub or S3 goes through
+the job's own model gate (workload.model.compatibility: built on the meta device, refused unless it is a dense,
+text-only decoder whose layers and buffers the job shards and loads), so what the preview accepts, the job loads; one that cannot be read from this machine
 (no network, S3 access denied to the deployer) is `Unknown` with the reason, and the preview warns as it did before.
 The token is handed to huggingface_hub and never printed: refusals name HF_TOKEN, not its value.
 """
@@ -20,15 +22,13 @@ from typing import Any
 
 from infra.config import AwsIdentity, s3_location
 from workload.config import ARCHITECTURES
-from workload.model import architectures
+from workload.model import architectures, compatibility
 
 CONFIG_FILE = "config.json"
 HUB_TOKEN_VARIABLE = "HF_TOKEN"
 # What workload.model.memory reads of a config; a config without them (a multimodal wrapper with text_config, an
 # encoder) is not a decoder the memory model knows.
 REQUIRED_FIELDS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "vocab_size")
-# Mixture-of-experts configs carry one of these; workload.model.memory counts dense layers only.
-EXPERT_FIELDS = ("num_experts", "num_local_experts", "n_routed_experts")
 # Seconds to wait for the Hub's answer before calling it unreachable (huggingface_hub's own default is 10).
 HUB_TIMEOUT_S = 10
 
@@ -74,10 +74,11 @@ def check_decoder(config: Any, where: str) -> dict:
     return config
 
 
-def _dense(config: dict, source: str) -> Known | Unknown:
-    if any(config.get(name) for name in EXPERT_FIELDS):
-        return Unknown(f"{source} describes a mixture-of-experts model, whose memory workload.model.memory does not project")
-    return Known(config, source)
+def _trainable(config: Any, model_id: str, where: str, source: str) -> Known:
+    """The job's model gate on a config.json read at preview, then the fields the memory plan reads. The shipped
+    configs are not gated here: tests/test_model_gate.py passes each of them through the gate."""
+    compatibility.check(config, f"config key 'trainModelId': {model_id}")
+    return Known(check_decoder(config, where), source)
 
 
 # ---- the Hub -----------------------------------------------------------------------------------------------------
@@ -132,7 +133,7 @@ def _from_hub(model_id: str, token: str | None) -> Known | Unknown:
         config = json.loads(text)
     except json.JSONDecodeError:
         raise ValueError(f"{key}: {model_id}'s {CONFIG_FILE} on the Hub is not JSON") from None
-    return _dense(check_decoder(config, f"{model_id}'s {CONFIG_FILE}"), f"{model_id}'s {CONFIG_FILE} on the Hub")
+    return _trainable(config, model_id, f"{model_id}'s {CONFIG_FILE}", f"{model_id}'s {CONFIG_FILE} on the Hub")
 
 
 # ---- S3 ------------------------------------------------------------------------------------------------------------
@@ -163,4 +164,4 @@ def _from_s3(model_id: str, identity: AwsIdentity, region: str | None) -> Known 
         config = json.loads(body)
     except (json.JSONDecodeError, UnicodeDecodeError):
         raise ValueError(f"config key 'trainModelId': {where} is not JSON") from None
-    return _dense(check_decoder(config, where), where)
+    return _trainable(config, model_id, where, where)

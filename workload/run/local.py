@@ -195,13 +195,22 @@ def parse_command(argv: Sequence[str] | None = None) -> tuple[TrainConfig, bool]
         "`python -m workload.train`, with defaults for a CPU-sized run.\n\n"
         "  python -m workload.local                 # tiny model, data/corpus.txt, 40 steps, then a generation\n"
         "  python -m workload.local --steps 5 --dataset ''   # random tokens, as the original recipe\n"
-        "  python -m workload.local --data_format chat       # a chat fine-tune on data/conversations.jsonl",
+        "  python -m workload.local --data_format chat       # a chat fine-tune on data/conversations.jsonl\n"
+        "  python -m workload.local --model_id DIR      # fine-tune your model (a directory or a Hub id) with its\n"
+        "                                           # own tokenizer: --model_id alone turns the tiny default off",
         defaults=LOCAL_DEFAULTS,
     )
     parser.add_argument("--verbose", action="store_true",
                         help="Show the job's whole log (Ray's own lines and result dumps) instead of its progress.")
     args = vars(parser.parse_args(argv))
     verbose = args.pop("verbose")
+    given = _given_flags(sys.argv[1:] if argv is None else argv)
+    if "model_id" in given and "model_config" not in given:
+        # --model_id names the model to train: the tiny random-weight default gives way, and so does the sample
+        # tokenizer, for the model's own.
+        args["model_config"] = ""
+        if "tokenizer" not in given:
+            args["tokenizer"] = ""
     if args["run_name"] == LOCAL_DEFAULTS["run_name"]:
         args["run_name"] = new_run_name()
     for name, value in FORMAT_DEFAULTS.get(args["data_format"], {}).items():
@@ -223,6 +232,11 @@ def parse_command(argv: Sequence[str] | None = None) -> tuple[TrainConfig, bool]
         storage_path=os.path.abspath(cfg.storage_path) if cfg.storage_path and "://" not in cfg.storage_path
         else cfg.storage_path,
     ), verbose
+
+
+def _given_flags(argv: Sequence[str]) -> set[str]:
+    """The flags on the command line (--name or --name=value), by field name."""
+    return {arg[2:].split("=", 1)[0].replace("-", "_") for arg in argv if arg.startswith("--")}
 
 
 def new_run_name() -> str:

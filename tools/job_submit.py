@@ -64,7 +64,7 @@ def stack_job(stack: str, run_id: str, extra_flags: list[str]) -> dict:
     """The job `pulumi up` would submit for the stack with trainEnabled, under `run_id`, with `extra_flags` on top:
     {train_args, pip, env_vars, time_limit_s, submission_id, secrets_left_out}."""
     from infra import config as stack_config
-    from infra.job.job_config import NCCL_DEBUG_FILE, submission_id, workload_config
+    from infra.job.job_config import job_env, submission_id, workload_config
     from infra.preview.instance_facts import KNOWN_GPU_INSTANCE_TYPES
     from workload.config import build_parser
 
@@ -91,7 +91,7 @@ def stack_job(stack: str, run_id: str, extra_flags: list[str]) -> dict:
         chosen = dataclasses.replace(chosen, run_name=f"ray-train-fsdp-llm-{run_id}-"
                                      f"{hashlib.sha256(json.dumps(unnamed).encode()).hexdigest()[:8]}")
     train_args = chosen.to_args()
-    env_vars = {"NCCL_DEBUG_FILE": NCCL_DEBUG_FILE, **cfg.train.env}
+    env_vars = job_env(cfg.train.env)
     return {"train_args": train_args, "pip": list(cfg.train.pip), "env_vars": env_vars,
             "time_limit_s": float(cfg.train.timeout_minutes * 60),
             "submission_id": submission_id(stack, run_id, train_args, list(cfg.train.pip), env_vars),

@@ -59,7 +59,7 @@ def test_a_gated_model_needs_the_secret_envs_token(hub):
     ("acme/no-such-model", None, "is not a model on the Hugging Face Hub (or private"),
     ("acme/no-such-model", TOKEN, "trainSecretEnv's HF_TOKEN cannot see it"),
     ("acme/weights-only", None, "has no config.json on the Hub"),
-    ("acme/encoder", None, "no positive integer num_hidden_layers"),
+    ("acme/encoder", None, "bert is an encoder"),
 ])
 def test_a_model_the_job_could_not_load_is_refused(hub, model_id, token, words):
     with pytest.raises(ValueError, match="config key 'trainModelId'") as refused:

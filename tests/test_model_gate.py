@@ -159,6 +159,11 @@ def test_an_unreachable_hub_is_exit_3_at_once_not_a_minute_of_retries(monkeypatc
     with pytest.raises(cli.EnvironmentProblem, match=f"--model_id acme/typo: the Hugging Face Hub at {url} is not "
                                                      "reachable"):
         model.hf_config(TrainConfig(model_id="acme/typo"))
+    from workload.run import local
+
+    # The local run asks before torch and Ray load (its first lines); a shipped model's tokenizer is asked for too.
+    assert cli.run(local.main, ["--model_id", "acme/typo"]) == cli.ENVIRONMENT
+    assert cli.run(local.main, ["--model_id", "meta-llama/Llama-3.1-8B"]) == cli.ENVIRONMENT
     assert waits == [], f"no retries, no backoff: {waits}"
 
 

@@ -66,27 +66,53 @@ def problem(model_id: str) -> str | None:
     return None
 
 
+def check_hub_reachable(repo_id: str, file_name: str = "tokenizer_config.json") -> None:
+    """Before a library that retries for a minute reads `repo_id` from the Hub (transformers' AutoTokenizer): one
+    request, raising Unreachable (no answer) or NeedsToken (gated); any other answer is left to that library. Nothing
+    is asked when the file is in this machine's Hub cache, or HF_HUB_OFFLINE is set."""
+    from huggingface_hub import try_to_load_from_cache
+
+    if problem(repo_id) or is_path(repo_id) or "://" in repo_id or os.environ.get("HF_HUB_OFFLINE"):
+        return
+    if isinstance(try_to_load_from_cache(repo_id, file_name), str):
+        return
+    try:
+        _get(repo_id, file_name, None)
+    except ValueError:
+        return
+
+
 def hub_config_directory(model_id: str, token: str | None = None) -> str:
     """A temporary directory holding the Hub model's config.json, read with one request (see the module docstring).
     ValueError for a model that is not there, NeedsToken for a gated or private one, Unreachable for no answer. With
     HF_HUB_OFFLINE set, only the machine's Hub cache is read."""
-    from huggingface_hub import constants, hf_hub_download
-    from huggingface_hub.errors import (
-        EntryNotFoundError,
-        GatedRepoError,
-        HfHubHTTPError,
-        LocalEntryNotFoundError,
-        RepositoryNotFoundError,
-    )
-    from huggingface_hub.utils import build_hf_headers, get_session, hf_raise_for_status
+    from huggingface_hub import hf_hub_download
+    from huggingface_hub.errors import LocalEntryNotFoundError
 
     if os.environ.get("HF_HUB_OFFLINE", "").upper() in ("1", "ON", "YES", "TRUE"):
         try:
             return os.path.dirname(hf_hub_download(model_id, CONFIG_FILE, local_files_only=True))
         except LocalEntryNotFoundError:
             raise Unreachable(f"{model_id} is not in this machine's Hub cache and HF_HUB_OFFLINE is set") from None
+    response = _get(model_id, CONFIG_FILE, token)
+    try:
+        json.loads(response.content)
+    except ValueError:
+        raise ValueError(f"{model_id}'s {CONFIG_FILE} on the Hub is not JSON") from None
+    directory = tempfile.mkdtemp(prefix="raytrain-model-config-")
+    with open(os.path.join(directory, CONFIG_FILE), "wb") as file:
+        file.write(response.content)
+    return directory
+
+
+def _get(model_id: str, file_name: str, token: str | None):
+    """One GET of a file of a Hub model, no retries; the Hub's answer as this module's errors."""
+    from huggingface_hub import constants
+    from huggingface_hub.errors import EntryNotFoundError, GatedRepoError, HfHubHTTPError, RepositoryNotFoundError
+    from huggingface_hub.utils import build_hf_headers, get_session, hf_raise_for_status
+
     endpoint = (os.environ.get("HF_ENDPOINT") or constants.ENDPOINT).rstrip("/")
-    url = f"{endpoint}/{model_id}/resolve/main/{CONFIG_FILE}"
+    url = f"{endpoint}/{model_id}/resolve/main/{file_name}"
     try:
         response = get_session().get(url, headers=build_hf_headers(token=token or None), timeout=HUB_TIMEOUT_S,
                                      follow_redirects=True)
@@ -103,14 +129,7 @@ def hub_config_directory(model_id: str, token: str | None = None) -> str:
         raise ValueError(f"{model_id} is not a model on the Hugging Face Hub ({hint}); check its spelling on "
                          f"huggingface.co; {ALLOWED}") from None
     except EntryNotFoundError:
-        raise ValueError(f"{model_id} has no {CONFIG_FILE} on the Hub, so transformers cannot load it") from None
+        raise ValueError(f"{model_id} has no {file_name} on the Hub, so transformers cannot load it") from None
     except HfHubHTTPError as error:
         raise Unreachable(f"the Hugging Face Hub answered {error.response.status_code} for {model_id}") from None
-    try:
-        json.loads(response.content)
-    except ValueError:
-        raise ValueError(f"{model_id}'s {CONFIG_FILE} on the Hub is not JSON") from None
-    directory = tempfile.mkdtemp(prefix="raytrain-model-config-")
-    with open(os.path.join(directory, CONFIG_FILE), "wb") as file:
-        file.write(response.content)
-    return directory
+    return response

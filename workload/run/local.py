@@ -261,6 +261,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     cfg, verbose = parse_command(argv)
     started = time.monotonic()
     resumed_at = local_checks.check_before_ray(cfg)  # the data, storage, workers and an earlier run of the name
+    check_model_source(cfg)
     # Heavy imports (torch, transformers, Ray) only once the flags are good, so --help and typos answer at once.
     from workload.run.submit import JobFailedError, parse_summary, submit_training_job
     from workload.trainer import validate
@@ -299,6 +300,26 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(line, flush=True)
     print(SUMMARY_PREFIX + json.dumps(result.summary, allow_nan=False), flush=True)
     return cli.OK
+
+
+def check_model_source(cfg: TrainConfig) -> None:
+    """--model_id's config.json and its tokenizer on the Hub, one request each before torch, transformers and Ray
+    load: an unreachable Hub or a gated model is exit 3 and a model that is not there exit 2, in a second instead of
+    after the imports and a minute of retries. A shipped config, a directory and s3:// are read later, where they are."""
+    if cfg.model_config:
+        return
+    from workload.model import architectures, model_source
+
+    what = f"--model_id {cfg.model_id}"
+    try:
+        if (architectures.published(cfg.model_id) is None and not model_source.is_path(cfg.model_id)
+                and "://" not in cfg.model_id):
+            shutil.rmtree(model_source.hub_config_directory(cfg.model_id), ignore_errors=True)
+        model_source.check_hub_reachable(cfg.tokenizer_name)
+    except (model_source.Unreachable, model_source.NeedsToken) as error:
+        raise cli.EnvironmentProblem(f"{what}: {error}") from None
+    except ValueError as error:
+        raise cli.UsageError(f"{what}: {error}") from None
 
 
 def generate(model_directory: str, prompt: str, new_tokens: int = NEW_TOKENS) -> str:

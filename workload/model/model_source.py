@@ -105,21 +105,32 @@ def hub_config_directory(model_id: str, token: str | None = None) -> str:
     return directory
 
 
-def _get(model_id: str, file_name: str, token: str | None):
-    """One GET of a file of a Hub model, no retries; the Hub's answer as this module's errors."""
+def get_file(model_id: str, file_name: str, token: str | bool | None):
+    """One GET of a file of a Hub model, no retries (HF_ENDPOINT read now): the response, huggingface_hub's own error
+    for an answer that is not the file (hf_raise_for_status: GatedRepoError, RepositoryNotFoundError,
+    EntryNotFoundError, HfHubHTTPError), Unreachable for no answer. `token`: a token, None for HF_TOKEN from the
+    environment, False for none."""
     from huggingface_hub import constants
-    from huggingface_hub.errors import EntryNotFoundError, GatedRepoError, HfHubHTTPError, RepositoryNotFoundError
     from huggingface_hub.utils import build_hf_headers, get_session, hf_raise_for_status
 
     endpoint = (os.environ.get("HF_ENDPOINT") or constants.ENDPOINT).rstrip("/")
     url = f"{endpoint}/{model_id}/resolve/main/{file_name}"
     try:
-        response = get_session().get(url, headers=build_hf_headers(token=token or None), timeout=HUB_TIMEOUT_S,
+        response = get_session().get(url, headers=build_hf_headers(token=token), timeout=HUB_TIMEOUT_S,
                                      follow_redirects=True)
     except Exception as error:  # noqa: BLE001 - httpx's (or httpx2's) transport errors: no answer at all
         raise Unreachable(f"the Hugging Face Hub at {endpoint} is not reachable ({type(error).__name__})") from None
+    hf_raise_for_status(response)
+    return response
+
+
+def _get(model_id: str, file_name: str, token: str | None):
+    """get_file with the Hub's answers as this module's errors, in the job's words (--model_id)."""
+    from huggingface_hub.errors import EntryNotFoundError, GatedRepoError, HfHubHTTPError, RepositoryNotFoundError
+    from huggingface_hub.utils import build_hf_headers
+
     try:
-        hf_raise_for_status(response)
+        response = get_file(model_id, file_name, token or None)
     except GatedRepoError:
         raise NeedsToken(f"{model_id} is gated on the Hugging Face Hub: accept its terms on its Hub page, then set "
                          f"{TOKEN_VARIABLE} to a token of that account (on a stack: `{SECRET_COMMAND}`)") from None

@@ -1,11 +1,50 @@
-"""Session-wide test settings and fixtures."""
+"""Session-wide test settings and fixtures.
+
+The suite runs in two pytest-xdist workers (pyproject.toml's addopts), each taking whole modules (`--dist loadfile`),
+so a module's Ray cluster starts once. The modules that start Ray runs are handed out first, longest first: the two
+workers then run the long ones side by side, and the short ones fill in after, instead of one long module running
+alone at the end. A Ray run keeps about 1.5 of the 2 cores busy (the rest is waiting on processes to start); the
+other worker takes the rest.
+"""
+import asyncio
 import logging
 
 import pytest
 from moto import mock_aws
 
-# The README's and docs' journeys' fixtures (project, kube_api, job_server), for every test that walks one.
-pytest_plugins = ("tests.docs_shell",)
+# The README's and docs' journeys' fixtures (project, kube_api, job_server), for every test that walks one; a real
+# MLflow tracking server (mlflow_server) for the trackers' tests.
+pytest_plugins = ("tests.docs_shell", "tests.mlflow_server")
+
+
+# Test modules that start Ray clusters or long runs, longest first (pytest --durations shows what they take).
+LONGEST_FIRST = ("test_workload_train", "test_ray_job", "test_readme", "test_workload_runs", "test_workload_submit",
+                 "test_cli", "test_parallel", "test_families", "test_local_cleanup", "test_tracking")
+
+
+def pytest_collection_modifyitems(items):
+    rank = {name: position for position, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.module.__name__.rsplit(".", 1)[-1], len(rank)))  # stable: the rest keep
+    # their order
+
+
+@pytest.fixture(autouse=True)
+def _an_event_loop():
+    """Pulumi's mocks run the program on the main thread's event loop; a module before may have left the thread
+    without one (asyncio.run does, and workload.run.submit streams a job's logs with it)."""
+    try:
+        asyncio.get_event_loop_policy().get_event_loop()
+    except RuntimeError:
+        asyncio.set_event_loop(asyncio.new_event_loop())
+    yield
+
+
+@pytest.fixture(scope="module")
+def ray_cluster():
+    """A two-node Ray cluster of the module's own (tests/local_ray.py)."""
+    from tests.local_ray import two_node_cluster
+
+    yield from two_node_cluster()
 
 
 @pytest.fixture

@@ -44,13 +44,15 @@ def test_every_stack_renders_the_pinned_metrics_stack_node_repair_and_idle_stop(
     releases = {r.inputs["name"]: r.inputs for r in run.of_type(RELEASE)}
     expected = {
         "kube-prometheus-stack": ("kube-prometheus-stack", "88.5.3",
-                                  "https://prometheus-community.github.io/helm-charts"),
-        "dcgm-exporter": ("dcgm-exporter", "4.8.2", "https://nvidia.github.io/dcgm-exporter/helm-charts"),
+                                  "https://prometheus-community.github.io/helm-charts", "monitoring"),
+        # Issue 31: the DaemonSets that need the host run in a privileged namespace of their own.
+        "dcgm-exporter": ("dcgm-exporter", "4.8.2", "https://nvidia.github.io/dcgm-exporter/helm-charts",
+                          "monitoring-host"),
     }
-    for release, (chart, version, repo) in expected.items():
+    for release, (chart, version, repo, namespace) in expected.items():
         got = releases[release]
         assert (got["chart"], got["version"], got["repositoryOpts"]["repo"], got["namespace"]) == (
-            chart, version, repo, "monitoring"), f"{stack}: {release} must be {chart} {version} from {repo}: {got}"
+            chart, version, repo, namespace), f"{stack}: {release} must be {chart} {version} from {repo}: {got}"
     monitor = run.one("kubernetes:monitoring.coreos.com/v1:PodMonitor")
     assert monitor.inputs["spec"]["namespaceSelector"] == {"matchNames": ["ray"]}, stack
     assert monitor.inputs["spec"]["podMetricsEndpoints"][0]["port"] == "metrics", stack
@@ -251,7 +253,8 @@ def test_idle_stop_is_scoped_to_the_gpu_node_group_and_pulumi_up_leaves_its_size
     group = gpu_node_group(run)
     count = stack_settings(stack)["gpuNodeCount"]
     assert group.inputs["scalingConfig"] == {"desiredSize": count, "minSize": 0, "maxSize": count}, stack
-    assert group.ignore_changes == ["scalingConfig.desiredSize"], f"{stack}: `pulumi up` must not fight a stopped group"
+    assert group.ignore_changes == ["scalingConfig"], f"{stack}: `pulumi up` must not fight a stopped group (issue 31: " \
+        "nor send a stale desired size above a lowered max; GpuNodesAwake sets the sizes)"
     name = stack_settings(stack)["clusterName"]
     policy = json.loads(run.one("aws:iam/rolePolicy:RolePolicy", f"{name}-idle-stop-scaling").inputs["policy"])
     assert policy["Statement"] == [{"Effect": "Allow", "Action": ["eks:DescribeNodegroup", "eks:UpdateNodegroupConfig"],

@@ -6,7 +6,6 @@ port-forward uses) and the head's token. The CPU workload is really submitted, w
 """
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import os
 import re
@@ -22,18 +21,10 @@ from infra.job import ray_job
 from infra.job import job_server
 from infra.job import job_config
 from infra.kubernetes.portforward import LocalForward
-from tests.test_workload_train import FAST_RAY_TRAIN
+from tests.local_ray import FAST_RAY_TRAIN
 
 TINY_ARGS = ["--model_config", "tiny", "--steps", "2", "--batch_size", "2", "--seq_len", "32",
              "--learning_rate", "1e-3", "--num_workers", "2"]
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _event_loop_restored():
-    """workload.run.submit streams logs with asyncio.run, which leaves the main thread without an event loop; the
-    Pulumi mock tests that run later in the same process need one."""
-    yield
-    asyncio.set_event_loop(asyncio.new_event_loop())
 
 
 @pytest.fixture(scope="module")

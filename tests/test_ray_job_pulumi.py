@@ -121,7 +121,7 @@ def test_fp8_reaches_the_job_with_torchao_installed_at_start():
     assert "--fp8" in job.inputs["train_args"], job.inputs["train_args"]
     # The image has no torchao: the job's runtime_env installs it, next to trainPip's own packages.
     assert job.inputs["pip"] == ["einops==0.8.1", "torchao==0.18.0"], job.inputs["pip"]
-    pinned = SimpleNamespace(fp8=True, pip=("TorchAO==0.17.0", "https://example.com/x.whl"))
+    pinned = SimpleNamespace(fp8=True, pip=("TorchAO==0.17.0", "https://example.com/x.whl"), report_to="tensorboard")
     assert job_config.job_pip(pinned) == list(pinned.pip), "trainPip's own torchao, by its canonical name, wins"
 
 

@@ -33,7 +33,9 @@ from workload.run import submit
 
 # Ray Train's print patch stays at its default (on), as on a real cluster, so the test sees the progress lines a
 # real job log gets.
-FAST_RAY_TRAIN = {"RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "0.1", "RAY_DEDUP_LOGS": "0"}
+# Ray Train as in test_workload_train, but keeping its print patch: this job's tests read what it prints.
+FAST_RAY_TRAIN = {"RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "0.1", "RAY_TRAIN_ENABLE_PREEMPTION_WATCHER": "0",
+                  "RAY_DEDUP_LOGS": "0"}
 TINY = ["--model_config", "tiny", "--steps", "3", "--batch_size", "2", "--seq_len", "32"]
 # The module's one training run: long enough (a few seconds) for the scrapes to see it while it runs.
 STEPS = 60

@@ -14,6 +14,8 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
 from infra.config import InstanceFacts, StackConfig, TrainExamples
+from workload.config import parse_report_to
+from workload.metrics.tracking import TRACKER_REQUIREMENTS  # standard library only: the trackers' client pins
 from workload.model import fp8  # standard library only: the preview's fp8 check and torchao's pin
 
 if TYPE_CHECKING:
@@ -54,7 +56,9 @@ STACK_KEYS = {
     "lr_schedule": "trainLrSchedule", "warmup_steps": "trainWarmupSteps", "dataset": "trainDataset",
     "dataset_config": "trainDatasetConfig", "dataset_split": "trainDatasetSplit", "text_field": "trainTextField",
     "tokenizer": "trainTokenizer", "eval_split": "trainEvalSplit", "eval_fraction": "trainEvalFraction",
-    "eval_every": "trainEvalEvery", "export": "trainExport", "fp8": "trainFp8",
+    "eval_every": "trainEvalEvery", "export": "trainExport", "fp8": "trainFp8", "report_to": "trainReportTo",
+    "mlflow_tracking_uri": "trainMlflowTrackingUri", "wandb_project": "trainWandbProject",
+    "push_to_hub": "trainPushToHub",
 }
 # The flags of trainDataFormat and its keys (infra.config.TrainExamples' fields), for naming only.
 EXAMPLES_KEYS = {
@@ -106,7 +110,8 @@ def workload_config(cfg: StackConfig, facts: InstanceFacts) -> "WorkloadConfig":
 
 
 def job_pip(train) -> list[str]:
-    """trainPip, plus what the job's flags need beyond the image: torchao for trainFp8 (unless trainPip names it)."""
+    """trainPip, plus what the job's flags need beyond the image: torchao for trainFp8, and the client of each tracker
+    trainReportTo names (mlflow-skinny, wandb), unless trainPip names the package."""
     pip = list(train.pip)
 
     def name(entry: str) -> str:
@@ -115,8 +120,13 @@ def job_pip(train) -> list[str]:
         except InvalidRequirement:
             return entry  # a URL or a path: never torchao by name
 
-    if train.fp8 and "torchao" not in {name(entry) for entry in pip}:
+    named = {name(entry) for entry in pip}
+    if train.fp8 and "torchao" not in named:
         pip.append(fp8.TORCHAO_REQUIREMENT)
+    for tracker in parse_report_to(train.report_to):
+        requirement = TRACKER_REQUIREMENTS.get(tracker)
+        if requirement and name(requirement) not in named:
+            pip.append(requirement)
     return pip
 
 

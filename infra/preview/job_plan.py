@@ -8,7 +8,7 @@ import pulumi
 
 from infra.config import AwsIdentity, InstanceFacts, StackConfig
 from infra.job import job_config
-from infra.preview import instance_facts, model_config
+from infra.preview import dataset_records, instance_facts, model_config
 from workload.config import CHAT_TEMPLATES, is_local_dataset
 from workload.data.chat import KNOWN_CHAT_TEMPLATES
 from workload.model import memory, memory_plan, model_source
@@ -22,6 +22,7 @@ def check_job(cfg: StackConfig, gpu: InstanceFacts, *, identity: AwsIdentity | N
     check_job_data(cfg)
     workload = job_config.workload_config(cfg, gpu)  # the workload's own checks of the flags first
     check_chat_template(cfg)
+    dataset_records.check_train_dataset(cfg, identity=identity, region=region)  # every record the job would read
     train = cfg.train
     gpus = gpu.gpus * cfg.gpu_node_count
     workers = train.num_workers or gpus
@@ -172,8 +173,8 @@ def check_transport_expectation(cfg: StackConfig, gpu: InstanceFacts, workers: i
             "shows intra-node; allowed: intra-node or any (or more gpuNodeCount / trainNumWorkers)")
     if expect == "efa" and sockets:
         # trainEnv's values are never quoted (they may hold a token); fiProvider's may be.
+        # trainEnv may not set FI_PROVIDER (infra/config/env_names.py): fiProvider is the one place it is set.
         forced = ("trainEnv NCCL_NET=Socket" if env.get("NCCL_NET", "").lower() == "socket"
-                  else "trainEnv's FI_PROVIDER" if "FI_PROVIDER" in cfg.train.env
                   else f"FI_PROVIDER={env.get('FI_PROVIDER')} (fiProvider)")
         raise ValueError(f"config key {key!r}: efa, but {forced} sends NCCL over TCP sockets; allowed: socket or "
                          "any with that env, or efa without it")

@@ -178,10 +178,10 @@ def test_the_local_run_trains_the_model_id_it_is_given(tmp_path):
     from workload.run.local import parse_command
 
     directory = str(tmp_path)
-    given, _ = parse_command(["--model_id", directory])
+    given, _, _ = parse_command(["--model_id", directory])
     assert (given.model_id, given.model_config, given.tokenizer) == (directory, "", ""), (
         "--model_id DIR trains DIR with its own tokenizer, not the tiny default")
-    both, _ = parse_command(["--model_id", directory, "--model_config", "tiny"])
+    both, _, _ = parse_command(["--model_id", directory, "--model_config", "tiny"])
     assert both.model_config == "tiny", "an explicit --model_config still wins, as --help says"
     assert parse_command([])[0].model_config == "tiny", "the local run's default is still the tiny model"
 

@@ -35,8 +35,9 @@ def test_job_inputs_come_from_the_train_config(enabled):
         f"train flags from trainModelConfig/Steps: {args}"
     assert flags["--run_name"].startswith("ray-train-fsdp-llm-7-"), f"a new trainRunId is a new checkpoint run: {args}"
     assert is_secret_value(job.inputs["env_vars"]), "trainEnv may hold a token: the job's env is a secret input"
-    assert job.inputs["env_vars"]["value"] == {"NCCL_DEBUG_FILE": job_config.NCCL_DEBUG_FILE, "NCCL_NET": "Socket"}, \
-        f"job env: each rank's NCCL debug file plus trainEnv; got {job.inputs['env_vars']}"
+    assert job.inputs["env_vars"]["value"] == {"NCCL_DEBUG_FILE": job_config.NCCL_DEBUG_FILE, "NCCL_NET": "Socket",
+                                               "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}, \
+        f"job env: each rank's NCCL debug file, the allocator's expandable segments, plus trainEnv; got {job.inputs['env_vars']}"
     assert job.inputs["pip"] == ["einops==0.8.1"] and job.inputs["run_id"] == "7", job.inputs
     assert job.inputs["expect_transport"] == "socket" and job.inputs["timeout_s"] == 90 * 60, job.inputs
     facts = INSTANCE_FACTS["g6.12xlarge"]  # Pulumi.dev.yaml: 2 x g6.12xlarge

@@ -65,7 +65,7 @@ def stack_job(stack: str, run_id: str, extra_flags: list[str], config: str | Non
     `config` over the stack's keys and `extra_flags` over both:
     {train_args, workload, pip, env_vars, time_limit_s, submission_id, secrets_left_out}."""
     from infra import config as stack_config
-    from infra.job.job_config import NCCL_DEBUG_FILE, job_pip, submission_id, workload_config
+    from infra.job.job_config import job_env, job_pip, submission_id, workload_config
     from infra.preview.instance_facts import KNOWN_GPU_INSTANCE_TYPES
     from workload.config import build_parser
 
@@ -97,7 +97,7 @@ def stack_job(stack: str, run_id: str, extra_flags: list[str], config: str | Non
         chosen = dataclasses.replace(chosen, run_name=f"ray-train-fsdp-llm-{run_id}-"
                                      f"{hashlib.sha256(json.dumps(unnamed).encode()).hexdigest()[:8]}")
     train_args = chosen.to_args()
-    env_vars = {"NCCL_DEBUG_FILE": NCCL_DEBUG_FILE, **cfg.train.env}
+    env_vars = job_env(cfg.train.env)
     # The packages of the run's own flags: a tracker named by --config or after `--` brings its client too.
     pip = job_pip(dataclasses.replace(cfg.train, report_to=chosen.report_to))
     return {"train_args": train_args, "workload": chosen, "pip": pip, "env_vars": env_vars,

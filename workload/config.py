@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
-from workload.model import architectures
+from workload.model import architectures, model_source
 
 # The published config.json of the architectures known before any download (workload/architectures: Qwen2.5,
 # Qwen3, Llama 3.x, Mistral). Qwen/Qwen2.5-1.5B's fields make `qwen2.5-1.5b`, so it benchmarks the real architecture
@@ -247,6 +247,8 @@ class TrainConfig:
             )
         if not self.model_config and not self.model_id:
             raise ValueError("--model_id must name a Hugging Face model when --model_config is empty")
+        if not self.model_config and (wrong := model_source.problem(self.model_id)):
+            raise ValueError(f"--model_id {self.model_id!r} is {wrong}")
         if self.model_id.startswith("s3://"):
             bucket, _, prefix = self.model_id.removeprefix("s3://").partition("/")
             if not bucket or not prefix.strip("/"):

@@ -42,6 +42,21 @@ def parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> tuple[
     return values, bool(values.pop("print_config", False))
 
 
+def given(argv: Sequence[str]) -> set[str]:
+    """The fields the user set: flags on the command line (--name or --name=value) and keys of its --config file
+    (which parse() has already read and checked)."""
+    names = {arg[2:].split("=", 1)[0].replace("-", "_") for arg in argv if arg.startswith("--")}
+    early = argparse.ArgumentParser(add_help=False)
+    early.add_argument(CONFIG_FLAG, default=None)
+    known, _ = early.parse_known_args(argv)
+    if known.config:
+        import yaml
+
+        with open(known.config) as file:
+            names |= set(yaml.safe_load(file) or {})
+    return names
+
+
 def file_keys(parser: argparse.ArgumentParser) -> dict[str, argparse.Action]:
     """The keys a --config file may set for `parser`: its flags' dests (but --help, --config and --print_config)."""
     return {action.dest: action for action in parser._actions

@@ -29,7 +29,7 @@ import torch.distributed as dist
 from ray.util.queue import Queue
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from workload import storage
+from workload import cli, storage
 from workload.checkpoint import sharded as checkpoints
 from workload.checkpoint.export import save_model_directory
 from workload.config import TRANSPORT_PREFIX, TrainConfig
@@ -41,7 +41,7 @@ from workload.gc_control import StepCollector
 from workload.metrics.live import LiveMetrics
 from workload.metrics import trackers
 from workload.model import files as model_files
-from workload.model import memory_plan, parallel
+from workload.model import compatibility, memory_plan, model_source, parallel
 from workload.model.causal_lm import (
     build_mesh,
     build_model,
@@ -325,7 +325,14 @@ def validate(cfg: TrainConfig) -> None:
     # Refusals only: the local run has said what the file holds, and on a cluster rank 0's data line says it.
     records_check.check_dataset(cfg, say=lambda line: None)
     config = hf_config(cfg)
+    if not cfg.model_config:  # the model gate, as the preview ran it and every worker will
+        compatibility.build(config, f"--model_id {cfg.model_id}")
     check_fits(cfg, config)
+    try:  # one request first: transformers would retry an unreachable Hub for a minute
+        model_source.check_hub_reachable(cfg.tokenizer_name)
+    except (model_source.Unreachable, model_source.NeedsToken) as error:
+        flag = "--tokenizer" if cfg.tokenizer else "--model_id"
+        raise cli.EnvironmentProblem(f"{flag} {cfg.tokenizer_name} (its tokenizer): {error}") from None
     check_tokenizer(cfg, config.vocab_size)
 
 
@@ -403,7 +410,6 @@ def _checkpoint_uri(cfg: TrainConfig, result: ray.train.Result) -> str | None:
 
 def connect_to_cluster() -> None:
     """Join the Ray cluster this process runs in (a Ray job's entrypoint has RAY_ADDRESS set)."""
-    from workload import cli
 
     address = os.environ.get("RAY_ADDRESS", "")
     hint = "python -m workload.train runs as a Ray job; to train on this machine: python -m workload.local"

@@ -25,6 +25,17 @@ if TYPE_CHECKING:
 # Each rank writes its own NCCL log here (%h host, %p pid), reads back its transport lines at the end and reports
 # them in the summary, so the verdict does not depend on which worker output reaches the driver.
 NCCL_DEBUG_FILE = "/tmp/nccl-%h-%p.log"
+# PyTorch's caching allocator with expandable segments: a segment grows in place instead of a new block being carved
+# for each size, so memory freed by one step's shapes serves the next (issue 30 measured on an H200: the dev plan for
+# Qwen2.5-7B ran out of memory under a 21.85 GiB cap with the default allocator, 4.2 GiB reserved but unallocated, and
+# ran with this). Read once, when CUDA first allocates, so it goes in the job's environment, not in the code.
+CUDA_ALLOCATOR = "expandable_segments:True"
+
+
+def job_env(train_env: Mapping[str, str]) -> dict[str, str]:
+    """The job's runtime_env env_vars: the project's defaults, then trainEnv, whose values win (NCCL_DEBUG_FILE can
+    go elsewhere, and a trainEnv PYTORCH_CUDA_ALLOC_CONF replaces the allocator setting rather than adds to it)."""
+    return {"NCCL_DEBUG_FILE": NCCL_DEBUG_FILE, "PYTORCH_CUDA_ALLOC_CONF": CUDA_ALLOCATOR, **train_env}
 
 
 def submission_id(stack: str, run_id: str, train_args: list[str], pip: list[str], env_vars: dict[str, str]) -> str:
@@ -133,8 +144,7 @@ def job_inputs(cfg: StackConfig, facts: InstanceFacts) -> dict[str, Any]:
 
     workload = workload_config(cfg, facts)
     train = cfg.train
-    # NCCL_DEBUG_FILE goes first so that trainEnv can still send NCCL's log elsewhere.
-    env_vars = {"NCCL_DEBUG_FILE": NCCL_DEBUG_FILE, **train.env}
+    env_vars = job_env(train.env)
     stack = pulumi.get_stack()
     pip = job_pip(train)
     return {

@@ -11,7 +11,7 @@ from infra.job import job_config
 from infra.preview import dataset_records, instance_facts, model_config
 from workload.config import CHAT_TEMPLATES, is_local_dataset
 from workload.data.chat import KNOWN_CHAT_TEMPLATES
-from workload.model import memory, memory_plan
+from workload.model import memory, memory_plan, model_source
 
 
 def check_job(cfg: StackConfig, gpu: InstanceFacts, *, identity: AwsIdentity | None = None,
@@ -29,6 +29,7 @@ def check_job(cfg: StackConfig, gpu: InstanceFacts, *, identity: AwsIdentity | N
     if workers > gpus:
         raise ValueError(f"config key 'trainNumWorkers': {workers} workers need a GPU each, and the cluster has "
                          f"{gpus} ({cfg.gpu_node_count} x {gpu.gpus}); allowed: 0 (one per GPU) to {gpus}")
+    check_job_model(cfg)
     architecture = model_config.resolve(train.model_id, train.model_config,
                                         hub_token=train.secret_env.reveal().get(model_config.HUB_TOKEN_VARIABLE),
                                         identity=identity, region=region)
@@ -63,6 +64,16 @@ def check_job_data(cfg: StackConfig) -> None:
         raise ValueError(
             f"config key 'trainTokenizer': {train.tokenizer} is a path on this machine, which {nodes} cannot read; "
             "allowed: a Hugging Face tokenizer or model id, or empty for trainModelId's tokenizer")
+
+
+def check_job_model(cfg: StackConfig) -> None:
+    """A model directory on this machine is not in the job's pods (the local run trains one: python -m workload.local
+    --model_id DIR)."""
+    train = cfg.train
+    if not train.model_config and model_source.is_path(train.model_id):
+        raise ValueError(f"config key 'trainModelId': {train.model_id} is a path on this machine, which the job's pods "
+                         "cannot read; allowed: a Hugging Face model id, or s3://bucket/prefix/ holding the model "
+                         "directory (the Ray pods' role reads it)")
 
 
 def check_chat_template(cfg: StackConfig) -> None:

@@ -214,6 +214,8 @@ def parse_command(argv: Sequence[str] | None = None) -> tuple[TrainConfig, bool,
         "  python -m workload.local                 # tiny model, data/corpus.txt, 40 steps, then a generation\n"
         "  python -m workload.local --steps 5 --dataset ''   # random tokens, as the original recipe\n"
         "  python -m workload.local --data_format chat       # a chat fine-tune on data/conversations.jsonl\n"
+        "  python -m workload.local --model_id DIR      # fine-tune your model (a directory or a Hub id) with its\n"
+        "                                           # own tokenizer: --model_id alone turns the tiny default off\n"
         "  python -m workload.local --config run.yaml --steps 10   # a run described in a file, one flag over it",
         defaults=LOCAL_DEFAULTS,
     )
@@ -222,6 +224,13 @@ def parse_command(argv: Sequence[str] | None = None) -> tuple[TrainConfig, bool,
     config_file.add_options(parser)
     args, print_config = config_file.parse(parser, argv)
     verbose = args.pop("verbose")
+    given = config_file.given(sys.argv[1:] if argv is None else list(argv))
+    if "model_id" in given and "model_config" not in given:
+        # --model_id names the model to train: the tiny random-weight default gives way, and so does the sample
+        # tokenizer, for the model's own.
+        args["model_config"] = ""
+        if "tokenizer" not in given:
+            args["tokenizer"] = ""
     if args["run_name"] == LOCAL_DEFAULTS["run_name"]:
         args["run_name"] = new_run_name()
     for name, value in FORMAT_DEFAULTS.get(args["data_format"], {}).items():
@@ -270,6 +279,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return cli.OK
     started = time.monotonic()
     resumed_at = local_checks.check_before_ray(cfg)  # the data, storage, workers and an earlier run of the name
+    check_model_source(cfg)
     # Heavy imports (torch, transformers, Ray) only once the flags are good, so --help and typos answer at once.
     from workload.run.submit import JobFailedError, parse_summary, submit_training_job
     from workload.trainer import validate
@@ -308,6 +318,26 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(line, flush=True)
     print(SUMMARY_PREFIX + json.dumps(result.summary, allow_nan=False), flush=True)
     return cli.OK
+
+
+def check_model_source(cfg: TrainConfig) -> None:
+    """--model_id's config.json and its tokenizer on the Hub, one request each before torch, transformers and Ray
+    load: an unreachable Hub or a gated model is exit 3 and a model that is not there exit 2, in a second instead of
+    after the imports and a minute of retries. A shipped config, a directory and s3:// are read later, where they are."""
+    if cfg.model_config:
+        return
+    from workload.model import architectures, model_source
+
+    what = f"--model_id {cfg.model_id}"
+    try:
+        if (architectures.published(cfg.model_id) is None and not model_source.is_path(cfg.model_id)
+                and "://" not in cfg.model_id):
+            shutil.rmtree(model_source.hub_config_directory(cfg.model_id), ignore_errors=True)
+        model_source.check_hub_reachable(cfg.tokenizer_name)
+    except (model_source.Unreachable, model_source.NeedsToken) as error:
+        raise cli.EnvironmentProblem(f"{what}: {error}") from None
+    except ValueError as error:
+        raise cli.UsageError(f"{what}: {error}") from None
 
 
 def generate(model_directory: str, prompt: str, new_tokens: int = NEW_TOKENS) -> str:

@@ -328,11 +328,12 @@ def validate(cfg: TrainConfig) -> None:
     if not cfg.model_config:  # the model gate, as the preview ran it and every worker will
         compatibility.build(config, f"--model_id {cfg.model_id}")
     check_fits(cfg, config)
-    try:  # one request first: transformers would retry an unreachable Hub for a minute
-        model_source.check_hub_reachable(cfg.tokenizer_name)
-    except (model_source.Unreachable, model_source.NeedsToken) as error:
-        flag = "--tokenizer" if cfg.tokenizer else "--model_id"
-        raise cli.EnvironmentProblem(f"{flag} {cfg.tokenizer_name} (its tokenizer): {error}") from None
+    if cfg.dataset:  # the tokenizer is loaded for a dataset only (random tokens need none)
+        try:  # one request first: transformers would retry an unreachable Hub for a minute
+            model_source.check_hub_reachable(cfg.tokenizer_name)
+        except (model_source.Unreachable, model_source.NeedsToken) as error:
+            flag = "--tokenizer" if cfg.tokenizer else "--model_id"
+            raise cli.EnvironmentProblem(f"{flag} {cfg.tokenizer_name} (its tokenizer): {error}") from None
     check_tokenizer(cfg, config.vocab_size)
 
 

@@ -34,6 +34,7 @@ import pulumi_aws as aws
 import pulumi_kubernetes as k8s
 import pulumi_random as random
 
+from infra.aws import addon_pins
 from infra.aws.node_labels import GPU_PRESENT_LABEL, GPU_TOLERATION, SYSTEM_NODE_SELECTOR
 from infra.kubernetes.portforward import CLUSTER_LABEL, NODE_TYPE_LABEL
 from infra.kubernetes import image_pins
@@ -59,9 +60,9 @@ MONITORING_NAMESPACE = "monitoring"
 MONITORING_HOST_NAMESPACE = security.MONITORING_HOST_NAMESPACE  # node-exporter and the DCGM exporter
 # The CloudWatch Observability add-on (Container Insights, with enhanced observability: GPU metrics through its own
 # DCGM exporter, EFA metrics through its EFA collector) and the managed policy its agent needs (EKS user guide,
-# "Install the CloudWatch agent with the Amazon CloudWatch Observability EKS add-on"). Its version is EKS's default
-# for the cluster's Kubernetes version, as for coredns and the Pod Identity agent.
-CLOUDWATCH_ADDON = "amazon-cloudwatch-observability"
+# "Install the CloudWatch agent with the Amazon CloudWatch Observability EKS add-on"), at the version pinned with its
+# source in infra/aws/addon_pins.py.
+CLOUDWATCH_ADDON = addon_pins.CLOUDWATCH_ADDON
 CLOUDWATCH_NAMESPACE = "amazon-cloudwatch"
 CLOUDWATCH_SERVICE_ACCOUNT = "cloudwatch-agent"
 CLOUDWATCH_AGENT_POLICY = "arn:aws:iam::aws:policy/CloudWatchAgentServerPolicy"
@@ -429,6 +430,7 @@ class CloudWatchMonitoring(pulumi.ComponentResource):
                                                   opts=pulumi.ResourceOptions(parent=role))
         self.addon = aws.eks.Addon(
             f"{name}-addon", cluster_name=cluster_name, addon_name=CLOUDWATCH_ADDON,
+            addon_version=addon_pins.CLOUDWATCH_VERSION,
             pod_identity_associations=[aws.eks.AddonPodIdentityAssociationArgs(
                 role_arn=role.arn, service_account=CLOUDWATCH_SERVICE_ACCOUNT)],
             resolve_conflicts_on_create="OVERWRITE", resolve_conflicts_on_update="OVERWRITE", tags=tags,

@@ -233,3 +233,13 @@ def test_the_store_copy_round_trips_through_s3(tmp_path):
             assert db.execute("select name from runs").fetchall() == [("sft-1",)]
         # A failing upload warns and returns; the server is never stopped by it.
         assert mlflow_serve.copy(s3, "no-such-bucket", "k", str(store)) is False
+
+
+def test_it_fits_in_the_system_nodes_stated_margin():
+    """On the system nodes, beside the Ray head and monitoring: within the margin tests/test_monitoring.py holds the
+    default m7i.xlarge to (0.75 CPU, 2.3 GiB), with room left."""
+    requests = mlflow_server.RESOURCES["requests"]
+    assert float(requests["cpu"].removesuffix("m")) / 1000 <= 0.75 / 2
+    assert float(requests["memory"].removesuffix("Mi")) <= 2.3 * 1024 / 2
+    assert mlflow_server.deployment(namespace="ray", bucket="b", prefix="p", config_map="c")["spec"]["template"][
+        "spec"]["nodeSelector"] == {"role": "system"}

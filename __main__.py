@@ -14,6 +14,7 @@ from infra.aws.network import Network
 from infra.aws.pod_identity import RayPodIdentity, checkpoint_storage_policy
 from infra.job import preflight, ray_job
 from infra.kubernetes import addons, idle_stop, monitoring, raycluster
+from infra.kubernetes.mlflow_server import MlflowServer
 from infra.preview import feasibility
 
 # ---- config and every check, before any resource ---------------------------------------------------------------
@@ -163,6 +164,15 @@ elif cfg.monitoring == "cloudwatch":
         eks_cluster_arn=cluster.cluster_arn, tags=tags,
         depends_on=[cluster.system_node_group, cluster.pod_identity_agent])
     pulumi.export("grafanaCommand", metrics.dashboard_command)
+# ---- the stack's own MLflow server (issue 34): the job reports to it when trainReportTo names mlflow ---------------
+tracking = MlflowServer(
+    f"{cfg.cluster_name}-mlflow", provider=cluster.provider, cluster_name=cluster.cluster_name,
+    eks_cluster_name=cfg.cluster_name, eks_cluster_arn=cluster.cluster_arn, namespace_name=cfg.ray_namespace,
+    ray_cluster_name=cfg.ray_cluster_name, storage_path=cfg.train.storage_path, tags=tags,
+    depends_on=[ray_cluster.namespace_resource, ray_cluster.admission_binding, cluster.system_node_group,
+                cluster.pod_identity_agent]) if cfg.experiment_tracking == "mlflow" else None
+if tracking:
+    pulumi.export("mlflowCommand", tracking.port_forward_command)
 if cfg.gpu_idle_stop_minutes:
     if target is not None:
         pulumi.log.warn("gpuIdleStopMinutes with a capacity reservation: stopping the GPU nodes saves nothing, the "
@@ -200,7 +210,9 @@ if cfg.train.enabled:
         cfg=cfg,
         facts=gpu_facts,
         ray_cluster=ray_cluster,
-        opts=pulumi.ResourceOptions(depends_on=[ray_cluster, *([awake] if awake else [])]),
+        # The server up before the job, whose first call to it would otherwise fail (and the run go on without it).
+        opts=pulumi.ResourceOptions(depends_on=[ray_cluster, *([awake] if awake else []),
+                                                *([tracking.deployment] if tracking else [])]),
     )
     pulumi.export("jobId", job.job_id)
     pulumi.export("jobStatus", job.status)

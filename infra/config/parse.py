@@ -8,6 +8,7 @@ from typing import Any
 
 import pulumi
 
+from infra.config.experiment_tracking import parse_experiment_tracking
 from infra.config.naming import default_cluster_name
 from infra.config.rules import (
     CLUSTER_NAME,
@@ -185,7 +186,7 @@ def _parse_operations(raw: dict[str, Any]) -> dict[str, Any]:
              f"must be 0 (never stop) or {IDLE_STOP_MINIMUM_MINUTES} to {IDLE_STOP_MAXIMUM_MINUTES} minutes, "
              f"got {minutes}")
     return {"monitoring": raw["monitoring"], "gpu_node_repair": raw["gpuNodeRepair"],
-            "gpu_idle_stop_minutes": minutes}
+            "gpu_idle_stop_minutes": minutes, "experiment_tracking": parse_experiment_tracking(raw)}
 
 
 def _check_principals(key: str, arns: list[str]) -> tuple[str, ...]:

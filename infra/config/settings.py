@@ -212,6 +212,8 @@ class StackConfig:
     """gpuNodeRepair: the node monitoring agent and the GPU node group's automatic repair (infra/aws/node_health.py)."""
     gpu_idle_stop_minutes: int = 0
     """gpuIdleStopMinutes: scale the GPU nodes to 0 after this long without a Ray job; 0 never (infra/kubernetes/idle_stop.py)."""
+    experiment_tracking: str = "none"
+    """experimentTracking: none, or mlflow for the stack's own MLflow server (infra/kubernetes/mlflow_server.py)."""
 
 
 # ---- issue 24: metrics, node repair, idle stop

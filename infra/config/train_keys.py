@@ -8,6 +8,7 @@ from typing import Any
 
 import infra.config.pip_requirements as pip_requirements  # trainPip
 from infra.config.env_names import MAX_ENV_ENTRIES, MAX_ENV_VALUE_CHARS, reserved_reason
+from infra.config.experiment_tracking import default_tracking_uri, in_cluster_uri, parse_experiment_tracking
 from infra.config.rules import ENV_NAME, RUN_ID, check_dataset_location, check_storage_path, require, s3_location
 from infra.config.settings import (
     MAX_BATCH_SIZE,
@@ -143,7 +144,8 @@ def parse_train(raw: dict[str, Any]) -> TrainConfig:
         export=raw["trainExport"],
         examples=_parse_train_examples(raw),
         report_to=raw["trainReportTo"],
-        mlflow_tracking_uri=raw["trainMlflowTrackingUri"],
+        # experimentTracking mlflow: the stack's own server when trainMlflowTrackingUri is unset.
+        mlflow_tracking_uri=default_tracking_uri(raw, parse_report_to(raw["trainReportTo"])),
         wandb_project=raw["trainWandbProject"],
         push_to_hub=raw["trainPushToHub"],
     )
@@ -171,13 +173,17 @@ def _check_tracking(raw: dict[str, Any], env: dict[str, str], secret_env: Secret
     require(not leaked, "trainEnv", f"sets {', '.join(leaked)}: a token goes in trainSecretEnv (`pulumi config set "
             "--secret --path 'trainSecretEnv[0]' NAME=...`), never in trainEnv, which Ray's dashboard shows")
     uri = raw["trainMlflowTrackingUri"]
-    require(not uri or bool(_TRACKING_URI.fullmatch(uri)), "trainMlflowTrackingUri",
+    # The stack's own server (experimentTracking mlflow) is plain http inside the cluster, and the Ray pods' egress to
+    # it is a NetworkPolicy of its own (infra/kubernetes/mlflow_server.py): that one URI is allowed besides https.
+    own_server = parse_experiment_tracking(raw) == "mlflow"
+    in_cluster = own_server and uri == in_cluster_uri(raw["rayNamespace"])
+    require(not uri or bool(_TRACKING_URI.fullmatch(uri)) or in_cluster, "trainMlflowTrackingUri",
              "must be https://host[/path] on port 443, the only way out the Ray pods' NetworkPolicy allows (to public "
              "addresses), with no user:password@ (credentials go in trainSecretEnv as MLFLOW_TRACKING_USERNAME and "
              f"MLFLOW_TRACKING_PASSWORD), got {'a URI with credentials' if '@' in uri else repr(uri)}")
-    require("mlflow" not in trackers or bool(uri), "trainReportTo",
+    require("mlflow" not in trackers or bool(uri) or own_server, "trainReportTo",
              "mlflow needs trainMlflowTrackingUri: a job's pods keep no local MLflow store (set the team's server, "
-             "https://host)")
+             "https://host, or experimentTracking mlflow for the stack's own)")
     require("wandb" not in trackers or WANDB_KEY in secret_env.names, "trainReportTo",
              f"wandb needs {WANDB_KEY} in trainSecretEnv: `pulumi config set --secret --path 'trainSecretEnv[0]' "
              f"{WANDB_KEY}=...` (a Pulumi secret, never in plain config)")

@@ -73,7 +73,13 @@ CHART_IMAGES = (
     ImagePin("nvcr.io/nvidia/k8s-device-plugin", "", "nvidia-device-plugin 0.20.0 values.yaml (the chart's "
              "appVersion)", chart="nvidia-device-plugin", values_path=("image",)),
 )
-ALL_IMAGES = (DLC, *CHART_IMAGES)
+# The stack's MLflow server (experimentTracking mlflow, infra/kubernetes/mlflow_server.py): the official image at the
+# version of the job's client, requirements.txt's mlflow-skinny, so server and client speak the same API; the -full
+# variant (MLflow 3.9 and later) carries boto3 for the S3 artifact store.
+MLFLOW = ImagePin("ghcr.io/mlflow/mlflow", "v3.17.2-full",
+                  "mlflow/mlflow docker/README.md (VERSION-full) and docker/Dockerfile.full; requirements.txt "
+                  "mlflow-skinny==3.17.2")
+ALL_IMAGES = (DLC, *CHART_IMAGES, MLFLOW)
 
 
 def chart_values(chart: str, pins: tuple[ImagePin, ...] = CHART_IMAGES) -> dict:

@@ -376,6 +376,7 @@ class RayCluster(pulumi.ComponentResource):
                       "labels": ray_security.namespace_labels(ray_security.pod_security_level(containers(manifest)))},
             opts=in_cluster,
         )
+        self.namespace_resource = namespace  # for what else lives in the namespace (the MLflow server)
         in_namespace = pulumi.ResourceOptions(parent=self, provider=provider, depends_on=[namespace])
         service_account = k8s.core.v1.ServiceAccount(
             f"{name}-pods",

@@ -14,6 +14,7 @@ from infra.aws.network import Network
 from infra.aws.pod_identity import RayPodIdentity, checkpoint_storage_policy
 from infra.job import preflight, ray_job
 from infra.kubernetes import addons, idle_stop, monitoring, raycluster
+from infra.kubernetes.mlflow_server import MlflowServer
 from infra.preview import feasibility
 
 # ---- config and every check, before any resource ---------------------------------------------------------------
@@ -114,6 +115,16 @@ cluster_addons = addons.ClusterAddons(
     vpc_cidr=cfg.vpc_cidr,
     depends_on=[cluster.system_node_group, cluster.coredns, gpu_nodes.node_group],
 )
+# Day two with the idle stop (infra/kubernetes/idle_stop.py): the GPU group may sit at 0 nodes. Before anything that
+# waits for GPU nodes or Ray workers (GpuNodesReady, the RayCluster's readiness, the job), GpuNodesAwake sets the group
+# to gpuNodeCount, in one EKS call with min, desired and max together; it runs only when one of those waits follows
+# from a change (node count, RayCluster spec, trainSecretEnv, trainRunId).
+awake = idle_stop.GpuNodesAwake(
+    f"{cfg.cluster_name}-gpu-awake", cluster=cluster.cluster_name, nodegroup=gpu_nodes.node_group_name,
+    node_count=cfg.gpu_node_count, run_id=cfg.train.run_id if cfg.train.enabled else "",
+    ray_cluster_spec=raycluster.spec_digest(cfg, gpu_facts), secret_env=cfg.train.secret_env.reveal(),
+    region=plan.region, identity=plan.identity,
+    opts=pulumi.ResourceOptions(depends_on=[gpu_nodes.node_group])) if cfg.gpu_idle_stop_minutes else None
 # When a device plugin leaves the GPU nodes without their GPUs or EFA interfaces, this fails within
 # preflight.GPU_NODES_READY_TIMEOUT_SECONDS naming the node or DaemonSet at fault; the RayCluster would instead
 # wait out its own 30 minutes with its workers Pending.
@@ -123,7 +134,8 @@ gpu_nodes_ready = preflight.GpuNodesReady(
     request=preflight.WorkerRequest.for_instance(gpu_facts, cfg.gpu_node_count),
     gpu_node_group=gpu_nodes.node_group.arn,
     image_cuda_version=plan.image.cuda_version,
-    opts=pulumi.ResourceOptions(depends_on=[cluster_addons.nvidia_device_plugin, cluster_addons.efa_device_plugin]),
+    opts=pulumi.ResourceOptions(depends_on=[cluster_addons.nvidia_device_plugin, cluster_addons.efa_device_plugin,
+                                            *([awake] if awake else [])]),
 )
 ray_cluster = raycluster.RayCluster(
     f"{cfg.cluster_name}-ray",
@@ -142,7 +154,7 @@ node_health.NodeMonitoringAgent(f"{cfg.cluster_name}-node-monitoring-agent", clu
 if cfg.monitoring == "prometheus":
     metrics = monitoring.PrometheusMonitoring(
         f"{cfg.cluster_name}-monitoring", provider=cluster.provider, ray_namespace=ray_cluster.namespace,
-        ray_namespace_name=cfg.ray_namespace, ray_cluster_name=cfg.ray_cluster_name,
+        ray_namespace_name=cfg.ray_namespace, ray_cluster_name=cfg.ray_cluster_name, vpc_cidr=cfg.vpc_cidr,
         depends_on=[cluster.system_node_group, cluster.coredns, gpu_nodes.node_group])
     pulumi.export("grafanaCommand", metrics.dashboard_command)
     pulumi.export("grafanaAdminPassword", metrics.admin_password)
@@ -152,7 +164,15 @@ elif cfg.monitoring == "cloudwatch":
         eks_cluster_arn=cluster.cluster_arn, tags=tags,
         depends_on=[cluster.system_node_group, cluster.pod_identity_agent])
     pulumi.export("grafanaCommand", metrics.dashboard_command)
-wake = []
+# ---- the stack's own MLflow server (issue 34): the job reports to it when trainReportTo names mlflow ---------------
+tracking = MlflowServer(
+    f"{cfg.cluster_name}-mlflow", provider=cluster.provider, cluster_name=cluster.cluster_name,
+    eks_cluster_name=cfg.cluster_name, eks_cluster_arn=cluster.cluster_arn, namespace_name=cfg.ray_namespace,
+    ray_cluster_name=cfg.ray_cluster_name, storage_path=cfg.train.storage_path, tags=tags,
+    depends_on=[ray_cluster.namespace_resource, ray_cluster.admission_binding, cluster.system_node_group,
+                cluster.pod_identity_agent]) if cfg.experiment_tracking == "mlflow" else None
+if tracking:
+    pulumi.export("mlflowCommand", tracking.port_forward_command)
 if cfg.gpu_idle_stop_minutes:
     if target is not None:
         pulumi.log.warn("gpuIdleStopMinutes with a capacity reservation: stopping the GPU nodes saves nothing, the "
@@ -162,14 +182,10 @@ if cfg.gpu_idle_stop_minutes:
         eks_cluster_name=cfg.cluster_name, eks_cluster_arn=cluster.cluster_arn, namespace=ray_cluster.namespace,
         namespace_name=cfg.ray_namespace,
         ray_cluster_name=cfg.ray_cluster_name, image=cfg.dlc_image, nodegroup_name=gpu_nodes.node_group_name,
-        nodegroup_arn=gpu_nodes.node_group.arn, region=plan.region, idle_minutes=cfg.gpu_idle_stop_minutes, tags=tags)
+        nodegroup_arn=gpu_nodes.node_group.arn, region=plan.region, idle_minutes=cfg.gpu_idle_stop_minutes, tags=tags,
+        awake=awake)
     pulumi.export("gpuWakeCommand", pulumi.Output.all(cluster.cluster_name, gpu_nodes.node_group_name).apply(
         lambda names: idle_stop.wake_command(names[0], names[1], cfg.gpu_node_count, plan.region)))
-    if cfg.train.enabled:
-        wake = [idle_stop.GpuNodesAwake(
-            f"{cfg.cluster_name}-gpu-awake", cluster=cluster.cluster_name, nodegroup=gpu_nodes.node_group_name,
-            node_count=cfg.gpu_node_count, run_id=cfg.train.run_id, region=plan.region, identity=plan.identity,
-            opts=pulumi.ResourceOptions(depends_on=[ray_cluster]))]
 
 pulumi.export("clusterName", cluster.cluster_name)
 # Who administers the cluster (issue 22): EKS's bootstrap access entry for the creator, which pulumi-eks always asks
@@ -194,7 +210,9 @@ if cfg.train.enabled:
         cfg=cfg,
         facts=gpu_facts,
         ray_cluster=ray_cluster,
-        opts=pulumi.ResourceOptions(depends_on=[ray_cluster, *wake]),
+        # The server up before the job, whose first call to it would otherwise fail (and the run go on without it).
+        opts=pulumi.ResourceOptions(depends_on=[ray_cluster, *([awake] if awake else []),
+                                                *([tracking.deployment] if tracking else [])]),
     )
     pulumi.export("jobId", job.job_id)
     pulumi.export("jobStatus", job.status)

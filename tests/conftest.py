@@ -12,13 +12,14 @@ import logging
 import pytest
 from moto import mock_aws
 
-# The README's and docs' journeys' fixtures (project, kube_api, job_server), for every test that walks one.
-pytest_plugins = ("tests.docs_shell",)
+# The README's and docs' journeys' fixtures (project, kube_api, job_server), for every test that walks one; a real
+# MLflow tracking server (mlflow_server) for the trackers' tests.
+pytest_plugins = ("tests.docs_shell", "tests.mlflow_server")
 
 
 # Test modules that start Ray clusters or long runs, longest first (pytest --durations shows what they take).
-LONGEST_FIRST = ("test_workload_train", "test_ray_job", "test_readme", "test_workload_submit", "test_cli",
-                 "test_parallel", "test_families", "test_local_cleanup")
+LONGEST_FIRST = ("test_workload_train", "test_ray_job", "test_readme", "test_workload_runs", "test_workload_submit",
+                 "test_cli", "test_parallel", "test_families", "test_local_cleanup", "test_tracking")
 
 
 def pytest_collection_modifyitems(items):
@@ -36,6 +37,14 @@ def _an_event_loop():
     except RuntimeError:
         asyncio.set_event_loop(asyncio.new_event_loop())
     yield
+
+
+@pytest.fixture(scope="module")
+def ray_cluster():
+    """A two-node Ray cluster of the module's own (tests/local_ray.py)."""
+    from tests.local_ray import two_node_cluster
+
+    yield from two_node_cluster()
 
 
 @pytest.fixture

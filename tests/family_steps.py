@@ -1,5 +1,5 @@
-"""The spawned side of tests/test_families.py: 2 gloo processes take tiny Llama, Mistral and Qwen3 models (the
-published config.json of each family, shrunk) through the job's path in turn: the model's files fetched once per
+"""The spawned side of tests/test_families.py: 2 gloo processes take tiny Llama, Mistral, Qwen3, Gemma 2, Gemma 3,
+Phi-3 and OLMo 2 models (the published config.json of each family, shrunk) through the job's path in turn: the model's files fetched once per
 node, built on the meta device, sharded with FSDP2, each rank's shards read from the safetensors files, trained,
 checkpointed, resumed and exported. Rank 0 saves what they saw for the tests. Kept apart from the test module so
 that each spawned process imports torch, transformers and the workload only, not Ray, Pulumi or pytest.
@@ -22,20 +22,28 @@ from workload.data.batches import random_batches
 from workload.checkpoint.export import save_model_directory
 
 WORLD = 2
-CONFIGS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "workload", "model", "architectures",
-                       "configs")
-# family -> the shipped config.json it is shrunk from.
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CONFIGS = os.path.join(REPO, "workload", "model", "architectures", "configs")
+# Published configs of families the project does not ship (tests/fixtures/model_configs/SOURCES.md).
+FIXTURE_CONFIGS = os.path.join(REPO, "tests", "fixtures", "model_configs")
+# family -> the published config.json it is shrunk from: the shipped ones, then the fixtures.
 FAMILIES = {
-    "llama": "meta-llama--Llama-3.2-1B.json",
-    "mistral": "mistralai--Mistral-7B-v0.3.json",
-    "qwen3": "Qwen--Qwen3-0.6B.json",
+    "llama": os.path.join(CONFIGS, "meta-llama--Llama-3.2-1B.json"),
+    "mistral": os.path.join(CONFIGS, "mistralai--Mistral-7B-v0.3.json"),
+    "qwen3": os.path.join(CONFIGS, "Qwen--Qwen3-0.6B.json"),
+    "gemma2": os.path.join(FIXTURE_CONFIGS, "google--gemma-2-2b-it.json"),
+    "gemma3": os.path.join(FIXTURE_CONFIGS, "google--gemma-3-1b-pt.json"),
+    "phi3": os.path.join(FIXTURE_CONFIGS, "microsoft--Phi-3-mini-4k-instruct.json"),
+    "olmo2": os.path.join(FIXTURE_CONFIGS, "allenai--OLMo-2-1124-7B.json"),
 }
+# A sliding window shorter than the tests' 16-token sequences, so that the windowed layers differ from the full ones.
+SMALL_WINDOW = 8
 VOCAB = 512
 TRAINED_STEPS, RESUMED_STEPS = 3, 2
 
 
 def published(family: str) -> dict:
-    with open(os.path.join(CONFIGS, FAMILIES[family])) as file:
+    with open(FAMILIES[family]) as file:
         return json.load(file)
 
 
@@ -44,7 +52,8 @@ def shrink(config: dict) -> dict:
     model type and architecture, grouped-query attention (fewer KV heads than query heads), an explicit head_dim
     that differs from hidden_size / heads where the family has one (Qwen3's 128 against 1024 / 16), rope_scaling
     (Llama 3's llama3 frequencies) and rope_theta, tied or untied embeddings, biases or none, and the q/k norms that
-    Qwen3's model type implies. Token ids move into the small vocabulary."""
+    Qwen3's model type implies, Gemma's soft-capping and query scale, sliding windows (shorter than a test sequence)
+    and their layer pattern. Token ids move into the small vocabulary."""
     heads, kv_heads, hidden = 4, 2 if config["num_key_value_heads"] < config["num_attention_heads"] else 4, 64
     small = dict(config, hidden_size=hidden, num_attention_heads=heads, num_key_value_heads=kv_heads,
                  intermediate_size=128, num_hidden_layers=2, vocab_size=VOCAB, max_position_embeddings=256,
@@ -52,6 +61,16 @@ def shrink(config: dict) -> dict:
     if "head_dim" in config:
         own = config["head_dim"] != config["hidden_size"] // config["num_attention_heads"]
         small["head_dim"] = 2 * hidden // heads if own else hidden // heads
+        if config.get("query_pre_attn_scalar") == config["head_dim"]:  # Gemma scales queries by head_dim ** -0.5
+            small["query_pre_attn_scalar"] = small["head_dim"]
+    if config.get("pad_token_id") is not None:
+        small["pad_token_id"] = 0
+    if config.get("sliding_window"):
+        small["sliding_window"] = SMALL_WINDOW
+    if config.get("sliding_window_pattern"):
+        small["sliding_window_pattern"] = 2  # one windowed layer, then one full, in the 2 layers
+    if config.get("original_max_position_embeddings"):  # Phi-3's
+        small["original_max_position_embeddings"] = small["max_position_embeddings"]
     if (config.get("rope_scaling") or {}).get("original_max_position_embeddings"):
         # Llama 3's frequencies are rescaled by wavelength against the pre-training context: a quarter of the small
         # one puts the tiny head's frequencies in all three of its bands (kept, smoothed, divided by the factor).

@@ -44,7 +44,7 @@ def run():
 
 @pytest.fixture(scope="module")
 def compiled(run):
-    policy = run.one(VAP).inputs["spec"]
+    policy = run.one(VAP, "ray-train-ray-pod-security").inputs["spec"]
     variables = {v["name"]: _env.program(_env.compile(v["expression"])) for v in policy["variables"]}
     return [(v["message"], _env.program(_env.compile(v["expression"]))) for v in policy["validations"]], variables
 
@@ -82,7 +82,7 @@ def ray_pods(run) -> dict[str, dict]:
 
 
 def test_the_manifests_are_valid_kubernetes_objects(run):
-    for registration in (run.one(VAP), run.one(BINDING),
+    for registration in (run.one(VAP, "ray-train-ray-pod-security"), run.one(BINDING, "ray-train-ray-pod-security-binding"),
                          *[p for p in run.of_type(NETWORK_POLICY) if p.inputs["metadata"]["namespace"] == "kuberay-system"]):
         kubernetes_validate.validate(_manifest(registration), KUBERNETES, strict=True)
     patch = run.one("kubernetes:core/v1:NamespacePatch")
@@ -93,7 +93,7 @@ def test_the_manifests_are_valid_kubernetes_objects(run):
 
 
 def test_the_policy_is_bound_to_the_ray_namespace_before_any_ray_pod(run):
-    policy, binding = run.one(VAP), run.one(BINDING)
+    policy, binding = run.one(VAP, "ray-train-ray-pod-security"), run.one(BINDING, "ray-train-ray-pod-security-binding")
     assert policy.inputs["spec"]["failurePolicy"] == "Fail"
     assert {"pods", "pods/ephemeralcontainers"} <= set(policy.inputs["spec"]["matchConstraints"]["resourceRules"][0]
                                                       ["resources"])

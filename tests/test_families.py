@@ -1,5 +1,6 @@
-"""Other families end to end: tiny Llama, Mistral and Qwen3 models, shrunk from their published config.json
-(workload/model/architectures/configs), saved as bf16 safetensors directories, then taken through the job's path by one
+"""Other families end to end: tiny Llama, Mistral, Qwen3, Gemma 2, Gemma 3 (text), Phi-3 and OLMo 2 models, shrunk
+from their published config.json (workload/model/architectures/configs, and tests/fixtures/model_configs for the
+families the project does not ship), saved as bf16 safetensors directories, then taken through the job's path by one
 spawn of 2 gloo processes (tests/family_steps.py): fetched once per node, built on the meta device, sharded with
 FSDP2, each rank's shards read from the files, trained, checkpointed, resumed and exported. The tests compare what
 the ranks loaded, read and trained with the files, with from_pretrained, and with each other. The rest are the
@@ -35,7 +36,9 @@ def run(tmp_path_factory):
     directories = {family: str(root / family) for family in FAMILIES}
     save_tiny("llama", directories["llama"])
     save_tiny("mistral", directories["mistral"], max_shard_size="60KB")  # several files and their index
-    save_tiny("qwen3", directories["qwen3"])
+    for family in FAMILIES:
+        if family not in ("llama", "mistral"):
+            save_tiny(family, directories[family])
     # Qwen3 as a remote directory (file:// takes the pyarrow path s3:// takes), copied into the node's cache.
     models = {**directories, "qwen3": f"file://{directories['qwen3']}"}
     patch = pytest.MonkeyPatch()
@@ -68,6 +71,14 @@ def test_shrunk_configs_keep_what_tells_each_family_apart():
     for family, config in (("llama", llama), ("mistral", mistral), ("qwen3", qwen3)):
         assert config["num_key_value_heads"] < config["num_attention_heads"], f"{family}: grouped-query attention"
         assert config["vocab_size"] == VOCAB and config["num_hidden_layers"] == 2, config
+    gemma2, gemma3, phi3, olmo2 = (shrink(published(family)) for family in ("gemma2", "gemma3", "phi3", "olmo2"))
+    assert gemma2["final_logit_softcapping"] and gemma2["attn_logit_softcapping"], "Gemma 2's soft-capping"
+    for config in (gemma2, gemma3):
+        assert config["query_pre_attn_scalar"] == config["head_dim"] != config["hidden_size"] // 4, config
+        assert config["sliding_window"] < 16, "windowed layers that differ from full ones on the 16-token batches"
+    assert gemma3["model_type"] == "gemma3_text" and gemma3["sliding_window_pattern"] == 2, gemma3
+    assert not phi3["tie_word_embeddings"] and phi3["pad_token_id"] < VOCAB, phi3
+    assert not olmo2["tie_word_embeddings"] and olmo2["model_type"] == "olmo2", olmo2
 
 
 @pytest.mark.parametrize("family", list(FAMILIES))

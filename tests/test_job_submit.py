@@ -65,3 +65,37 @@ def test_submit_refuses_a_flag_the_job_does_not_know_before_reaching_the_cluster
     assert exited.value.code == cli.USAGE
     assert capsys.readouterr().err.splitlines() == ["error: unrecognized arguments: --stepz 7",
                                                      "`python -m workload.train --help` lists every flag"]
+
+
+def test_submit_reads_a_config_file_between_the_stack_and_the_flags_and_prints_the_job_as_one(tmp_path, capsys):
+    """The stack's keys, then --config's file over them, then the flags after `--` over both; --print_config writes
+    the job's settings as a file that `python -m workload.local --config` replays, without reaching the cluster."""
+    def no_cluster(args):
+        raise AssertionError("--print_config needs no cluster")
+
+    from workload.run import local
+
+    path = tmp_path / "run.yaml"
+    path.write_text("steps: 12\nlearning_rate: 3e-3\nseq_len: 128\n")
+    code = cli.run(lambda argv: job_cli.main(argv, job_server=no_cluster),
+                   ["submit", "--stack", "dev", "--config", str(path), "--print_config", "--", "--steps", "9"])
+    printed = capsys.readouterr().out
+    assert code == cli.OK, printed
+    replayed = tmp_path / "replayed.yaml"
+    replayed.write_text(printed)
+    cfg = local.parse_args(["--config", str(replayed)])
+    assert (cfg.steps, cfg.learning_rate, cfg.seq_len) == (9, 3e-3, 128), cfg
+    assert cfg.run_name.startswith("ray-train-fsdp-llm-submit-"), f"the stack run's name comes along: {cfg.run_name}"
+
+    path.write_text("stepz: 3\n")
+    code = cli.run(lambda argv: job_cli.main(argv, job_server=no_cluster),
+                   ["submit", "--stack", "dev", "--config", str(path)])
+    assert code == cli.USAGE and "unrecognized keys: stepz" in capsys.readouterr().err
+
+
+def test_a_tracker_named_after_the_stack_brings_its_client():
+    from tools.job_submit import stack_job
+    from workload.metrics.tracking import TRACKER_REQUIREMENTS
+
+    assert stack_job("dev", "r", [])["pip"] == [], "the dev stack reports to TensorBoard only"
+    assert stack_job("dev", "r", ["--report_to", "tensorboard,wandb"])["pip"] == [TRACKER_REQUIREMENTS["wandb"]]

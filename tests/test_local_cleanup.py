@@ -122,12 +122,15 @@ def local_run(*flags: str, cwd: Path = REPO) -> subprocess.CompletedProcess:
 
 @pytest.mark.parametrize("flags, expected", [
     (["--dataset", "data/corpus.jsonl"],
-     f"error: --text_field text: not a field of {REPO}/data/corpus.jsonl's records (fields: body, id)"),
+     f'error: --dataset {REPO}/data/corpus.jsonl line 1: no field "text" (the record\'s fields: body, id); allowed: '
+     f'a record with "text" (--text_field)'),
     (["--data_format", "chat", "--dataset", "data/corpus.jsonl"],
-     f"error: --messages_field messages: not a field of {REPO}/data/corpus.jsonl's records (fields: body, id)"),
+     f'error: --dataset {REPO}/data/corpus.jsonl line 1: no field "messages" (the record\'s fields: body, id); '
+     f"allowed: the field of its turns named with --messages_field, or ShareGPT's conversations"),
     (["--dataset", "data"], "error: --dataset data is a directory; give one file in it: data/conversations.jsonl, "
                             "data/corpus.jsonl, data/corpus.txt, data/instructions.jsonl"),
-    (["--dataset", "./data"], "error: --dataset './data' is a directory; give one .txt, .jsonl, .json, .parquet file in it"),
+    (["--dataset", "./data"], "error: --dataset './data' is a directory; give one .txt, .jsonl, .json, .csv, .parquet, "
+                              ".txt.gz, .jsonl.gz, .json.gz, .csv.gz file in it"),
     (["--storage_path", "README.md/runs"], f"error: --storage_path {REPO}/README.md/runs: {REPO}/README.md is a file, not a directory"),
     (["--num_workers", "999"], "error: --num_workers 999: the local cluster has "),
 ], ids=["text_field", "messages_field", "folder", "./folder", "storage_path", "num_workers"])
@@ -148,7 +151,9 @@ def test_a_reused_run_name_says_where_it_resumes_and_refuses_other_flags(tmp_pat
     (tmp_path / "mine" / "checkpoint_000020" / "train_step.json").write_text(json.dumps({"step": 20}))
     assert local_checks.check_before_ray(cfg) == 20
     local.announce_resume(cfg, 20)
-    assert capsys.readouterr().out == "resuming run mine from step 20, its latest checkpoint: steps 21..40\n"
+    *checked, resuming = capsys.readouterr().out.splitlines()
+    assert resuming == "resuming run mine from step 20, its latest checkpoint: steps 21..40", resuming
+    assert all(line.startswith("dataset ") for line in checked), f"only the data check's line before it: {checked}"
     done = local_run("--storage_path", str(tmp_path), "--run_name", "mine", "--learning_rate", "0.001")
     assert done.returncode == cli.USAGE, done.stderr
     assert done.stderr.splitlines() == [

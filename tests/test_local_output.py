@@ -19,6 +19,12 @@ OURS = {
         "fabric check over 2 ranks (0.5 s): bus bandwidth GB/s at 1 MiB",
     "error: training diverged: the loss was not finite at step 3": "error: training diverged: the loss was not finite "
                                                                    "at step 3",
+    # What the examples became (workload/data/examples.py), shown by default as the README's data section says.
+    "(RayTrainWorker pid=26491) chat data: 96 training examples, 24 held out for evaluation, packed into 72 blocks "
+    "of 128 tokens; 0 longer than that, truncated to their first 128 tokens; 0 without a trained token dropped; loss "
+    "on assistant tokens only": "chat data: 96 training examples, 24 held out for evaluation, packed into 72 blocks "
+    "of 128 tokens; 0 longer than that, truncated to their first 128 tokens; 0 without a trained token dropped; loss "
+    "on assistant tokens only",
 }
 RAYS = [
     "2026-12-01 15:59:48,345\tINFO job_manager.py:581 -- Runtime env is setting up.",

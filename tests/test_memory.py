@@ -51,6 +51,17 @@ ROUNDED = {  # billions: (total, non-embedding), as the Qwen3 model cards give t
     "Qwen/Qwen3-14B": (14.8, 13.2),
     "Qwen/Qwen3-32B": (32.8, 31.2),
 }
+# Published configs of families the project does not ship (tests/fixtures/model_configs/SOURCES.md): dense decoders the
+# job trains, and a mixture of experts, counted (46.7 B, Mistral AI's announcement of Mixtral 8x7B) and refused.
+FIXTURES = REPO / "tests" / "fixtures" / "model_configs"
+FIXTURE_MODELS = ("google/gemma-2-2b-it", "google/gemma-3-1b-pt", "microsoft/Phi-3-mini-4k-instruct",
+                  "allenai/OLMo-2-1124-7B", "mistralai/Mixtral-8x7B-v0.1")
+
+
+def fixture_config(model_id: str) -> dict:
+    return json.loads((FIXTURES / (model_id.replace("/", "--") + ".json")).read_text())
+
+
 ISSUE_FAMILIES = ("Qwen/Qwen2.5-", "Qwen/Qwen3-", "meta-llama/Llama-3.1-", "meta-llama/Llama-3.2-",
                   "meta-llama/Llama-3.3-", "mistralai/Mistral-7B")
 
@@ -88,9 +99,11 @@ def test_parameters_and_fsdp_units_are_what_transformers_builds_for_each_family(
     from workload.model.causal_lm import CausalLMWithLoss
     from workload.model.parallel import fsdp_units
 
-    # One layer of each family (biases, head_dim, q/k norms, tied or not), on the meta device: no memory, no time.
-    for model_id in ("Qwen/Qwen2.5-7B", "Qwen/Qwen3-0.6B", "meta-llama/Llama-3.2-1B", "mistralai/Mistral-7B-v0.3"):
-        config = dict(architectures.published(model_id), num_hidden_layers=1)
+    # One layer of each family (biases, head_dim, q/k norms, norms a layer, fused projections, experts, tied or not),
+    # on the meta device: no memory, no time. The families the project does not ship are published configs too.
+    for model_id in ("Qwen/Qwen2.5-7B", "Qwen/Qwen3-0.6B", "meta-llama/Llama-3.2-1B", "mistralai/Mistral-7B-v0.3",
+                     *FIXTURE_MODELS):
+        config = dict(architectures.published(model_id) or fixture_config(model_id), num_hidden_layers=1)
         fields = {k: v for k, v in config.items() if k not in ("architectures", "model_type", "torch_dtype")}
         with torch.device("meta"):
             model = AutoModelForCausalLM.from_config(AutoConfig.for_model(config["model_type"], **fields))
@@ -261,3 +274,25 @@ def test_the_known_instance_types_are_the_stacks_facts():
         facts = INSTANCE_FACTS[instance_type]
         assert (facts.gpus, facts.gpu_memory_mib, facts.gpu_name) == tuple(known), instance_type
     assert math.isclose(memory.usable_gib(1024), 0.5)
+
+
+def test_each_familys_terms_follow_its_config():
+    """Families not shipped: their totals (the Hub's figures), their norms, q/k norms, tied defaults, eager attention
+    and experts, each a term of the projection."""
+    totals = {"google/gemma-2-2b-it": 2_614_341_888, "google/gemma-3-1b-pt": 999_885_952,
+              "microsoft/Phi-3-mini-4k-instruct": 3_821_079_552, "allenai/OLMo-2-1124-7B": 7_298_617_344,
+              "mistralai/Mixtral-8x7B-v0.1": 46_702_792_704}
+    for model_id, total in totals.items():
+        assert memory.parameter_count(fixture_config(model_id)) == total, model_id
+    gemma2, olmo2 = fixture_config("google/gemma-2-2b-it"), fixture_config("allenai/OLMo-2-1124-7B")
+    assert "tie_word_embeddings" not in gemma2 and len(memory.root_shapes(gemma2)) == 2, "Gemma ties by default"
+    mixtral = fixture_config("mistralai/Mixtral-8x7B-v0.1")
+    assert len(memory.root_shapes(mixtral)) == 3 and memory.experts(mixtral) == 8, "Mixtral does not, and has 8"
+    # Gemma 2: four norms of the hidden width instead of two, and eager attention's scores, which grow with the
+    # sequence; as a Llama-shaped config it would be counted without both.
+    plain = dict(gemma2, model_type="llama", attn_logit_softcapping=None)
+    extra = memory.activation_bytes_per_token(gemma2, 2048) - memory.activation_bytes_per_token(plain, 2048)
+    assert extra == 2 * memory.NORM_ACTIVATION_BYTES_PER_HIDDEN * 2304 + 8 * 8 * 2048, extra
+    # OLMo 2's q/k norms over all heads: what Qwen3's add per width, and (untied) a second vocabulary matrix.
+    olmo_extra = memory.activation_bytes_per_token(olmo2) - memory.activation_bytes_per_token(dict(olmo2, model_type="llama"))
+    assert olmo_extra == 8 * 4096 + 8 * 4096 and len(memory.root_shapes(olmo2)) == 3, olmo_extra

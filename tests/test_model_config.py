@@ -38,8 +38,7 @@ def test_a_public_model_is_read_from_the_hub_anonymously(hub):
     # huggingface_hub 2.x also fetches its agent-harness registry once a day (utils/_detect_agent.py, best effort:
     # the fake's 404 is swallowed), so only the file requests are compared.
     files = [(method, path) for method, path, _ in hub.requests if "/resolve/" in path]
-    assert files == [("HEAD", "/acme/qwen-7b-chat/resolve/main/config.json"),
-                     ("GET", "/acme/qwen-7b-chat/resolve/main/config.json")], f"one HEAD, one GET: {hub.requests}"
+    assert files == [("GET", "/acme/qwen-7b-chat/resolve/main/config.json")], f"one GET: {hub.requests}"
     assert not any(auth for _, _, auth in hub.requests), f"no token was given, none was sent: {hub.requests}"
 
 
@@ -59,7 +58,7 @@ def test_a_gated_model_needs_the_secret_envs_token(hub):
     ("acme/no-such-model", None, "is not a model on the Hugging Face Hub (or private"),
     ("acme/no-such-model", TOKEN, "trainSecretEnv's HF_TOKEN cannot see it"),
     ("acme/weights-only", None, "has no config.json on the Hub"),
-    ("acme/encoder", None, "no positive integer num_hidden_layers"),
+    ("acme/encoder", None, "bert is an encoder"),
 ])
 def test_a_model_the_job_could_not_load_is_refused(hub, model_id, token, words):
     with pytest.raises(ValueError, match="config key 'trainModelId'") as refused:
@@ -74,13 +73,13 @@ def test_an_unreachable_hub_is_a_warning_not_a_refusal(monkeypatch):
     url = server.url
     server.server_close()  # nothing listens there any more
     monkeypatch.setenv("HF_ENDPOINT", url)
-    # With nothing cached, huggingface_hub retries a refused connection five times with backoff (1, 2, 4, 8, 8 s:
-    # utils/_http.py http_backoff) before it gives up; the waits are recorded instead of slept.
+    # huggingface_hub's hf_hub_download would retry a refused connection five times with backoff (1, 2, 4, 8, 8 s:
+    # utils/_http.py http_backoff); the preview asks once. Any wait is recorded instead of slept.
     waits: list[float] = []
     monkeypatch.setattr(_http.time, "sleep", waits.append)
     found = model_config.resolve("acme/qwen-7b-chat")
     assert isinstance(found, model_config.Unknown) and "could not be read from the Hub" in found.reason, found
-    assert len(waits) == 5, f"the Hub client's own retries ran before the preview gave up: {waits}"
+    assert "not reachable" in found.reason and waits == [], f"one request, no retries: {found.reason}, {waits}"
 
 
 def test_shipped_and_random_weight_architectures_need_no_network(monkeypatch):

@@ -14,6 +14,7 @@ import jsonschema
 import pytest
 import yaml
 
+from infra.aws import addon_pins
 from infra.kubernetes import idle_stop
 from infra.kubernetes import monitoring
 from infra.aws.node_labels import GPU_TOLERATION
@@ -44,13 +45,15 @@ def test_every_stack_renders_the_pinned_metrics_stack_node_repair_and_idle_stop(
     releases = {r.inputs["name"]: r.inputs for r in run.of_type(RELEASE)}
     expected = {
         "kube-prometheus-stack": ("kube-prometheus-stack", "88.5.3",
-                                  "https://prometheus-community.github.io/helm-charts"),
-        "dcgm-exporter": ("dcgm-exporter", "4.8.2", "https://nvidia.github.io/dcgm-exporter/helm-charts"),
+                                  "https://prometheus-community.github.io/helm-charts", "monitoring"),
+        # Issue 31: the DaemonSets that need the host run in a privileged namespace of their own.
+        "dcgm-exporter": ("dcgm-exporter", "4.8.2", "https://nvidia.github.io/dcgm-exporter/helm-charts",
+                          "monitoring-host"),
     }
-    for release, (chart, version, repo) in expected.items():
+    for release, (chart, version, repo, namespace) in expected.items():
         got = releases[release]
         assert (got["chart"], got["version"], got["repositoryOpts"]["repo"], got["namespace"]) == (
-            chart, version, repo, "monitoring"), f"{stack}: {release} must be {chart} {version} from {repo}: {got}"
+            chart, version, repo, namespace), f"{stack}: {release} must be {chart} {version} from {repo}: {got}"
     monitor = run.one("kubernetes:monitoring.coreos.com/v1:PodMonitor")
     assert monitor.inputs["spec"]["namespaceSelector"] == {"matchNames": ["ray"]}, stack
     assert monitor.inputs["spec"]["podMetricsEndpoints"][0]["port"] == "metrics", stack
@@ -65,6 +68,8 @@ def test_every_stack_renders_the_pinned_metrics_stack_node_repair_and_idle_stop(
 
     agent = run.one(ADDON, f"{stack_settings(stack)['clusterName']}-node-monitoring-agent")
     assert agent.inputs["addonName"] == "eks-node-monitoring-agent", stack
+    # Issue 31: pinned, not EKS's default (which may predate the dcgmAgent key the configuration sets).
+    assert agent.inputs["addonVersion"] == "v1.6.6-eksbuild.1", f"{stack}: {agent.inputs.get('addonVersion')}"
     repair = gpu_node_group(run).inputs["nodeRepairConfig"]
     assert repair == {"enabled": True, "maxParallelNodesRepairedCount": 1, "maxUnhealthyNodeThresholdCount": 1}, \
         f"{stack}: repair on, one node at a time: {repair}"
@@ -75,13 +80,30 @@ def test_every_stack_renders_the_pinned_metrics_stack_node_repair_and_idle_stop(
 
 
 def test_node_monitoring_agents_configuration_is_valid_and_lets_its_dcgm_onto_the_gpu_nodes():
-    schema = json.loads((CHARTS / "eks-node-monitoring-agent-v1.7.0-configuration.schema.json").read_text())
+    # The schema of the pinned version (issue 31): a bump without copying its schema fails here.
+    schema = json.loads((CHARTS / f"eks-node-monitoring-agent-{addon_pins.NODE_MONITORING_AGENT_SCHEMA_TAG}"
+                                  "-configuration.schema.json").read_text())
+    assert addon_pins.NODE_MONITORING_AGENT_VERSION.startswith(addon_pins.NODE_MONITORING_AGENT_SCHEMA_TAG + "-eksbuild.")
     configuration = json.loads(program("dev").one(
         ADDON, "ray-train-node-monitoring-agent").inputs["configurationValues"])
     jsonschema.validate(configuration, schema)
     assert GPU_TOLERATION in configuration["dcgmAgent"]["tolerations"], configuration
     with pytest.raises(jsonschema.ValidationError):  # the schema is strict: a misspelt key would be refused by EKS
         jsonschema.validate({"dcgmAgents": {"tolerations": []}}, schema)
+
+
+def test_add_on_versions_are_pinned_in_one_place_and_every_pinned_add_on_uses_its_pin():
+    """Issue 31, item 7: the pins live in infra/aws/addon_pins.py only, and each Addon the program creates under a
+    pinned name is given that version (the cloudwatch stack brings the CloudWatch add-on)."""
+    from pathlib import Path
+    infra = Path(addon_pins.__file__).parents[1]
+    elsewhere = [str(f.relative_to(infra)) for f in infra.rglob("*.py")
+                 if "-eksbuild." in f.read_text() and f.name != "addon_pins.py"]
+    assert elsewhere == [], f"add-on versions outside infra/aws/addon_pins.py: {elsewhere}"
+    given = {}
+    for run in (program("dev"), run_program("dev", {"monitoring": "cloudwatch"})):
+        given.update({a.inputs["addonName"]: a.inputs.get("addonVersion") for a in run.of_type(ADDON)})
+    assert {name: given.get(name) for name in addon_pins.ADDON_VERSIONS} == addon_pins.ADDON_VERSIONS, given
 
 
 # ---- chart values: every key the program sets exists in the pinned chart ---------------------------------------------
@@ -251,7 +273,8 @@ def test_idle_stop_is_scoped_to_the_gpu_node_group_and_pulumi_up_leaves_its_size
     group = gpu_node_group(run)
     count = stack_settings(stack)["gpuNodeCount"]
     assert group.inputs["scalingConfig"] == {"desiredSize": count, "minSize": 0, "maxSize": count}, stack
-    assert group.ignore_changes == ["scalingConfig.desiredSize"], f"{stack}: `pulumi up` must not fight a stopped group"
+    assert group.ignore_changes == ["scalingConfig"], f"{stack}: `pulumi up` must not fight a stopped group (issue 31: " \
+        "nor send a stale desired size above a lowered max; GpuNodesAwake sets the sizes)"
     name = stack_settings(stack)["clusterName"]
     policy = json.loads(run.one("aws:iam/rolePolicy:RolePolicy", f"{name}-idle-stop-scaling").inputs["policy"])
     assert policy["Statement"] == [{"Effect": "Allow", "Action": ["eks:DescribeNodegroup", "eks:UpdateNodegroupConfig"],
@@ -283,6 +306,7 @@ def test_idle_stop_and_repair_off_and_cloudwatch_instead_of_prometheus():
     assert not any(e["name"].startswith("RAY_GRAFANA") for e in head["containers"][0]["env"])
     addon = run.one(ADDON, "ray-train-cloudwatch-addon")
     assert addon.inputs["addonName"] == "amazon-cloudwatch-observability"
+    assert addon.inputs["addonVersion"] == "v6.4.0-eksbuild.1", addon.inputs.get("addonVersion")  # issue 31
     (association,) = addon.inputs["podIdentityAssociations"]
     assert association["serviceAccount"] == "cloudwatch-agent"
     assert "CloudWatch" in run.exports["grafanaCommand"] and "grafanaAdminPassword" not in run.exports

@@ -21,7 +21,7 @@ from infra.job import ray_job
 from infra.job import job_server
 from infra.job import job_config
 from infra.kubernetes.portforward import LocalForward
-from tests.test_workload_train import FAST_RAY_TRAIN
+from tests.local_ray import FAST_RAY_TRAIN
 
 TINY_ARGS = ["--model_config", "tiny", "--steps", "2", "--batch_size", "2", "--seq_len", "32",
              "--learning_rate", "1e-3", "--num_workers", "2"]
@@ -382,3 +382,10 @@ def test_the_job_stops_itself_at_its_time_limit(ray_head):
         submit.wait_for_end(client, job_id, lambda line: None, timeout_s=180)
     assert failure.value.status == "FAILED" and "time limit of 5 s" in failure.value.log_tail, (
         f"the job must end itself at its limit, saying so: {failure.value}")
+
+
+def test_the_job_runs_with_expandable_segments_unless_train_env_says_otherwise():
+    assert job_config.job_env({})["PYTORCH_CUDA_ALLOC_CONF"] == "expandable_segments:True"
+    own = job_config.job_env({"PYTORCH_CUDA_ALLOC_CONF": "max_split_size_mb:512", "NCCL_DEBUG_FILE": "/dev/null"})
+    assert own["PYTORCH_CUDA_ALLOC_CONF"] == "max_split_size_mb:512" and own["NCCL_DEBUG_FILE"] == "/dev/null", \
+        f"a user's own trainEnv value wins over the project's default: {own}"

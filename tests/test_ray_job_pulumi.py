@@ -35,8 +35,9 @@ def test_job_inputs_come_from_the_train_config(enabled):
         f"train flags from trainModelConfig/Steps: {args}"
     assert flags["--run_name"].startswith("ray-train-fsdp-llm-7-"), f"a new trainRunId is a new checkpoint run: {args}"
     assert is_secret_value(job.inputs["env_vars"]), "trainEnv may hold a token: the job's env is a secret input"
-    assert job.inputs["env_vars"]["value"] == {"NCCL_DEBUG_FILE": job_config.NCCL_DEBUG_FILE, "NCCL_NET": "Socket"}, \
-        f"job env: each rank's NCCL debug file plus trainEnv; got {job.inputs['env_vars']}"
+    assert job.inputs["env_vars"]["value"] == {"NCCL_DEBUG_FILE": job_config.NCCL_DEBUG_FILE, "NCCL_NET": "Socket",
+                                               "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}, \
+        f"job env: each rank's NCCL debug file, the allocator's expandable segments, plus trainEnv; got {job.inputs['env_vars']}"
     assert job.inputs["pip"] == ["einops==0.8.1"] and job.inputs["run_id"] == "7", job.inputs
     assert job.inputs["expect_transport"] == "socket" and job.inputs["timeout_s"] == 90 * 60, job.inputs
     facts = INSTANCE_FACTS["g6.12xlarge"]  # Pulumi.dev.yaml: 2 x g6.12xlarge
@@ -120,7 +121,7 @@ def test_fp8_reaches_the_job_with_torchao_installed_at_start():
     assert "--fp8" in job.inputs["train_args"], job.inputs["train_args"]
     # The image has no torchao: the job's runtime_env installs it, next to trainPip's own packages.
     assert job.inputs["pip"] == ["einops==0.8.1", "torchao==0.18.0"], job.inputs["pip"]
-    pinned = SimpleNamespace(fp8=True, pip=("TorchAO==0.17.0", "https://example.com/x.whl"))
+    pinned = SimpleNamespace(fp8=True, pip=("TorchAO==0.17.0", "https://example.com/x.whl"), report_to="tensorboard")
     assert job_config.job_pip(pinned) == list(pinned.pip), "trainPip's own torchao, by its canonical name, wins"
 
 

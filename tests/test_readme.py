@@ -13,6 +13,7 @@ docs/, and tests/docs_shell.py holds the shell and stand-ins both follow the com
 """
 from __future__ import annotations
 
+import csv
 import json
 import os
 import re
@@ -298,8 +299,10 @@ def _record(shown: str, fields: dict[str, str]) -> dict:
     """The table's record with its `...` filled in: a turn's content by its role, a string field by its name."""
     record = json.loads(shown)
     for name, value in record.items():
-        if isinstance(value, list):
-            record[name] = [{**turn, "content": ANSWERS[turn["role"]]} for turn in value]
+        if isinstance(value, list):  # OpenAI's {role, content} turns, or ShareGPT's {from, value}
+            record[name] = [{**turn, "content": ANSWERS[turn["role"]]} if "role" in turn else
+                            {**turn, "value": ANSWERS[{"human": "user", "gpt": "assistant"}[turn["from"]]]}
+                            for turn in value]
         else:
             record[name] = fields.get(name, f"the {name} .")
     return record
@@ -310,6 +313,11 @@ def _write(path: Path, record: dict) -> None:
         path.write_text(json.dumps(record) + "\n")
     elif path.suffix == ".json":
         path.write_text(json.dumps([record]))
+    elif path.suffix == ".csv":
+        with path.open("w", newline="") as file:
+            writer = csv.DictWriter(file, fieldnames=list(record))
+            writer.writeheader()
+            writer.writerow(record)
     else:
         pyarrow.parquet.write_table(pyarrow.Table.from_pylist([record]), path)
 

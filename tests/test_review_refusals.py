@@ -117,8 +117,9 @@ SECRET_ECHOES = {
 SECRET_ECHOES_AT_PREVIEW = {
     "a secret dataset on this machine": ({**JOB_ON, "trainDataset": Secret(f"/home/{TOKEN}/corpus.jsonl")},
                                          "trainDataset"),
-    "trainEnv's FI_PROVIDER against efa": ({**JOB_ON, "trainEnv": [f"FI_PROVIDER=tcp{TOKEN}"]},
-                                           "trainExpectTransport"),
+    "trainEnv NCCL_NET=Socket against efa": ({**JOB_ON, "trainEnv": ["NCCL_NET=Socket"],
+                                              "trainSecretEnv": Secret([f"HF_TOKEN={TOKEN}"])},
+                                             "trainExpectTransport"),
 }
 
 
@@ -192,7 +193,7 @@ def test_a_billion_sequences_are_refused_at_preview_before_the_memory_search():
     assert "trainBatchSize" in program_refusal({**JOB_ON, "trainBatchSize": 1_000_000_000})
 
 
-@pytest.mark.parametrize("ifname", ["eth0", "eth", "^docker,lo", "=eth0", "ens5,eth1"])
+@pytest.mark.parametrize("ifname", ["eth0", "eth", "^docker,lo", "=eth0", "ens5,eth"])
 def test_nccl_interface_lists_as_nccl_takes_them_pass(ifname):
     assert config.parse(DEV | {"ncclSocketIfname": ifname}).transport_env["NCCL_SOCKET_IFNAME"] == ifname
 
@@ -213,7 +214,7 @@ def test_a_minimum_bus_bandwidth_above_the_nodes_network_is_refused():
 
 @pytest.mark.parametrize("overrides, keys", [
     ({"trainCheckpointEvery": 10}, ["'trainCheckpointEvery'", "trainStoragePath"]),
-    ({"trainDataset": "s3://company-data/corpus.csv"}, ["'trainDataset'", ".jsonl"]),  # .parquet is a format (issue 21)
+    ({"trainDataset": "s3://company-data/corpus.xlsx"}, ["'trainDataset'", ".jsonl"]),  # .parquet, .csv are formats
 ])
 def test_the_jobs_own_checks_name_the_stack_keys(overrides, keys):
     with pytest.raises(ValueError) as refused:

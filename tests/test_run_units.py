@@ -28,6 +28,34 @@ def test_unreachable_job_server_is_not_reported_as_an_auth_failure():
         submit.connect(f"http://127.0.0.1:{free_port()}", token="x")
 
 
+def test_the_local_clusters_ports_are_distinct_and_not_the_ones_taken(monkeypatch):
+    """The OS never offers a port that a socket holds, but offers a closed one again at once: the metrics port a test
+    chose (its probe closed) came back as the dashboard's, and `ray start` refused it. The fake OS here offers the
+    lowest port no socket holds."""
+    import socket
+
+    from workload.run import local
+
+    held: set[int] = set()
+
+    class Probe:
+        def bind(self, address):
+            self.port = min(port for port in range(5000, 6000) if port not in held)
+            held.add(self.port)
+
+        def getsockname(self):
+            return ("127.0.0.1", self.port)
+
+        def close(self):
+            held.discard(self.port)
+
+    monkeypatch.setattr(socket, "socket", Probe)
+    chosen = local.free_port()
+    assert local.free_port() == chosen, "the fake offers a closed port again, as the OS may"
+    assert local.free_ports(4, taken=(chosen,)) == [5001, 5002, 5003, 5004], "distinct, and none of the taken ones"
+    assert not held, "every probe is closed"
+
+
 @pytest.mark.parametrize(
     "resources, num_workers, expected",
     [({"GPU": 8.0, "CPU": 96.0}, 0, (8, True)), ({"CPU": 2.0}, 0, (2, False)), ({"GPU": 8.0}, 3, (3, True)),

@@ -267,8 +267,10 @@ def test_network_policies_deny_by_default_and_allow_what_ray_needs(stack):
     run = program(stack)
     in_ray = [p for p in run.of_type(NETWORK_POLICY) if p.inputs["metadata"]["namespace"] == "ray"]
     policies = {p.inputs["metadata"]["name"]: p.inputs["spec"] for p in in_ray}
-    assert {p.inputs["metadata"]["namespace"] for p in run.of_type(NETWORK_POLICY)} == {"ray", "kuberay-system"}, \
-        f"{stack}: the Ray namespace's and the operator's (tests/test_admission.py)"
+    assert {p.inputs["metadata"]["namespace"] for p in run.of_type(NETWORK_POLICY)} == {
+        "ray", "kuberay-system", "monitoring", "monitoring-host"}, \
+        f"{stack}: the Ray namespace's, the operator's (tests/test_admission.py) and the monitoring namespaces' " \
+        "(tests/test_monitoring_security.py)"
     deny = policies["default-deny"]
     assert deny == {"podSelector": {}, "policyTypes": ["Ingress", "Egress"]}, f"{stack}: default deny in and out"
     ray_pods = {"matchLabels": {"ray.io/cluster": "ray-train"}}

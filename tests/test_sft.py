@@ -130,10 +130,10 @@ def test_records_are_read_from_parquet_and_bad_ones_are_named(tmp_path):
     bad = tmp_path / "bad.jsonl"
     bad.write_text(json.dumps({"conversation": CONVERSATION}) + "\n" + json.dumps({"conversation": "hi"}) + "\n")
     cfg = TrainConfig(model_config="tiny", dataset=str(bad), data_format="chat", messages_field="conversation")
-    with pytest.raises(ValueError, match="--messages_field 'conversation': record 1 of .*bad.jsonl"):
+    with pytest.raises(ValueError, match='bad.jsonl record 2: conversation is "hi"; allowed: a non-empty list'):
         records.conversations(cfg, records.read_records(cfg))
     cfg = TrainConfig(model_config="tiny", dataset=str(bad), data_format="chat")
-    with pytest.raises(ValueError, match="--messages_field 'messages' is missing from record 0"):
+    with pytest.raises(ValueError, match='record 1: no field "messages" .*--messages_field'):
         records.conversations(cfg, records.read_records(cfg))
 
 

@@ -94,6 +94,19 @@ BAD_CONFIGS = {
     "unknown export": ("dev", {"trainExport": "gguf"}, ["trainExport", "'final', 'checkpoints', 'none'"]),
     "export at checkpoints without any": ("dev", {"trainExport": "checkpoints"},
                                           ["trainExport", "trainCheckpointEvery"]),
+    "an unknown tracker": ("dev", {"trainReportTo": "comet"}, ["trainReportTo", "tensorboard, mlflow, wandb, or none"]),
+    "wandb without its key": ("dev", {"trainReportTo": "tensorboard,wandb"},
+                              ["trainReportTo", "WANDB_API_KEY", "trainSecretEnv"]),
+    "mlflow without a server": ("dev", {"trainReportTo": "mlflow"}, ["trainReportTo", "trainMlflowTrackingUri"]),
+    "a tracking uri with a password": ("dev", {"trainReportTo": "mlflow",
+                                               "trainMlflowTrackingUri": "https://me:pw@mlflow.example.com"},
+                                       ["trainMlflowTrackingUri", "a URI with credentials"]),
+    "a tracking server the pods cannot reach": ("dev", {"trainReportTo": "mlflow",
+                                                        "trainMlflowTrackingUri": "http://10.0.3.4:5000"},
+                                                ["trainMlflowTrackingUri", "443", "NetworkPolicy"]),
+    "a token in plain trainEnv": ("dev", {"trainEnv": ["WANDB_API_KEY=abc"]}, ["trainEnv", "trainSecretEnv"]),
+    "a push without a token": ("dev", {"trainPushToHub": "me/model", "trainStoragePath": "s3://my-bucket/runs"},
+                               ["trainPushToHub", "HF_TOKEN", "trainSecretEnv"]),
 }
 
 

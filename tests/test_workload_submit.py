@@ -238,7 +238,10 @@ def test_idle_decision_from_the_real_job_server_and_the_stop_against_moto(observ
     assert not during.stop and job_id in during.reason, f"a running job keeps the nodes: {during}"
 
     (ended,) = [job for job in observed_run["ended_list"] if job.submission_id == job_id]
-    end = max(nodegroup["createdAt"], datetime.fromtimestamp(ended.end_time / 1000, timezone.utc))
+    # Idle since the latest of the job's end and the group's last change (moto creates the group after this run's job
+    # ended, and sets modifiedAt a moment after createdAt).
+    end = max(nodegroup["createdAt"], nodegroup.get("modifiedAt", nodegroup["createdAt"]),
+              datetime.fromtimestamp(ended.end_time / 1000, timezone.utc))
     almost = idle_check.check_once(observed_run["ended_list"], eks, cluster="ray-train", nodegroup_name="gpu",
                                    idle_minutes=IDLE_MINUTES, now=end + timedelta(minutes=IDLE_MINUTES - 1))
     assert not almost.stop and almost.idle_since == end, f"{IDLE_MINUTES - 1} minutes after the job: keep: {almost}"

@@ -15,7 +15,6 @@ from __future__ import annotations
 import concurrent.futures
 import dataclasses
 import functools
-import json
 import os
 import stat
 import threading
@@ -26,22 +25,14 @@ import ray.train
 import torch
 from ray.cluster_utils import Cluster
 
-from workload import cli, train, trainer
+from workload import cli, trainer
 from workload.checkpoint import sharded as checkpoint
 from workload.data import batches as data
 from workload.metrics import tensorboard as metrics
 from workload.model import causal_lm as model
-from workload.config import SUMMARY_PREFIX, TrainConfig
+from workload.config import TrainConfig
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-# Ray Train as the tests' runs need it: no preemption watcher (nothing on this machine is preempted, as in
-# workload.local's own runs: one actor process fewer to start per attempt), the controller polling its workers often.
-FAST_RAY_TRAIN = {
-    "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "0.1",
-    "RAY_TRAIN_ENABLE_PREEMPTION_WATCHER": "0",
-    "RAY_TRAIN_ENABLE_PRINT_PATCH": "0",
-    "RAY_DEDUP_LOGS": "0",
-}
 BASE = TrainConfig(
     model_config="tiny",
     dataset=os.path.join(HERE, "..", "data", "corpus.txt"),
@@ -57,36 +48,14 @@ BASE = TrainConfig(
 )
 KILL_AFTER_STEP = 8
 FAIL_AFTER_STEP = 12
-# The GCS marks a node dead after 3 failed health checks a second apart (Ray's defaults: 5 checks 3 s apart), and the
-# workers restarted after a node is lost wait for that: only then is the lost node's share of the run's placement
-# group given back. A killed raylet fails each check at once (connection refused); a live one, to fail 3 in a row,
-# must not answer for 5 s each time.
-FAST_NODE_DEATH = {"health_check_period_ms": 1000, "health_check_timeout_ms": 5000, "health_check_failure_threshold": 3}
 
 
 @pytest.fixture(scope="module")
-def ray_cluster():
-    patch = pytest.MonkeyPatch()
-    for name, value in FAST_RAY_TRAIN.items():
-        patch.setenv(name, value)
-    # ray.init turns token auth on (Ray 2.60's default) by writing RAY_AUTH_MODE into this process's environment;
-    # recording it here lets undo() give the tests that follow the environment they had.
-    patch.delenv("RAY_AUTH_MODE", raising=False)
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False,
-                                                            "_system_config": FAST_NODE_DEATH})
-    cluster.add_node(num_cpus=1)
-    # RAY_ADDRESS for the job's processes: Ray's helpers that look for "the" cluster (Ray Train's placement-group
-    # cleaner among them) otherwise take the newest on this machine, which may be another test worker's.
-    ray.init(address=cluster.address, log_to_driver=True, runtime_env={"env_vars": {"RAY_ADDRESS": cluster.address}})
-    yield cluster
-    ray.shutdown()
-    cluster.shutdown()
-    patch.undo()
-
-
-@pytest.fixture(scope="module")
-def reference(ray_cluster, tmp_path_factory):
-    cfg = dataclasses.replace(BASE, storage_path=str(tmp_path_factory.mktemp("reference")), run_name="reference")
+def reference(ray_cluster, tmp_path_factory, mlflow_server):
+    # Every tracker: MLflow on a running tracking server, as a team's (tests/mlflow_server.py), W&B offline. A run
+    # without a tracking URI keeps a store of its own: tests/test_tracking.py.
+    cfg = dataclasses.replace(BASE, storage_path=str(tmp_path_factory.mktemp("reference")), run_name="reference",
+                              report_to="tensorboard,mlflow,wandb", mlflow_tracking_uri=mlflow_server)
     return cfg, trainer.fit(cfg)
 
 
@@ -148,6 +117,32 @@ def test_the_held_out_loss_falls_and_the_learning_rate_follows_the_schedule(refe
         f"warmup then cosine decay, step by step (TensorBoard keeps float32): {rates}")
     assert [step for step, _ in logged["train/loss"]] == list(range(1, cfg.steps + 1)), logged["train/loss"]
     assert logged["train/loss"][-1][1] == pytest.approx(final["final_loss"], rel=1e-6), "the last loss logged"
+
+
+def test_the_run_is_in_mlflow_and_wandb_as_in_tensorboard(reference):
+    """Each tracker of --report_to has every step's loss as TensorBoard has it, the run's flags and its plan."""
+    from mlflow import MlflowClient
+
+    from tests import wandb_files
+    from workload.metrics.mlflow_tracker import RUN_NAME_TAG
+
+    cfg, (result, final) = reference
+    run_directory = os.path.join(cfg.storage_path, cfg.run_name)
+    losses = _logged(cfg)["train/loss"]
+    client = MlflowClient(cfg.mlflow_tracking_uri)  # the server, read back through MLflow's client
+    (run,) = client.search_runs([client.get_experiment_by_name("ray-train-fsdp-llm").experiment_id],
+                                filter_string=f"tags.`{RUN_NAME_TAG}` = '{cfg.run_name}'")
+    logged = [(m.step, m.value) for m in client.get_metric_history(run.info.run_id, "train/loss")]
+    assert [step for step, _ in logged] == list(range(1, cfg.steps + 1)), logged
+    assert [value for _, value in logged] == pytest.approx([value for _, value in losses], rel=1e-6), (
+        f"MLflow's losses are TensorBoard's (which keeps float32): {logged} {losses}")
+    params = run.data.params
+    assert (params["steps"], params["learning_rate"], params["world_size"], params["sharding.sharding"]) == (
+        str(cfg.steps), str(cfg.learning_rate), "2", final["sharding"]["sharding"]), params
+    assert run.data.tags["model"] == final["model"] and run.info.status == "FINISHED", run.data.tags
+    history = wandb_files.history(wandb_files.offline_run(run_directory))
+    assert [step for step, _ in history["train/loss"]] == list(range(1, cfg.steps + 1)), history["train/loss"]
+    assert wandb_files.summary(wandb_files.offline_run(run_directory))["model"] == final["model"]
 
 
 class _Stopped(Exception):
@@ -235,35 +230,6 @@ def test_a_lost_node_and_a_failed_run_both_resume_to_the_uninterrupted_result(ra
         assert logged[tag] == expected[tag], f"{tag}: the resumed run must log the uninterrupted run's, once each"
 
 
-def _strict_json(text: str) -> dict:
-    def refuse(constant: str):
-        raise AssertionError(f"the summary must be strict JSON, but holds {constant}: {text}")
-
-    return json.loads(text, parse_constant=refuse)
-
-
-def test_a_diverging_run_stops_at_its_first_non_finite_loss_and_fails_the_job(ray_cluster, tmp_path, capsys,
-                                                                               monkeypatch):
-    # A learning rate of 1e6 sends the tiny model's loss to NaN within a few steps; retries are allowed, and a
-    # checkpoint is saved every step, so a retry (which a raised error would cause) would resume from one.
-    cfg = dataclasses.replace(BASE, learning_rate=1e6, steps=12, checkpoint_every=1, max_failures=2,
-                              storage_path=str(tmp_path), run_name="diverges")
-    monkeypatch.setattr(trainer, "connect_to_cluster", lambda: None)  # this process is already connected
-    with pytest.raises(cli.CheckFailed, match="training diverged") as failure:
-        train.main(cfg.to_args())
-    assert failure.value.exit_code == cli.CHECK_FAILED
-    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith(SUMMARY_PREFIX)]
-    assert len(lines) == 1, f"the job prints its summary exactly once, got {lines}"
-    summary = _strict_json(lines[0][len(SUMMARY_PREFIX):])
-    diverged = summary["diverged_at_step"]
-    assert isinstance(diverged, int) and 1 < diverged < cfg.steps, f"expected a step inside the run: {summary}"
-    assert (summary["final_loss"], summary["steps"], summary["start_step"]) == (None, diverged, 0), (
-        f"the run stops at the diverged step, with a null loss, in its first attempt (no retry): {summary}")
-    saved = sorted(path.name for path in (tmp_path / "diverges").glob("checkpoint_0*"))
-    assert saved and saved[-1] == f"checkpoint_{diverged - 1:06d}", (
-        f"checkpoints up to the last finite step, none of the diverged weights: {saved}")
-
-
 def test_the_job_exports_its_weights_and_so_does_the_export_command(reference, tmp_path, capsys):
     """The model the job wrote after its last step (gathered from its 2 FSDP2 ranks, right after an evaluation) and
     `python -m workload.export` on its last checkpoint: both hold the unsharded weights exactly, load with
@@ -301,82 +267,3 @@ def test_the_job_exports_its_weights_and_so_does_the_export_command(reference, t
             f"{made_by}: every file as readable as config.json, by the group too (umask 022): {modes}")
         assert loaded.config.use_cache and loaded.generation_config.eos_token_id == tokenizer.eos_token_id, (
             f"{made_by}: made for generate(): {loaded.config.use_cache}, {loaded.generation_config}")
-
-
-CHAT = dataclasses.replace(
-    BASE, dataset=os.path.join(HERE, "..", "data", "conversations.jsonl"), data_format="chat", seq_len=128,
-    tokenizer=os.path.join(HERE, "..", "data", "chat-tokenizer"), eval_fraction=0.2, eval_every=0, steps=10)
-
-
-def _trained_tokens_seen(cfg: TrainConfig) -> tuple[int, int]:
-    """(examples, trained tokens) of every step's batches on both ranks, counted without Ray."""
-    batches = [data.make_data(cfg, 0, rank, 2).train for rank in (0, 1)]
-    steps = [batch(step) for batch in batches for step in range(cfg.steps)]
-    return sum(int(b.examples()) for b in steps), sum(int(b.trained_tokens()) for b in steps)
-
-
-def _fit_and_count(cfg: TrainConfig, train_examples: int, eval_examples: int) -> dict:
-    """Fit on the Ray cluster; the summary must count the examples and trained tokens the steps really held."""
-    result, final = trainer.fit(cfg)
-    summary = trainer.summarize(cfg, result, final)
-    examples, trained = _trained_tokens_seen(cfg)
-    assert summary["examples"] == {"examples": train_examples, "eval_examples": eval_examples, "over_long": 0,
-                                   "examples_seen": examples, "trained_tokens_seen": trained}, summary["examples"]
-    return summary
-
-
-def test_a_chat_fine_tune_learns_the_answers_and_its_export_answers_through_the_template(ray_cluster, tmp_path):
-    """The sample conversations on 2 CPU workers: the loss on the assistant's tokens falls, the summary counts the
-    examples and trained tokens, the held-out loss is over the assistant's tokens only, and the exported model
-    answers a question through its own chat template, stopping at the end of its turn."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from workload.run import local
-
-    cfg = dataclasses.replace(CHAT, storage_path=str(tmp_path), run_name="chat")
-    summary = _fit_and_count(cfg, train_examples=96, eval_examples=24)
-    assert summary["final_loss"] < 0.5 * summary["initial_loss"], summary
-
-    exported = AutoModelForCausalLM.from_pretrained(summary["model"])
-    held_out = data.make_data(cfg, 0, 0, 1).eval
-    with torch.no_grad():
-        # Hugging Face's own loss on the held-out blocks (labels -100 outside the assistant's turns), token-weighted.
-        sums = [exported(input_ids=b.input_ids, labels=b.labels, position_ids=b.position_ids).loss * b.trained_tokens()
-                for b in held_out]
-    expected = float(sum(sums) / sum(b.trained_tokens() for b in held_out))
-    assert summary["eval_loss"] == pytest.approx(expected, rel=2e-2), "eval_loss: the assistant tokens' mean loss"
-
-    answer = local.generate_chat(summary["model"], local.CHAT_PROMPTS["chat"])
-    assert AutoTokenizer.from_pretrained(summary["model"]).chat_template == chat_template(cfg.tokenizer)
-    assert answer == _greedy_answer(exported, AutoTokenizer.from_pretrained(cfg.tokenizer), local.CHAT_PROMPTS["chat"],
-                                    2 * local.NEW_TOKENS), "generate() on the export: the training template's prompt, " \
-        "greedy, stopping at the end of the assistant's turn"
-
-
-def chat_template(tokenizer: str) -> str:
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(tokenizer).chat_template
-
-
-def _greedy_answer(lm, tokenizer, messages: list[dict], limit: int) -> str:
-    """The model's greedy answer computed by hand: the training tokenizer's rendering of the prompt, one argmax
-    at a time, until <|im_end|> (the turn's end) or `limit` tokens."""
-    ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True)["input_ids"]
-    end, answer = tokenizer.convert_tokens_to_ids("<|im_end|>"), []
-    with torch.no_grad():
-        while len(answer) < limit:
-            token = int(lm(torch.tensor([ids + answer])).logits[0, -1].argmax())
-            if token == end:
-                break
-            answer.append(token)
-    return tokenizer.decode(answer, skip_special_tokens=True)
-
-
-def test_a_prompt_completion_fine_tune_trains_on_completions_and_keeps_the_template(ray_cluster, tmp_path):
-    cfg = dataclasses.replace(CHAT, dataset=os.path.join(HERE, "..", "data", "instructions.jsonl"), eval_fraction=0,
-                              data_format="prompt-completion", steps=6, warmup_steps=1, storage_path=str(tmp_path),
-                              run_name="pairs")
-    summary = _fit_and_count(cfg, train_examples=120, eval_examples=0)
-    assert summary["final_loss"] < 0.7 * summary["initial_loss"], summary
-    assert chat_template(summary["model"]) == chat_template(cfg.tokenizer), "the export keeps the chat template"

@@ -6,6 +6,7 @@
     python -m tools.job summary --kubeconfig kubeconfig.json --stack dev
     python -m tools.job stop --kubeconfig kubeconfig.json --stack dev
     python -m tools.job submit --kubeconfig kubeconfig.json --stack dev -- --steps 200   # another run
+    python -m tools.job submit --stack dev --config run.yaml --print_config   # its settings as a file
 
 JOB (after the command) is a submission id, `pulumi stack output jobId` or the first column of `list`; without
 it, the stack's newest job. `logs --follow` streams the log until the job ends (Ctrl-C stops following, not the
@@ -30,7 +31,7 @@ from tools.job_server import connect, job_server, stack_jobs
 from tools.job_submit import submit_command
 from tools.kube import api_client
 from tools.stack import stack_settings
-from workload import cli
+from workload import cli, config_file
 
 # `stop` waits this long for the job to end: Ray sends its driver SIGTERM, then SIGKILL a few seconds later.
 STOP_WAIT_S = 60
@@ -57,6 +58,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         if name == "submit":
             command.add_argument("--run-id", help="the run's id (names its submission and checkpoints); "
                                                   "unset: submit-<UTC date>-<time>")
+            config_file.add_options(command)
             command.add_argument("train_flags", nargs=argparse.REMAINDER, metavar="-- FLAGS",
                                  help="python -m workload.train flags over the stack's, e.g. -- --steps 200")
         elif name != "list":
@@ -193,6 +195,9 @@ def main(argv: Sequence[str] | None = None, job_server: JobServerConnector | Non
     args = parse_args(argv)
     if args.command == "submit":
         job_submit.prepare(args)
+        if args.print_config:  # the job's settings as a --config file, for a local replay: no cluster needed
+            print(config_file.render(args.prepared[1]["workload"]), end="", flush=True)
+            return cli.OK
     with (job_server or kubernetes_job_server)(args) as server:
         return COMMANDS[args.command](connect(server), args)
 

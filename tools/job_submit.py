@@ -23,7 +23,7 @@ from typing import Any
 
 import yaml
 
-from workload import cli
+from workload import cli, config_file
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -60,11 +60,12 @@ class StackFile:
         return json.loads(value) if isinstance(value, str) else value
 
 
-def stack_job(stack: str, run_id: str, extra_flags: list[str]) -> dict:
-    """The job `pulumi up` would submit for the stack with trainEnabled, under `run_id`, with `extra_flags` on top:
-    {train_args, pip, env_vars, time_limit_s, submission_id, secrets_left_out}."""
+def stack_job(stack: str, run_id: str, extra_flags: list[str], config: str | None = None) -> dict:
+    """The job `pulumi up` would submit for the stack with trainEnabled, under `run_id`, with --config's file
+    `config` over the stack's keys and `extra_flags` over both:
+    {train_args, workload, pip, env_vars, time_limit_s, submission_id, secrets_left_out}."""
     from infra import config as stack_config
-    from infra.job.job_config import NCCL_DEBUG_FILE, submission_id, workload_config
+    from infra.job.job_config import job_env, job_pip, submission_id, workload_config
     from infra.preview.instance_facts import KNOWN_GPU_INSTANCE_TYPES
     from workload.config import build_parser
 
@@ -79,22 +80,29 @@ def stack_job(stack: str, run_id: str, extra_flags: list[str]) -> dict:
     workload = workload_config(cfg, SimpleNamespace(
         network_gbps=0.0, instance_type=cfg.gpu_instance_type, gpu_memory_mib=known.gpu_memory_mib if known else 0,
         gpu_name=known.gpu_name if known else ""))
-    # A flag the job does not know is refused here as `python -m workload.train` would (its one error line, exit 2).
-    flags = vars(build_parser().parse_args([*workload.to_args(), *extra_flags]))
+    # A flag the job does not know is refused here as `python -m workload.train` would (its one error line, exit 2),
+    # and so is a key of --config's file.
+    parser = build_parser()
+    base = vars(parser.parse_args(workload.to_args()))
+    from_file = config_file.load(config, parser) if config else {}
+    parser.set_defaults(**{**base, **from_file})
+    flags = vars(parser.parse_args(extra_flags))
     from workload.config import TrainConfig
 
     chosen = TrainConfig(**flags)
-    if "--run_name" not in extra_flags:
+    if "--run_name" not in extra_flags and "run_name" not in from_file:
         # As workload_config names the stack's runs, from the flags this run really has: the same run id with other
         # flags must not resume this run's checkpoints.
         unnamed = dataclasses.replace(chosen, run_name=TrainConfig.run_name).to_args()
         chosen = dataclasses.replace(chosen, run_name=f"ray-train-fsdp-llm-{run_id}-"
                                      f"{hashlib.sha256(json.dumps(unnamed).encode()).hexdigest()[:8]}")
     train_args = chosen.to_args()
-    env_vars = {"NCCL_DEBUG_FILE": NCCL_DEBUG_FILE, **cfg.train.env}
-    return {"train_args": train_args, "pip": list(cfg.train.pip), "env_vars": env_vars,
+    env_vars = job_env(cfg.train.env)
+    # The packages of the run's own flags: a tracker named by --config or after `--` brings its client too.
+    pip = job_pip(dataclasses.replace(cfg.train, report_to=chosen.report_to))
+    return {"train_args": train_args, "workload": chosen, "pip": pip, "env_vars": env_vars,
             "time_limit_s": float(cfg.train.timeout_minutes * 60),
-            "submission_id": submission_id(stack, run_id, train_args, list(cfg.train.pip), env_vars),
+            "submission_id": submission_id(stack, run_id, train_args, pip, env_vars),
             "secrets_left_out": source.secret_keys}
 
 
@@ -104,7 +112,7 @@ def prepare(args: argparse.Namespace) -> None:
         raise cli.UsageError("submit needs --stack: the job is built from Pulumi.<stack>.yaml's train* keys")
     run_id = args.run_id or time.strftime("submit-%Y%m%d-%H%M%S", time.gmtime())
     flags = args.train_flags[1:] if args.train_flags[:1] == ["--"] else args.train_flags
-    args.prepared = (run_id, stack_job(args.stack, run_id, flags))
+    args.prepared = (run_id, stack_job(args.stack, run_id, flags, args.config))
 
 
 def submit_command(client: Any, args: argparse.Namespace) -> int:

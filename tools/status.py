@@ -138,8 +138,41 @@ def dashboard_lines(stack: str | None, kubeconfig: Path | None, gpu_nodes: int) 
     if not gpu_nodes and int(stack_key(stack, "gpuIdleStopMinutes")):
         lines.append(f"No GPU nodes: the idle stop scales them to 0 after {stack_key(stack, 'gpuIdleStopMinutes')} "
                      "minutes without a Ray job; `pulumi stack output gpuWakeCommand` brings them back "
-                     "(so does the next `pulumi up` with a new trainRunId)")
+                     "(so does the next `pulumi up` that changes what runs on them, such as a new trainRunId)")
     return lines
+
+
+def idle_stop_line(pods: Iterable[Any]) -> str | None:
+    """The idle stop's last check (issue 31), from the newest of its pods: what it decided, or that it failed and the
+    GPU nodes are not being stopped, with the one line it wrote as its termination message. None without a check."""
+    pods = sorted(map(plain, pods), key=lambda p: p["metadata"].get("creationTimestamp") or "")
+    if not pods:
+        return None
+    pod = pods[-1]
+    name = pod["metadata"]["name"]
+    statuses = (pod.get("status") or {}).get("containerStatuses") or [{}]
+    finished = (statuses[0].get("state") or {}).get("terminated")
+    if not finished:
+        return f"Idle stop: a check is running (pod {name})"
+    message = (finished.get("message") or finished.get("reason") or "").strip().splitlines()
+    line = message[-1] if message else "no message"
+    if finished.get("exitCode", 0) != 0:
+        namespace = pod["metadata"].get("namespace", "")
+        return (f"Idle stop: the last check FAILED at {finished.get('finishedAt', '?')}, so the GPU nodes are not being "
+                f"stopped: {line} (kubectl -n {namespace} logs pod/{name})")
+    return f"Idle stop: last check at {finished.get('finishedAt', '?')}: {line}"
+
+
+def read_idle_stop(api_client: Any, namespace: str) -> str | None:
+    from kubernetes import client
+
+    from infra.kubernetes.idle_stop import IDLE_STOP_LABEL
+
+    selector = ",".join(f"{key}={value}" for key, value in IDLE_STOP_LABEL.items())
+    with talking_to(f"the idle stop's pods in {namespace}"):
+        pods = client.CoreV1Api(api_client).list_namespaced_pod(namespace, label_selector=selector,
+                                                                _request_timeout=REQUEST_TIMEOUT_S).items
+    return idle_stop_line(pods)
 
 
 def read_jobs(api_client: Any, namespace: str, cluster_name: str, stack: str | None) -> dict:
@@ -182,6 +215,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if status["raycluster"] is not None:
         status["jobs"] = read_jobs(api, namespace, cluster, args.stack)
     notes = dashboard_lines(args.stack, args.kubeconfig, len(status["gpu_nodes"]))
+    if int(stack_key(args.stack, "gpuIdleStopMinutes")) and (idle := read_idle_stop(api, namespace)):
+        notes.append(idle)
     if args.json:
         status["notes"] = notes
     print(json.dumps(status, indent=2) if args.json else render_status(status))

@@ -12,10 +12,11 @@ import argparse
 import dataclasses
 import math
 import os
+import re
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
-from workload.model import architectures
+from workload.model import architectures, model_source
 
 # The published config.json of the architectures known before any download (workload/architectures: Qwen2.5,
 # Qwen3, Llama 3.x, Mistral). Qwen/Qwen2.5-1.5B's fields make `qwen2.5-1.5b`, so it benchmarks the real architecture
@@ -46,13 +47,16 @@ MODEL_CONFIGS = tuple(ARCHITECTURES)
 # Why an s3:// --model_id (trainModelId) must name a directory under a bucket; the preview refuses with the same words.
 S3_MODEL_DIRECTORY = ("a model in S3 is a directory, s3://bucket/prefix/ holding config.json and *.safetensors, not "
                       "a bucket's root")
+# A Hub repo id as huggingface_hub's validate_repo_id accepts it, with the owner the upload needs.
+_HUB_REPO = re.compile(r"[\w.-]{1,96}/[\w.-]{1,96}")
 # A --dataset with one of these suffixes is a file, local or remote (s3://...), rather than a Hugging Face id.
-DATASET_FILE_SUFFIXES = (".txt", ".jsonl", ".json", ".parquet")
+# Each of the first four may also be gzip-compressed (workload/data/validate.py reads them all).
+DATASET_FILE_SUFFIXES = (".txt", ".jsonl", ".json", ".csv", ".parquet", ".txt.gz", ".jsonl.gz", ".json.gz", ".csv.gz")
 DATA_FORMATS = ("text", "chat", "prompt-completion")
 """Names accepted by --data_format: raw text packed as today, or supervised fine-tuning records (workload/data/)."""
 CHAT_TEMPLATES = ("qwen2.5", "llama3")
 """Names accepted by --chat_template besides a .jinja file: the published templates in workload/data/templates/."""
-TRUNCATIONS = ("truncate", "split")
+TRUNCATIONS = ("truncate", "keep_end", "split")
 """Names accepted by --truncation: what happens to a chat or prompt-completion example longer than --seq_len."""
 SHARDINGS = ("auto", "full", "hybrid")
 """Names accepted by --sharding (workload.model.parallel chooses between full and hybrid for auto)."""
@@ -62,6 +66,8 @@ LR_SCHEDULES = ("constant", "linear", "cosine")
 """Names accepted by --lr_schedule (workload.model.causal_lm.learning_rate_at)."""
 EXPORTS = ("final", "checkpoints", "none")
 """Names accepted by --export: when the job writes a Hugging Face model directory."""
+REPORT_TO = ("tensorboard", "mlflow", "wandb", "none")
+"""Names accepted by --report_to, transformers' names (a comma list, or none alone; workload/metrics/trackers.py)."""
 
 # The job's last line: `TRAIN_SUMMARY {json}` (workload/train.py prints it, workload/run/submit.py parses it). Here, in
 # a module that imports nothing heavy, so that neither side needs torch to agree on it.
@@ -122,8 +128,8 @@ class TrainConfig:
         0, "Save a sharded checkpoint every this many steps (needs --storage_path); 0 saves only after the last step."
     )
     dataset: str = flag(
-        "", "Empty: random tokens (the recipe's default). A .txt/.jsonl/.json file (local, or s3://...), or a Hugging "
-        "Face dataset id."
+        "", "Empty: random tokens (the recipe's default). A .txt/.jsonl/.json/.csv/.parquet file (the first four also "
+        ".gz; local, or s3://...), or a Hugging Face dataset id."
     )
     dataset_config: str = flag("", "Configuration name of a Hugging Face --dataset (e.g. wikitext-2-raw-v1).")
     dataset_split: str = flag("train", "Split of a Hugging Face --dataset.")
@@ -132,8 +138,9 @@ class TrainConfig:
         "", "Tokenizer for --dataset (a Hugging Face id or a local directory); empty means --model_id's."
     )
     data_format: str = flag(
-        "text", "text: documents packed and trained on every token; chat: a --messages_field of role/content turns; "
-        "prompt-completion: a --prompt_field and a --completion_field (both rendered with the chat template).")
+        "text", "text: documents packed and trained on every token; chat: a --messages_field of role/content turns "
+        "(or ShareGPT's conversations of from/value); prompt-completion: a --prompt_field and a --completion_field "
+        "(or Alpaca's instruction, input, output); both rendered with the chat template.")
     messages_field: str = flag("messages", "Field holding a record's list of {role, content} turns (--data_format chat).")
     prompt_field: str = flag("prompt", "Field holding a record's prompt (--data_format prompt-completion).")
     completion_field: str = flag("completion", "Field holding a record's completion (--data_format prompt-completion).")
@@ -143,8 +150,9 @@ class TrainConfig:
         "", "Chat template to render examples with instead of the tokenizer's own: a shipped one (qwen2.5, llama3) "
         "or a .jinja file; the exported model keeps it.")
     truncation: str = flag(
-        "truncate", "A chat or prompt-completion example longer than --seq_len: truncate (keep its first tokens) or "
-        "split (train on each --seq_len piece as an example of its own).")
+        "truncate", "A chat or prompt-completion example longer than --seq_len: truncate (keep its first tokens, TRL's "
+        "keep_start), keep_end (keep its last tokens) or split (train on each --seq_len piece as an example of its "
+        "own). An example left without a trained token is dropped and counted.")
     eval_fraction: float = flag(
         0.0, "Hold out this fraction of --dataset's packed sequences for evaluation (0 to below 1); 0: none.")
     eval_split: str = flag(
@@ -154,6 +162,16 @@ class TrainConfig:
     export: str = flag(
         "final", "Write a Hugging Face model directory (model_<step>/) beside the checkpoints: final (after the last "
         "step), checkpoints (at every checkpoint too) or none. Without --storage_path nothing is written.")
+    report_to: str = flag(
+        "tensorboard", "Where rank 0 reports the run (flags, plan, each step's metrics, summary): a comma list of "
+        "tensorboard, mlflow, wandb, or none.")
+    mlflow_tracking_uri: str = flag(
+        "", "--report_to mlflow: the tracking server (http://...); empty: $MLFLOW_TRACKING_URI, else a local store in "
+        "the run directory (mlruns/).")
+    wandb_project: str = flag("", "--report_to wandb: the W&B project; empty: $WANDB_PROJECT, else ray-train-fsdp-llm.")
+    push_to_hub: str = flag(
+        "", "After the last step, upload the exported model to this Hugging Face Hub repo (owner/name, created "
+        "private), with $HF_TOKEN; empty: no upload.")
     compile: bool | None = flag(
         None, "torch.compile each decoder layer; unset means on for CUDA and off on CPU (slow to compile there)."
     )
@@ -229,6 +247,8 @@ class TrainConfig:
             )
         if not self.model_config and not self.model_id:
             raise ValueError("--model_id must name a Hugging Face model when --model_config is empty")
+        if not self.model_config and (wrong := model_source.problem(self.model_id)):
+            raise ValueError(f"--model_id {self.model_id!r} is {wrong}")
         if self.model_id.startswith("s3://"):
             bucket, _, prefix = self.model_id.removeprefix("s3://").partition("/")
             if not bucket or not prefix.strip("/"):
@@ -250,6 +270,13 @@ class TrainConfig:
         _one_of(self, "sharding", SHARDINGS)
         _one_of(self, "lr_schedule", LR_SCHEDULES)
         _one_of(self, "export", EXPORTS)
+        parse_report_to(self.report_to)
+        if self.push_to_hub and (self.export == "none" or not self.storage_path):
+            raise ValueError("--push_to_hub uploads the exported model: it needs --storage_path and --export final or "
+                             "checkpoints")
+        if self.push_to_hub and not _HUB_REPO.fullmatch(self.push_to_hub):
+            raise ValueError(f"--push_to_hub must name a Hub repo as owner/name (letters, digits, '-', '_', '.'), got "
+                             f"{self.push_to_hub!r}")
         if self.warmup_steps > self.steps:
             raise ValueError(f"--warmup_steps {self.warmup_steps} must be at most --steps {self.steps}")
         self._check_evaluation()
@@ -300,7 +327,7 @@ class TrainConfig:
             return
         if not self.dataset:
             raise ValueError(f"--data_format {self.data_format} needs a --dataset of records (random tokens are text)")
-        if self.dataset.endswith(".txt"):
+        if self.dataset.endswith((".txt", ".txt.gz")):
             raise ValueError(f"--data_format {self.data_format}: {self.dataset!r} is plain text; records come from "
                              ".jsonl, .json, .parquet or a Hugging Face dataset")
         names = ("messages_field",) if self.data_format == "chat" else ("prompt_field", "completion_field")
@@ -347,6 +374,14 @@ def is_local_dataset(dataset: str) -> bool:
 def is_file_dataset(dataset: str) -> bool:
     """A --dataset that is a file, on this machine or remote (s3://bucket/key.jsonl), not a Hugging Face id."""
     return is_local_dataset(dataset) or "://" in dataset
+
+
+def parse_report_to(value: str) -> tuple[str, ...]:
+    """--report_to's names, validated (ValueError naming the flag); () for none."""
+    names = tuple(dict.fromkeys(name.strip() for name in value.split(",") if name.strip()))
+    if not names or set(names) - set(REPORT_TO) or ("none" in names and len(names) > 1):
+        raise ValueError(f"--report_to must be a comma list of {', '.join(REPORT_TO[:-1])}, or none; got {value!r}")
+    return () if names == ("none",) else names
 
 
 def _positive_int(config: TrainConfig, name: str) -> None:

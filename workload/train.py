@@ -18,7 +18,7 @@ import signal
 import sys
 from typing import Sequence
 
-from workload import cli
+from workload import cli, config_file
 from workload.config import SUMMARY_PREFIX, TrainConfig, build_parser
 
 
@@ -50,21 +50,26 @@ class Deadline:
             signal.signal(signal.SIGALRM, self._previous)
 
 
-def parse_args(argv: Sequence[str] | None = None) -> tuple[TrainConfig, float | None]:
-    """The training flags (TrainConfig's, 1:1) and the job's time limit, which belongs to the job, not to the
-    training run: it is not in the run's name, so a retry with a new limit still resumes from the checkpoints."""
+def parse_args(argv: Sequence[str] | None = None) -> tuple[TrainConfig, float | None, bool]:
+    """The training flags (TrainConfig's, 1:1, over --config's file), the job's time limit, which belongs to the job,
+    not to the training run: it is not in the run's name, so a retry with a new limit still resumes from the
+    checkpoints; and --print_config."""
     parser = build_parser()
     parser.add_argument("--time_limit_s", type=float, default=None,
                         help="Stop the job after this many seconds from its start; unset: no limit.")
-    args = vars(parser.parse_args(argv))
+    config_file.add_options(parser)
+    args, print_config = config_file.parse(parser, argv)
     time_limit_s = args.pop("time_limit_s")
     if time_limit_s is not None and not (time_limit_s > 0 and math.isfinite(time_limit_s)):
         raise cli.UsageError(f"--time_limit_s must be a positive number of seconds, got {time_limit_s}")
-    return TrainConfig(**args), time_limit_s
+    return TrainConfig(**args), time_limit_s, print_config
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    cfg, time_limit_s = parse_args(argv)
+    cfg, time_limit_s, print_config = parse_args(argv)
+    if print_config:
+        print(config_file.render(cfg, **({"time_limit_s": time_limit_s} if time_limit_s else {})), end="", flush=True)
+        return cli.OK
     deadline = Deadline(time_limit_s)
     try:
         with deadline:
@@ -73,6 +78,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             trainer.validate(cfg)
             trainer.connect_to_cluster()
             summary = trainer.run(cfg)
+            push_failed = push_model(cfg, summary)
     except KeyboardInterrupt:
         if not deadline.reached:
             raise
@@ -84,7 +90,28 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise cli.CheckFailed(
             f"training diverged: the loss was not finite at step {summary['diverged_at_step']}; "
             f"lower --learning_rate (now {cfg.learning_rate}) or keep --max_grad_norm on")
+    if push_failed:
+        raise cli.CheckFailed(f"--push_to_hub {cfg.push_to_hub}: the upload failed ({push_failed}); the model is at "
+                              f"{summary['model']}")
     return cli.OK
+
+
+def push_model(cfg: TrainConfig, summary: dict) -> str | None:
+    """--push_to_hub: the exported model uploaded once training is done (workload/checkpoint/hub.py); the summary
+    gets its URL as "hub". Returns why the upload failed, or None: the run's summary is printed either way."""
+    if not cfg.push_to_hub:
+        return None
+    summary["hub"] = None
+    if summary["model"] is None or summary["diverged_at_step"] is not None:
+        return None if summary["diverged_at_step"] is not None else "the run exported no model"
+    from workload.checkpoint import hub
+
+    try:
+        summary["hub"] = hub.push(summary["model"], cfg.push_to_hub, cfg.run_name)
+    except Exception as error:  # any failure of the upload is reported the same way, after the summary
+        return " ".join(f"{type(error).__name__}: {error}".split())[:400]
+    print(f"pushed {summary['model']} to {summary['hub']}", flush=True)
+    return None
 
 
 if __name__ == "__main__":

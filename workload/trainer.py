@@ -5,7 +5,7 @@ running cluster, and `run` sizes the workers from its GPUs, fits, and returns th
 The same code runs on CPU processes (gloo) and on GPUs (NCCL).
 
 Under the run's directory (storage_path/run_name) Ray Train keeps the checkpoints; rank 0 adds the TensorBoard event
-files (tensorboard/, workload/metrics/tensorboard.py) and the model as a Hugging Face directory (model_<step>/, gathered
+files (tensorboard/, workload/metrics/tensorboard.py; MLflow and W&B too with --report_to, metrics/trackers.py) and the model as a Hugging Face directory (model_<step>/, gathered
 from every rank's shards, workload/checkpoint/export.py).
 """
 from __future__ import annotations
@@ -29,18 +29,19 @@ import torch.distributed as dist
 from ray.util.queue import Queue
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from workload import storage
+from workload import cli, storage
 from workload.checkpoint import sharded as checkpoints
 from workload.checkpoint.export import save_model_directory
 from workload.config import TRANSPORT_PREFIX, TrainConfig
+from workload.data import validate as records_check
 from workload.data.batches import check_dataset, check_tokenizer, make_data
 from workload.fabric import bandwidth as fabric
 from workload.fabric.nccl_logs import gather_transport_lines
 from workload.gc_control import StepCollector
 from workload.metrics.live import LiveMetrics
-from workload.metrics.tensorboard import MetricsLog
+from workload.metrics import trackers
 from workload.model import files as model_files
-from workload.model import memory_plan, parallel
+from workload.model import compatibility, memory_plan, model_source, parallel
 from workload.model.causal_lm import (
     build_mesh,
     build_model,
@@ -105,7 +106,8 @@ def train_func(config: dict) -> None:
             start_step = checkpoints.load(directory, model, optimizer)
     batch = cfg.batch_size * world_size  # the effective batch: sequences per optimizer step, over all ranks
     tokens_per_step = batch * cfg.seq_len
-    metrics = MetricsLog(run_directory(cfg), start_step) if rank == 0 else None
+    # Rank 0's record of the run: TensorBoard, MLflow, W&B as --report_to says (workload/metrics/trackers.py).
+    metrics = trackers.for_run(cfg, run_directory(cfg), start_step) if rank == 0 else None
     live = LiveMetrics(cfg.run_name) if rank == 0 else None
     # What rank 0 reports in any case; the steps reached, the losses and the speed are added when the run ends.
     report = {"world_size": world_size, "device": device.type, "start_step": start_step, "effective_batch": batch,
@@ -113,6 +115,8 @@ def train_func(config: dict) -> None:
               "memory_plan": fit_plan.as_dict() if fit_plan else None,
               "tensorboard": metrics.destination if rank == 0 else None}
     if rank == 0:
+        metrics.params({**dataclasses.asdict(cfg), "world_size": world_size, "sharding": plan.as_dict(),
+                        "memory_plan": fit_plan.as_dict() if fit_plan else None})
         _progress(f"training {cfg.model_config or cfg.model_id} on {world_size} x {device.type}, "
                   f"steps {start_step + 1}..{cfg.steps}; sharding {plan.describe()}")
         if fit_plan:
@@ -151,11 +155,12 @@ def train_func(config: dict) -> None:
                 # spend trainMaxFailures restarting from the last checkpoint, and nothing more is saved.
                 if rank == 0:
                     _progress(f"step {done}/{cfg.steps} loss {loss_value}: training diverged, stopping")
-                    metrics.close()
-                    config["final"].put({
+                    diverged = {
                         **report, "steps": done, "tokens_seen": done * tokens_per_step, "initial_loss": initial_loss,
                         "final_loss": None, "eval_loss": None, "diverged_at_step": done, "tokens_per_s": None,
-                        "mfu": None, "nccl_logs": {}})
+                        "mfu": None, "nccl_logs": {}}
+                    metrics.close(diverged)
+                    config["final"].put(diverged)
                 return
 
             tokens_per_s = tokens_per_step / step_times[-1]
@@ -166,7 +171,7 @@ def train_func(config: dict) -> None:
                           f"{examples_text} step_time {step_times[-1]:.3f}s tokens/s {tokens_per_s:,.0f} "
                           f"mfu {mfu_text}")
                 metrics.scalars(done, {"train/loss": loss_value, "train/learning_rate": learning_rate,
-                                       "train/tokens_per_s": tokens_per_s})
+                                       "train/tokens_per_s": tokens_per_s, "train/mfu": mfu})
                 live.record(tokens_per_s, step_times[-1])
             if eval_set and (done == cfg.steps or (cfg.eval_every and done % cfg.eval_every == 0)):
                 collector.at_pause()
@@ -211,7 +216,7 @@ def train_func(config: dict) -> None:
         "examples": {**data.summary, **examples} if data.summary is not None else None,
     }
     if rank == 0:
-        metrics.close()
+        metrics.close(final)
         config["final"].put(final)
     if cfg.storage_path and trained:
         _report_with_checkpoint(final, model, optimizer, cfg.steps, tokenizer_of(cfg), chat_template_of(cfg))
@@ -314,11 +319,22 @@ def _report_with_checkpoint(metrics: dict, model, optimizer, step: int, tokenize
 
 
 def validate(cfg: TrainConfig) -> None:
-    """The checks that need the model's config or the tokenizer, before any worker starts."""
-    config = hf_config(cfg)
-    check_fits(cfg, config)
-    check_tokenizer(cfg, config.vocab_size)
+    """The checks that need the model's config or the tokenizer, before any worker starts, and every record of a
+    --dataset file (workload.data.validate), before any worker loads the model."""
     check_dataset(cfg)
+    # Refusals only: the local run has said what the file holds, and on a cluster rank 0's data line says it.
+    records_check.check_dataset(cfg, say=lambda line: None)
+    config = hf_config(cfg)
+    if not cfg.model_config:  # the model gate, as the preview ran it and every worker will
+        compatibility.build(config, f"--model_id {cfg.model_id}")
+    check_fits(cfg, config)
+    if cfg.dataset:  # the tokenizer is loaded for a dataset only (random tokens need none)
+        try:  # one request first: transformers would retry an unreachable Hub for a minute
+            model_source.check_hub_reachable(cfg.tokenizer_name)
+        except (model_source.Unreachable, model_source.NeedsToken) as error:
+            flag = "--tokenizer" if cfg.tokenizer else "--model_id"
+            raise cli.EnvironmentProblem(f"{flag} {cfg.tokenizer_name} (its tokenizer): {error}") from None
+    check_tokenizer(cfg, config.vocab_size)
 
 
 def worker_count(cfg: TrainConfig) -> tuple[int, bool]:
@@ -395,7 +411,6 @@ def _checkpoint_uri(cfg: TrainConfig, result: ray.train.Result) -> str | None:
 
 def connect_to_cluster() -> None:
     """Join the Ray cluster this process runs in (a Ray job's entrypoint has RAY_ADDRESS set)."""
-    from workload import cli
 
     address = os.environ.get("RAY_ADDRESS", "")
     hint = "python -m workload.train runs as a Ray job; to train on this machine: python -m workload.local"

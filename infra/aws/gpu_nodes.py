@@ -160,9 +160,11 @@ class GpuNodeGroup(pulumi.ComponentResource):
             instance_types=None if capacity_block else [facts.instance_type],
             ami_type=GPU_AMI_TYPE,
             capacity_type="CAPACITY_BLOCK" if capacity_block else "ON_DEMAND",
-            # With the idle stop (infra/kubernetes/idle_stop.py) the group may sit at 0 nodes: its minimum is 0, and the
-            # desired size is left to the idle check and the wake-up (ignore_changes below), so `pulumi up` does not
-            # fight it.
+            # With the idle stop (infra/kubernetes/idle_stop.py) the group may sit at 0 nodes: its minimum is 0, and
+            # after creation its sizes belong to the idle check and GpuNodesAwake (ignore_changes below). Ignoring
+            # only desiredSize would not do: the provider sends the state's old desired size with a new maxSize, so
+            # lowering gpuNodeCount 3 -> 2 would ask EKS for desired 3 above max 2, which it refuses. GpuNodesAwake
+            # sets all three in one call instead.
             scaling_config=aws.eks.NodeGroupScalingConfigArgs(
                 desired_size=node_count, min_size=0 if idle_stop else node_count, max_size=node_count),
             node_repair_config=node_repair_config(node_repair),
@@ -183,7 +185,7 @@ class GpuNodeGroup(pulumi.ComponentResource):
             # Create-before-delete would run both groups at once: twice the GPUs, twice the vCPU quota, and no room
             # in a reservation or a full placement group sized to the node count. The old nodes go first.
             opts=pulumi.ResourceOptions(parent=self, depends_on=role_policies, delete_before_replace=True,
-                                        ignore_changes=["scalingConfig.desiredSize"] if idle_stop else None),
+                                        ignore_changes=["scalingConfig"] if idle_stop else None),
         )
         self.node_group_name: pulumi.Output[str] = self.node_group.node_group_name
         self.register_outputs({

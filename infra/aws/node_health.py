@@ -34,9 +34,9 @@ import json
 import pulumi
 import pulumi_aws as aws
 
+from infra.aws.addon_pins import NODE_MONITORING_AGENT_ADDON, NODE_MONITORING_AGENT_VERSION
 from infra.aws.node_labels import GPU_TOLERATION
 
-NODE_MONITORING_AGENT_ADDON = "eks-node-monitoring-agent"
 # One node at a time, and none once two are unhealthy together: a GPU node group is small and each replacement
 # relaunches an instance that bills by the hour.
 MAX_PARALLEL_REPAIRS = 1
@@ -58,21 +58,23 @@ def node_repair_config(enabled: bool) -> aws.eks.NodeGroupNodeRepairConfigArgs:
 def node_monitoring_agent_configuration() -> dict:
     """The add-on's configuration values. Its node agent tolerates every taint already (nodeAgent.tolerations:
     [{operator: Exists}]), but its DCGM host engine DaemonSet, which runs the GPU diagnostics, tolerates none
-    (dcgmAgent.tolerations: []), so on the tainted GPU nodes it would never run (aws/eks-node-monitoring-agent v1.7.0,
-    charts/eks-node-monitoring-agent/values.yaml; the keys are checked against its charts/configuration.schema.json,
-    copied to tests/reference)."""
+    (dcgmAgent.tolerations: []), so on the tainted GPU nodes it would never run (aws/eks-node-monitoring-agent v1.6.6,
+    the pinned version (infra/aws/addon_pins.py), charts/eks-node-monitoring-agent/values.yaml; the keys are checked
+    against its charts/configuration.schema.json, copied to tests/reference, which has `dcgmAgent` only from v1.6.0)."""
     return {"dcgmAgent": {"tolerations": [dict(GPU_TOLERATION)]}}
 
 
 class NodeMonitoringAgent(pulumi.ComponentResource):
-    """The agent as an EKS add-on, at EKS's default version for the cluster (as coredns and the Pod Identity agent),
-    on every node once the system nodes are up."""
+    """The agent as an EKS add-on at the pinned version (infra/aws/addon_pins.py: EKS's default for the cluster may
+    predate the `dcgmAgent` key our configuration sets, and would refuse it), on every node once the system nodes
+    are up."""
 
     def __init__(self, name: str, *, cluster_name: pulumi.Input[str], tags: dict[str, str],
                  depends_on: list[pulumi.Resource], opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("raytrain:infra:NodeMonitoringAgent", name, None, opts)
         self.addon = aws.eks.Addon(
             name, cluster_name=cluster_name, addon_name=NODE_MONITORING_AGENT_ADDON,
+            addon_version=NODE_MONITORING_AGENT_VERSION,
             configuration_values=json.dumps(node_monitoring_agent_configuration()),
             resolve_conflicts_on_create="OVERWRITE", resolve_conflicts_on_update="OVERWRITE", tags=tags,
             opts=pulumi.ResourceOptions(parent=self, depends_on=list(depends_on)))

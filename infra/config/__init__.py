@@ -5,6 +5,8 @@ resource is registered. Imports the standard library, pulumi, yaml and workload/
     schema.py            Pulumi.yaml's keys, the stack's raw values, unknown keys and secrets
     rules.py             the rules single values follow: names, ARNs, AZs, S3 locations
     train_keys.py        the train* keys: the training job's settings
+    experiment_tracking.py  experimentTracking: the stack's own MLflow server's names and checks
+    env_names.py         the environment names trainEnv and trainSecretEnv may not set, and their bounds
     parse.py             load() and parse(): the whole config, validated
     naming.py            the stack's default cluster name
     pip_requirements.py  trainPip's requirement specifiers

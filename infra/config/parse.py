@@ -8,19 +8,24 @@ from typing import Any
 
 import pulumi
 
+from infra.config.experiment_tracking import parse_experiment_tracking
 from infra.config.naming import default_cluster_name
 from infra.config.rules import (
     CLUSTER_NAME,
     CUDA_VERSION,
+    EKS_PUBLIC_ACCESS_CIDRS_MAX,
     INSTANCE_TYPE,
     K8S_VERSION,
     PLUGIN_WORD,
     PRINCIPAL_ARN,
     RAY_VERSION,
     RESERVATION_ID,
+    POD_INTERFACE,
+    POD_INTERFACES,
     SOCKET_IFNAME,
     check_az_list,
     require,
+    socket_ifname_matches,
 )
 from infra.config.schema import (
     check_secret_keys,
@@ -120,6 +125,10 @@ def parse(raw: dict[str, Any]) -> StackConfig:
     require(bool(SOCKET_IFNAME.fullmatch(raw["ncclSocketIfname"])), "ncclSocketIfname",
              f"{raw['ncclSocketIfname']!r} must be interface name prefixes as NCCL takes them: like eth0, eth or "
              "^docker,lo (comma-separated, led by ^ to exclude or = to match exactly; letters, digits, '_.:-')")
+    require(socket_ifname_matches(raw["ncclSocketIfname"], POD_INTERFACE), "ncclSocketIfname",
+             f"{raw['ncclSocketIfname']!r} does not select {POD_INTERFACE}, and a Ray pod on EKS's VPC CNI has only "
+             f"{' and '.join(POD_INTERFACES)} (lo reaches no other node); allowed: a value that selects eth0, such as "
+             "eth0, eth, =eth0 or ^lo")
     for key in ("fiProvider", "ncclNetPlugin"):
         require(bool(PLUGIN_WORD.fullmatch(raw[key])), key,
                  f"{raw[key]!r} must be a single non-empty word (letters, digits and '_.;,+-'), like efa or aws-ofi")
@@ -177,7 +186,7 @@ def _parse_operations(raw: dict[str, Any]) -> dict[str, Any]:
              f"must be 0 (never stop) or {IDLE_STOP_MINIMUM_MINUTES} to {IDLE_STOP_MAXIMUM_MINUTES} minutes, "
              f"got {minutes}")
     return {"monitoring": raw["monitoring"], "gpu_node_repair": raw["gpuNodeRepair"],
-            "gpu_idle_stop_minutes": minutes}
+            "gpu_idle_stop_minutes": minutes, "experiment_tracking": parse_experiment_tracking(raw)}
 
 
 def _check_principals(key: str, arns: list[str]) -> tuple[str, ...]:
@@ -203,6 +212,10 @@ def _check_public_cidrs(cidrs: list[str]) -> tuple[str, ...]:
                  f"(allowed: public IPv4 CIDRs, or {WORLD_CIDR} to open it to the world)")
         checked.append(str(network))
     require(len(set(checked)) == len(checked), key, f"lists a CIDR twice: {cidrs}")
+    require(len(checked) <= EKS_PUBLIC_ACCESS_CIDRS_MAX, key,
+             f"lists {len(checked)} CIDRs; EKS accepts at most {EKS_PUBLIC_ACCESS_CIDRS_MAX} per cluster (and the "
+             "preview adds this machine's address when no CIDR covers it); allowed: up to "
+             f"{EKS_PUBLIC_ACCESS_CIDRS_MAX} public IPv4 CIDRs (join neighbours into a shorter prefix)")
     return tuple(checked)
 
 

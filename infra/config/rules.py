@@ -3,6 +3,7 @@ and what it allows."""
 from __future__ import annotations
 
 import re
+from urllib.parse import unquote
 
 # 39 at most: IAM role names are <clusterName>-system-node-role plus Pulumi's 8-character suffix, 64 at most.
 CLUSTER_NAME = re.compile(r"^[a-zA-Z][a-zA-Z0-9-]{0,38}$")
@@ -19,12 +20,29 @@ PRINCIPAL_ARN = re.compile(r"^arn:aws[a-z-]*:iam::[0-9]{12}:(role|user)/[A-Za-z0
 # NCCL_SOCKET_IFNAME: interface name prefixes (Linux names are at most 15 characters), comma-separated, optionally
 # led by ^ (exclude) or = (exact match), as NCCL's environment variable documentation gives them.
 SOCKET_IFNAME = re.compile(r"[\^=]?[A-Za-z0-9_.:-]{1,15}(,[A-Za-z0-9_.:-]{1,15})*")
+# The interfaces a pod has on EKS's VPC CNI (amazon-vpc-cni-k8s: the pod's network namespace gets `eth0`, a veth to the
+# node, and `lo`; EFA devices reach the pod as /dev/infiniband devices, not as network interfaces). NCCL's bootstrap
+# and socket transport need one of them matched, and not `lo`, which no other node can reach.
+POD_INTERFACES = ("eth0", "lo")
+POD_INTERFACE = "eth0"
 # FI_PROVIDER and NCCL_NET_PLUGIN: a name (libfabric's layered providers join theirs with ';', lists with ',').
 PLUGIN_WORD = re.compile(r"[\^]?[A-Za-z0-9_.;,+-]{1,64}")
+# EKS's "Public endpoint access CIDR ranges per cluster" quota: 40, not adjustable (Amazon EKS User Guide, "View and
+# manage Amazon EKS and Fargate service quotas").
+EKS_PUBLIC_ACCESS_CIDRS_MAX = 40
 # Every pattern here is applied with fullmatch: `re.match` with `$` would take a trailing newline.
 # S3's bucket naming rules (general purpose buckets): 3-63 lowercase letters, digits, dots and hyphens, starting and
 # ending with a letter or digit. Anything else (a wildcard above all) is not one bucket.
 S3_BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
+# The rest of S3's rules for general purpose bucket names (Amazon S3 User Guide, "General purpose bucket naming
+# rules"): names S3 keeps for itself or for aliases of other things, which no bucket can have. A path with one of them
+# would be granted in the pods' policy and then fail on the cluster after the GPUs started billing.
+S3_BUCKET_RESERVED_PREFIXES = ("xn--", "sthree-", "amzn-s3-demo-")
+S3_BUCKET_RESERVED_SUFFIXES = ("-s3alias", "--ol-s3", ".mrap", "--x-s3", "--table-s3")
+_IPV4_LIKE = re.compile(r"[0-9]+\.[0-9]+\.[0-9]+\.[0-9]+")
+# A percent-escape: pyarrow's S3 file system decodes s3:// URIs (%2e%2e is '..'), while IAM matches the policy's
+# literal text, so a path with one means one place to the grant and another to the job.
+_PERCENT_ESCAPE = re.compile(r"%[0-9A-Fa-f]{2}")
 
 
 def arn_parts(arn: str) -> tuple[str, str, str]:
@@ -55,11 +73,28 @@ def s3_location(path: str, key: str = "") -> tuple[str, str] | None:
     require(bool(S3_BUCKET.fullmatch(bucket)) and ".." not in bucket, key,
              f"{path!r} must name one existing bucket (3-63 lowercase letters, digits, '.' and '-'), "
              "like s3://my-bucket/prefix; wildcards are not allowed")
+    problem = bucket_name_problem(bucket)
+    require(problem is None, key, f"{path!r}: no S3 bucket can be named {bucket!r}: {problem}; allowed: a bucket "
+                                  "name S3's naming rules allow")
+    _check_segments(path, unquote(prefix).removesuffix("/"), key)
+    require(not _PERCENT_ESCAPE.search(prefix), key,
+             f"{path!r} holds a percent-escape, which the job's S3 client decodes while IAM grants the literal text; "
+             "allowed: the path written out, without '%XX'")
     require(not any(c in prefix for c in "*?$"), key,
              f"{path!r}: the path after the bucket must not contain '*', '?' or '$' (IAM would read them as "
              "wildcards or policy variables)")
-    _check_segments(path, prefix.removesuffix("/"), key)
     return bucket, prefix.strip("/")
+
+
+def bucket_name_problem(bucket: str) -> str | None:
+    """Which of S3's general purpose bucket naming rules `bucket` breaks (beyond S3_BUCKET's characters), or None."""
+    if _IPV4_LIKE.fullmatch(bucket):
+        return "it is formatted as an IP address"
+    if prefix := next((p for p in S3_BUCKET_RESERVED_PREFIXES if bucket.startswith(p)), None):
+        return f"the prefix {prefix!r} is reserved"
+    if suffix := next((p for p in S3_BUCKET_RESERVED_SUFFIXES if bucket.endswith(p)), None):
+        return f"the suffix {suffix!r} is reserved for access point, Multi-Region or directory bucket names"
+    return None
 
 
 def _check_segments(path: str, inner: str, key: str) -> None:
@@ -93,7 +128,9 @@ def check_storage_path(path: str) -> None:
     if scheme == "file":
         require(rest.startswith("/"), key, f"{path!r}: a file:// URI takes an absolute path (file:///path); "
                                             f"{STORAGE_ALLOWED}")
-        _check_segments(path, rest[1:].removesuffix("/"), key)
+        _check_segments(path, unquote(rest[1:]).removesuffix("/"), key)
+        require(not _PERCENT_ESCAPE.search(rest), key,
+                 f"{path!r} holds a percent-escape, which a file:// URI's reader decodes; allowed: the path written out")
         return
     _bucket, prefix = s3_location(path, key)
     require(bool(prefix), key, f"{path!r} is a bucket root, and the Ray pods' role would get read, write and delete "
@@ -114,3 +151,15 @@ def check_dataset_location(dataset: str) -> None:
              + "; allowed: s3://bucket/key.jsonl (or .txt, .json; the Ray pods' role gets read access to it), a "
              "Hugging Face dataset id, or empty for random tokens")
     s3_location(dataset, key)
+
+
+def socket_ifname_matches(ifname: str, interface: str) -> bool:
+    """Whether NCCL_SOCKET_IFNAME `ifname` selects `interface`, as NCCL reads it: a list of name prefixes, exact names
+    when led by '=', and everything but the listed ones when led by '^' (NCCL's environment variable documentation,
+    NCCL_SOCKET_IFNAME)."""
+    exclude = ifname.startswith("^")
+    body = ifname.removeprefix("^")
+    exact = body.startswith("=")
+    names = body.removeprefix("=").split(",")
+    listed = any(interface == name if exact else interface.startswith(name) for name in names)
+    return listed != exclude

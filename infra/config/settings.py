@@ -160,6 +160,14 @@ class TrainConfig:
     """trainSecretEnv: delivered to the Ray pods from a Kubernetes Secret, never through the job's inputs."""
     wait: str = "finish"
     """trainWait: what `pulumi up` waits for, the job's end or only its verified transport."""
+    report_to: str = "tensorboard"
+    """trainReportTo: where the job's rank 0 reports the run (workload/metrics/trackers.py)."""
+    mlflow_tracking_uri: str = ""
+    """trainMlflowTrackingUri: the team's MLflow server for trainReportTo mlflow."""
+    wandb_project: str = ""
+    """trainWandbProject: the W&B project for trainReportTo wandb."""
+    push_to_hub: str = ""
+    """trainPushToHub: the Hub repo the exported model is uploaded to."""
 
 
 @dataclass(frozen=True)
@@ -204,9 +212,15 @@ class StackConfig:
     """gpuNodeRepair: the node monitoring agent and the GPU node group's automatic repair (infra/aws/node_health.py)."""
     gpu_idle_stop_minutes: int = 0
     """gpuIdleStopMinutes: scale the GPU nodes to 0 after this long without a Ray job; 0 never (infra/kubernetes/idle_stop.py)."""
+    experiment_tracking: str = "none"
+    """experimentTracking: none, or mlflow for the stack's own MLflow server (infra/kubernetes/mlflow_server.py)."""
 
 
 # ---- issue 24: metrics, node repair, idle stop
 MONITORING_BACKENDS = ("prometheus", "cloudwatch", "none")  # infra/kubernetes/monitoring.py builds each
-IDLE_STOP_MINIMUM_MINUTES = 10  # nodes take about that long to join and run a job's first step
+# At least the longest a `pulumi up` waits for GPU nodes and Ray workers after it wakes the group (GpuNodesAwake's time
+# is where idle time starts): preflight.GPU_NODES_READY_TIMEOUT_SECONDS (10 minutes) and the RayCluster's
+# READY_TIMEOUT_SECONDS (30), so no check stops the nodes while the same `up` still waits for them (issue 31; a test
+# holds the three together).
+IDLE_STOP_MINIMUM_MINUTES = 40
 IDLE_STOP_MAXIMUM_MINUTES = 10080  # a week

@@ -3,9 +3,12 @@ job accepts is never refused here, nor the reverse."""
 from __future__ import annotations
 
 import math
+import re
 from typing import Any
 
 import infra.config.pip_requirements as pip_requirements  # trainPip
+from infra.config.env_names import MAX_ENV_ENTRIES, MAX_ENV_VALUE_CHARS, reserved_reason
+from infra.config.experiment_tracking import default_tracking_uri, in_cluster_uri, parse_experiment_tracking
 from infra.config.rules import ENV_NAME, RUN_ID, check_dataset_location, check_storage_path, require, s3_location
 from infra.config.settings import (
     MAX_BATCH_SIZE,
@@ -26,6 +29,7 @@ from workload.config import (
     SHARDINGS,  # trainSharding
     TRUNCATIONS,  # trainTruncation
     is_file_dataset,  # trainDataset: a file (s3://...) rather than a Hugging Face id
+    parse_report_to,  # trainReportTo
 )
 from workload.fabric.transport import EXPECTATIONS as EXPECT_TRANSPORTS  # trainExpectTransport
 
@@ -102,6 +106,7 @@ def parse_train(raw: dict[str, Any]) -> TrainConfig:
     secret_env = SecretEnv(_parse_env("trainSecretEnv", raw["trainSecretEnv"]))
     clash = sorted(set(env) & set(secret_env.names))
     require(not clash, "trainSecretEnv", f"{clash} are set in trainEnv too; set each variable in one key")
+    _check_tracking(raw, env, secret_env)
     return TrainConfig(
         enabled=raw["trainEnabled"],
         run_id=raw["trainRunId"],
@@ -138,7 +143,58 @@ def parse_train(raw: dict[str, Any]) -> TrainConfig:
         eval_every=raw["trainEvalEvery"],
         export=raw["trainExport"],
         examples=_parse_train_examples(raw),
+        report_to=raw["trainReportTo"],
+        # experimentTracking mlflow: the stack's own server when trainMlflowTrackingUri is unset.
+        mlflow_tracking_uri=default_tracking_uri(raw, parse_report_to(raw["trainReportTo"])),
+        wandb_project=raw["trainWandbProject"],
+        push_to_hub=raw["trainPushToHub"],
     )
+
+
+# The tokens the trackers and the Hub read from the job's environment: never in trainEnv (Ray's dashboard shows a
+# job's runtime_env), only in trainSecretEnv. (wandb reads WANDB_API_KEY; huggingface_hub HF_TOKEN.)
+WANDB_KEY = "WANDB_API_KEY"
+HUB_TOKEN = "HF_TOKEN"
+TOKEN_VARIABLES = (WANDB_KEY, HUB_TOKEN, "MLFLOW_TRACKING_PASSWORD", "MLFLOW_TRACKING_TOKEN")
+# https on 443: the Ray pods' NetworkPolicy lets them out to public addresses on 443 only (infra/kubernetes/
+# ray_security.py), and a policy cannot name a host to let a team server on another port or address through.
+_TRACKING_URI = re.compile(r"https://[A-Za-z0-9.-]+(:443)?(/[\w./-]*)?")
+_HUB_REPO = re.compile(r"[\w.-]{1,96}/[\w.-]{1,96}")
+
+
+def _check_tracking(raw: dict[str, Any], env: dict[str, str], secret_env: SecretEnv) -> None:
+    """trainReportTo and its keys, trainPushToHub, and the tokens they need, in trainSecretEnv only."""
+    try:
+        trackers = parse_report_to(raw["trainReportTo"])
+    except ValueError:
+        raise ValueError(f"config key 'trainReportTo': {raw['trainReportTo']!r} is not a comma list of tensorboard, "
+                         "mlflow, wandb, or none") from None
+    leaked = [name for name in TOKEN_VARIABLES if name in env]
+    require(not leaked, "trainEnv", f"sets {', '.join(leaked)}: a token goes in trainSecretEnv (`pulumi config set "
+            "--secret --path 'trainSecretEnv[0]' NAME=...`), never in trainEnv, which Ray's dashboard shows")
+    uri = raw["trainMlflowTrackingUri"]
+    # The stack's own server (experimentTracking mlflow) is plain http inside the cluster, and the Ray pods' egress to
+    # it is a NetworkPolicy of its own (infra/kubernetes/mlflow_server.py): that one URI is allowed besides https.
+    own_server = parse_experiment_tracking(raw) == "mlflow"
+    in_cluster = own_server and uri == in_cluster_uri(raw["rayNamespace"])
+    require(not uri or bool(_TRACKING_URI.fullmatch(uri)) or in_cluster, "trainMlflowTrackingUri",
+             "must be https://host[/path] on port 443, the only way out the Ray pods' NetworkPolicy allows (to public "
+             "addresses), with no user:password@ (credentials go in trainSecretEnv as MLFLOW_TRACKING_USERNAME and "
+             f"MLFLOW_TRACKING_PASSWORD), got {'a URI with credentials' if '@' in uri else repr(uri)}")
+    require("mlflow" not in trackers or bool(uri) or own_server, "trainReportTo",
+             "mlflow needs trainMlflowTrackingUri: a job's pods keep no local MLflow store (set the team's server, "
+             "https://host, or experimentTracking mlflow for the stack's own)")
+    require("wandb" not in trackers or WANDB_KEY in secret_env.names, "trainReportTo",
+             f"wandb needs {WANDB_KEY} in trainSecretEnv: `pulumi config set --secret --path 'trainSecretEnv[0]' "
+             f"{WANDB_KEY}=...` (a Pulumi secret, never in plain config)")
+    repo = raw["trainPushToHub"]
+    if repo:
+        require(bool(_HUB_REPO.fullmatch(repo)), "trainPushToHub", f"must be a Hub repo as owner/name, got {repo!r}")
+        require(HUB_TOKEN in secret_env.names, "trainPushToHub",
+                 f"uploads with {HUB_TOKEN}, which trainSecretEnv does not set: `pulumi config set --secret --path "
+                 f"'trainSecretEnv[0]' {HUB_TOKEN}=hf_...` (a write token)")
+        require(bool(raw["trainStoragePath"]) and raw["trainExport"] != "none", "trainPushToHub",
+                 "uploads the exported model: it needs trainStoragePath and trainExport final or checkpoints")
 
 
 def _parse_train_examples(raw: dict[str, Any]) -> TrainExamples:
@@ -152,7 +208,7 @@ def _parse_train_examples(raw: dict[str, Any]) -> TrainExamples:
     if data_format != "text":
         require(bool(raw["trainDataset"]), "trainDataset",
                  f"is empty (random tokens), and trainDataFormat {data_format} needs records to train on")
-        require(not raw["trainDataset"].endswith(".txt"), "trainDataset",
+        require(not raw["trainDataset"].endswith((".txt", ".txt.gz")), "trainDataset",
                  f"{raw['trainDataset']} is plain text; trainDataFormat {data_format} reads records from .jsonl, .json, "
                  ".parquet or a Hugging Face dataset")
         keys = ("trainMessagesField",) if data_format == "chat" else ("trainPromptField", "trainCompletionField")
@@ -173,11 +229,19 @@ def _parse_train_examples(raw: dict[str, Any]) -> TrainExamples:
 
 def _parse_env(key: str, items: list[str]) -> dict[str, str]:
     """KEY=VALUE entries. A refusal quotes the entry's position and name only: the value may be a token."""
+    require(len(items) <= MAX_ENV_ENTRIES, key, f"{len(items)} entries; allowed: at most {MAX_ENV_ENTRIES} (each is "
+                                                  "an environment variable of every Ray container)")
     env: dict[str, str] = {}
     for index, item in enumerate(items):
         name, sep, value = item.partition("=")
         require(bool(sep) and bool(ENV_NAME.fullmatch(name)), key,
                  f"entry {index} is not KEY=VALUE with KEY made of letters, digits and '_' (its value is not shown)")
         require(name not in env, key, f"sets {name} twice")
+        why = reserved_reason(name)
+        require(why is None, key, f"entry {index} sets {name}, which the job may not set: {why} (its value is not "
+                                  "shown)")
+        require(len(value) <= MAX_ENV_VALUE_CHARS, key,
+                 f"entry {index} ({name}): the value is {len(value)} characters; allowed: at most "
+                 f"{MAX_ENV_VALUE_CHARS} (its value is not shown)")
         env[name] = value
     return env

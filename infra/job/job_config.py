@@ -14,6 +14,8 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
 from infra.config import InstanceFacts, StackConfig, TrainExamples
+from workload.config import parse_report_to
+from workload.metrics.tracking import TRACKER_REQUIREMENTS  # standard library only: the trackers' client pins
 from workload.model import fp8  # standard library only: the preview's fp8 check and torchao's pin
 
 if TYPE_CHECKING:
@@ -23,6 +25,17 @@ if TYPE_CHECKING:
 # Each rank writes its own NCCL log here (%h host, %p pid), reads back its transport lines at the end and reports
 # them in the summary, so the verdict does not depend on which worker output reaches the driver.
 NCCL_DEBUG_FILE = "/tmp/nccl-%h-%p.log"
+# PyTorch's caching allocator with expandable segments: a segment grows in place instead of a new block being carved
+# for each size, so memory freed by one step's shapes serves the next (issue 30 measured on an H200: the dev plan for
+# Qwen2.5-7B ran out of memory under a 21.85 GiB cap with the default allocator, 4.2 GiB reserved but unallocated, and
+# ran with this). Read once, when CUDA first allocates, so it goes in the job's environment, not in the code.
+CUDA_ALLOCATOR = "expandable_segments:True"
+
+
+def job_env(train_env: Mapping[str, str]) -> dict[str, str]:
+    """The job's runtime_env env_vars: the project's defaults, then trainEnv, whose values win (NCCL_DEBUG_FILE can
+    go elsewhere, and a trainEnv PYTORCH_CUDA_ALLOC_CONF replaces the allocator setting rather than adds to it)."""
+    return {"NCCL_DEBUG_FILE": NCCL_DEBUG_FILE, "PYTORCH_CUDA_ALLOC_CONF": CUDA_ALLOCATOR, **train_env}
 
 
 def submission_id(stack: str, run_id: str, train_args: list[str], pip: list[str], env_vars: dict[str, str]) -> str:
@@ -43,7 +56,9 @@ STACK_KEYS = {
     "lr_schedule": "trainLrSchedule", "warmup_steps": "trainWarmupSteps", "dataset": "trainDataset",
     "dataset_config": "trainDatasetConfig", "dataset_split": "trainDatasetSplit", "text_field": "trainTextField",
     "tokenizer": "trainTokenizer", "eval_split": "trainEvalSplit", "eval_fraction": "trainEvalFraction",
-    "eval_every": "trainEvalEvery", "export": "trainExport", "fp8": "trainFp8",
+    "eval_every": "trainEvalEvery", "export": "trainExport", "fp8": "trainFp8", "report_to": "trainReportTo",
+    "mlflow_tracking_uri": "trainMlflowTrackingUri", "wandb_project": "trainWandbProject",
+    "push_to_hub": "trainPushToHub",
 }
 # The flags of trainDataFormat and its keys (infra.config.TrainExamples' fields), for naming only.
 EXAMPLES_KEYS = {
@@ -95,7 +110,8 @@ def workload_config(cfg: StackConfig, facts: InstanceFacts) -> "WorkloadConfig":
 
 
 def job_pip(train) -> list[str]:
-    """trainPip, plus what the job's flags need beyond the image: torchao for trainFp8 (unless trainPip names it)."""
+    """trainPip, plus what the job's flags need beyond the image: torchao for trainFp8, and the client of each tracker
+    trainReportTo names (mlflow-skinny, wandb), unless trainPip names the package."""
     pip = list(train.pip)
 
     def name(entry: str) -> str:
@@ -104,8 +120,13 @@ def job_pip(train) -> list[str]:
         except InvalidRequirement:
             return entry  # a URL or a path: never torchao by name
 
-    if train.fp8 and "torchao" not in {name(entry) for entry in pip}:
+    named = {name(entry) for entry in pip}
+    if train.fp8 and "torchao" not in named:
         pip.append(fp8.TORCHAO_REQUIREMENT)
+    for tracker in parse_report_to(train.report_to):
+        requirement = TRACKER_REQUIREMENTS.get(tracker)
+        if requirement and name(requirement) not in named:
+            pip.append(requirement)
     return pip
 
 
@@ -123,8 +144,7 @@ def job_inputs(cfg: StackConfig, facts: InstanceFacts) -> dict[str, Any]:
 
     workload = workload_config(cfg, facts)
     train = cfg.train
-    # NCCL_DEBUG_FILE goes first so that trainEnv can still send NCCL's log elsewhere.
-    env_vars = {"NCCL_DEBUG_FILE": NCCL_DEBUG_FILE, **train.env}
+    env_vars = job_env(train.env)
     stack = pulumi.get_stack()
     pip = job_pip(train)
     return {

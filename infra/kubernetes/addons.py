@@ -13,7 +13,7 @@ import pulumi_kubernetes as k8s
 import yaml
 
 from infra.aws.node_labels import GPU_PRESENT_LABEL, GPU_TOLERATION, SYSTEM_NODE_SELECTOR
-from infra.kubernetes import admission, ray_security
+from infra.kubernetes import admission, image_pins, ray_security
 
 # 0.20.0 is the release whose values we checked (its default affinity already includes
 # nvidia.com/gpu.present=true, which our GPU nodes carry); older charts predate that term.
@@ -130,7 +130,7 @@ class ClusterAddons(pulumi.ComponentResource):
         self.nvidia_device_plugin = release(
             "nvidia-device-plugin", NVIDIA_DEVICE_PLUGIN_RELEASE, NVIDIA_DEVICE_PLUGIN_CHART,
             NVIDIA_DEVICE_PLUGIN_VERSION, NVIDIA_DEVICE_PLUGIN_REPO, DEVICE_PLUGIN_NAMESPACE,
-            nvidia_device_plugin_values(),
+            image_pins.merged(nvidia_device_plugin_values(), image_pins.chart_values(NVIDIA_DEVICE_PLUGIN_RELEASE)),
         )
         self.efa_device_plugin = release(
             "efa-device-plugin", EFA_DEVICE_PLUGIN_RELEASE, EFA_DEVICE_PLUGIN_CHART, EFA_DEVICE_PLUGIN_VERSION,

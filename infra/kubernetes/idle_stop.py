@@ -9,11 +9,15 @@ eks:UpdateNodegroupConfig on the GPU node group's ARN and nothing else. Not a La
 cluster's private job server (a VPC function, the token in Secrets Manager), for the same two calls. The script is
 infra/kubernetes/idle_check.py, mounted as it is.
 
-Waking. `pulumi up` with a job to run (trainEnabled, a new trainRunId) first sets the node group's desired size back
-to gpuNodeCount (`GpuNodesAwake`, a small dynamic resource), and the job then waits for its workers like a first run.
-By hand: the `gpuWakeCommand` output (`aws eks update-nodegroup-config ...`). The program declares minSize 0 and
-ignores desiredSize on the node group while the idle stop is on (ignore_changes), so `pulumi up` does not fight a
-stopped group, nor start it without a job.
+Waking, and day two. While the idle stop is on, the node group's scaling belongs to `GpuNodesAwake` (a small dynamic
+resource) and the check: the program gives the group its sizes when it creates it and ignores scalingConfig after
+(ignore_changes), so `pulumi up` neither fights a stopped group nor starts it for nothing. GpuNodesAwake runs first in
+every `pulumi up` that will wait for GPU nodes or Ray workers, and only then: its inputs are everything such a wait
+follows from (gpuNodeCount, the RayCluster's spec, trainSecretEnv's values, which replace the RayCluster, and
+trainRunId when a job runs). When one changed it sets the group to (min 0, desired gpuNodeCount, max gpuNodeCount) in
+one call, up or down, and waits for EKS to report the group ACTIVE; GpuNodesReady, the RayCluster and the job come
+after it. Its time is the CronJob's AWAKE_SINCE, so the check counts idle time from it.
+By hand: the `gpuWakeCommand` output (`aws eks update-nodegroup-config ...`).
 
 What still bills while stopped: the EKS control plane ($0.10/h), the NAT gateway (hourly and per GB), the system
 node (m7i.xlarge by default), the GPU nodes' nothing (their root volumes go with the instances), S3, CloudWatch logs,
@@ -36,7 +40,7 @@ from infra.aws import identity as aws_identity
 from infra.aws.node_labels import SYSTEM_NODE_SELECTOR
 from infra.aws.pod_identity import trust_policy
 from infra.config import AwsIdentity
-from infra.kubernetes import ray_security
+from infra.kubernetes import admission, idle_stop_identity, ray_security
 from infra.kubernetes.portforward import CLUSTER_LABEL, NODE_TYPE_LABEL
 from infra.kubernetes.raycluster import DASHBOARD_PORT, auth_secret_name, head_service_name
 
@@ -47,7 +51,6 @@ IDLE_STOP_LABEL = {"app.kubernetes.io/name": "ray-idle-stop"}
 SCALING_ACTIONS = ("eks:DescribeNodegroup", "eks:UpdateNodegroupConfig")
 # Python importing Ray and boto3 in the training image: a few hundred MiB, for seconds every five minutes.
 CHECK_RESOURCES = {"requests": {"cpu": "100m", "memory": "512Mi"}, "limits": {"memory": "512Mi"}}
-MINIMUM_MINUTES = 10
 
 
 def idle_stop_name(cluster_name: str) -> str:
@@ -61,11 +64,12 @@ def scaling_policy(nodegroup_arn: str) -> str:
 
 
 def cronjob_manifest(*, namespace: str, cluster_name: str, image: str, eks_cluster: pulumi.Input[str],
-                     nodegroup_name: pulumi.Input[str], region: str, idle_minutes: int) -> dict:
+                     nodegroup_name: pulumi.Input[str], region: str, idle_minutes: int,
+                     awake_since: pulumi.Input[str] = "") -> dict:
     name = idle_stop_name(cluster_name)
     env = {"RAY_JOB_SERVER": f"http://{head_service_name(cluster_name)}.{namespace}.svc:{DASHBOARD_PORT}",
            "EKS_CLUSTER": eks_cluster, "GPU_NODEGROUP": nodegroup_name, "AWS_REGION": region,
-           "IDLE_MINUTES": str(idle_minutes),
+           "IDLE_MINUTES": str(idle_minutes), "AWAKE_SINCE": awake_since,
            # The image's NVIDIA hook fails on a node without GPUs unless told there are none (as on the Ray head).
            "NVIDIA_VISIBLE_DEVICES": "void"}
     pod = {
@@ -84,6 +88,8 @@ def cronjob_manifest(*, namespace: str, cluster_name: str, image: str, eks_clust
                             "name": auth_secret_name(cluster_name), "key": "auth_token"}}}],
                 "volumeMounts": [{"name": "script", "mountPath": "/opt/idle-stop", "readOnly": True}],
                 "resources": CHECK_RESOURCES,
+                # The check writes its outcome there; a crash before it did leaves the log's last lines instead.
+                "terminationMessagePolicy": "FallbackToLogsOnError",
                 "securityContext": ray_security.container_security_context(efa=False),
             }],
             "volumes": [{"name": "script", "configMap": {"name": name}}],
@@ -143,7 +149,8 @@ class IdleStop(pulumi.ComponentResource):
                  eks_cluster_arn: str, namespace: pulumi.Input[str], namespace_name: str, ray_cluster_name: str,
                  image: str,
                  nodegroup_name: pulumi.Input[str], nodegroup_arn: pulumi.Input[str], region: str, idle_minutes: int,
-                 tags: dict[str, str], opts: pulumi.ResourceOptions | None = None) -> None:
+                 tags: dict[str, str], awake: "GpuNodesAwake | None" = None,
+                 opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("raytrain:infra:IdleStop", name, None, opts)
         service_account = idle_stop_name(ray_cluster_name)
         role = aws.iam.Role(f"{name}-role",
@@ -159,9 +166,22 @@ class IdleStop(pulumi.ComponentResource):
             service_account=service_account, role_arn=role.arn, tags=tags,
             opts=pulumi.ResourceOptions(parent=self, depends_on=[policy]))
         in_cluster = pulumi.ResourceOptions(parent=self, provider=provider)
+        # No other pod of the namespace may act as the check (infra/kubernetes/idle_stop_identity.py), bound before
+        # the account exists.
+        guard_name = f"{namespace_name}-{service_account}"
+        guard = idle_stop_identity.identity_policy(guard_name, service_account=service_account,
+                                                   cronjob=idle_stop_name(ray_cluster_name))
+        guard_policy = k8s.admissionregistration.v1.ValidatingAdmissionPolicy(
+            f"{name}-identity", metadata=guard["metadata"], spec=guard["spec"],
+            opts=pulumi.ResourceOptions(parent=self, provider=provider))
+        binding = admission.pod_security_binding(guard_name, policy_name=guard_name, namespace=namespace_name)
+        guard_binding = k8s.admissionregistration.v1.ValidatingAdmissionPolicyBinding(
+            f"{name}-identity-binding", metadata=binding["metadata"], spec=binding["spec"],
+            opts=pulumi.ResourceOptions(parent=self, provider=provider, depends_on=[guard_policy]))
         account = k8s.core.v1.ServiceAccount(
             f"{name}-sa", metadata={"name": service_account, "namespace": namespace},
-            automount_service_account_token=False, opts=in_cluster)
+            automount_service_account_token=False,
+            opts=pulumi.ResourceOptions(parent=self, provider=provider, depends_on=[guard_binding]))
         script = k8s.core.v1.ConfigMap(
             f"{name}-script", metadata={"name": service_account, "namespace": namespace},
             data={CHECK_SCRIPT.name: CHECK_SCRIPT.read_text()}, opts=in_cluster)
@@ -172,38 +192,48 @@ class IdleStop(pulumi.ComponentResource):
             for p in network_policies(namespace=namespace_name, cluster_name=ray_cluster_name)]
         manifest = cronjob_manifest(namespace=namespace_name, cluster_name=ray_cluster_name, image=image,
                                     eks_cluster=cluster_name, nodegroup_name=nodegroup_name, region=region,
-                                    idle_minutes=idle_minutes)
+                                    idle_minutes=idle_minutes, awake_since=awake.woken_at if awake else "")
         # Pods get Pod Identity credentials only if the association exists when they are created.
         self.cron_job = k8s.batch.v1.CronJob(
             f"{name}-cronjob", metadata={**manifest["metadata"], "namespace": namespace}, spec=manifest["spec"],
             opts=pulumi.ResourceOptions(parent=self, provider=provider,
-                                        depends_on=[association, account, script, *self.network_policies]))
+                                        depends_on=[association, account, script, *self.network_policies,
+                                                    *([awake] if awake else [])]))
         self.register_outputs({"cron_job": self.cron_job.metadata["name"]})
 
 
 # ---- waking the nodes for a job (pulumi up) ------------------------------------------------------------------------
 
+# What GpuNodesAwake's diff compares: any change means this `pulumi up` waits for GPU nodes or Ray workers.
+WAKE_TRIGGERS = ("node_count", "run_id", "nodegroup", "ray_cluster_spec", "secret_env")
+
+
 class _WakeProvider(ResourceProvider):
-    """create/update: set the node group's desired size back to node_count, then wait until EKS reports the group
-    ACTIVE (the nodes join after; the job waits for its workers). delete: nothing (the node group is the program's)."""
+    """create/update: wait for the node group to be ACTIVE (EKS refuses a second update while one runs), set it to
+    awake_scaling(node_count), and wait until EKS reports it ACTIVE again (the nodes join after; GpuNodesReady and the
+    RayCluster wait for them). delete: nothing (the node group is the program's)."""
 
     def _wake(self, props: dict[str, Any]) -> dict[str, Any]:
+        from datetime import datetime, timezone
+
         from infra.kubernetes import idle_check
 
         identity = aws_identity.identity_from_props(props)
         boto_session = aws_identity.session(identity, props["region"])
         aws_identity.check_account(boto_session, identity)
         eks = boto_session.client("eks")
+        names = {"clusterName": props["cluster"], "nodegroupName": props["nodegroup"]}
+        eks.get_waiter("nodegroup_active").wait(**names)
         woken = idle_check.wake(eks, props["cluster"], props["nodegroup"], int(props["node_count"]))
         if woken:
-            eks.get_waiter("nodegroup_active").wait(clusterName=props["cluster"], nodegroupName=props["nodegroup"])
-        return {**props, "woken": woken}
+            eks.get_waiter("nodegroup_active").wait(**names)
+        return {**props, "woken": woken, "woken_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
 
     def create(self, props: dict[str, Any]) -> CreateResult:
         return CreateResult(id_=f"{props['cluster']}/{props['nodegroup']}", outs=self._wake(props))
 
     def diff(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> DiffResult:
-        changed = [key for key in ("run_id", "node_count", "nodegroup") if olds.get(key) != news.get(key)]
+        changed = [key for key in WAKE_TRIGGERS if olds.get(key) != news.get(key)]
         return DiffResult(changes=bool(changed), replaces=[], delete_before_replace=False)
 
     def update(self, _id: str, _olds: dict[str, Any], news: dict[str, Any]) -> UpdateResult:
@@ -211,13 +241,18 @@ class _WakeProvider(ResourceProvider):
 
 
 class GpuNodesAwake(pulumi.dynamic.Resource, module="raytrain", name="GpuNodesAwake"):
-    """The GPU node group at gpuNodeCount before this run's job (trainRunId) is submitted."""
+    """The GPU node group at gpuNodeCount before anything of this `pulumi up` waits for GPU nodes or Ray workers."""
 
     woken: pulumi.Output[bool]
+    woken_at: pulumi.Output[str]
 
     def __init__(self, name: str, *, cluster: pulumi.Input[str], nodegroup: pulumi.Input[str], node_count: int,
-                 run_id: str, region: str, identity: AwsIdentity, opts: pulumi.ResourceOptions | None = None) -> None:
+                 run_id: str, ray_cluster_spec: str, secret_env: pulumi.Input[dict], region: str,
+                 identity: AwsIdentity, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__(_WakeProvider(), name, {
-            "cluster": cluster, "nodegroup": nodegroup, "node_count": node_count, "run_id": run_id, "region": region,
-            "profile": identity.profile or "", "role_arn": identity.role_arn or "",
-            "account_id": identity.account_id or "", "woken": None}, opts)
+            "cluster": cluster, "nodegroup": nodegroup, "node_count": node_count, "run_id": run_id,
+            # A digest of the spec (plain values the stack config gives), and the secret's values as a secret: a
+            # new token replaces the RayCluster (raycluster.RayCluster's replacement_trigger), so it wakes too.
+            "ray_cluster_spec": ray_cluster_spec, "secret_env": pulumi.Output.secret(secret_env),
+            "region": region, "profile": identity.profile or "", "role_arn": identity.role_arn or "",
+            "account_id": identity.account_id or "", "woken": None, "woken_at": None}, opts)

@@ -34,8 +34,11 @@ import pulumi_aws as aws
 import pulumi_kubernetes as k8s
 import pulumi_random as random
 
+from infra.aws import addon_pins
 from infra.aws.node_labels import GPU_PRESENT_LABEL, GPU_TOLERATION, SYSTEM_NODE_SELECTOR
 from infra.kubernetes.portforward import CLUSTER_LABEL, NODE_TYPE_LABEL
+from infra.kubernetes import image_pins
+from infra.kubernetes import monitoring_security as security
 
 # kube-prometheus-stack 88.5.3 (prometheus-operator v0.93.1; subcharts grafana 12.11.1, kube-state-metrics 8.4.0,
 # prometheus-node-exporter 4.56.1): the release whose values.yaml (and its subcharts') the keys below were checked
@@ -54,11 +57,12 @@ DCGM_EXPORTER_REPO = "https://nvidia.github.io/dcgm-exporter/helm-charts"
 DCGM_EXPORTER_VERSION = "4.8.2"
 DCGM_EXPORTER_RELEASE = "dcgm-exporter"
 MONITORING_NAMESPACE = "monitoring"
+MONITORING_HOST_NAMESPACE = security.MONITORING_HOST_NAMESPACE  # node-exporter and the DCGM exporter
 # The CloudWatch Observability add-on (Container Insights, with enhanced observability: GPU metrics through its own
 # DCGM exporter, EFA metrics through its EFA collector) and the managed policy its agent needs (EKS user guide,
-# "Install the CloudWatch agent with the Amazon CloudWatch Observability EKS add-on"). Its version is EKS's default
-# for the cluster's Kubernetes version, as for coredns and the Pod Identity agent.
-CLOUDWATCH_ADDON = "amazon-cloudwatch-observability"
+# "Install the CloudWatch agent with the Amazon CloudWatch Observability EKS add-on"), at the version pinned with its
+# source in infra/aws/addon_pins.py.
+CLOUDWATCH_ADDON = addon_pins.CLOUDWATCH_ADDON
 CLOUDWATCH_NAMESPACE = "amazon-cloudwatch"
 CLOUDWATCH_SERVICE_ACCOUNT = "cloudwatch-agent"
 CLOUDWATCH_AGENT_POLICY = "arn:aws:iam::aws:policy/CloudWatchAgentServerPolicy"
@@ -151,7 +155,9 @@ def kube_prometheus_stack_values() -> dict:
             "sidecar": {"resources": RESOURCES["grafana-sidecar"]},
         },
         "kube-state-metrics": {"nodeSelector": system, "resources": RESOURCES["kube-state-metrics"]},
-        "prometheus-node-exporter": {"nodeSelector": system, "resources": RESOURCES["node-exporter"]},
+        # In the namespace for host access (monitoring_security.py): the rest of the stack's namespace stays baseline.
+        "prometheus-node-exporter": {"nodeSelector": system, "resources": RESOURCES["node-exporter"],
+                                     "namespaceOverride": MONITORING_HOST_NAMESPACE},
     }
 
 
@@ -326,12 +332,28 @@ class PrometheusMonitoring(pulumi.ComponentResource):
     scrape policies; Grafana's admin password as a Pulumi secret."""
 
     def __init__(self, name: str, *, provider: k8s.Provider, ray_namespace: pulumi.Input[str], ray_namespace_name: str,
-                 ray_cluster_name: str, depends_on: list[pulumi.Resource],
+                 ray_cluster_name: str, depends_on: list[pulumi.Resource], vpc_cidr: str = "10.0.0.0/16",
                  opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("raytrain:infra:PrometheusMonitoring", name, None, opts)
         child = pulumi.ResourceOptions(parent=self, provider=provider, depends_on=list(depends_on))
-        namespace = k8s.core.v1.Namespace(f"{name}-namespace", metadata={"name": MONITORING_NAMESPACE}, opts=child)
-        in_namespace = pulumi.ResourceOptions(parent=self, provider=provider, depends_on=[namespace, *depends_on])
+        # Two namespaces, Pod Security and NetworkPolicies: infra/kubernetes/monitoring_security.py says why.
+        namespace = k8s.core.v1.Namespace(f"{name}-namespace", metadata={"name": MONITORING_NAMESPACE, "labels":
+            security.namespace_labels(security.MONITORING_ENFORCE, security.MONITORING_WARN)}, opts=child)
+        host_namespace = k8s.core.v1.Namespace(f"{name}-host-namespace", metadata={
+            "name": security.MONITORING_HOST_NAMESPACE,
+            "labels": security.namespace_labels(security.HOST_ENFORCE, security.HOST_WARN)}, opts=child)
+        self.monitoring_policies = [
+            k8s.networking.v1.NetworkPolicy(
+                f"{name}-{policy['metadata']['namespace']}-{policy['metadata']['name']}", metadata=policy["metadata"],
+                spec=policy["spec"], opts=pulumi.ResourceOptions(parent=self, provider=provider,
+                                                                 depends_on=[namespace, host_namespace]))
+            for policy in security.network_policies(
+                monitoring_namespace=MONITORING_NAMESPACE, ray_namespace=ray_namespace_name,
+                ray_cluster_name=ray_cluster_name, scraper_label=SCRAPER_LABEL, prometheus_port=PROMETHEUS_PORT,
+                grafana_port=GRAFANA_PORT, vpc_cidr=vpc_cidr)]
+        namespace_ready = [namespace, host_namespace, *self.monitoring_policies]
+        in_namespace = pulumi.ResourceOptions(parent=self, provider=provider, depends_on=[*namespace_ready,
+                                                                                        *depends_on])
         self.grafana_password = random.RandomPassword(
             f"{name}-grafana-admin", length=24, special=False, opts=pulumi.ResourceOptions(parent=self))
         # pulumi-random marks `result` secret itself (additionalSecretOutputs); wrapping it says so here too.
@@ -352,21 +374,27 @@ class PrometheusMonitoring(pulumi.ComponentResource):
             for key, data in dashboards.items()]
 
         def release(suffix: str, release_name: str, chart: str, version: str, repo: str, values: dict,
-                    after: list[pulumi.Resource]) -> k8s.helm.v3.Release:
+                    after: list[pulumi.Resource], release_namespace: str = MONITORING_NAMESPACE) -> k8s.helm.v3.Release:
             return k8s.helm.v3.Release(
                 f"{name}-{suffix}",
                 k8s.helm.v3.ReleaseArgs(name=release_name, chart=chart, version=version,
                                         repository_opts=k8s.helm.v3.RepositoryOptsArgs(repo=repo),
-                                        namespace=MONITORING_NAMESPACE, values=values),
+                                        namespace=release_namespace, values=values),
                 opts=pulumi.ResourceOptions(parent=self, provider=provider,
-                                            depends_on=[namespace, *depends_on, *after]))
+                                            depends_on=[*namespace_ready, *depends_on, *after]))
 
+        # Each image by digest once infra/kubernetes/image_pins.py has it (nothing changes until then).
         self.stack = release("kube-prometheus-stack", KUBE_PROMETHEUS_STACK_RELEASE, KUBE_PROMETHEUS_STACK_CHART,
-                             KUBE_PROMETHEUS_STACK_VERSION, KUBE_PROMETHEUS_STACK_REPO, kube_prometheus_stack_values(),
+                             KUBE_PROMETHEUS_STACK_VERSION, KUBE_PROMETHEUS_STACK_REPO,
+                             image_pins.merged(kube_prometheus_stack_values(),
+                                               image_pins.chart_values(KUBE_PROMETHEUS_STACK_RELEASE)),
                              [admin_secret, *dashboard_maps])
         # After the stack: its ServiceMonitor is a CRD the stack installs.
         self.dcgm_exporter = release("dcgm-exporter", DCGM_EXPORTER_RELEASE, DCGM_EXPORTER_CHART,
-                                     DCGM_EXPORTER_VERSION, DCGM_EXPORTER_REPO, dcgm_exporter_values(), [self.stack])
+                                     DCGM_EXPORTER_VERSION, DCGM_EXPORTER_REPO,
+                                     image_pins.merged(dcgm_exporter_values(),
+                                                       image_pins.chart_values(DCGM_EXPORTER_RELEASE)), [self.stack],
+                                     release_namespace=security.MONITORING_HOST_NAMESPACE)
         monitor = ray_pod_monitor(namespace=ray_namespace_name, cluster_name=ray_cluster_name)
         self.pod_monitor = k8s.apiextensions.CustomResource(
             f"{name}-ray-pod-monitor", api_version=monitor["apiVersion"], kind=monitor["kind"],
@@ -402,6 +430,7 @@ class CloudWatchMonitoring(pulumi.ComponentResource):
                                                   opts=pulumi.ResourceOptions(parent=role))
         self.addon = aws.eks.Addon(
             f"{name}-addon", cluster_name=cluster_name, addon_name=CLOUDWATCH_ADDON,
+            addon_version=addon_pins.CLOUDWATCH_VERSION,
             pod_identity_associations=[aws.eks.AddonPodIdentityAssociationArgs(
                 role_arn=role.arn, service_account=CLOUDWATCH_SERVICE_ACCOUNT)],
             resolve_conflicts_on_create="OVERWRITE", resolve_conflicts_on_update="OVERWRITE", tags=tags,

@@ -6,6 +6,8 @@ account and secret env, the namespace's NetworkPolicies (infra/kubernetes/ray_se
 """
 from __future__ import annotations
 
+import hashlib
+import json
 import re
 import string
 from dataclasses import dataclass
@@ -141,6 +143,19 @@ def mutable_tag_warning(image: str) -> str | None:
             "different builds; pin a release tag (vX.Y.Z) or a digest (repo@sha256:...)")
 
 
+def unpinned_image_warning(image: str) -> str | None:
+    """A warning for a dlcImage the stack does not know, named by a tag alone, however frozen the tag looks: a
+    registry lets whoever can push to the repository move any tag, `v1.2.3` included, and one the publisher does not
+    vouch for (another registry, a fork, a mirror) is pinned only by a digest. None for a digest or a known image."""
+    if "@" in image or image in KNOWN_IMAGES:
+        return None
+    registry = image.split("/", 1)[0] if "/" in image and any(c in image.split("/", 1)[0] for c in ".:") \
+        else "docker.io"
+    return (f"dlcImage {image!r}: a tag from {registry} that the stack does not know; whoever can push there can move "
+            "it, so the Ray pods may run another build than the one checked. Pin it by digest: "
+            "repo:tag@sha256:<digest> (`crane digest IMAGE` or `docker buildx imagetools inspect IMAGE`)")
+
+
 def image_facts(cfg: StackConfig) -> ImageFacts:
     """dlcImage's Ray and CUDA: the stack's figures for a known image (rayVersion/imageCudaVersion may repeat
     them, not contradict them), the config's for any other."""
@@ -176,7 +191,7 @@ def check_config(cfg: StackConfig, facts: InstanceFacts) -> ImageFacts:
     assert facts.instance_type == cfg.gpu_instance_type, "facts must describe cfg.gpu_instance_type"
     _check_settings(name=cfg.ray_cluster_name, namespace=cfg.ray_namespace, image=cfg.dlc_image,
                     gpu_node_count=cfg.gpu_node_count, facts=facts)
-    if warning := mutable_tag_warning(cfg.dlc_image):
+    if warning := mutable_tag_warning(cfg.dlc_image) or unpinned_image_warning(cfg.dlc_image):
         pulumi.log.warn(warning)
     return image_facts(cfg)
 
@@ -315,6 +330,29 @@ def containers(manifest: dict) -> list[dict]:
     return [container for template in templates for container in template["spec"]["containers"]]
 
 
+def stack_manifest(cfg: StackConfig, facts: InstanceFacts) -> dict:
+    """The stack's RayCluster, from its config: what RayCluster creates, and what spec_digest digests. (The preview's
+    check_config has run by then: its warnings are not repeated here.)"""
+    image = image_facts(cfg)
+    return ray_cluster_manifest(
+        name=cfg.ray_cluster_name,
+        namespace=cfg.ray_namespace,
+        image=cfg.dlc_image,
+        ray_version=image.ray_version,
+        gpu_node_count=cfg.gpu_node_count,
+        facts=facts,
+        transport_env=cfg.transport_env,
+        head_env=monitoring.ray_head_env() if cfg.monitoring == "prometheus" else None,
+    )
+
+
+def spec_digest(cfg: StackConfig, facts: InstanceFacts) -> str:
+    """A digest of the RayCluster's spec: it changes exactly when `pulumi up` replaces the RayCluster for its spec
+    (replace_on_changes below), which then waits for every worker (GpuNodesAwake wakes the nodes first)."""
+    spec = json.dumps(stack_manifest(cfg, facts)["spec"], sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(spec.encode()).hexdigest()
+
+
 class RayCluster(pulumi.ComponentResource):
     """The Ray namespace and the RayCluster CR; it depends on the KubeRay operator, so destroy removes it first."""
 
@@ -328,17 +366,7 @@ class RayCluster(pulumi.ComponentResource):
         depends_on: list[pulumi.Resource],
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
-        image = check_config(cfg, facts)
-        manifest = ray_cluster_manifest(
-            name=cfg.ray_cluster_name,
-            namespace=cfg.ray_namespace,
-            image=cfg.dlc_image,
-            ray_version=image.ray_version,
-            gpu_node_count=cfg.gpu_node_count,
-            facts=facts,
-            transport_env=cfg.transport_env,
-            head_env=monitoring.ray_head_env() if cfg.monitoring == "prometheus" else None,
-        )
+        manifest = stack_manifest(cfg, facts)
         super().__init__("raytrain:infra:RayCluster", name, None, opts)
         in_cluster = pulumi.ResourceOptions(parent=self, provider=provider)
 
@@ -348,6 +376,7 @@ class RayCluster(pulumi.ComponentResource):
                       "labels": ray_security.namespace_labels(ray_security.pod_security_level(containers(manifest)))},
             opts=in_cluster,
         )
+        self.namespace_resource = namespace  # for what else lives in the namespace (the MLflow server)
         in_namespace = pulumi.ResourceOptions(parent=self, provider=provider, depends_on=[namespace])
         service_account = k8s.core.v1.ServiceAccount(
             f"{name}-pods",

@@ -22,7 +22,7 @@ from infra.aws import capacity_reservation, network
 from infra.aws.gpu_nodes import placement_group_name, use_placement_group
 from infra.config import AwsIdentity, InstanceFacts, StackConfig, arn_parts
 from infra.kubernetes import addons, raycluster
-from infra.preview import instance_facts
+from infra.preview import endpoint_access, instance_facts, object_names
 from infra.preview.access import aws_identity, check_access_entries, creator_of
 from infra.preview.job_plan import check_job
 from workload.model import memory_plan
@@ -101,10 +101,10 @@ def check(cfg: StackConfig) -> StackPlan:
     check_access_entries(cfg, caller.arn)
     public_cidrs = network.api_public_access_cidrs(
         cfg.api_public_access_cidrs,
-        None if config.WORLD_CIDR in cfg.api_public_access_cidrs else network.deployer_public_ip())
-    if config.WORLD_CIDR in public_cidrs:
-        pulumi.log.warn("apiPublicAccessCidrs includes 0.0.0.0/0: the API server's endpoint answers the whole internet "
-                        "(a stolen credential works from anywhere)")
+        None if endpoint_access.covers_internet(cfg.api_public_access_cidrs) else network.deployer_public_ip())
+    endpoint_access.check_public_access_count(public_cidrs)
+    if warning := endpoint_access.public_access_warning(public_cidrs):
+        pulumi.log.warn(warning)
     region = network.aws_region()
     zone_ids = network.region_availability_zones()
     vpc_azs = network.choose_vpc_azs(cfg.vpc_availability_zones, zone_ids)
@@ -114,6 +114,7 @@ def check(cfg: StackConfig) -> StackPlan:
     check_system_instance(instance_facts.lookup(cfg.system_instance_type, config_key="systemInstanceType"))
     addons.check_efa_allowlist(cfg.gpu_instance_type)
     image = raycluster.check_config(cfg, gpu)
+    object_names.check(cfg)
     job_memory = check_job(cfg, gpu, identity=identity, region=region) if cfg.train.enabled else None
     reservation = None
     if cfg.capacity_reservation_id:

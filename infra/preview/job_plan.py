@@ -8,10 +8,10 @@ import pulumi
 
 from infra.config import AwsIdentity, InstanceFacts, StackConfig
 from infra.job import job_config
-from infra.preview import instance_facts, model_config
+from infra.preview import dataset_records, instance_facts, model_config
 from workload.config import CHAT_TEMPLATES, is_local_dataset
 from workload.data.chat import KNOWN_CHAT_TEMPLATES
-from workload.model import memory, memory_plan
+from workload.model import memory, memory_plan, model_source
 
 
 def check_job(cfg: StackConfig, gpu: InstanceFacts, *, identity: AwsIdentity | None = None,
@@ -22,12 +22,14 @@ def check_job(cfg: StackConfig, gpu: InstanceFacts, *, identity: AwsIdentity | N
     check_job_data(cfg)
     workload = job_config.workload_config(cfg, gpu)  # the workload's own checks of the flags first
     check_chat_template(cfg)
+    dataset_records.check_train_dataset(cfg, identity=identity, region=region)  # every record the job would read
     train = cfg.train
     gpus = gpu.gpus * cfg.gpu_node_count
     workers = train.num_workers or gpus
     if workers > gpus:
         raise ValueError(f"config key 'trainNumWorkers': {workers} workers need a GPU each, and the cluster has "
                          f"{gpus} ({cfg.gpu_node_count} x {gpu.gpus}); allowed: 0 (one per GPU) to {gpus}")
+    check_job_model(cfg)
     architecture = model_config.resolve(train.model_id, train.model_config,
                                         hub_token=train.secret_env.reveal().get(model_config.HUB_TOKEN_VARIABLE),
                                         identity=identity, region=region)
@@ -62,6 +64,16 @@ def check_job_data(cfg: StackConfig) -> None:
         raise ValueError(
             f"config key 'trainTokenizer': {train.tokenizer} is a path on this machine, which {nodes} cannot read; "
             "allowed: a Hugging Face tokenizer or model id, or empty for trainModelId's tokenizer")
+
+
+def check_job_model(cfg: StackConfig) -> None:
+    """A model directory on this machine is not in the job's pods (the local run trains one: python -m workload.local
+    --model_id DIR)."""
+    train = cfg.train
+    if not train.model_config and model_source.is_path(train.model_id):
+        raise ValueError(f"config key 'trainModelId': {train.model_id} is a path on this machine, which the job's pods "
+                         "cannot read; allowed: a Hugging Face model id, or s3://bucket/prefix/ holding the model "
+                         "directory (the Ray pods' role reads it)")
 
 
 def check_chat_template(cfg: StackConfig) -> None:
@@ -161,8 +173,8 @@ def check_transport_expectation(cfg: StackConfig, gpu: InstanceFacts, workers: i
             "shows intra-node; allowed: intra-node or any (or more gpuNodeCount / trainNumWorkers)")
     if expect == "efa" and sockets:
         # trainEnv's values are never quoted (they may hold a token); fiProvider's may be.
+        # trainEnv may not set FI_PROVIDER (infra/config/env_names.py): fiProvider is the one place it is set.
         forced = ("trainEnv NCCL_NET=Socket" if env.get("NCCL_NET", "").lower() == "socket"
-                  else "trainEnv's FI_PROVIDER" if "FI_PROVIDER" in cfg.train.env
                   else f"FI_PROVIDER={env.get('FI_PROVIDER')} (fiProvider)")
         raise ValueError(f"config key {key!r}: efa, but {forced} sends NCCL over TCP sockets; allowed: socket or "
                          "any with that env, or efa without it")

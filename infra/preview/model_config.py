@@ -5,32 +5,28 @@ In order: a random-weight architecture (trainModelConfig); the published config.
 hf_hub_download, which honours HF_ENDPOINT and HF_HUB_OFFLINE, with trainSecretEnv's HF_TOKEN for a gated or private
 model); for an s3://bucket/prefix/ model directory, its config.json through boto3 as the stack's AWS identity.
 
-A model that cannot exist for the job (no such repo, a gated one without a token that has access, no config.json, a
-file that is not a decoder's config) is refused here, naming trainModelId; one that cannot be read from this machine
+A model that cannot exist for the job (no such repo, a gated one without a token that has access, no config.json) or
+that the job could not train is refused here, naming trainModelId: a config.json read from the Hub or S3 goes through
+the job's own model gate (workload.model.compatibility: built on the meta device, refused unless it is a dense,
+text-only decoder whose layers and buffers the job shards and loads), so what the preview accepts, the job loads; one that cannot be read from this machine
 (no network, S3 access denied to the deployer) is `Unknown` with the reason, and the preview warns as it did before.
 The token is handed to huggingface_hub and never printed: refusals name HF_TOKEN, not its value.
 """
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from dataclasses import dataclass
 from typing import Any
 
 from infra.config import AwsIdentity, s3_location
 from workload.config import ARCHITECTURES
-from workload.model import architectures
+from workload.model import architectures, compatibility, model_source
 
 CONFIG_FILE = "config.json"
 HUB_TOKEN_VARIABLE = "HF_TOKEN"
 # What workload.model.memory reads of a config; a config without them (a multimodal wrapper with text_config, an
 # encoder) is not a decoder the memory model knows.
 REQUIRED_FIELDS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "vocab_size")
-# Mixture-of-experts configs carry one of these; workload.model.memory counts dense layers only.
-EXPERT_FIELDS = ("num_experts", "num_local_experts", "n_routed_experts")
-# Seconds to wait for the Hub's answer before calling it unreachable (huggingface_hub's own default is 10).
-HUB_TIMEOUT_S = 10
 
 
 @dataclass(frozen=True)
@@ -74,65 +70,58 @@ def check_decoder(config: Any, where: str) -> dict:
     return config
 
 
-def _dense(config: dict, source: str) -> Known | Unknown:
-    if any(config.get(name) for name in EXPERT_FIELDS):
-        return Unknown(f"{source} describes a mixture-of-experts model, whose memory workload.model.memory does not project")
-    return Known(config, source)
+def _trainable(config: Any, model_id: str, where: str, source: str) -> Known:
+    """The job's model gate on a config.json read at preview, then the fields the memory plan reads. The shipped
+    configs are not gated here: tests/test_model_gate.py passes each of them through the gate."""
+    compatibility.check(config, f"config key 'trainModelId': {model_id}")
+    return Known(check_decoder(config, where), source)
 
 
 # ---- the Hub -----------------------------------------------------------------------------------------------------
 
 def _from_hub(model_id: str, token: str | None) -> Known | Unknown:
-    """config.json through hf_hub_download into a scratch cache (a few kB; the deployer's own cache is not touched).
-    huggingface_hub turns the Hub's answers into its errors (utils/_http.py hf_raise_for_status): X-Error-Code
-    RepoNotFound (401 unauthenticated, 404 authenticated) -> RepositoryNotFoundError, GatedRepo (401 without a token,
-    403 with one not granted) -> GatedRepoError, EntryNotFound -> EntryNotFoundError; no connection ->
-    LocalEntryNotFoundError (file_download.py, _get_metadata_or_catch_error). Only the last is not an answer about
+    """config.json with one request and no retries (workload.model.model_source.get_file: an unreachable Hub is
+    Unknown at once, not after huggingface_hub's five retries over 23 s), with trainSecretEnv's token only (never
+    the deployer's own HF_TOKEN). huggingface_hub turns the Hub's answers into its errors (utils/_http.py
+    hf_raise_for_status): X-Error-Code RepoNotFound (401 unauthenticated, 404 authenticated) ->
+    RepositoryNotFoundError, GatedRepo (401 without a token, 403 with one not granted) -> GatedRepoError,
+    EntryNotFound -> EntryNotFoundError. Only no answer, or a 5xx, 429 or a proxy's refusal, is not an answer about
     the model."""
-    from huggingface_hub import hf_hub_download
     from huggingface_hub.errors import (
+        EntryNotFoundError,
         GatedRepoError,
         HfHubHTTPError,
-        LocalEntryNotFoundError,
-        RemoteEntryNotFoundError,
         RepositoryNotFoundError,
         RevisionNotFoundError,
     )
 
     key = "config key 'trainModelId'"
-    endpoint = os.environ.get("HF_ENDPOINT") or None  # read now, not when huggingface_hub was imported
-    with tempfile.TemporaryDirectory(prefix="raytrain-model-config-") as cache:
-        try:
-            path = hf_hub_download(model_id, CONFIG_FILE, cache_dir=cache, token=token or False, endpoint=endpoint,
-                                   etag_timeout=HUB_TIMEOUT_S)
-            with open(path) as file:
-                text = file.read()
-        except LocalEntryNotFoundError as error:
-            # Before the others: it is also an EntryNotFoundError, but says the Hub could not be reached.
-            return Unknown(f"its {CONFIG_FILE} could not be read from the Hub ({type(error).__name__}: no answer)")
-        except GatedRepoError:
-            if token:
-                raise ValueError(f"{key}: {model_id} is gated and trainSecretEnv's {HUB_TOKEN_VARIABLE} has not been "
-                                 f"granted access; allowed: a token of an account that accepted the model's terms on "
-                                 f"its Hub page") from None
-            raise ValueError(f"{key}: {model_id} is gated on the Hugging Face Hub, and the job would be refused its "
-                             f"weights; set a token with access: `pulumi config set --secret --path "
-                             f"'trainSecretEnv[0]' {HUB_TOKEN_VARIABLE}=...`") from None
-        except RepositoryNotFoundError:
-            hint = ("or private, and trainSecretEnv's HF_TOKEN cannot see it" if token else
-                    f"or private (then set trainSecretEnv {HUB_TOKEN_VARIABLE})")
-            raise ValueError(f"{key}: {model_id} is not a model on the Hugging Face Hub ({hint}); allowed: a Hub "
-                             "model id such as Qwen/Qwen2.5-7B, or s3://bucket/prefix/ holding a model directory") from None
-        except (RemoteEntryNotFoundError, RevisionNotFoundError):
-            raise ValueError(f"{key}: {model_id} has no {CONFIG_FILE} on the Hub, so transformers cannot load it; "
-                             "allowed: a transformers model repo") from None
-        except (HfHubHTTPError, OSError) as error:  # 5xx, 429, a proxy's refusal
-            return Unknown(f"its {CONFIG_FILE} could not be read from the Hub ({type(error).__name__})")
+    try:
+        text = model_source.get_file(model_id, CONFIG_FILE, token or False).content
+    except model_source.Unreachable as error:
+        return Unknown(f"its {CONFIG_FILE} could not be read from the Hub ({error})")
+    except GatedRepoError:
+        if token:
+            raise ValueError(f"{key}: {model_id} is gated and trainSecretEnv's {HUB_TOKEN_VARIABLE} has not been "
+                             f"granted access; allowed: a token of an account that accepted the model's terms on "
+                             f"its Hub page") from None
+        raise ValueError(f"{key}: {model_id} is gated on the Hugging Face Hub, and the job would be refused its "
+                         f"weights; set a token with access: `{model_source.SECRET_COMMAND}`") from None
+    except RepositoryNotFoundError:
+        hint = ("or private, and trainSecretEnv's HF_TOKEN cannot see it" if token else
+                f"or private (then set trainSecretEnv {HUB_TOKEN_VARIABLE})")
+        raise ValueError(f"{key}: {model_id} is not a model on the Hugging Face Hub ({hint}); allowed: a Hub "
+                         "model id such as Qwen/Qwen2.5-7B, or s3://bucket/prefix/ holding a model directory") from None
+    except (EntryNotFoundError, RevisionNotFoundError):
+        raise ValueError(f"{key}: {model_id} has no {CONFIG_FILE} on the Hub, so transformers cannot load it; "
+                         "allowed: a transformers model repo") from None
+    except HfHubHTTPError as error:  # 5xx, 429, a proxy's refusal
+        return Unknown(f"its {CONFIG_FILE} could not be read from the Hub ({type(error).__name__})")
     try:
         config = json.loads(text)
-    except json.JSONDecodeError:
+    except (json.JSONDecodeError, UnicodeDecodeError):
         raise ValueError(f"{key}: {model_id}'s {CONFIG_FILE} on the Hub is not JSON") from None
-    return _dense(check_decoder(config, f"{model_id}'s {CONFIG_FILE}"), f"{model_id}'s {CONFIG_FILE} on the Hub")
+    return _trainable(config, model_id, f"{model_id}'s {CONFIG_FILE}", f"{model_id}'s {CONFIG_FILE} on the Hub")
 
 
 # ---- S3 ------------------------------------------------------------------------------------------------------------
@@ -163,4 +152,4 @@ def _from_s3(model_id: str, identity: AwsIdentity, region: str | None) -> Known 
         config = json.loads(body)
     except (json.JSONDecodeError, UnicodeDecodeError):
         raise ValueError(f"config key 'trainModelId': {where} is not JSON") from None
-    return _dense(check_decoder(config, where), where)
+    return _trainable(config, model_id, where, where)

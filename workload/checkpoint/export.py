@@ -29,6 +29,7 @@ def export(checkpoint: str, out: str, *, dtype: str = "float32") -> list[str]:
     from transformers import AutoConfig, AutoModelForCausalLM
 
     from workload.checkpoint import reader as checkpoint_reader
+    from workload.checkpoint.model_config import check_against_metadata, read_config_file
     from workload.checkpoint.sharded import MODEL_KEY, read_record
     from workload.model.causal_lm import LM_PREFIX
     from workload.storage import local_copy
@@ -37,7 +38,12 @@ def export(checkpoint: str, out: str, *, dtype: str = "float32") -> list[str]:
         if not os.path.isfile(os.path.join(directory, "config.json")):
             raise cli.UsageError(f"CHECKPOINT {checkpoint}: no config.json beside its shards; only checkpoints "
                                  "saved by this version of the job (workload/checkpoint/sharded.py) can be exported")
+        # Untrusted input, checked before anything is built from it: `.metadata` (restricted unpickling, and its
+        # claims against the shard files), then config.json against the metadata (workload/checkpoint/model_config.py).
+        metadata = checkpoint_reader.read_metadata(directory)
+        read_config_file(directory)
         config = AutoConfig.from_pretrained(directory)
+        check_against_metadata(directory, config, metadata, prefix=f"{MODEL_KEY}.{LM_PREFIX}")
         model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
         state = {MODEL_KEY: {LM_PREFIX + name: tensor for name, tensor in model.state_dict().items()}}
         # In place, into the model's parameters; the checkpoint is untrusted input (a crafted one is refused).

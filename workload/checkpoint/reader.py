@@ -18,8 +18,10 @@ A refusal is a CheckpointRefused (a ValueError, so the commands exit 2) of one l
 from __future__ import annotations
 
 import io
+import math
 import os
 import pickle
+import re
 import warnings
 from typing import Any
 
@@ -33,6 +35,9 @@ from torch.distributed.checkpoint.filesystem import FileSystemReader
 from torch.distributed.checkpoint.metadata import Metadata, StorageMeta
 
 METADATA_FILE = ".metadata"  # torch/distributed/checkpoint/filesystem.py's _metadata_fn
+# The shard files FileSystemWriter writes: `__<rank>_<n>.distcp` (filesystem.py: the _StoragePrefix `__{rank}_` and
+# gen_file's `{prefix}{file_count}{DEFAULT_SUFFIX}`), in the checkpoint's own directory.
+_SHARD_FILE = re.compile(r"[A-Za-z0-9_-]{1,64}\.distcp")
 # (module, name) pairs a DCP .metadata pickle names, besides torch's dtypes (`torch float32`, ...). Read off the
 # pickles torch 2.13 writes (pickletools on a model + AdamW checkpoint) and the classes of metadata.py in 2.11 and
 # 2.13. Python 3.13 moved the path classes to pathlib._local, and pickle names a class by its __module__.
@@ -85,7 +90,49 @@ def read_metadata(directory: str | os.PathLike) -> Metadata:
                                 f"{type(error).__name__}: {error}") from None
     if not isinstance(metadata, Metadata):
         raise CheckpointRefused(f"checkpoint file {path} holds a {type(metadata).__name__}, not DCP's Metadata")
+    check_storage(directory, metadata)
     return metadata
+
+
+def tensor_bytes(metadata: Metadata, prefix: str = "") -> int:
+    """What the tensors the metadata lists (those whose name starts with `prefix`) take in memory, whole."""
+    return sum(math.prod(item.size) * _element_size(item.properties.dtype)
+               for name, item in metadata.state_dict_metadata.items()
+               if name.startswith(prefix) and isinstance(item, dcp_metadata.TensorStorageMetadata))
+
+
+def _element_size(dtype: Any) -> int:
+    return torch.empty((), dtype=dtype).element_size() if isinstance(dtype, torch.dtype) else 8
+
+
+def check_storage(directory: str | os.PathLike, metadata: Metadata) -> None:
+    """What `.metadata` claims, against the files beside it, before anything is allocated from it: each shard file it
+    names is a plain file of this directory (no path into another), each item's bytes lie within its file, and its
+    tensors are no larger in memory than the bytes the shard files hold for them (DCP writes each tensor whole, with
+    torch.save, uncompressed: FileSystemWriter's _write_item). A crafted `.metadata` claiming a terabyte tensor would
+    otherwise be allocated by whoever reads it (read_model_state, workload.export)."""
+    path = os.path.join(directory, METADATA_FILE)
+    sizes: dict[str, int] = {}
+    stored = 0
+    for info in (metadata.storage_data or {}).values():
+        name = getattr(info, "relative_path", None)
+        if not isinstance(name, str) or not _SHARD_FILE.fullmatch(name):
+            raise CheckpointRefused(f"checkpoint file {path} names the shard file {name!r}; allowed: a file of the "
+                                    "checkpoint's own directory named like __0_0.distcp")
+        if name not in sizes:
+            shard = os.path.join(directory, name)
+            if not os.path.isfile(shard):
+                raise CheckpointRefused(f"checkpoint {directory}: {name}, which its {METADATA_FILE} lists, is missing "
+                                        "(an incomplete copy?)")
+            sizes[name] = os.path.getsize(shard)
+        if not (0 <= info.offset and 0 <= info.length and info.offset + info.length <= sizes[name]):
+            raise CheckpointRefused(f"checkpoint file {path} places an item at bytes {info.offset}+{info.length} of "
+                                    f"{name}, which holds {sizes[name]}")
+        stored += info.length
+    claimed = tensor_bytes(metadata)
+    if claimed > stored:
+        raise CheckpointRefused(f"checkpoint file {path} lists tensors of {claimed:,} bytes, more than the "
+                                f"{stored:,} its shard files hold; refused before allocating them")
 
 
 class _VerifiedReader(FileSystemReader):

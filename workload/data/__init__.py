@@ -3,7 +3,10 @@ prompt-completion records rendered with the chat template, masked, packed). May 
 
     batches.py    the batches of a run: random tokens, packed text, or packed examples; sharded and dealt to the steps
     tokenizer.py  the run's tokenizer, with the chat template for chat data
-    records.py    read and check records (.jsonl/.json/.parquet, local or s3://, or a Hugging Face dataset)
+    validate.py   every record of a dataset file read and checked, streaming, before anything starts (shared by the
+                  local run, the job's driver and the preview); the files' formats (.jsonl/.json/.csv/.parquet/.txt, .gz)
+    shapes.py     a record's shape (OpenAI messages, ShareGPT, prompt-completion, Alpaca) read as a conversation
+    records.py    the records of --dataset as conversations (a file, local or s3://, or a Hugging Face dataset)
     chat.py       render with the chat template; the exact tokens of the assistant turns
     packing.py    truncate or split over-long examples; pack with per-example positions; TokenBatch
     examples.py   the examples of --dataset, shuffled, held out and packed

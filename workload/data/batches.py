@@ -3,9 +3,9 @@
 Both sources are indexed by step, never by an iterator's position, so a run resumed from a checkpoint at step k
 sees exactly the batches an uninterrupted run sees from step k on.
 
-Real data: documents from a .txt (one document a line) or .jsonl/.json (the --text_field of each record), local or
-s3:// (read with pyarrow, which Ray Train itself uses for its storage, with the same AWS credentials), or a Hugging
-Face dataset, tokenized with an end-of-text token between documents, concatenated, cut into blocks of seq_len
+Real data: documents from a .txt (one document a line) or .jsonl/.json/.csv/.parquet (the --text_field of each
+record; each but .parquet may be .gz), local or s3:// (read with pyarrow, which Ray Train itself uses for its
+storage, with the same AWS credentials), or a Hugging Face dataset, tokenized with an end-of-text token between documents, concatenated, cut into blocks of seq_len
 tokens (the tail shorter than a block is dropped), shuffled once with the run's seed, and dealt to the ranks
 round-robin (block i goes to rank i % world_size), so the ranks' shards are disjoint and equal in size.
 
@@ -14,9 +14,7 @@ Evaluation: --eval_fraction holds out a seeded random share of those blocks befo
 """
 from __future__ import annotations
 
-import json
 import math
-import os
 from dataclasses import dataclass
 from typing import Callable, Iterable, Sequence
 
@@ -24,6 +22,7 @@ import torch
 
 from workload.config import TrainConfig, is_file_dataset
 from workload.data.tokenizer import load_chat_tokenizer, load_tokenizer
+from workload.data.validate import suffix as validate_suffix
 
 Batches = Callable[[int], torch.Tensor]
 
@@ -74,34 +73,16 @@ def check_dataset(cfg: TrainConfig) -> None:
         raise ValueError(f"--dataset {cfg.dataset!r} is not a file there ({found.name})")
 
 
-def read_text(path: str) -> str:
-    """A local file's text, or a remote one's (s3://...) through pyarrow, whole: its tokens are held anyway."""
-    if "://" not in path:
-        with open(os.path.expanduser(path), encoding="utf-8") as file:
-            return file.read()
-    import pyarrow.fs
-
-    filesystem, inner = pyarrow.fs.FileSystem.from_uri(path)
-    with filesystem.open_input_stream(inner) as stream:
-        return stream.readall().decode("utf-8")
-
-
 def load_documents(cfg: TrainConfig, split: str = "") -> list[str]:
-    """The documents of --dataset: a file's lines or records, or a Hugging Face dataset's `split` (default
-    --dataset_split)."""
-    if cfg.dataset.endswith(".parquet"):
+    """The documents of --dataset: a file's lines or records (read by workload.data.validate, which the driver has
+    run over every one), or a Hugging Face dataset's `split` (default --dataset_split)."""
+    if is_file_dataset(cfg.dataset):
         from workload.data.records import read_file_records
 
-        return [_text_of(record, cfg.text_field, cfg.dataset) for record in read_file_records(cfg.dataset)]
-    if is_file_dataset(cfg.dataset):
-        text = read_text(cfg.dataset)
-        if cfg.dataset.endswith(".txt"):
-            return [line.strip() for line in text.splitlines() if line.strip()]
-        if cfg.dataset.endswith(".jsonl"):
-            records = [json.loads(line) for line in text.splitlines() if line.strip()]
-        else:
-            records = json.loads(text)
-        return [_text_of(record, cfg.text_field, cfg.dataset) for record in records]
+        found = read_file_records(cfg.dataset)
+        if validate_suffix(cfg.dataset) == ".txt":
+            return [line.strip() for line in found]
+        return [_text_of(record, cfg.text_field, cfg.dataset) for record in found]
     import datasets
 
     dataset = datasets.load_dataset(cfg.dataset, cfg.dataset_config or None, split=split or cfg.dataset_split)
@@ -198,6 +179,9 @@ def _example_data(cfg: TrainConfig, rank: int, world_size: int) -> Data:
     from workload.data.packing import TokenBatch
 
     blocks = example_blocks(cfg)
+    if not blocks.train.examples:
+        raise ValueError(f"--dataset {cfg.dataset}: no example is left to train on ({blocks.describe(cfg)}); allowed: "
+                         "records with assistant turns, a longer --seq_len, or --truncation keep_end or split")
     data = _deal(cfg, blocks.train.blocks, blocks.eval.blocks if blocks.eval else None, rank, world_size)
     train = data.train
     return Data(lambda step: TokenBatch.of(train(step)), [TokenBatch.of(rows) for rows in data.eval],

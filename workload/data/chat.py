@@ -7,7 +7,11 @@ it starts inside an assistant turn's span of characters.
 The spans come from rendering prefixes, as TRL's prompt-completion path does (render the prompt with the generation
 prompt, then prompt + completion, and train on the difference), turn by turn: assistant turn i spans from the end of
 `render(turns[:i], add_generation_prompt=True)` to the end of `render(turns[:i + 1])`, less trailing whitespace (the
-newline ChatML puts after `<|im_end|>` is never generated: generation stops at the end-of-turn token). TRL's other way,
+newline ChatML puts after `<|im_end|>` is never generated: generation stops at the end-of-turn token). A conversation
+that opens with the assistant's turn trains only that turn's content and its end-of-turn token: its span starts after
+the template's generation prompt (the assistant header), not at the start of the text, where a default system prompt
+and BOS stand. An assistant turn's tool_calls are part of its span, and a template that does not render them is
+refused rather than training an empty turn. TRL's other way,
 `return_assistant_tokens_mask`, needs `{% generation %}` tags that neither Qwen2.5's nor Llama 3's published template
 has. A template that does not render a conversation as the concatenation of its turns (one that rewrites earlier
 turns once later ones follow) is refused, naming the record, instead of guessing.
@@ -19,10 +23,10 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from workload.config import CHAT_TEMPLATES
+from workload.data.shapes import ROLES, call_name  # noqa: F401  (ROLES: the roles a turn may have, the README's)
 
 TEMPLATES_DIRECTORY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "templates")
 IGNORE_INDEX = -100  # the label of a token that carries no loss: torch's cross_entropy default, and Hugging Face's
-ROLES = ("system", "user", "assistant", "tool")
 # Hub tokenizers whose tokenizer_config.json is known here, and whether it has a chat_template: the Pulumi preview
 # refuses a chat format with one that has none (and no trainChatTemplate) before any GPU bills; any other tokenizer
 # is checked by the job's driver, before a worker starts. Sources: Qwen2.5-0.5B-Instruct's template as
@@ -86,14 +90,36 @@ def tokenize_conversation(tokenizer, turns: Sequence[dict], trained_turns: Seque
 
 
 def _turn_span(tokenizer, turns: Sequence[dict], index: int, text: str, where: str) -> tuple[int, int]:
-    before = render(tokenizer, turns[:index], add_generation_prompt=True) if index else ""
     through = render(tokenizer, turns[:index + 1])
+    before = (render(tokenizer, turns[:index], add_generation_prompt=True) if index
+              else through[:_opening_turn_start(tokenizer, through, where)])
     if not (through.startswith(before) and text.startswith(through)):
         raise ValueError(
             f"{where}: the chat template does not render this conversation turn by turn (turn {index + 1} renders "
             "differently once later turns follow), so its assistant tokens cannot be found exactly; name a template "
             "that does with --chat_template")
+    for call in turns[index].get("tool_calls") or ():
+        name = call_name(call) or ""
+        if name not in through[len(before):]:
+            raise ValueError(f"{where}: the chat template does not render turn {index + 1}'s tool_calls (no "
+                             f"{name!r} in it), so the model would learn a turn without its calls; name a template "
+                             "that renders them with --chat_template (qwen2.5 does)")
     return len(before), len(through.rstrip())
+
+
+def _opening_turn_start(tokenizer, through: str, where: str) -> int:
+    """Where the assistant's turn starts in a conversation that opens with it: after whatever the template puts first
+    (BOS, a default system prompt) and the assistant's header. The header is the template's generation prompt (what
+    `add_generation_prompt` adds after a user turn), and the turn starts after its first occurrence: rendering no turn
+    at all with the generation prompt, as the other turns' spans do, fails in templates that read messages[0]."""
+    probe = [{"role": "user", "content": "x"}]
+    header = render(tokenizer, probe, add_generation_prompt=True)[len(render(tokenizer, probe)):]
+    found = through.find(header) if header.strip() else -1
+    if found < 0:
+        raise ValueError(f"{where}: the conversation opens with the assistant's turn, and the chat template's "
+                         "assistant header (its generation prompt) is not found before it, so its tokens cannot be "
+                         "found exactly; start it with a user or system turn, or name a template with --chat_template")
+    return found + len(header)
 
 
 def end_of_turn_token(tokenizer) -> int | None:

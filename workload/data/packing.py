@@ -28,19 +28,32 @@ class Packed:
     blocks: torch.Tensor
     """(n, 3, seq_len): input ids, labels, position ids."""
     examples: int
+    """Examples trained on (those dropped below not counted)."""
     over_long: int
-    """Examples longer than seq_len (truncated, or split into pieces of seq_len tokens)."""
+    """Examples longer than seq_len (truncated at either end, or split into pieces of seq_len tokens)."""
+    untrained: int = 0
+    """Examples dropped that had no trained token at all (a conversation without an assistant turn)."""
+    cut: int = 0
+    """Examples (or pieces of a split one) dropped because --truncation cut away every trained token."""
+
+
+def trains(example: Example) -> bool:
+    """Whether any token of the example carries loss (the first never does: packing ignores it, see above)."""
+    return any(label != IGNORE_INDEX for label in example.labels[1:])
 
 
 def fit(examples: Iterable[Example], seq_len: int, truncation: str) -> tuple[list[Example], int]:
-    """Every example at most seq_len tokens: the over-long ones truncated or split. Returns (examples, over-long)."""
+    """Every example at most seq_len tokens: the over-long ones truncated (keeping the first seq_len tokens, or with
+    keep_end the last, TRL's truncation_mode names) or split. Returns (examples, over-long)."""
     fitted, over_long = [], 0
     for example in examples:
-        if len(example.input_ids) <= seq_len:
+        length = len(example.input_ids)
+        if length <= seq_len:
             fitted.append(example)
             continue
         over_long += 1
-        starts = range(0, len(example.input_ids), seq_len) if truncation == "split" else (0,)
+        starts = (range(0, length, seq_len) if truncation == "split" else
+                  (length - seq_len,) if truncation == "keep_end" else (0,))
         fitted += [Example(example.input_ids[start:start + seq_len], example.labels[start:start + seq_len])
                    for start in starts]
     return fitted, over_long
@@ -73,9 +86,14 @@ def pack_examples(examples: Sequence[Example], seq_len: int, pad_id: int) -> tor
 
 
 def pack(examples: Sequence[Example], seq_len: int, pad_id: int, truncation: str) -> Packed:
-    fitted, over_long = fit(examples, seq_len, truncation)
-    return Packed(pack_examples([example for example in fitted if example.input_ids], seq_len, pad_id),
-                  len(examples), over_long)
+    """Examples that carry loss, fitted and packed; those without a trained token (none to begin with, or none left
+    after truncation) are dropped and counted, as TRL drops them: they would cost compute and teach nothing."""
+    training = [example for example in examples if trains(example)]
+    fitted, over_long = fit(training, seq_len, truncation)
+    kept = [example for example in fitted if example.input_ids and trains(example)]
+    cut = len(fitted) - len(kept)
+    return Packed(pack_examples(kept, seq_len, pad_id) if kept else torch.empty(0, ROWS, seq_len, dtype=torch.long),
+                  len(training) - (cut if truncation != "split" else 0), over_long, len(examples) - len(training), cut)
 
 
 @dataclass(frozen=True)

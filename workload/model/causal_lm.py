@@ -9,6 +9,7 @@ cfg)`, `learning_rate_at(cfg, step)`, `loss_fn(model, batch)`, `train_step(...)`
 from __future__ import annotations
 
 import functools
+import json
 import math
 import os
 
@@ -16,11 +17,12 @@ import torch
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
-from transformers import AutoConfig, AutoModelForCausalLM, GenerationConfig, PretrainedConfig, Qwen2Config
+from transformers import AutoModelForCausalLM, GenerationConfig, PretrainedConfig, Qwen2Config
 
+from workload import cli
 from workload.config import ARCHITECTURES, TrainConfig
 from workload.model import files as model_files
-from workload.model import fp8, weights
+from workload.model import architectures, compatibility, fp8, model_source, weights
 
 IGNORE_INDEX = -100  # a target that carries no loss (workload/data/chat.py labels prompts with it)
 NAMED_CONFIGS = ARCHITECTURES  # --model_config name -> Qwen2Config keyword arguments (workload.config)
@@ -50,13 +52,29 @@ LM_PREFIX = "lm."
 
 def hf_config(cfg: TrainConfig, directory: str | None = None) -> PretrainedConfig:
     """The architecture to train: a named random-weight config, or --model_id's config.json (from `directory`, the
-    model's files on this node, when given; else from the Hub, a local directory or s3://)."""
+    model's files on this node, when given; else the copy the project ships, never fetched; else from a local
+    directory, s3:// or the Hub, in one request), through the model gate's config checks. A source that does not
+    answer, or a gated model without a token, is the environment's problem (exit 3), named in one line."""
     if cfg.model_config:
         return Qwen2Config(**NAMED_CONFIGS[cfg.model_config], use_cache=False)
+    what = f"--model_id {cfg.model_id}"
+    shipped = architectures.published(cfg.model_id) if directory is None else None
+    if shipped is not None:
+        return compatibility.check_config_dict(shipped, what)
     try:
-        return AutoConfig.from_pretrained(directory or model_files.read_config_directory(cfg.model_id))
-    except (OSError, ValueError) as error:
-        raise ValueError(f"--model_id {cfg.model_id!r}: cannot load its config ({error})") from error
+        source = directory or model_files.read_config_directory(cfg.model_id)
+    except (model_source.Unreachable, model_source.NeedsToken) as error:
+        raise cli.EnvironmentProblem(f"{what}: {error}") from None
+    path = os.path.join(source, model_source.CONFIG_FILE)
+    try:
+        with open(path) as file:
+            raw = json.load(file)
+    except OSError:
+        raise ValueError(f"{what}: {source} has no readable {model_source.CONFIG_FILE}; a model directory holds "
+                         "config.json and *.safetensors (what save_pretrained writes)") from None
+    except ValueError:
+        raise ValueError(f"{what}: {path} is not JSON") from None
+    return compatibility.check_config_dict(raw, what)
 
 
 def check_fits(cfg: TrainConfig, config: PretrainedConfig) -> None:
@@ -103,53 +121,78 @@ class CausalLMWithLoss(nn.Module):
         masked = labels is not None
         if divisor is None:
             divisor = (targets != IGNORE_INDEX).sum().clamp(min=1) if masked else targets.numel()
+        # Gemma 2's final_logit_softcapping: the HF forward caps the logits (cap * tanh(logits / cap)) before the loss.
+        softcap = getattr(self.lm.config, "final_logit_softcapping", None) or None
         if not torch.is_grad_enabled():
             # Evaluation: LinearCrossEntropy would compute both gradients in forward, twice the lm_head's FLOPs.
-            return _chunked_cross_entropy(hidden, self.lm.lm_head.weight, targets) / divisor
-        return LinearCrossEntropy.apply(hidden, self.lm.lm_head.weight, targets, self.compiled_loss, masked, divisor)
+            return _chunked_cross_entropy(hidden, self.lm.lm_head.weight, targets, softcap) / divisor
+        return LinearCrossEntropy.apply(hidden, self.lm.lm_head.weight, targets, self.compiled_loss, masked, divisor,
+                                        softcap)
 
 
-def _chunked_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """Summed cross-entropy of `hidden @ weight.T` against `targets` (IGNORE_INDEX ones left out, as
-    cross_entropy's default ignore_index) without gradients, LOSS_CHUNK_TOKENS at a time."""
+def _chunked_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor,
+                           softcap: float | None = None) -> torch.Tensor:
+    """Summed cross-entropy of `hidden @ weight.T` (soft-capped at `softcap`, as the HF forward does) against
+    `targets` (IGNORE_INDEX ones left out, as cross_entropy's default ignore_index) without gradients,
+    LOSS_CHUNK_TOKENS at a time."""
     total = torch.zeros((), dtype=torch.float32, device=hidden.device)
     for start in range(0, targets.numel(), LOSS_CHUNK_TOKENS):
         logits = hidden[start:start + LOSS_CHUNK_TOKENS] @ weight.T
+        if softcap:
+            logits = torch.tanh(logits / softcap) * softcap
         total += nn.functional.cross_entropy(logits.float(), targets[start:start + LOSS_CHUNK_TOKENS], reduction="sum",
                                              ignore_index=IGNORE_INDEX)
     return total
 
 
-def _chunk_loss_and_grad(logits: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def _chunk_loss_and_grad(logits: torch.Tensor, targets: torch.Tensor,
+                         softcap: float | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """A chunk's summed cross-entropy and its gradient w.r.t. the logits (softmax minus one-hot). Upcast to fp32
     like the HF loss, so both paths agree to bf16 noise; under torch.compile the upcast, logsumexp and softmax fuse
-    into one read and one write of the bf16 logits."""
-    logits32 = logits.float()
+    into one read and one write of the bf16 logits. With `softcap` the logits are capped first (cap * tanh(z / cap))
+    and the gradient goes back through the cap (times 1 - tanh^2)."""
+    logits32, capped = _capped(logits, softcap)
     log_normalizer = torch.logsumexp(logits32, dim=-1)
     loss = (log_normalizer - logits32.gather(1, targets[:, None]).squeeze(1)).sum()
     one_hot = torch.arange(logits.shape[1], device=logits.device)[None, :] == targets[:, None]
     grad = torch.exp(logits32 - log_normalizer[:, None]) - one_hot.to(logits32.dtype)
+    if capped is not None:
+        grad = grad * (1 - capped * capped)
     return loss, grad.to(logits.dtype)
 
 
-def _masked_chunk_loss_and_grad(logits: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def _capped(logits: torch.Tensor, softcap: float | None) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The fp32 logits, soft-capped when `softcap` is set, and the tanh the cap's gradient needs (None without)."""
+    if not softcap:
+        return logits.float(), None
+    # As the HF forward: the cap in the logits' own dtype, then the loss upcasts.
+    capped = torch.tanh(logits / softcap)
+    return (capped * softcap).float(), capped.float()
+
+
+def _masked_chunk_loss_and_grad(logits: torch.Tensor, targets: torch.Tensor,
+                                softcap: float | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """_chunk_loss_and_grad where targets equal to IGNORE_INDEX add nothing to the loss and get no gradient. On the
     full chunk rather than on the counted rows only, so a compiled kernel keeps one shape whatever the mask."""
     counted = targets != IGNORE_INDEX
     safe_targets = torch.where(counted, targets, 0)
-    logits32 = logits.float()
+    logits32, capped = _capped(logits, softcap)
     log_normalizer = torch.logsumexp(logits32, dim=-1)
     token_loss = log_normalizer - logits32.gather(1, safe_targets[:, None]).squeeze(1)
     loss = torch.where(counted, token_loss, 0.0).sum()
     one_hot = torch.arange(logits.shape[1], device=logits.device)[None, :] == safe_targets[:, None]
     grad = (torch.exp(logits32 - log_normalizer[:, None]) - one_hot.to(logits32.dtype)) * counted[:, None]
+    if capped is not None:
+        grad = grad * (1 - capped * capped)
     return loss, grad.to(logits.dtype)
 
 
 @functools.cache
-def _chunk_kernel(compiled: bool, masked: bool = False):
-    """The chunk loss, eager or compiled; compiled once per process, however many models use it."""
+def _chunk_kernel(compiled: bool, masked: bool = False, softcap: float | None = None):
+    """The chunk loss, eager or compiled; compiled once per process (and cap), however many models use it."""
     kernel = _masked_chunk_loss_and_grad if masked else _chunk_loss_and_grad
+    if softcap:
+        kernel = functools.partial(kernel, softcap=softcap)
     return torch.compile(kernel, dynamic=False) if compiled else kernel
 
 
@@ -163,12 +206,13 @@ class LinearCrossEntropy(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, compiled: bool,
-                masked: bool = False, divisor: torch.Tensor | float | None = None) -> torch.Tensor:
+                masked: bool = False, divisor: torch.Tensor | float | None = None,
+                softcap: float | None = None) -> torch.Tensor:
         tokens = targets.numel()
         # Equal chunks (the last may be shorter), so a compiled kernel sees one or two shapes, not one per batch.
         chunks = -(-tokens // LOSS_CHUNK_TOKENS)
         chunk = -(-tokens // chunks)
-        kernel = _chunk_kernel(compiled, masked)
+        kernel = _chunk_kernel(compiled, masked, softcap)
         grad_hidden = torch.empty_like(hidden)
         grad_weight = torch.zeros_like(weight)
         total = torch.zeros((), dtype=torch.float32, device=hidden.device)
@@ -189,21 +233,21 @@ class LinearCrossEntropy(torch.autograd.Function):
         grad_hidden, grad_weight = ctx.saved_tensors
         # A 0-dim fp32 factor: the products are computed in fp32 and rounded once to the gradients' dtype.
         scale = grad_output.float() / ctx.divisor
-        return grad_hidden * scale, grad_weight * scale, None, None, None, None
+        return grad_hidden * scale, grad_weight * scale, None, None, None, None, None
 
 
 def build_model(cfg: TrainConfig, device: torch.device, directory: str | None = None) -> CausalLMWithLoss:
     """fp32 master weights: random ones on `device` with --model_config (seeded); with --model_id, the architecture
-    of `directory`'s config.json on the meta device, holding no memory until `load_pretrained` fills this rank's
-    shards after shard_model. bf16 comes from FSDP's mixed-precision policy at compute time, so AdamW updates
-    full-precision weights."""
+    of `directory`'s config.json with its parameters on the meta device (workload.model.compatibility's gate), holding
+    no memory until `load_pretrained` fills this rank's shards after shard_model. bf16 comes from FSDP's
+    mixed-precision policy at compute time, so AdamW updates full-precision weights."""
     torch.manual_seed(cfg.seed)
     if cfg.model_config:
         with torch.device(device):
             lm = AutoModelForCausalLM.from_config(hf_config(cfg), dtype=torch.float32)
     else:
-        with torch.device("meta"):
-            lm = AutoModelForCausalLM.from_config(hf_config(cfg, directory), dtype=torch.float32)
+        # The model gate the preview ran on the same config.json: refused here too unless it can be trained.
+        lm = compatibility.build(hf_config(cfg, directory), f"--model_id {cfg.model_id}")
         if directory and os.path.isfile(os.path.join(directory, GENERATION_CONFIG)):
             # What from_pretrained would take too: the published end-of-text ids and sampling defaults, which the
             # exported model keeps.

@@ -23,12 +23,16 @@ import torch
 import torch.distributed as dist
 
 from workload import storage
+from workload.model import model_source
 
 MODEL_FILE_PATTERNS = ("*.safetensors", "*.json", "*.txt", "*.model", "*.tiktoken", "*.jinja")
 """Files of a model directory that are fetched: weights (safetensors), config and index (JSON), tokenizer (JSON,
 merges.txt, sentencepiece .model, tiktoken) and chat template."""
 CONFIG_PATTERNS = ("config.json",)
 TOKENIZER_PATTERNS = tuple(pattern for pattern in MODEL_FILE_PATTERNS if pattern != "*.safetensors")
+# What pyarrow's S3 client says when no answer came (AWS SDK's curl errors: 6 could not resolve the host, 7 could not
+# connect, 28 timed out), as opposed to an answer about the bucket.
+UNREACHABLE_SIGNS = ("curlCode: 6", "curlCode: 7", "curlCode: 28", "Couldn't resolve host", "Could not resolve host")
 # How long a node's other ranks wait for its local rank 0 to finish downloading: NCCL's default collective timeout
 # (10 minutes, Ray Train's 30) is shorter than 140 GB through a NAT gateway, so the wait is a gloo group of its own.
 DOWNLOAD_TIMEOUT = datetime.timedelta(hours=3)
@@ -81,11 +85,18 @@ def local_directory(model_id: str) -> str:
 
 
 def read_config_directory(model_id: str) -> str:
-    """A local directory holding `model_id`'s config.json, for AutoConfig on the driver before any worker starts:
-    only that file is fetched from s3://; a Hub id or a local directory is read where it is."""
+    """A local directory holding `model_id`'s config.json, for the driver's checks before any worker starts: only
+    that file is fetched from s3:// or the Hub (workload.model.model_source: one request, no retries); a local
+    directory is read where it is."""
     if storage.is_remote(model_id):
         return _copy_remote(model_id, CONFIG_PATTERNS, lambda line: None, "config.json")
-    return model_id
+    if model_source.is_path(model_id):
+        directory = os.path.expanduser(model_id)
+        if not os.path.isdir(directory):
+            raise ValueError(f"--model_id {model_id}: no such directory on this machine; a local model is a "
+                             "directory holding config.json and *.safetensors (what save_pretrained writes)")
+        return directory
+    return model_source.hub_config_directory(model_id)
 
 
 def _cache_directory(uri: str) -> str:
@@ -105,6 +116,9 @@ def _copy_remote(uri: str, patterns: tuple[str, ...], progress: Callable[[str], 
         filesystem, path = pyarrow.fs.FileSystem.from_uri(uri.rstrip("/"))
         listed = filesystem.get_file_info(pyarrow.fs.FileSelector(path, recursive=False))
     except (OSError, ValueError, pyarrow.lib.ArrowException) as error:
+        if any(sign in str(error) for sign in UNREACHABLE_SIGNS):
+            raise model_source.Unreachable(f"{uri.split('://')[0]}:// is not reachable from this machine "
+                                           f"({str(error).splitlines()[0][:200]})") from None
         raise ValueError(f"{what}: cannot list the model directory ({error})") from None
     wanted = [info for info in listed if info.type == pyarrow.fs.FileType.File
               and any(fnmatch.fnmatch(info.base_name, pattern) for pattern in patterns)]

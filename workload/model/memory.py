@@ -1,8 +1,9 @@
 """Parameters and peak GPU memory per rank of the training step, for any decoder the project knows the config of.
 
 `parameter_count(config)` counts what transformers builds from a config.json (Qwen2's biased q/k/v, Llama's and
-Qwen3's `attention_bias`, Llama's `mlp_bias`, `head_dim` where it is not hidden / heads, Qwen3's q/k norms, tied or
-untied embeddings). `estimate(config, ...)` projects one rank's peak of torch.cuda.max_memory_allocated() during
+Qwen3's `attention_bias`, Llama's `mlp_bias`, `head_dim` where it is not hidden / heads, the q/k norms of Qwen3 and
+Gemma 3 (one head wide) and OLMo 2 (all heads wide), Gemma 2's and 3's four norms a layer and OLMo 2's two, a
+mixture of experts' experts and router, tied or untied embeddings with each family's default). `estimate(config, ...)` projects one rank's peak of torch.cuda.max_memory_allocated() during
 workload.model.causal_lm.train_step, term by term:
 
 - state: FSDP's sharded fp32 weights and AdamW's two fp32 moments (12 bytes a parameter over the shards), and the
@@ -57,6 +58,23 @@ LAYERS_IN_FLIGHT = 2  # with reshard_after_forward: the layer computing and the 
 # their product (8i). Qwen3's q/k norms add the same per width as an RMSNorm (8q + 8kv).
 ACTIVATION_BYTES = {"hidden": 16, "query": 6, "key_value": 4, "intermediate": 8}
 QK_NORM_ACTIVATION_BYTES = {"query": 8, "key_value": 8}
+NORM_ACTIVATION_BYTES_PER_HIDDEN = 8  # one RMSNorm over the hidden width: its fp32 input, bf16 cast and output
+# Norms of the hidden width per decoder layer, by model_type (transformers' modeling_<type>.py decoder layers): Gemma 2
+# and 3 norm before and after both attention and MLP; OLMo 2 after each only; the others before each.
+LAYER_NORMS = {"gemma2": 4, "gemma3_text": 4, "olmo2": 2}
+DEFAULT_LAYER_NORMS = 2
+# q/k norms: one head wide (Qwen3, Gemma 3: q_norm and k_norm of head_dim), or over all heads (OLMo 2: q_norm of
+# heads x head_dim, k_norm of key/value heads x head_dim). The activation they keep is the same per token either way.
+HEAD_QK_NORMS = ("qwen3", "gemma3_text")
+FULL_QK_NORMS = ("olmo2",)
+# Families whose config class ties the lm_head to the embedding when config.json does not say (transformers'
+# configuration_gemma2.py / configuration_gemma3.py default tie_word_embeddings=True; Llama, Mistral, Qwen2, Qwen3,
+# Phi-3, OLMo 2 and Mixtral default to False). A config without a model_type is workload.config's Qwen2, which says.
+TIED_BY_DEFAULT = ("gemma", "gemma2", "gemma3_text")
+# Eager attention (what transformers runs for Gemma 2, whose attn_logit_softcapping SDPA cannot do) keeps the
+# attention scores of every head per token pair: the capped scores' tanh (bf16, 2 bytes), the fp32 softmax (4) and its
+# bf16 cast that multiplies the values (2).
+EAGER_ATTENTION_BYTES_PER_SCORE = 8
 CHECKPOINTED_BYTES_PER_HIDDEN = 2  # with activation checkpointing a layer keeps its bf16 input only
 # The loss chunk (workload.model.causal_lm.LOSS_CHUNK_TOKENS) in the eager kernel (_chunk_loss_and_grad), at its
 # fullest, the subtraction of the one-hot: the bf16 logits (2 bytes a logit), their fp32 copy (4), the bool one-hot (1),
@@ -67,6 +85,9 @@ LOSS_CHUNK_TOKENS = 8192
 LOSS_BYTES_PER_LOGIT = 19
 # Compiled, the kernel reads the bf16 logits and writes their bf16 gradient; nothing else of chunk x vocabulary.
 COMPILED_LOSS_BYTES_PER_LOGIT = 4
+# Gemma 2's final_logit_softcapping in the eager kernel (workload.model.causal_lm._capped): the bf16 tanh, the capped
+# logits in bf16 and fp32, the tanh in fp32 (for the gradient) and the gradient's factor 1 - tanh^2 in fp32.
+SOFTCAP_LOSS_BYTES_PER_LOGIT = 16
 # A compiled layer (torch.compile, as the job runs on a GPU) saves less than the eager one: Inductor's partitioner
 # recomputes cheap element-wise results in backward instead of keeping them. This share of the eager count comes from
 # the compiled Qwen2.5-1.5B step's 5.0 GiB per 2048-token sequence (bench/results/step_bench-h200-2026-11-29.log,
@@ -107,7 +128,29 @@ def _widths(config: dict) -> dict[str, int]:
 
 
 def _has_qk_norm(config: dict) -> bool:
-    return config.get("model_type") == "qwen3"
+    return config.get("model_type") in HEAD_QK_NORMS + FULL_QK_NORMS
+
+
+def _eager_attention(config: dict) -> bool:
+    return bool(config.get("attn_logit_softcapping"))
+
+
+def experts(config: dict) -> int:
+    """Routed experts per layer of a mixture-of-experts config (Mixtral's num_local_experts, Qwen-MoE's num_experts);
+    0 for a dense one."""
+    return int(config.get("num_local_experts") or config.get("num_experts") or 0)
+
+
+def _mlp_shapes(config: dict, hidden: int, intermediate: int) -> list[tuple[int, ...]]:
+    """A layer's MLP: gate, up and down, or a mixture of experts: the router and the experts' gate-and-up and down,
+    each one tensor over all experts as transformers 5 builds them (of moe_intermediate_size where the config has
+    one)."""
+    count = experts(config)
+    if not count:
+        shapes = [(intermediate, hidden), (intermediate, hidden), (hidden, intermediate)]
+        return shapes + ([(intermediate,), (intermediate,), (hidden,)] if config.get("mlp_bias") else [])
+    width = config.get("moe_intermediate_size") or intermediate
+    return [(count, hidden), (count, 2 * width, hidden), (count, hidden, width)]
 
 
 def layer_shapes(config: dict) -> list[tuple[int, ...]]:
@@ -119,19 +162,25 @@ def layer_shapes(config: dict) -> list[tuple[int, ...]]:
     # Qwen2Attention: q, k, v always biased, o never. Llama, Mistral and Qwen3: attention_bias on all four.
     qkv_bias = model_type == "qwen2" or bool(config.get("attention_bias"))
     o_bias = model_type != "qwen2" and bool(config.get("attention_bias"))
-    shapes = [(query, hidden), (kv, hidden), (kv, hidden), (hidden, query)]
+    # Phi-3 fuses q, k and v into qkv_proj, and gate and up into gate_up_proj: the same parameters in fewer tensors.
+    fused = model_type == "phi3"
+    shapes = [(query + 2 * kv, hidden), (hidden, query)] if fused else [(query, hidden), (kv, hidden), (kv, hidden),
+                                                                         (hidden, query)]
     shapes += [(query,), (kv,), (kv,)] if qkv_bias else []
     shapes += [(hidden,)] if o_bias else []
-    shapes += [(widths["head_dim"],)] * 2 if _has_qk_norm(config) else []  # Qwen3's q_norm and k_norm
-    shapes += [(intermediate, hidden), (intermediate, hidden), (hidden, intermediate)]
-    shapes += [(intermediate,), (intermediate,), (hidden,)] if config.get("mlp_bias") else []
-    return shapes + [(hidden,), (hidden,)]  # input and post-attention RMSNorms
+    if model_type in HEAD_QK_NORMS:
+        shapes += [(widths["head_dim"],)] * 2
+    elif model_type in FULL_QK_NORMS:
+        shapes += [(query,), (kv,)]
+    shapes += [(2 * intermediate, hidden), (hidden, intermediate)] if fused else _mlp_shapes(config, hidden,
+                                                                                             intermediate)
+    return shapes + [(hidden,)] * LAYER_NORMS.get(model_type, DEFAULT_LAYER_NORMS)
 
 
 def root_shapes(config: dict) -> list[tuple[int, ...]]:
     """What FSDP's root unit holds: the embedding, the final norm, and an untied lm_head."""
     embedding = (config["vocab_size"], config["hidden_size"])
-    tied = config.get("tie_word_embeddings", True)
+    tied = config.get("tie_word_embeddings", config.get("model_type") in TIED_BY_DEFAULT)
     return [embedding, (config["hidden_size"],)] + ([] if tied else [embedding])
 
 
@@ -157,13 +206,24 @@ def parameter_count(config: dict) -> int:
     return config["num_hidden_layers"] * layer_parameters(config) + root_parameters(config)
 
 
-def activation_bytes_per_token(config: dict) -> int:
-    """What one decoder layer saves for backward per token (ACTIVATION_BYTES)."""
+def activation_bytes_per_token(config: dict, seq_len: int = 0) -> int:
+    """What one decoder layer saves for backward per token (ACTIVATION_BYTES, with the family's norms), in a sequence
+    of `seq_len` tokens (what eager attention's scores grow with)."""
     widths = _widths(config)
     total = sum(ACTIVATION_BYTES[name] * widths[name] for name in ACTIVATION_BYTES)
+    norms = LAYER_NORMS.get(config.get("model_type"), DEFAULT_LAYER_NORMS)
+    total += (norms - DEFAULT_LAYER_NORMS) * NORM_ACTIVATION_BYTES_PER_HIDDEN * widths["hidden"]
     if _has_qk_norm(config):
         total += sum(QK_NORM_ACTIVATION_BYTES[name] * widths[name] for name in QK_NORM_ACTIVATION_BYTES)
+    if _eager_attention(config):
+        total += EAGER_ATTENTION_BYTES_PER_SCORE * config["num_attention_heads"] * seq_len
     return total
+
+
+def _loss_bytes_per_logit(config: dict, compiled: bool) -> int:
+    if compiled:
+        return COMPILED_LOSS_BYTES_PER_LOGIT
+    return LOSS_BYTES_PER_LOGIT + (SOFTCAP_LOSS_BYTES_PER_LOGIT if config.get("final_logit_softcapping") else 0)
 
 
 @dataclass(frozen=True)
@@ -205,7 +265,7 @@ def _moments(config: dict, *, micro_batch: int, seq_len: int, activation_checkpo
         # Kept from forward to backward, or (accumulating) across the micro-batches: train_step sets
         # set_reshard_after_backward(False) before the last one.
         gathered = GATHERED_BYTES_PER_PARAMETER * parameters
-    layer_activation = activation_bytes_per_token(config) * tokens
+    layer_activation = activation_bytes_per_token(config, seq_len) * tokens
     if compiled:
         layer_activation = int(layer_activation * COMPILED_ACTIVATION_SHARE)
     if activation_checkpointing:
@@ -216,7 +276,7 @@ def _moments(config: dict, *, micro_batch: int, seq_len: int, activation_checkpo
     chunks = max(1, -(-loss_tokens // LOSS_CHUNK_TOKENS))
     chunk = -(-loss_tokens // chunks)
     loss = (GATHERED_BYTES_PER_PARAMETER * (loss_tokens * hidden + vocab * hidden)  # the two kept gradients
-            + (COMPILED_LOSS_BYTES_PER_LOGIT if compiled else LOSS_BYTES_PER_LOGIT) * chunk * vocab)
+            + _loss_bytes_per_logit(config, compiled) * chunk * vocab)
     accumulated = REDUCE_BYTES[reduce_dtype] * parameters if accumulating else 0
     workspace = int(STEP_WORKSPACE_GIB * GIB)
     gradient_bytes = SHARDED_BYTES_PER_PARAMETER - STATE_BYTES_BEFORE_GRADIENTS

@@ -24,7 +24,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-from collections import defaultdict
 
 import torch
 from torch import nn
@@ -90,11 +89,13 @@ def load_sharded(model: nn.Module, directory: str, device: torch.device, what: s
     """Materialise the meta-built, FSDP2-sharded `model` on `device` and fill this rank's shards from the
     safetensors files in `directory`, where each tensor is named as in the model's state dict less `prefix` (the
     Hugging Face model's own names when `model` wraps it). Non-persistent buffers (the rotary inv_freq) are not in
-    the files: their modules compute them again on the device. Every rank calls this; none communicates."""
+    the files: they were computed when the model was built (workload.model.compatibility.parameters_on_meta keeps
+    them off the meta device), and are put back after to_empty. Every rank calls this; none communicates."""
+    persistent = set(model.state_dict())
+    computed = computed_buffers(model, persistent, what)
     # On the root: FSDP2's FSDPModule._apply re-registers each unit's sharded parameters after to_empty.
     model.to_empty(device=device)
     files = weight_files(directory, what)
-    persistent = set(model.state_dict())
     with contextlib.ExitStack() as stack, torch.no_grad():
         handles = {}
 
@@ -115,7 +116,8 @@ def load_sharded(model: nn.Module, directory: str, device: torch.device, what: s
                 raise ValueError(f"{what}: the safetensors files in {directory} lack the tensor {name}, which "
                                  "the architecture of its config.json needs")
             _fill(tensor, name, handle(files[name]), os.path.basename(files[name]), what)
-    _reinitialise_buffers(model, persistent, device, what)
+        for name, value in computed.items():
+            model.get_buffer(name).copy_(value)
 
 
 def _fill(tensor: torch.Tensor, name: str, handle, file_name: str, what: str) -> None:
@@ -137,21 +139,13 @@ def _fill(tensor: torch.Tensor, name: str, handle, file_name: str, what: str) ->
     local.copy_(rows)
 
 
-def _reinitialise_buffers(model: nn.Module, persistent: set[str], device: torch.device, what: str) -> None:
-    """Compute the non-persistent buffers again on `device`: their modules are built anew from their config there
-    (a rotary embedding's inv_freq is a function of the config alone), and their buffers taken."""
-    owners = defaultdict(list)
-    for name, _ in model.named_buffers():
-        if name not in persistent:
-            owner, _, buffer = name.rpartition(".")
-            owners[owner].append(buffer)
-    for owner_name, buffers in owners.items():
-        owner = model.get_submodule(owner_name)
-        config = getattr(owner, "config", None)
-        if config is None:
-            raise ValueError(f"{what}: {owner_name} ({type(owner).__name__}) has buffers that are not in the "
-                             f"weights ({', '.join(buffers)}) and no config to compute them from")
-        with torch.device(device):
-            fresh = type(owner)(config)
-        for buffer in buffers:
-            setattr(owner, buffer, getattr(fresh, buffer))
+def computed_buffers(model: nn.Module, persistent: set[str], what: str) -> dict[str, torch.Tensor]:
+    """Copies of the buffers that are not in the files (non-persistent: a rotary embedding's inv_freq, Gemma's
+    embed_scale), as the model's modules computed them when it was built, before to_empty discards them. One still on
+    the meta device was never computed: refused, naming it."""
+    computed = {name: buffer for name, buffer in model.named_buffers() if name not in persistent}
+    never = [name for name, buffer in computed.items() if buffer.is_meta]
+    if never:
+        raise ValueError(f"{what}: buffers that are not in the weights were not computed when the model was built "
+                         f"({', '.join(never)}); build it with workload.model.compatibility.build")
+    return {name: buffer.detach().clone() for name, buffer in computed.items()}

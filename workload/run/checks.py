@@ -3,7 +3,7 @@ whether its workers fit the local cluster, and what an existing run of the same 
 
 Each check raises `cli.UsageError` naming the flag and what would work, so a mistake is one `error:` line and exit
 2 in a second, instead of a job that fails on every worker (four tracebacks) or waits for CPUs that never come.
-Standard library only: nothing heavy has loaded when these run.
+Standard library only (pyarrow for a .parquet file): nothing heavy has loaded when these run.
 """
 from __future__ import annotations
 
@@ -15,17 +15,13 @@ import tempfile
 
 from workload import cli
 from workload.config import DATASET_FILE_SUFFIXES, TrainConfig, is_file_dataset
+from workload.data import validate
 
 # Beside the run's checkpoints: the flags it was started with, to compare a later run of the same name against.
 FLAGS_FILE = "local_run_flags.json"
 # Flags that change what is saved or checked, not what is trained: a resumed run may set them differently.
 RESUMABLE_CHANGES = frozenset({"run_name", "storage_path", "export", "checkpoint_every", "eval_every",
                                "max_failures", "fabric_check_seconds", "min_bus_gbytes_per_s"})
-# The flags naming the fields each --data_format reads from a record (workload/data/ reads the same).
-FIELD_FLAGS = {"text": ("text_field",), "chat": ("messages_field",),
-               "prompt-completion": ("prompt_field", "completion_field")}
-# The sample corpus's records, as a hint when a .jsonl/.json file lacks --text_field.
-RECORD_PREVIEW = 5
 
 
 def local_cpus() -> int:
@@ -35,22 +31,18 @@ def local_cpus() -> int:
 
 
 def check_dataset(cfg: TrainConfig) -> None:
-    """A folder given as --dataset (datasets would load every file in it as a dataset of its own making), and a
-    .jsonl/.json file whose records lack the fields --data_format reads (--text_field; --messages_field; --prompt_field
-    and --completion_field): each worker would fail on its first record."""
+    """A folder given as --dataset (datasets would load every file in it as a dataset of its own making), and every
+    record of a local file (workload.data.validate): a bad one is named by its line, instead of failing each worker
+    after Ray started."""
     folder = os.path.expanduser(cfg.dataset)
     if cfg.dataset and "://" not in cfg.dataset and os.path.isdir(folder):
         raise cli.UsageError(directory_refusal(cfg.dataset))
-    if not (is_file_dataset(cfg.dataset) and "://" not in cfg.dataset and cfg.dataset.endswith((".jsonl", ".json"))):
-        return
-    records = _first_records(cfg.dataset)
-    for flag in FIELD_FLAGS[cfg.data_format]:
-        field = getattr(cfg, flag)
-        missing = next((record for record in records if not isinstance(record, dict) or field not in record), None)
-        if missing is not None:
-            fields = sorted(missing) if isinstance(missing, dict) else f"a {type(missing).__name__}, not an object"
-            raise cli.UsageError(f"--{flag} {field}: not a field of {cfg.dataset}'s records (fields: "
-                                 f"{', '.join(fields) if isinstance(fields, list) else fields})")
+    if not is_file_dataset(cfg.dataset) or "://" in cfg.dataset:
+        return  # a remote file or a Hugging Face dataset: the job's own checks read it (workload.trainer.validate)
+    try:
+        validate.check_dataset(cfg, say=lambda line: print(line, flush=True))
+    except validate.DataError as error:
+        raise cli.UsageError(str(error)) from None
 
 
 def directory_refusal(dataset: str) -> str:
@@ -59,30 +51,6 @@ def directory_refusal(dataset: str) -> str:
     return (f"--dataset {dataset} is a directory; give one file in it"
             + (f": {', '.join(os.path.join(dataset, name) for name in files)}" if files
                else f" ({', '.join(DATASET_FILE_SUFFIXES)})"))
-
-
-def _first_records(path: str) -> list:
-    try:
-        with open(path, encoding="utf-8") as file:
-            if path.endswith(".jsonl"):
-                lines = [(number, line) for number, line in enumerate(file, 1) if line.strip()][:RECORD_PREVIEW]
-                return [_record(path, number, line) for number, line in lines]
-            data = json.load(file)
-    except (OSError, UnicodeDecodeError) as error:
-        raise cli.UsageError(f"--dataset {path} cannot be read: {error}") from None
-    except json.JSONDecodeError as error:
-        raise cli.UsageError(f"--dataset {path} is not JSON: {error}") from None
-    if not isinstance(data, list):
-        raise cli.UsageError(f"--dataset {path}: a .json file must hold a list of records, not a "
-                             f"{type(data).__name__}")
-    return data[:RECORD_PREVIEW]
-
-
-def _record(path: str, number: int, line: str) -> object:
-    try:
-        return json.loads(line)
-    except json.JSONDecodeError as error:
-        raise cli.UsageError(f"--dataset {path}: line {number} is not JSON ({error})") from None
 
 
 def check_storage(cfg: TrainConfig) -> None:
@@ -161,7 +129,7 @@ def record_flags(cfg: TrainConfig) -> None:
 def check_before_ray(cfg: TrainConfig) -> int | None:
     """Every check above, in the order a user would want to hear of them; returns the step a resumed run starts
     after (None: a new run)."""
-    check_dataset(cfg)
     check_storage(cfg)
     check_workers(cfg, local_cpus())
+    check_dataset(cfg)  # last of the three: it reads the whole file, and says so once it has
     return resume_step(cfg)

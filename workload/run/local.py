@@ -23,7 +23,7 @@ import time
 from contextlib import contextmanager
 from typing import Iterator, Sequence
 
-from workload import cli
+from workload import cli, config_file
 from workload.config import SUMMARY_PREFIX, TrainConfig, build_parser, is_local_dataset
 from workload.run import checks as local_checks
 from workload.run import output as local_output
@@ -84,9 +84,25 @@ SUPERVISOR = os.path.join(REPO, "workload", "run", "head_supervisor.py")
 
 
 def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
+    return free_ports(1)[0]
+
+
+def free_ports(count: int, taken: tuple[int, ...] = ()) -> list[int]:
+    """`count` distinct ports free on loopback, none of `taken`. Every probe stays open until all are chosen: probes
+    closed one by one can be given the same port twice, and `ray start` then refuses two of its listeners one port."""
+    probes: list[socket.socket] = []
+    ports: list[int] = []
+    try:
+        while len(ports) < count:
+            probe = socket.socket()
+            probes.append(probe)
+            probe.bind(("127.0.0.1", 0))
+            if probe.getsockname()[1] not in taken:  # one of `taken` stays held by its probe: not offered again
+                ports.append(probe.getsockname()[1])
+        return ports
+    finally:
+        for probe in probes:
+            probe.close()
 
 
 def head_environment(token_path: str, gcs_address: str) -> dict[str, str]:
@@ -118,7 +134,8 @@ def local_cluster(metrics_export_port: int | None = None) -> Iterator[tuple[str,
     token_path = os.path.join(temp_dir, "auth_token")
     with open(os.open(token_path, os.O_WRONLY | os.O_CREAT, 0o600), "w") as file:
         file.write(token)
-    dashboard_port, gcs_port = free_port(), free_port()
+    taken = (metrics_export_port,) if metrics_export_port else ()
+    dashboard_port, gcs_port, client_server_port, agent_port = free_ports(4, taken)
     env = head_environment(token_path, f"{LOOPBACK}:{gcs_port}")
     ray_cli = RAY_CLI
     command = [
@@ -128,10 +145,10 @@ def local_cluster(metrics_export_port: int | None = None) -> Iterator[tuple[str,
         # the network. tests/test_workload_submit.py lists every listening socket of its processes.
         "--node-ip-address", LOOPBACK,
         "--port", str(gcs_port),
-        "--ray-client-server-port", str(free_port()),
+        "--ray-client-server-port", str(client_server_port),
         "--dashboard-host", LOOPBACK,
         "--dashboard-port", str(dashboard_port),
-        "--dashboard-agent-listen-port", str(free_port()),
+        "--dashboard-agent-listen-port", str(agent_port),
         # The local run is the CPU path even on a machine with a GPU: the driver then sizes 2 CPU workers, which
         # must fit even on a one-core machine.
         "--num-gpus", "0",
@@ -186,8 +203,9 @@ def parse_args(argv: Sequence[str] | None = None) -> TrainConfig:
     return parse_command(argv)[0]
 
 
-def parse_command(argv: Sequence[str] | None = None) -> tuple[TrainConfig, bool]:
-    """The training flags, and --verbose (the local run's own: how much of the job's log to show)."""
+def parse_command(argv: Sequence[str] | None = None) -> tuple[TrainConfig, bool, bool]:
+    """The training flags (over --config's file), --verbose (the local run's own: how much of the job's log to show)
+    and --print_config."""
     parser = build_parser(
         "python -m workload.local",
         "Run the training job on this machine: a one-node Ray cluster, the job submitted through the Ray Jobs\n"
@@ -195,13 +213,24 @@ def parse_command(argv: Sequence[str] | None = None) -> tuple[TrainConfig, bool]
         "`python -m workload.train`, with defaults for a CPU-sized run.\n\n"
         "  python -m workload.local                 # tiny model, data/corpus.txt, 40 steps, then a generation\n"
         "  python -m workload.local --steps 5 --dataset ''   # random tokens, as the original recipe\n"
-        "  python -m workload.local --data_format chat       # a chat fine-tune on data/conversations.jsonl",
+        "  python -m workload.local --data_format chat       # a chat fine-tune on data/conversations.jsonl\n"
+        "  python -m workload.local --model_id DIR      # fine-tune your model (a directory or a Hub id) with its\n"
+        "                                           # own tokenizer: --model_id alone turns the tiny default off\n"
+        "  python -m workload.local --config run.yaml --steps 10   # a run described in a file, one flag over it",
         defaults=LOCAL_DEFAULTS,
     )
     parser.add_argument("--verbose", action="store_true",
                         help="Show the job's whole log (Ray's own lines and result dumps) instead of its progress.")
-    args = vars(parser.parse_args(argv))
+    config_file.add_options(parser)
+    args, print_config = config_file.parse(parser, argv)
     verbose = args.pop("verbose")
+    given = config_file.given(sys.argv[1:] if argv is None else list(argv))
+    if "model_id" in given and "model_config" not in given:
+        # --model_id names the model to train: the tiny random-weight default gives way, and so does the sample
+        # tokenizer, for the model's own.
+        args["model_config"] = ""
+        if "tokenizer" not in given:
+            args["tokenizer"] = ""
     if args["run_name"] == LOCAL_DEFAULTS["run_name"]:
         args["run_name"] = new_run_name()
     for name, value in FORMAT_DEFAULTS.get(args["data_format"], {}).items():
@@ -222,7 +251,7 @@ def parse_command(argv: Sequence[str] | None = None) -> tuple[TrainConfig, bool]
             os.path.expanduser(cfg.chat_template)) else cfg.chat_template,
         storage_path=os.path.abspath(cfg.storage_path) if cfg.storage_path and "://" not in cfg.storage_path
         else cfg.storage_path,
-    ), verbose
+    ), verbose, print_config
 
 
 def new_run_name() -> str:
@@ -244,9 +273,13 @@ def announce_resume(cfg: TrainConfig, resumed_at: int | None) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    cfg, verbose = parse_command(argv)
+    cfg, verbose, print_config = parse_command(argv)
+    if print_config:
+        print(config_file.render(cfg), end="", flush=True)
+        return cli.OK
     started = time.monotonic()
     resumed_at = local_checks.check_before_ray(cfg)  # the data, storage, workers and an earlier run of the name
+    check_model_source(cfg)
     # Heavy imports (torch, transformers, Ray) only once the flags are good, so --help and typos answer at once.
     from workload.run.submit import JobFailedError, parse_summary, submit_training_job
     from workload.trainer import validate
@@ -285,6 +318,26 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(line, flush=True)
     print(SUMMARY_PREFIX + json.dumps(result.summary, allow_nan=False), flush=True)
     return cli.OK
+
+
+def check_model_source(cfg: TrainConfig) -> None:
+    """--model_id's config.json and its tokenizer on the Hub, one request each before torch, transformers and Ray
+    load: an unreachable Hub or a gated model is exit 3 and a model that is not there exit 2, in a second instead of
+    after the imports and a minute of retries. A shipped config, a directory and s3:// are read later, where they are."""
+    if cfg.model_config:
+        return
+    from workload.model import architectures, model_source
+
+    what = f"--model_id {cfg.model_id}"
+    try:
+        if (architectures.published(cfg.model_id) is None and not model_source.is_path(cfg.model_id)
+                and "://" not in cfg.model_id):
+            shutil.rmtree(model_source.hub_config_directory(cfg.model_id), ignore_errors=True)
+        model_source.check_hub_reachable(cfg.tokenizer_name)
+    except (model_source.Unreachable, model_source.NeedsToken) as error:
+        raise cli.EnvironmentProblem(f"{what}: {error}") from None
+    except ValueError as error:
+        raise cli.UsageError(f"{what}: {error}") from None
 
 
 def generate(model_directory: str, prompt: str, new_tokens: int = NEW_TOKENS) -> str:

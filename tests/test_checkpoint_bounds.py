@@ -1,0 +1,128 @@
+"""Issue 31, item 6: a checkpoint's `.metadata` and config.json are checked before anything is built or allocated
+from them (workload/checkpoint/reader.py's check_storage, workload/checkpoint/model_config.py).
+
+The checkpoint is a real DCP checkpoint of a tiny Qwen2 in the layout the job saves ({"model": {"lm.<name>": ...}}),
+then tampered with as whoever can write the storage prefix could: a config.json of a 7B model's defaults beside it, a
+config.json too large or of no causal LM, a `.metadata` claiming a tensor larger than its shard files or naming a shard
+outside the checkpoint.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import pickle
+import time
+import warnings
+
+import pytest
+import torch
+import torch.distributed.checkpoint as dcp
+
+from workload import cli
+from workload.checkpoint import export, model_config
+from workload.checkpoint import reader as checkpoint_reader
+from workload.checkpoint import sharded as checkpoint
+from workload.config import TINY
+from workload.model.causal_lm import LM_PREFIX
+
+
+@pytest.fixture
+def saved(tmp_path) -> str:
+    from transformers import AutoModelForCausalLM, Qwen2Config
+
+    torch.manual_seed(0)
+    config = Qwen2Config(**TINY)
+    lm = AutoModelForCausalLM.from_config(config)
+    directory = str(tmp_path / "checkpoint_000003")
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+        dcp.save({checkpoint.MODEL_KEY: {LM_PREFIX + name: t for name, t in lm.state_dict().items()}},
+                 checkpoint_id=directory, no_dist=True)
+    config.save_pretrained(directory)
+    with open(os.path.join(directory, checkpoint.STEP_FILE), "w") as file:
+        json.dump({"step": 3, "tokenizer": ""}, file)
+    return directory
+
+
+def exported(directory: str, out: str, capsys) -> tuple[int, list[str]]:
+    code = cli.run(export.main, [directory, out])
+    return code, capsys.readouterr().err.strip().splitlines()
+
+
+def write_config(directory: str, text: str) -> str:
+    path = os.path.join(directory, model_config.CONFIG_FILE)
+    with open(path, "w") as file:
+        file.write(text)
+    return path
+
+
+def test_a_genuine_checkpoint_still_exports(saved, tmp_path, capsys):
+    code, lines = exported(saved, str(tmp_path / "model"), capsys)
+    assert code == cli.OK and os.path.isfile(tmp_path / "model" / "model.safetensors"), lines
+
+
+@pytest.mark.parametrize("config, words", [
+    ('{"model_type": "qwen2"}', ["[151936, 4096]", "not the checkpoint's own"]),
+    (json.dumps({**TINY, "model_type": "qwen2", "hidden_size": TINY["hidden_size"] * 2}), ["shape"]),
+    ('{"model_type": "qwen2", "num_hidden_layers": 1000000000}', ["num_hidden_layers", "1 to 1024"]),
+    ('{"model_type": "qwen2", "vocab_size": "many"}', ["vocab_size", "integer"]),
+    ('{"model_type": "vit"}', ["model_type 'vit'", "causal language model"]),
+    ('["qwen2"]', ["list", "JSON object"]),
+    ('{"model_type": "qwen2"', ["not JSON"]),
+    ('{"model_type": "qwen2", "pad": "' + "x" * (model_config.MAX_CONFIG_BYTES + 1) + '"}', ["at most 1,048,576"]),
+])
+def test_a_crafted_config_is_refused_in_one_line_before_any_model_is_built(saved, tmp_path, capsys, config, words):
+    path = write_config(saved, config)
+    started = time.perf_counter()
+    code, lines = exported(saved, str(tmp_path / "model"), capsys)
+    assert time.perf_counter() - started < 10, "refused before a 7B model is built (which took minutes and 13 GB)"
+    assert code == cli.USAGE and len(lines) == 1, f"exit 2 and one line; got {code}: {lines}"
+    missing = [word for word in [path, *words] if word not in lines[0]]
+    assert not missing, f"the refusal should name {missing}: {lines[0]}"
+    assert not os.path.exists(tmp_path / "model"), "nothing is written from a refused checkpoint"
+
+
+def rewrite_metadata(directory: str, change) -> str:
+    metadata = checkpoint_reader.read_metadata(directory)
+    change(metadata)
+    path = os.path.join(directory, checkpoint_reader.METADATA_FILE)
+    with open(path, "wb") as file:
+        pickle.dump(metadata, file)
+    return path
+
+
+def test_metadata_claiming_more_than_its_shards_hold_is_refused_before_allocating(saved):
+    def claim_a_terabyte(metadata):
+        name = next(iter(n for n in metadata.state_dict_metadata if n.startswith(checkpoint.MODEL_KEY)))
+        item = metadata.state_dict_metadata[name]
+        metadata.state_dict_metadata[name] = dataclasses.replace(item, size=torch.Size([1 << 20, 1 << 18]))
+
+    path = rewrite_metadata(saved, claim_a_terabyte)
+    with pytest.raises(checkpoint_reader.CheckpointRefused, match="more than the .* its shard files hold") as refused:
+        checkpoint.read_model_state(saved)
+    assert path in str(refused.value)
+
+
+@pytest.mark.parametrize("name, words", [("../../elsewhere/__0_0.distcp", ["shard file"]),
+                                         ("__9_0.distcp", ["missing"])])
+def test_metadata_naming_a_shard_outside_or_absent_is_refused(saved, name, words):
+    def point_elsewhere(metadata):
+        index = next(iter(metadata.storage_data))
+        metadata.storage_data[index] = dataclasses.replace(metadata.storage_data[index], relative_path=name)
+
+    rewrite_metadata(saved, point_elsewhere)
+    with pytest.raises(checkpoint_reader.CheckpointRefused) as refused:
+        checkpoint_reader.read_metadata(saved)
+    assert all(word in str(refused.value) for word in words), refused.value
+
+
+def test_metadata_placing_an_item_past_its_file_is_refused(saved):
+    def past_the_end(metadata):
+        index = next(iter(metadata.storage_data))
+        info = metadata.storage_data[index]
+        metadata.storage_data[index] = dataclasses.replace(info, offset=info.offset + (1 << 30))
+
+    rewrite_metadata(saved, past_the_end)
+    with pytest.raises(checkpoint_reader.CheckpointRefused, match="places an item at bytes"):
+        checkpoint_reader.read_metadata(saved)

@@ -1,0 +1,78 @@
+"""A checkpoint's config.json, read as untrusted input before anything is built from it: `workload.export` builds the
+model the file describes, and a crafted one (`{"model_type": "qwen2"}` alone: the class's defaults, some 7B
+parameters) took the process to 13 GB before the shards were even looked at.
+
+So, in order, with nothing allocated until the last step passes: the file is small; it is a JSON object naming a causal
+LM architecture transformers knows; the fields that size a model are within bounds; and the model it describes, built
+on the meta device (no memory), has exactly the tensors, by name and shape, that the checkpoint's verified `.metadata`
+lists (workload/checkpoint/reader.py, which already bounds those by the bytes of its shard files). A refusal is a
+CheckpointRefused: one line naming the file, exit 2.
+"""
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+from workload.checkpoint.reader import CheckpointRefused
+
+CONFIG_FILE = "config.json"
+# The config.json of the largest open models is a few KiB; a MiB is room for any, and a bound on what json reads.
+MAX_CONFIG_BYTES = 1 << 20
+# The fields that size a model, and bounds well above any published model's (Llama-3.1-405B: 126 layers, hidden 16384,
+# intermediate 53248; vocabularies of some 260k tokens; Qwen3-MoE's 128 experts): a larger value is not a model.
+FIELD_BOUNDS = {
+    "num_hidden_layers": 1024, "hidden_size": 65536, "intermediate_size": 1 << 20, "vocab_size": 1 << 22,
+    "num_attention_heads": 1024, "num_key_value_heads": 1024, "head_dim": 4096, "num_local_experts": 1024,
+    "num_experts": 1024, "moe_intermediate_size": 1 << 20, "max_position_embeddings": 1 << 24,
+}
+
+
+def read_config_file(directory: str) -> dict[str, Any]:
+    """config.json as a dict, refused when too large, not an object, of an architecture transformers cannot build as a
+    causal LM, or with a sizing field out of bounds."""
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    path = os.path.join(directory, CONFIG_FILE)
+    size = os.path.getsize(path)
+    if size > MAX_CONFIG_BYTES:
+        raise CheckpointRefused(f"checkpoint file {path} is {size:,} bytes; a model's config.json is a few KiB "
+                                f"(allowed: at most {MAX_CONFIG_BYTES:,})")
+    try:
+        with open(path, encoding="utf-8") as file:
+            raw = json.load(file)
+    except (ValueError, UnicodeDecodeError) as error:
+        raise CheckpointRefused(f"checkpoint file {path} is not JSON: {error}") from None
+    if not isinstance(raw, dict):
+        raise CheckpointRefused(f"checkpoint file {path} holds a {type(raw).__name__}, not a JSON object")
+    model_type = raw.get("model_type")
+    if not isinstance(model_type, str) or model_type not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
+        raise CheckpointRefused(f"checkpoint file {path}: model_type {model_type!r} is not a causal language model "
+                                "transformers builds (allowed: a model_type such as qwen2, llama, mistral)")
+    for field, bound in FIELD_BOUNDS.items():
+        value = raw.get(field)
+        if value is not None and not (isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= bound):
+            raise CheckpointRefused(f"checkpoint file {path}: {field} is {value!r}; allowed: an integer from 1 to "
+                                    f"{bound}")
+    return raw
+
+
+def check_against_metadata(directory: str, config: Any, metadata: Any, prefix: str) -> None:
+    """The model `config` describes, built on the meta device, must have exactly the tensors the checkpoint's
+    metadata lists under `prefix`, by name and shape: the checkpoint's own shards then bound its size in memory."""
+    import torch
+    from torch.distributed.checkpoint.metadata import TensorStorageMetadata
+    from transformers import AutoModelForCausalLM
+
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config)
+    listed = {name.removeprefix(prefix): tuple(item.size) for name, item in metadata.state_dict_metadata.items()
+              if name.startswith(prefix) and isinstance(item, TensorStorageMetadata)}
+    path = os.path.join(directory, CONFIG_FILE)
+    for name, tensor in model.state_dict().items():
+        if name not in listed:
+            raise CheckpointRefused(f"checkpoint file {path} describes a model with {name}, which the checkpoint "
+                                    "does not hold: the config is not the checkpoint's own")
+        if tuple(tensor.shape) != listed[name]:
+            raise CheckpointRefused(f"checkpoint file {path} gives {name} the shape {list(tensor.shape)}, and the "
+                                    f"checkpoint holds {list(listed[name])}: the config is not the checkpoint's own")

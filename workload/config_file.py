@@ -1,0 +1,117 @@
+"""A run described in one file: `--config run.yaml` and `--print_config`, for every command whose flags are TrainConfig's.
+
+The file is a YAML mapping whose keys are the flags' names without the dashes (`steps: 200`, `report_to: mlflow`), as
+axolotl and torchtune describe a run; a flag given on the command line wins over the file's value, and the file's over
+the command's default. A key that is no flag of the command is refused as argparse refuses an unknown flag: one line,
+exit 2. `--print_config` prints the run's effective config, every field, as such a file and exits, so any run (a local
+one, or a stack's with `python -m tools.job submit --print_config`) can be replayed with `--config` elsewhere.
+
+Standard library and PyYAML only (the job's image and this project's requirements carry it): it answers before torch.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+from typing import Any, Sequence
+
+from workload import cli
+
+CONFIG_FLAG = "--config"
+PRINT_FLAG = "--print_config"
+# What --config and --print_config add to a parser; never keys of the file itself.
+OWN_DESTS = ("config", "print_config")
+
+
+def add_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(CONFIG_FLAG, metavar="RUN_YAML", default=None,
+                        help="A YAML file of flag: value (names without the dashes); flags given here win over it.")
+    parser.add_argument(PRINT_FLAG, action="store_true",
+                        help="Print the run's effective config as a --config file and exit without running it.")
+
+
+def parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> tuple[dict[str, Any], bool]:
+    """`parser`'s flags, with --config's file under them: (every dest's value, whether --print_config was given)."""
+    early = argparse.ArgumentParser(add_help=False)
+    early.add_argument(CONFIG_FLAG, default=None)
+    known, _ = early.parse_known_args(argv)
+    if known.config:
+        parser.set_defaults(**load(known.config, parser))
+    values = vars(parser.parse_args(argv))
+    values.pop("config", None)
+    return values, bool(values.pop("print_config", False))
+
+
+def given(argv: Sequence[str]) -> set[str]:
+    """The fields the user set: flags on the command line (--name or --name=value) and keys of its --config file
+    (which parse() has already read and checked)."""
+    names = {arg[2:].split("=", 1)[0].replace("-", "_") for arg in argv if arg.startswith("--")}
+    early = argparse.ArgumentParser(add_help=False)
+    early.add_argument(CONFIG_FLAG, default=None)
+    known, _ = early.parse_known_args(argv)
+    if known.config:
+        import yaml
+
+        with open(known.config) as file:
+            names |= set(yaml.safe_load(file) or {})
+    return names
+
+
+def file_keys(parser: argparse.ArgumentParser) -> dict[str, argparse.Action]:
+    """The keys a --config file may set for `parser`: its flags' dests (but --help, --config and --print_config)."""
+    return {action.dest: action for action in parser._actions
+            if action.option_strings and action.dest not in ("help", *OWN_DESTS)}
+
+
+def load(path: str, parser: argparse.ArgumentParser) -> dict[str, Any]:
+    """The file's values, each as its flag would parse it; an unknown key or a wrong type is a UsageError naming it."""
+    import yaml
+
+    try:
+        with open(os.path.expanduser(path)) as file:
+            document = yaml.safe_load(file)
+    except OSError as error:
+        raise cli.UsageError(f"{CONFIG_FLAG} {path}: {error.strerror}") from None
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        where = f" (line {mark.line + 1})" if mark is not None else ""
+        raise cli.UsageError(f"{CONFIG_FLAG} {path}: not YAML{where}") from None
+    if document is None:
+        return {}
+    if not isinstance(document, dict):
+        raise cli.UsageError(f"{CONFIG_FLAG} {path}: a mapping of flag: value, got a {type(document).__name__}")
+    actions = file_keys(parser)
+    unknown = [str(key) for key in document if key not in actions]
+    if unknown:
+        # argparse's own words for an unknown flag, so both refusals read (and are grepped for) alike.
+        raise cli.UsageError(f"{CONFIG_FLAG} {path}: unrecognized keys: {', '.join(unknown)}",
+                             hint=f"`{parser.prog} --help` lists every flag; a key is a flag without its dashes")
+    return {key: _value(path, key, value, actions[key]) for key, value in document.items()}
+
+
+def _value(path: str, key: str, value: Any, action: argparse.Action) -> Any:
+    if isinstance(action, (argparse.BooleanOptionalAction, argparse._StoreTrueAction)):
+        if value is None and action.default is None:
+            return None
+        if not isinstance(value, bool):
+            raise cli.UsageError(f"{CONFIG_FLAG} {path}: {key} must be true or false, got {value!r}")
+        return value
+    if value is None:
+        if action.default is None:
+            return None
+        raise cli.UsageError(f"{CONFIG_FLAG} {path}: {key} has no value")
+    if isinstance(value, (dict, list, bool)):
+        raise cli.UsageError(f"{CONFIG_FLAG} {path}: {key} must be a single value as its flag takes, got {value!r}")
+    try:
+        return action.type(str(value)) if action.type else str(value)
+    except (TypeError, ValueError):
+        raise cli.UsageError(f"{CONFIG_FLAG} {path}: {key}: invalid {action.type.__name__} value: "
+                             f"{str(value)!r}") from None
+
+
+def render(config: Any, **extra: Any) -> str:
+    """A dataclass config (and the command's own settings in `extra`) as a --config file: every field, in order."""
+    import yaml
+
+    values = {**dataclasses.asdict(config), **extra}
+    return yaml.safe_dump(values, sort_keys=False, default_flow_style=False)

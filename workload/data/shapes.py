@@ -1,0 +1,220 @@
+"""The shapes a record of a dataset comes in, each read as a conversation: its turns, and the indices of the turns
+trained on. Records are untrusted input: a record that is not of its file's shape raises RecordError, one line
+naming the field (as a path: `messages[2].role`), the bad value and the allowed values; the caller adds the file
+and the line.
+
+- text (--data_format text): a string in --text_field.
+- messages (chat): OpenAI's and TRL's `{"messages": [{"role": ..., "content": ...}, ...]}`; an assistant turn may
+  hold `"tool_calls"` with `"content": null` (OpenAI's tool-call turn), a tool's answer is a `"tool"` turn. Every
+  assistant turn is trained.
+- ShareGPT (chat): `{"conversations": [{"from": "human", "value": ...}, ...]}`, FastChat's shape that axolotl and
+  torchtune read; `from` human/gpt/system/tool becomes role user/assistant/system/tool. Read when the records have
+  no --messages_field (default `messages`) but a `conversations` field, or when --messages_field names a list of
+  from/value turns.
+- prompt-completion: TRL's `{"prompt": ..., "completion": ...}`, each a string (a user turn, an assistant turn) or a
+  list of turns; only the completion is trained.
+- Alpaca (prompt-completion): Stanford Alpaca's `{"instruction", "input" (optional), "output"}`, read when the
+  records have `instruction` and `output` and no `prompt`: the user turn is the instruction, then a blank line and
+  the input when there is one (how Alpaca's own prompt joins them), the assistant turn the output; rendered with the
+  chat template, not Alpaca's "Below is an instruction..." text, as TRL renders any prompt-completion record.
+
+A file's shape is taken from its first record, and every record must be of that shape. Standard library only: the
+local run checks every record with this before anything heavy loads.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+ROLES = ("system", "user", "assistant", "tool")  # workload.data.chat's, here so this module imports nothing
+SHAREGPT_ROLES = {"human": "user", "gpt": "assistant", "system": "system", "tool": "tool"}
+SHAREGPT_FIELD = "conversations"
+ALPACA_FIELDS = ("instruction", "input", "output")
+SHOWN_CHARACTERS = 40  # of a bad value, in a refusal
+
+
+class RecordError(ValueError):
+    """One record not of its file's shape: the field, the value, what is allowed (without the file and line)."""
+
+
+@dataclass(frozen=True)
+class Fields:
+    """What the run reads from a record: --data_format and the fields it names, and how to name those settings in a
+    refusal (flags locally, stack keys at preview)."""
+
+    data_format: str
+    text_field: str = "text"
+    messages_field: str = "messages"
+    prompt_field: str = "prompt"
+    completion_field: str = "completion"
+    names: dict = field(default_factory=dict)
+    """Setting names by flag name (messages_field -> trainMessagesField); default --messages_field."""
+
+    @classmethod
+    def of(cls, settings, names: dict | None = None) -> "Fields":
+        """From a TrainConfig (or anything with the same field names)."""
+        return cls(settings.data_format, getattr(settings, "text_field", "text"), settings.messages_field,
+                   settings.prompt_field, settings.completion_field, names or {})
+
+    def setting(self, name: str) -> str:
+        return self.names.get(name, f"--{name}")
+
+
+@dataclass(frozen=True)
+class Shape:
+    """A file's shape: its name and the record field it reads for chat records."""
+
+    name: str  # text, messages, sharegpt, prompt-completion, alpaca
+    messages_field: str = ""
+
+    def describe(self) -> str:
+        return {"text": "text records",
+                "messages": f"chat records ({self.messages_field} of role/content turns)",
+                "sharegpt": (f"ShareGPT records ({self.messages_field} of from/value turns, read as chat: "
+                             "human/gpt/system/tool become user/assistant/system/tool)"),
+                "prompt-completion": "prompt-completion records",
+                "alpaca": ("Alpaca records (instruction, input, output, read as prompt-completion: the user turn is "
+                           "the instruction and its input, the assistant turn the output)")}[self.name]
+
+
+def show(value: object) -> str:
+    text = json.dumps(value, ensure_ascii=False, default=str)
+    return text if len(text) <= SHOWN_CHARACTERS else text[:SHOWN_CHARACTERS] + "..."
+
+
+def _fields_of(record: dict) -> str:
+    return ", ".join(sorted(map(str, record))) or "none"
+
+
+def detect(record: object, fields: Fields) -> Shape:
+    """The shape of a file whose first record is `record`."""
+    if not isinstance(record, dict):
+        raise RecordError(f"the record is {show(record)}, not a JSON object; allowed: one object a record")
+    if fields.data_format == "text":
+        return Shape("text")
+    if fields.data_format == "chat":
+        name = fields.messages_field
+        if name not in record and name == "messages" and SHAREGPT_FIELD in record:
+            name = SHAREGPT_FIELD
+        if name not in record:
+            raise RecordError(f"no field {json.dumps(name)} (the record's fields: {_fields_of(record)}); allowed: the "
+                              f"field of its turns named with {fields.setting('messages_field')}, or ShareGPT's "
+                              f"{SHAREGPT_FIELD}")
+        turns = record[name]
+        first = turns[0] if isinstance(turns, list) and turns else None
+        sharegpt = isinstance(first, dict) and "from" in first and "role" not in first
+        return Shape("sharegpt" if sharegpt else "messages", name)
+    if (fields.prompt_field not in record and fields.prompt_field in ("prompt", "instruction")
+            and "instruction" in record and "output" in record):
+        return Shape("alpaca")
+    if fields.prompt_field == "instruction" and "instruction" in record and "input" in record:
+        return Shape("alpaca")  # --prompt_field instruction on an Alpaca file: its input is part of the prompt
+    return Shape("prompt-completion")
+
+
+def text(record: object, shape: Shape, fields: Fields) -> str:
+    value = _field(record, fields.text_field, fields.setting("text_field"))
+    if not isinstance(value, str):
+        raise RecordError(f"{fields.text_field} is {show(value)}; allowed: a string")
+    return value
+
+
+def conversation(record: object, shape: Shape, fields: Fields) -> tuple[list[dict], list[int]]:
+    """(turns, indices of the turns trained on) of a record of `shape`; no turn to train on is no error (the example
+    is dropped and counted later), a malformed record is."""
+    if shape.name in ("messages", "sharegpt"):
+        name = shape.messages_field
+        turns = _turns(_field(record, name, fields.setting("messages_field")), name, shape.name == "sharegpt")
+        return turns, [index for index, turn in enumerate(turns) if turn["role"] == "assistant"]
+    if shape.name == "alpaca":
+        return _alpaca(record)
+    prompt = _field(record, fields.prompt_field, fields.setting("prompt_field"))
+    completion = _field(record, fields.completion_field, fields.setting("completion_field"))
+    prompt_turns = ([{"role": "user", "content": prompt}] if isinstance(prompt, str)
+                    else _turns(prompt, fields.prompt_field, False))
+    completion_turns = ([{"role": "assistant", "content": completion}] if isinstance(completion, str)
+                        else _turns(completion, fields.completion_field, False))
+    for index, turn in enumerate(completion_turns):
+        if turn["role"] != "assistant":
+            raise RecordError(f"{fields.completion_field}[{index}].role is {show(turn['role'])}; allowed: assistant "
+                              "(a completion is the assistant's)")
+    start = len(prompt_turns)
+    return prompt_turns + completion_turns, list(range(start, start + len(completion_turns)))
+
+
+def _field(record: object, name: str, setting: str) -> object:
+    if not isinstance(record, dict):
+        raise RecordError(f"the record is {show(record)}, not a JSON object; allowed: one object a record")
+    if name not in record:
+        raise RecordError(f"no field {json.dumps(name)} (the record's fields: {_fields_of(record)}); allowed: a record with "
+                          f"{json.dumps(name)} ({setting})")
+    return record[name]
+
+
+def _alpaca(record: dict) -> tuple[list[dict], list[int]]:
+    values = {}
+    for name in ALPACA_FIELDS:
+        value = record.get(name, "" if name == "input" else None)
+        if value is None and name == "input":
+            value = ""
+        if not isinstance(value, str):
+            missing = name not in record
+            raise RecordError(f"no field {json.dumps(name)} (the record's fields: {_fields_of(record)}); allowed: Alpaca's "
+                              "instruction, input (optional) and output" if missing else
+                              f"{name} is {show(value)}; allowed: a string")
+        values[name] = value
+    prompt = values["instruction"] + (f"\n\n{values['input']}" if values["input"] else "")
+    return [{"role": "user", "content": prompt}, {"role": "assistant", "content": values["output"]}], [1]
+
+
+def _turns(value: object, name: str, sharegpt: bool) -> list[dict]:
+    """A non-empty list of turns, as {role, content} (other keys, such as tool_calls or a turn's name, kept for the
+    template)."""
+    shape = ('{"from": one of ' + ", ".join(SHAREGPT_ROLES) + ', "value": a string}' if sharegpt else
+             '{"role": one of ' + ", ".join(ROLES) + ', "content": a string}')
+    if not isinstance(value, list) or not value:
+        raise RecordError(f"{name} is {show(value)}; allowed: a non-empty list of turns {shape}")
+    return [_sharegpt_turn(turn, f"{name}[{index}]", shape) if sharegpt else _turn(turn, f"{name}[{index}]", shape)
+            for index, turn in enumerate(value)]
+
+
+def _turn(turn: object, path: str, shape: str) -> dict:
+    if not isinstance(turn, dict):
+        raise RecordError(f"{path} is {show(turn)}; allowed: a turn {shape}")
+    role = turn.get("role")
+    if role not in ROLES:
+        raise RecordError(f"{path}.role is {show(role)}; allowed: {', '.join(ROLES)}"
+                          + (f" (ShareGPT's {role} is {SHAREGPT_ROLES[role]})" if role in SHAREGPT_ROLES else ""))
+    content = turn.get("content")
+    tool_calls = turn.get("tool_calls")
+    if tool_calls is not None:
+        if role != "assistant" or not isinstance(tool_calls, list) or not tool_calls or not all(
+                isinstance(call_name(call), str) for call in tool_calls):
+            raise RecordError(f"{path}.tool_calls is {show(tool_calls)}; allowed: on an assistant turn, a non-empty "
+                              'list of {"function": {"name": a string, "arguments": ...}}')
+        if content is None:
+            return dict(turn)  # OpenAI's tool-call turn: the calls are its content
+    if not isinstance(content, str):
+        raise RecordError(f"{path}.content is {show(content)}; allowed: a string"
+                          + (" (or null with tool_calls)" if role == "assistant" else ""))
+    return dict(turn)
+
+
+def call_name(call: object) -> str | None:
+    """A tool call's function name: OpenAI's {"function": {"name": ...}}, or {"name": ...} as some datasets write it."""
+    if not isinstance(call, dict):
+        return None
+    inner = call.get("function", call)
+    return inner.get("name") if isinstance(inner, dict) else None
+
+
+def _sharegpt_turn(turn: object, path: str, shape: str) -> dict:
+    if not isinstance(turn, dict):
+        raise RecordError(f"{path} is {show(turn)}; allowed: a turn {shape}")
+    speaker = turn.get("from")
+    if speaker not in SHAREGPT_ROLES:
+        raise RecordError(f"{path}.from is {show(speaker)}; allowed: {', '.join(SHAREGPT_ROLES)}")
+    value = turn.get("value")
+    if not isinstance(value, str):
+        raise RecordError(f"{path}.value is {show(value)}; allowed: a string")
+    return {"role": SHAREGPT_ROLES[speaker], "content": value}

@@ -1,0 +1,273 @@
+"""Every record of a dataset file checked before anything starts, streaming, by one function that three places call:
+the local run before Ray starts (workload/run/checks.py), the job's driver before any worker loads the model
+(workload.trainer.validate), and the preview on the file as the deployer reads it (infra/preview/dataset_records.py).
+
+A refusal is one line: the file, where in it (the 1-based line of a .jsonl, .csv or .txt; the 1-based record of a
+.json list; the 1-based row of a .parquet), the field, the bad value and the allowed values (workload.data.shapes).
+A file with no record (0 bytes, only blank lines, a header only) is refused too.
+
+Files: .jsonl (one JSON object a line, blank lines skipped), .json (one list of objects), .csv (a header, then one
+record a row; every value a string), .parquet, .txt (text only: one document a line), the first four also
+gzip-compressed (.jsonl.gz, .json.gz, .csv.gz, .txt.gz); local, or remote through pyarrow's file systems (s3://,
+with the job's credentials). Streaming: a .jsonl, .csv or .txt holds one line in memory at a time, a .parquet one
+row group; a .json list is one document and is parsed whole.
+
+Standard library only (pyarrow for .parquet and remote files, imported then): the local run calls this before
+anything heavy loads.
+"""
+from __future__ import annotations
+
+import csv
+import gzip
+import io
+import json
+import os
+from dataclasses import dataclass
+from typing import BinaryIO, Callable, Iterator
+
+from workload.config import TrainConfig, is_file_dataset
+from workload.data import shapes
+
+COMPRESSED = ".gz"
+LINE_SUFFIXES = (".jsonl", ".csv", ".txt")  # read a line at a time: a prefix of the file can be checked alone
+
+
+class DataError(ValueError):
+    """A dataset file or record that cannot be trained on: one line naming the file and where."""
+
+
+@dataclass(frozen=True)
+class Checked:
+    """What the check found."""
+
+    path: str
+    shape: shapes.Shape
+    records: int
+    untrained: int
+    """Records with no turn to train on (a conversation without an assistant turn): dropped by the job, counted."""
+    complete: bool = True
+    """False when only a prefix of the file was read (the preview's bound): the job checks the rest."""
+
+    def describe(self) -> str:
+        """The one line that says what the data is (a local file by its path from here, when it is below)."""
+        dropped = (f"; {self.untrained} with no assistant turn to train on, dropped" if self.untrained else "")
+        shown = self.path
+        if "://" not in shown and not os.path.relpath(shown).startswith(".."):
+            shown = os.path.relpath(shown)
+        what = "documents (one a line)" if suffix(self.path) == ".txt" else self.shape.describe()
+        return (f"dataset {shown}: {self.records:,} {what} checked"
+                + ("" if self.complete else " (the first part of the file)") + dropped)
+
+
+_checked: dict[tuple, Checked] = {}
+
+
+def check_dataset(cfg: TrainConfig, say: Callable[[str], None] = print) -> Checked | None:
+    """--dataset's every record, when it is a file (local or remote), as `--dataset PATH line N: ...`; what it found
+    said in one line. Once per process for a local file that has not changed: the local run checks before Ray starts,
+    then again with the job's own checks."""
+    if not is_file_dataset(cfg.dataset):
+        return None
+    fields = shapes.Fields.of(cfg)
+    key = (cfg.dataset, fields.data_format, fields.text_field, fields.messages_field, fields.prompt_field,
+           fields.completion_field)
+    if "://" not in cfg.dataset:
+        status = os.stat(os.path.expanduser(cfg.dataset))
+        key += (status.st_size, status.st_mtime_ns)
+    if key not in _checked:
+        _checked[key] = check_file(cfg.dataset, fields, subject="--dataset")
+        say(_checked[key].describe())
+    return _checked[key]
+
+
+def suffix(path: str) -> str:
+    """The format suffix of a file name, past a .gz: data.jsonl.gz -> .jsonl."""
+    name = path.removesuffix(COMPRESSED)
+    return os.path.splitext(name)[1]
+
+
+def open_binary(path: str) -> BinaryIO:
+    """A local or remote file, opened for reading bytes (seekable for .parquet)."""
+    if "://" not in path:
+        return open(os.path.expanduser(path), "rb")
+    import pyarrow.fs
+
+    filesystem, inner = pyarrow.fs.FileSystem.from_uri(path)
+    file = filesystem.open_input_file(inner)
+    # pyarrow's files cannot read a line (NativeFile.readline is unsupported): buffered here, they can.
+    return file if suffix(path) == ".parquet" else io.BufferedReader(_Raw(file))
+
+
+class _Raw(io.RawIOBase):
+    """A pyarrow file as Python's raw stream, for io.BufferedReader."""
+
+    def __init__(self, file) -> None:
+        self.file = file
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        data = self.file.read(len(buffer))
+        buffer[:len(data)] = data
+        return len(data)
+
+    def close(self) -> None:
+        self.file.close()
+        super().close()
+
+
+def check_file(path: str, fields: shapes.Fields, *, subject: str, opener: Callable[[], BinaryIO] | None = None,
+               complete: bool = True) -> Checked:
+    """Every record of `path` read as `fields` says, or DataError("{subject} {path} line N: ..."). `opener` gives
+    the bytes (default: the file itself); `complete` False says they are only the file's first part (the last line,
+    possibly cut, is not read; a .json or .parquet prefix cannot be read at all and is reported unchecked)."""
+    where = f"{subject} {path}"
+    try:
+        with (opener or (lambda: open_binary(path)))() as raw:
+            return _walk(path, raw, fields, where, complete)
+    except (OSError, EOFError) as error:
+        if isinstance(error, FileNotFoundError):
+            raise DataError(f"{where} does not exist") from None
+        raise DataError(f"{where} cannot be read ({type(error).__name__}: {error})") from None
+
+
+def records(path: str, raw: BinaryIO, complete: bool = True) -> Iterator[tuple[str, object]]:
+    """(where, record) for each record of the file, where being `line N`, `record N` or `row N` (1-based)."""
+    kind = suffix(path)
+    if path.endswith(COMPRESSED):
+        raw = gzip.GzipFile(fileobj=raw)
+    if kind == ".parquet":
+        yield from _parquet_rows(raw)
+    elif kind == ".json":
+        yield from _json_records(raw)
+    elif kind == ".csv":
+        yield from _csv_rows(raw, complete)
+    else:
+        for number, line in _lines(raw, complete):
+            if kind == ".txt":
+                yield f"line {number}", line
+                continue
+            try:
+                yield f"line {number}", json.loads(line)
+            except json.JSONDecodeError as error:
+                raise DataError(f"line {number} is not JSON ({error.msg} at column {error.colno}): "
+                                f"{shapes.show(line.strip())}; allowed: one JSON object a line") from None
+
+
+def _walk(path: str, raw: BinaryIO, fields: shapes.Fields, where: str, complete: bool) -> Checked:
+    if complete and _empty(raw):
+        raise DataError(f"{where} is empty (0 bytes); allowed: a file of records")
+    if not complete and suffix(path) not in LINE_SUFFIXES:
+        return Checked(path, shapes.Shape("unchecked"), 0, 0, complete=False)
+    shape, count, untrained = None, 0, 0
+    located = records(path, raw, complete)
+    while True:
+        try:
+            place, record = next(located)
+        except StopIteration:
+            break
+        except DataError as error:
+            raise DataError(f"{where} {error}") from None
+        except (UnicodeDecodeError, gzip.BadGzipFile) as error:
+            raise DataError(f"{where} cannot be read as {suffix(path)}{COMPRESSED if path.endswith(COMPRESSED) else ''}"
+                            f" ({type(error).__name__}: {error})") from None
+        try:
+            if fields.data_format == "text" and suffix(path) == ".txt":
+                shape = shapes.Shape("text")
+            else:
+                shape = shape or shapes.detect(record, fields)
+                if shape.name == "text":
+                    shapes.text(record, shape, fields)
+                elif not shapes.conversation(record, shape, fields)[1]:
+                    untrained += 1
+        except shapes.RecordError as error:
+            raise DataError(f"{where} {place}: {error}") from None
+        count += 1
+    if not count:
+        raise DataError(f"{where} holds no records (only blank lines or a header); allowed: a file of records")
+    if shape.name != "text" and count == untrained:
+        raise DataError(f"{where}: none of its {count} records has an assistant turn to train on; allowed: records "
+                        "with at least one assistant turn")
+    return Checked(path, shape, count, untrained, complete)
+
+
+def _empty(raw: BinaryIO) -> bool:
+    if hasattr(raw, "peek"):
+        return not raw.peek(1)
+    position = raw.tell()
+    first = raw.read(1)
+    raw.seek(position)
+    return not first
+
+
+def _lines(raw: BinaryIO, complete: bool) -> Iterator[tuple[int, str]]:
+    """(1-based line number, text) of each non-blank line; without `complete`, the last line (maybe cut) is left
+    out, and a gzip stream cut short ends the lines instead of failing."""
+    held = None
+    number = 0
+    try:
+        for number, data in enumerate(raw, 1):
+            try:
+                line = data.decode("utf-8")
+            except UnicodeDecodeError as error:
+                raise DataError(f"line {number} is not UTF-8 text ({error.reason} at byte {error.start})") from None
+            if held is not None:
+                yield held
+            held = (number, line) if line.strip() else None
+    except EOFError:
+        if complete:
+            raise
+        return
+    if held is not None and complete:
+        yield held
+
+
+def _json_records(raw: BinaryIO) -> Iterator[tuple[str, object]]:
+    try:
+        data = json.load(io.TextIOWrapper(raw, encoding="utf-8"))
+    except json.JSONDecodeError as error:
+        raise DataError(f"line {error.lineno} is not JSON ({error.msg} at column {error.colno}); allowed: a JSON list "
+                        "of records (one record a line is .jsonl)") from None
+    if not isinstance(data, list):
+        raise DataError(f"holds a JSON {type(data).__name__}, not a list of records; allowed: [{{...}}, {{...}}] "
+                        "(one record a line is .jsonl)")
+    for number, record in enumerate(data, 1):
+        yield f"record {number}", record
+
+
+def _csv_rows(raw: BinaryIO, complete: bool) -> Iterator[tuple[str, object]]:
+    text = io.TextIOWrapper(raw, encoding="utf-8", newline="")
+    reader = csv.DictReader(text)
+    held = None
+    try:
+        for row in reader:
+            if None in row:  # more values than the header names
+                raise DataError(f"line {reader.line_num} has {len(row) - 1 + len(row[None])} values and the header "
+                                f"{len(reader.fieldnames)}; allowed: one value a column")
+            if held is not None:
+                yield held
+            held = (f"line {reader.line_num}", row)
+    except EOFError:
+        if complete:
+            raise
+        return
+    except csv.Error as error:
+        raise DataError(f"line {reader.line_num} is not CSV ({error})") from None
+    if held is not None and complete:
+        yield held
+
+
+def _parquet_rows(raw: BinaryIO) -> Iterator[tuple[str, object]]:
+    import pyarrow
+    import pyarrow.parquet
+
+    try:
+        file = pyarrow.parquet.ParquetFile(raw)
+        number = 0
+        for batch in file.iter_batches():
+            for row in batch.to_pylist():
+                number += 1
+                yield f"row {number}", row
+    except (pyarrow.ArrowException, OSError) as error:
+        raise DataError(f"cannot be read as .parquet ({error})") from None

@@ -1,0 +1,159 @@
+"""Whether the job can train a model, decided from its config.json alone, before any weights exist: the model gate.
+
+`build(config, what)` is how the job builds a --model_id's architecture (workload.model.causal_lm.build_model), and
+`check(config_dict, what)` is the same call on a config.json read at preview (infra/preview/model_config.py): whatever
+the preview accepts is what the job then builds, by the same code. In order, a model is refused with one line naming
+`what` (--model_id or trainModelId) and what it is, unless:
+- transformers knows its model_type natively (custom code from the Hub, auto_map, is never run);
+- it is a decoder-only causal LM: not an encoder-decoder (t5, bart), not a multimodal wrapper around a language model
+  (text_config with vision or audio, e.g. gemma3, llava), not an encoder (bert, roberta: AutoModelForCausalLM builds
+  them as a decoder head over an encoder, which no published checkpoint of theirs was trained as);
+- it is dense: a mixture-of-experts model (Mixtral, Qwen3-MoE, ...) is built by transformers with every layer's
+  experts fused into one tensor (experts.gate_up_proj), while its published files keep one tensor per expert
+  (experts.0.w1.weight) that transformers converts while loading; workload.model.weights reads each tensor by its
+  name, rank by rank, and the memory plan counts one MLP per layer, so it is refused rather than planned as dense;
+- its layers are where sharding looks for them (CausalLMWithLoss.layers: lm.model.layers, one per
+  num_hidden_layers), and its lm_head is where the chunked loss reads it;
+- every buffer is either in the files (persistent) or computed when the model is built (a rotary embedding's inv_freq,
+  Gemma's embed_scale), so the sharded load can restore it.
+
+The model is built with its parameters on the meta device (no memory, a fraction of a second even for 70B) and its
+buffers computed on the CPU: `parameters_on_meta`. torch and transformers are imported inside the functions, so the
+Pulumi program imports this module at no cost until a model needs the gate.
+"""
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Iterator
+
+# Config fields that make a model a mixture of experts, across the families transformers ships (Mixtral's
+# num_local_experts, Qwen2/3-MoE's and OLMoE's num_experts, DeepSeek's n_routed_experts).
+EXPERT_FIELDS = ("num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts")
+# Sub-configs that make a config a multimodal wrapper (transformers' PretrainedConfig.sub_configs names).
+MULTIMODAL_FIELDS = ("vision_config", "audio_config", "vision_tower", "speech_config")
+ALLOWED = ("allowed: a dense decoder-only causal LM that transformers ships, such as Llama, Mistral, Qwen2.5, Qwen3, "
+           "Gemma 2, Gemma 3 (text), Phi-3 or OLMo 2")
+
+
+def _refuse(what: str, problem: str) -> ValueError:
+    return ValueError(f"{what}: {problem}; {ALLOWED}")
+
+
+def check_config_dict(raw: Any, what: str):
+    """config.json (a dict read from storage, untrusted) as the transformers config the job would build, after the
+    checks that need no model (see the module docstring)."""
+    if not isinstance(raw, dict):
+        raise _refuse(what, "its config.json is not a JSON object")
+    model_type = raw.get("model_type")
+    if not isinstance(model_type, str) or not model_type:
+        raise _refuse(what, "its config.json has no model_type, so transformers cannot tell what it is")
+    from transformers import AutoConfig, __version__
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
+
+    if model_type not in CONFIG_MAPPING_NAMES:
+        custom = " (its config.json's auto_map points at custom code, which the job does not run)" if raw.get(
+            "auto_map") else ""
+        raise _refuse(what, f"model_type {model_type!r} is not one transformers {__version__} knows{custom}")
+    fields = {key: value for key, value in raw.items() if key != "model_type"}
+    try:
+        config = AutoConfig.for_model(model_type, **fields)
+    except (ValueError, TypeError, KeyError, AttributeError) as error:
+        raise _refuse(what, f"its config.json does not make a {model_type} config ({error})") from None
+    check_config(config, what)
+    return config
+
+
+def check_config(config, what: str) -> None:
+    """The checks of a transformers config that need no model: a decoder-only, dense, text-only causal LM."""
+    from transformers.models.auto.modeling_auto import (
+        MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
+        MODEL_FOR_MASKED_LM_MAPPING_NAMES,
+    )
+
+    model_type = config.model_type
+    if getattr(config, "is_encoder_decoder", False):
+        raise _refuse(what, f"{model_type} is an encoder-decoder (sequence-to-sequence) model, not a decoder-only "
+                            "causal LM")
+    wrapped = [name for name in MULTIMODAL_FIELDS if getattr(config, name, None) is not None]
+    if wrapped:
+        text = getattr(config, "text_config", None)
+        inner = f" around a {text.model_type} language model" if getattr(text, "model_type", None) else ""
+        raise _refuse(what, f"{model_type} is a multimodal model ({', '.join(wrapped)}){inner}, not a text-only "
+                            "causal LM; train a text-only checkpoint of the family")
+    if model_type in MODEL_FOR_MASKED_LM_MAPPING_NAMES:
+        raise _refuse(what, f"{model_type} is an encoder (a masked-language model such as BERT), not a decoder-only "
+                            "causal LM")
+    if model_type not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
+        raise _refuse(what, f"{model_type} is not a causal LM (AutoModelForCausalLM has no class for it)")
+    experts = next((name for name in EXPERT_FIELDS if getattr(config, name, None)), None)
+    if experts:
+        raise _refuse(what, f"{model_type} is a mixture-of-experts model ({experts} {getattr(config, experts)}): "
+                            "transformers fuses each layer's experts into one tensor while its published files hold "
+                            "one per expert, which the job's sharded loader does not convert, and the memory plan "
+                            "counts dense layers only")
+
+
+@contextlib.contextmanager
+def parameters_on_meta() -> Iterator[None]:
+    """Every parameter registered while active is moved to the meta device as it is registered (the way accelerate's
+    init_empty_weights(include_buffers=False) does it: big_modeling.init_on_device), so a module's own initialisation
+    of it costs nothing; buffers stay where their module computes them, on the CPU, with their values."""
+    from torch import nn
+
+    register = nn.Module.register_parameter
+
+    def on_meta(module, name, parameter):
+        register(module, name, parameter)
+        # One already on meta stays the same object: tying the lm_head to the embedding registers the embedding's.
+        if parameter is not None and not parameter.is_meta:
+            registered = module._parameters[name]
+            attributes = {**registered.__dict__, "requires_grad": registered.requires_grad}
+            module._parameters[name] = type(registered)(registered.to("meta"), **attributes)
+
+    nn.Module.register_parameter = on_meta
+    try:
+        yield
+    finally:
+        nn.Module.register_parameter = register
+
+
+def build(config, what: str):
+    """The Hugging Face model of `config` (a transformers config) as the job trains it: fp32, parameters on the meta
+    device, buffers computed; refused (ValueError naming `what`) unless the job can shard, load and train it."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    check_config(config, what)
+    with parameters_on_meta():
+        lm = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    check_model(lm, what)
+    return lm
+
+
+def check_model(lm, what: str) -> None:
+    """The built model's layout against what sharding, loading and the loss rely on."""
+    from torch import nn
+
+    kind = type(lm).__name__
+    layers = getattr(getattr(lm, "model", None), "layers", None)
+    expected = getattr(lm.config, "num_hidden_layers", None)
+    if not isinstance(layers, nn.ModuleList) or len(layers) != expected:
+        raise _refuse(what, f"{kind} does not keep its {expected} decoder layers at model.layers, where the job "
+                            "shards them one by one")
+    head = getattr(lm, "lm_head", None)
+    if not isinstance(getattr(head, "weight", None), nn.Parameter):
+        raise _refuse(what, f"{kind} has no lm_head weight, which the job's loss multiplies the hidden states by")
+    if any(module is not lm and "Experts" in type(module).__name__ for module in lm.modules()):
+        raise _refuse(what, f"{kind} has mixture-of-experts layers, which the job's loader and memory plan do not "
+                            "handle")
+    persistent = set(lm.state_dict())
+    computed = [name for name, buffer in lm.named_buffers() if name not in persistent and buffer.is_meta]
+    if computed:
+        raise _refuse(what, f"{kind} has buffers that are neither in its weights nor computed when it is built "
+                            f"({', '.join(computed)})")
+
+
+def check(raw: Any, what: str) -> None:
+    """The gate at preview: `raw` (a config.json as a dict) builds, on the meta device, into a model the job trains;
+    ValueError naming `what` (config key 'trainModelId': <id>) otherwise."""
+    build(check_config_dict(raw, what), what)

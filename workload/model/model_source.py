@@ -1,0 +1,146 @@
+"""What a --model_id (trainModelId) names, and its config.json read in a second: mistakes answered in the user's words.
+
+A --model_id is a Hugging Face Hub id (org/name), a local directory (config.json and *.safetensors, what
+save_pretrained writes), or s3://bucket/prefix/. `problem` says, without any network, what is wrong with one that is
+none of these: a web address (the Hub id it holds is named), a malformed id (`Qwen/../../../etc/passwd`), a
+path that is not there. TrainConfig runs it, so the local run, the job and the preview (trainModelId) refuse the
+same ids in the same words.
+
+`hub_config_directory` reads a Hub model's config.json with one request and no retries: an unreachable Hub (offline,
+a typo'd HF_ENDPOINT) is `Unreachable` at once, where huggingface_hub's own download retries a refused connection five
+times over 23 s (utils/_http.py http_backoff); a gated model without a token names HF_TOKEN and the stack's
+`pulumi config set --secret` command; a repo that does not exist says so. Standard library at import time.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import tempfile
+
+# huggingface_hub's validate_repo_id (utils/_validators.py REPO_ID_REGEX and its checks): an optional namespace and a
+# name of word characters, '-' and '.', 96 at most each, starting and ending on a word character; no '--' or '..'
+# anywhere and no '.git' ending.
+HUB_ID = re.compile(r"^(\b[\w\-.]{1,96}\b/)?\b[\w\-.]{1,96}\b$")
+HUB_HOSTS = ("huggingface.co", "www.huggingface.co", "hf.co")
+PATH_PREFIXES = ("/", "./", "../", "~")
+# One request's time limit, and no retries: a Hub that does not answer in this time is reported as not reachable.
+HUB_TIMEOUT_S = 10
+CONFIG_FILE = "config.json"
+TOKEN_VARIABLE = "HF_TOKEN"
+SECRET_COMMAND = f"pulumi config set --secret --path 'trainSecretEnv[0]' {TOKEN_VARIABLE}=..."
+ALLOWED = "allowed: a Hub id (org/name), a local model directory, or s3://bucket/prefix/"
+
+
+class Unreachable(Exception):
+    """The model's source did not answer (no network, a host that does not resolve): the environment, not the id."""
+
+
+class NeedsToken(Exception):
+    """A gated or private model, and no token (or one without access) to read it with."""
+
+
+def is_path(model_id: str) -> bool:
+    return model_id.startswith(PATH_PREFIXES) or os.path.isdir(os.path.expanduser(model_id))
+
+
+def problem(model_id: str) -> str | None:
+    """Why `model_id` cannot name a model, in one line (its caller prefixes the flag or key); None when it can. No
+    network: whether a Hub id exists is for `hub_config_directory`."""
+    if is_path(model_id):
+        return None  # a directory is checked where it is read
+    scheme, separator, rest = model_id.partition("://")
+    if separator:
+        host, _, path = rest.partition("/")
+        if scheme in ("http", "https") and host.lower() in HUB_HOSTS:
+            parts = [part for part in path.split("/") if part]
+            hub_id = "/".join(parts[:2]) if parts[:1] != ["datasets"] else ""
+            if hub_id and HUB_ID.match(hub_id):
+                return f"a web address; give the Hub id it names: {hub_id}"
+        if scheme in ("http", "https"):
+            return f"a web address, which the job does not download models from; {ALLOWED}"
+        return None  # s3://, file://, gs://: pyarrow's filesystems (workload.model.files) say whether they read it
+    if (not HUB_ID.match(model_id) or "--" in model_id or ".." in model_id or model_id.endswith(".git")
+            or model_id.count("/") > 1):
+        return f"not a Hugging Face Hub id (org/name: letters, digits, '-', '_' and '.'), nor a directory here; {ALLOWED}"
+    return None
+
+
+def check_hub_reachable(repo_id: str, file_name: str = "tokenizer_config.json") -> None:
+    """Before a library that retries for a minute reads `repo_id` from the Hub (transformers' AutoTokenizer): one
+    request, raising Unreachable (no answer) or NeedsToken (gated); any other answer is left to that library. Nothing
+    is asked when the file is in this machine's Hub cache, or HF_HUB_OFFLINE is set."""
+    from huggingface_hub import try_to_load_from_cache
+
+    if problem(repo_id) or is_path(repo_id) or "://" in repo_id or os.environ.get("HF_HUB_OFFLINE"):
+        return
+    if isinstance(try_to_load_from_cache(repo_id, file_name), str):
+        return
+    try:
+        _get(repo_id, file_name, None)
+    except ValueError:
+        return
+
+
+def hub_config_directory(model_id: str, token: str | None = None) -> str:
+    """A temporary directory holding the Hub model's config.json, read with one request (see the module docstring).
+    ValueError for a model that is not there, NeedsToken for a gated or private one, Unreachable for no answer. With
+    HF_HUB_OFFLINE set, only the machine's Hub cache is read."""
+    from huggingface_hub import hf_hub_download
+    from huggingface_hub.errors import LocalEntryNotFoundError
+
+    if os.environ.get("HF_HUB_OFFLINE", "").upper() in ("1", "ON", "YES", "TRUE"):
+        try:
+            return os.path.dirname(hf_hub_download(model_id, CONFIG_FILE, local_files_only=True))
+        except LocalEntryNotFoundError:
+            raise Unreachable(f"{model_id} is not in this machine's Hub cache and HF_HUB_OFFLINE is set") from None
+    response = _get(model_id, CONFIG_FILE, token)
+    try:
+        json.loads(response.content)
+    except ValueError:
+        raise ValueError(f"{model_id}'s {CONFIG_FILE} on the Hub is not JSON") from None
+    directory = tempfile.mkdtemp(prefix="raytrain-model-config-")
+    with open(os.path.join(directory, CONFIG_FILE), "wb") as file:
+        file.write(response.content)
+    return directory
+
+
+def get_file(model_id: str, file_name: str, token: str | bool | None):
+    """One GET of a file of a Hub model, no retries (HF_ENDPOINT read now): the response, huggingface_hub's own error
+    for an answer that is not the file (hf_raise_for_status: GatedRepoError, RepositoryNotFoundError,
+    EntryNotFoundError, HfHubHTTPError), Unreachable for no answer. `token`: a token, None for HF_TOKEN from the
+    environment, False for none."""
+    from huggingface_hub import constants
+    from huggingface_hub.utils import build_hf_headers, get_session, hf_raise_for_status
+
+    endpoint = (os.environ.get("HF_ENDPOINT") or constants.ENDPOINT).rstrip("/")
+    url = f"{endpoint}/{model_id}/resolve/main/{file_name}"
+    try:
+        response = get_session().get(url, headers=build_hf_headers(token=token), timeout=HUB_TIMEOUT_S,
+                                     follow_redirects=True)
+    except Exception as error:  # noqa: BLE001 - httpx's (or httpx2's) transport errors: no answer at all
+        raise Unreachable(f"the Hugging Face Hub at {endpoint} is not reachable ({type(error).__name__})") from None
+    hf_raise_for_status(response)
+    return response
+
+
+def _get(model_id: str, file_name: str, token: str | None):
+    """get_file with the Hub's answers as this module's errors, in the job's words (--model_id)."""
+    from huggingface_hub.errors import EntryNotFoundError, GatedRepoError, HfHubHTTPError, RepositoryNotFoundError
+    from huggingface_hub.utils import build_hf_headers
+
+    try:
+        response = get_file(model_id, file_name, token or None)
+    except GatedRepoError:
+        raise NeedsToken(f"{model_id} is gated on the Hugging Face Hub: accept its terms on its Hub page, then set "
+                         f"{TOKEN_VARIABLE} to a token of that account (on a stack: `{SECRET_COMMAND}`)") from None
+    except RepositoryNotFoundError:
+        hint = (f"or {TOKEN_VARIABLE} cannot see it" if build_hf_headers(token=token or None).get("authorization")
+                else f"or private: then set {TOKEN_VARIABLE}, on a stack with `{SECRET_COMMAND}`")
+        raise ValueError(f"{model_id} is not a model on the Hugging Face Hub ({hint}); check its spelling on "
+                         f"huggingface.co; {ALLOWED}") from None
+    except EntryNotFoundError:
+        raise ValueError(f"{model_id} has no {file_name} on the Hub, so transformers cannot load it") from None
+    except HfHubHTTPError as error:
+        raise Unreachable(f"the Hugging Face Hub answered {error.response.status_code} for {model_id}") from None
+    return response

@@ -14,6 +14,13 @@ Download (huggingface_hub/file_download.py's get_hf_file_metadata and hf_hub_dow
 - HEAD and GET /{repo}/resolve/{revision}/{path}: the file with X-Repo-Commit, ETag and Content-Length; an unknown
   file is 404 with X-Error-Code EntryNotFound, an unknown repo 401 with RepoNotFound (as the Hub answers either).
 
+Datasets (huggingface_hub/hf_api.py's dataset_info, whose "siblings" list_repo_files reads, and hf_hub_url with
+repo_type="dataset"; workload/data/hub_dataset.py reads these):
+- GET /api/datasets/{repo}: {"id", "siblings": [{"rfilename"}]}; an unknown dataset 401 with RepoNotFound, a gated one
+  asked without the token 401 with GatedRepo.
+- GET /datasets/{repo}/resolve/{revision}/{path}, honouring `Range: bytes=A-B` (206 with Content-Range), as the Hub's
+  CDN does.
+
 Every request must carry `Authorization: Bearer <token>` (the Hub's private repos do); `requests` records what was
 asked, for the tests' assertions.
 """
@@ -31,6 +38,7 @@ class FakeHub:
     def __init__(self, token: str) -> None:
         self.token = token
         self.repos: dict[str, dict] = {}  # repo id -> {"private": bool, "files": {path: bytes}, "commit": sha}
+        self.datasets: dict[str, dict] = {}  # dataset id -> {"gated": bool, "files": {path: bytes}}
         self.requests: list[tuple[str, str]] = []
         hub = self
 
@@ -115,6 +123,8 @@ class FakeHub:
         path = unquote(urlparse(request.path).path)
         self.requests.append((request.command, path))
         parts = path.lstrip("/").split("/")
+        if parts[:2] == ["api", "datasets"] or parts[0] == "datasets":
+            return self._dataset(request, parts, body)
         if len(parts) >= 5 and parts[2] == "resolve":
             repo, name = f"{parts[0]}/{parts[1]}", "/".join(parts[4:])
             state = self.repos.get(repo)
@@ -134,3 +144,31 @@ class FakeHub:
                 request.wfile.write(data)
             return None
         return self._json(request, 404, {"error": f"the fake Hub does not answer {request.command} {path}"})
+
+    def _dataset(self, request, parts: list[str], body: bool) -> None:
+        listing = parts[0] == "api"
+        repo = "/".join(parts[2:4] if listing else parts[1:3])
+        state = self.datasets.get(repo)
+        if state is None:
+            return self._json(request, 401, {"error": "Repository not found"}, {"X-Error-Code": "RepoNotFound"})
+        if state.get("gated") and not self._authorized(request):
+            return self._json(request, 401, {"error": "Access to this dataset is restricted"},
+                              {"X-Error-Code": "GatedRepo"})
+        if listing:
+            return self._json(request, 200, {"id": repo, "siblings": [{"rfilename": name} for name in state["files"]]})
+        data = state["files"].get("/".join(parts[5:]))
+        if data is None or parts[3:5] != ["resolve", "main"]:
+            return self._json(request, 404, {"error": "Entry not found"}, {"X-Error-Code": "EntryNotFound"})
+        wanted = request.headers.get("Range", "")
+        status, part = 200, data
+        if wanted.startswith("bytes="):
+            first, _, last = wanted[6:].partition("-")
+            status, part = 206, data[int(first):int(last) + 1]
+        request.send_response(status)
+        request.send_header("Content-Length", str(len(part)))
+        if status == 206:
+            request.send_header("Content-Range", f"bytes {wanted[6:]}/{len(data)}")
+        request.end_headers()
+        if body:
+            request.wfile.write(part)
+        return None

@@ -33,6 +33,7 @@ from workload import cli, storage
 from workload.checkpoint import sharded as checkpoints
 from workload.checkpoint.export import save_model_directory
 from workload.config import TRANSPORT_PREFIX, TrainConfig
+from workload.data import hub_dataset
 from workload.data import validate as records_check
 from workload.data.batches import check_dataset, check_tokenizer, make_data
 from workload.fabric import bandwidth as fabric
@@ -320,10 +321,12 @@ def _report_with_checkpoint(metrics: dict, model, optimizer, step: int, tokenize
 
 def validate(cfg: TrainConfig) -> None:
     """The checks that need the model's config or the tokenizer, before any worker starts, and every record of a
-    --dataset file (workload.data.validate), before any worker loads the model."""
+    --dataset file (workload.data.validate) or the first file of a Hub --dataset's split, before any worker loads
+    the model."""
     check_dataset(cfg)
     # Refusals only: the local run has said what the file holds, and on a cluster rank 0's data line says it.
     records_check.check_dataset(cfg, say=lambda line: None)
+    hub_dataset.check_dataset(cfg)  # a Hub dataset's split: its first file, bounded (workload.data.hub_dataset)
     config = hf_config(cfg)
     if not cfg.model_config:  # the model gate, as the preview ran it and every worker will
         compatibility.build(config, f"--model_id {cfg.model_id}")

@@ -7,7 +7,12 @@ deployer can read, so a file the job would refuse is refused before `up` creates
   the preview says the rest is checked by the job's driver before any worker loads the model; a .json or .parquet
   larger than that cannot be read in part and is left to the job, with a warning.
 - A local path is read whole (the preview refuses it earlier as a path the pods cannot read; the check is the same).
-- A Hugging Face dataset id is not read here: the job's workers read it, and refuse a bad record naming its number.
+- A Hugging Face dataset id: its repo's files listed through the Hub API, and the first data file of
+  trainDatasetSplit (trainDatasetConfig) read with one ranged GET of at most PREVIEW_MAX_BYTES and checked the same
+  way (workload.data.hub_dataset, which the job's driver runs too), with trainSecretEnv's HF_TOKEN only (never the
+  deployer's own), as model_config reads a Hub model's config.json. A dataset that does not exist, a split with no
+  data file, a gated dataset without a token (HF_TOKEN named) or a bad record is refused; a Hub that does not
+  answer is a warning ("not reachable"), as for the model's config.
 
 A file that cannot be read (no network, access denied to the deployer) is a warning, as for the model's config; a
 file that does not exist, or a record the job would refuse, is refused naming trainDataset.
@@ -22,6 +27,7 @@ from workload.config import is_local_dataset
 from workload.data import shapes, validate
 
 KEY = "trainDataset"
+HUB_TOKEN = "HF_TOKEN"  # infra.config.train_keys.HUB_TOKEN: the only trainSecretEnv entry read here
 # What the preview reads of a large file: 64 MiB parse in about a second, and are a few seconds' download on a
 # deployer's link; the job's driver reads the whole file anyway, before any worker loads the model.
 PREVIEW_MAX_BYTES = 64 * 2**20
@@ -40,7 +46,34 @@ def check_train_dataset(cfg: StackConfig, *, identity: AwsIdentity | None = None
                         warn: Callable[[str], None] | None = None) -> validate.Checked | None:
     if not cfg.train.dataset:
         return None
+    if not is_local_dataset(cfg.train.dataset) and "://" not in cfg.train.dataset:
+        return check_hub(cfg, warn=warn)
     return check_records(cfg.train.dataset, fields_of(cfg), identity=identity, region=region, warn=warn)
+
+
+def check_hub(cfg: StackConfig, *, warn: Callable[[str], None] | None = None,
+              limit: int = PREVIEW_MAX_BYTES) -> validate.Checked | None:
+    """A Hub dataset's split, its first file checked (None: the Hub did not answer, warned)."""
+    from workload.data import hub_dataset
+
+    if warn is None:
+        import pulumi
+
+        warn = pulumi.log.warn
+    train = cfg.train
+    token = train.secret_env.reveal().get(HUB_TOKEN) or False
+    try:
+        found = hub_dataset.check(train.dataset, train.dataset_split, train.dataset_config, fields_of(cfg),
+                                  subject=f"config key '{KEY}':", token=token, limit=limit)
+    except hub_dataset.NotReachable as error:
+        warn(f"{KEY} {train.dataset} is not reachable on the Hugging Face Hub ({error}), so its records are checked "
+             "only by the job, before any worker loads the model")
+        return None
+    except validate.DataError as error:
+        raise ValueError(str(error)) from None
+    _warn_partial(found.checked, f"{train.dataset}/{found.file}", limit, warn, found.size,
+                  "the job's driver checks the same part before loading the model, and the workers every record")
+    return found.checked
 
 
 def check_records(dataset: str, fields: shapes.Fields, *, identity: AwsIdentity | None = None,
@@ -65,13 +98,18 @@ def check_records(dataset: str, fields: shapes.Fields, *, identity: AwsIdentity 
                                       complete=len(body) >= size)
     except validate.DataError as error:
         raise ValueError(str(error)) from None
+    _warn_partial(checked, dataset, limit, warn, size)
+    return checked
+
+
+def _warn_partial(checked: validate.Checked, dataset: str, limit: int, warn: Callable[[str], None],
+                  size: int, then: str = "the job checks every record before any worker loads the model") -> None:
     if not checked.complete:
         mib = limit / 2**20
         warn(f"{KEY} {dataset}: {size / 2**20:,.0f} MiB; the preview checked "
              + (f"the {checked.records} records in its first {mib:g} MiB" if checked.records else
                 f"none of it (a {validate.suffix(dataset)} file cannot be read in part; the bound is {mib:g} MiB)")
-             + ", and the job checks every record before any worker loads the model")
-    return checked
+             + f", and {then}")
 
 
 def _read_s3(dataset: str, identity: AwsIdentity, region: str | None, limit: int,

@@ -1,0 +1,178 @@
+"""A Hugging Face dataset id's records checked before anything loads a model: the split's first data file, read with
+one bounded ranged GET and walked by workload.data.validate, as the preview (infra/preview/dataset_records.py, naming
+trainDataset) and the job's driver (workload.trainer.validate, naming --dataset) both call it.
+
+Hub API (huggingface_hub's hf_api.py): the repo's files from `GET {endpoint}/api/datasets/{id}` (HfApi.dataset_info,
+its "siblings" list of {"rfilename"}, what HfApi.list_repo_files lists for a repo), and a file from
+`GET {endpoint}/datasets/{id}/resolve/main/{path}` (huggingface_hub.hf_hub_url for repo_type="dataset") with
+`Range: bytes=0-{limit-1}`. One request each, no retries (as workload.model.model_source.get_file); the Hub's
+answers become huggingface_hub's errors (utils/_http.py hf_raise_for_status): RepositoryNotFoundError,
+GatedRepoError, EntryNotFoundError, HfHubHTTPError.
+
+The split's files, as the `datasets` library picks them without a loading script (datasets/data_files.py's default
+patterns, in its order): files under a directory named for the split (`train/...`, `data/train-00000-of-00001.parquet`
+is a file named for it), else files whose name holds the split's keyword between non-word characters
+(`*train*.jsonl`), else, for the train split only, every data file. Keywords: datasets' SPLIT_KEYWORDS (train,
+training; validation, valid, dev, val; test, testing, eval, evaluation). A trainDatasetConfig narrows to the files
+under a directory of that name when there are any (the Hub's parquet layout `{config}/{split}/...`); a repo whose
+README declares configs by its own patterns is matched by the default patterns only. Data files: .parquet, .jsonl,
+.json, .csv and their .gz (what the validator reads); the first in sorted order is checked.
+
+Standard library at import (huggingface_hub when called).
+"""
+from __future__ import annotations
+
+import io
+import os
+import re
+from dataclasses import dataclass
+
+from workload.data import shapes, validate
+from workload.model import model_source
+
+# The bound on what is read of one file: as the preview's S3 read (infra/preview/dataset_records.PREVIEW_MAX_BYTES).
+MAX_BYTES = 64 * 2**20
+DATA_SUFFIXES = (".parquet", ".jsonl", ".json", ".csv", ".jsonl.gz", ".json.gz", ".csv.gz")
+# datasets/splits.py and data_files.py (SPLIT_KEYWORDS): the names a split's files are recognised by.
+SPLIT_KEYWORDS = {"train": ("train", "training"), "validation": ("validation", "valid", "dev", "val"),
+                  "test": ("test", "testing", "eval", "evaluation")}
+# datasets/data_files.py NON_WORDS_CHARS: what may stand either side of a keyword in a file or directory name.
+NON_WORD = r"[-._ 0-9]"
+
+
+class NotReachable(Exception):
+    """The Hub did not answer (no network, a 5xx): the environment, not the dataset."""
+
+
+@dataclass(frozen=True)
+class HubChecked:
+    """What was checked: the repo file, and the validator's result."""
+
+    file: str
+    checked: validate.Checked
+    size: int
+
+
+def split_files(files: list[str], split: str, config: str = "") -> list[str]:
+    """The data files of `split` among a dataset repo's `files` (see the module docstring), sorted."""
+    data = sorted(f for f in files if f.endswith(DATA_SUFFIXES)
+                  and not any(part.startswith((".", "_")) for part in f.split("/")))
+    if config:
+        under = [f for f in data if f.split("/")[0] == config]
+        data = under or data
+    keywords = SPLIT_KEYWORDS.get(split, (split,))
+    words = "|".join(re.escape(k) for k in keywords)
+    in_dir = re.compile(rf"(^|/)(|[^/]*{NON_WORD})({words})({NON_WORD}[^/]*)?/")
+    in_name = re.compile(rf"(^|/)([^/]*{NON_WORD})?({words})({NON_WORD}[^/]*)?$")
+    for pattern in (in_dir, in_name):
+        found = [f for f in data if pattern.search(f.lower())]
+        if found:
+            return found
+    if split == "train" and not any(re.compile(rf"(^|/|{NON_WORD})({'|'.join(w for ks in SPLIT_KEYWORDS.values() for w in ks)})"
+                                               rf"({NON_WORD}|/|$)").search(f.lower()) for f in data):
+        return data  # datasets' DEFAULT_PATTERNS_ALL: a repo with no split names is all train
+    return []
+
+
+def check(dataset: str, split: str, config: str, fields: shapes.Fields, *, subject: str,
+          token: str | bool | None = None, limit: int = MAX_BYTES) -> HubChecked:
+    """The split's first data file checked (its first `limit` bytes when larger: the records in them). DataError
+    naming `subject` for a dataset that is not there, a split with no files, a bad record; NotReachable when the
+    Hub does not answer. `token`: a token, None for HF_TOKEN from the environment, False for none."""
+    where = f"{subject} {dataset}"
+    files = _files(dataset, token, where)
+    chosen = split_files(files, split, config)
+    if not chosen:
+        shown = ", ".join(f for f in files if f.endswith(DATA_SUFFIXES))[:200] or "no data files"
+        raise validate.DataError(f"{where}: no data file of split '{split}'"
+                                 + (f" (config '{config}')" if config else "") + f" in the repo ({shown}); allowed: "
+                                 f"files named for the split such as data/{split}-00000-of-00001.parquet or "
+                                 f"{split}.jsonl, in {', '.join(DATA_SUFFIXES)}")
+    name = chosen[0]
+    body, size = _read(dataset, name, token, limit, where)
+    checked = validate.check_file(f"{dataset}/{name}", fields, subject=subject, opener=lambda: io.BytesIO(body),
+                                  complete=len(body) >= size)
+    return HubChecked(name, checked, size)
+
+
+def _hub(path: str, token: str | bool | None, extra: dict | None = None):
+    from huggingface_hub import constants
+    from huggingface_hub.errors import HfHubHTTPError
+    from huggingface_hub.utils import build_hf_headers, get_session, hf_raise_for_status
+
+    endpoint = (os.environ.get("HF_ENDPOINT") or constants.ENDPOINT).rstrip("/")
+    try:
+        response = get_session().get(f"{endpoint}/{path}", headers={**build_hf_headers(token=token), **(extra or {})},
+                                     timeout=model_source.HUB_TIMEOUT_S, follow_redirects=True)
+    except Exception as error:  # noqa: BLE001 - the transport's errors: no answer at all
+        raise NotReachable(f"the Hugging Face Hub at {endpoint} is not reachable ({type(error).__name__})") from None
+    if response.status_code == 416:  # Range Not Satisfiable: the file is 0 bytes
+        return response
+    try:
+        hf_raise_for_status(response)
+    except HfHubHTTPError as error:
+        status = error.response.status_code if error.response is not None else 0
+        if type(error) is HfHubHTTPError and (status >= 500 or status == 429):
+            raise NotReachable(f"the Hugging Face Hub answered {status}") from None
+        raise
+    return response
+
+
+def _errors(dataset: str, token, where: str, call):
+    from huggingface_hub.errors import EntryNotFoundError, GatedRepoError, HfHubHTTPError, RepositoryNotFoundError
+
+    try:
+        return call()
+    except GatedRepoError:
+        raise validate.DataError(
+            f"{where} is gated on the Hugging Face Hub: accept its terms on its Hub page, then set "
+            f"{model_source.TOKEN_VARIABLE} to a token of that account (on a stack: "
+            f"`{model_source.SECRET_COMMAND}`)") from None
+    except RepositoryNotFoundError:
+        hint = (f"or {model_source.TOKEN_VARIABLE} cannot see it" if token else
+                f"or private: then set {model_source.TOKEN_VARIABLE}, on a stack with `{model_source.SECRET_COMMAND}`")
+        raise validate.DataError(f"{where} is not a dataset on the Hugging Face Hub ({hint}); allowed: a Hub "
+                                 "dataset id (org/name), a .jsonl/.json/.csv/.parquet file, or s3://bucket/key") from None
+    except EntryNotFoundError:
+        raise validate.DataError(f"{where}: a file the repo lists is not there") from None
+    except HfHubHTTPError as error:
+        status = error.response.status_code if error.response is not None else "an error"
+        raise validate.DataError(f"{where}: the Hub answered {status}") from None
+
+
+def _files(dataset: str, token, where: str) -> list[str]:
+    response = _errors(dataset, token, where, lambda: _hub(f"api/datasets/{dataset}", token))
+    try:
+        return [entry["rfilename"] for entry in response.json().get("siblings") or []]
+    except (ValueError, TypeError, KeyError, AttributeError):
+        raise NotReachable("the Hub's answer listing the dataset's files is not JSON") from None
+
+
+def _read(dataset: str, name: str, token, limit: int, where: str) -> tuple[bytes, int]:
+    """(the file's first `limit` bytes, its size): one ranged GET; a server that ignores Range is read to the bound
+    only."""
+    response = _errors(dataset, token, where, lambda: _hub(f"datasets/{dataset}/resolve/main/{name}", token,
+                                                           {"Range": f"bytes=0-{limit - 1}"}))
+    if response.status_code == 416:  # a range of a 0-byte file
+        return b"", 0
+    body = response.content[:limit]
+    total = response.headers.get("Content-Range", "").rpartition("/")[2]
+    size = int(total) if total.isdigit() else len(response.content)
+    return body, size
+
+
+def check_dataset(cfg, say=print) -> HubChecked | None:
+    """The job's driver's check of a Hub --dataset (workload.trainer.validate), before the model loads: DataError
+    naming --dataset for a bad one; a Hub that does not answer is said in one line and left to the workers' own
+    read (datasets' cache may hold it). Nothing is asked with HF_HUB_OFFLINE set. HF_TOKEN from the environment."""
+    from workload.config import is_file_dataset
+
+    if not cfg.dataset or is_file_dataset(cfg.dataset):
+        return None
+    if os.environ.get("HF_HUB_OFFLINE", "").upper() in ("1", "ON", "YES", "TRUE"):
+        return None
+    try:
+        return check(cfg.dataset, cfg.dataset_split, cfg.dataset_config, shapes.Fields.of(cfg), subject="--dataset")
+    except NotReachable as error:
+        say(f"--dataset {cfg.dataset}: not checked before loading the model: {error}")
+        return None

@@ -124,3 +124,18 @@ class _HubHandler(BaseHTTPRequestHandler):
 
     def log_message(self, *args) -> None:
         pass
+
+
+def unreachable_hub(monkeypatch) -> tuple[str, list[float]]:
+    """HF_ENDPOINT at a port where nothing listens any more (a Hub that cannot be reached), and the waits
+    huggingface_hub's retries would sleep, recorded instead of slept (it retries a refused connection five times with
+    backoff: 1, 2, 4, 8, 8 s, utils/_http.py http_backoff). Returns (the endpoint, the waits)."""
+    from huggingface_hub.utils import _http
+
+    server = FakeHub({})
+    url = server.url
+    server.server_close()
+    monkeypatch.setenv("HF_ENDPOINT", url)
+    waits: list[float] = []
+    monkeypatch.setattr(_http.time, "sleep", waits.append)
+    return url, waits

@@ -11,7 +11,7 @@ from moto import mock_aws
 
 from infra.preview import model_config
 from infra.config import AwsIdentity
-from tests.http_stubs import FakeHub
+from tests.http_stubs import FakeHub, unreachable_hub
 from workload.model import architectures
 
 QWEN_7B = architectures.published("Qwen/Qwen2.5-7B")
@@ -67,16 +67,7 @@ def test_a_model_the_job_could_not_load_is_refused(hub, model_id, token, words):
 
 
 def test_an_unreachable_hub_is_a_warning_not_a_refusal(monkeypatch):
-    from huggingface_hub.utils import _http
-
-    server = FakeHub({})
-    url = server.url
-    server.server_close()  # nothing listens there any more
-    monkeypatch.setenv("HF_ENDPOINT", url)
-    # huggingface_hub's hf_hub_download would retry a refused connection five times with backoff (1, 2, 4, 8, 8 s:
-    # utils/_http.py http_backoff); the preview asks once. Any wait is recorded instead of slept.
-    waits: list[float] = []
-    monkeypatch.setattr(_http.time, "sleep", waits.append)
+    _, waits = unreachable_hub(monkeypatch)  # the preview asks once: any retry's wait is recorded here
     found = model_config.resolve("acme/qwen-7b-chat")
     assert isinstance(found, model_config.Unknown) and "could not be read from the Hub" in found.reason, found
     assert "not reachable" in found.reason and waits == [], f"one request, no retries: {found.reason}, {waits}"

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from infra.preview import model_config
-from tests.http_stubs import FakeHub
+from tests.http_stubs import FakeHub, unreachable_hub
 from workload.config import TrainConfig
 from workload.model import architectures, compatibility
 from workload.model import causal_lm as model
@@ -146,16 +146,9 @@ def test_a_typo_and_a_gated_model_are_told_apart_in_one_request_each(gated_hub, 
 
 
 def test_an_unreachable_hub_is_exit_3_at_once_not_a_minute_of_retries(monkeypatch):
-    from huggingface_hub.utils import _http
-
     from workload import cli
 
-    server = FakeHub({})
-    url = server.url
-    server.server_close()  # nothing listens there any more
-    monkeypatch.setenv("HF_ENDPOINT", url)
-    waits: list[float] = []
-    monkeypatch.setattr(_http.time, "sleep", waits.append)
+    url, waits = unreachable_hub(monkeypatch)
     with pytest.raises(cli.EnvironmentProblem, match=f"--model_id acme/typo: the Hugging Face Hub at {url} is not "
                                                      "reachable"):
         model.hf_config(TrainConfig(model_id="acme/typo"))

@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
-from workload.model import architectures, model_source
+from workload.model import adapters, architectures, model_source
 
 # The published config.json of the architectures known before any download (workload/architectures: Qwen2.5,
 # Qwen3, Llama 3.x, Mistral). Qwen/Qwen2.5-1.5B's fields make `qwen2.5-1.5b`, so it benchmarks the real architecture
@@ -188,6 +188,15 @@ class TrainConfig:
     reshard_after_forward: bool = flag(
         False, "Free each layer's gathered weights after its forward (ZeRO-3) instead of keeping them for its backward."
     )
+    method: str = flag(
+        "full", "full: train every weight; lora: low-rank adapters on the frozen bf16 base; qlora: the same on a base "
+        "quantized to NF4 as it loads (workload/model/adapters/).")
+    lora_rank: int = flag(16, "--method lora/qlora: the adapters' rank r.")
+    lora_alpha: float = flag(32.0, "--method lora/qlora: the adapters' scale is lora_alpha / lora_rank.")
+    lora_dropout: float = flag(0.0, "--method lora/qlora: dropout on the adapters' input.")
+    lora_targets: str = flag(
+        "all-linear", "--method lora/qlora: the decoder blocks' linear layers that get adapters: all-linear, or a comma "
+        "list of q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj.")
     fp8: bool = flag(
         False, "fp8 matmuls (torchao float8 training, dynamic scaling) for the decoder layers' linear layers; needs "
         "a GPU with fp8 tensor cores (L4, L40S, H100, H200) and torchao.")
@@ -285,6 +294,7 @@ class TrainConfig:
             raise ValueError("--export checkpoints needs --checkpoint_every (and --storage_path): the models are "
                              "written at the checkpoints; final writes one after the last step")
         _one_of(self, "reduce_dtype", REDUCE_DTYPES)
+        adapters.check(self.method, self.lora_rank, self.lora_alpha, self.lora_dropout, self.lora_targets)
         _positive_int(self, "grad_accum_steps")
         if self.batch_size % self.grad_accum_steps:
             raise ValueError(f"--grad_accum_steps {self.grad_accum_steps} must divide --batch_size {self.batch_size}: "

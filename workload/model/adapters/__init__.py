@@ -35,3 +35,14 @@ def check(method: str, rank: int, alpha: float, dropout: float, target_list: str
     if not (isinstance(dropout, (int, float)) and 0 <= dropout < 1):
         raise ValueError(f"--lora_dropout must be at least 0 and below 1, got {dropout!r}")
     targets(target_list)
+
+
+# What the job installs at start for a method, beyond the cluster's image (infra/job/job_config.py adds them to the
+# runtime environment's pip list, as it does torchao for --fp8). Pinned to the versions the tests ran against.
+PEFT_REQUIREMENT = "peft==0.21.2"
+TORCHAO_REQUIREMENT = "torchao==0.18.0"  # the same pin as workload.model.fp8's
+
+
+def requirements(method: str) -> tuple[str, ...]:
+    """The pip requirements --method needs on the cluster's image."""
+    return {"full": (), "lora": (PEFT_REQUIREMENT,), "qlora": (PEFT_REQUIREMENT, TORCHAO_REQUIREMENT)}[method]

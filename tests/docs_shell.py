@@ -130,10 +130,15 @@ class JourneyAws(Aws):
         for operation, answer in answers.items():
             # What botocore's Stubber does: the call's parameters are noted before they are serialized, and a
             # before-call handler that returns a response short-circuits the HTTP request.
-            client.meta.events.register(f"before-parameter-build.{service_id}.{operation}", _note_params)
+            # Aws keeps one client per service and region: the same operation's handlers are registered once
+            # (botocore keeps one handler per unique_id), the latest answer in place of an earlier one.
+            client.meta.events.register(f"before-parameter-build.{service_id}.{operation}", _note_params,
+                                        unique_id=f"journey-params-{operation}")
+            client.meta.events.unregister(f"before-call.{service_id}.{operation}", unique_id=f"journey-{operation}")
             client.meta.events.register(
                 f"before-call.{service_id}.{operation}",
-                lambda context, answer=answer, **_: (AWSResponse("", 200, {}, None), answer(context["api_params"])))
+                lambda context, answer=answer, **_: (AWSResponse("", 200, {}, None), answer(context["api_params"])),
+                unique_id=f"journey-{operation}")
         return client
 
     def quotas(self, region: str):

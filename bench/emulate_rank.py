@@ -219,7 +219,7 @@ def build_step(strategy: step_inputs.Strategy, cfg: TrainConfig, device: torch.d
     else:
         shape = parallel.mesh_shape(strategy.sharding, links.world_size, links.gpus_per_node)
         sharded = project.shard_model(project.build_model(cfg, device), project.build_mesh(device, shape), cfg,
-                                      reduce_dtype=strategy.reduce_dtype)
+                                      reduce_dtype=strategy.reduce_dtype, two_level=strategy.sharding == "two-level")
         model, optimizer = sharded, project.build_optimizer(sharded, cfg)
 
         def forward(batch):

@@ -83,7 +83,7 @@ class Strategy:
     name: str
     description: str
     step: str  # recipe | project: whose H200 MFU applies
-    sharding: str  # full | hybrid
+    sharding: str  # full | hybrid | two-level
     reduce_dtype: str
     grad_accum_steps: int = 1
     batch_multiple: int = 1  # the global batch over the recipe's
@@ -98,6 +98,9 @@ STRATEGIES = (
     Strategy("hybrid", "HSDP: FSDP2 inside each node, replicas across nodes, fp32 reduction", "project", "hybrid",
              "fp32"),
     Strategy("hybrid-bf16", "HSDP with bf16 reduction", "project", "hybrid", "bf16"),
+    Strategy("two-level", "FSDP2 full shard, each gather and reduction in two steps (between nodes, inside a node: "
+                          "workload.model.two_level), fp32 reduction", "project", "two-level", "fp32"),
+    Strategy("two-level-bf16", "two-level with bf16 reduction", "project", "two-level", "bf16"),
     Strategy("hybrid-bf16-accum2", "HSDP, bf16, 2 micro-batches of half the batch: the same global batch",
              "project", "hybrid", "bf16", grad_accum_steps=2),
     Strategy("hybrid-bf16-accum4-4x", "HSDP, bf16, 4 micro-batches of the default batch: 4x the global batch",

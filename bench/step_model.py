@@ -19,7 +19,8 @@ One step, per GPU (all GPUs in step):
 - communication: each collective sends busbw-factor x S bytes per rank (nccl-tests' convention); between nodes at a
   node's bandwidth, inside a node at the GPUs' link bandwidth; a collective over all ranks runs at its slowest link.
 - overlap: FSDP's prefetch hides the forward's gathers under the forward's compute, and the backward's gathers and
-  reductions under the backward's compute. The step's first gather (nothing to compute yet) and its last reduction
+  reductions under the backward's compute. With two-level collectives (workload.model.two_level) the step's first
+  gather is issued under the previous step's optimizer instead. The step's first gather (nothing to compute yet) and its last reduction
   (nothing left to compute) are exposed. With k micro-batches, the gathers overlap the first micro-batch's forward,
   the reductions the last one's backward, and the k-1 compute phases in between hide nothing.
       step = first + max(forward compute, forward comm - first) + middle compute
@@ -158,6 +159,10 @@ def predict(strategy: Strategy, hardware: Hardware, batch_size: int, seq_len: in
     backward = max(micro_backward, comm_seconds(phases["backward"], links, concurrent) - exposed_last)
     middle = compute - optimizer - micro_forward - micro_backward
     step = exposed_first + forward + middle + backward + exposed_last + optimizer
+    if strategy.sharding == parallel.TWO_LEVEL:
+        # workload.model.two_level.optimizer_step updates the root and layer 0 first and gathers them under the rest
+        # of the update: the step's first gather hides under the optimizer.
+        step += max(optimizer, exposed_first) - optimizer - exposed_first
     if hide_under_step:
         step = exposed_first + exposed_last + max(compute, comm_seconds(parts, links, concurrent) - exposed_first
                                                   - exposed_last)
@@ -218,7 +223,8 @@ def auto_strategy(hardware: Hardware, batch_size: int, seq_len: int, shape: Mode
                            bandwidth_source="instance facts", compute_seconds=compute,
                            gpu_memory_bytes=int(hardware.gpu_memory_gib * GIB))
     name = {("full", "fp32"): "project-full", ("full", "bf16"): "full-bf16", ("hybrid", "fp32"): "hybrid",
-            ("hybrid", "bf16"): "hybrid-bf16"}[plan.sharding, plan.reduce_dtype]
+            ("hybrid", "bf16"): "hybrid-bf16", ("two-level", "fp32"): "two-level",
+            ("two-level", "bf16"): "two-level-bf16"}[plan.sharding, plan.reduce_dtype]
     return next(strategy for strategy in STRATEGIES if strategy.name == name), plan
 
 

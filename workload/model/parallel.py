@@ -35,6 +35,9 @@ REDUCE_BYTES = {"fp32": 4, "bf16": 2}  # per gradient element, by --reduce_dtype
 # For auto's compute estimate: the project step's model FLOPs utilisation measured on an H200 (0.533,
 # bench/results/RESULTS.md), assumed to carry over to other GPUs through their dense bf16 peak.
 ASSUMED_MFU = 0.53
+# The backward's share of the project step's compute, which hides full sharding's reduce-scatters: 0.374 measured
+# by bench/emulate_rank.py at the stacks' per-GPU batch (bench/results/RESULTS.md, bench.step_inputs.SPLIT).
+BACKWARD_SHARE = 0.37
 # --sharding's name for full sharding with two-level collectives (workload.model.two_level).
 TWO_LEVEL = "two-level"
 
@@ -207,8 +210,8 @@ def choose(requested: str, requested_reduce: str, world_size: int, ranks_per_nod
     the progress line and the summary print.
 
     auto sharding is full unless the network is the bottleneck: full on one node or with one rank per node; full
-    when its traffic between nodes takes less time than the step's compute, which hides it (FSDP2 gathers the next
-    unit during the current unit's compute); two-level otherwise: full sharding's memory and arithmetic, HSDP's
+    when its reduce-scatters between nodes take less time than the backward's share of the compute, which hides
+    them (and the forward, the gathers); two-level otherwise: full sharding's memory and arithmetic, HSDP's
     bytes between nodes, half of them under the forward. Without a bandwidth or a compute estimate, fewer bytes
     decide (two-level). hybrid only when asked for. `gpu_memory_bytes` no longer decides: what auto picks needs
     full sharding's memory, which the memory plan (workload.model.memory_plan) already checked.
@@ -246,15 +249,17 @@ def choose(requested: str, requested_reduce: str, world_size: int, ranks_per_nod
         return plan("full", f"one node of {world_size} ranks: nothing crosses a network")
     if per_node == 1:
         return plan("full", "one rank per node: the ring between the nodes is already the only step")
-    return _auto_across_nodes(plan, between_nodes, requested_reduce, world_size, per_node, node_gbytes_per_s,
-                              bandwidth_source, compute_seconds)
+    return _auto_across_nodes(plan, between_nodes, units, requested_reduce, world_size, per_node,
+                              node_gbytes_per_s, bandwidth_source, compute_seconds)
 
 
-def _auto_across_nodes(plan, between_nodes, requested_reduce: str, world_size: int, per_node: int,
+def _auto_across_nodes(plan, between_nodes, units, requested_reduce: str, world_size: int, per_node: int,
                        node_gbytes_per_s: float | None, bandwidth_source: str,
                        compute_seconds: float | None) -> Plan:
-    """auto on two or more nodes of several ranks: full sharding when the compute hides its traffic between nodes,
-    else two-level (HSDP's bytes between nodes, half of them in the forward; full sharding's memory)."""
+    """auto on two or more nodes of several ranks: full sharding when the backward's compute hides its reductions
+    between nodes, else two-level (HSDP's bytes between nodes, half of them in the forward; full sharding's
+    memory)."""
+    nodes = world_size // per_node
     # Compared at the same reduction dtype, so the layout's choice does not depend on the dtype's.
     reduce = "fp32" if requested_reduce == "auto" else requested_reduce
     full_bytes = between_nodes(mesh_shape("full", world_size, per_node), reduce)
@@ -265,12 +270,17 @@ def _auto_across_nodes(plan, between_nodes, requested_reduce: str, world_size: i
                f"{hybrid_bytes / 1e9:.2f} GB all in the backward, two-level {two_level_bytes / 1e9:.2f} GB half in "
                f"the forward ({reduce} gradients)")
     if node_gbytes_per_s and compute_seconds:
-        full_seconds = full_bytes / (node_gbytes_per_s * 1e9)
-        timing = (f"{full_seconds:.2f} s at {node_gbytes_per_s:.3g} GB/s ({bandwidth_source}) against about "
-                  f"{compute_seconds:.2f} s of compute")
-        if full_seconds <= compute_seconds:
-            return plan("full", f"{between}; full sharding's {timing}: hidden, with the fewest collectives")
-        return plan(TWO_LEVEL, f"network-bound: {between}; full sharding's {timing}")
+        # Full sharding's reduce-scatters can hide only under the backward, its gathers under the forward (about
+        # half); the reductions, with the larger dtype, decide.
+        full_parts = step_collectives(units, mesh_shape("full", world_size, per_node), reduce)
+        reductions = total_traffic([part for part in full_parts if part.operation == "reduce_scatter"], nodes,
+                                   per_node).inter_node_bytes_per_node
+        seconds, backward = reductions / (node_gbytes_per_s * 1e9), BACKWARD_SHARE * compute_seconds
+        timing = (f"full sharding's reductions take {seconds:.2f} s at {node_gbytes_per_s:.3g} GB/s "
+                  f"({bandwidth_source}) against about {backward:.2f} s of backward compute")
+        if seconds <= backward:
+            return plan("full", f"{between}; {timing}: hidden, with the fewest collectives")
+        return plan(TWO_LEVEL, f"network-bound: {between}; {timing}")
     return plan(TWO_LEVEL, f"{between}; bandwidth or compute unknown, so fewer bytes decide")
 
 

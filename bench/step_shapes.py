@@ -108,7 +108,8 @@ def collectives(strategy: Strategy, hardware: Hardware, shape: ModelShape | None
     if strategy.step == "recipe":
         return recipe_collectives(recipe_units(meta_model().lm, RECIPE_MIN_NUM_PARAMS), world)
     mesh = parallel.mesh_shape(strategy.sharding, world, hardware.gpus_per_node)
-    return step_collectives((shape or default_shape()).units, mesh, strategy.reduce_dtype, reshard_after_forward)
+    return step_collectives((shape or default_shape()).units, mesh, strategy.reduce_dtype, reshard_after_forward,
+                            sharding=strategy.sharding)
 
 
 def bytes_by_collective(parts: list[Collective], hardware: Hardware) -> dict:

@@ -23,6 +23,7 @@ from workload import cli
 from workload.config import ARCHITECTURES, TrainConfig
 from workload.model import files as model_files
 from workload.model import architectures, compatibility, fp8, model_source, weights
+from workload.model import two_level as two_level_collectives
 
 IGNORE_INDEX = -100  # a target that carries no loss (workload/data/chat.py labels prompts with it)
 NAMED_CONFIGS = ARCHITECTURES  # --model_config name -> Qwen2Config keyword arguments (workload.config)
@@ -277,11 +278,14 @@ def compile_enabled(cfg: TrainConfig, device: torch.device) -> bool:
 
 
 def shard_model(model: CausalLMWithLoss, mesh: DeviceMesh, cfg: TrainConfig, reduce_dtype: str | None = None,
-                param_dtype: torch.dtype = torch.bfloat16) -> CausalLMWithLoss:
+                param_dtype: torch.dtype = torch.bfloat16, two_level: bool = False) -> CausalLMWithLoss:
     """FSDP2: one unit per decoder layer, then the root (embedding, final norm, lm_head); bf16 compute (tests pass
     fp32), gradients reduced in `reduce_dtype` (default --reduce_dtype). On a 2-D mesh this is HSDP: each unit is
-    sharded over the mesh's second dimension and its gradients all-reduced over the first."""
+    sharded over the mesh's second dimension and its gradients all-reduced over the first; with `two_level`, each
+    unit is sharded over every rank and gathered and reduced in two steps, between the mesh's (nodes, ranks per
+    node) nodes and inside them (workload.model.two_level)."""
     reduce = TORCH_REDUCE_DTYPES[reduce_dtype or cfg.reduce_dtype]
+    levels, mesh = (mesh, init_device_mesh(mesh.device_type, (mesh.size(),))) if two_level else (None, mesh)
     policy = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=reduce)
     compile_layers = compile_enabled(cfg, torch.device(mesh.device_type))
     if cfg.fp8:  # before compile and FSDP wrap the layers, so both see the fp8 linears
@@ -293,6 +297,8 @@ def shard_model(model: CausalLMWithLoss, mesh: DeviceMesh, cfg: TrainConfig, red
             layer.compile()
         fully_shard(layer, mesh=mesh, mp_policy=policy, reshard_after_forward=cfg.reshard_after_forward)
     fully_shard(model, mesh=mesh, mp_policy=policy)
+    if levels is not None:
+        two_level_collectives.apply(model, levels)
     return model
 
 
@@ -370,7 +376,7 @@ def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, batch,
         loss += micro_loss.detach()
     if cfg.max_grad_norm:
         torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
-    optimizer.step()
+    two_level_collectives.optimizer_step(model, optimizer)  # optimizer.step(), two-level's in its order
     optimizer.zero_grad(set_to_none=True)
     return loss
 

@@ -98,8 +98,9 @@ def choose(config: dict, *, batch_size: int, seq_len: int, world_size: int, rank
     requested = dataclasses.replace(requested, reduce_dtype=reduce_dtype)
 
     def shards_of(sharding: str) -> int:
-        # auto may choose HSDP on two or more nodes (workload.model.parallel.choose): the larger share per GPU.
-        return ranks_per_node if sharding != "full" and nodes > 1 else world_size
+        # two-level holds full sharding's share. auto is projected with HSDP's larger per-node share, as when auto
+        # could choose HSDP (it now chooses full or two-level): conservative, and the plans stay as the preview made.
+        return ranks_per_node if sharding not in ("full", "two-level") and nodes > 1 else world_size
 
     def evaluate(settings: Settings) -> tuple[memory.MemoryEstimate, int, int]:
         shards = shards_of(settings.sharding)

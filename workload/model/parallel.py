@@ -24,6 +24,8 @@ import torch.distributed as dist
 from workload.config import TrainConfig
 from workload.fabric.bandwidth import bus_bandwidth_factor
 from workload.model import memory
+from workload.model.adapters import compute as adapter_compute
+from workload.model.adapters import memory as adapter_memory
 from workload.model.causal_lm import CausalLMWithLoss, flops_per_token, matmul_parameters, peak_flops
 
 Shape = tuple[int, ...]
@@ -97,27 +99,34 @@ def padded_numel(shape: Shape, shards: int) -> int:
 
 
 def step_collectives(units: Sequence[tuple[str, Sequence[Shape]]], mesh_shape: Sequence[int], reduce_dtype: str,
-                     reshard_after_forward: bool = False) -> list[Collective]:
+                     reshard_after_forward: bool = False,
+                     costs: Sequence[Sequence[tuple[float, bool]]] | None = None) -> list[Collective]:
     """What one training step of workload.model.causal_lm issues with these units on this mesh, in issue order.
 
     Forward gathers each unit once (root first). With reshard_after_forward the layers (not the root, whose weights
     FSDP2 keeps) are gathered again in backward. Backward reduce-scatters each unit's gradients (layers in reverse,
     the root last), and on a 2-D mesh all-reduces each rank's reduced shard across the replicas. A group of one rank
-    issues nothing. --grad_accum_steps changes none of this: inner micro-batches issue no collective at all."""
+    issues nothing. --grad_accum_steps changes none of this: inner micro-batches issue no collective at all.
+    `costs` (method_units'): per unit, each parameter's (bytes a gathered element, trained); default bf16 and trained.
+    A frozen parameter is gathered but never reduced, and a unit without a trained parameter reduces nothing."""
     replicas, shards = (1, *mesh_shape) if len(mesh_shape) == 1 else tuple(mesh_shape)
     group = "world" if len(mesh_shape) == 1 else "shard"
-    numels = [sum(padded_numel(shape, shards) for shape in shapes) for _, shapes in units]
+    costs = costs or [[(PARAMETER_BYTES, True)] * len(shapes) for _, shapes in units]
+    gathered = [sum(padded_numel(shape, shards) * cost for shape, (cost, _) in zip(shapes, unit_costs))
+                for (_, shapes), unit_costs in zip(units, costs)]
+    numels = [sum(padded_numel(shape, shards) for shape, (_, trained) in zip(shapes, unit_costs) if trained)
+              for (_, shapes), unit_costs in zip(units, costs)]
     reduce_bytes = REDUCE_BYTES[reduce_dtype]
     collectives: list[Collective] = []
     if shards > 1:
-        for index, numel in enumerate(numels):
-            collectives.append(Collective("all_gather", group, shards, numel * PARAMETER_BYTES, "forward",
-                                          exposed=index == 0))
+        for index, size in enumerate(gathered):
+            collectives.append(Collective("all_gather", group, shards, round(size), "forward", exposed=index == 0))
         if reshard_after_forward:
-            for numel in reversed(numels[1:]):
-                collectives.append(Collective("all_gather", group, shards, numel * PARAMETER_BYTES, "backward"))
-    for index in reversed(range(len(numels))):
-        last = index == 0
+            for size in reversed(gathered[1:]):
+                collectives.append(Collective("all_gather", group, shards, round(size), "backward"))
+    reduced = [index for index in range(len(numels)) if numels[index]]
+    for index in reversed(reduced):
+        last = index == reduced[0]
         if shards > 1:
             collectives.append(Collective("reduce_scatter", group, shards, numels[index] * reduce_bytes, "backward",
                                           exposed=last))
@@ -166,7 +175,7 @@ def ranks_per_node_of(node_ranks: Sequence[int], local_world_sizes: Sequence[int
 def choose(requested: str, requested_reduce: str, world_size: int, ranks_per_node: int | None,
            units: Sequence[tuple[str, Sequence[Shape]]], *, node_gbytes_per_s: float | None = None,
            bandwidth_source: str = "", compute_seconds: float | None = None,
-           gpu_memory_bytes: int | None = None) -> Plan:
+           gpu_memory_bytes: int | None = None, costs: Sequence[Sequence[tuple[float, bool]]] | None = None) -> Plan:
     """The layout for --sharding `requested` and the dtype for --reduce_dtype `requested_reduce`, with the reason
     the progress line and the summary print.
 
@@ -175,14 +184,20 @@ def choose(requested: str, requested_reduce: str, world_size: int, ranks_per_nod
     nodes takes less time than the step's compute, which hides it (FSDP2 gathers the next unit during the current
     unit's compute); hybrid otherwise. Without a bandwidth or a compute estimate, fewer bytes decide.
     auto reduction is bf16 when the chosen layout's fp32 traffic between nodes would outlast the compute, else
-    fp32 (bf16 needs a known bandwidth and compute)."""
+    fp32 (bf16 needs a known bandwidth and compute). `costs`: an adapter method's (method_units): the frozen base's
+    gathers and only the adapters' reductions are counted, and the state HSDP would keep is the base as stored plus
+    the adapters' 16 bytes a parameter."""
     def plan(sharding: str, reason: str) -> Plan:
         shape = mesh_shape(sharding, world_size, per_node)
         reduce, why = requested_reduce, f"--reduce_dtype {requested_reduce}"
         if requested_reduce == "auto":
             reduce, why = "fp32", "fp32: " + ("nodes unknown" if not ranks_per_node else "one node" if nodes == 1
                                               else "bandwidth or compute unknown")
-            if nodes > 1 and node_gbytes_per_s and compute_seconds:
+            if costs is not None:
+                # Only the adapters' gradients are reduced: bf16 would halve a few hundred MB at most, at their
+                # precision's cost.
+                why = "fp32: only the adapters' gradients are reduced"
+            elif nodes > 1 and node_gbytes_per_s and compute_seconds:
                 seconds = between_nodes(shape, "fp32") / (node_gbytes_per_s * 1e9)
                 reduce = "bf16" if seconds > compute_seconds else "fp32"
                 why = (f"{reduce}: fp32 gradients take {seconds:.2f} s between nodes, "
@@ -190,7 +205,8 @@ def choose(requested: str, requested_reduce: str, world_size: int, ranks_per_nod
         return Plan(sharding, shape, reduce, requested, f"{reason}; reduction {why}")
 
     def between_nodes(shape: tuple[int, ...], reduce: str) -> float:
-        return total_traffic(step_collectives(units, shape, reduce), nodes, per_node).inter_node_bytes_per_node
+        return total_traffic(step_collectives(units, shape, reduce, costs=costs), nodes,
+                             per_node).inter_node_bytes_per_node
 
     per_node = ranks_per_node or world_size
     if world_size % per_node:
@@ -204,11 +220,11 @@ def choose(requested: str, requested_reduce: str, world_size: int, ranks_per_nod
         return plan("full", "ranks are not grouped into nodes of equal size")
     if nodes == 1:
         return plan("full", f"one node of {world_size} ranks: nothing crosses a network")
-    parameters = sum(math.prod(shape) for _, shapes in units for shape in shapes)
-    state = STATE_BYTES_PER_PARAMETER * parameters / ranks_per_node
+    state = state_bytes(units, costs) / ranks_per_node
     if gpu_memory_bytes and state > HYBRID_STATE_MEMORY_FRACTION * gpu_memory_bytes:
-        return plan("full", f"memory: HSDP would keep {state / 2**30:.1f} GiB of fp32 weights, gradients and AdamW "
-                            f"state on each GPU, over {HYBRID_STATE_MEMORY_FRACTION:.0%} of its "
+        kept = "fp32 weights, gradients and AdamW state" if costs is None else "frozen base and adapters' state"
+        return plan("full", f"memory: HSDP would keep {state / 2**30:.1f} GiB of {kept} on each GPU, over "
+                            f"{HYBRID_STATE_MEMORY_FRACTION:.0%} of its "
                             f"{gpu_memory_bytes / 2**30:.1f} GiB")
     # Compared at the same reduction dtype, so the layout's choice does not depend on the dtype's.
     reduce = "fp32" if requested_reduce == "auto" else requested_reduce
@@ -228,6 +244,35 @@ def choose(requested: str, requested_reduce: str, world_size: int, ranks_per_nod
     return plan("hybrid", f"{between}; bandwidth or compute unknown, so fewer bytes decide")
 
 
+def state_bytes(units: Sequence[tuple[str, Sequence[Shape]]],
+                costs: Sequence[Sequence[tuple[float, bool]]] | None = None) -> float:
+    """The sharded state of every unit, before it is divided among the shards: 16 bytes a trained parameter (fp32
+    weight, gradient, AdamW's two moments), a frozen one as it is stored (its gathered bytes: bf16, or NF4)."""
+    costs = costs or [[(PARAMETER_BYTES, True)] * len(shapes) for _, shapes in units]
+    return sum(math.prod(shape) * (STATE_BYTES_PER_PARAMETER if trained else cost)
+               for (_, shapes), unit_costs in zip(units, costs) for shape, (cost, trained) in zip(shapes, unit_costs))
+
+
+def method_units(config: dict, method: str, rank: int = 16, targets: str = "all-linear"
+                 ) -> tuple[list[tuple[str, list[Shape]]], list[list[tuple[float, bool]]] | None]:
+    """The FSDP units of the model built from `config` for --method (memory.unit_shapes, with each layer's adapters
+    appended) and their costs for step_collectives: the frozen base in bf16, qlora's decoder linear weights in NF4
+    (workload.model.adapters.memory), the adapters gathered in bf16 and trained. Full training: costs None."""
+    units = memory.unit_shapes(config)
+    if method == "full":
+        return units, None
+    adapters = adapter_memory.adapter_shapes(config, rank, targets)
+    linears = set(adapter_memory.linear_shapes(config).values()) if method == "qlora" else set()
+    with_adapters, costs = [], []
+    for name, shapes in units:
+        frozen = [(adapter_memory.NF4_BYTES_PER_PARAMETER if name != "root" and shape in linears
+                   else adapter_memory.BASE_BYTES_PER_PARAMETER, False) for shape in shapes]
+        extra = adapters if name != "root" else []
+        with_adapters.append((name, [*shapes, *extra]))
+        costs.append(frozen + [(adapter_memory.GATHERED_ADAPTER_BYTES, True)] * len(extra))
+    return with_adapters, costs
+
+
 def plan_for_worker(cfg: TrainConfig, model: CausalLMWithLoss, device: torch.device, world_size: int,
                     node_rank: int, local_world_size: int, fabric: dict | None) -> Plan:
     """choose() with what a worker knows: the ranks' placement (Ray's node ranks, gathered from every rank, unless
@@ -244,12 +289,21 @@ def plan_for_worker(cfg: TrainConfig, model: CausalLMWithLoss, device: torch.dev
     else:
         bandwidth, source = cfg.node_gbits_per_s / 8, "--node_gbits_per_s"
     peak = peak_flops(device)
-    compute_seconds = None
-    if peak:
-        tokens = cfg.batch_size * cfg.seq_len
-        compute_seconds = tokens * flops_per_token(model.lm.config, matmul_parameters(model), cfg.seq_len) / (
-            peak * ASSUMED_MFU)
-    memory = torch.cuda.get_device_properties(device).total_memory if device.type == "cuda" else None
-    return choose(cfg.sharding, cfg.reduce_dtype, world_size, ranks_per_node, fsdp_units(model),
+    units, costs = fsdp_units(model), None
+    flops = flops_per_token(model.lm.config, matmul_parameters(model), cfg.seq_len)
+    if cfg.method != "full":
+        # The base's units and the adapters' from the config, whatever the adapters' modules look like when this
+        # runs (before or after they are attached): a frozen base's gathers, the adapters' reductions.
+        config = model.lm.config.to_dict()
+        units, costs = method_units(config, cfg.method, cfg.lora_rank, cfg.lora_targets)
+        head = config["vocab_size"] * config["hidden_size"]
+        flops = adapter_compute.flops_per_token(
+            cfg.method, matmul_parameters=memory.parameter_count(config) - (
+                0 if config.get("tie_word_embeddings") else head), head_parameters=head,
+            adapter_parameters=adapter_memory.adapter_parameters(config, cfg.lora_rank, cfg.lora_targets),
+            layers=config["num_hidden_layers"], hidden=config["hidden_size"], seq_len=cfg.seq_len)
+    compute_seconds = cfg.batch_size * cfg.seq_len * flops / (peak * ASSUMED_MFU) if peak else None
+    gpu_memory = torch.cuda.get_device_properties(device).total_memory if device.type == "cuda" else None
+    return choose(cfg.sharding, cfg.reduce_dtype, world_size, ranks_per_node, units,
                   node_gbytes_per_s=bandwidth or None, bandwidth_source=source, compute_seconds=compute_seconds,
-                  gpu_memory_bytes=memory)
+                  gpu_memory_bytes=gpu_memory, costs=costs)

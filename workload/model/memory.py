@@ -30,6 +30,9 @@ bench/memory_bench.py measures it on an H200 with a fake process group at the cl
 shards) and checks each projection; bench/results/RESULTS.md has the figures. On top of what PyTorch allocates a job
 needs the CUDA context, NCCL's buffers and the caching allocator's slack: `fits` keeps those free.
 
+--method lora and qlora (a frozen base, trained adapters) change the state, the gathered weights, the activations and
+the root's reduction: workload/model/adapters/memory.py counts them, and `estimate(..., method=...)` takes them.
+
 Standard library only: the Pulumi program imports this, and it must not pull in torch.
 """
 from __future__ import annotations

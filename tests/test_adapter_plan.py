@@ -244,3 +244,17 @@ def test_the_job_plan_takes_the_jobs_method():
     full = memory_plan.for_job(dataclasses.replace(cfg, method="full"), llama_70b(), world_size=8, ranks_per_node=4,
                                gpu_memory_mib=22888, compiled=True)
     assert not full.fits and math.isclose(full.estimate.parameters, plan.estimate.parameters)
+
+
+def test_a_worker_plans_an_adapter_jobs_layout_from_its_config():
+    import torch
+
+    from workload.config import TrainConfig
+    from workload.model import causal_lm
+
+    cfg = TrainConfig(model_config="tiny", method="lora", ranks_per_node=4, seq_len=256)
+    model = causal_lm.build_model(cfg, torch.device("meta"))
+    plan = parallel.plan_for_worker(cfg, model, torch.device("cpu"), 8, 0, 4, None)
+    assert plan.reduce_dtype == "fp32" and "only the adapters' gradients" in plan.reason, plan
+    full = parallel.plan_for_worker(dataclasses.replace(cfg, method="full"), model, torch.device("cpu"), 8, 0, 4, None)
+    assert "adapters" not in full.reason, full

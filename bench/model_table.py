@@ -7,9 +7,9 @@ step-time model's tokens/s for the plan it chose.
 Each cell is the preview's own verdict: the memory plan infra.preview.job_plan.check_job_shape refuses on
 (workload.model.memory_plan.for_job), for the job the stack file would run (Pulumi.yaml's defaults and the stack's
 file, trainModelId and trainMethod set, through infra.config.parse and infra.job.job_config.workload_config as
-`pulumi up` does), so "no" is the refusal `pulumi preview` prints. A column per trainMethod: full, lora, qlora. The tokens/s
-are bench.step_model.predict's for that plan (its sharding as the job's --sharding auto would choose it, its activation
-checkpointing, reshard_after_forward and micro-batches), its central figure: the H200's measured MFU and step split
+`pulumi up` does), so "no" is the refusal `pulumi preview` prints. A column per trainMethod: full, lora, qlora. The
+tokens/s are bench.step_model.predict's for that plan (its sharding as the job's --sharding auto would choose it, its
+activation checkpointing, reshard_after_forward and micro-batches, the method's FLOPs and bytes), its central figure: the H200's measured MFU and step split
 for Qwen2.5-1.5B carried to each GPU (the L4 at its sustained GEMM rate) and the central bandwidths of
 bench.step_inputs.Assumptions; a prediction until a cluster measures it. tests/test_docs.py checks that docs/models.md
 holds exactly this table.
@@ -71,7 +71,8 @@ def markdown() -> str:
     for model_id in MODELS:
         billions = memory.parameter_count(architectures.published(model_id)) / 1e9
         for stack in STACKS:
-            hardware = f"`{stack}` ({stack_settings(stack)['gpuNodeCount']} x {stack_settings(stack)['gpuInstanceType']})"
+            settings = stack_settings(stack)
+            hardware = f"`{stack}` ({settings['gpuNodeCount']} x {settings['gpuInstanceType']})"
             cells = [cell(model_id, stack, method)["text"] for method in adapters.METHODS]
             lines.append(f"| `{model_id}` | {billions:.2f} B | {hardware} | " + " | ".join(cells) + " |")
     return "\n".join(lines)

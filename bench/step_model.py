@@ -266,7 +266,8 @@ METHOD_CASES = (("Qwen/Qwen2.5-1.5B", ("full", "lora", "qlora"), None), ("Qwen/Q
 def method_line(model_id: str, method: str, hardware: Hardware, batch_size: int, seq_len: int) -> dict:
     """The memory plan (workload.model.memory_plan.choose, the job's and the preview's) of `model_id` trained by
     `method` on `hardware`, and predict's tokens/s for it with --sharding auto's layout: FLOPs of a frozen base
-    (workload.model.adapters.compute), the frozen base's gathers and the adapters' reductions, qlora's dequantization."""
+    (workload.model.adapters.compute), the frozen base's gathers and the adapters' reductions, qlora's
+    dequantization."""
     config = architectures.published(model_id)
     world = hardware.nodes * hardware.gpus_per_node
     plan = memory_plan.choose(config, batch_size=batch_size, seq_len=seq_len, world_size=world,

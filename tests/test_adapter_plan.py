@@ -147,7 +147,7 @@ def test_a_70b_model_with_qlora_passes_on_dev_with_a_plan():
 def test_a_70b_model_in_full_is_refused_on_dev_naming_qlora():
     message = str(run_program_expecting_error("dev", {**SEVENTY_B, "trainMethod": "full"}).error)
     allowed = message.split("allowed: ", 1)[1]
-    assert allowed.startswith("trainMethod: qlora ("), f"the lightest change first, qlora (lora does not fit): {message}"
+    assert allowed.startswith("trainMethod: qlora ("), f"the first method that fits, qlora (not lora): {message}"
     at_batch_2 = str(run_program_expecting_error("dev", {**SEVENTY_B, "trainMethod": "full",
                                                          "trainBatchSize": 2}).error)
     assert "trainMethod: qlora with trainBatchSize 1" in at_batch_2, at_batch_2

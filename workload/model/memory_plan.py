@@ -14,8 +14,9 @@ The levers, cheapest first (each later one is tried with the earlier ones on):
    embedding's and lm_head's gradients. The dev stack's Qwen2.5-7B at 2 x 2048 on 8 L4s is such a plan
    (bench/results/memory_cap-h200-2026-12-03-run1.log).
 A lever already on stays on. --method (full, lora, qlora) is not a lever: the plan is for the job's method
-(workload.model.adapters.memory counts it), and the preview's refusal names a lighter method that would fit. The search is a handful of estimates: binary search over the batch's divisors (the peak
-grows with the micro-batch), never a walk over batch sizes.
+(workload.model.adapters.memory counts it), and the preview's refusal names a lighter method that would fit. The
+search is a handful of estimates: binary search over the batch's divisors (the peak grows with the micro-batch),
+never a walk over batch sizes.
 
 `choose` is what the job (workload/trainer.py, before it builds the model) and the preview
 (infra/preview/feasibility.py, which exports it as the stack output jobMemoryPlan) both call, with the same inputs, so

@@ -26,14 +26,15 @@ import math
 
 from workload.model import adapters
 
-# torchao's NF4Tensor (torchao/dtypes/nf4tensor.py, to_nf4(tensor, block_size=64, scaler_block_size=256), the format
-# torchtune shards with FSDP2): two 4-bit codes a byte (quantized_data, uint8, numel / 2); one int8 absmax scaler per
-# block of 64 (quantized_scalers, numel / 64 bytes); the scalers double-quantized with one quantization factor in the
-# weight's dtype (bf16, 2 bytes) per 256 scalers (quantization_factor, numel / 64 / 256 x 2 bytes); the scalers' mean
-# and the 16-entry lookup table are per tensor. 0.5 + 0.015625 + 0.000122 = 0.5157 bytes a parameter, the QLoRA paper's
-# 4.127 bits (Dettmers et al. 2023, section 3: 8-bit scales per 64 and a 32-bit second-level scale per 256 blocks:
-# its fp32 factor makes that 4.127 bits, torchao's bf16 factor 4.126); the issue's "~0.53" rounded up. fsdp_pre_all_gather
-# gathers exactly quantized_scalers, quantization_factor and quantized_data, so the all-gather moves these bytes too.
+# torchao's NF4Tensor (to_nf4(tensor, block_size=64, scaler_block_size=256), read in torchao/dtypes/nf4tensor.py,
+# the module's place before 0.18; the format torchtune shards with FSDP2, and workload/model/adapters' qlora):
+# two 4-bit codes a byte (quantized_data, uint8, numel / 2); one int8 absmax scaler per block of 64
+# (quantized_scalers, numel / 64 bytes); the scalers double-quantized with one factor in the weight's dtype (bf16,
+# 2 bytes) per 256 scalers (quantization_factor, numel / 64 / 256 x 2 bytes); the scalers' mean and the 16-entry
+# lookup table are per tensor. 0.5 + 0.015625 + 0.000122 = 0.5157 bytes a parameter: the QLoRA paper's 4.127 bits
+# (Dettmers et al. 2023, section 3: 8-bit scales per 64 weights, a 32-bit second-level scale per 256 blocks), 4.126
+# with torchao's bf16 factor. fsdp_pre_all_gather gathers exactly quantized_scalers, quantization_factor and
+# quantized_data, so the all-gather moves these bytes too.
 NF4_BLOCK_SIZE = 64
 NF4_SCALER_BLOCK_SIZE = 256
 NF4_BYTES_PER_PARAMETER = 0.5 + 1 / NF4_BLOCK_SIZE + 2 / (NF4_BLOCK_SIZE * NF4_SCALER_BLOCK_SIZE)

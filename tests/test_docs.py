@@ -130,6 +130,16 @@ def test_the_70b_path_as_written(project, aws_env):
                    f"{line['flops_per_token'] / 1e9:.0f} GFLOP a token",
                    f"{line['inter_node_gb_per_node']:.0f} GB per node"):
         assert figure in flat, f"docs/seventy-b.md shows bench.step_model's {figure!r}"
+    from workload.model import architectures, memory
+    from workload.model.adapters import memory as adapter_memory
+
+    config = architectures.published("meta-llama/Llama-3.3-70B-Instruct")
+    two = memory.estimate(config, micro_batch=2, seq_len=2048, shards=8, activation_checkpointing=True,
+                          reshard_after_forward=True, compiled=True, method="qlora", reduce_dtype="auto")
+    for figure in (f"projects to {two.peak_gib:.1f} GiB",
+                   f"{adapter_memory.NF4_BYTES_PER_PARAMETER:.3f} bytes a weight",
+                   f"{adapter_memory.adapter_parameters(config, 16) / 1e6:.0f} M parameters at rank 16"):
+        assert figure in flat, f"docs/seventy-b.md shows the memory model's {figure!r}"
 
 
 def test_the_model_table_is_what_the_preview_says():

@@ -256,6 +256,10 @@ CONFIG_EFFECTS: dict[str, Callable[[ProgramRun, str], Any]] = {
     "trainTimeoutMinutes": lambda run, value: _job(run).inputs["timeout_s"] == 60 * int(value),
     "trainModelId": lambda run, value: (job_flags(run)["--model_id"] == value
                                         and run.exports["jobMemoryPlan"]["fits"] is True),
+    "trainMethod": lambda run, value: (job_flags(run)["--method"] == value
+                                       and run.exports["jobMemoryPlan"]["method"] == value),
+    "trainBatchSize": lambda run, value: (job_flags(run)["--batch_size"] == value
+                                          and run.exports["jobMemoryPlan"]["batch_size"] == int(value)),
 }
 # The job's stack outputs (__main__.py's exports) and the provider outputs they read.
 JOB_EXPORTS = {"jobId": "job_id", "jobStatus": "status", "jobFollow": "follow", "jobFinalLoss": "final_loss",

@@ -26,9 +26,18 @@ import torch.distributed as dist
 
 from workload.config import TrainConfig
 from workload.fabric.bandwidth import bus_bandwidth_factor
+from workload.model import memory
+from workload.model.adapters import compute as adapter_compute
+from workload.model.adapters import memory as adapter_memory
 from workload.model.causal_lm import CausalLMWithLoss, flops_per_token, matmul_parameters, peak_flops
 
 Shape = tuple[int, ...]
+# Bytes a parameter holds in sharded state: fp32 weight, fp32 gradient and AdamW's two fp32 moments.
+STATE_BYTES_PER_PARAMETER = memory.SHARDED_BYTES_PER_PARAMETER
+# HSDP keeps 1/ranks_per_node of the state per GPU instead of 1/world_size. auto (for an adapter method, the only one
+# for which it picks HSDP) refuses it when that share would take more than this fraction of a GPU's memory: the rest
+# holds activations, the gathered weights and NCCL's buffers (bench/results/RESULTS.md, memory on the g6 stack).
+HYBRID_STATE_MEMORY_FRACTION = 0.5
 # The gathered weights are in the compute dtype, bf16.
 PARAMETER_BYTES = 2
 REDUCE_BYTES = {"fp32": 4, "bf16": 2}  # per gradient element, by --reduce_dtype
@@ -98,30 +107,38 @@ def padded_numel(shape: Shape, shards: int) -> int:
 
 
 def step_collectives(units: Sequence[tuple[str, Sequence[Shape]]], mesh_shape: Sequence[int], reduce_dtype: str,
-                     reshard_after_forward: bool = False, sharding: str = "") -> list[Collective]:
+                     reshard_after_forward: bool = False, sharding: str = "",
+                     costs: Sequence[Sequence[tuple[float, bool]]] | None = None) -> list[Collective]:
     """What one training step of workload.model.causal_lm issues with these units on this mesh, in issue order.
 
     Forward gathers each unit once (root first). With reshard_after_forward the layers (not the root, whose weights
     FSDP2 keeps) are gathered again in backward. Backward reduce-scatters each unit's gradients (layers in reverse,
     the root last), and on a 2-D mesh all-reduces each rank's reduced shard across the replicas. A group of one rank
     issues nothing. --grad_accum_steps changes none of this: inner micro-batches issue no collective at all.
-    sharding two-level: the 2-D mesh is (nodes, ranks per node) of two_level_collectives."""
+    `costs` (method_units'): per unit, each parameter's (bytes a gathered element, trained); default bf16 and trained.
+    A frozen parameter is gathered but never reduced, and a unit without a trained parameter reduces nothing.
+    sharding two-level: the 2-D mesh is (nodes, ranks per node) of two_level_collectives (full training's units:
+    an adapter method never needs it, see choose)."""
     if sharding == TWO_LEVEL:
         return two_level_collectives(units, mesh_shape, reduce_dtype, reshard_after_forward)
     replicas, shards = (1, *mesh_shape) if len(mesh_shape) == 1 else tuple(mesh_shape)
     group = "world" if len(mesh_shape) == 1 else "shard"
-    numels = [sum(padded_numel(shape, shards) for shape in shapes) for _, shapes in units]
+    costs = costs or [[(PARAMETER_BYTES, True)] * len(shapes) for _, shapes in units]
+    gathered = [sum(padded_numel(shape, shards) * cost for shape, (cost, _) in zip(shapes, unit_costs))
+                for (_, shapes), unit_costs in zip(units, costs)]
+    numels = [sum(padded_numel(shape, shards) for shape, (_, trained) in zip(shapes, unit_costs) if trained)
+              for (_, shapes), unit_costs in zip(units, costs)]
     reduce_bytes = REDUCE_BYTES[reduce_dtype]
     collectives: list[Collective] = []
     if shards > 1:
-        for index, numel in enumerate(numels):
-            collectives.append(Collective("all_gather", group, shards, numel * PARAMETER_BYTES, "forward",
-                                          exposed=index == 0))
+        for index, size in enumerate(gathered):
+            collectives.append(Collective("all_gather", group, shards, round(size), "forward", exposed=index == 0))
         if reshard_after_forward:
-            for numel in reversed(numels[1:]):
-                collectives.append(Collective("all_gather", group, shards, numel * PARAMETER_BYTES, "backward"))
-    for index in reversed(range(len(numels))):
-        last = index == 0
+            for size in reversed(gathered[1:]):
+                collectives.append(Collective("all_gather", group, shards, round(size), "backward"))
+    reduced = [index for index in range(len(numels)) if numels[index]]
+    for index in reversed(reduced):
+        last = index == reduced[0]
         if shards > 1:
             collectives.append(Collective("reduce_scatter", group, shards, numels[index] * reduce_bytes, "backward",
                                           exposed=last))
@@ -205,7 +222,7 @@ def ranks_per_node_of(node_ranks: Sequence[int], local_world_sizes: Sequence[int
 def choose(requested: str, requested_reduce: str, world_size: int, ranks_per_node: int | None,
            units: Sequence[tuple[str, Sequence[Shape]]], *, node_gbytes_per_s: float | None = None,
            bandwidth_source: str = "", compute_seconds: float | None = None,
-           gpu_memory_bytes: int | None = None) -> Plan:
+           gpu_memory_bytes: int | None = None, costs: Sequence[Sequence[tuple[float, bool]]] | None = None) -> Plan:
     """The layout for --sharding `requested` and the dtype for --reduce_dtype `requested_reduce`, with the reason
     the progress line and the summary print.
 
@@ -216,14 +233,20 @@ def choose(requested: str, requested_reduce: str, world_size: int, ranks_per_nod
     decide (two-level). hybrid only when asked for. `gpu_memory_bytes` no longer decides: what auto picks needs
     full sharding's memory, which the memory plan (workload.model.memory_plan) already checked.
     auto reduction is bf16 when the chosen layout's fp32 traffic between nodes would outlast the compute, else
-    fp32 (bf16 needs a known bandwidth and compute)."""
+    fp32 (bf16 needs a known bandwidth and compute). `costs`: an adapter method's (method_units): the frozen base's
+    gathers and only the adapters' reductions are counted, and the state HSDP would keep is the base as stored plus
+    the adapters' 16 bytes a parameter."""
     def plan(sharding: str, reason: str) -> Plan:
         shape = mesh_shape(sharding, world_size, per_node)
         reduce, why = requested_reduce, f"--reduce_dtype {requested_reduce}"
         if requested_reduce == "auto":
             reduce, why = "fp32", "fp32: " + ("nodes unknown" if not ranks_per_node else "one node" if nodes == 1
                                               else "bandwidth or compute unknown")
-            if nodes > 1 and node_gbytes_per_s and compute_seconds:
+            if costs is not None:
+                # Only the adapters' gradients are reduced: bf16 would halve a few hundred MB at most, at their
+                # precision's cost.
+                why = "fp32: only the adapters' gradients are reduced"
+            elif nodes > 1 and node_gbytes_per_s and compute_seconds:
                 seconds = between_nodes(shape, "fp32", sharding) / (node_gbytes_per_s * 1e9)
                 reduce = "bf16" if seconds > compute_seconds else "fp32"
                 why = (f"{reduce}: fp32 gradients take {seconds:.2f} s between nodes, "
@@ -231,7 +254,7 @@ def choose(requested: str, requested_reduce: str, world_size: int, ranks_per_nod
         return Plan(sharding, shape, reduce, requested, f"{reason}; reduction {why}")
 
     def between_nodes(shape: tuple[int, ...], reduce: str, sharding: str = "") -> float:
-        return total_traffic(step_collectives(units, shape, reduce, sharding=sharding), nodes,
+        return total_traffic(step_collectives(units, shape, reduce, sharding=sharding, costs=costs), nodes,
                              per_node).inter_node_bytes_per_node
 
     per_node = ranks_per_node or world_size
@@ -249,8 +272,27 @@ def choose(requested: str, requested_reduce: str, world_size: int, ranks_per_nod
         return plan("full", f"one node of {world_size} ranks: nothing crosses a network")
     if per_node == 1:
         return plan("full", "one rank per node: the ring between the nodes is already the only step")
+    if costs is not None:
+        return _auto_for_adapters(plan, between_nodes, units, costs, world_size, per_node, gpu_memory_bytes)
     return _auto_across_nodes(plan, between_nodes, units, requested_reduce, world_size, per_node,
                               node_gbytes_per_s, bandwidth_source, compute_seconds)
+
+
+def _auto_for_adapters(plan, between_nodes, units, costs, world_size: int, per_node: int,
+                       gpu_memory_bytes: int | None) -> Plan:
+    """auto for --method lora/qlora on two or more nodes: HSDP wherever the frozen base and the adapters' state fit
+    a node's shards, since its gathers then stay inside each node and only the adapters' gradients cross the
+    network; full sharding otherwise (the state then needs every GPU)."""
+    state = state_bytes(units, costs) / per_node
+    if gpu_memory_bytes and state > HYBRID_STATE_MEMORY_FRACTION * gpu_memory_bytes:
+        return plan("full", f"memory: HSDP would keep {state / 2**30:.1f} GiB of frozen base and adapters' state "
+                            f"on each GPU, over {HYBRID_STATE_MEMORY_FRACTION:.0%} of its "
+                            f"{gpu_memory_bytes / 2**30:.1f} GiB")
+    full_bytes = between_nodes(mesh_shape("full", world_size, per_node), "fp32")
+    hybrid_bytes = between_nodes(mesh_shape("hybrid", world_size, per_node), "fp32")
+    return plan("hybrid", f"adapters: HSDP gathers the frozen base inside each node and sends "
+                          f"{hybrid_bytes / 1e9:.2f} GB per node per step between nodes, full sharding "
+                          f"{full_bytes / 1e9:.2f} GB")
 
 
 def _auto_across_nodes(plan, between_nodes, units, requested_reduce: str, world_size: int, per_node: int,
@@ -284,6 +326,35 @@ def _auto_across_nodes(plan, between_nodes, units, requested_reduce: str, world_
     return plan(TWO_LEVEL, f"{between}; bandwidth or compute unknown, so fewer bytes decide")
 
 
+def state_bytes(units: Sequence[tuple[str, Sequence[Shape]]],
+                costs: Sequence[Sequence[tuple[float, bool]]] | None = None) -> float:
+    """The sharded state of every unit, before it is divided among the shards: 16 bytes a trained parameter (fp32
+    weight, gradient, AdamW's two moments), a frozen one as it is stored (its gathered bytes: bf16, or NF4)."""
+    costs = costs or [[(PARAMETER_BYTES, True)] * len(shapes) for _, shapes in units]
+    return sum(math.prod(shape) * (STATE_BYTES_PER_PARAMETER if trained else cost)
+               for (_, shapes), unit_costs in zip(units, costs) for shape, (cost, trained) in zip(shapes, unit_costs))
+
+
+def method_units(config: dict, method: str, rank: int = 16, targets: str = "all-linear"
+                 ) -> tuple[list[tuple[str, list[Shape]]], list[list[tuple[float, bool]]] | None]:
+    """The FSDP units of the model built from `config` for --method (memory.unit_shapes, with each layer's adapters
+    appended) and their costs for step_collectives: the frozen base in bf16, qlora's decoder linear weights in NF4
+    (workload.model.adapters.memory), the adapters gathered in bf16 and trained. Full training: costs None."""
+    units = memory.unit_shapes(config)
+    if method == "full":
+        return units, None
+    adapters = adapter_memory.adapter_shapes(config, rank, targets)
+    linears = set(adapter_memory.linear_shapes(config).values()) if method == "qlora" else set()
+    with_adapters, costs = [], []
+    for name, shapes in units:
+        frozen = [(adapter_memory.NF4_BYTES_PER_PARAMETER if name != "root" and shape in linears
+                   else adapter_memory.BASE_BYTES_PER_PARAMETER, False) for shape in shapes]
+        extra = adapters if name != "root" else []
+        with_adapters.append((name, [*shapes, *extra]))
+        costs.append(frozen + [(adapter_memory.GATHERED_ADAPTER_BYTES, True)] * len(extra))
+    return with_adapters, costs
+
+
 def plan_for_worker(cfg: TrainConfig, model: CausalLMWithLoss, device: torch.device, world_size: int,
                     node_rank: int, local_world_size: int, fabric: dict | None) -> Plan:
     """choose() with what a worker knows: the ranks' placement (Ray's node ranks, gathered from every rank, unless
@@ -300,12 +371,21 @@ def plan_for_worker(cfg: TrainConfig, model: CausalLMWithLoss, device: torch.dev
     else:
         bandwidth, source = cfg.node_gbits_per_s / 8, "--node_gbits_per_s"
     peak = peak_flops(device)
-    compute_seconds = None
-    if peak:
-        tokens = cfg.batch_size * cfg.seq_len
-        compute_seconds = tokens * flops_per_token(model.lm.config, matmul_parameters(model), cfg.seq_len) / (
-            peak * ASSUMED_MFU)
-    memory = torch.cuda.get_device_properties(device).total_memory if device.type == "cuda" else None
-    return choose(cfg.sharding, cfg.reduce_dtype, world_size, ranks_per_node, fsdp_units(model),
+    units, costs = fsdp_units(model), None
+    flops = flops_per_token(model.lm.config, matmul_parameters(model), cfg.seq_len)
+    if cfg.method != "full":
+        # The base's units and the adapters' from the config, whatever the adapters' modules look like when this
+        # runs (before or after they are attached): a frozen base's gathers, the adapters' reductions.
+        config = model.lm.config.to_dict()
+        units, costs = method_units(config, cfg.method, cfg.lora_rank, cfg.lora_targets)
+        head = config["vocab_size"] * config["hidden_size"]
+        flops = adapter_compute.flops_per_token(
+            cfg.method, matmul_parameters=memory.parameter_count(config) - (
+                0 if config.get("tie_word_embeddings") else head), head_parameters=head,
+            adapter_parameters=adapter_memory.adapter_parameters(config, cfg.lora_rank, cfg.lora_targets),
+            layers=config["num_hidden_layers"], hidden=config["hidden_size"], seq_len=cfg.seq_len)
+    compute_seconds = cfg.batch_size * cfg.seq_len * flops / (peak * ASSUMED_MFU) if peak else None
+    gpu_memory = torch.cuda.get_device_properties(device).total_memory if device.type == "cuda" else None
+    return choose(cfg.sharding, cfg.reduce_dtype, world_size, ranks_per_node, units,
                   node_gbytes_per_s=bandwidth or None, bandwidth_source=source, compute_seconds=compute_seconds,
-                  gpu_memory_bytes=memory)
+                  gpu_memory_bytes=gpu_memory, costs=costs)

@@ -23,6 +23,7 @@ from workload import cli
 from workload.config import ARCHITECTURES, TrainConfig
 from workload.model import files as model_files
 from workload.model import architectures, compatibility, fp8, model_source, weights
+from workload.model.adapters import lora
 
 IGNORE_INDEX = -100  # a target that carries no loss (workload/data/chat.py labels prompts with it)
 NAMED_CONFIGS = ARCHITECTURES  # --model_config name -> Qwen2Config keyword arguments (workload.config)
@@ -260,8 +261,10 @@ def build_model(cfg: TrainConfig, device: torch.device, directory: str | None = 
 
 def load_pretrained(model: CausalLMWithLoss, directory: str, device: torch.device, cfg: TrainConfig) -> None:
     """This rank's shards of --model_id's weights, read from the safetensors files in `directory` into the
-    meta-built model that shard_model has sharded (workload.model.weights)."""
-    weights.load_sharded(model, directory, device, f"--model_id {cfg.model_id}", prefix=LM_PREFIX)
+    meta-built model that shard_model has sharded (workload.model.weights), and --method lora's adapters' first values."""
+    weights.load_sharded(model, directory, device, f"--model_id {cfg.model_id}", prefix=LM_PREFIX,
+                         file_name=lora.file_name)
+    lora.initialize(model, cfg.seed)
 
 
 def build_mesh(device: torch.device, shape: tuple[int, ...] | None = None) -> DeviceMesh:
@@ -298,8 +301,8 @@ def shard_model(model: CausalLMWithLoss, mesh: DeviceMesh, cfg: TrainConfig, red
 
 def build_optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
     on_cuda = next(model.parameters()).device.type == "cuda"
-    return torch.optim.AdamW(
-        model.parameters(), lr=cfg.learning_rate, fused=True if (cfg.fused_adamw and on_cuda) else None
+    return torch.optim.AdamW(  # the trainable parameters: with --method lora/qlora the adapters alone
+        [parameter for parameter in model.parameters() if parameter.requires_grad], lr=cfg.learning_rate, fused=True if (cfg.fused_adamw and on_cuda) else None
     )
 
 
@@ -369,7 +372,7 @@ def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, batch,
         micro_loss.backward()
         loss += micro_loss.detach()
     if cfg.max_grad_norm:
-        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
+        torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], cfg.max_grad_norm)
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
     return loss

@@ -21,10 +21,12 @@ from workload import cli
 DTYPES = ("float32", "bfloat16")
 
 
-def export(checkpoint: str, out: str, *, dtype: str = "float32") -> list[str]:
+def export(checkpoint: str, out: str, *, dtype: str = "float32", merge: bool = False) -> list[str]:
     """Write the checkpoint's model (and tokenizer) to `out` as a Hugging Face directory; returns notes for the user
     (a tokenizer that could not be saved). `float32` keeps the trained master weights exactly; `bfloat16` halves the
-    size as most published checkpoints are, at the cost of updates smaller than half a bf16 step."""
+    size as most published checkpoints are, at the cost of updates smaller than half a bf16 step. A --method
+    lora/qlora checkpoint gives a PEFT adapter directory, or with `merge` the base with the adapters merged in
+    (workload/checkpoint/adapter_export.py)."""
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
@@ -38,6 +40,11 @@ def export(checkpoint: str, out: str, *, dtype: str = "float32") -> list[str]:
         if not os.path.isfile(os.path.join(directory, "config.json")):
             raise cli.UsageError(f"CHECKPOINT {checkpoint}: no config.json beside its shards; only checkpoints "
                                  "saved by this version of the job (workload/checkpoint/sharded.py) can be exported")
+        if os.path.isfile(os.path.join(directory, "adapter_config.json")):
+            return _export_adapters(directory, out, dtype=dtype, merge=merge)
+        if merge:
+            raise cli.UsageError(f"--merge: CHECKPOINT {checkpoint} holds a whole model (--method full), not "
+                                 "adapters; export it without --merge")
         # Untrusted input, checked before anything is built from it: `.metadata` (restricted unpickling, and its
         # claims against the shard files), then config.json against the metadata (workload/checkpoint/model_config.py).
         metadata = checkpoint_reader.read_metadata(directory)
@@ -56,6 +63,36 @@ def export(checkpoint: str, out: str, *, dtype: str = "float32") -> list[str]:
             model.generation_config = GenerationConfig.from_pretrained(directory)
     return save_model_directory(model.to(getattr(torch, dtype)), out, tokenizer=record.get("tokenizer", ""),
                                 chat_template=record.get("chat_template", ""))
+
+
+def _export_adapters(directory: str, out: str, *, dtype: str, merge: bool) -> list[str]:
+    """A lora/qlora checkpoint as a PEFT adapter directory in `out`, or merged into its base with `merge`."""
+    import tempfile
+
+    from workload.checkpoint import adapter_export
+    from workload.checkpoint.sharded import read_record
+
+    config, weights = adapter_export.read_adapter_checkpoint(directory)
+    record = read_record(directory)
+    base = config.get("base_model_name_or_path", "")
+    if not merge:
+        return adapter_export.save_adapter_directory(config, weights, out, tokenizer=record.get("tokenizer", ""),
+                                                     chat_template=record.get("chat_template", ""))
+    if not base:
+        raise cli.UsageError("--merge: the checkpoint's adapters are on a random-weight --model_config base; merge "
+                             "the run's exported adapter directory, which names its base_model/")
+    import contextlib
+
+    from workload.storage import is_remote, local_copy
+
+    # A Hub id is from_pretrained's to fetch; a directory or s3:// is read as the job read it.
+    source = local_copy(base, "its base model") if is_remote(base) or os.path.isabs(base) else (
+        contextlib.nullcontext(base))
+    with tempfile.TemporaryDirectory() as adapter_directory, source as base_directory:
+        notes = adapter_export.save_adapter_directory(config, weights, adapter_directory,
+                                                      tokenizer=record.get("tokenizer", ""),
+                                                      chat_template=record.get("chat_template", ""))
+        return notes + adapter_export.merge(adapter_directory, out, base=base_directory, dtype=dtype)
 
 
 def save_model_directory(lm, out: str, *, state_dict: dict | None = None, tokenizer: str = "",
@@ -138,13 +175,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("out", metavar="OUT", help="directory to write the model to (created)")
     parser.add_argument("--dtype", choices=DTYPES, default="float32",
                         help="weights' dtype in OUT: float32 keeps the trained weights exactly")
+    parser.add_argument("--merge", action="store_true",
+                        help="a --method lora/qlora checkpoint: write its base with the adapters merged in (a Hugging "
+                        "Face model) instead of the PEFT adapter directory")
     args = parser.parse_args(argv)
     if os.path.exists(args.out) and not os.path.isdir(args.out):
         raise cli.UsageError(f"OUT {args.out} is a file; give a new directory")
     if os.path.isdir(args.out) and os.listdir(args.out):
         raise cli.UsageError(f"OUT {args.out} exists and is not empty; give a new directory")
-    for note in export(args.checkpoint, args.out, dtype=args.dtype):
+    for note in export(args.checkpoint, args.out, dtype=args.dtype, merge=args.merge):
         print(f"note: {note}", file=sys.stderr)
-    print(f"wrote {args.out}: load it with AutoModelForCausalLM.from_pretrained({args.out!r})")
+    if os.path.isfile(os.path.join(args.out, "adapter_config.json")):
+        print(f"wrote {args.out}: load it with PeftModel.from_pretrained(base, {args.out!r})")
+    else:
+        print(f"wrote {args.out}: load it with AutoModelForCausalLM.from_pretrained({args.out!r})")
     return cli.OK
 

@@ -12,7 +12,7 @@ import os
 import torch
 import torch.distributed as dist
 
-from workload.checkpoint import adapter_export
+from workload.checkpoint.export import write_model
 from workload.checkpoint import sharded as checkpoint
 from workload.config import TrainConfig
 from workload.data.batches import random_batches
@@ -98,7 +98,7 @@ def worker(rank: int, port: int, out: str, pretrained: str) -> None:
     results["resumed_step"] = checkpoint.load(saved, resumed, resumed_optimizer)
     results["resumed"] = train(qlora, resumed, resumed_optimizer, range(STEPS, STEPS + 2), rank)
     exported = os.path.join(os.path.dirname(out), "qlora-export", "model_000005")
-    adapter_export.write_model(resumed, exported, os.path.dirname(exported), rank == 0)
+    write_model(resumed, exported, os.path.dirname(exported), rank == 0)
     results["qlora_eval"] = model.evaluate(resumed, [batch(qlora, 0, 99)]).item()
 
     # NF4: this rank's shard of a weight quantized from its rows alone, against torchao's to_nf4 of the whole.
@@ -120,7 +120,7 @@ def worker(rank: int, port: int, out: str, pretrained: str) -> None:
     saved = os.path.join(os.path.dirname(out), "lora-checkpoint")
     checkpoint.save(saved, sharded, optimizer, 2, tokenizer="")
     exported = os.path.join(os.path.dirname(out), "lora-export", "model_000002")
-    adapter_export.write_model(sharded, exported, os.path.dirname(exported), rank == 0)
+    write_model(sharded, exported, os.path.dirname(exported), rank == 0)
     results["pretrained_eval"] = model.evaluate(sharded, [batch(tuned, 0, 99)]).item()
     if rank == 0:
         torch.save(results, out)

@@ -168,3 +168,39 @@ def test_export_writes_a_peft_directory_and_merges_to_equal_logits(run, tmp_path
     torch.testing.assert_close(logits, expected.logits, rtol=1e-4, atol=1e-4)
     job_export = root / "lora-export" / "model_000002" / "adapter_model.safetensors"
     assert job_export.read_bytes() == (tmp_path / "adapters" / "adapter_model.safetensors").read_bytes()
+
+
+def test_a_tampered_adapter_checkpoint_is_refused_in_one_line(run, tmp_path):
+    import shutil
+
+    from workload.checkpoint.export import export
+    from workload.checkpoint.reader import CheckpointRefused
+
+    results, root, _ = run
+    for name, change in (("rank", {"r": 0}), ("targets", {"target_modules": ["lm_head"]}),
+                         ("shapes", {"r": BASE.lora_rank * 2})):
+        copy = tmp_path / name
+        shutil.copytree(root / "lora-checkpoint", copy)
+        config = json.loads((copy / "adapter_config.json").read_text())
+        (copy / "adapter_config.json").write_text(json.dumps({**config, **change}))
+        with pytest.raises(CheckpointRefused) as refused:
+            export(str(copy), str(tmp_path / f"{name}-out"))
+        assert "adapter" in str(refused.value) and "\n" not in str(refused.value), str(refused.value)
+
+
+def test_fp8_with_adapters_is_refused_naming_both_flags():
+    from workload.config import TrainConfig
+
+    with pytest.raises(ValueError, match="--fp8 is for --method full; with --method qlora"):
+        TrainConfig(model_config="tiny", method="qlora", fp8=True)
+
+
+def test_the_adapter_memory_benchmark_runs_its_smoke_path(capsys):
+    """bench/adapter_memory.py's code on CPU at tiny shapes: one rank of a fake world of 8 in qlora, and the sharded
+    NF4 load of a synthetic checkpoint (the H200 run is the lead's)."""
+    from bench import adapter_memory
+
+    assert adapter_memory.main(["--smoke", "--cases", "0", "--load_layers", "2"]) == 0
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
+    assert lines[0]["method"] == "qlora" and lines[0]["steps_done"] == adapter_memory.STEPS and not lines[0]["oom"]
+    assert lines[1]["load_layers"] == 2 and lines[1]["host_rss_peak_gib"] > 0

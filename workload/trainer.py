@@ -31,7 +31,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from workload import cli, storage
 from workload.checkpoint import sharded as checkpoints
-from workload.checkpoint.adapter_export import write_model
+from workload.checkpoint.export import write_model
 from workload.config import TRANSPORT_PREFIX, TrainConfig
 from workload.data import hub_dataset
 from workload.data import validate as records_check

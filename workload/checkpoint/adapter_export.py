@@ -4,15 +4,16 @@ The adapter directory is what PEFT's `save_pretrained` writes and `PeftModel.fro
 adapter_config.json (PEFT's LoraConfig with base_model_name_or_path) and adapter_model.safetensors (the LoRA matrices
 under PEFT's key names, base_model.model.<module>.lora_A.weight), plus the tokenizer, as TRL's and axolotl's adapter
 runs leave it. It is what `--export final` writes for these methods: a few MB instead of the whole model, loaded on
-the base the user already has. A random-weight --model_config base exists nowhere else, so it is written once beside
-the run's models (base_model/, its frozen weights: bf16, or NF4 dequantized to bf16 for qlora) and named as the base.
+the base the user already has. A random-weight --model_config base exists nowhere else, so it is written beside the
+run's models (base_model/, its frozen weights: bf16, or NF4 dequantized to bf16 for qlora) and named as the base.
+workload/checkpoint/export.py writes these (write_model, in the job; the export command) from the pieces here.
 
-`merge` is the other way out: the base with the adapters folded in (W + B A * alpha / r, PEFT's merge_and_unload),
+export.merge is the other way out: the base with the adapters folded in (W + B A * alpha / r, PEFT's merge_and_unload),
 as a plain Hugging Face model that needs no PEFT to load. A qlora adapter is merged into the bf16 base it was
 quantized from, as axolotl's and PEFT's own merges do; the merged weights then differ from the NF4 ones trained on by
 the quantization error.
 
-May import workload's base, workload.model and workload.checkpoint's other modules.
+May import workload's base, workload.model, workload.checkpoint's reader, model_config and sharded.
 """
 from __future__ import annotations
 
@@ -87,64 +88,6 @@ def save_adapter_directory(adapter_config: dict, weights: dict[str, torch.Tensor
             loaded.chat_template = chat_template
         loaded.save_pretrained(out)
     return notes
-
-
-def write_base_model(lm: nn.Module, weights: dict[str, torch.Tensor], out: str) -> None:
-    """A random-weight base as a Hugging Face directory (the adapters' base_model_name_or_path)."""
-    from workload.checkpoint.export import save_model_directory
-
-    save_model_directory(lm, out, state_dict=weights)
-
-
-def merge(adapter_directory: str, out: str, *, base: str | None = None, dtype: str = "float32") -> list[str]:
-    """The base (`base`, else the adapter config's base_model_name_or_path) with the adapters of
-    `adapter_directory` merged in, saved to `out` as a Hugging Face model with the adapter directory's tokenizer."""
-    from peft import PeftModel
-    from transformers import AutoModelForCausalLM
-    from transformers.utils import logging as transformers_logging
-
-    from workload.checkpoint.export import save_model_directory
-
-    transformers_logging.disable_progress_bar()
-    with open(os.path.join(adapter_directory, ADAPTER_CONFIG)) as file:
-        base = base or json.load(file)["base_model_name_or_path"]
-    model = AutoModelForCausalLM.from_pretrained(base, dtype=getattr(torch, dtype))
-    merged = PeftModel.from_pretrained(model, adapter_directory).merge_and_unload()
-    tokenizer = adapter_directory if os.path.isfile(os.path.join(adapter_directory, "tokenizer_config.json")) else ""
-    return save_model_directory(merged, out, tokenizer=tokenizer)
-
-
-def write_model(model: nn.Module, destination: str, run_directory: str, keep: bool, *, tokenizer: str = "",
-                chat_template: str = "") -> list[str]:
-    """The job's export, on every rank (collectives): the whole model as a Hugging Face directory, or with
-    --method lora/qlora the adapter directory (and a random-weight base once, in base_model/ beside it). The rank
-    that `keep`s writes to `destination` (local or s3://); returns its notes for the user."""
-    from workload import storage
-    from workload.checkpoint.export import save_model_directory
-    from workload.checkpoint.sharded import gather_full_weights
-
-    adapter_config = getattr(model, "adapter_config", None)
-    if not adapter_config:
-        weights = gather_full_weights(model, keep=keep)
-        if not keep:
-            return []
-        with storage.writing(destination) as directory:
-            return save_model_directory(model.lm, directory, state_dict=weights, tokenizer=tokenizer,
-                                        chat_template=chat_template)
-    adapter_config = dict(adapter_config)
-    if not adapter_config.get("base_model_name_or_path"):
-        base_destination = storage.join(run_directory, BASE_MODEL_DIRECTORY)
-        base = gather_base(model, keep)
-        if keep:
-            with storage.writing(base_destination) as directory:
-                write_base_model(model.lm, base, directory)
-        adapter_config["base_model_name_or_path"] = base_destination
-    weights = gather_adapters(model, keep)
-    if not keep:
-        return []
-    with storage.writing(destination) as directory:
-        return save_adapter_directory(adapter_config, weights, directory, tokenizer=tokenizer,
-                                      chat_template=chat_template)
 
 
 def read_adapter_checkpoint(directory: str) -> tuple[dict, dict[str, torch.Tensor]]:

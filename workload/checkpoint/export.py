@@ -12,6 +12,7 @@ temporary directory first (disk, not memory).
 """
 from __future__ import annotations
 
+import json
 import os
 import sys
 from typing import Sequence
@@ -41,7 +42,7 @@ def export(checkpoint: str, out: str, *, dtype: str = "float32", merge: bool = F
             raise cli.UsageError(f"CHECKPOINT {checkpoint}: no config.json beside its shards; only checkpoints "
                                  "saved by this version of the job (workload/checkpoint/sharded.py) can be exported")
         if os.path.isfile(os.path.join(directory, "adapter_config.json")):
-            return _export_adapters(directory, out, dtype=dtype, merge=merge)
+            return _export_adapters(directory, out, dtype=dtype, merged=merge)
         if merge:
             raise cli.UsageError(f"--merge: CHECKPOINT {checkpoint} holds a whole model (--method full), not "
                                  "adapters; export it without --merge")
@@ -65,8 +66,61 @@ def export(checkpoint: str, out: str, *, dtype: str = "float32", merge: bool = F
                                 chat_template=record.get("chat_template", ""))
 
 
-def _export_adapters(directory: str, out: str, *, dtype: str, merge: bool) -> list[str]:
-    """A lora/qlora checkpoint as a PEFT adapter directory in `out`, or merged into its base with `merge`."""
+def merge(adapter_directory: str, out: str, *, base: str | None = None, dtype: str = "float32") -> list[str]:
+    """The base (`base`, else the adapter config's base_model_name_or_path) with the adapters of
+    `adapter_directory` merged in, saved to `out` as a Hugging Face model with the adapter directory's tokenizer."""
+    import torch
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+    from transformers.utils import logging as transformers_logging
+
+    from workload.checkpoint import adapter_export
+
+    transformers_logging.disable_progress_bar()
+    with open(os.path.join(adapter_directory, adapter_export.ADAPTER_CONFIG)) as file:
+        base = base or json.load(file)["base_model_name_or_path"]
+    model = AutoModelForCausalLM.from_pretrained(base, dtype=getattr(torch, dtype))
+    merged = PeftModel.from_pretrained(model, adapter_directory).merge_and_unload()
+    tokenizer = adapter_directory if os.path.isfile(os.path.join(adapter_directory, "tokenizer_config.json")) else ""
+    return save_model_directory(merged, out, tokenizer=tokenizer)
+
+
+def write_model(model, destination: str, run_directory: str, keep: bool, *, tokenizer: str = "",
+                chat_template: str = "") -> list[str]:
+    """The job's export, on every rank (collectives): the whole model as a Hugging Face directory, or with
+    --method lora/qlora the adapter directory (and a random-weight base in base_model/ beside it, the same at every
+    export). The rank
+    that `keep`s writes to `destination` (local or s3://); returns its notes for the user."""
+    from workload import storage
+    from workload.checkpoint import adapter_export
+    from workload.checkpoint.sharded import gather_full_weights
+
+    adapter_config = getattr(model, "adapter_config", None)
+    if not adapter_config:
+        weights = gather_full_weights(model, keep=keep)
+        if not keep:
+            return []
+        with storage.writing(destination) as directory:
+            return save_model_directory(model.lm, directory, state_dict=weights, tokenizer=tokenizer,
+                                        chat_template=chat_template)
+    adapter_config = dict(adapter_config)
+    if not adapter_config.get("base_model_name_or_path"):
+        base_destination = storage.join(run_directory, adapter_export.BASE_MODEL_DIRECTORY)
+        base = adapter_export.gather_base(model, keep)
+        if keep:
+            with storage.writing(base_destination) as directory:
+                save_model_directory(model.lm, directory, state_dict=base)
+        adapter_config["base_model_name_or_path"] = base_destination
+    weights = adapter_export.gather_adapters(model, keep)
+    if not keep:
+        return []
+    with storage.writing(destination) as directory:
+        return adapter_export.save_adapter_directory(adapter_config, weights, directory, tokenizer=tokenizer,
+                                                     chat_template=chat_template)
+
+
+def _export_adapters(directory: str, out: str, *, dtype: str, merged: bool) -> list[str]:
+    """A lora/qlora checkpoint as a PEFT adapter directory in `out`, or `merged` into its base."""
     import tempfile
 
     from workload.checkpoint import adapter_export
@@ -75,7 +129,7 @@ def _export_adapters(directory: str, out: str, *, dtype: str, merge: bool) -> li
     config, weights = adapter_export.read_adapter_checkpoint(directory)
     record = read_record(directory)
     base = config.get("base_model_name_or_path", "")
-    if not merge:
+    if not merged:
         return adapter_export.save_adapter_directory(config, weights, out, tokenizer=record.get("tokenizer", ""),
                                                      chat_template=record.get("chat_template", ""))
     if not base:
@@ -92,7 +146,7 @@ def _export_adapters(directory: str, out: str, *, dtype: str, merge: bool) -> li
         notes = adapter_export.save_adapter_directory(config, weights, adapter_directory,
                                                       tokenizer=record.get("tokenizer", ""),
                                                       chat_template=record.get("chat_template", ""))
-        return notes + adapter_export.merge(adapter_directory, out, base=base_directory, dtype=dtype)
+        return notes + merge(adapter_directory, out, base=base_directory, dtype=dtype)
 
 
 def save_model_directory(lm, out: str, *, state_dict: dict | None = None, tokenizer: str = "",

@@ -47,6 +47,7 @@ def apply(model, cfg):
     filled after sharding) or with its random weights (--model_config, then initialized here)."""
     if cfg.method == "full":
         return model
+    _require(cfg.method)
     from peft import inject_adapter_in_model
 
     lm = model.lm
@@ -67,6 +68,19 @@ def apply(model, cfg):
     if not any(parameter.is_meta for _, parameter in adapter_parameters(model)):
         initialize(model, cfg.seed)
     return model
+
+
+def _require(method: str) -> None:
+    """The packages --method needs, or one line naming what to install (exit 3: the machine lacks it)."""
+    from workload import cli
+
+    for requirement in adapters.requirements(method):
+        name = requirement.split("==")[0]
+        try:
+            __import__(name)
+        except ImportError:
+            raise cli.EnvironmentProblem(f"--method {method} needs {name}, which this Python lacks: pip install "
+                                         f"{' '.join(adapters.requirements(method))}") from None
 
 
 def target_linears(lm: nn.Module, names: tuple[str, ...]):

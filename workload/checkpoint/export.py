@@ -42,7 +42,7 @@ def export(checkpoint: str, out: str, *, dtype: str = "float32", merge: bool = F
             raise cli.UsageError(f"CHECKPOINT {checkpoint}: no config.json beside its shards; only checkpoints "
                                  "saved by this version of the job (workload/checkpoint/sharded.py) can be exported")
         if os.path.isfile(os.path.join(directory, "adapter_config.json")):
-            return _export_adapters(directory, out, dtype=dtype, merged=merge)
+            return _export_adapters(directory, out, dtype=dtype, merged=merge, checkpoint=checkpoint)
         if merge:
             raise cli.UsageError(f"--merge: CHECKPOINT {checkpoint} holds a whole model (--method full), not "
                                  "adapters; export it without --merge")
@@ -119,8 +119,9 @@ def write_model(model, destination: str, run_directory: str, keep: bool, *, toke
                                                      chat_template=chat_template)
 
 
-def _export_adapters(directory: str, out: str, *, dtype: str, merged: bool) -> list[str]:
-    """A lora/qlora checkpoint as a PEFT adapter directory in `out`, or `merged` into its base."""
+def _export_adapters(directory: str, out: str, *, dtype: str, merged: bool, checkpoint: str) -> list[str]:
+    """A lora/qlora checkpoint (`directory`, the local copy of `checkpoint`) as a PEFT adapter directory in `out`, or
+    `merged` into its base. A random-weight base is the base_model/ the job exported beside the checkpoints."""
     import tempfile
 
     from workload.checkpoint import adapter_export
@@ -129,12 +130,15 @@ def _export_adapters(directory: str, out: str, *, dtype: str, merged: bool) -> l
     config, weights = adapter_export.read_adapter_checkpoint(directory)
     record = read_record(directory)
     base = config.get("base_model_name_or_path", "")
+    beside = os.path.join(os.path.dirname(os.path.abspath(checkpoint.rstrip("/"))), adapter_export.BASE_MODEL_DIRECTORY)
+    if not base and os.path.isdir(beside):
+        base = config["base_model_name_or_path"] = beside
     if not merged:
         return adapter_export.save_adapter_directory(config, weights, out, tokenizer=record.get("tokenizer", ""),
                                                      chat_template=record.get("chat_template", ""))
     if not base:
-        raise cli.UsageError("--merge: the checkpoint's adapters are on a random-weight --model_config base; merge "
-                             "the run's exported adapter directory, which names its base_model/")
+        raise cli.UsageError(f"--merge: the checkpoint's adapters are on a random-weight --model_config base, and no "
+                             f"{adapter_export.BASE_MODEL_DIRECTORY}/ (which the job's export writes) is beside it")
     import contextlib
 
     from workload.storage import is_remote, local_copy

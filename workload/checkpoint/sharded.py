@@ -4,7 +4,8 @@ Each rank saves into a local directory of its own; every rank's `ray.train.repor
 merges the ranks' files into one checkpoint directory under RunConfig.storage_path (DCP names each rank's file
 `__<rank>_0.distcp`, and rank 0 adds `.metadata`, so the merge never collides). Loading works at any world size,
 since DCP reshards on read. From s3://, Ray's `Checkpoint.as_directory` downloads the whole checkpoint once per
-node (its ranks share the copy); the model and AdamW state are about 12 bytes a parameter, 18 GB for 1.5B.
+node (its ranks share the copy); the model and AdamW state are about 12 bytes a parameter, 18 GB for 1.5B. With
+--method lora/qlora a checkpoint holds the adapters and their AdamW state alone (and adapter_config.json).
 """
 from __future__ import annotations
 

@@ -81,6 +81,7 @@ def test_lora_trains_the_adapters_alone_in_fp32_and_leaves_the_base(run):
     assert results["trainable"] and all(".lora_A." in name or ".lora_B." in name for name in results["trainable"])
     assert len(results["trainable"]) == 2 * 3 * 2, "two adapters on three targets in each of two layers"
     assert results["optimized"] == len(results["trainable"]), "AdamW holds the adapters only"
+    assert all(value.dtype == torch.float32 for value in results["initial"].values()), "fp32 adapters"
     for name, before in results["base_before"].items():
         assert before.dtype == torch.bfloat16, f"{name}: the frozen base is bf16"
         assert torch.equal(before, results["base_after"][name]), f"{name} changed in training"

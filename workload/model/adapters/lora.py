@@ -74,6 +74,7 @@ def _require(method: str) -> None:
     """The packages --method needs, or one line naming what to install (exit 3: the machine lacks it)."""
     from workload import cli
 
+    nf4.import_torchao_quietly()  # PEFT imports it where installed
     for requirement in adapters.requirements(method):
         name = requirement.split("==")[0]
         try:

@@ -29,9 +29,39 @@ NF4_CODES = (-1.0, -0.6962, -0.5251, -0.3949, -0.2844, -0.1848, -0.0911, 0.0, 0.
 
 def torchao_nf4():
     """torchao's NF4 module (torchao.dtypes.nf4tensor before 0.18), imported only when qlora is used."""
+    import_torchao_quietly()
     from torchao.quantization.quantize_.workflows.nf4 import nf4_tensor
 
     return nf4_tensor
+
+
+def import_torchao_quietly() -> None:
+    """Import torchao, where installed, without its import's log lines: its CUDA-only extensions failing to load on
+    a CPU machine, no Triton, and torch's deprecation warnings for the enums it registers with torch.compile (some as
+    its submodules load later, so those are filtered out for good). Noise in a job's or the local run's output,
+    printed by whatever imports torchao first (transformers' from_pretrained does, wherever torchao is installed)."""
+    import logging
+
+    pytree = logging.getLogger("torch.utils._pytree")
+    if not any(isinstance(existing, _EnumRegistrationNotice) for existing in pytree.filters):
+        pytree.addFilter(_EnumRegistrationNotice())
+    logger = logging.getLogger("torchao")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        import torchao  # noqa: F401
+    except ImportError:
+        pass
+    finally:
+        logger.setLevel(level)
+
+
+class _EnumRegistrationNotice:
+    """A logging filter: torch 2.13's notice that registering an Enum as a pytree constant is deprecated (torchao
+    0.18 registers its config enums so)."""
+
+    def filter(self, record) -> bool:
+        return "register_constant() on Enum subclasses" not in record.getMessage()
 
 
 def is_nf4(tensor: torch.Tensor) -> bool:

@@ -123,3 +123,32 @@ def test_a_prompt_completion_fine_tune_trains_on_completions_and_keeps_the_templ
     summary = _fit_and_count(cfg, train_examples=120, eval_examples=0)
     assert summary["final_loss"] < 0.7 * summary["initial_loss"], summary
     assert chat_template(summary["model"]) == chat_template(cfg.tokenizer), "the export keeps the chat template"
+
+
+def test_a_lora_run_exports_adapters_that_peft_and_the_local_run_load(ray_cluster, tmp_path):
+    """--method lora through Ray Train, as `python -m workload.local --method lora` runs it (a short run on this
+    module's cluster rather than a cluster of its own): the export is a PEFT adapter directory beside the random-weight
+    base it was trained on, which PeftModel.from_pretrained loads with the held-out loss the job reported, and from
+    which the local run's generate() continues its prompt."""
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    from workload.run import local
+
+    cfg = dataclasses.replace(BASE, method="lora", steps=4, eval_every=0, learning_rate=5e-2,
+                              storage_path=str(tmp_path), run_name="lora")
+    result, final = trainer.fit(cfg)
+    summary = trainer.summarize(cfg, result, final)
+    adapters = summary["model"]
+    assert sorted(name for name in os.listdir(adapters) if name.startswith("adapter")) == [
+        "adapter_config.json", "adapter_model.safetensors"], os.listdir(adapters)
+    config = json.loads(open(os.path.join(adapters, "adapter_config.json")).read())
+    assert config["base_model_name_or_path"] == str(tmp_path / "lora" / "base_model"), config
+    tuned = PeftModel.from_pretrained(
+        AutoModelForCausalLM.from_pretrained(config["base_model_name_or_path"], dtype=torch.float32), adapters)
+    _, held_out = data.dataset_blocks(cfg)
+    with torch.no_grad():
+        losses = [tuned(input_ids=rows, labels=rows).loss for rows in held_out.split(cfg.batch_size)]
+    # The job evaluates in bf16, the loaded model in fp32.
+    assert (sum(losses) / len(losses)).item() == pytest.approx(summary["eval_loss"], rel=0.02), summary["eval_loss"]
+    assert local.generate(adapters, local.PROMPT).startswith(local.PROMPT)

@@ -296,6 +296,8 @@ class TrainConfig:
                              "written at the checkpoints; final writes one after the last step")
         _one_of(self, "reduce_dtype", REDUCE_DTYPES)
         adapters.check(self.method, self.lora_rank, self.lora_alpha, self.lora_dropout, self.lora_targets)
+        if self.fp8 and self.method != "full":  # fp8 trains the linear layers' own weights, which adapters freeze
+            raise ValueError(f"--fp8 is for --method full; with --method {self.method} leave it off")
         _positive_int(self, "grad_accum_steps")
         if self.batch_size % self.grad_accum_steps:
             raise ValueError(f"--grad_accum_steps {self.grad_accum_steps} must divide --batch_size {self.batch_size}: "

@@ -31,7 +31,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from workload import cli, storage
 from workload.checkpoint import sharded as checkpoints
-from workload.checkpoint.export import save_model_directory
+from workload.checkpoint.export import write_model
 from workload.config import TRANSPORT_PREFIX, TrainConfig
 from workload.data import hub_dataset
 from workload.data import validate as records_check
@@ -43,6 +43,7 @@ from workload.metrics.live import LiveMetrics
 from workload.metrics import trackers
 from workload.model import files as model_files
 from workload.model import compatibility, memory_plan, model_source, parallel
+from workload.model.adapters import lora
 from workload.model.causal_lm import (
     build_mesh,
     build_model,
@@ -87,6 +88,7 @@ def train_func(config: dict) -> None:
     directory = None if cfg.model_config else model_files.for_this_node(
         cfg.model_id, context.get_local_rank(), _progress if rank == 0 else lambda line: None)
     model = build_model(cfg, device, directory)  # on the meta device for a pretrained model
+    model = lora.apply(model, cfg)  # --method lora/qlora: adapters on a frozen bf16 or NF4 base; full: unchanged
     flops = flops_per_token(model.lm.config, matmul_parameters(model), cfg.seq_len)
     peak = peak_flops(device)
     plan = parallel.plan_for_worker(cfg, model, device, world_size, context.get_node_rank(),
@@ -253,15 +255,14 @@ def model_directory(cfg: TrainConfig, step: int) -> str:
 
 
 def _export_model(cfg: TrainConfig, model, step: int, rank: int) -> str:
-    """Every rank: gather the full weights to rank 0, which writes them as a Hugging Face directory under the run's
-    storage path. Returns that directory."""
-    weights = checkpoints.gather_full_weights(model, keep=rank == 0)
+    """Every rank: gather the full weights (--method lora/qlora: the adapters) to rank 0, which writes them as a
+    Hugging Face (or PEFT adapter) directory under the run's storage path. Returns that directory."""
     destination = model_directory(cfg, step)
+    notes = write_model(model, destination, run_directory(cfg), rank == 0, tokenizer=tokenizer_of(cfg),
+                        chat_template=chat_template_of(cfg))
     if rank == 0:
-        with storage.writing(destination) as directory:
-            for note in save_model_directory(model.lm, directory, state_dict=weights, tokenizer=tokenizer_of(cfg),
-                                             chat_template=chat_template_of(cfg)):
-                _progress(f"note: {note}")
+        for note in notes:
+            _progress(f"note: {note}")
         _progress(f"step {step}/{cfg.steps} model written to {destination}")
     return destination
 

@@ -12,6 +12,7 @@ temporary directory first (disk, not memory).
 """
 from __future__ import annotations
 
+import json
 import os
 import sys
 from typing import Sequence
@@ -21,10 +22,12 @@ from workload import cli
 DTYPES = ("float32", "bfloat16")
 
 
-def export(checkpoint: str, out: str, *, dtype: str = "float32") -> list[str]:
+def export(checkpoint: str, out: str, *, dtype: str = "float32", merge: bool = False) -> list[str]:
     """Write the checkpoint's model (and tokenizer) to `out` as a Hugging Face directory; returns notes for the user
     (a tokenizer that could not be saved). `float32` keeps the trained master weights exactly; `bfloat16` halves the
-    size as most published checkpoints are, at the cost of updates smaller than half a bf16 step."""
+    size as most published checkpoints are, at the cost of updates smaller than half a bf16 step. A --method
+    lora/qlora checkpoint gives a PEFT adapter directory, or with `merge` the base with the adapters merged in
+    (workload/checkpoint/adapter_export.py)."""
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
@@ -38,6 +41,11 @@ def export(checkpoint: str, out: str, *, dtype: str = "float32") -> list[str]:
         if not os.path.isfile(os.path.join(directory, "config.json")):
             raise cli.UsageError(f"CHECKPOINT {checkpoint}: no config.json beside its shards; only checkpoints "
                                  "saved by this version of the job (workload/checkpoint/sharded.py) can be exported")
+        if os.path.isfile(os.path.join(directory, "adapter_config.json")):
+            return _export_adapters(directory, out, dtype=dtype, merged=merge, checkpoint=checkpoint)
+        if merge:
+            raise cli.UsageError(f"--merge: CHECKPOINT {checkpoint} holds a whole model (--method full), not "
+                                 "adapters; export it without --merge")
         # Untrusted input, checked before anything is built from it: `.metadata` (restricted unpickling, and its
         # claims against the shard files), then config.json against the metadata (workload/checkpoint/model_config.py).
         metadata = checkpoint_reader.read_metadata(directory)
@@ -56,6 +64,93 @@ def export(checkpoint: str, out: str, *, dtype: str = "float32") -> list[str]:
             model.generation_config = GenerationConfig.from_pretrained(directory)
     return save_model_directory(model.to(getattr(torch, dtype)), out, tokenizer=record.get("tokenizer", ""),
                                 chat_template=record.get("chat_template", ""))
+
+
+def merge(adapter_directory: str, out: str, *, base: str | None = None, dtype: str = "float32") -> list[str]:
+    """The base (`base`, else the adapter config's base_model_name_or_path) with the adapters of
+    `adapter_directory` merged in, saved to `out` as a Hugging Face model with the adapter directory's tokenizer."""
+    import torch
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+    from transformers.utils import logging as transformers_logging
+
+    from workload.checkpoint import adapter_export
+
+    transformers_logging.disable_progress_bar()
+    with open(os.path.join(adapter_directory, adapter_export.ADAPTER_CONFIG)) as file:
+        base = base or json.load(file)["base_model_name_or_path"]
+    model = AutoModelForCausalLM.from_pretrained(base, dtype=getattr(torch, dtype))
+    merged = PeftModel.from_pretrained(model, adapter_directory).merge_and_unload()
+    tokenizer = adapter_directory if os.path.isfile(os.path.join(adapter_directory, "tokenizer_config.json")) else ""
+    return save_model_directory(merged, out, tokenizer=tokenizer)
+
+
+def write_model(model, destination: str, run_directory: str, keep: bool, *, tokenizer: str = "",
+                chat_template: str = "") -> list[str]:
+    """The job's export, on every rank (collectives): the whole model as a Hugging Face directory, or with
+    --method lora/qlora the adapter directory (and a random-weight base in base_model/ beside it, the same at every
+    export). The rank
+    that `keep`s writes to `destination` (local or s3://); returns its notes for the user."""
+    from workload import storage
+    from workload.checkpoint import adapter_export
+    from workload.checkpoint.sharded import gather_full_weights
+
+    adapter_config = getattr(model, "adapter_config", None)
+    if not adapter_config:
+        weights = gather_full_weights(model, keep=keep)
+        if not keep:
+            return []
+        with storage.writing(destination) as directory:
+            return save_model_directory(model.lm, directory, state_dict=weights, tokenizer=tokenizer,
+                                        chat_template=chat_template)
+    adapter_config = dict(adapter_config)
+    if not adapter_config.get("base_model_name_or_path"):
+        base_destination = storage.join(run_directory, adapter_export.BASE_MODEL_DIRECTORY)
+        base = adapter_export.gather_base(model, keep)
+        if keep:
+            with storage.writing(base_destination) as directory:
+                save_model_directory(model.lm, directory, state_dict=base)
+        adapter_config["base_model_name_or_path"] = base_destination
+    weights = adapter_export.gather_adapters(model, keep)
+    if not keep:
+        return []
+    with storage.writing(destination) as directory:
+        return adapter_export.save_adapter_directory(adapter_config, weights, directory, tokenizer=tokenizer,
+                                                     chat_template=chat_template)
+
+
+def _export_adapters(directory: str, out: str, *, dtype: str, merged: bool, checkpoint: str) -> list[str]:
+    """A lora/qlora checkpoint (`directory`, the local copy of `checkpoint`) as a PEFT adapter directory in `out`, or
+    `merged` into its base. A random-weight base is the base_model/ the job exported beside the checkpoints."""
+    import tempfile
+
+    from workload.checkpoint import adapter_export
+    from workload.checkpoint.sharded import read_record
+
+    config, weights = adapter_export.read_adapter_checkpoint(directory)
+    record = read_record(directory)
+    base = config.get("base_model_name_or_path", "")
+    beside = os.path.join(os.path.dirname(os.path.abspath(checkpoint.rstrip("/"))), adapter_export.BASE_MODEL_DIRECTORY)
+    if not base and os.path.isdir(beside):
+        base = config["base_model_name_or_path"] = beside
+    if not merged:
+        return adapter_export.save_adapter_directory(config, weights, out, tokenizer=record.get("tokenizer", ""),
+                                                     chat_template=record.get("chat_template", ""))
+    if not base:
+        raise cli.UsageError(f"--merge: the checkpoint's adapters are on a random-weight --model_config base, and no "
+                             f"{adapter_export.BASE_MODEL_DIRECTORY}/ (which the job's export writes) is beside it")
+    import contextlib
+
+    from workload.storage import is_remote, local_copy
+
+    # A Hub id is from_pretrained's to fetch; a directory or s3:// is read as the job read it.
+    source = local_copy(base, "its base model") if is_remote(base) or os.path.isabs(base) else (
+        contextlib.nullcontext(base))
+    with tempfile.TemporaryDirectory() as adapter_directory, source as base_directory:
+        notes = adapter_export.save_adapter_directory(config, weights, adapter_directory,
+                                                      tokenizer=record.get("tokenizer", ""),
+                                                      chat_template=record.get("chat_template", ""))
+        return notes + merge(adapter_directory, out, base=base_directory, dtype=dtype)
 
 
 def save_model_directory(lm, out: str, *, state_dict: dict | None = None, tokenizer: str = "",
@@ -138,13 +233,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("out", metavar="OUT", help="directory to write the model to (created)")
     parser.add_argument("--dtype", choices=DTYPES, default="float32",
                         help="weights' dtype in OUT: float32 keeps the trained weights exactly")
+    parser.add_argument("--merge", action="store_true",
+                        help="a --method lora/qlora checkpoint: write its base with the adapters merged in (a Hugging "
+                        "Face model) instead of the PEFT adapter directory")
     args = parser.parse_args(argv)
     if os.path.exists(args.out) and not os.path.isdir(args.out):
         raise cli.UsageError(f"OUT {args.out} is a file; give a new directory")
     if os.path.isdir(args.out) and os.listdir(args.out):
         raise cli.UsageError(f"OUT {args.out} exists and is not empty; give a new directory")
-    for note in export(args.checkpoint, args.out, dtype=args.dtype):
+    for note in export(args.checkpoint, args.out, dtype=args.dtype, merge=args.merge):
         print(f"note: {note}", file=sys.stderr)
-    print(f"wrote {args.out}: load it with AutoModelForCausalLM.from_pretrained({args.out!r})")
+    if os.path.isfile(os.path.join(args.out, "adapter_config.json")):
+        print(f"wrote {args.out}: load it with PeftModel.from_pretrained(base, {args.out!r})")
+    else:
+        print(f"wrote {args.out}: load it with AutoModelForCausalLM.from_pretrained({args.out!r})")
     return cli.OK
 

@@ -4,7 +4,8 @@ Each rank saves into a local directory of its own; every rank's `ray.train.repor
 merges the ranks' files into one checkpoint directory under RunConfig.storage_path (DCP names each rank's file
 `__<rank>_0.distcp`, and rank 0 adds `.metadata`, so the merge never collides). Loading works at any world size,
 since DCP reshards on read. From s3://, Ray's `Checkpoint.as_directory` downloads the whole checkpoint once per
-node (its ranks share the copy); the model and AdamW state are about 12 bytes a parameter, 18 GB for 1.5B.
+node (its ranks share the copy); the model and AdamW state are about 12 bytes a parameter, 18 GB for 1.5B. With
+--method lora/qlora a checkpoint holds the adapters and their AdamW state alone (and adapter_config.json).
 """
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import torch
 import torch.distributed.checkpoint as dcp
 from torch import nn
 from torch.distributed.checkpoint.metadata import TensorStorageMetadata
-from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict, set_state_dict
 
 from workload.checkpoint import reader as checkpoint_reader
 from workload.model.causal_lm import reshard
@@ -24,6 +25,8 @@ STEP_FILE = "train_step.json"
 # Where the Hugging Face model's weights sit in a checkpoint: it is saved as {"model": ..., "optimizer": ...}, and the
 # model is CausalLMWithLoss, whose Hugging Face model is its `lm` (LM_PREFIX).
 MODEL_KEY = "model"
+# --method lora/qlora's adapter config (PEFT's adapter_config.json), written beside the shards: workload.export reads it.
+ADAPTER_CONFIG = "adapter_config.json"
 
 
 def save(directory: str, model: nn.Module, optimizer: torch.optim.Optimizer, step: int, tokenizer: str = "",
@@ -32,7 +35,7 @@ def save(directory: str, model: nn.Module, optimizer: torch.optim.Optimizer, ste
     tokenizer trained with (and the text of the chat template it rendered with, when not the tokenizer's own), and the
     model's Hugging Face config (config.json, generation_config.json), so that
     workload.export can turn the checkpoint into a model directory with nothing else at hand."""
-    model_state, optimizer_state = get_state_dict(model, optimizer)
+    model_state, optimizer_state = _state(model, optimizer)
     dcp.save({MODEL_KEY: model_state, "optimizer": optimizer_state}, checkpoint_id=directory)
     if torch.distributed.get_rank() == 0:
         with open(os.path.join(directory, STEP_FILE), "w") as file:
@@ -40,17 +43,40 @@ def save(directory: str, model: nn.Module, optimizer: torch.optim.Optimizer, ste
         model.lm.config.save_pretrained(directory)
         if model.lm.generation_config is not None:
             model.lm.generation_config.save_pretrained(directory)
+        if getattr(model, "adapter_config", None):
+            with open(os.path.join(directory, ADAPTER_CONFIG), "w") as file:
+                json.dump(model.adapter_config, file, indent=2)
 
 
 def load(directory: str, model: nn.Module, optimizer: torch.optim.Optimizer) -> int:
     """Restore the model and optimizer in place; returns the number of steps the checkpoint had completed. The
     checkpoint is untrusted input (workload/checkpoint/reader.py): a crafted one is refused, nothing of it run."""
     # get_state_dict materialises AdamW's moments (a zero step) before the load, so they are restored too.
-    model_state, optimizer_state = get_state_dict(model, optimizer)
+    model_state, optimizer_state = _state(model, optimizer)
     state = {"model": model_state, "optimizer": optimizer_state}
     checkpoint_reader.load(state, directory)
-    set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"])
+    set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"],
+                   options=_options(model))
     return read_step(directory)
+
+
+def _state(model: nn.Module, optimizer: torch.optim.Optimizer) -> tuple[dict, dict]:
+    """The model's and the optimizer's state dicts as DCP saves them: with a frozen base, the trainable parameters
+    alone (a tied lm_head shares the frozen embedding, and the state dict lists it under its own key too)."""
+    model_state, optimizer_state = get_state_dict(model, optimizer, options=_options(model))
+    if _options(model).ignore_frozen_params:
+        trainable = {name for name, parameter in model.named_parameters() if parameter.requires_grad}
+        model_state = {name: value for name, value in model_state.items() if name in trainable}
+    return model_state, optimizer_state
+
+
+def _options(model: nn.Module) -> StateDictOptions:
+    """A model with a frozen base (--method lora/qlora) saves and restores its trainable parameters (the adapters)
+    and their AdamW state only: the base is the pretrained files' (or the seed's), read again at every start."""
+    frozen = any(not parameter.requires_grad for parameter in model.parameters())
+    # strict=False on load: the frozen parameters are missing from the state by design; the adapters' names and
+    # shapes are held to the checkpoint's by DCP's planner, which fails on a key the checkpoint lacks.
+    return StateDictOptions(ignore_frozen_params=frozen, strict=not frozen)
 
 
 def gather_full_weights(model: nn.Module, keep: bool) -> dict[str, torch.Tensor]:

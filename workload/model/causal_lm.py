@@ -1,10 +1,8 @@
 """The model, its FSDP2 sharding, its optimizer, its loss and its FLOPs: the training step's pieces, without Ray.
 
-A GPU benchmark drives these directly (torch + transformers only), so nothing here imports ray:
-`build_model(cfg, device)`, `build_mesh(device, shape)`, `shard_model(model, mesh, cfg)`,
-`load_pretrained(model, directory, device, cfg)` (a --model_id's weights, after sharding), `build_optimizer(model,
-cfg)`, `learning_rate_at(cfg, step)`, `loss_fn(model, batch)`, `train_step(...)`, `evaluate(model, batches)`,
-`flops_per_token(...)`, `peak_flops(device)`.
+A GPU benchmark drives these directly (torch + transformers only), so nothing here imports ray: `build_model`,
+`build_mesh`, `shard_model`, `load_pretrained` (a --model_id's weights, after sharding), `build_optimizer`,
+`learning_rate_at`, `loss_fn`, `train_step`, `evaluate`, `flops_per_token`, `peak_flops`.
 """
 from __future__ import annotations
 
@@ -24,6 +22,7 @@ from workload.config import ARCHITECTURES, TrainConfig
 from workload.model import files as model_files
 from workload.model import architectures, compatibility, fp8, model_source, weights
 from workload.model import two_level as two_level_collectives
+from workload.model.adapters import lora
 
 IGNORE_INDEX = -100  # a target that carries no loss (workload/data/chat.py labels prompts with it)
 NAMED_CONFIGS = ARCHITECTURES  # --model_config name -> Qwen2Config keyword arguments (workload.config)
@@ -261,8 +260,11 @@ def build_model(cfg: TrainConfig, device: torch.device, directory: str | None = 
 
 def load_pretrained(model: CausalLMWithLoss, directory: str, device: torch.device, cfg: TrainConfig) -> None:
     """This rank's shards of --model_id's weights, read from the safetensors files in `directory` into the
-    meta-built model that shard_model has sharded (workload.model.weights)."""
-    weights.load_sharded(model, directory, device, f"--model_id {cfg.model_id}", prefix=LM_PREFIX)
+    meta-built model that shard_model has sharded (workload.model.weights), and --method lora's adapters' first
+    values (build_optimizer's AdamW then takes the trainable parameters: with lora/qlora the adapters alone)."""
+    weights.load_sharded(model, directory, device, f"--model_id {cfg.model_id}", prefix=LM_PREFIX,
+                         file_name=lora.file_name)
+    lora.initialize(model, cfg.seed)
 
 
 def build_mesh(device: torch.device, shape: tuple[int, ...] | None = None) -> DeviceMesh:
@@ -303,10 +305,9 @@ def shard_model(model: CausalLMWithLoss, mesh: DeviceMesh, cfg: TrainConfig, red
 
 
 def build_optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
-    on_cuda = next(model.parameters()).device.type == "cuda"
-    return torch.optim.AdamW(
-        model.parameters(), lr=cfg.learning_rate, fused=True if (cfg.fused_adamw and on_cuda) else None
-    )
+    trainable = [parameter for parameter in model.parameters() if parameter.requires_grad]
+    fused = True if (cfg.fused_adamw and trainable[0].device.type == "cuda") else None
+    return torch.optim.AdamW(trainable, lr=cfg.learning_rate, fused=fused)
 
 
 def learning_rate_at(cfg: TrainConfig, step: int) -> float:
@@ -375,7 +376,7 @@ def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, batch,
         micro_loss.backward()
         loss += micro_loss.detach()
     if cfg.max_grad_norm:
-        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
+        torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], cfg.max_grad_norm)
     two_level_collectives.optimizer_step(model, optimizer)  # optimizer.step(), two-level's in its order
     optimizer.zero_grad(set_to_none=True)
     return loss

@@ -85,12 +85,16 @@ def local_rows(tensor: torch.Tensor) -> tuple[int, int]:
     return start, stop
 
 
-def load_sharded(model: nn.Module, directory: str, device: torch.device, what: str, prefix: str = "") -> None:
+def load_sharded(model: nn.Module, directory: str, device: torch.device, what: str, prefix: str = "",
+                 file_name=lambda name: name) -> None:
     """Materialise the meta-built, FSDP2-sharded `model` on `device` and fill this rank's shards from the
     safetensors files in `directory`, where each tensor is named as in the model's state dict less `prefix` (the
     Hugging Face model's own names when `model` wraps it). Non-persistent buffers (the rotary inv_freq) are not in
     the files: they were computed when the model was built (workload.model.compatibility.parameters_on_meta keeps
-    them off the meta device), and are put back after to_empty. Every rank calls this; none communicates."""
+    them off the meta device), and are put back after to_empty. `file_name` maps a parameter's name (less `prefix`)
+    to its name in the files, None for one that is in none (--method lora's adapters, initialized after). A weight
+    that qlora holds in NF4 is quantized as its rows arrive (workload.model.adapters.nf4: one scalar all-reduce per
+    such tensor, the only communication here)."""
     persistent = set(model.state_dict())
     computed = computed_buffers(model, persistent, what)
     # On the root: FSDP2's FSDPModule._apply re-registers each unit's sharded parameters after to_empty.
@@ -111,7 +115,9 @@ def load_sharded(model: nn.Module, directory: str, device: torch.device, what: s
         tensors = [*model.named_parameters(), *((name, buffer) for name, buffer in model.named_buffers()
                                                 if name in persistent)]
         for full_name, tensor in tensors:
-            name = full_name.removeprefix(prefix)
+            name = file_name(full_name.removeprefix(prefix))
+            if name is None:
+                continue
             if name not in files:
                 raise ValueError(f"{what}: the safetensors files in {directory} lack the tensor {name}, which "
                                  "the architecture of its config.json needs")
@@ -136,6 +142,12 @@ def _fill(tensor: torch.Tensor, name: str, handle, file_name: str, what: str) ->
     start, stop = local_rows(tensor)
     assert stop - start == (local.shape[0] if local.dim() else 1), (name, start, stop, local.shape)
     rows = stored[start:stop] if tensor.dim() else handle.get_tensor(name)
+    if type(local).__name__ == "NF4Tensor":
+        from workload.model.adapters import nf4
+
+        # A new NF4 shard in the DTensor: FSDP2 takes it up at its lazy init (FSDPParam.reset_sharded_param).
+        tensor._local_tensor = nf4.quantized_shard(local, rows)
+        return
     local.copy_(rows)
 
 

@@ -346,6 +346,9 @@ def generate(model_directory: str, prompt: str, new_tokens: int = NEW_TOKENS) ->
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from transformers.utils import logging as transformers_logging
 
+    from workload.model.adapters.nf4 import import_torchao_quietly
+
+    import_torchao_quietly()  # from_pretrained imports it where installed (--method qlora, --fp8)
     transformers_logging.disable_progress_bar()  # "Loading weights": noise here
     tokenizer = AutoTokenizer.from_pretrained(model_directory)
     model = AutoModelForCausalLM.from_pretrained(model_directory)
@@ -362,6 +365,9 @@ def generate_chat(model_directory: str, messages: list[dict], new_tokens: int = 
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from transformers.utils import logging as transformers_logging
 
+    from workload.model.adapters.nf4 import import_torchao_quietly
+
+    import_torchao_quietly()  # from_pretrained imports it where installed (--method qlora, --fp8)
     transformers_logging.disable_progress_bar()
     tokenizer = AutoTokenizer.from_pretrained(model_directory)
     model = AutoModelForCausalLM.from_pretrained(model_directory)

@@ -1,6 +1,7 @@
-"""Fine-tuning methods besides full: LoRA and QLoRA adapters on the frozen base (issue 32). This module holds the
-methods' names and the check of their flags, standard library only, so the Pulumi program reads it at preview.
-May import workload's base and workload.model; nothing under workload.run.
+"""Fine-tuning methods besides full: LoRA and QLoRA adapters on the frozen base (issue 32). May import workload's base
+and workload.model; nothing under workload.run. This module holds the methods' names and the check of their flags,
+standard library only, so the Pulumi program reads it at preview; the job's code is in lora.py (PEFT's adapters on
+the frozen base) and nf4.py (the QLoRA base, torchao), which only the job imports.
 """
 from __future__ import annotations
 

@@ -90,10 +90,20 @@ class Links:
 
 def collective_seconds(operation: str, ranks: int, size: int, links: Links) -> float:
     """How long one collective keeps its ring busy on `links`: bus bytes over the slower link the ring crosses."""
+    return max(_link_times(operation, ranks, size, links))
+
+
+def slower_link(operation: str, ranks: int, size: int, links: Links) -> str:
+    """between | inside: the link whose time collective_seconds is, which the collective holds meanwhile."""
+    between, inside = _link_times(operation, ranks, size, links)
+    return "between" if between >= inside else "inside"
+
+
+def _link_times(operation: str, ranks: int, size: int, links: Links) -> tuple[float, float]:
     traffic = parallel.network_traffic(Collective(operation, links.group_of(ranks), ranks, size, "forward"),
                                        links.nodes, links.gpus_per_node)
-    return max(traffic.inter_node_bytes_per_node / (links.inter_node_gbytes_per_s * 1e9),
-               traffic.intra_node_bytes_per_gpu / (links.intra_node_gbytes_per_s * 1e9))
+    return (traffic.inter_node_bytes_per_node / (links.inter_node_gbytes_per_s * 1e9),
+            traffic.intra_node_bytes_per_gpu / (links.intra_node_gbytes_per_s * 1e9))
 
 
 class GpuDelay:
@@ -143,12 +153,20 @@ class GpuDelay:
 
 class TimedCollectives:
     """While active, every intercepted collective fills its output with this rank's data, then (with a delay)
-    holds its stream for collective_seconds x scale. Records each one as (operation, group, ranks, size)."""
+    holds its stream for collective_seconds x scale. Records each one as (operation, group, ranks, size).
 
-    def __init__(self, links: Links, delay: Callable[[float], None] | None) -> None:
+    With `link_queues` (the default on a GPU) each link is a queue: the delay runs on a stream of the link it holds
+    (its slower one), after the issuing stream's work and after every delay queued on that link before it, and the
+    issuing stream waits for it. Two collectives on different streams over the same link (FSDP1's backward gathers
+    and reduce-scatters, or any two cross-node ones) then take their sum, as on a real link, not the longer of the
+    two; collectives on different links still overlap. The runs before 2026-12-03's second one had no queues."""
+
+    def __init__(self, links: Links, delay: Callable[[float], None] | None, link_queues: bool = True) -> None:
         self.links, self.delay, self.scale = links, delay, 0.0
         self.recorded: list[tuple[str, str, int, int]] = []
         self.link_seconds = 0.0
+        self.link_queues = link_queues and delay is not None and torch.cuda.is_available()
+        self._link_streams: dict[str, torch.cuda.Stream] = {}
 
     @contextlib.contextmanager
     def active(self) -> Iterator["TimedCollectives"]:
@@ -187,7 +205,15 @@ class TimedCollectives:
             self.recorded.append((operation, self.links.group_of(ranks), ranks, size))
             seconds = collective_seconds(operation, ranks, size, self.links)
             self.link_seconds += seconds
-            if self.delay is not None:
+            if self.delay is not None and self.link_queues:
+                link = slower_link(operation, ranks, size, self.links)
+                issuing = torch.cuda.current_stream()
+                queue = self._link_streams.setdefault(link, torch.cuda.Stream(issuing.device))
+                queue.wait_stream(issuing)
+                with torch.cuda.stream(queue):
+                    self.delay(seconds * self.scale)
+                issuing.wait_stream(queue)
+            elif self.delay is not None:
                 self.delay(seconds * self.scale)
             return work
 
@@ -219,7 +245,7 @@ def build_step(strategy: step_inputs.Strategy, cfg: TrainConfig, device: torch.d
     else:
         shape = parallel.mesh_shape(strategy.sharding, links.world_size, links.gpus_per_node)
         sharded = project.shard_model(project.build_model(cfg, device), project.build_mesh(device, shape), cfg,
-                                      reduce_dtype=strategy.reduce_dtype)
+                                      reduce_dtype=strategy.reduce_dtype, two_level=strategy.sharding == "two-level")
         model, optimizer = sharded, project.build_optimizer(sharded, cfg)
 
         def forward(batch):
@@ -266,7 +292,8 @@ def median_step(step, batches, device: torch.device, warmup: int, steps: int) ->
 
 
 def emulate(stack: str, strategy: step_inputs.Strategy, cfg: TrainConfig, device: torch.device, delay: GpuDelay | None,
-            warmup: int, steps: int, l4_cases: dict[str, float], bf16_compute_s: float | None = None) -> list[dict]:
+            warmup: int, steps: int, l4_cases: dict[str, float], bf16_compute_s: float | None = None,
+            link_queues: bool = True) -> list[dict]:
     """Lines for one (stack, strategy): the compute-only run (no delay: the H200's step at shard size, its split and
     peak memory), then one delayed run per compute case of the stack's GPU.
 
@@ -278,7 +305,7 @@ def emulate(stack: str, strategy: step_inputs.Strategy, cfg: TrainConfig, device
     links = Links(hardware.nodes, hardware.gpus_per_node, hardware.inter_node_gbytes_per_s * central.network_efficiency,
                   step_inputs.intra_node_gbytes_per_s(hardware, central))
     fake_world(links.world_size)
-    collectives = TimedCollectives(links, delay)
+    collectives = TimedCollectives(links, delay, link_queues)
     batches = random_batches(cfg, project.NAMED_CONFIGS[cfg.model_config]["vocab_size"], rank=0)
     label = strategy.name + ("+fp8" if cfg.fp8 else "")
     with collectives.active():
@@ -291,7 +318,8 @@ def emulate(stack: str, strategy: step_inputs.Strategy, cfg: TrainConfig, device
         link_seconds = collectives.link_seconds / (warmup + steps)
         base = {"stack": stack, "strategy": label, "world_size": links.world_size,
                 "per_gpu_batch": f"{cfg.batch_size} x {cfg.seq_len}", "links": dataclasses.asdict(links),
-                "collectives_per_step": per_step, "link_seconds_per_step_unscaled": round(link_seconds, 4)}
+                "collectives_per_step": per_step, "link_seconds_per_step_unscaled": round(link_seconds, 4),
+                "link_queues": collectives.link_queues}
         if device.type != "cuda":
             return [{**base, "run": "smoke", "recorded": recorded}]
         peak = torch.cuda.max_memory_allocated(device) / GIB
@@ -334,6 +362,9 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--output", default="")
+    parser.add_argument("--central_only", action="store_true", help="only the central compute case per strategy")
+    parser.add_argument("--no_link_queues", action="store_true",
+                        help="delays on the issuing streams only, as before 2026-12-03 (TimedCollectives)")
     args = parser.parse_args()
     device = torch.device(args.device, 0) if args.device == "cuda" else torch.device(args.device)
     delay = None
@@ -351,9 +382,12 @@ def main() -> None:
         strategy = next(strategy for strategy in step_inputs.STRATEGIES if strategy.name == name)
         gpu = step_inputs.saved_hardware(stack).gpu_name
         cases = step_model.gemm_cases(gpu)
+        if args.central_only:
+            cases = {case: gemm for case, gemm in cases.items() if gemm == step_inputs.CENTRAL.l4_gemm_tflops}
         try:
             lines = emulate(stack, strategy, dataclasses.replace(cfg, fp8=fp8), device, delay, args.warmup,
-                            args.steps, cases, compute_only.get((stack, name)) if fp8 else None)
+                            args.steps, cases, compute_only.get((stack, name)) if fp8 else None,
+                            link_queues=not args.no_link_queues)
             if not fp8 and "h200_step_s" in lines[0]:
                 compute_only[stack, name] = lines[0]["h200_step_s"]
         except Exception as error:  # one failed run must not lose the others' lines

@@ -4,11 +4,12 @@ step-time model's tokens/s for the plan it chose.
     python -m bench.model_table            # prints the table
     python -m bench.model_table --write    # and puts it into docs/models.md between its markers
 
-Each cell is the preview's own verdict: infra.preview.job_plan.check_job_shape on the job the stack file would run
-(Pulumi.yaml's defaults and the stack's file, trainModelId set to the model, through infra.config.parse and
-infra.job.job_config.workload_config as `pulumi up` does), so "no" is the refusal `pulumi preview` prints. The tokens/s
-are bench.step_model.predict's for that plan (its sharding as the job's --sharding auto would choose it, its activation
-checkpointing, reshard_after_forward and micro-batches), its central figure: the H200's measured MFU and step split
+Each cell is the preview's own verdict: the memory plan infra.preview.job_plan.check_job_shape refuses on
+(workload.model.memory_plan.for_job), for the job the stack file would run (Pulumi.yaml's defaults and the stack's
+file, trainModelId and trainMethod set, through infra.config.parse and infra.job.job_config.workload_config as
+`pulumi up` does), so "no" is the refusal `pulumi preview` prints. A column per trainMethod: full, lora, qlora. The
+tokens/s are bench.step_model.predict's for that plan (its sharding as the job's --sharding auto would choose it, its
+activation checkpointing, reshard_after_forward and micro-batches, the method's FLOPs and bytes), its central figure: the H200's measured MFU and step split
 for Qwen2.5-1.5B carried to each GPU (the L4 at its sustained GEMM rate) and the central bandwidths of
 bench.step_inputs.Assumptions; a prediction until a cluster measures it. tests/test_docs.py checks that docs/models.md
 holds exactly this table.
@@ -17,41 +18,39 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import re
 from pathlib import Path
 
 from bench import step_inputs, step_model, step_shapes
 from infra import config as stack_config
 from infra.job import job_config
-from infra.preview import job_plan
 from tests.pulumi_mocks import STACKS, stack_settings
 from tests.stacks import INSTANCE_FACTS
-from workload.model import architectures, memory
+from workload.model import adapters, architectures, memory, memory_plan
 
 PAGE = Path(__file__).resolve().parent.parent / "docs" / "models.md"
 BEGIN, END = "<!-- model-table: python -m bench.model_table --write -->", "<!-- /model-table -->"
 MODELS = ("Qwen/Qwen2.5-1.5B", "Qwen/Qwen2.5-7B", "meta-llama/Llama-3.1-8B", "Qwen/Qwen3-8B",
-          "mistralai/Mistral-7B-v0.3", "Qwen/Qwen2.5-14B", "Qwen/Qwen2.5-32B", "meta-llama/Llama-3.1-70B")
+          "mistralai/Mistral-7B-v0.3", "Qwen/Qwen2.5-14B", "Qwen/Qwen2.5-32B", "meta-llama/Llama-3.3-70B-Instruct")
 LEVER_NAMES = {"activation_checkpointing": "AC", "reshard_after_forward": "RAF", "sharding": "full",
                "reduce_dtype": "bf16"}  # in plan order
 
 
-def cell(model_id: str, stack: str) -> dict:
-    """The preview's verdict on `model_id` with the stack's default job, and the predicted tokens/s of its plan."""
+def cell(model_id: str, stack: str, method: str = "full") -> dict:
+    """The preview's verdict on `model_id` trained by `method` with the stack's default job, and the predicted tokens/s
+    of its plan."""
     settings = stack_settings(stack)
     facts = INSTANCE_FACTS[settings["gpuInstanceType"]]
-    cfg = stack_config.parse(settings | {"trainEnabled": True, "trainModelId": model_id})
+    cfg = stack_config.parse(settings | {"trainEnabled": True, "trainModelId": model_id, "trainMethod": method})
     workload = job_config.workload_config(cfg, facts)
     workers = facts.gpus * cfg.gpu_node_count
     config = architectures.published(model_id)
-    try:
-        plan = job_plan.check_job_shape(workload, config, facts, workers, model=model_id,
-                                           node_count=cfg.gpu_node_count)
-    except ValueError as refusal:
-        needed = re.search(r"needs ([0-9.]+) GiB", str(refusal)).group(1)
-        return {"fits": False, "text": f"no: {needed} GiB/GPU"}
+    # check_job_shape's own plan (it refuses exactly when this does not fit), without its refusal's alternatives.
+    plan = memory_plan.for_job(workload, config, world_size=workers, ranks_per_node=facts.gpus,
+                               gpu_memory_mib=facts.gpu_memory_mib, compiled=workload.compile is not False)
+    if not plan.fits:
+        return {"fits": False, "text": f"no: {plan.peak_gib:.1f} GiB/GPU"}
     hardware = step_inputs.stack_hardware(stack)
-    shape = step_shapes.config_shape(config)
+    shape = step_shapes.config_shape(config, method, workload.lora_rank, workload.lora_targets)
     strategy, _ = step_model.auto_strategy(hardware, plan.micro_batch, workload.seq_len, shape,
                                            requested=plan.settings.sharding)
     strategy = dataclasses.replace(strategy, grad_accum_steps=plan.settings.grad_accum_steps)
@@ -67,13 +66,15 @@ def cell(model_id: str, stack: str) -> dict:
 
 
 def markdown() -> str:
-    header = ["model", "parameters", *(f"`{stack}` ({stack_settings(stack)['gpuNodeCount']} x "
-                                       f"{stack_settings(stack)['gpuInstanceType']})" for stack in STACKS)]
+    header = ["model", "parameters", "stack", *(f"`{method}`" for method in adapters.METHODS)]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for model_id in MODELS:
         billions = memory.parameter_count(architectures.published(model_id)) / 1e9
-        cells = [cell(model_id, stack)["text"] for stack in STACKS]
-        lines.append(f"| `{model_id}` | {billions:.2f} B | " + " | ".join(cells) + " |")
+        for stack in STACKS:
+            settings = stack_settings(stack)
+            hardware = f"`{stack}` ({settings['gpuNodeCount']} x {settings['gpuInstanceType']})"
+            cells = [cell(model_id, stack, method)["text"] for method in adapters.METHODS]
+            lines.append(f"| `{model_id}` | {billions:.2f} B | {hardware} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 

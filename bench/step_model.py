@@ -19,7 +19,8 @@ One step, per GPU (all GPUs in step):
 - communication: each collective sends busbw-factor x S bytes per rank (nccl-tests' convention); between nodes at a
   node's bandwidth, inside a node at the GPUs' link bandwidth; a collective over all ranks runs at its slowest link.
 - overlap: FSDP's prefetch hides the forward's gathers under the forward's compute, and the backward's gathers and
-  reductions under the backward's compute. The step's first gather (nothing to compute yet) and its last reduction
+  reductions under the backward's compute. With two-level collectives (workload.model.two_level) the step's first
+  gather is issued under the previous step's optimizer instead. The step's first gather (nothing to compute yet) and its last reduction
   (nothing left to compute) are exposed. With k micro-batches, the gathers overlap the first micro-batch's forward,
   the reductions the last one's backward, and the k-1 compute phases in between hide nothing.
       step = first + max(forward compute, forward comm - first) + middle compute
@@ -64,8 +65,10 @@ from bench.step_inputs import (
     assumed_links,
     stack_hardware,
 )
+from bench import step_shapes
 from bench.step_shapes import ModelShape, bytes_by_collective, collectives, default_shape, meta_model
-from workload.model import architectures, memory, parallel
+from workload.model import architectures, memory, memory_plan, parallel
+from workload.model.adapters import compute as adapter_compute
 from workload.model import causal_lm as project
 from workload.model.parallel import Collective, total_traffic
 
@@ -134,17 +137,26 @@ def predict(strategy: Strategy, hardware: Hardware, batch_size: int, seq_len: in
     With activation checkpointing backward recomputes each layer's forward (RECOMPUTE_SHARE more of the forward and
     backward compute, in backward); with reshard_after_forward backward gathers every layer again."""
     compute = compute_seconds(strategy, hardware, batch_size, seq_len, assumptions, shape) * compute_factor
+    if shape is not None and shape.quantized_parameters:
+        # qlora's dequantization: per step, memory-bound (workload.model.adapters.compute); recomputed below with
+        # the layers' forward under activation checkpointing.
+        compute += adapter_compute.dequantize_seconds(shape.quantized_parameters, hardware.gpu_name,
+                                                      activation_checkpointing=False)
+    recompute_share = shape.recompute_share(seq_len) if shape is not None else RECOMPUTE_SHARE
     split = split or SPLIT[strategy.step]
     links = assumed_links(hardware, assumptions)
     if links_override is not None:
         links = replace(hardware, inter_node_gbytes_per_s=links_override.inter_node_gbytes_per_s,
                         intra_node_gbytes_per_s=links_override.intra_node_gbytes_per_s)
     optimizer = split.optimizer * compute
+    if shape is not None and shape.method != "full":
+        # AdamW and clipping over the adapters only: their share of the parameters full training updates.
+        optimizer *= shape.adapter_parameters / shape.matmul_parameters
     forward_share = split.forward / (split.forward + split.backward)
     forward_total = forward_share * (compute - optimizer)
     backward_total = (1 - forward_share) * (compute - optimizer)
     if activation_checkpointing:
-        backward_total += RECOMPUTE_SHARE * (compute - optimizer)
+        backward_total += recompute_share * (compute - optimizer)
         compute = optimizer + forward_total + backward_total
     micro_forward, micro_backward = (total / strategy.grad_accum_steps for total in (forward_total, backward_total))
     parts = collectives(strategy, hardware, shape, reshard_after_forward)
@@ -161,6 +173,10 @@ def predict(strategy: Strategy, hardware: Hardware, batch_size: int, seq_len: in
     if hide_under_step:
         step = exposed_first + exposed_last + max(compute, comm_seconds(parts, links, concurrent) - exposed_first
                                                   - exposed_last)
+    if strategy.sharding == parallel.TWO_LEVEL:
+        # workload.model.two_level.optimizer_step updates the root and layer 0 first and gathers them under the rest
+        # of the update: the step's first gather hides under the optimizer.
+        step -= min(optimizer, exposed_first)
     traffic = total_traffic(parts, hardware.nodes, hardware.gpus_per_node)
     world = hardware.nodes * hardware.gpus_per_node
     return {
@@ -216,9 +232,10 @@ def auto_strategy(hardware: Hardware, batch_size: int, seq_len: int, shape: Mode
     plan = parallel.choose(requested, "auto", hardware.nodes * hardware.gpus_per_node, hardware.gpus_per_node,
                            list(shape.units), node_gbytes_per_s=hardware.inter_node_gbytes_per_s,
                            bandwidth_source="instance facts", compute_seconds=compute,
-                           gpu_memory_bytes=int(hardware.gpu_memory_gib * GIB))
+                           gpu_memory_bytes=int(hardware.gpu_memory_gib * GIB), costs=shape.costs)
     name = {("full", "fp32"): "project-full", ("full", "bf16"): "full-bf16", ("hybrid", "fp32"): "hybrid",
-            ("hybrid", "bf16"): "hybrid-bf16"}[plan.sharding, plan.reduce_dtype]
+            ("hybrid", "bf16"): "hybrid-bf16", ("two-level", "fp32"): "two-level",
+            ("two-level", "bf16"): "two-level-bf16"}[plan.sharding, plan.reduce_dtype]
     return next(strategy for strategy in STRATEGIES if strategy.name == name), plan
 
 
@@ -245,6 +262,46 @@ def memory_lines(hardware: Hardware, batch_size: int, seq_len: int) -> list[dict
     return lines
 
 
+# issue 32's speed lines: the models and methods the dev stack's tokens/s are predicted for, each at the per-GPU batch
+# its memory plan takes (the 70B's qlora plan fits 1 x 2048 on an L4, not 2: docs/seventy-b.md).
+METHOD_CASES = (("Qwen/Qwen2.5-1.5B", ("full", "lora", "qlora"), None), ("Qwen/Qwen2.5-7B", ("full", "lora", "qlora"),
+                                                                          None),
+                ("meta-llama/Llama-3.3-70B-Instruct", ("full", "lora", "qlora"), 1))
+
+
+def method_line(model_id: str, method: str, hardware: Hardware, batch_size: int, seq_len: int) -> dict:
+    """The memory plan (workload.model.memory_plan.choose, the job's and the preview's) of `model_id` trained by
+    `method` on `hardware`, and predict's tokens/s for it with --sharding auto's layout: FLOPs of a frozen base
+    (workload.model.adapters.compute), the frozen base's gathers and the adapters' reductions, qlora's
+    dequantization."""
+    config = architectures.published(model_id)
+    world = hardware.nodes * hardware.gpus_per_node
+    plan = memory_plan.choose(config, batch_size=batch_size, seq_len=seq_len, world_size=world,
+                              ranks_per_node=hardware.gpus_per_node,
+                              gpu_memory_mib=round(hardware.gpu_memory_gib * 1024), reduce_dtype="auto",
+                              method={"method": method})
+    line = {"stack": hardware.name, "model": model_id, "method": method, "per_gpu_batch": batch_size,
+            "fits": plan.fits, "peak_gib": round(plan.peak_gib, 1), "plan": plan.describe()}
+    if not plan.fits:
+        return line
+    shape = step_shapes.config_shape(config, method)
+    strategy, layout = auto_strategy(hardware, plan.micro_batch, seq_len, shape, requested=plan.settings.sharding)
+    strategy = replace(strategy, grad_accum_steps=plan.settings.grad_accum_steps)
+    figures = predict(strategy, hardware, batch_size, seq_len, shape=shape,
+                      activation_checkpointing=plan.settings.activation_checkpointing,
+                      reshard_after_forward=plan.settings.reshard_after_forward)
+    return {**line, "layout": layout.describe(), "tokens_per_s": round(figures["tokens_per_s"]),
+            "step_s": round(figures["step_s"], 2), "compute_s": round(figures["compute_s"], 2),
+            "flops_per_token": shape.flops_per_token(seq_len),
+            "inter_node_gb_per_node": round(figures["inter_node_gb_per_node"], 2)}
+
+
+def method_lines(stack: str, batch_size: int, seq_len: int) -> list[dict]:
+    hardware = stack_hardware(stack)
+    return [method_line(model_id, method, hardware, batch or batch_size, seq_len)
+            for model_id, methods, batch in METHOD_CASES for method in methods]
+
+
 def assumptions(batch_size: int, seq_len: int) -> dict:
     return {
         "assumptions": "inputs of every line below",
@@ -261,8 +318,9 @@ def assumptions(batch_size: int, seq_len: int) -> dict:
         "central": dataclasses.asdict(CENTRAL),
         "ranges": LOW_HIGH,
         "sources": {
-            "l4_gemm_tflops": "zzc0721/torch-performance-test-data issue #120: 54-71 TFLOP/s sustained bf16 GEMM on an "
-                              "L4, 45-58% of its 121 TFLOP/s dense peak (72 W power cap)",
+            "l4_gemm_tflops": "zzc0721/torch-performance-test-data issue #120: square bf16 matmuls of 4096, 8192 and "
+                              "10240 on an L4 at 54.91, 59.40 and 56.90 TFLOP/s, 45-49% of its 121 TFLOP/s dense "
+                              "peak (72 W power cap); the step's GEMMs are of those sizes (70.89 at 2048 left out)",
             "network_efficiency": "no GPUDirect RDMA on G-family instances (aws/aws-ofi-nccl#547): EFA traffic is "
                                   "staged through host memory; 70-90% of the documented figure, which AWS gives per "
                                   "direction",
@@ -317,12 +375,12 @@ def rows(batch_size: int, seq_len: int) -> list[dict]:
                       **predict_range(chosen, hardware, batch_size, seq_len),
                       "recipe_tokens_per_s": predict_range(STRATEGIES[0], hardware, batch_size, seq_len)[
                           "tokens_per_s_range"], "plan": plan.as_dict()})
-        lines.append({"stack": stack, "strategy": f"lever (not built): {chosen.name} with every reduction hidden "
-                                                  "under the whole step (the optimizer and the next forward too)",
+        lines.append({"stack": stack, "strategy": f"ceiling (not built): {chosen.name} with every collective but "
+                                                  "the first gather and the last reduction hidden under the whole step",
                       "same_global_batch": True, **predict_range(chosen, hardware, batch_size, seq_len,
                                                                  hide_under_step=True)})
         lines += memory_lines(hardware, batch_size, seq_len)
-    return lines
+    return lines + method_lines("dev", batch_size, seq_len)
 
 
 def main() -> None:

@@ -12,10 +12,12 @@ import torch
 from torch import nn
 
 from bench.step_bench import RECIPE_MIN_NUM_PARAMS
-from bench.step_inputs import MODEL_CONFIG, Hardware, Strategy
+from bench.step_inputs import MODEL_CONFIG, RECOMPUTE_SHARE, Hardware, Strategy
 from workload.config import TrainConfig
 from workload.model import causal_lm as project
 from workload.model import memory, parallel
+from workload.model.adapters import compute as adapter_compute
+from workload.model.adapters import memory as adapter_memory
 from workload.model.parallel import Collective, step_collectives, total_traffic
 
 
@@ -33,20 +35,44 @@ class ModelShape:
     matmul_parameters: int
     layers: int
     hidden: int
+    method: str = "full"
+    """--method: lora and qlora train adapters on a frozen base (workload.model.adapters)."""
+    costs: tuple | None = None
+    """Each unit's parameters' (gathered bytes an element, trained), workload.model.parallel.method_units'."""
+    head_parameters: int = 0
+    adapter_parameters: int = 0
+    quantized_parameters: int = 0
+    """The NF4 weights qlora dequantizes every pass."""
 
     def flops_per_token(self, seq_len: int) -> float:
+        if self.method != "full":
+            return adapter_compute.flops_per_token(
+                self.method, matmul_parameters=self.matmul_parameters, head_parameters=self.head_parameters,
+                adapter_parameters=self.adapter_parameters, layers=self.layers, hidden=self.hidden, seq_len=seq_len)
         return project.flops_per_token(SimpleNamespace(num_hidden_layers=self.layers, hidden_size=self.hidden),
                                        self.matmul_parameters, seq_len)
 
+    def recompute_share(self, seq_len: int) -> float:
+        """What activation checkpointing adds, as a share of the step's FLOPs: the layers' forward again (a third of
+        full training's 6N; with a frozen base, 2N + 2A of 4N + 2 x head + 6A, about half)."""
+        attention = 12 * self.layers * self.hidden * seq_len
+        forward = 2 * (self.matmul_parameters - self.head_parameters) + 2 * self.adapter_parameters + attention / 3
+        return forward / self.flops_per_token(seq_len) if self.method != "full" else RECOMPUTE_SHARE
 
-def config_shape(config: dict) -> ModelShape:
+
+def config_shape(config: dict, method: str = "full", lora_rank: int = 16,
+                 lora_targets: str = "all-linear") -> ModelShape:
     """Any decoder from its config.json, without building it (workload.model.memory.unit_shapes, which
     tests/test_memory.py
-    checks against the model transformers builds)."""
-    untied_input_embedding = 0 if config.get("tie_word_embeddings", True) else (
-        config["vocab_size"] * config["hidden_size"])
-    return ModelShape(tuple(memory.unit_shapes(config)), memory.parameter_count(config) - untied_input_embedding,
-                      config["num_hidden_layers"], config["hidden_size"])
+    checks against the model transformers builds), trained by `method` (workload.model.parallel.method_units)."""
+    head = config["vocab_size"] * config["hidden_size"]
+    untied_input_embedding = 0 if config.get("tie_word_embeddings", True) else head
+    units, costs = parallel.method_units(config, method, lora_rank, lora_targets)
+    adapters = adapter_memory.adapter_parameters(config, lora_rank, lora_targets) if method != "full" else 0
+    quantized = config["num_hidden_layers"] * adapter_memory.quantized_parameters(config) if method == "qlora" else 0
+    return ModelShape(tuple(units), memory.parameter_count(config) - untied_input_embedding,
+                      config["num_hidden_layers"], config["hidden_size"], method,
+                      tuple(map(tuple, costs)) if costs else None, head, adapters, quantized)
 
 
 @functools.cache
@@ -108,7 +134,9 @@ def collectives(strategy: Strategy, hardware: Hardware, shape: ModelShape | None
     if strategy.step == "recipe":
         return recipe_collectives(recipe_units(meta_model().lm, RECIPE_MIN_NUM_PARAMS), world)
     mesh = parallel.mesh_shape(strategy.sharding, world, hardware.gpus_per_node)
-    return step_collectives((shape or default_shape()).units, mesh, strategy.reduce_dtype, reshard_after_forward)
+    shape = shape or default_shape()
+    return step_collectives(shape.units, mesh, strategy.reduce_dtype, reshard_after_forward,
+                            sharding=strategy.sharding, costs=shape.costs)
 
 
 def bytes_by_collective(parts: list[Collective], hardware: Hardware) -> dict:

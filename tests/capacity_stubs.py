@@ -61,7 +61,9 @@ class FakeAws(Aws):
     def stub(self, kind: str, region: str) -> Stubber:
         if (kind, region) not in self.stubs:
             service = "service-quotas" if kind == "quotas" else "ec2"
-            self.stubs[kind, region] = Stubber(self.client(service, region))
+            # A client of its own for each stub (Aws.client shares one per service and region): a Stubber answers
+            # only what it was given, and the survey's other EC2 calls go to moto.
+            self.stubs[kind, region] = Stubber(self._session.client(service, region_name=region))
             self.stubs[kind, region].activate()
         return self.stubs[kind, region]
 

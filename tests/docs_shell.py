@@ -130,10 +130,15 @@ class JourneyAws(Aws):
         for operation, answer in answers.items():
             # What botocore's Stubber does: the call's parameters are noted before they are serialized, and a
             # before-call handler that returns a response short-circuits the HTTP request.
-            client.meta.events.register(f"before-parameter-build.{service_id}.{operation}", _note_params)
+            # Aws keeps one client per service and region: the same operation's handlers are registered once
+            # (botocore keeps one handler per unique_id), the latest answer in place of an earlier one.
+            client.meta.events.register(f"before-parameter-build.{service_id}.{operation}", _note_params,
+                                        unique_id=f"journey-params-{operation}")
+            client.meta.events.unregister(f"before-call.{service_id}.{operation}", unique_id=f"journey-{operation}")
             client.meta.events.register(
                 f"before-call.{service_id}.{operation}",
-                lambda context, answer=answer, **_: (AWSResponse("", 200, {}, None), answer(context["api_params"])))
+                lambda context, answer=answer, **_: (AWSResponse("", 200, {}, None), answer(context["api_params"])),
+                unique_id=f"journey-{operation}")
         return client
 
     def quotas(self, region: str):
@@ -251,6 +256,10 @@ CONFIG_EFFECTS: dict[str, Callable[[ProgramRun, str], Any]] = {
     "trainTimeoutMinutes": lambda run, value: _job(run).inputs["timeout_s"] == 60 * int(value),
     "trainModelId": lambda run, value: (job_flags(run)["--model_id"] == value
                                         and run.exports["jobMemoryPlan"]["fits"] is True),
+    "trainMethod": lambda run, value: (job_flags(run)["--method"] == value
+                                       and run.exports["jobMemoryPlan"]["method"] == value),
+    "trainBatchSize": lambda run, value: (job_flags(run)["--batch_size"] == value
+                                          and run.exports["jobMemoryPlan"]["batch_size"] == int(value)),
 }
 # The job's stack outputs (__main__.py's exports) and the provider outputs they read.
 JOB_EXPORTS = {"jobId": "job_id", "jobStatus": "status", "jobFollow": "follow", "jobFinalLoss": "final_loss",

@@ -32,6 +32,8 @@ RECORDED = {
     "replicate": ((4, 1), {}),
     "full-reshard": ((4,), {"reshard_after_forward": True}),
     "hybrid-accum2": ((2, 2), {"grad_accum_steps": 2}),
+    "two-level": ((2, 2), {}),
+    "two-level-bf16-reshard": ((2, 2), {"reduce_dtype": "bf16", "reshard_after_forward": True}),
 }
 
 
@@ -71,12 +73,12 @@ def _bytes(tensors) -> int:
     return sum(tensor.numel() * tensor.element_size() for tensor in tensors)
 
 
-def _train(cfg: TrainConfig, mesh_shape, rank: int) -> tuple[list[float], dict[str, torch.Tensor]]:
+def _train(cfg: TrainConfig, mesh_shape, rank: int, two_level: bool = False) -> tuple[list[float], dict]:
     """STEPS steps on one batch per rank, in fp32 compute: the losses (mean over ranks), which fall as the batch is
     learnt, and the full parameters after them."""
     cpu = torch.device("cpu")
     sharded = model.shard_model(model.build_model(cfg, cpu), model.build_mesh(cpu, mesh_shape), cfg,
-                                param_dtype=torch.float32)
+                                param_dtype=torch.float32, two_level=two_level)
     optimizer = model.build_optimizer(sharded, cfg)
     batch = random_batches(cfg, 512, rank)(0)
     losses = []
@@ -107,11 +109,13 @@ def worker(rank: int, port: int, out: str) -> None:
                                "full-accum2": ((4,), dataclasses.replace(BASE, grad_accum_steps=2)),
                                "hybrid-accum2": ((2, 2), dataclasses.replace(BASE, grad_accum_steps=2))}.items():
         results["train"][name] = _train(cfg, shape, rank)
+    results["train"]["two-level"] = _train(BASE, (2, 2), rank, two_level=True)
 
     batch = random_batches(BASE, 512, rank)(0)
     for name, (shape, overrides) in RECORDED.items():
         cfg = dataclasses.replace(BASE, **overrides)
-        sharded = model.shard_model(model.build_model(cfg, cpu), model.build_mesh(cpu, shape), cfg)
+        sharded = model.shard_model(model.build_model(cfg, cpu), model.build_mesh(cpu, shape), cfg,
+                                    two_level=name.startswith("two-level"))
         optimizer = model.build_optimizer(sharded, cfg)
         results["recorded"][name] = _record(lambda b: model.train_step(sharded, optimizer, b, cfg), batch)
     for min_num_params in RECIPE_MIN_NUM_PARAMS:

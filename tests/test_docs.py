@@ -23,7 +23,7 @@ import pytest
 
 from tests.docs_shell import (
     FENCED, REPO, JourneyAws, Shell, bash_block, github_anchor, job_flags, page, sample_block, table)
-from tests.pulumi_mocks import program, stack_settings
+from tests.pulumi_mocks import program, run_program_expecting_error, stack_settings
 from workload.run import local
 from workload.model.causal_lm import learning_rate_at
 from workload.data.examples import dataset_blocks
@@ -44,6 +44,7 @@ FOLLOWED = {
     ("docs/jobs.md", "## Long runs: `pulumi up` returns, the job runs on"):
         "test_docs.test_the_long_run_flow_as_written",
     ("docs/models.md", "## The memory plan"): "test_docs.test_an_8b_model_on_p5_as_written",
+    ("docs/seventy-b.md", "## The stack"): "test_docs.test_the_70b_path_as_written",
 }
 
 
@@ -107,6 +108,38 @@ def test_an_8b_model_on_p5_as_written(project, aws_env):
     plan = json.loads(outputs[-1])
     assert plan["fits"] and plan["changed"] == [] and plan["shards"] == 8, f"p5 fits Qwen3-8B as requested: {plan}"
     assert f'"peak_gib": {plan["peak_gib"]}' in models, f"docs/models.md shows the plan's peak, {plan['peak_gib']} GiB"
+
+
+def test_the_70b_path_as_written(project, aws_env):
+    from bench import step_model
+
+    shell = Shell(project, JourneyAws("us-west-2"))
+    text = page("docs/seventy-b.md")
+    outputs = [shell(command) for command in bash_block(text, "## The stack")]
+    flags = job_flags(shell.run)
+    assert shell.stack == "dev" and (flags["--method"], flags["--batch_size"]) == ("qlora", "1"), flags
+    shown = sample_block(text, "exports the plan as `jobMemoryPlan`:")
+    assert json.loads(outputs[-1]) == json.loads(shown[0]), f"the page shows the plan the preview made:\n{outputs[-1]}"
+    refused = run_program_expecting_error("dev", {"trainMethod": "full"}, project_dir=project).error
+    assert sample_block(text, "naming the method that fits first:") == [str(refused)], \
+        f"the page shows the preview's refusal of full as it prints it:\n{refused}"
+    line = step_model.method_line("meta-llama/Llama-3.3-70B-Instruct", "qlora", step_model.stack_hardware("dev"), 1,
+                                  2048)
+    flat = " ".join(text.split())
+    for figure in (f"{line['tokens_per_s']} tokens/s", f"{line['step_s']} s per step",
+                   f"{line['flops_per_token'] / 1e9:.0f} GFLOP a token",
+                   f"{line['inter_node_gb_per_node']:.0f} GB per node"):
+        assert figure in flat, f"docs/seventy-b.md shows bench.step_model's {figure!r}"
+    from workload.model import architectures, memory
+    from workload.model.adapters import memory as adapter_memory
+
+    config = architectures.published("meta-llama/Llama-3.3-70B-Instruct")
+    two = memory.estimate(config, micro_batch=2, seq_len=2048, shards=8, activation_checkpointing=True,
+                          reshard_after_forward=True, compiled=True, method="qlora", reduce_dtype="auto")
+    for figure in (f"projects to {two.peak_gib:.1f} GiB",
+                   f"{adapter_memory.NF4_BYTES_PER_PARAMETER:.3f} bytes a weight",
+                   f"{adapter_memory.adapter_parameters(config, 16) / 1e6:.0f} M parameters at rank 16"):
+        assert figure in flat, f"docs/seventy-b.md shows the memory model's {figure!r}"
 
 
 def test_the_model_table_is_what_the_preview_says():

@@ -40,6 +40,15 @@ def _assert_close_weights(got: dict, expected: dict, what: str) -> None:
     assert worst <= 5e-5, f"{what}: weights after {STEPS} steps differ by up to {worst:.2e}"
 
 
+def test_two_level_collectives_give_full_sharding_s_losses_and_weights(gloo_run):
+    """The same sums in another order (inside each node, then between the nodes) and AdamW's update of the root and
+    layer 0 before the rest: fp32 rounding apart, full sharding's step."""
+    (full_losses, full_state), (two_level_losses, two_level_state) = (
+        gloo_run["train"]["full"], gloo_run["train"]["two-level"])
+    assert two_level_losses == pytest.approx(full_losses, rel=1e-6), (two_level_losses, full_losses)
+    _assert_close_weights(two_level_state, full_state, "two-level against full sharding")
+
+
 def test_hsdp_gives_the_same_losses_and_weights_as_fsdp(gloo_run):
     (full_losses, full_state), (hybrid_losses, hybrid_state) = gloo_run["train"]["full"], gloo_run["train"]["hybrid"]
     assert full_losses[-1] < full_losses[0], f"the loss must fall over {STEPS} steps on one batch: {full_losses}"
@@ -61,7 +70,8 @@ def test_accumulated_micro_batches_equal_one_big_batch(gloo_run, layout):
 def test_recorded_collectives_are_the_formula(gloo_run, name):
     shape, overrides = RECORDED[name]
     cfg = dataclasses.replace(BASE, **overrides)
-    expected = parallel.step_collectives(tiny_units(), shape, cfg.reduce_dtype, cfg.reshard_after_forward)
+    expected = parallel.step_collectives(tiny_units(), shape, cfg.reduce_dtype, cfg.reshard_after_forward,
+                                         sharding="two-level" if name.startswith("two-level") else "")
     recorded = gloo_run["recorded"][name]
     assert collections.Counter(recorded["c10d"]) == collections.Counter(
         (c.operation, c.ranks, c.size, c.phase) for c in expected), (
@@ -121,6 +131,14 @@ def test_traffic_per_step_matches_the_closed_forms():
     # HSDP: each node all-reduces every gradient once with the other node: 2(N-1)/N of the gradients.
     assert between_nodes("hybrid", "fp32") == pytest.approx(2 * (nodes - 1) / nodes * 4 * parameters)
     assert between_nodes("hybrid", "bf16") == pytest.approx(2 * (nodes - 1) / nodes * 2 * parameters)
+    # Two-level: HSDP's bytes between nodes, the bf16 weights' half in the forward, the gradients' in the backward.
+    parts = parallel.step_collectives(units, (nodes, per_node), "bf16", sharding="two-level")
+    by_phase = {phase: parallel.total_traffic([c for c in parts if c.phase == phase], nodes,
+                                              per_node).inter_node_bytes_per_node for phase in ("forward", "backward")}
+    assert by_phase["forward"] == by_phase["backward"] == pytest.approx((nodes - 1) / nodes * 2 * parameters)
+    # ... and full sharding's bytes inside a node.
+    inside = parallel.total_traffic(parts, nodes, per_node).intra_node_bytes_per_gpu
+    assert inside == pytest.approx(2 * (per_node - 1) / per_node * 2 * parameters)
 
 
 def _qwen_choice(instance_type: str, nodes: int = 2, **overrides) -> parallel.Plan:
@@ -134,19 +152,22 @@ def _qwen_choice(instance_type: str, nodes: int = 2, **overrides) -> parallel.Pl
     return parallel.choose("auto", "auto", nodes * facts.gpus, facts.gpus, units, **figures)
 
 
-def test_auto_picks_hsdp_with_bf16_where_the_network_is_the_bottleneck():
-    plan = _qwen_choice("g6.12xlarge")
-    assert (plan.sharding, plan.mesh_shape, plan.reduce_dtype) == ("hybrid", (2, 4), "bf16"), plan
-    assert "network-bound" in plan.reason and "5 GB/s" in plan.reason, plan.reason
+@pytest.mark.parametrize("instance_type, reduce_dtype", [("g6.12xlarge", "bf16"), ("p4d.24xlarge", "fp32")])
+def test_auto_picks_two_level_where_the_network_is_the_bottleneck(instance_type, reduce_dtype):
+    plan = _qwen_choice(instance_type)
+    gpus = INSTANCE_FACTS[instance_type].gpus
+    assert (plan.sharding, plan.mesh_shape, plan.reduce_dtype) == ("two-level", (2, gpus), reduce_dtype), plan
+    assert "network-bound" in plan.reason and "two-level 4.63 GB half in the forward" in plan.reason, plan.reason
+    # What the first progress line says (train_func prints plan.describe()).
+    assert plan.describe().startswith(f"two-level over mesh 2x{gpus}, gradients reduced in {reduce_dtype}"), plan
 
 
 @pytest.mark.parametrize("instance_type, nodes, overrides, sharding, words", [
     ("p5.48xlarge", 2, {}, "full", "hidden"),
     ("g6.12xlarge", 1, {}, "full", "one node"),
-    ("g6.12xlarge", 2, {"gpu_memory_bytes": 8 * 2**30}, "full", "memory"),
-    # One GPU per node: HSDP all-reduces all fp32 gradients, more than full sharding's ring moves.
-    ("g6.xlarge", 2, {"gpu_memory_bytes": None}, "full", "HSDP sends"),
-    ("g6.12xlarge", 2, {"node_gbytes_per_s": None}, "hybrid", "bandwidth or compute unknown"),
+    # One GPU per node: the ring between the nodes is all there is; two levels would add nothing.
+    ("g6.xlarge", 2, {"gpu_memory_bytes": None}, "full", "one rank per node"),
+    ("g6.12xlarge", 2, {"node_gbytes_per_s": None}, "two-level", "bandwidth or compute unknown"),
 ])
 def test_auto_keeps_full_sharding_unless_the_network_is_the_bottleneck(instance_type, nodes, overrides, sharding,
                                                                        words):
@@ -165,6 +186,8 @@ def test_explicit_flags_win_and_bad_layouts_are_refused():
         parallel.choose("hybrid", "fp32", 8, 3, units)
     with pytest.raises(ValueError, match="--sharding hybrid needs"):
         parallel.choose("hybrid", "fp32", 8, None, units)
+    plan = parallel.choose("two-level", "bf16", 8, 4, units)
+    assert (plan.sharding, plan.mesh_shape, plan.reduce_dtype) == ("two-level", (2, 4), "bf16"), plan
 
 
 @pytest.mark.parametrize("node_ranks, sizes, expected", [
@@ -175,7 +198,7 @@ def test_ranks_per_node_needs_equal_nodes_of_consecutive_ranks(node_ranks, sizes
 
 def test_a_worker_plans_from_its_placement(gloo_run):
     grouped, interleaved = gloo_run["plans"]["grouped"], gloo_run["plans"]["interleaved"]
-    assert (grouped["sharding"], grouped["mesh_shape"]) == ("hybrid", [2, 2]), grouped
+    assert (grouped["sharding"], grouped["mesh_shape"]) == ("two-level", [2, 2]), grouped
     assert grouped["reduce_dtype"] == "fp32" and "compute unknown" in grouped["reason"], (
         f"no FLOP/s peak on CPU: fewer bytes decide, and fp32 stays: {grouped}")
     assert interleaved["sharding"] == "full" and "not grouped" in interleaved["reason"], interleaved

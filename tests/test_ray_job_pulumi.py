@@ -13,6 +13,7 @@ from infra.job import ray_job
 from infra.job import job_config
 from tests.pulumi_mocks import is_secret_value, program, run_program, run_under_mocks, stack_settings
 from tests.stacks import INSTANCE_FACTS
+from workload.model import adapters
 
 JOB = "pulumi-python:dynamic/raytrain:TrainingJob"
 TRAIN = {
@@ -121,8 +122,10 @@ def test_fp8_reaches_the_job_with_torchao_installed_at_start():
     assert "--fp8" in job.inputs["train_args"], job.inputs["train_args"]
     # The image has no torchao: the job's runtime_env installs it, next to trainPip's own packages.
     assert job.inputs["pip"] == ["einops==0.8.1", "torchao==0.18.0"], job.inputs["pip"]
-    pinned = SimpleNamespace(fp8=True, pip=("TorchAO==0.17.0", "https://example.com/x.whl"), report_to="tensorboard")
-    assert job_config.job_pip(pinned) == list(pinned.pip), "trainPip's own torchao, by its canonical name, wins"
+    pinned = SimpleNamespace(fp8=True, pip=("TorchAO==0.17.0", "https://example.com/x.whl"), report_to="tensorboard",
+                             method="qlora")
+    assert job_config.job_pip(pinned) == [*pinned.pip, adapters.PEFT_REQUIREMENT], \
+        "trainPip's own torchao, by its canonical name, wins over trainFp8's and qlora's; qlora's peft is added"
 
 
 def test_checkpoint_every_reaches_the_job():

@@ -58,8 +58,8 @@ CHAT_TEMPLATES = ("qwen2.5", "llama3")
 """Names accepted by --chat_template besides a .jinja file: the published templates in workload/data/templates/."""
 TRUNCATIONS = ("truncate", "keep_end", "split")
 """Names accepted by --truncation: what happens to a chat or prompt-completion example longer than --seq_len."""
-SHARDINGS = ("auto", "full", "hybrid")
-"""Names accepted by --sharding (workload.model.parallel chooses between full and hybrid for auto)."""
+SHARDINGS = ("auto", "full", "hybrid", "two-level")
+"""Names accepted by --sharding (workload.model.parallel chooses between full and two-level for auto)."""
 REDUCE_DTYPES = ("auto", "fp32", "bf16")
 """Names accepted by --reduce_dtype (workload.model.parallel resolves auto)."""
 LR_SCHEDULES = ("constant", "linear", "cosine")
@@ -205,8 +205,9 @@ class TrainConfig:
     )
     sharding: str = flag(
         "auto",
-        "full: FSDP over every rank; hybrid: FSDP inside each node, replicas across nodes (HSDP); auto: chosen from "
-        "the cluster's shape, network and memory.",
+        "full: FSDP over every rank; hybrid: FSDP inside each node, replicas across nodes (HSDP); two-level: FSDP "
+        "over every rank, each gather and reduction split into a step between nodes and one inside each node; auto: "
+        "chosen from the cluster's shape and network.",
     )
     reduce_dtype: str = flag(
         "auto",

@@ -93,7 +93,8 @@ def train_func(config: dict) -> None:
     peak = peak_flops(device)
     plan = parallel.plan_for_worker(cfg, model, device, world_size, context.get_node_rank(),
                                     context.get_local_world_size(), fabric_check)
-    model = shard_model(model, build_mesh(device, plan.mesh_shape), cfg, reduce_dtype=plan.reduce_dtype)
+    model = shard_model(model, build_mesh(device, plan.mesh_shape), cfg, reduce_dtype=plan.reduce_dtype,
+                        two_level=plan.sharding == parallel.TWO_LEVEL)
     if directory:
         started = time.perf_counter()
         load_pretrained(model, directory, device, cfg)

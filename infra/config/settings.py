@@ -168,6 +168,16 @@ class TrainConfig:
     """trainWandbProject: the W&B project for trainReportTo wandb."""
     push_to_hub: str = ""
     """trainPushToHub: the Hub repo the exported model is uploaded to."""
+    method: str = "full"
+    """trainMethod: full, lora or qlora (workload.model.adapters)."""
+    lora_rank: int = 16
+    """trainLoraRank: the adapters' rank."""
+    lora_alpha: float = 32.0
+    """trainLoraAlpha: the adapters' scale is lora_alpha / lora_rank."""
+    lora_dropout: float = 0.0
+    """trainLoraDropout: dropout on the adapters' input."""
+    lora_targets: str = "all-linear"
+    """trainLoraTargets: the decoder blocks' linear layers that get adapters."""
 
 
 @dataclass(frozen=True)

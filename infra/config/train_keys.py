@@ -32,6 +32,7 @@ from workload.config import (
     parse_report_to,  # trainReportTo
 )
 from workload.fabric.transport import EXPECTATIONS as EXPECT_TRANSPORTS  # trainExpectTransport
+from workload.model import adapters  # trainMethod and trainLora*: the job's own names and check
 
 
 def parse_train(raw: dict[str, Any]) -> TrainConfig:
@@ -148,7 +149,35 @@ def parse_train(raw: dict[str, Any]) -> TrainConfig:
         mlflow_tracking_uri=default_tracking_uri(raw, parse_report_to(raw["trainReportTo"])),
         wandb_project=raw["trainWandbProject"],
         push_to_hub=raw["trainPushToHub"],
+        **_parse_method(raw),
     )
+
+
+# The flags of trainMethod and its keys, as workload.model.adapters.check names them.
+METHOD_KEYS = {"--method": "trainMethod", "--lora_rank": "trainLoraRank", "--lora_alpha": "trainLoraAlpha",
+               "--lora_dropout": "trainLoraDropout", "--lora_targets": "trainLoraTargets"}
+
+
+def _parse_method(raw: dict[str, Any]) -> dict[str, Any]:
+    """trainMethod and the trainLora* keys, checked by the job's own workload.model.adapters.check (so the stack and
+    the job accept the same values), its refusal naming the key instead of the flag."""
+    require(raw["trainMethod"] in adapters.METHODS, "trainMethod",
+             f"{raw['trainMethod']!r} is not one of {list(adapters.METHODS)}")
+    numbers = {}
+    for key, field in (("trainLoraAlpha", "lora_alpha"), ("trainLoraDropout", "lora_dropout")):
+        try:
+            numbers[field] = float(raw[key])
+        except (TypeError, ValueError):
+            raise ValueError(f"config key {key!r}: {raw[key]!r} is not a number") from None
+    settings = {"method": raw["trainMethod"], "lora_rank": raw["trainLoraRank"], **numbers,
+                "lora_targets": raw["trainLoraTargets"]}
+    try:
+        adapters.check(settings["method"], settings["lora_rank"], settings["lora_alpha"], settings["lora_dropout"],
+                       settings["lora_targets"])
+    except ValueError as error:
+        flag, _, rest = str(error).partition(" ")
+        raise ValueError(f"config key {METHOD_KEYS.get(flag, flag)!r}: {rest}") from None
+    return settings
 
 
 # The tokens the trackers and the Hub read from the job's environment: never in trainEnv (Ray's dashboard shows a

@@ -16,7 +16,7 @@ from packaging.utils import canonicalize_name
 from infra.config import InstanceFacts, StackConfig, TrainExamples
 from workload.config import parse_report_to
 from workload.metrics.tracking import TRACKER_REQUIREMENTS  # standard library only: the trackers' client pins
-from workload.model import fp8  # standard library only: the preview's fp8 check and torchao's pin
+from workload.model import adapters, fp8  # standard library only: the preview's fp8 check, the pins they install
 
 if TYPE_CHECKING:
     from workload.config import TrainConfig as WorkloadConfig
@@ -58,7 +58,8 @@ STACK_KEYS = {
     "tokenizer": "trainTokenizer", "eval_split": "trainEvalSplit", "eval_fraction": "trainEvalFraction",
     "eval_every": "trainEvalEvery", "export": "trainExport", "fp8": "trainFp8", "report_to": "trainReportTo",
     "mlflow_tracking_uri": "trainMlflowTrackingUri", "wandb_project": "trainWandbProject",
-    "push_to_hub": "trainPushToHub",
+    "push_to_hub": "trainPushToHub", "method": "trainMethod", "lora_rank": "trainLoraRank",
+    "lora_alpha": "trainLoraAlpha", "lora_dropout": "trainLoraDropout", "lora_targets": "trainLoraTargets",
 }
 # The flags of trainDataFormat and its keys (infra.config.TrainExamples' fields), for naming only.
 EXAMPLES_KEYS = {
@@ -110,8 +111,9 @@ def workload_config(cfg: StackConfig, facts: InstanceFacts) -> "WorkloadConfig":
 
 
 def job_pip(train) -> list[str]:
-    """trainPip, plus what the job's flags need beyond the image: torchao for trainFp8, and the client of each tracker
-    trainReportTo names (mlflow-skinny, wandb), unless trainPip names the package."""
+    """trainPip, plus what the job's flags need beyond the image: torchao for trainFp8, peft for trainMethod lora
+    (and torchao for qlora), and the client of each tracker trainReportTo names (mlflow-skinny, wandb), unless trainPip
+    names the package."""
     pip = list(train.pip)
 
     def name(entry: str) -> str:
@@ -121,8 +123,11 @@ def job_pip(train) -> list[str]:
             return entry  # a URL or a path: never torchao by name
 
     named = {name(entry) for entry in pip}
-    if train.fp8 and "torchao" not in named:
-        pip.append(fp8.TORCHAO_REQUIREMENT)
+    needed = ([fp8.TORCHAO_REQUIREMENT] if train.fp8 else []) + list(adapters.requirements(train.method))
+    for requirement in needed:  # torchao once, when both trainFp8 and qlora want it
+        if name(requirement) not in named:
+            pip.append(requirement)
+            named.add(name(requirement))
     for tracker in parse_report_to(train.report_to):
         requirement = TRACKER_REQUIREMENTS.get(tracker)
         if requirement and name(requirement) not in named:

@@ -11,7 +11,7 @@ from infra.job import job_config
 from infra.preview import dataset_records, instance_facts, model_config
 from workload.config import CHAT_TEMPLATES, is_local_dataset
 from workload.data.chat import KNOWN_CHAT_TEMPLATES
-from workload.model import memory, memory_plan, model_source
+from workload.model import adapters, memory, memory_plan, model_source
 
 
 def check_job(cfg: StackConfig, gpu: InstanceFacts, *, identity: AwsIdentity | None = None,
@@ -110,9 +110,11 @@ def check_job_shape(workload: Any, architecture: dict, gpu: InstanceFacts, worke
     if plan.fits:
         return plan
     billions = memory.parameter_count(architecture) / 1e9
+    method = f" with trainMethod {workload.method}" if workload.method != "full" else ""
     raise ValueError(
         f"config keys 'trainModelId', 'trainBatchSize' and 'trainSeqLen': {model} ({billions:.2f} B parameters) needs "
-        f"{plan.peak_gib:.1f} GiB on each of the {workers} GPUs of {gpu.instance_type} at {workload.batch_size} x "
+        f"{plan.peak_gib:.1f} GiB on each of the {workers} GPUs of {gpu.instance_type}{method} at "
+        f"{workload.batch_size} x "
         f"{workload.seq_len} tokens per GPU even with {plan.describe().split(':')[0]}, and they leave "
         f"{plan.usable_gib - memory.MARGIN_GIB:.1f} GiB ({memory.MARGIN_GIB:g} GiB kept free); allowed: "
         + "; or ".join(what_would_fit(workload, architecture, gpu, workers, node_count=node_count, compiled=compiled)))
@@ -123,10 +125,11 @@ def what_would_fit(workload: Any, architecture: dict, gpu: InstanceFacts, worker
     """A refusal's alternatives, each found in closed form or by binary search: a smaller per-GPU batch on this
     cluster, the node count of this type at which the shards fit, the known instance types that fit at this node
     count (or the node count they need)."""
-    options = []
+    method = memory_plan.method_settings(workload)
+    options = lighter_methods(workload, architecture, gpu, workers, compiled=compiled)
     batch = memory_plan.largest_micro_batch(architecture, seq_len=workload.seq_len, shards=workers,
                                             world_size=workers, gpu_memory_mib=gpu.gpu_memory_mib,
-                                            below=workload.batch_size, compiled=compiled)
+                                            below=workload.batch_size, compiled=compiled, method=method)
     if batch:
         options.append(f"a per-GPU batch (trainBatchSize) of {'1' if batch == 1 else f'1 to {batch}'} at trainSeqLen "
                        f"{workload.seq_len}")
@@ -135,7 +138,7 @@ def what_would_fit(workload: Any, architecture: dict, gpu: InstanceFacts, worker
         shards = memory.shards_needed(architecture, usable=memory.usable_gib(gpu_memory_mib),
                                       micro_batch=workload.batch_size, seq_len=workload.seq_len,
                                       activation_checkpointing=True, reshard_after_forward=True, grad_accum_steps=1,
-                                      reduce_dtype=workload.reduce_dtype, compiled=compiled)
+                                      reduce_dtype=workload.reduce_dtype, compiled=compiled, **method)
         return -(-shards // gpus_per_node) if shards else None
 
     nodes = nodes_for(gpu.gpus, gpu.gpu_memory_mib)
@@ -197,3 +200,24 @@ def check_min_bus_bandwidth(cfg: StackConfig, gpu: InstanceFacts, workers: int) 
             f"config key 'trainMinBusBandwidthGBps': {minimum:g} GB/s is more than the {gpu.network_gbps:g} Gbit/s "
             f"network of {gpu.instance_type} carries between nodes ({link:g} GB/s), so the job would always fail "
             f"its fabric check; allowed: 0 (no minimum) to {link:g}")
+
+
+def lighter_methods(workload: Any, architecture: dict, gpu: InstanceFacts, workers: int, *,
+                    compiled: bool) -> list[str]:
+    """The first method after the job's, in the order full, lora, qlora (each keeps less of the model per GPU), whose
+    plan fits this cluster: as requested, or else at the largest per-GPU batch that fits; empty when none does."""
+    later = adapters.METHODS[adapters.METHODS.index(workload.method) + 1:]
+    for method in later:
+        plan = memory_plan.for_job(workload, architecture, world_size=workers, ranks_per_node=gpu.gpus,
+                                   gpu_memory_mib=gpu.gpu_memory_mib, compiled=compiled, method=method)
+        if plan.fits:
+            levers = plan.describe().split(":")[0]
+            return [f"trainMethod: {method} ({plan.peak_gib:.1f} of {plan.usable_gib:.1f} GiB per GPU with {levers})"]
+        batch = memory_plan.largest_micro_batch(
+            architecture, seq_len=workload.seq_len, shards=workers, world_size=workers,
+            gpu_memory_mib=gpu.gpu_memory_mib, below=workload.batch_size, compiled=compiled,
+            method=memory_plan.method_settings(workload, method))
+        if batch:
+            return [f"trainMethod: {method} with trainBatchSize {'1' if batch == 1 else f'1 to {batch}'} (fits with "
+                    "activation checkpointing and reshard_after_forward)"]
+    return []

@@ -30,6 +30,10 @@ class Aws:
             flag = f"--profile {profile}" if profile else f"AWS_PROFILE={error.kwargs.get('profile')!r}"
             raise cli.UsageError(f"{flag}: no such AWS profile in the AWS config files") from None
         self._lock = threading.Lock()  # creating clients from one session is not thread-safe
+        # One client per service, region and config: botocore builds a client's class anew on every create_client
+        # (EC2's has some 700 methods), and the survey asks for EC2 three times in each region. Clients themselves
+        # are thread-safe (boto3's documentation, "Multithreading or multiprocessing with clients").
+        self._clients: dict[tuple, object] = {}
 
     @property
     def home_region(self) -> str:
@@ -37,7 +41,10 @@ class Aws:
 
     def client(self, service: str, region: str, config: Config = _CLIENT_CONFIG):
         with self._lock:
-            return self._session.client(service, region_name=region, config=config)
+            key = (service, region, id(config))
+            if key not in self._clients:
+                self._clients[key] = self._session.client(service, region_name=region, config=config)
+            return self._clients[key]
 
     def ec2(self, region: str):
         return self.client("ec2", region)

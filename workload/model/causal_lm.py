@@ -23,6 +23,7 @@ from workload import cli
 from workload.config import ARCHITECTURES, TrainConfig
 from workload.model import files as model_files
 from workload.model import architectures, compatibility, fp8, model_source, weights
+from workload.model import two_level as two_level_collectives
 from workload.model.adapters import lora
 
 IGNORE_INDEX = -100  # a target that carries no loss (workload/data/chat.py labels prompts with it)
@@ -260,8 +261,7 @@ def build_model(cfg: TrainConfig, device: torch.device, directory: str | None = 
 
 
 def load_pretrained(model: CausalLMWithLoss, directory: str, device: torch.device, cfg: TrainConfig) -> None:
-    """This rank's shards of --model_id's weights, read from the safetensors files in `directory` into the
-    meta-built model that shard_model has sharded (workload.model.weights), and --method lora's adapters' first values."""
+    """This rank's shards of --model_id's weights, sharded (workload.model.weights); then the adapters' first values."""
     weights.load_sharded(model, directory, device, f"--model_id {cfg.model_id}", prefix=LM_PREFIX,
                          file_name=lora.file_name)
     lora.initialize(model, cfg.seed)
@@ -280,11 +280,14 @@ def compile_enabled(cfg: TrainConfig, device: torch.device) -> bool:
 
 
 def shard_model(model: CausalLMWithLoss, mesh: DeviceMesh, cfg: TrainConfig, reduce_dtype: str | None = None,
-                param_dtype: torch.dtype = torch.bfloat16) -> CausalLMWithLoss:
+                param_dtype: torch.dtype = torch.bfloat16, two_level: bool = False) -> CausalLMWithLoss:
     """FSDP2: one unit per decoder layer, then the root (embedding, final norm, lm_head); bf16 compute (tests pass
     fp32), gradients reduced in `reduce_dtype` (default --reduce_dtype). On a 2-D mesh this is HSDP: each unit is
-    sharded over the mesh's second dimension and its gradients all-reduced over the first."""
+    sharded over the mesh's second dimension and its gradients all-reduced over the first; with `two_level`, each
+    unit is sharded over every rank and gathered and reduced in two steps, between the mesh's (nodes, ranks per
+    node) nodes and inside them (workload.model.two_level)."""
     reduce = TORCH_REDUCE_DTYPES[reduce_dtype or cfg.reduce_dtype]
+    levels, mesh = (mesh, init_device_mesh(mesh.device_type, (mesh.size(),))) if two_level else (None, mesh)
     policy = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=reduce)
     compile_layers = compile_enabled(cfg, torch.device(mesh.device_type))
     if cfg.fp8:  # before compile and FSDP wrap the layers, so both see the fp8 linears
@@ -296,6 +299,8 @@ def shard_model(model: CausalLMWithLoss, mesh: DeviceMesh, cfg: TrainConfig, red
             layer.compile()
         fully_shard(layer, mesh=mesh, mp_policy=policy, reshard_after_forward=cfg.reshard_after_forward)
     fully_shard(model, mesh=mesh, mp_policy=policy)
+    if levels is not None:
+        two_level_collectives.apply(model, levels)
     return model
 
 
@@ -373,7 +378,7 @@ def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, batch,
         loss += micro_loss.detach()
     if cfg.max_grad_norm:
         torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], cfg.max_grad_norm)
-    optimizer.step()
+    two_level_collectives.optimizer_step(model, optimizer)  # optimizer.step(), two-level's in its order
     optimizer.zero_grad(set_to_none=True)
     return loss
 

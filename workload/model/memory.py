@@ -30,12 +30,17 @@ bench/memory_bench.py measures it on an H200 with a fake process group at the cl
 shards) and checks each projection; bench/results/RESULTS.md has the figures. On top of what PyTorch allocates a job
 needs the CUDA context, NCCL's buffers and the caching allocator's slack: `fits` keeps those free.
 
+--method lora and qlora (a frozen base, trained adapters) change the state, the gathered weights, the activations and
+the root's reduction: workload/model/adapters/memory.py counts them, and `estimate(..., method=...)` takes them.
+
 Standard library only: the Pulumi program imports this, and it must not pull in torch.
 """
 from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
+
+from workload.model.adapters import memory as adapter_memory
 
 GIB = 2**30
 
@@ -249,9 +254,11 @@ class MemoryEstimate:
 
 def _moments(config: dict, *, micro_batch: int, seq_len: int, activation_checkpointing: bool,
              reshard_after_forward: bool, grad_accum_steps: int, reduce_dtype: str,
-             compiled: bool) -> dict[str, tuple[dict, int]]:
+             compiled: bool, method: str = "full", lora_rank: int = 16, lora_targets: str = "all-linear",
+             lora_dropout: float = 0.0) -> dict[str, tuple[dict, int]]:
     """The three moments the peak can fall on, each as (its unsharded parts in bytes, the bytes FSDP shards over
-    every shard): the last micro-batch's loss, the root's gradient reduction, and the optimizer step."""
+    every shard): the last micro-batch's loss, the root's gradient reduction, and the optimizer step. --method lora
+    and qlora: workload.model.adapters.memory's, from the same activations and loss."""
     parameters = parameter_count(config)
     layers = config["num_hidden_layers"]
     per_layer, root = layer_parameters(config), root_parameters(config)
@@ -277,8 +284,15 @@ def _moments(config: dict, *, micro_batch: int, seq_len: int, activation_checkpo
     chunk = -(-loss_tokens // chunks)
     loss = (GATHERED_BYTES_PER_PARAMETER * (loss_tokens * hidden + vocab * hidden)  # the two kept gradients
             + _loss_bytes_per_logit(config, compiled) * chunk * vocab)
-    accumulated = REDUCE_BYTES[reduce_dtype] * parameters if accumulating else 0
     workspace = int(STEP_WORKSPACE_GIB * GIB)
+    if method != "full":
+        return adapter_memory.moments(
+            config, method=method, rank=lora_rank, targets=lora_targets, dropout=lora_dropout, parameters=parameters,
+            root=root, per_layer=per_layer, activations=activations, tokens=tokens, loss=loss,
+            activated_layers=1 if activation_checkpointing else layers, reduce_bytes=REDUCE_BYTES[reduce_dtype],
+            gathered_all=accumulating or not reshard_after_forward, accumulating=accumulating, compiled=compiled,
+            workspace=workspace, layers_in_flight=LAYERS_IN_FLIGHT)
+    accumulated = REDUCE_BYTES[reduce_dtype] * parameters if accumulating else 0
     gradient_bytes = SHARDED_BYTES_PER_PARAMETER - STATE_BYTES_BEFORE_GRADIENTS
     return {
         "loss": ({"gathered_weights": gathered, "activations": activations, "loss": loss,
@@ -298,16 +312,19 @@ def _moments(config: dict, *, micro_batch: int, seq_len: int, activation_checkpo
 
 def estimate(config: dict, *, micro_batch: int, seq_len: int, shards: int, activation_checkpointing: bool = False,
              reshard_after_forward: bool = False, grad_accum_steps: int = 1, reduce_dtype: str = "fp32",
-             compiled: bool = False, ranks: int | None = None) -> MemoryEstimate:
+             compiled: bool = False, ranks: int | None = None, method: str = "full", lora_rank: int = 16,
+             lora_targets: str = "all-linear", lora_dropout: float = 0.0) -> MemoryEstimate:
     """The peak of one rank of workload.model.causal_lm.train_step: `micro_batch` sequences of `seq_len` tokens per
     forward, the state sharded `shards` ways (all ranks with full sharding, a node's with HSDP), eager or `compiled`
     (the job's default on a GPU). `ranks`: the job's world size (NCCL's buffers only where there are two or more;
-    default `shards`)."""
+    default `shards`). `method` and the lora_* settings: --method and its flags (workload.model.adapters.memory).
+    `parameters` stays the model's count; the trained ones are adapter_memory.adapter_parameters."""
     parameters = parameter_count(config)
     moments = _moments(config, micro_batch=micro_batch, seq_len=seq_len,
                        activation_checkpointing=activation_checkpointing,
                        reshard_after_forward=reshard_after_forward, grad_accum_steps=grad_accum_steps,
-                       reduce_dtype=reduce_dtype, compiled=compiled)
+                       reduce_dtype=reduce_dtype, compiled=compiled, method=method, lora_rank=lora_rank,
+                       lora_targets=lora_targets, lora_dropout=lora_dropout)
     totals = {name: sum(parts.values()) + sharded / shards for name, (parts, sharded) in moments.items()}
     parts, sharded = moments[max(totals, key=totals.get)]
     allocated = max(totals.values())

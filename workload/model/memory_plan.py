@@ -13,8 +13,10 @@ The levers, cheapest first (each later one is tried with the earlier ones on):
    the root's gradient reduction, a peak no micro-batch lowers (workload.model.memory), then needs no fp32 copy of the
    embedding's and lm_head's gradients. The dev stack's Qwen2.5-7B at 2 x 2048 on 8 L4s is such a plan
    (bench/results/memory_cap-h200-2026-12-03-run1.log).
-A lever already on stays on. The search is a handful of estimates: binary search over the batch's divisors (the peak
-grows with the micro-batch), never a walk over batch sizes.
+A lever already on stays on. --method (full, lora, qlora) is not a lever: the plan is for the job's method
+(workload.model.adapters.memory counts it), and the preview's refusal names a lighter method that would fit. The
+search is a handful of estimates: binary search over the batch's divisors (the peak grows with the micro-batch),
+never a walk over batch sizes.
 
 `choose` is what the job (workload/trainer.py, before it builds the model) and the preview
 (infra/preview/feasibility.py, which exports it as the stack output jobMemoryPlan) both call, with the same inputs, so
@@ -55,9 +57,11 @@ class MemoryPlan:
     usable_gib: float
     reason: str
     estimate: memory.MemoryEstimate = field(repr=False, compare=False)
+    method: str = "full"
+    """--method the plan is for (workload.model.adapters): not a lever, the plan never changes it."""
 
     def as_dict(self) -> dict:
-        return {"fits": self.fits, "changed": list(self.changed),
+        return {"fits": self.fits, "method": self.method, "changed": list(self.changed),
                 "activation_checkpointing": self.settings.activation_checkpointing,
                 "reshard_after_forward": self.settings.reshard_after_forward,
                 "grad_accum_steps": self.settings.grad_accum_steps, "sharding": self.settings.sharding,
@@ -89,17 +93,20 @@ def divisors(number: int) -> list[int]:
 
 def choose(config: dict, *, batch_size: int, seq_len: int, world_size: int, ranks_per_node: int,
            gpu_memory_mib: int, requested: Settings = Settings(), reduce_dtype: str = "fp32",
-           compiled: bool = True) -> MemoryPlan:
+           compiled: bool = True, method: dict | None = None) -> MemoryPlan:
     """The cheapest plan that fits one GPU of `gpu_memory_mib` (see the module's docstring), or, when none does, the
     most frugal one with fits=False. `ranks_per_node`: the ranks that share a node (HSDP's shard group); `compiled`:
-    the layers and the loss are compiled (the job's default on a GPU)."""
+    the layers and the loss are compiled (the job's default on a GPU); `method`: --method and its lora_* flags as
+    memory.estimate's keywords (method_settings), full training when None."""
+    method = method or {}
     usable = memory.usable_gib(gpu_memory_mib)
     nodes = max(1, world_size // max(1, ranks_per_node))
     requested = dataclasses.replace(requested, reduce_dtype=reduce_dtype)
 
     def shards_of(sharding: str) -> int:
-        # auto may choose HSDP on two or more nodes (workload.model.parallel.choose): the larger share per GPU.
-        return ranks_per_node if sharding != "full" and nodes > 1 else world_size
+        # two-level holds full sharding's share. auto is projected with HSDP's larger per-node share, as when auto
+        # could choose HSDP (it now chooses full or two-level): conservative, and the plans stay as the preview made.
+        return ranks_per_node if sharding not in ("full", "two-level") and nodes > 1 else world_size
 
     def evaluate(settings: Settings) -> tuple[memory.MemoryEstimate, int, int]:
         shards = shards_of(settings.sharding)
@@ -108,7 +115,7 @@ def choose(config: dict, *, batch_size: int, seq_len: int, world_size: int, rank
                                 activation_checkpointing=settings.activation_checkpointing,
                                 reshard_after_forward=settings.reshard_after_forward,
                                 grad_accum_steps=settings.grad_accum_steps, reduce_dtype=reduce_dtype,
-                                compiled=compiled), micro, shards)
+                                compiled=compiled, **method), micro, shards)
 
     def plan(settings: Settings, fits: bool, reason: str) -> MemoryPlan:
         settings = dataclasses.replace(settings, reduce_dtype=reduce_dtype)
@@ -117,7 +124,7 @@ def choose(config: dict, *, batch_size: int, seq_len: int, world_size: int, rank
                                           "grad_accum_steps", "reduce_dtype")
                         if getattr(settings, name) != getattr(requested, name))
         return MemoryPlan(fits, settings, changed, batch_size, micro, shards, estimate.peak_gib, usable, reason,
-                          estimate)
+                          estimate, method.get("method", "full"))
 
     def fits(settings: Settings) -> bool:
         return memory.fits(evaluate(settings)[0].peak_gib, usable)
@@ -168,7 +175,7 @@ def choose(config: dict, *, batch_size: int, seq_len: int, world_size: int, rank
         in_bf16 = choose(config, batch_size=batch_size, seq_len=seq_len, world_size=world_size,
                          ranks_per_node=ranks_per_node, gpu_memory_mib=gpu_memory_mib,
                          requested=dataclasses.replace(requested, reduce_dtype="bf16"), reduce_dtype="bf16",
-                         compiled=compiled)
+                         compiled=compiled, method=method)
         if in_bf16.fits:
             return dataclasses.replace(
                 in_bf16, changed=in_bf16.changed + ("reduce_dtype",),
@@ -179,7 +186,7 @@ def choose(config: dict, *, batch_size: int, seq_len: int, world_size: int, rank
 
 
 def largest_micro_batch(config: dict, *, seq_len: int, shards: int, world_size: int, gpu_memory_mib: int,
-                        below: int, compiled: bool = True) -> int:
+                        below: int, compiled: bool = True, method: dict | None = None) -> int:
     """The largest batch under `below` that fits one GPU as a single micro-batch with activation checkpointing and
     reshard_after_forward (the most frugal levers that keep one optimizer step per batch), by binary search; 0 when
     not even one sequence does."""
@@ -189,7 +196,7 @@ def largest_micro_batch(config: dict, *, seq_len: int, shards: int, world_size: 
         middle = (low + high) // 2
         peak = memory.estimate(config, micro_batch=middle, seq_len=seq_len, shards=shards, ranks=world_size,
                                activation_checkpointing=True, reshard_after_forward=True,
-                               compiled=compiled).peak_gib
+                               compiled=compiled, **(method or {})).peak_gib
         if memory.fits(peak, usable):
             best, low = middle, middle + 1
         else:
@@ -197,15 +204,23 @@ def largest_micro_batch(config: dict, *, seq_len: int, shards: int, world_size: 
     return best
 
 
+def method_settings(cfg: TrainConfig, method: str | None = None) -> dict:
+    """--method (or `method` instead) and its lora_* flags, as memory.estimate's keywords."""
+    return {"method": method or cfg.method, "lora_rank": cfg.lora_rank, "lora_targets": cfg.lora_targets,
+            "lora_dropout": cfg.lora_dropout}
+
+
 def for_job(cfg: TrainConfig, architecture: dict, *, world_size: int, ranks_per_node: int, gpu_memory_mib: int,
-            compiled: bool) -> MemoryPlan:
+            compiled: bool, method: str | None = None) -> MemoryPlan:
     """`choose` for a job's flags: what workload/trainer.py runs before it builds the model, and what the preview
-    (infra/preview/feasibility.py) projects for the stack's job with the instance's figures."""
+    (infra/preview/feasibility.py) projects for the stack's job with the instance's figures. `method`: another
+    --method than the job's (the preview's refusal asks which would fit)."""
     requested = Settings(cfg.activation_checkpointing, cfg.reshard_after_forward, cfg.grad_accum_steps, cfg.sharding,
                          cfg.reduce_dtype)
     return choose(architecture, batch_size=cfg.batch_size, seq_len=cfg.seq_len, world_size=world_size,
                   ranks_per_node=min(ranks_per_node, world_size), gpu_memory_mib=gpu_memory_mib,
-                  requested=requested, reduce_dtype=cfg.reduce_dtype, compiled=compiled)
+                  requested=requested, reduce_dtype=cfg.reduce_dtype, compiled=compiled,
+                  method=method_settings(cfg, method))
 
 
 def apply(cfg: TrainConfig, plan: MemoryPlan) -> TrainConfig:

@@ -61,8 +61,8 @@ def published(model_id: str, smoke: bool) -> dict:
 
 def job_config(model_id: str, method: str, batch: int, seq_len: int, smoke: bool) -> tuple[TrainConfig, str]:
     """The job's flags for a case with the memory plan's levers (or LEVERS), and where the levers came from."""
-    cfg = TrainConfig(model_id=model_id, method=method, batch_size=batch, seq_len=64 if smoke else seq_len, compile=not smoke,
-                      lora_rank=16, steps=STEPS)
+    cfg = TrainConfig(model_id=model_id, method=method, batch_size=batch, seq_len=64 if smoke else seq_len,
+                      compile=not smoke, lora_rank=16, steps=STEPS)
     if smoke:
         return cfg, "smoke"
     try:

@@ -306,9 +306,8 @@ def shard_model(model: CausalLMWithLoss, mesh: DeviceMesh, cfg: TrainConfig, red
 
 def build_optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
     on_cuda = next(model.parameters()).device.type == "cuda"
-    return torch.optim.AdamW(  # the trainable parameters: with --method lora/qlora the adapters alone
-        [parameter for parameter in model.parameters() if parameter.requires_grad], lr=cfg.learning_rate, fused=True if (cfg.fused_adamw and on_cuda) else None
-    )
+    trainable = [parameter for parameter in model.parameters() if parameter.requires_grad]  # lora/qlora: adapters
+    return torch.optim.AdamW(trainable, lr=cfg.learning_rate, fused=True if (cfg.fused_adamw and on_cuda) else None)
 
 
 def learning_rate_at(cfg: TrainConfig, step: int) -> float:

@@ -68,7 +68,7 @@ EXAMPLES_KEYS = {
     "chat_template": "trainChatTemplate", "truncation": "trainTruncation",
 }
 
-_FLAG = re.compile(r"--([a-z_]+)")
+_FLAG = re.compile(r"--([a-z][a-z0-9_]*)")
 
 
 def stack_message(message: str) -> str:

@@ -1,10 +1,8 @@
 """The model, its FSDP2 sharding, its optimizer, its loss and its FLOPs: the training step's pieces, without Ray.
 
-A GPU benchmark drives these directly (torch + transformers only), so nothing here imports ray:
-`build_model(cfg, device)`, `build_mesh(device, shape)`, `shard_model(model, mesh, cfg)`,
-`load_pretrained(model, directory, device, cfg)` (a --model_id's weights, after sharding), `build_optimizer(model,
-cfg)`, `learning_rate_at(cfg, step)`, `loss_fn(model, batch)`, `train_step(...)`, `evaluate(model, batches)`,
-`flops_per_token(...)`, `peak_flops(device)`.
+A GPU benchmark drives these directly (torch + transformers only), so nothing here imports ray: `build_model`,
+`build_mesh`, `shard_model`, `load_pretrained` (a --model_id's weights, after sharding), `build_optimizer`,
+`learning_rate_at`, `loss_fn`, `train_step`, `evaluate`, `flops_per_token`, `peak_flops`.
 """
 from __future__ import annotations
 
@@ -261,7 +259,9 @@ def build_model(cfg: TrainConfig, device: torch.device, directory: str | None = 
 
 
 def load_pretrained(model: CausalLMWithLoss, directory: str, device: torch.device, cfg: TrainConfig) -> None:
-    """This rank's shards of --model_id's weights, sharded (workload.model.weights); then the adapters' first values."""
+    """This rank's shards of --model_id's weights, read from the safetensors files in `directory` into the
+    meta-built model that shard_model has sharded (workload.model.weights), and --method lora's adapters' first
+    values (build_optimizer's AdamW then takes the trainable parameters: with lora/qlora the adapters alone)."""
     weights.load_sharded(model, directory, device, f"--model_id {cfg.model_id}", prefix=LM_PREFIX,
                          file_name=lora.file_name)
     lora.initialize(model, cfg.seed)
@@ -305,9 +305,9 @@ def shard_model(model: CausalLMWithLoss, mesh: DeviceMesh, cfg: TrainConfig, red
 
 
 def build_optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
-    on_cuda = next(model.parameters()).device.type == "cuda"
-    trainable = [parameter for parameter in model.parameters() if parameter.requires_grad]  # lora/qlora: adapters
-    return torch.optim.AdamW(trainable, lr=cfg.learning_rate, fused=True if (cfg.fused_adamw and on_cuda) else None)
+    trainable = [parameter for parameter in model.parameters() if parameter.requires_grad]
+    fused = True if (cfg.fused_adamw and trainable[0].device.type == "cuda") else None
+    return torch.optim.AdamW(trainable, lr=cfg.learning_rate, fused=fused)
 
 
 def learning_rate_at(cfg: TrainConfig, step: int) -> float:

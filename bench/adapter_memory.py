@@ -59,29 +59,31 @@ def published(model_id: str, smoke: bool) -> dict:
     return dict(SMOKE_CONFIG) if smoke else architectures.published(model_id)
 
 
-def job_config(model_id: str, method: str, batch: int, seq_len: int, smoke: bool) -> tuple[TrainConfig, str]:
-    """The job's flags for a case with the memory plan's levers (or LEVERS), and where the levers came from."""
-    cfg = TrainConfig(model_id=model_id, method=method, batch_size=batch, seq_len=64 if smoke else seq_len, compile=not smoke,
-                      lora_rank=16, steps=STEPS)
+def job_config(model_id: str, method: str, batch: int, seq_len: int, smoke: bool) -> tuple[TrainConfig, str, int]:
+    """The job's flags for a case with the memory plan's levers (or LEVERS), where the levers came from, and the
+    shards the state is split over (all the ranks, or a node's 4 where the plan takes HSDP)."""
+    cfg = TrainConfig(model_id=model_id, method=method, batch_size=batch, seq_len=64 if smoke else seq_len,
+                      compile=not smoke, lora_rank=16, steps=STEPS)
     if smoke:
-        return cfg, "smoke"
+        return cfg, "smoke", WORLD_SIZE
     try:
         from workload.model import memory_plan
 
         plan = memory_plan.for_job(cfg, published(model_id, smoke), world_size=WORLD_SIZE, ranks_per_node=4,
                                    gpu_memory_mib=L4_MIB, compiled=True)
         if plan.fits:
-            return memory_plan.apply(cfg, plan), f"plan: {plan.describe()}"
+            return memory_plan.apply(cfg, plan), f"plan: {plan.describe()}", plan.as_dict().get("shards", WORLD_SIZE)
         source = f"the plan does not fit ({plan.reason}); LEVERS"
     except Exception as error:  # noqa: BLE001 - a plan that does not know the methods yet
         source = f"no plan ({type(error).__name__}: {error}); LEVERS"
     import dataclasses
 
-    return dataclasses.replace(cfg, **LEVERS[method]), source
+    return dataclasses.replace(cfg, **LEVERS[method]), source, WORLD_SIZE
 
 
-def adapter_model(config: dict, cfg: TrainConfig, device):
-    """One rank's model: meta-built, --method's adapters, sharded, materialised with random values."""
+def adapter_model(config: dict, cfg: TrainConfig, device, shards: int = WORLD_SIZE):
+    """One rank's model: meta-built, --method's adapters, sharded over `shards` ranks (HSDP's (replicas, shards) mesh
+    where fewer than the world), materialised with random values."""
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
@@ -98,7 +100,8 @@ def adapter_model(config: dict, cfg: TrainConfig, device):
     lm.train()
     model = project.CausalLMWithLoss(lm, chunked_loss=cfg.chunked_loss, compiled_loss=bool(cfg.compile))
     model = lora.apply(model, cfg)
-    model = project.shard_model(model, project.build_mesh(device), cfg)
+    mesh = (WORLD_SIZE // shards, shards) if shards < WORLD_SIZE else None
+    model = project.shard_model(model, project.build_mesh(device, mesh), cfg)
     model.to_empty(device=device)
     with torch.no_grad():
         for name, parameter in model.named_parameters():
@@ -117,14 +120,15 @@ def adapter_model(config: dict, cfg: TrainConfig, device):
     return model
 
 
-def projection(config: dict, cfg: TrainConfig) -> dict | str:
+def projection(config: dict, cfg: TrainConfig, shards: int = WORLD_SIZE) -> dict | str:
     """workload.model.memory.estimate for the case, with method= and lora_rank= (issue 32's infra half)."""
     try:
         estimate = memory.estimate(config, micro_batch=cfg.batch_size // cfg.grad_accum_steps, seq_len=cfg.seq_len,
-                                   shards=WORLD_SIZE, activation_checkpointing=cfg.activation_checkpointing,
+                                   shards=shards, activation_checkpointing=cfg.activation_checkpointing,
                                    reshard_after_forward=cfg.reshard_after_forward,
                                    grad_accum_steps=cfg.grad_accum_steps, compiled=bool(cfg.compile),
-                                   method=cfg.method, lora_rank=cfg.lora_rank)
+                                   reduce_dtype="bf16" if cfg.reduce_dtype == "bf16" else "fp32", ranks=WORLD_SIZE,
+                                   method=cfg.method, lora_rank=cfg.lora_rank, lora_targets=cfg.lora_targets)
     except TypeError:
         return "n/a"
     return {"allocated_gib": round(estimate.allocated_gib, 2), "peak_gib": round(estimate.peak_gib, 2)}
@@ -140,7 +144,7 @@ def run_one(case: tuple, smoke: bool) -> dict:
 
     model_id, method, batch, seq_len = case
     config = published(model_id, smoke)
-    cfg, levers = job_config(model_id, method, batch, seq_len, smoke)
+    cfg, levers, shards = job_config(model_id, method, batch, seq_len, smoke)
     device = torch.device("cpu") if smoke else torch.device("cuda", 0)
     cap_gib = memory.usable_gib(L4_MIB)
     if device.type == "cuda":
@@ -150,7 +154,7 @@ def run_one(case: tuple, smoke: bool) -> dict:
     dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=WORLD_SIZE)
     started, oom, steps_done = time.perf_counter(), "", 0
     try:
-        model = adapter_model(config, cfg, device)
+        model = adapter_model(config, cfg, device, shards)
         optimizer = project.build_optimizer(model, cfg)
         generator = torch.Generator(device=device).manual_seed(0)
         for step in range(STEPS):
@@ -169,7 +173,8 @@ def run_one(case: tuple, smoke: bool) -> dict:
     result = {"model": model_id, "method": method, "batch": batch, "seq_len": seq_len, "world_size": WORLD_SIZE,
               "cap_gib": round(cap_gib, 2), "levers": levers, "activation_checkpointing": cfg.activation_checkpointing,
               "reshard_after_forward": cfg.reshard_after_forward, "grad_accum_steps": cfg.grad_accum_steps,
-              "oom": oom, "steps_done": steps_done, "last_loss": loss, "projection": projection(config, cfg),
+              "shards": shards, "reduce_dtype": cfg.reduce_dtype, "oom": oom, "steps_done": steps_done,
+              "last_loss": loss, "projection": projection(config, cfg, shards),
               "seconds": round(time.perf_counter() - started, 1), "torch": torch.__version__}
     if device.type == "cuda":
         result["allocated_gib"] = round(torch.cuda.max_memory_allocated(device) / GIB, 2)

@@ -25,7 +25,7 @@ STEP_FILE = "train_step.json"
 # Where the Hugging Face model's weights sit in a checkpoint: it is saved as {"model": ..., "optimizer": ...}, and the
 # model is CausalLMWithLoss, whose Hugging Face model is its `lm` (LM_PREFIX).
 MODEL_KEY = "model"
-# --method lora/qlora's adapter config (PEFT's adapter_config.json), written beside the shards: workload.export reads it.
+# --method lora/qlora's adapter config (PEFT's adapter_config.json), written beside the shards for workload.export.
 ADAPTER_CONFIG = "adapter_config.json"
 
 

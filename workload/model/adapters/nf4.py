@@ -89,7 +89,8 @@ def quantize(weight: torch.Tensor, shards: int) -> torch.Tensor:
     """A whole weight (bf16, on any device, meta included) as an NF4Tensor whose blocks FSDP2 can split `shards`
     ways: torchao's to_nf4."""
     rows, columns = weight.shape
-    return torchao_nf4().to_nf4(weight.to(torch.bfloat16).contiguous(), BLOCK_SIZE, scaler_block_size(rows, columns, shards))
+    blocks = scaler_block_size(rows, columns, shards)
+    return torchao_nf4().to_nf4(weight.to(torch.bfloat16).contiguous(), BLOCK_SIZE, blocks)
 
 
 @torch.no_grad()

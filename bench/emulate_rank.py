@@ -4,6 +4,8 @@ collective replaced by a timed delay on the stream that issued it.
     python3 -m bench.emulate_rank --output $OUT/emulate_rank.jsonl     # on one GPU (torch + transformers)
     python -m bench.emulate_rank --device cpu --stacks dev --strategies hybrid-bf16 --model_config tiny \\
         --seq_len 32 --steps 2                                           # a smoke run: collectives recorded, no delay
+    python3 -m bench.emulate_rank --stacks dev --strategies recipe,hybrid,two-level-bf16 --methods full,lora,qlora \
+        --central_only                                                   # issue 32: the adapter methods beside full
 
 A fake process group (torch.testing._internal.distributed.fake_pg) at the cluster's world size (dev: 2 x 4 = 8,
 p5: 2 x 8 = 16) stands in for NCCL, so FSDP sizes every shard, gather buffer and reduce-scatter input as rank 0 of
@@ -37,12 +39,13 @@ from typing import Callable, Iterator
 import torch
 import torch.distributed as dist
 
-from bench import step_inputs, step_model
+from bench import step_inputs, step_model, step_shapes
 from bench.step_bench import GIB, recipe_model
 from workload.config import TrainConfig
 from workload.data.batches import random_batches
 from workload.model import causal_lm as project
 from workload.model import parallel
+from workload.model.adapters import lora
 from workload.model.parallel import Collective
 
 # The functions FSDP2 (torch 2.11: *_into_tensor / *_tensor; 2.13: *_single) and FSDP1 call through
@@ -244,7 +247,8 @@ def build_step(strategy: step_inputs.Strategy, cfg: TrainConfig, device: torch.d
             optimizer.zero_grad()
     else:
         shape = parallel.mesh_shape(strategy.sharding, links.world_size, links.gpus_per_node)
-        sharded = project.shard_model(project.build_model(cfg, device), project.build_mesh(device, shape), cfg,
+        built = lora.apply(project.build_model(cfg, device), cfg)  # --method lora/qlora: adapters on a frozen base
+        sharded = project.shard_model(built, project.build_mesh(device, shape), cfg,
                                       reduce_dtype=strategy.reduce_dtype, two_level=strategy.sharding == "two-level")
         model, optimizer = sharded, project.build_optimizer(sharded, cfg)
 
@@ -253,7 +257,7 @@ def build_step(strategy: step_inputs.Strategy, cfg: TrainConfig, device: torch.d
 
         def tail():
             if cfg.max_grad_norm:
-                torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
+                torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], cfg.max_grad_norm)
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
 
@@ -307,7 +311,10 @@ def emulate(stack: str, strategy: step_inputs.Strategy, cfg: TrainConfig, device
     fake_world(links.world_size)
     collectives = TimedCollectives(links, delay, link_queues)
     batches = random_batches(cfg, project.NAMED_CONFIGS[cfg.model_config]["vocab_size"], rank=0)
-    label = strategy.name + ("+fp8" if cfg.fp8 else "")
+    label = strategy.name + ("+fp8" if cfg.fp8 else "") + ("" if cfg.method == "full" else f"+{cfg.method}")
+    # The step model's shape for an adapter method (its FLOPs, gathers and reductions); None: Qwen2.5-1.5B, full.
+    shape = None if cfg.method == "full" or strategy.step == "recipe" else step_shapes.config_shape(
+        {**project.NAMED_CONFIGS[cfg.model_config], "model_type": "qwen2"}, cfg.method, cfg.lora_rank, cfg.lora_targets)
     with collectives.active():
         timed, phased = build_step(strategy, cfg, device, links)
         if device.type == "cuda":
@@ -334,12 +341,13 @@ def emulate(stack: str, strategy: step_inputs.Strategy, cfg: TrainConfig, device
             lines[0]["fp8_compute_over_bf16"] = round(factor, 3)
         for case, gemm in l4_cases.items():
             assumptions = dataclasses.replace(central, l4_gemm_tflops=gemm)
-            target = step_model.compute_seconds(strategy, hardware, cfg.batch_size, cfg.seq_len, assumptions) * factor
+            target = step_model.compute_seconds(strategy, hardware, cfg.batch_size, cfg.seq_len, assumptions,
+                                                shape) * factor
             collectives.scale = compute_s / target
             emulated_s, times = median_step(timed, batches, device, warmup, steps)
             stack_step = emulated_s / collectives.scale
             model = step_model.predict(strategy, hardware, cfg.batch_size, cfg.seq_len, assumptions,
-                                       split=shares, links_override=links, compute_factor=factor)
+                                       split=shares, links_override=links, compute_factor=factor, shape=shape)
             lines.append({**base, "run": f"emulated, {case}", "target_compute_s": round(target, 4),
                           "delay_scale": round(collectives.scale, 4), "emulated_step_s": round(emulated_s, 4),
                           "stack_step_s": round(stack_step, 4),
@@ -356,6 +364,8 @@ def main() -> None:
     parser.add_argument("--strategies", default="recipe,project-full,full-bf16,hybrid,hybrid-bf16")
     parser.add_argument("--fp8_strategies", default="", help="also run these with --fp8 (dev only)")
     parser.add_argument("--model_config", default="qwen2.5-1.5b")
+    parser.add_argument("--methods", default="full", help="comma list of --method values for the project's strategies "
+                        "(the recipe is always full training)")
     parser.add_argument("--batch_size", type=int, default=2, help="per GPU: the stacks' trainBatchSize")
     parser.add_argument("--seq_len", type=int, default=2048)
     parser.add_argument("--warmup", type=int, default=2)
@@ -375,20 +385,22 @@ def main() -> None:
                           "torch": torch.__version__, "device": torch.cuda.get_device_name(device)}), flush=True)
     cfg = TrainConfig(model_config=args.model_config, batch_size=args.batch_size, seq_len=args.seq_len)
     output = open(args.output, "w") if args.output else None
-    runs = [(stack, name, False) for stack in args.stacks.split(",") for name in args.strategies.split(",")]
-    runs += [("dev", name, True) for name in args.fp8_strategies.split(",") if name]
+    runs = [(stack, name, False, method) for stack in args.stacks.split(",") for method in args.methods.split(",")
+            for name in args.strategies.split(",") if method == args.methods.split(",")[0] or name != "recipe"]
+    runs += [("dev", name, True, "full") for name in args.fp8_strategies.split(",") if name]
     compute_only: dict[tuple[str, str], float] = {}  # (stack, strategy): the bf16 compute-only step
-    for stack, name, fp8 in runs:
+    for stack, name, fp8, method in runs:
         strategy = next(strategy for strategy in step_inputs.STRATEGIES if strategy.name == name)
         gpu = step_inputs.saved_hardware(stack).gpu_name
         cases = step_model.gemm_cases(gpu)
         if args.central_only:
             cases = {case: gemm for case, gemm in cases.items() if gemm == step_inputs.CENTRAL.l4_gemm_tflops}
         try:
-            lines = emulate(stack, strategy, dataclasses.replace(cfg, fp8=fp8), device, delay, args.warmup,
-                            args.steps, cases, compute_only.get((stack, name)) if fp8 else None,
+            method = "full" if strategy.step == "recipe" else method
+            lines = emulate(stack, strategy, dataclasses.replace(cfg, fp8=fp8, method=method), device, delay,
+                            args.warmup, args.steps, cases, compute_only.get((stack, name)) if fp8 else None,
                             link_queues=not args.no_link_queues)
-            if not fp8 and "h200_step_s" in lines[0]:
+            if not fp8 and method == "full" and "h200_step_s" in lines[0]:
                 compute_only[stack, name] = lines[0]["h200_step_s"]
         except Exception as error:  # one failed run must not lose the others' lines
             lines = [{"stack": stack, "strategy": name, "fp8": fp8, "error": f"{type(error).__name__}: {error}"}]

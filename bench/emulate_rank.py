@@ -44,7 +44,7 @@ from bench.step_bench import GIB, recipe_model
 from workload.config import TrainConfig
 from workload.data.batches import random_batches
 from workload.model import causal_lm as project
-from workload.model import parallel
+from workload.model import architectures, parallel
 from workload.model.adapters import lora
 from workload.model.parallel import Collective
 
@@ -247,9 +247,16 @@ def build_step(strategy: step_inputs.Strategy, cfg: TrainConfig, device: torch.d
             optimizer.zero_grad()
     else:
         shape = parallel.mesh_shape(strategy.sharding, links.world_size, links.gpus_per_node)
-        built = lora.apply(project.build_model(cfg, device), cfg)  # --method lora/qlora: adapters on a frozen base
-        sharded = project.shard_model(built, project.build_mesh(device, shape), cfg,
-                                      reduce_dtype=strategy.reduce_dtype, two_level=strategy.sharding == "two-level")
+        if cfg.model_config:
+            built = lora.apply(project.build_model(cfg, device), cfg)  # --method lora/qlora: adapters, frozen base
+            two_level = strategy.sharding == "two-level"
+            sharded = project.shard_model(built, project.build_mesh(device, shape), cfg,
+                                          reduce_dtype=strategy.reduce_dtype, two_level=two_level)
+        else:  # a published shape (--model_id) with random values, as bench.adapter_memory builds one rank of it
+            from bench import adapter_memory
+
+            shards = shape[-1] if strategy.sharding == "hybrid" else links.world_size
+            sharded = adapter_memory.adapter_model(architectures.published(cfg.model_id), cfg, device, shards)
         model, optimizer = sharded, project.build_optimizer(sharded, cfg)
 
         def forward(batch):
@@ -310,11 +317,13 @@ def emulate(stack: str, strategy: step_inputs.Strategy, cfg: TrainConfig, device
                   step_inputs.intra_node_gbytes_per_s(hardware, central))
     fake_world(links.world_size)
     collectives = TimedCollectives(links, delay, link_queues)
-    batches = random_batches(cfg, project.NAMED_CONFIGS[cfg.model_config]["vocab_size"], rank=0)
     label = strategy.name + ("+fp8" if cfg.fp8 else "") + ("" if cfg.method == "full" else f"+{cfg.method}")
     # The step model's shape for an adapter method (its FLOPs, gathers and reductions); None: Qwen2.5-1.5B, full.
-    shape = None if cfg.method == "full" or strategy.step == "recipe" else step_shapes.config_shape(
-        {**project.NAMED_CONFIGS[cfg.model_config], "model_type": "qwen2"}, cfg.method, cfg.lora_rank, cfg.lora_targets)
+    config = ({**project.NAMED_CONFIGS[cfg.model_config], "model_type": "qwen2"} if cfg.model_config
+              else architectures.published(cfg.model_id))
+    shape = None if (cfg.method == "full" and cfg.model_config) or strategy.step == "recipe" else \
+        step_shapes.config_shape(config, cfg.method, cfg.lora_rank, cfg.lora_targets)
+    batches = random_batches(cfg, config["vocab_size"], rank=0)
     with collectives.active():
         timed, phased = build_step(strategy, cfg, device, links)
         if device.type == "cuda":
@@ -364,6 +373,8 @@ def main() -> None:
     parser.add_argument("--strategies", default="recipe,project-full,full-bf16,hybrid,hybrid-bf16")
     parser.add_argument("--fp8_strategies", default="", help="also run these with --fp8 (dev only)")
     parser.add_argument("--model_config", default="qwen2.5-1.5b")
+    parser.add_argument("--model_id", default="", help="a shipped published shape (random values) instead of "
+                        "--model_config, with the memory plan's levers for dev (bench.adapter_memory.job_config)")
     parser.add_argument("--methods", default="full", help="comma list of --method values for the project's strategies "
                         "(the recipe is always full training)")
     parser.add_argument("--batch_size", type=int, default=2, help="per GPU: the stacks' trainBatchSize")
@@ -397,7 +408,13 @@ def main() -> None:
             cases = {case: gemm for case, gemm in cases.items() if gemm == step_inputs.CENTRAL.l4_gemm_tflops}
         try:
             method = "full" if strategy.step == "recipe" else method
-            lines = emulate(stack, strategy, dataclasses.replace(cfg, fp8=fp8, method=method), device, delay,
+            run_cfg = dataclasses.replace(cfg, fp8=fp8, method=method)
+            if args.model_id:
+                from bench import adapter_memory
+
+                run_cfg, _, _ = adapter_memory.job_config(args.model_id, method, args.batch_size, args.seq_len, False)
+                run_cfg = dataclasses.replace(run_cfg, compile=cfg.compile)
+            lines = emulate(stack, strategy, run_cfg, device, delay,
                             args.warmup, args.steps, cases, compute_only.get((stack, name)) if fp8 else None,
                             link_queues=not args.no_link_queues)
             if not fp8 and method == "full" and "h200_step_s" in lines[0]:

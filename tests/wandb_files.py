@@ -70,18 +70,19 @@ def history(path: str) -> dict[str, list[tuple[int, float]]]:
 
 def config(path: str) -> dict:
     """The run's config (its parameters), the last value of each key."""
-    values = {}
-    for record in records(path):
-        if record.WhichOneof("record_type") == "config":
-            for item in record.config.update:
-                values[item.key or "/".join(item.nested_key)] = json.loads(item.value_json)
-    return values
+    return _updates(path, "config")
 
 
 def summary(path: str) -> dict:
+    """The run's summary, the last value of each key."""
+    return _updates(path, "summary")
+
+
+def _updates(path: str, record_type: str) -> dict:
+    """The last value of each key the file's `record_type` records (config or summary) update."""
     values = {}
     for record in records(path):
-        if record.WhichOneof("record_type") == "summary":
-            for item in record.summary.update:
+        if record.WhichOneof("record_type") == record_type:
+            for item in getattr(record, record_type).update:
                 values[item.key or "/".join(item.nested_key)] = json.loads(item.value_json)
     return values

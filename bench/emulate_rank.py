@@ -374,7 +374,8 @@ def main() -> None:
     parser.add_argument("--fp8_strategies", default="", help="also run these with --fp8 (dev only)")
     parser.add_argument("--model_config", default="qwen2.5-1.5b")
     parser.add_argument("--model_id", default="", help="a shipped published shape (random values) instead of "
-                        "--model_config, with the memory plan's levers for dev (bench.adapter_memory.job_config)")
+                        "--model_config, with the memory plan's levers and reduction for dev "
+                        "(bench.adapter_memory.job_config); strategies hybrid or full sharding only")
     parser.add_argument("--methods", default="full", help="comma list of --method values for the project's strategies "
                         "(the recipe is always full training)")
     parser.add_argument("--batch_size", type=int, default=2, help="per GPU: the stacks' trainBatchSize")

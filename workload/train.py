@@ -20,6 +20,7 @@ from typing import Sequence
 
 from workload import cli, config_file
 from workload.config import SUMMARY_PREFIX, TrainConfig, build_parser
+from workload.run import preflight
 
 
 class Deadline:
@@ -73,9 +74,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     deadline = Deadline(time_limit_s)
     try:
         with deadline:
-            from workload import trainer  # seconds of imports, only once the flags are known to be good
+            preflight.validate(cfg)  # what needs no heavy import first, then torch and transformers
+            from workload import trainer  # Ray Train: seconds more of imports, once the job can start
 
-            trainer.validate(cfg)
             trainer.connect_to_cluster()
             summary = trainer.run(cfg)
             push_failed = push_model(cfg, summary)

@@ -33,22 +33,19 @@ from workload import cli, storage
 from workload.checkpoint import sharded as checkpoints
 from workload.checkpoint.export import write_model
 from workload.config import TRANSPORT_PREFIX, TrainConfig
-from workload.data import hub_dataset
-from workload.data import validate as records_check
-from workload.data.batches import check_dataset, check_tokenizer, make_data
+from workload.data.batches import make_data
 from workload.fabric import bandwidth as fabric
 from workload.fabric.nccl_logs import gather_transport_lines
 from workload.gc_control import StepCollector
 from workload.metrics.live import LiveMetrics
 from workload.metrics import trackers
 from workload.model import files as model_files
-from workload.model import compatibility, memory_plan, model_source, parallel
+from workload.model import memory_plan, parallel
 from workload.model.adapters import lora
 from workload.model.causal_lm import (
     build_mesh,
     build_model,
     build_optimizer,
-    check_fits,
     compile_enabled,
     evaluate,
     flops_per_token,
@@ -319,27 +316,6 @@ def _report_with_checkpoint(metrics: dict, model, optimizer, step: int, tokenize
                          checkpoint_dir_name=f"checkpoint_{step:06d}")
     finally:
         shutil.rmtree(directory, ignore_errors=True)
-
-
-def validate(cfg: TrainConfig) -> None:
-    """The checks that need the model's config or the tokenizer, before any worker starts, and every record of a
-    --dataset file (workload.data.validate) or the first file of a Hub --dataset's split, before any worker loads
-    the model."""
-    check_dataset(cfg)
-    # Refusals only: the local run has said what the file holds, and on a cluster rank 0's data line says it.
-    records_check.check_dataset(cfg, say=lambda line: None)
-    hub_dataset.check_dataset(cfg)  # a Hub dataset's split: its first file, bounded (workload.data.hub_dataset)
-    config = hf_config(cfg)
-    if not cfg.model_config:  # the model gate, as the preview ran it and every worker will
-        compatibility.build(config, f"--model_id {cfg.model_id}")
-    check_fits(cfg, config)
-    if cfg.dataset:  # the tokenizer is loaded for a dataset only (random tokens need none)
-        try:  # one request first: transformers would retry an unreachable Hub for a minute
-            model_source.check_hub_reachable(cfg.tokenizer_name)
-        except (model_source.Unreachable, model_source.NeedsToken) as error:
-            flag = "--tokenizer" if cfg.tokenizer else "--model_id"
-            raise cli.EnvironmentProblem(f"{flag} {cfg.tokenizer_name} (its tokenizer): {error}") from None
-    check_tokenizer(cfg, config.vocab_size)
 
 
 def worker_count(cfg: TrainConfig) -> tuple[int, bool]:

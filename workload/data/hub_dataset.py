@@ -1,6 +1,6 @@
 """A Hugging Face dataset id's records checked before anything loads a model: the split's first data file, read with
 one bounded ranged GET and walked by workload.data.validate, as the preview (infra/preview/dataset_records.py, naming
-trainDataset) and the job's driver (workload.trainer.validate, naming --dataset) both call it.
+trainDataset) and the job's driver (workload.run.preflight.validate, naming --dataset) both call it.
 
 Hub API (huggingface_hub's hf_api.py): the repo's files from `GET {endpoint}/api/datasets/{id}` (HfApi.dataset_info,
 its "siblings" list of {"rfilename"}, what HfApi.list_repo_files lists for a repo), and a file from
@@ -162,7 +162,7 @@ def _read(dataset: str, name: str, token, limit: int, where: str) -> tuple[bytes
 
 
 def check_dataset(cfg, say=print) -> HubChecked | None:
-    """The job's driver's check of a Hub --dataset (workload.trainer.validate), before the model loads: DataError
+    """The job's driver's check of a Hub --dataset (workload.run.preflight.validate), before the model loads: DataError
     naming --dataset for a bad one; a Hub that does not answer is said in one line and left to the workers' own
     read (datasets' cache may hold it). Nothing is asked with HF_HUB_OFFLINE set. HF_TOKEN from the environment."""
     from workload.config import is_file_dataset

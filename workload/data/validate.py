@@ -1,6 +1,6 @@
 """Every record of a dataset file checked before anything starts, streaming, by one function that three places call:
 the local run before Ray starts (workload/run/checks.py), the job's driver before any worker loads the model
-(workload.trainer.validate), and the preview on the file as the deployer reads it (infra/preview/dataset_records.py).
+(workload.run.preflight.validate), and the preview on the file as the deployer reads it (infra/preview/dataset_records.py).
 
 A refusal is one line: the file, where in it (the 1-based line of a .jsonl, .csv or .txt; the 1-based record of a
 .json list; the 1-based row of a .parquet), the field, the bad value and the allowed values (workload.data.shapes).

@@ -77,16 +77,6 @@ def hf_config(cfg: TrainConfig, directory: str | None = None) -> PretrainedConfi
     return compatibility.check_config_dict(raw, what)
 
 
-def check_fits(cfg: TrainConfig, config: PretrainedConfig) -> None:
-    """Model-dependent limits of the flags, checked before any worker starts."""
-    limit = config.max_position_embeddings
-    if cfg.seq_len > limit:
-        raise ValueError(
-            f"--seq_len {cfg.seq_len} is above the model's maximum of {limit} positions "
-            f"({cfg.model_config or cfg.model_id})"
-        )
-
-
 class CausalLMWithLoss(nn.Module):
     """A Hugging Face causal LM whose forward returns the next-token loss.
 

@@ -38,7 +38,7 @@ def check_dataset(cfg: TrainConfig) -> None:
     if cfg.dataset and "://" not in cfg.dataset and os.path.isdir(folder):
         raise cli.UsageError(directory_refusal(cfg.dataset))
     if not is_file_dataset(cfg.dataset) or "://" in cfg.dataset:
-        return  # a remote file or a Hugging Face dataset: the job's own checks read it (workload.trainer.validate)
+        return  # a remote file or a Hugging Face dataset: the job's own checks read it (workload.run.preflight.validate)
     try:
         validate.check_dataset(cfg, say=lambda line: print(line, flush=True))
     except validate.DataError as error:

@@ -27,6 +27,7 @@ from workload import cli, config_file
 from workload.config import SUMMARY_PREFIX, TrainConfig, build_parser, is_local_dataset
 from workload.run import checks as local_checks
 from workload.run import output as local_output
+from workload.run import preflight
 from workload.run.head_supervisor import stop_session
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -280,11 +281,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     started = time.monotonic()
     resumed_at = local_checks.check_before_ray(cfg)  # the data, storage, workers and an earlier run of the name
     check_model_source(cfg)
-    # Heavy imports (torch, transformers, Ray) only once the flags are good, so --help and typos answer at once.
+    # Heavy imports (torch, transformers, Ray) only once the flags are good, so --help and typos answer at once:
+    # preflight's checks that need none come first, then those that need torch and transformers.
+    preflight.validate(cfg)  # a flag that does not fit the model or tokenizer fails here, naming it, before Ray
     from workload.run.submit import JobFailedError, parse_summary, submit_training_job
-    from workload.trainer import validate
-
-    validate(cfg)  # a flag that does not fit the model or tokenizer fails here, naming it, before Ray starts
     announce_resume(cfg, resumed_at)
     print("starting a local Ray cluster (ray start --head, token authentication on)", flush=True)
     progress = local_output.Progress(verbose)

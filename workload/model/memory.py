@@ -182,11 +182,15 @@ def layer_shapes(config: dict) -> list[tuple[int, ...]]:
     return shapes + [(hidden,)] * LAYER_NORMS.get(model_type, DEFAULT_LAYER_NORMS)
 
 
+def tied_embeddings(config: dict) -> bool:
+    """The lm_head is the input embedding: as config.json says, else the family's default."""
+    return bool(config.get("tie_word_embeddings", config.get("model_type") in TIED_BY_DEFAULT))
+
+
 def root_shapes(config: dict) -> list[tuple[int, ...]]:
     """What FSDP's root unit holds: the embedding, the final norm, and an untied lm_head."""
     embedding = (config["vocab_size"], config["hidden_size"])
-    tied = config.get("tie_word_embeddings", config.get("model_type") in TIED_BY_DEFAULT)
-    return [embedding, (config["hidden_size"],)] + ([] if tied else [embedding])
+    return [embedding, (config["hidden_size"],)] + ([] if tied_embeddings(config) else [embedding])
 
 
 def unit_shapes(config: dict) -> list[tuple[str, list[tuple[int, ...]]]]:

@@ -143,9 +143,9 @@ def step_collectives(units: Sequence[tuple[str, Sequence[Shape]]], mesh_shape: S
 def two_level_collectives(units: Sequence[tuple[str, Sequence[Shape]]], mesh_shape: Sequence[int], reduce_dtype: str,
                           reshard_after_forward: bool = False) -> list[Collective]:
     """What one step issues with two-level collectives (workload.model.two_level) on a (nodes, ranks_per_node) mesh,
-    in issue order: per unit gathered, the gather of its column between the nodes ("replicate" group, S = nodes chunks), then one gather per
-    node inside the node ("shard" group, S = a row); per unit reduced, one reduce-scatter per node inside the node,
-    then the column's between the nodes. The first unit's gather and the last unit's reduction are exposed."""
+    in issue order: per unit gathered, the gather of its column between the nodes ("replicate" group, S = nodes
+    chunks), then one gather per node inside the node ("shard" group, S = a row); per unit reduced, one reduce-scatter
+    per node inside the node, then the column's between the nodes. The first unit's gather and the last unit's reduction are exposed."""
     nodes, per_node = mesh_shape
     world = nodes * per_node
     numels = [sum(padded_numel(shape, world) for shape in shapes) for _, shapes in units]

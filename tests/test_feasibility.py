@@ -311,10 +311,12 @@ def test_the_program_judges_a_job_without_importing_torch():
 
     from tests.pulumi_mocks import REPO
 
-    code = "import sys, infra.preview.feasibility; print('torch' in sys.modules, 'ray' in sys.modules)"
+    # The layout's choice (jobLayoutPlan) included: workload.model.layout, its bus factors and the GPUs' peaks.
+    code = ("import sys, infra.preview.feasibility, infra.preview.job_layout, workload.model.layout; "
+            "print('torch' in sys.modules, 'ray' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["False", "False"], \
-        f"preview must not pay for importing torch or ray (workload.model.memory and workload.config are stdlib): {out}"
+        f"preview must not pay for importing torch or ray (workload.model.memory, .layout, workload.config: stdlib): {out}"
 
 
 @pytest.mark.parametrize("entry, refused", [

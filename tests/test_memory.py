@@ -96,7 +96,8 @@ def test_parameters_and_fsdp_units_are_what_transformers_builds_for_each_family(
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, Qwen2Config
 
-    from workload.model.causal_lm import CausalLMWithLoss
+    from workload.model import layout
+    from workload.model.causal_lm import CausalLMWithLoss, flops_per_token, matmul_parameters
     from workload.model.parallel import fsdp_units
 
     # One layer of each family (biases, head_dim, q/k norms, norms a layer, fused projections, experts, tied or not),
@@ -109,9 +110,13 @@ def test_parameters_and_fsdp_units_are_what_transformers_builds_for_each_family(
             model = AutoModelForCausalLM.from_config(AutoConfig.for_model(config["model_type"], **fields))
         built = sum(p.numel() for p in model.parameters())
         assert memory.parameter_count(config) == built, f"{model_id} (1 layer): counted {memory.parameter_count(config)}, built {built}"
-        units = fsdp_units(CausalLMWithLoss(model, chunked_loss=True))
+        wrapped = CausalLMWithLoss(model, chunked_loss=True)
+        units = fsdp_units(wrapped)
         assert [(name, sorted(shapes)) for name, shapes in units] == \
             [(name, sorted(shapes)) for name, shapes in memory.unit_shapes(config)], f"{model_id}: FSDP units {units}"
+        # The layout's compute estimate from the config (the preview's and the job's) is the built model's FLOPs.
+        built_flops = flops_per_token(model.config, matmul_parameters(wrapped), 2048)
+        assert layout.flops_per_token(config, "full", 2048) == built_flops, f"{model_id}: FLOPs per token"
     with torch.device("meta"):  # the random-weight architectures are Qwen2Config keyword arguments
         model = AutoModelForCausalLM.from_config(Qwen2Config(**ARCHITECTURES["tiny"]))
     assert memory.parameter_count(ARCHITECTURES["tiny"]) == sum(p.numel() for p in model.parameters())

@@ -50,7 +50,7 @@ def test_the_job_leaves_no_layout_plan_for_an_unknown_architecture(monkeypatch):
     assert run.exports["jobLayoutPlan"] is None and run.exports["jobMemoryPlan"] is None
 
 
-@pytest.mark.parametrize("model_id", ["Qwen/Qwen2.5-1.5B"])
+@pytest.mark.parametrize("model_id", ["Qwen/Qwen2.5-1.5B", "Qwen/Qwen2.5-7B"])
 def test_the_preview_plans_the_layout_the_workers_choose(monkeypatch, model_id):
     """The job's side as workload/trainer.py runs it on 2 nodes of 4 L4s: the memory plan's levers, the model on the
     meta device, Ray's placement gathered from every rank, the flag's bandwidth (no fabric check figure): the plan

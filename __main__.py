@@ -230,3 +230,6 @@ if cfg.train.enabled:
     # Known at preview (infra/preview/feasibility.py): the memory levers the job will use and why; None for a model
     # whose architecture the preview could not read.
     pulumi.export("jobMemoryPlan", plan.memory_plan.as_dict() if plan.memory_plan else None)
+    # And the layout it would choose from the instance's nominal network; the job decides again with its fabric
+    # check's measurement (jobSharding).
+    pulumi.export("jobLayoutPlan", plan.layout_plan)

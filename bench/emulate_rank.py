@@ -13,7 +13,7 @@ that cluster: the peak memory is the rank's real one. Each collective the step i
 reduce-scatter and HSDP all-reduce, FSDP1's all-gather and reduce-scatter) is intercepted: its output is filled
 with this rank's data (a gather copies the rank's shard into every slot, a reduce-scatter keeps the rank's chunk),
 and a delay kernel then holds the issuing stream for as long as the collective would take on the stack's links:
-nccl-tests' bus bytes (workload.model.parallel.network_traffic) over each link's per-direction bandwidth, inside a node
+nccl-tests' bus bytes (workload.model.layout.network_traffic) over each link's per-direction bandwidth, inside a node
 or between nodes, the slower of the two for a ring that crosses both. FSDP2's real prefetch, its separate
 all-gather, reduce-scatter and all-reduce streams and their events then decide what overlaps.
 
@@ -44,9 +44,9 @@ from bench.step_bench import GIB, recipe_model
 from workload.config import TrainConfig
 from workload.data.batches import random_batches
 from workload.model import causal_lm as project
-from workload.model import architectures, parallel
+from workload.model import architectures, layout
 from workload.model.adapters import lora
-from workload.model.parallel import Collective
+from workload.model.layout import Collective
 
 # The functions FSDP2 (torch 2.11: *_into_tensor / *_tensor; 2.13: *_single) and FSDP1 call through
 # `torch.distributed` for their collectives, by the argument that holds S (nccl-tests' size): the gather's output,
@@ -103,7 +103,7 @@ def slower_link(operation: str, ranks: int, size: int, links: Links) -> str:
 
 
 def _link_times(operation: str, ranks: int, size: int, links: Links) -> tuple[float, float]:
-    traffic = parallel.network_traffic(Collective(operation, links.group_of(ranks), ranks, size, "forward"),
+    traffic = layout.network_traffic(Collective(operation, links.group_of(ranks), ranks, size, "forward"),
                                        links.nodes, links.gpus_per_node)
     return (traffic.inter_node_bytes_per_node / (links.inter_node_gbytes_per_s * 1e9),
             traffic.intra_node_bytes_per_gpu / (links.intra_node_gbytes_per_s * 1e9))
@@ -246,7 +246,7 @@ def build_step(strategy: step_inputs.Strategy, cfg: TrainConfig, device: torch.d
             optimizer.step()
             optimizer.zero_grad()
     else:
-        shape = parallel.mesh_shape(strategy.sharding, links.world_size, links.gpus_per_node)
+        shape = layout.mesh_shape(strategy.sharding, links.world_size, links.gpus_per_node)
         if cfg.model_config:
             built = lora.apply(project.build_model(cfg, device), cfg)  # --method lora/qlora: adapters, frozen base
             two_level = strategy.sharding == "two-level"

@@ -71,9 +71,11 @@ def hf_config(published: dict):
 
 
 def sharded_model(published: dict, cfg: TrainConfig, device: torch.device,
-                  mesh_shape: tuple[int, ...] | None = None) -> project.CausalLMWithLoss:
+                  mesh_shape: tuple[int, ...] | None = None, two_level: bool = False) -> project.CausalLMWithLoss:
     """The model as one rank of the fake group holds it: built on meta, sharded (over a 1-D mesh of every rank, or
-    HSDP's 2-D (replicas, shards) `mesh_shape`), then given this rank's storage."""
+    HSDP's 2-D (replicas, shards) `mesh_shape`; with `two_level`, over every rank with two-level collectives on the
+    2-D (nodes, ranks per node) `mesh_shape`, as the job shards it: workload.model.two_level), then given this rank's
+    storage."""
     with torch.device("meta"):
         lm = AutoModelForCausalLM.from_config(hf_config(published), dtype=torch.float32)
     lm.config.use_cache = False
@@ -81,7 +83,7 @@ def sharded_model(published: dict, cfg: TrainConfig, device: torch.device,
         lm.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     lm.train()
     model = project.CausalLMWithLoss(lm, chunked_loss=cfg.chunked_loss, compiled_loss=bool(cfg.compile))
-    model = project.shard_model(model, project.build_mesh(device, mesh_shape), cfg)
+    model = project.shard_model(model, project.build_mesh(device, mesh_shape), cfg, two_level=two_level)
     model.to_empty(device=device)
     with torch.no_grad():
         for parameter in model.parameters():

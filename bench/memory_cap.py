@@ -2,6 +2,7 @@
 
     python -m bench.memory_cap --out memory_cap.jsonl          # every case of CASES, both allocators, on GPU 0
     python -m bench.memory_cap --cases 0,6 --out cap.jsonl     # some of them
+    python -m bench.memory_cap --cases 0,1 --sharding two-level  # the dev 7B plans with two-level's collectives
 
 bench/memory_bench.py measures the allocated peak of settings chosen by hand, on the whole H200. This takes what the
 planner itself picks (workload.model.memory_plan.choose: levers, micro-batch, shards) for a model, per-GPU batch,
@@ -11,7 +12,10 @@ torch.cuda.set_per_process_memory_fraction set to the instance GPU's usable memo
 EC2's figure less the CUDA context), and again at that less NCCL's buffers (NCCL_BUFFERS_GIB: what PyTorch's
 allocator really has on a multi-rank job). Each run is its own process, started with PYTORCH_CUDA_ALLOC_CONF unset
 (the allocator's default) or expandable_segments:True (what the job sets), because the allocator reads it once, at
-its first allocation. Several runs share the GPU at once while their caps add up to under CONCURRENT_GIB: each is
+its first allocation. With --sharding two-level, a plan of full sharding's share on two or more nodes (the layout auto
+picks for full training on a slow network, dev's) runs with two-level collectives on the (nodes, ranks per node) mesh
+(workload.model.two_level, on the fake group as bench/emulate_rank.py runs it): their staging buffers included.
+Several runs share the GPU at once while their caps add up to under CONCURRENT_GIB: each is
 held to its own cap, and max_memory_allocated/reserved are per process.
 
 Each run records, over steps 2 to STEPS (step 1 allocates AdamW's state), torch.cuda.max_memory_allocated() and
@@ -57,16 +61,23 @@ UNBOUND_CAP_GIB = 40.0
 CONCURRENT_GIB = 128  # of the H200's ~139 GiB: caps of runs sharing the GPU at once, plus 1 GiB each for its context
 
 
-def planned(case: tuple) -> dict:
-    """What the planner picks for `case` and the projection of it."""
+def planned(case: tuple, sharding: str = "plan") -> dict:
+    """What the planner picks for `case` and the projection of it. `sharding` two-level: a plan of full sharding's
+    share on two or more nodes of several GPUs runs on the (nodes, GPUs per node) mesh with two-level collectives;
+    plan: as the planner's shards say (a 1-D mesh of every rank, or HSDP's (replicas, shards))."""
     model_id, batch, seq_len, world_size, instance = case
     gpus, mib = INSTANCE_GPUS[instance]
     config = architectures.published(model_id)
     plan = memory_plan.choose(config, batch_size=batch, seq_len=seq_len, world_size=world_size,
                               ranks_per_node=min(gpus, world_size), gpu_memory_mib=mib, compiled=True)
     mesh = [world_size] if plan.shards == world_size else [world_size // plan.shards, plan.shards]
+    two_level = (sharding == "two-level" and plan.shards == world_size and plan.settings.sharding != "full"
+                 and world_size > gpus > 1)
+    if two_level:
+        mesh = [world_size // gpus, gpus]
     return {"model": model_id, "batch": batch, "seq_len": seq_len, "world_size": world_size, "instance": instance,
             "fits": plan.fits, "micro_batch": plan.micro_batch, "mesh": mesh,
+            "sharding": "two-level" if two_level else "full" if len(mesh) == 1 else "hybrid",
             "activation_checkpointing": plan.settings.activation_checkpointing,
             "reshard_after_forward": plan.settings.reshard_after_forward,
             "grad_accum_steps": plan.settings.grad_accum_steps, "reduce_dtype": plan.settings.reduce_dtype,
@@ -96,7 +107,7 @@ def run_one(job: dict) -> dict:
     dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=job["world_size"])
     started, oom, steps_done = time.perf_counter(), "", 0
     try:
-        model = sharded_model(published, cfg, device, tuple(job["mesh"]))
+        model = sharded_model(published, cfg, device, tuple(job["mesh"]), two_level=job.get("sharding") == "two-level")
         optimizer = project.build_optimizer(model, cfg)
         generator = torch.Generator(device=device).manual_seed(0)
         for step in range(STEPS):
@@ -118,10 +129,10 @@ def run_one(job: dict) -> dict:
             "torch": torch.__version__, "seconds": round(time.perf_counter() - started, 1)}
 
 
-def jobs_for(cases: list[tuple]) -> list[dict]:
+def jobs_for(cases: list[tuple], sharding: str = "plan") -> list[dict]:
     jobs = []
     for case in cases:
-        plan = planned(case)
+        plan = planned(case, sharding)
         caps = [plan["usable_gib"]]
         if case[4] == "g6.12xlarge":  # the tight one: also what the allocator has once NCCL holds its buffers
             caps.append(round(plan["usable_gib"] - memory.NCCL_BUFFERS_GIB, 2))
@@ -180,7 +191,7 @@ def table(results: list[dict]) -> None:
                                               r["alloc_conf"])):
         levers = (f"ac={int(row['activation_checkpointing'])} raf={int(row['reshard_after_forward'])} "
                   f"k={row['grad_accum_steps']} {row.get('reduce_dtype', 'fp32')} "
-                  f"mesh={'x'.join(map(str, row['mesh']))}")
+                  f"mesh={'x'.join(map(str, row['mesh']))}{' two-level' if row.get('sharding') == 'two-level' else ''}")
         measured = ("FAILED" if "failed" in row else
                     f"alloc {row['allocated_gib']:6.2f} resv {row['reserved_gib']:6.2f} "
                     f"{'OOM' if row['oom'] else 'ok '} retries {row['alloc_retries']}")
@@ -193,6 +204,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--cases", default="", help="comma-separated indices into CASES; empty: all")
     parser.add_argument("--out", default="", help="also write the JSON lines here")
+    parser.add_argument("--sharding", default="plan", choices=("plan", "two-level"),
+                        help="plan: each plan's mesh as its shards say; two-level: full-share plans on two or more "
+                             "nodes run with two-level collectives on the (nodes, GPUs per node) mesh")
     parser.add_argument("--time_budget_s", type=float, default=420, help="start no run after this")
     parser.add_argument("--one", default="", help=argparse.SUPPRESS)  # a child: run this job, print its line
     args = parser.parse_args()
@@ -200,7 +214,7 @@ def main() -> None:
         print(json.dumps(run_one(json.loads(args.one))), flush=True)
         return
     chosen = [CASES[int(i)] for i in args.cases.split(",")] if args.cases else list(CASES)
-    jobs = jobs_for(chosen)
+    jobs = jobs_for(chosen, args.sharding)
     print(json.dumps({"jobs": len(jobs), "steps": STEPS, "concurrent_gib": CONCURRENT_GIB}), flush=True)
     with open(args.out, "w") if args.out else open(os.devnull, "w") as out:
         results = run_all(jobs, out, args.time_budget_s)

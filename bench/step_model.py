@@ -2,7 +2,7 @@
 
     python -m bench.step_model        # prints JSON lines and writes them to bench/results/step_model.jsonl
 
-No GPU needed. The bytes come from the collectives each step issues: workload.model.parallel.step_collectives for the
+No GPU needed. The bytes come from the collectives each step issues: workload.model.layout.step_collectives for the
 project's FSDP2, recipe_collectives (bench/step_shapes.py) for the recipe's FSDP1; tests/test_parallel.py records both
 on a gloo mesh and checks them against these functions. The compute comes from the H200 measurement (bench/results),
 scaled by each GPU's dense bf16 peak at the MFU measured there. The bandwidths come from the instance facts
@@ -67,10 +67,10 @@ from bench.step_inputs import (
 )
 from bench import step_shapes
 from bench.step_shapes import ModelShape, bytes_by_collective, collectives, default_shape, meta_model
-from workload.model import architectures, memory, memory_plan, parallel
+from workload.model import architectures, layout, memory, memory_plan
 from workload.model.adapters import compute as adapter_compute
 from workload.model import causal_lm as project
-from workload.model.parallel import Collective, total_traffic
+from workload.model.layout import Collective, total_traffic
 
 
 def h200_mfu(step: str, tokens_per_s: dict = H200_TOKENS_PER_S) -> float:
@@ -173,7 +173,7 @@ def predict(strategy: Strategy, hardware: Hardware, batch_size: int, seq_len: in
     if hide_under_step:
         step = exposed_first + exposed_last + max(compute, comm_seconds(parts, links, concurrent) - exposed_first
                                                   - exposed_last)
-    if strategy.sharding == parallel.TWO_LEVEL:
+    if strategy.sharding == layout.TWO_LEVEL:
         # workload.model.two_level.optimizer_step updates the root and layer 0 first and gathers them under the rest
         # of the update: the step's first gather hides under the optimizer.
         step -= min(optimizer, exposed_first)
@@ -222,14 +222,14 @@ def predict_range(strategy: Strategy, hardware: Hardware, batch_size: int, seq_l
 
 
 def auto_strategy(hardware: Hardware, batch_size: int, seq_len: int, shape: ModelShape | None = None,
-                  requested: str = "auto") -> tuple[Strategy, parallel.Plan]:
+                  requested: str = "auto") -> tuple[Strategy, layout.Plan]:
     """What the workload's --sharding `requested` --reduce_dtype auto picks on this hardware
-    (workload.model.parallel.choose with the figures a worker has: the instance's bandwidth, its compute estimate at
+    (workload.model.layout.choose with the figures a worker has: the instance's bandwidth, its compute estimate at
     ASSUMED_MFU, the GPU's memory)."""
     shape = shape or default_shape()
     compute = (batch_size * seq_len * shape.flops_per_token(seq_len)
-               / (project.peak_flops_of(hardware.gpu_name) * parallel.ASSUMED_MFU))
-    plan = parallel.choose(requested, "auto", hardware.nodes * hardware.gpus_per_node, hardware.gpus_per_node,
+               / (project.peak_flops_of(hardware.gpu_name) * layout.ASSUMED_MFU))
+    plan = layout.choose(requested, "auto", hardware.nodes * hardware.gpus_per_node, hardware.gpus_per_node,
                            list(shape.units), node_gbytes_per_s=hardware.inter_node_gbytes_per_s,
                            bandwidth_source="instance facts", compute_seconds=compute,
                            gpu_memory_bytes=int(hardware.gpu_memory_gib * GIB), costs=shape.costs)
@@ -341,7 +341,7 @@ def assumptions(batch_size: int, seq_len: int) -> dict:
                    "(gathers, reductions) compute up to its length; the optimizer hides nothing; with k "
                    "micro-batches only the first forward and the last backward hide anything. bench/emulate_rank.py "
                    "checks this against FSDP's real streams",
-        "bytes": "from the collectives each step issues: workload.model.parallel.step_collectives (FSDP2) and "
+        "bytes": "from the collectives each step issues: workload.model.layout.step_collectives (FSDP2) and "
                  "bench.step_shapes.recipe_collectives (FSDP1), checked against a recorded step on a gloo mesh in "
                  "tests/test_parallel.py",
     }

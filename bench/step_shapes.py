@@ -15,10 +15,10 @@ from bench.step_bench import RECIPE_MIN_NUM_PARAMS
 from bench.step_inputs import MODEL_CONFIG, RECOMPUTE_SHARE, Hardware, Strategy
 from workload.config import TrainConfig
 from workload.model import causal_lm as project
-from workload.model import memory, parallel
+from workload.model import layout, memory
 from workload.model.adapters import compute as adapter_compute
 from workload.model.adapters import memory as adapter_memory
-from workload.model.parallel import Collective, step_collectives, total_traffic
+from workload.model.layout import Collective, step_collectives, total_traffic
 
 
 @functools.cache
@@ -38,7 +38,7 @@ class ModelShape:
     method: str = "full"
     """--method: lora and qlora train adapters on a frozen base (workload.model.adapters)."""
     costs: tuple | None = None
-    """Each unit's parameters' (gathered bytes an element, trained), workload.model.parallel.method_units'."""
+    """Each unit's parameters' (gathered bytes an element, trained), workload.model.layout.method_units'."""
     head_parameters: int = 0
     adapter_parameters: int = 0
     quantized_parameters: int = 0
@@ -64,10 +64,10 @@ def config_shape(config: dict, method: str = "full", lora_rank: int = 16,
                  lora_targets: str = "all-linear") -> ModelShape:
     """Any decoder from its config.json, without building it (workload.model.memory.unit_shapes, which
     tests/test_memory.py
-    checks against the model transformers builds), trained by `method` (workload.model.parallel.method_units)."""
+    checks against the model transformers builds), trained by `method` (workload.model.layout.method_units)."""
     head = config["vocab_size"] * config["hidden_size"]
     untied_input_embedding = 0 if config.get("tie_word_embeddings", True) else head
-    units, costs = parallel.method_units(config, method, lora_rank, lora_targets)
+    units, costs = layout.method_units(config, method, lora_rank, lora_targets)
     adapters = adapter_memory.adapter_parameters(config, lora_rank, lora_targets) if method != "full" else 0
     quantized = config["num_hidden_layers"] * adapter_memory.quantized_parameters(config) if method == "qlora" else 0
     return ModelShape(tuple(units), memory.parameter_count(config) - untied_input_embedding,
@@ -133,7 +133,7 @@ def collectives(strategy: Strategy, hardware: Hardware, shape: ModelShape | None
     world = hardware.nodes * hardware.gpus_per_node
     if strategy.step == "recipe":
         return recipe_collectives(recipe_units(meta_model().lm, RECIPE_MIN_NUM_PARAMS), world)
-    mesh = parallel.mesh_shape(strategy.sharding, world, hardware.gpus_per_node)
+    mesh = layout.mesh_shape(strategy.sharding, world, hardware.gpus_per_node)
     shape = shape or default_shape()
     return step_collectives(shape.units, mesh, strategy.reduce_dtype, reshard_after_forward,
                             sharding=strategy.sharding, costs=shape.costs)

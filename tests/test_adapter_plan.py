@@ -11,7 +11,7 @@ import pytest
 from infra import config
 from infra.job import job_config
 from tests.pulumi_mocks import run_program, run_program_expecting_error, stack_settings
-from workload.model import architectures, memory, parallel
+from workload.model import architectures, layout, memory, parallel
 from workload.model.adapters import compute as adapter_compute
 from workload.model.adapters import memory as adapter_memory
 
@@ -170,18 +170,18 @@ def test_lora_is_named_before_qlora_where_it_fits():
 
 def test_adapters_reduce_only_their_gradients_and_gather_the_base_as_stored():
     config = architectures.published("Qwen/Qwen2.5-1.5B")
-    full_units, _ = parallel.method_units(config, "full")
-    units, costs = parallel.method_units(config, "lora")
-    collectives = parallel.step_collectives(units, (8,), "fp32", costs=costs)
+    full_units, _ = layout.method_units(config, "full")
+    units, costs = layout.method_units(config, "lora")
+    collectives = layout.step_collectives(units, (8,), "fp32", costs=costs)
     reduced = sum(c.size for c in collectives if c.operation == "reduce_scatter")
     adapters = adapter_memory.adapter_parameters(config, 16)
     assert adapters * 4 <= reduced <= adapters * 4 * 1.01, "fp32 reduce-scatter of the adapters alone (padding aside)"
     gathered = sum(c.size for c in collectives if c.operation == "all_gather")
-    full_gathered = sum(c.size for c in parallel.step_collectives(full_units, (8,), "fp32")
+    full_gathered = sum(c.size for c in layout.step_collectives(full_units, (8,), "fp32")
                         if c.operation == "all_gather")
     assert gathered == pytest.approx(full_gathered + 2 * adapters, rel=1e-3), "the base in bf16, adapters with it"
-    nf4_units, nf4_costs = parallel.method_units(config, "qlora")
-    nf4 = sum(c.size for c in parallel.step_collectives(nf4_units, (8,), "fp32", costs=nf4_costs)
+    nf4_units, nf4_costs = layout.method_units(config, "qlora")
+    nf4 = sum(c.size for c in layout.step_collectives(nf4_units, (8,), "fp32", costs=nf4_costs)
               if c.operation == "all_gather")
     assert nf4 < 0.5 * gathered, "NF4 decoder linears gather about a quarter of bf16's bytes"
     assert not any(c.operation == "reduce_scatter" and c.size == 0 for c in collectives), "no empty reduction"
@@ -189,16 +189,16 @@ def test_adapters_reduce_only_their_gradients_and_gather_the_base_as_stored():
 
 def test_auto_layout_for_adapters_counts_the_frozen_base():
     config = llama_70b()
-    units, costs = parallel.method_units(config, "lora")
-    plan = parallel.choose("auto", "auto", 8, 4, units, node_gbytes_per_s=10.0, compute_seconds=20.0,
+    units, costs = layout.method_units(config, "lora")
+    plan = layout.choose("auto", "auto", 8, 4, units, node_gbytes_per_s=10.0, compute_seconds=20.0,
                            gpu_memory_bytes=22888 * 2**20, costs=costs)
     # HSDP would keep the bf16 base over 4 GPUs: 141 GB / 4, over half an L4.
     assert plan.sharding == "full" and "frozen base" in plan.reason and plan.reduce_dtype == "fp32", plan
-    assert parallel.state_bytes(units, costs) == pytest.approx(
+    assert layout.state_bytes(units, costs) == pytest.approx(
         2 * memory.parameter_count(config) + 16 * adapter_memory.adapter_parameters(config, 16))
-    small_units, small_costs = parallel.method_units(architectures.published("Qwen/Qwen2.5-7B"), "lora")
-    between = {sharding: parallel.total_traffic(parallel.step_collectives(
-        small_units, parallel.mesh_shape(sharding, 8, 4), "fp32", costs=small_costs), 2, 4).inter_node_bytes_per_node
+    small_units, small_costs = layout.method_units(architectures.published("Qwen/Qwen2.5-7B"), "lora")
+    between = {sharding: layout.total_traffic(layout.step_collectives(
+        small_units, layout.mesh_shape(sharding, 8, 4), "fp32", costs=small_costs), 2, 4).inter_node_bytes_per_node
         for sharding in ("full", "hybrid")}
     assert between["hybrid"] < 0.02 * between["full"], f"HSDP sends only the adapters between nodes: {between}"
 

@@ -106,7 +106,7 @@ def test_an_8b_model_on_p5_as_written(project, aws_env):
     outputs = [shell(command) for command in bash_block(models, "## The memory plan")]
     assert shell.stack == "p5" and job_flags(shell.run)["--model_id"] == "Qwen/Qwen3-8B", job_flags(shell.run)
     plan = json.loads(outputs[-1])
-    assert plan["fits"] and plan["changed"] == [] and plan["shards"] == 8, f"p5 fits Qwen3-8B as requested: {plan}"
+    assert plan["fits"] and plan["changed"] == [] and plan["shards"] == 16, f"p5 fits Qwen3-8B as requested: {plan}"
     assert f'"peak_gib": {plan["peak_gib"]}' in models, f"docs/models.md shows the plan's peak, {plan['peak_gib']} GiB"
 
 

@@ -1,5 +1,5 @@
 """bench.emulate_rank's bookkeeping, on the CPU: the collectives it intercepts on a fake world of 8 ranks (2 nodes of
-4) are the ones workload.model.parallel says a step issues, and each one's delay is its bus bytes over the link it
+4) are the ones workload.model.layout says a step issues, and each one's delay is its bus bytes over the link it
 crosses. The timings themselves are the GPU run's (bench/results/emulate_rank-h200-2026-12-01.jsonl)."""
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import torch.distributed as dist
 from bench import emulate_rank, step_model
 from bench import step_inputs
 from workload.model import causal_lm as project
-from workload.model import parallel
+from workload.model import layout, parallel
 from workload.config import TrainConfig
 from workload.data.batches import random_batches
 
@@ -45,7 +45,7 @@ def test_intercepted_step_issues_what_workload_parallel_counts():
         dist.destroy_process_group()
     assert torch.isfinite(loss), "the stand-in data (this rank's shard in every slot) trains"
     expected = [(c.operation, c.group, c.ranks, c.size)
-                for c in parallel.step_collectives(model_units, (2, 4), "bf16")]
+                for c in layout.step_collectives(model_units, (2, 4), "bf16")]
     assert Counter(collectives.recorded) == Counter(expected), (collectives.recorded, expected)
     assert collectives.link_seconds == pytest.approx(
         sum(emulate_rank.collective_seconds(op, ranks, size, DEV) for op, _, ranks, size in expected))

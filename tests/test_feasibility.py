@@ -51,7 +51,7 @@ DOOMED = {
                            ["trainModelId", "meta-llama/Llama-3.1-70B", "70.55 B parameters", "GiB on each of the 8",
                             "gpuInstanceType p5.48xlarge (2 nodes"]),
     "a 70B model on A100s": ("p4d", {**JOB_ON, "trainModelId": "meta-llama/Llama-3.3-70B-Instruct"},
-                             ["trainModelId", "78.1 GiB on each of the 16 GPUs of p4d.24xlarge",
+                             ["trainModelId", "79.1 GiB on each of the 16 GPUs of p4d.24xlarge",
                               "gpuNodeCount 6 or more of p4d.24xlarge", "gpuInstanceType p5.48xlarge"]),
     "a 32B model on L40Ss": ("g6e", {**JOB_ON, "trainModelId": "Qwen/Qwen2.5-32B"},
                              ["trainModelId", "Qwen/Qwen2.5-32B", "gpuNodeCount 4 or more of g6e.12xlarge"]),
@@ -167,8 +167,9 @@ def test_every_stack_runs_the_default_job(stack):
 def test_an_8b_model_on_p5_passes_with_the_plan_it_will_use():
     run = run_program("p5", {**JOB_ON, "trainModelId": "meta-llama/Llama-3.1-8B"})
     plan = run.exports["jobMemoryPlan"]
-    assert plan["fits"] and plan["changed"] == [] and plan["shards"] == 8, \
-        f"Llama-3.1-8B at 2 x 2048 fits p5's H100s as requested, HSDP's 8-way shards included: {plan}"
+    assert plan["fits"] and plan["changed"] == [] and plan["shards"] == 16, (
+        f"Llama-3.1-8B at 2 x 2048 fits p5's H100s as requested, with full sharding's 16-way shards (auto picks full "
+        f"sharding or two-level for full training): {plan}")
     args = run.one(JOB).inputs["train_args"]
     assert args[args.index("--gpu_memory_mib") + 1] == "81920", \
         f"the job plans with the memory the preview planned with (EC2's H100 figure): {args}"
@@ -311,10 +312,12 @@ def test_the_program_judges_a_job_without_importing_torch():
 
     from tests.pulumi_mocks import REPO
 
-    code = "import sys, infra.preview.feasibility; print('torch' in sys.modules, 'ray' in sys.modules)"
+    # The layout's choice (jobLayoutPlan) included: workload.model.layout, its bus factors and the GPUs' peaks.
+    code = ("import sys, infra.preview.feasibility, infra.preview.job_layout, workload.model.layout; "
+            "print('torch' in sys.modules, 'ray' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["False", "False"], \
-        f"preview must not pay for importing torch or ray (workload.model.memory and workload.config are stdlib): {out}"
+        f"preview must not pay for importing torch or ray (workload.model.memory, .layout, workload.config: stdlib): {out}"
 
 
 @pytest.mark.parametrize("entry, refused", [

@@ -2,7 +2,7 @@
 
 One real run for the module (tests/gloo_steps.py): 4 processes on gloo train the tiny model with each layout, record
 every collective one step dispatches, and run the fabric check; the tests compare what they saw with each other and
-with workload.model.parallel's and bench.step_model's formulas. The rest are pure functions.
+with workload.model.layout's and bench.step_model's formulas. The rest are pure functions.
 """
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from tests.gloo_steps import BASE, RECORDED, STEPS, WORLD, free_port, worker
 from tests.stacks import INSTANCE_FACTS
 from workload.fabric import bandwidth as fabric
 from workload.model import causal_lm as model
-from workload.model import parallel
+from workload.model import layout, parallel
 
 
 @pytest.fixture(scope="module")
@@ -70,7 +70,7 @@ def test_accumulated_micro_batches_equal_one_big_batch(gloo_run, layout):
 def test_recorded_collectives_are_the_formula(gloo_run, name):
     shape, overrides = RECORDED[name]
     cfg = dataclasses.replace(BASE, **overrides)
-    expected = parallel.step_collectives(tiny_units(), shape, cfg.reduce_dtype, cfg.reshard_after_forward,
+    expected = layout.step_collectives(tiny_units(), shape, cfg.reduce_dtype, cfg.reshard_after_forward,
                                          sharding="two-level" if name.startswith("two-level") else "")
     recorded = gloo_run["recorded"][name]
     assert collections.Counter(recorded["c10d"]) == collections.Counter(
@@ -122,8 +122,8 @@ def test_traffic_per_step_matches_the_closed_forms():
     nodes, per_node, world = 2, 4, 8
 
     def between_nodes(sharding, reduce_dtype):
-        shape = parallel.mesh_shape(sharding, world, per_node)
-        return parallel.total_traffic(parallel.step_collectives(units, shape, reduce_dtype), nodes,
+        shape = layout.mesh_shape(sharding, world, per_node)
+        return layout.total_traffic(layout.step_collectives(units, shape, reduce_dtype), nodes,
                                       per_node).inter_node_bytes_per_node
 
     # Full sharding: a ring over 8 ranks carries (n-1)/n of the bf16 weights and of the gradients.
@@ -132,24 +132,24 @@ def test_traffic_per_step_matches_the_closed_forms():
     assert between_nodes("hybrid", "fp32") == pytest.approx(2 * (nodes - 1) / nodes * 4 * parameters)
     assert between_nodes("hybrid", "bf16") == pytest.approx(2 * (nodes - 1) / nodes * 2 * parameters)
     # Two-level: HSDP's bytes between nodes, the bf16 weights' half in the forward, the gradients' in the backward.
-    parts = parallel.step_collectives(units, (nodes, per_node), "bf16", sharding="two-level")
-    by_phase = {phase: parallel.total_traffic([c for c in parts if c.phase == phase], nodes,
+    parts = layout.step_collectives(units, (nodes, per_node), "bf16", sharding="two-level")
+    by_phase = {phase: layout.total_traffic([c for c in parts if c.phase == phase], nodes,
                                               per_node).inter_node_bytes_per_node for phase in ("forward", "backward")}
     assert by_phase["forward"] == by_phase["backward"] == pytest.approx((nodes - 1) / nodes * 2 * parameters)
     # ... and full sharding's bytes inside a node.
-    inside = parallel.total_traffic(parts, nodes, per_node).intra_node_bytes_per_gpu
+    inside = layout.total_traffic(parts, nodes, per_node).intra_node_bytes_per_gpu
     assert inside == pytest.approx(2 * (per_node - 1) / per_node * 2 * parameters)
 
 
-def _qwen_choice(instance_type: str, nodes: int = 2, **overrides) -> parallel.Plan:
+def _qwen_choice(instance_type: str, nodes: int = 2, **overrides) -> layout.Plan:
     facts = INSTANCE_FACTS[instance_type]
     units = parallel.fsdp_units(step_shapes.meta_model())
     config = step_shapes.meta_model().lm.config
     flops = model.flops_per_token(config, model.matmul_parameters(step_shapes.meta_model()), 2048)
     figures = {"node_gbytes_per_s": facts.network_gbps / 8, "bandwidth_source": "instance facts",
-               "compute_seconds": 2 * 2048 * flops / (model.peak_flops_of(facts.gpu_name) * parallel.ASSUMED_MFU),
+               "compute_seconds": 2 * 2048 * flops / (model.peak_flops_of(facts.gpu_name) * layout.ASSUMED_MFU),
                "gpu_memory_bytes": facts.gpu_memory_mib * 2**20, **overrides}
-    return parallel.choose("auto", "auto", nodes * facts.gpus, facts.gpus, units, **figures)
+    return layout.choose("auto", "auto", nodes * facts.gpus, facts.gpus, units, **figures)
 
 
 @pytest.mark.parametrize("instance_type, reduce_dtype", [("g6.12xlarge", "bf16"), ("p4d.24xlarge", "fp32")])
@@ -179,21 +179,21 @@ def test_auto_keeps_full_sharding_unless_the_network_is_the_bottleneck(instance_
 
 def test_explicit_flags_win_and_bad_layouts_are_refused():
     units = tiny_units()
-    plan = parallel.choose("hybrid", "fp32", 8, 4, units)
+    plan = layout.choose("hybrid", "fp32", 8, 4, units)
     assert (plan.sharding, plan.mesh_shape, plan.reduce_dtype) == ("hybrid", (2, 4), "fp32"), plan
-    assert parallel.choose("full", "bf16", 8, 4, units).mesh_shape == (8,)
+    assert layout.choose("full", "bf16", 8, 4, units).mesh_shape == (8,)
     with pytest.raises(ValueError, match="--ranks_per_node 3 must divide the 8 workers"):
-        parallel.choose("hybrid", "fp32", 8, 3, units)
+        layout.choose("hybrid", "fp32", 8, 3, units)
     with pytest.raises(ValueError, match="--sharding hybrid needs"):
-        parallel.choose("hybrid", "fp32", 8, None, units)
-    plan = parallel.choose("two-level", "bf16", 8, 4, units)
+        layout.choose("hybrid", "fp32", 8, None, units)
+    plan = layout.choose("two-level", "bf16", 8, 4, units)
     assert (plan.sharding, plan.mesh_shape, plan.reduce_dtype) == ("two-level", (2, 4), "bf16"), plan
 
 
 @pytest.mark.parametrize("node_ranks, sizes, expected", [
     ([0, 0, 1, 1], [2, 2, 2, 2], 2), ([0, 1, 0, 1], [2, 2, 2, 2], None), ([0, 0, 0, 1], [3, 3, 3, 1], None)])
 def test_ranks_per_node_needs_equal_nodes_of_consecutive_ranks(node_ranks, sizes, expected):
-    assert parallel.ranks_per_node_of(node_ranks, sizes) == expected
+    assert layout.ranks_per_node_of(node_ranks, sizes) == expected
 
 
 def test_a_worker_plans_from_its_placement(gloo_run):

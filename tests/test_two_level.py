@@ -61,3 +61,34 @@ def test_a_collective_queues_on_the_link_that_times_it():
     assert emulate_rank.slower_link("all_gather", 8, size, links) == "between", "a ring over both nodes"
     assert emulate_rank.slower_link("reduce_scatter", 2, size, links) == "between", "one rank per node"
     assert emulate_rank.slower_link("all_gather", 4, size, links) == "inside", "a node's ranks"
+
+
+def test_memory_cap_runs_a_plan_with_two_level_collectives():
+    """bench.memory_cap --sharding two-level: the dev 7B plan on its (nodes, GPUs per node) mesh, and the path that
+    builds it (bench.memory_bench.sharded_model on the fake group at the world size) stepping a tiny model on CPU with
+    two-level's collectives in every unit."""
+    import torch.distributed as dist
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    from bench import memory_cap
+    from bench.memory_bench import sharded_model
+    from workload.config import ARCHITECTURES, TrainConfig
+    from workload.model import causal_lm
+
+    job = memory_cap.planned(("Qwen/Qwen2.5-7B", 2, 2048, 8, "g6.12xlarge"), "two-level")
+    assert (job["sharding"], job["mesh"], job["reduce_dtype"]) == ("two-level", [2, 4], "bf16"), job
+    assert memory_cap.planned(("Qwen/Qwen2.5-7B", 2, 2048, 8, "g6.12xlarge"))["mesh"] == [8], "plan: full's mesh"
+    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=8)
+    try:
+        cfg = TrainConfig(model_config="tiny", batch_size=2, seq_len=32, compile=False, reduce_dtype="bf16")
+        model = sharded_model({**ARCHITECTURES["tiny"], "model_type": "qwen2"}, cfg, torch.device("cpu"), (2, 4),
+                              two_level=True)
+        units = [module for module in model.modules() if hasattr(module, "_get_fsdp_state")]
+        assert len(units) == ARCHITECTURES["tiny"]["num_hidden_layers"] + 1 and all(
+            isinstance(unit._get_fsdp_state()._fsdp_param_group._reduce_scatter_comm, two_level.TwoLevelReduceScatter)
+            for unit in units), "every FSDP unit reduces in two levels"
+        optimizer = causal_lm.build_optimizer(model, cfg)
+        batch = torch.randint(ARCHITECTURES["tiny"]["vocab_size"], (2, 32))
+        causal_lm.train_step(model, optimizer, batch, cfg)  # the fake group moves nothing: only that it runs
+    finally:
+        dist.destroy_process_group()

@@ -59,9 +59,9 @@ CHAT_TEMPLATES = ("qwen2.5", "llama3")
 TRUNCATIONS = ("truncate", "keep_end", "split")
 """Names accepted by --truncation: what happens to a chat or prompt-completion example longer than --seq_len."""
 SHARDINGS = ("auto", "full", "hybrid", "two-level")
-"""Names accepted by --sharding (workload.model.parallel chooses between full and two-level for auto)."""
+"""Names accepted by --sharding (workload.model.layout chooses between full and two-level for auto)."""
 REDUCE_DTYPES = ("auto", "fp32", "bf16")
-"""Names accepted by --reduce_dtype (workload.model.parallel resolves auto)."""
+"""Names accepted by --reduce_dtype (workload.model.layout resolves auto)."""
 LR_SCHEDULES = ("constant", "linear", "cosine")
 """Names accepted by --lr_schedule (workload.model.causal_lm.learning_rate_at)."""
 EXPORTS = ("final", "checkpoints", "none")

@@ -40,7 +40,7 @@ from workload.gc_control import StepCollector
 from workload.metrics.live import LiveMetrics
 from workload.metrics import trackers
 from workload.model import files as model_files
-from workload.model import memory_plan, parallel
+from workload.model import layout, memory_plan, parallel
 from workload.model.adapters import lora
 from workload.model.causal_lm import (
     build_mesh,
@@ -91,7 +91,7 @@ def train_func(config: dict) -> None:
     plan = parallel.plan_for_worker(cfg, model, device, world_size, context.get_node_rank(),
                                     context.get_local_world_size(), fabric_check)
     model = shard_model(model, build_mesh(device, plan.mesh_shape), cfg, reduce_dtype=plan.reduce_dtype,
-                        two_level=plan.sharding == parallel.TWO_LEVEL)
+                        two_level=plan.sharding == layout.TWO_LEVEL)
     if directory:
         started = time.perf_counter()
         load_pretrained(model, directory, device, cfg)

@@ -39,7 +39,7 @@ class InstanceFacts:
     architectures: tuple[str, ...] = ("x86_64",)
     """What the type's processors run (x86_64, arm64): a node group's AMI must match."""
     gpu_name: str = ""
-    """EC2's GPU name (L4, L40S, A100, H100), matched against workload.model.causal_lm.PEAK_BF16_FLOPS."""
+    """EC2's GPU name (L4, L40S, A100, H100), matched against workload.model.gpu_peaks.PEAK_BF16_FLOPS."""
     network_gbps: float = 0.0
     """A node's network bandwidth in Gbit/s: the sum of its network cards' peak bandwidth; 0 when EC2 gives none."""
 

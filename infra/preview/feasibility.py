@@ -85,6 +85,9 @@ class StackPlan:
     memory_plan: memory_plan.MemoryPlan | None = None
     """The job's memory plan (workload.model.memory_plan), when its architecture is known at preview: the jobMemoryPlan
     output."""
+    layout_plan: dict | None = None
+    """The layout the job would choose with the instance's nominal network (infra.preview.job_layout), when its
+    architecture is known at preview: the jobLayoutPlan output."""
 
 
 @config.hides_secret_values
@@ -115,7 +118,8 @@ def check(cfg: StackConfig) -> StackPlan:
     addons.check_efa_allowlist(cfg.gpu_instance_type)
     image = raycluster.check_config(cfg, gpu)
     object_names.check(cfg)
-    job_memory = check_job(cfg, gpu, identity=identity, region=region) if cfg.train.enabled else None
+    job_memory, job_layout = (check_job(cfg, gpu, identity=identity, region=region) if cfg.train.enabled
+                              else (None, None))
     reservation = None
     if cfg.capacity_reservation_id:
         try:
@@ -133,7 +137,8 @@ def check(cfg: StackConfig) -> StackPlan:
                      image=image, identity=identity, reservation=reservation,
                      own_placement_group=use_placement_group(cfg.gpu_placement, existing_reservation=bool(reservation)),
                      api_public_access_cidrs=public_cidrs, creator=creator_of(caller.arn),
-                     account_id=caller.account_id, partition=arn_parts(caller.arn)[0], memory_plan=job_memory)
+                     account_id=caller.account_id, partition=arn_parts(caller.arn)[0], memory_plan=job_memory,
+                     layout_plan=job_layout)
 
 
 def check_kubernetes_version(version: str) -> None:

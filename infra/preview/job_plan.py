@@ -1,5 +1,5 @@
-"""Whether the training job can run, at preview: its memory plan on the stack's GPUs, its data and chat
-template, its shape against the cluster, and the transport and bandwidth it expects."""
+"""Whether the training job can run, at preview: its memory plan on the stack's GPUs and the layout it would choose,
+its data and chat template, its shape against the cluster, and the transport and bandwidth it expects."""
 from __future__ import annotations
 
 from typing import Any
@@ -8,17 +8,18 @@ import pulumi
 
 from infra.config import AwsIdentity, InstanceFacts, StackConfig
 from infra.job import job_config
-from infra.preview import dataset_records, instance_facts, model_config
+from infra.preview import dataset_records, instance_facts, job_layout, model_config
 from workload.config import CHAT_TEMPLATES, is_local_dataset
 from workload.data.chat import KNOWN_CHAT_TEMPLATES
 from workload.model import adapters, memory, memory_plan, model_source
 
 
 def check_job(cfg: StackConfig, gpu: InstanceFacts, *, identity: AwsIdentity | None = None,
-              region: str | None = None) -> memory_plan.MemoryPlan | None:
+              region: str | None = None) -> tuple[memory_plan.MemoryPlan | None, dict | None]:
     """A job the cluster can run: its data, its workers, its shape against the model and the GPUs' memory (the
-    memory plan it returns), its checkpoints, its transport expectation and its fabric minimum (trainPip is judged
-    with the config)."""
+    memory plan it returns, and the layout the job would choose with it: job_layout.predict), its checkpoints, its
+    transport expectation and its fabric minimum (trainPip is judged with the config). Both None when the model's
+    architecture cannot be read at preview."""
     check_job_data(cfg)
     workload = job_config.workload_config(cfg, gpu)  # the workload's own checks of the flags first
     check_chat_template(cfg)
@@ -33,10 +34,11 @@ def check_job(cfg: StackConfig, gpu: InstanceFacts, *, identity: AwsIdentity | N
     architecture = model_config.resolve(train.model_id, train.model_config,
                                         hub_token=train.secret_env.reveal().get(model_config.HUB_TOKEN_VARIABLE),
                                         identity=identity, region=region)
-    plan = None
+    plan = layout = None
     if isinstance(architecture, model_config.Known):
         plan = check_job_shape(workload, architecture.config, gpu, workers, model=train.model_config or train.model_id,
                                node_count=cfg.gpu_node_count)
+        layout = job_layout.predict(workload, architecture.config, gpu, workers, plan)
     else:
         pulumi.log.warn(f"trainModelId {train.model_id}: {architecture.reason}, so trainSeqLen and the GPU memory of "
                         "the job are checked only on the cluster")
@@ -47,7 +49,7 @@ def check_job(cfg: StackConfig, gpu: InstanceFacts, *, identity: AwsIdentity | N
             "s3://bucket/prefix (the Ray pods' own role gets access to it), or empty for no checkpoints")
     check_transport_expectation(cfg, gpu, workers)
     check_min_bus_bandwidth(cfg, gpu, workers)
-    return plan
+    return plan, layout
 
 
 def check_job_data(cfg: StackConfig) -> None:

@@ -20,7 +20,7 @@ from typing import Callable
 import torch
 import torch.distributed as dist
 
-OPERATIONS = ("all_reduce", "all_gather", "reduce_scatter")
+from workload.fabric.bus_bandwidth import OPERATIONS, bus_bandwidth_factor
 MIB = 2**20
 # Sizes in the bandwidth-bound range of the step's own collectives (an FSDP unit of Qwen2.5-1.5B is 89 MB in bf16).
 # On CPU, gloo's figures only prove the path works, so the sizes stay small enough for a test.
@@ -33,15 +33,6 @@ WARMUP_ITERATIONS = 1
 
 class FabricTooSlowError(RuntimeError):
     """The fabric check measured less bus bandwidth than --min_bus_gbytes_per_s asks for."""
-
-
-def bus_bandwidth_factor(operation: str, ranks: int) -> float:
-    """nccl-tests' busbw / algbw for `ranks` ranks (doc/PERFORMANCE.md)."""
-    if operation == "all_reduce":
-        return 2 * (ranks - 1) / ranks
-    if operation in ("all_gather", "reduce_scatter"):
-        return (ranks - 1) / ranks
-    raise ValueError(f"no bus bandwidth factor for {operation!r}; known: {', '.join(OPERATIONS)}")
 
 
 def seconds_for(device: torch.device, seconds: float | None) -> float:

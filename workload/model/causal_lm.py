@@ -23,6 +23,7 @@ from workload.model import files as model_files
 from workload.model import architectures, compatibility, fp8, model_source, weights
 from workload.model import two_level as two_level_collectives
 from workload.model.adapters import lora
+from workload.model.gpu_peaks import peak_flops_of  # the table is standard library, for the preview
 
 IGNORE_INDEX = -100  # a target that carries no loss (workload/data/chat.py labels prompts with it)
 NAMED_CONFIGS = ARCHITECTURES  # --model_config name -> Qwen2Config keyword arguments (workload.config)
@@ -33,16 +34,7 @@ GENERATION_CONFIG = "generation_config.json"
 # at 8 x 2048 tokens). Measured on an H200 (bench/results): 8k-token chunks beat 4k and 16k.
 LOSS_CHUNK_TOKENS = 8192
 
-# Dense bf16 peak FLOP/s per GPU, matched as substrings of torch.cuda.get_device_name(). L40S comes before L4,
-# which it contains.
-PEAK_BF16_FLOPS = (
-    ("H200", 989e12),
-    ("H100", 989e12),
-    ("A100", 312e12),
-    ("L40S", 362e12),
-    ("L4", 121e12),
-)
-# --reduce_dtype's names as dtypes; auto is resolved by workload.model.parallel, and means fp32 where nothing resolved
+# --reduce_dtype's names as dtypes; auto is resolved by workload.model.layout, and means fp32 where nothing resolved
 # it (one GPU, the benchmarks).
 TORCH_REDUCE_DTYPES = {"auto": torch.float32, "fp32": torch.float32, "bf16": torch.bfloat16}
 
@@ -432,8 +424,3 @@ def peak_flops(device: torch.device) -> float | None:
     if device.type != "cuda":
         return None
     return peak_flops_of(torch.cuda.get_device_name(device))
-
-
-def peak_flops_of(gpu_name: str) -> float | None:
-    """Dense bf16 peak of a GPU by name (torch's "NVIDIA L4", or EC2's "L4"), None when unlisted."""
-    return next((peak for key, peak in PEAK_BF16_FLOPS if key in gpu_name), None)

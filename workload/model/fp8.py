@@ -18,7 +18,7 @@ from __future__ import annotations
 # converts with torch 2.11 (the bench GPU), 2.13 (CI and the cluster image's torch).
 TORCHAO_REQUIREMENT = "torchao==0.18.0"
 # GPUs with fp8 tensor cores (compute capability 8.9 and up): Ada (L4, L40S) and Hopper (H100, H200). The A100 (8.0)
-# has none; matched as substrings of EC2's GPU name, as workload.model.causal_lm.PEAK_BF16_FLOPS is.
+# has none; matched as substrings of EC2's GPU name, as workload.model.gpu_peaks.PEAK_BF16_FLOPS is.
 FP8_GPUS = ("L4", "L40S", "H100", "H200")
 FP8_MIN_CAPABILITY = (8, 9)
 # torch._scaled_mm needs both matmul dimensions divisible by 16 (torchao skips nothing by itself).

@@ -30,6 +30,15 @@ bench/memory_bench.py measures it on an H200 with a fake process group at the cl
 shards) and checks each projection; bench/results/RESULTS.md has the figures. On top of what PyTorch allocates a job
 needs the CUDA context, NCCL's buffers and the caching allocator's slack: `fits` keeps those free.
 
+Two-level collectives (--sharding two-level, which auto picks for full training on a slow network:
+workload.model.two_level) hold full sharding's share, and stage each unit's step between nodes in a column of
+1/ranks_per_node of its gradients (and of its weights while they are gathered). The root's column is the only one of
+any size (Qwen2.5-7B on 2 x 4 ranks: 0.51 GiB in bf16, 1.02 in fp32; a layer's is 0.11 GiB in bf16). It is allocated
+during the root's reduction, after the root's bf16 gradients are copied out and freed, so the allocated peak may not
+show it; but on the reduce-scatter stream, whose pool cannot take the blocks just freed on the compute stream, so
+what the card runs out of, the reserved memory, grows by it. Counted as allocated, at the root's reduction, where the
+7-8B plans peak (`two_level_ranks_per_node`); bench/memory_cap.py --sharding two-level measures it.
+
 --method lora and qlora (a frozen base, trained adapters) change the state, the gathered weights, the activations and
 the root's reduction: workload/model/adapters/memory.py counts them, and `estimate(..., method=...)` takes them.
 
@@ -182,11 +191,15 @@ def layer_shapes(config: dict) -> list[tuple[int, ...]]:
     return shapes + [(hidden,)] * LAYER_NORMS.get(model_type, DEFAULT_LAYER_NORMS)
 
 
+def tied_embeddings(config: dict) -> bool:
+    """The lm_head is the input embedding: as config.json says, else the family's default."""
+    return bool(config.get("tie_word_embeddings", config.get("model_type") in TIED_BY_DEFAULT))
+
+
 def root_shapes(config: dict) -> list[tuple[int, ...]]:
     """What FSDP's root unit holds: the embedding, the final norm, and an untied lm_head."""
     embedding = (config["vocab_size"], config["hidden_size"])
-    tied = config.get("tie_word_embeddings", config.get("model_type") in TIED_BY_DEFAULT)
-    return [embedding, (config["hidden_size"],)] + ([] if tied else [embedding])
+    return [embedding, (config["hidden_size"],)] + ([] if tied_embeddings(config) else [embedding])
 
 
 def unit_shapes(config: dict) -> list[tuple[str, list[tuple[int, ...]]]]:
@@ -247,6 +260,8 @@ class MemoryEstimate:
     """The projected torch.cuda.max_memory_allocated()."""
     peak_gib: float
     """allocated_gib plus NCCL's buffers: what the job needs of the card besides the CUDA context and the margin."""
+    two_level_staging_gib: float = 0.0
+    """Two-level's column of the root's gradients, where the peak is the root's gradient reduction."""
 
     def as_dict(self) -> dict:
         return {key: (round(value, 2) if isinstance(value, float) else value) for key, value in asdict(self).items()}
@@ -255,7 +270,7 @@ class MemoryEstimate:
 def _moments(config: dict, *, micro_batch: int, seq_len: int, activation_checkpointing: bool,
              reshard_after_forward: bool, grad_accum_steps: int, reduce_dtype: str,
              compiled: bool, method: str = "full", lora_rank: int = 16, lora_targets: str = "all-linear",
-             lora_dropout: float = 0.0) -> dict[str, tuple[dict, int]]:
+             lora_dropout: float = 0.0, two_level_ranks_per_node: int = 0) -> dict[str, tuple[dict, int]]:
     """The three moments the peak can fall on, each as (its unsharded parts in bytes, the bytes FSDP shards over
     every shard): the last micro-batch's loss, the root's gradient reduction, and the optimizer step. --method lora
     and qlora: workload.model.adapters.memory's, from the same activations and loss."""
@@ -293,6 +308,9 @@ def _moments(config: dict, *, micro_batch: int, seq_len: int, activation_checkpo
             gathered_all=accumulating or not reshard_after_forward, accumulating=accumulating, compiled=compiled,
             workspace=workspace, layers_in_flight=LAYERS_IN_FLIGHT)
     accumulated = REDUCE_BYTES[reduce_dtype] * parameters if accumulating else 0
+    # Two-level's column of the root's gradients, staged for the step between nodes (workload.model.two_level's
+    # TwoLevelReduceScatter): nodes x (root / world) elements in the reduce dtype.
+    staging = (REDUCE_BYTES[reduce_dtype] * root // two_level_ranks_per_node) if two_level_ranks_per_node else 0
     gradient_bytes = SHARDED_BYTES_PER_PARAMETER - STATE_BYTES_BEFORE_GRADIENTS
     return {
         "loss": ({"gathered_weights": gathered, "activations": activations, "loss": loss,
@@ -302,6 +320,7 @@ def _moments(config: dict, *, micro_batch: int, seq_len: int, activation_checkpo
         # reduce-dtype copy; the root's weights are resharded first unless accumulation keeps them gathered.
         "root reduction": ({"gathered_weights": GATHERED_BYTES_PER_PARAMETER * root if accumulating else 0,
                             "root_gradients": ROOT_REDUCTION_BYTES[reduce_dtype] * root,
+                            "two_level_staging": staging,
                             "accumulated_gradients": accumulated, "workspace": workspace},
                            STATE_BYTES_BEFORE_GRADIENTS * parameters + gradient_bytes * (parameters - root)),
         "optimizer step": ({"gathered_weights": GATHERED_BYTES_PER_PARAMETER * root,
@@ -313,18 +332,21 @@ def _moments(config: dict, *, micro_batch: int, seq_len: int, activation_checkpo
 def estimate(config: dict, *, micro_batch: int, seq_len: int, shards: int, activation_checkpointing: bool = False,
              reshard_after_forward: bool = False, grad_accum_steps: int = 1, reduce_dtype: str = "fp32",
              compiled: bool = False, ranks: int | None = None, method: str = "full", lora_rank: int = 16,
-             lora_targets: str = "all-linear", lora_dropout: float = 0.0) -> MemoryEstimate:
+             lora_targets: str = "all-linear", lora_dropout: float = 0.0,
+             two_level_ranks_per_node: int = 0) -> MemoryEstimate:
     """The peak of one rank of workload.model.causal_lm.train_step: `micro_batch` sequences of `seq_len` tokens per
     forward, the state sharded `shards` ways (all ranks with full sharding, a node's with HSDP), eager or `compiled`
     (the job's default on a GPU). `ranks`: the job's world size (NCCL's buffers only where there are two or more;
     default `shards`). `method` and the lora_* settings: --method and its flags (workload.model.adapters.memory).
-    `parameters` stays the model's count; the trained ones are adapter_memory.adapter_parameters."""
+    `parameters` stays the model's count; the trained ones are adapter_memory.adapter_parameters.
+    `two_level_ranks_per_node`: full training with two-level collectives on nodes of this many ranks (0: without)."""
     parameters = parameter_count(config)
     moments = _moments(config, micro_batch=micro_batch, seq_len=seq_len,
                        activation_checkpointing=activation_checkpointing,
                        reshard_after_forward=reshard_after_forward, grad_accum_steps=grad_accum_steps,
                        reduce_dtype=reduce_dtype, compiled=compiled, method=method, lora_rank=lora_rank,
-                       lora_targets=lora_targets, lora_dropout=lora_dropout)
+                       lora_targets=lora_targets, lora_dropout=lora_dropout,
+                       two_level_ranks_per_node=two_level_ranks_per_node)
     totals = {name: sum(parts.values()) + sharded / shards for name, (parts, sharded) in moments.items()}
     parts, sharded = moments[max(totals, key=totals.get)]
     allocated = max(totals.values())
@@ -333,7 +355,8 @@ def estimate(config: dict, *, micro_batch: int, seq_len: int, shards: int, activ
         parameters=parameters, state_gib=sharded / shards / GIB,
         gathered_weights_gib=parts["gathered_weights"] / GIB, activations_gib=parts.get("activations", 0) / GIB,
         loss_gib=parts.get("loss", 0) / GIB, accumulated_gradients_gib=parts["accumulated_gradients"] / GIB,
-        root_gradients_gib=parts.get("root_gradients", 0) / GIB, allocated_gib=allocated / GIB, peak_gib=allocated / GIB + nccl)
+        root_gradients_gib=parts.get("root_gradients", 0) / GIB, allocated_gib=allocated / GIB,
+        peak_gib=allocated / GIB + nccl, two_level_staging_gib=parts.get("two_level_staging", 0) / GIB)
 
 
 def shards_needed(config: dict, *, usable: float, micro_batch: int, seq_len: int, **settings) -> int | None:

@@ -5,14 +5,20 @@ The levers, cheapest first (each later one is tried with the earlier ones on):
 1. activation checkpointing: a layer keeps only its input, at about a third more compute;
 2. reshard_after_forward, only if it lowers the peak (it does not while accumulating): the layers' gathered weights
    are freed after their forward, at one more all-gather per layer per step;
-3. full sharding instead of HSDP (--sharding auto on two or more nodes only, where auto may choose HSDP): the state
-   over every GPU rather than one node's, at more traffic between nodes;
+3. full sharding instead of HSDP (--sharding auto with --method lora or qlora on two or more nodes, where auto may
+   choose HSDP): the state over every GPU rather than one node's, at more traffic between nodes. For full training
+   auto chooses full sharding or two-level (workload.model.layout), both with full sharding's share, so it is
+   projected with that share and stays auto: setting full would switch two-level off where the network needs it;
 4. micro-batches with --grad_accum_steps: the largest micro-batch that divides the per-GPU batch and fits, so the
    global batch and the optimizer's steps stay what was asked; the accumulated unsharded gradients cost memory too;
-5. only when nothing above fits: gradients reduced in bf16 (--reduce_dtype bf16, as auto chooses on a slow network):
+5. for full training with --sharding auto on two or more nodes: full sharding instead of two-level, whose staging of
+   the root's gradients (workload.model.memory) it then saves, at HSDP's bytes between nodes no longer half under the
+   forward (auto keeps full sharding anyway where the network is fast enough);
+6. only when nothing above fits: gradients reduced in bf16 (--reduce_dtype bf16, as auto chooses on a slow network):
    the root's gradient reduction, a peak no micro-batch lowers (workload.model.memory), then needs no fp32 copy of the
-   embedding's and lm_head's gradients. The dev stack's Qwen2.5-7B at 2 x 2048 on 8 L4s is such a plan
-   (bench/results/memory_cap-h200-2026-12-03-run1.log).
+   embedding's and lm_head's gradients, and the levers above are tried again with it. The dev stack's Qwen2.5-7B at
+   2 x 2048 on 8 L4s is such a plan, and keeps two-level (bench/results/memory_cap-h200-2026-12-03-run1.log measured
+   it with full sharding); Llama-3.1-8B there needs full sharding too.
 A lever already on stays on. --method (full, lora, qlora) is not a lever: the plan is for the job's method
 (workload.model.adapters.memory counts it), and the preview's refusal names a lighter method that would fit. The
 search is a handful of estimates: binary search over the batch's divisors (the peak grows with the micro-batch),
@@ -30,6 +36,8 @@ from dataclasses import dataclass, field
 from workload.config import TrainConfig
 from workload.model import memory
 
+# The levers as Settings and TrainConfig name them, in the order a plan's `changed` lists them.
+LEVERS = ("activation_checkpointing", "reshard_after_forward", "sharding", "grad_accum_steps", "reduce_dtype")
 
 @dataclass(frozen=True)
 class Settings:
@@ -102,11 +110,18 @@ def choose(config: dict, *, batch_size: int, seq_len: int, world_size: int, rank
     usable = memory.usable_gib(gpu_memory_mib)
     nodes = max(1, world_size // max(1, ranks_per_node))
     requested = dataclasses.replace(requested, reduce_dtype=reduce_dtype)
+    full_training = method.get("method", "full") == "full"
 
     def shards_of(sharding: str) -> int:
-        # two-level holds full sharding's share. auto is projected with HSDP's larger per-node share, as when auto
-        # could choose HSDP (it now chooses full or two-level): conservative, and the plans stay as the preview made.
-        return ranks_per_node if sharding not in ("full", "two-level") and nodes > 1 else world_size
+        # HSDP keeps a node's share; full sharding and two-level every rank's. auto chooses HSDP only for an adapter
+        # method (workload.model.layout.choose), so only there is it projected with HSDP's larger per-node share.
+        hybrid = sharding == "hybrid" or (sharding == "auto" and not full_training)
+        return ranks_per_node if hybrid and nodes > 1 else world_size
+
+    def two_level_ranks(sharding: str) -> int:
+        # Full training's auto may choose two-level on two or more nodes of several ranks: its staging is counted.
+        two_level = full_training and sharding in ("auto", "two-level") and nodes > 1 and ranks_per_node > 1
+        return ranks_per_node if two_level else 0
 
     def evaluate(settings: Settings) -> tuple[memory.MemoryEstimate, int, int]:
         shards = shards_of(settings.sharding)
@@ -115,14 +130,13 @@ def choose(config: dict, *, batch_size: int, seq_len: int, world_size: int, rank
                                 activation_checkpointing=settings.activation_checkpointing,
                                 reshard_after_forward=settings.reshard_after_forward,
                                 grad_accum_steps=settings.grad_accum_steps, reduce_dtype=reduce_dtype,
-                                compiled=compiled, **method), micro, shards)
+                                compiled=compiled, two_level_ranks_per_node=two_level_ranks(settings.sharding),
+                                **method), micro, shards)
 
     def plan(settings: Settings, fits: bool, reason: str) -> MemoryPlan:
         settings = dataclasses.replace(settings, reduce_dtype=reduce_dtype)
         estimate, micro, shards = evaluate(settings)
-        changed = tuple(name for name in ("activation_checkpointing", "reshard_after_forward", "sharding",
-                                          "grad_accum_steps", "reduce_dtype")
-                        if getattr(settings, name) != getattr(requested, name))
+        changed = tuple(name for name in LEVERS if getattr(settings, name) != getattr(requested, name))
         return MemoryPlan(fits, settings, changed, batch_size, micro, shards, estimate.peak_gib, usable, reason,
                           estimate, method.get("method", "full"))
 
@@ -143,7 +157,7 @@ def choose(config: dict, *, batch_size: int, seq_len: int, world_size: int, rank
         if evaluate(with_reshard)[0].peak_gib < evaluate(current)[0].peak_gib:
             current = with_reshard
             candidates.append((current, "reshard_after_forward"))
-    if requested.sharding == "auto" and nodes > 1:
+    if requested.sharding == "auto" and nodes > 1 and not full_training:
         current = Settings(current.activation_checkpointing, current.reshard_after_forward,
                            current.grad_accum_steps, "full")
         candidates.append((current, "full sharding (HSDP's per-node shards do not fit)"))
@@ -171,6 +185,17 @@ def choose(config: dict, *, batch_size: int, seq_len: int, world_size: int, rank
         return plan(found, True, f"{why}; {levers + ' and ' if levers else ''}{found.grad_accum_steps} micro-batches "
                                  f"of {batch_size // found.grad_accum_steps} fit and keep the per-GPU batch of "
                                  f"{batch_size}")
+    if full_training and requested.sharding == "auto" and two_level_ranks("auto"):
+        as_full = choose(config, batch_size=batch_size, seq_len=seq_len, world_size=world_size,
+                         ranks_per_node=ranks_per_node, gpu_memory_mib=gpu_memory_mib,
+                         requested=dataclasses.replace(requested, sharding="full"), reduce_dtype=reduce_dtype,
+                         compiled=compiled, method=method)
+        if as_full.fits and "reduce_dtype" not in as_full.changed:  # bf16 comes last: with two-level first
+            changed = set(as_full.changed) | {"sharding"}
+            return dataclasses.replace(
+                as_full, changed=tuple(name for name in LEVERS if name in changed),
+                reason=f"{why}; {as_full.reason.split('; ', 1)[-1]} with full sharding (two-level's staging of the "
+                       "root's gradients does not fit)")
     if reduce_dtype != "bf16":
         in_bf16 = choose(config, batch_size=batch_size, seq_len=seq_len, world_size=world_size,
                          ranks_per_node=ranks_per_node, gpu_memory_mib=gpu_memory_mib,

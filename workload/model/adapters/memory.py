@@ -1,5 +1,5 @@
 """What --method lora and qlora change in one rank's memory (workload.model.memory.estimate's terms), and in the
-bytes a step gathers and reduces (workload.model.parallel's collectives), counted from a config.json.
+bytes a step gathers and reduces (workload.model.layout's collectives), counted from a config.json.
 
 - the frozen base: no gradient and no optimizer state. lora keeps it in bf16 (2 bytes a parameter), qlora keeps the
   decoder blocks' linear weights in NF4 (NF4_BYTES_PER_PARAMETER, its scales included) and everything else (the

@@ -1,0 +1,37 @@
+"""The job's layout, predicted at preview: workload.model.layout.for_job, the function every worker of the job runs
+(workload.model.parallel.plan_for_worker), with what EC2 says of the instance type where a worker has its own figures.
+
+The inputs are the job's own flags (infra/job/job_config.py: the instance's network as --node_gbits_per_s, its GPUs'
+memory as --gpu_memory_mib), with the memory plan's levers applied first, as workload/trainer.py applies them before
+it chooses; the ranks per node are those of Ray Train's packed placement; the compute is the step's FLOPs at EC2's
+GPU's bf16 peak. The job decides again on its workers, with its fabric check's measured bus bandwidth in place of the
+instance's nominal figure, and reports what it chose in jobSharding.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from infra.config import InstanceFacts
+from workload.model import layout, memory_plan
+
+# What the job's reason names the bandwidth by when no fabric check measured it (workload.model.parallel's), so the
+# preview's plan reads as the job's would from the same figures.
+NOMINAL_SOURCE = "--node_gbits_per_s"
+
+
+def predict(workload: Any, architecture: dict, gpu: InstanceFacts, workers: int,
+            plan: memory_plan.MemoryPlan) -> dict:
+    """The layout the job would choose with the instance's nominal figures, as the stack output jobLayoutPlan: the
+    plan (sharding, mesh_shape, reduce_dtype, requested, reason) and its basis."""
+    cfg = memory_plan.apply(workload, plan)
+    ranks_per_node = cfg.ranks_per_node or layout.packed_ranks_per_node(workers, gpu.gpus)
+    chosen = layout.for_job(cfg, architecture, world_size=workers, ranks_per_node=ranks_per_node,
+                            gpu_name=gpu.gpu_name, node_gbytes_per_s=cfg.node_gbits_per_s / 8,
+                            bandwidth_source=NOMINAL_SOURCE,
+                            gpu_memory_bytes=cfg.gpu_memory_mib * 2**20 if cfg.gpu_memory_mib else None)
+    network = (f"{gpu.network_gbps:g} Gbit/s between nodes" if gpu.network_gbps
+               else "no network figure from EC2")
+    basis = (f"predicted at preview from {gpu.instance_type}'s nominal figures ({network}, {gpu.gpu_name or 'GPU'} "
+             f"bf16 peak) and the memory plan's levers; the job decides again with its fabric check's measured bus "
+             "bandwidth and reports its choice in jobSharding")
+    return {**chosen.as_dict(), "basis": basis}

@@ -146,7 +146,7 @@ def test_local_run_passes_local_files_by_absolute_path(monkeypatch, tmp_path):
 
     monkeypatch.setattr(local, "local_cluster", fake_cluster)
     monkeypatch.setattr(submit, "submit_training_job", fake_submit)
-    monkeypatch.setattr(trainer, "validate", lambda cfg: None)  # no tokenizer for this corpus
+    monkeypatch.setattr(preflight, "validate", lambda cfg: None)  # no tokenizer for this corpus
     with pytest.raises(KeyboardInterrupt):
         local.main(["--dataset", "corpus.txt", "--storage_path", str(tmp_path / "runs")])
     args = submitted["args"]

@@ -12,6 +12,7 @@ import glob
 import json
 import os
 import struct
+import time
 
 HEADER = b":W&B" + struct.pack("<HB", 0xBEE1, 0)
 BLOCK = 32768
@@ -32,6 +33,8 @@ def records(path: str):
             offset += left_in_block
             continue
         length, kind = struct.unpack("<HB", data[offset + 4:offset + RECORD_HEADER])
+        if offset + RECORD_HEADER + length > len(data):
+            break  # a record still being written
         chunk = data[offset + RECORD_HEADER:offset + RECORD_HEADER + length]
         offset += RECORD_HEADER + length
         if kind == FULL:
@@ -48,9 +51,16 @@ def records(path: str):
         yield record
 
 
-def offline_run(directory: str) -> str:
-    """The .wandb file of the one offline run under `directory` (a --report_to wandb run's directory)."""
+def offline_run(directory: str, timeout_s: float = 30) -> str:
+    """The .wandb file of the one offline run under `directory` (a --report_to wandb run's directory), once it is
+    whole: wandb-core writes the log in its own process, and run.finish() can return before the last records (the
+    history rows among them, then the exit record, always the last) are in the file. Read until the exit record is
+    there, for a bounded while."""
     (path,) = glob.glob(os.path.join(directory, "wandb", "offline-run-*", "run-*.wandb"))
+    deadline = time.monotonic() + timeout_s
+    while not any(record.WhichOneof("record_type") == "exit" for record in records(path)):
+        assert time.monotonic() < deadline, f"{path} has no exit record {timeout_s} s after the run finished"
+        time.sleep(0.1)
     return path
 
 

@@ -12,7 +12,7 @@ import ray
 
 from workload import train, trainer
 from workload.config import TrainConfig
-from workload.run import submit
+from workload.run import preflight, submit
 
 
 def test_summary_is_the_last_summary_line():

@@ -1,5 +1,6 @@
 """The Jobs API path against a real `ray start --head` with token authentication on (workload.local's cluster):
-a tiny training job succeeds and returns its summary; a failing job, a timeout and a wrong token fail clearly.
+a tiny training job, created as `pulumi up` creates it (the TrainingJob provider), succeeds and returns its summary
+and the resource's outputs; a failing job, a timeout and a wrong token fail clearly.
 
 While that job runs (issue 24):
 - the node's metrics endpoint, scraped as the shipped PodMonitor scrapes a Ray pod (its path, plain HTTP), serves
@@ -23,10 +24,12 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from ray.job_submission import JobStatus
 
+from infra.job import job_config, ray_job
 from infra.kubernetes import idle_check
 from infra.kubernetes import monitoring
 from infra.kubernetes.idle_stop import SCALING_ACTIONS
 from tests import listening_sockets
+from tests.test_ray_job import Connector, props as job_props
 from workload.metrics import live as live_metrics
 from workload.run import local
 from workload.run import submit
@@ -64,25 +67,58 @@ def head():
 
 
 def test_job_runs_through_the_jobs_api_and_returns_its_summary(observed_run):
-    result, lines, token = observed_run["result"], observed_run["lines"], observed_run["token"]
-    assert result.status == "SUCCEEDED", f"tiny job: expected SUCCEEDED, got {result.status}"
-    assert (result.summary["steps"], result.summary["world_size"], result.summary["device"]) == (STEPS, 2, "cpu"), (
-        f"summary: expected {STEPS} steps on 2 cpu workers, got {result.summary}"
+    summary, lines, token = observed_run["summary"], observed_run["lines"], observed_run["token"]
+    status = observed_run["created"].outs["status"]
+    assert status == "SUCCEEDED", f"tiny job: expected SUCCEEDED, got {status}"
+    assert (summary["steps"], summary["world_size"], summary["device"]) == (STEPS, 2, "cpu"), (
+        f"summary: expected {STEPS} steps on 2 cpu workers, got {summary}"
     )
-    assert set(result.summary) == {"world_size", "device", "steps", "initial_loss", "final_loss", "eval_loss",
+    assert set(summary) == {"world_size", "device", "steps", "initial_loss", "final_loss", "eval_loss",
                                    "effective_batch", "tokens_seen", "tokens_per_s", "mfu", "start_step",
                                    "diverged_at_step", "checkpoint", "model", "tensorboard", "nccl_logs", "sharding",
-                                   "fabric", "memory_plan", "examples"}, f"summary keys: got {sorted(result.summary)}"
-    assert result.summary["memory_plan"] is None, "CPU workers plan no GPU memory (the host's is theirs)"
-    assert result.summary["examples"] is None, "random tokens: no supervised examples to count"
-    assert result.summary["sharding"]["sharding"] == "full" and "one node" in result.summary["sharding"]["reason"], \
-        f"2 CPU workers on one node: full sharding, and why: {result.summary['sharding']}"
-    assert result.summary["fabric"]["ranks"] == 2 and result.summary["fabric"]["bus_gbytes_per_s"] > 0, \
-        f"the fabric check runs by default, on gloo here: {result.summary['fabric']}"
+                                   "fabric", "memory_plan", "examples"}, f"summary keys: got {sorted(summary)}"
+    assert summary["memory_plan"] is None, "CPU workers plan no GPU memory (the host's is theirs)"
+    assert summary["examples"] is None, "random tokens: no supervised examples to count"
+    assert summary["sharding"]["sharding"] == "full" and "one node" in summary["sharding"]["reason"], \
+        f"2 CPU workers on one node: full sharding, and why: {summary['sharding']}"
+    assert summary["fabric"]["ranks"] == 2 and summary["fabric"]["bus_gbytes_per_s"] > 0, \
+        f"the fabric check runs by default, on gloo here: {summary['fabric']}"
     for step in range(1, STEPS + 1):
         count = sum(f"step {step}/{STEPS} loss" in line for line in lines)
         assert count == 1, f"rank 0's progress line for step {step} must stream through on_log once, seen {count}"
-    assert token not in result.logs and not any(token in line for line in lines), "the auth token must never be logged"
+    assert token not in observed_run["logs"] and not any(token in line for line in lines), "the auth token must never be logged"
+
+
+def test_the_job_resource_s_create_reports_the_run_and_an_update_judges_it_again(observed_run):
+    """The TrainingJob resource's create (what `pulumi up` runs) on the module's job: its id and outputs; then an
+    update against another transport expectation refuses, and one that changes nothing of the job keeps its
+    results."""
+    created, inputs, provider = observed_run["created"], observed_run["inputs"], observed_run["provider"]
+    outs = created.outs
+    assert observed_run["connector"].calls == [True], "create must run the preflight through the connector once"
+    assert created.id == outs["job_id"] == inputs["submission_id"], \
+        f"the resource id is the run's derived Ray submission id, got {created.id}"
+    assert outs["status"] == "SUCCEEDED", f"job status should be SUCCEEDED, got {outs['status']}"
+    assert isinstance(outs["final_loss"], float) and outs["final_loss"] > 0, f"final_loss: {outs['final_loss']}"
+    assert outs["tokens_per_s"] > 0 and outs["world_size"] == 2, f"tokens_per_s / world_size: {outs}"
+    # Gloo on CPU writes no NCCL lines: every rank's debug file is empty, so there is no verdict to give.
+    assert outs["verdicts"] == {}, f"a CPU job has no NCCL transport, got {outs['verdicts']}"
+    assert any(f"step {STEPS}/{STEPS}" in line for line in observed_run["lines"]), \
+        "the job's log lines must be streamed while it runs"
+    assert outs["kubeconfig"] == inputs["kubeconfig"], "delete needs the kubeconfig kept in the outputs"
+    assert outs["sharding"]["sharding"] == "full" and outs["fabric"]["ranks"] == 2, \
+        f"the job's sharding choice and fabric check are outputs: {outs['sharding']}, {outs['fabric']}"
+    assert outs["model"].endswith(f"/model_{STEPS:06d}") and os.path.isfile(os.path.join(outs["model"], "config.json")), \
+        f"the model the job exported is an output (jobModelPath): {outs['model']}"
+    assert os.listdir(outs["tensorboard"]) and outs["eval_loss"] is None, \
+        f"its event files are an output; no evaluation set, no eval loss: {outs['tensorboard']}, {outs['eval_loss']}"
+
+    # The same results judged against expect=efa: the update refuses, naming the fix.
+    with pytest.raises(ray_job.TrainingJobError, match="no NCCL transport lines.*change trainRunId"):
+        provider.update(created.id, outs, {**inputs, "expect_transport": "efa"})
+    updated = provider.update(created.id, outs, {**outs, "timeout_s": 60.0})
+    assert updated.outs["job_id"] == created.id and updated.outs["timeout_s"] == 60.0, \
+        "an in-place update keeps the job's results and takes the new inputs"
 
 
 @pytest.mark.skipif(not os.path.isdir("/proc/net"), reason="reads the listening sockets from Linux's /proc")
@@ -175,31 +211,39 @@ def _wait_for_metrics(url: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def observed_run(head):
-    """The module's training job, submitted as the local run submits it (submit_training_job, its log lines
-    streamed), in a thread; meanwhile the node's metrics are scraped and the job list read every 0.2 s. Then the
-    list once the job has ended."""
+def observed_run(head, tmp_path_factory):
+    """The module's training job, created as `pulumi up` creates it: the TrainingJob provider's create
+    (infra/job/ray_job.py) through tests/test_ray_job.py's connector (the head through a LocalForward, as the
+    Kubernetes port-forward gives it), which calls the same start_job and wait_for_end as the local run's
+    submit_training_job, its log lines streamed, in a thread. Meanwhile the node's metrics are scraped and the job
+    list read every 0.2 s; then the list once the job has ended, and the job's whole log from the job server."""
     address, token = head
     endpoint = monitoring.ray_pod_monitor(namespace="ray", cluster_name="ray-train")["spec"]["podMetricsEndpoints"][0]
     url = f"http://{local.LOOPBACK}:{METRICS_PORT['port']}{endpoint['path']}"
     client = submit.connect(address, token)
     _wait_for_metrics(url)
     lines: list[str] = []
+    connector = Connector(address, token)
+    provider = ray_job.TrainingJobProvider(connect=connector, on_log=lines.append)
+    # Checkpointed (a storage path), so the job exports its model and the resource has it as an output.
+    inputs = job_props(train_args=[*SCRAPED_JOB, "--storage_path", str(tmp_path_factory.mktemp("scraped"))],
+                       env_vars={"NCCL_DEBUG_FILE": job_config.NCCL_DEBUG_FILE, **FAST_RAY_TRAIN})
     scraped, running_lists = {}, []  # every metric family seen while the job ran, as last scraped
     with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
-        job = pool.submit(submit.submit_training_job, address, SCRAPED_JOB, token=token, env_vars=FAST_RAY_TRAIN,
-                          on_log=lines.append, timeout_s=300)
+        job = pool.submit(provider.create, inputs)
         while not job.done():
             running_lists.append(client.list_jobs())
             scraped.update(scrape(url))
             concurrent.futures.wait([job], timeout=0.2)
-        result = job.result()
-    return {"result": result, "lines": lines, "token": token, "scraped": scraped, "running_lists": running_lists,
-            "ended_list": client.list_jobs()}
+        created = job.result()
+    logs = client.get_job_logs(created.id)
+    return {"created": created, "inputs": inputs, "connector": connector, "provider": provider, "logs": logs,
+            "summary": submit.parse_summary(logs), "lines": lines, "token": token, "scraped": scraped,
+            "running_lists": running_lists, "ended_list": client.list_jobs()}
 
 
 def test_the_scrape_finds_the_jobs_tokens_per_second_and_the_ray_node_metrics(observed_run):
-    assert observed_run["result"].status == "SUCCEEDED", observed_run["result"].logs[-2000:]
+    assert observed_run["created"].outs["status"] == "SUCCEEDED", observed_run["logs"][-2000:]
     families = observed_run["scraped"]
     assert f"ray_{live_metrics.TOKENS_PER_SECOND}" in families, (
         f"ray_{live_metrics.TOKENS_PER_SECOND} never appeared on the metrics endpoint while the job ran")
@@ -234,7 +278,7 @@ def test_idle_decision_from_the_real_job_server_and_the_stop_against_moto(observ
     assert running, "the job list must have shown the job RUNNING at least once"
     during = idle_check.decide(running[-1], nodegroup, now=nodegroup["createdAt"] + timedelta(days=1),
                                idle_minutes=IDLE_MINUTES)
-    job_id = observed_run["result"].job_id
+    job_id = observed_run["created"].id
     assert not during.stop and job_id in during.reason, f"a running job keeps the nodes: {during}"
 
     (ended,) = [job for job in observed_run["ended_list"] if job.submission_id == job_id]

@@ -39,6 +39,7 @@ from workload.model import memory
 # The levers as Settings and TrainConfig name them, in the order a plan's `changed` lists them.
 LEVERS = ("activation_checkpointing", "reshard_after_forward", "sharding", "grad_accum_steps", "reduce_dtype")
 
+
 @dataclass(frozen=True)
 class Settings:
     """The memory levers of one job, as TrainConfig names them."""
@@ -185,27 +186,28 @@ def choose(config: dict, *, batch_size: int, seq_len: int, world_size: int, rank
         return plan(found, True, f"{why}; {levers + ' and ' if levers else ''}{found.grad_accum_steps} micro-batches "
                                  f"of {batch_size // found.grad_accum_steps} fit and keep the per-GPU batch of "
                                  f"{batch_size}")
+    def with_lever(lever: str, value: str, because: str) -> MemoryPlan:
+        """The plan for the request with `lever` set to `value` (and whatever that plan turns besides), as this
+        request's plan: `lever` among the changed, its reason after this request's projection, then `because`."""
+        nested = choose(config, batch_size=batch_size, seq_len=seq_len, world_size=world_size,
+                        ranks_per_node=ranks_per_node, gpu_memory_mib=gpu_memory_mib,
+                        requested=dataclasses.replace(requested, **{lever: value}),
+                        reduce_dtype=value if lever == "reduce_dtype" else reduce_dtype, compiled=compiled,
+                        method=method)
+        changed = {*nested.changed, lever}
+        return dataclasses.replace(nested, changed=tuple(name for name in LEVERS if name in changed),
+                                   reason=f"{why}; {nested.reason.split('; ', 1)[-1]} {because}")
+
     if full_training and requested.sharding == "auto" and two_level_ranks("auto"):
-        as_full = choose(config, batch_size=batch_size, seq_len=seq_len, world_size=world_size,
-                         ranks_per_node=ranks_per_node, gpu_memory_mib=gpu_memory_mib,
-                         requested=dataclasses.replace(requested, sharding="full"), reduce_dtype=reduce_dtype,
-                         compiled=compiled, method=method)
+        as_full = with_lever("sharding", "full", "with full sharding (two-level's staging of the root's gradients "
+                                                 "does not fit)")
         if as_full.fits and "reduce_dtype" not in as_full.changed:  # bf16 comes last: with two-level first
-            changed = set(as_full.changed) | {"sharding"}
-            return dataclasses.replace(
-                as_full, changed=tuple(name for name in LEVERS if name in changed),
-                reason=f"{why}; {as_full.reason.split('; ', 1)[-1]} with full sharding (two-level's staging of the "
-                       "root's gradients does not fit)")
+            return as_full
     if reduce_dtype != "bf16":
-        in_bf16 = choose(config, batch_size=batch_size, seq_len=seq_len, world_size=world_size,
-                         ranks_per_node=ranks_per_node, gpu_memory_mib=gpu_memory_mib,
-                         requested=dataclasses.replace(requested, reduce_dtype="bf16"), reduce_dtype="bf16",
-                         compiled=compiled, method=method)
+        in_bf16 = with_lever("reduce_dtype", "bf16", f"with gradients reduced in bf16 (in {reduce_dtype} the root's "
+                                                     "gradient reduction alone needs more)")
         if in_bf16.fits:
-            return dataclasses.replace(
-                in_bf16, changed=in_bf16.changed + ("reduce_dtype",),
-                reason=f"{why}; {in_bf16.reason.split('; ', 1)[-1]} with gradients reduced in bf16 (in "
-                       f"{reduce_dtype} the root's gradient reduction alone needs more)")
+            return in_bf16
     frugal = candidates[-1][0] if candidates else requested
     return plan(frugal, False, f"{why}; no lever brings it under {usable - memory.MARGIN_GIB:.1f} GiB")
 

@@ -104,7 +104,7 @@ def slower_link(operation: str, ranks: int, size: int, links: Links) -> str:
 
 def _link_times(operation: str, ranks: int, size: int, links: Links) -> tuple[float, float]:
     traffic = layout.network_traffic(Collective(operation, links.group_of(ranks), ranks, size, "forward"),
-                                       links.nodes, links.gpus_per_node)
+                                     links.nodes, links.gpus_per_node)
     return (traffic.inter_node_bytes_per_node / (links.inter_node_gbytes_per_s * 1e9),
             traffic.intra_node_bytes_per_gpu / (links.intra_node_gbytes_per_s * 1e9))
 

@@ -230,9 +230,9 @@ def auto_strategy(hardware: Hardware, batch_size: int, seq_len: int, shape: Mode
     compute = (batch_size * seq_len * shape.flops_per_token(seq_len)
                / (project.peak_flops_of(hardware.gpu_name) * layout.ASSUMED_MFU))
     plan = layout.choose(requested, "auto", hardware.nodes * hardware.gpus_per_node, hardware.gpus_per_node,
-                           list(shape.units), node_gbytes_per_s=hardware.inter_node_gbytes_per_s,
-                           bandwidth_source="instance facts", compute_seconds=compute,
-                           gpu_memory_bytes=int(hardware.gpu_memory_gib * GIB), costs=shape.costs)
+                         list(shape.units), node_gbytes_per_s=hardware.inter_node_gbytes_per_s,
+                         bandwidth_source="instance facts", compute_seconds=compute,
+                         gpu_memory_bytes=int(hardware.gpu_memory_gib * GIB), costs=shape.costs)
     name = {("full", "fp32"): "project-full", ("full", "bf16"): "full-bf16", ("hybrid", "fp32"): "hybrid",
             ("hybrid", "bf16"): "hybrid-bf16", ("two-level", "fp32"): "two-level",
             ("two-level", "bf16"): "two-level-bf16"}[plan.sharding, plan.reduce_dtype]

@@ -191,7 +191,7 @@ def test_auto_layout_for_adapters_counts_the_frozen_base():
     config = llama_70b()
     units, costs = layout.method_units(config, "lora")
     plan = layout.choose("auto", "auto", 8, 4, units, node_gbytes_per_s=10.0, compute_seconds=20.0,
-                           gpu_memory_bytes=22888 * 2**20, costs=costs)
+                         gpu_memory_bytes=22888 * 2**20, costs=costs)
     # HSDP would keep the bf16 base over 4 GPUs: 141 GB / 4, over half an L4.
     assert plan.sharding == "full" and "frozen base" in plan.reason and plan.reduce_dtype == "fp32", plan
     assert layout.state_bytes(units, costs) == pytest.approx(

@@ -71,7 +71,7 @@ def test_recorded_collectives_are_the_formula(gloo_run, name):
     shape, overrides = RECORDED[name]
     cfg = dataclasses.replace(BASE, **overrides)
     expected = layout.step_collectives(tiny_units(), shape, cfg.reduce_dtype, cfg.reshard_after_forward,
-                                         sharding="two-level" if name.startswith("two-level") else "")
+                                       sharding="two-level" if name.startswith("two-level") else "")
     recorded = gloo_run["recorded"][name]
     assert collections.Counter(recorded["c10d"]) == collections.Counter(
         (c.operation, c.ranks, c.size, c.phase) for c in expected), (
@@ -124,7 +124,7 @@ def test_traffic_per_step_matches_the_closed_forms():
     def between_nodes(sharding, reduce_dtype):
         shape = layout.mesh_shape(sharding, world, per_node)
         return layout.total_traffic(layout.step_collectives(units, shape, reduce_dtype), nodes,
-                                      per_node).inter_node_bytes_per_node
+                                    per_node).inter_node_bytes_per_node
 
     # Full sharding: a ring over 8 ranks carries (n-1)/n of the bf16 weights and of the gradients.
     assert between_nodes("full", "fp32") == pytest.approx((world - 1) / world * (2 + 4) * parameters)
@@ -134,7 +134,7 @@ def test_traffic_per_step_matches_the_closed_forms():
     # Two-level: HSDP's bytes between nodes, the bf16 weights' half in the forward, the gradients' in the backward.
     parts = layout.step_collectives(units, (nodes, per_node), "bf16", sharding="two-level")
     by_phase = {phase: layout.total_traffic([c for c in parts if c.phase == phase], nodes,
-                                              per_node).inter_node_bytes_per_node for phase in ("forward", "backward")}
+                                            per_node).inter_node_bytes_per_node for phase in ("forward", "backward")}
     assert by_phase["forward"] == by_phase["backward"] == pytest.approx((nodes - 1) / nodes * 2 * parameters)
     # ... and full sharding's bytes inside a node.
     inside = layout.total_traffic(parts, nodes, per_node).intra_node_bytes_per_gpu

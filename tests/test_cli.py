@@ -135,16 +135,22 @@ def test_help_shows_the_exit_codes_without_loading_heavy_libraries(module):
         f"--help of {module} must not import {HEAVY_MODULES}: {done.stdout.strip().splitlines()[-1]}")
 
 
-@pytest.mark.parametrize("module", ["workload.train", "workload.local"])
-def test_a_seq_len_the_model_cannot_hold_is_refused_before_the_heavy_libraries_load(module):
-    """A shipped or named model's limits are known without torch (workload.run.preflight): the refusal comes
-    before seconds of imports, as a typo's does."""
-    probe = (f"import runpy, sys\nsys.argv = ['{module}', '--model_config', 'tiny', '--seq_len', '100000']\n"
+SEQ_LEN_TOO_LONG = (["--model_config", "tiny", "--seq_len", "100000"],
+                    "--seq_len 100000 is above the model's maximum of 512 positions")
+CHEAP_REFUSALS = [("workload.train", *SEQ_LEN_TOO_LONG), ("workload.local", *SEQ_LEN_TOO_LONG),
+                  ("workload.export", ["/no/such/checkpoint_000001", "/no/such/model"], "no such directory")]
+
+
+@pytest.mark.parametrize("module, argv, words", CHEAP_REFUSALS, ids=[case[0] for case in CHEAP_REFUSALS])
+def test_what_needs_no_library_is_refused_before_the_heavy_libraries_load(module, argv, words):
+    """A shipped or named model's limits are known without torch (workload.run.preflight), and a local checkpoint
+    that is not there needs no torch to say so: the refusal comes before seconds of imports, as a typo's does."""
+    probe = (f"import runpy, sys\nsys.argv = {[module, *argv]!r}\n"
              f"try:\n    runpy.run_module('{module}', run_name='__main__')\n"
              f"except SystemExit as e:\n    print('EXIT', e.code)\n"
              f"print('LOADED', sorted(m for m in {HEAVY_MODULES!r} if m in sys.modules))")
     done = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, timeout=60)
-    assert "--seq_len 100000 is above the model's maximum of 512 positions" in done.stderr, done.stderr[-2000:]
+    assert words in done.stderr, done.stderr[-2000:]
     assert done.stdout.splitlines()[-2:] == [f"EXIT {cli.USAGE}", "LOADED []"], (
         f"{module}: exit {cli.USAGE} with nothing of {HEAVY_MODULES} loaded: {done.stdout}")
 

@@ -28,16 +28,17 @@ def export(checkpoint: str, out: str, *, dtype: str = "float32", merge: bool = F
     size as most published checkpoints are, at the cost of updates smaller than half a bf16 step. A --method
     lora/qlora checkpoint gives a PEFT adapter directory, or with `merge` the base with the adapters merged in
     (workload/checkpoint/adapter_export.py)."""
-    import torch
-    from transformers import AutoConfig, AutoModelForCausalLM
-
-    from workload.checkpoint import reader as checkpoint_reader
-    from workload.checkpoint.model_config import check_against_metadata, read_config_file
-    from workload.checkpoint.sharded import MODEL_KEY, read_record
-    from workload.model.causal_lm import LM_PREFIX
     from workload.storage import local_copy
 
-    with local_copy(checkpoint) as directory:
+    with local_copy(checkpoint) as directory:  # a missing local CHECKPOINT is refused before the seconds of imports
+        import torch
+        from transformers import AutoConfig, AutoModelForCausalLM
+
+        from workload.checkpoint import reader as checkpoint_reader
+        from workload.checkpoint.model_config import check_against_metadata, read_config_file
+        from workload.checkpoint.sharded import MODEL_KEY, read_record
+        from workload.model.causal_lm import LM_PREFIX
+
         if not os.path.isfile(os.path.join(directory, "config.json")):
             raise cli.UsageError(f"CHECKPOINT {checkpoint}: no config.json beside its shards; only checkpoints "
                                  "saved by this version of the job (workload/checkpoint/sharded.py) can be exported")

@@ -11,8 +11,8 @@ import os
 
 import pytest
 import torch
-import torch.multiprocessing as mp
 
+from tests import gloo_spawn
 from tests.adapter_steps import BASE, NF4_SHAPE, STEPS, WORLD, batch, worker
 from tests.gloo_steps import free_port
 from workload.model import causal_lm as model
@@ -35,7 +35,7 @@ def run(tmp_path_factory):
     built = model.build_model(BASE, torch.device("cpu"))
     built.lm.to(torch.bfloat16).save_pretrained(pretrained)
     out = str(root / "results.pt")
-    mp.spawn(worker, args=(free_port(), out, pretrained), nprocs=WORLD)
+    gloo_spawn.spawn(worker, args=(free_port(), out, pretrained), nprocs=WORLD)
     return torch.load(out, weights_only=False), root, pretrained
 
 

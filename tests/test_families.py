@@ -13,9 +13,9 @@ import os
 
 import pytest
 import torch
-import torch.multiprocessing as mp
 from safetensors.torch import load_file, save_file
 
+from tests import gloo_spawn
 from tests.family_steps import (FAMILIES, RESUMED_STEPS, TRAINED_STEPS, VOCAB, LargestTensor, published, save_tiny,
                                 shrink, worker)
 from tests.gloo_steps import free_port
@@ -45,7 +45,7 @@ def run(tmp_path_factory):
     patch.setenv("HF_HOME", str(root / "hf-home"))  # the spawned ranks' node-local cache
     out = str(root / "results.pt")
     try:
-        mp.spawn(worker, args=(free_port(), models, str(root), out), nprocs=2)
+        gloo_spawn.spawn(worker, args=(free_port(), models, str(root), out), nprocs=2)
     finally:
         patch.undo()
     return directories, torch.load(out, weights_only=False), torch.load(out + ".rank1", weights_only=False), root

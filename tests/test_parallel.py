@@ -12,9 +12,9 @@ import math
 
 import pytest
 import torch
-import torch.multiprocessing as mp
 
 from bench import step_shapes
+from tests import gloo_spawn
 from tests.gloo_steps import BASE, RECORDED, STEPS, WORLD, free_port, worker
 from tests.stacks import INSTANCE_FACTS
 from workload.fabric import bandwidth as fabric
@@ -25,7 +25,7 @@ from workload.model import layout, parallel
 @pytest.fixture(scope="module")
 def gloo_run(tmp_path_factory):
     out = str(tmp_path_factory.mktemp("gloo") / "results.pt")
-    mp.spawn(worker, args=(free_port(), out), nprocs=WORLD)
+    gloo_spawn.spawn(worker, args=(free_port(), out), nprocs=WORLD)
     return torch.load(out, weights_only=False)
 
 

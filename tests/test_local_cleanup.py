@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -20,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from workload import cli
-from workload.run.head_supervisor import session_members
+from workload.run.head_supervisor import session_members, stop_session
 
 REPO = Path(__file__).resolve().parents[1]
 # A wait for a condition, not a timing: what the supervisor does after the run dies takes well under a second,
@@ -95,6 +96,29 @@ def test_a_signal_to_the_run_stops_every_process_of_its_cluster(tmp_path, sig):
     assert driver.wait(timeout=GONE_WITHIN_S) == cli.INTERRUPTED, driver.stderr.read()
     assert session_members(session) == [], f"{sig.name}: processes of the cluster left: {session_members(session)}"
     assert driver.stderr.read().strip() == "error: interrupted"
+
+
+# A listener that ignores SIGTERM, as `ray start --block` lingers after it: only SIGKILL ends it.
+STUBBORN_LISTENER = textwrap.dedent("""
+    import signal, socket, sys, time
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    server = socket.create_server(("127.0.0.1", 0))
+    print(server.getsockname()[1], flush=True)
+    time.sleep(600)
+""")
+
+
+def test_a_stopped_session_has_no_process_and_no_port_left_when_the_stop_returns():
+    """The teardown of tests/test_workload_submit.py's cluster once found its job server's port still answering:
+    SIGKILL is only queued by kill(). stop_session returns once its processes are gone."""
+    listener = subprocess.Popen([sys.executable, "-c", STUBBORN_LISTENER], stdout=subprocess.PIPE, text=True,
+                                start_new_session=True)
+    port = int(listener.stdout.readline())
+    stop_session(listener.pid, reap=listener.poll)
+    assert session_members(listener.pid) == [], "every process of the session is gone when stop_session returns"
+    with socket.socket() as probe:
+        assert probe.connect_ex(("127.0.0.1", port)) != 0, f"port {port} is closed when stop_session returns"
+    assert listener.wait(timeout=GONE_WITHIN_S) == -signal.SIGKILL, "SIGTERM was ignored: SIGKILL ended it"
 
 
 def test_a_sigkilled_run_leaves_no_ray_process_behind():

@@ -20,6 +20,8 @@ import time
 
 # `ray start --block` itself lingers after SIGTERM; Ray processes are safe to SIGKILL (`ray stop --force` does).
 STOP_GRACE_S = 1
+# kill() only queues SIGKILL: a process releases its ports when the kernel next runs it, later on a busy machine.
+KILL_WAIT_S = 10
 
 
 def session_members(session_id: int) -> list[int]:
@@ -53,14 +55,20 @@ def signal_session(session_id: int, sig: signal.Signals, spare: int | None = Non
 
 
 def stop_session(session_id: int, spare: int | None = None, reap=lambda: None) -> None:
-    """SIGTERM to every process of the session (but `spare`), then SIGKILL to what is left after the grace period.
-    `reap` collects exited children, so they stop counting as members."""
+    """SIGTERM to every process of the session (but `spare`), then SIGKILL to what is left after the grace period;
+    returns once they are gone (their ports closed), or after KILL_WAIT_S more. `reap` collects exited children, so
+    they stop counting as members."""
     signal_session(session_id, signal.SIGTERM, spare)
-    deadline = time.monotonic() + STOP_GRACE_S
-    while set(session_members(session_id)) - {spare} and time.monotonic() < deadline:
-        time.sleep(0.2)
-        reap()
+    _wait_for_members_to_go(session_id, spare, reap, STOP_GRACE_S)
     signal_session(session_id, signal.SIGKILL, spare)
+    _wait_for_members_to_go(session_id, spare, reap, KILL_WAIT_S)
+
+
+def _wait_for_members_to_go(session_id: int, spare: int | None, reap, seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    while set(session_members(session_id)) - {spare} and time.monotonic() < deadline:
+        time.sleep(0.05)
+        reap()
 
 
 def main(command: list[str]) -> int:

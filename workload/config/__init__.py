@@ -18,13 +18,7 @@ from typing import Mapping, Sequence
 
 from workload.config import fields, rules
 from workload.config.fields import Declaration, flag, in_stack_terms  # noqa: F401
-from workload.config.rules import (  # noqa: F401
-    DATASET_FILE_SUFFIXES,
-    RULES,
-    Rule,
-    is_file_dataset,
-    is_local_dataset,
-)
+from workload.config.rules import DATASET_FILE_SUFFIXES, RULES, Rule, is_file_dataset, is_local_dataset  # noqa: F401
 from workload.model import adapters, architectures, model_source
 
 # The published config.json of the architectures known before any download (workload/architectures: Qwen2.5,

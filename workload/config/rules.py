@@ -173,7 +173,7 @@ RULES = (
          {"data_format": "chat", "dataset": "s3://bucket/corpus.txt"}),
     Rule(("data_format", "messages_field", "prompt_field", "completion_field"), _record_fields_named,
          {"data_format": "chat", "dataset": "org/chats", "messages_field": ""}),
-    Rule(("data_format", "prompt_field", "completion_field"), _prompt_is_not_completion,
+    Rule(("prompt_field", "completion_field", "data_format"), _prompt_is_not_completion,
          {"data_format": "prompt-completion", "dataset": "org/pairs", "completion_field": "prompt"}),
     Rule(("export", "checkpoint_every"), _export_at_checkpoints, {"export": "checkpoints"}),
     Rule(("fp8", "method"), _fp8_trains_full, {"fp8": True, "method": "lora"}),

@@ -1,4 +1,5 @@
 """The training job's configuration: one dataclass, validated on construction, with CLI flags that map onto it 1:1.
+Imports the standard library and workload.model's lists and checks (no torch), so the Pulumi program imports it.
 
 Every field is declared once with `flag(default, help, stack_key=..., bounds or choices)` (fields.py): `parse_args`
 turns each field into `--<field>` with that help, the stack's train* key table (STACK_KEYS) and each field's

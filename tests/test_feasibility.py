@@ -69,7 +69,7 @@ DOOMED = {
     "a tokenizer on this machine": ("dev", {**JOB_ON, "trainDataset": "wikitext", "trainTokenizer": "./tokenizer"},
                                     ["trainTokenizer", "cannot read", "Hugging Face tokenizer or model id"]),
     "an unknown data format": ("dev", {**JOB_ON, "trainDataFormat": "sharegpt"},
-                               ["trainDataFormat", "'text', 'chat', 'prompt-completion'"]),
+                               ["trainDataFormat", "text, chat, prompt-completion"]),
     "chat without a messages field": ("dev", {**JOB_ON, "trainDataFormat": "chat", "trainDataset": "org/chats",
                                               "trainMessagesField": ""}, ["trainMessagesField", "must name"]),
     "chat with a tokenizer without a template": ("dev", {**JOB_ON, "trainDataFormat": "chat", "trainDataset": "org/c",

@@ -60,5 +60,5 @@ def test_gc_every_0_leaves_pythons_schedule(monkeypatch):
 
 def test_the_flag_defaults_to_50_and_refuses_a_negative():
     assert TrainConfig().gc_every == 50 and parse_args(["--gc_every", "0"]).gc_every == 0
-    with pytest.raises(ValueError, match="--gc_every must be an integer >= 0"):
+    with pytest.raises(ValueError, match="--gc_every must be at least 0"):
         TrainConfig(gc_every=-1)

@@ -56,11 +56,10 @@ def hub(server, monkeypatch):
 
 def _stack(dataset: str, split: str = "train", token: str | None = None):
     """What check_hub reads of a StackConfig."""
-    examples = SimpleNamespace(data_format="chat", messages_field="messages", prompt_field="prompt",
-                               completion_field="completion")
+    examples = dict(data_format="chat", messages_field="messages", prompt_field="prompt", completion_field="completion")
     secrets = {"HF_TOKEN": token} if token else {}
     return SimpleNamespace(train=SimpleNamespace(dataset=dataset, dataset_split=split, dataset_config="",
-                                                 text_field="text", examples=examples,
+                                                 text_field="text", **examples,
                                                  secret_env=SimpleNamespace(reveal=lambda: secrets)))
 
 

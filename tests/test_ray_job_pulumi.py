@@ -79,7 +79,8 @@ def test_no_job_unless_train_enabled():
 def test_training_job_makes_a_plain_kubeconfig_secret_and_keeps_it_secret_in_outputs():
     from tests.test_raycluster_pulumi import CONFIG
 
-    cfg = dataclasses.replace(CONFIG, train=dataclasses.replace(CONFIG.train, enabled=True, steps=5, seq_len=128))
+    cfg = dataclasses.replace(CONFIG, train=dataclasses.replace(
+        CONFIG.train, enabled=True, flags={**CONFIG.train.flags, "steps": 5, "seq_len": 128}))
     cluster = SimpleNamespace(namespace=pulumi.Output.from_input("ray"),
                               cluster_name=pulumi.Output.from_input("ray-train"),
                               auth_secret_name=pulumi.Output.from_input("ray-train"))
@@ -168,9 +169,11 @@ def test_a_chat_fine_tune_reaches_the_job_as_the_workload_flags():
     assert (workload.dataset, workload.data_format, workload.messages_field, workload.chat_template,
             workload.truncation, workload.train_on_prompt, workload.eval_fraction) == (
         "s3://bucket/chats/train.parquet", "chat", "conversation", "llama3", "split", True, 0.05), args
-    pairs = job_config.examples_flags(config.parse(stack_settings("dev") | {
+    flags = config.parse(stack_settings("dev") | {
         **TRAIN, "trainDataset": "org/pairs", "trainDataFormat": "prompt-completion", "trainPromptField": "question",
-        "trainCompletionField": "answer"}).train.examples)
+        "trainCompletionField": "answer"}).train.flags
+    pairs = {name: flags[name] for name in ("data_format", "messages_field", "prompt_field", "completion_field",
+                                            "train_on_prompt", "chat_template", "truncation")}
     assert pairs == {"data_format": "prompt-completion", "messages_field": "messages", "prompt_field": "question",
                      "completion_field": "answer", "train_on_prompt": False, "chat_template": "",
                      "truncation": "truncate"}, pairs

@@ -28,7 +28,7 @@ import pyarrow.parquet
 import pytest
 import yaml
 
-from infra.job.job_config import EXAMPLES_KEYS, STACK_KEYS
+from infra.job.job_config import STACK_KEYS
 from tests.docs_shell import (
     FENCED, PROJECT, REPO, RESERVATION, JourneyAws, Shell, bash_block, github_anchor, page, python_block, sample_block,
     table)
@@ -290,7 +290,7 @@ def test_the_stacks_table_is_the_stack_files():
 
 # ---- your model and your data -----------------------------------------------------------------------------
 
-KEY_OF = {**STACK_KEYS, **EXAMPLES_KEYS}  # the workload's flag (its field name) -> the stack key that sets it
+KEY_OF = STACK_KEYS  # the workload's flag (its field name) -> the stack key that sets it
 FLAG_OF = {key: flag for flag, key in KEY_OF.items()}
 ANSWERS = {"system": "answer in one line .", "user": "the cat sees what ?", "assistant": "the cat sees the ball ."}
 

@@ -50,7 +50,7 @@ REPO = os.path.dirname(HERE)
         (["--lr_schedule", "step"], "--lr_schedule must be one of constant, linear, cosine"),
         (["--steps", "10", "--warmup_steps", "11"], "--warmup_steps 11 must be at most --steps 10"),
         (["--dataset", CORPUS, "--eval_fraction", "1"], "--eval_fraction must be at least 0 and below 1"),
-        (["--eval_fraction", "0.1"], "--eval_fraction and --eval_split need a --dataset"),
+        (["--eval_fraction", "0.1"], "--dataset is empty .* nothing to evaluate: set it, or leave --eval_fraction"),
         (["--dataset", CORPUS, "--eval_split", "validation"], "--eval_split names a split of a Hugging Face"),
         (["--dataset", "org/corpus", "--eval_split", "validation", "--eval_fraction", "0.1"], "give one"),
         (["--dataset", CORPUS, "--eval_every", "5"], "--eval_every needs an evaluation set"),

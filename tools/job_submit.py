@@ -99,7 +99,7 @@ def stack_job(stack: str, run_id: str, extra_flags: list[str], config: str | Non
     train_args = chosen.to_args()
     env_vars = job_env(cfg.train.env)
     # The packages of the run's own flags: a tracker named by --config or after `--` brings its client too.
-    pip = job_pip(dataclasses.replace(cfg.train, report_to=chosen.report_to))
+    pip = job_pip(dataclasses.replace(cfg.train, flags={**cfg.train.flags, "report_to": chosen.report_to}))
     return {"train_args": train_args, "workload": chosen, "pip": pip, "env_vars": env_vars,
             "time_limit_s": float(cfg.train.timeout_minutes * 60),
             "submission_id": submission_id(stack, run_id, train_args, pip, env_vars),

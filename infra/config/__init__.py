@@ -63,9 +63,8 @@ from infra.config.settings import (  # noqa: F401
     WORLD_CIDR,
     AwsIdentity,
     InstanceFacts,
+    JobSettings,
     SecretEnv,
     StackConfig,
-    TrainConfig,
-    TrainExamples,
     check_efa_gpu,
 )

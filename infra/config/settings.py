@@ -3,6 +3,9 @@ the keys are checked against."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from workload.config import MAX_BATCH_SIZE  # noqa: F401  (trainBatchSize's bound, declared with its flag)
 
 GPU_PLACEMENTS = ("auto", "cluster", "none")
 TRAIN_WAITS = ("finish", "transport")
@@ -16,10 +19,8 @@ WORLD_CIDR = "0.0.0.0/0"
 SECRET_KEYS = ("trainSecretEnv",)
 # Keys whose values may hold a token: no refusal quotes them (nor any key the stack holds as a secret).
 SECRET_VALUED_KEYS = (*SECRET_KEYS, "trainEnv")
-# Upper bounds, so that nothing downstream overflows or searches for long: the preview's memory check looks for the
-# largest batch that fits, a per-GPU batch beyond 65536 sequences fits no GPU at any trainSeqLen a model has, the
-# job's deadline is a SIGALRM timer (workload/train.py) and a reservation's end a datetime.
-MAX_BATCH_SIZE = 65536
+# Upper bounds, so that nothing downstream overflows or searches for long (trainBatchSize's is declared with its flag):
+# the job's deadline is a SIGALRM timer (workload/train.py) and a reservation's end a datetime.
 MAX_TIMEOUT_MINUTES = 30 * 24 * 60  # 30 days; a longer run is several runs resuming from their checkpoints
 MAX_RESERVATION_HOURS = 366 * 24  # a year: a hard stop meant to be one
 
@@ -106,78 +107,29 @@ class SecretEnv:
 
 
 @dataclass(frozen=True)
-class TrainExamples:
-    """trainDataFormat and the keys of chat and prompt-completion data (workload/data/)."""
-
-    data_format: str = "text"
-    messages_field: str = "messages"
-    prompt_field: str = "prompt"
-    completion_field: str = "completion"
-    train_on_prompt: bool = False
-    chat_template: str = ""
-    truncation: str = "truncate"
-
-
-@dataclass(frozen=True)
-class TrainConfig:
-    """The training job that `pulumi up` runs when enabled (keys train*)."""
+class JobSettings:
+    """The training job that `pulumi up` runs when enabled (keys train*): the keys only the stack has, and `flags`, the
+    job's own settings (workload.config.TrainConfig's fields by name) as the other train* keys set them, each key
+    translated by its one declaration (workload/config/fields.py). `train.dataset` reads `flags["dataset"]`."""
 
     enabled: bool
     run_id: str
-    model_id: str
-    model_config: str
-    steps: int
-    batch_size: int
-    seq_len: int
-    learning_rate: float
-    num_workers: int
-    max_failures: int
-    checkpoint_every: int
-    storage_path: str
-    pip: tuple[str, ...]
-    env: dict[str, str]
-    timeout_minutes: int
-    expect_transport: str
-    sharding: str
-    reduce_dtype: str
-    grad_accum_steps: int
-    fp8: bool
-    min_bus_gbytes_per_s: float
-    lr_schedule: str
-    warmup_steps: int
-    dataset: str
-    dataset_config: str
-    dataset_split: str
-    text_field: str
-    tokenizer: str
-    eval_split: str
-    eval_fraction: float
-    eval_every: int
-    export: str
-    examples: "TrainExamples" = field(default_factory=lambda: TrainExamples())
-    """trainDataFormat and its keys: how trainDataset's records are trained on."""
+    flags: Mapping[str, Any]
+    """The job's flags the stack sets, by field name (every field of workload.config.STACK_KEYS)."""
+    pip: tuple[str, ...] = ()
+    env: dict[str, str] = field(default_factory=dict)
+    timeout_minutes: int = 60
+    expect_transport: str = "efa"
     secret_env: SecretEnv = field(default_factory=SecretEnv)
     """trainSecretEnv: delivered to the Ray pods from a Kubernetes Secret, never through the job's inputs."""
     wait: str = "finish"
     """trainWait: what `pulumi up` waits for, the job's end or only its verified transport."""
-    report_to: str = "tensorboard"
-    """trainReportTo: where the job's rank 0 reports the run (workload/metrics/trackers.py)."""
-    mlflow_tracking_uri: str = ""
-    """trainMlflowTrackingUri: the team's MLflow server for trainReportTo mlflow."""
-    wandb_project: str = ""
-    """trainWandbProject: the W&B project for trainReportTo wandb."""
-    push_to_hub: str = ""
-    """trainPushToHub: the Hub repo the exported model is uploaded to."""
-    method: str = "full"
-    """trainMethod: full, lora or qlora (workload.model.adapters)."""
-    lora_rank: int = 16
-    """trainLoraRank: the adapters' rank."""
-    lora_alpha: float = 32.0
-    """trainLoraAlpha: the adapters' scale is lora_alpha / lora_rank."""
-    lora_dropout: float = 0.0
-    """trainLoraDropout: dropout on the adapters' input."""
-    lora_targets: str = "all-linear"
-    """trainLoraTargets: the decoder blocks' linear layers that get adapters."""
+
+    def __getattr__(self, name: str) -> Any:
+        flags = self.__dict__.get("flags", {})
+        if name in flags:
+            return flags[name]
+        raise AttributeError(f"{type(self).__name__} has no {name!r}")
 
 
 @dataclass(frozen=True)
@@ -207,7 +159,7 @@ class StackConfig:
     ray_cluster_name: str
     transport_env: dict[str, str] = field(default_factory=dict)
     """NCCL_DEBUG, NCCL_SOCKET_IFNAME, FI_PROVIDER and NCCL_NET_PLUGIN for the Ray workers."""
-    train: TrainConfig | None = None
+    train: JobSettings | None = None
     api_public_access_cidrs: tuple[str, ...] = ()
     """As configured; the deployer's own address is added at preview (feasibility.check)."""
     control_plane_log_retention_days: int = 90

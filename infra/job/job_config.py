@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import re
 from typing import TYPE_CHECKING, Any, Mapping
 
 import pulumi
@@ -13,8 +12,9 @@ import pulumi.dynamic
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
-from infra.config import InstanceFacts, StackConfig, TrainExamples
-from workload.config import parse_report_to
+from infra.config import InstanceFacts, StackConfig
+from workload.config import STACK_KEYS as workload_stack_keys
+from workload.config import parse_report_to, stack_message  # noqa: F401  (stack_message: tests and tools)
 from workload.metrics.tracking import TRACKER_REQUIREMENTS  # standard library only: the trackers' client pins
 from workload.model import adapters, fp8  # standard library only: the preview's fp8 check, the pins they install
 
@@ -45,40 +45,9 @@ def submission_id(stack: str, run_id: str, train_args: list[str], pip: list[str]
     return f"raytrain-{stack}-{run_id}-{hashlib.sha256(definition.encode()).hexdigest()[:8]}"
 
 
-# The workload's flags the stack sets, by the train* key that sets each (infra.config.TrainConfig has the workload's
-# field names), so that a refusal from the workload's own checks names what the user set.
-STACK_KEYS = {
-    "model_id": "trainModelId", "model_config": "trainModelConfig", "steps": "trainSteps",
-    "batch_size": "trainBatchSize", "seq_len": "trainSeqLen", "learning_rate": "trainLearningRate",
-    "num_workers": "trainNumWorkers", "max_failures": "trainMaxFailures", "checkpoint_every": "trainCheckpointEvery",
-    "storage_path": "trainStoragePath", "sharding": "trainSharding", "reduce_dtype": "trainReduceDtype",
-    "grad_accum_steps": "trainGradAccumSteps", "min_bus_gbytes_per_s": "trainMinBusBandwidthGBps",
-    "lr_schedule": "trainLrSchedule", "warmup_steps": "trainWarmupSteps", "dataset": "trainDataset",
-    "dataset_config": "trainDatasetConfig", "dataset_split": "trainDatasetSplit", "text_field": "trainTextField",
-    "tokenizer": "trainTokenizer", "eval_split": "trainEvalSplit", "eval_fraction": "trainEvalFraction",
-    "eval_every": "trainEvalEvery", "export": "trainExport", "fp8": "trainFp8", "report_to": "trainReportTo",
-    "mlflow_tracking_uri": "trainMlflowTrackingUri", "wandb_project": "trainWandbProject",
-    "push_to_hub": "trainPushToHub", "method": "trainMethod", "lora_rank": "trainLoraRank",
-    "lora_alpha": "trainLoraAlpha", "lora_dropout": "trainLoraDropout", "lora_targets": "trainLoraTargets",
-}
-# The flags of trainDataFormat and its keys (infra.config.TrainExamples' fields), for naming only.
-EXAMPLES_KEYS = {
-    "data_format": "trainDataFormat", "messages_field": "trainMessagesField", "prompt_field": "trainPromptField",
-    "completion_field": "trainCompletionField", "train_on_prompt": "trainOnPrompt",
-    "chat_template": "trainChatTemplate", "truncation": "trainTruncation",
-}
-
-_FLAG = re.compile(r"--([a-z][a-z0-9_]*)")
-
-
-def stack_message(message: str) -> str:
-    """A refusal of the workload's, with its flags (--checkpoint_every) named as the stack keys that set them."""
-    stack_keys = {**STACK_KEYS, **EXAMPLES_KEYS}
-    keys = [stack_keys[flag] for flag in _FLAG.findall(message) if flag in stack_keys]
-    named = _FLAG.sub(lambda match: stack_keys.get(match.group(1), match.group(0)), message)
-    if not keys:
-        return f"train* config keys do not make a valid job: {named}"
-    return f"config key{'s' if len(set(keys)) > 1 else ''} {', '.join(repr(k) for k in dict.fromkeys(keys))}: {named}"
+# The workload's flags the stack sets, by field name -> the train* key that sets each, derived from each field's one
+# declaration (workload/config/fields.py); a refusal from the workload's own checks names what the user set.
+STACK_KEYS = workload_stack_keys
 
 
 def workload_config(cfg: StackConfig, facts: InstanceFacts) -> "WorkloadConfig":
@@ -94,8 +63,7 @@ def workload_config(cfg: StackConfig, facts: InstanceFacts) -> "WorkloadConfig":
                          f"cores; allowed: false, or true on {', '.join(fp8.FP8_GPUS)} instances")
     try:
         workload = WorkloadConfig(
-            **{name: getattr(train, name) for name in STACK_KEYS},
-            **examples_flags(train.examples),
+            **train.flags,
             # The instance's network, for the job's choice of sharding; its fabric check's measurement wins.
             node_gbits_per_s=facts.network_gbps,
             # Its GPUs' memory as EC2 says, so the job's memory plan is the one the preview exported.
@@ -133,11 +101,6 @@ def job_pip(train) -> list[str]:
         if requirement and name(requirement) not in named:
             pip.append(requirement)
     return pip
-
-
-def examples_flags(examples: TrainExamples) -> dict[str, Any]:
-    """trainDataFormat and its keys as the workload's fields of the same names (--data_format, --messages_field...)."""
-    return dataclasses.asdict(examples)
 
 
 def job_inputs(cfg: StackConfig, facts: InstanceFacts) -> dict[str, Any]:

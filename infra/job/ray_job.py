@@ -35,8 +35,8 @@ from typing import Any, Callable, ContextManager, Mapping
 import pulumi
 import pulumi.dynamic
 
-from infra.config import InstanceFacts, StackConfig, TrainExamples
-from infra.job.job_config import EXAMPLES_KEYS, job_inputs, secret_job_env
+from infra.config import InstanceFacts, StackConfig
+from infra.job.job_config import job_inputs, secret_job_env
 from infra.job.job_server import JobServer, JobServerConnector, kubernetes_job_server
 from infra.job.preflight import to_stderr
 
@@ -80,9 +80,6 @@ class TrainingJobInputs:
 
 def follow_command(stack: str, job_id: str) -> str:
     return f"python -m tools.job logs {job_id} --follow --stack {stack} --kubeconfig kubeconfig.json"
-
-
-assert set(EXAMPLES_KEYS) == {field.name for field in dataclasses.fields(TrainExamples)}, "a TrainExamples field unnamed"
 
 
 class TrainingJobError(RuntimeError):

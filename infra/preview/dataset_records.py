@@ -23,6 +23,7 @@ import io
 from typing import Callable
 
 from infra.config import AwsIdentity, StackConfig, s3_location
+import workload.config as workload_config
 from workload.config import is_local_dataset
 from workload.data import shapes, validate
 
@@ -31,15 +32,14 @@ HUB_TOKEN = "HF_TOKEN"  # infra.config.train_keys.HUB_TOKEN: the only trainSecre
 # What the preview reads of a large file: 64 MiB parse in about a second, and are a few seconds' download on a
 # deployer's link; the job's driver reads the whole file anyway, before any worker loads the model.
 PREVIEW_MAX_BYTES = 64 * 2**20
-# A refusal names the stack keys, not the job's flags.
-STACK_KEYS = {"text_field": "trainTextField", "messages_field": "trainMessagesField",
-              "prompt_field": "trainPromptField", "completion_field": "trainCompletionField"}
+# A refusal names the stack keys, not the job's flags (the declarations' table).
+STACK_KEYS = workload_config.STACK_KEYS
 
 
 def fields_of(cfg: StackConfig) -> shapes.Fields:
-    examples = cfg.train.examples
-    return shapes.Fields(examples.data_format, cfg.train.text_field, examples.messages_field, examples.prompt_field,
-                         examples.completion_field, STACK_KEYS)
+    train = cfg.train
+    return shapes.Fields(train.data_format, train.text_field, train.messages_field, train.prompt_field,
+                         train.completion_field, STACK_KEYS)
 
 
 def check_train_dataset(cfg: StackConfig, *, identity: AwsIdentity | None = None, region: str | None = None,

@@ -82,7 +82,7 @@ def check_chat_template(cfg: StackConfig) -> None:
     """Chat and prompt-completion data are rendered with the tokenizer's chat template: a tokenizer known to have
     none is refused unless trainChatTemplate names one; one not known here is checked by the job before it trains."""
     train = cfg.train
-    if train.examples.data_format == "text" or train.examples.chat_template:
+    if train.data_format == "text" or train.chat_template:
         return
     tokenizer = train.tokenizer or train.model_id
     key = "trainTokenizer" if train.tokenizer else "trainModelId"
@@ -90,7 +90,7 @@ def check_chat_template(cfg: StackConfig) -> None:
     if known is False:
         raise ValueError(
             f"config key '{key}': the tokenizer {tokenizer} has no chat template, so trainDataFormat "
-            f"{train.examples.data_format} cannot render its records the way the model will see them; allowed: set "
+            f"{train.data_format} cannot render its records the way the model will see them; allowed: set "
             f"trainChatTemplate to one of {list(CHAT_TEMPLATES)}, or a tokenizer that has a template")
     if known is None:
         pulumi.log.warn(f"{key} {tokenizer}: whether its tokenizer has a chat template is not known before it is "

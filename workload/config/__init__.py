@@ -1,8 +1,10 @@
 """The training job's configuration: one dataclass, validated on construction, with CLI flags that map onto it 1:1.
+Imports the standard library and workload.model's lists and checks (no torch), so the Pulumi program imports it.
 
-Every field is declared with `flag(default, help)`; `parse_args` turns each field into `--<field>` with that help,
-so the flags, their defaults and their help text have one source. The recipe's flag names
-(`--model_id`, `--steps`, `--batch_size`, `--seq_len`, `--learning_rate`) are kept.
+Every field is declared once with `flag(default, help, stack_key=..., bounds or choices)` (fields.py): `parse_args`
+turns each field into `--<field>` with that help, the stack's train* key table (STACK_KEYS) and each field's
+bounds check are derived from it, and the rules between fields are written once in rules.py, applied here and at
+preview. The recipe's flag names (`--model_id`, `--steps`, `--batch_size`, `--seq_len`, `--learning_rate`) are kept.
 
 No Ray and no model download here: a bad flag fails in `TrainConfig.__post_init__`, before anything starts.
 """
@@ -10,12 +12,14 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import math
 import os
 import re
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
+from workload.config import fields, rules
+from workload.config.fields import Declaration, flag, in_stack_terms  # noqa: F401
+from workload.config.rules import DATASET_FILE_SUFFIXES, RULES, Rule, is_file_dataset, is_local_dataset  # noqa: F401
 from workload.model import adapters, architectures, model_source
 
 # The published config.json of the architectures known before any download (workload/architectures: Qwen2.5,
@@ -49,9 +53,6 @@ S3_MODEL_DIRECTORY = ("a model in S3 is a directory, s3://bucket/prefix/ holding
                       "a bucket's root")
 # A Hub repo id as huggingface_hub's validate_repo_id accepts it, with the owner the upload needs.
 _HUB_REPO = re.compile(r"[\w.-]{1,96}/[\w.-]{1,96}")
-# A --dataset with one of these suffixes is a file, local or remote (s3://...), rather than a Hugging Face id.
-# Each of the first four may also be gzip-compressed (workload/data/validate.py reads them all).
-DATASET_FILE_SUFFIXES = (".txt", ".jsonl", ".json", ".csv", ".parquet", ".txt.gz", ".jsonl.gz", ".json.gz", ".csv.gz")
 DATA_FORMATS = ("text", "chat", "prompt-completion")
 """Names accepted by --data_format: raw text packed as today, or supervised fine-tuning records (workload/data/)."""
 CHAT_TEMPLATES = ("qwen2.5", "llama3")
@@ -72,18 +73,12 @@ REPORT_TO = ("tensorboard", "mlflow", "wandb", "none")
 # The job's last line: `TRAIN_SUMMARY {json}` (workload/train.py prints it, workload/run/submit.py parses it). Here, in
 # a module that imports nothing heavy, so that neither side needs torch to agree on it.
 SUMMARY_PREFIX = "TRAIN_SUMMARY "
+# The most sequences per worker per step: the preview's memory check looks for the largest batch that fits, and a
+# per-GPU batch beyond 65536 sequences fits no GPU at any sequence length a model has.
+MAX_BATCH_SIZE = 65536
 # A line printed once the first steps of an attempt have run: `TRAIN_TRANSPORT {json}`, every rank's NCCL transport
 # lines so far. `pulumi up` with trainWait=transport judges it and returns, leaving the job to run on.
 TRANSPORT_PREFIX = "TRAIN_TRANSPORT "
-
-
-def flag(default, help_text: str):
-    """A TrainConfig field with its one-line --help text, kept in the field's metadata.
-
-    Not docstrings under each field read back with ast.parse: CPython 3.11's AST constructor can fail with a
-    spurious "recursion depth mismatch" while other threads run (python/cpython#106905), and Ray starts threads.
-    """
-    return dataclasses.field(default=default, metadata={"help": help_text})
 
 
 @dataclass(frozen=True)
@@ -94,84 +89,110 @@ class TrainConfig:
         "Qwen/Qwen2.5-1.5B",
         "Pretrained model to fine-tune, unless --model_config names a random-weight architecture: a Hugging Face Hub "
         "id, a local directory, or s3://bucket/prefix/ (config.json and *.safetensors); fetched once per node and "
-        "loaded sharded.",
+        "loaded sharded.", stack_key="trainModelId",
     )
     model_config: str = flag(
-        "", "Build this architecture with random weights instead of downloading --model_id: tiny or qwen2.5-1.5b."
+        "", "Build this architecture with random weights instead of downloading --model_id: tiny or qwen2.5-1.5b.",
+        stack_key="trainModelConfig", choices=("", *MODEL_CONFIGS), meaning="empty: load --model_id"
     )
-    steps: int = flag(50, "Optimizer steps.")
-    batch_size: int = flag(2, "Sequences per worker per step.")
-    seq_len: int = flag(2048, "Tokens per sequence.")
-    learning_rate: float = flag(1e-5, "AdamW's peak learning rate (see --lr_schedule).")
+    steps: int = flag(50, "Optimizer steps.", stack_key="trainSteps", at_least=1)
+    batch_size: int = flag(2, "Sequences per worker per step.",
+        stack_key="trainBatchSize", at_least=1, at_most=MAX_BATCH_SIZE,
+        meaning="for a larger effective batch, add GPUs")
+    seq_len: int = flag(2048, "Tokens per sequence.", stack_key="trainSeqLen", at_least=1)
+    learning_rate: float = flag(1e-5, "AdamW's peak learning rate (see --lr_schedule).",
+        stack_key="trainLearningRate", above=0, below=1)
     lr_schedule: str = flag(
-        "cosine", "Learning rate after the warmup: constant, or a linear or cosine decay to 0 at the last step.")
-    warmup_steps: int = flag(0, "Steps of linear warmup to --learning_rate (step k of n takes k/n of it).")
-    max_grad_norm: float = flag(1.0, "Clip the global gradient norm to this value; 0 turns clipping off.")
+        "cosine", "Learning rate after the warmup: constant, or a linear or cosine decay to 0 at the last step.",
+        stack_key="trainLrSchedule", choices=LR_SCHEDULES)
+    warmup_steps: int = flag(0, "Steps of linear warmup to --learning_rate (step k of n takes k/n of it).",
+        stack_key="trainWarmupSteps", at_least=0)
+    max_grad_norm: float = flag(1.0, "Clip the global gradient norm to this value; 0 turns clipping off.",
+        at_least=0, meaning="0: no clipping")
     seed: int = flag(
         0,
         "Seed of the random weights and of every step's batch, so a resumed run repeats an uninterrupted one exactly.",
     )
     num_workers: int = flag(
-        0, "Ray Train workers; 0 means one per GPU of the cluster, or 2 CPU workers on a cluster without GPUs."
+        0, "Ray Train workers; 0 means one per GPU of the cluster, or 2 CPU workers on a cluster without GPUs.",
+        stack_key="trainNumWorkers", at_least=0, meaning="0: one per GPU"
     )
     max_failures: int = flag(
-        0, "FailureConfig.max_failures: restarts of a failed worker group from the last checkpoint; -1 retries forever."
+        0, "FailureConfig.max_failures: restarts of a failed worker group from the last checkpoint; -1 retries forever.",
+        stack_key="trainMaxFailures", at_least=-1, meaning="-1 retries forever"
     )
     storage_path: str = flag(
-        "", "RunConfig.storage_path for checkpoints, a local directory or s3://...; empty means no checkpoints."
+        "", "RunConfig.storage_path for checkpoints, a local directory or s3://...; empty means no checkpoints.",
+        stack_key="trainStoragePath"
     )
     run_name: str = flag(
         "ray-train-fsdp-llm",
         "RunConfig.name; a run with the same storage_path and name resumes from that run's latest checkpoint.",
     )
     checkpoint_every: int = flag(
-        0, "Save a sharded checkpoint every this many steps (needs --storage_path); 0 saves only after the last step."
+        0, "Save a sharded checkpoint every this many steps (needs --storage_path); 0 saves only after the last step.",
+        stack_key="trainCheckpointEvery", at_least=0, meaning="0: only after the last step"
     )
     dataset: str = flag(
         "", "Empty: random tokens (the recipe's default). A .txt/.jsonl/.json/.csv/.parquet file (the first four also "
-        ".gz; local, or s3://...), or a Hugging Face dataset id."
+        ".gz; local, or s3://...), or a Hugging Face dataset id.", stack_key="trainDataset"
     )
-    dataset_config: str = flag("", "Configuration name of a Hugging Face --dataset (e.g. wikitext-2-raw-v1).")
-    dataset_split: str = flag("train", "Split of a Hugging Face --dataset.")
-    text_field: str = flag("text", "Field holding the text in a .jsonl/.json file or a Hugging Face dataset.")
+    dataset_config: str = flag("", "Configuration name of a Hugging Face --dataset (e.g. wikitext-2-raw-v1).",
+        stack_key="trainDatasetConfig")
+    dataset_split: str = flag("train", "Split of a Hugging Face --dataset.", stack_key="trainDatasetSplit")
+    text_field: str = flag("text", "Field holding the text in a .jsonl/.json file or a Hugging Face dataset.",
+        stack_key="trainTextField")
     tokenizer: str = flag(
-        "", "Tokenizer for --dataset (a Hugging Face id or a local directory); empty means --model_id's."
+        "", "Tokenizer for --dataset (a Hugging Face id or a local directory); empty means --model_id's.",
+        stack_key="trainTokenizer"
     )
     data_format: str = flag(
         "text", "text: documents packed and trained on every token; chat: a --messages_field of role/content turns "
         "(or ShareGPT's conversations of from/value); prompt-completion: a --prompt_field and a --completion_field "
-        "(or Alpaca's instruction, input, output); both rendered with the chat template.")
-    messages_field: str = flag("messages", "Field holding a record's list of {role, content} turns (--data_format chat).")
-    prompt_field: str = flag("prompt", "Field holding a record's prompt (--data_format prompt-completion).")
-    completion_field: str = flag("completion", "Field holding a record's completion (--data_format prompt-completion).")
+        "(or Alpaca's instruction, input, output); both rendered with the chat template.",
+        stack_key="trainDataFormat", choices=DATA_FORMATS)
+    messages_field: str = flag("messages", "Field holding a record's list of {role, content} turns (--data_format chat).",
+        stack_key="trainMessagesField")
+    prompt_field: str = flag("prompt", "Field holding a record's prompt (--data_format prompt-completion).",
+        stack_key="trainPromptField")
+    completion_field: str = flag("completion", "Field holding a record's completion (--data_format prompt-completion).",
+        stack_key="trainCompletionField")
     train_on_prompt: bool = flag(
-        False, "Chat and prompt-completion: train on every token, not only the assistant's (completion) tokens.")
+        False, "Chat and prompt-completion: train on every token, not only the assistant's (completion) tokens.",
+        stack_key="trainOnPrompt")
     chat_template: str = flag(
         "", "Chat template to render examples with instead of the tokenizer's own: a shipped one (qwen2.5, llama3) "
-        "or a .jinja file; the exported model keeps it.")
+        "or a .jinja file; the exported model keeps it.", stack_key="trainChatTemplate")
     truncation: str = flag(
         "truncate", "A chat or prompt-completion example longer than --seq_len: truncate (keep its first tokens, TRL's "
         "keep_start), keep_end (keep its last tokens) or split (train on each --seq_len piece as an example of its "
-        "own). An example left without a trained token is dropped and counted.")
+        "own). An example left without a trained token is dropped and counted.",
+        stack_key="trainTruncation", choices=TRUNCATIONS)
     eval_fraction: float = flag(
-        0.0, "Hold out this fraction of --dataset's packed sequences for evaluation (0 to below 1); 0: none.")
+        0.0, "Hold out this fraction of --dataset's packed sequences for evaluation (0 to below 1); 0: none.",
+        stack_key="trainEvalFraction", at_least=0, below=1, meaning="0: none")
     eval_split: str = flag(
-        "", "Evaluate on this split of a Hugging Face --dataset (e.g. validation, or validation[:500]) instead.")
+        "", "Evaluate on this split of a Hugging Face --dataset (e.g. validation, or validation[:500]) instead.",
+        stack_key="trainEvalSplit")
     eval_every: int = flag(
-        0, "Evaluate every this many steps, and after the last; 0: after the last only (with an evaluation set).")
+        0, "Evaluate every this many steps, and after the last; 0: after the last only (with an evaluation set).",
+        stack_key="trainEvalEvery", at_least=0)
     export: str = flag(
         "final", "Write a Hugging Face model directory (model_<step>/) beside the checkpoints: final (after the last "
-        "step), checkpoints (at every checkpoint too) or none. Without --storage_path nothing is written.")
+        "step), checkpoints (at every checkpoint too) or none. Without --storage_path nothing is written.",
+        stack_key="trainExport", choices=EXPORTS)
     report_to: str = flag(
         "tensorboard", "Where rank 0 reports the run (flags, plan, each step's metrics, summary): a comma list of "
-        "tensorboard, mlflow, wandb, or none.")
+        "tensorboard, mlflow, wandb, or none.", stack_key="trainReportTo")
     mlflow_tracking_uri: str = flag(
         "", "--report_to mlflow: the tracking server (http://...); empty: $MLFLOW_TRACKING_URI, else a local store in "
-        "the run directory (mlruns/).")
-    wandb_project: str = flag("", "--report_to wandb: the W&B project; empty: $WANDB_PROJECT, else ray-train-fsdp-llm.")
+        "the run directory (mlruns/).", stack_key="trainMlflowTrackingUri")
+    wandb_project: str = flag("", "--report_to wandb: the W&B project; empty: $WANDB_PROJECT, else ray-train-fsdp-llm.",
+        stack_key="trainWandbProject")
     push_to_hub: str = flag(
         "", "After the last step, upload the exported model to this Hugging Face Hub repo (owner/name, created "
-        "private), with $HF_TOKEN; empty: no upload.")
+        "private), with $HF_TOKEN; empty: no upload.", stack_key="trainPushToHub",
+        pattern=(_HUB_REPO, "a Hub repo as owner/name (letters, digits, '-', '_', '.')"))
     compile: bool | None = flag(
         None, "torch.compile each decoder layer; unset means on for CUDA and off on CPU (slow to compile there)."
     )
@@ -179,7 +200,7 @@ class TrainConfig:
     gc_every: int = flag(
         50, "Python's garbage collector off during training, its young objects collected every this many steps on "
         "every rank at once, everything every 20th time and before checkpoints and evaluations; 0: Python's own "
-        "schedule.")
+        "schedule.", at_least=0)
     chunked_loss: bool = flag(
         True, "Compute lm_head + cross-entropy in chunks of tokens, never holding fp32 logits for the whole batch."
     )
@@ -190,16 +211,18 @@ class TrainConfig:
     )
     method: str = flag(
         "full", "full: train every weight; lora: low-rank adapters on the frozen bf16 base; qlora: the same on a base "
-        "quantized to NF4 as it loads (workload/model/adapters/).")
-    lora_rank: int = flag(16, "--method lora/qlora: the adapters' rank r.")
-    lora_alpha: float = flag(32.0, "--method lora/qlora: the adapters' scale is lora_alpha / lora_rank.")
-    lora_dropout: float = flag(0.0, "--method lora/qlora: dropout on the adapters' input.")
+        "quantized to NF4 as it loads (workload/model/adapters/).", stack_key="trainMethod")
+    lora_rank: int = flag(16, "--method lora/qlora: the adapters' rank r.", stack_key="trainLoraRank")
+    lora_alpha: float = flag(32.0, "--method lora/qlora: the adapters' scale is lora_alpha / lora_rank.",
+        stack_key="trainLoraAlpha")
+    lora_dropout: float = flag(0.0, "--method lora/qlora: dropout on the adapters' input.",
+        stack_key="trainLoraDropout")
     lora_targets: str = flag(
         "all-linear", "--method lora/qlora: the decoder blocks' linear layers that get adapters: all-linear, or a comma "
-        "list of q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj.")
+        "list of q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj.", stack_key="trainLoraTargets")
     fp8: bool = flag(
         False, "fp8 matmuls (torchao float8 training, dynamic scaling) for the decoder layers' linear layers; needs "
-        "a GPU with fp8 tensor cores (L4, L40S, H100, H200) and torchao.")
+        "a GPU with fp8 tensor cores (L4, L40S, H100, H200) and torchao.", stack_key="trainFp8")
     activation_checkpointing: bool = flag(
         False, "Recompute each decoder layer's activations in backward: less memory, about a third more compute."
     )
@@ -207,57 +230,44 @@ class TrainConfig:
         "auto",
         "full: FSDP over every rank; hybrid: FSDP inside each node, replicas across nodes (HSDP); two-level: FSDP "
         "over every rank, each gather and reduction split into a step between nodes and one inside each node; auto: "
-        "chosen from the cluster's shape and network.",
+        "chosen from the cluster's shape and network.", stack_key="trainSharding", choices=SHARDINGS,
     )
     reduce_dtype: str = flag(
         "auto",
         "Gradient reduction dtype (the reduce-scatter, and HSDP's all-reduce across nodes): fp32, bf16 (half the "
         "bytes), or auto: bf16 only when fp32 traffic between nodes would outlast the step's compute.",
+        stack_key="trainReduceDtype", choices=REDUCE_DTYPES,
     )
     grad_accum_steps: int = flag(
-        1, "Micro-batches per step: --batch_size is split into this many; gradients are reduced after the last only."
+        1, "Micro-batches per step: --batch_size is split into this many; gradients are reduced after the last only.",
+        stack_key="trainGradAccumSteps", at_least=1
     )
     ranks_per_node: int = flag(
-        0, "Ranks that share a node, for the sharding; 0 reads it from Ray. Set it to emulate nodes on one host."
+        0, "Ranks that share a node, for the sharding; 0 reads it from Ray. Set it to emulate nodes on one host.",
+        at_least=0, meaning="0: from Ray"
     )
     node_gbits_per_s: float = flag(
-        0.0, "A node's network bandwidth in Gbit/s as AWS documents it (the stack passes its instance's); 0: unknown."
+        0.0, "A node's network bandwidth in Gbit/s as AWS documents it (the stack passes its instance's); 0: unknown.",
+        at_least=0, meaning="0: unknown"
     )
     gpu_memory_mib: int = flag(
         0, "Each GPU's memory in MiB as EC2 documents it (the stack passes its instance's), for the memory plan; "
-        "0 reads it from the device."
+        "0 reads it from the device.", at_least=0, meaning="0: read from the device"
     )
     fabric_check_seconds: float | None = flag(
         None,
         "Seconds of all-reduce/all-gather/reduce-scatter timing before training; unset: 3 on GPU, 0.5 on CPU; "
-        "0 skips it.",
+        "0 skips it.", at_least=0, meaning="0: off",
     )
     min_bus_gbytes_per_s: float = flag(
-        0.0, "Fail before training when the fabric check's bus bandwidth (GB/s, as nccl-tests) is lower; 0: no minimum."
+        0.0, "Fail before training when the fabric check's bus bandwidth (GB/s, as nccl-tests) is lower; 0: no minimum.",
+        stack_key="trainMinBusBandwidthGBps", at_least=0,
+        meaning="a bus bandwidth in GB/s as nccl-tests reports it; 0: no minimum"
     )
 
     def __post_init__(self) -> None:
-        _positive_int(self, "steps")
-        _positive_int(self, "batch_size")
-        _positive_int(self, "seq_len")
-        if not (self.learning_rate > 0 and math.isfinite(self.learning_rate)):
-            raise ValueError(f"--learning_rate must be a positive, finite number, got {self.learning_rate}")
-        if not self.max_grad_norm >= 0:
-            raise ValueError(f"--max_grad_norm must be 0 (off) or a positive number, got {self.max_grad_norm}")
-        if not isinstance(self.max_failures, int) or self.max_failures < -1:
-            raise ValueError(f"--max_failures must be -1 (retry forever), 0 or more, got {self.max_failures!r}")
-        for name in ("num_workers", "checkpoint_every", "warmup_steps", "eval_every", "gpu_memory_mib", "gc_every"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or value < 0:
-                raise ValueError(f"--{name} must be an integer >= 0, got {value!r}")
-        if self.model_config and self.model_config not in MODEL_CONFIGS:
-            raise ValueError(
-                f"--model_config must be empty (load --model_id) or one of {', '.join(MODEL_CONFIGS)}, "
-                f"got {self.model_config!r}"
-            )
-        if not self.model_config and not self.model_id:
-            raise ValueError("--model_id must name a Hugging Face model when --model_config is empty")
-        if not self.model_config and (wrong := model_source.problem(self.model_id)):
+        fields.check(DECLARED, self)
+        if not self.model_config and self.model_id and (wrong := model_source.problem(self.model_id)):
             raise ValueError(f"--model_id {self.model_id!r} is {wrong}")
         if self.model_id.startswith("s3://"):
             bucket, _, prefix = self.model_id.removeprefix("s3://").partition("/")
@@ -275,80 +285,14 @@ class TrainConfig:
         if "://" in self.dataset and not self.dataset.endswith(DATASET_FILE_SUFFIXES):
             raise ValueError(f"--dataset {self.dataset!r}: a remote file must end in one of "
                              f"{', '.join(DATASET_FILE_SUFFIXES)} (its format)")
-        if self.checkpoint_every and not self.storage_path:
-            raise ValueError("--checkpoint_every needs --storage_path (where the checkpoints go)")
-        _one_of(self, "sharding", SHARDINGS)
-        _one_of(self, "lr_schedule", LR_SCHEDULES)
-        _one_of(self, "export", EXPORTS)
         parse_report_to(self.report_to)
-        if self.push_to_hub and (self.export == "none" or not self.storage_path):
-            raise ValueError("--push_to_hub uploads the exported model: it needs --storage_path and --export final or "
-                             "checkpoints")
-        if self.push_to_hub and not _HUB_REPO.fullmatch(self.push_to_hub):
-            raise ValueError(f"--push_to_hub must name a Hub repo as owner/name (letters, digits, '-', '_', '.'), got "
-                             f"{self.push_to_hub!r}")
-        if self.warmup_steps > self.steps:
-            raise ValueError(f"--warmup_steps {self.warmup_steps} must be at most --steps {self.steps}")
-        self._check_evaluation()
-        self._check_data_format()
-        if self.export == "checkpoints" and not self.checkpoint_every:
-            raise ValueError("--export checkpoints needs --checkpoint_every (and --storage_path): the models are "
-                             "written at the checkpoints; final writes one after the last step")
-        _one_of(self, "reduce_dtype", REDUCE_DTYPES)
-        adapters.check(self.method, self.lora_rank, self.lora_alpha, self.lora_dropout, self.lora_targets)
-        if self.fp8 and self.method != "full":  # fp8 trains the linear layers' own weights, which adapters freeze
-            raise ValueError(f"--fp8 is for --method full; with --method {self.method} leave it off")
-        _positive_int(self, "grad_accum_steps")
-        if self.batch_size % self.grad_accum_steps:
-            raise ValueError(f"--grad_accum_steps {self.grad_accum_steps} must divide --batch_size {self.batch_size}: "
-                             "each micro-batch takes batch_size / grad_accum_steps sequences")
-        if not isinstance(self.ranks_per_node, int) or self.ranks_per_node < 0:
-            raise ValueError(
-                f"--ranks_per_node must be 0 (from Ray) or a positive integer, got {self.ranks_per_node!r}")
-        if self.ranks_per_node and self.num_workers % self.ranks_per_node:
-            raise ValueError(f"--ranks_per_node {self.ranks_per_node} must divide --num_workers {self.num_workers}")
-        for name in ("node_gbits_per_s", "min_bus_gbytes_per_s"):
-            if not getattr(self, name) >= 0:
-                raise ValueError(f"--{name} must be 0 or a positive number, got {getattr(self, name)}")
-        if self.fabric_check_seconds is not None and not self.fabric_check_seconds >= 0:
-            raise ValueError(f"--fabric_check_seconds must be 0 (off) or a positive number of seconds, "
-                             f"got {self.fabric_check_seconds}")
-        if self.min_bus_gbytes_per_s and self.fabric_check_seconds == 0:
-            raise ValueError("--min_bus_gbytes_per_s needs the fabric check: --fabric_check_seconds must not be 0")
-
-    def _check_evaluation(self) -> None:
-        if not (0 <= self.eval_fraction < 1):
-            raise ValueError(f"--eval_fraction must be at least 0 and below 1, got {self.eval_fraction}")
-        if self.eval_fraction and self.eval_split:
-            raise ValueError("--eval_fraction and --eval_split are two ways to choose the evaluation set: give one")
-        if (self.eval_fraction or self.eval_split) and not self.dataset:
-            raise ValueError("--eval_fraction and --eval_split need a --dataset (random tokens have nothing to learn)")
-        if self.eval_split and is_file_dataset(self.dataset):
-            raise ValueError(f"--eval_split names a split of a Hugging Face --dataset; the file {self.dataset!r} has "
-                             "none: use --eval_fraction")
-        if self.eval_every and not (self.eval_fraction or self.eval_split):
-            raise ValueError("--eval_every needs an evaluation set: --eval_fraction or --eval_split")
-
-    def _check_data_format(self) -> None:
-        _one_of(self, "data_format", DATA_FORMATS)
-        _one_of(self, "truncation", TRUNCATIONS)
         if self.chat_template and self.chat_template not in CHAT_TEMPLATES and not (
                 self.chat_template.endswith(".jinja") and os.path.isfile(os.path.expanduser(self.chat_template))):
             raise ValueError(f"--chat_template must be empty (the tokenizer's own), one of {', '.join(CHAT_TEMPLATES)}, "
                              f"or an existing .jinja file, got {self.chat_template!r}")
-        if self.data_format == "text":
-            return
-        if not self.dataset:
-            raise ValueError(f"--data_format {self.data_format} needs a --dataset of records (random tokens are text)")
-        if self.dataset.endswith((".txt", ".txt.gz")):
-            raise ValueError(f"--data_format {self.data_format}: {self.dataset!r} is plain text; records come from "
-                             ".jsonl, .json, .parquet or a Hugging Face dataset")
-        names = ("messages_field",) if self.data_format == "chat" else ("prompt_field", "completion_field")
-        for name in names:
-            if not getattr(self, name):
-                raise ValueError(f"--{name} must name the records' field for --data_format {self.data_format}")
-        if self.data_format == "prompt-completion" and self.prompt_field == self.completion_field:
-            raise ValueError(f"--prompt_field and --completion_field must differ, both are {self.prompt_field!r}")
+        adapters.check(self.method, self.lora_rank, self.lora_alpha, self.lora_dropout, self.lora_targets)
+        if (broken := rules.first_broken(vars(self))) is not None:
+            raise ValueError(broken)
 
     @property
     def tokenizer_name(self) -> str:
@@ -376,19 +320,6 @@ class TrainConfig:
         return args
 
 
-def is_local_dataset(dataset: str) -> bool:
-    """A --dataset that names a file on this machine rather than a Hugging Face id or a remote file: a known suffix
-    or an explicit path."""
-    return bool(dataset) and "://" not in dataset and (
-        dataset.endswith(DATASET_FILE_SUFFIXES) or dataset.startswith(("/", "./", "../", "~"))
-    )
-
-
-def is_file_dataset(dataset: str) -> bool:
-    """A --dataset that is a file, on this machine or remote (s3://bucket/key.jsonl), not a Hugging Face id."""
-    return is_local_dataset(dataset) or "://" in dataset
-
-
 def parse_report_to(value: str) -> tuple[str, ...]:
     """--report_to's names, validated (ValueError naming the flag); () for none."""
     names = tuple(dict.fromkeys(name.strip() for name in value.split(",") if name.strip()))
@@ -397,16 +328,15 @@ def parse_report_to(value: str) -> tuple[str, ...]:
     return () if names == ("none",) else names
 
 
-def _positive_int(config: TrainConfig, name: str) -> None:
-    value = getattr(config, name)
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise ValueError(f"--{name} must be a positive integer, got {value!r}")
+DECLARED = fields.declarations(TrainConfig)
+"""Every setting's one declaration (workload/config/fields.py), in field order."""
+STACK_KEYS = {declared.name: declared.stack_key for declared in DECLARED if declared.stack_key}
+"""The flags the stack sets, by field name -> the train* key that sets each (Pulumi.yaml); derived, never typed."""
 
 
-def _one_of(config: TrainConfig, name: str, allowed: Sequence[str]) -> None:
-    value = getattr(config, name)
-    if value not in allowed:
-        raise ValueError(f"--{name} must be one of {', '.join(allowed)}, got {value!r}")
+def stack_message(message: str) -> str:
+    """A refusal of the job's, its flags named as the stack keys that set them (`config key 'trainSteps': ...`)."""
+    return in_stack_terms(message, STACK_KEYS)
 
 
 def build_parser(prog: str = "python -m workload.train", description: str = "",

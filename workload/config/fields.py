@@ -1,0 +1,141 @@
+"""One declaration per setting: each TrainConfig field's flag, its stack key (for those `pulumi up` sets), type,
+default, bounds or choices, help and secrecy, in the field's metadata. Everything that names or checks a setting is
+derived from it: the flags (workload.config.build_parser), the stack key <-> flag table, the translation of a stack
+value to the flag's value, and one check of the bounds or choices whose refusal names the flag (`--steps ...`) on the
+job's side and the stack key (`config key 'trainSteps': ...`) at preview.
+
+Standard library only: the Pulumi program imports it at preview.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+# Pulumi.yaml's type of a stack key for each field type. Pulumi config has no float type: a decimal is a string.
+PULUMI_TYPES = {"str": "string", "int": "integer", "bool": "boolean", "float": "string"}
+
+
+@dataclass(frozen=True)
+class Declaration:
+    """One setting, as flag(...) declared it on a TrainConfig field."""
+
+    name: str
+    """The field and its flag, --name."""
+    type: str
+    default: Any
+    help: str
+    stack_key: str | None = None
+    """The train* key of Pulumi.yaml that sets it; None for a job-only flag (--seed, --compile)."""
+    at_least: float | None = None
+    above: float | None = None
+    at_most: float | None = None
+    below: float | None = None
+    choices: tuple[str, ...] | None = None
+    pattern: tuple[re.Pattern, str] | None = None
+    """A value (other than empty) must fullmatch the pattern; the words say what it is."""
+    meaning: str = ""
+    """What the bounds' special values mean, shown in a refusal (`-1 retries forever`); flags written --name."""
+    secret: bool = False
+    """May hold a token: no refusal quotes its value."""
+
+    @property
+    def flag(self) -> str:
+        return f"--{self.name}"
+
+    def problem(self, value: Any) -> str | None:
+        """Why `value` is out of this setting's bounds or choices ('must be ...'), or None. The caller names it."""
+        got = "its value is not shown" if self.secret else f"got {value!r}"
+        note = f" ({self.meaning})" if self.meaning else ""
+        if self.choices is not None:
+            if value in self.choices:
+                return None
+            shown = [choice for choice in self.choices if choice]
+            empty = "empty or " if "" in self.choices else ""
+            return f"must be {empty}one of {', '.join(shown)}{note}, {got}"
+        if self.pattern is not None:
+            pattern, words = self.pattern
+            return None if not value or pattern.fullmatch(value) else f"must be {words}{note}, {got}"
+        bounds = _bounds_words(self)
+        if not bounds or value is None:
+            return None
+        if self.type.startswith("int") and (not isinstance(value, int) or isinstance(value, bool)):
+            return f"must be an integer {bounds}{note}, {got}"
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
+            return f"must be a finite number {bounds}{note}, {got}"
+        if ((self.at_least is not None and not value >= self.at_least)
+                or (self.above is not None and not value > self.above)
+                or (self.at_most is not None and not value <= self.at_most)
+                or (self.below is not None and not value < self.below)):
+            return f"must be {bounds}{note}, {got}"
+        return None
+
+    def from_stack(self, value: Any) -> Any:
+        """The stack key's value (Pulumi.yaml's type) as the flag's: a decimal string becomes a float."""
+        if not self.type.startswith("float"):
+            return value
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            raise ValueError(f"config key {self.stack_key!r}: {value!r} is not a number") from None
+        return number
+
+    def to_stack(self, value: Any) -> Any:
+        """The flag's value as the stack key holds it (the inverse of from_stack)."""
+        return str(value) if self.type.startswith("float") else value
+
+
+def _bounds_words(declaration: Declaration) -> str:
+    low = (f"at least {declaration.at_least}" if declaration.at_least is not None else
+           f"above {declaration.above}" if declaration.above is not None else "")
+    high = (f"at most {declaration.at_most}" if declaration.at_most is not None else
+            f"below {declaration.below}" if declaration.below is not None else "")
+    return " and ".join(words for words in (low, high) if words)
+
+
+def flag(default, help_text: str, *, stack_key: str | None = None, at_least: float | None = None,
+         above: float | None = None, at_most: float | None = None, below: float | None = None,
+         choices: Sequence[str] | None = None, pattern: tuple[re.Pattern, str] | None = None, meaning: str = "",
+         secret: bool = False):
+    """A TrainConfig field and its one declaration, kept in the field's metadata.
+
+    Not docstrings under each field read back with ast.parse: CPython 3.11's AST constructor can fail with a
+    spurious "recursion depth mismatch" while other threads run (python/cpython#106905), and Ray starts threads.
+    """
+    declared = dict(help=help_text, stack_key=stack_key, at_least=at_least, above=above, at_most=at_most,
+                    below=below, choices=tuple(choices) if choices is not None else None, pattern=pattern,
+                    meaning=meaning, secret=secret)
+    return dataclasses.field(default=default, metadata=declared)
+
+
+def declarations(config_class: type) -> tuple[Declaration, ...]:
+    """Every field of `config_class` (TrainConfig) as its Declaration, in field order."""
+    return tuple(Declaration(name=field.name, type=str(field.type), default=field.default, **field.metadata)
+                 for field in dataclasses.fields(config_class))
+
+
+def check(declared: Sequence[Declaration], values: Any) -> None:
+    """The job's side: each field's bounds or choices, a refusal naming the flag."""
+    for declaration in declared:
+        if (why := declaration.problem(getattr(values, declaration.name))) is not None:
+            raise ValueError(f"{declaration.flag} {why}")
+
+
+_FLAG = re.compile(r"--([a-z][a-z0-9_]*)")
+
+
+def rename_flags(text: str, stack_keys: dict[str, str]) -> str:
+    """`text` with each flag the stack sets (--steps) written as its key (trainSteps)."""
+    return _FLAG.sub(lambda match: stack_keys.get(match.group(1), match.group(0)), text)
+
+
+def in_stack_terms(message: str, stack_keys: dict[str, str]) -> str:
+    """A refusal of the job's, with its flags (--checkpoint_every) named as the stack keys that set them
+    (`stack_keys`: flag name -> key), led by the keys it names."""
+    keys = [stack_keys[name] for name in _FLAG.findall(message) if name in stack_keys]
+    named = rename_flags(message, stack_keys)
+    if not keys:
+        return f"train* config keys do not make a valid job: {named}"
+    return f"config key{'s' if len(set(keys)) > 1 else ''} {', '.join(repr(k) for k in dict.fromkeys(keys))}: {named}"

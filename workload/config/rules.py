@@ -1,0 +1,192 @@
+"""The rules between settings, each written once: a function over the settings' values by flag name that returns the
+refusal (naming the flags, `--warmup_steps 11 must be at most --steps 10`) or None.
+
+The job applies every rule in TrainConfig.__post_init__; the preview applies the same rules to the stack's train*
+keys (infra/config/train_keys.py), its refusal naming the stack keys through the declarations' table
+(`config keys 'trainWarmupSteps', 'trainSteps': trainWarmupSteps 11 must be at most trainSteps 10`). Each rule
+carries values that break it, so tests/test_stack_keys.py holds both sides to every rule, a new one included.
+
+Standard library only: the Pulumi program imports it at preview.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
+
+# A --dataset with one of these suffixes is a file, local or remote (s3://...), rather than a Hugging Face id.
+# Each of the first four may also be gzip-compressed (workload/data/validate.py reads them all).
+DATASET_FILE_SUFFIXES = (".txt", ".jsonl", ".json", ".csv", ".parquet", ".txt.gz", ".jsonl.gz", ".json.gz", ".csv.gz")
+
+
+def is_local_dataset(dataset: str) -> bool:
+    """A --dataset that names a file on this machine rather than a Hugging Face id or a remote file: a known suffix
+    or an explicit path."""
+    return bool(dataset) and "://" not in dataset and (
+        dataset.endswith(DATASET_FILE_SUFFIXES) or dataset.startswith(("/", "./", "../", "~"))
+    )
+
+
+def is_file_dataset(dataset: str) -> bool:
+    """A --dataset that is a file, on this machine or remote (s3://bucket/key.jsonl), not a Hugging Face id."""
+    return is_local_dataset(dataset) or "://" in dataset
+
+
+Values = Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A rule between settings: `check` returns its refusal naming the flags, or None."""
+
+    flags: tuple[str, ...]
+    """The settings it reads (field names)."""
+    check: Callable[[Values], str | None]
+    broken_by: Mapping[str, Any]
+    """Values (by flag name, over the defaults) that break it: the tests' case for both sides."""
+
+
+def _model_named(v: Values) -> str | None:
+    if not v["model_config"] and not v["model_id"]:
+        return "--model_id must name a Hugging Face model when --model_config is empty"
+    return None
+
+
+def _checkpoints_stored(v: Values) -> str | None:
+    if v["checkpoint_every"] and not v["storage_path"]:
+        return "--checkpoint_every needs --storage_path (where the checkpoints go)"
+    return None
+
+
+def _push_exported(v: Values) -> str | None:
+    if v["push_to_hub"] and (v["export"] == "none" or not v["storage_path"]):
+        return ("--push_to_hub uploads the exported model: it needs --storage_path and --export final or "
+                "checkpoints")
+    return None
+
+
+def _warmup_within_steps(v: Values) -> str | None:
+    if v["warmup_steps"] > v["steps"]:
+        return f"--warmup_steps {v['warmup_steps']} must be at most --steps {v['steps']}"
+    return None
+
+
+def _one_evaluation_set(v: Values) -> str | None:
+    if v["eval_fraction"] and v["eval_split"]:
+        return "--eval_fraction and --eval_split are two ways to choose the evaluation set: give one"
+    return None
+
+
+def _evaluation_has_data(v: Values) -> str | None:
+    if not v["dataset"] and (v["eval_fraction"] or v["eval_split"] or v["eval_every"]):
+        return ("--dataset is empty (random tokens), so there is nothing to evaluate: set it, or leave "
+                "--eval_fraction, --eval_split and --eval_every unset")
+    return None
+
+
+def _split_of_a_hub_dataset(v: Values) -> str | None:
+    if v["eval_split"] and is_file_dataset(v["dataset"]):
+        return (f"--eval_split names a split of a Hugging Face --dataset; the file {v['dataset']!r} has none: use "
+                "--eval_fraction")
+    return None
+
+
+def _evaluation_every_has_a_set(v: Values) -> str | None:
+    if v["eval_every"] and not (v["eval_fraction"] or v["eval_split"]):
+        return "--eval_every needs an evaluation set: --eval_fraction or --eval_split"
+    return None
+
+
+def _records_have_a_dataset(v: Values) -> str | None:
+    if v["data_format"] != "text" and not v["dataset"]:
+        return f"--data_format {v['data_format']} needs a --dataset of records (random tokens are text)"
+    return None
+
+
+def _records_are_not_plain_text(v: Values) -> str | None:
+    if v["data_format"] != "text" and v["dataset"].endswith((".txt", ".txt.gz")):
+        return (f"--data_format {v['data_format']}: {v['dataset']!r} is plain text; records come from .jsonl, .json, "
+                ".parquet or a Hugging Face dataset")
+    return None
+
+
+def _record_fields_named(v: Values) -> str | None:
+    names = {"chat": ("messages_field",), "prompt-completion": ("prompt_field", "completion_field")}
+    for name in names.get(v["data_format"], ()):
+        if not v[name]:
+            return f"--{name} must name the records' field for --data_format {v['data_format']}"
+    return None
+
+
+def _prompt_is_not_completion(v: Values) -> str | None:
+    if v["data_format"] == "prompt-completion" and v["prompt_field"] == v["completion_field"]:
+        return f"--prompt_field and --completion_field must differ, both are {v['prompt_field']!r}"
+    return None
+
+
+def _export_at_checkpoints(v: Values) -> str | None:
+    if v["export"] == "checkpoints" and not v["checkpoint_every"]:
+        return ("--export checkpoints needs --checkpoint_every (and --storage_path): the models are written at the "
+                "checkpoints; final writes one after the last step")
+    return None
+
+
+def _fp8_trains_full(v: Values) -> str | None:
+    if v["fp8"] and v["method"] != "full":  # fp8 trains the linear layers' own weights, which adapters freeze
+        return f"--fp8 is for --method full; with --method {v['method']} leave it off"
+    return None
+
+
+def _accumulation_divides_batch(v: Values) -> str | None:
+    if v["batch_size"] % v["grad_accum_steps"]:
+        return (f"--grad_accum_steps {v['grad_accum_steps']} must divide --batch_size {v['batch_size']}: each "
+                "micro-batch takes batch_size / grad_accum_steps sequences")
+    return None
+
+
+def _ranks_divide_workers(v: Values) -> str | None:
+    if v["ranks_per_node"] and v["num_workers"] % v["ranks_per_node"]:
+        return f"--ranks_per_node {v['ranks_per_node']} must divide --num_workers {v['num_workers']}"
+    return None
+
+
+def _bus_minimum_is_measured(v: Values) -> str | None:
+    if v["min_bus_gbytes_per_s"] and v["fabric_check_seconds"] == 0:
+        return "--min_bus_gbytes_per_s needs the fabric check: --fabric_check_seconds must not be 0"
+    return None
+
+
+# In the order they are checked; a rule may rely on the ones before it (and on every field's own bounds).
+RULES = (
+    Rule(("model_id", "model_config"), _model_named, {"model_id": ""}),
+    Rule(("checkpoint_every", "storage_path"), _checkpoints_stored, {"checkpoint_every": 5}),
+    Rule(("push_to_hub", "storage_path", "export"), _push_exported, {"push_to_hub": "team/model"}),
+    Rule(("warmup_steps", "steps"), _warmup_within_steps, {"steps": 10, "warmup_steps": 11}),
+    Rule(("eval_fraction", "eval_split"), _one_evaluation_set,
+         {"dataset": "org/corpus", "eval_fraction": 0.1, "eval_split": "validation"}),
+    Rule(("dataset", "eval_fraction", "eval_split", "eval_every"), _evaluation_has_data, {"eval_fraction": 0.1}),
+    Rule(("eval_split", "dataset"), _split_of_a_hub_dataset,
+         {"dataset": "s3://bucket/corpus.jsonl", "eval_split": "validation"}),
+    Rule(("eval_every", "eval_fraction", "eval_split"), _evaluation_every_has_a_set,
+         {"dataset": "org/corpus", "eval_every": 5}),
+    Rule(("data_format", "dataset"), _records_have_a_dataset, {"data_format": "chat"}),
+    Rule(("data_format", "dataset"), _records_are_not_plain_text,
+         {"data_format": "chat", "dataset": "s3://bucket/corpus.txt"}),
+    Rule(("data_format", "messages_field", "prompt_field", "completion_field"), _record_fields_named,
+         {"data_format": "chat", "dataset": "org/chats", "messages_field": ""}),
+    Rule(("prompt_field", "completion_field", "data_format"), _prompt_is_not_completion,
+         {"data_format": "prompt-completion", "dataset": "org/pairs", "completion_field": "prompt"}),
+    Rule(("export", "checkpoint_every"), _export_at_checkpoints, {"export": "checkpoints"}),
+    Rule(("fp8", "method"), _fp8_trains_full, {"fp8": True, "method": "lora"}),
+    Rule(("grad_accum_steps", "batch_size"), _accumulation_divides_batch, {"batch_size": 2, "grad_accum_steps": 3}),
+    Rule(("ranks_per_node", "num_workers"), _ranks_divide_workers, {"num_workers": 6, "ranks_per_node": 4}),
+    Rule(("min_bus_gbytes_per_s", "fabric_check_seconds"), _bus_minimum_is_measured,
+         {"fabric_check_seconds": 0.0, "min_bus_gbytes_per_s": 4.0}),
+)
+
+
+def first_broken(values: Values) -> str | None:
+    """The first rule `values` break, as its refusal naming the flags; None when they keep every rule."""
+    for rule in RULES:
+        if (why := rule.check(values)) is not None:
+            return why
+    return None

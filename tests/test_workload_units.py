@@ -109,7 +109,7 @@ def test_modules_a_benchmark_reuses_do_not_import_ray():
             "workload.fabric.bandwidth; print('ray' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False", \
-        "workload.model's build/sharding/optimizer/loss/step/flops, data/checkpoint/config/nccl_logs/parallel/fabric must not import ray"
+        "workload.model's step modules, data, checkpoint, config, nccl_logs, parallel, fabric must not import ray"
 
 
 def test_pack_concatenates_documents_with_separator_and_drops_the_tail():

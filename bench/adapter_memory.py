@@ -18,7 +18,7 @@ and max_memory_reserved over steps 2..STEPS beside workload.model.memory.estimat
 
 The load: a 70B-shaped safetensors checkpoint written on disk in pieces (one file per decoder layer and one for the
 embeddings and head, bf16 random values, --load_layers of the 80 layers: the whole model is 141 GB, more than the
-benchmark machine's disk), then this rank's shards of it loaded by the job's loader (workload.model.causal_lm's
+benchmark machine's disk), then this rank's shards of it loaded by the job's loader (workload.model.build's
 load_pretrained: each tensor's rows read with safe_open's get_slice and quantized to NF4 as they arrive) in a process
 of its own: its seconds and its peak resident memory (ru_maxrss, which counts the file pages it mapped), and the
 seconds scaled to 80 layers.
@@ -87,8 +87,9 @@ def adapter_model(config: dict, cfg: TrainConfig, device, shards: int = WORLD_SI
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from workload.model import causal_lm as project
     from workload.model.adapters import lora, nf4
+    from workload.model.loss import CausalLMWithLoss
+    from workload.model.sharding import build_mesh, shard_model
 
     fields = {key: value for key, value in config.items()
               if key not in ("architectures", "model_type", "torch_dtype", "transformers_version", "use_cache")}
@@ -98,10 +99,10 @@ def adapter_model(config: dict, cfg: TrainConfig, device, shards: int = WORLD_SI
     if cfg.activation_checkpointing:
         lm.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     lm.train()
-    model = project.CausalLMWithLoss(lm, chunked_loss=cfg.chunked_loss, compiled_loss=bool(cfg.compile))
+    model = CausalLMWithLoss(lm, chunked_loss=cfg.chunked_loss, compiled_loss=bool(cfg.compile))
     model = lora.apply(model, cfg)
     mesh = (WORLD_SIZE // shards, shards) if shards < WORLD_SIZE else None
-    model = project.shard_model(model, project.build_mesh(device, mesh), cfg)
+    model = shard_model(model, build_mesh(device, mesh), cfg)
     model.to_empty(device=device)
     with torch.no_grad():
         for name, parameter in model.named_parameters():
@@ -140,7 +141,8 @@ def run_one(case: tuple, smoke: bool) -> dict:
     import torch.distributed as dist
     from torch.testing._internal.distributed.fake_pg import FakeStore
 
-    from workload.model import causal_lm as project
+    from workload.model.optimizer import build_optimizer
+    from workload.model.step import train_step
 
     model_id, method, batch, seq_len = case
     config = published(model_id, smoke)
@@ -155,7 +157,7 @@ def run_one(case: tuple, smoke: bool) -> dict:
     started, oom, steps_done = time.perf_counter(), "", 0
     try:
         model = adapter_model(config, cfg, device, shards)
-        optimizer = project.build_optimizer(model, cfg)
+        optimizer = build_optimizer(model, cfg)
         generator = torch.Generator(device=device).manual_seed(0)
         for step in range(STEPS):
             if step == 1 and device.type == "cuda":
@@ -163,7 +165,7 @@ def run_one(case: tuple, smoke: bool) -> dict:
                 torch.cuda.reset_peak_memory_stats(device)
             tokens = torch.randint(config["vocab_size"], (cfg.batch_size, cfg.seq_len), device=device,
                                    generator=generator)
-            loss = project.train_step(model, optimizer, tokens, cfg)
+            loss = train_step(model, optimizer, tokens, cfg)
             steps_done = step + 1
         loss = loss.item()
     except torch.OutOfMemoryError as error:
@@ -221,8 +223,10 @@ def load_one(directory: str, layers: int, smoke: bool) -> dict:
     import torch.distributed as dist
     from torch.testing._internal.distributed.fake_pg import FakeStore
 
-    from workload.model import causal_lm as project
     from workload.model.adapters import lora
+    from workload.model.build import load_pretrained
+    from workload.model.loss import CausalLMWithLoss
+    from workload.model.sharding import build_mesh, shard_model
 
     device = torch.device("cpu") if smoke else torch.device("cuda", 0)
     config = {**published(LOAD_MODEL, smoke), "num_hidden_layers": layers}
@@ -237,10 +241,10 @@ def load_one(directory: str, layers: int, smoke: bool) -> dict:
 
         # As the job builds it: parameters on meta, the rotary buffers computed (they are in no file).
         lm = compatibility.build(AutoConfig.for_model(config["model_type"], **fields, use_cache=False), LOAD_MODEL)
-        model = project.CausalLMWithLoss(lm, chunked_loss=True)
-        model = project.shard_model(lora.apply(model, dataclasses.replace(cfg)), project.build_mesh(device), cfg)
+        model = CausalLMWithLoss(lm, chunked_loss=True)
+        model = shard_model(lora.apply(model, dataclasses.replace(cfg)), build_mesh(device), cfg)
         started = time.perf_counter()
-        project.load_pretrained(model, directory, device, cfg)
+        load_pretrained(model, directory, device, cfg)
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         seconds = time.perf_counter() - started

@@ -38,7 +38,7 @@ from bench.step_bench import recipe_model
 from workload.config import TrainConfig
 from workload.data.batches import random_batches
 from workload.fabric import bandwidth as fabric
-from workload.model.causal_lm import NAMED_CONFIGS
+from workload.model.build import NAMED_CONFIGS
 from workload.trainer import fit
 
 THROTTLE = Path(__file__).resolve().parent / "tools" / "loopback-throttle.sh"

@@ -43,7 +43,11 @@ from bench import step_inputs, step_model, step_shapes
 from bench.step_bench import GIB, recipe_model
 from workload.config import TrainConfig
 from workload.data.batches import random_batches
-from workload.model import causal_lm as project
+from workload.model.build import NAMED_CONFIGS, build_model
+from workload.model.loss import loss_fn
+from workload.model.optimizer import build_optimizer
+from workload.model.sharding import build_mesh, shard_model
+from workload.model.step import train_step
 from workload.model import architectures, layout
 from workload.model.adapters import lora
 from workload.model.layout import Collective
@@ -234,7 +238,7 @@ def fake_world(world_size: int) -> None:
 
 def build_step(strategy: step_inputs.Strategy, cfg: TrainConfig, device: torch.device, links: Links):
     """(timed step, phased step) of `strategy` on the current fake world: the recipe's FSDP1 step, or
-    workload.model.causal_lm's with the strategy's mesh and reduction. The phased step returns its forward, backward and
+    workload.model's with the strategy's mesh and reduction. The phased step returns its forward, backward and
     optimizer seconds (device events), for the split the model uses."""
     if strategy.step == "recipe":
         model, optimizer = recipe_model(cfg, device)
@@ -248,19 +252,19 @@ def build_step(strategy: step_inputs.Strategy, cfg: TrainConfig, device: torch.d
     else:
         shape = layout.mesh_shape(strategy.sharding, links.world_size, links.gpus_per_node)
         if cfg.model_config:
-            built = lora.apply(project.build_model(cfg, device), cfg)  # --method lora/qlora: adapters, frozen base
+            built = lora.apply(build_model(cfg, device), cfg)  # --method lora/qlora: adapters, frozen base
             two_level = strategy.sharding == "two-level"
-            sharded = project.shard_model(built, project.build_mesh(device, shape), cfg,
+            sharded = shard_model(built, build_mesh(device, shape), cfg,
                                           reduce_dtype=strategy.reduce_dtype, two_level=two_level)
         else:  # a published shape (--model_id) with random values, as bench.adapter_memory builds one rank of it
             from bench import adapter_memory
 
             shards = shape[-1] if strategy.sharding == "hybrid" else links.world_size
             sharded = adapter_memory.adapter_model(architectures.published(cfg.model_id), cfg, device, shards)
-        model, optimizer = sharded, project.build_optimizer(sharded, cfg)
+        model, optimizer = sharded, build_optimizer(sharded, cfg)
 
         def forward(batch):
-            return project.loss_fn(model, batch)
+            return loss_fn(model, batch)
 
         def tail():
             if cfg.max_grad_norm:
@@ -274,7 +278,7 @@ def build_step(strategy: step_inputs.Strategy, cfg: TrainConfig, device: torch.d
             loss.backward()
             tail()
             return loss.detach()
-        return project.train_step(model, optimizer, batch, cfg)  # the workload's own step
+        return train_step(model, optimizer, batch, cfg)  # the workload's own step
 
     def phased(batch) -> tuple[float, float, float]:
         events = [torch.cuda.Event(enable_timing=True) for _ in range(4)]
@@ -319,7 +323,7 @@ def emulate(stack: str, strategy: step_inputs.Strategy, cfg: TrainConfig, device
     collectives = TimedCollectives(links, delay, link_queues)
     label = strategy.name + ("+fp8" if cfg.fp8 else "") + ("" if cfg.method == "full" else f"+{cfg.method}")
     # The step model's shape for an adapter method (its FLOPs, gathers and reductions); None: Qwen2.5-1.5B, full.
-    config = ({**project.NAMED_CONFIGS[cfg.model_config], "model_type": "qwen2"} if cfg.model_config
+    config = ({**NAMED_CONFIGS[cfg.model_config], "model_type": "qwen2"} if cfg.model_config
               else architectures.published(cfg.model_id))
     shape = None if (cfg.method == "full" and cfg.model_config) or strategy.step == "recipe" else \
         step_shapes.config_shape(config, cfg.method, cfg.lora_rank, cfg.lora_targets)

@@ -3,10 +3,10 @@ fine-tune on the repository's sample corpus, side by side in one process.
 
     python3 -m bench.fp8_bench --output $OUT/fp8_bench.jsonl       # on a GPU with fp8 (L4, L40S, H100, H200)
 
-- speed: workload.model.causal_lm's default step on Qwen2.5-1.5B (random weights, random tokens), bf16 then fp8, at each
+- speed: workload.model's default step on Qwen2.5-1.5B (random weights, random tokens), bf16 then fp8, at each
   --speed_batches per-GPU batch of --seq_len tokens; median step after warm-up (bench.step_bench.measure).
 - loss: a small Qwen2-shaped model (LOSS_ARCHITECTURE) trained for --loss_steps on data/corpus.txt with
-  data/tokenizer (workload.data.batches's packing, 20% held out), through workload.model.causal_lm's own shard_model and
+  data/tokenizer (workload.data.batches's packing, 20% held out), through workload.model's own shard_model and
   train_step: bf16 with seeds 0 and 1 (their difference is the seed-to-seed noise), fp8 with the same seeds. The verdict
   compares fp8's difference from bf16 at the same seed with that noise.
 """
@@ -23,7 +23,10 @@ from transformers import AutoModelForCausalLM, Qwen2Config
 from bench.step_bench import fresh, measure, project_step, single_process_group
 from workload.config import TrainConfig
 from workload.data.batches import make_data
-from workload.model import causal_lm as project
+from workload.model.loss import CausalLMWithLoss
+from workload.model.optimizer import build_optimizer, learning_rate_at, set_learning_rate
+from workload.model.sharding import build_mesh, shard_model
+from workload.model.step import evaluate, train_step
 
 # Qwen2's shape at 8 layers of 512: every linear dimension a multiple of 16 (torch._scaled_mm's rule), so every
 # decoder linear runs in fp8; big enough that the matmuls, not the launches, dominate a step.
@@ -40,16 +43,16 @@ def loss_run(seed: int, fp8: bool, steps: int, device: torch.device) -> dict:
     torch.manual_seed(seed)
     with torch.device(device):
         lm = AutoModelForCausalLM.from_config(Qwen2Config(**LOSS_ARCHITECTURE, use_cache=False), dtype=torch.float32)
-    model = project.CausalLMWithLoss(lm, chunked_loss=True, compiled_loss=True)
-    model = project.shard_model(model, project.build_mesh(device), cfg)
-    optimizer = project.build_optimizer(model, cfg)
+    model = CausalLMWithLoss(lm, chunked_loss=True, compiled_loss=True)
+    model = shard_model(model, build_mesh(device), cfg)
+    optimizer = build_optimizer(model, cfg)
     data = make_data(cfg, LOSS_ARCHITECTURE["vocab_size"], rank=0, world_size=1)
     losses = []
     for step in range(steps):
-        project.set_learning_rate(optimizer, project.learning_rate_at(cfg, step))
-        losses.append(project.train_step(model, optimizer, data.train(step).to(device), cfg))
+        set_learning_rate(optimizer, learning_rate_at(cfg, step))
+        losses.append(train_step(model, optimizer, data.train(step).to(device), cfg))
     losses = [loss.item() for loss in losses]
-    held_out = project.evaluate(model, [batch.to(device) for batch in data.eval]).item()
+    held_out = evaluate(model, [batch.to(device) for batch in data.eval]).item()
     return {"run": "loss", "seed": seed, "fp8": fp8, "steps": steps, "held_out_loss": round(held_out, 4),
             "mean_train_loss_last_50": round(statistics.mean(losses[-50:]), 4),
             "train_losses_every_10": [round(loss, 4) for loss in losses[::10]]}

@@ -144,18 +144,21 @@ def train_for(seconds: float, cfg, on_step, device: str = "cuda") -> None:
 
     from bench.step_bench import device_from_flag, single_process_group
     from workload.data.batches import make_data
-    from workload.model import causal_lm as project
+    from workload.model.build import build_model
+    from workload.model.optimizer import build_optimizer
+    from workload.model.sharding import build_mesh, shard_model
+    from workload.model.step import train_step
 
     where = device_from_flag(device)
     single_process_group(where, port=29517)
     try:
-        model = project.shard_model(project.build_model(cfg, where), project.build_mesh(where), cfg)
-        optimizer = project.build_optimizer(model, cfg)
+        model = shard_model(build_model(cfg, where), build_mesh(where), cfg)
+        optimizer = build_optimizer(model, cfg)
         batches = make_data(cfg, model.lm.config.vocab_size, 0, 1).train
         began, step = time.perf_counter(), 0
         while time.perf_counter() - began < seconds:
             started = time.perf_counter()
-            loss = project.train_step(model, optimizer, batches(step).to(where), cfg)
+            loss = train_step(model, optimizer, batches(step).to(where), cfg)
             dist.all_reduce(loss, op=dist.ReduceOp.SUM)
             loss.item()
             elapsed = time.perf_counter() - started

@@ -7,7 +7,7 @@
 2. For each of --ranks, in a fresh process: that rank of a --world_size job on a fake process group
    (torch.testing._internal.distributed.fake_pg: FakeStore, backend "fake"; the collectives return at once, the
    shards are the real rank's), under torch.cuda.set_per_process_memory_fraction at --cap_gib GiB (below the
-   model's fp32 size, 30 GiB), loads it through the job's path (workload.model.causal_lm.build_model on the meta device,
+   model's fp32 size, 30 GiB), loads it through the job's path (workload.model.build.build_model on the meta device,
    shard_model, load_pretrained) and prints one JSON line: the GPU's peak (max_memory_allocated), the process's
    RSS before the load and its peak (VmHWM, file pages of the memory-mapped safetensors included), the rank's fp32 shard
    bytes, the seconds taken, a spot check of the loaded rows against the file, and whether the cap holds (a tensor of
@@ -88,8 +88,9 @@ def load(directory: str, rank: int, world_size: int, cap_gib: float, device: tor
     from torch.testing._internal.distributed.fake_pg import FakeStore
 
     from workload.config import TrainConfig
-    from workload.model import causal_lm as model
     from workload.model import weights
+    from workload.model.build import build_model, load_pretrained
+    from workload.model.sharding import build_mesh, shard_model
 
     on_gpu = device.type == "cuda"  # --device cpu is a smoke run of the code, with no cap and no GPU figures
     device = torch.device("cuda", torch.cuda.current_device()) if on_gpu and device.index is None else device
@@ -101,8 +102,8 @@ def load(directory: str, rank: int, world_size: int, cap_gib: float, device: tor
     dist.init_process_group("fake", store=FakeStore(), rank=rank, world_size=world_size)
     cfg = TrainConfig(model_id=directory, compile=False)
     started = time.perf_counter()
-    sharded = model.shard_model(model.build_model(cfg, device, directory), model.build_mesh(device), cfg)
-    model.load_pretrained(sharded, directory, device, cfg)
+    sharded = shard_model(build_model(cfg, device, directory), build_mesh(device), cfg)
+    load_pretrained(sharded, directory, device, cfg)
     torch.cuda.synchronize() if on_gpu else None
     seconds = time.perf_counter() - started
     rss_peak = _status_bytes("VmHWM")

@@ -4,10 +4,10 @@
     python -m bench.memory_bench --cases 0,3     # some of them
 
 For each case the model is built from its shipped config (workload/model/architectures/configs) on the meta device,
-sharded with workload.model.causal_lm.shard_model over a mesh of `world_size` ranks of a fake process group
+sharded with workload.model.sharding.shard_model over a mesh of `world_size` ranks of a fake process group
 (torch.testing._internal.distributed.fake_pg: FakeStore and the "fake" backend), then materialised with to_empty:
 this GPU holds exactly what one rank of that cluster holds, its shards of the fp32 weights and of AdamW's state, and
-all-gathers allocate their full outputs. It then runs real steps of workload.model.causal_lm.train_step on random tokens
+all-gathers allocate their full outputs. It then runs real steps of workload.model.step.train_step on random tokens
 and records torch.cuda.max_memory_allocated() over the steps after the first (which allocates AdamW's state).
 
 A fake process group's collectives return without writing their outputs: gathered weights and reduced gradients are
@@ -31,7 +31,10 @@ from transformers import AutoConfig, AutoModelForCausalLM
 
 from workload.config import TrainConfig
 from workload.model import architectures, memory
-from workload.model import causal_lm as project
+from workload.model.loss import CausalLMWithLoss
+from workload.model.optimizer import build_optimizer
+from workload.model.sharding import build_mesh, shard_model
+from workload.model.step import train_step
 
 GIB = 2**30
 # (Hub id, world size, micro-batch, seq_len, activation checkpointing, reshard_after_forward, grad_accum_steps,
@@ -71,7 +74,7 @@ def hf_config(published: dict):
 
 
 def sharded_model(published: dict, cfg: TrainConfig, device: torch.device,
-                  mesh_shape: tuple[int, ...] | None = None, two_level: bool = False) -> project.CausalLMWithLoss:
+                  mesh_shape: tuple[int, ...] | None = None, two_level: bool = False) -> CausalLMWithLoss:
     """The model as one rank of the fake group holds it: built on meta, sharded (over a 1-D mesh of every rank, or
     HSDP's 2-D (replicas, shards) `mesh_shape`; with `two_level`, over every rank with two-level collectives on the
     2-D (nodes, ranks per node) `mesh_shape`, as the job shards it: workload.model.two_level), then given this rank's
@@ -82,8 +85,8 @@ def sharded_model(published: dict, cfg: TrainConfig, device: torch.device,
     if cfg.activation_checkpointing:
         lm.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     lm.train()
-    model = project.CausalLMWithLoss(lm, chunked_loss=cfg.chunked_loss, compiled_loss=bool(cfg.compile))
-    model = project.shard_model(model, project.build_mesh(device, mesh_shape), cfg, two_level=two_level)
+    model = CausalLMWithLoss(lm, chunked_loss=cfg.chunked_loss, compiled_loss=bool(cfg.compile))
+    model = shard_model(model, build_mesh(device, mesh_shape), cfg, two_level=two_level)
     model.to_empty(device=device)
     with torch.no_grad():
         for parameter in model.parameters():
@@ -104,7 +107,7 @@ def measure(case: tuple, device: torch.device) -> dict:
     started = time.perf_counter()
     try:
         model = sharded_model(published, cfg, device)
-        optimizer = project.build_optimizer(model, cfg)
+        optimizer = build_optimizer(model, cfg)
         generator = torch.Generator(device=device).manual_seed(0)
         for step in range(STEPS):
             if step == 1:
@@ -112,7 +115,7 @@ def measure(case: tuple, device: torch.device) -> dict:
                 torch.cuda.reset_peak_memory_stats(device)
             batch = torch.randint(published["vocab_size"], (cfg.batch_size, seq_len), device=device,
                                   generator=generator)
-            project.train_step(model, optimizer, batch, cfg)
+            train_step(model, optimizer, batch, cfg)
         torch.cuda.synchronize(device)
         measured = torch.cuda.max_memory_allocated(device) / GIB
     finally:

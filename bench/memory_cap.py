@@ -93,7 +93,8 @@ def run_one(job: dict) -> dict:
     from torch.testing._internal.distributed.fake_pg import FakeStore
 
     from bench.memory_bench import sharded_model
-    from workload.model import causal_lm as project
+    from workload.model.optimizer import build_optimizer
+    from workload.model.step import train_step
 
     device = torch.device("cuda", 0)
     torch.cuda.set_device(device)
@@ -108,7 +109,7 @@ def run_one(job: dict) -> dict:
     started, oom, steps_done = time.perf_counter(), "", 0
     try:
         model = sharded_model(published, cfg, device, tuple(job["mesh"]), two_level=job.get("sharding") == "two-level")
-        optimizer = project.build_optimizer(model, cfg)
+        optimizer = build_optimizer(model, cfg)
         generator = torch.Generator(device=device).manual_seed(0)
         for step in range(STEPS):
             if step == 1:
@@ -116,7 +117,7 @@ def run_one(job: dict) -> dict:
                 torch.cuda.reset_peak_memory_stats(device)
             batch = torch.randint(published["vocab_size"], (cfg.batch_size, cfg.seq_len), device=device,
                                   generator=generator)
-            project.train_step(model, optimizer, batch, cfg)
+            train_step(model, optimizer, batch, cfg)
             torch.cuda.synchronize(device)
             steps_done = step + 1
     except torch.OutOfMemoryError as error:

@@ -3,7 +3,7 @@
     python -m bench.packing_bench                     # on the GPU: Qwen2.5-1.5B's shape, random weights, 2 x 2048
     python -m bench.packing_bench --device cpu --model_config tiny --seq_len 256 --steps 2 --warmup 1   # smoke run
 
-Every run is workload.model.causal_lm's default step as train_func runs it (FSDP2 on a process group of one, compiled
+Every run is workload.model's default step as train_func runs it (FSDP2 on a process group of one, compiled
 layers, fused AdamW, the chunked linear cross-entropy), on batches of the same shape:
 - plain:        today's text path: token ids only, every token a target, one causal attention over the block;
 - labels-only:  packed examples with their labels masked (half of each example ignored) but positions not
@@ -33,7 +33,11 @@ from bench.step_bench import GIB, device_from_flag, fresh, single_process_group,
 from workload.config import TrainConfig
 from workload.data.chat import IGNORE_INDEX, Example
 from workload.data.packing import TokenBatch, pack_examples
-from workload.model import causal_lm as project
+from workload.model.build import NAMED_CONFIGS, build_model
+from workload.model.flops import model_flops_utilization, run_flops_per_token
+from workload.model.optimizer import build_optimizer
+from workload.model.sharding import build_mesh, shard_model
+from workload.model.step import peak_flops, train_step
 
 RUNS = ("plain", "labels-only", "packed-sdpa", "packed-flex")
 
@@ -66,12 +70,12 @@ def batches_for(run: str, blocks: torch.Tensor, batch_size: int):
 
 
 def measure(run: str, cfg: TrainConfig, device: torch.device, blocks: torch.Tensor, warmup: int, steps: int) -> dict:
-    model = project.build_model(cfg, device)
+    model = build_model(cfg, device)
     if run == "packed-flex":
         model.lm.set_attn_implementation("flex_attention")
-    flops = project.flops_per_token(model.lm.config, project.matmul_parameters(model), cfg.seq_len)
-    model = project.shard_model(model, project.build_mesh(device), cfg)
-    optimizer = project.build_optimizer(model, cfg)
+    flops = run_flops_per_token(model.lm.config.to_dict(), cfg)
+    model = shard_model(model, build_mesh(device), cfg)
+    optimizer = build_optimizer(model, cfg)
     batches = batches_for(run, blocks, cfg.batch_size)
     losses, times, trained = [], [], []
     for index in range(warmup + steps):
@@ -79,11 +83,11 @@ def measure(run: str, cfg: TrainConfig, device: torch.device, blocks: torch.Tens
         trained.append(int(batch.trained_tokens()) if isinstance(batch, TokenBatch) else batch.numel() - len(batch))
         synchronize(device)
         started = time.perf_counter()
-        losses.append(project.train_step(model, optimizer, batch, cfg).item())  # .item() waits for the step
+        losses.append(train_step(model, optimizer, batch, cfg).item())  # .item() waits for the step
         times.append(time.perf_counter() - started)
     median = statistics.median(times[warmup:])
     tokens_per_s = cfg.batch_size * cfg.seq_len / median
-    mfu = project.model_flops_utilization(tokens_per_s, flops, project.peak_flops(device), devices=1)
+    mfu = model_flops_utilization(tokens_per_s, flops, peak_flops(device), devices=1)
     return {
         "run": run,
         "tokens_per_s": round(tokens_per_s),
@@ -111,7 +115,7 @@ def main() -> None:
     device = device_from_flag(args.device)
     single_process_group(device, port=29513)
     cfg = TrainConfig(model_config=args.model_config, batch_size=args.batch_size, seq_len=args.seq_len)
-    vocab_size = project.NAMED_CONFIGS[cfg.model_config]["vocab_size"]
+    vocab_size = NAMED_CONFIGS[cfg.model_config]["vocab_size"]
     blocks = example_blocks(cfg, vocab_size, args.batch_size * (args.warmup + args.steps), args.min_len,
                             args.max_len)
     examples_per_block = float((blocks[:, 2] == 0).sum()) / len(blocks)

@@ -1,8 +1,8 @@
 """Exploratory (issue 7, second round): where the project's step still spends its time, on one GPU.
 
 Used to look for the last 5% to 1.4x; bench/step_bench.py stays the benchmark of record. The `+name` variants
-monkeypatch workload.model.causal_lm or transformers for the rest of the process: one per run, after any unpatched
-variants.
+monkeypatch bench.step_bench's step, workload.model's modules or transformers for the rest of the process: one per
+run, after any unpatched variants.
     python3 -m bench.probe gemm                            # each projection's matmuls alone, separate and fused
     python3 -m bench.probe profile                         # one default step's kernels, grouped
     python -m bench.probe bf16_updates                     # on CPU: weights that AdamW at lr 1e-5 moves, bf16 vs fp32
@@ -24,7 +24,9 @@ import torch.distributed as dist
 from bench import step_bench
 from workload.config import TrainConfig
 from workload.data.batches import random_batches
-from workload.model import causal_lm as project
+from workload.model import sharding
+from workload.model.build import NAMED_CONFIGS
+from workload.model.loss import CausalLMWithLoss, LinearCrossEntropy, loss_fn
 
 T = 8 * 2048
 
@@ -88,7 +90,7 @@ def bf16_updates() -> None:
     """Share of weights that three AdamW steps at the workload's learning rate change, bf16 against fp32 weights,
     in one decoder layer of Qwen2.5-1.5B's shape (a 4k vocabulary, so it runs on a CPU)."""
     from transformers import AutoModelForCausalLM, Qwen2Config
-    shape = dict(project.NAMED_CONFIGS["qwen2.5-1.5b"], num_hidden_layers=1, vocab_size=4096)
+    shape = dict(NAMED_CONFIGS["qwen2.5-1.5b"], num_hidden_layers=1, vocab_size=4096)
     lr = TrainConfig.learning_rate
     for dtype in (torch.bfloat16, torch.float32):
         torch.manual_seed(0)
@@ -120,7 +122,7 @@ def profiled_step(cfg: TrainConfig, device, activities):
     """The profiler's record of one project step, after four warm-up steps (compile, allocator)."""
     from torch.profiler import profile as torch_profile
     step = step_bench.project_step(cfg, device)
-    batch = random_batches(cfg, project.NAMED_CONFIGS[cfg.model_config]["vocab_size"], rank=0)(0).to(device)
+    batch = random_batches(cfg, NAMED_CONFIGS[cfg.model_config]["vocab_size"], rank=0)(0).to(device)
     for _ in range(4):
         step(batch).item()
     torch.cuda.synchronize()
@@ -205,14 +207,14 @@ def fused_mlp_forward(self, x):
 def patch(name: str) -> None:
     from transformers.models.qwen2 import modeling_qwen2 as qwen2
     if name == "reduce_bf16":
-        project.MixedPrecisionPolicy = lambda **kw: torch.distributed.fsdp.MixedPrecisionPolicy(
+        sharding.MixedPrecisionPolicy = lambda **kw: torch.distributed.fsdp.MixedPrecisionPolicy(
             param_dtype=torch.bfloat16, reduce_dtype=torch.bfloat16)
     elif name == "fused_cat":
         qwen2.Qwen2Attention.forward = fused_attention_forward
         qwen2.Qwen2MLP.forward = fused_mlp_forward
     elif name == "clip_fold":
         def train_step(model, optimizer, batch, cfg):
-            loss = project.loss_fn(model, batch)
+            loss = loss_fn(model, batch)
             loss.backward()
             grads = [p.grad for p in model.parameters()]
             norm = torch.nn.utils.get_total_norm(grads, foreach=True)
@@ -223,7 +225,7 @@ def patch(name: str) -> None:
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
             return loss.detach()
-        project.train_step = train_step
+        step_bench.train_step = train_step  # project_step's names are step_bench's
     elif name == "gc_off":
         import gc
         gc.collect()
@@ -240,13 +242,13 @@ def patch(name: str) -> None:
             with torch.autocast("cuda", dtype=torch.bfloat16):
                 hidden = self.lm.model(input_ids=input_ids, use_cache=False).last_hidden_state
             hidden = hidden[:, :-1].reshape(-1, hidden.shape[-1]).to(torch.bfloat16)
-            return project.LinearCrossEntropy.apply(hidden, self.lm.lm_head.weight.to(torch.bfloat16),
-                                                    input_ids[:, 1:].reshape(-1), self.compiled_loss)
-        project.shard_model = shard_model
-        project.CausalLMWithLoss.forward = forward
+            return LinearCrossEntropy.apply(hidden, self.lm.lm_head.weight.to(torch.bfloat16),
+                                            input_ids[:, 1:].reshape(-1), self.compiled_loss)
+        step_bench.shard_model = shard_model
+        CausalLMWithLoss.forward = forward
     elif name == "bf16_params":
-        build = project.build_model
-        project.build_model = lambda cfg, device: build(cfg, device).to(torch.bfloat16)
+        build = step_bench.build_model
+        step_bench.build_model = lambda cfg, device: build(cfg, device).to(torch.bfloat16)
     else:
         raise ValueError(name)
 

@@ -21,21 +21,24 @@ import torch.distributed as dist
 from bench.step_bench import device_from_flag, single_process_group
 from workload.config import TrainConfig
 from workload.data.batches import make_data
-from workload.model import causal_lm as project
+from workload.model.build import build_model
+from workload.model.optimizer import build_optimizer
+from workload.model.sharding import build_mesh, shard_model
+from workload.model.step import train_step
 
 
 def raw_loop(cfg: TrainConfig, device: torch.device) -> float:
     """train_func without Ray: tokens/s over steps 2..N."""
     single_process_group(device, port=29513)
     try:
-        model = project.build_model(cfg, device)
-        model = project.shard_model(model, project.build_mesh(device), cfg)
-        optimizer = project.build_optimizer(model, cfg)
+        model = build_model(cfg, device)
+        model = shard_model(model, build_mesh(device), cfg)
+        optimizer = build_optimizer(model, cfg)
         batches = make_data(cfg, model.lm.config.vocab_size, 0, 1).train
         step_times = []
         for step in range(cfg.steps):
             started = time.perf_counter()
-            loss = project.train_step(model, optimizer, batches(step).to(device), cfg)
+            loss = train_step(model, optimizer, batches(step).to(device), cfg)
             dist.all_reduce(loss, op=dist.ReduceOp.SUM)
             loss.item()
             step_times.append(time.perf_counter() - started)

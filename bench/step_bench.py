@@ -7,7 +7,7 @@ Both train the Qwen2.5-1.5B architecture from the same random init on the same b
 tokens, seeded per step):
 - recipe:  the original recipe's step: the model in bf16, FSDP1 with size_based_auto_wrap_policy(1e7), eager,
            plain AdamW, the Hugging Face loss (model(input_ids, labels=input_ids).loss);
-- project: workload.model.causal_lm's default step, exactly as train_func runs it (FSDP2 per layer with bf16 compute and
+- project: workload.model's default step, exactly as train_func runs it (FSDP2 per layer with bf16 compute and
            fp32 master weights and reduction, compiled layers, fused AdamW, the chunked linear cross-entropy,
            gradient clipping).
 For each: tokens/s (median step), MFU (6N + attention FLOPs per token against
@@ -33,8 +33,12 @@ from transformers import AutoModelForCausalLM, Qwen2Config
 
 from workload.config import TrainConfig
 from workload.data.batches import random_batches
-from workload.model import causal_lm as project
 from workload.model import memory
+from workload.model.build import NAMED_CONFIGS, build_model
+from workload.model.flops import model_flops_utilization, run_flops_per_token
+from workload.model.optimizer import build_optimizer
+from workload.model.sharding import build_mesh, shard_model
+from workload.model.step import peak_flops, train_step
 
 L4_MEMORY_MIB = 22888  # EC2's DescribeInstanceTypes figure for the g6 family's L4
 GIB = 2**30
@@ -45,7 +49,7 @@ RECIPE_MIN_NUM_PARAMS = int(1e7)
 
 def parameters(model_config: str) -> int:
     """Parameters of a named architecture (tied embeddings once: 1,543,714,304 for Qwen2.5-1.5B)."""
-    return memory.parameter_count(project.NAMED_CONFIGS[model_config])
+    return memory.parameter_count(NAMED_CONFIGS[model_config])
 
 
 def recipe_model(cfg: TrainConfig, device: torch.device, min_num_params: int = RECIPE_MIN_NUM_PARAMS):
@@ -54,7 +58,7 @@ def recipe_model(cfg: TrainConfig, device: torch.device, min_num_params: int = R
     plain AdamW. A smaller `min_num_params` gives a small model the same units (tests/test_parallel.py)."""
     torch.manual_seed(cfg.seed)
     with torch.device(device):
-        model = AutoModelForCausalLM.from_config(Qwen2Config(**project.NAMED_CONFIGS[cfg.model_config]),
+        model = AutoModelForCausalLM.from_config(Qwen2Config(**NAMED_CONFIGS[cfg.model_config]),
                                                  dtype=torch.bfloat16)
     model = FullyShardedDataParallel(
         model, device_id=device,
@@ -78,18 +82,17 @@ def recipe_step(cfg: TrainConfig, device: torch.device):
 
 
 def project_step(cfg: TrainConfig, device: torch.device):
-    """workload.model.causal_lm's step with the workload's defaults: the same calls train_func makes."""
-    model = project.build_model(cfg, device)
-    model = project.shard_model(model, project.build_mesh(device), cfg)
-    optimizer = project.build_optimizer(model, cfg)
-    return functools.partial(project.train_step, model, optimizer, cfg=cfg)
+    """workload.model's step with the workload's defaults: the same calls train_func makes."""
+    model = build_model(cfg, device)
+    model = shard_model(model, build_mesh(device), cfg)
+    optimizer = build_optimizer(model, cfg)
+    return functools.partial(train_step, model, optimizer, cfg=cfg)
 
 
 def measure(name: str, step, cfg: TrainConfig, device: torch.device, warmup: int, steps: int) -> dict:
     """Median step time over `steps` steps after `warmup` (compile, allocator), each step timed to completion."""
-    batches = random_batches(cfg, project.NAMED_CONFIGS[cfg.model_config]["vocab_size"], rank=0)
-    flops = project.flops_per_token(Qwen2Config(**project.NAMED_CONFIGS[cfg.model_config]),
-                                    matmul_params=parameters(cfg.model_config), seq_len=cfg.seq_len)
+    batches = random_batches(cfg, NAMED_CONFIGS[cfg.model_config]["vocab_size"], rank=0)
+    flops = run_flops_per_token(NAMED_CONFIGS[cfg.model_config], cfg)
     losses, times = [], []
     for index in range(warmup + steps):
         batch = batches(index).to(device)
@@ -98,7 +101,7 @@ def measure(name: str, step, cfg: TrainConfig, device: torch.device, warmup: int
         losses.append(step(batch).item())  # .item() waits for the step
         times.append(time.perf_counter() - started)
     tokens_per_s = cfg.batch_size * cfg.seq_len / statistics.median(times[warmup:])
-    mfu = project.model_flops_utilization(tokens_per_s, flops, project.peak_flops(device), devices=1)
+    mfu = model_flops_utilization(tokens_per_s, flops, peak_flops(device), devices=1)
     return {
         "run": name,
         "tokens_per_s": round(tokens_per_s),

@@ -69,13 +69,14 @@ from bench import step_shapes
 from bench.step_shapes import ModelShape, bytes_by_collective, collectives, default_shape, meta_model
 from workload.model import architectures, layout, memory, memory_plan
 from workload.model.adapters import compute as adapter_compute
-from workload.model import causal_lm as project
+from workload.model.flops import model_flops_utilization
+from workload.model.gpu_peaks import peak_flops_of
 from workload.model.layout import Collective, total_traffic
 
 
 def h200_mfu(step: str, tokens_per_s: dict = H200_TOKENS_PER_S) -> float:
-    flops = default_shape().flops_per_token(H200_SEQ_LEN)
-    return project.model_flops_utilization(tokens_per_s[step], flops, project.peak_flops_of("H200"), 1)
+    flops = default_shape().token_flops(H200_SEQ_LEN)
+    return model_flops_utilization(tokens_per_s[step], flops, peak_flops_of("H200"), 1)
 
 
 def compute_scale(step: str, gpu_name: str, assumptions: Assumptions) -> float:
@@ -104,9 +105,9 @@ def compute_seconds(strategy: Strategy, hardware: Hardware, batch_size: int, seq
                     assumptions: Assumptions = CENTRAL, shape: ModelShape | None = None) -> float:
     """One step's compute per GPU (all micro-batches) of `strategy` on `hardware`'s GPU, of Qwen2.5-1.5B unless
     `shape` says another model, without activation checkpointing's recomputation (predict adds it)."""
-    flops = (shape or default_shape()).flops_per_token(seq_len)
+    flops = (shape or default_shape()).token_flops(seq_len)
     mfu = h200_mfu(strategy.step) * compute_scale(strategy.step, hardware.gpu_name, assumptions)
-    return batch_size * strategy.batch_multiple * seq_len * flops / (project.peak_flops_of(hardware.gpu_name) * mfu)
+    return batch_size * strategy.batch_multiple * seq_len * flops / (peak_flops_of(hardware.gpu_name) * mfu)
 
 
 def link_seconds(parts: list[Collective], hardware: Hardware) -> tuple[float, float]:
@@ -227,8 +228,8 @@ def auto_strategy(hardware: Hardware, batch_size: int, seq_len: int, shape: Mode
     (workload.model.layout.choose with the figures a worker has: the instance's bandwidth, its compute estimate at
     ASSUMED_MFU, the GPU's memory)."""
     shape = shape or default_shape()
-    compute = (batch_size * seq_len * shape.flops_per_token(seq_len)
-               / (project.peak_flops_of(hardware.gpu_name) * layout.ASSUMED_MFU))
+    compute = (batch_size * seq_len * shape.token_flops(seq_len)
+               / (peak_flops_of(hardware.gpu_name) * layout.ASSUMED_MFU))
     plan = layout.choose(requested, "auto", hardware.nodes * hardware.gpus_per_node, hardware.gpus_per_node,
                          list(shape.units), node_gbytes_per_s=hardware.inter_node_gbytes_per_s,
                          bandwidth_source="instance facts", compute_seconds=compute,
@@ -292,7 +293,7 @@ def method_line(model_id: str, method: str, hardware: Hardware, batch_size: int,
                       reshard_after_forward=plan.settings.reshard_after_forward)
     return {**line, "layout": layout.describe(), "tokens_per_s": round(figures["tokens_per_s"]),
             "step_s": round(figures["step_s"], 2), "compute_s": round(figures["compute_s"], 2),
-            "flops_per_token": shape.flops_per_token(seq_len),
+            "flops_per_token": shape.token_flops(seq_len),
             "inter_node_gb_per_node": round(figures["inter_node_gb_per_node"], 2)}
 
 
@@ -311,7 +312,7 @@ def assumptions(batch_size: int, seq_len: int) -> dict:
                          "recipe's and every strategy's unless its batch_multiple says otherwise",
         "compute": f"measured on 1 H200 at {H200_BATCH} x {H200_SEQ_LEN} tokens: {H200_TOKENS_PER_S} tokens/s "
                    f"(bench/results/step_bench-h200-2026-11-29.log), MFU recipe {h200_mfu('recipe'):.3f}, project "
-                   f"{h200_mfu('project'):.3f} against {project.peak_flops_of('H200'):.3g} FLOP/s, times "
+                   f"{h200_mfu('project'):.3f} against {peak_flops_of('H200'):.3g} FLOP/s, times "
                    "compute_scale per GPU: L4 (its sustained GEMM share of peak) / (the H200's, "
                    f"{H200_SUSTAINED_GEMM_TFLOPS:g} of 989 TFLOP/s in the step's profile); H100 the H200's batch-2 "
                    f"MFU ({H200_BATCH2_TOKENS_PER_S} tokens/s, step_bench-h200-2026-12-01-batch2.log); L40S, A100 1.0",

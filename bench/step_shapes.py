@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import functools
 import math
-from dataclasses import dataclass, replace
-from types import SimpleNamespace
+from dataclasses import dataclass, field, replace
 
 import torch
 from torch import nn
@@ -14,17 +13,17 @@ from torch import nn
 from bench.step_bench import RECIPE_MIN_NUM_PARAMS
 from bench.step_inputs import MODEL_CONFIG, RECOMPUTE_SHARE, Hardware, Strategy
 from workload.config import TrainConfig
-from workload.model import causal_lm as project
-from workload.model import layout, memory
-from workload.model.adapters import compute as adapter_compute
+from workload.model import flops, layout, memory
 from workload.model.adapters import memory as adapter_memory
+from workload.model.build import NAMED_CONFIGS, build_model
 from workload.model.layout import Collective, step_collectives, total_traffic
+from workload.model.loss import CausalLMWithLoss
 
 
 @functools.cache
-def meta_model() -> project.CausalLMWithLoss:
+def meta_model() -> CausalLMWithLoss:
     """Qwen2.5-1.5B as the workload builds it, on the meta device (no memory)."""
-    return project.build_model(TrainConfig(model_config=MODEL_CONFIG), torch.device("meta"))
+    return build_model(TrainConfig(model_config=MODEL_CONFIG), torch.device("meta"))
 
 
 @dataclass(frozen=True)
@@ -43,21 +42,24 @@ class ModelShape:
     adapter_parameters: int = 0
     quantized_parameters: int = 0
     """The NF4 weights qlora dequantizes every pass."""
+    config: dict = field(default_factory=dict, compare=False, hash=False)
+    """The config.json the shape is of: workload.model.flops counts its FLOPs."""
+    lora_rank: int = 16
+    lora_targets: str = "all-linear"
 
-    def flops_per_token(self, seq_len: int) -> float:
-        if self.method != "full":
-            return adapter_compute.flops_per_token(
-                self.method, matmul_parameters=self.matmul_parameters, head_parameters=self.head_parameters,
-                adapter_parameters=self.adapter_parameters, layers=self.layers, hidden=self.hidden, seq_len=seq_len)
-        return project.flops_per_token(SimpleNamespace(num_hidden_layers=self.layers, hidden_size=self.hidden),
-                                       self.matmul_parameters, seq_len)
+    def token_flops(self, seq_len: int) -> float:
+        """Model FLOPs per trained token (workload.model.flops.flops_per_token, the trainer's MFU's count)."""
+        return flops.flops_per_token(self.config, seq_len, self.method, self.lora_rank, self.lora_targets)
 
     def recompute_share(self, seq_len: int) -> float:
         """What activation checkpointing adds, as a share of the step's FLOPs: the layers' forward again (a third of
-        full training's 6N; with a frozen base, 2N + 2A of 4N + 2 x head + 6A, about half)."""
-        attention = 12 * self.layers * self.hidden * seq_len
-        forward = 2 * (self.matmul_parameters - self.head_parameters) + 2 * self.adapter_parameters + attention / 3
-        return forward / self.flops_per_token(seq_len) if self.method != "full" else RECOMPUTE_SHARE
+        full training's 6N, measured as RECOMPUTE_SHARE; with a frozen base, 2N + 2A of 4N + 2 x head + 6A, about
+        half)."""
+        if self.method == "full":
+            return RECOMPUTE_SHARE
+        hardware = flops.flops_per_token(self.config, seq_len, self.method, self.lora_rank, self.lora_targets,
+                                         recomputation=True)
+        return hardware / self.token_flops(seq_len) - 1
 
 
 def config_shape(config: dict, method: str = "full", lora_rank: int = 16,
@@ -72,13 +74,14 @@ def config_shape(config: dict, method: str = "full", lora_rank: int = 16,
     quantized = config["num_hidden_layers"] * adapter_memory.quantized_parameters(config) if method == "qlora" else 0
     return ModelShape(tuple(units), memory.parameter_count(config) - untied_input_embedding,
                       config["num_hidden_layers"], config["hidden_size"], method,
-                      tuple(map(tuple, costs)) if costs else None, head, adapters, quantized)
+                      tuple(map(tuple, costs)) if costs else None, head, adapters, quantized, config, lora_rank,
+                      lora_targets)
 
 
 @functools.cache
 def default_shape() -> ModelShape:
     """Qwen2.5-1.5B, the architecture the H200 measurements are of."""
-    return config_shape(project.NAMED_CONFIGS[MODEL_CONFIG])
+    return config_shape(NAMED_CONFIGS[MODEL_CONFIG])
 
 
 def recipe_units(module: nn.Module, min_num_params: int) -> list[tuple[str, int]]:

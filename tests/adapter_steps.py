@@ -16,7 +16,10 @@ from workload.checkpoint.export import write_model
 from workload.checkpoint import sharded as checkpoint
 from workload.config import TrainConfig
 from workload.data.batches import random_batches
-from workload.model import causal_lm as model
+from workload.model.build import build_model, load_pretrained
+from workload.model.optimizer import build_optimizer
+from workload.model.sharding import build_mesh, shard_model
+from workload.model.step import evaluate, train_step
 from workload.model.adapters import lora, nf4
 
 WORLD = 2
@@ -30,12 +33,12 @@ NF4_SHAPE = (128, 512)
 
 def build(cfg: TrainConfig, directory: str | None = None):
     cpu = torch.device("cpu")
-    built = model.build_model(cfg, cpu, directory)
+    built = build_model(cfg, cpu, directory)
     built = lora.apply(built, cfg)
-    sharded = model.shard_model(built, model.build_mesh(cpu), cfg, param_dtype=torch.float32)
+    sharded = shard_model(built, build_mesh(cpu), cfg, param_dtype=torch.float32)
     if directory:
-        model.load_pretrained(sharded, directory, cpu, cfg)
-    return sharded, model.build_optimizer(sharded, cfg)
+        load_pretrained(sharded, directory, cpu, cfg)
+    return sharded, build_optimizer(sharded, cfg)
 
 
 def full(tensor: torch.Tensor) -> torch.Tensor:
@@ -56,7 +59,7 @@ def train(cfg: TrainConfig, sharded, optimizer, steps: range, rank: int, grads: 
             {name: full(parameter.grad).clone() for name, parameter in zip(names, parameters)}))
     losses = []
     for step in steps:
-        loss = model.train_step(sharded, optimizer, batch(cfg, rank, step), cfg)
+        loss = train_step(sharded, optimizer, batch(cfg, rank, step), cfg)
         dist.all_reduce(loss)
         losses.append(loss.item() / WORLD)
     return losses
@@ -99,7 +102,7 @@ def worker(rank: int, port: int, out: str, pretrained: str) -> None:
     results["resumed"] = train(qlora, resumed, resumed_optimizer, range(STEPS, STEPS + 2), rank)
     exported = os.path.join(os.path.dirname(out), "qlora-export", "model_000005")
     write_model(resumed, exported, os.path.dirname(exported), rank == 0)
-    results["qlora_eval"] = model.evaluate(resumed, [batch(qlora, 0, 99)]).item()
+    results["qlora_eval"] = evaluate(resumed, [batch(qlora, 0, 99)]).item()
 
     # NF4: this rank's shard of a weight quantized from its rows alone, against torchao's to_nf4 of the whole.
     generator = torch.Generator().manual_seed(7)
@@ -121,7 +124,7 @@ def worker(rank: int, port: int, out: str, pretrained: str) -> None:
     checkpoint.save(saved, sharded, optimizer, 2, tokenizer="")
     exported = os.path.join(os.path.dirname(out), "lora-export", "model_000002")
     write_model(sharded, exported, os.path.dirname(exported), rank == 0)
-    results["pretrained_eval"] = model.evaluate(sharded, [batch(tuned, 0, 99)]).item()
+    results["pretrained_eval"] = evaluate(sharded, [batch(tuned, 0, 99)]).item()
     if rank == 0:
         torch.save(results, out)
     dist.destroy_process_group()

@@ -15,7 +15,11 @@ import torch.distributed as dist
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from workload.checkpoint import sharded as checkpoint
-from workload.model import causal_lm as model
+from workload.model.build import build_model, load_pretrained
+from workload.model.loss import LM_PREFIX, loss_fn
+from workload.model.optimizer import build_optimizer, learning_rate_at, set_learning_rate
+from workload.model.sharding import build_mesh, reshard, shard_model
+from workload.model.step import train_step
 from workload.model import files as model_files
 from workload.config import TrainConfig
 from workload.data.batches import random_batches
@@ -172,9 +176,9 @@ class LargestTensor(TorchDispatchMode):
 def _sharded(cfg: TrainConfig, directory: str, mesh_shape=None):
     """The job's path: meta build, FSDP2 (fp32 compute, so the runs compare exactly), then this rank's shards."""
     cpu = torch.device("cpu")
-    built = model.build_model(cfg, cpu, directory)
-    sharded = model.shard_model(built, model.build_mesh(cpu, mesh_shape), cfg, param_dtype=torch.float32)
-    model.load_pretrained(sharded, directory, cpu, cfg)
+    built = build_model(cfg, cpu, directory)
+    sharded = shard_model(built, build_mesh(cpu, mesh_shape), cfg, param_dtype=torch.float32)
+    load_pretrained(sharded, directory, cpu, cfg)
     return sharded
 
 
@@ -184,7 +188,7 @@ def _shard_sizes(sharded) -> dict[str, tuple[int, int]]:
 
     persistent = set(sharded.state_dict())
     tensors = [*sharded.named_parameters(), *((n, b) for n, b in sharded.named_buffers() if n in persistent)]
-    return {name.removeprefix(model.LM_PREFIX): (
+    return {name.removeprefix(LM_PREFIX): (
         (tensor.to_local() if isinstance(tensor, DTensor) else tensor).numel(), tensor.numel())
         for name, tensor in tensors}
 
@@ -193,8 +197,8 @@ def _steps(sharded, optimizer, cfg: TrainConfig, first: int, count: int, rank: i
     batches = random_batches(cfg, VOCAB, rank)
     losses = []
     for step in range(first, first + count):
-        model.set_learning_rate(optimizer, model.learning_rate_at(cfg, step))
-        loss = model.train_step(sharded, optimizer, batches(step), cfg)
+        set_learning_rate(optimizer, learning_rate_at(cfg, step))
+        loss = train_step(sharded, optimizer, batches(step), cfg)
         dist.all_reduce(loss)
         losses.append(loss.item() / WORLD)
     return losses
@@ -208,18 +212,18 @@ def _family(name: str, model_id: str, work: str, rank: int) -> dict:
     largest = LargestTensor()
     with ReadRecorder() as recorder:
         cpu = torch.device("cpu")
-        built = model.build_model(cfg, cpu, directory)
-        sharded = model.shard_model(built, model.build_mesh(cpu), cfg, param_dtype=torch.float32)
+        built = build_model(cfg, cpu, directory)
+        sharded = shard_model(built, build_mesh(cpu), cfg, param_dtype=torch.float32)
         with largest:
-            model.load_pretrained(sharded, directory, cpu, cfg)
+            load_pretrained(sharded, directory, cpu, cfg)
     result = {"directory": directory, "progress": lines, "reads": recorder.reads, "largest": largest.numel,
               "shards": _shard_sizes(sharded), "loaded": checkpoint.gather_full_weights(sharded, keep=rank == 0)}
     probe = random_batches(cfg, VOCAB, rank=99)(0)
     with torch.no_grad():
-        result["untrained_loss"] = model.loss_fn(sharded, probe).item()
-    model.reshard(sharded)
+        result["untrained_loss"] = loss_fn(sharded, probe).item()
+    reshard(sharded)
 
-    optimizer = model.build_optimizer(sharded, cfg)
+    optimizer = build_optimizer(sharded, cfg)
     result["losses"] = _steps(sharded, optimizer, cfg, 0, TRAINED_STEPS, rank)
     saved = os.path.join(work, f"{name}-checkpoint")
     checkpoint.save(saved, sharded, optimizer, TRAINED_STEPS, tokenizer="")
@@ -229,7 +233,7 @@ def _family(name: str, model_id: str, work: str, rank: int) -> dict:
 
     # A restarted attempt, as train_func does it: the pretrained weights first, then the checkpoint over them.
     resumed = _sharded(cfg, directory)
-    resumed_optimizer = model.build_optimizer(resumed, cfg)
+    resumed_optimizer = build_optimizer(resumed, cfg)
     result["resumed_at"] = checkpoint.load(saved, resumed, resumed_optimizer)
     result["resumed"] = _steps(resumed, resumed_optimizer, cfg, TRAINED_STEPS, RESUMED_STEPS, rank)
     result["resumed_final"] = checkpoint.gather_full_weights(resumed, keep=rank == 0)

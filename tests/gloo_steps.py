@@ -14,7 +14,10 @@ import torch.distributed as dist
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from workload.fabric import bandwidth as fabric
-from workload.model import causal_lm as model
+from workload.model.build import build_model
+from workload.model.optimizer import build_optimizer
+from workload.model.sharding import build_mesh, shard_model
+from workload.model.step import train_step
 from workload.model import parallel
 from workload.config import TrainConfig
 from workload.data.batches import random_batches
@@ -77,13 +80,13 @@ def _train(cfg: TrainConfig, mesh_shape, rank: int, two_level: bool = False) -> 
     """STEPS steps on one batch per rank, in fp32 compute: the losses (mean over ranks), which fall as the batch is
     learnt, and the full parameters after them."""
     cpu = torch.device("cpu")
-    sharded = model.shard_model(model.build_model(cfg, cpu), model.build_mesh(cpu, mesh_shape), cfg,
+    sharded = shard_model(build_model(cfg, cpu), build_mesh(cpu, mesh_shape), cfg,
                                 param_dtype=torch.float32, two_level=two_level)
-    optimizer = model.build_optimizer(sharded, cfg)
+    optimizer = build_optimizer(sharded, cfg)
     batch = random_batches(cfg, 512, rank)(0)
     losses = []
     for _ in range(STEPS):
-        loss = model.train_step(sharded, optimizer, batch, cfg)
+        loss = train_step(sharded, optimizer, batch, cfg)
         dist.all_reduce(loss)
         losses.append(loss.item() / WORLD)
     return losses, {name: parameter.full_tensor() for name, parameter in sharded.named_parameters()}
@@ -114,10 +117,10 @@ def worker(rank: int, port: int, out: str) -> None:
     batch = random_batches(BASE, 512, rank)(0)
     for name, (shape, overrides) in RECORDED.items():
         cfg = dataclasses.replace(BASE, **overrides)
-        sharded = model.shard_model(model.build_model(cfg, cpu), model.build_mesh(cpu, shape), cfg,
+        sharded = shard_model(build_model(cfg, cpu), build_mesh(cpu, shape), cfg,
                                     two_level=name.startswith("two-level"))
-        optimizer = model.build_optimizer(sharded, cfg)
-        results["recorded"][name] = _record(lambda b: model.train_step(sharded, optimizer, b, cfg), batch)
+        optimizer = build_optimizer(sharded, cfg)
+        results["recorded"][name] = _record(lambda b: train_step(sharded, optimizer, b, cfg), batch)
     for min_num_params in RECIPE_MIN_NUM_PARAMS:
         recipe, recipe_optimizer = recipe_model(BASE, cpu, min_num_params=min_num_params)
 
@@ -136,7 +139,7 @@ def worker(rank: int, port: int, out: str) -> None:
     except fabric.FabricTooSlowError as error:
         results["refusal"] = str(error)
 
-    tiny = model.build_model(BASE, cpu)
+    tiny = build_model(BASE, cpu)
     auto = dataclasses.replace(BASE, reduce_dtype="auto")
     results["plans"] = {
         placement: parallel.plan_for_worker(auto, tiny, cpu, WORLD, node, 2, results["fabric"]).as_dict()

@@ -205,12 +205,13 @@ def test_auto_layout_for_adapters_counts_the_frozen_base():
 
 def test_a_frozen_base_costs_two_thirds_of_full_trainings_flops():
     config = architectures.published("Qwen/Qwen2.5-7B")
+    from workload.model import flops
+
     head = config["vocab_size"] * config["hidden_size"]
     matmul = memory.parameter_count(config) - head  # untied: the input embedding is a lookup
-    common = dict(matmul_parameters=matmul, head_parameters=head, layers=28, hidden=3584, seq_len=2048)
     adapters = adapter_memory.adapter_parameters(config, 16)
-    full = adapter_compute.flops_per_token("full", adapter_parameters=0, **common)
-    lora = adapter_compute.flops_per_token("lora", adapter_parameters=adapters, **common)
+    full = flops.flops_per_token(config, 2048, "full")
+    lora = flops.flops_per_token(config, 2048, "lora", 16)
     attention = 12 * 28 * 3584 * 2048
     assert full - lora == pytest.approx(2 * (matmul - head) - 6 * adapters)
     assert 0.6 < (lora - attention) / (full - attention) < 0.75
@@ -252,10 +253,10 @@ def test_a_worker_plans_an_adapter_jobs_layout_from_its_config():
     import torch
 
     from workload.config import TrainConfig
-    from workload.model import causal_lm
+    from workload.model.build import build_model
 
     cfg = TrainConfig(model_config="tiny", method="lora", ranks_per_node=4, seq_len=256)
-    model = causal_lm.build_model(cfg, torch.device("meta"))
+    model = build_model(cfg, torch.device("meta"))
     plan = parallel.plan_for_worker(cfg, model, torch.device("cpu"), 8, 0, 4, None)
     assert plan.reduce_dtype == "fp32" and "only the adapters' gradients" in plan.reason, plan
     full = parallel.plan_for_worker(dataclasses.replace(cfg, method="full"), model, torch.device("cpu"), 8, 0, 4, None)

@@ -15,7 +15,7 @@ import torch
 from tests import gloo_spawn
 from tests.adapter_steps import BASE, NF4_SHAPE, STEPS, WORLD, batch, worker
 from tests.gloo_steps import free_port
-from workload.model import causal_lm as model
+from workload.model.build import build_model
 
 # bitsandbytes' NF4 levels (bitsandbytes/functional.py, get_4bit_type("nf4"): the QLoRA paper's NormalFloat4,
 # quantiles of N(0, 1) normalized to [-1, 1] with an exact zero), as published; torchao's table rounds them to 4
@@ -32,7 +32,7 @@ QLORA_LOSS_BOUND = 0.02
 def run(tmp_path_factory):
     root = tmp_path_factory.mktemp("adapters")
     pretrained = str(root / "tiny-base")
-    built = model.build_model(BASE, torch.device("cpu"))
+    built = build_model(BASE, torch.device("cpu"))
     built.lm.to(torch.bfloat16).save_pretrained(pretrained)
     out = str(root / "results.pt")
     gloo_spawn.spawn(worker, args=(free_port(), out, pretrained), nprocs=WORLD)
@@ -45,7 +45,7 @@ def _peft_reference(results: dict):
 
     from workload.model.adapters import lora
 
-    base = model.build_model(BASE, torch.device("cpu"))
+    base = build_model(BASE, torch.device("cpu"))
     for parameter in base.lm.parameters():
         parameter.data = parameter.data.to(torch.bfloat16).float()
     config = LoraConfig(r=BASE.lora_rank, lora_alpha=BASE.lora_alpha, target_modules=["q_proj", "v_proj", "down_proj"])

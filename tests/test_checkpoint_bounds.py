@@ -24,7 +24,7 @@ from workload.checkpoint import export, model_config
 from workload.checkpoint import reader as checkpoint_reader
 from workload.checkpoint import sharded as checkpoint
 from workload.config import TINY
-from workload.model.causal_lm import LM_PREFIX
+from workload.model.loss import LM_PREFIX
 
 
 @pytest.fixture

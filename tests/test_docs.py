@@ -25,7 +25,7 @@ from tests.docs_shell import (
     FENCED, REPO, JourneyAws, Shell, bash_block, github_anchor, job_flags, page, sample_block, table)
 from tests.pulumi_mocks import program, run_program_expecting_error, stack_settings
 from workload.run import local
-from workload.model.causal_lm import learning_rate_at
+from workload.model.optimizer import learning_rate_at
 from workload.data.examples import dataset_blocks
 
 README = page("README.md")

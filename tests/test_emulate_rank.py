@@ -11,7 +11,7 @@ import torch.distributed as dist
 
 from bench import emulate_rank, step_model
 from bench import step_inputs
-from workload.model import causal_lm as project
+from workload.model.build import build_model
 from workload.model import layout, parallel
 from workload.config import TrainConfig
 from workload.data.batches import random_batches
@@ -40,7 +40,7 @@ def test_intercepted_step_issues_what_workload_parallel_counts():
         with collectives.active():
             timed, _ = emulate_rank.build_step(strategy, cfg, torch.device("cpu"), DEV)
             loss = timed(random_batches(cfg, 512, rank=0)(0))
-            model_units = parallel.fsdp_units(project.build_model(cfg, torch.device("meta")))
+            model_units = parallel.fsdp_units(build_model(cfg, torch.device("meta")))
     finally:
         dist.destroy_process_group()
     assert torch.isfinite(loss), "the stand-in data (this rank's shard in every slot) trains"

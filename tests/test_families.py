@@ -19,7 +19,8 @@ from tests import gloo_spawn
 from tests.family_steps import (FAMILIES, RESUMED_STEPS, TRAINED_STEPS, VOCAB, LargestTensor, published, save_tiny,
                                 shrink, worker)
 from tests.gloo_steps import free_port
-from workload.model import causal_lm as model
+from workload.model.build import build_model, hf_config
+from workload.model.loss import LM_PREFIX
 from workload.model import weights
 from workload.config import TrainConfig
 from workload.data.batches import random_batches
@@ -186,8 +187,8 @@ def tiny_llama(tmp_path_factory):
 
 def _load(directory: str) -> None:
     cfg = TrainConfig(model_id=directory, compile=False)
-    weights.load_sharded(model.build_model(cfg, torch.device("cpu"), directory), directory, torch.device("cpu"),
-                         f"--model_id {directory}", prefix=model.LM_PREFIX)
+    weights.load_sharded(build_model(cfg, torch.device("cpu"), directory), directory, torch.device("cpu"),
+                         f"--model_id {directory}", prefix=LM_PREFIX)
 
 
 def _rewrite(source: str, target, change) -> str:
@@ -243,10 +244,10 @@ def test_a_remote_model_s_config_and_tokenizer_are_read_from_their_directory(run
     directories, _, _, _ = run
     monkeypatch.setattr(constants, "HF_HOME", str(tmp_path / "hf-home"))
     cfg = TrainConfig(model_id=f"file://{directories['mistral']}")
-    assert model.hf_config(cfg).model_type == "mistral", "the config of a remote model directory"
+    assert hf_config(cfg).model_type == "mistral", "the config of a remote model directory"
     tokenizer = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data", "tokenizer")
     text = "the cat sees the ball ."
     assert load_tokenizer(f"file://{os.path.abspath(tokenizer)}")(text).input_ids == load_tokenizer(tokenizer)(
         text).input_ids, "a remote tokenizer directory tokenizes as the local one"
     with pytest.raises(ValueError, match=r"--model_id file://.*: no config.json there; a model directory holds"):
-        model.hf_config(TrainConfig(model_id=f"file://{tmp_path}"))
+        hf_config(TrainConfig(model_id=f"file://{tmp_path}"))

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from workload.model import fp8
-from workload.model import causal_lm as project
+from workload.model.build import build_model
 from workload.config import TrainConfig
 
 # Where scripts/setup.sh installs torchao: beside .venv's packages, not in them (setup.sh says why).
@@ -23,7 +23,7 @@ def torchao_on_path(monkeypatch):
 
 
 def test_decoder_linears_become_fp8_and_embedding_and_lm_head_stay(torchao_on_path):
-    model = project.build_model(TrainConfig(model_config="tiny"), torch.device("cpu"))
+    model = build_model(TrainConfig(model_config="tiny"), torch.device("cpu"))
     batch = torch.randint(0, 512, (2, 32), generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
         expected = model(batch)

@@ -61,7 +61,8 @@ def test_the_preview_plans_the_layout_the_workers_choose(monkeypatch, model_id):
     from infra.job import job_config
     from infra.preview import job_layout, job_plan
     from workload import trainer
-    from workload.model import causal_lm, parallel
+    from workload.model import parallel
+    from workload.model.build import build_model
 
     facts = INSTANCE_FACTS["g6.12xlarge"]
     stack = stack_config.parse(stack_settings("dev") | {**JOB_ON, "trainModelId": model_id})
@@ -75,7 +76,7 @@ def test_the_preview_plans_the_layout_the_workers_choose(monkeypatch, model_id):
     monkeypatch.setattr(parallel.dist, "all_gather_object",
                         lambda placements, mine: placements.__setitem__(slice(None), [(r // 4, 4) for r in range(8)]))
     applied, _ = trainer._plan_memory(workload, 8, 4, device)
-    model = causal_lm.build_model(applied, torch.device("meta"))
+    model = build_model(applied, torch.device("meta"))
     worker = parallel.plan_for_worker(applied, model, device, 8, 0, 4, None)
     assert worker.as_dict() == {key: value for key, value in preview.items() if key != "basis"}, (worker, preview)
     assert worker.sharding == "two-level", f"{model_id} on dev: network-bound, two-level: {worker}"

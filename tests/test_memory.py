@@ -98,8 +98,9 @@ def test_parameters_and_fsdp_units_are_what_transformers_builds_for_each_family(
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, Qwen2Config
 
-    from workload.model import layout
-    from workload.model.causal_lm import CausalLMWithLoss, flops_per_token, matmul_parameters
+    from workload.model.build import matmul_parameters
+    from workload.model.flops import attention_flops_per_token, flops_per_token
+    from workload.model.loss import CausalLMWithLoss
     from workload.model.parallel import fsdp_units
 
     # One layer of each family (biases, head_dim, q/k norms, norms a layer, fused projections, experts, tied or not),
@@ -117,8 +118,8 @@ def test_parameters_and_fsdp_units_are_what_transformers_builds_for_each_family(
         assert [(name, sorted(shapes)) for name, shapes in units] == \
             [(name, sorted(shapes)) for name, shapes in memory.unit_shapes(config)], f"{model_id}: FSDP units {units}"
         # The layout's compute estimate from the config (the preview's and the job's) is the built model's FLOPs.
-        built_flops = flops_per_token(model.config, matmul_parameters(wrapped), 2048)
-        assert layout.flops_per_token(config, "full", 2048) == built_flops, f"{model_id}: FLOPs per token"
+        built_flops = 6 * matmul_parameters(wrapped) + attention_flops_per_token(config, 2048)
+        assert flops_per_token(config, 2048, "full") == built_flops, f"{model_id}: FLOPs per token"
     with torch.device("meta"):  # the random-weight architectures are Qwen2Config keyword arguments
         model = AutoModelForCausalLM.from_config(Qwen2Config(**ARCHITECTURES["tiny"]))
     assert memory.parameter_count(ARCHITECTURES["tiny"]) == sum(p.numel() for p in model.parameters())
@@ -218,9 +219,9 @@ def test_the_root_gradient_reduction_is_a_peak_no_micro_batch_lowers():
 
 
 def test_the_memory_model_chunks_the_loss_as_the_model_does():
-    from workload.model import causal_lm as model
+    from workload.model.loss import LOSS_CHUNK_TOKENS
 
-    assert memory.LOSS_CHUNK_TOKENS == model.LOSS_CHUNK_TOKENS
+    assert memory.LOSS_CHUNK_TOKENS == LOSS_CHUNK_TOKENS
 
 
 def test_shards_needed_is_the_fewest_that_fit():

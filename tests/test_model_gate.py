@@ -16,7 +16,7 @@ from infra.preview import model_config
 from tests.http_stubs import FakeHub, unreachable_hub
 from workload.config import TrainConfig
 from workload.model import architectures, compatibility
-from workload.model import causal_lm as model
+from workload.model.build import build_model, hf_config
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "model_configs"
 ACCEPTED = ("google/gemma-2-2b-it", "google/gemma-3-1b-pt", "microsoft/Phi-3-mini-4k-instruct",
@@ -65,7 +65,7 @@ def test_the_job_refuses_the_same_config_with_the_same_words_before_any_weights(
     (tmp_path / "config.json").write_text(json.dumps(published(model_id)))
     cfg = TrainConfig(model_id=str(tmp_path), compile=False)
     with pytest.raises(ValueError) as refused:
-        model.build_model(cfg, torch.device("cpu"), str(tmp_path))
+        build_model(cfg, torch.device("cpu"), str(tmp_path))
     assert str(refused.value).startswith(f"--model_id {tmp_path}: ") and REFUSED[model_id] in str(refused.value)
 
 
@@ -134,13 +134,13 @@ def test_a_typo_and_a_gated_model_are_told_apart_in_one_request_each(gated_hub, 
     from workload import cli
 
     with pytest.raises(ValueError, match="acme/llama-gatd is not a model on the Hugging Face Hub .*set HF_TOKEN"):
-        model.hf_config(TrainConfig(model_id="acme/llama-gatd"))
+        hf_config(TrainConfig(model_id="acme/llama-gatd"))
     with pytest.raises(cli.EnvironmentProblem) as gated:
-        model.hf_config(TrainConfig(model_id="acme/llama-gated"))
+        hf_config(TrainConfig(model_id="acme/llama-gated"))
     assert "gated" in str(gated.value) and "HF_TOKEN" in str(gated.value) and gated.value.exit_code == cli.ENVIRONMENT
     assert "pulumi config set --secret --path 'trainSecretEnv[0]' HF_TOKEN=..." in str(gated.value), gated.value
     monkeypatch.setenv("HF_TOKEN", "hf_granted")
-    assert model.hf_config(TrainConfig(model_id="acme/llama-gated")).model_type == "olmo2", "with the token it reads"
+    assert hf_config(TrainConfig(model_id="acme/llama-gated")).model_type == "olmo2", "with the token it reads"
     files = [path for _, path, _ in gated_hub.requests if "/resolve/" in path]
     assert files == ["/acme/llama-gatd/resolve/main/config.json"] + ["/acme/llama-gated/resolve/main/config.json"] * 2
 
@@ -151,7 +151,7 @@ def test_an_unreachable_hub_is_exit_3_at_once_not_a_minute_of_retries(monkeypatc
     url, waits = unreachable_hub(monkeypatch)
     with pytest.raises(cli.EnvironmentProblem, match=f"--model_id acme/typo: the Hugging Face Hub at {url} is not "
                                                      "reachable"):
-        model.hf_config(TrainConfig(model_id="acme/typo"))
+        hf_config(TrainConfig(model_id="acme/typo"))
     from workload.run import local
 
     # The local run asks before torch and Ray load (its first lines); a shipped model's tokenizer is asked for too.
@@ -162,9 +162,9 @@ def test_an_unreachable_hub_is_exit_3_at_once_not_a_minute_of_retries(monkeypatc
 
 def test_a_shipped_config_is_never_fetched_and_a_missing_directory_is_named(monkeypatch, tmp_path):
     monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # would fail if asked
-    assert model.hf_config(TrainConfig(model_id="meta-llama/Llama-3.1-8B")).num_hidden_layers == 32
+    assert hf_config(TrainConfig(model_id="meta-llama/Llama-3.1-8B")).num_hidden_layers == 32
     with pytest.raises(ValueError, match=f"--model_id {tmp_path}/none: no such directory on this machine"):
-        model.hf_config(TrainConfig(model_id=f"{tmp_path}/none"))
+        hf_config(TrainConfig(model_id=f"{tmp_path}/none"))
 
 
 def test_the_local_run_trains_the_model_id_it_is_given(tmp_path):

@@ -18,8 +18,10 @@ from tests import gloo_spawn
 from tests.gloo_steps import BASE, RECORDED, STEPS, WORLD, free_port, worker
 from tests.stacks import INSTANCE_FACTS
 from workload.fabric import bandwidth as fabric
-from workload.model import causal_lm as model
 from workload.model import layout, parallel
+from workload.model.build import build_model
+from workload.model.flops import flops_per_token
+from workload.model.gpu_peaks import peak_flops_of
 
 
 @pytest.fixture(scope="module")
@@ -30,7 +32,7 @@ def gloo_run(tmp_path_factory):
 
 
 def tiny_units():
-    return parallel.fsdp_units(model.build_model(BASE, torch.device("meta")))
+    return parallel.fsdp_units(build_model(BASE, torch.device("meta")))
 
 
 def _assert_close_weights(got: dict, expected: dict, what: str) -> None:
@@ -77,7 +79,7 @@ def test_recorded_collectives_are_the_formula(gloo_run, name):
         (c.operation, c.ranks, c.size, c.phase) for c in expected), (
         f"{name}: the collectives one step issued {recorded['c10d']} must be step_collectives' {expected}")
     # Gradient clipping's norms: DTensor reduces one fp32 norm per parameter tensor, a few hundred bytes at most.
-    norms = 4 * len(list(model.build_model(BASE, torch.device("meta")).parameters()))
+    norms = 4 * len(list(build_model(BASE, torch.device("meta")).parameters()))
     assert all(size <= norms for size in recorded["functional"]), (
         f"{name}: outside FSDP only the clipping norms ({norms} bytes) are expected: {recorded['functional']}")
 
@@ -91,7 +93,7 @@ def test_recorded_collectives_are_the_formula(gloo_run, name):
                                      ("self_attn", "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj")], "lm_head"]),
 ])
 def test_recorded_recipe_step_is_the_recipe_formula(gloo_run, min_num_params, unit_names):
-    lm = model.build_model(BASE, torch.device("meta")).lm
+    lm = build_model(BASE, torch.device("meta")).lm
     units = step_shapes.recipe_units(lm, min_num_params)
     assert [name for name, _ in units if name != "<root>"] == unit_names, f"FSDP1's units of the tiny model: {units}"
     expected = step_shapes.recipe_collectives(units, WORLD)
@@ -145,9 +147,9 @@ def _qwen_choice(instance_type: str, nodes: int = 2, **overrides) -> layout.Plan
     facts = INSTANCE_FACTS[instance_type]
     units = parallel.fsdp_units(step_shapes.meta_model())
     config = step_shapes.meta_model().lm.config
-    flops = model.flops_per_token(config, model.matmul_parameters(step_shapes.meta_model()), 2048)
+    flops = flops_per_token(config.to_dict(), 2048)
     figures = {"node_gbytes_per_s": facts.network_gbps / 8, "bandwidth_source": "instance facts",
-               "compute_seconds": 2 * 2048 * flops / (model.peak_flops_of(facts.gpu_name) * layout.ASSUMED_MFU),
+               "compute_seconds": 2 * 2048 * flops / (peak_flops_of(facts.gpu_name) * layout.ASSUMED_MFU),
                "gpu_memory_bytes": facts.gpu_memory_mib * 2**20, **overrides}
     return layout.choose("auto", "auto", nodes * facts.gpus, facts.gpus, units, **figures)
 

@@ -14,7 +14,10 @@ import os
 import pytest
 import torch
 
-from workload.model import causal_lm as model
+from workload.model.build import build_model
+from workload.model import loss as model_loss
+from workload.model.loss import loss_fn
+from workload.model.step import train_step
 from workload.config import TrainConfig
 from workload.data import chat, packing, records
 
@@ -161,17 +164,17 @@ def test_a_packed_batch_gives_each_example_its_loss_alone(attention, chunked):
     """Positions restart per example and transformers masks attention between them (its packed-sequence detection
     from position_ids), with the attention implementations the job may run on."""
     torch.manual_seed(0)
-    lm = model.build_model(TrainConfig(model_config="tiny", chunked_loss=chunked), torch.device("cpu"))
+    lm = build_model(TrainConfig(model_config="tiny", chunked_loss=chunked), torch.device("cpu"))
     lm.lm.set_attn_implementation(attention)
     examples = _examples([7, 12, 5, 9, 16])
     blocks = packing.pack_examples(examples, 20, pad_id=0)
     assert blocks.shape == (3, 3, 20), f"first fit in order: [7, 12] [5, 9] [16], got {blocks.shape}"
     batch = packing.TokenBatch.of(blocks)
     with torch.no_grad():
-        packed = model.loss_fn(lm, batch, divisor=1.0).item()
-        alone = [model.loss_fn(lm, packing.TokenBatch.of(packing.pack_examples([e], len(e.input_ids), 0)),
+        packed = loss_fn(lm, batch, divisor=1.0).item()
+        alone = [loss_fn(lm, packing.TokenBatch.of(packing.pack_examples([e], len(e.input_ids), 0)),
                                divisor=1.0).item() for e in examples]
-        leaky = model.loss_fn(lm, packing.TokenBatch(batch.input_ids, batch.labels,
+        leaky = loss_fn(lm, packing.TokenBatch(batch.input_ids, batch.labels,
                                                      torch.arange(20).expand(3, 20)), divisor=1.0).item()
     assert packed == pytest.approx(sum(alone), rel=1e-5), f"{attention}: packed {packed} vs one at a time {alone}"
     assert abs(leaky - packed) > 1e-3, "without restarted positions the examples would see each other"
@@ -183,8 +186,8 @@ def _gradients(lm, batches, cfg) -> tuple[torch.Tensor, dict[str, torch.Tensor]]
     lm.zero_grad()
     total = torch.zeros(())
     for batch in batches:
-        divisor = model.loss_divisor(batch) if cfg is None else None
-        loss = model.loss_fn(lm, batch, divisor)
+        divisor = model_loss.loss_divisor(batch) if cfg is None else None
+        loss = loss_fn(lm, batch, divisor)
         loss.backward()
         total += loss.detach()
     return total, {name: parameter.grad.clone() for name, parameter in lm.named_parameters()}
@@ -195,7 +198,7 @@ def test_the_loss_is_the_mean_over_trained_tokens_however_micro_batches_and_rank
     global count, with FSDP's mean of the ranks' gradients, is the global batch's mean over its trained tokens."""
     torch.manual_seed(0)
     cfg = TrainConfig(model_config="tiny", batch_size=4, grad_accum_steps=2, learning_rate=1e-3)
-    lm = model.build_model(cfg, torch.device("cpu"))
+    lm = build_model(cfg, torch.device("cpu"))
     blocks = packing.pack_examples(_examples([19, 3, 4, 5, 18, 2, 17, 20, 6]), 20, pad_id=0)
     batch = packing.TokenBatch.of(blocks)
     assert len(batch) == 6
@@ -206,7 +209,7 @@ def test_the_loss_is_the_mean_over_trained_tokens_however_micro_batches_and_rank
                    packing.TokenBatch(*(t[3:] for t in vars(batch).values()))]
     world_size = 2
     # What the all-reduce in loss_divisor gives each rank: the count over both ranks, per rank.
-    monkeypatch.setattr(model, "loss_divisor", lambda batch: counted.clamp(min=1) / world_size)
+    monkeypatch.setattr(model_loss, "loss_divisor", lambda batch: counted.clamp(min=1) / world_size)
     losses, gradients = zip(*(_gradients(lm, half.chunk(2), None) for half in rank_halves))
     mean_gradient = {name: sum(g[name] for g in gradients) / world_size for name in expected}  # FSDP's averaging
     assert sum(losses) / world_size == pytest.approx(reference.item(), rel=1e-5), (
@@ -222,11 +225,11 @@ def test_accumulated_micro_batches_give_the_step_of_the_whole_batch():
     for accumulate in (1, 2):
         torch.manual_seed(0)
         cfg = TrainConfig(model_config="tiny", batch_size=4, grad_accum_steps=accumulate, max_grad_norm=0)
-        lm = model.build_model(cfg, torch.device("cpu"))
+        lm = build_model(cfg, torch.device("cpu"))
         # SGD: the update is the gradient itself (AdamW's first step is about its sign, which float noise flips
         # where a gradient is near 0).
         optimizer = torch.optim.SGD(lm.parameters(), lr=1.0)
-        loss = model.train_step(lm, optimizer, packing.TokenBatch.of(blocks), cfg)
+        loss = train_step(lm, optimizer, packing.TokenBatch.of(blocks), cfg)
         results.append((loss.item(), [p.detach().clone() for p in lm.parameters()]))
     (whole, whole_weights), (accumulated, accumulated_weights) = results
     assert accumulated == pytest.approx(whole, rel=1e-5), f"loss: {accumulated} accumulated vs {whole} whole"
@@ -239,7 +242,7 @@ def test_the_exported_tokenizer_keeps_the_training_template_and_generation_stops
 
     from workload.checkpoint.export import save_model_directory
 
-    lm = model.build_model(TrainConfig(model_config="tiny"), torch.device("cpu")).lm
+    lm = build_model(TrainConfig(model_config="tiny"), torch.device("cpu")).lm
     notes = save_model_directory(lm, str(tmp_path), tokenizer=os.path.join(DATA, "chat-tokenizer"),
                                  chat_template=chat.template_text("llama3"))
     assert notes == []
@@ -250,7 +253,7 @@ def test_the_exported_tokenizer_keeps_the_training_template_and_generation_stops
     # A base model's tokenizer with ChatML (Qwen2.5-1.5B's arrangement): its eos is <|endoftext|>, not <|im_end|>.
     base = tiny_tokenizer("qwen2.5")
     base.save_pretrained(tmp_path / "base")
-    lm = model.build_model(TrainConfig(model_config="tiny"), torch.device("cpu")).lm
+    lm = build_model(TrainConfig(model_config="tiny"), torch.device("cpu")).lm
     save_model_directory(lm, str(tmp_path / "own"), tokenizer=str(tmp_path / "base"))
     own = AutoTokenizer.from_pretrained(tmp_path / "own")
     assert own.apply_chat_template(CONVERSATION, tokenize=True)["input_ids"] == base.apply_chat_template(

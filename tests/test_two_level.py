@@ -73,7 +73,8 @@ def test_memory_cap_runs_a_plan_with_two_level_collectives():
     from bench import memory_cap
     from bench.memory_bench import sharded_model
     from workload.config import ARCHITECTURES, TrainConfig
-    from workload.model import causal_lm
+    from workload.model.optimizer import build_optimizer
+    from workload.model.step import train_step
 
     job = memory_cap.planned(("Qwen/Qwen2.5-7B", 2, 2048, 8, "g6.12xlarge"), "two-level")
     assert (job["sharding"], job["mesh"], job["reduce_dtype"]) == ("two-level", [2, 4], "bf16"), job
@@ -87,8 +88,8 @@ def test_memory_cap_runs_a_plan_with_two_level_collectives():
         assert len(units) == ARCHITECTURES["tiny"]["num_hidden_layers"] + 1 and all(
             isinstance(unit._get_fsdp_state()._fsdp_param_group._reduce_scatter_comm, two_level.TwoLevelReduceScatter)
             for unit in units), "every FSDP unit reduces in two levels"
-        optimizer = causal_lm.build_optimizer(model, cfg)
+        optimizer = build_optimizer(model, cfg)
         batch = torch.randint(ARCHITECTURES["tiny"]["vocab_size"], (2, 32))
-        causal_lm.train_step(model, optimizer, batch, cfg)  # the fake group moves nothing: only that it runs
+        train_step(model, optimizer, batch, cfg)  # the fake group moves nothing: only that it runs
     finally:
         dist.destroy_process_group()

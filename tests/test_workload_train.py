@@ -29,7 +29,10 @@ from workload import cli, trainer
 from workload.checkpoint import sharded as checkpoint
 from workload.data import batches as data
 from workload.metrics import tensorboard as metrics
-from workload.model import causal_lm as model
+from workload.model.build import build_model
+from workload.model.loss import loss_fn
+from workload.model.optimizer import learning_rate_at
+from workload.model.step import evaluate
 from workload.config import TrainConfig
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -62,10 +65,10 @@ def reference(ray_cluster, tmp_path_factory, mlflow_server):
 def _untrained_losses(cfg: TrainConfig) -> tuple[float, float]:
     """The untrained model's loss on the first step's batches (both ranks') and on the held-out set, without Ray."""
     with torch.no_grad():
-        untrained = model.build_model(cfg, torch.device("cpu"))
-        first = [model.loss_fn(untrained, data.make_data(cfg, 0, rank, 2).train(0)).item() for rank in (0, 1)]
+        untrained = build_model(cfg, torch.device("cpu"))
+        first = [loss_fn(untrained, data.make_data(cfg, 0, rank, 2).train(0)).item() for rank in (0, 1)]
         _, held = data.dataset_blocks(cfg)
-        return sum(first) / 2, model.evaluate(untrained, list(held.split(cfg.batch_size))).item()
+        return sum(first) / 2, evaluate(untrained, list(held.split(cfg.batch_size))).item()
 
 
 def _logged(cfg: TrainConfig) -> dict[str, list[tuple[int, float]]]:
@@ -113,7 +116,7 @@ def test_the_held_out_loss_falls_and_the_learning_rate_follows_the_schedule(refe
     assert final["eval_loss"] == pytest.approx(evaluations[-1][1], rel=1e-6), "the summary's eval_loss is the last"
     steps, rates = zip(*logged["train/learning_rate"])
     assert steps == tuple(range(1, cfg.steps + 1)), f"one learning rate per step: {steps}"
-    assert rates == pytest.approx([model.learning_rate_at(cfg, step) for step in range(cfg.steps)], rel=1e-6), (
+    assert rates == pytest.approx([learning_rate_at(cfg, step) for step in range(cfg.steps)], rel=1e-6), (
         f"warmup then cosine decay, step by step (TensorBoard keeps float32): {rates}")
     assert [step for step, _ in logged["train/loss"]] == list(range(1, cfg.steps + 1)), logged["train/loss"]
     assert logged["train/loss"][-1][1] == pytest.approx(final["final_loss"], rel=1e-6), "the last loss logged"
@@ -247,7 +250,7 @@ def test_the_job_exports_its_weights_and_so_does_the_export_command(reference, t
 
     unsharded = {name.removeprefix("lm."): tensor
                  for name, tensor in checkpoint.read_model_state(result.checkpoint.path).items()}
-    trained = model.build_model(cfg, torch.device("cpu")).lm
+    trained = build_model(cfg, torch.device("cpu")).lm
     trained.load_state_dict(unsharded)
     batch = data.dataset_batches(cfg, rank=0, world_size=2)(0)
     text = open(cfg.dataset).read()[:2000]

@@ -21,7 +21,13 @@ from workload.config import TrainConfig, parse_args
 from workload.data import batches as data
 from workload.data.tokenizer import load_tokenizer
 from workload.fabric import nccl_logs
-from workload.model import causal_lm as model
+from workload.model import loss as model_loss
+from workload.model.build import build_model, hf_config, matmul_parameters
+from workload.model.flops import flops_per_token, model_flops_utilization
+from workload.model.loss import loss_fn
+from workload.model.optimizer import learning_rate_at
+from workload.model.sharding import TORCH_REDUCE_DTYPES
+from workload.model.step import evaluate, peak_flops
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CORPUS = os.path.join(HERE, "..", "data", "corpus.txt")
@@ -97,11 +103,13 @@ def test_every_config_field_has_a_flag_with_help():
 
 
 def test_modules_a_benchmark_reuses_do_not_import_ray():
-    code = ("import sys; import workload.model.causal_lm, workload.data.batches, workload.checkpoint.sharded, workload.config, "
-            "workload.fabric.nccl_logs, workload.model.parallel, workload.fabric.bandwidth; print('ray' in sys.modules)")
+    code = ("import sys; import workload.model.build, workload.model.sharding, workload.model.optimizer, "
+            "workload.model.loss, workload.model.step, workload.model.flops, workload.data.batches, "
+            "workload.checkpoint.sharded, workload.config, workload.fabric.nccl_logs, workload.model.parallel, "
+            "workload.fabric.bandwidth; print('ray' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False", \
-        "workload.model.causal_lm/data/checkpoint/config/nccl_logs/parallel/fabric must not import ray"
+        "workload.model's step modules, data, checkpoint, config, nccl_logs, parallel, fabric must not import ray"
 
 
 def test_pack_concatenates_documents_with_separator_and_drops_the_tail():
@@ -217,7 +225,7 @@ def test_learning_rates_follow_the_schedule_worked_by_hand():
     """Peak 1e-3, 4 warmup steps of 12: steps 0-3 climb by quarters; after them, progress (step - 4) / 8."""
     def rates(schedule):
         cfg = TrainConfig(learning_rate=1e-3, steps=12, warmup_steps=4, lr_schedule=schedule)
-        return [model.learning_rate_at(cfg, step) for step in (0, 1, 3, 4, 8, 11)]
+        return [learning_rate_at(cfg, step) for step in (0, 1, 3, 4, 8, 11)]
 
     warmup = [2.5e-4, 5e-4, 1e-3]
     # cos(pi * 7/8) = -0.9238795: 0.5 * (1 - 0.9238795) = 0.0380602 of the peak at the last step.
@@ -225,15 +233,15 @@ def test_learning_rates_follow_the_schedule_worked_by_hand():
     assert rates("linear") == pytest.approx(warmup + [1e-3, 5e-4, 1.25e-4], rel=1e-9), rates("linear")
     assert rates("constant") == pytest.approx(warmup + [1e-3] * 3, rel=1e-9), rates("constant")
     no_warmup = TrainConfig(learning_rate=1e-3, steps=12)
-    assert model.learning_rate_at(no_warmup, 0) == 1e-3, "without warmup the first step takes the peak"
+    assert learning_rate_at(no_warmup, 0) == 1e-3, "without warmup the first step takes the peak"
 
 
 def test_evaluation_takes_the_loss_without_gradients_and_weighs_by_sequences(monkeypatch):
-    monkeypatch.setattr(model, "LOSS_CHUNK_TOKENS", 50)  # several chunks, one partial
-    lm = model.build_model(TrainConfig(model_config="tiny"), torch.device("cpu"))
+    monkeypatch.setattr(model_loss, "LOSS_CHUNK_TOKENS", 50)  # several chunks, one partial
+    lm = build_model(TrainConfig(model_config="tiny"), torch.device("cpu"))
     batches = [data.random_batches(TrainConfig(batch_size=size, seq_len=32, seed=size), 512, 0)(0) for size in (3, 1)]
     plain = [lm.lm(input_ids=batch, labels=batch).loss.item() for batch in batches]
-    assert model.evaluate(lm, batches).item() == pytest.approx((3 * plain[0] + plain[1]) / 4, rel=1e-5), (
+    assert evaluate(lm, batches).item() == pytest.approx((3 * plain[0] + plain[1]) / 4, rel=1e-5), (
         "the evaluation loss is the mean over sequences of the plain Hugging Face loss")
     assert all(parameter.grad is None for parameter in lm.parameters()), "evaluation computes no gradients"
 
@@ -294,13 +302,13 @@ def test_random_batches_are_seeded_per_step_and_rank():
 @pytest.mark.parametrize("dtype, tolerance", [(torch.float32, 1e-5), (torch.bfloat16, 2e-2)])
 def test_chunked_loss_matches_the_plain_loss(monkeypatch, dtype, tolerance):
     # Small chunks, so the 2 x 255 predicted tokens span several of them, one partial.
-    monkeypatch.setattr(model, "LOSS_CHUNK_TOKENS", 100)
+    monkeypatch.setattr(model_loss, "LOSS_CHUNK_TOKENS", 100)
     batch = data.random_batches(TrainConfig(model_config="tiny", batch_size=2, seq_len=256), 512, 0)(0)
     results = {}
     for chunked in (False, True):
         cfg = TrainConfig(model_config="tiny", chunked_loss=chunked)
-        lm = model.build_model(cfg, torch.device("cpu")).to(dtype)
-        loss = model.loss_fn(lm, batch)
+        lm = build_model(cfg, torch.device("cpu")).to(dtype)
+        loss = loss_fn(lm, batch)
         loss.backward()
         results[chunked] = (loss.item(), lm.lm.model.embed_tokens.weight.grad.float().clone())
     (plain, plain_grad), (chunked, chunked_grad) = results[False], results[True]
@@ -316,10 +324,10 @@ def test_activation_checkpointing_recomputes_the_same_gradients():
     grads = {}
     for recompute in (False, True):
         cfg = TrainConfig(model_config="tiny", activation_checkpointing=recompute)
-        lm = model.build_model(cfg, torch.device("cpu"))
+        lm = build_model(cfg, torch.device("cpu"))
         lm.train()
         assert lm.lm.is_gradient_checkpointing == recompute, f"activation_checkpointing={recompute} not applied"
-        model.loss_fn(lm, batch).backward()
+        loss_fn(lm, batch).backward()
         grads[recompute] = lm.layers[0].mlp.up_proj.weight.grad.clone()
     assert torch.allclose(grads[False], grads[True], rtol=1e-4, atol=1e-6), (
         "--activation_checkpointing must not change layer 0's gradients"
@@ -329,28 +337,28 @@ def test_activation_checkpointing_recomputes_the_same_gradients():
 def test_every_reduce_dtype_flag_has_a_torch_dtype():
     from workload.config import REDUCE_DTYPES
 
-    assert set(model.TORCH_REDUCE_DTYPES) == set(REDUCE_DTYPES), "--reduce_dtype's choices and the dtypes they mean"
+    assert set(TORCH_REDUCE_DTYPES) == set(REDUCE_DTYPES), "--reduce_dtype's choices and the dtypes they mean"
 
 
 def test_peak_flops_lookup(monkeypatch):
-    assert model.peak_flops(torch.device("cpu")) is None, "CPU has no MFU peak: null"
+    assert peak_flops(torch.device("cpu")) is None, "CPU has no MFU peak: null"
     for name, peak in [("NVIDIA H200", 989e12), ("NVIDIA H100 80GB HBM3", 989e12), ("NVIDIA L40S", 362e12),
                        ("NVIDIA L4", 121e12), ("NVIDIA A100-SXM4-40GB", 312e12), ("Tesla T4", None)]:
         monkeypatch.setattr(torch.cuda, "get_device_name", lambda device, name=name: name)
-        assert model.peak_flops(torch.device("cuda", 0)) == peak, f"peak of {name}: expected {peak}"
+        assert peak_flops(torch.device("cuda", 0)) == peak, f"peak of {name}: expected {peak}"
 
 
 def test_mfu_is_achieved_flops_over_the_devices_peak():
-    assert model.model_flops_utilization(1000.0, 1e9, 1e12, 2) == 0.5, "1e12 FLOP/s on 2 devices of 1e12 peak: 0.5"
-    assert model.model_flops_utilization(1000.0, 1e9, None, 2) is None, "unknown peak (CPU): MFU null"
+    assert model_flops_utilization(1000.0, 1e9, 1e12, 2) == 0.5, "1e12 FLOP/s on 2 devices of 1e12 peak: 0.5"
+    assert model_flops_utilization(1000.0, 1e9, None, 2) is None, "unknown peak (CPU): MFU null"
 
 
 def test_flops_per_token_counts_weights_and_attention():
-    config = model.hf_config(TrainConfig(model_config="tiny"))
-    lm = model.build_model(TrainConfig(model_config="tiny"), torch.device("cpu"))
-    params = model.matmul_parameters(lm)
+    config = hf_config(TrainConfig(model_config="tiny"))
+    lm = build_model(TrainConfig(model_config="tiny"), torch.device("cpu"))
+    params = matmul_parameters(lm)
     assert params == sum(p.numel() for p in lm.parameters()), "tied embeddings: the lm_head matmul counts them"
-    assert model.flops_per_token(config, params, 128) - model.flops_per_token(config, params, 64) == (
+    assert flops_per_token(config.to_dict(), 128) - flops_per_token(config.to_dict(), 64) == (
         12 * config.num_hidden_layers * config.hidden_size * 64
     ), "attention FLOPs grow by 12 * layers * hidden per token of sequence"
 

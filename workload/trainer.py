@@ -42,23 +42,11 @@ from workload.metrics import trackers
 from workload.model import files as model_files
 from workload.model import layout, memory_plan, parallel
 from workload.model.adapters import lora
-from workload.model.causal_lm import (
-    build_mesh,
-    build_model,
-    build_optimizer,
-    compile_enabled,
-    evaluate,
-    flops_per_token,
-    hf_config,
-    learning_rate_at,
-    load_pretrained,
-    matmul_parameters,
-    model_flops_utilization,
-    peak_flops,
-    set_learning_rate,
-    shard_model,
-    train_step,
-)
+from workload.model.build import build_model, compile_enabled, hf_config, load_pretrained
+from workload.model.flops import model_flops_utilization, run_flops_per_token
+from workload.model.optimizer import build_optimizer, learning_rate_at, set_learning_rate
+from workload.model.sharding import build_mesh, shard_model
+from workload.model.step import evaluate, peak_flops, train_step
 
 # How long the driver waits for RAY_ADDRESS's GCS port to accept a connection before saying nothing is there.
 GCS_PROBE_TIMEOUT_S = 5
@@ -86,7 +74,8 @@ def train_func(config: dict) -> None:
         cfg.model_id, context.get_local_rank(), _progress if rank == 0 else lambda line: None)
     model = build_model(cfg, device, directory)  # on the meta device for a pretrained model
     model = lora.apply(model, cfg)  # --method lora/qlora: adapters on a frozen bf16 or NF4 base; full: unchanged
-    flops = flops_per_token(model.lm.config, matmul_parameters(model), cfg.seq_len)
+    # What this run computes per token: a frozen base's (lora, qlora) skips its weight gradients.
+    flops = run_flops_per_token(model.lm.config.to_dict(), cfg)
     peak = peak_flops(device)
     plan = parallel.plan_for_worker(cfg, model, device, world_size, context.get_node_rank(),
                                     context.get_local_world_size(), fabric_check)

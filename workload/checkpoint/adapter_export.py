@@ -34,7 +34,7 @@ def gather_adapters(model: nn.Module, keep: bool) -> dict[str, torch.Tensor]:
     from torch.distributed.tensor import DTensor
 
     from workload.model.adapters.lora import adapter_parameters, peft_key
-    from workload.model.causal_lm import reshard
+    from workload.model.sharding import reshard
 
     reshard(model)
     state = {}
@@ -103,7 +103,7 @@ def read_adapter_checkpoint(directory: str) -> tuple[dict, dict[str, torch.Tenso
     from workload.checkpoint.sharded import MODEL_KEY
     from workload.model import adapters
     from workload.model.adapters.lora import adapter_parameters, peft_key
-    from workload.model.causal_lm import LM_PREFIX
+    from workload.model.loss import LM_PREFIX
 
     path = os.path.join(directory, ADAPTER_CONFIG)
     try:

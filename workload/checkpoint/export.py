@@ -37,7 +37,7 @@ def export(checkpoint: str, out: str, *, dtype: str = "float32", merge: bool = F
         from workload.checkpoint import reader as checkpoint_reader
         from workload.checkpoint.model_config import check_against_metadata, read_config_file
         from workload.checkpoint.sharded import MODEL_KEY, read_record
-        from workload.model.causal_lm import LM_PREFIX
+        from workload.model.loss import LM_PREFIX
 
         if not os.path.isfile(os.path.join(directory, "config.json")):
             raise cli.UsageError(f"CHECKPOINT {checkpoint}: no config.json beside its shards; only checkpoints "

@@ -19,7 +19,7 @@ from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict, set_state_dict
 
 from workload.checkpoint import reader as checkpoint_reader
-from workload.model.causal_lm import reshard
+from workload.model.sharding import reshard
 
 STEP_FILE = "train_step.json"
 # Where the Hugging Face model's weights sit in a checkpoint: it is saved as {"model": ..., "optimizer": ...}, and the

@@ -43,10 +43,10 @@ TINY = dict(
     tie_word_embeddings=True,
 )
 # Plain dicts here (no transformers import), so the Pulumi program can judge a job's shape at preview. Both are
-# Qwen2Config keyword arguments (workload.model.causal_lm builds them), so workload.model.memory counts them as Qwen2.
+# Qwen2Config keyword arguments (workload.model.build builds them), so workload.model.memory counts them as Qwen2.
 ARCHITECTURES = {"tiny": TINY, "qwen2.5-1.5b": QWEN2_5_1_5B}
 MODEL_CONFIGS = tuple(ARCHITECTURES)
-"""Names accepted by --model_config (architectures built with random weights, see workload.model.causal_lm)."""
+"""Names accepted by --model_config (architectures built with random weights, see workload.model.build)."""
 
 # Why an s3:// --model_id (trainModelId) must name a directory under a bucket; the preview refuses with the same words.
 S3_MODEL_DIRECTORY = ("a model in S3 is a directory, s3://bucket/prefix/ holding config.json and *.safetensors, not "
@@ -64,7 +64,7 @@ SHARDINGS = ("auto", "full", "hybrid", "two-level")
 REDUCE_DTYPES = ("auto", "fp32", "bf16")
 """Names accepted by --reduce_dtype (workload.model.layout resolves auto)."""
 LR_SCHEDULES = ("constant", "linear", "cosine")
-"""Names accepted by --lr_schedule (workload.model.causal_lm.learning_rate_at)."""
+"""Names accepted by --lr_schedule (workload.model.optimizer.learning_rate_at)."""
 EXPORTS = ("final", "checkpoints", "none")
 """Names accepted by --export: when the job writes a Hugging Face model directory."""
 REPORT_TO = ("tensorboard", "mlflow", "wandb", "none")

@@ -1,6 +1,6 @@
 """Whether the job can train a model, decided from its config.json alone, before any weights exist: the model gate.
 
-`build(config, what)` is how the job builds a --model_id's architecture (workload.model.causal_lm.build_model), and
+`build(config, what)` is how the job builds a --model_id's architecture (workload.model.build.build_model), and
 `check(config_dict, what)` is the same call on a config.json read at preview (infra/preview/model_config.py): whatever
 the preview accepts is what the job then builds, by the same code. In order, a model is refused with one line naming
 `what` (--model_id or trainModelId) and what it is, unless:

@@ -44,7 +44,7 @@ def check_device(device) -> None:
 
 
 def apply(layers, device) -> int:
-    """--fp8: refuse a device without fp8, then convert the decoder layers (workload.model.causal_lm.shard_model's one
+    """--fp8: refuse a device without fp8, then convert the decoder layers (workload.model.sharding.shard_model's one
     call)."""
     check_device(device)
     return convert(layers)

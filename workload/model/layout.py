@@ -1,6 +1,6 @@
 """How the model is spread over the cluster, and what that costs on its network: the layout's arithmetic.
 
-Three layouts of FSDP2 (workload.model.causal_lm.shard_model builds them):
+Three layouts of FSDP2 (workload.model.sharding.shard_model builds them):
 - full: every unit sharded over all ranks (a 1-D mesh). Each step all-gathers the bf16 weights and reduce-scatters
   the gradients over every rank, so between nodes each node's network carries about the whole model's weights and
   gradients every step.
@@ -29,8 +29,8 @@ from typing import Iterable, Sequence
 from workload.config import TrainConfig
 from workload.fabric.bus_bandwidth import bus_bandwidth_factor
 from workload.model import memory
-from workload.model.adapters import compute as adapter_compute
 from workload.model.adapters import memory as adapter_memory
+from workload.model.flops import run_flops_per_token
 from workload.model.gpu_peaks import peak_flops_of
 
 Shape = tuple[int, ...]
@@ -101,7 +101,7 @@ def padded_numel(shape: Shape, shards: int) -> int:
 def step_collectives(units: Sequence[tuple[str, Sequence[Shape]]], mesh_shape: Sequence[int], reduce_dtype: str,
                      reshard_after_forward: bool = False, sharding: str = "",
                      costs: Sequence[Sequence[tuple[float, bool]]] | None = None) -> list[Collective]:
-    """What one training step of workload.model.causal_lm issues with these units on this mesh, in issue order.
+    """What one training step of workload.model.step issues with these units on this mesh, in issue order.
 
     Forward gathers each unit once (root first). With reshard_after_forward the layers (not the root, whose weights
     FSDP2 keeps) are gathered again in backward. Backward reduce-scatters each unit's gradients (layers in reverse,
@@ -347,19 +347,6 @@ def method_units(config: dict, method: str, rank: int = 16, targets: str = "all-
     return with_adapters, costs
 
 
-def flops_per_token(config: dict, method: str, seq_len: int, lora_rank: int = 16,
-                    lora_targets: str = "all-linear") -> float:
-    """Training FLOPs per token of the model built from `config` under --method (workload.model.adapters.compute's
-    accounting; full training's is workload.model.causal_lm.flops_per_token's 6N plus attention): N the parameters in
-    a matmul, all of them less an untied input embedding (a lookup)."""
-    head = config["vocab_size"] * config["hidden_size"]
-    matmul = memory.parameter_count(config) - (0 if memory.tied_embeddings(config) else head)
-    adapters = adapter_memory.adapter_parameters(config, lora_rank, lora_targets) if method != "full" else 0
-    return adapter_compute.flops_per_token(method, matmul_parameters=matmul, head_parameters=head,
-                                           adapter_parameters=adapters, layers=config["num_hidden_layers"],
-                                           hidden=config["hidden_size"], seq_len=seq_len)
-
-
 def packed_ranks_per_node(world_size: int, gpus_per_node: int) -> int | None:
     """The ranks per node that Ray Train's default placement (PACK: as few nodes as hold the workers, a node's ranks
     consecutive) gives `world_size` workers on nodes of `gpus_per_node` GPUs, as ranks_per_node_of finds them: all
@@ -378,7 +365,7 @@ def for_job(cfg: TrainConfig, config: dict, *, world_size: int, ranks_per_node: 
     says of the instance type."""
     units, costs = method_units(config, cfg.method, cfg.lora_rank, cfg.lora_targets)
     peak = peak_flops_of(gpu_name) if gpu_name else None
-    flops = flops_per_token(config, cfg.method, cfg.seq_len, cfg.lora_rank, cfg.lora_targets)
+    flops = run_flops_per_token(config, cfg)
     compute_seconds = cfg.batch_size * cfg.seq_len * flops / (peak * ASSUMED_MFU) if peak else None
     return choose(cfg.sharding, cfg.reduce_dtype, world_size, ranks_per_node, units,
                   node_gbytes_per_s=node_gbytes_per_s or None, bandwidth_source=bandwidth_source,

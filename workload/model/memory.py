@@ -4,7 +4,7 @@
 Qwen3's `attention_bias`, Llama's `mlp_bias`, `head_dim` where it is not hidden / heads, the q/k norms of Qwen3 and
 Gemma 3 (one head wide) and OLMo 2 (all heads wide), Gemma 2's and 3's four norms a layer and OLMo 2's two, a
 mixture of experts' experts and router, tied or untied embeddings with each family's default). `estimate(config, ...)` projects one rank's peak of torch.cuda.max_memory_allocated() during
-workload.model.causal_lm.train_step, term by term:
+workload.model.step.train_step, term by term:
 
 - state: FSDP's sharded fp32 weights and AdamW's two fp32 moments (12 bytes a parameter over the shards), and the
   sharded fp32 gradients once backward has made them (4 more);
@@ -14,7 +14,7 @@ workload.model.causal_lm.train_step, term by term:
 - activations: what each decoder layer saves for backward, per token (ACTIVATION_BYTES below, counted from what
   autograd saves in the eager Hugging Face layer); with activation checkpointing each layer keeps its input only, and
   backward recomputes one layer at a time;
-- the loss: workload.model.causal_lm.LinearCrossEntropy keeps the hidden states' and the lm_head's gradients from
+- the loss: workload.model.loss.LinearCrossEntropy keeps the hidden states' and the lm_head's gradients from
   forward, and while a chunk computes it holds the chunk's logits several times over (bf16, fp32, the softmax and its
   gradient);
 - accumulation: with --grad_accum_steps k > 1, FSDP2 keeps each layer's weights gathered across the micro-batches and
@@ -90,7 +90,7 @@ TIED_BY_DEFAULT = ("gemma", "gemma2", "gemma3_text")
 # bf16 cast that multiplies the values (2).
 EAGER_ATTENTION_BYTES_PER_SCORE = 8
 CHECKPOINTED_BYTES_PER_HIDDEN = 2  # with activation checkpointing a layer keeps its bf16 input only
-# The loss chunk (workload.model.causal_lm.LOSS_CHUNK_TOKENS) in the eager kernel (_chunk_loss_and_grad), at its
+# The loss chunk (workload.model.loss.LOSS_CHUNK_TOKENS) in the eager kernel (_chunk_loss_and_grad), at its
 # fullest, the subtraction of the one-hot: the bf16 logits (2 bytes a logit), their fp32 copy (4), the bool one-hot (1),
 # exp() in fp32 (4), the one-hot cast to fp32 (4) and the difference (4). (A first count of 13 left out the one-hot's
 # fp32 cast and the difference; the H200 showed the missing ~6 bytes a logit: bench/results/RESULTS.md.) Compiled
@@ -99,7 +99,7 @@ LOSS_CHUNK_TOKENS = 8192
 LOSS_BYTES_PER_LOGIT = 19
 # Compiled, the kernel reads the bf16 logits and writes their bf16 gradient; nothing else of chunk x vocabulary.
 COMPILED_LOSS_BYTES_PER_LOGIT = 4
-# Gemma 2's final_logit_softcapping in the eager kernel (workload.model.causal_lm._capped): the bf16 tanh, the capped
+# Gemma 2's final_logit_softcapping in the eager kernel (workload.model.loss._capped): the bf16 tanh, the capped
 # logits in bf16 and fp32, the tanh in fp32 (for the gradient) and the gradient's factor 1 - tanh^2 in fp32.
 SOFTCAP_LOSS_BYTES_PER_LOGIT = 16
 # A compiled layer (torch.compile, as the job runs on a GPU) saves less than the eager one: Inductor's partitioner
@@ -334,7 +334,7 @@ def estimate(config: dict, *, micro_batch: int, seq_len: int, shards: int, activ
              compiled: bool = False, ranks: int | None = None, method: str = "full", lora_rank: int = 16,
              lora_targets: str = "all-linear", lora_dropout: float = 0.0,
              two_level_ranks_per_node: int = 0) -> MemoryEstimate:
-    """The peak of one rank of workload.model.causal_lm.train_step: `micro_batch` sequences of `seq_len` tokens per
+    """The peak of one rank of workload.model.step.train_step: `micro_batch` sequences of `seq_len` tokens per
     forward, the state sharded `shards` ways (all ranks with full sharding, a node's with HSDP), eager or `compiled`
     (the job's default on a GPU). `ranks`: the job's world size (NCCL's buffers only where there are two or more;
     default `shards`). `method` and the lora_* settings: --method and its flags (workload.model.adapters.memory).

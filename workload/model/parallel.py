@@ -9,12 +9,12 @@ import torch.distributed as dist
 
 from workload.config import TrainConfig
 from workload.model import layout
-from workload.model.causal_lm import CausalLMWithLoss
 from workload.model.layout import Plan, Shape
+from workload.model.loss import CausalLMWithLoss
 
 
 def fsdp_units(model: CausalLMWithLoss) -> list[tuple[str, list[Shape]]]:
-    """The FSDP units of workload.model.causal_lm.CausalLMWithLoss in forward order with their parameters' shapes: the
+    """The FSDP units of workload.model.loss.CausalLMWithLoss in forward order with their parameters' shapes: the
     root (embedding, tied lm_head, final norm) first, then each decoder layer. Works on the meta device."""
     in_layers = {id(parameter) for layer in model.layers for parameter in layer.parameters()}
     root = [tuple(p.shape) for p in model.parameters() if id(p) not in in_layers]

@@ -34,7 +34,7 @@ def _reduce_scatter(output: torch.Tensor, input: torch.Tensor, op, group: dist.P
     (getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor)(output, input, op=op, group=group)
 
 
-# The 2-D mesh's dimension names (workload.model.causal_lm.build_mesh): between nodes, inside a node.
+# The 2-D mesh's dimension names (workload.model.sharding.build_mesh): between nodes, inside a node.
 ACROSS, INSIDE = "replicate", "shard"
 
 

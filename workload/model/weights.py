@@ -1,7 +1,7 @@
 """A pretrained model's weights into its FSDP2 shards: each rank reads only its own rows of each tensor.
 
-The model is built on the meta device (workload.model.causal_lm.build_model: no memory at all), sharded with FSDP2
-(workload.model.causal_lm.shard_model), and only then materialised: `load_sharded` turns each parameter into this rank's
+The model is built on the meta device (workload.model.build.build_model: no memory at all), sharded with FSDP2
+(workload.model.sharding.shard_model), and only then materialised: `load_sharded` turns each parameter into this rank's
 shard on the device (`to_empty`), and fills it from the model directory's safetensors files, one
 `model.safetensors` or the shards that `model.safetensors.index.json` lists. For each tensor,
 `safe_open(...).get_slice(name)[start:stop]` reads the rows of dim 0 that FSDP2 gave this rank, out of the

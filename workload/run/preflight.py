@@ -35,7 +35,7 @@ def validate(cfg: TrainConfig) -> None:
     # Seconds of imports from here on: torch and transformers.
     from workload.data.batches import check_dataset, check_tokenizer
     from workload.model import compatibility
-    from workload.model.causal_lm import hf_config
+    from workload.model.build import hf_config
 
     check_dataset(cfg)  # a remote --dataset file, with the driver's credentials
     config = hf_config(cfg)

@@ -1,23 +1,13 @@
-"""What --method lora and qlora change in a step's compute: FLOPs per token, and qlora's dequantization.
+"""What --method qlora adds to a step's time besides FLOPs: its dequantization. (The FLOPs of lora and qlora, a
+frozen base's 4N + 2 x head + 6A + attention against full training's 6N + attention, are workload.model.flops's.)
 
-FLOPs per token, the accounting of workload.model.causal_lm.flops_per_token (PaLM's: 2 a weight in forward, 4 in
-backward, plus 12 x layers x hidden x sequence for attention's scores and values), with a frozen base:
-- forward: 2N through the base, 2A through the adapters (A: their parameters, r x (in + out) per targeted linear);
-- backward: 2N for the base's input gradients, which must still flow to every earlier layer's adapters; no 2N for the
-  base's weight gradients (the GEMM full training spends on them is skipped); 4A for the adapters' input and weight
-  gradients. The output head is the exception: workload.model.causal_lm.LinearCrossEntropy computes its weight
-  gradient in forward whether or not it trains, so it stays at 6 a parameter;
-- attention's scores and values have no weights, and backward needs their input gradients: 12 x L x H x T, unchanged.
-So lora is 4N + 2 x head + 6A + attention against full's 6N + attention: about two thirds of full at r << hidden.
-
-qlora adds dequantization (torchao's NF4Tensor.get_original_weight): each decoder linear weight is read as NF4 and
-written as bf16 once in forward and once in backward (and once more under activation checkpointing's recomputation),
-per step whatever the batch: a memory-bound pass at the GPU's memory bandwidth. Compiled, that is the NF4 bytes read
-and the bf16 bytes written (DEQUANTIZED_BYTES_MOVED); eager moves several times more (adapters.memory's
+qlora dequantizes each decoder linear weight (torchao's NF4Tensor.get_original_weight): read as NF4 and written as
+bf16 once in forward and once in backward (and once more under activation checkpointing's recomputation), per step
+whatever the batch: a memory-bound pass at the GPU's memory bandwidth. Compiled, that is the NF4 bytes read and the
+bf16 bytes written (DEQUANTIZED_BYTES_MOVED); eager moves several times more (adapters.memory's
 DEQUANTIZE_BYTES_PER_PARAMETER counts its temporaries).
 
-Standard library only: the step-time model (bench/step_model.py) and the layout choice (workload.model.layout)
-read it.
+Standard library only: the step-time model (bench/step_model.py) reads it.
 """
 from __future__ import annotations
 
@@ -30,16 +20,6 @@ DEQUANTIZED_BYTES_MOVED = adapter_memory.NF4_BYTES_PER_PARAMETER + 2
 # of it (a streaming element-wise kernel; not measured here).
 MEMORY_GBYTES_PER_S = (("H200", 4800.0), ("H100", 3350.0), ("A100", 1555.0), ("L40S", 864.0), ("L4", 300.0))
 DEQUANTIZE_EFFICIENCY = 0.7
-
-
-def flops_per_token(method: str, *, matmul_parameters: int, head_parameters: int, adapter_parameters: int,
-                    layers: int, hidden: int, seq_len: int) -> float:
-    """Training FLOPs per token of `method` (see the module's docstring). `matmul_parameters`: the base's weights in a
-    matmul (workload.model.causal_lm.matmul_parameters); `head_parameters`: the output head's."""
-    attention = 12 * layers * hidden * seq_len
-    if method == "full":
-        return 6 * matmul_parameters + attention
-    return 4 * matmul_parameters + 2 * head_parameters + 6 * adapter_parameters + attention
 
 
 def memory_gbytes_per_s(gpu_name: str) -> float | None:

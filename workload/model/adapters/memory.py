@@ -14,7 +14,7 @@ bytes a step gathers and reduces (workload.model.layout's collectives), counted 
 - activations: the frozen base's layers keep what full training's keep, since backward must reach the adapters of
   every earlier layer (the base linears' inputs are kept by their adapters' lora_A instead); each adapter adds its
   r-wide intermediate (kept for lora_B's gradient), and with dropout its own dropped-out copy of the input and mask;
-- the loss: workload.model.causal_lm.LinearCrossEntropy computes the output head's gradient in forward whether or not
+- the loss: workload.model.loss.LinearCrossEntropy computes the output head's gradient in forward whether or not
   it trains, so the loss term is full training's; the root's gradient reduction is gone (the root has no trainable
   parameter), and what is left of it is the scaled output-head gradient its backward makes and autograd drops.
 

@@ -4,7 +4,7 @@ standard library only: the Pulumi program reads it at preview, and it must not p
 configs/<org>--<name>.json is the Hub repo <org>/<name>'s config.json as published (SOURCES.md says where each copy
 came from). `published(model_id)` answers a Hub id with its config as a plain dict, or None when the project does not
 ship it (infra/preview/model_config.py then reads it from the Hub or S3 at preview). workload.model.memory counts
-parameters and projects memory from these dicts; workload.model.causal_lm builds the random-weight architectures
+parameters and projects memory from these dicts; workload.model.build builds the random-weight architectures
 (--model_config) from them.
 """
 from __future__ import annotations

@@ -16,7 +16,7 @@ per step whatever the batch: a memory-bound pass at the GPU's memory bandwidth. 
 and the bf16 bytes written (DEQUANTIZED_BYTES_MOVED); eager moves several times more (adapters.memory's
 DEQUANTIZE_BYTES_PER_PARAMETER counts its temporaries).
 
-Standard library only: the step-time model (bench/step_model.py) and the layout choice (workload.model.layout)
+Standard library only: the step-time model (bench/model/step_model.py) and the layout choice (workload.model.layout)
 read it.
 """
 from __future__ import annotations

@@ -40,8 +40,8 @@ import dataclasses
 import json
 from dataclasses import replace
 
-from bench.step_bench import GIB
-from bench.step_inputs import (
+from bench.model import step_shapes
+from bench.model.step_inputs import (
     CENTRAL,
     G_FAMILY,
     H200_BATCH,
@@ -65,12 +65,12 @@ from bench.step_inputs import (
     assumed_links,
     stack_hardware,
 )
-from bench import step_shapes
-from bench.step_shapes import ModelShape, bytes_by_collective, collectives, default_shape, meta_model
+from bench.model.step_shapes import ModelShape, bytes_by_collective, collectives, default_shape, meta_model
 from workload.model import architectures, layout, memory, memory_plan
-from workload.model.adapters import compute as adapter_compute
 from workload.model import causal_lm as project
+from workload.model.adapters import compute as adapter_compute
 from workload.model.layout import Collective, total_traffic
+from workload.model.memory import GIB
 
 
 def h200_mfu(step: str, tokens_per_s: dict = H200_TOKENS_PER_S) -> float:

@@ -101,7 +101,7 @@ def _record(step, rank_batch) -> dict:
 
 
 def worker(rank: int, port: int, out: str) -> None:
-    from bench.step_bench import recipe_model
+    from bench.common import recipe_model
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(1)  # 4 processes share the CI machine's 2 cores

@@ -1,7 +1,7 @@
 """What EC2's DescribeInstanceTypes reports for the instance types the stacks and tests use.
 
 The single table of instance facts for the tests: the Pulumi mocks answer `aws.ec2.get_instance_type` from
-it, and the golden RayCluster manifests are rendered from it, and bench/step_model.py predicts step times from it.
+it, and the golden RayCluster manifests are rendered from it, and bench/model/step_model.py predicts step times from it.
 Figures are AWS's published values (network bandwidth: each type's "Network bandwidth (Gbps)" in the EC2
 instance type specifications, which DescribeInstanceTypes reports per network card).
 """

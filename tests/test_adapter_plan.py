@@ -221,7 +221,7 @@ def test_a_frozen_base_costs_two_thirds_of_full_trainings_flops():
 
 
 def test_the_step_model_predicts_the_dev_stacks_methods():
-    from bench import step_model
+    from bench.model import step_model
 
     hardware = step_model.stack_hardware("dev")
     lines = {(line["model"], line["method"]): line

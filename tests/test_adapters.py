@@ -197,9 +197,9 @@ def test_fp8_with_adapters_is_refused_naming_both_flags():
 
 
 def test_the_adapter_memory_benchmark_runs_its_smoke_path(capsys):
-    """bench/adapter_memory.py's code on CPU at tiny shapes: one rank of a fake world of 8 in qlora, and the sharded
+    """bench/record/adapter_memory.py's code on CPU at tiny shapes: one rank of a fake world of 8 in qlora, and the sharded
     NF4 load of a synthetic checkpoint (the H200 run is the lead's)."""
-    from bench import adapter_memory
+    from bench.record import adapter_memory
 
     assert adapter_memory.main(["--smoke", "--cases", "0", "--load_layers", "2"]) == 0
     lines = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]

@@ -111,7 +111,7 @@ def test_an_8b_model_on_p5_as_written(project, aws_env):
 
 
 def test_the_70b_path_as_written(project, aws_env):
-    from bench import step_model
+    from bench.model import step_model
 
     shell = Shell(project, JourneyAws("us-west-2"))
     text = page("docs/seventy-b.md")
@@ -129,7 +129,7 @@ def test_the_70b_path_as_written(project, aws_env):
     for figure in (f"{line['tokens_per_s']} tokens/s", f"{line['step_s']} s per step",
                    f"{line['flops_per_token'] / 1e9:.0f} GFLOP a token",
                    f"{line['inter_node_gb_per_node']:.0f} GB per node"):
-        assert figure in flat, f"docs/seventy-b.md shows bench.step_model's {figure!r}"
+        assert figure in flat, f"docs/seventy-b.md shows bench.model.step_model's {figure!r}"
     from workload.model import architectures, memory
     from workload.model.adapters import memory as adapter_memory
 
@@ -143,10 +143,10 @@ def test_the_70b_path_as_written(project, aws_env):
 
 
 def test_the_model_table_is_what_the_preview_says():
-    from bench import model_table
+    from bench.model import model_table
 
     assert model_table.in_readme(page("docs/models.md")) == model_table.markdown(), \
-        "docs/models.md's model table is stale: python -m bench.model_table --write"
+        "docs/models.md's model table is stale: python -m bench.model.model_table --write"
 
 
 # ---- every page ------------------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""bench.emulate_rank's bookkeeping, on the CPU: the collectives it intercepts on a fake world of 8 ranks (2 nodes of
+"""bench.record.emulate_rank's bookkeeping, on the CPU: the collectives it intercepts on a fake world of 8 ranks (2 nodes of
 4) are the ones workload.model.layout says a step issues, and each one's delay is its bus bytes over the link it
 crosses. The timings themselves are the GPU run's (bench/results/emulate_rank-h200-2026-12-01.jsonl)."""
 from __future__ import annotations
@@ -9,8 +9,8 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from bench import emulate_rank, step_model
-from bench import step_inputs
+from bench.model import step_inputs, step_model
+from bench.record import emulate_rank
 from workload.model.build import build_model
 from workload.model import layout, parallel
 from workload.config import TrainConfig

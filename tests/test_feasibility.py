@@ -293,7 +293,7 @@ def test_the_default_image_is_pinned_and_its_ray_version_reaches_the_raycluster(
 
 
 def test_the_benchmark_projects_by_the_same_model(monkeypatch):
-    from bench import step_bench
+    from bench.record import step_bench
 
     # The H200 peaks of bench/results/step_bench-h200-2026-11-29.log, through the benchmark's own projection.
     peaks = iter([29.2, 34.2])

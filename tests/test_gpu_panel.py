@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.gpu_record import PANEL_METRICS
+from bench.record.gpu_record import PANEL_METRICS
 from infra.kubernetes.monitoring import TRAINING_PANELS
 from tools import gpu_panel
 from workload import cli

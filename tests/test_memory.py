@@ -21,7 +21,7 @@ from workload.config import ARCHITECTURES, TrainConfig
 
 REPO = Path(__file__).resolve().parent.parent
 MEASUREMENTS = REPO / "bench" / "results" / "memory_bench-h200-2026-12-01-run2.log"
-# bench/memory_cap.py's runs of the planner's plans under the target GPU's memory: run 1 with the planner before this
+# bench/record/memory_cap.py's runs of the planner's plans under the target GPU's memory: run 1 with the planner before this
 # calibration, run 2 with it, and the dev plans with two-level collectives (issue 33: `--cases 0,1,5 --sharding
 # two-level`; Llama-3.1-8B's plan is full sharding, which two-level's staging would not fit).
 CAP_RUNS = [REPO / "bench" / "results" / f"memory_cap-h200-2026-12-03-{run}.jsonl" for run in ("run1", "run2",
@@ -172,7 +172,7 @@ def _planned_today(runs: list[dict], larger_share: bool = False) -> list[dict]:
     """The runs whose settings are what the planner picks today for their case; with `larger_share`, also those with
     the same levers on fewer shards (a larger share of the state per GPU: HSDP's per-node share, measured before full
     training's auto was planned with full sharding's, issue 33)."""
-    from bench.memory_cap import planned
+    from bench.record.memory_cap import planned
 
     keys = ("micro_batch", "activation_checkpointing", "reshard_after_forward", "grad_accum_steps", "reduce_dtype")
     today = {}
@@ -190,7 +190,7 @@ def _planned_today(runs: list[dict], larger_share: bool = False) -> list[dict]:
 
 
 def test_every_case_the_planner_picks_today_was_measured_under_its_cap():
-    from bench.memory_cap import CASES, planned
+    from bench.record.memory_cap import CASES, planned
 
     # A case measured before full training's auto kept full sharding's share counts with the same levers on a larger
     # share; the dev 7B plans were measured again with two-level's collectives and their staging (CAP_RUNS).

@@ -2,7 +2,7 @@
 
 One real run for the module (tests/gloo_steps.py): 4 processes on gloo train the tiny model with each layout, record
 every collective one step dispatches, and run the fabric check; the tests compare what they saw with each other and
-with workload.model.layout's and bench.step_model's formulas. The rest are pure functions.
+with workload.model.layout's and bench.model.step_model's formulas. The rest are pure functions.
 """
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import math
 import pytest
 import torch
 
-from bench import step_shapes
+from bench.model import step_shapes
 from tests import gloo_spawn
 from tests.gloo_steps import BASE, RECORDED, STEPS, WORLD, free_port, worker
 from tests.stacks import INSTANCE_FACTS

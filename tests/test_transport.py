@@ -295,7 +295,7 @@ def test_captured_nccl_output(capture: Path):
 
 
 def test_real_one_gpu_capture_is_intra_node_and_fails_expect_efa(capsys):
-    """NCCL 2.28 on one H200 (bench/ray_overhead.py, NCCL_DEBUG_FILE): a one-rank communicator prints
+    """NCCL 2.28 on one H200 (bench/record/ray_overhead.py, NCCL_DEBUG_FILE): a one-rank communicator prints
     `Using network Socket` and `nNodes 1` but no channel to a peer; that is intra-node, never EFA."""
     capture = FIXTURES / "h200-one-gpu-intra-node.log"
     assert transport.rank_verdicts(capture.read_text()) == {"vm:716": "intra-node"}
@@ -308,7 +308,7 @@ def test_real_one_gpu_capture_is_intra_node_and_fails_expect_efa(capsys):
     ("h200x2-socket-fallback", "socket"),
 ])
 def test_real_two_gpu_captures_fail_expect_efa(capture, verdict):
-    """Real NCCL 2.28 output of bench/scaling.py on 2 H200s: NVLink is intra-node, the forced socket transport
+    """Real NCCL 2.28 output of bench/record/scaling.py on 2 H200s: NVLink is intra-node, the forced socket transport
     is socket on both ranks, and neither passes as EFA (the gate the Pulumi job resource applies)."""
     files = sorted((FIXTURES / capture).glob("*.log"))
     assert len(files) == 2, f"{capture}: expected one NCCL debug file per rank"

@@ -6,7 +6,8 @@ import pytest
 import torch
 from torch import nn
 
-from bench import emulate_rank, step_inputs, step_model
+from bench.model import step_inputs, step_model
+from bench.record import emulate_rank
 from workload.model import two_level
 
 
@@ -64,14 +65,14 @@ def test_a_collective_queues_on_the_link_that_times_it():
 
 
 def test_memory_cap_runs_a_plan_with_two_level_collectives():
-    """bench.memory_cap --sharding two-level: the dev 7B plan on its (nodes, GPUs per node) mesh, and the path that
-    builds it (bench.memory_bench.sharded_model on the fake group at the world size) stepping a tiny model on CPU with
+    """bench.record.memory_cap --sharding two-level: the dev 7B plan on its (nodes, GPUs per node) mesh, and the path that
+    builds it (bench.record.memory_bench.sharded_model on the fake group at the world size) stepping a tiny model on CPU with
     two-level's collectives in every unit."""
     import torch.distributed as dist
     from torch.testing._internal.distributed.fake_pg import FakeStore
 
-    from bench import memory_cap
-    from bench.memory_bench import sharded_model
+    from bench.record import memory_cap
+    from bench.record.memory_bench import sharded_model
     from workload.config import ARCHITECTURES, TrainConfig
     from workload.model.optimizer import build_optimizer
     from workload.model.step import train_step

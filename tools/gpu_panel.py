@@ -8,7 +8,7 @@ metric its query reads and the `result` list of a Prometheus range query of type
     {"panels": {"GPU utilization": {"metric": "DCGM_FI_DEV_GPU_UTIL",
                                     "result": [{"metric": {"node": "ip-10-0-1-5", "gpu": "0"},
                                                 "values": [[1796151147.7, "0"], [1796151148.7, "97"]]}]}}}
-bench/gpu_record.py writes one on a GPU machine; the `result` of
+bench/record/gpu_record.py writes one on a GPU machine; the `result` of
 `curl 'localhost:9090/api/v1/query_range?query=...&start=...&end=...&step=15'` against a stack's Prometheus is the
 same shape. Panels are drawn in the dashboard's order and units, one line per series; time runs from the
 recording's start (its `started`, else its first sample).
@@ -51,7 +51,7 @@ def read_recording(path: str) -> dict:
     panels = recording.get("panels") if isinstance(recording, dict) else None
     if not isinstance(panels, dict) or not panels:
         raise cli.UsageError(f"RECORDING {path} holds no panels: expected {{\"panels\": {{title: {{\"result\": "
-                             f"[...]}}}}}}, as bench/gpu_record.py writes")
+                             f"[...]}}}}}}, as bench/record/gpu_record.py writes")
     known = dashboard_panels()
     for title, panel in panels.items():
         if title not in known:

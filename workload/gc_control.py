@@ -9,7 +9,7 @@ steps, and everything (the oldest generation too) where all ranks already wait t
 evaluation, and every FULL_EVERY collections in any case, so that garbage old enough to have left the young
 generations is freed in a run without either. `--gc_every 0` leaves Python's collector as it is.
 
-Standard library only: benchmarks reuse it without Ray (bench/gc_bench.py).
+Standard library only: benchmarks reuse it without Ray (bench/record/gc_bench.py).
 """
 from __future__ import annotations
 

@@ -10,9 +10,9 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --tar
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,power.draw,power.limit --format=csv >"$OUT/nvidia-smi.csv"
 python3 -c "import torch, torchao, transformers; print(torch.__version__, torchao.__version__, transformers.__version__)"
-timeout "${EMULATE_S:-330}" python3 -m bench.emulate_rank --fp8_strategies hybrid-bf16 \
+timeout "${EMULATE_S:-330}" python3 -m bench.record.emulate_rank --fp8_strategies hybrid-bf16 \
   --output "$OUT/emulate_rank.jsonl" >"$OUT/emulate_rank.log" 2>&1; echo "emulate_rank rc=$?"
-timeout "${FP8_S:-200}" python3 -m bench.fp8_bench --output "$OUT/fp8_bench.jsonl" >"$OUT/fp8_bench.log" 2>&1
+timeout "${FP8_S:-200}" python3 -m bench.record.fp8_bench --output "$OUT/fp8_bench.jsonl" >"$OUT/fp8_bench.log" 2>&1
 echo "fp8_bench rc=$?"
 nvidia-smi --query-gpu=name,clocks.sm,power.draw --format=csv,noheader >>"$OUT/nvidia-smi.csv"
 grep -h '"error"\|Traceback\|Error' "$OUT"/*.log | tail -5

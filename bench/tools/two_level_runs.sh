@@ -10,11 +10,11 @@ export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,power.draw,power.limit --format=csv >"$OUT/nvidia-smi.csv"
 python3 -c "import torch, transformers; print(torch.__version__, transformers.__version__)"
 for run in 1 2; do
-  timeout "${EMULATE_S:-170}" python3 -m bench.emulate_rank --stacks dev --strategies recipe,hybrid-bf16,two-level-bf16 \
+  timeout "${EMULATE_S:-170}" python3 -m bench.record.emulate_rank --stacks dev --strategies recipe,hybrid-bf16,two-level-bf16 \
     ${EMULATE_ARGS:-} --output "$OUT/emulate_rank-run$run.jsonl" >"$OUT/emulate_rank-run$run.log" 2>&1; echo "emulate_rank run $run rc=$?"
 done
 if [ "${STEP_S:-110}" != 0 ]; then
-  timeout "${STEP_S:-110}" python3 -m bench.step_bench --batch_size 8 --seq_len 2048 --warmup 2 --steps 8 \
+  timeout "${STEP_S:-110}" python3 -m bench.record.step_bench --batch_size 8 --seq_len 2048 --warmup 2 --steps 8 \
     >"$OUT/step_bench.log" 2>&1; echo "step_bench rc=$?"
 fi
 nvidia-smi --query-gpu=name,clocks.sm,power.draw --format=csv,noheader >>"$OUT/nvidia-smi.csv"

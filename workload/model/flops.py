@@ -1,6 +1,6 @@
 """The FLOPs a training step computes per trained token, for --method full, lora and qlora, from the model's
 config.json: the one count the trainer's MFU, the layout's compute estimate (workload.model.layout), the step-time
-model (bench/step_model.py) and its benchmarks use.
+model (bench/model/step_model.py) and its benchmarks use.
 
 PaLM's accounting (appendix B): 2 FLOPs a weight in forward, 4 in backward (the input's gradient and the weight's),
 plus 12 x layers x hidden x sequence for attention's scores and values, not halved for causality, as in PaLM and

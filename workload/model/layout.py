@@ -16,7 +16,7 @@ and compares), `network_traffic` turns that into bytes inside and between nodes 
 `choose` picks the layout for --sharding auto. `for_job` is choose() for a job's flags and its model's config.json:
 what every worker runs (workload.model.parallel.plan_for_worker, with the fabric check's measured bandwidth) and what
 the preview predicts (infra/preview/job_layout.py, the stack output jobLayoutPlan, with the instance's nominal
-network), so both decide alike from the same inputs. bench/step_model.py predicts step times from the same functions.
+network), so both decide alike from the same inputs. bench/model/step_model.py predicts step times from the same functions.
 
 Standard library only: the Pulumi program imports this, and it must not pull in torch.
 """
@@ -47,7 +47,7 @@ REDUCE_BYTES = {"fp32": 4, "bf16": 2}  # per gradient element, by --reduce_dtype
 # bench/results/RESULTS.md), assumed to carry over to other GPUs through their dense bf16 peak.
 ASSUMED_MFU = 0.53
 # The backward's share of the project step's compute, which hides full sharding's reduce-scatters: 0.374 measured
-# by bench/emulate_rank.py at the stacks' per-GPU batch (bench/results/RESULTS.md, bench.step_inputs.SPLIT).
+# by bench/record/emulate_rank.py at the stacks' per-GPU batch (bench/results/RESULTS.md, bench.model.step_inputs.SPLIT).
 BACKWARD_SHARE = 0.37
 # --sharding's name for full sharding with two-level collectives (workload.model.two_level).
 TWO_LEVEL = "two-level"

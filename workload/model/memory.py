@@ -25,8 +25,8 @@ the root's gradient reduction at the end of backward (the layers' sharded gradie
 resharded, and its unsharded bf16 gradients beside their reduce-dtype copy, the reduce-scatter's input: FSDP2's
 FSDPParamGroup.post_backward reshards, then foreach_reduce copies), and the optimizer step (all the state, the root's
 weights). With the untied 152k/128k vocabularies of the 7-8B models and their state sharded 4 to 8 ways, the second
-is the peak of the plans with checkpointing and reshard_after_forward, at any micro-batch (bench/memory_cap.py).
-bench/memory_bench.py measures it on an H200 with a fake process group at the cluster's world size (each rank's real
+is the peak of the plans with checkpointing and reshard_after_forward, at any micro-batch (bench/record/memory_cap.py).
+bench/record/memory_bench.py measures it on an H200 with a fake process group at the cluster's world size (each rank's real
 shards) and checks each projection; bench/results/RESULTS.md has the figures. On top of what PyTorch allocates a job
 needs the CUDA context, NCCL's buffers and the caching allocator's slack: `fits` keeps those free.
 
@@ -37,7 +37,7 @@ any size (Qwen2.5-7B on 2 x 4 ranks: 0.51 GiB in bf16, 1.02 in fp32; a layer's i
 during the root's reduction, after the root's bf16 gradients are copied out and freed, so the allocated peak may not
 show it; but on the reduce-scatter stream, whose pool cannot take the blocks just freed on the compute stream, so
 what the card runs out of, the reserved memory, grows by it. Counted as allocated, at the root's reduction, where the
-7-8B plans peak (`two_level_ranks_per_node`); bench/memory_cap.py --sharding two-level measures it.
+7-8B plans peak (`two_level_ranks_per_node`); bench/record/memory_cap.py --sharding two-level measures it.
 
 --method lora and qlora (a frozen base, trained adapters) change the state, the gathered weights, the activations and
 the root's reduction: workload/model/adapters/memory.py counts them, and `estimate(..., method=...)` takes them.
@@ -204,7 +204,7 @@ def root_shapes(config: dict) -> list[tuple[int, ...]]:
 
 def unit_shapes(config: dict) -> list[tuple[str, list[tuple[int, ...]]]]:
     """workload.model.parallel.fsdp_units of the model built from `config`, without building it: the root, then each
-    layer, with their parameters' shapes (bench/step_model.py predicts the collectives of any model from these)."""
+    layer, with their parameters' shapes (bench/model/step_model.py predicts the collectives of any model from these)."""
     layer = layer_shapes(config)
     return [("root", root_shapes(config)), *((f"layers.{index}", layer)
                                               for index in range(config["num_hidden_layers"]))]
@@ -387,7 +387,7 @@ def sharded_gib(parameters: int) -> float:
 
 def projected_peak_gib(*, fixed_gib: float, per_sequence_gib: float, parameters: int, batch_size: int,
                        shards: int, extra_gib: float = 0.0) -> float:
-    """bench/step_bench.py's extrapolation of a one-GPU measurement (fixed + per_sequence x batch) to `shards`-way
+    """bench/record/step_bench.py's extrapolation of a one-GPU measurement (fixed + per_sequence x batch) to `shards`-way
     sharding, plus NCCL's buffers and `extra_gib`."""
     return (fixed_gib - sharded_gib(parameters) * (1 - 1 / shards) + per_sequence_gib * batch_size
             + NCCL_BUFFERS_GIB + extra_gib)

@@ -7,7 +7,7 @@ whatever the batch: a memory-bound pass at the GPU's memory bandwidth. Compiled,
 bf16 bytes written (DEQUANTIZED_BYTES_MOVED); eager moves several times more (adapters.memory's
 DEQUANTIZE_BYTES_PER_PARAMETER counts its temporaries).
 
-Standard library only: the step-time model (bench/step_model.py) reads it.
+Standard library only: the step-time model (bench/model/step_model.py) reads it.
 """
 from __future__ import annotations
 

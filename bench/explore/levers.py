@@ -1,7 +1,7 @@
 """Exploratory: time training-step levers for Qwen2.5-1.5B on one GPU, standalone (no project code).
 
-Used once to choose the workload's defaults; bench/step_bench.py is the benchmark of record.
-    python bench/levers.py --variants recipe,fsdp2,fsdp2-compile,... --batch 8 --seq 2048
+Used once to choose the workload's defaults; bench/record/step_bench.py is the benchmark of record.
+    python bench/explore/levers.py --variants recipe,fsdp2,fsdp2-compile,... --batch 8 --seq 2048
 """
 import argparse
 import functools
@@ -232,14 +232,18 @@ def run(variant, args, device):
     return res
 
 
-if __name__ == "__main__":
-    p = argparse.ArgumentParser()
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--variants", default="recipe,fsdp2-compile")
     p.add_argument("--batch", type=int, default=8); p.add_argument("--seq", type=int, default=2048)
     p.add_argument("--warmup", type=int, default=3); p.add_argument("--steps", type=int, default=6)
     p.add_argument("--profile", default="")
     p.add_argument("--phases", default="")
-    args = p.parse_args()
+    return p
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1"); os.environ.setdefault("MASTER_PORT", "29511")
     dist.init_process_group("nccl", rank=0, world_size=1)
     device = torch.device("cuda", 0); torch.cuda.set_device(device)
@@ -250,3 +254,7 @@ if __name__ == "__main__":
         except Exception as e:
             print(json.dumps(dict(variant=v, error=repr(e)[:500])), flush=True)
     dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,7 +1,7 @@
 """One rank's garbage collection stalls every rank: N gloo processes on the CPU, Python's schedule against
-workload.gc_control's, side by side in one run. An emulation, not a training run (see bench/gc_bench.py for that).
+workload.gc_control's, side by side in one run. An emulation, not a training run (bench/record/gc_bench.py is one).
 
-    python -m bench.gc_ranks                      # this machine: 1 and 2 ranks, each mode, 300 steps each
+    python -m bench.record.gc_ranks                      # this machine: 1 and 2 ranks, each mode, 300 steps each
 
 Each rank runs the same step: a fixed matrix product on one thread (the GPU's work), `--garbage` container objects
 in reference cycles that stay alive for `--keep` steps, so they outlive the young generations as some of a training
@@ -27,6 +27,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from bench.common import announce, benchmark_parser
 from workload.run.local import free_port
 
 MODES = {"python": 0, "every-50": 50}
@@ -70,8 +71,8 @@ def rank_main(rank: int, world: int, port: int, mode: str, args: argparse.Namesp
     dist.destroy_process_group()
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def build_parser() -> argparse.ArgumentParser:
+    parser = benchmark_parser(__doc__, step_flags=False)
     parser.add_argument("--ranks", default="1,2")
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--size", type=int, default=1700, help="the matrix product's side")
@@ -80,7 +81,12 @@ def main() -> None:
     parser.add_argument("--rank0_extra", type=int, default=90,
                         help="more containers per step on rank 0 (its progress lines, metrics and gauges)")
     parser.add_argument("--heap", type=int, default=3_000_000, help="long-lived tuples per process")
-    args = parser.parse_args()
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
+    announce()
     results = {}
     for world in map(int, args.ranks.split(",")):
         for mode in MODES:

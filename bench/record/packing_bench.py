@@ -1,7 +1,7 @@
 """Packed examples with document masking against today's plain packing, side by side in one process on one GPU.
 
-    python -m bench.packing_bench                     # on the GPU: Qwen2.5-1.5B's shape, random weights, 2 x 2048
-    python -m bench.packing_bench --device cpu --model_config tiny --seq_len 256 --steps 2 --warmup 1   # smoke run
+    python -m bench.record.packing_bench             # on the GPU: Qwen2.5-1.5B's shape, random weights, 2 x 2048
+    python -m bench.record.packing_bench --device cpu --model_config tiny --seq_len 256 --steps 2 --warmup 1  # smoke
 
 Every run is workload.model's default step as train_func runs it (FSDP2 on a process group of one, compiled
 layers, fused AdamW, the chunked linear cross-entropy), on batches of the same shape:
@@ -29,7 +29,7 @@ import time
 import torch
 import torch.distributed as dist
 
-from bench.step_bench import GIB, device_from_flag, fresh, single_process_group, synchronize
+from bench.common import GIB, announce, benchmark_parser, device_from_flag, fresh, single_process_group, synchronize
 from workload.config import TrainConfig
 from workload.data.chat import IGNORE_INDEX, Example
 from workload.data.packing import TokenBatch, pack_examples
@@ -99,18 +99,17 @@ def measure(run: str, cfg: TrainConfig, device: torch.device, blocks: torch.Tens
     }
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--device", default="cuda")
-    parser.add_argument("--model_config", default="qwen2.5-1.5b")
-    parser.add_argument("--batch_size", type=int, default=2)
-    parser.add_argument("--seq_len", type=int, default=2048)
+def build_parser() -> argparse.ArgumentParser:
+    parser = benchmark_parser(__doc__, batch_size=2, warmup=3, steps=10)
     parser.add_argument("--min_len", type=int, default=64)
     parser.add_argument("--max_len", type=int, default=1024)
-    parser.add_argument("--warmup", type=int, default=3)
-    parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--runs", default=",".join(RUNS))
-    args = parser.parse_args()
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
+    announce()
 
     device = device_from_flag(args.device)
     single_process_group(device, port=29513)

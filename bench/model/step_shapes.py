@@ -1,6 +1,6 @@
-"""The model's shape as the step-time model reads it (bench/step_model.py): its FSDP units and FLOPs per token from
-its config.json, without building it, and the bytes of the collectives each step issues, for the project's FSDP2 and
-the recipe's FSDP1."""
+"""The model's shape as the step-time model reads it (bench/model/step_model.py): its FSDP units and FLOPs per token
+from its config.json, without building it, and the bytes of the collectives each step issues, for the project's FSDP2
+and the recipe's FSDP1."""
 from __future__ import annotations
 
 import functools
@@ -10,14 +10,17 @@ from dataclasses import dataclass, field, replace
 import torch
 from torch import nn
 
-from bench.step_bench import RECIPE_MIN_NUM_PARAMS
-from bench.step_inputs import MODEL_CONFIG, RECOMPUTE_SHARE, Hardware, Strategy
+from bench.model.step_inputs import MODEL_CONFIG, RECOMPUTE_SHARE, Hardware, Strategy
 from workload.config import TrainConfig
 from workload.model import flops, layout, memory
 from workload.model.adapters import memory as adapter_memory
 from workload.model.build import NAMED_CONFIGS, build_model
 from workload.model.layout import Collective, step_collectives, total_traffic
 from workload.model.loss import CausalLMWithLoss
+
+# The recipe's size_based_auto_wrap_policy(min_num_params=1e7): on Qwen2.5-1.5B it wraps each MLP projection (13.8M),
+# the embedding, the (tied) lm_head, and around them Qwen2Model with its attention weights (5.5M a layer) and norms.
+RECIPE_MIN_NUM_PARAMS = int(1e7)
 
 
 @functools.cache

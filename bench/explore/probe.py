@@ -1,30 +1,32 @@
 """Exploratory (issue 7, second round): where the project's step still spends its time, on one GPU.
 
-Used to look for the last 5% to 1.4x; bench/step_bench.py stays the benchmark of record. The `+name` variants
-monkeypatch bench.step_bench's step, workload.model's modules or transformers for the rest of the process: one per
-run, after any unpatched variants.
-    python3 -m bench.probe gemm                            # each projection's matmuls alone, separate and fused
-    python3 -m bench.probe profile                         # one default step's kernels, grouped
-    python -m bench.probe bf16_updates                     # on CPU: weights that AdamW at lr 1e-5 moves, bf16 vs fp32
-    python3 -m bench.probe gaps                            # one step's GPU idle gaps and the CPU ops behind them
-    python3 -m bench.probe steps default max_grad_norm=0   # TrainConfig overrides (k=v,k=v), beside the recipe
-    python3 -m bench.probe steps +fused_cat                # a patch: fused_cat, reduce_bf16, clip_fold, gc_off,
-                                                           # no_fsdp_autocast, bf16_params
+Used to look for the last 5% to 1.4x; bench/record/step_bench.py stays the benchmark of record. The `+name` variants
+monkeypatch workload.model's modules or transformers for the rest of the process: one per run, after any unpatched
+variants.
+    python3 -m bench.explore.probe gemm             # each projection's matmuls alone, separate and fused
+    python3 -m bench.explore.probe profile          # one default step's kernels, grouped
+    python -m bench.explore.probe bf16_updates      # on CPU: weights that AdamW at lr 1e-5 moves, bf16 vs fp32
+    python3 -m bench.explore.probe gaps             # one step's GPU idle gaps and the CPU ops behind them
+    python3 -m bench.explore.probe steps default max_grad_norm=0  # TrainConfig overrides (k=v,k=v), beside the recipe
+    python3 -m bench.explore.probe steps +fused_cat # a patch: fused_cat, reduce_bf16, clip_fold, gc_off,
+                                                    # no_fsdp_autocast, bf16_params
 """
 from __future__ import annotations
 
+import argparse
 import collections
 import dataclasses
 import json
-import sys
 
 import torch
 import torch.distributed as dist
 
-from bench import step_bench
+from bench import common
 from workload.config import TrainConfig
 from workload.data.batches import random_batches
+from workload.model import build as build_module
 from workload.model import sharding
+from workload.model import step as step_module
 from workload.model.build import NAMED_CONFIGS
 from workload.model.loss import CausalLMWithLoss, LinearCrossEntropy, loss_fn
 
@@ -121,7 +123,7 @@ def category(name: str) -> str:
 def profiled_step(cfg: TrainConfig, device, activities):
     """The profiler's record of one project step, after four warm-up steps (compile, allocator)."""
     from torch.profiler import profile as torch_profile
-    step = step_bench.project_step(cfg, device)
+    step = common.project_step(cfg, device)
     batch = random_batches(cfg, NAMED_CONFIGS[cfg.model_config]["vocab_size"], rank=0)(0).to(device)
     for _ in range(4):
         step(batch).item()
@@ -225,7 +227,7 @@ def patch(name: str) -> None:
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
             return loss.detach()
-        step_bench.train_step = train_step  # project_step's names are step_bench's
+        step_module.train_step = train_step  # bench.common.project_step reads it from there at each call
     elif name == "gc_off":
         import gc
         gc.collect()
@@ -244,11 +246,11 @@ def patch(name: str) -> None:
             hidden = hidden[:, :-1].reshape(-1, hidden.shape[-1]).to(torch.bfloat16)
             return LinearCrossEntropy.apply(hidden, self.lm.lm_head.weight.to(torch.bfloat16),
                                             input_ids[:, 1:].reshape(-1), self.compiled_loss)
-        step_bench.shard_model = shard_model
+        sharding.shard_model = shard_model
         CausalLMWithLoss.forward = forward
     elif name == "bf16_params":
-        build = step_bench.build_model
-        step_bench.build_model = lambda cfg, device: build(cfg, device).to(torch.bfloat16)
+        build = build_module.build_model
+        build_module.build_model = lambda cfg, device: build(cfg, device).to(torch.bfloat16)
     else:
         raise ValueError(name)
 
@@ -267,26 +269,34 @@ def parse(variant: str) -> dict:
     return overrides
 
 
-def main() -> None:
-    mode = sys.argv[1]
+def build_parser() -> argparse.ArgumentParser:
+    parser = common.benchmark_parser(__doc__, step_flags=False)
+    parser.add_argument("mode", choices=("gemm", "profile", "bf16_updates", "gaps", "steps"))
+    parser.add_argument("variants", nargs="*", help="TrainConfig overrides k=v,k=v and +patches (see above)")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
+    mode = args.mode
     if mode == "bf16_updates":
         return bf16_updates()
     device = torch.device("cuda", 0)
-    step_bench.single_process_group(device, port=29513)
+    common.single_process_group(device, port=29513)
     cfg = TrainConfig(model_config="qwen2.5-1.5b", batch_size=8, seq_len=2048)
     if mode == "gemm":
         gemm()
     elif mode == "profile":
-        profile(dataclasses.replace(cfg, **parse(",".join(sys.argv[2:]))), device)
+        profile(dataclasses.replace(cfg, **parse(",".join(args.variants))), device)
     elif mode == "gaps":
-        gaps(dataclasses.replace(cfg, **parse(",".join(sys.argv[2:]))), device)
+        gaps(dataclasses.replace(cfg, **parse(",".join(args.variants))), device)
     elif mode == "steps":
-        step_bench.fresh(device)
-        print(json.dumps(step_bench.measure("recipe", step_bench.recipe_step(cfg, device), cfg, device, 3, 10)))
-        for variant in sys.argv[2:]:
-            step_bench.fresh(device)
+        common.fresh(device)
+        print(json.dumps(common.measure("recipe", common.recipe_step(cfg, device), cfg, device, 3, 10)))
+        for variant in args.variants:
+            common.fresh(device)
             varied = dataclasses.replace(cfg, **parse(variant.replace("default", "")))
-            result = step_bench.measure(variant, step_bench.project_step(varied, device), varied, device, 3, 10)
+            result = common.measure(variant, common.project_step(varied, device), varied, device, 3, 10)
             print(json.dumps(result), flush=True)
     dist.destroy_process_group()
 

@@ -1,9 +1,9 @@
 """Python's garbage collector during training: its own schedule against workload.gc_control's, side by side on one GPU.
 
-    python3 -m bench.gc_bench --steps 450              # on the GPU machine: each mode in a fresh process, in turn
-    python -m bench.gc_bench --device cpu --model_config tiny --batch_size 2 --seq_len 64 --steps 20   # smoke run
+    python3 -m bench.record.gc_bench --steps 450      # on the GPU machine: each mode in a fresh process, in turn
+    python -m bench.record.gc_bench --device cpu --model_config tiny --batch_size 2 --seq_len 64 --steps 20  # smoke
 
-Both modes run train_func's loop by hand (bench.gpu_record.train_for: the job's build, FSDP2 shard, optimizer and
+Both modes run train_func's loop by hand (bench.record.gpu_record.train_for: the job's build, FSDP2 shard, optimizer and
 train_step; Qwen2.5-1.5B, batch 8 x 2048 by default): `python` leaves CPython's collector on, as the job did before
 `--gc_every`; `every-50` is the job's default now (StepCollector(50): automatic collection off, the young
 generations collected every 50 steps). gc.callbacks time every collection, automatic or not, with its generation.
@@ -20,11 +20,13 @@ import subprocess
 import sys
 import time
 
+from bench.common import announce, benchmark_parser
+
 MODES = {"python": 0, "every-50": 50}
 
 
 def measure(mode: str, args: argparse.Namespace) -> dict:
-    from bench.gpu_record import train_for
+    from bench.record.gpu_record import train_for
     from workload.config import TrainConfig
     from workload.gc_control import StepCollector
 
@@ -66,22 +68,22 @@ def measure(mode: str, args: argparse.Namespace) -> dict:
     }
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--device", default="cuda")
-    parser.add_argument("--model_config", default="qwen2.5-1.5b")
-    parser.add_argument("--batch_size", type=int, default=8)
-    parser.add_argument("--seq_len", type=int, default=2048)
-    parser.add_argument("--steps", type=int, default=450)
+def build_parser() -> argparse.ArgumentParser:
+    parser = benchmark_parser(__doc__, steps=450)
     parser.add_argument("--modes", default=",".join(MODES), help="in this order, each in a fresh process")
     parser.add_argument("--only", choices=tuple(MODES), help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
     if args.only:
         print(json.dumps(measure(args.only, args)), flush=True)
         return
+    announce()
     results = []
     for mode in args.modes.split(","):
-        command = [sys.executable, "-m", "bench.gc_bench", "--only", mode, "--device", args.device,
+        command = [sys.executable, "-m", "bench.record.gc_bench", "--only", mode, "--device", args.device,
                    "--model_config", args.model_config, "--batch_size", str(args.batch_size),
                    "--seq_len", str(args.seq_len), "--steps", str(args.steps)]
         done = subprocess.run(command, capture_output=True, text=True)

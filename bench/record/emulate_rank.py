@@ -1,11 +1,11 @@
 """One rank of a stack's cluster, emulated on one GPU: the real training step at the cluster's world size, each
 collective replaced by a timed delay on the stream that issued it.
 
-    python3 -m bench.emulate_rank --output $OUT/emulate_rank.jsonl     # on one GPU (torch + transformers)
-    python -m bench.emulate_rank --device cpu --stacks dev --strategies hybrid-bf16 --model_config tiny \\
+    python3 -m bench.record.emulate_rank --output $OUT/emulate_rank.jsonl     # on one GPU (torch + transformers)
+    python -m bench.record.emulate_rank --device cpu --stacks dev --strategies hybrid-bf16 --model_config tiny \\
         --seq_len 32 --steps 2                                           # a smoke run: collectives recorded, no delay
-    python3 -m bench.emulate_rank --stacks dev --strategies recipe,hybrid,two-level-bf16 --methods full,lora,qlora \
-        --central_only                                                   # issue 32: the adapter methods beside full
+    python3 -m bench.record.emulate_rank --stacks dev --strategies recipe,hybrid,two-level-bf16 \
+        --methods full,lora,qlora --central_only                         # issue 32: the adapter methods beside full
 
 A fake process group (torch.testing._internal.distributed.fake_pg) at the cluster's world size (dev: 2 x 4 = 8,
 p5: 2 x 8 = 16) stands in for NCCL, so FSDP sizes every shard, gather buffer and reduce-scatter input as rank 0 of
@@ -18,9 +18,9 @@ or between nodes, the slower of the two for a ring that crosses both. FSDP2's re
 all-gather, reduce-scatter and all-reduce streams and their events then decide what overlaps.
 
 The compute is an H200's, not the stack's GPU's. Every delay is scaled by (this step's compute on the H200,
-measured here with no delay) / (the same step's compute on the stack's GPU, bench.step_model's figure), so compute
+measured here with no delay) / (the same step's compute on the stack's GPU, bench.model.step_model's figure), so compute
 and communication keep the stack's ratio; the emulated step divided by that scale is the stack's step. Each run's
-line carries bench.step_model's prediction for the same inputs (links, compute, the forward/backward/optimizer
+line carries bench.model.step_model's prediction for the same inputs (links, compute, the forward/backward/optimizer
 split measured here) and their ratio.
 """
 from __future__ import annotations
@@ -39,18 +39,18 @@ from typing import Callable, Iterator
 import torch
 import torch.distributed as dist
 
-from bench import step_inputs, step_model, step_shapes
-from bench.step_bench import GIB, recipe_model
+from bench.common import GIB, announce, benchmark_parser, recipe_model
+from bench.model import step_inputs, step_model, step_shapes
 from workload.config import TrainConfig
 from workload.data.batches import random_batches
+from workload.model import architectures, layout
+from workload.model.adapters import lora
 from workload.model.build import NAMED_CONFIGS, build_model
+from workload.model.layout import Collective
 from workload.model.loss import loss_fn
 from workload.model.optimizer import build_optimizer
 from workload.model.sharding import build_mesh, shard_model
 from workload.model.step import train_step
-from workload.model import architectures, layout
-from workload.model.adapters import lora
-from workload.model.layout import Collective
 
 # The functions FSDP2 (torch 2.11: *_into_tensor / *_tensor; 2.13: *_single) and FSDP1 call through
 # `torch.distributed` for their collectives, by the argument that holds S (nccl-tests' size): the gather's output,
@@ -256,8 +256,8 @@ def build_step(strategy: step_inputs.Strategy, cfg: TrainConfig, device: torch.d
             two_level = strategy.sharding == "two-level"
             sharded = shard_model(built, build_mesh(device, shape), cfg,
                                           reduce_dtype=strategy.reduce_dtype, two_level=two_level)
-        else:  # a published shape (--model_id) with random values, as bench.adapter_memory builds one rank of it
-            from bench import adapter_memory
+        else:  # a published shape (--model_id) with random values, as bench.record.adapter_memory builds one rank of it
+            from bench.record import adapter_memory
 
             shards = shape[-1] if strategy.sharding == "hybrid" else links.world_size
             sharded = adapter_memory.adapter_model(architectures.published(cfg.model_id), cfg, device, shards)
@@ -371,27 +371,26 @@ def emulate(stack: str, strategy: step_inputs.Strategy, cfg: TrainConfig, device
     return lines
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def build_parser() -> argparse.ArgumentParser:
+    parser = benchmark_parser(__doc__, batch_size=2, warmup=2, steps=5)
     parser.add_argument("--stacks", default="dev,p5")
     parser.add_argument("--strategies", default="recipe,project-full,full-bf16,hybrid,hybrid-bf16")
     parser.add_argument("--fp8_strategies", default="", help="also run these with --fp8 (dev only)")
-    parser.add_argument("--model_config", default="qwen2.5-1.5b")
     parser.add_argument("--model_id", default="", help="a shipped published shape (random values) instead of "
                         "--model_config, with the memory plan's levers and reduction for dev "
-                        "(bench.adapter_memory.job_config); strategies hybrid or full sharding only")
+                        "(bench.record.adapter_memory.job_config); strategies hybrid or full sharding only")
     parser.add_argument("--methods", default="full", help="comma list of --method values for the project's strategies "
                         "(the recipe is always full training)")
-    parser.add_argument("--batch_size", type=int, default=2, help="per GPU: the stacks' trainBatchSize")
-    parser.add_argument("--seq_len", type=int, default=2048)
-    parser.add_argument("--warmup", type=int, default=2)
-    parser.add_argument("--steps", type=int, default=5)
-    parser.add_argument("--device", default="cuda")
     parser.add_argument("--output", default="")
     parser.add_argument("--central_only", action="store_true", help="only the central compute case per strategy")
     parser.add_argument("--no_link_queues", action="store_true",
                         help="delays on the issuing streams only, as before 2026-12-03 (TimedCollectives)")
-    args = parser.parse_args()
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
+    announce()
     device = torch.device(args.device, 0) if args.device == "cuda" else torch.device(args.device)
     delay = None
     if device.type == "cuda":
@@ -415,7 +414,7 @@ def main() -> None:
             method = "full" if strategy.step == "recipe" else method
             run_cfg = dataclasses.replace(cfg, fp8=fp8, method=method)
             if args.model_id:
-                from bench import adapter_memory
+                from bench.record import adapter_memory
 
                 run_cfg, _, _ = adapter_memory.job_config(args.model_id, method, args.batch_size, args.seq_len, False)
                 run_cfg = dataclasses.replace(run_cfg, compile=cfg.compile)

@@ -1,14 +1,14 @@
 """Emulate a stack's network on one host with 2 GPUs, measure the sharding strategies side by side, and compare each
-with bench.step_model's prediction for the same setup.
+with bench.model.step_model's prediction for the same setup.
 
 Each GPU stands for a node: the job runs with --ranks_per_node 1, NCCL is forced onto its socket transport over the
 loopback (no P2P, no shared memory), and the loopback is capped at a stack's per-node bandwidth with a token-bucket
 filter (bench/tools/loopback-throttle.sh). Every run is workload.trainer.fit on a fresh local Ray cluster, as
-bench.scaling runs it, and starts with the job's own fabric check, whose bus bandwidth is what the prediction uses.
+bench.record.scaling runs it, and starts with the job's own fabric check, whose bus bandwidth the prediction uses.
 
     bash bench/tools/loopback-throttle.sh fetch bench/tools/tc          # here: Debian's tc, carried to the GPU host
-    python3 -m bench.emulate --tc bench/tools/tc --rates 40gbit,100gbit   # on nvidia-h200-x2 (root, for tc)
-    python -m bench.emulate --device cpu                                  # a smoke run of this script: gloo, no cap
+    python3 -m bench.record.emulate --tc bench/tools/tc --rates 40gbit,100gbit   # on nvidia-h200-x2 (root, for tc)
+    python -m bench.record.emulate --device cpu                    # a smoke run of this script: gloo, no cap
 
 Two GPUs make 2 nodes of 1 GPU, not the dev stack's 2 x 4: HSDP there is plain replication (an all-reduce of every
 gradient), so the emulation checks the model's bytes, bandwidth and overlap, not the dev stack's figures.
@@ -32,9 +32,9 @@ import ray.train
 import ray.train.torch
 import torch.distributed as dist
 
-from bench import step_inputs, step_model
-from bench.scaling import SOCKET_FALLBACK, run
-from bench.step_bench import recipe_model
+from bench.common import announce, benchmark_parser, recipe_model
+from bench.model import step_inputs, step_model
+from bench.record.scaling import SOCKET_FALLBACK, run
 from workload.config import TrainConfig
 from workload.data.batches import random_batches
 from workload.fabric import bandwidth as fabric
@@ -45,7 +45,7 @@ THROTTLE = Path(__file__).resolve().parent / "tools" / "loopback-throttle.sh"
 # Nodes' traffic between the two local GPUs goes over lo, as it would over a node's network; NCCL must not pick a
 # faster local path.
 SOCKETS_ON_LOOPBACK = {**SOCKET_FALLBACK, "NCCL_SOCKET_IFNAME": "lo"}
-# (bench.step_model strategy, workload flags): the strategies a 2 x 1 emulation can tell apart.
+# (bench.model.step_model strategy, workload flags): the strategies a 2 x 1 emulation can tell apart.
 STRATEGIES = {
     "recipe": {},
     "project-full": {"sharding": "full", "reduce_dtype": "fp32"},
@@ -58,7 +58,7 @@ TOLERANCE = 0.15
 
 
 def recipe_train_func(config: dict) -> None:
-    """The original recipe's loop under Ray Train (bench.step_bench.recipe_model: bf16, FSDP1, plain AdamW, the
+    """The original recipe's loop under Ray Train (bench.common.recipe_model: bf16, FSDP1, plain AdamW, the
     Hugging Face loss), after the same fabric check as the workload; hands fit its final metrics like train_func."""
     cfg = TrainConfig(**config["train"])
     context = ray.train.get_context()
@@ -98,7 +98,7 @@ def loopback_cap(tc_dir: str | None, rate: str) -> Iterator[None]:
     # loopback-throttle.sh now caps each direction of a veth pair between two namespaces instead, which needs one
     # Ray node in each namespace (the script's header); this script does not start them yet.
     sys.exit("--tc: the per-direction cap needs one Ray node per network namespace (bench/tools/loopback-throttle.sh "
-             "says how); bench.emulate does not start them yet")
+             "says how); bench.record.emulate does not start them yet")
     subprocess.run(["bash", str(THROTTLE), "on", tc_dir, rate], check=True)
     try:
         yield
@@ -118,7 +118,7 @@ def measure(name: str, cfg: TrainConfig, gpus: int, env: dict[str, str]) -> dict
 
 
 def predicted(name: str, bus_gbytes_per_s: float, cfg: TrainConfig) -> dict:
-    """bench.step_model's figures for 2 nodes of 1 H200 whose network is the fabric check's bus bandwidth."""
+    """bench.model.step_model's figures for 2 nodes of 1 H200 whose network is the fabric check's bus bandwidth."""
     hardware = step_inputs.Hardware("emulated", "H200", nodes=2, gpus_per_node=1,
                                    inter_node_gbytes_per_s=bus_gbytes_per_s,
                                    intra_node_gbytes_per_s=float("inf"), gpu_memory_gib=141.0)
@@ -130,18 +130,18 @@ def predicted(name: str, bus_gbytes_per_s: float, cfg: TrainConfig) -> dict:
     return {**figures, "tokens_per_s_serialized": serialized["tokens_per_s"]}
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def build_parser() -> argparse.ArgumentParser:
+    parser = benchmark_parser(__doc__, steps=8)
     parser.add_argument("--rates", default="40gbit", help="loopback caps, tc's units (40gbit: the dev stack's node)")
     parser.add_argument("--tc", default="", help="the directory `loopback-throttle.sh fetch` filled; empty: no cap")
     parser.add_argument("--strategies", default=",".join(STRATEGIES))
-    parser.add_argument("--model_config", default="qwen2.5-1.5b")
-    parser.add_argument("--batch_size", type=int, default=8, help="per GPU; 8 x 2048 is the H200 calibration's")
-    parser.add_argument("--seq_len", type=int, default=2048)
-    parser.add_argument("--steps", type=int, default=8)
     parser.add_argument("--fabric_check_seconds", type=float, default=3.0)
-    parser.add_argument("--device", default="cuda", help="cpu: a smoke run of this script (gloo), not a measurement")
-    args = parser.parse_args()
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
+    announce()
     on_gpu = args.device != "cpu"
     if on_gpu and not args.tc:
         sys.exit("--tc DIR is needed on the GPU host: without a cap the loopback runs at about 13.5 GB/s")

@@ -1,18 +1,18 @@
 """docs/models.md's table of models x stacks: what the preview says of each model on each stack's GPUs, and the
 step-time model's tokens/s for the plan it chose.
 
-    python -m bench.model_table            # prints the table
-    python -m bench.model_table --write    # and puts it into docs/models.md between its markers
+    python -m bench.model.model_table            # prints the table
+    python -m bench.model.model_table --write    # and puts it into docs/models.md between its markers
 
 Each cell is the preview's own verdict: the memory plan infra.preview.job_plan.check_job_shape refuses on
 (workload.model.memory_plan.for_job), for the job the stack file would run (Pulumi.yaml's defaults and the stack's
 file, trainModelId and trainMethod set, through infra.config.parse and infra.job.job_config.workload_config as
 `pulumi up` does), so "no" is the refusal `pulumi preview` prints. A column per trainMethod: full, lora, qlora. The
-tokens/s are bench.step_model.predict's for that plan (its sharding as the job's --sharding auto would choose it, its
-activation checkpointing, reshard_after_forward and micro-batches, the method's FLOPs and bytes), its central figure: the H200's measured MFU and step split
-for Qwen2.5-1.5B carried to each GPU (the L4 at its sustained GEMM rate) and the central bandwidths of
-bench.step_inputs.Assumptions; a prediction until a cluster measures it. tests/test_docs.py checks that docs/models.md
-holds exactly this table.
+tokens/s are bench.model.step_model.predict's for that plan (its sharding as the job's --sharding auto would choose
+it, its activation checkpointing, reshard_after_forward and micro-batches, the method's FLOPs and bytes), its central
+figure: the H200's measured MFU and step split for Qwen2.5-1.5B carried to each GPU (the L4 at its sustained GEMM rate)
+and the central bandwidths of bench.model.step_inputs.Assumptions; a prediction until a cluster measures it.
+tests/test_docs.py checks that docs/models.md holds exactly this table.
 """
 from __future__ import annotations
 
@@ -20,15 +20,15 @@ import argparse
 import dataclasses
 from pathlib import Path
 
-from bench import step_inputs, step_model, step_shapes
+from bench.model import step_inputs, step_model, step_shapes
 from infra import config as stack_config
 from infra.job import job_config
 from tests.pulumi_mocks import STACKS, stack_settings
 from tests.stacks import INSTANCE_FACTS
 from workload.model import adapters, architectures, memory, memory_plan
 
-PAGE = Path(__file__).resolve().parent.parent / "docs" / "models.md"
-BEGIN, END = "<!-- model-table: python -m bench.model_table --write -->", "<!-- /model-table -->"
+PAGE = Path(__file__).resolve().parents[2] / "docs" / "models.md"
+BEGIN, END = "<!-- model-table: python -m bench.model.model_table --write -->", "<!-- /model-table -->"
 MODELS = ("Qwen/Qwen2.5-1.5B", "Qwen/Qwen2.5-7B", "meta-llama/Llama-3.1-8B", "Qwen/Qwen3-8B",
           "mistralai/Mistral-7B-v0.3", "Qwen/Qwen2.5-14B", "Qwen/Qwen2.5-32B", "meta-llama/Llama-3.3-70B-Instruct")
 LEVER_NAMES = {"activation_checkpointing": "AC", "reshard_after_forward": "RAF", "sharding": "full",

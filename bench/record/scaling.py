@@ -1,6 +1,6 @@
 """Weak scaling of the workload under Ray Train with NCCL, and what a silent TCP fallback costs, on one host.
 
-    python -m bench.scaling --world_sizes 1,2 --batch_size 8 --seq_len 2048 --steps 10 --nccl_logs $OUT
+    python -m bench.record.scaling --world_sizes 1,2 --batch_size 8 --seq_len 2048 --steps 10 --nccl_logs $OUT
 
 Every run is `workload.trainer.fit` on a local Ray cluster with one GPU worker per rank and the same per-GPU batch
 (weak scaling). Efficiency = tokens/s per GPU at world size N over tokens/s at 1. Then the largest world size
@@ -17,6 +17,7 @@ import os
 
 import ray
 
+from bench.common import announce, benchmark_parser
 from workload.config import TrainConfig
 from workload.fabric.transport import rank_verdicts
 from workload.trainer import fit, summarize
@@ -38,17 +39,17 @@ def run(cfg: TrainConfig, gpus: int, env: dict[str, str], nccl_dir: str | None) 
         ray.shutdown()
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def build_parser() -> argparse.ArgumentParser:
+    parser = benchmark_parser(__doc__, steps=10)
     parser.add_argument("--world_sizes", default="1,2")
-    parser.add_argument("--model_config", default="qwen2.5-1.5b")
-    parser.add_argument("--batch_size", type=int, default=8)
-    parser.add_argument("--seq_len", type=int, default=2048)
-    parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--gpus", type=int, default=0, help="GPUs Ray may use (default: the largest world size)")
     parser.add_argument("--nccl_logs", default="", help="directory for every rank's NCCL debug file")
-    parser.add_argument("--device", default="cuda", help="cpu: a smoke run of this script (gloo), not a measurement")
-    args = parser.parse_args()
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
+    announce()
     world_sizes = [int(size) for size in args.world_sizes.split(",")]
     gpus = 0 if args.device == "cpu" else args.gpus or max(world_sizes)
 

@@ -1,7 +1,7 @@
 """One rank's real peak GPU memory at a cluster's world size, on one GPU, against workload.model.memory's projection.
 
-    python -m bench.memory_bench                 # every case of CASES, on the first GPU (torch + transformers)
-    python -m bench.memory_bench --cases 0,3     # some of them
+    python -m bench.record.memory_bench                 # every case of CASES, on the first GPU (torch + transformers)
+    python -m bench.record.memory_bench --cases 0,3     # some of them
 
 For each case the model is built from its shipped config (workload/model/architectures/configs) on the meta device,
 sharded with workload.model.sharding.shard_model over a mesh of `world_size` ranks of a fake process group
@@ -29,6 +29,7 @@ import torch.distributed as dist
 from torch.testing._internal.distributed.fake_pg import FakeStore
 from transformers import AutoConfig, AutoModelForCausalLM
 
+from bench.common import GIB, announce, benchmark_parser
 from workload.config import TrainConfig
 from workload.model import architectures, memory
 from workload.model.loss import CausalLMWithLoss
@@ -36,7 +37,6 @@ from workload.model.optimizer import build_optimizer
 from workload.model.sharding import build_mesh, shard_model
 from workload.model.step import train_step
 
-GIB = 2**30
 # (Hub id, world size, micro-batch, seq_len, activation checkpointing, reshard_after_forward, grad_accum_steps,
 # compiled): eager cases first (seconds each), then compiled ones (each compiles its layer and loss kernel).
 CASES = (
@@ -139,11 +139,16 @@ def measure(case: tuple, device: torch.device) -> dict:
     }
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def build_parser() -> argparse.ArgumentParser:
+    parser = benchmark_parser(__doc__, step_flags=False)
     parser.add_argument("--cases", default="", help="comma-separated indices into CASES; empty: all")
     parser.add_argument("--time_budget_s", type=float, default=400, help="skip the remaining cases after this")
-    args = parser.parse_args()
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
+    announce()
     device = torch.device("cuda", 0)
     torch.cuda.set_device(device)
     chosen = [CASES[int(i)] for i in args.cases.split(",")] if args.cases else list(CASES)

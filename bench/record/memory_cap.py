@@ -1,22 +1,22 @@
 """The planner's own plans, run for real steps under the target GPU's memory, with each allocator setting.
 
-    python -m bench.memory_cap --out memory_cap.jsonl          # every case of CASES, both allocators, on GPU 0
-    python -m bench.memory_cap --cases 0,6 --out cap.jsonl     # some of them
-    python -m bench.memory_cap --cases 0,1 --sharding two-level  # the dev 7B plans with two-level's collectives
+    python -m bench.record.memory_cap --out memory_cap.jsonl          # every case of CASES, both allocators, on GPU 0
+    python -m bench.record.memory_cap --cases 0,6 --out cap.jsonl     # some of them
+    python -m bench.record.memory_cap --cases 0,1 --sharding two-level  # the dev 7B plans with two-level's collectives
 
-bench/memory_bench.py measures the allocated peak of settings chosen by hand, on the whole H200. This takes what the
-planner itself picks (workload.model.memory_plan.choose: levers, micro-batch, shards) for a model, per-GPU batch,
-world size and instance type, and runs it as one rank of that cluster (memory_bench.sharded_model: a fake process
-group at the world size; HSDP's 2-D (replicas, shards) mesh where the plan's shards are one node's) under
+bench/record/memory_bench.py measures the allocated peak of settings chosen by hand, on the whole H200. This takes what
+the planner itself picks (workload.model.memory_plan.choose: levers, micro-batch, shards) for a model, per-GPU batch,
+world size and instance type, and runs it as one rank of that cluster (memory_bench.sharded_model: a fake process group
+at the world size; HSDP's 2-D (replicas, shards) mesh where the plan's shards are one node's) under
 torch.cuda.set_per_process_memory_fraction set to the instance GPU's usable memory (workload.model.memory.usable_gib:
-EC2's figure less the CUDA context), and again at that less NCCL's buffers (NCCL_BUFFERS_GIB: what PyTorch's
-allocator really has on a multi-rank job). Each run is its own process, started with PYTORCH_CUDA_ALLOC_CONF unset
-(the allocator's default) or expandable_segments:True (what the job sets), because the allocator reads it once, at
-its first allocation. With --sharding two-level, a plan of full sharding's share on two or more nodes (the layout auto
-picks for full training on a slow network, dev's) runs with two-level collectives on the (nodes, ranks per node) mesh
-(workload.model.two_level, on the fake group as bench/emulate_rank.py runs it): their staging buffers included.
-Several runs share the GPU at once while their caps add up to under CONCURRENT_GIB: each is
-held to its own cap, and max_memory_allocated/reserved are per process.
+EC2's figure less the CUDA context), and again at that less NCCL's buffers (NCCL_BUFFERS_GIB: what PyTorch's allocator
+really has on a multi-rank job). Each run is its own process, started with PYTORCH_CUDA_ALLOC_CONF unset (the
+allocator's default) or expandable_segments:True (what the job sets), because the allocator reads it once, at its first
+allocation. With --sharding two-level, a plan of full sharding's share on two or more nodes (the layout auto picks for
+full training on a slow network, dev's) runs with two-level collectives on the (nodes, ranks per node) mesh
+(workload.model.two_level, on the fake group as bench/record/emulate_rank.py runs it): their staging buffers included.
+Several runs share the GPU at once while their caps add up to under CONCURRENT_GIB: each is held to its own cap, and
+max_memory_allocated/reserved are per process.
 
 Each run records, over steps 2 to STEPS (step 1 allocates AdamW's state), torch.cuda.max_memory_allocated() and
 max_memory_reserved(), the allocator's retries (cudaMalloc failures it answered by freeing its cache) and whether
@@ -33,10 +33,10 @@ import sys
 import tempfile
 import time
 
+from bench.common import GIB, announce, benchmark_parser
 from workload.config import TrainConfig
 from workload.model import architectures, memory, memory_plan
 
-GIB = 2**30
 # GPUs per node and each GPU's memory in MiB, EC2 DescribeInstanceTypes' figures as infra/preview/instance_facts.py's
 # KNOWN_GPU_INSTANCE_TYPES holds them (that module imports Pulumi, which the GPU machine has not).
 INSTANCE_GPUS = {"g6.12xlarge": (4, 22888), "g6e.12xlarge": (4, 46068), "p5.48xlarge": (8, 81920)}
@@ -92,7 +92,7 @@ def run_one(job: dict) -> dict:
     import torch.distributed as dist
     from torch.testing._internal.distributed.fake_pg import FakeStore
 
-    from bench.memory_bench import sharded_model
+    from bench.record.memory_bench import sharded_model
     from workload.model.optimizer import build_optimizer
     from workload.model.step import train_step
 
@@ -166,7 +166,7 @@ def run_all(jobs: list[dict], out, budget_s: float) -> list[dict]:
                 env["PYTORCH_CUDA_ALLOC_CONF"] = job["alloc_conf"]
             # Files, not pipes: a child's compile warnings must never fill a pipe nobody reads yet.
             logs = tempfile.TemporaryFile("w+"), tempfile.TemporaryFile("w+")
-            process = subprocess.Popen([sys.executable, "-m", "bench.memory_cap", "--one", json.dumps(job)],
+            process = subprocess.Popen([sys.executable, "-m", "bench.record.memory_cap", "--one", json.dumps(job)],
                                        env=env, stdout=logs[0], stderr=logs[1], text=True)
             process.logs = logs
             running.append((job, process))
@@ -201,8 +201,8 @@ def table(results: list[dict]) -> None:
               f"projected {row['projected_allocated_gib']:6.2f}")
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def build_parser() -> argparse.ArgumentParser:
+    parser = benchmark_parser(__doc__, step_flags=False)
     parser.add_argument("--cases", default="", help="comma-separated indices into CASES; empty: all")
     parser.add_argument("--out", default="", help="also write the JSON lines here")
     parser.add_argument("--sharding", default="plan", choices=("plan", "two-level"),
@@ -210,10 +210,15 @@ def main() -> None:
                              "nodes run with two-level collectives on the (nodes, GPUs per node) mesh")
     parser.add_argument("--time_budget_s", type=float, default=420, help="start no run after this")
     parser.add_argument("--one", default="", help=argparse.SUPPRESS)  # a child: run this job, print its line
-    args = parser.parse_args()
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
     if args.one:
         print(json.dumps(run_one(json.loads(args.one))), flush=True)
         return
+    announce()
     chosen = [CASES[int(i)] for i in args.cases.split(",")] if args.cases else list(CASES)
     jobs = jobs_for(chosen, args.sharding)
     print(json.dumps({"jobs": len(jobs), "steps": STEPS, "concurrent_gib": CONCURRENT_GIB}), flush=True)

@@ -1,10 +1,10 @@
 """fp8 (--fp8, workload/model/fp8.py) against bf16 on one GPU: tokens/s of the project's step, and the loss of a real
 fine-tune on the repository's sample corpus, side by side in one process.
 
-    python3 -m bench.fp8_bench --output $OUT/fp8_bench.jsonl       # on a GPU with fp8 (L4, L40S, H100, H200)
+    python3 -m bench.record.fp8_bench --output $OUT/fp8_bench.jsonl       # on a GPU with fp8 (L4, L40S, H100, H200)
 
 - speed: workload.model's default step on Qwen2.5-1.5B (random weights, random tokens), bf16 then fp8, at each
-  --speed_batches per-GPU batch of --seq_len tokens; median step after warm-up (bench.step_bench.measure).
+  --speed_batches per-GPU batch of --seq_len tokens; median step after warm-up (bench.common.measure).
 - loss: a small Qwen2-shaped model (LOSS_ARCHITECTURE) trained for --loss_steps on data/corpus.txt with
   data/tokenizer (workload.data.batches's packing, 20% held out), through workload.model's own shard_model and
   train_step: bf16 with seeds 0 and 1 (their difference is the seed-to-seed noise), fp8 with the same seeds. The verdict
@@ -20,7 +20,7 @@ import torch
 import torch.distributed as dist
 from transformers import AutoModelForCausalLM, Qwen2Config
 
-from bench.step_bench import fresh, measure, project_step, single_process_group
+from bench.common import announce, benchmark_parser, fresh, measure, project_step, single_process_group
 from workload.config import TrainConfig
 from workload.data.batches import make_data
 from workload.model.loss import CausalLMWithLoss
@@ -63,14 +63,19 @@ def curve_gap(a: dict, b: dict) -> float:
     return max(abs(x - y) for x, y in zip(a["train_losses_every_10"][5:], b["train_losses_every_10"][5:]))
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def build_parser() -> argparse.ArgumentParser:
+    parser = benchmark_parser(__doc__, step_flags=False)
     parser.add_argument("--speed_batches", default="2,8")
     parser.add_argument("--seq_len", type=int, default=2048)
     parser.add_argument("--loss_steps", type=int, default=300)
     parser.add_argument("--skip", default="", help="speed or loss")
     parser.add_argument("--output", default="")
-    args = parser.parse_args()
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
+    announce()
     device = torch.device("cuda", 0)
     single_process_group(device, port=29513)
     output = open(args.output, "w") if args.output else None

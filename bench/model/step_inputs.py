@@ -1,4 +1,4 @@
-"""The step-time model's inputs (bench/step_model.py): the H200 measurements it starts from, each GPU's and link's
+"""The step-time model's inputs (bench/model/step_model.py): the H200 measurements it starts from, each GPU's and link's
 figures, the assumptions with their central value and range, the step's measured split and the sharding strategies."""
 from __future__ import annotations
 
@@ -6,11 +6,11 @@ import json
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from bench.step_bench import GIB
+from workload.model.memory import GIB
 
-RESULTS = Path(__file__).resolve().parent / "results" / "step_model.jsonl"
-# Each stack's Hardware as `python -m bench.step_model` read it from the stack files, for machines without Pulumi
-# (the GPU machine that runs bench/emulate_rank.py): tests.pulumi_mocks, which reads them, imports pulumi.
+RESULTS = Path(__file__).resolve().parents[1] / "results" / "step_model.jsonl"
+# Each stack's Hardware as `python -m bench.model.step_model` read it from the stack files, for machines without Pulumi
+# (the GPU machine that runs bench/record/emulate_rank.py): tests.pulumi_mocks, which reads them, imports pulumi.
 STACK_HARDWARE = RESULTS.parent / "stack_hardware.json"
 MODEL_CONFIG = "qwen2.5-1.5b"
 # One H200, 8 x 2048 tokens per step, median step (bench/results/step_bench-h200-2026-11-29.log; RESULTS.md).
@@ -29,7 +29,7 @@ H200_BATCH2_TOKENS_PER_S = {"recipe": 21_299, "project": 28_936}
 # and 450 GB/s.
 INTRA_NODE_GBYTES_PER_S = {"p4d.24xlarge": 230.0, "p5.48xlarge": 450.0}
 G_FAMILY = ("g6.12xlarge", "g6e.12xlarge")
-# The H200's sustained bf16 GEMM rate in the project's step: its matmuls ran at 740 TFLOP/s of 989 (bench.probe
+# The H200's sustained bf16 GEMM rate in the project's step: its matmuls ran at 740 TFLOP/s of 989 (bench.explore.probe
 # profile, RESULTS.md; 700-790 per shape alone), 0.748 of peak under the 700 W cap.
 H200_SUSTAINED_GEMM_TFLOPS = 740.0
 L4_PEAK_TFLOPS = 121.0
@@ -68,7 +68,7 @@ class Split:
     optimizer: float
 
 
-# Measured by bench/emulate_rank.py on the H200 at the stacks' per-GPU batch (2 x 2048), world sizes 8 and 16, no
+# Measured by bench/record/emulate_rank.py on the H200 at the stacks' per-GPU batch (2 x 2048), world sizes 8 and 16, no
 # delays: the mean over the compute-only runs (bench/results/emulate_rank-h200-2026-12-01.jsonl; project: 8 runs,
 # forward 0.42-0.55; recipe: 2 runs). The project's forward is half its compute, not a third: the chunked loss
 # computes the lm_head's gradients in forward; the recipe's is 44%: the Hugging Face loss materialises fp32 logits

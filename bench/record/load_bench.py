@@ -1,6 +1,6 @@
 """Load-time memory of a model whose fp32 copy does not fit the memory a rank is allowed, loaded as the job loads it.
 
-    python -m bench.load_bench --directory /tmp/llama-8b-shape --cap_gib 20 --world_size 8 --ranks 0,7
+    python -m bench.record.load_bench --directory /tmp/llama-8b-shape --cap_gib 20 --world_size 8 --ranks 0,7
 
 1. Writes (once) a random-weight model of Llama-3.1-8B's shape (8.03 B parameters, LLAMA_3_1_8B below) as bf16
    safetensors shards with their model.safetensors.index.json, as the Hub publishes such a model: 16 GB on disk.
@@ -26,6 +26,8 @@ import sys
 import time
 
 import torch
+
+from bench.common import announce, benchmark_parser
 
 # Llama-3.1-8B's published config.json (huggingface.co/meta-llama/Llama-3.1-8B), the fields that shape the model.
 LLAMA_3_1_8B = dict(
@@ -148,8 +150,8 @@ def _status_bytes(field: str) -> int:
     return int(line.split()[1]) * 1024
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def build_parser() -> argparse.ArgumentParser:
+    parser = benchmark_parser(__doc__, step_flags=False)
     parser.add_argument("--directory", default="/tmp/llama-8b-shape")
     parser.add_argument("--cap_gib", type=float, default=20.0)
     parser.add_argument("--world_size", type=int, default=8)
@@ -157,15 +159,20 @@ def main() -> None:
     parser.add_argument("--device", default="cuda", help="cpu: a smoke run of the code (no cap, no GPU figures)")
     parser.add_argument("--layers", type=int, default=None, help="fewer decoder layers than the 8B's 32 (smoke)")
     parser.add_argument("--load_rank", type=int, default=None, help=argparse.SUPPRESS)  # the fresh process's
-    args = parser.parse_args()
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
     if args.load_rank is not None:
         print(json.dumps(load(args.directory, args.load_rank, args.world_size, args.cap_gib,
                               torch.device(args.device))), flush=True)
         return
+    announce()
     print(json.dumps({"write": write(args.directory, torch.device(args.device), args.layers)}), flush=True)
     for rank in (int(rank) for rank in args.ranks.split(",")):
         # A fresh process per rank: its peak RSS and GPU peak are the load's alone, not the writer's.
-        subprocess.run([sys.executable, "-m", "bench.load_bench", "--directory", args.directory, "--cap_gib",
+        subprocess.run([sys.executable, "-m", "bench.record.load_bench", "--directory", args.directory, "--cap_gib",
                         str(args.cap_gib), "--world_size", str(args.world_size), "--device", args.device,
                         "--load_rank", str(rank)],
                        check=True)

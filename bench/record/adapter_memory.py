@@ -1,20 +1,20 @@
 """--method lora and qlora measured as one rank of the dev stack (2 x g6.12xlarge: 8 L4 of 22888 MiB), for issue 32.
 
-    python -m bench.adapter_memory --out adapter_memory.jsonl     # on one GPU (the H200): every case, then the load
-    python -m bench.adapter_memory --cases 0 --load_layers 0      # the 70B qlora step alone
-    python -m bench.adapter_memory --smoke                        # tiny shapes on CPU: the same code, in seconds
+    python -m bench.record.adapter_memory --out adapter_memory.jsonl   # on one GPU (the H200): every case, the load
+    python -m bench.record.adapter_memory --cases 0 --load_layers 0    # the 70B qlora step alone
+    python -m bench.record.adapter_memory --smoke                      # tiny shapes on CPU: the same code, in seconds
 
-Each case is one rank of a world of 8 (a fake process group, as bench/memory_bench.py and bench/memory_cap.py run
-one: its collectives return without moving data, so the rank holds exactly what a real one holds) with the model's
-published shape, built on the meta device, given --method's adapters (workload.model.adapters.lora.apply: NF4 base
-weights for qlora), sharded by the job's shard_model, materialised with random values (NF4 shards quantized from
-random bf16 rows by the loader's own workload.model.adapters.nf4.quantized_shard), and trained for STEPS real steps
-of the job's train_step under torch.cuda.set_per_process_memory_fraction at an L4's usable memory
-(workload.model.memory.usable_gib of EC2's 22888 MiB). The levers are the memory plan's
-(workload.model.memory_plan.for_job, which knows the methods once issue 32's infra half is in), else LEVERS. Each
-case runs in a process of its own (the allocator's peaks are per process) and prints torch.cuda.max_memory_allocated
-and max_memory_reserved over steps 2..STEPS beside workload.model.memory.estimate's projection for the method
-(`projection: n/a` where estimate does not take method= yet).
+Each case is one rank of a world of 8 (a fake process group, as bench/record/memory_bench.py and
+bench/record/memory_cap.py run one: its collectives return without moving data, so the rank holds exactly what a real
+one holds) with the model's published shape, built on the meta device, given --method's adapters
+(workload.model.adapters.lora.apply: NF4 base weights for qlora), sharded by the job's shard_model, materialised with
+random values (NF4 shards quantized from random bf16 rows by the loader's own
+workload.model.adapters.nf4.quantized_shard), and trained for STEPS real steps of the job's train_step under
+torch.cuda.set_per_process_memory_fraction at an L4's usable memory (workload.model.memory.usable_gib of EC2's 22888
+MiB). The levers are the memory plan's (workload.model.memory_plan.for_job, which knows the methods once issue 32's
+infra half is in), else LEVERS. Each case runs in a process of its own (the allocator's peaks are per process) and
+prints torch.cuda.max_memory_allocated and max_memory_reserved over steps 2..STEPS beside
+workload.model.memory.estimate's projection for the method (`projection: n/a` where estimate does not take method= yet).
 
 The load: a 70B-shaped safetensors checkpoint written on disk in pieces (one file per decoder layer and one for the
 embeddings and head, bf16 random values, --load_layers of the 80 layers: the whole model is 141 GB, more than the
@@ -34,12 +34,12 @@ import sys
 import tempfile
 import time
 
+from bench.common import GIB, announce, benchmark_parser
 from workload.config import TINY, TrainConfig
 from workload.model import architectures, memory
 
-GIB = 2**30
 WORLD_SIZE = 8  # the dev stack: 2 x g6.12xlarge, 4 L4 each
-L4_MIB = 22888  # EC2 DescribeInstanceTypes' g6.12xlarge GPU memory (bench/memory_cap.py's INSTANCE_GPUS)
+L4_MIB = 22888  # EC2 DescribeInstanceTypes' g6.12xlarge GPU memory (bench/record/memory_cap.py's INSTANCE_GPUS)
 # (Hub id, --method, per-GPU batch, seq_len): the issue's 70B on dev in qlora, and the 7B the full method only just
 # fits on dev, in lora and in full.
 CASES = (
@@ -260,7 +260,7 @@ def load_one(directory: str, layers: int, smoke: bool) -> dict:
 
 def in_subprocess(argument: dict) -> dict:
     """A case or the load in a process of its own; its JSON line back."""
-    done = subprocess.run([sys.executable, "-m", "bench.adapter_memory", "--one", json.dumps(argument)],
+    done = subprocess.run([sys.executable, "-m", "bench.record.adapter_memory", "--one", json.dumps(argument)],
                           capture_output=True, text=True, env={**os.environ, "PYTORCH_CUDA_ALLOC_CONF":
                                                                "expandable_segments:True"})
     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
@@ -303,15 +303,19 @@ def _print(result: dict, out) -> None:
               f"oom: {bool(result.get('oom'))}", flush=True)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def build_parser() -> argparse.ArgumentParser:
+    parser = benchmark_parser(__doc__, step_flags=False)
     parser.add_argument("--cases", default="", help="comma-separated indices into CASES; empty: all")
     parser.add_argument("--load_layers", type=int, default=4, help="decoder layers of the synthetic 70B checkpoint "
                         "whose sharded NF4 load is measured (4: 11 GB of files); 0: no load")
     parser.add_argument("--smoke", action="store_true", help="tiny shapes on CPU, in this process")
     parser.add_argument("--out", default="", help="also append each JSON line to this file")
     parser.add_argument("--one", default="", help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     if args.one:
         argument = json.loads(args.one)
         if "load" in argument:
@@ -319,6 +323,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             print(json.dumps(run_one(tuple(argument["case"]), argument["smoke"])))
         return 0
+    announce()
     cases = [int(index) for index in args.cases.split(",") if index] or list(range(len(CASES)))
     load_layers = min(args.load_layers, TINY["num_hidden_layers"]) if args.smoke else args.load_layers
     with open(args.out, "a") if args.out else open(os.devnull, "w") as out:

@@ -1,19 +1,19 @@
 """A step-time model: the tokens/s each sharding strategy should reach on each stack's hardware, against the recipe.
 
-    python -m bench.step_model        # prints JSON lines and writes them to bench/results/step_model.jsonl
+    python -m bench.model.step_model        # prints JSON lines and writes them to bench/results/step_model.jsonl
 
 No GPU needed. The bytes come from the collectives each step issues: workload.model.layout.step_collectives for the
-project's FSDP2, recipe_collectives (bench/step_shapes.py) for the recipe's FSDP1; tests/test_parallel.py records both
-on a gloo mesh and checks them against these functions. The compute comes from the H200 measurement (bench/results),
-scaled by each GPU's dense bf16 peak at the MFU measured there. The bandwidths come from the instance facts
-(tests/stacks.py) and the assumptions in bench/step_inputs.py. Every assumption is written next to the figures. The
-lines below are of Qwen2.5-1.5B, the model measured; predict takes any decoder's shape from its config.json
-(config_shape: its FSDP units and FLOPs per token from workload.model.memory, without building it) at the same measured
-MFU and split (bench/model_table.py, docs/models.md's model x stack table, uses it so).
+project's FSDP2, recipe_collectives (bench/model/step_shapes.py) for the recipe's FSDP1; tests/test_parallel.py records
+both on a gloo mesh and checks them against these functions. The compute comes from the H200 measurement
+(bench/results), scaled by each GPU's dense bf16 peak at the MFU measured there. The bandwidths come from the instance
+facts (tests/stacks.py) and the assumptions in bench/model/step_inputs.py. Every assumption is written next to the
+figures. The lines below are of Qwen2.5-1.5B, the model measured; predict takes any decoder's shape from its
+config.json (config_shape: its FSDP units and FLOPs per token from workload.model.memory, without building it) at the
+same measured MFU and split (bench/model/model_table.py, docs/models.md's model x stack table, uses it so).
 
 One step, per GPU (all GPUs in step):
 - compute: tokens x FLOPs per token / (peak x MFU), split into forward, backward and optimizer (clipping + AdamW)
-  by the shares bench/emulate_rank.py measured on the real step (SPLIT). The MFU on each GPU is the H200's
+  by the shares bench/record/emulate_rank.py measured on the real step (SPLIT). The MFU on each GPU is the H200's
   batch-8 one scaled by a compute factor per GPU (compute_scale): for the L4, its published sustained bf16 GEMM
   rate over the H200's measured one; for the H100, the H200's own MFU at the same per-GPU batch.
 - communication: each collective sends busbw-factor x S bytes per rank (nccl-tests' convention); between nodes at a
@@ -40,8 +40,8 @@ import dataclasses
 import json
 from dataclasses import replace
 
-from bench.step_bench import GIB
-from bench.step_inputs import (
+from bench.model import step_shapes
+from bench.model.step_inputs import (
     CENTRAL,
     G_FAMILY,
     H200_BATCH,
@@ -65,13 +65,13 @@ from bench.step_inputs import (
     assumed_links,
     stack_hardware,
 )
-from bench import step_shapes
-from bench.step_shapes import ModelShape, bytes_by_collective, collectives, default_shape, meta_model
+from bench.model.step_shapes import ModelShape, bytes_by_collective, collectives, default_shape, meta_model
 from workload.model import architectures, layout, memory, memory_plan
 from workload.model.adapters import compute as adapter_compute
 from workload.model.flops import model_flops_utilization
 from workload.model.gpu_peaks import peak_flops_of
 from workload.model.layout import Collective, total_traffic
+from workload.model.memory import GIB
 
 
 def h200_mfu(step: str, tokens_per_s: dict = H200_TOKENS_PER_S) -> float:
@@ -93,7 +93,8 @@ def compute_scale(step: str, gpu_name: str, assumptions: Assumptions) -> float:
 
 
 def gemm_cases(gpu_name: str) -> dict[str, float]:
-    """The compute cases bench/emulate_rank.py scales its delays for: the L4's GEMM range, else the central one."""
+    """The compute cases bench/record/emulate_rank.py scales its delays for: the L4's GEMM range, else the central
+    one."""
     if gpu_name != "L4":
         return {"central compute": CENTRAL.l4_gemm_tflops}
     low, high = LOW_HIGH["l4_gemm_tflops"]
@@ -132,7 +133,7 @@ def predict(strategy: Strategy, hardware: Hardware, batch_size: int, seq_len: in
     """Step time and tokens/s of `strategy` on `hardware` (documented bandwidths; `assumptions` scale them):
     batch_size x batch_multiple sequences of seq_len tokens per GPU per step, in grad_accum_steps micro-batches; of
     Qwen2.5-1.5B unless `shape` says another model (its FLOPs and collectives; the split and MFU are the measured
-    ones). `links_override` (bench.emulate_rank.Links) gives the bandwidths directly; `compute_factor` scales the
+    ones). `links_override` (bench.record.emulate_rank.Links) gives the bandwidths directly; `compute_factor` scales the
     compute (fp8's measured gain). `hide_under_step` is a lever the workload does not have: every collective but the
     exposed two hides under the whole step's compute (reductions under the optimizer and the next forward too).
     With activation checkpointing backward recomputes each layer's forward (RECOMPUTE_SHARE more of the forward and
@@ -331,7 +332,7 @@ def assumptions(batch_size: int, seq_len: int) -> dict:
             "links": "serialized in the range of the G family only (SHM and EFA share host memory and PCIe)",
         },
         "split_forward_backward_optimizer": {step: dataclasses.astuple(split) for step, split in SPLIT.items()},
-        "split_source": "bench/emulate_rank.py, compute-only runs at the stacks' per-GPU batch",
+        "split_source": "bench/record/emulate_rank.py, compute-only runs at the stacks' per-GPU batch",
         "activation_checkpointing": f"backward recomputes each layer's forward: {RECOMPUTE_SHARE:.3f} more of the "
                                     "forward and backward compute (2 of 6 FLOPs per parameter per token)",
         "intra_node_gbytes_per_s": {**INTRA_NODE_GBYTES_PER_S, **{name: "g_intra_node_gbytes_per_s"
@@ -340,11 +341,11 @@ def assumptions(batch_size: int, seq_len: int) -> dict:
                       "(n-1)/n); a ring over all ranks crosses each node boundary once per direction",
         "overlap": "first gather and last reduction exposed; the rest hidden under forward (gathers) and backward "
                    "(gathers, reductions) compute up to its length; the optimizer hides nothing; with k "
-                   "micro-batches only the first forward and the last backward hide anything. bench/emulate_rank.py "
-                   "checks this against FSDP's real streams",
+                   "micro-batches only the first forward and the last backward hide anything. "
+                   "bench/record/emulate_rank.py checks this against FSDP's real streams",
         "bytes": "from the collectives each step issues: workload.model.layout.step_collectives (FSDP2) and "
-                 "bench.step_shapes.recipe_collectives (FSDP1), checked against a recorded step on a gloo mesh in "
-                 "tests/test_parallel.py",
+                 "bench.model.step_shapes.recipe_collectives (FSDP1), checked against a recorded step on a gloo "
+                 "mesh in tests/test_parallel.py",
     }
 
 

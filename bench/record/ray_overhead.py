@@ -1,6 +1,6 @@
 """What Ray Train costs: the workload's step under TorchTrainer against the same loop without Ray, on one GPU.
 
-    python -m bench.ray_overhead --model_config qwen2.5-1.5b --batch_size 8 --seq_len 2048 --steps 30
+    python -m bench.record.ray_overhead --model_config qwen2.5-1.5b --batch_size 8 --seq_len 2048 --steps 30
 
 `raw` runs train_func's loop by hand (the same build, shard, optimizer, batches, train_step and per-step loss
 all-reduce), `ray` runs `workload.trainer.fit` on a local Ray cluster with one GPU worker. Both report tokens/s the
@@ -18,7 +18,7 @@ import time
 import torch
 import torch.distributed as dist
 
-from bench.step_bench import device_from_flag, single_process_group
+from bench.common import announce, benchmark_parser, device_from_flag, single_process_group
 from workload.config import TrainConfig
 from workload.data.batches import make_data
 from workload.model.build import build_model
@@ -49,7 +49,7 @@ def raw_loop(cfg: TrainConfig, device: torch.device) -> float:
 
 
 def ray_run(cfg: TrainConfig, device: torch.device) -> dict:
-    from bench.scaling import run  # imports Ray: only the Ray measurement's process needs it
+    from bench.record.scaling import run  # imports Ray: only the Ray measurement's process needs it
 
     return run(cfg, 1 if device.type == "cuda" else 0, env={}, nccl_dir=None)
 
@@ -59,23 +59,22 @@ def measure_in_subprocess(kind: str, args: argparse.Namespace) -> dict:
     import subprocess
     import sys
 
-    command = [sys.executable, "-m", "bench.ray_overhead", "--only", kind, "--model_config", args.model_config,
+    command = [sys.executable, "-m", "bench.record.ray_overhead", "--only", kind, "--model_config", args.model_config,
                "--batch_size", str(args.batch_size), "--seq_len", str(args.seq_len), "--steps", str(args.steps),
                "--device", args.device]
     output = subprocess.run(command, check=True, capture_output=True, text=True).stdout
     return json.loads(output.strip().splitlines()[-1])
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model_config", default="qwen2.5-1.5b")
-    parser.add_argument("--batch_size", type=int, default=8)
-    parser.add_argument("--seq_len", type=int, default=2048)
-    parser.add_argument("--steps", type=int, default=30)
-    parser.add_argument("--device", default="cuda", help="cpu: a smoke run of this script, not a measurement")
+def build_parser() -> argparse.ArgumentParser:
+    parser = benchmark_parser(__doc__, steps=30)
     parser.add_argument("--rounds", type=int, default=2, help="raw, ray, raw, ray, ...: each in its own process")
     parser.add_argument("--only", choices=("raw", "ray"), help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
     cfg = TrainConfig(model_config=args.model_config, batch_size=args.batch_size, seq_len=args.seq_len,
                       steps=args.steps, num_workers=1)
     device = device_from_flag(args.device)
@@ -86,6 +85,7 @@ def main() -> None:
         print(json.dumps({"run": "ray", **ray_run(cfg, device)}), flush=True)
         return
 
+    announce()
     results: dict[str, list[float]] = {"raw": [], "ray": []}
     for _ in range(args.rounds):
         for kind in ("raw", "ray"):

@@ -1,7 +1,7 @@
 """A healthy run's GPU panels, recorded for real: the job's training step on this machine's GPU, sampled each second
 the way the DCGM exporter samples it, written as the training dashboard's panels (infra/monitoring.TRAINING_PANELS).
 
-    python3 -m bench.gpu_record --output bench/results/gpu_panel-h200-2026-12-01.json     # on a GPU machine
+    python3 -m bench.record.gpu_record --output bench/results/gpu_panel-h200-2026-12-01.json     # on a GPU machine
     python -m tools.gpu_panel bench/results/gpu_panel-h200-2026-12-01.json --out docs/gpu-panel.svg
 
 The run: idle for --idle_s, then train_func's loop by hand (the model build, FSDP2 shard, optimizer and train_step
@@ -30,6 +30,8 @@ import os
 import socket
 import threading
 import time
+
+from bench.common import announce, benchmark_parser
 
 # The training dashboard's panel titles (infra/monitoring.TRAINING_PANELS, whose module needs Pulumi, absent on a GPU
 # machine) and the metric each one's query reads; tests/test_gpu_panel.py holds the two lists equal.
@@ -137,12 +139,12 @@ class Sampler(threading.Thread):
 
 
 def train_for(seconds: float, cfg, on_step, device: str = "cuda") -> None:
-    """train_func's loop by hand on GPU 0 (bench.ray_overhead's raw loop), stopping once `seconds` have passed or
+    """train_func's loop by hand on GPU 0 (bench.record.ray_overhead's raw loop), stopping once `seconds` have passed or
     on_step(unix_time, tokens_per_s, step_time_s), called after each step as rank 0 sets its gauges, returns False.
     `device` cpu: a smoke run (gloo)."""
     import torch.distributed as dist
 
-    from bench.step_bench import device_from_flag, single_process_group
+    from bench.common import device_from_flag, single_process_group
     from workload.data.batches import make_data
     from workload.model.build import build_model
     from workload.model.optimizer import build_optimizer
@@ -169,18 +171,20 @@ def train_for(seconds: float, cfg, on_step, device: str = "cuda") -> None:
         dist.destroy_process_group()
 
 
-def main() -> None:
-    from workload.config import TrainConfig
-
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def build_parser() -> argparse.ArgumentParser:
+    parser = benchmark_parser(__doc__, device=None, steps=None)
     parser.add_argument("--output", required=True, help="the recording (JSON) to write")
-    parser.add_argument("--model_config", default="qwen2.5-1.5b", help="the dev stack's model")
-    parser.add_argument("--batch_size", type=int, default=8)
-    parser.add_argument("--seq_len", type=int, default=2048)
     parser.add_argument("--idle_s", type=float, default=15)
     parser.add_argument("--train_s", type=float, default=150)
     parser.add_argument("--interval", type=float, default=1.0, help="seconds between samples (Prometheus: 15 s)")
-    args = parser.parse_args()
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    from workload.config import TrainConfig
+
+    args = build_parser().parse_args(argv)
+    announce()
     cfg = TrainConfig(model_config=args.model_config, batch_size=args.batch_size, seq_len=args.seq_len,
                       steps=10**6, num_workers=1)
 

@@ -132,7 +132,8 @@ def always_in_flight_warning(checkpoint: CheckpointPlan) -> str | None:
     if between is None or between >= checkpoint.save_seconds:
         return None
     enough = math.ceil(checkpoint.save_seconds / checkpoint.step_seconds)
-    return (f"trainCheckpointEvery {checkpoint.checkpoint_every}: {checkpoint.checkpoint_every} steps take about "
+    steps = "1 step takes" if checkpoint.checkpoint_every == 1 else f"{checkpoint.checkpoint_every} steps take"
+    return (f"trainCheckpointEvery {checkpoint.checkpoint_every}: {steps} about "
             f"{between:.0f} s (predicted), less than one save's {checkpoint.save_seconds:.0f} s "
             f"({checkpoint.node_bytes / 1e9:.1f} GB a node: {checkpoint.write_seconds:.0f} s to {checkpoint.disk}, "
             f"{checkpoint.upload_seconds:.0f} s to {checkpoint.network}), so a save would always be in flight; saves "

@@ -233,3 +233,5 @@ if cfg.train.enabled:
     # And the layout it would choose from the instance's nominal network; the job decides again with its fabric
     # check's measurement (jobSharding).
     pulumi.export("jobLayoutPlan", plan.layout_plan)
+    # And what one of its checkpoints costs: its size, the seconds a save holds up the steps, and at which rates.
+    pulumi.export("jobCheckpointPlan", plan.checkpoint_plan)

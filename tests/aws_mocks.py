@@ -286,5 +286,10 @@ def describe_instance_type(instance_type: str) -> dict:
         "defaultVcpus": facts.vcpus,
         "memorySize": facts.memory_mib,
         "supportedArchitectures": list(facts.architectures),
+        "instanceStorageSupported": bool(facts.instance_store_gb),
+        "totalInstanceStorage": facts.instance_store_gb,
+        "instanceDisks": [{"count": facts.instance_store_disks, "type": "ssd",
+                           "size": facts.instance_store_gb // facts.instance_store_disks}]
+        if facts.instance_store_disks else [],
         "supportedPlacementStrategies": ["cluster", "partition", "spread"],
     }

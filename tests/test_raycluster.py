@@ -9,6 +9,7 @@ import jsonschema
 import pytest
 import yaml
 
+from infra.kubernetes import local_storage
 from infra.kubernetes.raycluster import (
     KNOWN_IMAGES,
     auth_secret_name,
@@ -141,8 +142,10 @@ def test_worker_group_takes_every_gpu_and_efa_interface_with_guaranteed_qos(stac
     assert {"name": "dshm", "emptyDir": {"medium": "Memory"}} in pod["volumes"], f"{stack}: /dev/shm must be memory"
     assert {"name": "dshm", "mountPath": "/dev/shm"} in container["volumeMounts"], f"{stack}: dshm at /dev/shm"
     env = {e["name"]: e["value"] for e in container["env"]}
-    expected_env = {env_name: str(settings[key]) for key, env_name in TRANSPORT_KEYS.items()}
-    assert env == expected_env, f"{stack}: worker env must be the stack's transport settings {expected_env}"
+    expected_env = {**{env_name: str(settings[key]) for key, env_name in TRANSPORT_KEYS.items()},
+                    **local_storage.env()}
+    assert env == expected_env, (f"{stack}: worker env must be the stack's transport settings and the node-local "
+                                 f"directories {expected_env}")
 
 
 def test_g6_12xlarge_worker_lands_on_the_recipe_sizing():

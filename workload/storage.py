@@ -14,6 +14,14 @@ from typing import Iterator
 
 from workload import cli
 
+# Node-local directories the Ray worker pods point at their node's fast disk (infra/kubernetes/local_storage.py: an
+# emptyDir, on the instance store NVMe where the type has one). Unset, as in the local run, the system's temporary
+# directory serves. The Hugging Face cache needs no name of ours: huggingface_hub and datasets read HF_HOME.
+CHECKPOINT_STAGING_ENV = "RAYTRAIN_CHECKPOINT_STAGING"
+"""Where each rank writes its checkpoint shards before Ray Train uploads them to the storage path."""
+DATA_CACHE_ENV = "RAYTRAIN_DATA_CACHE"
+"""Where the data stage keeps what it derives from the dataset (token shards) on a node."""
+
 
 def is_remote(path: str) -> bool:
     return "://" in path
@@ -22,6 +30,15 @@ def is_remote(path: str) -> bool:
 def join(base: str, *names: str) -> str:
     """A path under `base`, a local directory or a URI (os.path.join would not keep a URI's slashes)."""
     return "/".join([base.rstrip("/"), *names]) if is_remote(base) else os.path.join(base, *names)
+
+
+def staging_directory(prefix: str) -> str:
+    """A new, empty directory for a checkpoint's shards: under $RAYTRAIN_CHECKPOINT_STAGING when set (created if
+    missing), else under the system's temporary directory (tempfile.mkdtemp's own choice)."""
+    parent = os.environ.get(CHECKPOINT_STAGING_ENV) or None
+    if parent:
+        os.makedirs(parent, exist_ok=True)
+    return tempfile.mkdtemp(prefix=prefix, dir=parent)
 
 
 def upload(local_directory: str, uri: str) -> None:

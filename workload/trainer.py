@@ -17,7 +17,6 @@ import os
 import shutil
 import socket
 import sys
-import tempfile
 import time
 from typing import Callable
 
@@ -298,7 +297,7 @@ def _mean_over_ranks(value: torch.Tensor, world_size: int) -> float:
 
 
 def _report_with_checkpoint(metrics: dict, model, optimizer, step: int, tokenizer: str, chat_template: str) -> None:
-    directory = tempfile.mkdtemp(prefix=f"checkpoint-{step:06d}-")
+    directory = storage.staging_directory(f"checkpoint-{step:06d}-")
     try:
         checkpoints.save(directory, model, optimizer, step, tokenizer=tokenizer, chat_template=chat_template)
         ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(directory),

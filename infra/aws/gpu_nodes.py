@@ -14,6 +14,7 @@ import pulumi_aws as aws
 from infra.aws.cluster import instance_metadata, node_role, node_tag_specifications, root_volume
 from infra.aws.node_health import node_repair_config
 from infra.aws.node_labels import GPU_PRESENT_LABEL, GPU_WORKER_NODE_SELECTOR
+from infra.aws.node_storage import root_volume_performance, user_data
 from infra.config import InstanceFacts
 
 GPU_AMI_TYPE = "AL2023_x86_64_NVIDIA"
@@ -143,7 +144,10 @@ class GpuNodeGroup(pulumi.ComponentResource):
             if capacity_block else None,
             instance_type=facts.instance_type if capacity_block else None,
             metadata_options=instance_metadata(),
-            block_device_mappings=[root_volume(root_volume_gib)],
+            # With instance store, nodeadm puts kubelet's and containerd's data on it (infra/aws/node_storage.py);
+            # without, checkpoints are staged on the root volume, so it gets gp3 throughput a checkpoint needs.
+            block_device_mappings=[root_volume(root_volume_gib, root_volume_performance(facts))],
+            user_data=user_data(facts),
             tag_specifications=node_tag_specifications(tags, name),
             update_default_version=True,
             tags=tags,

@@ -43,6 +43,10 @@ class InstanceFacts:
     """EC2's GPU name (L4, L40S, A100, H100), matched against workload.model.gpu_peaks.PEAK_BF16_FLOPS."""
     network_gbps: float = 0.0
     """A node's network bandwidth in Gbit/s: the sum of its network cards' peak bandwidth; 0 when EC2 gives none."""
+    instance_store_gb: int = 0
+    """The instance store's total size in GB (EC2's TotalSizeInGB); 0 for a type with none (EBS only)."""
+    instance_store_disks: int = 0
+    """How many disks make it up: nodeadm stripes them into one RAID0 volume (infra/aws/node_storage.py)."""
 
     @property
     def efa_interfaces(self) -> int:

@@ -17,7 +17,7 @@ import pulumi_kubernetes as k8s
 
 from infra.aws.node_labels import GPU_TOLERATION, GPU_WORKER_NODE_SELECTOR, SYSTEM_NODE_SELECTOR
 from infra.config import InstanceFacts, StackConfig, check_efa_gpu
-from infra.kubernetes import admission, monitoring, ray_security
+from infra.kubernetes import admission, local_storage, monitoring, ray_security
 from infra.kubernetes.addons import KUBERAY_OPERATOR_NAMESPACE
 from infra.kubernetes.devices import worker_resources
 
@@ -303,19 +303,21 @@ def ray_cluster_manifest(
                         "containers": [{
                             "name": "ray-worker",
                             "image": image,
-                            "env": [{"name": key, "value": value} for key, value in transport_env.items()],
+                            "env": [{"name": key, "value": value}
+                                    for key, value in {**transport_env, **local_storage.env()}.items()],
                             "envFrom": list(secret_env),
                             "ports": [monitoring.ray_metrics_container_port()],
                             # requests == limits puts the pod in Guaranteed QoS, so no rank is throttled or
                             # evicted ahead of the others and stalls the collective. Requesting the EFA resource is
                             # what makes the EFA device plugin mount the interfaces into the pod.
                             "resources": {"requests": dict(resources), "limits": dict(resources)},
-                            "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}],
+                            "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"},
+                                             *local_storage.volume_mounts()],
                             "securityContext": ray_security.container_security_context(efa=True),
                         }],
                         # NCCL and Ray's object store need far more than the 64 MiB /dev/shm a container gets. A
                         # memory-backed volume counts against the pod's memory limit, which bounds it.
-                        "volumes": [{"name": "dshm", "emptyDir": {"medium": "Memory"}}],
+                        "volumes": [{"name": "dshm", "emptyDir": {"medium": "Memory"}}, local_storage.volume()],
                     },
                 },
             }],

@@ -88,6 +88,9 @@ class StackPlan:
     layout_plan: dict | None = None
     """The layout the job would choose with the instance's nominal network (infra.preview.job_layout), when its
     architecture is known at preview: the jobLayoutPlan output."""
+    checkpoint_plan: dict | None = None
+    """A checkpoint's size and seconds at the nodes' disk and network (infra.preview.checkpoint_cost), when its
+    architecture is known at preview: the jobCheckpointPlan output."""
 
 
 @config.hides_secret_values
@@ -118,8 +121,8 @@ def check(cfg: StackConfig) -> StackPlan:
     addons.check_efa_allowlist(cfg.gpu_instance_type)
     image = raycluster.check_config(cfg, gpu)
     object_names.check(cfg)
-    job_memory, job_layout = (check_job(cfg, gpu, identity=identity, region=region) if cfg.train.enabled
-                              else (None, None))
+    job_memory, job_layout, job_checkpoint = (check_job(cfg, gpu, identity=identity, region=region)
+                                              if cfg.train.enabled else (None, None, None))
     reservation = None
     if cfg.capacity_reservation_id:
         try:
@@ -138,7 +141,7 @@ def check(cfg: StackConfig) -> StackPlan:
                      own_placement_group=use_placement_group(cfg.gpu_placement, existing_reservation=bool(reservation)),
                      api_public_access_cidrs=public_cidrs, creator=creator_of(caller.arn),
                      account_id=caller.account_id, partition=arn_parts(caller.arn)[0], memory_plan=job_memory,
-                     layout_plan=job_layout)
+                     layout_plan=job_layout, checkpoint_plan=job_checkpoint)
 
 
 def check_kubernetes_version(version: str) -> None:

@@ -53,6 +53,8 @@ def lookup(instance_type: str, *, config_key: str) -> InstanceFacts:
         gpu_name=gpus[0].name if gpus else "",
         # Per card, so p5's 32 cards add up to its 3200 Gbit/s; EFA traffic shares these cards' bandwidth.
         network_gbps=sum(card.peak_bandwidth or 0.0 for card in described.network_cards or []),
+        instance_store_gb=described.total_instance_storage or 0,
+        instance_store_disks=sum(disk.count for disk in described.instance_disks or []),
     )
 
 

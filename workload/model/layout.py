@@ -356,6 +356,15 @@ def packed_ranks_per_node(world_size: int, gpus_per_node: int) -> int | None:
     return gpus_per_node if world_size % gpus_per_node == 0 else None
 
 
+def step_compute_seconds(cfg: TrainConfig, config: dict, gpu_name: str) -> float | None:
+    """A step's compute on one GPU: its tokens' FLOPs (workload.model.flops) at the GPU's bf16 peak by name and
+    ASSUMED_MFU; None for an unlisted GPU or none. The communication it does not hide and activation checkpointing's
+    recompute are not in it: a lower bound of the step."""
+    peak = peak_flops_of(gpu_name) if gpu_name else None
+    flops = run_flops_per_token(config, cfg)
+    return cfg.batch_size * cfg.seq_len * flops / (peak * ASSUMED_MFU) if peak else None
+
+
 def for_job(cfg: TrainConfig, config: dict, *, world_size: int, ranks_per_node: int | None, gpu_name: str,
             node_gbytes_per_s: float | None, bandwidth_source: str, gpu_memory_bytes: int | None) -> Plan:
     """choose() for a job's flags (its memory plan's levers applied: workload.model.memory_plan.apply) and its model's
@@ -364,9 +373,7 @@ def for_job(cfg: TrainConfig, config: dict, *, world_size: int, ranks_per_node: 
     as given. workload.model.parallel.plan_for_worker calls it with what a worker knows, the preview with what EC2
     says of the instance type."""
     units, costs = method_units(config, cfg.method, cfg.lora_rank, cfg.lora_targets)
-    peak = peak_flops_of(gpu_name) if gpu_name else None
-    flops = run_flops_per_token(config, cfg)
-    compute_seconds = cfg.batch_size * cfg.seq_len * flops / (peak * ASSUMED_MFU) if peak else None
+    compute_seconds = step_compute_seconds(cfg, config, gpu_name)
     return choose(cfg.sharding, cfg.reduce_dtype, world_size, ranks_per_node, units,
                   node_gbytes_per_s=node_gbytes_per_s or None, bandwidth_source=bandwidth_source,
                   compute_seconds=compute_seconds, gpu_memory_bytes=gpu_memory_bytes, costs=costs)

@@ -178,7 +178,8 @@ class StrictEks:
             ready = age >= JOIN_SECONDS + READY_SECONDS
             allocatable = {"cpu": "191450m", "memory": "2002Gi", "pods": "100"}
             if age >= JOIN_SECONDS + READY_SECONDS + ADVERTISE_SECONDS:
-                allocatable.update({"nvidia.com/gpu": str(self.gpus), "vpc.amazonaws.com/efa": str(self.efa_interfaces)})
+                allocatable.update({"nvidia.com/gpu": str(self.gpus),
+                                    "vpc.amazonaws.com/efa": str(self.efa_interfaces)})
             listed.append({
                 "metadata": {"name": instance.name, "labels": {**GPU_WORKER_LABELS, NODEGROUP_LABEL: self.name}},
                 "spec": {},

@@ -247,7 +247,7 @@ class _WakeProvider(ResourceProvider):
         nodegroup_health.wait_until_settled(describe, strict=False, on_progress=to_stderr)
         woken = idle_check.wake(eks, props["cluster"], props["nodegroup"], int(props["node_count"]))
         if woken:
-            to_stderr(f"woke the GPU node group {props['nodegroup']}: {props['node_count']} node(s) asked of EKS; "
+            to_stderr(f"woke the GPU node group {props['nodegroup']}: {int(props['node_count'])} node(s) asked of EKS; "
                       "what needs them waits for them to join")
             nodegroup_health.wait_until_settled(describe, strict=True, on_progress=to_stderr)
         return {**props, "woken": woken, "woken_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}

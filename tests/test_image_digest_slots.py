@@ -43,7 +43,8 @@ def kps_prometheus(v: dict, app: str) -> str:
 def kps_operator(v: dict, app: str) -> str:
     """kube-prometheus-stack 88.5.3 templates/prometheus-operator/deployment.yaml (the operator, line 54, and
     --prometheus-config-reloader, line 97):
-    {{ $registry }}/{{ ...image.repository }}:{{ ...image.tag | default .Chart.AppVersion }}@sha256:{{ ...image.sha }}"""
+    {{ $registry }}/{{ ...image.repository }}:{{ ...image.tag | default .Chart.AppVersion
+    }}@sha256:{{ ...image.sha }}"""
     return f"{v['registry']}/{v['repository']}:{_or(v.get('tag'), app)}" + (f"@sha256:{v['sha']}" if v.get("sha")
                                                                               else "")
 
@@ -92,7 +93,8 @@ def dcgm_exporter(v: dict, app: str) -> str:
 def device_plugin(v: dict, app: str) -> str:
     """nvidia-device-plugin 0.20.0 (NVIDIA/k8s-device-plugin v0.20.0) deployments/helm/nvidia-device-plugin/templates/
     _helpers.tpl, "nvidia-device-plugin.fullimage":
-    {{- $tag := printf "v%s" .Chart.AppVersion }}{{- .Values.image.repository -}}:{{- .Values.image.tag | default $tag -}}"""
+    {{- $tag := printf "v%s" .Chart.AppVersion }}
+    {{- .Values.image.repository -}}:{{- .Values.image.tag | default $tag -}}"""
     return f"{v['repository']}:{_or(v.get('tag'), 'v' + app)}"
 
 

@@ -8,9 +8,8 @@ import contextlib
 import pytest
 from kubernetes import client
 
+from infra.job import job_server, nodes_joined, preflight
 from infra.kubernetes import portforward
-from infra.job import preflight
-from infra.job import job_server, nodes_joined
 
 
 class FakeCore:

@@ -14,7 +14,6 @@ from typing import Sequence
 from infra.kubernetes import image_pins
 from workload import cli
 
-
 FORMS = {image_pins.SlotForm.HEX: "hex only", image_pins.SlotForm.DIGEST: "sha256:hex",
          image_pins.SlotForm.TAG: "tag@sha256:hex"}
 

@@ -1,7 +1,8 @@
 """The training job as a Pulumi dynamic resource: preflight, submit, stream the logs, verify the NCCL transport.
 
-`pulumi up` creates it after the RayCluster when `trainEnabled` is true. Create checks that the GPU nodes
-advertise what the worker pods request, reaches the head's job server through a Kubernetes port-forward with
+`pulumi up` creates it after the RayCluster when `trainEnabled` is true. Create waits, bounded, for the GPU nodes to
+have joined and to advertise GPUs and EFA (infra/job/nodes_joined.py: after the idle stop's wake they come minutes
+after EKS says ACTIVE), checks that they advertise what the worker pods request, reaches the head's job server through a Kubernetes port-forward with
 the RayCluster's token, submits the workload through `workload.run.submit`, streams its logs into the Pulumi output
 and fails with the log tail when the job fails, times out, or shows a transport other than
 `trainExpectTransport`. A change to the training inputs or `trainRunId` replaces it: a new job, the

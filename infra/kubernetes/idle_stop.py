@@ -13,10 +13,12 @@ Waking, and day two. While the idle stop is on, the node group's scaling belongs
 resource) and the check: the program gives the group its sizes when it creates it and ignores scalingConfig after
 (ignore_changes), so `pulumi up` neither fights a stopped group nor starts it for nothing. GpuNodesAwake runs first in
 every `pulumi up` that will wait for GPU nodes or Ray workers, and only then: its inputs are everything such a wait
-follows from (gpuNodeCount, the RayCluster's spec, trainSecretEnv's values, which replace the RayCluster, and
-trainRunId when a job runs). When one changed it sets the group to (min 0, desired gpuNodeCount, max gpuNodeCount) in
-one call, up or down, and waits for EKS to report the group ACTIVE; GpuNodesReady, the RayCluster and the job come
-after it. Its time is the CronJob's AWAKE_SINCE, so the check counts idle time from it.
+follows from (gpuNodeCount, the RayCluster's spec, trainSecretEnv's values, which replace the RayCluster, and, when a
+job runs, trainRunId and a digest of everything else that replaces the job: a new model, dataset or flag). When one
+changed it sets the group to (min 0, desired gpuNodeCount, max gpuNodeCount) in one call, up or down, and waits for EKS
+to report the group ACTIVE, failing at once, in EKS's words, on a group EKS reports DEGRADED or failed. ACTIVE is not
+ready (the instances join after it): GpuNodesReady, the RayCluster and the job come after the wake and wait for the
+nodes themselves (the job: infra/job/nodes_joined.py). Its time is the CronJob's AWAKE_SINCE, so the check counts idle time from it.
 By hand: the `gpuWakeCommand` output (`aws eks update-nodegroup-config ...`).
 
 What still bills while stopped: the EKS control plane ($0.10/h), the NAT gateway (hourly and per GB), the system

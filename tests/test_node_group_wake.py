@@ -200,3 +200,19 @@ def test_nodes_of_another_group_do_not_count():
 
 def test_the_idle_stop_minimum_covers_the_jobs_wait_after_a_wake():
     assert config.IDLE_STOP_MINIMUM_MINUTES * 60 >= nodes_joined.NODES_JOIN_TIMEOUT_SECONDS
+
+
+def test_an_eks_read_that_fails_leaves_the_wait_to_kubernetes(monkeypatch, capsys):
+    from botocore.exceptions import ClientError as Refused
+
+    class Throttled:
+        def describe_nodegroup(self, **_kw):
+            raise Refused({"Error": {"Code": "ThrottlingException", "Message": "Rate exceeded"}}, "DescribeNodegroup")
+
+    monkeypatch.setattr(aws_identity, "session", lambda identity, region: type("S", (), {
+        "client": lambda s, n: Throttled()})())
+    read = nodes_joined.eks_reader({"eks_cluster": "ray-train", "gpu_nodegroup": "gpu", "region": "us-west-2"})
+    eks = StrictEks(desired=2, minimum=0, maximum=2)
+    nodes_joined.wait_for_joined_nodes(eks.nodes, REQUEST, read_nodegroup=read, clock=eks.clock, sleep=eks.sleep)
+    assert read() == {} and "ThrottlingException" in capsys.readouterr().err
+    assert nodes_joined.eks_reader({"eks_cluster": "", "gpu_nodegroup": ""}) is None, "a job made before it knew"

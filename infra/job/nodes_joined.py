@@ -124,9 +124,9 @@ def eks_reader(props: dict[str, Any]) -> Callable[[], dict] | None:
     not name it (a job created before it did)."""
     if not props.get("gpu_nodegroup") or not props.get("eks_cluster"):
         return None
-    from infra.aws import identity as aws_identity
-
     from botocore.exceptions import BotoCoreError, ClientError
+
+    from infra.aws import identity as aws_identity
 
     identity = aws_identity.identity_from_props(props)
     describe = nodegroup_health.reader(aws_identity.session(identity, props.get("region") or None).client("eks"),

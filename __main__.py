@@ -12,7 +12,7 @@ from infra.aws.cluster import EksCluster
 from infra.aws.gpu_nodes import GpuNodeGroup, GpuPlacementGroup, TargetedReservation
 from infra.aws.network import Network
 from infra.aws.pod_identity import RayPodIdentity, checkpoint_storage_policy
-from infra.job import preflight, ray_job
+from infra.job import job_config, preflight, ray_job
 from infra.kubernetes import addons, idle_stop, monitoring, raycluster
 from infra.kubernetes.mlflow_server import MlflowServer
 from infra.preview import feasibility
@@ -118,10 +118,12 @@ cluster_addons = addons.ClusterAddons(
 # Day two with the idle stop (infra/kubernetes/idle_stop.py): the GPU group may sit at 0 nodes. Before anything that
 # waits for GPU nodes or Ray workers (GpuNodesReady, the RayCluster's readiness, the job), GpuNodesAwake sets the group
 # to gpuNodeCount, in one EKS call with min, desired and max together; it runs only when one of those waits follows
-# from a change (node count, RayCluster spec, trainSecretEnv, trainRunId).
+# from a change (node count, RayCluster spec, trainSecretEnv, trainRunId, and anything else that replaces the job:
+# its definition's digest).
 awake = idle_stop.GpuNodesAwake(
     f"{cfg.cluster_name}-gpu-awake", cluster=cluster.cluster_name, nodegroup=gpu_nodes.node_group_name,
     node_count=cfg.gpu_node_count, run_id=cfg.train.run_id if cfg.train.enabled else "",
+    job_definition=ray_job.job_definition(job_config.job_inputs(cfg, gpu_facts)) if cfg.train.enabled else "",
     ray_cluster_spec=raycluster.spec_digest(cfg, gpu_facts), secret_env=cfg.train.secret_env.reveal(),
     region=plan.region, identity=plan.identity,
     opts=pulumi.ResourceOptions(depends_on=[gpu_nodes.node_group])) if cfg.gpu_idle_stop_minutes else None
@@ -173,6 +175,8 @@ tracking = MlflowServer(
                 cluster.pod_identity_agent]) if cfg.experiment_tracking == "mlflow" else None
 if tracking:
     pulumi.export("mlflowCommand", tracking.port_forward_command)
+wake_command = pulumi.Output.all(cluster.cluster_name, gpu_nodes.node_group_name).apply(
+    lambda names: idle_stop.wake_command(names[0], names[1], cfg.gpu_node_count, plan.region))
 if cfg.gpu_idle_stop_minutes:
     if target is not None:
         pulumi.log.warn("gpuIdleStopMinutes with a capacity reservation: stopping the GPU nodes saves nothing, the "
@@ -184,8 +188,7 @@ if cfg.gpu_idle_stop_minutes:
         ray_cluster_name=cfg.ray_cluster_name, image=cfg.dlc_image, nodegroup_name=gpu_nodes.node_group_name,
         nodegroup_arn=gpu_nodes.node_group.arn, region=plan.region, idle_minutes=cfg.gpu_idle_stop_minutes, tags=tags,
         awake=awake)
-    pulumi.export("gpuWakeCommand", pulumi.Output.all(cluster.cluster_name, gpu_nodes.node_group_name).apply(
-        lambda names: idle_stop.wake_command(names[0], names[1], cfg.gpu_node_count, plan.region)))
+    pulumi.export("gpuWakeCommand", wake_command)
 
 pulumi.export("clusterName", cluster.cluster_name)
 # Who administers the cluster (issue 22): EKS's bootstrap access entry for the creator, which pulumi-eks always asks
@@ -210,6 +213,11 @@ if cfg.train.enabled:
         cfg=cfg,
         facts=gpu_facts,
         ray_cluster=ray_cluster,
+        # Its create waits for the GPU nodes to join (infra/job/nodes_joined.py), reading the group's health from EKS.
+        node_group={"eks_cluster": cluster.cluster_name, "gpu_nodegroup": gpu_nodes.node_group_name,
+                    "region": plan.region, "profile": plan.identity.profile or "",
+                    "role_arn": plan.identity.role_arn or "", "account_id": plan.identity.account_id or "",
+                    "wake_command": wake_command},
         # The server up before the job, whose first call to it would otherwise fail (and the run go on without it).
         opts=pulumi.ResourceOptions(depends_on=[ray_cluster, *([awake] if awake else []),
                                                 *([tracking.deployment] if tracking else [])]),

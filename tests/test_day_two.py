@@ -9,7 +9,8 @@ everything that waits for GPU nodes or Ray workers (GpuNodesReady, the RayCluste
 
 KubeRay's side is one rule: a replaced RayCluster is ready (RayClusterProvisioned, which `pulumi up` waits for) only
 once all its pods are ready (kuberay v1.7.0, ray-operator/controllers/ray/raycluster_controller.go), so its workers
-need the GPU nodes: `provisioned` below.
+need the GPU nodes: `provisioned` below, counted on the fake's Ready nodes that advertise their GPUs and EFA (EKS is
+ACTIVE before they join), after the job's own wait for them (infra/job/nodes_joined.py).
 """
 from __future__ import annotations
 
@@ -19,7 +20,9 @@ import pytest
 from botocore.exceptions import ClientError
 
 from infra.aws import identity as aws_identity
-from infra.job.preflight import GpuNodesReadyProvider
+from infra.aws import nodegroup_health
+from infra.job import nodes_joined
+from infra.job.preflight import GpuNodesReadyProvider, WorkerRequest
 from infra.kubernetes import idle_check, idle_stop
 from tests.eks_fake import StrictEks, pulumi_aws_node_group_update
 from tests.pulumi_mocks import ProgramRun, Registration, Secret, is_secret_value, program, run_program
@@ -98,6 +101,7 @@ def second_up(first: ProgramRun, second: ProgramRun, monkeypatch) -> tuple[Stric
         return eks, False
     monkeypatch.setattr(aws_identity, "session", lambda identity, region: type("S", (), {"client": lambda s, n: eks})())
     monkeypatch.setattr(aws_identity, "check_account", lambda session, identity: "")
+    monkeypatch.setattr(nodegroup_health, "time", eks.time)
     outs = provider.update("id", olds, news).outs
     assert outs["woken_at"], "the wake's time goes to the CronJob's AWAKE_SINCE"
     return eks, True
@@ -124,7 +128,10 @@ def test_a_change_on_a_stopped_stack_wakes_the_group_before_anything_waits_for_i
     awake, ready, ray = second.one(AWAKE), second.one(READY), second.one(RAY_CLUSTER)
     assert depends_on(second, ready, awake), f"{case}: GpuNodesReady waits for GPU nodes: after the wake"
     assert depends_on(second, ray, awake), f"{case}: the RayCluster waits for its workers: after the wake"
-    assert provisioned(nodes, eks.scaling()["desiredSize"]), f"{case}: KubeRay's workers get their nodes"
+    assert eks.nodegroup["status"] == "ACTIVE" and eks.usable_nodes() < nodes, \
+        f"{case}: the wake returns at ACTIVE, before the nodes have joined"
+    nodes_joined.wait_for_joined_nodes(eks.nodes, WorkerRequest(8, 32, nodes), clock=eks.clock, sleep=eks.sleep)
+    assert provisioned(nodes, eks.usable_nodes()), f"{case}: KubeRay's workers get their nodes"
     for job in second.of_type(JOB):
         assert depends_on(second, job, awake), f"{case}: the job is submitted after the wake"
 
@@ -164,11 +171,17 @@ def test_the_secret_reaches_the_wake_only_as_a_secret():
 
 
 def test_a_wake_during_an_update_in_progress_waits_for_it_first(monkeypatch):
-    eks = StrictEks(desired=0, minimum=0, maximum=2)
-    eks.nodegroup["status"] = "UPDATING"  # the idle check's own stop, still in progress
+    eks = StrictEks(desired=2, minimum=0, maximum=2)
+    idle_check.stop(eks, eks.cluster, eks.describe_nodegroup(clusterName=eks.cluster, nodegroupName=eks.name)[
+        "nodegroup"])  # the idle check's own stop, still in progress
+    eks.calls.clear()
     monkeypatch.setattr(aws_identity, "session", lambda identity, region: type("S", (), {"client": lambda s, n: eks})())
     monkeypatch.setattr(aws_identity, "check_account", lambda session, identity: "")
+    monkeypatch.setattr(nodegroup_health, "time", eks.time)
     idle_stop._WakeProvider().create({"cluster": "ray-train", "nodegroup": "gpu", "node_count": 2, "region": "x",
                                       "profile": "", "role_arn": "", "account_id": ""})
-    assert [c for c, _ in eks.calls][:2] == ["wait ACTIVE", "DescribeNodegroup"], eks.calls
+    first_update = [c for c, _ in eks.calls].index("UpdateNodegroupConfig")
+    assert first_update > 0 and eks.calls[first_update - 1] == ("DescribeNodegroup", {"status": "ACTIVE"}), \
+        f"the wake waits for the stop's update to end before its own: {eks.calls}"
+    assert ("DescribeNodegroup", {"status": "UPDATING"}) in eks.calls[:first_update], eks.calls
     assert eks.scaling() == {"minSize": 0, "maxSize": 2, "desiredSize": 2}

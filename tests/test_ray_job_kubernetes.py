@@ -8,9 +8,8 @@ import contextlib
 import pytest
 from kubernetes import client
 
+from infra.job import job_server, nodes_joined, preflight
 from infra.kubernetes import portforward
-from infra.job import preflight
-from infra.job import job_server
 
 
 class FakeCore:
@@ -65,6 +64,11 @@ def test_kubernetes_job_server_preflights_reads_the_token_and_forwards_to_the_he
     steps = []
     monkeypatch.setattr(preflight, "kubernetes_client", lambda kubeconfig: steps.append(("client", kubeconfig)))
     monkeypatch.setattr(preflight, "run_preflight", lambda api, request: steps.append(("preflight", request)))
+    # Two joined GPU nodes, Ready and advertising their devices: the wait before the readiness check returns at once.
+    usable = {"metadata": {"name": "n", "labels": {"role": "gpu-worker"}}, "status": {
+        "conditions": [{"type": "Ready", "status": "True"}],
+        "allocatable": {"nvidia.com/gpu": "4", "vpc.amazonaws.com/efa": "1"}}}
+    monkeypatch.setattr(nodes_joined, "list_gpu_nodes", lambda api: steps.append(("nodes",)) or [usable, usable])
     monkeypatch.setattr(job_server, "read_auth_token", lambda api, ns, secret: steps.append(("token", ns, secret)) or "t")
     monkeypatch.setattr(portforward, "head_pod_name", lambda api, ns, name: steps.append(("head", name)) or "head-0")
 
@@ -78,7 +82,8 @@ def test_kubernetes_job_server_preflights_reads_the_token_and_forwards_to_the_he
              "gpus_per_worker": 4, "efa_per_worker": 1, "workers": 2}
     with job_server.kubernetes_job_server(props, True) as server:
         assert server == job_server.JobServer("http://127.0.0.1:1", "t"), server
-    assert steps == [("client", "kc"), ("preflight", preflight.WorkerRequest(4, 1, 2)), ("token", "ray", "ray-train"),
+    assert steps == [("client", "kc"), ("nodes",), ("preflight", preflight.WorkerRequest(4, 1, 2)),
+                     ("token", "ray", "ray-train"),
                      ("head", "ray-train"), ("forward", "head-0", job_server.JOB_SERVER_PORT)], steps
     steps.clear()
     with job_server.kubernetes_job_server(props, False):

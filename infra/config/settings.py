@@ -186,7 +186,8 @@ class StackConfig:
 MONITORING_BACKENDS = ("prometheus", "cloudwatch", "none")  # infra/kubernetes/monitoring.py builds each
 # At least the longest a `pulumi up` waits for GPU nodes and Ray workers after it wakes the group (GpuNodesAwake's time
 # is where idle time starts): preflight.GPU_NODES_READY_TIMEOUT_SECONDS (10 minutes) and the RayCluster's
-# READY_TIMEOUT_SECONDS (30), so no check stops the nodes while the same `up` still waits for them (issue 31; a test
-# holds the three together).
+# READY_TIMEOUT_SECONDS (30), or, when only the job is new, the job's wait for joined nodes
+# (nodes_joined.NODES_JOIN_TIMEOUT_SECONDS, 25), so no check stops the nodes while the same `up` still waits for them
+# (issue 31; tests hold them together).
 IDLE_STOP_MINIMUM_MINUTES = 40
 IDLE_STOP_MAXIMUM_MINUTES = 10080  # a week

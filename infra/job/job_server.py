@@ -46,12 +46,18 @@ def read_auth_token(api_client: Any, namespace: str, secret_name: str) -> str:
 
 @contextlib.contextmanager
 def kubernetes_job_server(props: Mapping[str, Any], preflight: bool) -> Iterator[JobServer]:
-    """Preflight (when asked), then the RayCluster's job server (head_job_server)."""
-    from infra.job.preflight import WorkerRequest, kubernetes_client, run_preflight
+    """Preflight (when asked: the GPU nodes joined and advertising their devices, then the readiness check), then the
+    RayCluster's job server (head_job_server)."""
+    from infra.job.nodes_joined import eks_reader, list_gpu_nodes, wait_for_joined_nodes
+    from infra.job.preflight import WorkerRequest, kubernetes_client, run_preflight, to_stderr
 
     api_client = kubernetes_client(props["kubeconfig"])
     if preflight:
-        run_preflight(api_client, WorkerRequest.from_props(props))
+        request = WorkerRequest.from_props(props)
+        wait_for_joined_nodes(lambda: list_gpu_nodes(api_client), request, read_nodegroup=eks_reader(props),
+                              nodegroup=props.get("gpu_nodegroup") or "", wake_hint=props.get("wake_command") or "",
+                              on_progress=to_stderr)
+        run_preflight(api_client, request)
     with head_job_server(api_client, props["namespace"], props["cluster_name"], props["auth_secret_name"]) as server:
         yield server
 

@@ -1,7 +1,8 @@
 """The training job as a Pulumi dynamic resource: preflight, submit, stream the logs, verify the NCCL transport.
 
-`pulumi up` creates it after the RayCluster when `trainEnabled` is true. Create checks that the GPU nodes
-advertise what the worker pods request, reaches the head's job server through a Kubernetes port-forward with
+`pulumi up` creates it after the RayCluster when `trainEnabled` is true. Create waits, bounded, for the GPU nodes to
+have joined and to advertise GPUs and EFA (infra/job/nodes_joined.py: after the idle stop's wake they come minutes
+after EKS says ACTIVE), checks that they advertise what the worker pods request, reaches the head's job server through a Kubernetes port-forward with
 the RayCluster's token, submits the workload through `workload.run.submit`, streams its logs into the Pulumi output
 and fails with the log tail when the job fails, times out, or shows a transport other than
 `trainExpectTransport`. A change to the training inputs or `trainRunId` replaces it: a new job, the
@@ -28,6 +29,7 @@ There `pulumi.log` has no engine to talk to, so progress goes to stderr, which P
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 from dataclasses import dataclass
 from typing import Any, Callable, ContextManager, Mapping
@@ -76,6 +78,19 @@ class TrainingJobInputs:
     submission_id: str
     stack: str
     wait: str
+
+
+def job_definition(inputs: Mapping[str, Any]) -> str:
+    """A digest of what defines the job (REPLACE_ON_CHANGE): it changes exactly when the job is replaced, so
+    GpuNodesAwake, which takes it among its triggers, wakes a stopped group for every new job."""
+    return hashlib.sha256(json.dumps({key: inputs[key] for key in REPLACE_ON_CHANGE}, sort_keys=True).encode()
+                          ).hexdigest()
+
+
+# How the job's create reads the GPU node group from EKS while it waits for the nodes (infra/job/nodes_joined.py).
+# Outside TrainingJobInputs, so outside the diff: where the group is does not define the job, and create always
+# gets the current values.
+NODE_GROUP_PROPS = ("eks_cluster", "gpu_nodegroup", "region", "profile", "role_arn", "account_id", "wake_command")
 
 
 def follow_command(stack: str, job_id: str) -> str:
@@ -266,8 +281,10 @@ class TrainingJob(pulumi.dynamic.Resource, module="raytrain", name="TrainingJob"
         cfg: StackConfig,
         facts: InstanceFacts,
         ray_cluster: Any,
+        node_group: Mapping[str, pulumi.Input[str]] | None = None,
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
+        """`node_group`: NODE_GROUP_PROPS, for the create's wait to read the group's health from EKS."""
         inputs = TrainingJobInputs(
             namespace=ray_cluster.namespace,
             cluster_name=ray_cluster.cluster_name,
@@ -278,6 +295,7 @@ class TrainingJob(pulumi.dynamic.Resource, module="raytrain", name="TrainingJob"
             **{field.name: getattr(inputs, field.name) for field in dataclasses.fields(inputs)},
             "env_vars": secret_job_env(inputs.env_vars),
             "kubeconfig": pulumi.Output.secret(kubeconfig),
+            **{key: (node_group or {}).get(key, "") for key in NODE_GROUP_PROPS},
             **{output: None for output in OUTPUT_NAMES},
         }
         # The kubeconfig is kept in the outputs because delete needs it to reach the cluster; the env stays a secret

@@ -13,10 +13,12 @@ Waking, and day two. While the idle stop is on, the node group's scaling belongs
 resource) and the check: the program gives the group its sizes when it creates it and ignores scalingConfig after
 (ignore_changes), so `pulumi up` neither fights a stopped group nor starts it for nothing. GpuNodesAwake runs first in
 every `pulumi up` that will wait for GPU nodes or Ray workers, and only then: its inputs are everything such a wait
-follows from (gpuNodeCount, the RayCluster's spec, trainSecretEnv's values, which replace the RayCluster, and
-trainRunId when a job runs). When one changed it sets the group to (min 0, desired gpuNodeCount, max gpuNodeCount) in
-one call, up or down, and waits for EKS to report the group ACTIVE; GpuNodesReady, the RayCluster and the job come
-after it. Its time is the CronJob's AWAKE_SINCE, so the check counts idle time from it.
+follows from (gpuNodeCount, the RayCluster's spec, trainSecretEnv's values, which replace the RayCluster, and, when a
+job runs, trainRunId and a digest of everything else that replaces the job: a new model, dataset or flag). When one
+changed it sets the group to (min 0, desired gpuNodeCount, max gpuNodeCount) in one call, up or down, and waits for EKS
+to report the group ACTIVE, failing at once, in EKS's words, on a group EKS reports DEGRADED or failed. ACTIVE is not
+ready (the instances join after it): GpuNodesReady, the RayCluster and the job come after the wake and wait for the
+nodes themselves (the job: infra/job/nodes_joined.py). Its time is the CronJob's AWAKE_SINCE, so the check counts idle time from it.
 By hand: the `gpuWakeCommand` output (`aws eks update-nodegroup-config ...`).
 
 What still bills while stopped: the EKS control plane ($0.10/h), the NAT gateway (hourly and per GB), the system
@@ -204,29 +206,52 @@ class IdleStop(pulumi.ComponentResource):
 
 # ---- waking the nodes for a job (pulumi up) ------------------------------------------------------------------------
 
-# What GpuNodesAwake's diff compares: any change means this `pulumi up` waits for GPU nodes or Ray workers.
-WAKE_TRIGGERS = ("node_count", "run_id", "nodegroup", "ray_cluster_spec", "secret_env")
+# What GpuNodesAwake's diff compares: any change means this `pulumi up` waits for GPU nodes or Ray workers. With a
+# job: its run id and its definition (a digest of whatever infra/job/ray_job.py REPLACE_ON_CHANGE covers: a new
+# model, dataset or flag replaces the job, whose create then needs the GPU nodes).
+WAKE_TRIGGERS = ("node_count", "run_id", "job_definition", "nodegroup", "ray_cluster_spec", "secret_env")
+# Triggers that only matter while a job runs: going to "" (trainEnabled false) deletes the job and waits for nothing.
+JOB_TRIGGERS = ("run_id", "job_definition")
+
+
+def to_stderr(line: str) -> None:
+    """Progress from the provider's process: Pulumi shows its stderr under the resource."""
+    import sys
+
+    print(line, file=sys.stderr, flush=True)
+
+
+def needs_wake(olds: dict[str, Any], news: dict[str, Any]) -> bool:
+    """Whether the new inputs make this `up` wait for GPU nodes: a trigger changed, other than a job's going away."""
+    changed = [key for key in WAKE_TRIGGERS if olds.get(key) != news.get(key)]
+    return any(key not in JOB_TRIGGERS or news.get(key) for key in changed)
 
 
 class _WakeProvider(ResourceProvider):
-    """create/update: wait for the node group to be ACTIVE (EKS refuses a second update while one runs), set it to
-    awake_scaling(node_count), and wait until EKS reports it ACTIVE again (the nodes join after; GpuNodesReady and the
-    RayCluster wait for them). delete: nothing (the node group is the program's)."""
+    """create/update: wait for the node group to settle (EKS refuses a second update while one runs:
+    ResourceInUseException), set it to awake_scaling(node_count), and wait until EKS reports it ACTIVE again. A
+    failed or DEGRADED group fails at once with EKS's health issues (infra/aws/nodegroup_health.py). ACTIVE is not
+    ready: the instances launch and join after it, and what needs them waits for them itself (GpuNodesReady, the
+    RayCluster's readiness, the job's wait for joined nodes in infra/job/nodes_joined.py). delete: nothing (the node
+    group is the program's)."""
 
     def _wake(self, props: dict[str, Any]) -> dict[str, Any]:
         from datetime import datetime, timezone
 
+        from infra.aws import nodegroup_health
         from infra.kubernetes import idle_check
 
         identity = aws_identity.identity_from_props(props)
         boto_session = aws_identity.session(identity, props["region"])
         aws_identity.check_account(boto_session, identity)
         eks = boto_session.client("eks")
-        names = {"clusterName": props["cluster"], "nodegroupName": props["nodegroup"]}
-        eks.get_waiter("nodegroup_active").wait(**names)
+        describe = nodegroup_health.reader(eks, props["cluster"], props["nodegroup"])
+        nodegroup_health.wait_until_settled(describe, strict=False, on_progress=to_stderr)
         woken = idle_check.wake(eks, props["cluster"], props["nodegroup"], int(props["node_count"]))
         if woken:
-            eks.get_waiter("nodegroup_active").wait(**names)
+            to_stderr(f"woke the GPU node group {props['nodegroup']}: {int(props['node_count'])} node(s) asked of EKS; "
+                      "what needs them waits for them to join")
+            nodegroup_health.wait_until_settled(describe, strict=True, on_progress=to_stderr)
         return {**props, "woken": woken, "woken_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
 
     def create(self, props: dict[str, Any]) -> CreateResult:
@@ -236,7 +261,11 @@ class _WakeProvider(ResourceProvider):
         changed = [key for key in WAKE_TRIGGERS if olds.get(key) != news.get(key)]
         return DiffResult(changes=bool(changed), replaces=[], delete_before_replace=False)
 
-    def update(self, _id: str, _olds: dict[str, Any], news: dict[str, Any]) -> UpdateResult:
+    def update(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> UpdateResult:
+        if not needs_wake(olds, news):
+            # The job went away (trainEnabled false): nothing waits for nodes. Record the new inputs, so that a job
+            # turned on again later is a change that wakes.
+            return UpdateResult(outs={**news, "woken": False, "woken_at": olds.get("woken_at")})
         return UpdateResult(outs=self._wake(news))
 
 
@@ -247,10 +276,13 @@ class GpuNodesAwake(pulumi.dynamic.Resource, module="raytrain", name="GpuNodesAw
     woken_at: pulumi.Output[str]
 
     def __init__(self, name: str, *, cluster: pulumi.Input[str], nodegroup: pulumi.Input[str], node_count: int,
-                 run_id: str, ray_cluster_spec: str, secret_env: pulumi.Input[dict], region: str,
+                 run_id: str, job_definition: str, ray_cluster_spec: str, secret_env: pulumi.Input[dict], region: str,
                  identity: AwsIdentity, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__(_WakeProvider(), name, {
             "cluster": cluster, "nodegroup": nodegroup, "node_count": node_count, "run_id": run_id,
+            # A digest of the job's definition (ray_job.job_definition), "" without a job; a secret, since the
+            # definition holds trainSecretEnv's values.
+            "job_definition": pulumi.Output.secret(job_definition),
             # A digest of the spec (plain values the stack config gives), and the secret's values as a secret: a
             # new token replaces the RayCluster (raycluster.RayCluster's replacement_trigger), so it wakes too.
             "ray_cluster_spec": ray_cluster_spec, "secret_env": pulumi.Output.secret(secret_env),

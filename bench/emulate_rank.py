@@ -43,8 +43,8 @@ from bench import step_inputs, step_model, step_shapes
 from bench.step_bench import GIB, recipe_model
 from workload.config import TrainConfig
 from workload.data.batches import random_batches
-from workload.model import causal_lm as project
 from workload.model import architectures, layout
+from workload.model import causal_lm as project
 from workload.model.adapters import lora
 from workload.model.layout import Collective
 

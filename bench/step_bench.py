@@ -51,7 +51,7 @@ def parameters(model_config: str) -> int:
 def recipe_model(cfg: TrainConfig, device: torch.device, min_num_params: int = RECIPE_MIN_NUM_PARAMS):
     """The original recipe's model, wrapping and optimizer (its code/train.py): bf16 weights, FSDP1 over the default
     process group (what ray.train.torch.prepare_model(parallel_strategy="fsdp", ...) does with the recipe's kwargs),
-    plain AdamW. A smaller `min_num_params` gives a small model the same units (tests/test_parallel.py)."""
+    plain AdamW. A smaller `min_num_params` gives a small model the same units (tests/runs/test_parallel.py)."""
     torch.manual_seed(cfg.seed)
     with torch.device(device):
         model = AutoModelForCausalLM.from_config(Qwen2Config(**project.NAMED_CONFIGS[cfg.model_config]),

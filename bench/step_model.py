@@ -3,10 +3,10 @@
     python -m bench.step_model        # prints JSON lines and writes them to bench/results/step_model.jsonl
 
 No GPU needed. The bytes come from the collectives each step issues: workload.model.layout.step_collectives for the
-project's FSDP2, recipe_collectives (bench/step_shapes.py) for the recipe's FSDP1; tests/test_parallel.py records both
+project's FSDP2, recipe_collectives (bench/step_shapes.py) for the recipe's FSDP1; tests/runs/test_parallel.py records both
 on a gloo mesh and checks them against these functions. The compute comes from the H200 measurement (bench/results),
 scaled by each GPU's dense bf16 peak at the MFU measured there. The bandwidths come from the instance facts
-(tests/stacks.py) and the assumptions in bench/step_inputs.py. Every assumption is written next to the figures. The
+(tests/support/instance_facts.py) and the assumptions in bench/step_inputs.py. Every assumption is written next to the figures. The
 lines below are of Qwen2.5-1.5B, the model measured; predict takes any decoder's shape from its config.json
 (config_shape: its FSDP units and FLOPs per token from workload.model.memory, without building it) at the same measured
 MFU and split (bench/model_table.py, docs/models.md's model x stack table, uses it so).
@@ -40,6 +40,7 @@ import dataclasses
 import json
 from dataclasses import replace
 
+from bench import step_shapes
 from bench.step_bench import GIB
 from bench.step_inputs import (
     CENTRAL,
@@ -65,11 +66,10 @@ from bench.step_inputs import (
     assumed_links,
     stack_hardware,
 )
-from bench import step_shapes
 from bench.step_shapes import ModelShape, bytes_by_collective, collectives, default_shape, meta_model
 from workload.model import architectures, layout, memory, memory_plan
-from workload.model.adapters import compute as adapter_compute
 from workload.model import causal_lm as project
+from workload.model.adapters import compute as adapter_compute
 from workload.model.layout import Collective, total_traffic
 
 
@@ -343,12 +343,12 @@ def assumptions(batch_size: int, seq_len: int) -> dict:
                    "checks this against FSDP's real streams",
         "bytes": "from the collectives each step issues: workload.model.layout.step_collectives (FSDP2) and "
                  "bench.step_shapes.recipe_collectives (FSDP1), checked against a recorded step on a gloo mesh in "
-                 "tests/test_parallel.py",
+                 "tests/runs/test_parallel.py",
     }
 
 
 def rows(batch_size: int, seq_len: int) -> list[dict]:
-    from tests.pulumi_mocks import STACKS
+    from tests.support.pulumi_mocks import STACKS
 
     lines: list[dict] = [assumptions(batch_size, seq_len)]
     for stack in STACKS:
@@ -387,7 +387,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--output", default=str(RESULTS))
     args = parser.parse_args()
-    from tests.pulumi_mocks import STACKS, stack_settings
+    from tests.support.pulumi_mocks import STACKS, stack_settings
 
     defaults = stack_settings(None)
     STACK_HARDWARE.write_text(json.dumps({stack: dataclasses.asdict(stack_hardware(stack)) for stack in STACKS},

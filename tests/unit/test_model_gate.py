@@ -119,7 +119,8 @@ def test_the_preview_names_trainModelId_for_the_same_mistake():
 @pytest.fixture
 def gated_hub(monkeypatch):
     config = json.dumps(published("allenai/OLMo-2-1124-7B")).encode()
-    with FakeHub(repos={"acme/llama-gated": {"config.json": config}}, gated={"acme/llama-gated": {"hf_granted"}}) as server:
+    repos, gated = {"acme/llama-gated": {"config.json": config}}, {"acme/llama-gated": {"hf_granted"}}
+    with FakeHub(repos=repos, gated=gated) as server:
         monkeypatch.setenv("HF_ENDPOINT", server.url)
         monkeypatch.delenv("HF_TOKEN", raising=False)
         yield server

@@ -16,8 +16,7 @@ PACKAGE_FILES = ("__init__.py", "conftest.py")
 
 
 def tracked_modules() -> list[Path]:
-    listed = subprocess.run(["git", "ls-files", "tests/*.py", "tests/**/*.py"], cwd=REPO, capture_output=True, text=True,
-                            check=True)
+    listed = subprocess.run(["git", "ls-files", "tests/*.py"], cwd=REPO, capture_output=True, text=True, check=True)
     return sorted({Path(name) for name in listed.stdout.split() if (REPO / name).is_file()})
 
 

@@ -99,7 +99,7 @@ def recipe_model(cfg: TrainConfig, device: torch.device, min_num_params: int | N
     """The original recipe's model, wrapping and optimizer (its code/train.py): bf16 weights, FSDP1 over the default
     process group (what ray.train.torch.prepare_model(parallel_strategy="fsdp", ...) does with the recipe's kwargs),
     plain AdamW. A smaller `min_num_params` than the recipe's (RECIPE_MIN_NUM_PARAMS) gives a small model the same
-    units (tests/test_parallel.py)."""
+    units (tests/runs/test_parallel.py)."""
     import torch
     from torch.distributed.fsdp import FullyShardedDataParallel
     from torch.distributed.fsdp.wrap import size_based_auto_wrap_policy

@@ -68,7 +68,7 @@ echo "setup: installing requirements.txt"
   "see pip's message above; a second run continues where this one stopped"
 # torchao, for --fp8 only, in a folder of its own beside .venv's packages: transformers imports torchao whenever it is
 # installed (its quantizer registry), which costs every model build a second and prints torchao's extension-loading
-# warnings. tests/test_fp8.py puts the folder on its path; the cluster's job installs torchao only with trainFp8.
+# warnings. tests/unit/test_fp8.py puts the folder on its path; the cluster's job installs torchao only with trainFp8.
 fp8_pin=$(sed -n 's/^TORCHAO_REQUIREMENT = "\(.*\)"$/\1/p' workload/model/fp8.py 2>/dev/null || true)  # its one pin
 if [ -n "$fp8_pin" ] && [ ! -d "$FP8_PACKAGES/torchao" ]; then
   echo "setup: installing $fp8_pin into $FP8_PACKAGES (for --fp8 and its tests only)"

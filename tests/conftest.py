@@ -14,12 +14,12 @@ from moto import mock_aws
 
 # The README's and docs' journeys' fixtures (project, kube_api, job_server), for every test that walks one; a real
 # MLflow tracking server (mlflow_server) for the trackers' tests.
-pytest_plugins = ("tests.docs_shell", "tests.mlflow_server")
+pytest_plugins = ("tests.support.docs_shell", "tests.support.local_mlflow")
 
 
 # Test modules that start Ray clusters or long runs, longest first (pytest --durations shows what they take).
 LONGEST_FIRST = ("test_workload_train", "test_ray_job", "test_readme", "test_workload_runs", "test_workload_submit",
-                 "test_cli", "test_parallel", "test_families", "test_local_cleanup", "test_tracking")
+                 "test_cli", "test_parallel", "test_model_families", "test_local_cleanup", "test_tracking")
 
 
 def pytest_collection_modifyitems(items):
@@ -41,8 +41,8 @@ def _an_event_loop():
 
 @pytest.fixture(scope="module")
 def ray_cluster():
-    """A two-node Ray cluster of the module's own (tests/local_ray.py)."""
-    from tests.local_ray import two_node_cluster
+    """A two-node Ray cluster of the module's own (tests/support/local_ray.py)."""
+    from tests.support.local_ray import two_node_cluster
 
     yield from two_node_cluster()
 

@@ -12,7 +12,7 @@ tokens/s are bench.model.step_model.predict's for that plan (its sharding as the
 it, its activation checkpointing, reshard_after_forward and micro-batches, the method's FLOPs and bytes), its central
 figure: the H200's measured MFU and step split for Qwen2.5-1.5B carried to each GPU (the L4 at its sustained GEMM rate)
 and the central bandwidths of bench.model.step_inputs.Assumptions; a prediction until a cluster measures it.
-tests/test_docs.py checks that docs/models.md holds exactly this table.
+tests/docs/test_docs.py checks that docs/models.md holds exactly this table.
 """
 from __future__ import annotations
 
@@ -23,8 +23,8 @@ from pathlib import Path
 from bench.model import step_inputs, step_model, step_shapes
 from infra import config as stack_config
 from infra.job import job_config
-from tests.pulumi_mocks import STACKS, stack_settings
-from tests.stacks import INSTANCE_FACTS
+from tests.support.instance_facts import INSTANCE_FACTS
+from tests.support.pulumi_mocks import STACKS, stack_settings
 from workload.model import adapters, architectures, memory, memory_plan
 
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "models.md"

@@ -10,7 +10,7 @@ from workload.model.memory import GIB
 
 RESULTS = Path(__file__).resolve().parents[1] / "results" / "step_model.jsonl"
 # Each stack's Hardware as `python -m bench.model.step_model` read it from the stack files, for machines without Pulumi
-# (the GPU machine that runs bench/record/emulate_rank.py): tests.pulumi_mocks, which reads them, imports pulumi.
+# (the GPU machine that runs bench/record/emulate_rank.py): tests.support.pulumi_mocks, which reads them, imports pulumi.
 STACK_HARDWARE = RESULTS.parent / "stack_hardware.json"
 MODEL_CONFIG = "qwen2.5-1.5b"
 # One H200, 8 x 2048 tokens per step, median step (bench/results/step_bench-h200-2026-11-29.log; RESULTS.md).
@@ -128,8 +128,8 @@ class Hardware:
 def stack_hardware(stack: str) -> Hardware:
     """A stack's GPU nodes from its Pulumi.<stack>.yaml over Pulumi.yaml's defaults, and their instance facts; the
     bandwidths as documented (Assumptions scale them)."""
-    from tests.pulumi_mocks import stack_settings
-    from tests.stacks import INSTANCE_FACTS
+    from tests.support.instance_facts import INSTANCE_FACTS
+    from tests.support.pulumi_mocks import stack_settings
 
     settings = stack_settings(stack)
     facts = INSTANCE_FACTS[settings["gpuInstanceType"]]

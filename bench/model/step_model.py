@@ -3,10 +3,10 @@
     python -m bench.model.step_model        # prints JSON lines and writes them to bench/results/step_model.jsonl
 
 No GPU needed. The bytes come from the collectives each step issues: workload.model.layout.step_collectives for the
-project's FSDP2, recipe_collectives (bench/model/step_shapes.py) for the recipe's FSDP1; tests/test_parallel.py records
+project's FSDP2, recipe_collectives (bench/model/step_shapes.py) for the recipe's FSDP1; tests/runs/test_parallel.py records
 both on a gloo mesh and checks them against these functions. The compute comes from the H200 measurement
 (bench/results), scaled by each GPU's dense bf16 peak at the MFU measured there. The bandwidths come from the instance
-facts (tests/stacks.py) and the assumptions in bench/model/step_inputs.py. Every assumption is written next to the
+facts (tests/support/instance_facts.py) and the assumptions in bench/model/step_inputs.py. Every assumption is written next to the
 figures. The lines below are of Qwen2.5-1.5B, the model measured; predict takes any decoder's shape from its
 config.json (config_shape: its FSDP units and FLOPs per token from workload.model.memory, without building it) at the
 same measured MFU and split (bench/model/model_table.py, docs/models.md's model x stack table, uses it so).
@@ -345,12 +345,12 @@ def assumptions(batch_size: int, seq_len: int) -> dict:
                    "bench/record/emulate_rank.py checks this against FSDP's real streams",
         "bytes": "from the collectives each step issues: workload.model.layout.step_collectives (FSDP2) and "
                  "bench.model.step_shapes.recipe_collectives (FSDP1), checked against a recorded step on a gloo "
-                 "mesh in tests/test_parallel.py",
+                 "mesh in tests/runs/test_parallel.py",
     }
 
 
 def rows(batch_size: int, seq_len: int) -> list[dict]:
-    from tests.pulumi_mocks import STACKS
+    from tests.support.pulumi_mocks import STACKS
 
     lines: list[dict] = [assumptions(batch_size, seq_len)]
     for stack in STACKS:
@@ -389,7 +389,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--output", default=str(RESULTS))
     args = parser.parse_args()
-    from tests.pulumi_mocks import STACKS, stack_settings
+    from tests.support.pulumi_mocks import STACKS, stack_settings
 
     defaults = stack_settings(None)
     STACK_HARDWARE.write_text(json.dumps({stack: dataclasses.asdict(stack_hardware(stack)) for stack in STACKS},

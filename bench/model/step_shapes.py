@@ -68,7 +68,7 @@ class ModelShape:
 def config_shape(config: dict, method: str = "full", lora_rank: int = 16,
                  lora_targets: str = "all-linear") -> ModelShape:
     """Any decoder from its config.json, without building it (workload.model.memory.unit_shapes, which
-    tests/test_memory.py
+    tests/unit/test_memory.py
     checks against the model transformers builds), trained by `method` (workload.model.layout.method_units)."""
     head = config["vocab_size"] * config["hidden_size"]
     untied_input_embedding = 0 if config.get("tie_word_embeddings", True) else head

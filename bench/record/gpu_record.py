@@ -34,7 +34,7 @@ import time
 from bench.common import announce, benchmark_parser
 
 # The training dashboard's panel titles (infra/monitoring.TRAINING_PANELS, whose module needs Pulumi, absent on a GPU
-# machine) and the metric each one's query reads; tests/test_gpu_panel.py holds the two lists equal.
+# machine) and the metric each one's query reads; tests/docs/test_gpu_panel.py holds the two lists equal.
 PANEL_METRICS = {
     "GPU utilization": "DCGM_FI_DEV_GPU_UTIL",
     "Tensor core activity": "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",

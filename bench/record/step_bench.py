@@ -7,7 +7,7 @@ Both train the Qwen2.5-1.5B architecture from the same random init on the same b
 tokens, seeded per step):
 - recipe:  the original recipe's step: the model in bf16, FSDP1 with size_based_auto_wrap_policy(1e7), eager,
            plain AdamW, the Hugging Face loss (model(input_ids, labels=input_ids).loss);
-- project: workload.model.causal_lm's default step, exactly as train_func runs it (FSDP2 per layer with bf16 compute and
+- project: workload.model's default step, exactly as train_func runs it (FSDP2 per layer with bf16 compute and
            fp32 master weights and reduction, compiled layers, fused AdamW, the chunked linear cross-entropy,
            gradient clipping).
 For each: tokens/s (median step), MFU (6N + attention FLOPs per token against

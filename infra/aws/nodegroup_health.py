@@ -73,7 +73,7 @@ def wait_until_settled(
     failed or degraded group (or one with health issues) raises NodegroupUnhealthyError at once; otherwise a DEGRADED
     group is returned with a progress line (the caller may still change it: a scaling update is how a group stopped
     after a launch failure gets another try). After `timeout_s` still settling, NodegroupUnhealthyError too."""
-    # Looked up at each call, not bound at import: the tests' fake EKS brings its own clock (tests/eks_fake.py).
+    # Looked up at each call, not bound at import: the tests' fake EKS brings its own clock (tests/support/fake_eks.py).
     clock, sleep = clock or time.monotonic, sleep or time.sleep
     deadline = clock() + timeout_s
     reported = ""

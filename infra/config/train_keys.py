@@ -27,7 +27,7 @@ from workload.fabric.transport import EXPECTATIONS as EXPECT_TRANSPORTS  # train
 from workload.model import adapters  # trainMethod and trainLora*: the job's own check
 
 # The train* keys only the stack has (no job flag), read here and nowhere else; every other train* key is declared
-# beside its flag (workload.config.STACK_KEYS). tests/test_stack_keys.py holds the two to Pulumi.yaml's train* keys.
+# beside its flag (workload.config.STACK_KEYS). tests/program/test_stack_keys.py holds the two to Pulumi.yaml's train* keys.
 STACK_ONLY_KEYS = ("trainEnabled", "trainRunId", "trainPip", "trainEnv", "trainSecretEnv", "trainTimeoutMinutes",
                    "trainWait", "trainExpectTransport")
 

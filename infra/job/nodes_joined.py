@@ -72,7 +72,7 @@ def wait_for_joined_nodes(
 ) -> None:
     """Return once `request.workers` GPU nodes are Ready and advertise GPUs and EFA interfaces; raise
     NodesNotJoinedError (or NodegroupUnhealthyError, in EKS's words) when they will not be, or after `timeout_s`."""
-    # Looked up at each call, not bound at import: the tests' fake EKS brings its own clock (tests/eks_fake.py).
+    # Looked up at each call, not bound at import: the tests' fake EKS brings its own clock (tests/support/fake_eks.py).
     clock, sleep = clock or time.monotonic, sleep or time.sleep
     start = clock()
     deadline = start + timeout_s

@@ -12,7 +12,7 @@ How a digest reaches a chart's pods: through the chart's own digest value where 
 (`tag@sha256:...`), which the chart's `repository:tag` template then renders as a digest reference (dcgm-exporter, the
 device plugin). The digest values do not all take the same form, and a wrong one renders a reference no registry
 resolves (`...@sha256:sha256:...`, or `...@<hex>`); each pin says which its chart's template takes (SlotForm), and
-tests/test_image_digest_slots.py renders each slot with its chart's template logic:
+tests/program/test_image_digest_slots.py renders each slot with its chart's template logic:
 - the hex alone where the template writes `@sha256:` itself: kube-prometheus-stack's own images (templates/prometheus/
   prometheus.yaml, templates/prometheus-operator/deployment.yaml for the operator and --prometheus-config-reloader,
   templates/prometheus-operator/admission-webhooks/job-patch/job-createSecret.yaml and job-patchWebhook.yaml for the

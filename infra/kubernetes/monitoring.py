@@ -14,7 +14,7 @@ side (bootstrap, S3, NCCL's socket fallback); the add-on reads the EFA driver's 
 What lands where. Only the DCGM exporter runs on the GPU nodes (tolerating their taint); Prometheus, its operator,
 Grafana, kube-state-metrics and node-exporter are pinned to the system nodes (node-exporter tolerates every NoSchedule
 taint by default, so it is given the system nodes' selector). Every container has requests, so the system node's sum is
-known: `system_node_requests` lists them, and tests/test_monitoring.py checks they fit the default system node
+known: `system_node_requests` lists them, and tests/program/test_monitoring.py checks they fit the default system node
 beside the Ray head, the add-ons and kube-system, with the margin docs/metrics.md states.
 
 Network. The Ray namespace is default-deny (infra/kubernetes/ray_security.py); `scrape_network_policies` admits exactly
@@ -42,7 +42,7 @@ from infra.kubernetes import monitoring_security as security
 
 # kube-prometheus-stack 88.5.3 (prometheus-operator v0.93.1; subcharts grafana 12.11.1, kube-state-metrics 8.4.0,
 # prometheus-node-exporter 4.56.1): the release whose values.yaml (and its subcharts') the keys below were checked
-# against (copies in tests/reference/charts, tests/test_monitoring.py walks every key). The chart installs the
+# against (copies in tests/reference/charts, tests/program/test_monitoring.py walks every key). The chart installs the
 # Prometheus operator's CRDs (PodMonitor, ServiceMonitor), which the DCGM chart's ServiceMonitor and our PodMonitor
 # need; like KubeRay's, Helm never upgrades CRDs, so bumping this pin on a live stack needs them applied by hand.
 KUBE_PROMETHEUS_STACK_CHART = "kube-prometheus-stack"

@@ -14,7 +14,7 @@ from infra.config import InstanceFacts, check_efa_gpu
 
 
 # The GPU instance types of the project's stacks (Pulumi.<stack>.yaml): GPUs per node and each GPU's memory in MiB,
-# EC2 DescribeInstanceTypes' figures (and its GPU name) (tests/stacks.py holds the same, and a test keeps the two
+# EC2 DescribeInstanceTypes' figures (and its GPU name) (tests/support/instance_facts.py holds the same, and a test keeps the two
 # equal). A refusal of the job's memory names which of them would fit without an EC2 call per type; the stack's own type
 # is always read live.
 class KnownGpuInstance(NamedTuple):

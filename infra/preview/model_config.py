@@ -72,7 +72,7 @@ def check_decoder(config: Any, where: str) -> dict:
 
 def _trainable(config: Any, model_id: str, where: str, source: str) -> Known:
     """The job's model gate on a config.json read at preview, then the fields the memory plan reads. The shipped
-    configs are not gated here: tests/test_model_gate.py passes each of them through the gate."""
+    configs are not gated here: tests/unit/test_model_gate.py passes each of them through the gate."""
     compatibility.check(config, f"config key 'trainModelId': {model_id}")
     return Known(check_decoder(config, where), source)
 

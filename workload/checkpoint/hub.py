@@ -4,7 +4,7 @@ with huggingface_hub's HfApi (create_repo, then upload_folder: one commit of eve
 
 The repo is created private when it does not exist (an existing one keeps its visibility); the token is $HF_TOKEN
 (a stack's trainSecretEnv), and $HF_ENDPOINT, which huggingface_hub honours, points it at another Hub (a mirror, or
-the tests' stand-in, tests/fake_hub.py). The driver uploads (workload/train.py), after the workers are done: a failed
+the tests' stand-in, tests/support/fake_hub.py). The driver uploads (workload/train.py), after the workers are done: a failed
 upload costs no training, and the model stays where it was exported.
 """
 from __future__ import annotations

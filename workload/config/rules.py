@@ -4,7 +4,7 @@ refusal (naming the flags, `--warmup_steps 11 must be at most --steps 10`) or No
 The job applies every rule in TrainConfig.__post_init__; the preview applies the same rules to the stack's train*
 keys (infra/config/train_keys.py), its refusal naming the stack keys through the declarations' table
 (`config keys 'trainWarmupSteps', 'trainSteps': trainWarmupSteps 11 must be at most trainSteps 10`). Each rule
-carries values that break it, so tests/test_stack_keys.py holds both sides to every rule, a new one included.
+carries values that break it, so tests/program/test_stack_keys.py holds both sides to every rule, a new one included.
 
 Standard library only: the Pulumi program imports it at preview.
 """

@@ -6,7 +6,7 @@ import re
 from typing import Any, Protocol
 
 # The trackers' clients the job installs at its start when --report_to names them (infra/job/job_config.py's job_pip),
-# the versions requirements.txt pins for the local run (tests/test_tracking.py checks they agree). mlflow-skinny: the
+# the versions requirements.txt pins for the local run (tests/runs/test_tracking.py checks they agree). mlflow-skinny: the
 # client alone, without the server's SQL, UI and ML-library dependencies (the full mlflow is some 300 MB more).
 TRACKER_REQUIREMENTS = {"mlflow": "mlflow-skinny==3.17.2", "wandb": "wandb==0.31.0"}
 # What a parameter must not show of a URL: a user:password@ (a tracking URI can carry one).

@@ -87,7 +87,7 @@ def compile_enabled(cfg: TrainConfig, device: torch.device) -> bool:
 
 def matmul_parameters(model: CausalLMWithLoss) -> int:
     """The built model's parameters that take part in a matmul per token: all of them, less an untied input embedding
-    (a lookup). workload.model.flops.matmul_parameters counts the same from config.json (tests/test_flops.py)."""
+    (a lookup). workload.model.flops.matmul_parameters counts the same from config.json (tests/unit/test_flops.py)."""
     total = sum(parameter.numel() for parameter in model.parameters())
     if model.lm.config.tie_word_embeddings:
         return total

@@ -11,7 +11,7 @@ Three layouts of FSDP2 (workload.model.sharding.shard_model builds them):
   inside each node (workload.model.two_level): each node's network carries HSDP's bytes, half of them in the forward
   (the weights' gather) and half in the backward (the gradients' reduction), instead of all in the backward.
 
-`step_collectives` lists exactly what one step issues (tests/test_parallel.py records a real step on a gloo mesh
+`step_collectives` lists exactly what one step issues (tests/runs/test_parallel.py records a real step on a gloo mesh
 and compares), `network_traffic` turns that into bytes inside and between nodes with nccl-tests' bus factors, and
 `choose` picks the layout for --sharding auto. `for_job` is choose() for a job's flags and its model's config.json:
 what every worker runs (workload.model.parallel.plan_for_worker, with the fabric check's measured bandwidth) and what

@@ -143,7 +143,7 @@ def local_cluster(metrics_export_port: int | None = None) -> Iterator[tuple[str,
         ray_cli, "start", "--head", "--block", "--disable-usage-stats",
         "--temp-dir", temp_dir,
         # Loopback only (with LOCAL_CLUSTER_ENV, see head_environment): nothing of this cluster is reachable from
-        # the network. tests/test_workload_submit.py lists every listening socket of its processes.
+        # the network. tests/runs/test_workload_submit.py lists every listening socket of its processes.
         "--node-ip-address", LOOPBACK,
         "--port", str(gcs_port),
         "--ray-client-server-port", str(client_server_port),

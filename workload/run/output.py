@@ -16,7 +16,7 @@ from typing import Callable
 from workload.config import SUMMARY_PREFIX, TRANSPORT_PREFIX
 
 # Every line the project prints into a job's log starts with one of these (workload/trainer.py's _progress,
-# workload/fabric/bandwidth.py, workload/cli.py's errors); tests/test_local_output.py checks the trainer's against it.
+# workload/fabric/bandwidth.py, workload/cli.py's errors); tests/unit/test_local_output.py checks the trainer's against it.
 OWN_PREFIXES = ("training ", "effective batch ", "step ", "fabric check ", "note: ", "warning: ", "error: ",
                 "submitted Ray job ", "log stream of ", "memory plan: ", "loaded ", "downloading ", "copying ",
                 "copied ", "dataset ", "text data: ", "chat data: ", "prompt-completion data: ", "tracking: ",

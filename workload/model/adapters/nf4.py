@@ -8,7 +8,7 @@ rank's rows): no rank ever holds the full bf16 tensor, let alone the model. Quan
 quantizing the whole tensor in one number: double quantization subtracts the mean of all the tensor's block scales
 before quantizing them, and the all-gathered tensor is dequantized with one rank's mean for every shard. So each rank
 adds up its blocks' scales, one all-reduce of two numbers per tensor gives the tensor's mean, and the shard is then
-quantized with it: the result is exactly the shard of torchao's to_nf4 of the whole tensor (tests/test_adapters.py
+quantized with it: the result is exactly the shard of torchao's to_nf4 of the whole tensor (tests/runs/test_adapters.py
 checks that, code for code).
 
 May import torch and torchao only (torchao is imported when qlora is used: workload.model.adapters.requirements).

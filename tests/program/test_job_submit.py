@@ -1,0 +1,101 @@
+"""`python -m tools.job submit`: another run on the stack's live RayCluster without `pulumi up`, against the same
+stand-ins as the README's long-run journey (tests/docs/test_readme.py: the API server, `aws eks get-token`, the job
+server reached through a port-forward to the head pod), then found by `list` like the stack's own runs."""
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import re
+
+import pytest
+
+from tools import job as job_cli
+from workload import cli
+
+
+def kubeconfig_for(tmp_path, server_url: str) -> str:
+    path = tmp_path / "kubeconfig.json"
+    path.write_text(json.dumps({
+        "apiVersion": "v1", "kind": "Config", "current-context": "dev",
+        "clusters": [{"name": "dev", "cluster": {"server": server_url}}],
+        "contexts": [{"name": "dev", "context": {"cluster": "dev", "user": "aws"}}],
+        # pulumi-eks's kubeconfig user: the token from `aws eks get-token` (the kube_api fixture's stand-in).
+        "users": [{"name": "aws", "user": {"exec": {"apiVersion": "client.authentication.k8s.io/v1beta1",
+                                                    "command": "aws", "args": ["eks", "get-token"]}}}]}))
+    return str(path)
+
+
+def job_command(*argv: str) -> tuple[int, str]:
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = cli.run(job_cli.main, list(argv))
+    return code, out.getvalue()
+
+
+def test_submit_starts_the_stacks_job_with_other_flags_and_list_finds_it(tmp_path, kube_api, job_server):  # noqa: F811
+    kubeconfig = kubeconfig_for(tmp_path, kube_api.url)
+    code, said = job_command("submit", "--kubeconfig", kubeconfig, "--stack", "dev", "--run-id", "try-2",
+                             "--", "--steps", "7", "--learning_rate", "2e-5")
+    assert code == cli.OK, said
+    (job_id,) = job_server.jobs
+    job = job_server.jobs[job_id]
+    assert job.metadata == {"raytrain.stack": "dev", "raytrain.run_id": "try-2"}, job.metadata
+    assert re.fullmatch(r"raytrain-dev-try-2-[0-9a-f]{8}", job_id), job_id
+    assert "--steps 7" in job.entrypoint and "--learning_rate 2e-05" in job.entrypoint, job.entrypoint
+    assert re.search(r"--run_name ray-train-fsdp-llm-try-2-[0-9a-f]{8}", job.entrypoint), job.entrypoint
+    assert "--time_limit_s 3600" in job.entrypoint, f"trainTimeoutMinutes' default is the job's limit: {job.entrypoint}"
+    assert said.strip() == (f"job {job_id} (run try-2) submitted; follow it: python -m tools.job logs {job_id} "
+                            f"--follow --stack dev --kubeconfig {kubeconfig}")
+
+    code, listed = job_command("list", "--kubeconfig", kubeconfig, "--stack", "dev")
+    assert code == cli.OK and re.search(rf"^{job_id}\s+\w+\s+try-2\s", listed, re.M), listed
+    # The same submit again is the same job: attached to, not started twice.
+    code, said = job_command("submit", "--kubeconfig", kubeconfig, "--stack", "dev", "--run-id", "try-2",
+                             "--", "--steps", "7", "--learning_rate", "2e-5")
+    assert code == cli.OK and "was already on the cluster" in said and len(job_server.jobs) == 1, said
+
+
+def test_submit_refuses_a_flag_the_job_does_not_know_before_reaching_the_cluster(capsys):
+    def no_cluster(args):
+        raise AssertionError("a bad flag must be refused before the cluster is reached")
+
+    with pytest.raises(SystemExit) as exited:
+        job_cli.main(["submit", "--stack", "dev", "--", "--stepz", "7"], job_server=no_cluster)
+    assert exited.value.code == cli.USAGE
+    assert capsys.readouterr().err.splitlines() == ["error: unrecognized arguments: --stepz 7",
+                                                     "`python -m workload.train --help` lists every flag"]
+
+
+def test_submit_reads_a_config_file_between_the_stack_and_the_flags_and_prints_the_job_as_one(tmp_path, capsys):
+    """The stack's keys, then --config's file over them, then the flags after `--` over both; --print_config writes
+    the job's settings as a file that `python -m workload.local --config` replays, without reaching the cluster."""
+    def no_cluster(args):
+        raise AssertionError("--print_config needs no cluster")
+
+    from workload.run import local
+
+    path = tmp_path / "run.yaml"
+    path.write_text("steps: 12\nlearning_rate: 3e-3\nseq_len: 128\n")
+    code = cli.run(lambda argv: job_cli.main(argv, job_server=no_cluster),
+                   ["submit", "--stack", "dev", "--config", str(path), "--print_config", "--", "--steps", "9"])
+    printed = capsys.readouterr().out
+    assert code == cli.OK, printed
+    replayed = tmp_path / "replayed.yaml"
+    replayed.write_text(printed)
+    cfg = local.parse_args(["--config", str(replayed)])
+    assert (cfg.steps, cfg.learning_rate, cfg.seq_len) == (9, 3e-3, 128), cfg
+    assert cfg.run_name.startswith("ray-train-fsdp-llm-submit-"), f"the stack run's name comes along: {cfg.run_name}"
+
+    path.write_text("stepz: 3\n")
+    code = cli.run(lambda argv: job_cli.main(argv, job_server=no_cluster),
+                   ["submit", "--stack", "dev", "--config", str(path)])
+    assert code == cli.USAGE and "unrecognized keys: stepz" in capsys.readouterr().err
+
+
+def test_a_tracker_named_after_the_stack_brings_its_client():
+    from tools.job_submit import stack_job
+    from workload.metrics.tracking import TRACKER_REQUIREMENTS
+
+    assert stack_job("dev", "r", [])["pip"] == [], "the dev stack reports to TensorBoard only"
+    assert stack_job("dev", "r", ["--report_to", "tensorboard,wandb"])["pip"] == [TRACKER_REQUIREMENTS["wandb"]]

@@ -1,0 +1,107 @@
+"""The preview reads a model's architecture it does not ship: from the Hub (a local fake, tests/support/fake_hub.FakeHub, as
+strict as huggingface_hub relies on) and from S3 (moto), never the network."""
+from __future__ import annotations
+
+import json
+
+import boto3
+import pytest
+from moto import mock_aws
+
+from infra.config import AwsIdentity
+from infra.preview import model_config
+from tests.support.fake_hub import FakeHub, unreachable_hub
+from workload.model import architectures
+
+QWEN_7B = architectures.published("Qwen/Qwen2.5-7B")
+TOKEN = "hf_granted_0123456789"
+
+
+@pytest.fixture
+def hub(monkeypatch):
+    config = json.dumps(QWEN_7B).encode()
+    repos = {"acme/qwen-7b-chat": {"config.json": config}, "acme/llama-gated": {"config.json": config},
+             "acme/weights-only": {"model.safetensors": b"\0"},
+             "acme/encoder": {"config.json": json.dumps({"model_type": "bert", "hidden_size": 768}).encode()}}
+    with FakeHub(repos=repos, gated={"acme/llama-gated": {TOKEN}}) as server:
+        monkeypatch.setenv("HF_ENDPOINT", server.url)
+        yield server
+
+
+def test_a_public_model_is_read_from_the_hub_anonymously(hub):
+    found = model_config.resolve("acme/qwen-7b-chat")
+    assert isinstance(found, model_config.Known) and found.config == QWEN_7B, found
+    # huggingface_hub 2.x also fetches its agent-harness registry once a day (utils/_detect_agent.py, best effort:
+    # the fake's 404 is swallowed), so only the file requests are compared.
+    files = [(method, path) for method, path, _ in hub.requests if "/resolve/" in path]
+    assert files == [("GET", "/acme/qwen-7b-chat/resolve/main/config.json")], f"one GET: {hub.requests}"
+    assert not any(auth for _, _, auth in hub.requests), f"no token was given, none was sent: {hub.requests}"
+
+
+def test_a_gated_model_needs_the_secret_envs_token(hub):
+    with pytest.raises(ValueError, match="gated.*trainSecretEnv\\[0\\]' HF_TOKEN=") as refused:
+        model_config.resolve("acme/llama-gated")
+    assert "trainModelId" in str(refused.value)
+    with pytest.raises(ValueError, match="has not been granted access") as refused:
+        model_config.resolve("acme/llama-gated", hub_token="hf_someone_else")
+    assert "hf_someone_else" not in str(refused.value), "a refusal never quotes the token"
+    found = model_config.resolve("acme/llama-gated", hub_token=TOKEN)
+    assert isinstance(found, model_config.Known) and found.config["hidden_size"] == 3584
+    assert hub.requests[-1][2] == f"Bearer {TOKEN}", "the token goes to the Hub as huggingface_hub sends it"
+
+
+@pytest.mark.parametrize("model_id, token, words", [
+    ("acme/no-such-model", None, "is not a model on the Hugging Face Hub (or private"),
+    ("acme/no-such-model", TOKEN, "trainSecretEnv's HF_TOKEN cannot see it"),
+    ("acme/weights-only", None, "has no config.json on the Hub"),
+    ("acme/encoder", None, "bert is an encoder"),
+])
+def test_a_model_the_job_could_not_load_is_refused(hub, model_id, token, words):
+    with pytest.raises(ValueError, match="config key 'trainModelId'") as refused:
+        model_config.resolve(model_id, hub_token=token)
+    assert words in str(refused.value), refused.value
+
+
+def test_an_unreachable_hub_is_a_warning_not_a_refusal(monkeypatch):
+    _, waits = unreachable_hub(monkeypatch)  # the preview asks once: any retry's wait is recorded here
+    found = model_config.resolve("acme/qwen-7b-chat")
+    assert isinstance(found, model_config.Unknown) and "could not be read from the Hub" in found.reason, found
+    assert "not reachable" in found.reason and waits == [], f"one request, no retries: {found.reason}, {waits}"
+
+
+def test_shipped_and_random_weight_architectures_need_no_network(monkeypatch):
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # would fail if asked
+    assert model_config.resolve("meta-llama/Llama-3.1-8B").config["num_hidden_layers"] == 32
+    assert model_config.resolve("whatever", "tiny").config["hidden_size"] == 64
+
+
+def test_an_s3_model_directory_is_read_as_the_stacks_identity(monkeypatch):
+    for name, value in (("AWS_ACCESS_KEY_ID", "testing"), ("AWS_SECRET_ACCESS_KEY", "testing")):
+        monkeypatch.setenv(name, value)
+    with mock_aws():
+        s3 = boto3.client("s3", region_name="us-west-2")
+        s3.create_bucket(Bucket="models", CreateBucketConfiguration={"LocationConstraint": "us-west-2"})
+        s3.put_object(Bucket="models", Key="runs/qwen-7b/config.json", Body=json.dumps(QWEN_7B).encode())
+        s3.put_object(Bucket="models", Key="broken/config.json", Body=b"{not json")
+        found = model_config.resolve("s3://models/runs/qwen-7b/", identity=AwsIdentity(), region="us-west-2")
+        assert isinstance(found, model_config.Known) and found.config == QWEN_7B, found
+        with pytest.raises(ValueError, match="s3://models/runs/none/config.json does not exist"):
+            model_config.resolve("s3://models/runs/none", identity=AwsIdentity(), region="us-west-2")
+        with pytest.raises(ValueError, match="bucket no-such-bucket does not exist"):
+            model_config.resolve("s3://no-such-bucket/m/", identity=AwsIdentity(), region="us-west-2")
+        with pytest.raises(ValueError, match="is not JSON"):
+            model_config.resolve("s3://models/broken/", identity=AwsIdentity(), region="us-west-2")
+
+
+def test_the_preview_refuses_a_hub_model_that_cannot_fit_before_any_resource(hub):
+    from tests.support.pulumi_mocks import run_program_expecting_error
+
+    hub.repos["acme/llama-70b-chat"] = {"config.json": json.dumps(architectures.published(
+        "meta-llama/Llama-3.1-70B")).encode()}
+    failed = run_program_expecting_error("dev", {"trainEnabled": True, "trainModelId": "acme/llama-70b-chat"})
+    message = str(failed.error)
+    assert "acme/llama-70b-chat (70.55 B parameters)" in message and "p5.48xlarge" in message, message
+    assert failed.resources == [], "refused at preview, before any resource"
+    assert any("/acme/llama-70b-chat/resolve/main/config.json" in path for _, path, _ in hub.requests)
+
+

@@ -1,0 +1,218 @@
+"""Issue 44, items 1 and 4: the fake EKS answers as EKS does (each rule cites the API reference in tests/support/fake_eks.py),
+the wake follows every new job and reports a failed group at once in EKS's words, and the job's create waits, bounded
+and saying so, for its nodes to join and advertise their devices.
+"""
+from __future__ import annotations
+
+import pytest
+from botocore.exceptions import ClientError, WaiterError
+
+from infra import config
+from infra.aws import identity as aws_identity
+from infra.aws import nodegroup_health
+from infra.job import nodes_joined, ray_job
+from infra.job.preflight import WorkerRequest
+from infra.kubernetes import idle_check, idle_stop
+from tests.program.test_up_after_idle_stop import AWAKE, plain
+from tests.support.fake_eks import ADVERTISE_SECONDS, JOIN_SECONDS, READY_SECONDS, UPDATE_SECONDS, StrictEks
+from tests.support.pulumi_mocks import is_secret_value, program
+
+REQUEST = WorkerRequest(gpus=8, efa_interfaces=32, workers=2)
+WAKE_PROPS = {"cluster": "ray-train", "nodegroup": "gpu", "node_count": 2, "region": "us-west-2", "profile": "",
+              "role_arn": "", "account_id": ""}
+FREE_ADDRESSES = ("InsufficientFreeAddresses", "One or more of the subnets associated with your node group does not "
+                  "have enough available IP addresses for new nodes.")
+
+
+def stopped() -> StrictEks:
+    eks = StrictEks(desired=2, minimum=0, maximum=2)
+    idle_check.stop(eks, eks.cluster, eks.describe_nodegroup(clusterName=eks.cluster, nodegroupName=eks.name)[
+        "nodegroup"])
+    eks.sleep(UPDATE_SECONDS)
+    eks.calls.clear()
+    return eks
+
+
+def use(eks: StrictEks, monkeypatch) -> None:
+    monkeypatch.setattr(aws_identity, "session", lambda identity, region: type("S", (), {"client": lambda s, n: eks})())
+    monkeypatch.setattr(aws_identity, "check_account", lambda session, identity: "")
+    monkeypatch.setattr(nodegroup_health, "time", eks.time)
+
+
+# ---- the fake, as strict as EKS ----------------------------------------------------------------------------------
+
+def test_the_fake_is_active_before_its_nodes_join_and_advertise():
+    eks = stopped()
+    assert eks.nodes() == [] and eks.scaling()["desiredSize"] == 0
+    idle_check.wake(eks, eks.cluster, eks.name, 2)
+    assert eks.nodegroup["status"] == "UPDATING" and eks.nodes() == []
+    eks.sleep(UPDATE_SECONDS)
+    assert eks.describe_nodegroup(clusterName=eks.cluster, nodegroupName=eks.name)["nodegroup"]["status"] == "ACTIVE"
+    assert eks.scaling()["desiredSize"] == 2 and eks.usable_nodes() == 0, "desiredSize is asked, not nodes"
+    eks.sleep(JOIN_SECONDS)
+    assert len(eks.nodes()) == 2 and eks.usable_nodes() == 0, "joined, NotReady"
+    eks.sleep(READY_SECONDS)
+    assert nodes_joined.node_states(eks.nodes(), REQUEST) == (2, 2, 0), "Ready, nothing advertised yet"
+    eks.sleep(ADVERTISE_SECONDS)
+    assert eks.usable_nodes() == 2 and nodes_joined.node_states(eks.nodes(), REQUEST) == (2, 2, 2)
+
+
+def test_the_fake_refuses_an_update_while_one_is_in_progress():
+    eks = stopped()
+    idle_check.wake(eks, eks.cluster, eks.name, 2)
+    with pytest.raises(ClientError) as refused:
+        idle_check.wake(eks, eks.cluster, eks.name, 3)
+    assert refused.value.response["Error"]["Code"] == "ResourceInUseException"
+
+
+def test_the_fake_degrades_on_launch_failures_and_botocores_waiter_polls_that_for_40_minutes():
+    eks = stopped()
+    eks.fail_launches(*FREE_ADDRESSES)
+    idle_check.wake(eks, eks.cluster, eks.name, 2)
+    before = eks.clock()
+    with pytest.raises(WaiterError):
+        eks.get_waiter("nodegroup_active").wait(clusterName=eks.cluster, nodegroupName=eks.name)
+    assert eks.clock() - before >= 40 * 60 - 30, "what the wake used to wait before saying anything"
+    group = eks.describe_nodegroup(clusterName=eks.cluster, nodegroupName=eks.name)["nodegroup"]
+    assert group["status"] == "DEGRADED" and group["health"]["issues"][0]["code"] == "InsufficientFreeAddresses"
+    assert eks.nodes() == []
+
+
+# ---- the wake --------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("code, message", [
+    FREE_ADDRESSES,
+    ("AsgInstanceLaunchFailures", "Could not launch On-Demand Instances. InsufficientInstanceCapacity"),
+])
+def test_a_wake_reports_a_degraded_group_at_once_with_eks_issues(code, message, monkeypatch):
+    eks = stopped()
+    use(eks, monkeypatch)
+    eks.fail_launches(code, message)
+    start = eks.clock()
+    with pytest.raises(nodegroup_health.NodegroupUnhealthyError) as failed:
+        idle_stop._WakeProvider().create(dict(WAKE_PROPS))
+    assert f"{code}: {message}" in str(failed.value) and "DEGRADED" in str(failed.value), failed.value
+    assert eks.clock() - start < 2 * UPDATE_SECONDS, f"reported after {eks.clock() - start} s"
+
+
+def test_a_group_degraded_before_the_wake_gets_its_scaling_update_and_recovers(monkeypatch, capsys):
+    eks = stopped()
+    eks.nodegroup.update(status="DEGRADED", health={"issues": [{"code": FREE_ADDRESSES[0],
+                                                               "message": FREE_ADDRESSES[1]}]})
+    use(eks, monkeypatch)
+    outs = idle_stop._WakeProvider().create(dict(WAKE_PROPS)).outs
+    assert outs["woken"] and eks.nodegroup["status"] == "ACTIVE" and eks.scaling()["desiredSize"] == 2
+    assert "InsufficientFreeAddresses" in capsys.readouterr().err, "the old issue is said, then the update tried"
+
+
+def test_a_group_that_failed_is_not_updated(monkeypatch):
+    eks = stopped()
+    eks.nodegroup["status"] = "CREATE_FAILED"
+    use(eks, monkeypatch)
+    with pytest.raises(nodegroup_health.NodegroupUnhealthyError, match="CREATE_FAILED"):
+        idle_stop._WakeProvider().create(dict(WAKE_PROPS))
+    assert "UpdateNodegroupConfig" not in [call for call, _ in eks.calls]
+
+
+def test_every_input_that_replaces_the_job_wakes_the_group():
+    base = plain(program("dev", (("trainEnabled", True),)).one(AWAKE).inputs)
+    assert base["job_definition"], "a job runs: its definition is a trigger"
+    inputs = {"train_args": ["--steps", "10"], "run_id": "1", "pip": [], "env_vars": {"A": "1"}}
+    for key in ray_job.REPLACE_ON_CHANGE:
+        changed = {**inputs, key: inputs[key] + ["x"] if isinstance(inputs[key], list) else
+                   {"A": "2"} if isinstance(inputs[key], dict) else "2"}
+        olds = {**base, "job_definition": ray_job.job_definition(inputs)}
+        news = {**base, "job_definition": ray_job.job_definition(changed)}
+        assert idle_stop._WakeProvider().diff("id", olds, news).changes, f"a new {key} replaces the job: it must wake"
+        assert idle_stop.needs_wake(olds, news), key
+
+
+def test_a_new_model_changes_the_wakes_inputs_and_the_definition_stays_secret():
+    first = program("dev", (("trainEnabled", True),)).one(AWAKE)
+    second = program("dev", (("trainEnabled", True), ("trainModelId", "Qwen/Qwen2.5-0.5B"))).one(AWAKE)
+    assert is_secret_value(first.inputs["job_definition"]), "the definition digests trainEnv's values"
+    assert idle_stop._WakeProvider().diff("id", plain(first.inputs), plain(second.inputs)).changes
+    assert plain(program("dev").one(AWAKE).inputs)["job_definition"] == "", "no job, no job trigger"
+
+
+def test_turning_the_job_off_records_without_waking(monkeypatch):
+    eks = stopped()
+    use(eks, monkeypatch)
+    olds = {**WAKE_PROPS, "run_id": "1", "job_definition": "abc", "woken_at": "2026-12-02T09:00:00+00:00"}
+    news = {**WAKE_PROPS, "run_id": "", "job_definition": ""}
+    outs = idle_stop._WakeProvider().update("id", olds, news).outs
+    assert outs["run_id"] == "" and not outs["woken"] and eks.calls == [], eks.calls
+    assert idle_stop.needs_wake(outs, olds), "turned on again later, the job wakes the group"
+
+
+# ---- the job's wait for its nodes ----------------------------------------------------------------------------------
+
+def wait(eks: StrictEks, **kwargs) -> None:
+    nodes_joined.wait_for_joined_nodes(
+        eks.nodes, REQUEST, read_nodegroup=nodegroup_health.reader(eks, eks.cluster, eks.name), nodegroup=eks.name,
+        clock=eks.clock, sleep=eks.sleep, **kwargs)
+
+
+def test_the_job_waits_for_joined_nodes_advertising_gpus_and_efa():
+    eks = stopped()
+    idle_check.wake(eks, eks.cluster, eks.name, 2)
+    lines: list[str] = []
+    wait(eks, on_progress=lines.append)
+    assert eks.usable_nodes() == 2 and eks.clock() >= UPDATE_SECONDS + JOIN_SECONDS + READY_SECONDS + ADVERTISE_SECONDS
+    assert lines[0].startswith("waiting for the GPU nodes before the job: 0 of 2"), lines
+    assert any("2 Ready, 0 advertising" in line for line in lines), lines
+    assert lines[-1].startswith("2 GPU node(s) Ready with nvidia.com/gpu and vpc.amazonaws.com/efa"), lines
+
+
+def test_the_jobs_wait_fails_at_once_on_a_stopped_group_naming_the_wake():
+    eks = stopped()
+    start = eks.clock()
+    with pytest.raises(nodes_joined.NodesNotJoinedError, match="desired 0.*aws eks update-nodegroup-config"):
+        wait(eks, wake_hint="aws eks update-nodegroup-config ...")
+    assert eks.clock() == start, "no time waited"
+
+
+def test_the_jobs_wait_fails_at_once_when_launches_fail():
+    eks = stopped()
+    eks.fail_launches("AsgInstanceLaunchFailures", "Could not launch On-Demand Instances.")
+    idle_check.wake(eks, eks.cluster, eks.name, 2)
+    start = eks.clock()
+    with pytest.raises(nodegroup_health.NodegroupUnhealthyError, match="AsgInstanceLaunchFailures"):
+        wait(eks)
+    assert eks.clock() - start < UPDATE_SECONDS * 2
+
+
+def test_the_jobs_wait_is_bounded_and_says_what_it_saw():
+    eks = stopped()
+    idle_check.wake(eks, eks.cluster, eks.name, 2)
+    eks.gpus = 0  # a device plugin that never registers: nodes Ready, no GPUs advertised
+    with pytest.raises(nodes_joined.NodesNotJoinedError) as failed:
+        wait(eks, timeout_s=900)
+    assert "after 900 s: 2 of 2 GPU node(s) joined, 2 Ready, 0 advertising" in str(failed.value), failed.value
+    assert "Nothing was submitted" in str(failed.value)
+
+
+def test_nodes_of_another_group_do_not_count():
+    eks = StrictEks(desired=2, minimum=0, maximum=2)
+    assert nodes_joined.node_states(eks.nodes(), REQUEST, "another-group") == (0, 0, 0)
+    assert nodes_joined.node_states(eks.nodes(), REQUEST, eks.name) == (2, 2, 2)
+
+
+def test_the_idle_stop_minimum_covers_the_jobs_wait_after_a_wake():
+    assert config.IDLE_STOP_MINIMUM_MINUTES * 60 >= nodes_joined.NODES_JOIN_TIMEOUT_SECONDS
+
+
+def test_an_eks_read_that_fails_leaves_the_wait_to_kubernetes(monkeypatch, capsys):
+    from botocore.exceptions import ClientError as Refused
+
+    class Throttled:
+        def describe_nodegroup(self, **_kw):
+            raise Refused({"Error": {"Code": "ThrottlingException", "Message": "Rate exceeded"}}, "DescribeNodegroup")
+
+    monkeypatch.setattr(aws_identity, "session", lambda identity, region: type("S", (), {
+        "client": lambda s, n: Throttled()})())
+    read = nodes_joined.eks_reader({"eks_cluster": "ray-train", "gpu_nodegroup": "gpu", "region": "us-west-2"})
+    eks = StrictEks(desired=2, minimum=0, maximum=2)
+    nodes_joined.wait_for_joined_nodes(eks.nodes, REQUEST, read_nodegroup=read, clock=eks.clock, sleep=eks.sleep)
+    assert read() == {} and "ThrottlingException" in capsys.readouterr().err
+    assert nodes_joined.eks_reader({"eks_cluster": "", "gpu_nodegroup": ""}) is None, "a job made before it knew"

@@ -1,0 +1,219 @@
+"""A stand-in for the Hugging Face Hub on 127.0.0.1, from memory: the endpoints huggingface_hub's create_repo and
+upload_folder call, the ones from_pretrained and the preview download through, and the dataset ones, answered as the
+Hub does and as strictly as huggingface_hub relies on.
+
+Upload (huggingface_hub/hf_api.py's create_repo and create_commit, huggingface_hub/_commit_api.py; the Hub's API
+at https://huggingface.co/docs/hub/api), with the hub's `token`:
+- POST /api/repos/create {"name", "organization", "visibility", "type"} -> {"url": ...}; 409 when it exists (create_repo
+  with exist_ok=True reads a 409 as "already there").
+- POST /api/models/{repo}/preupload/{revision} {"files": [{path, sample, size}]} -> {"files": [{path, uploadMode,
+  shouldIgnore}]}: every file "regular", so its bytes come base64 inside the commit (no LFS or Xet storage here).
+- POST /api/models/{repo}/commit/{revision}, NDJSON: a {"key": "header"} line, then a {"key": "file", "value":
+  {"path", "content", "encoding": "base64"}} line per file -> {"commitUrl", "commitOid"}.
+
+Download (huggingface_hub/file_download.py's hf_hub_url, get_hf_file_metadata and hf_hub_download):
+- HEAD and GET /{repo}/resolve/{revision}/{path}: the file with X-Repo-Commit and an ETag (get_hf_file_metadata refuses
+  a response without either) and Content-Length. Errors carry the Hub's X-Error-Code, which utils/_http.py
+  hf_raise_for_status maps onto its exceptions:
+  - a repo that does not exist, or a private one asked without its token: 401 RepoNotFound without a token, 404
+    RepoNotFound with one (the Hub answers 401 to anonymous requests for missing, private and gated repos alike;
+    hf_raise_for_status's comment and the gist it links, Wauplin/46c27ad266b15998ce56a6603796f0b9);
+  - a gated repo: 401 GatedRepo without a token, 403 GatedRepo with a token that was not granted access;
+  - a file the repo lacks: 404 EntryNotFound, with the repo's X-Repo-Commit.
+
+Datasets (huggingface_hub/hf_api.py's dataset_info, whose "siblings" list_repo_files reads, and hf_hub_url with
+repo_type="dataset"; workload/data/hub_dataset.py reads these):
+- GET /api/datasets/{repo}: {"id", "siblings": [{"rfilename"}]}; an unknown dataset 401 with RepoNotFound, a gated one
+  asked without the hub's token 401 with GatedRepo.
+- GET /datasets/{repo}/resolve/{revision}/{path}, honouring `Range: bytes=A-B` (206 with Content-Range), as the Hub's
+  CDN does.
+
+State, for the tests to set and read: `repos` maps a model repo id to {file name: bytes}, `private` holds the private
+ones (readable only with `token`), `gated` maps a gated repo id to the tokens granted access, `commits` a repo to its
+last commit (COMMIT until an upload makes one), `datasets` a dataset id to {"gated": bool, "files": {name: bytes}}.
+Every request's (method, path, Authorization) is noted in `requests`. Use it as a context manager (it serves on a
+thread, and stops at the end of the block).
+
+Also `unreachable_hub`: HF_ENDPOINT at a port where nothing listens.
+"""
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import unquote, urlparse
+
+
+class FakeHub(ThreadingHTTPServer):
+    COMMIT = "0123456789abcdef0123456789abcdef01234567"
+
+    def __init__(self, token: str | None = None, *, repos: dict[str, dict[str, bytes]] | None = None,
+                 gated: dict[str, set[str]] | None = None) -> None:
+        super().__init__(("127.0.0.1", 0), _HubHandler)
+        self.token = token
+        self.repos: dict[str, dict[str, bytes]] = repos if repos is not None else {}
+        self.private: set[str] = set()
+        self.gated = gated or {}
+        self.commits: dict[str, str] = {}
+        self.datasets: dict[str, dict] = {}
+        self.requests: list[tuple[str, str, str]] = []
+        self._thread: threading.Thread | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}"
+
+    def __enter__(self) -> FakeHub:
+        # A short poll, so shutdown() at the end of the block returns at once (socketserver polls every 0.5 s).
+        self._thread = threading.Thread(target=self.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.shutdown()
+        self.server_close()
+
+    def authorized(self, authorization: str) -> bool:
+        return self.token is not None and authorization == f"Bearer {self.token}"
+
+
+class _HubHandler(BaseHTTPRequestHandler):
+    server: FakeHub
+
+    def log_message(self, *args) -> None:  # quiet
+        pass
+
+    def do_HEAD(self) -> None:  # noqa: N802 (http.server's name)
+        self._get(body=False)
+
+    def do_GET(self) -> None:  # noqa: N802
+        self._get(body=True)
+
+    def do_POST(self) -> None:  # noqa: N802
+        self._post()
+
+    # ---- answers
+
+    def _send(self, status: int, data: bytes, headers: dict[str, str]) -> None:
+        self.send_response(status)
+        for name, value in headers.items():
+            self.send_header(name, value)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(data)
+
+    def _json(self, status: int, document: dict, headers: dict | None = None) -> None:
+        self._send(status, json.dumps(document).encode(), {"Content-Type": "application/json", **(headers or {})})
+
+    def _error(self, status: int, code: str, message: str, commit: str | None = None) -> None:
+        headers = {"X-Error-Message": message}
+        if code:
+            headers["X-Error-Code"] = code
+        if commit:
+            headers["X-Repo-Commit"] = commit
+        self._json(status, {"error": message}, headers)
+
+    def _note(self) -> tuple[str, str]:
+        path = unquote(urlparse(self.path).path)
+        authorization = self.headers.get("Authorization", "")
+        self.server.requests.append((self.command, path, authorization))
+        return path, authorization
+
+    def _post(self) -> None:
+        hub = self.server
+        path, authorization = self._note()
+        body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        if not hub.authorized(authorization):
+            return self._json(401, {"error": "Invalid credentials in Authorization header"})
+        if path == "/api/repos/create":
+            payload = json.loads(body)
+            repo = f"{payload['organization']}/{payload['name']}"
+            if repo in hub.repos:
+                return self._json(409, {"error": "You already created this model repo", "url": f"{hub.url}/{repo}"})
+            hub.repos[repo] = {}
+            if payload.get("visibility") == "private":
+                hub.private.add(repo)
+            return self._json(200, {"url": f"{hub.url}/{repo}", "name": repo})
+        parts = path.split("/")  # ['', 'api', 'models', owner, name, 'preupload'|'commit', revision]
+        if len(parts) == 7 and parts[:3] == ["", "api", "models"]:
+            repo = f"{parts[3]}/{parts[4]}"
+            if repo not in hub.repos:
+                return self._error(404, "RepoNotFound", "Repository not found")
+            if parts[5] == "preupload":
+                files = json.loads(body)["files"]
+                return self._json(200, {"files": [
+                    {"path": f["path"], "uploadMode": "regular", "shouldIgnore": False} for f in files]})
+            if parts[5] == "commit":
+                files = hub.repos[repo]
+                for line in body.decode().splitlines():
+                    entry = json.loads(line)
+                    if entry["key"] == "file":
+                        value = entry["value"]
+                        assert value["encoding"] == "base64", value
+                        files[value["path"]] = base64.b64decode(value["content"])
+                commit = hub.commits[repo] = hashlib.sha1(json.dumps(sorted(
+                    (p, hashlib.sha256(b).hexdigest()) for p, b in files.items())).encode()).hexdigest()
+                return self._json(200, {"commitUrl": f"{hub.url}/{repo}/commit/{commit}", "commitOid": commit,
+                                        "pullRequestUrl": None})
+        return self._json(404, {"error": f"the fake Hub does not answer POST {path}"})
+
+    def _get(self, body: bool) -> None:
+        hub = self.server
+        path, authorization = self._note()
+        parts = path.strip("/").split("/")
+        if parts[:2] == ["api", "datasets"] or parts[0] == "datasets":
+            return self._dataset(parts, authorization)
+        if len(parts) < 5 or parts[2] != "resolve":
+            return self._json(404, {"error": f"the fake Hub does not answer {self.command} {path}"})
+        token = authorization.removeprefix("Bearer ") if authorization else ""
+        repo, file_name = "/".join(parts[:2]), "/".join(parts[4:])
+        if repo not in hub.repos or (repo in hub.private and not hub.authorized(authorization)):
+            return self._error(404 if token else 401, "RepoNotFound", "Repository not found")
+        if repo in hub.gated and token not in hub.gated[repo]:
+            return self._error(403 if token else 401, "GatedRepo",
+                               f"Access to model {repo} is restricted and you are not in the authorized list.")
+        commit = hub.commits.get(repo, FakeHub.COMMIT)
+        content = hub.repos[repo].get(file_name)
+        if content is None:
+            return self._error(404, "EntryNotFound", "Entry not found", commit=commit)
+        self._send(200, content, {"Content-Type": "application/octet-stream", "X-Repo-Commit": commit,
+                                  "ETag": f'"{hashlib.sha256(content).hexdigest()}"'})
+        return None
+
+    def _dataset(self, parts: list[str], authorization: str) -> None:
+        hub = self.server
+        listing = parts[0] == "api"
+        repo = "/".join(parts[2:4] if listing else parts[1:3])
+        state = hub.datasets.get(repo)
+        if state is None:
+            return self._error(401, "RepoNotFound", "Repository not found")
+        if state.get("gated") and not hub.authorized(authorization):
+            return self._error(401, "GatedRepo", "Access to this dataset is restricted")
+        if listing:
+            return self._json(200, {"id": repo, "siblings": [{"rfilename": name} for name in state["files"]]})
+        data = state["files"].get("/".join(parts[5:]))
+        if data is None or parts[3:5] != ["resolve", "main"]:
+            return self._error(404, "EntryNotFound", "Entry not found")
+        wanted = self.headers.get("Range", "")
+        if wanted.startswith("bytes="):
+            first, _, last = wanted[6:].partition("-")
+            return self._send(206, data[int(first):int(last) + 1], {"Content-Range": f"bytes {wanted[6:]}/{len(data)}"})
+        return self._send(200, data, {})
+
+
+def unreachable_hub(monkeypatch) -> tuple[str, list[float]]:
+    """HF_ENDPOINT at a port where nothing listens any more (a Hub that cannot be reached), and the waits
+    huggingface_hub's retries would sleep, recorded instead of slept (it retries a refused connection five times with
+    backoff: 1, 2, 4, 8, 8 s, utils/_http.py http_backoff). Returns (the endpoint, the waits)."""
+    from huggingface_hub.utils import _http
+
+    server = FakeHub()
+    url = server.url
+    server.server_close()
+    monkeypatch.setenv("HF_ENDPOINT", url)
+    waits: list[float] = []
+    monkeypatch.setattr(_http.time, "sleep", waits.append)
+    return url, waits

@@ -1,0 +1,104 @@
+"""A run in one file: `--config run.yaml` gives the run the same flags would, flags win over the file, an unknown key is
+refused as an unknown flag is, and `--print_config` writes a file that replays the run (workload/config_file.py)."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from tests.support.docs_shell import REPO
+from workload import cli, train
+from workload.run import local
+
+RUN_YAML = """\
+model_config: tiny
+steps: 12
+batch_size: 4
+learning_rate: 5e-3      # YAML 1.1 reads this as text; the flag's own parser makes it a float
+dataset: ''
+chunked_loss: false
+compile: null
+export: none
+"""
+SAME_FLAGS = ["--model_config", "tiny", "--steps", "12", "--batch_size", "4", "--learning_rate", "5e-3",
+              "--dataset", "", "--no-chunked_loss", "--export", "none"]
+
+
+def _with_run_name(argv: list[str]) -> list[str]:
+    return [*argv, "--run_name", "same"]
+
+
+def test_a_config_file_gives_the_same_run_as_the_same_flags(tmp_path):
+    path = tmp_path / "run.yaml"
+    path.write_text(RUN_YAML)
+    from_file = local.parse_args(_with_run_name(["--config", str(path)]))
+    from_flags = local.parse_args(_with_run_name(SAME_FLAGS))
+    assert from_file == from_flags, "--config run.yaml must build the TrainConfig its flags build"
+    assert from_file.learning_rate == 5e-3 and from_file.chunked_loss is False, from_file
+    # And for the job's own command, whose defaults differ from the local run's.
+    assert train.parse_args(["--config", str(path)])[0] == train.parse_args(SAME_FLAGS)[0]
+
+
+def test_flags_win_over_the_file(tmp_path):
+    path = tmp_path / "run.yaml"
+    path.write_text(RUN_YAML)
+    cfg = local.parse_args(["--steps", "5", "--config", str(path), "--chunked_loss"])
+    assert (cfg.steps, cfg.chunked_loss, cfg.batch_size) == (5, True, 4), cfg
+
+
+@pytest.mark.parametrize("text, words", [
+    ("steps: 3\nstepz: 4\n", "unrecognized keys: stepz"),
+    ("config: other.yaml\n", "unrecognized keys: config"),
+    ("steps: many\n", "steps: invalid int value: 'many'"),
+    ("chunked_loss: 1\n", "chunked_loss must be true or false, got 1"),
+    ("- steps\n", "a mapping of flag: value, got a list"),
+    ("steps: [1\n", "not YAML (line 2)"),
+])
+def test_a_bad_file_is_refused_naming_the_key(tmp_path, capsys, text, words):
+    path = tmp_path / "run.yaml"
+    path.write_text(text)
+    assert cli.run(local.main, ["--config", str(path)]) == cli.USAGE
+    err = capsys.readouterr().err.splitlines()
+    assert err[0] == f"error: --config {path}: {words}", err
+
+
+def test_an_unknown_key_reads_as_an_unknown_flag_does(tmp_path):
+    """The same two lines and exit 2, from the command itself (a subprocess: argparse's refusal exits)."""
+    path = tmp_path / "run.yaml"
+    path.write_text("stepz: 4\n")
+    runs = [subprocess.run([sys.executable, "-m", "workload.local", *argv], cwd=REPO, capture_output=True, text=True,
+                           timeout=60) for argv in (["--config", str(path)], ["--stepz", "4"])]
+    assert [run.returncode for run in runs] == [cli.USAGE, cli.USAGE], runs
+    file_error, flag_error = (run.stderr.splitlines() for run in runs)
+    assert (len(file_error), len(flag_error)) == (2, 2) and file_error[0].endswith("unrecognized keys: stepz"), runs
+    assert flag_error[0] == "error: unrecognized arguments: --stepz 4", flag_error
+    assert file_error[1].startswith(flag_error[1]), (file_error, flag_error)
+
+
+def test_print_config_replays_the_run(tmp_path, capsys):
+    argv = ["--steps", "9", "--export", "none", "--dataset", "", "--run_name", "replayed"]
+    assert local.main(argv + ["--print_config"]) == cli.OK
+    printed = capsys.readouterr().out
+    assert yaml.safe_load(printed)["steps"] == 9, printed
+    path = tmp_path / "run.yaml"
+    path.write_text(printed)
+    assert local.parse_args(["--config", str(path)]) == local.parse_args(argv), "the printed file is the run"
+    # The local run's file replays on the job's command too: every field is in it, whatever that command's defaults.
+    assert train.parse_args(["--config", str(path)])[0] == local.parse_args(argv)
+
+
+def test_the_docs_sample_run_yaml_is_a_valid_run(tmp_path):
+    """docs/tracking.md's run.yaml is a run `--config` accepts, with the values it shows."""
+    import re
+
+    from tests.support.docs_shell import page
+
+    sample = re.search(r"```yaml\n(.*?)```", page("docs/tracking.md"), re.S).group(1)
+    keys = yaml.safe_load(sample)
+    path = tmp_path / "run.yaml"
+    path.write_text(sample)
+    cfg = local.parse_args(["--config", str(path)])
+    assert cfg.data_format == "chat" and cfg.report_to == "tensorboard,mlflow" and cfg.learning_rate == 3e-3, cfg
+    assert all(getattr(cfg, key) == value for key, value in keys.items() if key != "learning_rate"), (keys, cfg)

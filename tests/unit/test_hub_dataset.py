@@ -1,0 +1,141 @@
+"""A Hugging Face dataset id's split checked before a model loads (workload/data/hub_dataset.py): at preview, naming
+trainDataset (infra/preview/dataset_records.check_hub), and in the job's driver, naming --dataset. The Hub is
+tests/support/fake_hub.py on 127.0.0.1, answering the endpoints huggingface_hub's HfApi.dataset_info (GET
+/api/datasets/{id}) and hf_hub_url(repo_type="dataset") (GET /datasets/{id}/resolve/main/{path}, ranged) call."""
+from __future__ import annotations
+
+import io
+import json
+from types import SimpleNamespace
+
+import pytest
+
+from infra.preview import dataset_records
+from tests.support.fake_hub import FakeHub
+from workload.data import hub_dataset
+
+TOKEN = "hf_test_token"
+GOOD = [{"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]}] * 3
+BAD = GOOD[:2] + [{"messages": [{"role": "robot", "content": "hi"}, {"role": "assistant", "content": "x"}]}]
+
+
+def _jsonl(records) -> bytes:
+    return "".join(json.dumps(r) + "\n" for r in records).encode()
+
+
+def _parquet(records) -> bytes:
+    import pyarrow
+    import pyarrow.parquet
+
+    sink = io.BytesIO()
+    pyarrow.parquet.write_table(pyarrow.Table.from_pylist(records), sink)
+    return sink.getvalue()
+
+
+@pytest.fixture(scope="module")
+def server():
+    with FakeHub(TOKEN) as hub:
+        hub.datasets.update({
+            "acme/chat": {"files": {"README.md": b"# chat", ".gitattributes": b"",
+                                    "data/train-00000-of-00001.parquet": _parquet(GOOD),
+                                    "data/test-00000-of-00001.parquet": _parquet(BAD)}},
+            "acme/bad": {"files": {"train.jsonl": _jsonl(BAD), "test.jsonl": _jsonl(GOOD)}},
+            "acme/test-only": {"files": {"test.jsonl": _jsonl(GOOD)}},
+            "acme/gated": {"gated": True, "files": {"train.jsonl": _jsonl(GOOD)}},
+            "acme/big": {"files": {"train.jsonl": _jsonl(GOOD * 400)}},
+        })
+        yield hub
+
+
+@pytest.fixture
+def hub(server, monkeypatch):
+    monkeypatch.setenv("HF_ENDPOINT", server.url)
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    return server
+
+
+def _stack(dataset: str, split: str = "train", token: str | None = None):
+    """What check_hub reads of a StackConfig."""
+    examples = dict(data_format="chat", messages_field="messages", prompt_field="prompt", completion_field="completion")
+    secrets = {"HF_TOKEN": token} if token else {}
+    return SimpleNamespace(train=SimpleNamespace(dataset=dataset, dataset_split=split, dataset_config="",
+                                                 text_field="text", **examples,
+                                                 secret_env=SimpleNamespace(reveal=lambda: secrets)))
+
+
+def test_the_split_files_are_the_ones_datasets_would_load():
+    files = ["README.md", "data/train-00000-of-00002.parquet", "data/train-00001-of-00002.parquet",
+             "data/validation-00000-of-00001.parquet", "scripts/x.py"]
+    assert hub_dataset.split_files(files, "train") == files[1:3]
+    assert hub_dataset.split_files(files, "validation") == files[3:4]
+    assert hub_dataset.split_files(files, "test") == []
+    assert hub_dataset.split_files(["my_train.jsonl", "my_dev.jsonl"], "validation") == ["my_dev.jsonl"]
+    assert hub_dataset.split_files(["corpus.jsonl"], "train") == ["corpus.jsonl"]  # no split names: all train
+    assert hub_dataset.split_files(["a/train/0.parquet", "b/train/0.parquet"], "train", "b") == ["b/train/0.parquet"]
+
+
+def test_a_good_dataset_passes_at_preview_reading_only_the_splits_first_file(hub):
+    hub.requests.clear()
+    checked = dataset_records.check_hub(_stack("acme/chat"), warn=pytest.fail)
+    assert checked.records == 3 and checked.complete, checked
+    # (huggingface_hub may also ask the endpoint's /api/agent-harnesses once a process: not the dataset's files)
+    assert [path for _, path, _ in hub.requests if "acme" in path] == ["/api/datasets/acme/chat",
+                                                  "/datasets/acme/chat/resolve/main/data/train-00000-of-00001.parquet"]
+
+
+def test_a_bad_record_is_refused_naming_trainDataset_the_repo_file_and_line(hub):
+    with pytest.raises(ValueError) as refused:
+        dataset_records.check_hub(_stack("acme/bad"), warn=pytest.fail)
+    message = str(refused.value)
+    assert message.startswith("config key 'trainDataset': acme/bad/train.jsonl line 3:"), message
+    assert "robot" in message and "\n" not in message, message
+    with pytest.raises(ValueError, match=r"acme/chat/data/test-00000-of-00001.parquet row 3: .*robot"):
+        dataset_records.check_hub(_stack("acme/chat", "test"), warn=pytest.fail)
+
+
+@pytest.mark.parametrize("dataset, split, words", [
+    ("acme/missing", "train", "acme/missing is not a dataset on the Hugging Face Hub"),
+    ("acme/test-only", "train", "no data file of split 'train'"),
+    ("acme/chat", "validation", "no data file of split 'validation'"),
+    ("acme/gated", "train", "gated on the Hugging Face Hub"),
+])
+def test_a_dataset_the_job_could_not_read_is_refused(hub, dataset, split, words):
+    with pytest.raises(ValueError, match="config key 'trainDataset'") as refused:
+        dataset_records.check_hub(_stack(dataset, split), warn=pytest.fail)
+    assert words in str(refused.value), refused.value
+    if dataset == "acme/gated":
+        assert "HF_TOKEN" in str(refused.value) and TOKEN not in str(refused.value)
+
+
+def test_a_gated_dataset_is_read_with_trainSecretEnvs_token(hub, monkeypatch):
+    monkeypatch.setenv("HF_TOKEN", TOKEN)  # the deployer's own token is never used
+    with pytest.raises(ValueError, match="gated"):
+        dataset_records.check_hub(_stack("acme/gated"), warn=pytest.fail)
+    assert dataset_records.check_hub(_stack("acme/gated", token=TOKEN), warn=pytest.fail).records == 3
+
+
+def test_a_large_file_is_read_up_to_the_bound_and_said(hub):
+    warnings: list[str] = []
+    checked = dataset_records.check_hub(_stack("acme/big"), warn=warnings.append, limit=4096)
+    assert not checked.complete and 0 < checked.records < 1200, checked
+    (warning,) = warnings
+    assert "acme/big/train.jsonl" in warning and "first 0.00390625 MiB" in warning, warning
+
+
+def test_an_unreachable_hub_is_a_warning_not_a_refusal(monkeypatch):
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # nothing listens on the discard port
+    warnings: list[str] = []
+    assert dataset_records.check_hub(_stack("acme/chat"), warn=warnings.append) is None
+    (warning,) = warnings
+    assert warning.startswith("trainDataset acme/chat is not reachable on the Hugging Face Hub"), warning
+
+
+def test_the_jobs_driver_refuses_a_bad_hub_dataset_naming_dataset(hub):
+    from workload.config import TrainConfig
+    from workload.data.validate import DataError
+
+    with pytest.raises(DataError, match=r"^--dataset acme/bad/train.jsonl line 3: .*robot"):
+        hub_dataset.check_dataset(TrainConfig(model_config="tiny", dataset="acme/bad", data_format="chat"))
+    found = hub_dataset.check_dataset(TrainConfig(model_config="tiny", dataset="acme/bad", dataset_split="test",
+                                                  data_format="chat"))
+    assert found.file == "test.jsonl" and found.checked.records == 3

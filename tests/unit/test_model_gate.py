@@ -1,0 +1,186 @@
+"""The model gate (workload.model.compatibility) on published config.json files of families the project does not ship
+(tests/fixtures/model_configs, SOURCES.md there), served by a fake Hub as the preview reads them and from a local
+directory as the job reads them: each is accepted and then trains (tests/runs/test_model_families.py takes the same files through
+the job's path), or refused at preview naming trainModelId and in the job naming --model_id, with what it is. No
+network: the Hub is tests/support/fake_hub.FakeHub."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from infra.preview import model_config
+from tests.support.fake_hub import FakeHub, unreachable_hub
+from workload.config import TrainConfig
+from workload.model import architectures, compatibility
+from workload.model.build import build_model, hf_config
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "model_configs"
+ACCEPTED = ("google/gemma-2-2b-it", "google/gemma-3-1b-pt", "microsoft/Phi-3-mini-4k-instruct",
+            "allenai/OLMo-2-1124-7B")
+REFUSED = {  # Hub id -> what the refusal says the model is
+    "google-bert/bert-base-uncased": "bert is an encoder",
+    "google-t5/t5-small": "t5 is an encoder-decoder (sequence-to-sequence) model",
+    "google/gemma-3-12b-it": "gemma3 is a multimodal model (vision_config) around a gemma3_text language model",
+    "mistralai/Mixtral-8x7B-v0.1": "mixtral is a mixture-of-experts model (num_local_experts 8)",
+}
+
+
+def published(model_id: str) -> dict:
+    return json.loads((FIXTURES / (model_id.replace("/", "--") + ".json")).read_text())
+
+
+@pytest.fixture(scope="module")
+def hub():
+    with FakeHub(repos={model_id: {"config.json": json.dumps(published(model_id)).encode()}
+                        for model_id in (*ACCEPTED, *REFUSED)}) as server:
+        patch = pytest.MonkeyPatch()
+        patch.setenv("HF_ENDPOINT", server.url)
+        yield server
+        patch.undo()
+
+
+@pytest.mark.parametrize("model_id", ACCEPTED)
+def test_a_dense_decoder_of_a_family_not_shipped_passes_the_preview_with_a_plan(hub, model_id):
+    found = model_config.resolve(model_id)
+    assert isinstance(found, model_config.Known) and found.config == published(model_id), found
+
+
+@pytest.mark.parametrize("model_id", REFUSED)
+def test_what_the_job_cannot_train_is_refused_at_preview_naming_the_key_and_what_it_is(hub, model_id):
+    with pytest.raises(ValueError) as refused:
+        model_config.resolve(model_id)
+    message = str(refused.value)
+    assert message.startswith(f"config key 'trainModelId': {model_id}: ") and REFUSED[model_id] in message, message
+    assert "allowed: a dense decoder-only causal LM" in message and "\n" not in message, message
+
+
+@pytest.mark.parametrize("model_id", REFUSED)
+def test_the_job_refuses_the_same_config_with_the_same_words_before_any_weights(tmp_path, model_id):
+    (tmp_path / "config.json").write_text(json.dumps(published(model_id)))
+    cfg = TrainConfig(model_id=str(tmp_path), compile=False)
+    with pytest.raises(ValueError) as refused:
+        build_model(cfg, torch.device("cpu"), str(tmp_path))
+    assert str(refused.value).startswith(f"--model_id {tmp_path}: ") and REFUSED[model_id] in str(refused.value)
+
+
+def test_every_shipped_family_passes_the_gate_the_preview_skips_for_them():
+    # One config of each model_type, one layer deep: the gate's checks are per family, and a layer builds as fast as
+    # eighty do not.
+    families = {architectures.published(model_id)["model_type"]: model_id for model_id in architectures.shipped_ids()}
+    assert set(families) == {"qwen2", "qwen3", "llama", "mistral"}, families
+    for model_id in families.values():
+        compatibility.check(dict(architectures.published(model_id), num_hidden_layers=1), model_id)
+
+
+def test_the_gate_builds_no_weights_and_computes_the_buffers():
+    lm = compatibility.build(compatibility.check_config_dict(published("google/gemma-2-2b-it"), "gemma"), "gemma")
+    assert all(parameter.is_meta for parameter in lm.parameters()), "2.6 B parameters, none of them allocated"
+    scale = lm.model.embed_tokens.embed_scale
+    assert not scale.is_meta and scale.item() == pytest.approx(2304 ** 0.5), (
+        "Gemma's embed_scale (a buffer whose module has no config) is computed at build, so the load can restore it")
+    assert lm.lm_head.weight is lm.model.embed_tokens.weight, "a tied lm_head stays tied on the meta device"
+
+
+@pytest.mark.parametrize("raw, words", [
+    ({"hidden_size": 64}, "has no model_type"),
+    ({"model_type": "acme_llm", "auto_map": {"AutoConfig": "x.Y"}}, "not one transformers"),
+    ([1, 2], "is not a JSON object"),
+])
+def test_a_config_transformers_cannot_build_is_refused_in_one_line(raw, words):
+    with pytest.raises(ValueError, match=f"^config key 'trainModelId': acme/x: .*{words}"):
+        compatibility.check(raw, "config key 'trainModelId': acme/x")
+
+
+# Model-id mistakes, answered in a second and in the user's words (workload.model.model_source).
+
+@pytest.mark.parametrize("model_id, words", [
+    ("https://huggingface.co/Qwen/Qwen2.5-7B/tree/main", "is a web address; give the Hub id it names: Qwen/Qwen2.5-7B"),
+    ("Qwen/../../../etc/passwd", "is not a Hugging Face Hub id (org/name"),
+    ("Qwen/Qwen2.5-7B/extra", "is not a Hugging Face Hub id"),
+    ("http://example.com/model", "is a web address, which the job does not download models from"),
+])
+def test_a_url_or_a_malformed_id_is_refused_before_anything_is_fetched(model_id, words):
+    with pytest.raises(ValueError) as refused:
+        TrainConfig(model_id=model_id)
+    assert str(refused.value).startswith(f"--model_id {model_id!r} ") and words in str(refused.value), refused.value
+
+
+def test_the_preview_names_trainModelId_for_the_same_mistake():
+    from infra.job.job_config import stack_message
+
+    with pytest.raises(ValueError) as refused:
+        TrainConfig(model_id="Qwen/../../../etc/passwd")
+    assert stack_message(str(refused.value)).startswith("config key 'trainModelId': trainModelId 'Qwen/../../../etc/")
+
+
+@pytest.fixture
+def gated_hub(monkeypatch):
+    config = json.dumps(published("allenai/OLMo-2-1124-7B")).encode()
+    repos, gated = {"acme/llama-gated": {"config.json": config}}, {"acme/llama-gated": {"hf_granted"}}
+    with FakeHub(repos=repos, gated=gated) as server:
+        monkeypatch.setenv("HF_ENDPOINT", server.url)
+        monkeypatch.delenv("HF_TOKEN", raising=False)
+        yield server
+
+
+def test_a_typo_and_a_gated_model_are_told_apart_in_one_request_each(gated_hub, monkeypatch):
+    from workload import cli
+
+    with pytest.raises(ValueError, match="acme/llama-gatd is not a model on the Hugging Face Hub .*set HF_TOKEN"):
+        hf_config(TrainConfig(model_id="acme/llama-gatd"))
+    with pytest.raises(cli.EnvironmentProblem) as gated:
+        hf_config(TrainConfig(model_id="acme/llama-gated"))
+    assert "gated" in str(gated.value) and "HF_TOKEN" in str(gated.value) and gated.value.exit_code == cli.ENVIRONMENT
+    assert "pulumi config set --secret --path 'trainSecretEnv[0]' HF_TOKEN=..." in str(gated.value), gated.value
+    monkeypatch.setenv("HF_TOKEN", "hf_granted")
+    assert hf_config(TrainConfig(model_id="acme/llama-gated")).model_type == "olmo2", "with the token it reads"
+    files = [path for _, path, _ in gated_hub.requests if "/resolve/" in path]
+    assert files == ["/acme/llama-gatd/resolve/main/config.json"] + ["/acme/llama-gated/resolve/main/config.json"] * 2
+
+
+def test_an_unreachable_hub_is_exit_3_at_once_not_a_minute_of_retries(monkeypatch):
+    from workload import cli
+
+    url, waits = unreachable_hub(monkeypatch)
+    with pytest.raises(cli.EnvironmentProblem, match=f"--model_id acme/typo: the Hugging Face Hub at {url} is not "
+                                                     "reachable"):
+        hf_config(TrainConfig(model_id="acme/typo"))
+    from workload.run import local
+
+    # The local run asks before torch and Ray load (its first lines); a shipped model's tokenizer is asked for too.
+    assert cli.run(local.main, ["--model_id", "acme/typo"]) == cli.ENVIRONMENT
+    assert cli.run(local.main, ["--model_id", "meta-llama/Llama-3.1-8B"]) == cli.ENVIRONMENT
+    assert waits == [], f"no retries, no backoff: {waits}"
+
+
+def test_a_shipped_config_is_never_fetched_and_a_missing_directory_is_named(monkeypatch, tmp_path):
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # would fail if asked
+    assert hf_config(TrainConfig(model_id="meta-llama/Llama-3.1-8B")).num_hidden_layers == 32
+    with pytest.raises(ValueError, match=f"--model_id {tmp_path}/none: no such directory on this machine"):
+        hf_config(TrainConfig(model_id=f"{tmp_path}/none"))
+
+
+def test_the_local_run_trains_the_model_id_it_is_given(tmp_path):
+    from workload.run.local import parse_command
+
+    directory = str(tmp_path)
+    given, _, _ = parse_command(["--model_id", directory])
+    assert (given.model_id, given.model_config, given.tokenizer) == (directory, "", ""), (
+        "--model_id DIR trains DIR with its own tokenizer, not the tiny default")
+    both, _, _ = parse_command(["--model_id", directory, "--model_config", "tiny"])
+    assert both.model_config == "tiny", "an explicit --model_config still wins, as --help says"
+    assert parse_command([])[0].model_config == "tiny", "the local run's default is still the tiny model"
+
+
+def test_the_local_run_refuses_a_model_it_cannot_train_before_ray_starts(tmp_path, capsys):
+    from workload import cli
+    from workload.run import local
+
+    (tmp_path / "config.json").write_text(json.dumps(published("google-bert/bert-base-uncased")))
+    assert cli.run(local.main, ["--model_id", str(tmp_path)]) == cli.USAGE
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"error: --model_id {tmp_path}: bert is an encoder"), err
+    assert "starting a local Ray cluster" not in capsys.readouterr().out

@@ -77,6 +77,10 @@ def job_flags(raw: dict[str, Any]) -> dict[str, Any]:
         if (why := declared.problem(value)) is not None:
             raise ValueError(f"config key {declared.stack_key!r}: {rename_flags(why, STACK_KEYS)}")
         values[declared.name] = value
+    # The stack's typo guard, which the job does not have: a peak rate of 1 or more is 1e-5 mistyped far more often than
+    # meant (the job takes any positive rate: tests/runs/test_workload_runs.py makes a run diverge on purpose with one).
+    require(values["learning_rate"] < 1, "trainLearningRate",
+            f"must be above 0 and below 1, got {values['learning_rate']}")
     # Where S3 allows the job to read and write: the stack's own rules (the Ray pods' role is granted these).
     check_storage_path(values["storage_path"])
     check_dataset_location(values["dataset"])

@@ -51,6 +51,8 @@ BAD_CONFIGS = {
     "bad transport expectation": ("dev", {"trainExpectTransport": "tcp"}, ["trainExpectTransport", "efa", "socket"]),
     "bad env entry": ("dev", {"trainEnv": ["NCCL_NET"]}, ["trainEnv", "KEY=VALUE"]),
     "bad learning rate": ("dev", {"trainLearningRate": "fast"}, ["trainLearningRate", "fast"]),
+    "learning rate of 1 or more (the stack's typo guard)": ("dev", {"trainLearningRate": "1e5"},
+                                                          ["trainLearningRate", "below 1", "100000.0"]),
     "bad run id": ("dev", {"trainEnabled": True, "trainRunId": "a/b"}, ["trainRunId"]),
     "reserved Ray namespace": ("dev", {"rayNamespace": "kube-system"}, ["rayNamespace", "kube-system"]),
     "RayCluster name not a DNS-1035 label": ("dev", {"rayClusterName": "7-ray"}, ["rayClusterName", "DNS-1035"]),

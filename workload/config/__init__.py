@@ -101,7 +101,7 @@ class TrainConfig:
         meaning="for a larger effective batch, add GPUs")
     seq_len: int = flag(2048, "Tokens per sequence.", stack_key="trainSeqLen", at_least=1)
     learning_rate: float = flag(1e-5, "AdamW's peak learning rate (see --lr_schedule).",
-        stack_key="trainLearningRate", above=0, below=1)
+        stack_key="trainLearningRate", above=0)
     lr_schedule: str = flag(
         "cosine", "Learning rate after the warmup: constant, or a linear or cosine decay to 0 at the last step.",
         stack_key="trainLrSchedule", choices=LR_SCHEDULES)

@@ -21,7 +21,7 @@ import tempfile
 # huggingface_hub's validate_repo_id (utils/_validators.py REPO_ID_REGEX and its checks): an optional namespace and a
 # name of word characters, '-' and '.', 96 at most each, starting and ending on a word character; no '--' or '..'
 # anywhere and no '.git' ending.
-HUB_ID = re.compile(r"^(\b[\w\-.]{1,96}\b/)?\b[\w\-.]{1,96}\b$")
+HUB_ID = re.compile(r"^(\b[\w\-.]{1,96}\b/)?\b[\w\-.]{1,96}\b$", re.ASCII)
 HUB_HOSTS = ("huggingface.co", "www.huggingface.co", "hf.co")
 PATH_PREFIXES = ("/", "./", "../", "~")
 # One request's time limit, and no retries: a Hub that does not answer in this time is reported as not reachable.
@@ -38,6 +38,28 @@ class Unreachable(Exception):
 
 class NeedsToken(Exception):
     """A gated or private model, and no token (or one without access) to read it with."""
+
+
+def hub_id_problem(repo_id: str, *, owner: bool = False) -> str | None:
+    """Why the Hub would refuse `repo_id` (the words after the flag or key), or None: huggingface_hub's own rule,
+    utils.validate_repo_id, which its upload and download functions apply; with `owner`, an owner/name as an upload
+    needs. Without huggingface_hub on this machine, the same rule from HUB_ID."""
+    allowed = ("a Hub repo id as huggingface_hub takes it: " + ("owner/name" if owner else "[owner/]name")
+               + ", each 1-96 ASCII letters, digits, '-', '_' or '.', not starting or ending with '-' or '.', without "
+               "'--', '..' or a '.git' ending")
+    if owner and repo_id.count("/") != 1:
+        return f"must be {allowed}, got {repo_id!r}"
+    try:
+        from huggingface_hub.utils import HFValidationError, validate_repo_id
+    except ImportError:
+        refused = (not HUB_ID.match(repo_id) or "--" in repo_id or ".." in repo_id or repo_id.endswith(".git")
+                   or repo_id.count("/") > 1)
+        return f"must be {allowed}, got {repo_id!r}" if refused else None
+    try:
+        validate_repo_id(repo_id)
+    except HFValidationError:
+        return f"must be {allowed}, got {repo_id!r}"
+    return None
 
 
 def is_path(model_id: str) -> bool:
@@ -60,8 +82,7 @@ def problem(model_id: str) -> str | None:
         if scheme in ("http", "https"):
             return f"a web address, which the job does not download models from; {ALLOWED}"
         return None  # s3://, file://, gs://: pyarrow's filesystems (workload.model.files) say whether they read it
-    if (not HUB_ID.match(model_id) or "--" in model_id or ".." in model_id or model_id.endswith(".git")
-            or model_id.count("/") > 1):
+    if hub_id_problem(model_id) is not None:
         return f"not a Hugging Face Hub id (org/name: letters, digits, '-', '_' and '.'), nor a directory here; {ALLOWED}"
     return None
 

@@ -27,6 +27,8 @@ PATH_PREFIXES = ("/", "./", "../", "~")
 # One request's time limit, and no retries: a Hub that does not answer in this time is reported as not reachable.
 HUB_TIMEOUT_S = 10
 CONFIG_FILE = "config.json"
+# The config.json of the largest open models is a few KiB; a MiB is room for any, and a bound on what json reads.
+MAX_CONFIG_BYTES = 1 << 20
 TOKEN_VARIABLE = "HF_TOKEN"
 SECRET_COMMAND = f"pulumi config set --secret --path 'trainSecretEnv[0]' {TOKEN_VARIABLE}=..."
 ALLOWED = "allowed: a Hub id (org/name), a local model directory, or s3://bucket/prefix/"
@@ -116,6 +118,8 @@ def hub_config_directory(model_id: str, token: str | None = None) -> str:
         except LocalEntryNotFoundError:
             raise Unreachable(f"{model_id} is not in this machine's Hub cache and HF_HUB_OFFLINE is set") from None
     response = _get(model_id, CONFIG_FILE, token)
+    if (why := config_size_problem(len(response.content))) is not None:
+        raise ValueError(f"{model_id}'s {CONFIG_FILE} on the Hub {why}")
     try:
         json.loads(response.content)
     except ValueError:
@@ -124,6 +128,13 @@ def hub_config_directory(model_id: str, token: str | None = None) -> str:
     with open(os.path.join(directory, CONFIG_FILE), "wb") as file:
         file.write(response.content)
     return directory
+
+
+def config_size_problem(size: int) -> str | None:
+    """Why a config.json of `size` bytes is refused before it is parsed (after 'is'), or None."""
+    if size > MAX_CONFIG_BYTES:
+        return f"is {size:,} bytes; a model's {CONFIG_FILE} is a few KiB (allowed: at most {MAX_CONFIG_BYTES:,})"
+    return None
 
 
 def get_file(model_id: str, file_name: str, token: str | bool | None):

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import re
 from typing import Any, Sequence
 
 from workload import cli
@@ -26,6 +27,7 @@ OWN_DESTS = ("config", "print_config")
 MAX_CONFIG_BYTES = 256 * 1024
 # A refusal quotes at most this many characters of a value: it may be a megabyte, or hold a token.
 SHOWN_CHARS = 80
+_TOKEN_LIKE = re.compile(r"[A-Za-z0-9_-]{20,}")
 
 
 def add_options(parser: argparse.ArgumentParser) -> None:
@@ -98,13 +100,14 @@ def read_document(path: str) -> Any:
 
 
 def shown(value: Any) -> str:
-    """`value` as a refusal may quote it: repr, cut to SHOWN_CHARS characters, and not at all with credentials."""
+    """`value` as a refusal may quote it: a short value, whole; one that may be a token (a URI with credentials, a run
+    of 20 or more letters and digits, as every API token is) or longer than SHOWN_CHARS, only by its length."""
     from workload.config.fields import has_credentials
 
     text = repr(value)
-    if has_credentials(text):
-        return "a URI with credentials (its value is not shown)"
-    return text if len(text) <= SHOWN_CHARS else f"{text[:SHOWN_CHARS]}... ({len(text):,} characters)"
+    if len(text) > SHOWN_CHARS or has_credentials(text) or _TOKEN_LIKE.search(text):
+        return f"a value of {len(str(value)):,} characters (not shown: it may be long, or a token)"
+    return text
 
 
 def load(path: str, parser: argparse.ArgumentParser) -> dict[str, Any]:
@@ -115,7 +118,9 @@ def load(path: str, parser: argparse.ArgumentParser) -> dict[str, Any]:
     if not isinstance(document, dict):
         raise cli.UsageError(f"{CONFIG_FLAG} {path}: a mapping of flag: value, got a {type(document).__name__}")
     actions = file_keys(parser)
-    unknown = [str(key)[:SHOWN_CHARS] for key in document if key not in actions]
+    unknown = [str(key) if len(str(key)) <= SHOWN_CHARS and str(key) == repr(str(key))[1:-1]
+               and not _TOKEN_LIKE.search(str(key)) else shown(key)
+               for key in document if key not in actions]
     if unknown:
         # argparse's own words for an unknown flag, so both refusals read (and are grepped for) alike.
         more = f" and {len(unknown) - 10} more" if len(unknown) > 10 else ""

@@ -65,6 +65,7 @@ def stack_job(stack: str, run_id: str, extra_flags: list[str], config: str | Non
     `config` over the stack's keys and `extra_flags` over both:
     {train_args, workload, pip, env_vars, time_limit_s, submission_id, secrets_left_out}."""
     from infra import config as stack_config
+    from infra.config.experiment_tracking import in_cluster_uri, tracking_uri_problem
     from infra.job.job_config import job_env, job_pip, submission_id, workload_config
     from infra.preview.instance_facts import KNOWN_GPU_INSTANCE_TYPES
     from workload.config import build_parser
@@ -90,6 +91,11 @@ def stack_job(stack: str, run_id: str, extra_flags: list[str], config: str | Non
     from workload.config import TrainConfig
 
     chosen = TrainConfig(**flags)
+    # The stack's egress rule for trainMlflowTrackingUri, for the same URI given as a flag or in --config's file: the
+    # run's pods are the stack's, behind the same NetworkPolicy.
+    own_server = in_cluster_uri(cfg.ray_namespace) if cfg.experiment_tracking == "mlflow" else None
+    if (why := tracking_uri_problem(chosen.mlflow_tracking_uri, own_server)) is not None:
+        raise cli.UsageError(f"--mlflow_tracking_uri must be reachable from the Ray pods: {why}")
     if "--run_name" not in extra_flags and "run_name" not in from_file:
         # As workload_config names the stack's runs, from the flags this run really has: the same run id with other
         # flags must not resume this run's checkpoints.

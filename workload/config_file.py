@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import re
 from typing import Any, Sequence
 
 from workload import cli
@@ -21,6 +22,12 @@ CONFIG_FLAG = "--config"
 PRINT_FLAG = "--print_config"
 # What --config and --print_config add to a parser; never keys of the file itself.
 OWN_DESTS = ("config", "print_config")
+# A run's file is a few KiB (every flag of the job, with values, is under 4); the bound keeps a wrong path (a dataset, a
+# checkpoint) from being read whole into memory and parsed by PyYAML's pure-Python parser.
+MAX_CONFIG_BYTES = 256 * 1024
+# A refusal quotes at most this many characters of a value: it may be a megabyte, or hold a token.
+SHOWN_CHARS = 80
+_TOKEN_LIKE = re.compile(r"[A-Za-z0-9_-]{20,}")
 
 
 def add_options(parser: argparse.ArgumentParser) -> None:
@@ -50,10 +57,8 @@ def given(argv: Sequence[str]) -> set[str]:
     early.add_argument(CONFIG_FLAG, default=None)
     known, _ = early.parse_known_args(argv)
     if known.config:
-        import yaml
-
-        with open(known.config) as file:
-            names |= set(yaml.safe_load(file) or {})
+        document = read_document(known.config)
+        names |= set(document) if isinstance(document, dict) else set()
     return names
 
 
@@ -63,28 +68,63 @@ def file_keys(parser: argparse.ArgumentParser) -> dict[str, argparse.Action]:
             if action.option_strings and action.dest not in ("help", *OWN_DESTS)}
 
 
-def load(path: str, parser: argparse.ArgumentParser) -> dict[str, Any]:
-    """The file's values, each as its flag would parse it; an unknown key or a wrong type is a UsageError naming it."""
+def read_document(path: str) -> Any:
+    """The file's YAML document: at most MAX_CONFIG_BYTES, and without aliases (`*name`), whose expansion makes a
+    small file a billion values (the "billion laughs"); a refusal is a UsageError naming the file, never its text."""
     import yaml
 
+    class NoAliasLoader(yaml.SafeLoader):
+        def compose_node(self, parent: Any, index: Any) -> Any:
+            if self.check_event(yaml.AliasEvent):
+                mark = self.peek_event().start_mark
+                raise yaml.composer.ComposerError(None, None, "an alias", mark)
+            return super().compose_node(parent, index)
+
     try:
-        with open(os.path.expanduser(path)) as file:
-            document = yaml.safe_load(file)
+        with open(os.path.expanduser(path), "rb") as file:
+            text = file.read(MAX_CONFIG_BYTES + 1)
     except OSError as error:
         raise cli.UsageError(f"{CONFIG_FLAG} {path}: {error.strerror}") from None
+    if len(text) > MAX_CONFIG_BYTES:
+        raise cli.UsageError(f"{CONFIG_FLAG} {path}: larger than {MAX_CONFIG_BYTES // 1024} KiB; a run's file of flags "
+                             "is a few KiB")
+    try:
+        return yaml.load(text, Loader=NoAliasLoader)  # noqa: S506 - SafeLoader's subclass: no Python objects
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None)
         where = f" (line {mark.line + 1})" if mark is not None else ""
+        if getattr(error, "problem", None) == "an alias":
+            raise cli.UsageError(f"{CONFIG_FLAG} {path}: YAML aliases (*name) are not allowed{where}; write each value "
+                                 "out") from None
         raise cli.UsageError(f"{CONFIG_FLAG} {path}: not YAML{where}") from None
+
+
+def shown(value: Any) -> str:
+    """`value` as a refusal may quote it: a short value, whole; one that may be a token (a URI with credentials, a run
+    of 20 or more letters and digits, as every API token is) or longer than SHOWN_CHARS, only by its length."""
+    from workload.config.fields import has_credentials
+
+    text = repr(value)
+    if len(text) > SHOWN_CHARS or has_credentials(text) or _TOKEN_LIKE.search(text):
+        return f"a value of {len(str(value)):,} characters (not shown: it may be long, or a token)"
+    return text
+
+
+def load(path: str, parser: argparse.ArgumentParser) -> dict[str, Any]:
+    """The file's values, each as its flag would parse it; an unknown key or a wrong type is a UsageError naming it."""
+    document = read_document(path)
     if document is None:
         return {}
     if not isinstance(document, dict):
         raise cli.UsageError(f"{CONFIG_FLAG} {path}: a mapping of flag: value, got a {type(document).__name__}")
     actions = file_keys(parser)
-    unknown = [str(key) for key in document if key not in actions]
+    unknown = [str(key) if len(str(key)) <= SHOWN_CHARS and str(key) == repr(str(key))[1:-1]
+               and not _TOKEN_LIKE.search(str(key)) else shown(key)
+               for key in document if key not in actions]
     if unknown:
         # argparse's own words for an unknown flag, so both refusals read (and are grepped for) alike.
-        raise cli.UsageError(f"{CONFIG_FLAG} {path}: unrecognized keys: {', '.join(unknown)}",
+        more = f" and {len(unknown) - 10} more" if len(unknown) > 10 else ""
+        raise cli.UsageError(f"{CONFIG_FLAG} {path}: unrecognized keys: {', '.join(unknown[:10])}{more}",
                              hint=f"`{parser.prog} --help` lists every flag; a key is a flag without its dashes")
     return {key: _value(path, key, value, actions[key]) for key, value in document.items()}
 
@@ -94,19 +134,19 @@ def _value(path: str, key: str, value: Any, action: argparse.Action) -> Any:
         if value is None and action.default is None:
             return None
         if not isinstance(value, bool):
-            raise cli.UsageError(f"{CONFIG_FLAG} {path}: {key} must be true or false, got {value!r}")
+            raise cli.UsageError(f"{CONFIG_FLAG} {path}: {key} must be true or false, got {shown(value)}")
         return value
     if value is None:
         if action.default is None:
             return None
         raise cli.UsageError(f"{CONFIG_FLAG} {path}: {key} has no value")
     if isinstance(value, (dict, list, bool)):
-        raise cli.UsageError(f"{CONFIG_FLAG} {path}: {key} must be a single value as its flag takes, got {value!r}")
+        raise cli.UsageError(f"{CONFIG_FLAG} {path}: {key} must be a single value as its flag takes, got {shown(value)}")
     try:
         return action.type(str(value)) if action.type else str(value)
     except (TypeError, ValueError):
         raise cli.UsageError(f"{CONFIG_FLAG} {path}: {key}: invalid {action.type.__name__} value: "
-                             f"{str(value)!r}") from None
+                             f"{shown(str(value))}") from None
 
 
 def render(config: Any, **extra: Any) -> str:

@@ -4,6 +4,8 @@ settings), and a bound on how many entries the two keys hold. A refusal names th
 setting properly; it never quotes a value."""
 from __future__ import annotations
 
+import re
+
 # The Ray pods' AWS identity is EKS Pod Identity's role, scoped to trainStoragePath's prefix and trainDataset's and
 # trainModelId's objects (infra/aws/pod_identity.py). Any of these in the job's environment replaces it for the job
 # and every library it loads (botocore's credential chain reads the environment first: static keys, then profiles and
@@ -12,6 +14,11 @@ _AWS_IDENTITY = ("the Ray pods' AWS identity is EKS Pod Identity's role; grant i
                  "trainDataset and trainModelId")
 _LOADER = ("it changes what the image's Python and libraries load for every rank; add packages with trainPip, or "
            "build an image (dlcImage)")
+_REDIRECT = ("it sends the job's tokens and data to another host than the one its stack key names; set "
+             "trainMlflowTrackingUri for MLflow, and leave the Hub's and W&B's endpoints as they are")
+_INTERCEPT = "it lets another host read or alter the job's requests, tokens included; the pods reach the internet directly"
+_TOKEN_ELSEWHERE = ("it holds or points at a token under another name; set the token as HF_TOKEN or WANDB_API_KEY in "
+                    "trainSecretEnv")
 RESERVED_ENV = {
     **dict.fromkeys(("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN",
                      "AWS_PROFILE", "AWS_DEFAULT_PROFILE", "AWS_SHARED_CREDENTIALS_FILE", "AWS_CONFIG_FILE",
@@ -25,6 +32,17 @@ RESERVED_ENV = {
     "NCCL_SOCKET_IFNAME": "set it with the stack key ncclSocketIfname",
     "FI_PROVIDER": "set it with the stack key fiProvider",
     "NCCL_NET_PLUGIN": "set it with the stack key ncclNetPlugin",
+    # Where a token is sent: each of these sends the Hub's, W&B's or MLflow's token (from trainSecretEnv) to the host
+    # it names, or reads every request in between (a proxy, a trusted CA bundle). huggingface_hub reads HF_ENDPOINT
+    # (constants.py), wandb WANDB_BASE_URL (its settings' base_url), MLflow MLFLOW_TRACKING_URI; requests and httpx
+    # honour the proxy and CA variables.
+    **dict.fromkeys(("HF_ENDPOINT", "HF_HUB_ENDPOINT", "HF_INFERENCE_ENDPOINT", "WANDB_BASE_URL", "MLFLOW_TRACKING_URI",
+                     "MLFLOW_REGISTRY_URI"), _REDIRECT),
+    **dict.fromkeys(("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy",
+                     "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "SSL_CERT_FILE", "SSL_CERT_DIR"), _INTERCEPT),
+    # A token under another name: read as the token by its library, but not one of the names trainEnv refuses.
+    **dict.fromkeys(("HUGGING_FACE_HUB_TOKEN", "HF_API_TOKEN", "HF_TOKEN_PATH", "WANDB_IDENTITY_TOKEN_FILE"),
+                    _TOKEN_ELSEWHERE),
 }
 # Families of names: the container credential provider's (FULL_URI, RELATIVE_URI, AUTHORIZATION_TOKEN[_FILE], and any
 # added later) and the endpoint overrides (AWS_ENDPOINT_URL, AWS_ENDPOINT_URL_S3, ...), which send the job's S3 calls,
@@ -41,3 +59,16 @@ def reserved_reason(name: str) -> str | None:
     if name in RESERVED_ENV:
         return RESERVED_ENV[name]
     return next((why for prefix, why in RESERVED_ENV_PREFIXES.items() if name.startswith(prefix)), None)
+
+
+# A name that says it holds a credential: in trainEnv its value would be plain in the stack's config and on Ray's
+# dashboard (a job's runtime_env), whatever library reads it. One rule for every such name, not a list of tokens.
+_CREDENTIAL_NAME = re.compile(r"(^|_)(TOKEN|PASSWORD|PASSWD|SECRET|API_?KEY|SECRET_KEY|ACCESS_KEY|PRIVATE_KEY|"
+                              r"CREDENTIALS?)$")
+# Names of that shape that hold a switch, not a credential.
+NOT_CREDENTIALS = frozenset({"HF_HUB_DISABLE_IMPLICIT_TOKEN"})
+
+
+def holds_credential(name: str) -> bool:
+    """Whether the variable `name` holds a credential by its name (HF_TOKEN, MLFLOW_TRACKING_PASSWORD, MY_API_KEY)."""
+    return name not in NOT_CREDENTIALS and bool(_CREDENTIAL_NAME.search(name.upper()))

@@ -2,7 +2,10 @@
 names the server and the job share: its service, port and in-cluster URI, and where its artifacts go in S3."""
 from __future__ import annotations
 
+import ipaddress
+import re
 from typing import Any
+from urllib.parse import urlsplit
 
 from infra.config.rules import require, s3_location
 
@@ -18,6 +21,40 @@ def in_cluster_uri(namespace: str) -> str:
     """The server as the Ray pods reach it: its Service's cluster DNS name (plain http inside the cluster; the
     NetworkPolicies admit only the Ray pods)."""
     return f"http://{MLFLOW_SERVICE}.{namespace}.svc:{MLFLOW_PORT}"
+
+
+# https on 443: the Ray pods' NetworkPolicy lets them out to public addresses on 443 only (infra/kubernetes/
+# ray_security.py), and a policy cannot name a host to let a team server on another port or address through.
+_TRACKING_URI = re.compile(r"https://[A-Za-z0-9.-]+(:443)?(/[\w./-]*)?")
+# Host names that name no public address: the pods' own (localhost), a cluster's or a VPC's (svc, cluster.local,
+# internal, ec2.internal), mDNS (local), and a bare name (resolved through the cluster's search domains).
+_PRIVATE_SUFFIXES = (".local", ".internal", ".svc", ".localdomain", ".lan", ".home.arpa", ".localhost")
+TRACKING_ALLOWED = ("allowed: https://host[/path] on port 443 at a public address, the only way out the Ray pods' "
+                    "NetworkPolicy allows, with no user:password@ (credentials go in trainSecretEnv as "
+                    "MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD), or the stack's own server "
+                    "(experimentTracking mlflow)")
+
+
+def tracking_uri_problem(uri: str, own_server_uri: str | None) -> str | None:
+    """Why the Ray pods could not reach the MLflow server at `uri` (the words after the key or flag), or None: one rule
+    for the stack's trainMlflowTrackingUri and `tools.job submit`'s --mlflow_tracking_uri. `own_server_uri`: the
+    stack's own server's in-cluster URI when experimentTracking is mlflow. Never quotes a URI with credentials."""
+    if not uri or uri == own_server_uri:
+        return None
+    shown = "a URI with credentials (its value is not shown)" if "@" in uri else repr(uri)
+    if not _TRACKING_URI.fullmatch(uri):
+        return f"{TRACKING_ALLOWED}; got {shown}"
+    host = (urlsplit(uri).hostname or "").rstrip(".").lower()
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        private = host == "localhost" or "." not in host or host.endswith(_PRIVATE_SUFFIXES)
+    else:
+        private = not address.is_global
+    if private:
+        return (f"{host} is not a public address, and the Ray pods' NetworkPolicy lets them out to public addresses "
+                f"only; {TRACKING_ALLOWED}; got {shown}")
+    return None
 
 
 def artifacts_location(storage_path: str) -> tuple[str, str]:

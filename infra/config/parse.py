@@ -17,11 +17,11 @@ from infra.config.rules import (
     INSTANCE_TYPE,
     K8S_VERSION,
     PLUGIN_WORD,
+    POD_INTERFACE,
+    POD_INTERFACES,
     PRINCIPAL_ARN,
     RAY_VERSION,
     RESERVATION_ID,
-    POD_INTERFACE,
-    POD_INTERFACES,
     SOCKET_IFNAME,
     check_az_list,
     require,
@@ -29,6 +29,7 @@ from infra.config.rules import (
 )
 from infra.config.schema import (
     check_secret_keys,
+    check_text_bounds,
     check_unknown_keys,
     hides_secret_values,
     is_stack_secret,
@@ -70,6 +71,7 @@ def parse(raw: dict[str, Any]) -> StackConfig:
     type's facts, the region's AZs) come later, in infra.preview.instance_facts and infra.aws.network, still before any
     resource is registered.
     """
+    check_text_bounds(raw)
     require(bool(CLUSTER_NAME.fullmatch(raw["clusterName"])), "clusterName",
              f"{raw['clusterName']!r} must start with a letter and hold 1-39 letters, digits or hyphens "
              "(it prefixes every AWS name, some of which are capped at 64 characters)")

@@ -39,6 +39,12 @@ S3_BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
 # would be granted in the pods' policy and then fail on the cluster after the GPUs started billing.
 S3_BUCKET_RESERVED_PREFIXES = ("xn--", "sthree-", "amzn-s3-demo-")
 S3_BUCKET_RESERVED_SUFFIXES = ("-s3alias", "--ol-s3", ".mrap", "--x-s3", "--table-s3")
+# S3's object key naming guidelines (Amazon S3 User Guide, "Naming Amazon S3 objects"): its safe characters (letters,
+# digits, '!-_.*'()') and '/', plus '=' for hive-style partitions (date=2024-01-01). The others "might require special
+# handling" or are "to avoid" (space, '&', '@', ':', '+', ',', ';', '\\', '{', '^', '%', '`', '[', '"', '<', '#', '|',
+# control and non-ASCII characters): pyarrow's S3 file system and URI parsing (it splits on '?' and '#', decodes '%'),
+# IAM's policy matching and the job's argument quoting each read some of them differently.
+S3_KEY_CHARACTERS = re.compile(r"[A-Za-z0-9!_.*'()/=-]*")
 _IPV4_LIKE = re.compile(r"[0-9]+\.[0-9]+\.[0-9]+\.[0-9]+")
 # A percent-escape: pyarrow's S3 file system decodes s3:// URIs (%2e%2e is '..'), while IAM matches the policy's
 # literal text, so a path with one means one place to the grant and another to the job.
@@ -83,6 +89,10 @@ def s3_location(path: str, key: str = "") -> tuple[str, str] | None:
     require(not any(c in prefix for c in "*?$"), key,
              f"{path!r}: the path after the bucket must not contain '*', '?' or '$' (IAM would read them as "
              "wildcards or policy variables)")
+    odd = sorted(set(S3_KEY_CHARACTERS.sub("", prefix)))
+    require(not odd, key, f"the path after the bucket holds {', '.join(repr(c) for c in odd[:5])}, outside S3's safe "
+                          "key characters, which pyarrow's S3 file system, IAM and the job's arguments read "
+                          "differently; allowed: letters, digits, '/' and !-_.'()= (S3's object key guidelines)")
     return bucket, prefix.strip("/")
 
 

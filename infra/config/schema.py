@@ -13,7 +13,10 @@ from typing import Any, Callable
 import pulumi
 import yaml
 
+from infra.config.env_names import MAX_ENV_VALUE_CHARS
 from infra.config.settings import SECRET_KEYS, SECRET_VALUED_KEYS
+from workload.config import DECLARED
+from workload.config.fields import NAME_MAX_LENGTH, URI_MAX_LENGTH, text_problem
 
 PROJECT_FILE = Path(__file__).resolve().parents[2] / "Pulumi.yaml"
 
@@ -75,6 +78,31 @@ def read_raw_config(config: Any | None = None, hidden: frozenset[str] = frozense
     `hidden` keys do not quote their values."""
     config = config if config is not None else pulumi.Config()
     return {key: _read_raw(config, key, spec, key in hidden) for key, spec in schema().items()}
+
+
+# Characters per value of a string key, and per entry of a list key, beyond a name's (NAME_MAX_LENGTH): the keys that
+# set a job flag take their declaration's bound (workload/config/fields.py); these stack-only keys hold a URI, an image
+# reference or a pip requirement (which may be a URL), or KEY=VALUE entries (bounded per value by env_names).
+TEXT_MAX_LENGTHS = {"dlcImage": URI_MAX_LENGTH, "trainPip": URI_MAX_LENGTH,
+                    "trainEnv": MAX_ENV_VALUE_CHARS + NAME_MAX_LENGTH}
+
+
+def check_text_bounds(raw: dict[str, Any]) -> None:
+    """One rule for every free-text key, before any other check reads (or quotes) a value: each string, and each
+    entry of a list, within its bound (TEXT_MAX_LENGTHS, the declared one, or a name's), and no URI with credentials
+    in it. trainSecretEnv holds credentials on purpose and is bounded by its own check (env_names). The refusal names
+    the key and never quotes the value."""
+    declared = {item.stack_key: item.max_length for item in DECLARED if item.stack_key and item.max_length}
+    for key, spec in schema().items():
+        if key in SECRET_KEYS or spec["type"] not in ("string", "array"):
+            continue
+        value = raw.get(key)
+        entries = [value] if isinstance(value, str) else value if isinstance(value, list) else []
+        limit = declared.get(key) or TEXT_MAX_LENGTHS.get(key, NAME_MAX_LENGTH)
+        for index, entry in enumerate(entries):
+            if isinstance(entry, str) and (why := text_problem(entry, limit)) is not None:
+                where = f"entry {index} " if spec["type"] == "array" else ""
+                raise ValueError(f"config key {key!r}: {where}{why}")
 
 
 def stack_config_keys() -> set[str]:

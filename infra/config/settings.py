@@ -66,12 +66,36 @@ class AwsIdentity:
     refuse to act in any other. None where nothing needed it."""
 
 
+# The GPU nodes' AMI (infra/aws/gpu_nodes.py GPU_AMI_TYPE, AL2023_x86_64_NVIDIA) and the training image are x86_64.
+GPU_ARCHITECTURE = "x86_64"
+# Each EC2 GPU (DescribeInstanceTypes' GpuInfo name) and its CUDA compute capability (NVIDIA's CUDA GPUs list).
+GPU_COMPUTE_CAPABILITY = {
+    "K80": 3.7, "M60": 5.2, "V100": 7.0, "T4": 7.5, "T4g": 7.5, "A10G": 8.6, "A100": 8.0, "L4": 8.9, "L40S": 8.9,
+    "H100": 9.0, "H200": 9.0, "B200": 10.0, "GB200": 10.0, "B300": 10.3,
+}
+# The oldest GPU the image's PyTorch runs on: its torch is a CUDA 13.0 build (infra/kubernetes/raycluster.py KNOWN
+# images), and CUDA 13.0 removed Maxwell, Pascal and Volta (sm_50 to sm_72: CUDA 13.0 release notes, "Deprecated or
+# Dropped Architectures"); PyTorch's cu128 and later wheels start at sm_75 (TORCH_CUDA_ARCH_LIST 7.5;8.0;8.6;9.0;10.0;
+# 12.0). A V100 (p3, p3dn) would start, then fail at the first kernel: "no kernel image is available".
+MIN_COMPUTE_CAPABILITY = 7.5
+_GPU_TYPES_HINT = "choose an EFA-capable GPU type such as g6.12xlarge, g6e.12xlarge, p4d.24xlarge or p5.48xlarge"
+
+
 def check_efa_gpu(facts: InstanceFacts, *, config_key: str = "gpuInstanceType") -> InstanceFacts:
-    """Refuse a type that cannot carry the job: without GPUs nothing trains, without EFA NCCL falls back to TCP."""
+    """Refuse a type that cannot carry the job: without GPUs nothing trains, on another architecture than the AMI's
+    nothing boots, on a GPU older than the image's CUDA nothing runs, without EFA NCCL falls back to TCP."""
     if facts.gpus < 1:
+        raise ValueError(f"config key {config_key!r}: {facts.instance_type} has no GPUs; {_GPU_TYPES_HINT}")
+    if facts.architectures and GPU_ARCHITECTURE not in facts.architectures:
         raise ValueError(
-            f"config key {config_key!r}: {facts.instance_type} has no GPUs; choose an EFA-capable GPU type "
-            "such as g6.12xlarge, g6e.12xlarge, p4d.24xlarge or p5.48xlarge")
+            f"config key {config_key!r}: {facts.instance_type} is {'/'.join(facts.architectures)}, and the GPU nodes' "
+            f"AMI and the training image are {GPU_ARCHITECTURE}; {_GPU_TYPES_HINT}")
+    capability = GPU_COMPUTE_CAPABILITY.get(facts.gpu_name)
+    if capability is not None and capability < MIN_COMPUTE_CAPABILITY:
+        raise ValueError(
+            f"config key {config_key!r}: {facts.instance_type}'s {facts.gpu_name} is compute capability {capability}, "
+            f"and the image's PyTorch (CUDA 13) runs on {MIN_COMPUTE_CAPABILITY} and newer only (CUDA 13 dropped "
+            f"Maxwell, Pascal and Volta); {_GPU_TYPES_HINT}")
     if not facts.efa_supported or facts.efa_interfaces < 1:
         raise ValueError(
             f"config key {config_key!r}: {facts.instance_type} does not support EFA, so NCCL would silently fall "

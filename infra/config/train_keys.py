@@ -5,12 +5,16 @@ trainEnabled, trainRunId, trainPip, trainEnv, trainSecretEnv, trainTimeoutMinute
 and the S3 locations, trackers and tokens the cluster must reach."""
 from __future__ import annotations
 
-import re
 from typing import Any
 
 import infra.config.pip_requirements as pip_requirements  # trainPip
-from infra.config.env_names import MAX_ENV_ENTRIES, MAX_ENV_VALUE_CHARS, reserved_reason
-from infra.config.experiment_tracking import default_tracking_uri, in_cluster_uri, parse_experiment_tracking
+from infra.config.env_names import MAX_ENV_ENTRIES, MAX_ENV_VALUE_CHARS, holds_credential, reserved_reason
+from infra.config.experiment_tracking import (
+    default_tracking_uri,
+    in_cluster_uri,
+    parse_experiment_tracking,
+    tracking_uri_problem,
+)
 from infra.config.rules import ENV_NAME, RUN_ID, check_dataset_location, check_storage_path, require, s3_location
 from infra.config.settings import MAX_TIMEOUT_MINUTES, TRAIN_WAITS, JobSettings, SecretEnv
 from workload.config import (
@@ -101,10 +105,6 @@ def job_flags(raw: dict[str, Any]) -> dict[str, Any]:
 WANDB_KEY = "WANDB_API_KEY"
 HUB_TOKEN = "HF_TOKEN"
 TOKEN_VARIABLES = (WANDB_KEY, HUB_TOKEN, "MLFLOW_TRACKING_PASSWORD", "MLFLOW_TRACKING_TOKEN")
-# https on 443: the Ray pods' NetworkPolicy lets them out to public addresses on 443 only (infra/kubernetes/
-# ray_security.py), and a policy cannot name a host to let a team server on another port or address through.
-_TRACKING_URI = re.compile(r"https://[A-Za-z0-9.-]+(:443)?(/[\w./-]*)?")
-
 
 def _check_tracking(raw: dict[str, Any], env: dict[str, str], secret_env: SecretEnv) -> None:
     """trainReportTo and its keys, trainPushToHub, and the tokens they need, in trainSecretEnv only."""
@@ -113,18 +113,15 @@ def _check_tracking(raw: dict[str, Any], env: dict[str, str], secret_env: Secret
     except ValueError:
         raise ValueError(f"config key 'trainReportTo': {raw['trainReportTo']!r} is not a comma list of tensorboard, "
                          "mlflow, wandb, or none") from None
-    leaked = [name for name in TOKEN_VARIABLES if name in env]
+    leaked = [name for name in env if name in TOKEN_VARIABLES or holds_credential(name)]
     require(not leaked, "trainEnv", f"sets {', '.join(leaked)}: a token goes in trainSecretEnv (`pulumi config set "
             "--secret --path 'trainSecretEnv[0]' NAME=...`), never in trainEnv, which Ray's dashboard shows")
     uri = raw["trainMlflowTrackingUri"]
     # The stack's own server (experimentTracking mlflow) is plain http inside the cluster, and the Ray pods' egress to
     # it is a NetworkPolicy of its own (infra/kubernetes/mlflow_server.py): that one URI is allowed besides https.
     own_server = parse_experiment_tracking(raw) == "mlflow"
-    in_cluster = own_server and uri == in_cluster_uri(raw["rayNamespace"])
-    require(not uri or bool(_TRACKING_URI.fullmatch(uri)) or in_cluster, "trainMlflowTrackingUri",
-             "must be https://host[/path] on port 443, the only way out the Ray pods' NetworkPolicy allows (to public "
-             "addresses), with no user:password@ (credentials go in trainSecretEnv as MLFLOW_TRACKING_USERNAME and "
-             f"MLFLOW_TRACKING_PASSWORD), got {'a URI with credentials' if '@' in uri else repr(uri)}")
+    why = tracking_uri_problem(uri, in_cluster_uri(raw["rayNamespace"]) if own_server else None)
+    require(why is None, "trainMlflowTrackingUri", f"must be reachable from the Ray pods: {why}")
     require("mlflow" not in trackers or bool(uri) or own_server, "trainReportTo",
              "mlflow needs trainMlflowTrackingUri: a job's pods keep no local MLflow store (set the team's server, "
              "https://host, or experimentTracking mlflow for the stack's own)")

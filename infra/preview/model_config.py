@@ -117,6 +117,8 @@ def _from_hub(model_id: str, token: str | None) -> Known | Unknown:
                          "allowed: a transformers model repo") from None
     except HfHubHTTPError as error:  # 5xx, 429, a proxy's refusal
         return Unknown(f"its {CONFIG_FILE} could not be read from the Hub ({type(error).__name__})")
+    if (why := model_source.config_size_problem(len(text))) is not None:
+        raise ValueError(f"{key}: {model_id}'s {CONFIG_FILE} on the Hub {why}")
     try:
         config = json.loads(text)
     except (json.JSONDecodeError, UnicodeDecodeError):
@@ -136,7 +138,9 @@ def _from_s3(model_id: str, identity: AwsIdentity, region: str | None) -> Known 
     key = f"{prefix}/{CONFIG_FILE}" if prefix else CONFIG_FILE
     where = f"s3://{bucket}/{key}"
     try:
-        body = aws_identity.session(identity, region).client("s3").get_object(Bucket=bucket, Key=key)["Body"].read()
+        # One byte past the bound, so that a larger file is known without reading it whole.
+        body = aws_identity.session(identity, region).client("s3").get_object(
+            Bucket=bucket, Key=key, Range=f"bytes=0-{model_source.MAX_CONFIG_BYTES}")["Body"].read()
     except ClientError as error:
         code = error.response.get("Error", {}).get("Code", "")
         if code in ("NoSuchKey", "404"):
@@ -148,6 +152,9 @@ def _from_s3(model_id: str, identity: AwsIdentity, region: str | None) -> Known 
         return Unknown(f"{where} could not be read as {aws_identity.describe(identity)} ({code or 'error'})")
     except BotoCoreError as error:
         return Unknown(f"{where} could not be read as {aws_identity.describe(identity)} ({type(error).__name__})")
+    if len(body) > model_source.MAX_CONFIG_BYTES:
+        raise ValueError(f"config key 'trainModelId': {where} is larger than {model_source.MAX_CONFIG_BYTES:,} bytes; "
+                         f"a model's {CONFIG_FILE} is a few KiB")
     try:
         config = json.loads(body)
     except (json.JSONDecodeError, UnicodeDecodeError):

@@ -334,7 +334,7 @@ def with_secrets():
     with contextlib.redirect_stderr(captured), contextlib.redirect_stdout(captured):
         run = run_program("dev", {"trainEnabled": True, "trainModelConfig": "tiny", "trainSeqLen": 256,
                                   "trainExpectTransport": "any", "trainStoragePath": STORAGE,
-                                  "trainEnv": [f"MY_TOKEN={ENV_TOKEN}"],
+                                  "trainEnv": [f"MY_SETTING={ENV_TOKEN}"],
                                   "trainSecretEnv": Secret((f"HF_TOKEN={TOKEN}",))})
     root.removeHandler(handler)
     root.setLevel(previous_level)
@@ -360,7 +360,7 @@ def test_secret_env_reaches_the_pods_from_a_kubernetes_secret_not_the_job(with_s
     job = run.one(JOB)
     assert is_secret_value(job.inputs["env_vars"]) and "HF_TOKEN" not in job.inputs["env_vars"]["value"], \
         "trainSecretEnv never goes through the job's runtime_env (Ray's dashboard shows it)"
-    assert job.inputs["env_vars"]["value"]["MY_TOKEN"] == ENV_TOKEN, "trainEnv does, as a secret input"
+    assert job.inputs["env_vars"]["value"]["MY_SETTING"] == ENV_TOKEN, "trainEnv does, as a secret input"
     trigger = run.one(RAYCLUSTER).replacement_trigger
     assert is_secret_value(trigger) and trigger["value"] == {"HF_TOKEN": TOKEN}, \
         "new values must replace the RayCluster (pods read env once), with the trigger kept secret"

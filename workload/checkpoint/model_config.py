@@ -15,10 +15,8 @@ import os
 from typing import Any
 
 from workload.checkpoint.reader import CheckpointRefused
+from workload.model.model_source import CONFIG_FILE, MAX_CONFIG_BYTES  # noqa: F401 - one bound for every reader
 
-CONFIG_FILE = "config.json"
-# The config.json of the largest open models is a few KiB; a MiB is room for any, and a bound on what json reads.
-MAX_CONFIG_BYTES = 1 << 20
 # The fields that size a model, and bounds well above any published model's (Llama-3.1-405B: 126 layers, hidden 16384,
 # intermediate 53248; vocabularies of some 260k tokens; Qwen3-MoE's 128 experts): a larger value is not a model.
 FIELD_BOUNDS = {

@@ -105,6 +105,16 @@ def _element_size(dtype: Any) -> int:
     return torch.empty((), dtype=dtype).element_size() if isinstance(dtype, torch.dtype) else 8
 
 
+def stored_bytes(path: str | os.PathLike) -> int:
+    """The bytes a file really holds: its size, or what its blocks hold when fewer. A sparse file claims any size
+    (`truncate -s 1T`) with nothing stored, and its holes read as zeros that whoever loads it would allocate. st_blocks
+    counts 512-byte units on Linux (stat(2)). A file system that compresses (btrfs, ZFS) reports fewer blocks too, but a
+    checkpoint's bf16 and fp32 tensors barely compress."""
+    status = os.stat(path)
+    blocks = getattr(status, "st_blocks", None)
+    return status.st_size if blocks is None else min(status.st_size, blocks * 512)
+
+
 def check_storage(directory: str | os.PathLike, metadata: Metadata) -> None:
     """What `.metadata` claims, against the files beside it, before anything is allocated from it: each shard file it
     names is a plain file of this directory (no path into another), each item's bytes lie within its file, and its
@@ -124,7 +134,7 @@ def check_storage(directory: str | os.PathLike, metadata: Metadata) -> None:
             if not os.path.isfile(shard):
                 raise CheckpointRefused(f"checkpoint {directory}: {name}, which its {METADATA_FILE} lists, is missing "
                                         "(an incomplete copy?)")
-            sizes[name] = os.path.getsize(shard)
+            sizes[name] = stored_bytes(shard)
         if not (0 <= info.offset and 0 <= info.length and info.offset + info.length <= sizes[name]):
             raise CheckpointRefused(f"checkpoint file {path} places an item at bytes {info.offset}+{info.length} of "
                                     f"{name}, which holds {sizes[name]}")

@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import os
-import re
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 from workload.config import fields, rules
-from workload.config.fields import Declaration, flag, in_stack_terms  # noqa: F401
+from workload.config.fields import URI_MAX_LENGTH, Declaration, flag, in_stack_terms  # noqa: F401
 from workload.config.rules import DATASET_FILE_SUFFIXES, RULES, Rule, is_file_dataset, is_local_dataset  # noqa: F401
 from workload.model import adapters, architectures, model_source
 
@@ -51,8 +51,6 @@ MODEL_CONFIGS = tuple(ARCHITECTURES)
 # Why an s3:// --model_id (trainModelId) must name a directory under a bucket; the preview refuses with the same words.
 S3_MODEL_DIRECTORY = ("a model in S3 is a directory, s3://bucket/prefix/ holding config.json and *.safetensors, not "
                       "a bucket's root")
-# A Hub repo id as huggingface_hub's validate_repo_id accepts it, with the owner the upload needs.
-_HUB_REPO = re.compile(r"[\w.-]{1,96}/[\w.-]{1,96}")
 DATA_FORMATS = ("text", "chat", "prompt-completion")
 """Names accepted by --data_format: raw text packed as today, or supervised fine-tuning records (workload/data/)."""
 CHAT_TEMPLATES = ("qwen2.5", "llama3")
@@ -89,7 +87,7 @@ class TrainConfig:
         "Qwen/Qwen2.5-1.5B",
         "Pretrained model to fine-tune, unless --model_config names a random-weight architecture: a Hugging Face Hub "
         "id, a local directory, or s3://bucket/prefix/ (config.json and *.safetensors); fetched once per node and "
-        "loaded sharded.", stack_key="trainModelId",
+        "loaded sharded.", stack_key="trainModelId", max_length=URI_MAX_LENGTH,
     )
     model_config: str = flag(
         "", "Build this architecture with random weights instead of downloading --model_id: tiny or qwen2.5-1.5b.",
@@ -123,11 +121,13 @@ class TrainConfig:
     )
     storage_path: str = flag(
         "", "RunConfig.storage_path for checkpoints, a local directory or s3://...; empty means no checkpoints.",
-        stack_key="trainStoragePath"
+        stack_key="trainStoragePath", max_length=URI_MAX_LENGTH
     )
     run_name: str = flag(
         "ray-train-fsdp-llm",
         "RunConfig.name; a run with the same storage_path and name resumes from that run's latest checkpoint.",
+        # A directory name under --storage_path, with Ray's own files' names beside it within NAME_MAX (255 bytes).
+        max_length=128,
     )
     checkpoint_every: int = flag(
         0, "Save a sharded checkpoint every this many steps (needs --storage_path); 0 saves only after the last step.",
@@ -135,7 +135,8 @@ class TrainConfig:
     )
     dataset: str = flag(
         "", "Empty: random tokens (the recipe's default). A .txt/.jsonl/.json/.csv/.parquet file (the first four also "
-        ".gz; local, or s3://...), or a Hugging Face dataset id.", stack_key="trainDataset"
+        ".gz; local, or s3://...), or a Hugging Face dataset id.", stack_key="trainDataset",
+        max_length=URI_MAX_LENGTH
     )
     dataset_config: str = flag("", "Configuration name of a Hugging Face --dataset (e.g. wikitext-2-raw-v1).",
         stack_key="trainDatasetConfig")
@@ -144,7 +145,7 @@ class TrainConfig:
         stack_key="trainTextField")
     tokenizer: str = flag(
         "", "Tokenizer for --dataset (a Hugging Face id or a local directory); empty means --model_id's.",
-        stack_key="trainTokenizer"
+        stack_key="trainTokenizer", max_length=URI_MAX_LENGTH
     )
     data_format: str = flag(
         "text", "text: documents packed and trained on every token; chat: a --messages_field of role/content turns "
@@ -162,7 +163,8 @@ class TrainConfig:
         stack_key="trainOnPrompt")
     chat_template: str = flag(
         "", "Chat template to render examples with instead of the tokenizer's own: a shipped one (qwen2.5, llama3) "
-        "or a .jinja file; the exported model keeps it.", stack_key="trainChatTemplate")
+        "or a .jinja file; the exported model keeps it.", stack_key="trainChatTemplate",
+        max_length=URI_MAX_LENGTH)
     truncation: str = flag(
         "truncate", "A chat or prompt-completion example longer than --seq_len: truncate (keep its first tokens, TRL's "
         "keep_start), keep_end (keep its last tokens) or split (train on each --seq_len piece as an example of its "
@@ -186,13 +188,14 @@ class TrainConfig:
         "tensorboard, mlflow, wandb, or none.", stack_key="trainReportTo")
     mlflow_tracking_uri: str = flag(
         "", "--report_to mlflow: the tracking server (http://...); empty: $MLFLOW_TRACKING_URI, else a local store in "
-        "the run directory (mlruns/).", stack_key="trainMlflowTrackingUri")
+        "the run directory (mlruns/).", stack_key="trainMlflowTrackingUri",
+        max_length=URI_MAX_LENGTH)
     wandb_project: str = flag("", "--report_to wandb: the W&B project; empty: $WANDB_PROJECT, else ray-train-fsdp-llm.",
         stack_key="trainWandbProject")
     push_to_hub: str = flag(
         "", "After the last step, upload the exported model to this Hugging Face Hub repo (owner/name, created "
         "private), with $HF_TOKEN; empty: no upload.", stack_key="trainPushToHub",
-        pattern=(_HUB_REPO, "a Hub repo as owner/name (letters, digits, '-', '_', '.')"))
+        check=functools.partial(model_source.hub_id_problem, owner=True))
     compile: bool | None = flag(
         None, "torch.compile each decoder layer; unset means on for CUDA and off on CPU (slow to compile there)."
     )

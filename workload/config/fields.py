@@ -12,10 +12,37 @@ import dataclasses
 import math
 import re
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 # Pulumi.yaml's type of a stack key for each field type. Pulumi config has no float type: a decimal is a string.
 PULUMI_TYPES = {"str": "string", "int": "integer", "bool": "boolean", "float": "string"}
+# Characters a free-text setting may hold unless its declaration says otherwise: a name (a field, a split, a project)
+# fits in 256, a URI or a path in 2048 (the common bound of URLs in HTTP clients and S3 keys' 1024 bytes plus the
+# bucket). Without a bound, a 300,000-character value passes and then exceeds Linux's argument limit on the cluster
+# (MAX_ARG_STRLEN, 128 KiB per argument) or ends in a traceback from the file system (NAME_MAX, 255 bytes).
+NAME_MAX_LENGTH = 256
+URI_MAX_LENGTH = 2048
+# A URI's user information (scheme://user:password@host): credentials that the command line, the job's entrypoint,
+# Ray's dashboard and the trackers' own warnings would all show. Only the authority is looked at: an '@' in a path
+# (s3://bucket/a@b) is no credential.
+_URI_CREDENTIALS = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^/?#\s]*@")
+CREDENTIALS_ALLOWED = ("no user:password@ in a URI; credentials go in the environment the tool reads them from (the "
+                       "stack's trainSecretEnv, e.g. MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD)")
+
+
+def has_credentials(value: str) -> bool:
+    """Whether `value` holds a URI with user information (scheme://user[:password]@...) anywhere."""
+    return bool(_URI_CREDENTIALS.search(value))
+
+
+def text_problem(value: str, max_length: int) -> str | None:
+    """The rule every free-text value follows, on both sides: at most `max_length` characters, and no credentials in a
+    URI. The refusal never quotes the value (it may be a megabyte, or hold a password)."""
+    if len(value) > max_length:
+        return f"must be at most {max_length:,} characters, got {len(value):,} (its value is not shown)"
+    if has_credentials(value):
+        return f"must hold {CREDENTIALS_ALLOWED}, got a URI with credentials (its value is not shown)"
+    return None
 
 
 @dataclass(frozen=True)
@@ -40,6 +67,10 @@ class Declaration:
     """What the bounds' special values mean, shown in a refusal (`-1 retries forever`); flags written --name."""
     secret: bool = False
     """May hold a token: no refusal quotes its value."""
+    check: Callable[[str], str | None] | None = None
+    """A rule of the setting's own over a non-empty value (the Hub's repo-id rule): its 'must be ...', or None."""
+    max_length: int | None = None
+    """The most characters a str setting holds (NAME_MAX_LENGTH unless declared, URI_MAX_LENGTH for URIs and paths)."""
 
     @property
     def flag(self) -> str:
@@ -47,6 +78,10 @@ class Declaration:
 
     def problem(self, value: Any) -> str | None:
         """Why `value` is out of this setting's bounds or choices ('must be ...'), or None. The caller names it."""
+        if isinstance(value, str) and (why := text_problem(value, self.max_length or NAME_MAX_LENGTH)) is not None:
+            return why
+        if self.check is not None and value and (why := self.check(value)) is not None:
+            return why
         got = "its value is not shown" if self.secret else f"got {value!r}"
         note = f" ({self.meaning})" if self.meaning else ""
         if self.choices is not None:
@@ -98,7 +133,7 @@ def _bounds_words(declaration: Declaration) -> str:
 def flag(default, help_text: str, *, stack_key: str | None = None, at_least: float | None = None,
          above: float | None = None, at_most: float | None = None, below: float | None = None,
          choices: Sequence[str] | None = None, pattern: tuple[re.Pattern, str] | None = None, meaning: str = "",
-         secret: bool = False):
+         secret: bool = False, max_length: int | None = None, check: Callable[[str], str | None] | None = None):
     """A TrainConfig field and its one declaration, kept in the field's metadata.
 
     Not docstrings under each field read back with ast.parse: CPython 3.11's AST constructor can fail with a
@@ -106,13 +141,15 @@ def flag(default, help_text: str, *, stack_key: str | None = None, at_least: flo
     """
     declared = dict(help=help_text, stack_key=stack_key, at_least=at_least, above=above, at_most=at_most,
                     below=below, choices=tuple(choices) if choices is not None else None, pattern=pattern,
-                    meaning=meaning, secret=secret)
+                    meaning=meaning, secret=secret, max_length=max_length, check=check)
     return dataclasses.field(default=default, metadata=declared)
 
 
 def declarations(config_class: type) -> tuple[Declaration, ...]:
     """Every field of `config_class` (TrainConfig) as its Declaration, in field order."""
-    return tuple(Declaration(name=field.name, type=str(field.type), default=field.default, **field.metadata)
+    return tuple(Declaration(name=field.name, type=str(field.type), default=field.default,
+                             **{**field.metadata, "max_length": field.metadata.get("max_length") or (
+                                 NAME_MAX_LENGTH if str(field.type) == "str" else None)})
                  for field in dataclasses.fields(config_class))
 
 

@@ -21,12 +21,14 @@ import tempfile
 # huggingface_hub's validate_repo_id (utils/_validators.py REPO_ID_REGEX and its checks): an optional namespace and a
 # name of word characters, '-' and '.', 96 at most each, starting and ending on a word character; no '--' or '..'
 # anywhere and no '.git' ending.
-HUB_ID = re.compile(r"^(\b[\w\-.]{1,96}\b/)?\b[\w\-.]{1,96}\b$")
+HUB_ID = re.compile(r"^(\b[\w\-.]{1,96}\b/)?\b[\w\-.]{1,96}\b$", re.ASCII)
 HUB_HOSTS = ("huggingface.co", "www.huggingface.co", "hf.co")
 PATH_PREFIXES = ("/", "./", "../", "~")
 # One request's time limit, and no retries: a Hub that does not answer in this time is reported as not reachable.
 HUB_TIMEOUT_S = 10
 CONFIG_FILE = "config.json"
+# The config.json of the largest open models is a few KiB; a MiB is room for any, and a bound on what json reads.
+MAX_CONFIG_BYTES = 1 << 20
 TOKEN_VARIABLE = "HF_TOKEN"
 SECRET_COMMAND = f"pulumi config set --secret --path 'trainSecretEnv[0]' {TOKEN_VARIABLE}=..."
 ALLOWED = "allowed: a Hub id (org/name), a local model directory, or s3://bucket/prefix/"
@@ -38,6 +40,28 @@ class Unreachable(Exception):
 
 class NeedsToken(Exception):
     """A gated or private model, and no token (or one without access) to read it with."""
+
+
+def hub_id_problem(repo_id: str, *, owner: bool = False) -> str | None:
+    """Why the Hub would refuse `repo_id` (the words after the flag or key), or None: huggingface_hub's own rule,
+    utils.validate_repo_id, which its upload and download functions apply; with `owner`, an owner/name as an upload
+    needs. Without huggingface_hub on this machine, the same rule from HUB_ID."""
+    allowed = ("a Hub repo id as huggingface_hub takes it: " + ("owner/name" if owner else "[owner/]name")
+               + ", each 1-96 ASCII letters, digits, '-', '_' or '.', not starting or ending with '-' or '.', without "
+               "'--', '..' or a '.git' ending")
+    if owner and repo_id.count("/") != 1:
+        return f"must be {allowed}, got {repo_id!r}"
+    try:
+        from huggingface_hub.utils import HFValidationError, validate_repo_id
+    except ImportError:
+        refused = (not HUB_ID.match(repo_id) or "--" in repo_id or ".." in repo_id or repo_id.endswith(".git")
+                   or repo_id.count("/") > 1)
+        return f"must be {allowed}, got {repo_id!r}" if refused else None
+    try:
+        validate_repo_id(repo_id)
+    except HFValidationError:
+        return f"must be {allowed}, got {repo_id!r}"
+    return None
 
 
 def is_path(model_id: str) -> bool:
@@ -60,8 +84,7 @@ def problem(model_id: str) -> str | None:
         if scheme in ("http", "https"):
             return f"a web address, which the job does not download models from; {ALLOWED}"
         return None  # s3://, file://, gs://: pyarrow's filesystems (workload.model.files) say whether they read it
-    if (not HUB_ID.match(model_id) or "--" in model_id or ".." in model_id or model_id.endswith(".git")
-            or model_id.count("/") > 1):
+    if hub_id_problem(model_id) is not None:
         return f"not a Hugging Face Hub id (org/name: letters, digits, '-', '_' and '.'), nor a directory here; {ALLOWED}"
     return None
 
@@ -95,6 +118,8 @@ def hub_config_directory(model_id: str, token: str | None = None) -> str:
         except LocalEntryNotFoundError:
             raise Unreachable(f"{model_id} is not in this machine's Hub cache and HF_HUB_OFFLINE is set") from None
     response = _get(model_id, CONFIG_FILE, token)
+    if (why := config_size_problem(len(response.content))) is not None:
+        raise ValueError(f"{model_id}'s {CONFIG_FILE} on the Hub {why}")
     try:
         json.loads(response.content)
     except ValueError:
@@ -103,6 +128,13 @@ def hub_config_directory(model_id: str, token: str | None = None) -> str:
     with open(os.path.join(directory, CONFIG_FILE), "wb") as file:
         file.write(response.content)
     return directory
+
+
+def config_size_problem(size: int) -> str | None:
+    """Why a config.json of `size` bytes is refused before it is parsed (after 'is'), or None."""
+    if size > MAX_CONFIG_BYTES:
+        return f"is {size:,} bytes; a model's {CONFIG_FILE} is a few KiB (allowed: at most {MAX_CONFIG_BYTES:,})"
+    return None
 
 
 def get_file(model_id: str, file_name: str, token: str | bool | None):

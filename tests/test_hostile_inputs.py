@@ -1,0 +1,211 @@
+"""Issue 44, item 5: each class of hostile or doomed input is refused by ONE rule, at preview (naming the stack key) or
+by the CLI (naming the flag, exit 2), in under a second, without loading torch, Ray or transformers, and without
+repeating a secret. One row per class, each with its cases; the rule each row exercises is named in its comment."""
+from __future__ import annotations
+
+import dataclasses
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from infra import config
+from infra.config import InstanceFacts, check_efa_gpu
+from tests.test_review_refusals import DEV
+from workload import cli
+
+REPO = Path(__file__).resolve().parents[1]
+SECRET = "SENTINELsecret9876"
+HEAVY_MODULES = ("torch", "ray", "transformers", "datasets")
+STORED = {"trainStoragePath": "s3://company-data/runs"}
+
+# (class, the key the refusal names, overrides of the dev stack, words the refusal says).
+PREVIEW_CLASSES = [
+    # infra/config/schema.py check_text_bounds, with workload/config/fields.py's max_length of each declaration.
+    ("unbounded free text", "trainWandbProject", {"trainWandbProject": "p" * 300_000}, "at most 256"),
+    ("unbounded free text", "trainDatasetSplit", {"trainDatasetSplit": "s" * 5_000}, "at most 256"),
+    ("unbounded free text", "dlcImage", {"dlcImage": "x" * 300_000}, "at most 2,048"),
+    ("unbounded free text", "trainPip", {"trainPip": ["y" * 100_000]}, "entry 0"),
+    # workload/model/model_source.py hub_id_problem: huggingface_hub's validate_repo_id.
+    ("Hub repo id", "trainPushToHub", {**STORED, "trainPushToHub": "org/bad--name"}, "Hub repo id"),
+    ("Hub repo id", "trainPushToHub", {**STORED, "trainPushToHub": "org/name.git"}, "'.git'"),
+    ("Hub repo id", "trainPushToHub", {**STORED, "trainPushToHub": "org/café"}, "ASCII"),
+    # infra/config/rules.py s3_location: S3's safe key characters.
+    ("S3 key characters", "trainStoragePath", {"trainStoragePath": "s3://company-data/my runs"}, "safe key"),
+    ("S3 key characters", "trainDataset", {"trainDataset": "s3://company-data/données.jsonl"}, "safe key"),
+    ("S3 key characters", "trainStoragePath", {"trainStoragePath": "s3://company-data/a#b"}, "safe key"),
+    # infra/config/experiment_tracking.py tracking_uri_problem: the pods' egress is 443 to public addresses.
+    ("tracking egress", "trainMlflowTrackingUri", {"trainMlflowTrackingUri": "http://mlflow.example.com"}, "443"),
+    ("tracking egress", "trainMlflowTrackingUri", {"trainMlflowTrackingUri": "https://10.1.2.3/mlflow"}, "public"),
+    ("tracking egress", "trainMlflowTrackingUri", {"trainMlflowTrackingUri": "https://mlflow.corp.internal"}, "public"),
+    ("tracking egress", "trainMlflowTrackingUri", {"trainMlflowTrackingUri": "https://mlflow.example.com:5000"}, "443"),
+    # workload/config/fields.py text_problem: no user:password@ in any URI, on every key.
+    ("credentials in URIs", "trainMlflowTrackingUri",
+     {"trainMlflowTrackingUri": f"https://me:{SECRET}@mlflow.example.com"}, "user:password@"),
+    ("credentials in URIs", "trainStoragePath", {"trainStoragePath": f"s3://me:{SECRET}@company-data/runs"},
+     "user:password@"),
+    ("credentials in URIs", "trainDataset", {"trainDataset": f"s3://me:{SECRET}@company-data/a.jsonl"},
+     "user:password@"),
+    ("credentials in URIs", "trainEnv", {"trainEnv": [f"MY_SERVER=https://me:{SECRET}@host.example.com"]},
+     "user:password@"),
+    # infra/config/env_names.py reserved_reason and holds_credential.
+    ("token-redirecting environment", "trainEnv", {"trainEnv": ["HF_ENDPOINT=https://hub.attacker.example"]},
+     "HF_ENDPOINT"),
+    ("token-redirecting environment", "trainSecretEnv", {"trainSecretEnv": [f"WANDB_BASE_URL=https://{SECRET}.io"]},
+     "WANDB_BASE_URL"),
+    ("token-redirecting environment", "trainEnv", {"trainEnv": ["MLFLOW_TRACKING_URI=https://x.example.com"]},
+     "MLFLOW_TRACKING_URI"),
+    ("token-redirecting environment", "trainEnv", {"trainEnv": ["HTTPS_PROXY=https://proxy.example.com"]},
+     "HTTPS_PROXY"),
+    ("token under another name", "trainEnv", {"trainEnv": [f"HUGGING_FACE_HUB_TOKEN={SECRET}"]},
+     "HUGGING_FACE_HUB_TOKEN"),
+    ("token under another name", "trainEnv", {"trainEnv": [f"MY_SERVICE_API_KEY={SECRET}"]}, "MY_SERVICE_API_KEY"),
+]
+
+
+@pytest.mark.parametrize("kind, key, overrides, words", PREVIEW_CLASSES,
+                         ids=[f"{case[0]}-{index}" for index, case in enumerate(PREVIEW_CLASSES)])
+def test_each_class_is_refused_at_preview_naming_the_key_fast_and_without_the_secret(kind, key, overrides, words):
+    started = time.perf_counter()
+    with pytest.raises(ValueError) as refused:
+        config.parse(DEV | overrides)
+    elapsed = time.perf_counter() - started
+    message = str(refused.value)
+    assert f"'{key}'" in message, f"{kind}: the refusal names {key}: {message[:300]}"
+    assert words in message, f"{kind}: the refusal says {words!r}: {message[:300]}"
+    assert SECRET not in message, f"{kind}: the refusal repeats the secret: {message[:300]}"
+    assert len(message) < 1000, f"{kind}: one bounded line, got {len(message)} characters"
+    assert elapsed < 1, f"{kind}: refused in {elapsed:.2f}s"
+
+
+def test_the_rules_leave_ordinary_values_alone():
+    parsed = config.parse(DEV | {
+        "trainStoragePath": "s3://company-data/runs/date=2024-01-01", "trainDataset": "s3://company-data/corpus.jsonl",
+        "trainMlflowTrackingUri": "https://mlflow.example.com/team", "trainPushToHub": "org/model-v1.2",
+        "trainSecretEnv": ["HF_TOKEN=hf_x"],
+        "trainEnv": ["TOKENIZERS_PARALLELISM=false", "HF_HUB_DISABLE_IMPLICIT_TOKEN=1", "NCCL_NET=Socket"]})
+    assert parsed.train.flags["push_to_hub"] == "org/model-v1.2"
+
+
+def facts(instance_type: str, gpu_name: str, architectures: tuple[str, ...] = ("x86_64",)) -> InstanceFacts:
+    return InstanceFacts(instance_type=instance_type, gpus=8, gpu_memory_mib=32768, efa_supported=True,
+                         maximum_efa_interfaces=1, network_cards=1, vcpus=96, memory_mib=786432,
+                         architectures=architectures, gpu_name=gpu_name)
+
+
+# infra/config/settings.py check_efa_gpu: the image's CUDA 13 GPUs, and the AMI's architecture.
+INSTANCE_CLASSES = [
+    ("GPU the image's CUDA cannot run", facts("p3dn.24xlarge", "V100"), "compute capability 7.0"),
+    ("GPU the image's CUDA cannot run", facts("g3.16xlarge", "M60"), "compute capability 5.2"),
+    ("architecture the AMI does not match", facts("g5g.16xlarge", "T4g", ("arm64",)), "arm64"),
+    ("architecture the AMI does not match", facts("p6e-gb200.36xlarge", "GB200", ("arm64",)), "x86_64"),
+]
+
+
+@pytest.mark.parametrize("kind, described, words", INSTANCE_CLASSES, ids=[case[1].instance_type for case in
+                                                                          INSTANCE_CLASSES])
+def test_an_instance_type_the_image_or_ami_cannot_use_is_refused_naming_the_key(kind, described, words):
+    with pytest.raises(ValueError) as refused:
+        check_efa_gpu(described)
+    assert "'gpuInstanceType'" in str(refused.value) and words in str(refused.value), f"{kind}: {refused.value}"
+
+
+def test_turing_and_newer_gpus_pass():
+    for name in ("T4", "A10G", "L4", "L40S", "A100", "H100", "H200", "B200"):
+        assert check_efa_gpu(facts("x", name)).gpu_name == name
+
+
+def run_cli(module: str, argv: list[str], cwd: Path = REPO) -> tuple[int, str, list[str], float]:
+    """(exit code, stderr, heavy modules loaded, seconds) of `python -m module argv` in a fresh process."""
+    probe = (f"import runpy, sys\nsys.argv = {[module, *argv]!r}\n"
+             f"try:\n    runpy.run_module('{module}', run_name='__main__')\n"
+             f"except SystemExit as e:\n    print('EXIT', e.code)\n"
+             f"print('LOADED', sorted(m for m in {HEAVY_MODULES!r} if m in sys.modules))")
+    started = time.perf_counter()
+    done = subprocess.run([sys.executable, "-c", probe], cwd=cwd, capture_output=True, text=True, timeout=60)
+    elapsed = time.perf_counter() - started
+    exit_line, loaded_line = done.stdout.splitlines()[-2:]
+    return int(exit_line.split()[1]), done.stderr, eval(loaded_line.removeprefix("LOADED ")), elapsed  # noqa: S307
+
+
+ALIAS_BOMB = "a: &a [x, x, x, x, x, x, x, x, x]\nb: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a]\n" \
+             "c: &c [*b, *b, *b, *b, *b, *b, *b, *b, *b]\nsteps: *c\n"
+
+# (class, flags or a --config file's text, the flag the refusal names, words). workload.train, exit 2.
+CLI_CLASSES = [
+    ("unbounded free text", ["--wandb_project", "p" * 5000], "--wandb_project", "at most 256"),
+    ("unbounded free text", ["--run_name", "r" * 200], "--run_name", "at most 128"),
+    ("Hub repo id", ["--push_to_hub", "org/bad..name"], "--push_to_hub", "Hub repo id"),
+    ("Hub repo id", ["--model_id", "org/x--y"], "--model_id", "Hugging Face Hub id"),
+    ("credentials in URIs", ["--mlflow_tracking_uri", f"https://me:{SECRET}@mlflow.example.com"],
+     "--mlflow_tracking_uri", "user:password@"),
+    ("credentials in URIs", ["--storage_path", f"s3://me:{SECRET}@bucket/runs"], "--storage_path", "user:password@"),
+    ("bounded config files", "config:" + ALIAS_BOMB, "--config", "aliases"),
+    ("bounded config files", "config:" + "run_name: " + "x" * 300_000 + "\n", "--config", "larger than"),
+    ("bounded config files", f"config:steps: {SECRET}xxxxxxxxxx\n", "--config", "not shown"),
+    ("bounded config files", f"config:{SECRET}yyyyyyyyyyyyyyyyyy: 1\n", "--config", "unrecognized"),
+]
+
+
+@pytest.mark.parametrize("kind, argv, flag, words", CLI_CLASSES,
+                         ids=[f"{case[0]}-{index}" for index, case in enumerate(CLI_CLASSES)])
+def test_each_class_is_refused_by_the_cli_naming_the_flag_with_exit_2_before_heavy_imports(kind, argv, flag, words,
+                                                                                          tmp_path):
+    if isinstance(argv, str):
+        run_yaml = tmp_path / "run.yaml"
+        run_yaml.write_text(argv.removeprefix("config:"))
+        argv = ["--config", str(run_yaml)]
+    code, stderr, loaded, elapsed = run_cli("workload.train", argv)
+    assert code == cli.USAGE, f"{kind}: exit {cli.USAGE}, got {code}: {stderr[-500:]}"
+    assert flag in stderr and words in stderr, f"{kind}: names {flag} and says {words!r}: {stderr[-500:]}"
+    assert SECRET not in stderr, f"{kind}: repeats the secret: {stderr[-500:]}"
+    assert len(stderr) < 2000, f"{kind}: a bounded error, got {len(stderr)} characters"
+    assert loaded == [], f"{kind}: refused before {HEAVY_MODULES} load, loaded {loaded}"
+    assert elapsed < 10, f"{kind}: the process took {elapsed:.1f}s"  # the rule itself: milliseconds (below)
+
+
+def test_a_sparse_shard_is_measured_by_its_blocks(tmp_path):
+    # workload/checkpoint/reader.py stored_bytes: st_blocks, not st_size, of a file that claims a terabyte.
+    from workload.checkpoint.reader import stored_bytes
+
+    shard = tmp_path / "__0_0.distcp"
+    with open(shard, "wb") as file:
+        file.truncate(1 << 40)
+    assert shard.stat().st_size == 1 << 40
+    assert stored_bytes(shard) < 1 << 20, "a sparse file holds what its blocks hold"
+    dense = tmp_path / "dense"
+    dense.write_bytes(b"x" * 10_000)
+    assert stored_bytes(dense) == 10_000
+
+
+def test_a_config_json_is_bounded_before_it_is_parsed():
+    from workload.model import model_source
+
+    assert model_source.config_size_problem(model_source.MAX_CONFIG_BYTES) is None
+    assert "few KiB" in model_source.config_size_problem(model_source.MAX_CONFIG_BYTES + 1)
+
+
+def test_the_hub_rule_is_huggingface_hubs_own():
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+    from workload.model.model_source import hub_id_problem
+
+    for repo in ("org/name", "org/na-me.v2", "org/-x", "org/x-", "org/a--b", "org/a..b", "org/x.git", "org/café",
+                 "a/b/c", "name", "_org/x"):
+        try:
+            validate_repo_id(repo)
+            hub_says = None
+        except HFValidationError:
+            hub_says = "refused"
+        assert (hub_id_problem(repo) is None) == (hub_says is None), repo
+
+
+def test_the_field_declarations_bound_every_free_text_flag():
+    from workload.config import DECLARED, TrainConfig
+
+    unbounded = [item.name for item in DECLARED if item.type == "str" and not item.max_length]
+    assert not unbounded, f"every str setting has a max_length: {unbounded}"
+    with pytest.raises(ValueError, match="--dataset_split must be at most 256"):
+        dataclasses.replace(TrainConfig(model_config="tiny"), dataset_split="s" * 257)

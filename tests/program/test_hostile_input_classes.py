@@ -13,10 +13,10 @@ import pytest
 
 from infra import config
 from infra.config import InstanceFacts, check_efa_gpu
-from tests.test_review_refusals import DEV
+from tests.program.test_refusals_at_preview import DEV
 from workload import cli
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SECRET = "SENTINELsecret9876"
 HEAVY_MODULES = ("torch", "ray", "transformers", "datasets")
 STORED = {"trainStoragePath": "s3://company-data/runs"}

@@ -45,16 +45,22 @@ JobServerConnector = Callable[[argparse.Namespace], ContextManager[JobServer]]
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = cli.parser("python -m tools.job", __doc__,
                         check_failed="the job failed or was stopped, has no summary yet, or the stack has no job")
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--kubeconfig", type=Path, help="kubeconfig file; unset: $KUBECONFIG or ~/.kube/config")
-    common.add_argument("--stack", help="the stack's RayCluster (Pulumi.<stack>.yaml) and only its jobs")
+    # Before the command (`tools.job --kubeconfig k.yaml list`) or after it, as the docs write it: the command's own
+    # copies default to SUPPRESS, so one left unset there keeps the value given before the command.
+    kubeconfig_help = "kubeconfig file; unset: $KUBECONFIG or ~/.kube/config"
+    stack_help = "the stack's RayCluster (Pulumi.<stack>.yaml) and only its jobs"
+    parser.add_argument("--kubeconfig", type=Path, help=kubeconfig_help)
+    parser.add_argument("--stack", help=stack_help)
+    common = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    common.add_argument("--kubeconfig", type=Path, default=argparse.SUPPRESS, help=kubeconfig_help)
+    common.add_argument("--stack", default=argparse.SUPPRESS, help=stack_help)
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     helps = {"list": "the stack's jobs, oldest first", "logs": "a job's log (--follow: until it ends)",
              "summary": "a job's TRAIN_SUMMARY and NCCL transport", "stop": "stop a job and wait until it has",
              "submit": "start another run with the stack's train* settings and the flags after --"}
     for name, text in helps.items():
         command = commands.add_parser(name, parents=[common], help=text, description=text, epilog=parser.epilog,
-                                      formatter_class=parser.formatter_class)
+                                      formatter_class=parser.formatter_class, allow_abbrev=False)
         if name == "submit":
             command.add_argument("--run-id", help="the run's id (names its submission and checkpoints); "
                                                   "unset: submit-<UTC date>-<time>")

@@ -40,6 +40,8 @@ class StackFile:
         config = (yaml.safe_load(path.read_text()) or {}).get("config") or {}
         prefix = project + ":"
         self.values = {key[len(prefix):]: value for key, value in config.items() if key.startswith(prefix)}
+        # Every key the file sets, namespaced (`raytrain-eks:trainSteps`, `aws:region`), as `pulumi up` sees them.
+        self.keys = set(config)
         self.secret_keys = sorted(key for key, value in self.values.items() if isinstance(value, dict)
                                   and "secure" in value)
 
@@ -66,13 +68,19 @@ def stack_job(stack: str, run_id: str, extra_flags: list[str], config: str | Non
     {train_args, workload, pip, env_vars, time_limit_s, submission_id, secrets_left_out}."""
     from infra import config as stack_config
     from infra.config.experiment_tracking import in_cluster_uri, tracking_uri_problem
+    from infra.config.naming import default_cluster_name
     from infra.job.job_config import job_env, job_pip, submission_id, workload_config
     from infra.preview.instance_facts import KNOWN_GPU_INSTANCE_TYPES
     from workload.config import build_parser
 
-    source = StackFile(stack, stack_config.project_name())
+    project = stack_config.project_name()
+    source = StackFile(stack, project)
+    # What infra.config.load does before parse(), so this job is the one `pulumi up` would submit: a key typo
+    # (trainLoraRnak) refused with the nearest declared key, and the empty clusterName made `ray-train-<stack>`.
+    stack_config.check_unknown_keys(source.keys, project, set(stack_config.schema()))
     raw = stack_config.read_raw_config(source)
     raw.update(trainEnabled=True, trainRunId=run_id)
+    raw["clusterName"] = raw["clusterName"] or default_cluster_name(stack)
     cfg = stack_config.parse(raw)
     # The instance's network bandwidth only informs the sharding choice, and the job's fabric check measures it;
     # reading it from EC2 would need this machine to be allowed to describe instance types. The GPU's memory and name

@@ -88,10 +88,44 @@ class _HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefa
 
 
 class _Parser(argparse.ArgumentParser):
+    """No abbreviations (argparse would take `--lora_r` as `--lora_rank`, silently), a hook that rewrites argv
+    before parsing (workload.config's aliases: `--max_steps` as `--steps`), and "did you mean" for an unknown flag."""
+
+    rewrite: Callable[[list[str]], list[str]] | None = None
+    suggest: Callable[[str], str | None] | None = None
+    """A name (no dashes) -> the flag it is nearest to (no dashes), or None; unset: the nearest of this parser's."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        kwargs["allow_abbrev"] = False
+        super().__init__(*args, **kwargs)
+
+    def parse_known_args(self, args=None, namespace=None):
+        if self.rewrite is not None:
+            args = self.rewrite(list(sys.argv[1:] if args is None else args))
+        return super().parse_known_args(args, namespace)
+
     def error(self, message: str):
         """A flag argparse cannot parse: its message and where to look, not the whole usage block."""
-        _fail(USAGE, message, f"`{self.prog} --help` lists every flag")
+        hint = f"`{self.prog} --help` lists every flag"
+        if (guess := self._nearest_flag(message)) is not None:
+            hint += f" (did you mean --{guess}?)"
+        _fail(USAGE, message, hint)
         sys.exit(USAGE)
+
+    def _nearest_flag(self, message: str) -> str | None:
+        if not message.startswith("unrecognized arguments: "):
+            return None
+        unknown = [word for word in message.split()[2:] if word.startswith("--")]
+        if not unknown:
+            return None
+        name = unknown[0][2:].partition("=")[0]
+        if self.suggest is not None:
+            return self.suggest(name)
+        import difflib
+
+        flags = [option[2:] for option in self._option_string_actions if option.startswith("--")]
+        match = difflib.get_close_matches(name.replace("-", "_"), flags, n=1)
+        return match[0] if match else None
 
 
 def parser(prog: str, description: str, *, check_failed: str) -> argparse.ArgumentParser:

@@ -14,9 +14,11 @@ import argparse
 import dataclasses
 import os
 import re
+import sys
 from typing import Any, Sequence
 
 from workload import cli
+from workload.config import aliases
 
 CONFIG_FLAG = "--config"
 PRINT_FLAG = "--print_config"
@@ -39,26 +41,53 @@ def add_options(parser: argparse.ArgumentParser) -> None:
 
 def parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> tuple[dict[str, Any], bool]:
     """`parser`'s flags, with --config's file under them: (every dest's value, whether --print_config was given)."""
-    early = argparse.ArgumentParser(add_help=False)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    early = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
     early.add_argument(CONFIG_FLAG, default=None)
     known, _ = early.parse_known_args(argv)
-    if known.config:
-        parser.set_defaults(**load(known.config, parser))
+    from_file = load(known.config, parser) if known.config else {}
+    parser.set_defaults(**from_file)
     values = vars(parser.parse_args(argv))
     values.pop("config", None)
+    if "epochs" in values:
+        _steps_or_epochs(values, command_line(argv), from_file, known.config)
     return values, bool(values.pop("print_config", False))
 
 
+def _steps_or_epochs(values: dict[str, Any], on_line: set[str], from_file: dict[str, Any], path: str | None) -> None:
+    """--steps and --epochs are two ways to say how long to train: both on one level is refused; a flag's wins over
+    the file's other one."""
+    if {"steps", "epochs"} <= on_line:
+        raise cli.UsageError("--steps and --epochs are two ways to say how long to train: give one")
+    if from_file.get("epochs") and "steps" in from_file:
+        raise cli.UsageError(f"{CONFIG_FLAG} {path}: steps and epochs are two ways to say how long to train: keep one")
+    if "steps" in on_line and "epochs" not in on_line:
+        values["epochs"] = 0.0
+
+
+def command_line(argv: Sequence[str]) -> set[str]:
+    """The fields set by flags on the command line (--name, --name=value, --no-name, their names: --max_steps)."""
+    names = set()
+    for arg in argv:
+        if arg == "--":
+            break
+        if arg.startswith("--"):
+            name = arg[2:].split("=", 1)[0].replace("-", "_")
+            names.add(aliases.ours(name.removeprefix("no_") if name.startswith("no_") else name))
+    return names
+
+
 def given(argv: Sequence[str]) -> set[str]:
-    """The fields the user set: flags on the command line (--name or --name=value) and keys of its --config file
-    (which parse() has already read and checked)."""
-    names = {arg[2:].split("=", 1)[0].replace("-", "_") for arg in argv if arg.startswith("--")}
-    early = argparse.ArgumentParser(add_help=False)
+    """The fields the user set: flags on the command line and keys of its --config file (which parse() has already
+    read and checked)."""
+    names = command_line(argv)
+    early = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
     early.add_argument(CONFIG_FLAG, default=None)
     known, _ = early.parse_known_args(argv)
     if known.config:
         document = read_document(known.config)
-        names |= set(document) if isinstance(document, dict) else set()
+        names |= ({aliases.ours(str(key).replace("-", "_")) for key in document}
+                  if isinstance(document, dict) else set())
     return names
 
 
@@ -118,15 +147,33 @@ def load(path: str, parser: argparse.ArgumentParser) -> dict[str, Any]:
     if not isinstance(document, dict):
         raise cli.UsageError(f"{CONFIG_FLAG} {path}: a mapping of flag: value, got a {type(document).__name__}")
     actions = file_keys(parser)
+    # Their names (axolotl's base_model, lora_r, sequence_len) as ours, as on the command line (workload/config/aliases.py).
+    document = {aliases.canonical(str(key), actions): value for key, value in document.items()}
+    for key in document:
+        if key not in actions and (refusal := aliases.different(key.replace("-", "_"))) is not None:
+            raise cli.UsageError(f"{CONFIG_FLAG} {path}: {refusal.removeprefix('--')}")
     unknown = [str(key) if len(str(key)) <= SHOWN_CHARS and str(key) == repr(str(key))[1:-1]
                and not _TOKEN_LIKE.search(str(key)) else shown(key)
                for key in document if key not in actions]
     if unknown:
         # argparse's own words for an unknown flag, so both refusals read (and are grepped for) alike.
+        guess = aliases.nearest(unknown[0], actions)
+        hint = f"`{parser.prog} --help` lists every flag" + (f" (did you mean --{guess}?)" if guess else "")
         more = f" and {len(unknown) - 10} more" if len(unknown) > 10 else ""
         raise cli.UsageError(f"{CONFIG_FLAG} {path}: unrecognized keys: {', '.join(unknown[:10])}{more}",
-                             hint=f"`{parser.prog} --help` lists every flag; a key is a flag without its dashes")
-    return {key: _value(path, key, value, actions[key]) for key, value in document.items()}
+                             hint=f"{hint}; a key is a flag without its dashes")
+    for key in aliases.LIST_FLAGS:  # axolotl writes lora_target_modules as a YAML list
+        if isinstance(document.get(key), list) and all(isinstance(item, str) for item in document[key]):
+            document[key] = ",".join(document[key])
+    values = {key: _value(path, key, value, actions[key]) for key, value in document.items()}
+    model_id = actions.get("model_id")
+    if model_id and values.get("model_config") and values.get("model_id", model_id.default) != model_id.default:
+        # A --print_config file of a local run holds `model_config: tiny`; editing its model_id alone would train the
+        # random tiny model anyway (model_config wins), silently.
+        raise cli.UsageError(f"{CONFIG_FLAG} {path}: model_config {shown(values['model_config'])} builds a random-weight "
+                             f"model, so model_id {shown(values['model_id'])} would not be trained: remove model_config "
+                             "to train it")
+    return values
 
 
 def _value(path: str, key: str, value: Any, action: argparse.Action) -> Any:
@@ -154,4 +201,6 @@ def render(config: Any, **extra: Any) -> str:
     import yaml
 
     values = {**dataclasses.asdict(config), **extra}
+    if values.get("epochs"):  # the steps are worked out from the epochs: a file holding both would be refused
+        values.pop("steps")
     return yaml.safe_dump(values, sort_keys=False, default_flow_style=False)

@@ -32,12 +32,12 @@ from workload import cli, storage
 from workload.checkpoint import sharded as checkpoints
 from workload.checkpoint.export import write_model
 from workload.config import TRANSPORT_PREFIX, TrainConfig
-from workload.data.batches import make_data
+from workload.data.batches import make_data, steps_for_epochs
 from workload.fabric import bandwidth as fabric
 from workload.fabric.nccl_logs import gather_transport_lines
 from workload.gc_control import StepCollector
-from workload.metrics.live import LiveMetrics
 from workload.metrics import trackers
+from workload.metrics.live import LiveMetrics
 from workload.model import files as model_files
 from workload.model import layout, memory_plan, parallel
 from workload.model.adapters import lora
@@ -87,6 +87,7 @@ def train_func(config: dict) -> None:
             _progress(f"loaded {cfg.model_id}'s weights into this rank's shards in {time.perf_counter() - started:.1f}s")
     optimizer = build_optimizer(model, cfg)
     data = make_data(cfg, model.lm.config.vocab_size, rank, world_size)
+    cfg, epochs_line = steps_for_epochs(cfg, data.train_blocks, world_size)  # --epochs: the steps, now the data is known
     eval_set = [rows.to(device) for rows in data.eval]
 
     start_step = 0
@@ -106,7 +107,10 @@ def train_func(config: dict) -> None:
     if rank == 0:
         metrics.params({**dataclasses.asdict(cfg), "world_size": world_size, "sharding": plan.as_dict(),
                         "memory_plan": fit_plan.as_dict() if fit_plan else None})
-        _progress(f"training {cfg.model_config or cfg.model_id} on {world_size} x {device.type}, "
+        if epochs_line:
+            _progress(epochs_line)
+        method = f"{cfg.method} rank {cfg.lora_rank}" if cfg.method != "full" else "full fine-tune"
+        _progress(f"training {cfg.model_config or cfg.model_id} ({method}) on {world_size} x {device.type}, "
                   f"steps {start_step + 1}..{cfg.steps}; sharding {plan.describe()}")
         if fit_plan:
             _progress(f"memory plan: {fit_plan.describe()}")
@@ -156,9 +160,10 @@ def train_func(config: dict) -> None:
             mfu = model_flops_utilization(tokens_per_s, flops, peak, world_size)
             if rank == 0:
                 mfu_text = f"{mfu:.1%}" if mfu is not None else "n/a"
-                _progress(f"step {done}/{cfg.steps} loss {loss_value:.4f} lr {learning_rate:.2e} batch {batch}"
-                          f"{examples_text} step_time {step_times[-1]:.3f}s tokens/s {tokens_per_s:,.0f} "
-                          f"mfu {mfu_text}")
+                if done % cfg.log_every == 0 or done in (start_step + 1, cfg.steps):  # --log_every: fewer lines
+                        _progress(f"step {done}/{cfg.steps} loss {loss_value:.4f} lr {learning_rate:.2e} batch {batch}"
+                              f"{examples_text} step_time {step_times[-1]:.3f}s tokens/s {tokens_per_s:,.0f} "
+                              f"mfu {mfu_text}")
                 metrics.scalars(done, {"train/loss": loss_value, "train/learning_rate": learning_rate,
                                        "train/tokens_per_s": tokens_per_s, "train/mfu": mfu})
                 live.record(tokens_per_s, step_times[-1])

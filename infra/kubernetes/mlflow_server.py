@@ -36,8 +36,13 @@ from infra.aws.pod_identity import trust_policy
 from infra.config.experiment_tracking import MLFLOW_PORT, MLFLOW_SERVICE, artifacts_location, in_cluster_uri
 from infra.kubernetes import image_pins
 from infra.kubernetes.portforward import CLUSTER_LABEL
-from infra.kubernetes.ray_security import DNS_PEER, HTTPS_PORT, NON_PUBLIC_CIDRS, POD_IDENTITY_AGENT_CIDR, \
-    POD_IDENTITY_AGENT_PORT
+from infra.kubernetes.ray_security import (
+    DNS_PEER,
+    HTTPS_PORT,
+    NON_PUBLIC_CIDRS,
+    POD_IDENTITY_AGENT_CIDR,
+    POD_IDENTITY_AGENT_PORT,
+)
 
 SERVER_LABELS = {"app.kubernetes.io/name": "mlflow", "app.kubernetes.io/component": "tracking-server"}
 # The python:3.x-slim base's `nobody` is 65534; any non-root uid works, the image writes nothing of its own.

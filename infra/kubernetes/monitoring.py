@@ -36,9 +36,9 @@ import pulumi_random as random
 
 from infra.aws import addon_pins
 from infra.aws.node_labels import GPU_PRESENT_LABEL, GPU_TOLERATION, SYSTEM_NODE_SELECTOR
-from infra.kubernetes.portforward import CLUSTER_LABEL, NODE_TYPE_LABEL
 from infra.kubernetes import image_pins
 from infra.kubernetes import monitoring_security as security
+from infra.kubernetes.portforward import CLUSTER_LABEL, NODE_TYPE_LABEL
 
 # kube-prometheus-stack 88.5.3 (prometheus-operator v0.93.1; subcharts grafana 12.11.1, kube-state-metrics 8.4.0,
 # prometheus-node-exporter 4.56.1): the release whose values.yaml (and its subcharts') the keys below were checked

@@ -64,7 +64,8 @@ def test_submit_refuses_a_flag_the_job_does_not_know_before_reaching_the_cluster
         job_cli.main(["submit", "--stack", "dev", "--", "--stepz", "7"], job_server=no_cluster)
     assert exited.value.code == cli.USAGE
     assert capsys.readouterr().err.splitlines() == ["error: unrecognized arguments: --stepz 7",
-                                                     "`python -m workload.train --help` lists every flag"]
+                                                     "`python -m workload.train --help` lists every flag "
+                                                     "(did you mean --steps?)"]
 
 
 def test_submit_reads_a_config_file_between_the_stack_and_the_flags_and_prints_the_job_as_one(tmp_path, capsys):

@@ -17,7 +17,7 @@ import os
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
-from workload.config import fields, rules
+from workload.config import aliases, fields, rules
 from workload.config.fields import URI_MAX_LENGTH, Declaration, flag, in_stack_terms  # noqa: F401
 from workload.config.rules import DATASET_FILE_SUFFIXES, RULES, Rule, is_file_dataset, is_local_dataset  # noqa: F401
 from workload.model import adapters, architectures, model_source
@@ -94,6 +94,10 @@ class TrainConfig:
         stack_key="trainModelConfig", choices=("", *MODEL_CONFIGS), meaning="empty: load --model_id"
     )
     steps: int = flag(50, "Optimizer steps.", stack_key="trainSteps", at_least=1)
+    epochs: float = flag(
+        0.0, "Passes over --dataset's packed training blocks instead of --steps: steps = ceil(epochs x blocks / "
+        "(batch_size x workers)), worked out and printed once the data is packed; 0: --steps.",
+        at_least=0, meaning="0: train --steps steps")
     batch_size: int = flag(2, "Sequences per worker per step.",
         stack_key="trainBatchSize", at_least=1, at_most=MAX_BATCH_SIZE,
         meaning="for a larger effective batch, add GPUs")
@@ -107,6 +111,8 @@ class TrainConfig:
         stack_key="trainWarmupSteps", at_least=0)
     max_grad_norm: float = flag(1.0, "Clip the global gradient norm to this value; 0 turns clipping off.",
         at_least=0, meaning="0: no clipping")
+    log_every: int = flag(1, "Print every this many steps' training line (and the first and last); the trackers get "
+        "every step.", at_least=1)
     seed: int = flag(
         0,
         "Seed of the random weights and of every step's batch, so a resumed run repeats an uninterrupted one exactly.",
@@ -188,7 +194,7 @@ class TrainConfig:
         "tensorboard, mlflow, wandb, or none.", stack_key="trainReportTo")
     mlflow_tracking_uri: str = flag(
         "", "--report_to mlflow: the tracking server (http://...); empty: $MLFLOW_TRACKING_URI, else a local store in "
-        "the run directory (mlruns/).", stack_key="trainMlflowTrackingUri",
+        "the run directory (mlflow.db).", stack_key="trainMlflowTrackingUri",
         max_length=URI_MAX_LENGTH)
     wandb_project: str = flag("", "--report_to wandb: the W&B project; empty: $WANDB_PROJECT, else ray-train-fsdp-llm.",
         stack_key="trainWandbProject")
@@ -215,14 +221,18 @@ class TrainConfig:
     method: str = flag(
         "full", "full: train every weight; lora: low-rank adapters on the frozen bf16 base; qlora: the same on a base "
         "quantized to NF4 as it loads (workload/model/adapters/).", stack_key="trainMethod")
-    lora_rank: int = flag(16, "--method lora/qlora: the adapters' rank r.", stack_key="trainLoraRank")
-    lora_alpha: float = flag(32.0, "--method lora/qlora: the adapters' scale is lora_alpha / lora_rank.",
+    lora_rank: int = flag(rules.LORA_DEFAULTS["lora_rank"], "--method lora/qlora: the adapters' rank r.",
+        stack_key="trainLoraRank")
+    lora_alpha: float = flag(rules.LORA_DEFAULTS["lora_alpha"],
+        "--method lora/qlora: the adapters' scale is lora_alpha / lora_rank.",
         stack_key="trainLoraAlpha")
-    lora_dropout: float = flag(0.0, "--method lora/qlora: dropout on the adapters' input.",
+    lora_dropout: float = flag(rules.LORA_DEFAULTS["lora_dropout"],
+        "--method lora/qlora: dropout on the adapters' input.",
         stack_key="trainLoraDropout")
     lora_targets: str = flag(
-        "all-linear", "--method lora/qlora: the decoder blocks' linear layers that get adapters: all-linear, or a comma "
-        "list of q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj.", stack_key="trainLoraTargets")
+        rules.LORA_DEFAULTS["lora_targets"],
+        "--method lora/qlora: the decoder blocks' linear layers that get adapters: all-linear, or a comma list of "
+        "q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj.", stack_key="trainLoraTargets")
     fp8: bool = flag(
         False, "fp8 matmuls (torchao float8 training, dynamic scaling) for the decoder layers' linear layers; needs "
         "a GPU with fp8 tensor cores (L4, L40S, H100, H200) and torchao.", stack_key="trainFp8")
@@ -314,7 +324,7 @@ class TrainConfig:
         args: list[str] = []
         for field in dataclasses.fields(self):
             value = getattr(self, field.name)
-            if value == field.default:
+            if value == field.default or (field.name == "steps" and self.epochs):  # --epochs works out the steps
                 continue
             if isinstance(value, bool):
                 args.append(f"--{field.name}" if value else f"--no-{field.name}")
@@ -356,6 +366,9 @@ def build_parser(prog: str = "python -m workload.train", description: str = "",
         description or "Fine-tune a causal LM with Ray Train + PyTorch FSDP2, on the Ray cluster this process runs in.",
         check_failed="the job failed (its loss diverged, or a worker failed beyond --max_failures)",
     )
+    # Their names (TRL's, transformers', axolotl's) as ours, and "did you mean" over both (workload/config/aliases.py).
+    parser.rewrite = lambda argv: aliases.rewrite_argv(argv, *_flag_names(parser))
+    parser.suggest = lambda name: aliases.nearest(name, _flag_names(parser)[0])
     for field in dataclasses.fields(TrainConfig):
         option = f"--{field.name}"
         default = defaults.get(field.name, field.default)
@@ -365,6 +378,14 @@ def build_parser(prog: str = "python -m workload.train", description: str = "",
         else:
             parser.add_argument(option, type=_FIELD_PARSERS[field.type], default=default, help=help_text)
     return parser
+
+
+def _flag_names(parser: argparse.ArgumentParser) -> tuple[list[str], list[str]]:
+    """(every flag's name without dashes, those of switches) of `parser`, as the command has added them."""
+    names = [option[2:] for action in parser._actions for option in action.option_strings
+             if option.startswith("--") and not option.startswith("--no-")]
+    switches = [action.dest for action in parser._actions if isinstance(action, argparse.BooleanOptionalAction)]
+    return names, switches
 
 
 _FIELD_PARSERS = {"str": str, "int": int, "float": float, "float | None": float}

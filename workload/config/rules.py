@@ -65,8 +65,15 @@ def _push_exported(v: Values) -> str | None:
 
 
 def _warmup_within_steps(v: Values) -> str | None:
-    if v["warmup_steps"] > v["steps"]:
+    # With --epochs the steps are known once the data is packed: the trainer checks warmup against them then.
+    if not v.get("epochs") and v["warmup_steps"] > v["steps"]:
         return f"--warmup_steps {v['warmup_steps']} must be at most --steps {v['steps']}"
+    return None
+
+
+def _epochs_of_a_dataset(v: Values) -> str | None:
+    if v.get("epochs") and not v["dataset"]:
+        return "--epochs counts passes over --dataset, and random tokens (an empty --dataset) have none: give --steps"
     return None
 
 
@@ -136,6 +143,20 @@ def _fp8_trains_full(v: Values) -> str | None:
     return None
 
 
+# The --lora_* flags' defaults (TrainConfig declares its fields with them): a value other than these with --method
+# full would train every weight and ignore it.
+LORA_DEFAULTS = {"lora_rank": 16, "lora_alpha": 32.0, "lora_dropout": 0.0, "lora_targets": "all-linear"}
+
+
+def _adapters_need_a_method(v: Values) -> str | None:
+    if v["method"] == "full":
+        changed = [name for name, default in LORA_DEFAULTS.items() if v[name] != default]
+        if changed:
+            return (f"--{changed[0]} {v[changed[0]]} sets the adapters, which --method full has none of: add "
+                    f"--method lora (or qlora), or leave the adapters' settings unset")
+    return None
+
+
 def _accumulation_divides_batch(v: Values) -> str | None:
     if v["batch_size"] % v["grad_accum_steps"]:
         return (f"--grad_accum_steps {v['grad_accum_steps']} must divide --batch_size {v['batch_size']}: each "
@@ -161,6 +182,7 @@ RULES = (
     Rule(("checkpoint_every", "storage_path"), _checkpoints_stored, {"checkpoint_every": 5}),
     Rule(("push_to_hub", "storage_path", "export"), _push_exported, {"push_to_hub": "team/model"}),
     Rule(("warmup_steps", "steps"), _warmup_within_steps, {"steps": 10, "warmup_steps": 11}),
+    Rule(("epochs", "dataset"), _epochs_of_a_dataset, {"epochs": 1.0}),
     Rule(("eval_fraction", "eval_split"), _one_evaluation_set,
          {"dataset": "org/corpus", "eval_fraction": 0.1, "eval_split": "validation"}),
     Rule(("dataset", "eval_fraction", "eval_split", "eval_every"), _evaluation_has_data, {"eval_fraction": 0.1}),
@@ -177,6 +199,7 @@ RULES = (
          {"data_format": "prompt-completion", "dataset": "org/pairs", "completion_field": "prompt"}),
     Rule(("export", "checkpoint_every"), _export_at_checkpoints, {"export": "checkpoints"}),
     Rule(("fp8", "method"), _fp8_trains_full, {"fp8": True, "method": "lora"}),
+    Rule(("method", *LORA_DEFAULTS), _adapters_need_a_method, {"lora_rank": 8}),
     Rule(("grad_accum_steps", "batch_size"), _accumulation_divides_batch, {"batch_size": 2, "grad_accum_steps": 3}),
     Rule(("ranks_per_node", "num_workers"), _ranks_divide_workers, {"num_workers": 6, "ranks_per_node": 4}),
     Rule(("min_bus_gbytes_per_s", "fabric_check_seconds"), _bus_minimum_is_measured,

@@ -14,6 +14,7 @@ Evaluation: --eval_fraction holds out a seeded random share of those blocks befo
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Callable, Iterable, Sequence
@@ -162,6 +163,22 @@ class Data:
     """A progress line saying what the data became (chat and prompt-completion data)."""
     summary: dict | None = None
     """What the job's summary reports of the examples (chat and prompt-completion data)."""
+    train_blocks: int = 0
+    """The training blocks over all ranks (0 for random tokens): what --epochs counts passes over."""
+
+
+def steps_for_epochs(cfg: TrainConfig, train_blocks: int, world_size: int) -> tuple[TrainConfig, str]:
+    """--epochs as steps, once the data is packed: (the config with those --steps, the line that says so). Each
+    step takes batch_size blocks on every rank, so an epoch is blocks / (batch_size x world_size) steps, rounded up.
+    Unchanged, with no line, without --epochs."""
+    if not cfg.epochs:
+        return cfg, ""
+    steps = max(1, math.ceil(cfg.epochs * train_blocks / (cfg.batch_size * world_size)))
+    if cfg.warmup_steps > steps:
+        raise ValueError(f"--warmup_steps {cfg.warmup_steps} must be at most the {steps} steps of --epochs {cfg.epochs:g}")
+    line = (f"training for --epochs {cfg.epochs:g}: {train_blocks} training blocks of {cfg.seq_len} tokens, "
+            f"{cfg.batch_size * world_size} a step, make {steps} steps")
+    return dataclasses.replace(cfg, steps=steps), line
 
 
 def make_data(cfg: TrainConfig, vocab_size: int, rank: int, world_size: int) -> Data:
@@ -185,7 +202,7 @@ def _example_data(cfg: TrainConfig, rank: int, world_size: int) -> Data:
     data = _deal(cfg, blocks.train.blocks, blocks.eval.blocks if blocks.eval else None, rank, world_size)
     train = data.train
     return Data(lambda step: TokenBatch.of(train(step)), [TokenBatch.of(rows) for rows in data.eval],
-                blocks.describe(cfg), blocks.summary())
+                blocks.describe(cfg), blocks.summary(), data.train_blocks)
 
 
 def _deal(cfg: TrainConfig, train: torch.Tensor, held: torch.Tensor | None, rank: int, world_size: int) -> Data:
@@ -199,7 +216,8 @@ def _deal(cfg: TrainConfig, train: torch.Tensor, held: torch.Tensor | None, rank
         raise ValueError(f"{source} gives {len(held)} evaluation blocks of --seq_len {cfg.seq_len} tokens, fewer "
                          f"than the {world_size} workers (each evaluates an equal share)")
     return Data(packed_batches(shard(train, cfg.seed, rank, world_size), cfg.batch_size),
-                eval_batches(held, cfg.batch_size, rank, world_size) if held is not None else [])
+                eval_batches(held, cfg.batch_size, rank, world_size) if held is not None else [],
+                train_blocks=len(train))
 
 
 def dataset_batches(cfg: TrainConfig, rank: int, world_size: int) -> Batches:

@@ -21,6 +21,7 @@ import torch
 import torch.distributed as dist
 
 from workload.fabric.bus_bandwidth import OPERATIONS, bus_bandwidth_factor
+
 MIB = 2**20
 # Sizes in the bandwidth-bound range of the step's own collectives (an FSDP unit of Qwen2.5-1.5B is 89 MB in bf16).
 # On CPU, gloo's figures only prove the path works, so the sizes stay small enough for a test.

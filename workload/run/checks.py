@@ -21,7 +21,7 @@ from workload.data import validate
 FLAGS_FILE = "local_run_flags.json"
 # Flags that change what is saved or checked, not what is trained: a resumed run may set them differently.
 RESUMABLE_CHANGES = frozenset({"run_name", "storage_path", "export", "checkpoint_every", "eval_every",
-                               "max_failures", "fabric_check_seconds", "min_bus_gbytes_per_s"})
+                               "max_failures", "fabric_check_seconds", "min_bus_gbytes_per_s", "log_every"})
 
 
 def local_cpus() -> int:
@@ -100,6 +100,8 @@ def resume_step(cfg: TrainConfig) -> int | None:
     before = _recorded_flags(directory)
     if before is not None:
         now = dataclasses.asdict(cfg)
+        # A field newer than the recorded run (--epochs) had its default then.
+        before = {**{field.name: field.default for field in dataclasses.fields(TrainConfig)}, **before}
         changed = [name for name in now if name not in RESUMABLE_CHANGES and before.get(name) != now[name]]
         if changed:
             shown = "; ".join(f"--{name} {before.get(name)!r} then, {now[name]!r} now" for name in changed)

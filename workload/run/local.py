@@ -27,7 +27,7 @@ from workload import cli, config_file
 from workload.config import SUMMARY_PREFIX, TrainConfig, build_parser, is_local_dataset
 from workload.run import checks as local_checks
 from workload.run import output as local_output
-from workload.run import preflight
+from workload.run import preflight, run_lock
 from workload.run.head_supervisor import stop_session
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -225,8 +225,10 @@ def parse_command(argv: Sequence[str] | None = None) -> tuple[TrainConfig, bool,
     config_file.add_options(parser)
     args, print_config = config_file.parse(parser, argv)
     verbose = args.pop("verbose")
-    given = config_file.given(sys.argv[1:] if argv is None else list(argv))
-    if "model_id" in given and "model_config" not in given:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    given, on_line = config_file.given(argv), config_file.command_line(argv)
+    # A --model_id on the command line wins over a --config file's model_config, as every flag wins over the file.
+    if "model_id" in given and "model_config" not in (on_line if "model_id" in on_line else given):
         # --model_id names the model to train: the tiny random-weight default gives way, and so does the sample
         # tokenizer, for the model's own.
         args["model_config"] = ""
@@ -278,6 +280,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     if print_config:
         print(config_file.render(cfg), end="", flush=True)
         return cli.OK
+    lock = run_lock.acquire(cfg.storage_path, cfg.run_name)  # a second run of this --run_name now is refused
+    try:
+        return _run(cfg, verbose)
+    finally:
+        run_lock.release(lock)
+
+
+def _run(cfg: TrainConfig, verbose: bool) -> int:
     started = time.monotonic()
     resumed_at = local_checks.check_before_ray(cfg)  # the data, storage, workers and an earlier run of the name
     check_model_source(cfg)

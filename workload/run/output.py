@@ -20,6 +20,8 @@ from workload.config import SUMMARY_PREFIX, TRANSPORT_PREFIX
 OWN_PREFIXES = ("training ", "effective batch ", "step ", "fabric check ", "note: ", "warning: ", "error: ",
                 "submitted Ray job ", "log stream of ", "memory plan: ", "loaded ", "downloading ", "copying ",
                 "copied ", "dataset ", "text data: ", "chat data: ", "prompt-completion data: ", "tracking: ",
+                # The data line of ShareGPT or Alpaca records names the shape first: `chat data (ShareGPT records ...`
+                "chat data (", "prompt-completion data (",
                 "pushed ")
 # "(RayTrainWorker pid=123)" and, on a terminal, its ANSI colours: Ray's log monitor puts them before a worker's line.
 RAY_PREFIX = re.compile(r"^(\x1b\[[0-9;]*m)*\((?P<actor>[A-Za-z]+) pid=\d+(?:, ip=[^)]*)?\)(\x1b\[[0-9;]*m)* ")

@@ -8,8 +8,11 @@ above the model's positions is one line in a fraction of a second, not after sec
 """
 from __future__ import annotations
 
+import glob
+import os
+
 from workload import cli
-from workload.config import TrainConfig
+from workload.config import TrainConfig, parse_report_to
 from workload.data import hub_dataset
 from workload.data import validate as records_check
 from workload.model import model_source
@@ -22,9 +25,62 @@ def check_positions(cfg: TrainConfig, max_positions: int) -> None:
                          f"({cfg.model_config or cfg.model_id})")
 
 
+def check_credentials(cfg: TrainConfig) -> None:
+    """The keys a run needs only at its end or on rank 0 (W&B's, the Hub's token for --push_to_hub), checked before
+    anything starts: without them W&B warned after the first steps and the upload failed after the whole run.
+    Exit 3, naming the variable, never its value."""
+    if "wandb" in parse_report_to(cfg.report_to) and not _wandb_key():
+        raise cli.EnvironmentProblem(
+            "--report_to wandb: no W&B API key: set WANDB_API_KEY (https://wandb.ai/authorize) or run `wandb login`",
+            hint="or WANDB_MODE=offline to record the run locally, or leave wandb out of --report_to")
+    if cfg.push_to_hub and not _hub_token():
+        raise cli.EnvironmentProblem(
+            f"--push_to_hub {cfg.push_to_hub}: no Hugging Face token: set HF_TOKEN (a write token, "
+            "https://huggingface.co/settings/tokens) or run `hf auth login`")
+
+
+def _wandb_key() -> bool:
+    # wandb reads WANDB_API_KEY, else the key `wandb login` wrote to ~/.netrc (machine api.wandb.ai); offline and
+    # disabled modes need none (https://docs.wandb.ai/guides/track/environment-variables).
+    if os.environ.get("WANDB_API_KEY") or os.environ.get("WANDB_MODE", "").lower() in ("offline", "disabled", "dryrun"):
+        return True
+    try:
+        import netrc
+
+        return netrc.netrc(os.environ.get("NETRC") or None).authenticators("api.wandb.ai") is not None
+    except (OSError, netrc.NetrcParseError):
+        return False
+
+
+def _hub_token() -> bool:
+    # huggingface_hub reads HF_TOKEN, else the file `hf auth login` writes: $HF_TOKEN_PATH, else $HF_HOME/token
+    # (~/.cache/huggingface/token) (https://huggingface.co/docs/huggingface_hub/package_reference/environment_variables).
+    if os.environ.get("HF_TOKEN") or os.environ.get("HUGGING_FACE_HUB_TOKEN"):
+        return True
+    home = os.environ.get("HF_HOME") or os.path.join(os.path.expanduser("~"), ".cache", "huggingface")
+    path = os.environ.get("HF_TOKEN_PATH") or os.path.join(home, "token")
+    try:
+        with open(os.path.expanduser(path)) as file:
+            return bool(file.read().strip())
+    except OSError:
+        return False
+
+
+def check_local_weights(cfg: TrainConfig) -> None:
+    """A --model_id directory on this machine holds its weights (*.safetensors): a directory of config.json alone
+    failed in the workers' load, 40 s after Ray started."""
+    directory = os.path.expanduser(cfg.model_id)
+    if cfg.model_config or "://" in cfg.model_id or not os.path.isdir(directory):
+        return
+    if not glob.glob(os.path.join(directory, "*.safetensors")):
+        raise ValueError(f"--model_id {cfg.model_id}: the directory holds no *.safetensors weights; give the directory "
+                         "save_pretrained wrote (config.json and model*.safetensors)")
+
+
 def validate(cfg: TrainConfig) -> None:
     """The checks that need the model's config or the tokenizer, and every record of a --dataset file
     (workload.data.validate) or the first file of a Hub --dataset's split, before any worker loads the model."""
+    check_credentials(cfg)
     known = cfg.architecture  # a dict, without transformers: --model_config's, or a shipped --model_id's
     if known and "max_position_embeddings" in known:
         check_positions(cfg, known["max_position_embeddings"])
@@ -41,6 +97,7 @@ def validate(cfg: TrainConfig) -> None:
     config = hf_config(cfg)
     if not cfg.model_config:  # the model gate, as the preview ran it and every worker will
         compatibility.build(config, f"--model_id {cfg.model_id}")
+        check_local_weights(cfg)  # after the gate: a directory of another kind of model is refused for that first
     check_positions(cfg, config.max_position_embeddings)
     if cfg.dataset:  # the tokenizer is loaded for a dataset only (random tokens need none)
         try:  # one request first: transformers would retry an unreachable Hub for a minute

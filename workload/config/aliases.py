@@ -1,0 +1,157 @@
+"""The names a TRL, transformers or axolotl user already knows, in one table: a flag (`--max_steps`) or a --config key
+(axolotl's `base_model`) with the same meaning as one of ours is taken as ours; one whose meaning differs is refused
+in one line that names ours and how to get the same run; anything else unknown is answered with the nearest name
+("did you mean"). Dash forms (`--max-steps`, `--batch-size`) are taken as the underscore ones.
+
+docs/names.md shows the table; tests/runs/test_flag_names.py holds it to the parser. Standard library only.
+"""
+from __future__ import annotations
+
+import difflib
+from typing import Iterable, Mapping, Sequence
+
+# Their name -> ours, where the meaning is the same; (whose name it is) for the docs' table.
+ALIASES: Mapping[str, tuple[str, str]] = {
+    "max_steps": ("steps", "transformers, TRL, axolotl"),
+    "per_device_train_batch_size": ("batch_size", "transformers, TRL"),
+    "micro_batch_size": ("batch_size", "axolotl"),
+    "num_train_epochs": ("epochs", "transformers, TRL"),
+    "num_epochs": ("epochs", "axolotl"),
+    "base_model": ("model_id", "axolotl"),
+    "model_name_or_path": ("model_id", "TRL"),
+    "max_seq_length": ("seq_len", "TRL (before 0.20)"),
+    "max_length": ("seq_len", "TRL"),
+    "sequence_len": ("seq_len", "axolotl"),
+    "lr_scheduler_type": ("lr_schedule", "transformers, TRL, axolotl (lr_scheduler)"),
+    "lr_scheduler": ("lr_schedule", "axolotl"),
+    "gradient_checkpointing": ("activation_checkpointing", "transformers, TRL, axolotl"),
+    "save_steps": ("checkpoint_every", "transformers, TRL, axolotl"),
+    "eval_steps": ("eval_every", "transformers, TRL, axolotl"),
+    "logging_steps": ("log_every", "transformers, TRL, axolotl"),
+    "val_set_size": ("eval_fraction", "axolotl"),
+    "dataset_name": ("dataset", "TRL"),
+    "dataset_train_split": ("dataset_split", "TRL"),
+    "dataset_text_field": ("text_field", "TRL"),
+    "chat_template_path": ("chat_template", "TRL"),
+    "adapter": ("method", "axolotl (lora, qlora)"),
+    "lora_r": ("lora_rank", "TRL, PEFT, axolotl"),
+    "lora_target_modules": ("lora_targets", "TRL, PEFT, axolotl"),
+    "hub_model_id": ("push_to_hub", "transformers, TRL, axolotl"),
+}
+
+# Their name -> why ours differs and what to give instead: refused, never guessed.
+DIFFERENT: Mapping[str, str] = {
+    "gradient_accumulation_steps": (
+        "Hugging Face multiplies the batch by it, --grad_accum_steps splits --batch_size into that many micro-batches: "
+        "for per_device_train_batch_size B and gradient_accumulation_steps N give --batch_size B*N --grad_accum_steps N"),
+    "use_peft": "give --method lora (or --method qlora for a 4-bit base) and the --lora_* flags",
+    "load_in_4bit": "give --method qlora: the base is quantized to NF4 as it loads",
+    "output_dir": ("the run writes under --storage_path/--run_name/ (checkpoints and the exported model): give "
+                   "--storage_path DIR, and --run_name for the folder"),
+    "num_processes": "--num_workers sets the Ray Train workers (0: one per GPU)",
+}
+
+# Ours that take a comma list where theirs take several words (`--lora_target_modules q_proj v_proj`).
+LIST_FLAGS = ("lora_targets", "report_to")
+_TRUE, _FALSE = ("true", "yes", "1"), ("false", "no", "0")
+
+
+def different(name: str) -> str | None:
+    """The refusal of one of their names whose meaning differs from ours, or None."""
+    why = DIFFERENT.get(name)
+    return f"--{name} is not this project's: {why}" if why else None
+
+
+def canonical(name: str, known: Iterable[str]) -> str:
+    """`name` (a flag without its dashes, or a --config key) as ours: dashes read as underscores, an alias as its
+    field; unchanged when it is neither (the caller refuses it)."""
+    known = set(known)
+    plain = name.replace("-", "_")
+    if plain in known:
+        return plain
+    if plain in ALIASES and ALIASES[plain][0] in known:
+        return ALIASES[plain][0]
+    return name
+
+
+def ours(name: str) -> str:
+    """`name` (no dashes, underscores) as our field's name when it is an alias, else unchanged."""
+    return ALIASES[name][0] if name in ALIASES else name
+
+
+def nearest(name: str, known: Iterable[str]) -> str | None:
+    """The closest of `known` names and the aliases to a typo, as ours (difflib's ratio, 0.6 as its default)."""
+    known = list(known)
+    names = list(dict.fromkeys([*known, *(theirs for theirs, (ours, _) in ALIASES.items() if ours in known)]))
+    match = difflib.get_close_matches(name.replace("-", "_"), names, n=1)
+    if not match:
+        return None
+    return ALIASES[match[0]][0] if match[0] in ALIASES else match[0]
+
+
+def rewrite_argv(argv: Sequence[str], known: Iterable[str], booleans: Iterable[str]) -> list[str]:
+    """argv with their names as ours: `--max-steps 5` -> `--steps 5`, `--gradient_checkpointing true` ->
+    `--activation_checkpointing`, `--lora_target_modules q_proj v_proj` -> `--lora_targets q_proj,v_proj`.
+    `known` are our flags' names (no dashes), `booleans` those of them that are switches. A name whose meaning
+    differs raises ValueError; anything unknown is left for argparse to refuse."""
+    known, booleans = set(known), set(booleans)
+    out: list[str] = []
+    args = list(argv)
+    index = 0
+    while index < len(args):
+        arg = args[index]
+        index += 1
+        if arg == "--":
+            out += args[index - 1:]
+            break
+        if not arg.startswith("--") or len(arg) == 2:
+            out.append(arg)
+            continue
+        name, equals, value = arg[2:].partition("=")
+        negated = name.startswith(("no-", "no_")) and canonical(name[3:], booleans) in booleans
+        ours = canonical(name[3:] if negated else name, known)
+        if ours not in known:
+            if (refusal := different(name.replace("-", "_"))) is not None:
+                if name.replace("-", "_") == "gradient_accumulation_steps":
+                    refusal += _equivalent_batch(args, known, value if equals else (args[index:index + 1] or [""])[0])
+                raise ValueError(refusal)
+            out.append(arg)
+            continue
+        if ours in booleans:
+            word = value if equals else (args[index] if index < len(args) and args[index].lower() in _TRUE + _FALSE
+                                         else "")
+            if word and not equals:
+                index += 1
+            on = (word.lower() not in _FALSE) != negated
+            out.append(f"--{ours}" if on else f"--no-{ours}")
+            continue
+        if equals:
+            out.append(f"--{ours}={value}")
+            continue
+        out.append(f"--{ours}")
+        if ours in LIST_FLAGS and index < len(args):
+            words = [args[index]]
+            index += 1
+            while index < len(args) and not args[index].startswith("-"):
+                words.append(args[index])
+                index += 1
+            out.append(",".join(words))
+    return out
+
+
+def _equivalent_batch(args: Sequence[str], known: set[str], steps: str) -> str:
+    """`(here: --batch_size 8 --grad_accum_steps 4)` when argv gives the per-device batch and the steps as numbers."""
+    batch = ""
+    for position, arg in enumerate(args):
+        name, equals, value = arg[2:].partition("=") if arg.startswith("--") else ("", "", "")
+        if name and canonical(name, known) == "batch_size":
+            batch = value if equals else (args[position + 1] if position + 1 < len(args) else "")
+    if not (batch.isdigit() and steps.isdigit()):
+        return ""
+    return f" (here: --batch_size {int(batch) * int(steps)} --grad_accum_steps {steps})"
+
+
+def table_rows() -> list[tuple[str, str, str]]:
+    """(their name, ours or the refusal, whose) for docs/names.md, in the table's order."""
+    return ([(theirs, f"--{ours}", whose) for theirs, (ours, whose) in ALIASES.items()]
+            + [(theirs, "refused: " + why, "") for theirs, why in DIFFERENT.items()])

@@ -38,7 +38,9 @@ Publish = Callable[[dict, str, int], None]
 class CheckpointSaver:
     """Every rank builds one (a collective in async mode: the gloo group) and calls `save` at the same steps."""
 
-    def __init__(self, mode: str, publish: Publish, progress: Callable[[str], None] = lambda line: None) -> None:
+    def __init__(self, mode: str, publish: Publish, progress: Callable[[str], None] = lambda line: None,
+                 group_backend: str = "gloo") -> None:
+        """group_backend: the async write's group; bench/record/checkpoint_bench.py's one rank passes "fake"."""
         assert mode in CHECKPOINT_MODES, mode
         self.mode = mode
         self._publish = publish
@@ -50,7 +52,7 @@ class CheckpointSaver:
 
             # The write's collectives on gloo: on the training's NCCL communicator they would be ordered among the
             # steps' collectives from another thread, and a CPU process group is what async_save requires.
-            self._group = dist.new_group(backend="gloo")
+            self._group = dist.new_group(backend=group_backend)
             cuda = torch.cuda.is_available()
             # Pinned host buffers, allocated at the first save and reused (StateDictStager caches them), so later
             # copies run at the PCIe's rate; staged in the call (not in a thread of its own), so the step's wait is

@@ -12,7 +12,7 @@ import tempfile
 from contextlib import contextmanager
 from typing import Iterator
 
-from workload import cli
+from workload import cli, node_copy
 
 # Node-local directories the Ray worker pods point at their node's fast disk (infra/kubernetes/local_storage.py: an
 # emptyDir, on the instance store NVMe where the type has one). Unset, as in the local run, the system's temporary
@@ -65,6 +65,28 @@ def writing(destination: str) -> Iterator[str]:
         shutil.rmtree(scratch, ignore_errors=True)
 
 
+def node_local_checkpoint(filesystem, path: str, progress=lambda line: None) -> str:
+    """A checkpoint Ray Train hands a resuming worker (its pyarrow filesystem and path) as a local directory: itself
+    when local, else one copy a node under the staging directory ($RAYTRAIN_CHECKPOINT_STAGING, the NVMe), made by
+    the node's first rank in parallel parts while the others wait (workload.node_copy). Ray's own
+    Checkpoint.as_directory would copy it file by file into the container's /tmp, on the root volume. The caller
+    removes a copy (`remove_node_local_checkpoint`) once every rank has read it."""
+    import pyarrow.fs
+
+    if isinstance(filesystem, pyarrow.fs.LocalFileSystem):
+        return path
+    parent = os.environ.get(CHECKPOINT_STAGING_ENV) or tempfile.gettempdir()
+    destination = os.path.join(parent, "resume", *path.strip("/").split("/"))
+    node_copy.copy_once(filesystem, path, destination, progress=progress)
+    return destination
+
+
+def remove_node_local_checkpoint(directory: str, path: str) -> None:
+    """Remove what node_local_checkpoint copied (nothing when it returned the checkpoint itself)."""
+    if directory != path:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
 @contextmanager
 def local_copy(source: str, what: str = "CHECKPOINT") -> Iterator[str]:
     """`source` as a local directory: itself, or a temporary copy of a remote one (disk, not memory). Errors name
@@ -85,7 +107,7 @@ def local_copy(source: str, what: str = "CHECKPOINT") -> Iterator[str]:
         raise cli.EnvironmentProblem(f"{what} {source} cannot be reached: {error}") from None
     try:
         try:
-            pyarrow.fs.copy_files(path, scratch, source_filesystem=filesystem)
+            node_copy.copy_tree(filesystem, path, scratch)
         except (OSError, pyarrow.lib.ArrowException) as error:
             raise cli.EnvironmentProblem(f"{what} {source} cannot be read: {error}") from None
         yield scratch

@@ -14,7 +14,6 @@ import dataclasses
 import json
 import math
 import os
-import shutil
 import socket
 import sys
 import time
@@ -31,6 +30,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from workload import cli, storage
 from workload.checkpoint import sharded as checkpoints
 from workload.checkpoint.export import write_model
+from workload.checkpoint.saver import CheckpointSaver
 from workload.config import TRANSPORT_PREFIX, TrainConfig
 from workload.data.batches import make_data, steps_for_epochs
 from workload.fabric import bandwidth as fabric
@@ -92,8 +92,12 @@ def train_func(config: dict) -> None:
 
     start_step = 0
     if (restored := ray.train.get_checkpoint()) is not None:
-        with restored.as_directory() as directory:
-            start_step = checkpoints.load(directory, model, optimizer)
+        directory = storage.node_local_checkpoint(restored.filesystem, restored.path,
+                                                  _progress if rank == 0 else lambda line: None)
+        start_step = checkpoints.load(directory, model, optimizer)
+        dist.barrier()  # every rank of the node has read the copy
+        if context.get_local_rank() == 0:
+            storage.remove_node_local_checkpoint(directory, restored.path)
     batch = cfg.batch_size * world_size  # the effective batch: sequences per optimizer step, over all ranks
     tokens_per_step = batch * cfg.seq_len
     # Rank 0's record of the run: TensorBoard, MLflow, W&B as --report_to says (workload/metrics/trackers.py).
@@ -129,8 +133,13 @@ def train_func(config: dict) -> None:
     examples = {"examples_seen": 0, "trained_tokens_seen": 0}  # over all ranks, this attempt's steps
     # Python's collector on the loop's schedule: every rank collects at the same steps (workload/gc_control.py).
     collector = StepCollector(cfg.gc_every)
+    # --checkpoint_mode async: a save holds the step for the copy to host memory only (workload/checkpoint/saver.py).
+    saver = CheckpointSaver(cfg.checkpoint_mode, _publish, _progress if rank == 0 else lambda line: None) \
+        if cfg.storage_path else None
     try:
         for step in range(start_step, cfg.steps):
+            if saver:
+                saver.raise_if_failed()  # a background write or upload that failed stops the run here, loudly
             learning_rate = learning_rate_at(cfg, step)
             set_learning_rate(optimizer, learning_rate)
             started = time.perf_counter()
@@ -154,6 +163,8 @@ def train_func(config: dict) -> None:
                         "mfu": None, "nccl_logs": {}}
                     metrics.close(diverged)
                     config["final"].put(diverged)
+                if saver:
+                    saver.close()
                 return
 
             tokens_per_s = tokens_per_step / step_times[-1]
@@ -183,10 +194,14 @@ def train_func(config: dict) -> None:
                     _export_model(cfg, model, done, rank)
                 if rank == 0:
                     metrics.sync()
-                _report_with_checkpoint({"step": done, "loss": loss_value, "start_step": start_step}, model, optimizer,
-                                        done, tokenizer_of(cfg), chat_template_of(cfg))
+                held = saver.save({"step": done, "loss": loss_value, "start_step": start_step}, model, optimizer, done,
+                                  tokenizer_of(cfg), chat_template_of(cfg))
+                if rank == 0:
+                    _progress(f"step {done}/{cfg.steps} checkpoint held training {held:.2f}s ({cfg.checkpoint_mode})")
     finally:
         collector.close()
+    if saver:
+        saver.wait()  # the last background save is stored before the run's end is reported
 
     # A run resumed after its last step has nothing new to save; its model, if any, is the earlier attempt's.
     trained = start_step < cfg.steps
@@ -212,10 +227,12 @@ def train_func(config: dict) -> None:
     if rank == 0:
         metrics.close(final)
         config["final"].put(final)
-    if cfg.storage_path and trained:
-        _report_with_checkpoint(final, model, optimizer, cfg.steps, tokenizer_of(cfg), chat_template_of(cfg))
+    if saver and trained:
+        saver.save(final, model, optimizer, cfg.steps, tokenizer_of(cfg), chat_template_of(cfg), last=True)
     else:
         ray.train.report(final)
+    if saver:
+        saver.close()
 
 
 def _plan_memory(cfg: TrainConfig, world_size: int, ranks_per_node: int,
@@ -301,14 +318,12 @@ def _mean_over_ranks(value: torch.Tensor, world_size: int) -> float:
     return value.item() / world_size
 
 
-def _report_with_checkpoint(metrics: dict, model, optimizer, step: int, tokenizer: str, chat_template: str) -> None:
-    directory = storage.staging_directory(f"checkpoint-{step:06d}-")
-    try:
-        checkpoints.save(directory, model, optimizer, step, tokenizer=tokenizer, chat_template=chat_template)
-        ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(directory),
-                         checkpoint_dir_name=f"checkpoint_{step:06d}")
-    finally:
-        shutil.rmtree(directory, ignore_errors=True)
+def _publish(metrics: dict, directory: str, step: int) -> None:
+    """A rank's written checkpoint to the run's storage path: Ray Train uploads the directory and, once every rank
+    has, registers it as the run's latest (a barrier over the ranks, through Ray, not the training's collectives, so
+    the save's thread may call it while the steps go on)."""
+    ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(directory),
+                     checkpoint_dir_name=f"checkpoint_{step:06d}")
 
 
 def worker_count(cfg: TrainConfig) -> tuple[int, bool]:

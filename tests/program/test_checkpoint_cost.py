@@ -27,7 +27,8 @@ def warnings_of(caplog) -> list[str]:
 
 def test_dev_7b_full_training_states_the_checkpoints_size_and_cost(caplog):
     with caplog.at_level(logging.WARNING):
-        plan = run_program("dev", {**QWEN_7B, "trainCheckpointEvery": 100}).exports["jobCheckpointPlan"]
+        plan = run_program("dev", {**QWEN_7B, "trainCheckpointEvery": 100, "trainCheckpointMode": "sync"}
+                           ).exports["jobCheckpointPlan"]
     assert plan["size_gb"] == pytest.approx(QWEN_7B_PARAMETERS * 12 / 1e9, rel=0.01), plan
     # Two nodes of four ranks each: half the checkpoint a node.
     assert plan["node_gb"] == pytest.approx(plan["size_gb"] / 2, rel=0.001), plan
@@ -47,7 +48,8 @@ def test_dev_7b_full_training_states_the_checkpoints_size_and_cost(caplog):
 
 def test_a_save_every_step_is_warned_about_as_always_in_flight(caplog):
     with caplog.at_level(logging.WARNING):
-        plan = run_program("dev", {**QWEN_7B, "trainCheckpointEvery": 1}).exports["jobCheckpointPlan"]
+        plan = run_program("dev", {**QWEN_7B, "trainCheckpointEvery": 1, "trainCheckpointMode": "sync"}
+                           ).exports["jobCheckpointPlan"]
     (warning,) = warnings_of(caplog)
     assert warning.startswith("trainCheckpointEvery 1: 1 step takes about "), warning
     assert "always be in flight" in warning and f"{plan['node_gb']:.1f} GB a node" in warning, warning

@@ -3,14 +3,16 @@
 Each rank saves into a local directory of its own; every rank's `ray.train.report(checkpoint=...)` (train.py) then
 merges the ranks' files into one checkpoint directory under RunConfig.storage_path (DCP names each rank's file
 `__<rank>_0.distcp`, and rank 0 adds `.metadata`, so the merge never collides). Loading works at any world size,
-since DCP reshards on read. From s3://, Ray's `Checkpoint.as_directory` downloads the whole checkpoint once per
-node (its ranks share the copy); the model and AdamW state are about 12 bytes a parameter, 18 GB for 1.5B. With
+since DCP reshards on read. From s3://, a resume copies the whole checkpoint once per node onto its staging disk, in
+parallel parts (workload.storage.node_local_checkpoint), and its ranks share the copy; the model and AdamW state are
+about 12 bytes a parameter, 18 GB for 1.5B. `async_save` is the asynchronous save workload/checkpoint/saver.py uses. With
 --method lora/qlora a checkpoint holds the adapters and their AdamW state alone (and adapter_config.json).
 """
 from __future__ import annotations
 
 import json
 import os
+from concurrent.futures import Future
 
 import torch
 import torch.distributed.checkpoint as dcp
@@ -35,17 +37,38 @@ def save(directory: str, model: nn.Module, optimizer: torch.optim.Optimizer, ste
     tokenizer trained with (and the text of the chat template it rendered with, when not the tokenizer's own), and the
     model's Hugging Face config (config.json, generation_config.json), so that
     workload.export can turn the checkpoint into a model directory with nothing else at hand."""
+    dcp.save(state_to_save(model, optimizer), checkpoint_id=directory)
+    write_record(directory, model, step, tokenizer, chat_template)
+
+
+def async_save(directory: str, model: nn.Module, optimizer: torch.optim.Optimizer, step: int, group, stager,
+               tokenizer: str = "", chat_template: str = "") -> Future:
+    """`save`, except that it returns once `stager` has copied this rank's shards to host memory: DCP writes them
+    beside the next steps, in a thread whose collectives (the plan, rank 0's .metadata) run on `group`, a gloo group
+    of their own (as torchtitan's async_mode "async" does: components/checkpointer/dcp.py), so they never queue
+    behind the training's NCCL collectives. The files are the same as `save`'s; the future fails if the write does."""
+    write_record(directory, model, step, tokenizer, chat_template)
+    return dcp.async_save(state_to_save(model, optimizer), checkpoint_id=directory, process_group=group,
+                          async_stager=stager)
+
+
+def state_to_save(model: nn.Module, optimizer: torch.optim.Optimizer) -> dict:
     model_state, optimizer_state = _state(model, optimizer)
-    dcp.save({MODEL_KEY: model_state, "optimizer": optimizer_state}, checkpoint_id=directory)
-    if torch.distributed.get_rank() == 0:
-        with open(os.path.join(directory, STEP_FILE), "w") as file:
-            json.dump({"step": step, "tokenizer": tokenizer, "chat_template": chat_template}, file)
-        model.lm.config.save_pretrained(directory)
-        if model.lm.generation_config is not None:
-            model.lm.generation_config.save_pretrained(directory)
-        if getattr(model, "adapter_config", None):
-            with open(os.path.join(directory, ADAPTER_CONFIG), "w") as file:
-                json.dump(model.adapter_config, file, indent=2)
+    return {MODEL_KEY: model_state, "optimizer": optimizer_state}
+
+
+def write_record(directory: str, model: nn.Module, step: int, tokenizer: str, chat_template: str) -> None:
+    """Rank 0's files beside the shards: the step, the tokenizer, the Hugging Face config, the adapters' config."""
+    if torch.distributed.get_rank() != 0:
+        return
+    with open(os.path.join(directory, STEP_FILE), "w") as file:
+        json.dump({"step": step, "tokenizer": tokenizer, "chat_template": chat_template}, file)
+    model.lm.config.save_pretrained(directory)
+    if model.lm.generation_config is not None:
+        model.lm.generation_config.save_pretrained(directory)
+    if getattr(model, "adapter_config", None):
+        with open(os.path.join(directory, ADAPTER_CONFIG), "w") as file:
+            json.dump(model.adapter_config, file, indent=2)
 
 
 def load(directory: str, model: nn.Module, optimizer: torch.optim.Optimizer) -> int:

@@ -63,6 +63,8 @@ REDUCE_DTYPES = ("auto", "fp32", "bf16")
 """Names accepted by --reduce_dtype (workload.model.layout resolves auto)."""
 LR_SCHEDULES = ("constant", "linear", "cosine")
 """Names accepted by --lr_schedule (workload.model.optimizer.learning_rate_at)."""
+CHECKPOINT_MODES = ("async", "sync")
+"""Names accepted by --checkpoint_mode (workload/checkpoint/saver.py)."""
 EXPORTS = ("final", "checkpoints", "none")
 """Names accepted by --export: when the job writes a Hugging Face model directory."""
 REPORT_TO = ("tensorboard", "mlflow", "wandb", "none")
@@ -139,6 +141,11 @@ class TrainConfig:
         0, "Save a sharded checkpoint every this many steps (needs --storage_path); 0 saves only after the last step.",
         stack_key="trainCheckpointEvery", at_least=0, meaning="0: only after the last step"
     )
+    checkpoint_mode: str = flag(
+        "async", "async: a save holds the step only while each rank copies its shards to host memory, and they are "
+        "written and uploaded beside the next steps (one save in flight; a failure stops the run); sync: the step "
+        "waits for the write and the upload. The last save is synchronous in both.",
+        stack_key="trainCheckpointMode", choices=CHECKPOINT_MODES)
     dataset: str = flag(
         "", "Empty: random tokens (the recipe's default). A .txt/.jsonl/.json/.csv/.parquet file (the first four also "
         ".gz; local, or s3://...), or a Hugging Face dataset id.", stack_key="trainDataset",

@@ -14,15 +14,12 @@ from __future__ import annotations
 import datetime
 import fnmatch
 import os
-import shutil
-import tempfile
-import time
 from typing import Callable
 
 import torch
 import torch.distributed as dist
 
-from workload import storage
+from workload import node_copy, storage
 from workload.model import model_source
 
 MODEL_FILE_PATTERNS = ("*.safetensors", "*.json", "*.txt", "*.model", "*.tiktoken", "*.jinja")
@@ -126,25 +123,10 @@ def _copy_remote(uri: str, patterns: tuple[str, ...], progress: Callable[[str], 
         raise ValueError(f"{what}: no {required} there; a model directory holds config.json and *.safetensors "
                          "(what save_pretrained writes, or the job's model_<step>/)")
     directory = _cache_directory(uri)
-    os.makedirs(directory, exist_ok=True)
-    missing = [info for info in wanted if not _same_size(os.path.join(directory, info.base_name), info.size)]
-    if missing:
-        total = sum(info.size for info in missing)
-        progress(f"copying {len(missing)} files ({total / 1e9:.2f} GB) of {uri} to {directory}")
-        started = time.perf_counter()
-        for info in missing:
-            # Into a temporary name first, so a copy cut short is never taken for a whole file.
-            partial = tempfile.mkdtemp(prefix=".partial-", dir=directory)
-            try:
-                pyarrow.fs.copy_files(info.path, os.path.join(partial, info.base_name), source_filesystem=filesystem)
-                os.replace(os.path.join(partial, info.base_name), os.path.join(directory, info.base_name))
-            except (OSError, pyarrow.lib.ArrowException) as error:
-                raise ValueError(f"{what}: cannot copy {info.base_name} ({error})") from None
-            finally:
-                shutil.rmtree(partial, ignore_errors=True)
-        progress(f"copied {total / 1e9:.2f} GB of {uri} in {time.perf_counter() - started:.1f}s")
+    try:
+        # Under a lock beside the directory: a second process on the node (another job's rank, workload.export)
+        # waits for this copy and finds its files there.
+        node_copy.copy_once(filesystem, path, directory, patterns, progress, recursive=False)
+    except (OSError, pyarrow.lib.ArrowException) as error:
+        raise ValueError(f"{what}: cannot copy its files ({error})") from None
     return directory
-
-
-def _same_size(path: str, size: int) -> bool:
-    return os.path.isfile(path) and os.path.getsize(path) == size

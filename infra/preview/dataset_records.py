@@ -22,8 +22,8 @@ from __future__ import annotations
 import io
 from typing import Callable
 
-from infra.config import AwsIdentity, StackConfig, s3_location
 import workload.config as workload_config
+from infra.config import AwsIdentity, StackConfig, s3_location
 from workload.config import is_local_dataset
 from workload.data import shapes, validate
 

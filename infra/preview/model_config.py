@@ -14,13 +14,12 @@ The token is handed to huggingface_hub and never printed: refusals name HF_TOKEN
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any
 
 from infra.config import AwsIdentity, s3_location
 from workload.config import ARCHITECTURES
-from workload.model import architectures, compatibility, model_source
+from workload.model import architectures, compatibility, config_json, model_source
 
 CONFIG_FILE = "config.json"
 HUB_TOKEN_VARIABLE = "HF_TOKEN"
@@ -71,10 +70,13 @@ def check_decoder(config: Any, where: str) -> dict:
 
 
 def _trainable(config: Any, model_id: str, where: str, source: str) -> Known:
-    """The job's model gate on a config.json read at preview, then the fields the memory plan reads. The shipped
-    configs are not gated here: tests/test_model_gate.py passes each of them through the gate."""
-    compatibility.check(config, f"config key 'trainModelId': {model_id}")
-    return Known(check_decoder(config, where), source)
+    """The job's model gate on a config.json read at preview, then the fields the memory plan reads; the config
+    carries the meta-built model's structure (workload.model.structure), so the plan counts what transformers builds.
+    The shipped configs are not gated here (no torch at preview for them): tests/test_model_gate.py passes each of
+    them through the gate, and tests/test_structure.py checks their derived structure against the built model."""
+    built = compatibility.check(config, f"config key 'trainModelId': {model_id}")
+    check_decoder(config, where)
+    return Known(built, source)
 
 
 # ---- the Hub -----------------------------------------------------------------------------------------------------
@@ -118,8 +120,10 @@ def _from_hub(model_id: str, token: str | None) -> Known | Unknown:
     except HfHubHTTPError as error:  # 5xx, 429, a proxy's refusal
         return Unknown(f"its {CONFIG_FILE} could not be read from the Hub ({type(error).__name__})")
     try:
-        config = json.loads(text)
-    except (json.JSONDecodeError, UnicodeDecodeError):
+        config = config_json.loads(text)
+    except config_json.TooLarge as error:
+        raise ValueError(f"{key}: {model_id}'s {CONFIG_FILE} on the Hub is {error}") from None
+    except ValueError:
         raise ValueError(f"{key}: {model_id}'s {CONFIG_FILE} on the Hub is not JSON") from None
     return _trainable(config, model_id, f"{model_id}'s {CONFIG_FILE}", f"{model_id}'s {CONFIG_FILE} on the Hub")
 
@@ -136,7 +140,9 @@ def _from_s3(model_id: str, identity: AwsIdentity, region: str | None) -> Known 
     key = f"{prefix}/{CONFIG_FILE}" if prefix else CONFIG_FILE
     where = f"s3://{bucket}/{key}"
     try:
-        body = aws_identity.session(identity, region).client("s3").get_object(Bucket=bucket, Key=key)["Body"].read()
+        # One byte more than the bound: config_json refuses what is larger without reading all of it.
+        body = aws_identity.session(identity, region).client("s3").get_object(Bucket=bucket, Key=key)["Body"].read(
+            config_json.MAX_CONFIG_BYTES + 1)
     except ClientError as error:
         code = error.response.get("Error", {}).get("Code", "")
         if code in ("NoSuchKey", "404"):
@@ -149,7 +155,9 @@ def _from_s3(model_id: str, identity: AwsIdentity, region: str | None) -> Known 
     except BotoCoreError as error:
         return Unknown(f"{where} could not be read as {aws_identity.describe(identity)} ({type(error).__name__})")
     try:
-        config = json.loads(body)
-    except (json.JSONDecodeError, UnicodeDecodeError):
+        config = config_json.loads(body)
+    except config_json.TooLarge as error:
+        raise ValueError(f"config key 'trainModelId': {where} is {error}") from None
+    except ValueError:
         raise ValueError(f"config key 'trainModelId': {where} is not JSON") from None
     return _trainable(config, model_id, where, where)

@@ -10,15 +10,15 @@ CheckpointRefused: one line naming the file, exit 2.
 """
 from __future__ import annotations
 
-import json
 import os
 from typing import Any
 
 from workload.checkpoint.reader import CheckpointRefused
+from workload.model import config_json
 
 CONFIG_FILE = "config.json"
 # The config.json of the largest open models is a few KiB; a MiB is room for any, and a bound on what json reads.
-MAX_CONFIG_BYTES = 1 << 20
+MAX_CONFIG_BYTES = config_json.MAX_CONFIG_BYTES
 # The fields that size a model, and bounds well above any published model's (Llama-3.1-405B: 126 layers, hidden 16384,
 # intermediate 53248; vocabularies of some 260k tokens; Qwen3-MoE's 128 experts): a larger value is not a model.
 FIELD_BOUNDS = {
@@ -39,8 +39,7 @@ def read_config_file(directory: str) -> dict[str, Any]:
         raise CheckpointRefused(f"checkpoint file {path} is {size:,} bytes; a model's config.json is a few KiB "
                                 f"(allowed: at most {MAX_CONFIG_BYTES:,})")
     try:
-        with open(path, encoding="utf-8") as file:
-            raw = json.load(file)
+        raw = config_json.load(path)
     except (ValueError, UnicodeDecodeError) as error:
         raise CheckpointRefused(f"checkpoint file {path} is not JSON: {error}") from None
     if not isinstance(raw, dict):

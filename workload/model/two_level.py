@@ -24,7 +24,6 @@ from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.fsdp import FSDPModule
 
 
-
 def _all_gather(output: torch.Tensor, input: torch.Tensor, group: dist.ProcessGroup) -> None:
     # Looked up at each call, so that a wrapper (bench/record/emulate_rank.py) sees it; torch 2.13 deprecates the older name.
     (getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor)(output, input, group=group)

@@ -38,8 +38,8 @@ from workload.fabric.nccl_logs import gather_transport_lines
 from workload.gc_control import StepCollector
 from workload.metrics import trackers
 from workload.metrics.live import LiveMetrics
+from workload.model import compatibility, layout, memory_plan, parallel, structure
 from workload.model import files as model_files
-from workload.model import layout, memory_plan, parallel
 from workload.model.adapters import lora
 from workload.model.build import build_model, compile_enabled, hf_config, load_pretrained
 from workload.model.flops import model_flops_utilization, run_flops_per_token
@@ -74,7 +74,8 @@ def train_func(config: dict) -> None:
     model = build_model(cfg, device, directory)  # on the meta device for a pretrained model
     model = lora.apply(model, cfg)  # --method lora/qlora: adapters on a frozen bf16 or NF4 base; full: unchanged
     # What this run computes per token: a frozen base's (lora, qlora) skips its weight gradients.
-    flops = run_flops_per_token(model.lm.config.to_dict(), cfg)
+    # What the built model computes: its own linear layers and adapters (workload.model.structure), for any family.
+    flops = run_flops_per_token(structure.attach(model.lm.config.to_dict(), model.lm), cfg)
     peak = peak_flops(device)
     plan = parallel.plan_for_worker(cfg, model, device, world_size, context.get_node_rank(),
                                     context.get_local_world_size(), fabric_check)
@@ -242,7 +243,12 @@ def _plan_memory(cfg: TrainConfig, world_size: int, ranks_per_node: int,
     if device.type != "cuda":
         return cfg, None
     gpu_memory_mib = cfg.gpu_memory_mib or torch.cuda.get_device_properties(device).total_memory // 2**20
-    plan = memory_plan.for_job(cfg, cfg.architecture or hf_config(cfg).to_dict(), world_size=world_size,
+    # The structure of the model as built (on the meta device, under a second even for 70B): the plan counts every
+    # module it has, whatever its family (workload.model.structure).
+    config = hf_config(cfg)
+    architecture = structure.attach(cfg.architecture or config.to_dict(),
+                                    compatibility.build(config, f"--model_id {cfg.model_config or cfg.model_id}"))
+    plan = memory_plan.for_job(cfg, architecture, world_size=world_size,
                                ranks_per_node=cfg.ranks_per_node or ranks_per_node, gpu_memory_mib=gpu_memory_mib,
                                compiled=compile_enabled(cfg, device))
     if not plan.fits:

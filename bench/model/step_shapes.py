@@ -56,8 +56,7 @@ class ModelShape:
 
     def recompute_share(self, seq_len: int) -> float:
         """What activation checkpointing adds, as a share of the step's FLOPs: the layers' forward again (a third of
-        full training's 6N, measured as RECOMPUTE_SHARE; with a frozen base, 2N + 2A of 4N + 2 x head + 6A, about
-        half)."""
+        full training's 6N, measured as RECOMPUTE_SHARE; with a frozen base, 2N + 2A of 4N + 6A, about half)."""
         if self.method == "full":
             return RECOMPUTE_SHARE
         hardware = flops.flops_per_token(self.config, seq_len, self.method, self.lora_rank, self.lora_targets,
@@ -71,10 +70,10 @@ def config_shape(config: dict, method: str = "full", lora_rank: int = 16,
     tests/unit/test_memory.py
     checks against the model transformers builds), trained by `method` (workload.model.layout.method_units)."""
     head = config["vocab_size"] * config["hidden_size"]
-    untied_input_embedding = 0 if config.get("tie_word_embeddings", True) else head
+    untied_input_embedding = 0 if memory.tied_embeddings(config) else head
     units, costs = layout.method_units(config, method, lora_rank, lora_targets)
     adapters = adapter_memory.adapter_parameters(config, lora_rank, lora_targets) if method != "full" else 0
-    quantized = config["num_hidden_layers"] * adapter_memory.quantized_parameters(config) if method == "qlora" else 0
+    quantized = config["num_hidden_layers"] * adapter_memory.quantized_parameters(config, lora_targets) if method == "qlora" else 0
     return ModelShape(tuple(units), memory.parameter_count(config) - untied_input_embedding,
                       config["num_hidden_layers"], config["hidden_size"], method,
                       tuple(map(tuple, costs)) if costs else None, head, adapters, quantized, config, lora_rank,

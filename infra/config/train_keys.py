@@ -28,7 +28,7 @@ from workload.config import (
 )
 from workload.config.fields import rename_flags
 from workload.fabric.transport import EXPECTATIONS as EXPECT_TRANSPORTS  # trainExpectTransport
-from workload.model import adapters  # trainMethod and trainLora*: the job's own check
+from workload.model import adapters, architectures, structure  # trainMethod and trainLora*: the job's own check
 
 # The train* keys only the stack has (no job flag), read here and nowhere else; every other train* key is declared
 # beside its flag (workload.config.STACK_KEYS). tests/program/test_stack_keys.py holds the two to Pulumi.yaml's train* keys.
@@ -93,6 +93,9 @@ def job_flags(raw: dict[str, Any]) -> dict[str, Any]:
     try:
         adapters.check(values["method"], values["lora_rank"], values["lora_alpha"], values["lora_dropout"],
                        values["lora_targets"])
+        shipped = architectures.published(values["model_id"])
+        if values["method"] != "full" and shipped:  # the model's own linear layers, known without a download
+            adapters.resolve(values["lora_targets"], structure.linear_names(shipped))
     except ValueError as error:
         raise ValueError(stack_message(str(error))) from None
     if (broken := rules.first_broken(values)) is not None:

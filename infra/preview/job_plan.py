@@ -11,7 +11,7 @@ from infra.job import job_config
 from infra.preview import checkpoint_cost, dataset_records, instance_facts, job_layout, model_config
 from workload.config import CHAT_TEMPLATES, is_local_dataset
 from workload.data.chat import KNOWN_CHAT_TEMPLATES
-from workload.model import adapters, memory, memory_plan, model_source
+from workload.model import adapters, memory, memory_plan, model_source, structure
 
 
 def check_job(cfg: StackConfig, gpu: InstanceFacts, *, identity: AwsIdentity | None = None,
@@ -111,6 +111,8 @@ def check_job_shape(workload: Any, architecture: dict, gpu: InstanceFacts, worke
     if positions and workload.seq_len > positions:
         raise ValueError(f"config key 'trainSeqLen': {workload.seq_len} tokens exceed {model}'s {positions} positions; "
                          f"allowed: 1 to {positions}")
+    if workload.method != "full":  # the linear layers the adapters go on, by the model's own names
+        adapters.resolve(workload.lora_targets, structure.linear_names(architecture), "config key 'trainLoraTargets'")
     compiled = workload.compile is not False  # the job compiles on a GPU unless told not to
     plan = memory_plan.for_job(workload, architecture, world_size=workers, ranks_per_node=gpu.gpus,
                                gpu_memory_mib=gpu.gpu_memory_mib, compiled=compiled)

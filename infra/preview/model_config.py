@@ -14,13 +14,12 @@ The token is handed to huggingface_hub and never printed: refusals name HF_TOKEN
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any
 
 from infra.config import AwsIdentity, s3_location
 from workload.config import ARCHITECTURES
-from workload.model import architectures, compatibility, model_source
+from workload.model import architectures, compatibility, config_json, model_source
 
 CONFIG_FILE = "config.json"
 HUB_TOKEN_VARIABLE = "HF_TOKEN"
@@ -71,10 +70,13 @@ def check_decoder(config: Any, where: str) -> dict:
 
 
 def _trainable(config: Any, model_id: str, where: str, source: str) -> Known:
-    """The job's model gate on a config.json read at preview, then the fields the memory plan reads. The shipped
-    configs are not gated here: tests/unit/test_model_gate.py passes each of them through the gate."""
-    compatibility.check(config, f"config key 'trainModelId': {model_id}")
-    return Known(check_decoder(config, where), source)
+    """The job's model gate on a config.json read at preview, then the fields the memory plan reads; the config
+    carries the meta-built model's structure (workload.model.structure), so the plan counts what transformers builds.
+    The shipped configs are not gated here (no torch at preview for them): tests/unit/test_model_gate.py passes each of
+    them through the gate, and tests/runs/test_family_methods.py checks their derived structure against the built model."""
+    built = compatibility.check(config, f"config key 'trainModelId': {model_id}")
+    check_decoder(config, where)
+    return Known(built, source)
 
 
 # ---- the Hub -----------------------------------------------------------------------------------------------------
@@ -120,8 +122,10 @@ def _from_hub(model_id: str, token: str | None) -> Known | Unknown:
     if (why := model_source.config_size_problem(len(text))) is not None:
         raise ValueError(f"{key}: {model_id}'s {CONFIG_FILE} on the Hub {why}")
     try:
-        config = json.loads(text)
-    except (json.JSONDecodeError, UnicodeDecodeError):
+        config = config_json.loads(text)
+    except config_json.TooLarge as error:
+        raise ValueError(f"{key}: {model_id}'s {CONFIG_FILE} on the Hub is {error}") from None
+    except ValueError:
         raise ValueError(f"{key}: {model_id}'s {CONFIG_FILE} on the Hub is not JSON") from None
     return _trainable(config, model_id, f"{model_id}'s {CONFIG_FILE}", f"{model_id}'s {CONFIG_FILE} on the Hub")
 
@@ -156,7 +160,9 @@ def _from_s3(model_id: str, identity: AwsIdentity, region: str | None) -> Known 
         raise ValueError(f"config key 'trainModelId': {where} is larger than {model_source.MAX_CONFIG_BYTES:,} bytes; "
                          f"a model's {CONFIG_FILE} is a few KiB")
     try:
-        config = json.loads(body)
-    except (json.JSONDecodeError, UnicodeDecodeError):
+        config = config_json.loads(body)
+    except config_json.TooLarge as error:
+        raise ValueError(f"config key 'trainModelId': {where} is {error}") from None
+    except ValueError:
         raise ValueError(f"config key 'trainModelId': {where} is not JSON") from None
     return _trainable(config, model_id, where, where)

@@ -142,8 +142,12 @@ def test_frozen_methods_peak_lower_than_full_and_qlora_lowest():
 def test_a_70b_model_with_qlora_passes_on_dev_with_a_plan():
     plan = run_program("dev", SEVENTY_B).exports["jobMemoryPlan"]
     assert plan["fits"] and plan["method"] == "qlora", plan
-    assert plan["activation_checkpointing"] and plan["reshard_after_forward"] and plan["shards"] == 8, plan
+    # At 1 x 2048 a node's HSDP shards fit since the frozen head has no gradient (issue 45): 4 shards, not 8.
+    assert plan["activation_checkpointing"] and plan["reshard_after_forward"] and plan["shards"] == 4, plan
     assert plan["peak_gib"] <= plan["usable_gib"] - memory.MARGIN_GIB, plan
+    at_batch_2 = run_program("dev", {**SEVENTY_B, "trainBatchSize": 2}).exports["jobMemoryPlan"]
+    assert at_batch_2["fits"] and at_batch_2["batch_size"] == 2 and at_batch_2["shards"] == 8, at_batch_2
+    assert at_batch_2["peak_gib"] <= at_batch_2["usable_gib"] - memory.MARGIN_GIB, at_batch_2
 
 
 def test_a_70b_model_in_full_is_refused_on_dev_naming_qlora():
@@ -152,7 +156,8 @@ def test_a_70b_model_in_full_is_refused_on_dev_naming_qlora():
     assert allowed.startswith("trainMethod: qlora ("), f"the first method that fits, qlora (not lora): {message}"
     at_batch_2 = str(run_program_expecting_error("dev", {**SEVENTY_B, "trainMethod": "full",
                                                          "trainBatchSize": 2}).error)
-    assert "trainMethod: qlora with trainBatchSize 1" in at_batch_2, at_batch_2
+    assert at_batch_2.split("allowed: ", 1)[1].startswith("trainMethod: qlora ("), (
+        f"qlora fits the stack's default batch of 2: {at_batch_2}")
 
 
 @pytest.mark.parametrize("stack", ["p4d", "p5"])
@@ -213,7 +218,8 @@ def test_a_frozen_base_costs_two_thirds_of_full_trainings_flops():
     full = flops.flops_per_token(config, 2048, "full")
     lora = flops.flops_per_token(config, 2048, "lora", 16)
     attention = 12 * 28 * 3584 * 2048
-    assert full - lora == pytest.approx(2 * (matmul - head) - 6 * adapters)
+    assert full - lora == pytest.approx(2 * matmul - 6 * adapters), "no weight gradient for any frozen weight"
+    assert head > 0
     assert 0.6 < (lora - attention) / (full - attention) < 0.75
     seconds = adapter_compute.dequantize_seconds(10**9, "L4", activation_checkpointing=True)
     assert seconds == pytest.approx(3 * 1e9 * (adapter_memory.NF4_BYTES_PER_PARAMETER + 2) / (300e9 * 0.7))

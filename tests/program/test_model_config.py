@@ -11,7 +11,7 @@ from moto import mock_aws
 from infra.config import AwsIdentity
 from infra.preview import model_config
 from tests.support.fake_hub import FakeHub, unreachable_hub
-from workload.model import architectures
+from workload.model import architectures, structure
 
 QWEN_7B = architectures.published("Qwen/Qwen2.5-7B")
 TOKEN = "hf_granted_0123456789"
@@ -30,7 +30,8 @@ def hub(monkeypatch):
 
 def test_a_public_model_is_read_from_the_hub_anonymously(hub):
     found = model_config.resolve("acme/qwen-7b-chat")
-    assert isinstance(found, model_config.Known) and found.config == QWEN_7B, found
+    assert isinstance(found, model_config.Known) and structure.without_structure(found.config) == QWEN_7B, found
+    assert structure.parameter_count(found.config) == 7_615_616_512, "counted from the meta-built model"
     # huggingface_hub 2.x also fetches its agent-harness registry once a day (utils/_detect_agent.py, best effort:
     # the fake's 404 is swallowed), so only the file requests are compared.
     files = [(method, path) for method, path, _ in hub.requests if "/resolve/" in path]
@@ -84,7 +85,8 @@ def test_an_s3_model_directory_is_read_as_the_stacks_identity(monkeypatch):
         s3.put_object(Bucket="models", Key="runs/qwen-7b/config.json", Body=json.dumps(QWEN_7B).encode())
         s3.put_object(Bucket="models", Key="broken/config.json", Body=b"{not json")
         found = model_config.resolve("s3://models/runs/qwen-7b/", identity=AwsIdentity(), region="us-west-2")
-        assert isinstance(found, model_config.Known) and found.config == QWEN_7B, found
+        assert isinstance(found, model_config.Known) and structure.without_structure(found.config) == QWEN_7B, found
+        assert structure.parameter_count(found.config) == 7_615_616_512, "counted from the meta-built model"
         with pytest.raises(ValueError, match="s3://models/runs/none/config.json does not exist"):
             model_config.resolve("s3://models/runs/none", identity=AwsIdentity(), region="us-west-2")
         with pytest.raises(ValueError, match="bucket no-such-bucket does not exist"):

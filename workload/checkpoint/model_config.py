@@ -10,11 +10,11 @@ CheckpointRefused: one line naming the file, exit 2.
 """
 from __future__ import annotations
 
-import json
 import os
 from typing import Any
 
 from workload.checkpoint.reader import CheckpointRefused
+from workload.model import config_json
 from workload.model.model_source import CONFIG_FILE, MAX_CONFIG_BYTES  # noqa: F401 - one bound for every reader
 
 # The fields that size a model, and bounds well above any published model's (Llama-3.1-405B: 126 layers, hidden 16384,
@@ -37,8 +37,7 @@ def read_config_file(directory: str) -> dict[str, Any]:
         raise CheckpointRefused(f"checkpoint file {path} is {size:,} bytes; a model's config.json is a few KiB "
                                 f"(allowed: at most {MAX_CONFIG_BYTES:,})")
     try:
-        with open(path, encoding="utf-8") as file:
-            raw = json.load(file)
+        raw = config_json.load(path)
     except (ValueError, UnicodeDecodeError) as error:
         raise CheckpointRefused(f"checkpoint file {path} is not JSON: {error}") from None
     if not isinstance(raw, dict):

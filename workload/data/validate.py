@@ -209,7 +209,9 @@ def _lines(raw: BinaryIO, complete: bool) -> Iterator[tuple[int, str]]:
     try:
         for number, data in enumerate(raw, 1):
             try:
-                line = data.decode("utf-8")
+                # A byte-order mark (Windows editors, Excel's "CSV UTF-8") opens the first line only: utf-8-sig
+                # drops it there, and a later line's U+FEFF stays what it is, a character of the text.
+                line = data.decode("utf-8-sig" if number == 1 else "utf-8")
             except UnicodeDecodeError as error:
                 raise DataError(f"line {number} is not UTF-8 text ({error.reason} at byte {error.start})") from None
             if held is not None:
@@ -225,7 +227,7 @@ def _lines(raw: BinaryIO, complete: bool) -> Iterator[tuple[int, str]]:
 
 def _json_records(raw: BinaryIO) -> Iterator[tuple[str, object]]:
     try:
-        data = json.load(io.TextIOWrapper(raw, encoding="utf-8"))
+        data = json.load(io.TextIOWrapper(raw, encoding="utf-8-sig"))  # a byte-order mark, if any, dropped
     except json.JSONDecodeError as error:
         raise DataError(f"line {error.lineno} is not JSON ({error.msg} at column {error.colno}); allowed: a JSON list "
                         "of records (one record a line is .jsonl)") from None
@@ -237,7 +239,8 @@ def _json_records(raw: BinaryIO) -> Iterator[tuple[str, object]]:
 
 
 def _csv_rows(raw: BinaryIO, complete: bool) -> Iterator[tuple[str, object]]:
-    text = io.TextIOWrapper(raw, encoding="utf-8", newline="")
+    # utf-8-sig: a byte-order mark (Excel's "CSV UTF-8") would otherwise open the first column's name.
+    text = io.TextIOWrapper(raw, encoding="utf-8-sig", newline="")
     reader = csv.DictReader(text)
     held = None
     try:

@@ -6,7 +6,6 @@ transformers, never ray.
 """
 from __future__ import annotations
 
-import json
 import os
 
 import torch
@@ -14,7 +13,7 @@ from transformers import AutoModelForCausalLM, GenerationConfig, PretrainedConfi
 
 from workload import cli
 from workload.config import ARCHITECTURES, TrainConfig
-from workload.model import architectures, compatibility, model_source, weights
+from workload.model import architectures, compatibility, config_json, model_source, weights
 from workload.model import files as model_files
 from workload.model.adapters import lora
 from workload.model.loss import LM_PREFIX, CausalLMWithLoss
@@ -40,11 +39,12 @@ def hf_config(cfg: TrainConfig, directory: str | None = None) -> PretrainedConfi
         raise cli.EnvironmentProblem(f"{what}: {error}") from None
     path = os.path.join(source, model_source.CONFIG_FILE)
     try:
-        with open(path) as file:
-            raw = json.load(file)
+        raw = config_json.load(path)
     except OSError:
         raise ValueError(f"{what}: {source} has no readable {model_source.CONFIG_FILE}; a model directory holds "
                          "config.json and *.safetensors (what save_pretrained writes)") from None
+    except config_json.TooLarge as error:
+        raise ValueError(f"{what}: {path} is {error}") from None
     except ValueError:
         raise ValueError(f"{what}: {path} is not JSON") from None
     return compatibility.check_config_dict(raw, what)

@@ -8,6 +8,8 @@ the preview accepts is what the job then builds, by the same code. In order, a m
 - it is a decoder-only causal LM: not an encoder-decoder (t5, bart), not a multimodal wrapper around a language model
   (text_config with vision or audio, e.g. gemma3, llava), not an encoder (bert, roberta: AutoModelForCausalLM builds
   them as a decoder head over an encoder, which no published checkpoint of theirs was trained as);
+- it is not a hybrid of attention and state-space (Mamba) or recurrent layers (Falcon-H1, Jamba, Bamba): their
+  mixers are neither counted by the memory plan nor sharded as the job shards a decoder layer;
 - it is dense: a mixture-of-experts model (Mixtral, Qwen3-MoE, ...) is built by transformers with every layer's
   experts fused into one tensor (experts.gate_up_proj), while its published files keep one tensor per expert
   (experts.0.w1.weight) that transformers converts while loading; workload.model.weights reads each tensor by its
@@ -25,6 +27,8 @@ from __future__ import annotations
 
 import contextlib
 from typing import Any, Iterator
+
+from workload.model import structure
 
 # Config fields that make a model a mixture of experts, across the families transformers ships (Mixtral's
 # num_local_experts, Qwen2/3-MoE's and OLMoE's num_experts, DeepSeek's n_routed_experts).
@@ -54,7 +58,7 @@ def check_config_dict(raw: Any, what: str):
         custom = " (its config.json's auto_map points at custom code, which the job does not run)" if raw.get(
             "auto_map") else ""
         raise _refuse(what, f"model_type {model_type!r} is not one transformers {__version__} knows{custom}")
-    fields = {key: value for key, value in raw.items() if key != "model_type"}
+    fields = {key: value for key, value in structure.without_structure(raw).items() if key != "model_type"}
     try:
         config = AutoConfig.for_model(model_type, **fields)
     except (ValueError, TypeError, KeyError, AttributeError) as error:
@@ -85,6 +89,10 @@ def check_config(config, what: str) -> None:
                             "causal LM")
     if model_type not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
         raise _refuse(what, f"{model_type} is not a causal LM (AutoModelForCausalLM has no class for it)")
+    hybrid = next((name for name in structure.SSM_FIELDS if getattr(config, name, None) is not None), None)
+    if hybrid:
+        raise _refuse(what, f"{model_type} is a hybrid of attention and state-space (Mamba) or recurrent layers "
+                            f"({hybrid}), whose mixers the job's sharding, loader and memory plan do not handle")
     experts = next((name for name in EXPERT_FIELDS if getattr(config, name, None)), None)
     if experts:
         raise _refuse(what, f"{model_type} is a mixture-of-experts model ({experts} {getattr(config, experts)}): "
@@ -146,6 +154,10 @@ def check_model(lm, what: str) -> None:
     if any(module is not lm and "Experts" in type(module).__name__ for module in lm.modules()):
         raise _refuse(what, f"{kind} has mixture-of-experts layers, which the job's loader and memory plan do not "
                             "handle")
+    try:
+        structure.record(lm)
+    except ValueError as error:
+        raise _refuse(what, f"{kind}: {error}, which the job's plan counts as one layer times the layers") from None
     persistent = set(lm.state_dict())
     computed = [name for name, buffer in lm.named_buffers() if name not in persistent and buffer.is_meta]
     if computed:
@@ -153,7 +165,8 @@ def check_model(lm, what: str) -> None:
                             f"({', '.join(computed)})")
 
 
-def check(raw: Any, what: str) -> None:
+def check(raw: Any, what: str) -> dict:
     """The gate at preview: `raw` (a config.json as a dict) builds, on the meta device, into a model the job trains;
-    ValueError naming `what` (config key 'trainModelId': <id>) otherwise."""
-    build(check_config_dict(raw, what), what)
+    ValueError naming `what` (config key 'trainModelId': <id>) otherwise. Returns `raw` with the built model's
+    structure attached (workload.model.structure), which the preview's plan then counts."""
+    return structure.attach(raw, build(check_config_dict(raw, what), what))

@@ -13,11 +13,10 @@ convention MFU is defined by), so a checkpointed run's MFU is what it trains, no
 - lora and qlora, the base frozen: forward 2N through the base and 2A through the adapters (A: their parameters,
   r x (in + out) per targeted linear); backward 2N for the base's input gradients, which must still flow to every
   earlier layer's adapters, and no 2N for the base's weight gradients (the GEMM full training spends on them is
-  skipped); 4A for the adapters' input and weight gradients. The output head is the exception:
-  workload.model.loss.LinearCrossEntropy computes its weight gradient in forward whether or not it trains, so it
-  stays at 6 a parameter (issue 45 may drop that gradient for a frozen head; the 2 x head term goes with it). Attention
-  has no weights, and backward needs its input gradients: 12 x L x H x T, unchanged. So 4N + 2 x head + 6A +
-  attention: about two thirds of full at r << hidden.
+  skipped); 4A for the adapters' input and weight gradients. The output head is no exception:
+  workload.model.loss.LinearCrossEntropy computes no weight gradient for a frozen head. Attention has no weights, and
+  backward needs its input gradients: 12 x L x H x T, unchanged. So 4N + 6A + attention: about two thirds of full at
+  r << hidden.
 - qlora computes what lora does; its NF4 dequantization is memory traffic, not FLOPs
   (workload.model.adapters.compute.dequantize_seconds times it).
 
@@ -65,7 +64,7 @@ def flops_per_token(config: dict, seq_len: int, method: str = "full", lora_rank:
     if method == "full":
         trained = 6 * matmul + attention
     else:
-        trained = 4 * matmul + 2 * head + 6 * adapters + attention
+        trained = 4 * matmul + 6 * adapters + attention
     if not recomputation:
         return trained
     # The layers' forward again (not the head's: the loss is outside the checkpointed layers): a third of

@@ -336,7 +336,7 @@ def method_units(config: dict, method: str, rank: int = 16, targets: str = "all-
     if method == "full":
         return units, None
     adapters = adapter_memory.adapter_shapes(config, rank, targets)
-    linears = set(adapter_memory.linear_shapes(config).values()) if method == "qlora" else set()
+    linears = set(adapter_memory.targeted(config, targets).values()) if method == "qlora" else set()
     with_adapters, costs = [], []
     for name, shapes in units:
         frozen = [(adapter_memory.NF4_BYTES_PER_PARAMETER if name != "root" and shape in linears

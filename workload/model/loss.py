@@ -2,9 +2,9 @@
 cross-entropy (LinearCrossEntropy: the full-batch logits never exist), and a batch's loss and its divisor (`loss_fn`,
 `loss_divisor`). Imports torch, never ray.
 
-LinearCrossEntropy computes the output head's weight gradient in forward whether or not the head trains (a frozen
-head under --method lora/qlora too, counted by workload.model.flops); skipping it for a frozen head (issue 45) is a
-change to this module alone.
+LinearCrossEntropy computes the output head's weight gradient in forward only where the head trains: a frozen head
+(--method lora and qlora) gets none, neither its vocabulary x hidden GEMM per chunk (workload.model.flops) nor its
+buffer (1.96 GiB a GPU on a 70B with 8 ranks: workload.model.adapters.memory).
 """
 from __future__ import annotations
 
@@ -60,11 +60,22 @@ class CausalLMWithLoss(nn.Module):
             divisor = (targets != IGNORE_INDEX).sum().clamp(min=1) if masked else targets.numel()
         # Gemma 2's final_logit_softcapping: the HF forward caps the logits (cap * tanh(logits / cap)) before the loss.
         softcap = getattr(self.lm.config, "final_logit_softcapping", None) or None
+        scale = logit_scale(self.lm.config)
+        if scale != 1:  # a factor on the logits is the same factor on the hidden states the head multiplies
+            hidden = hidden * scale
         if not torch.is_grad_enabled():
             # Evaluation: LinearCrossEntropy would compute both gradients in forward, twice the lm_head's FLOPs.
             return _chunked_cross_entropy(hidden, self.lm.lm_head.weight, targets, softcap) / divisor
         return LinearCrossEntropy.apply(hidden, self.lm.lm_head.weight, targets, self.compiled_loss, masked, divisor,
                                         softcap)
+
+
+def logit_scale(config) -> float:
+    """The factor the Hugging Face forward applies to the logits before the loss: Granite divides them by
+    logits_scaling (GraniteForCausalLM), Cohere and Cohere 2 multiply them by logit_scale; 1 elsewhere."""
+    if getattr(config, "logits_scaling", None):
+        return 1 / config.logits_scaling
+    return getattr(config, "logit_scale", None) or 1.0
 
 
 def _chunked_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor,
@@ -138,7 +149,9 @@ class LinearCrossEntropy(torch.autograd.Function):
     `divisor` (default: the number of targets, the mean). `masked`: targets equal to IGNORE_INDEX count for nothing.
 
     Both gradients are computed in forward, chunk by chunk, and kept for backward: the full-batch logits never
-    exist, and nothing is recomputed (a checkpointed chunk loop would run the lm_head matmul a fourth time).
+    exist, and nothing is recomputed (a checkpointed chunk loop would run the lm_head matmul a fourth time). A
+    weight that does not require a gradient (a frozen head) gets none: autograd would drop it, after its GEMM and its
+    buffer had been paid for.
     """
 
     @staticmethod
@@ -151,7 +164,8 @@ class LinearCrossEntropy(torch.autograd.Function):
         chunk = -(-tokens // chunks)
         kernel = _chunk_kernel(compiled, masked, softcap)
         grad_hidden = torch.empty_like(hidden)
-        grad_weight = torch.zeros_like(weight)
+        trains_weight = ctx.needs_input_grad[1]
+        grad_weight = torch.zeros_like(weight) if trains_weight else None
         total = torch.zeros((), dtype=torch.float32, device=hidden.device)
         for start in range(0, tokens, chunk):
             hidden_chunk = hidden[start:start + chunk]
@@ -160,7 +174,8 @@ class LinearCrossEntropy(torch.autograd.Function):
             torch.mm(grad_logits, weight, out=grad_hidden[start:start + chunk])
             # Accumulated by the matmul itself (fp32 inside, rounded once per chunk): no fp32 copy of the
             # vocabulary x hidden gradient (0.9 GB at Qwen's size) and no casts.
-            grad_weight.addmm_(grad_logits.T, hidden_chunk)
+            if trains_weight:
+                grad_weight.addmm_(grad_logits.T, hidden_chunk)
         ctx.save_for_backward(grad_hidden, grad_weight)
         ctx.divisor = tokens if divisor is None else divisor
         return total / ctx.divisor
@@ -170,7 +185,8 @@ class LinearCrossEntropy(torch.autograd.Function):
         grad_hidden, grad_weight = ctx.saved_tensors
         # A 0-dim fp32 factor: the products are computed in fp32 and rounded once to the gradients' dtype.
         scale = grad_output.float() / ctx.divisor
-        return grad_hidden * scale, grad_weight * scale, None, None, None, None, None
+        weight_gradient = None if grad_weight is None else grad_weight * scale
+        return grad_hidden * scale, weight_gradient, None, None, None, None, None
 
 
 def loss_fn(model: nn.Module, batch, divisor: torch.Tensor | None = None) -> torch.Tensor:

@@ -1,9 +1,9 @@
 """Parameters and peak GPU memory per rank of the training step, for any decoder the project knows the config of.
 
-`parameter_count(config)` counts what transformers builds from a config.json (Qwen2's biased q/k/v, Llama's and
-Qwen3's `attention_bias`, Llama's `mlp_bias`, `head_dim` where it is not hidden / heads, the q/k norms of Qwen3 and
-Gemma 3 (one head wide) and OLMo 2 (all heads wide), Gemma 2's and 3's four norms a layer and OLMo 2's two, a
-mixture of experts' experts and router, tied or untied embeddings with each family's default). `estimate(config, ...)` projects one rank's peak of torch.cuda.max_memory_allocated() during
+`parameter_count(config)` counts what transformers builds from a config.json: workload.model.structure's shapes,
+recorded from the meta-built model where one was built, else derived by the family's layout (Qwen2's biased q/k/v,
+Phi-3's and GLM-4's fused projections, StarCoder2's two-matrix MLP and biased LayerNorms, q/k norms, each family's
+norms a layer, a mixture of experts' experts and router, tied or untied embeddings with each family's default). `estimate(config, ...)` projects one rank's peak of torch.cuda.max_memory_allocated() during
 workload.model.step.train_step, term by term:
 
 - state: FSDP's sharded fp32 weights and AdamW's two fp32 moments (12 bytes a parameter over the shards), and the
@@ -49,7 +49,19 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 
+from workload.model import structure
 from workload.model.adapters import memory as adapter_memory
+from workload.model.structure import (  # noqa: F401
+    DEFAULT_LAYER_NORMS,
+    FULL_QK_NORMS,
+    HEAD_QK_NORMS,
+    LAYER_NORMS,
+    TIED_BY_DEFAULT,
+    experts,
+    layer_shapes,
+    root_shapes,
+    tied_embeddings,
+)
 
 GIB = 2**30
 
@@ -72,19 +84,8 @@ LAYERS_IN_FLIGHT = 2  # with reshard_after_forward: the layer computing and the 
 # their product (8i). Qwen3's q/k norms add the same per width as an RMSNorm (8q + 8kv).
 ACTIVATION_BYTES = {"hidden": 16, "query": 6, "key_value": 4, "intermediate": 8}
 QK_NORM_ACTIVATION_BYTES = {"query": 8, "key_value": 8}
+UNGATED_MLP_ACTIVATION_BYTES = 4  # a two-matrix MLP (StarCoder2): the bf16 fc output and its activation, 4i
 NORM_ACTIVATION_BYTES_PER_HIDDEN = 8  # one RMSNorm over the hidden width: its fp32 input, bf16 cast and output
-# Norms of the hidden width per decoder layer, by model_type (transformers' modeling_<type>.py decoder layers): Gemma 2
-# and 3 norm before and after both attention and MLP; OLMo 2 after each only; the others before each.
-LAYER_NORMS = {"gemma2": 4, "gemma3_text": 4, "olmo2": 2}
-DEFAULT_LAYER_NORMS = 2
-# q/k norms: one head wide (Qwen3, Gemma 3: q_norm and k_norm of head_dim), or over all heads (OLMo 2: q_norm of
-# heads x head_dim, k_norm of key/value heads x head_dim). The activation they keep is the same per token either way.
-HEAD_QK_NORMS = ("qwen3", "gemma3_text")
-FULL_QK_NORMS = ("olmo2",)
-# Families whose config class ties the lm_head to the embedding when config.json does not say (transformers'
-# configuration_gemma2.py / configuration_gemma3.py default tie_word_embeddings=True; Llama, Mistral, Qwen2, Qwen3,
-# Phi-3, OLMo 2 and Mixtral default to False). A config without a model_type is workload.config's Qwen2, which says.
-TIED_BY_DEFAULT = ("gemma", "gemma2", "gemma3_text")
 # Eager attention (what transformers runs for Gemma 2, whose attn_logit_softcapping SDPA cannot do) keeps the
 # attention scores of every head per token pair: the capped scores' tanh (bf16, 2 bytes), the fp32 softmax (4) and its
 # bf16 cast that multiplies the values (2).
@@ -141,65 +142,16 @@ def _widths(config: dict) -> dict[str, int]:
             "intermediate": config["intermediate_size"]}
 
 
+def _gated_mlp(config: dict) -> bool:
+    return bool(experts(config)) or any("gate" in name for name in structure.linear_shapes(config))
+
+
 def _has_qk_norm(config: dict) -> bool:
     return config.get("model_type") in HEAD_QK_NORMS + FULL_QK_NORMS
 
 
 def _eager_attention(config: dict) -> bool:
     return bool(config.get("attn_logit_softcapping"))
-
-
-def experts(config: dict) -> int:
-    """Routed experts per layer of a mixture-of-experts config (Mixtral's num_local_experts, Qwen-MoE's num_experts);
-    0 for a dense one."""
-    return int(config.get("num_local_experts") or config.get("num_experts") or 0)
-
-
-def _mlp_shapes(config: dict, hidden: int, intermediate: int) -> list[tuple[int, ...]]:
-    """A layer's MLP: gate, up and down, or a mixture of experts: the router and the experts' gate-and-up and down,
-    each one tensor over all experts as transformers 5 builds them (of moe_intermediate_size where the config has
-    one)."""
-    count = experts(config)
-    if not count:
-        shapes = [(intermediate, hidden), (intermediate, hidden), (hidden, intermediate)]
-        return shapes + ([(intermediate,), (intermediate,), (hidden,)] if config.get("mlp_bias") else [])
-    width = config.get("moe_intermediate_size") or intermediate
-    return [(count, hidden), (count, 2 * width, hidden), (count, hidden, width)]
-
-
-def layer_shapes(config: dict) -> list[tuple[int, ...]]:
-    """The parameter shapes of one decoder layer, as transformers builds it for the config's model_type. A config
-    without one (the random-weight architectures of workload.config) is Qwen2's."""
-    widths = _widths(config)
-    hidden, query, kv, intermediate = widths["hidden"], widths["query"], widths["key_value"], widths["intermediate"]
-    model_type = config.get("model_type", "qwen2")
-    # Qwen2Attention: q, k, v always biased, o never. Llama, Mistral and Qwen3: attention_bias on all four.
-    qkv_bias = model_type == "qwen2" or bool(config.get("attention_bias"))
-    o_bias = model_type != "qwen2" and bool(config.get("attention_bias"))
-    # Phi-3 fuses q, k and v into qkv_proj, and gate and up into gate_up_proj: the same parameters in fewer tensors.
-    fused = model_type == "phi3"
-    shapes = [(query + 2 * kv, hidden), (hidden, query)] if fused else [(query, hidden), (kv, hidden), (kv, hidden),
-                                                                         (hidden, query)]
-    shapes += [(query,), (kv,), (kv,)] if qkv_bias else []
-    shapes += [(hidden,)] if o_bias else []
-    if model_type in HEAD_QK_NORMS:
-        shapes += [(widths["head_dim"],)] * 2
-    elif model_type in FULL_QK_NORMS:
-        shapes += [(query,), (kv,)]
-    shapes += [(2 * intermediate, hidden), (hidden, intermediate)] if fused else _mlp_shapes(config, hidden,
-                                                                                             intermediate)
-    return shapes + [(hidden,)] * LAYER_NORMS.get(model_type, DEFAULT_LAYER_NORMS)
-
-
-def tied_embeddings(config: dict) -> bool:
-    """The lm_head is the input embedding: as config.json says, else the family's default."""
-    return bool(config.get("tie_word_embeddings", config.get("model_type") in TIED_BY_DEFAULT))
-
-
-def root_shapes(config: dict) -> list[tuple[int, ...]]:
-    """What FSDP's root unit holds: the embedding, the final norm, and an untied lm_head."""
-    embedding = (config["vocab_size"], config["hidden_size"])
-    return [embedding, (config["hidden_size"],)] + ([] if tied_embeddings(config) else [embedding])
 
 
 def unit_shapes(config: dict) -> list[tuple[str, list[tuple[int, ...]]]]:
@@ -219,9 +171,10 @@ def root_parameters(config: dict) -> int:
 
 
 def parameter_count(config: dict) -> int:
-    """Parameters of the model transformers builds from `config` (a config.json as a dict); a tied lm_head is the
-    embedding, counted once. 7,615,616,512 for Qwen2.5-7B, 8,030,261,248 for Llama-3.1-8B."""
-    return config["num_hidden_layers"] * layer_parameters(config) + root_parameters(config)
+    """Parameters of the model transformers builds from `config` (a config.json as a dict; workload.model.structure:
+    recorded from the built model, or derived by its family); a tied lm_head is the embedding, counted once.
+    7,615,616,512 for Qwen2.5-7B, 8,030,261,248 for Llama-3.1-8B."""
+    return structure.parameter_count(config)
 
 
 def activation_bytes_per_token(config: dict, seq_len: int = 0) -> int:
@@ -229,6 +182,8 @@ def activation_bytes_per_token(config: dict, seq_len: int = 0) -> int:
     of `seq_len` tokens (what eager attention's scores grow with)."""
     widths = _widths(config)
     total = sum(ACTIVATION_BYTES[name] * widths[name] for name in ACTIVATION_BYTES)
+    if not _gated_mlp(config):  # StarCoder2's c_fc -> GELU -> c_proj keeps the GELU's input and output only
+        total -= (ACTIVATION_BYTES["intermediate"] - UNGATED_MLP_ACTIVATION_BYTES) * widths["intermediate"]
     norms = LAYER_NORMS.get(config.get("model_type"), DEFAULT_LAYER_NORMS)
     total += (norms - DEFAULT_LAYER_NORMS) * NORM_ACTIVATION_BYTES_PER_HIDDEN * widths["hidden"]
     if _has_qk_norm(config):
@@ -297,7 +252,9 @@ def _moments(config: dict, *, micro_batch: int, seq_len: int, activation_checkpo
     activations += FINAL_NORM_BYTES_PER_HIDDEN * hidden * tokens
     chunks = max(1, -(-loss_tokens // LOSS_CHUNK_TOKENS))
     chunk = -(-loss_tokens // chunks)
-    loss = (GATHERED_BYTES_PER_PARAMETER * (loss_tokens * hidden + vocab * hidden)  # the two kept gradients
+    # The hidden states' gradient, and the lm_head's where it trains (a frozen head gets none: workload.model.loss).
+    head_gradient = vocab * hidden if method == "full" else 0
+    loss = (GATHERED_BYTES_PER_PARAMETER * (loss_tokens * hidden + head_gradient)
             + _loss_bytes_per_logit(config, compiled) * chunk * vocab)
     workspace = int(STEP_WORKSPACE_GIB * GIB)
     if method != "full":
@@ -305,7 +262,8 @@ def _moments(config: dict, *, micro_batch: int, seq_len: int, activation_checkpo
             config, method=method, rank=lora_rank, targets=lora_targets, dropout=lora_dropout, parameters=parameters,
             root=root, per_layer=per_layer, activations=activations, tokens=tokens, loss=loss,
             activated_layers=1 if activation_checkpointing else layers, reduce_bytes=REDUCE_BYTES[reduce_dtype],
-            gathered_all=accumulating or not reshard_after_forward, accumulating=accumulating, compiled=compiled,
+            # The frozen base is resharded after each micro-batch (workload.model.step.train_step).
+            gathered_all=not reshard_after_forward, accumulating=accumulating, compiled=compiled,
             workspace=workspace, layers_in_flight=LAYERS_IN_FLIGHT)
     accumulated = REDUCE_BYTES[reduce_dtype] * parameters if accumulating else 0
     # Two-level's column of the root's gradients, staged for the step between nodes (workload.model.two_level's

@@ -18,6 +18,8 @@ import os
 import re
 import tempfile
 
+from workload.model import config_json
+
 # huggingface_hub's validate_repo_id (utils/_validators.py REPO_ID_REGEX and its checks): an optional namespace and a
 # name of word characters, '-' and '.', 96 at most each, starting and ending on a word character; no '--' or '..'
 # anywhere and no '.git' ending.
@@ -27,8 +29,7 @@ PATH_PREFIXES = ("/", "./", "../", "~")
 # One request's time limit, and no retries: a Hub that does not answer in this time is reported as not reachable.
 HUB_TIMEOUT_S = 10
 CONFIG_FILE = "config.json"
-# The config.json of the largest open models is a few KiB; a MiB is room for any, and a bound on what json reads.
-MAX_CONFIG_BYTES = 1 << 20
+MAX_CONFIG_BYTES = config_json.MAX_CONFIG_BYTES  # one bound for every reader of a config.json
 TOKEN_VARIABLE = "HF_TOKEN"
 SECRET_COMMAND = f"pulumi config set --secret --path 'trainSecretEnv[0]' {TOKEN_VARIABLE}=..."
 ALLOWED = "allowed: a Hub id (org/name), a local model directory, or s3://bucket/prefix/"

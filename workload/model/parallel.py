@@ -8,7 +8,7 @@ import torch
 import torch.distributed as dist
 
 from workload.config import TrainConfig
-from workload.model import layout
+from workload.model import layout, structure
 from workload.model.layout import Plan, Shape
 from workload.model.loss import CausalLMWithLoss
 
@@ -42,6 +42,6 @@ def plan_for_worker(cfg: TrainConfig, model: CausalLMWithLoss, device: torch.dev
     cuda = device.type == "cuda"
     gpu_memory = (cfg.gpu_memory_mib * 2**20 if cfg.gpu_memory_mib else
                   torch.cuda.get_device_properties(device).total_memory if cuda else None)
-    return layout.for_job(cfg, model.lm.config.to_dict(), world_size=world_size, ranks_per_node=ranks_per_node,
+    return layout.for_job(cfg, structure.attach(model.lm.config.to_dict(), model.lm), world_size=world_size, ranks_per_node=ranks_per_node,
                           gpu_name=torch.cuda.get_device_name(device) if cuda else "", node_gbytes_per_s=bandwidth,
                           bandwidth_source=source, gpu_memory_bytes=gpu_memory)

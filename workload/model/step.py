@@ -28,8 +28,11 @@ def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, batch,
         if isinstance(model, FSDPModule):
             # Before the last micro-batch, gradients accumulate unsharded (in the reduce dtype: 4 bytes a parameter
             # at fp32) and the gathered weights stay: one all-gather and one reduction per step, not per micro-batch.
+            # An adapter method's frozen base is resharded after each micro-batch instead: kept gathered it is the
+            # whole base on every GPU (36 GiB of NF4 for a 70B), which accumulation is there to avoid; its
+            # all-gathers are then per micro-batch, and the adapters' few gradients still accumulate unsharded.
             model.set_requires_gradient_sync(last)
-            model.set_reshard_after_backward(last)
+            model.set_reshard_after_backward(last or cfg.method != "full")
         # Equal micro-batches, so the mean of their means is the batch's mean.
         micro_loss = (loss_fn(model, micro_batch) / len(micro_batches) if divisor is None
                       else loss_fn(model, micro_batch, divisor))

@@ -15,7 +15,7 @@ from workload import cli
 from workload.config import TrainConfig, parse_report_to
 from workload.data import hub_dataset
 from workload.data import validate as records_check
-from workload.model import model_source
+from workload.model import adapters, model_source, structure
 
 
 def check_positions(cfg: TrainConfig, max_positions: int) -> None:
@@ -76,6 +76,11 @@ def check_local_weights(cfg: TrainConfig) -> None:
         raise ValueError(f"--model_id {cfg.model_id}: the directory holds no *.safetensors weights; give the directory "
                          "save_pretrained wrote (config.json and model*.safetensors)")
 
+def check_targets(cfg: TrainConfig, architecture: dict) -> None:
+    """--lora_targets against the model's linear layers (workload.model.adapters.resolve): one line naming the flag
+    and the names the model has."""
+    adapters.resolve(cfg.lora_targets, structure.linear_names(architecture))
+
 
 def validate(cfg: TrainConfig) -> None:
     """The checks that need the model's config or the tokenizer, and every record of a --dataset file
@@ -84,6 +89,8 @@ def validate(cfg: TrainConfig) -> None:
     known = cfg.architecture  # a dict, without transformers: --model_config's, or a shipped --model_id's
     if known and "max_position_embeddings" in known:
         check_positions(cfg, known["max_position_embeddings"])
+    if known and cfg.method != "full":
+        check_targets(cfg, known)
     # Refusals only: the local run has said what the file holds, and on a cluster rank 0's data line says it.
     records_check.check_dataset(cfg, say=lambda line: None)
     hub_dataset.check_dataset(cfg)  # a Hub dataset's split: its first file, bounded (workload.data.hub_dataset)
@@ -95,9 +102,13 @@ def validate(cfg: TrainConfig) -> None:
 
     check_dataset(cfg)  # a remote --dataset file, with the driver's credentials
     config = hf_config(cfg)
-    if not cfg.model_config:  # the model gate, as the preview ran it and every worker will
-        compatibility.build(config, f"--model_id {cfg.model_id}")
+    # The model gate, as the preview ran it and every worker will: the model on the meta device, whose linear layers
+    # --lora_targets must name (PEFT would fail inside Ray otherwise, with NoMatchingPeftModuleError).
+    built = compatibility.build(config, f"--model_id {cfg.model_config or cfg.model_id}")
+    if not cfg.model_config:
         check_local_weights(cfg)  # after the gate: a directory of another kind of model is refused for that first
+    if cfg.method != "full":
+        check_targets(cfg, structure.attach(config.to_dict(), built))
     check_positions(cfg, config.max_position_embeddings)
     if cfg.dataset:  # the tokenizer is loaded for a dataset only (random tokens need none)
         try:  # one request first: transformers would retry an unreachable Hub for a minute

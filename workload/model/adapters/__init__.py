@@ -5,23 +5,50 @@ the frozen base) and nf4.py (the QLoRA base, torchao), which only the job import
 """
 from __future__ import annotations
 
+import re
+from typing import Sequence
+
 METHODS = ("full", "lora", "qlora")
 """Names accepted by --method (trainMethod): every weight trained, or low-rank adapters on a frozen bf16 (lora) or
 NF4 (qlora) base."""
-# Every linear layer of a decoder block, by the names Llama, Qwen2/3, Mistral, Gemma and OLMo 2 give them. "all-linear"
-# is PEFT's name for the same choice (peft.tuners.tuners_utils: every nn.Linear but the output head).
-LINEAR_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+# PEFT's name for every nn.Linear of the model but the output head (peft.tuners.tuners_utils
+# _maybe_include_all_linear_layers): resolved on the model's own linear layers (workload.model.structure.linear_names),
+# so Phi-3's fused qkv_proj and gate_up_proj, GLM-4's gate_up_proj and StarCoder2's c_fc and c_proj are in it.
 ALL_LINEAR = "all-linear"
+# The names Llama, Qwen2/3, Mistral, Gemma and OLMo 2 give a decoder layer's linear layers (their all-linear).
+LINEAR_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# The output head and the embedding: PEFT's all-linear leaves the head out, and the job's loss multiplies the head's
+# weight itself (workload.model.loss), outside any adapter.
+OUTSIDE_LAYERS = ("lm_head", "embed_tokens")
 
 
 def targets(value: str) -> tuple[str, ...]:
-    """--lora_targets as module names: all-linear, or a comma list of LINEAR_TARGETS; ValueError naming the flag."""
+    """--lora_targets as written: (ALL_LINEAR,), or a comma list of module names (what PEFT matches a module's last
+    name against); ValueError naming the flag. Which of them the model has is `resolve`'s question."""
     if value.strip() == ALL_LINEAR:
-        return LINEAR_TARGETS
+        return (ALL_LINEAR,)
     names = tuple(dict.fromkeys(name.strip() for name in value.split(",") if name.strip()))
-    if not names or set(names) - set(LINEAR_TARGETS):
-        raise ValueError(f"--lora_targets must be {ALL_LINEAR} or a comma list of {', '.join(LINEAR_TARGETS)}; "
-                         f"got {value!r}")
+    outside = [name for name in names if name in OUTSIDE_LAYERS]
+    if not names or not all(_NAME.fullmatch(name) for name in names) or outside:
+        why = f" ({', '.join(outside)} is outside the decoder layers)" if outside else ""
+        raise ValueError(f"--lora_targets must be {ALL_LINEAR} or a comma list of a decoder layer's linear layers, "
+                         f"such as {', '.join(LINEAR_TARGETS)}; got {value!r}{why}")
+    return names
+
+
+def resolve(value: str, model_names: Sequence[str], flag: str = "--lora_targets") -> tuple[str, ...]:
+    """--lora_targets on a model whose decoder layers' linear layers have `model_names` (leaf names): every one of
+    them for all-linear (PEFT's meaning), else the names given, each of which the model must have; ValueError naming
+    `flag` (--lora_targets, or the stack's trainLoraTargets) and the names the model has otherwise. PEFT itself would
+    fail later, inside the job, with NoMatchingPeftModuleError (no name matches) or train a subset silently."""
+    names = targets(value)
+    if names == (ALL_LINEAR,):
+        return tuple(model_names)
+    missing = [name for name in names if name not in model_names]
+    if missing:
+        raise ValueError(f"{flag}: the model has no linear layer named {', '.join(missing)}; allowed: {ALL_LINEAR} "
+                         f"or a comma list of {', '.join(model_names)}")
     return names
 
 

@@ -34,11 +34,25 @@ ADAPTER_NAME = "default"  # PEFT's adapter name; PEFT's saved files drop it from
 BASE_LAYER = ".base_layer"  # PEFT's name for the wrapped linear layer
 
 
-def lora_config(cfg):
+def lora_config(cfg, target_names: tuple[str, ...]):
     from peft import LoraConfig
 
     return LoraConfig(r=cfg.lora_rank, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
-                      target_modules=list(adapters.targets(cfg.lora_targets)), bias="none", task_type="CAUSAL_LM")
+                      target_modules=list(target_names), bias="none", task_type="CAUSAL_LM")
+
+
+def linear_names(lm: nn.Module) -> tuple[str, ...]:
+    """The leaf names of the decoder layers' nn.Linear layers (q_proj, qkv_proj, c_fc, ...), sorted: what
+    --lora_targets all-linear means on this model (PEFT's all-linear: every linear layer but the output head, which
+    sits outside the layers)."""
+    return tuple(sorted({name.rsplit(".", 1)[-1] for name, module in lm.model.layers.named_modules()
+                         if isinstance(module, nn.Linear)}))
+
+
+def resolved_targets(cfg, lm: nn.Module) -> tuple[str, ...]:
+    """--lora_targets on this model (workload.model.adapters.resolve): ValueError naming the flag and the names the
+    model has when it has no layer of a name given."""
+    return adapters.resolve(cfg.lora_targets, linear_names(lm))
 
 
 def apply(model, cfg):
@@ -51,20 +65,21 @@ def apply(model, cfg):
     from peft import inject_adapter_in_model
 
     lm = model.lm
+    names = resolved_targets(cfg, lm)
     for parameter in lm.parameters():  # not lm.to(): the rotary inv_freq buffer stays fp32
         parameter.requires_grad_(False)
         parameter.data = parameter.data.to(BASE_DTYPE)
     if cfg.method == "qlora":
         shards = torch.distributed.get_world_size() if torch.distributed.is_initialized() else 1
-        for name, module in target_linears(lm, adapters.targets(cfg.lora_targets)):
+        for name, module in target_linears(lm, names):
             rows, columns = module.weight.shape
             nf4.check_shardable(name, rows, columns, shards)
             module.weight = nn.Parameter(nf4.quantize(module.weight.data, shards), requires_grad=False)
-    inject_adapter_in_model(lora_config(cfg), lm, adapter_name=ADAPTER_NAME)
+    inject_adapter_in_model(lora_config(cfg, names), lm, adapter_name=ADAPTER_NAME)
     for _, parameter in adapter_parameters(model):
         parameter.data = parameter.data.to(ADAPTER_DTYPE)
         parameter.requires_grad_(True)
-    model.adapter_config = peft_adapter_config(cfg, lm)
+    model.adapter_config = peft_adapter_config(cfg, names)
     if not any(parameter.is_meta for _, parameter in adapter_parameters(model)):
         initialize(model, cfg.seed)
     return model
@@ -128,11 +143,11 @@ def peft_key(name: str) -> str:
     return "base_model.model." + name.replace(f".{ADAPTER_NAME}.", ".")
 
 
-def peft_adapter_config(cfg, lm: nn.Module) -> dict:
+def peft_adapter_config(cfg, target_names: tuple[str, ...]) -> dict:
     """adapter_config.json as PEFT writes it (LoraConfig.to_dict, with base_model_name_or_path): what
     PeftModel.from_pretrained reads. The base is --model_id; a random-weight --model_config base is written beside
     the adapters by the export, which fills base_model_name_or_path in then."""
-    config = lora_config(cfg)
+    config = lora_config(cfg, target_names)
     config.base_model_name_or_path = "" if cfg.model_config else cfg.model_id
     as_dict = config.to_dict()
     as_dict["target_modules"] = sorted(as_dict["target_modules"])

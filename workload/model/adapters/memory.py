@@ -14,9 +14,8 @@ bytes a step gathers and reduces (workload.model.layout's collectives), counted 
 - activations: the frozen base's layers keep what full training's keep, since backward must reach the adapters of
   every earlier layer (the base linears' inputs are kept by their adapters' lora_A instead); each adapter adds its
   r-wide intermediate (kept for lora_B's gradient), and with dropout its own dropped-out copy of the input and mask;
-- the loss: workload.model.loss.LinearCrossEntropy computes the output head's gradient in forward whether or not
-  it trains, so the loss term is full training's; the root's gradient reduction is gone (the root has no trainable
-  parameter), and what is left of it is the scaled output-head gradient its backward makes and autograd drops.
+- the loss: full training's less the output head's gradient, which workload.model.loss.LinearCrossEntropy does not
+  compute for a frozen head; the root's gradient reduction is gone (the root has no trainable parameter).
 
 Standard library only: the Pulumi program imports this through workload.model.memory.
 """
@@ -24,7 +23,7 @@ from __future__ import annotations
 
 import math
 
-from workload.model import adapters
+from workload.model import adapters, structure
 
 # torchao's NF4Tensor (to_nf4(tensor, block_size=64, scaler_block_size=256), read in torchao/dtypes/nf4tensor.py,
 # the module's place before 0.18; the format torchtune shards with FSDP2, and workload/model/adapters' qlora):
@@ -54,36 +53,25 @@ ADAPTER_ACTIVATION_BYTES_PER_RANK = 2  # lora_A's bf16 output, r wide, per token
 DROPOUT_ACTIVATION_BYTES_PER_INPUT = 3  # with lora_dropout > 0: the dropped-out bf16 input and its bool mask
 
 
-def _widths(config: dict) -> tuple[int, int, int, int]:
-    hidden = config["hidden_size"]
-    heads = config["num_attention_heads"]
-    head_dim = config.get("head_dim") or hidden // heads
-    return hidden, heads * head_dim, config.get("num_key_value_heads", heads) * head_dim, config["intermediate_size"]
-
-
 def linear_shapes(config: dict) -> dict[str, tuple[int, int]]:
-    """A decoder layer's nn.Linear weights by the names --lora_targets uses, as (out_features, in_features). A
-    mixture of experts' MLP is transformers 5's fused 3-D expert tensors, not nn.Linear: no MLP names then. Phi-3's
-    fused qkv_proj and gate_up_proj stand under q_proj and gate_proj (k, v and up then have none of their own)."""
-    hidden, query, kv, intermediate = _widths(config)
-    if config.get("model_type") == "phi3":
-        return {"q_proj": (query + 2 * kv, hidden), "o_proj": (hidden, query),
-                "gate_proj": (2 * intermediate, hidden), "down_proj": (hidden, intermediate)}
-    shapes = {"q_proj": (query, hidden), "k_proj": (kv, hidden), "v_proj": (kv, hidden), "o_proj": (hidden, query)}
-    if not (config.get("num_local_experts") or config.get("num_experts")):
-        shapes |= {"gate_proj": (intermediate, hidden), "up_proj": (intermediate, hidden),
-                   "down_proj": (hidden, intermediate)}
-    return shapes
+    """A decoder layer's nn.Linear weights by their names under the layer, as (out_features, in_features)
+    (workload.model.structure: recorded from the built model, or derived by its family). A mixture of experts' MLP is
+    transformers 5's fused 3-D expert tensors, not nn.Linear: no MLP names then."""
+    return structure.linear_shapes(config)
+
+
+def targeted(config: dict, targets: str = adapters.ALL_LINEAR) -> dict[str, tuple[int, int]]:
+    """The linear layers of a decoder layer that --lora_targets names (PEFT matches a module's last name), by their
+    names under the layer; ValueError naming --lora_targets when the model has no layer of a name given."""
+    names = set(adapters.resolve(targets, structure.linear_names(config)))
+    return {name: shape for name, shape in linear_shapes(config).items() if name.rsplit(".", 1)[-1] in names}
 
 
 def adapter_shapes(config: dict, rank: int, targets: str = adapters.ALL_LINEAR) -> list[tuple[int, int]]:
     """One decoder layer's adapter weights: lora_A (r x in) and lora_B (out x r) for each targeted linear layer."""
-    linears = linear_shapes(config)
     shapes = []
-    for name in adapters.targets(targets):
-        if name in linears:
-            out_features, in_features = linears[name]
-            shapes += [(rank, in_features), (out_features, rank)]
+    for out_features, in_features in targeted(config, targets).values():
+        shapes += [(rank, in_features), (out_features, rank)]
     return shapes
 
 
@@ -92,9 +80,10 @@ def adapter_parameters(config: dict, rank: int, targets: str = adapters.ALL_LINE
     return config["num_hidden_layers"] * sum(math.prod(shape) for shape in adapter_shapes(config, rank, targets))
 
 
-def quantized_parameters(config: dict) -> int:
-    """Parameters qlora keeps in NF4 per decoder layer: every linear layer's weight (biases, norms stay bf16)."""
-    return sum(math.prod(shape) for shape in linear_shapes(config).values())
+def quantized_parameters(config: dict, targets: str = adapters.ALL_LINEAR) -> int:
+    """Parameters qlora keeps in NF4 per decoder layer: the targeted linear layers' weights (biases, norms and the
+    linear layers without an adapter stay bf16, as workload.model.adapters.lora quantizes them)."""
+    return sum(math.prod(shape) for shape in targeted(config, targets).values())
 
 
 def stored_bytes(method: str, parameters: int, quantized: int) -> float:
@@ -106,12 +95,10 @@ def stored_bytes(method: str, parameters: int, quantized: int) -> float:
 
 def activation_bytes_per_token(config: dict, rank: int, targets: str, dropout: float) -> int:
     """What a layer's adapters keep for backward per token, beyond the frozen layer's own activations."""
-    linears = linear_shapes(config)
     total = 0
-    for name in adapters.targets(targets):
-        if name in linears:
-            total += ADAPTER_ACTIVATION_BYTES_PER_RANK * rank
-            total += DROPOUT_ACTIVATION_BYTES_PER_INPUT * linears[name][1] if dropout > 0 else 0
+    for _, in_features in targeted(config, targets).values():
+        total += ADAPTER_ACTIVATION_BYTES_PER_RANK * rank
+        total += DROPOUT_ACTIVATION_BYTES_PER_INPUT * in_features if dropout > 0 else 0
     return total
 
 
@@ -121,10 +108,10 @@ def moments(config: dict, *, method: str, rank: int, targets: str, dropout: floa
             layers_in_flight: int) -> dict[str, tuple[dict, float]]:
     """workload.model.memory's three moments for an adapter method, from the full method's counts: `activations` and
     `loss` (bytes, as full training keeps them), `activated_layers` (layers whose activations are all kept: every one,
-    or the one recomputed under checkpointing), `gathered_all` (every layer stays gathered: no reshard_after_forward, or
-    accumulation). Each moment is (its unsharded parts in bytes, the bytes sharded over every shard)."""
+    or the one recomputed under checkpointing), `gathered_all` (every layer stays gathered: no reshard_after_forward;
+    accumulation reshards the frozen base after each micro-batch, workload.model.step). Each moment is (its unsharded parts in bytes, the bytes sharded over every shard)."""
     layers = config["num_hidden_layers"]
-    quantized = quantized_parameters(config) if method == "qlora" else 0
+    quantized = quantized_parameters(config, targets) if method == "qlora" else 0
     layer_stored = stored_bytes(method, per_layer, quantized)
     root_stored = stored_bytes(method, root, 0)
     trained = adapter_parameters(config, rank, targets)
@@ -135,7 +122,7 @@ def moments(config: dict, *, method: str, rank: int, targets: str, dropout: floa
     else:
         gathered = root_stored + layers_in_flight * (layer_stored + GATHERED_ADAPTER_BYTES * layer_adapters)
     if method == "qlora":
-        largest = max(math.prod(shape) for shape in linear_shapes(config).values())
+        largest = max(math.prod(shape) for shape in targeted(config, targets).values())
         gathered += largest * (COMPILED_DEQUANTIZE_BYTES_PER_PARAMETER if compiled
                                else DEQUANTIZE_BYTES_PER_PARAMETER)
     activations += activation_bytes_per_token(config, rank, targets, dropout) * tokens * activated_layers
@@ -145,9 +132,8 @@ def moments(config: dict, *, method: str, rank: int, targets: str, dropout: floa
         "loss": ({"gathered_weights": gathered, "activations": activations, "loss": loss,
                   "accumulated_gradients": accumulated, "workspace": workspace},
                  base + ADAPTER_STATE_BEFORE_GRADIENTS * trained),
-        # The loss's backward scales the output head's gradient into a new bf16 tensor that autograd then drops: the
-        # root's share of the end of backward, with every adapter's gradient made.
-        "root reduction": ({"gathered_weights": root_after, "root_gradients": BASE_BYTES_PER_PARAMETER * root,
+        # The end of backward, every adapter's gradient made; the frozen root makes none.
+        "root reduction": ({"gathered_weights": root_after, "root_gradients": 0,
                             "accumulated_gradients": accumulated, "workspace": workspace},
                            base + ADAPTER_STATE_BYTES * trained),
         "optimizer step": ({"gathered_weights": root_stored, "accumulated_gradients": accumulated,

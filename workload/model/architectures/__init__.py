@@ -10,8 +10,9 @@ parameters and projects memory from these dicts; workload.model.build builds the
 from __future__ import annotations
 
 import functools
-import json
 from pathlib import Path
+
+from workload.model import config_json
 
 CONFIG_DIRECTORY = Path(__file__).resolve().parent / "configs"
 # A Hub id's '/' cannot be in a file name; the Hub's own cache names repos the same way (models--<org>--<name>).
@@ -35,8 +36,7 @@ def shipped_ids() -> tuple[str, ...]:
 
 @functools.cache
 def _load(path: Path) -> dict:
-    with path.open() as file:
-        return json.load(file)
+    return config_json.load(str(path))
 
 
 def published(model_id: str) -> dict | None:

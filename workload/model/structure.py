@@ -1,0 +1,187 @@
+"""A decoder's structure: the parameter shapes of its FSDP units (the root, then each decoder layer) and its decoder
+layers' linear layers by name, what the memory plan, the FLOP count, the collectives and the adapters read.
+
+Two sources, one form. Where the model is built (the model gate at preview for a config.json read from the Hub or S3,
+and the job, which builds it anyway), `record(lm)` reads the structure off the meta-device model, every module
+whatever its MLP or attention, and `attach` carries it in the config dict under STRUCTURE_FIELD, so the planners,
+standard library only, count what transformers built. Where no model is built (the shipped configs at preview, which
+must not import torch, and the random-weight architectures), `of(config)` derives it from the config by each family's
+module shapes as transformers builds them: tests/runs/test_family_methods.py checks the derivation against the built model
+of every family the gate accepts (parameter counts and linear layers equal). A family outside FAMILY_LAYOUTS with no
+recorded structure is derived as Llama's.
+
+Standard library only: the Pulumi program imports this.
+"""
+from __future__ import annotations
+
+import math
+
+# Where a recorded structure travels in a config dict: no config.json has this field, and the job strips it before
+# transformers reads the config.
+STRUCTURE_FIELD = "_structure"
+# Norms of the hidden width per decoder layer, by model_type (transformers' modeling_<type>.py decoder layers):
+# Gemma 2 and 3 and GLM-4 norm before and after both attention and MLP; OLMo 2 after each only; Cohere 2 once
+# (attention and MLP in parallel); the others before each.
+LAYER_NORMS = {"gemma2": 4, "gemma3_text": 4, "olmo2": 2, "glm4": 4, "cohere2": 1}
+DEFAULT_LAYER_NORMS = 2
+# LayerNorm with a bias (StarCoder2's nn.LayerNorm): two parameters a norm.
+BIASED_NORMS = ("starcoder2",)
+# q/k norms: one head wide (Qwen3, Gemma 3: q_norm and k_norm of head_dim), or over all heads (OLMo 2: q_norm of
+# heads x head_dim, k_norm of key/value heads x head_dim).
+HEAD_QK_NORMS = ("qwen3", "gemma3_text")
+FULL_QK_NORMS = ("olmo2",)
+# Families whose config class ties the lm_head to the embedding when config.json does not say (transformers'
+# configuration_<type>.py default tie_word_embeddings=True); Llama, Mistral, Qwen2, Qwen3, Phi-3, OLMo 2, Granite and
+# GLM-4 default to False. A config without a model_type is workload.config's Qwen2, which says.
+TIED_BY_DEFAULT = ("gemma", "gemma2", "gemma3_text", "starcoder2", "cohere2", "smollm3")
+# A decoder layer's linear layers by family, as (name under the layer, its output width, its input width, biased),
+# in widths h hidden, q query heads x head_dim, kv key/value heads x head_dim, i intermediate. Phi-3 fuses q, k, v
+# and gate, up; GLM-4 fuses gate and up; StarCoder2's MLP is two matrices (c_fc, c_proj) around a GELU.
+ATTENTION = (("self_attn.q_proj", "q", "h"), ("self_attn.k_proj", "kv", "h"), ("self_attn.v_proj", "kv", "h"),
+             ("self_attn.o_proj", "h", "q"))
+GATED_MLP = (("mlp.gate_proj", "i", "h"), ("mlp.up_proj", "i", "h"), ("mlp.down_proj", "h", "i"))
+FAMILY_LAYOUTS = {
+    "phi3": (("self_attn.qkv_proj", "q+2kv", "h"), ("self_attn.o_proj", "h", "q"),
+             ("mlp.gate_up_proj", "2i", "h"), ("mlp.down_proj", "h", "i")),
+    "glm4": ATTENTION + (("mlp.gate_up_proj", "2i", "h"), ("mlp.down_proj", "h", "i")),
+    "starcoder2": ATTENTION + (("mlp.c_fc", "i", "h"), ("mlp.c_proj", "h", "i")),
+}
+# Hybrid layers (attention beside a state-space mixer) and recurrent ones: the job neither counts nor shards them.
+SSM_FIELDS = ("mamba_d_state", "mamba_n_heads", "ssm_state_size", "mamba_d_ssm", "layers_block_type",
+              "attn_layer_indices", "linear_attn_config")
+
+
+def widths(config: dict) -> dict[str, int]:
+    hidden = config["hidden_size"]
+    heads = config["num_attention_heads"]
+    head_dim = config.get("head_dim") or hidden // heads
+    return {"h": hidden, "q": heads * head_dim, "head_dim": head_dim,
+            "kv": (config.get("num_key_value_heads") or heads) * head_dim, "i": config["intermediate_size"]}
+
+
+def experts(config: dict) -> int:
+    """Routed experts per layer of a mixture-of-experts config (Mixtral's num_local_experts, Qwen-MoE's num_experts);
+    0 for a dense one."""
+    return int(config.get("num_local_experts") or config.get("num_experts") or 0)
+
+
+def _width(expression: str, sizes: dict[str, int]) -> int:
+    """A width written as FAMILY_LAYOUTS writes it ("q+2kv", "2i") in numbers."""
+    total = 0
+    for part in expression.split("+"):
+        name = part.lstrip("0123456789")
+        total += int(part[:len(part) - len(name)] or 1) * sizes[name]
+    return total
+
+
+def _biased(model_type: str, config: dict, name: str) -> bool:
+    if model_type == "starcoder2":
+        return bool(config.get("use_bias", True))
+    if name.startswith("self_attn."):
+        if model_type in ("qwen2", "glm4") and name != "self_attn.o_proj":
+            return model_type == "qwen2" or bool(config.get("attention_bias"))
+        return model_type not in ("qwen2", "glm4", "phi3") and bool(config.get("attention_bias"))
+    return model_type not in ("phi3", "glm4", "cohere2") and bool(config.get("mlp_bias"))
+
+
+def derived(config: dict) -> dict:
+    """The structure of the model transformers builds from `config` (see the module docstring), without building it."""
+    if STRUCTURE_FIELD in config:
+        return config[STRUCTURE_FIELD]
+    sizes = widths(config)
+    model_type = config.get("model_type", "qwen2")
+    layout = FAMILY_LAYOUTS.get(model_type, ATTENTION + GATED_MLP)
+    count = experts(config)
+    if count:  # the router and each layer's experts as transformers 5 fuses them: no nn.Linear in the MLP
+        layout = ATTENTION
+    linears = [[name, _width(out, sizes), _width(into, sizes)] for name, out, into in layout]
+    layer = [[out, into] for _, out, into in linears]
+    layer += [[out] for (name, out, _) in linears if _biased(model_type, config, name)]
+    if count:
+        width = config.get("moe_intermediate_size") or sizes["i"]
+        layer += [[count, sizes["h"]], [count, 2 * width, sizes["h"]], [count, sizes["h"], width]]
+    if model_type in HEAD_QK_NORMS:
+        layer += [[sizes["head_dim"]]] * 2
+    elif model_type in FULL_QK_NORMS:
+        layer += [[sizes["q"]], [sizes["kv"]]]
+    norm = [[sizes["h"]]] * (2 if model_type in BIASED_NORMS else 1)
+    layer += norm * LAYER_NORMS.get(model_type, DEFAULT_LAYER_NORMS)
+    embedding = [config["vocab_size"], sizes["h"]]
+    root = [embedding, *norm] + ([] if tied_embeddings(config) else [embedding])
+    return {"root": root, "layer": layer, "linears": linears}
+
+
+def tied_embeddings(config: dict) -> bool:
+    """The lm_head is the input embedding: as config.json says, else the family's default."""
+    return bool(config.get("tie_word_embeddings", config.get("model_type") in TIED_BY_DEFAULT))
+
+
+def record(lm) -> dict:
+    """The structure of a built Hugging Face causal LM (on the meta device or not): the root's parameters (those of no
+    decoder layer; a tied lm_head once), the first decoder layer's, and its nn.Linear layers by their names under the
+    layer. PEFT's injected adapters are left out and its base_layer counted as the linear it wraps, so an adapted
+    model records its base. ValueError when the decoder layers differ in their parameters' shapes (the plan counts one
+    layer times the layers)."""
+    from torch import nn
+
+    def shapes(module) -> list[tuple[str, list[int]]]:
+        return [(name.replace(".base_layer", ""), list(parameter.shape))
+                for name, parameter in module.named_parameters() if ".lora_" not in name]
+
+    layers = lm.model.layers
+    first = shapes(layers[0])
+    differing = [index for index, layer in enumerate(layers) if shapes(layer) != first]
+    if differing:
+        raise ValueError(f"its decoder layers differ in their parameters (layer {differing[0]} against layer 0)")
+    in_layers = {id(parameter) for parameter in layers.parameters()}
+    root = [list(parameter.shape) for name, parameter in lm.named_parameters() if id(parameter) not in in_layers]
+    linears = []
+    for name, module in layers[0].named_modules():
+        base = getattr(module, "base_layer", None)
+        linear = base if isinstance(base, nn.Linear) else module if isinstance(module, nn.Linear) else None
+        if linear is None or ".lora_" in f".{name}" or name.endswith(".base_layer"):
+            continue
+        linears.append([name, linear.out_features, linear.in_features])
+    return {"root": root, "layer": [shape for _, shape in first], "linears": linears}
+
+
+def attach(config: dict, lm) -> dict:
+    """`config` (a config.json as a dict) with the structure recorded from `lm`, the model built from it."""
+    return {**config, STRUCTURE_FIELD: record(lm)}
+
+
+def without_structure(config: dict) -> dict:
+    """`config` as transformers reads it: the recorded structure left out."""
+    return {key: value for key, value in config.items() if key != STRUCTURE_FIELD}
+
+
+def layer_shapes(config: dict) -> list[tuple[int, ...]]:
+    return [tuple(shape) for shape in derived(config)["layer"]]
+
+
+def root_shapes(config: dict) -> list[tuple[int, ...]]:
+    return [tuple(shape) for shape in derived(config)["root"]]
+
+
+def linear_shapes(config: dict) -> dict[str, tuple[int, int]]:
+    """A decoder layer's nn.Linear layers, by their names under the layer (self_attn.q_proj, mlp.c_fc), as
+    (out_features, in_features)."""
+    return {name: (out, into) for name, out, into in derived(config)["linears"]}
+
+
+def linear_names(config: dict) -> tuple[str, ...]:
+    """The leaf names of a decoder layer's linear layers (q_proj, c_fc, qkv_proj): what --lora_targets names and
+    PEFT matches, sorted."""
+    return tuple(sorted({name.rsplit(".", 1)[-1] for name in linear_shapes(config)}))
+
+
+def parameter_count(config: dict) -> int:
+    structure = derived(config)
+    return (config["num_hidden_layers"] * sum(math.prod(shape) for shape in structure["layer"])
+            + sum(math.prod(shape) for shape in structure["root"]))
+
+
+def hybrid_layers(config: dict) -> str | None:
+    """The config field that makes a model a hybrid of attention and state-space (Mamba) or recurrent layers, or
+    None."""
+    return next((name for name in SSM_FIELDS if config.get(name) is not None), None)

@@ -24,8 +24,9 @@ VOCAB = 512
 
 def run_one(directory: str, method: str, rank: int) -> dict:
     cpu = torch.device("cpu")
-    cfg = TrainConfig(model_id=directory, method=method, batch_size=2, seq_len=16, steps=STEPS, lora_rank=4,
-                      lora_targets="all-linear", learning_rate=1e-3)
+    adapters = {"lora_rank": 4, "lora_targets": "all-linear"} if method != "full" else {}  # full refuses --lora_*
+    cfg = TrainConfig(model_id=directory, method=method, batch_size=2, seq_len=16, steps=STEPS, learning_rate=1e-3,
+                      **adapters)
     built = build_model(cfg, cpu, directory)
     parameters = sum(parameter.numel() for parameter in built.lm.parameters())
     built = lora.apply(built, cfg)

@@ -6,14 +6,15 @@ and an existing reservation's), so a stack that cannot work fails before any res
 import pulumi
 
 from infra import config
-from infra.aws import network, node_health
+from infra.aws import network, node_health, reservation_end
 from infra.aws.capacity_reservation import GpuCapacityReservation
 from infra.aws.cluster import EksCluster
 from infra.aws.gpu_nodes import GpuNodeGroup, GpuPlacementGroup, TargetedReservation
 from infra.aws.network import Network
 from infra.aws.pod_identity import RayPodIdentity, checkpoint_storage_policy
+from infra.config.experiment_tracking import artifacts_location
 from infra.job import job_config, preflight, ray_job
-from infra.kubernetes import addons, idle_stop, monitoring, raycluster
+from infra.kubernetes import addons, cloudwatch, idle_stop, monitoring, raycluster
 from infra.kubernetes.mlflow_server import MlflowServer
 from infra.preview import feasibility
 
@@ -49,8 +50,10 @@ cluster = EksCluster(
 )
 # The Ray pods' own AWS identity (EKS Pod Identity), scoped to the checkpoint prefix, an s3:// dataset file and an
 # s3:// model directory (read-only); the nodes' roles have none.
-storage_policy = checkpoint_storage_policy(cfg.train.storage_path, dataset=cfg.train.dataset,
-                                           model=cfg.train.model_id)
+# The stack's MLflow server's prefix under trainStoragePath is denied to them: only the server's role writes its store.
+storage_policy = checkpoint_storage_policy(
+    cfg.train.storage_path, dataset=cfg.train.dataset, model=cfg.train.model_id,
+    server_prefix=artifacts_location(cfg.train.storage_path)[1] if cfg.experiment_tracking == "mlflow" else "")
 pod_identity = RayPodIdentity(
     f"{cfg.cluster_name}-ray-pods",
     cluster_name=cluster.cluster_name,
@@ -67,6 +70,10 @@ placement = GpuPlacementGroup(f"{cfg.cluster_name}-gpu-placement", node_group_na
                               tags=tags) if plan.own_placement_group else None
 placement_group: pulumi.Input[str] | None = placement.name if placement else None
 if cfg.capacity_reserve:
+    # An ended reservation (capacityReservationHours, or cancelled) leaves no GPU node able to launch: say so now.
+    reservation_end.warn_if_ended(f"{cfg.cluster_name}-gpu-reservation", region=plan.region, identity=plan.identity,
+                                  end_hours=cfg.capacity_reservation_hours,
+                                  idle_stop_minutes=cfg.gpu_idle_stop_minutes)
     reservation = GpuCapacityReservation(
         f"{cfg.cluster_name}-gpu-reservation",
         instance_type=cfg.gpu_instance_type,
@@ -156,14 +163,16 @@ node_health.NodeMonitoringAgent(f"{cfg.cluster_name}-node-monitoring-agent", clu
 if cfg.monitoring == "prometheus":
     metrics = monitoring.PrometheusMonitoring(
         f"{cfg.cluster_name}-monitoring", provider=cluster.provider, ray_namespace=ray_cluster.namespace,
-        ray_namespace_name=cfg.ray_namespace, ray_cluster_name=cfg.ray_cluster_name, vpc_cidr=cfg.vpc_cidr,
+        ray_namespace_name=cfg.ray_namespace, ray_cluster_name=cfg.ray_cluster_name,
+        control_plane_cidrs=net.control_plane_cidrs,
         depends_on=[cluster.system_node_group, cluster.coredns, gpu_nodes.node_group])
     pulumi.export("grafanaCommand", metrics.dashboard_command)
     pulumi.export("grafanaAdminPassword", metrics.admin_password)
 elif cfg.monitoring == "cloudwatch":
-    metrics = monitoring.CloudWatchMonitoring(
-        f"{cfg.cluster_name}-cloudwatch", cluster_name=cluster.cluster_name, eks_cluster_name=cfg.cluster_name,
-        eks_cluster_arn=cluster.cluster_arn, tags=tags,
+    metrics = cloudwatch.CloudWatchMonitoring(
+        f"{cfg.cluster_name}-cloudwatch", provider=cluster.provider, cluster_name=cluster.cluster_name,
+        eks_cluster_name=cfg.cluster_name, eks_cluster_arn=cluster.cluster_arn,
+        control_plane_cidrs=net.control_plane_cidrs, vpc_cidr=cfg.vpc_cidr, tags=tags,
         depends_on=[cluster.system_node_group, cluster.pod_identity_agent])
     pulumi.export("grafanaCommand", metrics.dashboard_command)
 # ---- the stack's own MLflow server (issue 34): the job reports to it when trainReportTo names mlflow ---------------

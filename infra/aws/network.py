@@ -234,6 +234,12 @@ class Network(pulumi.ComponentResource):
         control_plane = control_plane_azs(self.availability_zones, {e.availability_zone: e.zone_id for e in plan})
         self.control_plane_private_subnet_ids = [self.private_subnets[az].id for az in control_plane]
         self.control_plane_public_subnet_ids = [self.public_subnets[az].id for az in control_plane]
+        # EKS places the control plane's cross-account ENIs in the subnets given to the cluster (both kinds here), and
+        # the API server's calls to webhooks come from those ENIs' addresses (EKS user guide, "Amazon EKS networking
+        # requirements": the ENIs "enable communication between the control plane and the VPC").
+        by_az = {entry.availability_zone: entry for entry in plan}
+        self.control_plane_cidrs = tuple(cidr for az in control_plane
+                                         for cidr in (by_az[az].private_cidr, by_az[az].public_cidr))
         self.register_outputs({
             "vpc_id": self.vpc_id,
             "private_subnet_ids": self.private_subnet_ids,

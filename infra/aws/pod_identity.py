@@ -29,12 +29,23 @@ from infra.config import s3_location
 POD_IDENTITY_PRINCIPAL = "pods.eks.amazonaws.com"
 
 
-def checkpoint_storage_policy(storage_path: str, dataset: str = "", model: str = "") -> str | None:
+# What the Ray pods may not do under the stack's MLflow server's prefix, though it lies under trainStoragePath's.
+SERVER_ONLY_ACTIONS = ("s3:GetObject", "s3:PutObject", "s3:DeleteObject", "s3:AbortMultipartUpload")
+
+
+def checkpoint_storage_policy(storage_path: str, dataset: str = "", model: str = "",
+                              server_prefix: str = "") -> str | None:
     """The S3 access the Ray pods need: for `trainStoragePath` (s3://bucket/prefix), Ray Train's controller on the
     head and every worker read and write the run's checkpoints (and the job its models and metrics) there; an s3://
     `trainDataset` file is read by the head (the check before training) and every worker: read-only, that one
     object; an s3:// `trainModelId` directory is read by the head (its config.json) and each node's first worker
-    (workload/model/files.py): read-only, that prefix. None when none is on S3 (nothing to grant)."""
+    (workload/model/files.py): read-only, that prefix. None when none is on S3 (nothing to grant).
+
+    `server_prefix` (the stack's MLflow server's, `experimentTracking: mlflow`, inside trainStoragePath's bucket): an
+    explicit Deny on its objects, which no Allow overrides (IAM policy evaluation logic), so the Ray pods can neither
+    overwrite the server's stored database (`mlflow/store/mlflow.db`) nor its artifacts; they reach the server through
+    its HTTP API only (the client uploads artifacts through it, `--serve-artifacts`), and only the server's own role
+    (infra/kubernetes/mlflow_server.py) writes there."""
     statements = []
     location = s3_location(storage_path)
     if location is not None:
@@ -75,6 +86,9 @@ def checkpoint_storage_policy(storage_path: str, dataset: str = "", model: str =
         statements += [{"Effect": "Allow", "Action": "s3:GetObject", "Resource": f"arn:aws:s3:::{bucket}/{prefix}/*"},
                        {"Effect": "Allow", "Action": "s3:ListBucket", "Resource": f"arn:aws:s3:::{bucket}",
                         "Condition": {"StringLike": {"s3:prefix": [prefix, f"{prefix}/*"]}}}]
+    if server_prefix and location is not None:
+        statements.append({"Sid": "MlflowServerOnly", "Effect": "Deny", "Action": list(SERVER_ONLY_ACTIONS),
+                           "Resource": f"arn:aws:s3:::{location[0]}/{server_prefix}/*"})
     return json.dumps({"Version": "2012-10-17", "Statement": statements}) if statements else None
 
 

@@ -47,6 +47,8 @@ LOG_TAIL_LINES = 80
 # Inputs that define the job: a change runs a new one. The rest (how to reach the cluster, the timeout, the
 # expectation, what `up` waits for) is updated in place. The submission id follows from these.
 REPLACE_ON_CHANGE = ("train_args", "run_id", "pip", "env_vars")
+# Ray's terminal job statuses (ray.job_submission.JobStatus.is_terminal): such a job never runs again by itself.
+ENDED_STATUSES = frozenset({"SUCCEEDED", "FAILED", "STOPPED"})
 # Outputs, declared as None inputs so that Pulumi exposes them as attributes.
 OUTPUT_NAMES = ("job_id", "status", "final_loss", "tokens_per_s", "world_size", "device", "verdicts", "checkpoint",
                 "sharding", "fabric", "follow", "eval_loss", "model",
@@ -204,18 +206,29 @@ class TrainingJobProvider(pulumi.dynamic.ResourceProvider):
         return pulumi.dynamic.UpdateResult(outs={**olds, **news, **kept})
 
     def read(self, id_: str, props: dict[str, Any]) -> pulumi.dynamic.ReadResult:
-        """`pulumi refresh`: the job's status now and, once it has succeeded, its results. A job the job server no
-        longer knows (a RayCluster made anew) is gone from the state, and the next `up` runs it again."""
+        """`pulumi refresh`: the job's status now and, once it has succeeded, its results. Where the job server
+        cannot say (it is unreachable, or knows no such job: a RayCluster made anew forgets every job), a job the
+        state records as ended keeps its stored outputs, so the next `up` never runs a finished job again; one the
+        state records as unfinished is dropped, and the next `up` runs it again."""
         from workload.fabric import transport
         from workload.run import submit
 
-        with self._job_server(props, False) as server:
-            client = submit.connect(server.address, server.token)
-            info = submit.job_info(client, id_)
-            if info is None:
-                return pulumi.dynamic.ReadResult("", {})
-            outs = {**props, "status": info.status.value}
-            logs = client.get_job_logs(id_) if info.status.value == "SUCCEEDED" else ""
+        on_log = self._on_log or to_stderr
+        try:
+            with self._job_server(props, False) as server:
+                client = submit.connect(server.address, server.token)
+                info = submit.job_info(client, id_)
+                logs = client.get_job_logs(id_) if info is not None and info.status.value == "SUCCEEDED" else ""
+        except Exception as e:  # noqa: BLE001 - a refresh must not lose a job because its cluster cannot be reached
+            on_log(f"[{id_}] the job server cannot be reached ({type(e).__name__}: {e}); the stored state is kept")
+            return pulumi.dynamic.ReadResult(id_, dict(props))
+        if info is None:
+            if props.get("status") in ENDED_STATUSES:
+                on_log(f"[{id_}] unknown to the job server (a new RayCluster); it had ended "
+                       f"({props.get('status')}): its stored results are kept")
+                return pulumi.dynamic.ReadResult(id_, dict(props))
+            return pulumi.dynamic.ReadResult("", {})
+        outs = {**props, "status": info.status.value}
         if summary := submit.parse_summary(logs):
             outs.update(job_outputs(id_, info.status.value, summary, transport.verdicts_from_summary(summary, logs)))
         return pulumi.dynamic.ReadResult(id_, outs)

@@ -30,7 +30,6 @@ import functools
 import json
 
 import pulumi
-import pulumi_aws as aws
 import pulumi_kubernetes as k8s
 import pulumi_random as random
 
@@ -332,7 +331,7 @@ class PrometheusMonitoring(pulumi.ComponentResource):
     scrape policies; Grafana's admin password as a Pulumi secret."""
 
     def __init__(self, name: str, *, provider: k8s.Provider, ray_namespace: pulumi.Input[str], ray_namespace_name: str,
-                 ray_cluster_name: str, depends_on: list[pulumi.Resource], vpc_cidr: str = "10.0.0.0/16",
+                 ray_cluster_name: str, depends_on: list[pulumi.Resource], control_plane_cidrs: tuple[str, ...],
                  opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("raytrain:infra:PrometheusMonitoring", name, None, opts)
         child = pulumi.ResourceOptions(parent=self, provider=provider, depends_on=list(depends_on))
@@ -350,7 +349,7 @@ class PrometheusMonitoring(pulumi.ComponentResource):
             for policy in security.network_policies(
                 monitoring_namespace=MONITORING_NAMESPACE, ray_namespace=ray_namespace_name,
                 ray_cluster_name=ray_cluster_name, scraper_label=SCRAPER_LABEL, prometheus_port=PROMETHEUS_PORT,
-                grafana_port=GRAFANA_PORT, vpc_cidr=vpc_cidr)]
+                grafana_port=GRAFANA_PORT, control_plane_cidrs=control_plane_cidrs)]
         namespace_ready = [namespace, host_namespace, *self.monitoring_policies]
         in_namespace = pulumi.ResourceOptions(parent=self, provider=provider, depends_on=[*namespace_ready,
                                                                                         *depends_on])
@@ -410,35 +409,6 @@ class PrometheusMonitoring(pulumi.ComponentResource):
         self.dashboard_command: pulumi.Output[str] = self.stack.status.apply(lambda _: dashboard_command())
         self.register_outputs({"dashboard_command": self.dashboard_command,
                                "grafana_admin_password": self.admin_password})
-
-
-class CloudWatchMonitoring(pulumi.ComponentResource):
-    """The CloudWatch Observability add-on, its agent's IAM role through EKS Pod Identity (the nodes' roles carry no
-    CloudWatch rights), nothing else: metrics and dashboards are Container Insights' own, in the CloudWatch console."""
-
-    def __init__(self, name: str, *, cluster_name: pulumi.Input[str], eks_cluster_name: str, eks_cluster_arn: str,
-                 tags: dict[str, str], depends_on: list[pulumi.Resource],
-                 opts: pulumi.ResourceOptions | None = None) -> None:
-        from infra.aws.pod_identity import trust_policy
-
-        super().__init__("raytrain:infra:CloudWatchMonitoring", name, None, opts)
-        role = aws.iam.Role(f"{name}-agent", assume_role_policy=trust_policy(
-            eks_cluster_arn, eks_cluster_name, CLOUDWATCH_NAMESPACE, CLOUDWATCH_SERVICE_ACCOUNT), tags=tags,
-            opts=pulumi.ResourceOptions(parent=self))
-        attachment = aws.iam.RolePolicyAttachment(f"{name}-agent-policy", role=role.name,
-                                                  policy_arn=CLOUDWATCH_AGENT_POLICY,
-                                                  opts=pulumi.ResourceOptions(parent=role))
-        self.addon = aws.eks.Addon(
-            f"{name}-addon", cluster_name=cluster_name, addon_name=CLOUDWATCH_ADDON,
-            addon_version=addon_pins.CLOUDWATCH_VERSION,
-            pod_identity_associations=[aws.eks.AddonPodIdentityAssociationArgs(
-                role_arn=role.arn, service_account=CLOUDWATCH_SERVICE_ACCOUNT)],
-            resolve_conflicts_on_create="OVERWRITE", resolve_conflicts_on_update="OVERWRITE", tags=tags,
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[attachment, *depends_on]))
-        self.dashboard_command: pulumi.Output[str] = self.addon.id.apply(
-            lambda _: "AWS console: CloudWatch > Insights > Container Insights (cluster "
-                      f"{eks_cluster_name}; GPU and EFA views under Performance monitoring)")
-        self.register_outputs({"dashboard_command": self.dashboard_command})
 
 
 def system_node_requests() -> dict[str, dict[str, str]]:

@@ -23,6 +23,7 @@ from infra.kubernetes import image_pins, mlflow_serve, mlflow_server
 from tests.program.test_admission import POD_IDENTITY_VOLUME, refusals
 from tests.program.test_monitoring_security import _matches, _peer_admits
 from tests.program.test_refusals_at_preview import DEV, refusal
+from tests.support.iam_policy import Request, decide
 from tests.support.pulumi_mocks import SCHEMA, program
 
 KUBERNETES = SCHEMA["kubernetesVersion"]["default"]
@@ -171,6 +172,30 @@ def test_its_role_reaches_the_mlflow_prefix_only(mlflow_program):
     args = pod(mlflow_program)["containers"][0]["args"]
     assert args[args.index("--artifacts-destination") + 1] == "s3://team-bucket/runs/dev/mlflow"
     assert "--serve-artifacts" in args
+
+
+def test_the_ray_pods_cannot_touch_the_servers_store_and_the_server_can(mlflow_program):
+    """The store's copy (mlflow/store/mlflow.db) and the server's artifacts lie under trainStoragePath's prefix, which
+    the Ray pods write: an explicit Deny on the server's prefix wins over their Allow, so only the server's role
+    writes there, and the Ray pods reach the server through its HTTP API only."""
+    ray_role = mlflow_program.one("aws:iam/role:Role", "ray-train-ray-pods-role")
+    (ray_policy,) = [r.inputs["policy"] for r in mlflow_program.of_type("aws:iam/rolePolicy:RolePolicy")
+                     if r.parent == ray_role.urn]
+    server_policy = mlflow_program.one("aws:iam/rolePolicy:RolePolicy", "ray-train-mlflow-artifacts").inputs["policy"]
+    store = "arn:aws:s3:::team-bucket/runs/dev/mlflow/store/mlflow.db"
+    artifact = "arn:aws:s3:::team-bucket/runs/dev/mlflow/1/abc/artifacts/model.txt"
+    for action in ("s3:PutObject", "s3:DeleteObject", "s3:GetObject", "s3:AbortMultipartUpload"):
+        for key in (store, artifact):
+            assert decide([ray_policy], Request(action, key)) == "ExplicitDeny", (action, key)
+            assert decide([server_policy], Request(action, key)) == "Allow", (action, key)
+    checkpoint = "arn:aws:s3:::team-bucket/runs/dev/ray-train-fsdp-llm-run/checkpoint_000001/model.pt"
+    assert decide([ray_policy], Request("s3:PutObject", checkpoint)) == "Allow", "checkpoints stay the Ray pods'"
+    # Without the stack's server nothing is denied (a team's own server keeps its store elsewhere).
+    plain = program("dev", (("trainStoragePath", STORAGE),))
+    plain_role = plain.one("aws:iam/role:Role", "ray-train-ray-pods-role")
+    (plain_policy,) = [r.inputs["policy"] for r in plain.of_type("aws:iam/rolePolicy:RolePolicy")
+                       if r.parent == plain_role.urn]
+    assert "Deny" not in plain_policy
 
 
 def test_the_job_reports_to_it_and_the_port_forward_is_an_output(mlflow_program):

@@ -123,3 +123,83 @@ def test_grafana_and_the_operators_webhook_admit_their_callers_only(dev_program)
     assert admits(dev_program, operator, monitoring_security.OPERATOR_WEBHOOK_PORT, API_SERVER), "the API server's webhook call"
     assert not admits(dev_program, operator, monitoring_security.OPERATOR_WEBHOOK_PORT, RAY_WORKER)
     assert admits(dev_program, KUBE_STATE_METRICS, 8080, PROMETHEUS) and not admits(dev_program, KUBE_STATE_METRICS, 8080, RAY_HEAD)
+
+
+
+# ---- webhooks answer the control plane only; the CloudWatch namespace held like the others ----------------------
+
+SUBNET = "aws:ec2/subnet:Subnet"
+
+
+def _webhook_blocks(policy_list: list[dict]) -> list[str]:
+    (webhook,) = [p for p in policy_list if p["metadata"]["name"] == "operator-webhook"]
+    (rule,) = webhook["spec"]["ingress"]
+    return [peer["ipBlock"]["cidr"] for peer in rule["from"]]
+
+
+def _subnet_cidrs(run) -> dict[str, str]:
+    return {r.name: r.inputs["cidrBlock"] for r in run.of_type(SUBNET)}
+
+
+def test_the_prometheus_operators_webhook_admits_the_control_planes_subnets_not_the_vpc(dev_program):
+    """EKS puts the control plane's ENIs in the subnets the cluster is given; the API server calls webhooks from
+    them. Every other address of the VPC (nodes and pods of the other AZs, say) is refused."""
+    blocks = _webhook_blocks(policies(dev_program, MON))
+    subnets = _subnet_cidrs(dev_program)
+    assert "10.0.0.0/16" not in blocks and blocks, blocks
+    assert set(blocks) <= set(subnets.values()), (blocks, subnets)
+    operator = (MON, {"app": "kube-prometheus-stack-operator"}, None)
+    # The VPC's addresses outside every control-plane subnet (10.0.128.0/17 here is unallocated) and a peered network.
+    for address in ("10.0.150.9", "10.1.0.5"):
+        assert not admits(dev_program, operator, monitoring_security.OPERATOR_WEBHOOK_PORT, (None, {}, address)), address
+
+
+@pytest.fixture(scope="module")
+def cloudwatch_program():
+    return program("dev", (("monitoring", "cloudwatch"),))
+
+
+CLOUDWATCH = monitoring.CLOUDWATCH_NAMESPACE
+
+
+def test_the_cloudwatch_namespace_has_pod_security_labels_and_a_default_deny(cloudwatch_program):
+    (namespace,) = [r for r in cloudwatch_program.of_type(NAMESPACE) if r.inputs["metadata"]["name"] == CLOUDWATCH]
+    labels = namespace.inputs["metadata"]["labels"]
+    assert labels["pod-security.kubernetes.io/enforce"] == "privileged", "the agent and fluent-bit use the host"
+    assert labels["pod-security.kubernetes.io/warn"] == "baseline" == labels["pod-security.kubernetes.io/audit"]
+    kubernetes_validate.validate({"apiVersion": "v1", "kind": "Namespace", "metadata": namespace.inputs["metadata"]},
+                                 KUBERNETES, strict=True)
+    own = policies(cloudwatch_program, CLOUDWATCH)
+    for policy in own:
+        kubernetes_validate.validate(policy, KUBERNETES, strict=True)
+    (deny,) = [p for p in own if p["metadata"]["name"] == "default-deny"]
+    assert deny["spec"] == {"podSelector": {}, "policyTypes": ["Ingress", "Egress"]}
+    addon = cloudwatch_program.one("aws:eks/addon:Addon", "ray-train-cloudwatch-addon")
+    policy_urns = {p.urn for p in cloudwatch_program.of_type(NETWORK_POLICY)
+                   if p.inputs["metadata"]["namespace"] == CLOUDWATCH}
+    assert policy_urns | {namespace.urn} <= set(addon.dependencies), "the add-on's pods start behind the policies"
+
+
+@pytest.mark.parametrize("port, source, allowed", [
+    (monitoring_security.CLOUDWATCH_WEBHOOK_PORT, API_SERVER, True),
+    (monitoring_security.CLOUDWATCH_WEBHOOK_PORT, RAY_WORKER, False),
+    (monitoring_security.CLOUDWATCH_WEBHOOK_PORT, (None, {}, "10.0.150.9"), False),
+    (9400, (None, {}, "10.0.40.9"), True),  # the host-network agent, from another node
+    (9400, RAY_WORKER, False),
+    (5000, (None, {}, "10.0.12.7"), False),
+    (8080, (CLOUDWATCH, {"app.kubernetes.io/name": "amazon-cloudwatch-observability"}, None), True),
+])
+def test_the_cloudwatch_namespace_admits_the_control_plane_and_the_agent_only(cloudwatch_program, port, source,
+                                                                              allowed):
+    operator = (CLOUDWATCH, {"app.kubernetes.io/name": "amazon-cloudwatch-observability",
+                             "control-plane": "controller-manager"}, None)
+    assert admits(cloudwatch_program, operator, port, source) is allowed, (port, source)
+
+
+def test_the_cloudwatch_namespace_may_reach_dns_https_and_the_pod_identity_agent_only(cloudwatch_program):
+    egress = [rule for p in policies(cloudwatch_program, CLOUDWATCH) if "Egress" in p["spec"]["policyTypes"]
+              for rule in p["spec"].get("egress") or []]
+    ports = sorted(sorted(port["port"] for port in rule.get("ports") or []) for rule in egress)
+    assert ports == [[], [53, 53], [80], [443]], ports  # [] is the namespace's own pods
+    (own,) = [rule for rule in egress if not rule.get("ports")]
+    assert own["to"] == [{"podSelector": {}}], "no port limit only within the namespace"

@@ -81,6 +81,15 @@ def describe_existing(reservation_id: str, *, cluster_name: str, region: str | N
     return dict(found) if found and region and found["AvailabilityZone"].startswith(region) else None
 
 
+# The stack's own reservations by their URN tag (infra.aws.reservation_end.describe_tagged): none unless a test puts
+# some here (a reservation that ended, say).
+TAGGED_RESERVATIONS: dict[str, list[dict[str, Any]]] = {}
+
+
+def describe_tagged(urn: str, *, region: str | None, identity: Any) -> list[dict[str, Any]]:
+    return [dict(r) for r in TAGGED_RESERVATIONS.get(urn, []) if region and r["AvailabilityZone"].startswith(region)]
+
+
 _ID_PREFIXES = {
     "aws:ec2/vpc:Vpc": "vpc-",
     "aws:ec2/subnet:Subnet": "subnet-",

@@ -17,6 +17,7 @@ What the fake AWS answers:
 - the deployer's public address (infra.aws.network.deployer_public_ip, an HTTPS request at preview): DEPLOYER_IP.
 - an existing capacity reservation (infra.aws.capacity_reservation.describe_existing, boto3 at preview) from
   RESERVATIONS, in the region of its AZ only; that function itself is tested against botocore Stubbers.
+- the stack's own reservations by their URN tag (infra.aws.reservation_end.describe_tagged) from TAGGED_RESERVATIONS.
 - `eks:index:Cluster` (a remote component) returns kubeconfig, security group, OIDC and an `eksCluster` that
   is a real resource reference, as pulumi-eks's does; its `kubeconfig` output carries `--role` but never
   `--profile` (pulumi-eks returns kubeconfigWithoutProfile), and its getKubeconfig method answers with both.
@@ -44,8 +45,8 @@ from pulumi.runtime.proto import provider_pb2
 from pulumi.runtime.stack import run_pulumi_func
 from pulumi.runtime.sync_await import _sync_await
 
-from infra.aws import capacity_reservation, network
-from tests.support.fake_aws import DEPLOYER_IP, AwsMocks, describe_existing
+from infra.aws import capacity_reservation, network, reservation_end
+from tests.support.fake_aws import DEPLOYER_IP, AwsMocks, describe_existing, describe_tagged
 
 REPO = Path(__file__).resolve().parents[2]
 PROGRAM = REPO / "__main__.py"
@@ -335,6 +336,7 @@ def _run(stack: str | None, overrides: dict[str, Any] | None, project_dir: Path 
 
     try:
         with mock.patch.object(capacity_reservation, "describe_existing", describe_existing), \
+                mock.patch.object(reservation_end, "describe_tagged", describe_tagged), \
                 mock.patch.object(network, "deployer_public_ip", lambda: DEPLOYER_IP):
             _sync_await(run_pulumi_func(program))
     except BaseException as e:  # noqa: BLE001 handed to the caller

@@ -48,11 +48,15 @@ def summary(plan: str, lines: list[dict]) -> dict:
             "emulated_over_model": emulated.get("emulated_over_model")}
 
 
-def main(argv: list[str] | None = None) -> None:
+def build_parser():
     parser = benchmark_parser(__doc__, batch_size=2, warmup=1, steps=3)
     parser.add_argument("--smoke", action="store_true", help="a reduced copy (--model_config tiny, lora) on any device")
     parser.add_argument("--output", default="")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
     announce()
     import torch
 

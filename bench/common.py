@@ -1,5 +1,6 @@
 """What the benchmarks of record and the explorations share: the step's common flags, the two steps they compare (the
-original recipe's and the project's), timing a step, the device and its one-rank process group, and the provenance
+original recipe's and the project's), timing a step, the emulation's delay kernel (GpuDelay) and activation offloading
+(ActivationOffload), the device and its one-rank process group, and the provenance
 line (command, machine, versions) each benchmark of record writes beside its results.
 
 May import workload/ and bench.model (never ray, and bench/model/ never imports this module). torch, transformers
@@ -210,3 +211,125 @@ def fresh(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats(device)
+
+
+class ActivationOffload:
+    """Saved activations to pinned host memory instead of activation checkpointing's recomputation, for the first
+    `layers` decoder layers of `model` (workload.model's CausalLMWithLoss; bench.model.offload counts it): those layers
+    stop checkpointing, and while `active()` every tensor autograd saves outside a checkpointed layer goes to the host
+    in forward (on a side stream, under the compute) and comes back in backward. As torchtune's OffloadActivations,
+    parameters and tensor subclasses (NF4 weights, DTensors) stay where they are, and so does anything small or not
+    led by the batch or its tokens (a weight's transposed view saved for the input's gradient)."""
+
+    MIN_BYTES = 1 << 20
+
+    def __init__(self, model, layers: int, device: torch.device, micro_batch: int, seq_len: int) -> None:
+        import torch
+
+        for layer in list(model.layers)[:layers]:
+            layer.gradient_checkpointing = False  # transformers' GradientCheckpointingLayer reads it each call
+        self.leading = {micro_batch, micro_batch * seq_len}
+        self.cuda = device.type == "cuda"
+        self.stream = torch.cuda.Stream(device) if self.cuda else None
+        self.held_bytes = self.peak_host_bytes = 0
+
+    def _offloads(self, tensor) -> bool:
+        import torch
+
+        return (type(tensor) is torch.Tensor and tensor.dim() >= 2 and tensor.shape[0] in self.leading
+                and tensor.numel() * tensor.element_size() >= self.MIN_BYTES)
+
+    def pack(self, tensor):
+        import torch
+
+        if not self._offloads(tensor):
+            return tensor
+        host = torch.empty(tensor.shape, dtype=tensor.dtype, pin_memory=self.cuda)
+        if self.stream is not None:
+            self.stream.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(self.stream):
+                host.copy_(tensor, non_blocking=True)
+            tensor.record_stream(self.stream)  # its memory is not reused before the copy has read it
+        else:
+            host.copy_(tensor)
+        self.held_bytes += host.numel() * host.element_size()
+        self.peak_host_bytes = max(self.peak_host_bytes, self.held_bytes)
+        return (tensor.device, host)
+
+    def unpack(self, packed):
+        import torch
+
+        if isinstance(packed, torch.Tensor):
+            return packed
+        device, host = packed
+        if self.stream is not None:
+            torch.cuda.current_stream().wait_stream(self.stream)
+        self.held_bytes -= host.numel() * host.element_size()
+        return host.to(device, non_blocking=True)
+
+    def active(self):
+        import torch
+
+        return torch.autograd.graph.saved_tensors_hooks(self.pack, self.unpack)
+
+
+# The delay kernel: spins on the GPU's global nanosecond timer, so the delay does not stretch when the SM clock
+# drops under the H200's power cap (torch.cuda._sleep counts clock cycles; used only if CuPy cannot build this).
+SPIN_SOURCE = r"""
+extern "C" __global__ void spin(unsigned long long nanoseconds) {
+    unsigned long long start, now;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+    do { asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now)); } while (now - start < nanoseconds);
+}
+"""
+
+
+class GpuDelay:
+    """Holds the current stream for a given time, using one thread of one SM."""
+
+    def __init__(self, device: torch.device) -> None:
+        import torch
+
+        self.device = device
+        try:
+            import cupy
+
+            self._kernel = cupy.RawKernel(SPIN_SOURCE, "spin")
+            self._cupy, self._streams = cupy, {}
+            self.kind = "globaltimer spin (CuPy)"
+            self(1e-4)
+            torch.cuda.synchronize(device)
+        except Exception as error:  # no CuPy, or NVRTC missing: the cycle-counting sleep, calibrated once
+            self._kernel, self.kind = None, f"torch.cuda._sleep, calibrated ({type(error).__name__}: {error})"
+            cycles = 50_000_000
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            torch.cuda._sleep(cycles)
+            end.record()
+            end.synchronize()
+            self._cycles_per_s = cycles / (start.elapsed_time(end) / 1e3)
+
+    def __call__(self, seconds: float) -> None:
+        import torch
+
+        if seconds <= 0:
+            return
+        if self._kernel is None:
+            torch.cuda._sleep(int(seconds * self._cycles_per_s))
+            return
+        handle = torch.cuda.current_stream(self.device).cuda_stream
+        stream = self._streams.get(handle)
+        if stream is None:
+            stream = self._streams[handle] = self._cupy.cuda.ExternalStream(handle)
+        self._kernel((1,), (1,), (self._cupy.uint64(int(seconds * 1e9)),), stream=stream)
+
+    def accuracy(self, seconds: float = 0.01) -> float:
+        """Measured over asked, for one delay alone."""
+        import torch
+
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        self(seconds)
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end) / 1e3 / seconds

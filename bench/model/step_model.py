@@ -40,7 +40,7 @@ import dataclasses
 import json
 from dataclasses import replace
 
-from bench.model import step_shapes
+from bench.model import offload, step_shapes
 from bench.model.step_inputs import (
     CENTRAL,
     G_FAMILY,
@@ -126,40 +126,81 @@ def comm_seconds(parts: list[Collective], hardware: Hardware, concurrent: bool) 
     return sum(max(link_seconds([part], hardware)) for part in parts)
 
 
+@dataclasses.dataclass(frozen=True)
+class StepCompute:
+    """One step's compute per GPU, seconds: what predict times and what bench.record.emulate_rank scales its delays
+    to (its target), so the emulation and the prediction it checks start from the same figure."""
+
+    forward: float
+    backward: float
+    optimizer: float
+    recompute: float = 0.0
+    """Activation checkpointing's second forward of the checkpointed layers, their dequantization included."""
+    copy_back: float = 0.0
+    """Offloaded activations' host-to-GPU copies in backward (bench.model.offload), exposed."""
+
+    @property
+    def total(self) -> float:
+        return self.forward + self.backward + self.optimizer + self.recompute + self.copy_back
+
+
+def step_compute(strategy: Strategy, hardware: Hardware, batch_size: int, seq_len: int,
+                 assumptions: Assumptions = CENTRAL, shape: ModelShape | None = None, split: Split | None = None,
+                 compute_factor: float = 1.0, activation_checkpointing: bool = False,
+                 offloaded_layers: int = 0) -> StepCompute:
+    """The step's compute: model FLOPs at the GPU's MFU (compute_seconds, times `compute_factor`), qlora's
+    dequantization (workload.model.adapters.compute), split into forward, backward and optimizer; with activation
+    checkpointing each checkpointed layer's forward again (RECOMPUTE_SHARE, or the shape's recompute_share, of the
+    forward and backward compute, dequantization included). `offloaded_layers` (a lever of the emulation,
+    bench.model.offload) skip checkpointing: the recomputation shrinks by their share of the layers and their saved
+    activations' copies back to the GPU are added; nothing else changes."""
+    shape = shape or default_shape()
+    compute = compute_seconds(strategy, hardware, batch_size, seq_len, assumptions, shape) * compute_factor
+    if shape.quantized_parameters:
+        # qlora's dequantization: per step, memory-bound; a pass per forward and backward here, the recomputed
+        # forward's pass in `recompute` below.
+        compute += adapter_compute.dequantize_seconds(shape.quantized_parameters, hardware.gpu_name,
+                                                      activation_checkpointing=False)
+    split = split or SPLIT[strategy.step]
+    optimizer = split.optimizer * compute
+    if shape.method != "full":
+        # AdamW and clipping over the adapters only: their share of the parameters full training updates.
+        optimizer *= shape.adapter_parameters / shape.matmul_parameters
+    forward_share = split.forward / (split.forward + split.backward)
+    recompute = copy_back = 0.0
+    if activation_checkpointing:
+        checkpointed = (shape.layers - offloaded_layers) / shape.layers
+        recompute = shape.recompute_share(seq_len) * (compute - optimizer) * checkpointed
+        if offloaded_layers:
+            copy_back = offload.copy_back_seconds(shape.config, offloaded_layers, batch_size * strategy.batch_multiple
+                                                  // strategy.grad_accum_steps, seq_len, hardware.gpu_name,
+                                                  strategy.grad_accum_steps)
+    return StepCompute(forward_share * (compute - optimizer), (1 - forward_share) * (compute - optimizer), optimizer,
+                       recompute, copy_back)
+
+
 def predict(strategy: Strategy, hardware: Hardware, batch_size: int, seq_len: int,
             assumptions: Assumptions = CENTRAL, split: Split | None = None, links_override=None,
             compute_factor: float = 1.0, hide_under_step: bool = False, shape: ModelShape | None = None,
-            activation_checkpointing: bool = False, reshard_after_forward: bool = False) -> dict:
+            activation_checkpointing: bool = False, reshard_after_forward: bool = False,
+            offloaded_layers: int = 0) -> dict:
     """Step time and tokens/s of `strategy` on `hardware` (documented bandwidths; `assumptions` scale them):
     batch_size x batch_multiple sequences of seq_len tokens per GPU per step, in grad_accum_steps micro-batches; of
     Qwen2.5-1.5B unless `shape` says another model (its FLOPs and collectives; the split and MFU are the measured
     ones). `links_override` (bench.record.emulate_rank.Links) gives the bandwidths directly; `compute_factor` scales the
     compute (fp8's measured gain). `hide_under_step` is a lever the workload does not have: every collective but the
     exposed two hides under the whole step's compute (reductions under the optimizer and the next forward too).
-    With activation checkpointing backward recomputes each layer's forward (RECOMPUTE_SHARE more of the forward and
-    backward compute, in backward); with reshard_after_forward backward gathers every layer again."""
-    compute = compute_seconds(strategy, hardware, batch_size, seq_len, assumptions, shape) * compute_factor
-    if shape is not None and shape.quantized_parameters:
-        # qlora's dequantization: per step, memory-bound (workload.model.adapters.compute); recomputed below with
-        # the layers' forward under activation checkpointing.
-        compute += adapter_compute.dequantize_seconds(shape.quantized_parameters, hardware.gpu_name,
-                                                      activation_checkpointing=False)
-    recompute_share = shape.recompute_share(seq_len) if shape is not None else RECOMPUTE_SHARE
-    split = split or SPLIT[strategy.step]
+    The compute is step_compute's (activation checkpointing's recomputation and the offloaded layers' copies in
+    backward); with reshard_after_forward backward gathers every layer again."""
+    parts_of_compute = step_compute(strategy, hardware, batch_size, seq_len, assumptions, shape, split,
+                                    compute_factor, activation_checkpointing, offloaded_layers)
+    compute, optimizer = parts_of_compute.total, parts_of_compute.optimizer
+    forward_total = parts_of_compute.forward
+    backward_total = parts_of_compute.backward + parts_of_compute.recompute + parts_of_compute.copy_back
     links = assumed_links(hardware, assumptions)
     if links_override is not None:
         links = replace(hardware, inter_node_gbytes_per_s=links_override.inter_node_gbytes_per_s,
                         intra_node_gbytes_per_s=links_override.intra_node_gbytes_per_s)
-    optimizer = split.optimizer * compute
-    if shape is not None and shape.method != "full":
-        # AdamW and clipping over the adapters only: their share of the parameters full training updates.
-        optimizer *= shape.adapter_parameters / shape.matmul_parameters
-    forward_share = split.forward / (split.forward + split.backward)
-    forward_total = forward_share * (compute - optimizer)
-    backward_total = (1 - forward_share) * (compute - optimizer)
-    if activation_checkpointing:
-        backward_total += recompute_share * (compute - optimizer)
-        compute = optimizer + forward_total + backward_total
     micro_forward, micro_backward = (total / strategy.grad_accum_steps for total in (forward_total, backward_total))
     parts = collectives(strategy, hardware, shape, reshard_after_forward)
     phases = {phase: [part for part in parts if part.phase == phase] for phase in ("forward", "backward")}

@@ -39,7 +39,7 @@ from typing import Callable, Iterator
 import torch
 import torch.distributed as dist
 
-from bench.common import GIB, announce, benchmark_parser, recipe_model
+from bench.common import GIB, ActivationOffload, GpuDelay, announce, benchmark_parser, recipe_model
 from bench.model import step_inputs, step_model, step_shapes
 from workload.config import TrainConfig
 from workload.data.batches import random_batches
@@ -63,15 +63,6 @@ INTERCEPTED = {
     "reduce_scatter_single": ("reduce_scatter", "input"),
     "all_reduce": ("all_reduce", "tensor"),
 }
-# The delay kernel: spins on the GPU's global nanosecond timer, so the delay does not stretch when the SM clock
-# drops under the H200's power cap (torch.cuda._sleep counts clock cycles; used only if CuPy cannot build this).
-SPIN_SOURCE = r"""
-extern "C" __global__ void spin(unsigned long long nanoseconds) {
-    unsigned long long start, now;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
-    do { asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now)); } while (now - start < nanoseconds);
-}
-"""
 
 
 @dataclass(frozen=True)
@@ -111,51 +102,6 @@ def _link_times(operation: str, ranks: int, size: int, links: Links) -> tuple[fl
                                      links.nodes, links.gpus_per_node)
     return (traffic.inter_node_bytes_per_node / (links.inter_node_gbytes_per_s * 1e9),
             traffic.intra_node_bytes_per_gpu / (links.intra_node_gbytes_per_s * 1e9))
-
-
-class GpuDelay:
-    """Holds the current stream for a given time, using one thread of one SM."""
-
-    def __init__(self, device: torch.device) -> None:
-        self.device = device
-        try:
-            import cupy
-
-            self._kernel = cupy.RawKernel(SPIN_SOURCE, "spin")
-            self._cupy, self._streams = cupy, {}
-            self.kind = "globaltimer spin (CuPy)"
-            self(1e-4)
-            torch.cuda.synchronize(device)
-        except Exception as error:  # no CuPy, or NVRTC missing: the cycle-counting sleep, calibrated once
-            self._kernel, self.kind = None, f"torch.cuda._sleep, calibrated ({type(error).__name__}: {error})"
-            cycles = 50_000_000
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            torch.cuda._sleep(cycles)
-            end.record()
-            end.synchronize()
-            self._cycles_per_s = cycles / (start.elapsed_time(end) / 1e3)
-
-    def __call__(self, seconds: float) -> None:
-        if seconds <= 0:
-            return
-        if self._kernel is None:
-            torch.cuda._sleep(int(seconds * self._cycles_per_s))
-            return
-        handle = torch.cuda.current_stream(self.device).cuda_stream
-        stream = self._streams.get(handle)
-        if stream is None:
-            stream = self._streams[handle] = self._cupy.cuda.ExternalStream(handle)
-        self._kernel((1,), (1,), (self._cupy.uint64(int(seconds * 1e9)),), stream=stream)
-
-    def accuracy(self, seconds: float = 0.01) -> float:
-        """Measured over asked, for one delay alone."""
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        self(seconds)
-        end.record()
-        end.synchronize()
-        return start.elapsed_time(end) / 1e3 / seconds
 
 
 class TimedCollectives:
@@ -236,10 +182,13 @@ def fake_world(world_size: int) -> None:
     dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=world_size)
 
 
-def build_step(strategy: step_inputs.Strategy, cfg: TrainConfig, device: torch.device, links: Links):
+def build_step(strategy: step_inputs.Strategy, cfg: TrainConfig, device: torch.device, links: Links,
+               offload_layers: int = 0):
     """(timed step, phased step) of `strategy` on the current fake world: the recipe's FSDP1 step, or
     workload.model's with the strategy's mesh and reduction. The phased step returns its forward, backward and
-    optimizer seconds (device events), for the split the model uses."""
+    optimizer seconds (device events), for the split the model uses. `offload_layers`: that many layers' saved
+    activations to host memory instead of recomputed (bench.common.ActivationOffload, `timed.offload`)."""
+    offload = None
     if strategy.step == "recipe":
         model, optimizer = recipe_model(cfg, device)
 
@@ -262,6 +211,9 @@ def build_step(strategy: step_inputs.Strategy, cfg: TrainConfig, device: torch.d
             shards = shape[-1] if strategy.sharding == "hybrid" else links.world_size
             sharded = adapter_memory.adapter_model(architectures.published(cfg.model_id), cfg, device, shards)
         model, optimizer = sharded, build_optimizer(sharded, cfg)
+        if offload_layers:
+            offload = ActivationOffload(model, offload_layers, device, cfg.batch_size // cfg.grad_accum_steps,
+                                        cfg.seq_len)
 
         def forward(batch):
             return loss_fn(model, batch)
@@ -271,6 +223,7 @@ def build_step(strategy: step_inputs.Strategy, cfg: TrainConfig, device: torch.d
                 torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], cfg.max_grad_norm)
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
+    hooks = offload.active if offload else contextlib.nullcontext
 
     def timed(batch):
         if strategy.step == "recipe":
@@ -278,12 +231,14 @@ def build_step(strategy: step_inputs.Strategy, cfg: TrainConfig, device: torch.d
             loss.backward()
             tail()
             return loss.detach()
-        return train_step(model, optimizer, batch, cfg)  # the workload's own step
+        with hooks():
+            return train_step(model, optimizer, batch, cfg)  # the workload's own step
 
     def phased(batch) -> tuple[float, float, float]:
         events = [torch.cuda.Event(enable_timing=True) for _ in range(4)]
         events[0].record()
-        loss = forward(batch)
+        with hooks():
+            loss = forward(batch)
         events[1].record()
         loss.backward()
         events[2].record()
@@ -292,6 +247,7 @@ def build_step(strategy: step_inputs.Strategy, cfg: TrainConfig, device: torch.d
         events[3].synchronize()
         return tuple(events[i].elapsed_time(events[i + 1]) / 1e3 for i in range(3))
 
+    timed.offload = offload
     return timed, phased
 
 
@@ -308,20 +264,24 @@ def median_step(step, batches, device: torch.device, warmup: int, steps: int) ->
 
 def emulate(stack: str, strategy: step_inputs.Strategy, cfg: TrainConfig, device: torch.device, delay: GpuDelay | None,
             warmup: int, steps: int, l4_cases: dict[str, float], bf16_compute_s: float | None = None,
-            link_queues: bool = True) -> list[dict]:
+            link_queues: bool = True, offload_layers: int = 0) -> list[dict]:
     """Lines for one (stack, strategy): the compute-only run (no delay: the H200's step at shard size, its split and
     peak memory), then one delayed run per compute case of the stack's GPU.
 
     With fp8, `bf16_compute_s` is the same strategy's bf16 compute-only step: the stack's GPU is assumed to gain what
     the H200 gains (both double their matmul rate in fp8), so the delays keep bf16's scale and the model's compute
-    takes fp8's measured factor."""
+    takes fp8's measured factor. The target each delay scales to is step_model.step_compute's, the prediction's own
+    compute (activation checkpointing's recomputation and qlora's dequantization included, as the measured step
+    has them), and the compute-only line has that figure for this GPU beside the measured one."""
     hardware = step_inputs.saved_hardware(stack)
     central = step_inputs.CENTRAL
     links = Links(hardware.nodes, hardware.gpus_per_node, hardware.inter_node_gbytes_per_s * central.network_efficiency,
                   step_inputs.intra_node_gbytes_per_s(hardware, central))
     fake_world(links.world_size)
     collectives = TimedCollectives(links, delay, link_queues)
-    label = strategy.name + ("+fp8" if cfg.fp8 else "") + ("" if cfg.method == "full" else f"+{cfg.method}")
+    label = strategy.name + ("+fp8" if cfg.fp8 else "") + ("" if cfg.method == "full" else f"+{cfg.method}") + (
+        f"+offload{offload_layers}" if offload_layers else "")
+    levers = {"activation_checkpointing": cfg.activation_checkpointing, "offloaded_layers": offload_layers}
     # The step model's shape for an adapter method (its FLOPs, gathers and reductions); None: Qwen2.5-1.5B, full.
     config = ({**NAMED_CONFIGS[cfg.model_config], "model_type": "qwen2"} if cfg.model_config
               else architectures.published(cfg.model_id))
@@ -329,7 +289,7 @@ def emulate(stack: str, strategy: step_inputs.Strategy, cfg: TrainConfig, device
         step_shapes.config_shape(config, cfg.method, cfg.lora_rank, cfg.lora_targets)
     batches = random_batches(cfg, config["vocab_size"], rank=0)
     with collectives.active():
-        timed, phased = build_step(strategy, cfg, device, links)
+        timed, phased = build_step(strategy, cfg, device, links, offload_layers)
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(device)
         compute_s, times = median_step(timed, batches, device, warmup, steps)
@@ -350,22 +310,30 @@ def emulate(stack: str, strategy: step_inputs.Strategy, cfg: TrainConfig, device
                   "split_forward_backward_optimizer": [round(share, 3) for share in dataclasses.astuple(shares)],
                   "peak_memory_gib": round(peak, 2), "step_times_s": [round(t, 4) for t in times]}]
         factor = compute_s / bf16_compute_s if bf16_compute_s else 1.0
+        here = next(name for name in ("H200", "H100", "A100", "L40S", "L4") if name in torch.cuda.get_device_name())
+        model_here = step_model.step_compute(strategy, dataclasses.replace(hardware, gpu_name=here), cfg.batch_size,
+                                             cfg.seq_len, central, shape, shares, factor, **levers).total
+        lines[0].update(model_compute_this_gpu_s=round(model_here, 4), measured_over_model_compute=round(
+            compute_s / model_here, 3), host_peak_gib=round(timed.offload.peak_host_bytes / GIB, 2) if timed.offload
+            else 0.0)
         if bf16_compute_s:
             lines[0]["fp8_compute_over_bf16"] = round(factor, 3)
         for case, gemm in l4_cases.items():
             assumptions = dataclasses.replace(central, l4_gemm_tflops=gemm)
-            target = step_model.compute_seconds(strategy, hardware, cfg.batch_size, cfg.seq_len, assumptions,
-                                                shape) * factor
+            target = step_model.step_compute(strategy, hardware, cfg.batch_size, cfg.seq_len, assumptions, shape,
+                                             shares, factor, **levers).total
             collectives.scale = compute_s / target
             emulated_s, times = median_step(timed, batches, device, warmup, steps)
             stack_step = emulated_s / collectives.scale
             model = step_model.predict(strategy, hardware, cfg.batch_size, cfg.seq_len, assumptions,
-                                       split=shares, links_override=links, compute_factor=factor, shape=shape)
+                                       split=shares, links_override=links, compute_factor=factor, shape=shape,
+                                       reshard_after_forward=cfg.reshard_after_forward, **levers)
             lines.append({**base, "run": f"emulated, {case}", "target_compute_s": round(target, 4),
                           "delay_scale": round(collectives.scale, 4), "emulated_step_s": round(emulated_s, 4),
                           "stack_step_s": round(stack_step, 4),
                           "stack_tokens_per_s": round(cfg.batch_size * cfg.seq_len * links.world_size / stack_step),
-                          "model_step_s": round(model["step_s"], 4),
+                          "model_step_s": round(model["step_s"], 4), "model_tokens_per_s": round(
+                              model["tokens_per_s"]),
                           "emulated_over_model": round(stack_step / model["step_s"], 3),
                           "step_times_s": [round(t, 4) for t in times]})
     return lines
@@ -383,6 +351,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "(the recipe is always full training)")
     parser.add_argument("--output", default="")
     parser.add_argument("--central_only", action="store_true", help="only the central compute case per strategy")
+    parser.add_argument("--offload_layers", type=int, default=0, help="that many decoder layers' saved activations "
+                        "to pinned host memory instead of recomputed (bench.model.offload; with a checkpointed plan)")
     parser.add_argument("--no_link_queues", action="store_true",
                         help="delays on the issuing streams only, as before 2026-12-03 (TimedCollectives)")
     return parser
@@ -420,7 +390,7 @@ def main(argv: list[str] | None = None) -> None:
                 run_cfg = dataclasses.replace(run_cfg, compile=cfg.compile)
             lines = emulate(stack, strategy, run_cfg, device, delay,
                             args.warmup, args.steps, cases, compute_only.get((stack, name)) if fp8 else None,
-                            link_queues=not args.no_link_queues)
+                            link_queues=not args.no_link_queues, offload_layers=args.offload_layers)
             if not fp8 and method == "full" and "h200_step_s" in lines[0]:
                 compute_only[stack, name] = lines[0]["h200_step_s"]
         except Exception as error:  # one failed run must not lose the others' lines
@@ -430,9 +400,7 @@ def main(argv: list[str] | None = None) -> None:
             if output:
                 output.write(json.dumps(line) + "\n")
                 output.flush()
-        import gc
-
-        gc.collect()
+        __import__("gc").collect()
         torch.cuda.empty_cache() if device.type == "cuda" else None
     if dist.is_initialized():
         dist.destroy_process_group()

@@ -1,0 +1,98 @@
+"""The 70B QLoRA dev rank on one GPU, its current plan beside activation offloading: one rank of dev's 2 x 4 L4s
+(bench.record.emulate_rank: a fake process group of 8, collectives as timed delays), Llama-3.3-70B with random NF4
+weights at the memory plan's levers (activation checkpointing, reshard_after_forward, full sharding), then the same
+with the first layers' saved activations in pinned host memory instead of recomputed (bench.model.offload: as many
+layers as a g6.12xlarge's host memory holds per GPU).
+
+    python -m bench.record.seventy_b --output $OUT/seventy_b.jsonl      # one H100 or H200, torchao (seventy_b_runs.sh)
+    python -m bench.record.seventy_b --device cpu --smoke               # a reduced copy on the CPU: both plans build,
+                                                                        # step and record their collectives
+
+Per plan: the step on the stack, tokens/s per GPU and per stack, step_model's prediction (its compute is the
+emulation's target: step_model.step_compute) and the ratio, the compute measured on this GPU against the model's
+for this GPU, peak GPU memory and the host memory the offloaded activations held.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+
+from bench.common import announce, benchmark_parser
+from bench.model import offload, step_inputs
+from workload.model import architectures
+
+MODEL_ID = "meta-llama/Llama-3.3-70B-Instruct"
+STRATEGY = "project-full"  # full sharding: what the memory plan takes for the 70B on dev
+
+
+def plans(micro_batch: int, seq_len: int, smoke: bool) -> dict[str, int]:
+    """Plan name -> offloaded layers: the current plan (all recomputed), and the lever at dev's host memory."""
+    hardware = step_inputs.saved_hardware("dev")
+    host = offload.host_gib_per_gpu(hardware.instance_type or "g6.12xlarge", hardware.gpus_per_node)
+    layers = 1 if smoke else offload.offloadable_layers(architectures.published(MODEL_ID), micro_batch, seq_len, host)
+    return {"recompute (current plan)": 0, f"offload {layers} layers": layers}
+
+
+def summary(plan: str, lines: list[dict]) -> dict:
+    """One line a plan, from emulate_rank's compute-only and central emulated lines."""
+    compute = next((line for line in lines if line.get("run", "").startswith("compute")), lines[0])
+    emulated = next((line for line in lines if line.get("run", "").startswith("emulated")), {})
+    world = compute.get("world_size", 8)
+    return {"plan": plan, **{key: compute.get(key) for key in ("error", "run", "h200_step_s", "peak_memory_gib",
+                                                                "host_peak_gib", "model_compute_this_gpu_s",
+                                                                "measured_over_model_compute") if key in compute},
+            "stack_step_s": emulated.get("stack_step_s"),
+            "tokens_per_s_per_gpu": round(emulated["stack_tokens_per_s"] / world) if emulated else None,
+            "tokens_per_s_per_stack": emulated.get("stack_tokens_per_s"),
+            "model_step_s": emulated.get("model_step_s"), "model_tokens_per_s": emulated.get("model_tokens_per_s"),
+            "emulated_over_model": emulated.get("emulated_over_model")}
+
+
+def build_parser():
+    parser = benchmark_parser(__doc__, batch_size=2, warmup=1, steps=3)
+    parser.add_argument("--smoke", action="store_true", help="a reduced copy (--model_config tiny, lora) on any device")
+    parser.add_argument("--output", default="")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
+    announce()
+    import torch
+
+    from bench.record import adapter_memory, emulate_rank
+    from workload.config import TrainConfig
+
+    device = torch.device(args.device, 0) if args.device == "cuda" else torch.device(args.device)
+    delay = None
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+        delay = emulate_rank.GpuDelay(device)
+    if args.smoke:
+        cfg = TrainConfig(model_config="tiny", method="lora", batch_size=args.batch_size, seq_len=args.seq_len,
+                          activation_checkpointing=True, reshard_after_forward=True, compile=False)
+    else:
+        cfg, source, _ = adapter_memory.job_config(MODEL_ID, "qlora", args.batch_size, args.seq_len, False)
+        print(json.dumps({"model": MODEL_ID, "levers": source}), flush=True)
+    strategy = next(strategy for strategy in step_inputs.STRATEGIES if strategy.name == STRATEGY)
+    cases = {case: gemm for case, gemm in emulate_rank.step_model.gemm_cases("L4").items()
+             if gemm == step_inputs.CENTRAL.l4_gemm_tflops}
+    output = open(args.output, "w") if args.output else None
+    for plan, layers in plans(cfg.batch_size // cfg.grad_accum_steps, cfg.seq_len, args.smoke).items():
+        try:
+            lines = emulate_rank.emulate("dev", strategy, dataclasses.replace(cfg), device, delay, args.warmup,
+                                         args.steps, cases, offload_layers=layers)
+        except Exception as error:  # the other plan's line still comes
+            lines = [{"error": f"{type(error).__name__}: {error}"}]
+        for line in [*lines, summary(plan, lines)]:
+            print(json.dumps(line), flush=True)
+            if output:
+                output.write(json.dumps(line) + "\n")
+        if device.type == "cuda":
+            __import__("gc").collect()
+            torch.cuda.empty_cache()
+    torch.distributed.destroy_process_group() if torch.distributed.is_initialized() else None
+
+
+if __name__ == "__main__":
+    main()

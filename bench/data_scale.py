@@ -216,6 +216,64 @@ def write_shard(directory: str, gigabytes: float) -> str:
     return directory
 
 
+class ProcessMemory:
+    """The peak RSS of each process whose command line holds one of `names`, polled every 0.2 s."""
+
+    def __init__(self, names: tuple[str, ...]) -> None:
+        import psutil
+
+        self.psutil, self.names, self.peaks, self.done = psutil, names, {}, False
+        self.thread = threading.Thread(target=self._poll, daemon=True)
+        self.thread.start()
+
+    def _poll(self) -> None:
+        while not self.done:
+            for process in self.psutil.process_iter(["pid", "cmdline", "memory_info"]):
+                try:
+                    line = " ".join(process.info["cmdline"] or [])
+                    name = next((name for name in self.names if name in line), None)
+                    if name and process.info["memory_info"]:
+                        key = f"{name} pid {process.info['pid']}"
+                        self.peaks[key] = max(self.peaks.get(key, 0), process.info["memory_info"].rss // 2**20)
+                except (self.psutil.Error, TypeError):
+                    continue
+            time.sleep(0.2)
+
+    def stop(self) -> dict:
+        self.done = True
+        self.thread.join()
+        return self.peaks
+
+
+def local_run(dataset: str, storage: str, run_name: str, log) -> dict:
+    """`python -m workload.local --dataset DATASET --steps 2` (no evaluation set: it would evaluate the whole held-out
+    share at the last step): seconds to its first step, and every Ray Train worker's peak RSS."""
+    command = [sys.executable, "-m", "workload.local", "--dataset", dataset, "--steps", "2", "--eval_fraction", "0",
+               "--eval_every", "0", "--checkpoint_every", "0", "--export", "none", "--storage_path", storage,
+               "--run_name", run_name]
+    memory = ProcessMemory(("RayTrainWorker", "workload.train"))
+    started = time.monotonic()
+    first_step, lines = None, []
+    with subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as process:
+        for line in process.stdout:
+            lines.append(line.rstrip())
+            if line.startswith("data: ") or line.startswith("step "):
+                log(f"  {line.rstrip()}")
+            if first_step is None and line.startswith("step 1/"):
+                first_step = time.monotonic() - started
+    peaks = memory.stop()
+    if process.returncode:
+        log("\n".join(lines[-30:]))
+        raise SystemExit(f"{' '.join(command)} failed")
+    workers = {name: peak for name, peak in peaks.items() if name.startswith("RayTrainWorker")}
+    return {"measure": "local_run", "dataset": dataset, "dataset_bytes": os.path.getsize(dataset) if dataset else 0,
+            "run_name": run_name, "seconds_to_first_step": round(first_step, 1),
+            "seconds_total": round(time.monotonic() - started, 1), "train_worker_peak_rss_mib": workers,
+            "driver_peak_rss_mib": max([peak for name, peak in peaks.items() if name.startswith("workload.train")]
+                                       or [0]),
+            "data_lines": [line for line in lines if line.startswith("data: ")]}
+
+
 def run_child(args: list[str], env: dict, log) -> dict:
     found = subprocess.run([sys.executable, "-m", "bench.data_scale", *args], cwd=REPO, env=env, text=True,
                            capture_output=True)
@@ -233,6 +291,9 @@ def main() -> None:
     parser.add_argument("--kinds", nargs="+", default=["text", "chat"])
     parser.add_argument("--cpus", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--shard_gb", type=float, default=0, help="also a rank reading a token shard this large")
+    parser.add_argument("--local_run", action="store_true", help="also the issue's done-when: python -m "
+                        "workload.local on the smallest text corpus twice (the second from the cache), and on random "
+                        "tokens, with every Ray Train worker's peak RSS")
     parser.add_argument("--work", default=os.path.join(REPO, "runs", "data_scale"))
     parser.add_argument("--child", choices=["stage", "rank"])
     parser.add_argument("--kind", default="text")
@@ -282,6 +343,12 @@ def main() -> None:
                     record(found)
                 record(run_child(["--child", "rank", "--kind", kind, "--dataset", dataset, "--tokenizer", tokenizer],
                                  env, log))
+        if args.local_run:
+            dataset = os.path.join(args.work, f"text-{min(args.sizes)}MB.jsonl")
+            storage = os.path.join(args.work, "local-storage")
+            shutil.rmtree(storage, ignore_errors=True)
+            for name, source in (("first", dataset), ("second", dataset), ("random", "")):
+                record(local_run(source, storage, f"data-scale-{name}", log))
         if args.shard_gb:
             directory = write_shard(os.path.join(args.work, f"shard-{args.shard_gb:g}GB"), args.shard_gb)
             record({**run_child(["--child", "rank", "--location", directory], dict(os.environ), log),

@@ -127,3 +127,21 @@ def test_a_partial_directory_is_never_read(local_ray, node_cache, monkeypatch):
     monkeypatch.setattr(shards, "pack_text", packed_text)
     assert stage.prepare(cfg, say=lambda line: None) == location and cache.manifest(location) is not None
     assert len(batches.make_data(cfg, 0, 0, 1, location).blocks) > 4, "the stage's blocks replaced the stale ones"
+
+
+def test_a_large_file_checked_whole_is_not_read_again_by_the_next_process(node_cache, monkeypatch):
+    from workload.data import validate
+
+    monkeypatch.setattr(cache, "REMEMBER_CHECKED_BYTES", 0)
+    copy = node_cache / "corpus.jsonl"
+    copy.write_bytes(open(TEXT["dataset"].replace(".txt", ".jsonl"), "rb").read())
+    cfg = TrainConfig(**dict(TEXT, dataset=str(copy), text_field="body"))
+    monkeypatch.setattr(validate, "_checked", {})
+    first = validate.check_dataset(cfg, say=lambda line: None)
+    monkeypatch.setattr(validate, "_checked", {})  # as a new process
+    monkeypatch.setattr(validate, "check_file", lambda *args, **kwargs: pytest.fail("the file was read again"))
+    assert validate.check_dataset(cfg, say=lambda line: None) == first
+    copy.write_bytes(copy.read_bytes().replace(b'"body"', b'"text"', 1))  # another file now: checked again
+    monkeypatch.setattr(validate, "_checked", {})
+    with pytest.raises(pytest.fail.Exception, match="read again"):
+        validate.check_dataset(cfg, say=lambda line: None)

@@ -34,6 +34,9 @@ FORMAT_VERSION = 1
 CACHE_VARIABLE = "RAYTRAIN_DATA_CACHE"
 COMPLETE = "COMPLETE.json"
 HEAD_BYTES = 2**20
+# A file at least this large that passed the data gate whole is remembered on the node (size, mtime, first MiB and
+# the fields read): the local run and the job's driver each check every record, seconds a run at 100 MB.
+REMEMBER_CHECKED_BYTES = 16 * 2**20
 # What of the run's settings changes the tokens or their blocks (the rest, batch size and steps among them, do not).
 TOKEN_SETTINGS = ("seq_len", "data_format", "text_field", "messages_field", "prompt_field", "completion_field",
                   "train_on_prompt", "truncation", "eval_fraction", "eval_split", "dataset_split", "dataset_config",
@@ -89,6 +92,36 @@ def _hub_revision(dataset: str) -> str:
     except Exception:  # noqa: BLE001 - no cache directory yet
         pass
     return ""
+
+
+def _checked_path(cfg: TrainConfig, fields: tuple) -> str | None:
+    identity = data_identity(cfg)
+    if identity.get("size", 0) < REMEMBER_CHECKED_BYTES:
+        return None
+    digest = hashlib.sha256(json.dumps([identity, list(fields), FORMAT_VERSION], default=str).encode()).hexdigest()
+    return os.path.join(node_root(), "checked", f"{digest}.json")
+
+
+def checked_before(cfg: TrainConfig, fields: tuple) -> dict | None:
+    """What workload.data.validate found in this exact file (the same `fields` read) in an earlier process, or None."""
+    try:
+        path = _checked_path(cfg, fields)
+        with open(path) as file:
+            return json.load(file)
+    except (OSError, ValueError, TypeError):
+        return None
+
+
+def remember_checked(cfg: TrainConfig, fields: tuple, found: dict) -> None:
+    try:
+        path = _checked_path(cfg, fields)
+        if path and found.get("complete"):
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(f"{path}.{uuid.uuid4().hex}", "w") as file:
+                json.dump(found, file)
+            os.replace(file.name, path)
+    except (OSError, TypeError):
+        pass  # a cache that cannot be written: the next run checks the file again
 
 
 def tokenizer_identity(tokenizer) -> str:

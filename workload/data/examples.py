@@ -12,7 +12,6 @@ from workload.config import TrainConfig
 from workload.data import chat, packing, records
 from workload.data.tokenizer import load_chat_tokenizer
 
-
 VERBS = {"truncate": "truncated to their first", "keep_end": "truncated to their last",
          "split": "split into pieces of"}
 

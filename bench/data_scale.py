@@ -10,7 +10,7 @@ a Zipf distribution (s = 1.1, as word frequencies in English text; the shortest 
 conversations of 1-4 user/assistant turn pairs of 10-300 words each (chat, OpenAI messages), as .jsonl. The tokenizer
 is a 32k byte-level BPE trained on the text corpus's first 20 MB (the issue's measurements used the same kind); chat
 is rendered with the shipped qwen2.5 template. Each measurement runs in a subprocess of its own, so its peak RSS is
-its own: the stage with `ray.init(num_cpus=N)` (the driver's peak RSS from getrusage, the Ray workers' from psutil
+its own: the stage with `ray.init(num_cpus=N)` (the driver's peak RSS (VmHWM), the Ray workers' from psutil
 polled every 0.2 s), and a training rank (rank 0 of 4) that opens the cache and reads 500 batches of 8 x 2048 tokens.
 Results: one JSON line per measurement in bench/results/data_scale-cpu-<date>.jsonl, the console in .log.
 """
@@ -134,6 +134,16 @@ class WorkerMemory:
         return self.peak
 
 
+def peak_rss_mib() -> int:
+    """This process's peak RSS: VmHWM, which starts afresh at exec (getrusage's ru_maxrss can carry the parent's
+    peak across fork and exec)."""
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) // 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024
+
+
 def child_stage(kind: str, dataset: str, tokenizer: str, cpus: int) -> dict:
     import ray
 
@@ -156,7 +166,7 @@ def child_stage(kind: str, dataset: str, tokenizer: str, cpus: int) -> dict:
             "tokens_per_s_per_core": round(read["tokens"] / read["seconds"] / cpus),
             "blocks": complete["blocks"], "shard_bytes": sum(os.path.getsize(os.path.join(location, name))
                                                             for name in os.listdir(location)),
-            "driver_peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024,
+            "driver_peak_rss_mib": peak_rss_mib(),
             "worker_peak_rss_mib": worker_peak // 2**20, "location": location}
 
 
@@ -189,7 +199,7 @@ def child_rank(kind: str, dataset: str, tokenizer: str, location: str | None) ->
             "process_to_first_batch_s": round(after_imports - started + first_batch_s, 3),
             "batch_shape": list(_shape(first)), "batches_read": RANK_BATCHES,
             "rss_after_imports_mib": imported_rss // 2**20,
-            "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024,
+            "peak_rss_mib": peak_rss_mib(),
             "memmap": type(data.blocks).__name__}
 
 

@@ -58,6 +58,47 @@ def test_a_ranks_blocks_from_the_shards_equal_the_in_memory_ones(case, local_ray
     cfg = TrainConfig(**CASES[case], storage_path=str(node_cache / "storage"))
     location = stage.prepare(cfg, world_size=2, say=lambda line: None)
     assert location.startswith(str(node_cache / "storage" / "datasets")), location
+    _assert_same_blocks(case, cfg, location)
+
+
+def _write_variants(directory) -> dict:
+    """ShareGPT records in a .json list, Alpaca records in a .jsonl.gz, text records in a .parquet: the shapes and
+    the files read by one task with workload.data.validate's reader."""
+    import gzip
+    import json
+
+    import pyarrow
+    import pyarrow.parquet
+
+    with open(CHAT["dataset"]) as file:
+        chats = [json.loads(line) for line in file]
+    names = {"user": "human", "assistant": "gpt", "system": "system"}
+    sharegpt = [{"conversations": [{"from": names[turn["role"]], "value": turn["content"]} for turn in chat["messages"]]}
+                for chat in chats if all(turn["role"] in names and isinstance(turn.get("content"), str)
+                                         for turn in chat["messages"])]
+    (directory / "sharegpt.json").write_text(json.dumps(sharegpt))
+    with open(PROMPTS["dataset"]) as file:
+        alpaca = [{"instruction": record["prompt"], "input": "" if number % 2 else "in full .",
+                   "output": record["completion"]} for number, record in enumerate(map(json.loads, file))]
+    with gzip.open(directory / "alpaca.jsonl.gz", "wt") as file:
+        file.writelines(json.dumps(record) + "\n" for record in alpaca)
+    with open(TEXT["dataset"]) as file:
+        pyarrow.parquet.write_table(pyarrow.table({"text": [line.strip() for line in file]}),
+                                    directory / "corpus.parquet", row_group_size=50)
+    return {"ShareGPT .json": dict(CHAT, dataset=str(directory / "sharegpt.json"), eval_fraction=0.2),
+            "Alpaca .jsonl.gz": dict(PROMPTS, dataset=str(directory / "alpaca.jsonl.gz"), truncation="split",
+                                     seq_len=40),
+            "text .parquet": dict(TEXT, dataset=str(directory / "corpus.parquet"), eval_fraction=0.1)}
+
+
+def test_other_shapes_and_files_give_the_same_blocks_too(local_ray, node_cache):
+    for case, settings in _write_variants(node_cache).items():
+        cfg = TrainConfig(**settings)
+        location = stage.prepare(cfg, world_size=2, say=lambda line: None)
+        _assert_same_blocks(case, cfg, location)
+
+
+def _assert_same_blocks(case: str, cfg: TrainConfig, location: str) -> None:
     for world_size in (2, 3):
         for rank in (0, world_size - 1):
             reference = batches.make_data(cfg, 0, rank, world_size)
@@ -145,3 +186,30 @@ def test_a_large_file_checked_whole_is_not_read_again_by_the_next_process(node_c
     monkeypatch.setattr(validate, "_checked", {})
     with pytest.raises(pytest.fail.Exception, match="read again"):
         validate.check_dataset(cfg, say=lambda line: None)
+
+
+def test_a_hub_datasets_blocks_from_the_shards_equal_the_in_memory_ones(local_ray, node_cache, monkeypatch):
+    import json
+
+    import datasets
+
+    with open(CHAT["dataset"]) as file:
+        conversations = [json.loads(line) for line in file]
+    with open(TEXT["dataset"]) as file:
+        lines = [line.strip() for line in file] + ["", "  "]  # a Hub split's blank texts are left out
+    splits = {("org/corpus", "train"): {"text": lines}, ("org/corpus", "validation"): {"text": lines[::3]},
+              ("org/chats", "train"): conversations}
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(datasets, "load_dataset", lambda name, config, split: (
+        datasets.Dataset.from_list if name == "org/chats" else datasets.Dataset.from_dict)(splits[name, split]))
+    for settings in (dict(TEXT, dataset="org/corpus", eval_split="validation"),
+                     dict(CHAT, dataset="org/chats", eval_fraction=0.2)):
+        cfg = TrainConfig(**settings)
+        location = stage.prepare(cfg, world_size=2, say=lambda line: None)
+        for rank in (0, 1):
+            reference, cached = batches.make_data(cfg, 0, rank, 2), batches.make_data(cfg, 0, rank, 2, location)
+            for step in range(6):
+                assert torch.equal(_rows(cached.train(step)), _rows(reference.train(step))), (cfg.dataset, rank, step)
+            assert [_rows(batch).tolist() for batch in cached.eval] == [_rows(batch).tolist()
+                                                                       for batch in reference.eval], cfg.dataset
+            assert cached.eval, f"{cfg.dataset}: an evaluation set"

@@ -219,8 +219,8 @@ def dataset_batches(cfg: TrainConfig, rank: int, world_size: int) -> Batches:
 
 def cached_data(cfg: TrainConfig, location: str, rank: int, world_size: int, say=lambda line: None) -> Data:
     """This rank's batches from the token shards at `location`, memory-mapped from this node's disk (copied there
-    once per node when remote): each step reads its rows by index, so a rank's data memory is a batch and its index
-    of rows, and the evaluation share. The same blocks as make_data's in-memory path, dealt the same way."""
+    once per node when remote): each step reads its rows by index (shards.read_rows), so a rank's data memory is a
+    batch, its index of rows, and its evaluation share. The same blocks as make_data's in-memory path, dealt the same way."""
     import numpy as np
 
     from workload.data import cache, shards
@@ -235,11 +235,11 @@ def cached_data(cfg: TrainConfig, location: str, rank: int, world_size: int, say
 
     def batch(step: int):
         chosen = rows[(torch.arange(cfg.batch_size) + step * cfg.batch_size) % len(rows)]
-        return wrap(torch.from_numpy(train[chosen.numpy()].astype(np.int64)))
+        return wrap(torch.from_numpy(shards.read_rows(train, chosen.numpy()).astype(np.int64)))
 
     evaluation = []
     if held is not None:
-        share = held[rank::world_size][:len(held) // world_size]
-        evaluation = [wrap(torch.from_numpy(share[start:start + cfg.batch_size].astype(np.int64)))
-                      for start in range(0, len(share), cfg.batch_size)]
+        share = np.arange(rank, len(held), world_size)[:len(held) // world_size]
+        evaluation = [wrap(torch.from_numpy(shards.read_rows(held, share[start:start + cfg.batch_size]).astype(
+            np.int64))) for start in range(0, len(share), cfg.batch_size)]
     return Data(batch, evaluation, complete.get("description", ""), complete.get("summary"), train)

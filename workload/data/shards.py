@@ -63,15 +63,13 @@ def _read_raw(path: str, dtype) -> np.ndarray:
 
 def _write(path: str, shape: tuple, fill) -> int:
     """An int32 .npy of `shape`, its rows filled ROWS_PER_WRITE at a time by fill(start, stop) -> array."""
-    if not shape[0]:
-        np.save(path, np.empty(shape, TOKEN_DTYPE))
-        return 0
-    out = np.lib.format.open_memmap(path, mode="w+", dtype=TOKEN_DTYPE, shape=shape)
-    for start in range(0, shape[0], ROWS_PER_WRITE):
-        stop = min(shape[0], start + ROWS_PER_WRITE)
-        out[start:stop] = fill(start, stop)
-    out.flush()
-    del out
+    # Written, not memory-mapped: a mapped output's dirty pages would count in the stage's memory until unmapped.
+    with open(path, "wb") as out:
+        np.lib.format.write_array_header_1_0(out, {"descr": np.lib.format.dtype_to_descr(np.dtype(TOKEN_DTYPE)),
+                                                   "fortran_order": False, "shape": shape})
+        for start in range(0, shape[0], ROWS_PER_WRITE):
+            stop = min(shape[0], start + ROWS_PER_WRITE)
+            out.write(np.ascontiguousarray(fill(start, stop), dtype=TOKEN_DTYPE).tobytes())
     return shape[0]
 
 
@@ -199,10 +197,29 @@ def _write_packed(path: str, streams: dict, starts: np.ndarray, lengths: np.ndar
 
 
 def open_blocks(directory: str, name: str) -> np.ndarray | None:
-    """The blocks `name` of a cache directory, memory-mapped read-only (None when absent): a rank's data memory is
-    the pages it touches, not the file."""
+    """The blocks `name` of a cache directory, memory-mapped read-only (None when absent): its shape and dtype are
+    read, its rows are read with read_rows."""
     path = os.path.join(directory, name)
     return np.load(path, mmap_mode="r") if os.path.exists(path) else None
+
+
+def read_rows(blocks: np.memmap, rows: np.ndarray) -> np.ndarray:
+    """`rows` of memory-mapped blocks, read with pread into a new array: the process maps no page of the file, so its
+    data memory is the rows, whatever the file's size. Indexing the mapping instead would keep every page it touched
+    resident, and the 64 KiB around each that the kernel maps on a fault: an epoch of random rows maps the file."""
+    out = np.empty((len(rows), *blocks.shape[1:]), dtype=blocks.dtype)
+    if not len(rows):
+        return out
+    size = out[0].nbytes
+    descriptor = os.open(blocks.filename, os.O_RDONLY)
+    try:
+        for index, row in enumerate(np.asarray(rows).tolist()):
+            assert 0 <= row < len(blocks), f"row {row} of {len(blocks)}"
+            read = os.preadv(descriptor, [out[index]], blocks.offset + row * size)
+            assert read == size, f"{blocks.filename}: row {row} cut short ({read} of {size} bytes)"
+    finally:
+        os.close(descriptor)
+    return out
 
 
 def dealt_rows(count: int, seed: int, rank: int, world_size: int) -> torch.Tensor:

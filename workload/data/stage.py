@@ -154,11 +154,11 @@ def _hub_split(cfg: TrainConfig, split: str):
     return dataset
 
 
-def _parts(cfg: TrainConfig, split: str, cpus: int) -> tuple[list[dict], int]:
+def _parts(cfg: TrainConfig, split: str, cpus: int, hub) -> tuple[list[dict], int]:
     """What each read task reads, in order, and the total it is measured against (bytes, or a Hub split's rows;
     0 when unknown: a compressed file)."""
-    if not is_file_dataset(cfg.dataset):
-        rows = len(_hub_split(cfg, split))
+    if hub is not None:
+        rows = len(hub)
         step = max(RECORDS_PER_BATCH, math.ceil(rows / (4 * cpus)))
         return [{"kind": "hub", "split": split, "start": start, "stop": min(rows, start + step)}
                 for start in range(0, rows, step)], rows
@@ -188,12 +188,16 @@ def tokenize(cfg: TrainConfig, split: str, shape, writer: shards.StreamWriter, s
     context.execution_options.preserve_order = True  # the tokens in the records' order: the same on any cluster
     context.enable_progress_bars = False  # the stage's own lines say how far it is
     cpus = max(1, int(ray.cluster_resources().get("CPU", 1)))
-    parts, total = _parts(cfg, split, cpus)
+    hub = None if is_file_dataset(cfg.dataset) else _hub_split(cfg, split)
+    parts, total = _parts(cfg, split, cpus, hub)
     # One task reads an unsplittable file: a fraction of a CPU keeps it from being fused with the tokenizing tasks
-    # that follow, so those still run on every CPU.
-    read_options = {"num_cpus": 0.25} if len(parts) == 1 else {}
+    # that follow, so those still run on every CPU. A Hub split is read where datasets put its files, this node (the
+    # Dataset passed to the tasks names them), and tokenized anywhere.
+    read_options = {"num_cpus": 0.25} if len(parts) == 1 or hub is not None else {}
+    if hub is not None:  # Ray's default label of every node: its id
+        read_options["label_selector"] = {"ray.io/node-id": ray.get_runtime_context().get_node_id()}
     dataset = ray.data.from_items(parts, override_num_blocks=max(1, len(parts))).map_batches(
-        _read_parts, batch_size=1, batch_format="pyarrow", fn_kwargs={"cfg": cfg}, **read_options,
+        _read_parts, batch_size=1, batch_format="pyarrow", fn_kwargs={"cfg": cfg, "hub": hub}, **read_options,
     ).map_batches(_tokenize_batch, batch_size=None, batch_format="pyarrow", fn_kwargs={"cfg": cfg, "shape": shape})
     found = {"records": 0, "tokens": 0, "done": 0}
     started = last = time.monotonic()
@@ -222,12 +226,12 @@ def _progress(found: dict, total: int, elapsed: float, final: bool = False) -> s
     return line
 
 
-def _read_parts(batch, cfg: TrainConfig) -> Iterator:
+def _read_parts(batch, cfg: TrainConfig, hub) -> Iterator:
     """Read tasks: each part's records as a table of raw lines (or pickled records) and where each is."""
     import pyarrow
 
     for part in batch.to_pylist():
-        for raw, where, size in _batches(_records_of(cfg, part), RECORDS_PER_BATCH):
+        for raw, where, size in _batches(_records_of(cfg, part, hub), RECORDS_PER_BATCH):
             yield pyarrow.table({"raw": pyarrow.array(raw, pyarrow.binary()), "at": pyarrow.array(where, pyarrow.int64()),
                                  "size": pyarrow.array(size, pyarrow.int64()), "kind": [part["kind"]] * len(raw)})
 
@@ -243,7 +247,7 @@ def _batches(items: Iterator[tuple], size: int) -> Iterator[tuple[list, list, li
         yield tuple(map(list, zip(*held)))
 
 
-def _records_of(cfg: TrainConfig, part: dict) -> Iterator[tuple[bytes, int, int]]:
+def _records_of(cfg: TrainConfig, part: dict, hub) -> Iterator[tuple[bytes, int, int]]:
     """(raw, where, progress) of each record: a line's bytes, its byte offset and length; else the pickled record,
     its 1-based number, and 1 for a Hub row (the total counts rows) or 0."""
     if part["kind"] == "lines":
@@ -264,9 +268,8 @@ def _records_of(cfg: TrainConfig, part: dict) -> Iterator[tuple[bytes, int, int]
             for number, (_, record) in enumerate(validate.records(cfg.dataset, raw), 1):
                 yield pickle.dumps(record), number, 0
     else:
-        dataset = _hub_split(cfg, part["split"])
         for start in range(part["start"], part["stop"], RECORDS_PER_BATCH):
-            rows = dataset.select(range(start, min(part["stop"], start + RECORDS_PER_BATCH))).to_list()
+            rows = hub.select(range(start, min(part["stop"], start + RECORDS_PER_BATCH))).to_list()
             for number, record in enumerate(rows, start + 1):
                 yield pickle.dumps(record), number, 1
 
@@ -307,6 +310,9 @@ def _tokenize_batch(batch, cfg: TrainConfig, shape):
 
     key = (cfg.tokenizer_name, cfg.chat_template, cfg.data_format)
     if key not in _tokenizers:  # once per worker process: Ray reuses them across tasks
+        # One thread a task: Ray gives each task a CPU, and a fast tokenizer's batch call would otherwise spread over
+        # every core of the node, under every other task.
+        os.environ["TOKENIZERS_PARALLELISM"] = "false"
         _tokenizers[key] = load_run_tokenizer(cfg)
     tokenizer = _tokenizers[key]
     records = [_record(raw, kind, cfg.dataset) for raw, kind in zip(batch.column("raw").to_pylist(),

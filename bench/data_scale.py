@@ -260,16 +260,16 @@ def local_run(dataset: str, storage: str, run_name: str, log) -> dict:
     share at the last step): seconds to its first step, and every Ray Train worker's peak RSS."""
     command = [sys.executable, "-m", "workload.local", "--dataset", dataset, "--steps", "2", "--eval_fraction", "0",
                "--eval_every", "0", "--checkpoint_every", "0", "--export", "none", "--storage_path", storage,
-               "--run_name", run_name]
+               "--run_name", run_name, "--verbose"]  # verbose: the job log's data lines too
     memory = ProcessMemory(("RayTrainWorker", "workload.train"))
     started = time.monotonic()
     first_step, lines = None, []
     with subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as process:
         for line in process.stdout:
             lines.append(line.rstrip())
-            if line.startswith("data: ") or line.startswith("step "):
+            if line.startswith("data: ") or ("step " in line and " loss " in line):
                 log(f"  {line.rstrip()}")
-            if first_step is None and line.startswith("step 1/"):
+            if first_step is None and "step 1/" in line and " loss " in line:  # after Ray's "(RayTrainWorker pid=N)"
                 first_step = time.monotonic() - started
     peaks = memory.stop()
     if process.returncode:

@@ -101,10 +101,9 @@ def _pack_examples(cfg: TrainConfig, tokenizer, directory: str, writer, held, sh
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     pad = pad if pad is not None else 0  # as examples.dataset_blocks: padding carries no loss
     streams = writer.arrays()
-    if held:
-        train, untrained = np.flatnonzero(np.asarray(streams["trains"], dtype=bool)), None
-        untrained = len(streams["trains"]) - len(train)
-        evaluation = None
+    if held:  # --eval_split: the examples that train, in their order (examples.dataset_blocks)
+        train = np.flatnonzero(np.asarray(streams["trains"], dtype=bool))
+        untrained, evaluation = len(streams["trains"]) - len(train), None
     else:
         train, evaluation, untrained = shards.example_sets(streams, cfg.seed, cfg.eval_fraction)
     counts = {shards.TRAIN: shards.pack_examples(directory, shards.TRAIN, streams, train, cfg.seq_len, pad,

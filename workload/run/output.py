@@ -1,10 +1,11 @@
 """What `python -m workload.local` prints: the project's own lines by default, everything with --verbose.
 
 A job's log interleaves the project's progress (the trainer's `training ...`, `effective batch ...`, `step ...`,
-`fabric check ...`, `note: ...`, `chat data: ...` lines, and the driver's `dataset ...`, `data: ...` (the data
-stage) and `error: ...`) with
+`fabric check ...`, `note: ...`, `chat data: ...` lines, and the driver's `dataset ...` and `error: ...`) with
 Ray's: its INFO records, the controller's scheduling lines, every worker's "Reporting training result ..." dumps of
-2 KB and more, and what libraries warn at import. Quiet, a line is shown when, Ray's "(RayTrainWorker pid=N)" prefix
+2 KB and more, and what libraries warn at import. The data stage's `data: ...` lines (workload/data/stage.py) are
+the job log's and --verbose's: a first run tokenizes and a later one reads the cache, so the quiet output, which the
+README shows whole, stays the same from run to run. Quiet, a line is shown when, Ray's "(RayTrainWorker pid=N)" prefix
 and colours taken off, it starts with one of OWN_PREFIXES; the machine-read TRAIN_TRANSPORT line is not shown. After
 the run, a short recap for a person comes before the TRAIN_SUMMARY line (which stays the last line, for scripts).
 """
@@ -20,7 +21,7 @@ from workload.config import SUMMARY_PREFIX, TRANSPORT_PREFIX
 # workload/fabric/bandwidth.py, workload/cli.py's errors); tests/test_local_output.py checks the trainer's against it.
 OWN_PREFIXES = ("training ", "effective batch ", "step ", "fabric check ", "note: ", "warning: ", "error: ",
                 "submitted Ray job ", "log stream of ", "memory plan: ", "loaded ", "downloading ", "copying ",
-                "copied ", "dataset ", "data: ", "text data: ", "chat data: ", "prompt-completion data: ", "tracking: ",
+                "copied ", "dataset ", "text data: ", "chat data: ", "prompt-completion data: ", "tracking: ",
                 "pushed ")
 # "(RayTrainWorker pid=123)" and, on a terminal, its ANSI colours: Ray's log monitor puts them before a worker's line.
 RAY_PREFIX = re.compile(r"^(\x1b\[[0-9;]*m)*\((?P<actor>[A-Za-z]+) pid=\d+(?:, ip=[^)]*)?\)(\x1b\[[0-9;]*m)* ")

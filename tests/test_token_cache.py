@@ -213,3 +213,22 @@ def test_a_hub_datasets_blocks_from_the_shards_equal_the_in_memory_ones(local_ra
             assert [_rows(batch).tolist() for batch in cached.eval] == [_rows(batch).tolist()
                                                                        for batch in reference.eval], cfg.dataset
             assert cached.eval, f"{cfg.dataset}: an evaluation set"
+
+
+def test_shards_beside_a_remote_run_are_uploaded_whole_and_copied_to_a_node_once(local_ray, node_cache):
+    import shutil
+
+    # file:// goes through pyarrow's file systems as s3:// does: an upload with COMPLETE.json last, then a download.
+    cfg = TrainConfig(**TEXT, eval_fraction=0.2, storage_path=f"file://{node_cache / 'remote'}")
+    location = stage.prepare(cfg, say=lambda line: None)
+    key = location.rsplit("/", 1)[-1]
+    uploaded = node_cache / "remote" / "datasets" / key
+    assert sorted(os.listdir(uploaded)) == [cache.COMPLETE, shards.EVAL, shards.TRAIN], os.listdir(uploaded)
+    local = node_cache / "node" / key
+    assert cache.manifest(str(local)) is not None, "the stage's node keeps its copy"
+    shutil.rmtree(local)
+    said: list[str] = []
+    assert cache.local_directory(location, said.append) == str(local) and said == [
+        f"copying the token shards {location} to {local}"], said
+    assert cache.local_directory(location, said.append) == str(local) and len(said) == 1, "copied once"
+    _assert_same_blocks("remote", cfg, location)

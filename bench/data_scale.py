@@ -6,13 +6,17 @@ to the first batch on a cache hit (workload/data/stage.py, cache.py, shards.py; 
     python -m bench.data_scale --sizes 100 --shard_gb 10   # and a rank reading a 10 GB token shard written directly
 
 Corpora are generated here, real-text-like: words of a 50k-word vocabulary (pseudo-words of 2-12 letters) drawn from
-a Zipf distribution (s = 1.1, as word frequencies in English text; the shortest words the most frequent), documents of 50-2000 words (text) or
-conversations of 1-4 user/assistant turn pairs of 10-300 words each (chat, OpenAI messages), as .jsonl. The tokenizer
-is a 32k byte-level BPE trained on the text corpus's first 20 MB (the issue's measurements used the same kind); chat
-is rendered with the shipped qwen2.5 template. Each measurement runs in a subprocess of its own, so its peak RSS is
-its own: the stage with `ray.init(num_cpus=N)` (the driver's peak RSS (VmHWM), the Ray workers' from psutil
-polled every 0.2 s), and a training rank (rank 0 of 4) that opens the cache and reads 500 batches of 8 x 2048 tokens.
-Results: one JSON line per measurement in bench/results/data_scale-cpu-<date>.jsonl, the console in .log.
+a Zipf distribution (s = 1.1, as word frequencies in English text; the shortest words the most frequent), documents
+of 50-2000 words (text) or conversations of 1-4 user/assistant turn pairs of 10-300 words each (chat, OpenAI
+messages), as .jsonl. The tokenizer is a 32k byte-level BPE trained on the text corpus's first 20 MB (the issue's
+measurements used the same kind); chat is rendered with the shipped qwen2.5 template. Each measurement runs in a
+subprocess of its own, so its peak RSS is its own: the stage with `ray.init(num_cpus=N)` (the driver's peak RSS
+(VmHWM), the Ray workers' from psutil polled every 0.2 s, and their CPU seconds: this machine's 2 cores are shared,
+so tokens per worker CPU second is the figure that does not depend on the load beside it), and a training rank (rank
+0 of 4) that opens the cache and reads 500 batches of 8 x 2048 tokens. Results: one JSON line per measurement in
+bench/results/data_scale-cpu-<date>.jsonl, the console in .log. `--local_run` adds the issue's done-when:
+`python -m workload.local` on the text corpus twice on one storage path (the second from the cache) and once on
+random tokens, with every Ray Train worker's peak RSS and the seconds to the first step.
 """
 from __future__ import annotations
 
@@ -108,30 +112,33 @@ def config(kind: str, dataset: str, tokenizer: str):
 
 
 class WorkerMemory:
-    """The largest RSS of any Ray worker process (ray::...), polled."""
+    """The largest RSS of any Ray task worker (ray::MapBatches...), and the CPU seconds they spent, polled: on a
+    machine shared with other work the wall time says little, tokens per CPU second of the workers does."""
 
     def __init__(self) -> None:
         import psutil
 
-        self.psutil, self.peak, self.done = psutil, 0, False
+        self.psutil, self.peak, self.cpu, self.done = psutil, 0, {}, False
         self.thread = threading.Thread(target=self._poll, daemon=True)
         self.thread.start()
 
     def _poll(self) -> None:
         while not self.done:
-            for process in self.psutil.process_iter(["name", "cmdline", "memory_info"]):
+            for process in self.psutil.process_iter(["pid", "name", "cmdline", "memory_info", "cpu_times"]):
                 try:
                     name = " ".join(process.info["cmdline"] or [process.info["name"] or ""])
-                    if name.startswith("ray::") and process.info["memory_info"]:
+                    if name.startswith("ray::MapBatches") and process.info["memory_info"]:
                         self.peak = max(self.peak, process.info["memory_info"].rss)
-                except (self.psutil.Error, TypeError):
+                        times = process.info["cpu_times"]
+                        self.cpu[process.info["pid"]] = times.user + times.system
+                except (self.psutil.Error, TypeError, AttributeError):
                     continue
             time.sleep(0.2)
 
-    def stop(self) -> int:
+    def stop(self) -> tuple[int, float]:
         self.done = True
         self.thread.join()
-        return self.peak
+        return self.peak, sum(self.cpu.values())
 
 
 def peak_rss_mib() -> int:
@@ -151,10 +158,11 @@ def child_stage(kind: str, dataset: str, tokenizer: str, cpus: int) -> dict:
 
     ray.init(address="local", num_cpus=cpus, include_dashboard=False, log_to_driver=False)
     memory = WorkerMemory()
+    load = os.getloadavg()[0]
     started = time.monotonic()
     location = stage.prepare(config(kind, dataset, tokenizer), say=lambda line: print(line, flush=True))
     seconds = time.monotonic() - started
-    worker_peak = memory.stop()
+    worker_peak, worker_cpu_s = memory.stop()
     from workload.data import cache
 
     complete = cache.manifest(location)
@@ -167,7 +175,10 @@ def child_stage(kind: str, dataset: str, tokenizer: str, cpus: int) -> dict:
             "blocks": complete["blocks"], "shard_bytes": sum(os.path.getsize(os.path.join(location, name))
                                                             for name in os.listdir(location)),
             "driver_peak_rss_mib": peak_rss_mib(),
-            "worker_peak_rss_mib": worker_peak // 2**20, "location": location}
+            "worker_peak_rss_mib": worker_peak // 2**20, "worker_cpu_s": round(worker_cpu_s, 1),
+            "tokens_per_worker_cpu_s": round(read["tokens"] / max(worker_cpu_s, 1e-9)),
+            "load_average_before": round(load, 2), "load_average_after": round(os.getloadavg()[0], 2),
+            "location": location}
 
 
 def child_rank(kind: str, dataset: str, tokenizer: str, location: str | None) -> dict:
@@ -258,9 +269,9 @@ class ProcessMemory:
 def local_run(dataset: str, storage: str, run_name: str, log) -> dict:
     """`python -m workload.local --dataset DATASET --steps 2` (no evaluation set: it would evaluate the whole held-out
     share at the last step): seconds to its first step, and every Ray Train worker's peak RSS."""
-    command = [sys.executable, "-m", "workload.local", "--dataset", dataset, "--steps", "2", "--eval_fraction", "0",
-               "--eval_every", "0", "--checkpoint_every", "0", "--export", "none", "--storage_path", storage,
-               "--run_name", run_name, "--verbose"]  # verbose: the job log's data lines too
+    command = [sys.executable, "-m", "workload.local", "--dataset", dataset, "--steps", "2", "--warmup_steps", "0",
+               "--eval_fraction", "0", "--eval_every", "0", "--checkpoint_every", "0", "--export", "none",
+               "--storage_path", storage, "--run_name", run_name, "--verbose"]  # verbose: the job log's data lines too
     memory = ProcessMemory(("RayTrainWorker", "workload.train"))
     started = time.monotonic()
     first_step, lines = None, []
@@ -298,7 +309,7 @@ def run_child(args: list[str], env: dict, log) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[100], help="corpus sizes in MB")
-    parser.add_argument("--kinds", nargs="+", default=["text", "chat"])
+    parser.add_argument("--kinds", nargs="*", default=["text", "chat"])
     parser.add_argument("--cpus", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--shard_gb", type=float, default=0, help="also a rank reading a token shard this large")
     parser.add_argument("--local_run", action="store_true", help="also the issue's done-when: python -m "

@@ -73,7 +73,8 @@ def _write_variants(directory) -> dict:
     with open(CHAT["dataset"]) as file:
         chats = [json.loads(line) for line in file]
     names = {"user": "human", "assistant": "gpt", "system": "system"}
-    sharegpt = [{"conversations": [{"from": names[turn["role"]], "value": turn["content"]} for turn in chat["messages"]]}
+    sharegpt = [{"conversations": [{"from": names[turn["role"]], "value": turn["content"]}
+                                   for turn in chat["messages"]]}
                 for chat in chats if all(turn["role"] in names and isinstance(turn.get("content"), str)
                                          for turn in chat["messages"])]
     (directory / "sharegpt.json").write_text(json.dumps(sharegpt))

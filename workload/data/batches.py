@@ -220,7 +220,8 @@ def dataset_batches(cfg: TrainConfig, rank: int, world_size: int) -> Batches:
 def cached_data(cfg: TrainConfig, location: str, rank: int, world_size: int, say=lambda line: None) -> Data:
     """This rank's batches from the token shards at `location`, memory-mapped from this node's disk (copied there
     once per node when remote): each step reads its rows by index (shards.read_rows), so a rank's data memory is a
-    batch, its index of rows, and its evaluation share. The same blocks as make_data's in-memory path, dealt the same way."""
+    batch, its index of rows, and its evaluation share. The same blocks as make_data's in-memory path, dealt the same
+    way."""
     import numpy as np
 
     from workload.data import cache, shards

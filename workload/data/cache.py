@@ -242,6 +242,7 @@ def _download(path: str, local: str, say: Callable[[str], None]) -> None:
     say(f"copying the token shards {path} to {local}")
     infos = filesystem.get_file_info(pyarrow.fs.FileSelector(inner))
     for info in sorted(infos, key=lambda info: info.base_name == COMPLETE):
-        with filesystem.open_input_stream(info.path) as source, open(os.path.join(partial, info.base_name), "wb") as out:
+        destination = os.path.join(partial, info.base_name)
+        with filesystem.open_input_stream(info.path) as source, open(destination, "wb") as out:
             shutil.copyfileobj(source, out, 8 * 2**20)
     _rename_into(partial, local)

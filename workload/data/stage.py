@@ -33,6 +33,7 @@ from workload.data.tokenizer import load_chat_tokenizer, load_tokenizer
 MIN_PART_BYTES = 4 * 2**20  # a byte range of a file per task: at least this, and about 4 ranges per CPU
 RECORDS_PER_BATCH = 512  # records tokenized per batch: a batch's tokens are one row of the stage's output
 PROGRESS_EVERY_S = 10.0
+BLOCK_BYTES = 8 * 2**20
 SPLITTABLE = (".jsonl", ".txt")  # one record a line, so a byte range can be read alone
 
 
@@ -186,6 +187,9 @@ def tokenize(cfg: TrainConfig, split: str, shape, writer: shards.StreamWriter, s
     context = ray.data.DataContext.get_current()
     context.execution_options.preserve_order = True  # the tokens in the records' order: the same on any cluster
     context.enable_progress_bars = False  # the stage's own lines say how far it is
+    # A task hands over its tokens every few batches rather than every 128 MiB (Ray Data's default block): the
+    # driver writes them as they come, the progress moves, and a worker holds less.
+    context.target_max_block_size = BLOCK_BYTES
     cpus = max(1, int(ray.cluster_resources().get("CPU", 1)))
     hub = None if is_file_dataset(cfg.dataset) else _hub_split(cfg, split)
     parts, total = _parts(cfg, split, cpus, hub)
@@ -200,8 +204,9 @@ def tokenize(cfg: TrainConfig, split: str, shape, writer: shards.StreamWriter, s
     ).map_batches(_tokenize_batch, batch_size=None, batch_format="pyarrow", fn_kwargs={"cfg": cfg, "shape": shape})
     found = {"records": 0, "tokens": 0, "done": 0}
     started = last = time.monotonic()
+    size = (f", {amount(total)}{'B' if parts[0]['kind'] != 'hub' else ' records'}" if total else "")
     say(f"data: tokenizing {cfg.dataset}" + (f" ({split})" if not is_file_dataset(cfg.dataset) else "")
-        + f" on {cpus} CPUs" + (f", {amount(total)}{'B' if parts[0]['kind'] != 'hub' else ' records'}" if total else ""))
+        + f" on {cpus} CPUs{size}")
     for row in dataset.iter_rows():
         writer.write(row)
         for name in found:
@@ -231,7 +236,8 @@ def _read_parts(batch, cfg: TrainConfig, hub) -> Iterator:
 
     for part in batch.to_pylist():
         for raw, where, size in _batches(_records_of(cfg, part, hub), RECORDS_PER_BATCH):
-            yield pyarrow.table({"raw": pyarrow.array(raw, pyarrow.binary()), "at": pyarrow.array(where, pyarrow.int64()),
+            yield pyarrow.table({"raw": pyarrow.array(raw, pyarrow.binary()),
+                                 "at": pyarrow.array(where, pyarrow.int64()),
                                  "size": pyarrow.array(size, pyarrow.int64()), "kind": [part["kind"]] * len(raw)})
 
 

@@ -32,6 +32,7 @@ from workload.checkpoint import sharded as checkpoints
 from workload.checkpoint.export import write_model
 from workload.checkpoint.saver import CheckpointSaver
 from workload.config import TRANSPORT_PREFIX, TrainConfig
+from workload.data import stage
 from workload.data.batches import make_data, steps_for_epochs
 from workload.fabric import bandwidth as fabric
 from workload.fabric.nccl_logs import gather_transport_lines
@@ -57,7 +58,8 @@ TRANSPORT_REPORT_AFTER_STEPS = 2
 
 
 def train_func(config: dict) -> None:
-    """config: {"train": TrainConfig fields, "final": a ray.util.queue.Queue that rank 0 hands its final metrics to}."""
+    """config: {"train": TrainConfig fields, "final": a ray.util.queue.Queue that rank 0 hands its final metrics to,
+    "data": where the data stage left --dataset's token shards (None: random tokens, or the data read here)}."""
     cfg = TrainConfig(**config["train"])
     context = ray.train.get_context()
     rank, world_size = context.get_world_rank(), context.get_world_size()
@@ -87,7 +89,7 @@ def train_func(config: dict) -> None:
         if rank == 0:
             _progress(f"loaded {cfg.model_id}'s weights into this rank's shards in {time.perf_counter() - started:.1f}s")
     optimizer = build_optimizer(model, cfg)
-    data = make_data(cfg, model.lm.config.vocab_size, rank, world_size)
+    data = make_data(cfg, model.lm.config.vocab_size, rank, world_size, config.get("data"))
     cfg, epochs_line = steps_for_epochs(cfg, data.train_blocks, world_size)  # --epochs: the steps, now the data is known
     eval_set = [rows.to(device) for rows in data.eval]
 
@@ -346,6 +348,8 @@ def fit(cfg: TrainConfig, train_loop: Callable[[dict], None] = train_func) -> tu
     """Run the TorchTrainer on the Ray cluster this process is connected to; returns Ray's result and rank 0's
     final metrics. `train_loop` gets {"train": ..., "final": ...} on every worker (a variant can wrap train_func)."""
     num_workers, use_gpu = worker_count(cfg)
+    # --dataset tokenized once on the cluster's CPUs (or found in the cache), before any worker holds a GPU.
+    shards_at = stage.prepare(cfg, num_workers, say=_progress) if cfg.dataset else None
     # Ray Train's Result keeps only the metrics reported with a checkpoint, and a run without storage_path has
     # none, so the final metrics come back through a queue. No CPU: the training workers may need them all. On this
     # driver's node (the Ray head, which node repair never replaces): left to the scheduler it may land on a GPU
@@ -354,7 +358,7 @@ def fit(cfg: TrainConfig, train_loop: Callable[[dict], None] = train_func) -> tu
         ray.get_runtime_context().get_node_id(), soft=False)})
     trainer = ray.train.torch.TorchTrainer(
         train_loop,
-        train_loop_config={"train": dataclasses.asdict(cfg), "final": final_queue},
+        train_loop_config={"train": dataclasses.asdict(cfg), "final": final_queue, "data": shards_at},
         scaling_config=ray.train.ScalingConfig(num_workers=num_workers, use_gpu=use_gpu),
         run_config=ray.train.RunConfig(
             name=cfg.run_name,

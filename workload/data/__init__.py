@@ -10,6 +10,11 @@ prompt-completion records rendered with the chat template, masked, packed). May 
     chat.py       render with the chat template; the exact tokens of the assistant turns
     packing.py    truncate or split over-long examples; pack with per-example positions; TokenBatch
     examples.py   the examples of --dataset, shuffled, held out and packed
+    stage.py      the data stage: --dataset read, rendered and tokenized once by Ray Data on the cluster's CPUs, before
+                  any worker starts, and packed into token shards (or found in the cache)
+    cache.py      the shards' cache key, where they are kept (beside the run, or RAYTRAIN_DATA_CACHE), and how a
+                  directory of them is published whole and copied to a node once
+    shards.py     the token shards: the streams packed into fixed-width int32 arrays, read back memory-mapped
 
 Nothing is imported here, so the Pulumi program reads chat.py's facts about tokenizers without importing torch.
 """

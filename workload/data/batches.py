@@ -165,6 +165,8 @@ class Data:
     """What the job's summary reports of the examples (chat and prompt-completion data)."""
     train_blocks: int = 0
     """The training blocks over all ranks (0 for random tokens): what --epochs counts passes over."""
+    blocks: object = None
+    """The memory-mapped training blocks the batches are read from (token shards); None when held in memory."""
 
 
 def steps_for_epochs(cfg: TrainConfig, train_blocks: int, world_size: int) -> tuple[TrainConfig, str]:
@@ -181,9 +183,13 @@ def steps_for_epochs(cfg: TrainConfig, train_blocks: int, world_size: int) -> tu
     return dataclasses.replace(cfg, steps=steps), line
 
 
-def make_data(cfg: TrainConfig, vocab_size: int, rank: int, world_size: int) -> Data:
+def make_data(cfg: TrainConfig, vocab_size: int, rank: int, world_size: int, shards_at: str | None = None) -> Data:
+    """This rank's data: random tokens; the token shards at `shards_at` (the stage's, workload/data/stage.py),
+    memory-mapped; or without them --dataset tokenized and packed here, in memory (small data, the tests' reference)."""
     if not cfg.dataset:
         return Data(random_batches(cfg, vocab_size, rank), [])
+    if shards_at:
+        return cached_data(cfg, shards_at, rank, world_size)
     if cfg.data_format != "text":
         return _example_data(cfg, rank, world_size)
     train, held = dataset_blocks(cfg)
@@ -192,29 +198,33 @@ def make_data(cfg: TrainConfig, vocab_size: int, rank: int, world_size: int) -> 
 
 def _example_data(cfg: TrainConfig, rank: int, world_size: int) -> Data:
     """Chat or prompt-completion examples (workload/data/), packed, then dealt as text blocks are."""
+    from workload.data.examples import check_trainable
     from workload.data.examples import dataset_blocks as example_blocks
     from workload.data.packing import TokenBatch
 
     blocks = example_blocks(cfg)
-    if not blocks.train.examples:
-        raise ValueError(f"--dataset {cfg.dataset}: no example is left to train on ({blocks.describe(cfg)}); allowed: "
-                         "records with assistant turns, a longer --seq_len, or --truncation keep_end or split")
+    check_trainable(cfg, blocks)
     data = _deal(cfg, blocks.train.blocks, blocks.eval.blocks if blocks.eval else None, rank, world_size)
     train = data.train
     return Data(lambda step: TokenBatch.of(train(step)), [TokenBatch.of(rows) for rows in data.eval],
                 blocks.describe(cfg), blocks.summary(), data.train_blocks)
 
 
-def _deal(cfg: TrainConfig, train: torch.Tensor, held: torch.Tensor | None, rank: int, world_size: int) -> Data:
-    if len(train) < world_size:
+def check_counts(cfg: TrainConfig, train: int, held: int | None, world_size: int) -> None:
+    """Every rank needs a training block, and an evaluation block when there is an evaluation set."""
+    if train < world_size:
         raise ValueError(
-            f"--dataset {cfg.dataset!r} packs into {len(train)} training blocks of --seq_len {cfg.seq_len} tokens, "
+            f"--dataset {cfg.dataset!r} packs into {train} training blocks of --seq_len {cfg.seq_len} tokens, "
             f"fewer than the {world_size} workers"
         )
-    if held is not None and len(held) < world_size:
+    if held is not None and held < world_size:
         source = f"--eval_split {cfg.eval_split!r}" if cfg.eval_split else f"--eval_fraction {cfg.eval_fraction}"
-        raise ValueError(f"{source} gives {len(held)} evaluation blocks of --seq_len {cfg.seq_len} tokens, fewer "
+        raise ValueError(f"{source} gives {held} evaluation blocks of --seq_len {cfg.seq_len} tokens, fewer "
                          f"than the {world_size} workers (each evaluates an equal share)")
+
+
+def _deal(cfg: TrainConfig, train: torch.Tensor, held: torch.Tensor | None, rank: int, world_size: int) -> Data:
+    check_counts(cfg, len(train), None if held is None else len(held), world_size)
     return Data(packed_batches(shard(train, cfg.seed, rank, world_size), cfg.batch_size),
                 eval_batches(held, cfg.batch_size, rank, world_size) if held is not None else [],
                 train_blocks=len(train))
@@ -223,3 +233,33 @@ def _deal(cfg: TrainConfig, train: torch.Tensor, held: torch.Tensor | None, rank
 def dataset_batches(cfg: TrainConfig, rank: int, world_size: int) -> Batches:
     """This rank's training batches of --dataset."""
     return make_data(cfg, 0, rank, world_size).train
+
+
+def cached_data(cfg: TrainConfig, location: str, rank: int, world_size: int, say=lambda line: None) -> Data:
+    """This rank's batches from the token shards at `location`, memory-mapped from this node's disk (copied there
+    once per node when remote): each step reads its rows by index (shards.read_rows), so a rank's data memory is a
+    batch, its index of rows, and its evaluation share. The same blocks as make_data's in-memory path, dealt the same
+    way."""
+    import numpy as np
+
+    from workload.data import cache, shards
+    from workload.data.packing import TokenBatch
+
+    directory = cache.local_directory(location, say)
+    complete = cache.manifest(directory)
+    train, held = shards.open_blocks(directory, shards.TRAIN), shards.open_blocks(directory, shards.EVAL)
+    check_counts(cfg, len(train), None if held is None else len(held), world_size)
+    rows = shards.dealt_rows(len(train), cfg.seed, rank, world_size)
+    wrap = TokenBatch.of if train.ndim == 3 else (lambda tensor: tensor)
+
+    def batch(step: int):
+        chosen = rows[(torch.arange(cfg.batch_size) + step * cfg.batch_size) % len(rows)]
+        return wrap(torch.from_numpy(shards.read_rows(train, chosen.numpy()).astype(np.int64)))
+
+    evaluation = []
+    if held is not None:
+        share = np.arange(rank, len(held), world_size)[:len(held) // world_size]
+        evaluation = [wrap(torch.from_numpy(shards.read_rows(held, share[start:start + cfg.batch_size]).astype(
+            np.int64))) for start in range(0, len(share), cfg.batch_size)]
+    return Data(batch, evaluation, complete.get("description", ""), complete.get("summary"),
+                train_blocks=len(train), blocks=train)

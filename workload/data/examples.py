@@ -58,8 +58,19 @@ def tokenize(cfg: TrainConfig, tokenizer, split: str = "") -> tuple[list[chat.Ex
     examples = [chat.tokenize_conversation(tokenizer, turns, trained, cfg.train_on_prompt,
                                            f"record {number} of {cfg.dataset}")
                 for number, (turns, trained) in enumerate(records.conversations(cfg, found), 1)]
-    return examples, (shape.name.replace("sharegpt", "ShareGPT").replace("alpaca", "Alpaca")
-                      if shape and shape.name in ("sharegpt", "alpaca") else "")
+    return examples, shape_label(shape)
+
+
+def shape_label(shape) -> str:
+    """The records' shape as the data line names it, when it is not the format's own (ShareGPT, Alpaca)."""
+    return (shape.name.replace("sharegpt", "ShareGPT").replace("alpaca", "Alpaca")
+            if shape and shape.name in ("sharegpt", "alpaca") else "")
+
+
+def check_trainable(cfg: TrainConfig, blocks: SftBlocks) -> None:
+    if not blocks.train.examples:
+        raise ValueError(f"--dataset {cfg.dataset}: no example is left to train on ({blocks.describe(cfg)}); allowed: "
+                         "records with assistant turns, a longer --seq_len, or --truncation keep_end or split")
 
 
 def dataset_blocks(cfg: TrainConfig) -> SftBlocks:

@@ -18,6 +18,7 @@ anything heavy loads.
 from __future__ import annotations
 
 import csv
+import dataclasses
 import gzip
 import io
 import json
@@ -65,7 +66,8 @@ _checked: dict[tuple, Checked] = {}
 def check_dataset(cfg: TrainConfig, say: Callable[[str], None] = print) -> Checked | None:
     """--dataset's every record, when it is a file (local or remote), as `--dataset PATH line N: ...`; what it found
     said in one line. Once per process for a local file that has not changed: the local run checks before Ray starts,
-    then again with the job's own checks."""
+    then again with the job's own checks; and once per node for a large file (workload.data.cache.checked_before:
+    the same size, mtime and first MiB), so a second run on 100 MB does not read it twice more."""
     if not is_file_dataset(cfg.dataset):
         return None
     fields = shapes.Fields.of(cfg)
@@ -75,7 +77,13 @@ def check_dataset(cfg: TrainConfig, say: Callable[[str], None] = print) -> Check
         status = os.stat(os.path.expanduser(cfg.dataset))
         key += (status.st_size, status.st_mtime_ns)
     if key not in _checked:
-        _checked[key] = check_file(cfg.dataset, fields, subject="--dataset")
+        from workload.data import cache
+
+        earlier = cache.checked_before(cfg, key)  # a large file this node checked whole in an earlier process
+        _checked[key] = Checked(**{**earlier, "shape": shapes.Shape(**earlier["shape"])}) if earlier else check_file(
+            cfg.dataset, fields, subject="--dataset")
+        if not earlier:
+            cache.remember_checked(cfg, key, dataclasses.asdict(_checked[key]))
         say(_checked[key].describe())
     return _checked[key]
 

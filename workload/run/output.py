@@ -3,7 +3,9 @@
 A job's log interleaves the project's progress (the trainer's `training ...`, `effective batch ...`, `step ...`,
 `fabric check ...`, `note: ...`, `chat data: ...` lines, and the driver's `dataset ...` and `error: ...`) with
 Ray's: its INFO records, the controller's scheduling lines, every worker's "Reporting training result ..." dumps of
-2 KB and more, and what libraries warn at import. Quiet, a line is shown when, Ray's "(RayTrainWorker pid=N)" prefix
+2 KB and more, and what libraries warn at import. The data stage's `data: ...` lines (workload/data/stage.py) are
+the job log's and --verbose's: a first run tokenizes and a later one reads the cache, so the quiet output, which the
+README shows whole, stays the same from run to run. Quiet, a line is shown when, Ray's "(RayTrainWorker pid=N)" prefix
 and colours taken off, it starts with one of OWN_PREFIXES; the machine-read TRAIN_TRANSPORT line is not shown. After
 the run, a short recap for a person comes before the TRAIN_SUMMARY line (which stays the last line, for scripts).
 """

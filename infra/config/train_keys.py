@@ -80,7 +80,7 @@ def job_flags(raw: dict[str, Any]) -> dict[str, Any]:
         value = declared.from_stack(raw[declared.stack_key])
         if (why := declared.problem(value)) is not None:
             raise ValueError(f"config key {declared.stack_key!r}: {rename_flags(why, STACK_KEYS)}")
-        values[declared.name] = value
+        values[declared.name] = declared.canonical(value)  # TRL's keep_start as the job's truncate, as the job takes it
     # The stack's typo guard, which the job does not have: a peak rate of 1 or more is 1e-5 mistyped far more often than
     # meant (the job takes any positive rate: tests/runs/test_workload_runs.py makes a run diverge on purpose with one).
     require(values["learning_rate"] < 1, "trainLearningRate",

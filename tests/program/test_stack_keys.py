@@ -99,6 +99,26 @@ def test_a_value_out_of_a_declared_bound_is_refused_on_both_sides(declared):
     assert "--" not in str(refused.value), f"the preview names keys, not flags: {refused.value}"
 
 
+ALIASED = [declared for declared in DECLARED if declared.value_aliases]
+
+
+@pytest.mark.parametrize("declared", ALIASED, ids=[declared.name for declared in ALIASED])
+def test_another_tools_name_for_a_choice_is_taken_as_ours_on_both_sides(declared):
+    for theirs, ours in declared.value_aliases.items():
+        assert ours in declared.choices and theirs not in declared.choices, declared.name
+        assert getattr(TrainConfig(**{declared.name: theirs}), declared.name) == ours
+        assert getattr(parse_args([declared.flag, theirs]), declared.name) == ours
+        flags = config.parse(stack_settings("dev") | {declared.stack_key: declared.to_stack(theirs)}).train.flags
+        assert flags[declared.name] == ours, f"{declared.stack_key} {theirs}: the preview keeps {flags[declared.name]}"
+        with pytest.raises(ValueError, match=f"{theirs} is taken as {ours}"):
+            TrainConfig(**{declared.name: "no-such-choice"})
+
+
+def test_trls_keep_start_is_truncate():
+    assert ("truncation", "keep_start", "truncate") in [(declared.name, theirs, ours) for declared in ALIASED
+                                                        for theirs, ours in declared.value_aliases.items()]
+
+
 def _named(rule) -> str:
     return "-".join(rule.flags)
 

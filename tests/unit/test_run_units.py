@@ -125,6 +125,23 @@ def test_the_local_run_on_random_tokens_evaluates_nothing():
     assert local.parse_args([]).eval_fraction == local.LOCAL_DEFAULTS["eval_fraction"] > 0
 
 
+def test_a_given_flag_wins_over_the_local_default_it_conflicts_with():
+    """The local defaults are not the user's: --eval_split replaces the default held-out fraction, and an empty
+    --storage_path is a run without checkpoints, instead of refusals naming --eval_fraction or --checkpoint_every,
+    which the user never gave. A refusal on random tokens names only the evaluation flags set."""
+    from workload.run import local
+
+    cfg = local.parse_args(["--dataset", "org/chats", "--eval_split", "validation"])
+    assert (cfg.eval_split, cfg.eval_fraction) == ("validation", 0), cfg
+    cfg = local.parse_args(["--storage_path", ""])
+    assert (cfg.storage_path, cfg.checkpoint_every) == ("", 0), cfg
+    with pytest.raises(ValueError, match="--checkpoint_every needs --storage_path"):
+        local.parse_args(["--storage_path", "", "--checkpoint_every", "5"])
+    with pytest.raises(ValueError) as refused:
+        local.parse_args(["--dataset", "", "--eval_split", "validation"])
+    assert str(refused.value).endswith("or leave --eval_split unset"), refused.value
+
+
 def test_local_run_passes_local_files_by_absolute_path(monkeypatch, tmp_path):
     """The job runs in an uploaded copy of workload/, so relative paths of this machine must not reach it."""
     from contextlib import contextmanager

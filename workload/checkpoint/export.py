@@ -20,6 +20,9 @@ from typing import Sequence
 from workload import cli
 
 DTYPES = ("float32", "bfloat16")
+# Whose warnings, and whose log records, are kept out of the export's output (quiet_imports).
+WARNING_MODULES = ("torchao", "torch", "transformers", "peft", "safetensors", "huggingface_hub")
+QUIET_LOGGERS = ("torchao", "transformers", "peft")
 
 
 def export(checkpoint: str, out: str, *, dtype: str = "float32", merge: bool = False) -> list[str]:
@@ -31,6 +34,8 @@ def export(checkpoint: str, out: str, *, dtype: str = "float32", merge: bool = F
     from workload.storage import local_copy
 
     with local_copy(checkpoint) as directory:  # a missing local CHECKPOINT is refused before the seconds of imports
+        check_is_checkpoint(checkpoint, directory)
+        quiet_imports()
         import torch
         from transformers import AutoConfig, AutoModelForCausalLM
 
@@ -39,9 +44,6 @@ def export(checkpoint: str, out: str, *, dtype: str = "float32", merge: bool = F
         from workload.checkpoint.sharded import MODEL_KEY, read_record
         from workload.model.loss import LM_PREFIX
 
-        if not os.path.isfile(os.path.join(directory, "config.json")):
-            raise cli.UsageError(f"CHECKPOINT {checkpoint}: no config.json beside its shards; only checkpoints "
-                                 "saved by this version of the job (workload/checkpoint/sharded.py) can be exported")
         if os.path.isfile(os.path.join(directory, "adapter_config.json")):
             return _export_adapters(directory, out, dtype=dtype, merged=merge, checkpoint=checkpoint)
         if merge:
@@ -65,6 +67,43 @@ def export(checkpoint: str, out: str, *, dtype: str = "float32", merge: bool = F
             model.generation_config = GenerationConfig.from_pretrained(directory)
     return save_model_directory(model.to(getattr(torch, dtype)), out, tokenizer=record.get("tokenizer", ""),
                                 chat_template=record.get("chat_template", ""))
+
+
+def check_is_checkpoint(checkpoint: str, directory: str) -> None:
+    """CHECKPOINT is one checkpoint_<step>/ the job saved, not the run directory above it nor a model it exported:
+    said in those words, with the checkpoint to give, before any heavy import."""
+    if os.path.isfile(os.path.join(directory, "config.json")):
+        return
+    entries = sorted(os.listdir(directory))
+    checkpoints = [name for name in entries if name.startswith("checkpoint_")
+                   and os.path.isdir(os.path.join(directory, name))]
+    if checkpoints:
+        latest = checkpoint.rstrip("/") + "/" + checkpoints[-1]
+        raise cli.UsageError(f"CHECKPOINT {checkpoint} is a run directory, not a checkpoint; give one of its "
+                             f"{len(checkpoints)} checkpoint_<step>/ directories, the latest: {latest}")
+    if any(name.startswith("model_") for name in entries):
+        raise cli.UsageError(f"CHECKPOINT {checkpoint} is a run directory without checkpoints; its model_<step>/ "
+                             "directories are exported already: AutoModelForCausalLM.from_pretrained loads them")
+    raise cli.UsageError(f"CHECKPOINT {checkpoint}: no config.json beside its shards; only checkpoints "
+                         "saved by this version of the job (workload/checkpoint/sharded.py) can be exported")
+
+
+def quiet_imports() -> None:
+    """Before torch, transformers, PEFT and torchao load: their import-time noise (torchao's "Failed to load ... .so"
+    for its CUDA-only extensions on a CPU machine, deprecation and FutureWarnings, transformers' notices) kept out
+    of the command's output, which is the export's own lines. TRANSFORMERS_VERBOSITY is a default only: a user's
+    own setting wins."""
+    import logging
+    import warnings
+
+    from workload.model.adapters.nf4 import import_torchao_quietly
+
+    for module in WARNING_MODULES:
+        warnings.filterwarnings("ignore", module=module)
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    for name in QUIET_LOGGERS:
+        logging.getLogger(name).setLevel(logging.ERROR)
+    import_torchao_quietly()
 
 
 def merge(adapter_directory: str, out: str, *, base: str | None = None, dtype: str = "float32") -> list[str]:

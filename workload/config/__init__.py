@@ -182,7 +182,7 @@ class TrainConfig:
         "truncate", "A chat or prompt-completion example longer than --seq_len: truncate (keep its first tokens, TRL's "
         "keep_start), keep_end (keep its last tokens) or split (train on each --seq_len piece as an example of its "
         "own). An example left without a trained token is dropped and counted.",
-        stack_key="trainTruncation", choices=TRUNCATIONS)
+        stack_key="trainTruncation", choices=TRUNCATIONS, value_aliases=aliases.VALUE_ALIASES["truncation"])
     eval_fraction: float = flag(
         0.0, "Hold out this fraction of --dataset's packed sequences for evaluation (0 to below 1); 0: none.",
         stack_key="trainEvalFraction", at_least=0, below=1, meaning="0: none")
@@ -287,6 +287,9 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         fields.check(DECLARED, self)
+        for declared in DECLARED:  # another tool's name for a choice (TRL's keep_start) is kept as ours
+            if declared.value_aliases and (value := getattr(self, declared.name)) in declared.value_aliases:
+                object.__setattr__(self, declared.name, declared.value_aliases[value])
         if not self.model_config and self.model_id and (wrong := model_source.problem(self.model_id)):
             raise ValueError(f"--model_id {self.model_id!r} is {wrong}")
         if self.model_id.startswith("s3://"):

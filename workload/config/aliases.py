@@ -37,6 +37,7 @@ ALIASES: Mapping[str, tuple[str, str]] = {
     "lora_r": ("lora_rank", "TRL, PEFT, axolotl"),
     "lora_target_modules": ("lora_targets", "TRL, PEFT, axolotl"),
     "hub_model_id": ("push_to_hub", "transformers, TRL, axolotl"),
+    "truncation_mode": ("truncation", "TRL (keep_start is truncate)"),
 }
 
 # Their name -> why ours differs and what to give instead: refused, never guessed.
@@ -49,6 +50,12 @@ DIFFERENT: Mapping[str, str] = {
     "output_dir": ("the run writes under --storage_path/--run_name/ (checkpoints and the exported model): give "
                    "--storage_path DIR, and --run_name for the folder"),
     "num_processes": "--num_workers sets the Ray Train workers (0: one per GPU)",
+}
+
+# Their name for a value of one of our choices -> ours, by our flag: TRL's truncation_mode keep_start keeps an example's
+# first tokens, which --truncation calls truncate (trl/trainer/sft_config.py: "keep_start" or "keep_end").
+VALUE_ALIASES: Mapping[str, Mapping[str, str]] = {
+    "truncation": {"keep_start": "truncate"},
 }
 
 # Ours that take a comma list where theirs take several words (`--lora_target_modules q_proj v_proj`).

@@ -12,7 +12,7 @@ import dataclasses
 import math
 import re
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 # Pulumi.yaml's type of a stack key for each field type. Pulumi config has no float type: a decimal is a string.
 PULUMI_TYPES = {"str": "string", "int": "integer", "bool": "boolean", "float": "string"}
@@ -71,6 +71,12 @@ class Declaration:
     """A rule of the setting's own over a non-empty value (the Hub's repo-id rule): its 'must be ...', or None."""
     max_length: int | None = None
     """The most characters a str setting holds (NAME_MAX_LENGTH unless declared, URI_MAX_LENGTH for URIs and paths)."""
+    value_aliases: Mapping[str, str] | None = None
+    """Choices another tool names otherwise (TRL's truncation_mode keep_start): their value -> ours, taken as ours."""
+
+    def canonical(self, value: Any) -> Any:
+        """`value` with another tool's name for one of the choices (value_aliases) written as ours."""
+        return (self.value_aliases or {}).get(value, value) if isinstance(value, str) else value
 
     @property
     def flag(self) -> str:
@@ -85,11 +91,12 @@ class Declaration:
         got = "its value is not shown" if self.secret else f"got {value!r}"
         note = f" ({self.meaning})" if self.meaning else ""
         if self.choices is not None:
-            if value in self.choices:
+            if self.canonical(value) in self.choices:
                 return None
             shown = [choice for choice in self.choices if choice]
             empty = "empty or " if "" in self.choices else ""
-            return f"must be {empty}one of {', '.join(shown)}{note}, {got}"
+            also = "".join(f" ({theirs} is taken as {ours})" for theirs, ours in (self.value_aliases or {}).items())
+            return f"must be {empty}one of {', '.join(shown)}{also}{note}, {got}"
         if self.pattern is not None:
             pattern, words = self.pattern
             return None if not value or pattern.fullmatch(value) else f"must be {words}{note}, {got}"
@@ -133,7 +140,8 @@ def _bounds_words(declaration: Declaration) -> str:
 def flag(default, help_text: str, *, stack_key: str | None = None, at_least: float | None = None,
          above: float | None = None, at_most: float | None = None, below: float | None = None,
          choices: Sequence[str] | None = None, pattern: tuple[re.Pattern, str] | None = None, meaning: str = "",
-         secret: bool = False, max_length: int | None = None, check: Callable[[str], str | None] | None = None):
+         secret: bool = False, max_length: int | None = None, check: Callable[[str], str | None] | None = None,
+         value_aliases: Mapping[str, str] | None = None):
     """A TrainConfig field and its one declaration, kept in the field's metadata.
 
     Not docstrings under each field read back with ast.parse: CPython 3.11's AST constructor can fail with a
@@ -141,7 +149,7 @@ def flag(default, help_text: str, *, stack_key: str | None = None, at_least: flo
     """
     declared = dict(help=help_text, stack_key=stack_key, at_least=at_least, above=above, at_most=at_most,
                     below=below, choices=tuple(choices) if choices is not None else None, pattern=pattern,
-                    meaning=meaning, secret=secret, max_length=max_length, check=check)
+                    meaning=meaning, secret=secret, max_length=max_length, check=check, value_aliases=value_aliases)
     return dataclasses.field(default=default, metadata=declared)
 
 

@@ -84,9 +84,10 @@ def _one_evaluation_set(v: Values) -> str | None:
 
 
 def _evaluation_has_data(v: Values) -> str | None:
-    if not v["dataset"] and (v["eval_fraction"] or v["eval_split"] or v["eval_every"]):
-        return ("--dataset is empty (random tokens), so there is nothing to evaluate: set it, or leave "
-                "--eval_fraction, --eval_split and --eval_every unset")
+    set_here = [f"--{name}" for name in ("eval_fraction", "eval_split", "eval_every") if v[name]]
+    if not v["dataset"] and set_here:
+        return (f"--dataset is empty (random tokens), so there is nothing to evaluate: set it, or leave "
+                f"{' and '.join(set_here)} unset")
     return None
 
 

@@ -163,8 +163,8 @@ def _read(dataset: str, name: str, token, limit: int, where: str) -> tuple[bytes
 
 def check_dataset(cfg, say=print) -> HubChecked | None:
     """The job's driver's check of a Hub --dataset (workload.run.preflight.validate), before the model loads: DataError
-    naming --dataset for a bad one; a Hub that does not answer is said in one line and left to the workers' own
-    read (datasets' cache may hold it). Nothing is asked with HF_HUB_OFFLINE set. HF_TOKEN from the environment."""
+    naming --dataset for a bad one; a Hub that does not answer is NotReachable (exit 3 in the caller), unless this
+    machine's cache holds the dataset: then it is said in one line and left to the workers' own read. Nothing is asked with HF_HUB_OFFLINE set. HF_TOKEN from the environment."""
     from workload.config import is_file_dataset
 
     if not cfg.dataset or is_file_dataset(cfg.dataset):
@@ -174,5 +174,19 @@ def check_dataset(cfg, say=print) -> HubChecked | None:
     try:
         return check(cfg.dataset, cfg.dataset_split, cfg.dataset_config, shapes.Fields.of(cfg), subject="--dataset")
     except NotReachable as error:
-        say(f"--dataset {cfg.dataset}: not checked before loading the model: {error}")
+        if not in_cache(cfg.dataset):
+            raise
+        say(f"--dataset {cfg.dataset}: not checked before loading the model: {error}; this machine's cache holds it")
         return None
+
+
+def in_cache(dataset: str) -> bool:
+    """Whether this machine's caches hold `dataset`: datasets' own (HF_DATASETS_CACHE, else HF_HOME/datasets; a Hub
+    dataset org/name under org___name) or the Hub's (HF_HUB_CACHE, else HF_HOME/hub; datasets--org--name). With the
+    Hub unreachable, datasets' load_dataset falls back to that cache (datasets/load.py dataset_module_factory's
+    CachedDatasetModuleFactory), so the run can still read it; without one, it fails after its retries."""
+    home = os.path.expanduser(os.environ.get("HF_HOME") or os.path.join("~", ".cache", "huggingface"))
+    datasets_cache = os.path.expanduser(os.environ.get("HF_DATASETS_CACHE") or os.path.join(home, "datasets"))
+    hub_cache = os.path.expanduser(os.environ.get("HF_HUB_CACHE") or os.path.join(home, "hub"))
+    return (os.path.isdir(os.path.join(datasets_cache, dataset.replace("/", "___")))
+            or os.path.isdir(os.path.join(hub_cache, "datasets--" + dataset.replace("/", "--"))))

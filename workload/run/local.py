@@ -244,6 +244,12 @@ def parse_command(argv: Sequence[str] | None = None) -> tuple[TrainConfig, bool,
         for name in ("eval_fraction", "eval_every"):
             if args[name] == LOCAL_DEFAULTS[name]:
                 args[name] = 0
+    # A setting the user gave wins over a local default it conflicts with, which they never typed: --eval_split
+    # replaces the default held-out fraction, and an empty --storage_path means a run without checkpoints.
+    if "eval_split" in given and "eval_fraction" not in given:
+        args["eval_fraction"] = 0.0
+    if "storage_path" in given and not args["storage_path"] and "checkpoint_every" not in given:
+        args["checkpoint_every"] = 0
     cfg = TrainConfig(**args)
     # The job runs in a copy of workload/ elsewhere, so local files are passed by absolute path.
     return dataclasses.replace(

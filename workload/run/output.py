@@ -24,9 +24,11 @@ OWN_PREFIXES = ("training ", "effective batch ", "step ", "fabric check ", "note
                 "copied ", "dataset ", "text data: ", "chat data: ", "prompt-completion data: ", "tracking: ",
                 # The data line of ShareGPT or Alpaca records names the shape first: `chat data (ShareGPT records ...`
                 "chat data (", "prompt-completion data (",
-                "pushed ")
+                "pushed ", "waiting for workers: ")  # the last: workload.run.submit's heartbeat
 # "(RayTrainWorker pid=123)" and, on a terminal, its ANSI colours: Ray's log monitor puts them before a worker's line.
 RAY_PREFIX = re.compile(r"^(\x1b\[[0-9;]*m)*\((?P<actor>[A-Za-z]+) pid=\d+(?:, ip=[^)]*)?\)(\x1b\[[0-9;]*m)* ")
+# workload.run.submit's heartbeat while the workers start, before the trainer's first line.
+HEARTBEAT_PREFIX = "waiting for workers: "
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 # Of a failed job's log, shown quiet when it printed no error line of its own (a crash in Ray or a library).
 FAILURE_TAIL_LINES = 15

@@ -4,7 +4,9 @@
 What needs only the flags and a config known without a download (--model_config's, or the config.json the project
 ships for a --model_id, workload.model.architectures) answers before torch, transformers and Ray load: a --seq_len
 above the model's positions is one line in a fraction of a second, not after seconds of imports. Then the data files
-(standard library), then what needs transformers: the model's own config.json and the model gate, the tokenizer.
+(standard library), then the services the run will use, one short request each (workload.run.services: the Hub for
+a Hub model or dataset, S3 for an s3:// --storage_path, the free disk for the checkpoints), then what needs
+transformers: the model's own config.json and the model gate, the tokenizer.
 """
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ from workload.config import TrainConfig, parse_report_to
 from workload.data import hub_dataset
 from workload.data import validate as records_check
 from workload.model import adapters, model_source, structure
+from workload.run import services
 
 
 def check_positions(cfg: TrainConfig, max_positions: int) -> None:
@@ -93,7 +96,15 @@ def validate(cfg: TrainConfig) -> None:
         check_targets(cfg, known)
     # Refusals only: the local run has said what the file holds, and on a cluster rank 0's data line says it.
     records_check.check_dataset(cfg, say=lambda line: None)
-    hub_dataset.check_dataset(cfg)  # a Hub dataset's split: its first file, bounded (workload.data.hub_dataset)
+    services.check_hub_model(cfg)
+    services.check_storage_reachable(cfg)
+    if known:
+        services.check_disk(cfg, known)
+    try:
+        hub_dataset.check_dataset(cfg)  # a Hub dataset's split: its first file, bounded (workload.data.hub_dataset)
+    except hub_dataset.NotReachable as error:
+        raise cli.EnvironmentProblem(f"--dataset {cfg.dataset}: {error}",
+                                     hint="HF_HUB_OFFLINE=1 reads the dataset from this machine's cache") from None
 
     # Seconds of imports from here on: torch and transformers.
     from workload.data.batches import check_dataset, check_tokenizer
@@ -107,8 +118,12 @@ def validate(cfg: TrainConfig) -> None:
     built = compatibility.build(config, f"--model_id {cfg.model_config or cfg.model_id}")
     if not cfg.model_config:
         check_local_weights(cfg)  # after the gate: a directory of another kind of model is refused for that first
-    if cfg.method != "full":
-        check_targets(cfg, structure.attach(config.to_dict(), built))
+    if cfg.method != "full" or not known:
+        attached = structure.attach(config.to_dict(), built)
+        if cfg.method != "full":
+            check_targets(cfg, attached)
+        if not known:
+            services.check_disk(cfg, attached)
     check_positions(cfg, config.max_position_embeddings)
     if cfg.dataset:  # the tokenizer is loaded for a dataset only (random tokens need none)
         try:  # one request first: transformers would retry an unreachable Hub for a minute

@@ -30,6 +30,7 @@ from typing import Callable, Iterator, Mapping, Sequence
 from ray.job_submission import JobDetails, JobStatus, JobSubmissionClient
 
 from workload.config import SUMMARY_PREFIX, TRANSPORT_PREFIX
+from workload.run.output import HEARTBEAT_PREFIX, own_line
 
 LOG_TAIL_LINES = 60
 PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # workload/, the whole package
@@ -43,6 +44,13 @@ POLL_S = 5.0
 NO_AGENT_YET = "No available agent to submit job"
 AGENT_WAIT_S = 60
 AGENT_RETRY_INTERVAL_S = 1.0
+# While the workers start (Ray schedules them, installs trainPip, each loads the model) the log can be silent for a
+# minute: a line this often, until the first training line, says the job is alive and how long it has waited.
+HEARTBEAT_S = 10.0
+# How often the follower looks at the clock between log lines.
+TICK_S = 1.0
+# The trainer's first lines once the workers are up (workload/trainer.py's _progress).
+STARTED_PREFIXES = ("training ", "effective batch ", "step ")
 
 
 class JobFailedError(RuntimeError):
@@ -277,6 +285,27 @@ def _run_on_private_loop(coroutine) -> None:
         loop.close()
 
 
+class Heartbeat:
+    """`waiting for workers: N s` into `on_log` every `every_s` of `clock` until a line of the trainer's arrives."""
+
+    def __init__(self, on_log: Callable[[str], None], clock: Callable[[], float] = time.monotonic,
+                 every_s: float = HEARTBEAT_S) -> None:
+        self.on_log, self.clock, self.every_s = on_log, clock, every_s
+        self.started = self.last = clock()
+        self.done = False
+
+    def line(self, text: str) -> None:
+        """A line of the job's log arrived: the first of the trainer's ends the heartbeat."""
+        shown = own_line(text)
+        self.done = self.done or bool(shown and shown.startswith(STARTED_PREFIXES))
+
+    def tick(self) -> None:
+        now = self.clock()
+        if not self.done and now - self.last >= self.every_s:
+            self.last = now
+            self.on_log(f"{HEARTBEAT_PREFIX}{now - self.started:.0f} s")
+
+
 @dataclass
 class Followed:
     """How far `follow_log` got."""
@@ -290,14 +319,16 @@ class Followed:
 
 
 def follow_log(client: JobSubmissionClient, job_id: str, on_log: Callable[[str], None], timeout_s: float | None,
-               until: Callable[[str], bool] | None = None, skip: int = 0) -> Followed:
+               until: Callable[[str], bool] | None = None, skip: int = 0,
+               clock: Callable[[], float] = time.monotonic) -> Followed:
     """Stream the job's log, from its first line, into `on_log` until the job ends or a line satisfies `until`;
     the first `skip` lines (shown already) are not passed on. A dropped stream (a port-forward or proxy cutting an
     idle websocket while the job installs packages or compiles) is not the job failing: say so and return, for
-    the caller to poll or stream again."""
+    the caller to poll or stream again. Until the trainer's first line, a Heartbeat line every HEARTBEAT_S."""
     followed = Followed()
+    heartbeat = Heartbeat(on_log, clock)
     try:
-        _run_on_private_loop(asyncio.wait_for(_stream_log(client, job_id, on_log, until, skip, followed),
+        _run_on_private_loop(asyncio.wait_for(_stream_log(client, job_id, on_log, until, skip, followed, heartbeat),
                                               timeout=timeout_s))
     except (asyncio.TimeoutError, TimeoutError):
         raise
@@ -310,22 +341,33 @@ def follow_log(client: JobSubmissionClient, job_id: str, on_log: Callable[[str],
 
 
 async def _stream_log(client: JobSubmissionClient, job_id: str, on_log: Callable[[str], None],
-                      until: Callable[[str], bool] | None, skip: int, followed: Followed) -> None:
+                      until: Callable[[str], bool] | None, skip: int, followed: Followed,
+                      heartbeat: Heartbeat) -> None:
     # The websocket closes when the job reaches a terminal state. Leaving early (`until`), the stream is closed
     # here, on this loop, so its websocket and HTTP session do not outlive it.
     stream = client.tail_job_logs(job_id)
+    beating = asyncio.ensure_future(_beat(heartbeat))
     try:
         async for chunk in stream:
             for line in chunk.splitlines():
                 followed.lines += 1
+                heartbeat.line(line)
                 if followed.lines <= skip:
                     continue
+                heartbeat.tick()
                 on_log(line)
                 if until is not None and until(line):
                     followed.match = line
                     return
     finally:
+        beating.cancel()
         await stream.aclose()
+
+
+async def _beat(heartbeat: Heartbeat) -> None:
+    while not heartbeat.done:
+        await asyncio.sleep(TICK_S)
+        heartbeat.tick()
 
 
 def wait_for_status(client: JobSubmissionClient, job_id: str, deadline: float) -> JobStatus:

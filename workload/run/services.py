@@ -1,0 +1,128 @@
+"""The services and the disk a run will use, checked before any worker starts (workload.run.preflight.validate, which
+the job's driver and `python -m workload.local` both run), one short request each: a Hub model that the Hub cannot
+serve, an s3:// --storage_path that does not answer or that this machine has no credentials for, a storage path's
+disk too small for one checkpoint. Each is exit 3 (cli.EnvironmentProblem) naming the flag, in a few seconds, where
+the run used to fail inside Ray after 40-80 s, with traceback frames.
+
+What the libraries would do otherwise, and so what each check stands in for:
+- transformers' from_pretrained asks the Hub through huggingface_hub, which retries a refused connection five times
+  (utils/_http.py http_backoff), then falls back to this machine's Hub cache; so a model in that cache, or
+  HF_HUB_OFFLINE set, is not asked about.
+- Ray Train writes its checkpoints through pyarrow's S3 filesystem with the machine's (the pod's) AWS identity; the
+  AWS SDK's defaults retry and time out over tens of seconds. One HeadBucket (boto3, which reads the same
+  credentials chain and AWS_ENDPOINT_URL_S3) answers in seconds; the pods' IAM policy allows it
+  (infra/aws/pod_identity.py).
+- A checkpoint is torch.distributed.checkpoint's shards of the whole training state: fp32 weights and AdamW's two
+  fp32 moments, 12 bytes a trained parameter, whatever the number of ranks (each writes its share); a full disk
+  fails the first save after minutes of training.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+
+from workload import cli
+from workload.config import TrainConfig
+from workload.model import adapters, model_source, structure
+
+S3_CONNECT_TIMEOUT_S = 5
+S3_READ_TIMEOUT_S = 10
+# fp32 weights (4) + AdamW's exp_avg and exp_avg_sq (4 + 4): a checkpoint's bytes per trained parameter.
+STATE_BYTES_PER_PARAMETER = 12
+# The model directory --export writes beside the checkpoints: the fp32 master weights (workload.checkpoint.export).
+EXPORT_BYTES_PER_PARAMETER = 4
+# Free space within this fraction above the need is warned about: the logs, the metrics and the data cache share it.
+DISK_MARGIN = 0.10
+
+
+def check_hub_model(cfg: TrainConfig) -> None:
+    """A --model_id on the Hub: one request for its config.json (workload.model.model_source.check_hub_reachable),
+    skipped for a local directory, s3://, a model in this machine's Hub cache, and with HF_HUB_OFFLINE set."""
+    if cfg.model_config or model_source.is_path(cfg.model_id) or "://" in cfg.model_id:
+        return
+    try:
+        model_source.check_hub_reachable(cfg.model_id, model_source.CONFIG_FILE)
+    except (model_source.Unreachable, model_source.NeedsToken) as error:
+        raise cli.EnvironmentProblem(f"--model_id {cfg.model_id}: {error}",
+                                     hint="HF_HUB_OFFLINE=1 loads a model this machine's Hub cache holds") from None
+
+
+def check_storage_reachable(cfg: TrainConfig) -> None:
+    """An s3:// --storage_path: its bucket answers a HeadBucket with this machine's credentials. No credentials, no
+    answer within the timeouts, or a refusal (403) is exit 3; a bucket that does not exist is exit 2. Skipped where
+    boto3 is not installed (the job's image carries it; Ray Train's own write says the rest)."""
+    path = cfg.storage_path
+    if not path.startswith("s3://"):
+        return
+    try:
+        import boto3
+        import botocore.config
+        import botocore.exceptions as aws
+    except ImportError:
+        return
+    bucket = path[len("s3://"):].split("/", 1)[0]
+    what = f"--storage_path {path}"
+    config = botocore.config.Config(connect_timeout=S3_CONNECT_TIMEOUT_S, read_timeout=S3_READ_TIMEOUT_S,
+                                    retries={"max_attempts": 1, "mode": "standard"})
+    try:
+        # A new session: the environment as it is now (boto3.client would reuse the default session's credentials).
+        boto3.session.Session().client("s3", config=config).head_bucket(Bucket=bucket)
+    except aws.NoCredentialsError:
+        raise cli.EnvironmentProblem(f"{what}: no AWS credentials on this machine to write checkpoints with",
+                                     hint="set AWS_PROFILE or AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, or run "
+                                          "`aws configure`; on the cluster the pods' role gives them") from None
+    except (aws.EndpointConnectionError, aws.ConnectTimeoutError, aws.ReadTimeoutError,
+            aws.ConnectionClosedError) as error:
+        raise cli.EnvironmentProblem(f"{what}: S3 is not reachable from this machine ({type(error).__name__})") from None
+    except aws.ClientError as error:
+        status = error.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+        if status == 404:
+            raise cli.UsageError(f"{what}: bucket {bucket} does not exist; give a bucket of yours") from None
+        raise cli.EnvironmentProblem(f"{what}: S3 answered {status or error} for bucket {bucket} with this "
+                                     "machine's credentials; they need s3:ListBucket on it") from None
+    except aws.BotoCoreError as error:
+        raise cli.EnvironmentProblem(f"{what}: S3 could not be asked ({error})") from None
+
+
+def planned_bytes(cfg: TrainConfig, architecture: dict) -> tuple[int, int]:
+    """(one checkpoint's bytes: the trained parameters' state, the exported model's bytes) for `architecture` (a
+    config.json as a dict). With --method lora/qlora only the adapters train: rank x (in + out) per targeted linear
+    layer; the export is the merged model's size either way."""
+    parameters = structure.parameter_count(architecture)
+    if cfg.method == "full":
+        trained = parameters
+    else:
+        names = adapters.resolve(cfg.lora_targets, structure.linear_names(architecture))
+        shapes = [shape for name, shape in structure.linear_shapes(architecture).items()
+                  if name.rsplit(".", 1)[-1] in names]
+        trained = architecture["num_hidden_layers"] * sum(cfg.lora_rank * (out + into) for out, into in shapes)
+    exported = parameters * EXPORT_BYTES_PER_PARAMETER if cfg.export != "none" else 0
+    return trained * STATE_BYTES_PER_PARAMETER, exported
+
+
+def check_disk(cfg: TrainConfig, architecture: dict, *, say=print) -> None:
+    """A local --storage_path's filesystem has room for one checkpoint and the export (`planned_bytes`): exit 3 with
+    both sizes when it clearly has not, a warning when the room is within DISK_MARGIN of the need (each further
+    checkpoint needs as much again)."""
+    path = cfg.storage_path
+    if not path or "://" in path:
+        return
+    existing = os.path.abspath(os.path.expanduser(path))
+    while not os.path.exists(existing):
+        existing = os.path.dirname(existing)
+    free = shutil.disk_usage(existing).free
+    checkpoint, exported = planned_bytes(cfg, architecture)
+    need = checkpoint + exported
+    sizes = f"{_size(free)} free at {existing}, one checkpoint and the exported model need {_size(need)}"
+    if free < need:
+        raise cli.EnvironmentProblem(f"--storage_path {path}: {sizes}",
+                                     hint="free space there, or give a --storage_path on a larger disk")
+    if free < need * (1 + DISK_MARGIN):
+        say(f"warning: --storage_path {path}: {sizes}; each further checkpoint needs {_size(checkpoint)} more")
+
+
+def _size(count: int) -> str:
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if count >= scale:
+            return f"{count / scale:.1f} {unit}"
+    return f"{count} bytes"

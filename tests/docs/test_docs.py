@@ -122,18 +122,20 @@ def test_an_8b_model_on_p5_as_written(project, aws_env):
 
 def test_the_70b_path_as_written(project, aws_env):
     from bench.model import step_model
+    from workload.config import parse_args as parse_train_args
 
     shell = Shell(project, JourneyAws("us-west-2"))
     text = page("docs/seventy-b.md")
     outputs = [shell(command) for command in bash_block(text, "## The stack")]
     flags = job_flags(shell.run)
-    assert shell.stack == "dev" and (flags["--method"], flags["--batch_size"]) == ("qlora", "1"), flags
+    job = parse_train_args([word for flag in flags.items() for word in flag])  # the default batch, no flag for it
+    assert shell.stack == "dev" and (job.method, job.batch_size) == ("qlora", 2), flags
     shown = sample_block(text, "exports the plan as `jobMemoryPlan`:")
     assert json.loads(outputs[-1]) == json.loads(shown[0]), f"the page shows the plan the preview made:\n{outputs[-1]}"
     refused = run_program_expecting_error("dev", {"trainMethod": "full"}, project_dir=project).error
     assert sample_block(text, "naming the method that fits first:") == [str(refused)], \
         f"the page shows the preview's refusal of full as it prints it:\n{refused}"
-    line = step_model.method_line("meta-llama/Llama-3.3-70B-Instruct", "qlora", step_model.stack_hardware("dev"), 1,
+    line = step_model.method_line("meta-llama/Llama-3.3-70B-Instruct", "qlora", step_model.stack_hardware("dev"), 2,
                                   2048)
     flat = " ".join(text.split())
     for figure in (f"{line['tokens_per_s']} tokens/s", f"{line['step_s']} s per step",
@@ -146,7 +148,11 @@ def test_the_70b_path_as_written(project, aws_env):
     config = architectures.published("meta-llama/Llama-3.3-70B-Instruct")
     two = memory.estimate(config, micro_batch=2, seq_len=2048, shards=8, activation_checkpointing=True,
                           reshard_after_forward=True, compiled=True, method="qlora", reduce_dtype="auto")
-    for figure in (f"projects to {two.peak_gib:.1f} GiB",
+    hsdp = {batch: memory.estimate(config, micro_batch=batch, seq_len=2048, shards=4, activation_checkpointing=True,
+                                   reshard_after_forward=True, compiled=True, method="qlora", reduce_dtype="auto",
+                                   ranks=8).peak_gib for batch in (1, 2)}
+    for figure in (f"projects to {two.peak_gib:.1f} GiB", f"projects to {hsdp[2]:.1f} GiB",
+                   f"HSDP's shards do fit ({hsdp[1]:.1f} GiB",
                    f"{adapter_memory.NF4_BYTES_PER_PARAMETER:.3f} bytes a weight",
                    f"{adapter_memory.adapter_parameters(config, 16) / 1e6:.0f} M parameters at rank 16"):
         assert figure in flat, f"docs/seventy-b.md shows the memory model's {figure!r}"

@@ -1,6 +1,6 @@
 """bench/'s rooms as bench/README.md describes them: every benchmark of record and exploration says what it is, is in
 the README's table, and parses --help without a GPU; the step-time model imports no benchmark, and no benchmark
-imports an exploration; only the benchmarks that run the job under Ray Train import ray."""
+imports an exploration; only the benchmarks that run the job under Ray Train, or the data stage under Ray Data, import ray."""
 from __future__ import annotations
 
 import ast
@@ -19,7 +19,8 @@ ROOMS = ("model", "record", "explore")
 # What each room may import of bench/: the model is the floor, common sits on it, the benchmarks on both.
 MAY_IMPORT = {"model": {"model"}, "common": {"model"}, "record": {"model", "common", "record"},
               "explore": {"model", "common", "record", "explore"}}
-RAY_USERS = {"bench.record.scaling", "bench.record.emulate"}  # they run the job under Ray Train
+# They run the job under Ray Train, or (data_scale) the data stage, Ray Data on a local cluster.
+RAY_USERS = {"bench.record.scaling", "bench.record.emulate", "bench.record.data_scale"}
 
 
 def modules(*rooms: str) -> list[str]:
@@ -73,7 +74,7 @@ def test_the_rooms_import_downwards_only():
                 there = "common" if target == "bench.common" else room(target)
                 assert there in MAY_IMPORT[here], f"{name} imports {target}: bench/{here} may not import bench/{there}"
         ray = {target for target in imports(source(name)) if target == "ray" or target.startswith("ray.")}
-        assert not ray or name in RAY_USERS, f"{name} imports ray; only {sorted(RAY_USERS)} run the job under Ray"
+        assert not ray or name in RAY_USERS, f"{name} imports ray; only {sorted(RAY_USERS)} run the job or the data stage under Ray"
 
 
 @pytest.mark.parametrize("name", modules("record", "explore"))

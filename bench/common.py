@@ -333,3 +333,17 @@ class GpuDelay:
         end.record()
         end.synchronize()
         return start.elapsed_time(end) / 1e3 / seconds
+
+
+def device_and_delay(name: str) -> tuple[torch.device, GpuDelay | None]:
+    """--device as a device (the current one, for cuda) and, on a GPU, the delay kernel the emulations time their
+    collectives with."""
+    device = device_from_flag(name)
+    if device.type != "cuda":
+        return device, None
+    import torch
+
+    torch.cuda.set_device(device)
+    return device, GpuDelay(device)
+
+

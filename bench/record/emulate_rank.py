@@ -39,7 +39,7 @@ from typing import Callable, Iterator
 import torch
 import torch.distributed as dist
 
-from bench.common import GIB, ActivationOffload, GpuDelay, announce, benchmark_parser, recipe_model
+from bench.common import GIB, ActivationOffload, GpuDelay, announce, benchmark_parser, device_and_delay, recipe_model
 from bench.model import step_inputs, step_model, step_shapes
 from workload.config import TrainConfig
 from workload.data.batches import random_batches
@@ -361,11 +361,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     announce()
-    device = torch.device(args.device, 0) if args.device == "cuda" else torch.device(args.device)
-    delay = None
-    if device.type == "cuda":
-        torch.cuda.set_device(device)
-        delay = GpuDelay(device)
+    device, delay = device_and_delay(args.device)
+    if delay is not None:
         print(json.dumps({"delay_kernel": delay.kind, "measured_over_asked_10ms": round(delay.accuracy(), 4),
                           "torch": torch.__version__, "device": torch.cuda.get_device_name(device)}), flush=True)
     cfg = TrainConfig(model_config=args.model_config, batch_size=args.batch_size, seq_len=args.seq_len)

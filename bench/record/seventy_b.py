@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 import json
 
-from bench.common import announce, benchmark_parser
+from bench.common import announce, benchmark_parser, device_and_delay
 from bench.model import offload, step_inputs
 from workload.model import architectures
 
@@ -63,11 +63,7 @@ def main(argv: list[str] | None = None) -> None:
     from bench.record import adapter_memory, emulate_rank
     from workload.config import TrainConfig
 
-    device = torch.device(args.device, 0) if args.device == "cuda" else torch.device(args.device)
-    delay = None
-    if device.type == "cuda":
-        torch.cuda.set_device(device)
-        delay = emulate_rank.GpuDelay(device)
+    device, delay = device_and_delay(args.device)
     if args.smoke:
         cfg = TrainConfig(model_config="tiny", method="lora", batch_size=args.batch_size, seq_len=args.seq_len,
                           activation_checkpointing=True, reshard_after_forward=True, compile=False)

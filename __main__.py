@@ -20,7 +20,7 @@ from infra.preview import feasibility
 
 # ---- config and every check, before any resource ---------------------------------------------------------------
 cfg = config.load()
-plan = feasibility.check(cfg)
+plan = feasibility.plan_stack(cfg)
 gpu_facts = plan.gpu
 
 tags = {"project": pulumi.get_project(), "stack": pulumi.get_stack(), "cluster": cfg.cluster_name}

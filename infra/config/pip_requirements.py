@@ -33,7 +33,7 @@ def shown(entry: str) -> str:
     return repr(_QUERY.sub("?***", _USERINFO.sub("***@", entry)))
 
 
-def check(entries: list[str] | tuple[str, ...]) -> tuple[str, ...]:
+def check_requirements(entries: list[str] | tuple[str, ...]) -> tuple[str, ...]:
     """trainPip, refused unless every entry is a requirement specifier by name for a package not of the image."""
     allowed = ("allowed: requirement specifiers by name such as einops==0.8.1 or 'datasets>=3; python_version>=\"3.10\"' "
                "(no pip options, URLs or paths: a private index belongs in the image or its pip.conf)")

@@ -189,7 +189,7 @@ class StackConfig:
     """NCCL_DEBUG, NCCL_SOCKET_IFNAME, FI_PROVIDER and NCCL_NET_PLUGIN for the Ray workers."""
     train: JobSettings | None = None
     api_public_access_cidrs: tuple[str, ...] = ()
-    """As configured; the deployer's own address is added at preview (feasibility.check)."""
+    """As configured; the deployer's own address is added at preview (feasibility.plan_stack)."""
     control_plane_log_retention_days: int = 90
     cluster_admins: tuple[str, ...] = ()
     cluster_viewers: tuple[str, ...] = ()

@@ -60,7 +60,7 @@ def parse_train(raw: dict[str, Any]) -> JobSettings:
         enabled=raw["trainEnabled"],
         run_id=raw["trainRunId"],
         flags=flags,
-        pip=pip_requirements.check(raw["trainPip"]),
+        pip=pip_requirements.check_requirements(raw["trainPip"]),
         env=env,
         timeout_minutes=raw["trainTimeoutMinutes"],
         expect_transport=raw["trainExpectTransport"],
@@ -91,7 +91,7 @@ def job_flags(raw: dict[str, Any]) -> dict[str, Any]:
     if (model_location := s3_location(values["model_id"], "trainModelId")) is not None:
         require(bool(model_location[1]), "trainModelId", f"{values['model_id']!r}: {S3_MODEL_DIRECTORY}")
     try:
-        adapters.check(values["method"], values["lora_rank"], values["lora_alpha"], values["lora_dropout"],
+        adapters.check_settings(values["method"], values["lora_rank"], values["lora_alpha"], values["lora_dropout"],
                        values["lora_targets"])
         shipped = architectures.published(values["model_id"])
         if values["method"] != "full" and shipped:  # the model's own linear layers, known without a download

@@ -63,7 +63,7 @@ def check_hub(cfg: StackConfig, *, warn: Callable[[str], None] | None = None,
     train = cfg.train
     token = train.secret_env.reveal().get(HUB_TOKEN) or False
     try:
-        found = hub_dataset.check(train.dataset, train.dataset_split, train.dataset_config, fields_of(cfg),
+        found = hub_dataset.check_records(train.dataset, train.dataset_split, train.dataset_config, fields_of(cfg),
                                   subject=f"config key '{KEY}':", token=token, limit=limit)
     except hub_dataset.NotReachable as error:
         warn(f"{KEY} {train.dataset} is not reachable on the Hugging Face Hub ({error}), so its records are checked "

@@ -94,7 +94,7 @@ class StackPlan:
 
 
 @config.hides_secret_values
-def check(cfg: StackConfig) -> StackPlan:
+def plan_stack(cfg: StackConfig) -> StackPlan:
     """Refuse the stack unless it can work; the look-ups are synchronous (invokes, one boto3 read), so all of
     this runs at preview before the program registers anything."""
     identity = aws_identity(pulumi.Config("aws"))
@@ -120,7 +120,7 @@ def check(cfg: StackConfig) -> StackPlan:
     check_system_instance(instance_facts.lookup(cfg.system_instance_type, config_key="systemInstanceType"))
     addons.check_efa_allowlist(cfg.gpu_instance_type)
     image = raycluster.check_config(cfg, gpu)
-    object_names.check(cfg)
+    object_names.check_names(cfg)
     job_memory, job_layout, job_checkpoint = (check_job(cfg, gpu, identity=identity, region=region)
                                               if cfg.train.enabled else (None, None, None))
     reservation = None

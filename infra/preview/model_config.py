@@ -74,7 +74,7 @@ def _trainable(config: Any, model_id: str, where: str, source: str) -> Known:
     carries the meta-built model's structure (workload.model.structure), so the plan counts what transformers builds.
     The shipped configs are not gated here (no torch at preview for them): tests/unit/test_model_gate.py passes each of
     them through the gate, and tests/runs/test_family_methods.py checks their derived structure against the built model."""
-    built = compatibility.check(config, f"config key 'trainModelId': {model_id}")
+    built = compatibility.gate(config, f"config key 'trainModelId': {model_id}")
     check_decoder(config, where)
     return Known(built, source)
 

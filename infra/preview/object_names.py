@@ -49,7 +49,7 @@ MONITORING_NAMESPACES = {
 }
 
 
-def check(cfg: StackConfig) -> None:
+def check_names(cfg: StackConfig) -> None:
     for derived in FROM_RAY_CLUSTER_NAME:
         name = derived.name(cfg.ray_cluster_name)
         if derived.needed(cfg) and len(name) > derived.limit:

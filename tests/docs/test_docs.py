@@ -34,7 +34,7 @@ from tests.support.docs_shell import (
     table,
 )
 from tests.support.pulumi_mocks import program, run_program_expecting_error, stack_settings
-from workload.data.examples import dataset_blocks
+from workload.data.examples import example_blocks
 from workload.model.optimizer import learning_rate_at
 from workload.run import local
 
@@ -274,7 +274,7 @@ def test_the_chat_run_sample_is_what_the_job_prints():
     cfg = local.parse_args(command.split()[3:])
     data_line, step_line = (re.sub(r"^\(RayTrainWorker pid=\d+\) ", "", line)
                             for line in sample_block(text, "## Conversations instead of text"))
-    assert data_line == dataset_blocks(cfg).describe(cfg), data_line
+    assert data_line == example_blocks(cfg).describe(cfg), data_line
     shape = re.fullmatch(r"step 1/(\d+) loss [\d.]+ lr ([\d.e+-]+) batch (\d+) examples \d+ trained_tokens \d+ "
                          r"step_time [\d.]+s tokens/s [\d,]+ mfu n/a", step_line)
     assert shape, step_line

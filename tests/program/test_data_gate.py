@@ -216,13 +216,13 @@ def test_a_sharegpt_file_and_a_gzipped_csv_reach_the_job_as_the_check_read_them(
     from workload.config import TrainConfig
     from workload.data import records
     from workload.data.batches import load_documents
-    from workload.data.examples import dataset_blocks
+    from workload.data.examples import example_blocks
 
     cfg = TrainConfig(model_config="tiny", dataset=str(files / "sharegpt.jsonl"), data_format="chat",
                       tokenizer=str(REPO / "data" / "chat-tokenizer"), seq_len=64)
     ((turns, trained),) = records.conversations(cfg, records.read_records(cfg))
     assert [turn["role"] for turn in turns] == ["system", "user", "assistant"] and trained == [2], turns
-    line = dataset_blocks(cfg).describe(cfg)
+    line = example_blocks(cfg).describe(cfg)
     assert line.startswith("chat data (ShareGPT): 1 training examples") and "0 without a trained token" in line, line
     text = TrainConfig(model_config="tiny", dataset=str(files / "corpus.csv.gz"), tokenizer=str(REPO / "data" /
                                                                                                  "tokenizer"))

@@ -334,9 +334,9 @@ def test_pip_refusal_goes_by_the_package_name(entry, refused):
 
     if refused:
         with pytest.raises(ValueError, match="trainPip"):
-            pip_requirements.check((entry,))
+            pip_requirements.check_requirements((entry,))
     else:
-        pip_requirements.check((entry,))
+        pip_requirements.check_requirements((entry,))
 
 
 class FakeAwsConfig(dict):

@@ -108,7 +108,7 @@ def test_a_ray_cluster_name_too_long_for_the_idle_stops_cronjob_is_refused_namin
     message = program_refusal({"rayClusterName": name, "gpuIdleStopMinutes": 60})
     assert_names(message, ["rayClusterName", "CronJob", "52", "at most 42 characters"])
     # Without the idle stop there is no CronJob, and 43 characters are fine.
-    object_names.check(config.parse(DEV | {"rayClusterName": name, "gpuIdleStopMinutes": 0}))
+    object_names.check_names(config.parse(DEV | {"rayClusterName": name, "gpuIdleStopMinutes": 0}))
 
 
 @pytest.mark.parametrize("namespace, monitoring", [("monitoring", "prometheus"), ("amazon-cloudwatch", "cloudwatch"),

@@ -15,7 +15,8 @@ import pytest
 from tests.support.fake_s3 import PolicyEnforcingS3
 from workload import node_copy, storage
 
-BUCKET, KEY = "ckpt-bucket", "AKIANODECOPY00000001"
+# Its own bucket: moto keeps one S3 per process, which tests/program/test_storage_policy.py's server shares.
+BUCKET, KEY = "node-copy-bucket", "AKIANODECOPY00000001"
 # Small parts so that one file of the test is several ranged reads (the job's are 64 MiB).
 PART_BYTES = 1 << 20
 FILES = {"__0_0.distcp": os.urandom(3 * PART_BYTES + 12345), "__1_0.distcp": os.urandom(PART_BYTES),

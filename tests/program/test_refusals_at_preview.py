@@ -113,7 +113,7 @@ SECRET_ECHOES = {
                                   "trainPip"),
     "a URL requirement with a token": ({"trainPip": [f"pkg @ https://{TOKEN}@example.com/pkg.whl"]}, "trainPip"),
 }
-# The same, from the checks that need the cloud's answers (infra.preview.feasibility.check), through the whole program.
+# The same, from the checks that need the cloud's answers (infra.preview.feasibility.plan_stack), through the whole program.
 SECRET_ECHOES_AT_PREVIEW = {
     "a secret dataset on this machine": ({**JOB_ON, "trainDataset": Secret(f"/home/{TOKEN}/corpus.jsonl")},
                                          "trainDataset"),
@@ -150,13 +150,13 @@ def test_the_issues_secret_object_is_refused_at_preview_without_its_value():
 ])
 def test_pip_takes_requirement_specifiers_for_packages_not_of_the_image(entry):
     with pytest.raises(ValueError, match="config key 'trainPip'") as refused:
-        pip_requirements.check([entry])
+        pip_requirements.check_requirements([entry])
     assert TOKEN not in str(refused.value) and "\n" not in str(refused.value), refused.value
 
 
 def test_pip_specifiers_with_extras_versions_and_markers_pass():
     entries = ["einops==0.8.1", "datasets>=3; python_version >= '3.10'", "accelerate[deepspeed]~=1.0", "raydp"]
-    assert pip_requirements.check(entries) == tuple(entries)
+    assert pip_requirements.check_requirements(entries) == tuple(entries)
 
 
 # ---- item 13: bounds and shapes ---------------------------------------------------------------------------------

@@ -67,7 +67,7 @@ def _untrained_losses(cfg: TrainConfig) -> tuple[float, float]:
     with torch.no_grad():
         untrained = build_model(cfg, torch.device("cpu"))
         first = [loss_fn(untrained, data.make_data(cfg, 0, rank, 2).train(0)).item() for rank in (0, 1)]
-        _, held = data.dataset_blocks(cfg)
+        _, held = data.text_blocks(cfg)
         return sum(first) / 2, evaluate(untrained, list(held.split(cfg.batch_size))).item()
 
 

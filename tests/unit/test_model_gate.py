@@ -74,7 +74,7 @@ def test_every_shipped_family_passes_the_gate_the_preview_skips_for_them():
     families = {architectures.published(model_id)["model_type"]: model_id for model_id in architectures.shipped_ids()}
     assert set(families) == {"qwen2", "qwen3", "llama", "mistral"}, families
     for model_id in families.values():
-        compatibility.check(dict(architectures.published(model_id), num_hidden_layers=1), model_id)
+        compatibility.gate(dict(architectures.published(model_id), num_hidden_layers=1), model_id)
 
 
 def test_the_gate_builds_no_weights_and_computes_the_buffers():
@@ -93,7 +93,7 @@ def test_the_gate_builds_no_weights_and_computes_the_buffers():
 ])
 def test_a_config_transformers_cannot_build_is_refused_in_one_line(raw, words):
     with pytest.raises(ValueError, match=f"^config key 'trainModelId': acme/x: .*{words}"):
-        compatibility.check(raw, "config key 'trainModelId': acme/x")
+        compatibility.gate(raw, "config key 'trainModelId': acme/x")
 
 
 # Model-id mistakes, answered in a second and in the user's words (workload.model.model_source).

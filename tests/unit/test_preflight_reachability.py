@@ -86,7 +86,9 @@ def s3_endpoint(monkeypatch):
         monkeypatch.setenv(name, value)
     import boto3
 
-    boto3.client("s3").create_bucket(Bucket="runs", CreateBucketConfiguration={"LocationConstraint": "us-west-2"})
+    # A session of its own: boto3.client would reuse the default session's credentials, cached by an earlier test.
+    boto3.session.Session().client("s3").create_bucket(Bucket="runs",
+                                                       CreateBucketConfiguration={"LocationConstraint": "us-west-2"})
     yield server
     server.stop()
 

@@ -112,9 +112,9 @@ def test_modules_a_benchmark_reuses_do_not_import_ray():
 
 
 def test_pack_concatenates_documents_with_separator_and_drops_the_tail():
-    blocks = data.pack([[1, 2, 3], [4, 5], [6]], seq_len=3, separator=0)
+    blocks = data.pack_documents([[1, 2, 3], [4, 5], [6]], seq_len=3, separator=0)
     assert blocks.tolist() == [[1, 2, 3], [0, 4, 5], [0, 6, 0]], f"packed blocks: got {blocks.tolist()}"
-    assert data.pack([[1, 2, 3, 4]], seq_len=3, separator=None).tolist() == [[1, 2, 3]], (
+    assert data.pack_documents([[1, 2, 3, 4]], seq_len=3, separator=None).tolist() == [[1, 2, 3]], (
         "the tail shorter than a block must be dropped"
     )
 
@@ -188,14 +188,14 @@ def test_hugging_face_dataset_reads_its_text_column(monkeypatch):
 def test_held_out_blocks_are_seeded_disjoint_and_shared_equally():
     cfg = TrainConfig(model_config="tiny", dataset=CORPUS, tokenizer=TOKENIZER, seq_len=16, batch_size=2,
                       eval_fraction=0.1)
-    every = {tuple(row.tolist()) for row in data.dataset_blocks(dataclasses.replace(cfg, eval_fraction=0.0))[0]}
-    train, held = data.dataset_blocks(cfg)
+    every = {tuple(row.tolist()) for row in data.text_blocks(dataclasses.replace(cfg, eval_fraction=0.0))[0]}
+    train, held = data.text_blocks(cfg)
     assert len(held) == -(-len(every) // 10) and len(train) + len(held) == len(every), (
         f"a tenth of {len(every)} blocks (rounded up) is held out: {len(held)} held, {len(train)} left")
     assert {tuple(row.tolist()) for row in train} | {tuple(row.tolist()) for row in held} == every, \
         "the held-out and training blocks together are the packed corpus"
-    assert torch.equal(held, data.dataset_blocks(cfg)[1]), "the held-out blocks are a function of the seed"
-    assert not torch.equal(held, data.dataset_blocks(dataclasses.replace(cfg, seed=1))[1]), "and of the seed only"
+    assert torch.equal(held, data.text_blocks(cfg)[1]), "the held-out blocks are a function of the seed"
+    assert not torch.equal(held, data.text_blocks(dataclasses.replace(cfg, seed=1))[1]), "and of the seed only"
     shares = [data.make_data(cfg, 512, rank, 3).eval for rank in range(3)]
     rows = [tuple(row.tolist()) for share in shares for batch in share for row in batch]
     assert [sum(len(batch) for batch in share) for share in shares] == [len(held) // 3] * 3, (
@@ -214,7 +214,7 @@ def test_eval_split_packs_another_split_of_the_hugging_face_dataset(monkeypatch)
                         lambda name, config, split: datasets.Dataset.from_dict({"text": splits[split]}))
     cfg = TrainConfig(model_config="tiny", dataset="org/corpus", tokenizer=TOKENIZER, seq_len=7, batch_size=2,
                       eval_split="validation")
-    train, held = data.dataset_blocks(cfg)
+    train, held = data.text_blocks(cfg)
     tokenizer = load_tokenizer(TOKENIZER)
     line = tokenizer("the dog likes the tree .")["input_ids"] + [tokenizer.eos_token_id]
     assert held.tolist() == [line] * 8 and len(train) == 20, f"evaluation: the validation split's blocks {held}"

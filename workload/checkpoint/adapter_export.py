@@ -112,7 +112,7 @@ def read_adapter_checkpoint(directory: str) -> tuple[dict, dict[str, torch.Tenso
         with open(path, encoding="utf-8") as file:
             config = json.load(file)
         targets = config["target_modules"]
-        adapters.check("lora", config["r"], config["lora_alpha"], config.get("lora_dropout", 0.0),
+        adapters.check_settings("lora", config["r"], config["lora_alpha"], config.get("lora_dropout", 0.0),
                        ",".join(targets) if isinstance(targets, list) else "")
         if not isinstance(config.get("base_model_name_or_path", ""), str):
             raise ValueError("base_model_name_or_path is not a string")

@@ -286,7 +286,7 @@ class TrainConfig:
     )
 
     def __post_init__(self) -> None:
-        fields.check(DECLARED, self)
+        fields.check_bounds(DECLARED, self)
         for declared in DECLARED:  # another tool's name for a choice (TRL's keep_start) is kept as ours
             if declared.value_aliases and (value := getattr(self, declared.name)) in declared.value_aliases:
                 object.__setattr__(self, declared.name, declared.value_aliases[value])
@@ -313,7 +313,7 @@ class TrainConfig:
                 self.chat_template.endswith(".jinja") and os.path.isfile(os.path.expanduser(self.chat_template))):
             raise ValueError(f"--chat_template must be empty (the tokenizer's own), one of {', '.join(CHAT_TEMPLATES)}, "
                              f"or an existing .jinja file, got {self.chat_template!r}")
-        adapters.check(self.method, self.lora_rank, self.lora_alpha, self.lora_dropout, self.lora_targets)
+        adapters.check_settings(self.method, self.lora_rank, self.lora_alpha, self.lora_dropout, self.lora_targets)
         if (broken := rules.first_broken(vars(self))) is not None:
             raise ValueError(broken)
 

@@ -161,7 +161,7 @@ def declarations(config_class: type) -> tuple[Declaration, ...]:
                  for field in dataclasses.fields(config_class))
 
 
-def check(declared: Sequence[Declaration], values: Any) -> None:
+def check_bounds(declared: Sequence[Declaration], values: Any) -> None:
     """The job's side: each field's bounds or choices, a refusal naming the flag."""
     for declaration in declared:
         if (why := declaration.problem(getattr(values, declaration.name))) is not None:

@@ -98,7 +98,7 @@ def _text_of(record: object, field: str, dataset: str) -> str:
     return record[field]
 
 
-def pack(token_ids: Iterable[Sequence[int]], seq_len: int, separator: int | None) -> torch.Tensor:
+def pack_documents(token_ids: Iterable[Sequence[int]], seq_len: int, separator: int | None) -> torch.Tensor:
     """Concatenate documents (each followed by `separator` when given) and cut into (n, seq_len) blocks."""
     stream: list[int] = []
     for ids in token_ids:
@@ -133,12 +133,12 @@ def hold_out(blocks: torch.Tensor, fraction: float, seed: int) -> tuple[torch.Te
     return blocks[order[held:].sort().values], blocks[order[:held]]
 
 
-def dataset_blocks(cfg: TrainConfig) -> tuple[torch.Tensor, torch.Tensor | None]:
+def text_blocks(cfg: TrainConfig) -> tuple[torch.Tensor, torch.Tensor | None]:
     """(training blocks, evaluation blocks or None) of --dataset, tokenized and packed."""
     tokenizer = load_tokenizer(cfg.tokenizer_name)
 
     def blocks_of(documents: list[str]) -> torch.Tensor:
-        return pack(tokenizer(documents, add_special_tokens=False)["input_ids"], cfg.seq_len, tokenizer.eos_token_id)
+        return pack_documents(tokenizer(documents, add_special_tokens=False)["input_ids"], cfg.seq_len, tokenizer.eos_token_id)
 
     blocks = blocks_of(load_documents(cfg))
     if cfg.eval_split:
@@ -192,14 +192,13 @@ def make_data(cfg: TrainConfig, vocab_size: int, rank: int, world_size: int, sha
         return cached_data(cfg, shards_at, rank, world_size)
     if cfg.data_format != "text":
         return _example_data(cfg, rank, world_size)
-    train, held = dataset_blocks(cfg)
+    train, held = text_blocks(cfg)
     return _deal(cfg, train, held, rank, world_size)
 
 
 def _example_data(cfg: TrainConfig, rank: int, world_size: int) -> Data:
     """Chat or prompt-completion examples (workload/data/), packed, then dealt as text blocks are."""
-    from workload.data.examples import check_trainable
-    from workload.data.examples import dataset_blocks as example_blocks
+    from workload.data.examples import check_trainable, example_blocks
     from workload.data.packing import TokenBatch
 
     blocks = example_blocks(cfg)

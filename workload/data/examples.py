@@ -73,7 +73,7 @@ def check_trainable(cfg: TrainConfig, blocks: SftBlocks) -> None:
                          "records with assistant turns, a longer --seq_len, or --truncation keep_end or split")
 
 
-def dataset_blocks(cfg: TrainConfig) -> SftBlocks:
+def example_blocks(cfg: TrainConfig) -> SftBlocks:
     tokenizer = load_chat_tokenizer(cfg)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     pad = pad if pad is not None else 0  # padding carries no loss and nothing attends to it: any id does

@@ -74,7 +74,7 @@ def split_files(files: list[str], split: str, config: str = "") -> list[str]:
     return []
 
 
-def check(dataset: str, split: str, config: str, fields: shapes.Fields, *, subject: str,
+def check_records(dataset: str, split: str, config: str, fields: shapes.Fields, *, subject: str,
           token: str | bool | None = None, limit: int = MAX_BYTES) -> HubChecked:
     """The split's first data file checked (its first `limit` bytes when larger: the records in them). DataError
     naming `subject` for a dataset that is not there, a split with no files, a bad record; NotReachable when the
@@ -172,7 +172,7 @@ def check_dataset(cfg, say=print) -> HubChecked | None:
     if os.environ.get("HF_HUB_OFFLINE", "").upper() in ("1", "ON", "YES", "TRUE"):
         return None
     try:
-        return check(cfg.dataset, cfg.dataset_split, cfg.dataset_config, shapes.Fields.of(cfg), subject="--dataset")
+        return check_records(cfg.dataset, cfg.dataset_split, cfg.dataset_config, shapes.Fields.of(cfg), subject="--dataset")
     except NotReachable as error:
         if not in_cache(cfg.dataset):
             raise

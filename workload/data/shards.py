@@ -6,7 +6,7 @@ Layout of a cache directory (workload/data/cache.py makes it whole):
     eval.npy       the evaluation blocks, the same way (absent without an evaluation set)
     COMPLETE.json  counts, the data line and the summary the job prints; written last
 
-The packing is batches.pack's and packing.pack's, done over lengths and offsets in numpy so that memory holds the
+The packing is batches.pack_documents's and packing.pack's, done over lengths and offsets in numpy so that memory holds the
 arrays, not a Python list of every token: text is the documents' ids with an end-of-text token after each, cut into
 blocks of seq_len (the tail dropped), --eval_fraction of the blocks held out with the seed (batches.hold_out);
 examples are those that train, shuffled with the seed, --eval_fraction of them held out, each set fitted (truncated,
@@ -120,7 +120,7 @@ class PackedCounts:
 
 def example_sets(streams: dict, seed: int, eval_fraction: float) -> tuple[np.ndarray, np.ndarray | None, int]:
     """(training examples, held-out examples or None, examples without a trained token) as indices into the
-    streams: those that train, shuffled with the seed, the first eval_fraction held out (examples.dataset_blocks)."""
+    streams: those that train, shuffled with the seed, the first eval_fraction held out (examples.example_blocks)."""
     trains = np.asarray(streams["trains"], dtype=bool)
     training = np.flatnonzero(trains)
     untrained = len(trains) - len(training)

@@ -100,9 +100,9 @@ def _pack_examples(cfg: TrainConfig, tokenizer, directory: str, writer, held, sh
     from workload.data import examples, packing
 
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    pad = pad if pad is not None else 0  # as examples.dataset_blocks: padding carries no loss
+    pad = pad if pad is not None else 0  # as examples.example_blocks: padding carries no loss
     streams = writer.arrays()
-    if held:  # --eval_split: the examples that train, in their order (examples.dataset_blocks)
+    if held:  # --eval_split: the examples that train, in their order (examples.example_blocks)
         train = np.flatnonzero(np.asarray(streams["trains"], dtype=bool))
         untrained, evaluation = len(streams["trains"]) - len(train), None
     else:

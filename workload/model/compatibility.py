@@ -1,7 +1,7 @@
 """Whether the job can train a model, decided from its config.json alone, before any weights exist: the model gate.
 
 `build(config, what)` is how the job builds a --model_id's architecture (workload.model.build.build_model), and
-`check(config_dict, what)` is the same call on a config.json read at preview (infra/preview/model_config.py): whatever
+`gate(config_dict, what)` is the same call on a config.json read at preview (infra/preview/model_config.py): whatever
 the preview accepts is what the job then builds, by the same code. In order, a model is refused with one line naming
 `what` (--model_id or trainModelId) and what it is, unless:
 - transformers knows its model_type natively (custom code from the Hub, auto_map, is never run);
@@ -165,7 +165,7 @@ def check_model(lm, what: str) -> None:
                             f"({', '.join(computed)})")
 
 
-def check(raw: Any, what: str) -> dict:
+def gate(raw: Any, what: str) -> dict:
     """The gate at preview: `raw` (a config.json as a dict) builds, on the meta device, into a model the job trains;
     ValueError naming `what` (config key 'trainModelId': <id>) otherwise. Returns `raw` with the built model's
     structure attached (workload.model.structure), which the preview's plan then counts."""

@@ -52,7 +52,7 @@ def resolve(value: str, model_names: Sequence[str], flag: str = "--lora_targets"
     return names
 
 
-def check(method: str, rank: int, alpha: float, dropout: float, target_list: str) -> None:
+def check_settings(method: str, rank: int, alpha: float, dropout: float, target_list: str) -> None:
     """The method flags together; ValueError naming the flag and the allowed values."""
     if method not in METHODS:
         raise ValueError(f"--method must be one of {', '.join(METHODS)}, got {method!r}")

@@ -113,17 +113,17 @@ def validate(cfg: TrainConfig) -> None:
 
     check_dataset(cfg)  # a remote --dataset file, with the driver's credentials
     config = hf_config(cfg)
-    # The model gate, as the preview ran it and every worker will: the model on the meta device, whose linear layers
-    # --lora_targets must name (PEFT would fail inside Ray otherwise, with NoMatchingPeftModuleError).
-    built = compatibility.build(config, f"--model_id {cfg.model_config or cfg.model_id}")
-    if not cfg.model_config:
+    if not cfg.model_config:  # a --model_config is the project's own: its targets and disk were checked above
+        # The model gate, as the preview ran it and every worker will: the model on the meta device, whose linear
+        # layers --lora_targets must name (PEFT would fail inside Ray otherwise, with NoMatchingPeftModuleError).
+        built = compatibility.build(config, f"--model_id {cfg.model_id}")
         check_local_weights(cfg)  # after the gate: a directory of another kind of model is refused for that first
-    if cfg.method != "full" or not known:
-        attached = structure.attach(config.to_dict(), built)
-        if cfg.method != "full":
-            check_targets(cfg, attached)
-        if not known:
-            services.check_disk(cfg, attached)
+        if cfg.method != "full" or not known:
+            attached = structure.attach(config.to_dict(), built)
+            if cfg.method != "full":
+                check_targets(cfg, attached)
+            if not known:
+                services.check_disk(cfg, attached)
     check_positions(cfg, config.max_position_embeddings)
     if cfg.dataset:  # the tokenizer is loaded for a dataset only (random tokens need none)
         try:  # one request first: transformers would retry an unreachable Hub for a minute

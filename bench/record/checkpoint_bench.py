@@ -18,13 +18,14 @@ from __future__ import annotations
 
 import dataclasses
 import gc
+import inspect
 import json
 import os
 import statistics
 import sys
 import time
 
-from bench.common import announce, benchmark_parser
+from bench.common import announce, benchmark_parser, device_from_flag
 from bench.record.adapter_memory import SMOKE_CONFIG, WORLD_SIZE, adapter_model
 from workload.config import TrainConfig
 from workload.model import architectures
@@ -58,7 +59,23 @@ def measure(case: tuple, device, small: bool) -> dict:
     dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=WORLD_SIZE)
     # The fake group's gather brings back this rank's plan alone, which DCP's check of the global plan (every
     # tensor's chunks fill it) refuses; the rank's own plan, the files and their bytes are a real rank's.
-    default_planner._validate_global_plan = lambda *args, **kwargs: []
+    if not getattr(default_planner._validate_global_plan, "one_rank", False):
+        # torch 2.13 returns the errors (none: []), 2.11 whether the plan is valid (True).
+        answer = ([] if "list" in str(inspect.signature(default_planner._validate_global_plan).return_annotation)
+                  else True)
+        default_planner._validate_global_plan = lambda *args, **kwargs: answer
+        default_planner._validate_global_plan.one_rank = True
+    # And its gathers of the ranks' plans return the fake group's zeros, which do not unpickle (torch 2.11): the rank
+    # plans as the coordinator of one, which writes the same shard files and its own .metadata.
+    from torch.distributed.checkpoint import utils as dcp_utils
+
+    if not getattr(dcp_utils._DistWrapper, "one_rank", False):
+        as_given = dcp_utils._DistWrapper.__init__
+
+        def one_rank(self, group, use_dist, *args, **kwargs):
+            as_given(self, group, False, *args, **kwargs)
+
+        dcp_utils._DistWrapper.__init__, dcp_utils._DistWrapper.one_rank = one_rank, True
     written: list[int] = []
 
     def publish(metrics: dict, directory: str, step: int) -> None:
@@ -134,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
 
     args = build_parser().parse_args(argv)
     announce()
-    device = torch.device(args.device)
+    device = device_from_flag(args.device)  # cuda: the first GPU, with its index (set_device needs one)
     if device.type == "cuda":
         torch.cuda.set_device(device)
     chosen = [CASES[int(index)] for index in args.cases.split(",")] if args.cases else list(CASES)

@@ -56,3 +56,22 @@ def test_a_failed_upload_stops_the_run_with_its_reason(run):
     results, _ = run
     assert "asynchronous checkpoint save failed" in results.get("failure", ""), results.get("failure")
     assert "refused the upload" in results["failure"]
+
+
+def test_the_host_buffers_are_kept_from_one_save_to_the_next():
+    """A save copies into the buffers the first one allocated, and staging twice works: torch 2.11's DefaultStager
+    closed its copier after every stage, so its second save failed (`KeyError: <class 'type'>`) and re-allocated."""
+    from workload.checkpoint.saver import HostStager
+
+    weights = {"model": {"w": torch.arange(6.0)}, "optimizer": {"state": {"step": torch.tensor(3.0)}, "lr": 0.1}}
+    stager = HostStager(pinned=False)
+    try:
+        first = stager.stage(weights)
+        weights["model"]["w"].add_(1)
+        second = stager.stage(weights)
+    finally:
+        stager.close()
+    assert second["model"]["w"].data_ptr() == first["model"]["w"].data_ptr(), "the second save allocated anew"
+    assert torch.equal(second["model"]["w"], torch.arange(6.0) + 1), "the buffer holds the second save's values"
+    assert second["model"]["w"].data_ptr() != weights["model"]["w"].data_ptr(), "a copy, not the live tensor"
+    assert second["optimizer"]["lr"] == 0.1

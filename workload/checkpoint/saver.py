@@ -5,7 +5,7 @@ sync: the step waits while every rank writes its shards into its node's staging 
 
 async (the default), as torchtitan's `async_mode = "async"` (torchtitan/components/checkpointer/dcp.py: a gloo group
 of its own, `dcp.async_save`, and `maybe_wait_for_saving` before the next save): the step waits only while the rank's
-shards are copied to host memory (DCP's DefaultStager, pinned buffers kept from one save to the next on a GPU). A
+shards are copied to host memory (HostStager: DCP's own copier, pinned buffers kept from one save to the next on a GPU). A
 thread then has DCP write them to the staging directory, publishes them (the upload) and removes the local copy,
 while training goes on. A new save first waits for the one in flight, so host memory holds one copy and the storage
 path gets the saves in order. A failed write or upload is raised in the training loop at the next step
@@ -26,10 +26,38 @@ from typing import Callable
 import torch
 import torch.distributed as dist
 from torch import nn
+from torch.distributed.checkpoint._state_dict_stager import StateDictStager  # DefaultStager's copier (both versions)
+from torch.distributed.checkpoint.staging import AsyncStager
 
 from workload import storage
 from workload.checkpoint import sharded
 from workload.config import CHECKPOINT_MODES
+
+class HostStager(AsyncStager):
+    """The rank's shards copied to host memory in the call, into buffers allocated at the first save and reused
+    (pinned on a GPU, so later copies run at the PCIe's rate): DCP's DefaultStager with use_async_staging=False,
+    less one thing. torch 2.11's DefaultStager closes its StateDictStager after every stage (staging.py `_stage`,
+    "release reference cycle"), dropping the buffers, and its next stage fails (`KeyError: <class 'type'>`, the
+    closed dispatch table); 2.13 keeps them. This one closes its StateDictStager once, in `close`."""
+
+    _synchronize_after_execute = False  # stage returns once the copy is complete: nothing left to wait for
+
+    def __init__(self, pinned: bool) -> None:
+        self._pinned = pinned
+        self._copier = StateDictStager(pin_memory=pinned, share_memory=False)
+
+    def stage(self, state_dict: dict) -> dict:
+        staged = self._copier.stage(state_dict, non_blocking=self._pinned)
+        if self._pinned:
+            torch.cuda.synchronize()  # the non-blocking copies are complete before the model may change
+        return staged
+
+    def synchronize_staging(self) -> None:
+        pass
+
+    def close(self) -> None:
+        self._copier.close()
+
 
 Publish = Callable[[dict, str, int], None]
 """publish(metrics, local directory, step): hand a written checkpoint to the storage path (ray.train.report)."""
@@ -48,17 +76,11 @@ class CheckpointSaver:
         self._pending: Future | None = None
         self._group = self._stager = self._thread = None
         if mode == "async":
-            from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
-
             # The write's collectives on gloo: on the training's NCCL communicator they would be ordered among the
             # steps' collectives from another thread, and a CPU process group is what async_save requires.
             self._group = dist.new_group(backend=group_backend)
             cuda = torch.cuda.is_available()
-            # Pinned host buffers, allocated at the first save and reused (StateDictStager caches them), so later
-            # copies run at the PCIe's rate; staged in the call (not in a thread of its own), so the step's wait is
-            # the copy and nothing else, and the model can change as soon as it returns.
-            self._stager = DefaultStager(StagingOptions(use_pinned_memory=cuda, use_shared_memory=False,
-                                                        use_async_staging=False, use_non_blocking_copy=cuda))
+            self._stager = HostStager(pinned=cuda)
             self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="checkpoint")
 
     def save(self, metrics: dict, model: nn.Module, optimizer: torch.optim.Optimizer, step: int, tokenizer: str = "",

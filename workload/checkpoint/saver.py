@@ -33,6 +33,7 @@ from workload import storage
 from workload.checkpoint import sharded
 from workload.config import CHECKPOINT_MODES
 
+
 class HostStager(AsyncStager):
     """The rank's shards copied to host memory in the call, into buffers allocated at the first save and reused
     (pinned on a GPU, so later copies run at the PCIe's rate): DCP's DefaultStager with use_async_staging=False,

@@ -27,4 +27,8 @@ for line in open(f"{sys.argv[1]}/checkpoint_bench.jsonl"):
           f'sync {r["sync_save_s"]:.2f}s async blocks {r["async_blocking_s"]:.2f}s (first {r["async_first_blocking_s"]:.2f}s) '
           f'= {r["async_over_sync_blocking"]:.2f} of sync; during {r["step_s_during_save"]}s x{r["during_over_without"]} '
           f'bounds {r["async_blocking_within_bound"]}/{r["steps_within_bound"]}')
+    if "dev_pad_s" in r:
+        print(f'  as the dev rank (steps padded to {r["dev_step_model_s"]}s): {r["dev_step_s_without_save"]}s, '
+              f'during a save {r["dev_step_s_during_save"]}s x{r["dev_during_over_without"]} '
+              f'({r["dev_steps_during_save"]} steps), blocks {r["dev_async_blocking_s"]}s; bound {r["dev_steps_within_bound"]}')
 PY

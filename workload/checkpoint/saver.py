@@ -31,6 +31,7 @@ from torch.distributed.checkpoint.staging import AsyncStager
 
 from workload import storage
 from workload.checkpoint import sharded
+from workload.checkpoint.state_map import StateMap
 from workload.config import CHECKPOINT_MODES
 
 
@@ -75,6 +76,7 @@ class CheckpointSaver:
         self._publish = publish
         self._progress = progress
         self._pending: Future | None = None
+        self._states: StateMap | None = None
         self._group = self._stager = self._thread = None
         if mode == "async":
             # The write's collectives on gloo: on the training's NCCL communicator they would be ordered among the
@@ -93,20 +95,28 @@ class CheckpointSaver:
         directory = storage.staging_directory(f"checkpoint-{step:06d}-")
         if self.mode == "sync" or last:
             try:
-                sharded.save(directory, model, optimizer, step, tokenizer=tokenizer, chat_template=chat_template)
+                sharded.save(directory, model, optimizer, step, tokenizer=tokenizer, chat_template=chat_template,
+                             state=self._state(model, optimizer))
                 self._publish(metrics, directory, step)
             finally:
                 shutil.rmtree(directory, ignore_errors=True)
             return time.perf_counter() - started
         try:
             written = sharded.async_save(directory, model, optimizer, step, self._group, self._stager,
-                                         tokenizer=tokenizer, chat_template=chat_template)
+                                         tokenizer=tokenizer, chat_template=chat_template,
+                                         state=self._state(model, optimizer))
         except BaseException:
             shutil.rmtree(directory, ignore_errors=True)
             raise
         blocked = time.perf_counter() - started
         self._pending = self._thread.submit(self._finish, written, metrics, directory, step, started)
         return blocked
+
+    def _state(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> dict:
+        """What the save writes: DCP's get_state_dict at the first save, then rebuilt from the same references."""
+        if self._states is None or not self._states.serves(model, optimizer):
+            self._states = StateMap(model, optimizer)
+        return self._states.state()
 
     def _finish(self, written: Future, metrics: dict, directory: str, step: int, started: float) -> None:
         try:

@@ -32,23 +32,25 @@ ADAPTER_CONFIG = "adapter_config.json"
 
 
 def save(directory: str, model: nn.Module, optimizer: torch.optim.Optimizer, step: int, tokenizer: str = "",
-         chat_template: str = "") -> None:
+         chat_template: str = "", state: dict | None = None) -> None:
     """Write this rank's shards of the model and optimizer state. Rank 0 also records the step reached, the
     tokenizer trained with (and the text of the chat template it rendered with, when not the tokenizer's own), and the
     model's Hugging Face config (config.json, generation_config.json), so that
-    workload.export can turn the checkpoint into a model directory with nothing else at hand."""
-    dcp.save(state_to_save(model, optimizer), checkpoint_id=directory)
+    workload.export can turn the checkpoint into a model directory with nothing else at hand. `state`: what
+    `state_to_save` returns, when the caller has it (workload.checkpoint.state_map)."""
+    dcp.save(state_to_save(model, optimizer) if state is None else state, checkpoint_id=directory)
     write_record(directory, model, step, tokenizer, chat_template)
 
 
 def async_save(directory: str, model: nn.Module, optimizer: torch.optim.Optimizer, step: int, group, stager,
-               tokenizer: str = "", chat_template: str = "") -> Future:
+               tokenizer: str = "", chat_template: str = "", state: dict | None = None) -> Future:
     """`save`, except that it returns once `stager` has copied this rank's shards to host memory: DCP writes them
     beside the next steps, in a thread whose collectives (the plan, rank 0's .metadata) run on `group`, a gloo group
     of their own (as torchtitan's async_mode "async" does: components/checkpointer/dcp.py), so they never queue
     behind the training's NCCL collectives. The files are the same as `save`'s; the future fails if the write does."""
     write_record(directory, model, step, tokenizer, chat_template)
-    return dcp.async_save(state_to_save(model, optimizer), checkpoint_id=directory, process_group=group,
+    state = state_to_save(model, optimizer) if state is None else state
+    return dcp.async_save(state, checkpoint_id=directory, process_group=group,
                           async_stager=stager)
 
 

@@ -8,6 +8,7 @@ chosen lever: as many layers as a g6.12xlarge's host memory holds per GPU).
     python -m bench.record.seventy_b --output $OUT/seventy_b.jsonl      # one H100 or H200, torchao (seventy_b_runs.sh)
     python -m bench.record.seventy_b --device cpu --smoke               # a reduced copy on the CPU: both plans build,
                                                                         # step and record their collectives
+    python -m bench.record.seventy_b --compare seventy_b.jsonl          # the lever's gain, emulated and predicted
 
 Per plan: the step on the stack, tokens/s per GPU and per stack, step_model's prediction (its compute is the
 emulation's target: step_model.step_compute) and the ratio, the compute measured on this GPU against the model's
@@ -49,15 +50,45 @@ def summary(plan: str, lever: Offload, lines: list[dict]) -> dict:
             "emulated_over_model": emulated.get("emulated_over_model")}
 
 
+def compare(lines: list[dict]) -> dict:
+    """The lever against the current plan from two summary lines: tokens/s emulated and by the model, and the
+    compute measured on this GPU against the model's for it (the emulated step is the model's compute where the
+    links hide, so this ratio is what the GPU itself says of the lever)."""
+    current, lever = (next((line for line in lines if line.get("plan", "").startswith(prefix)), {})
+                      for prefix in ("recompute", "selective"))
+
+    def ratio(key: str, invert: bool = False):
+        if not current.get(key) or not lever.get(key):
+            return None
+        return round(current[key] / lever[key] if invert else lever[key] / current[key], 3)
+
+    emulated = ratio("tokens_per_s_per_stack")
+    return {"compare": f"{lever.get('plan')} over {current.get('plan')}", "emulated_gain": emulated,
+            "model_gain": ratio("model_tokens_per_s"), "measured_compute_gain_here": ratio("h200_step_s", True),
+            "model_compute_gain_here": ratio("model_compute_this_gpu_s", True),
+            "reaches_15_percent": emulated is not None and emulated >= 1.15,
+            "peak_memory_gib": [current.get("peak_memory_gib"), lever.get("peak_memory_gib")],
+            "host_peak_gib": lever.get("host_peak_gib"), "errors": [line["error"] for line in (current, lever)
+                                                                    if line.get("error")] or None}
+
+
 def build_parser():
     parser = benchmark_parser(__doc__, batch_size=2, warmup=1, steps=3)
     parser.add_argument("--smoke", action="store_true", help="a reduced copy (--model_config tiny, lora) on any device")
     parser.add_argument("--output", default="")
+    parser.add_argument("--compare", default="", metavar="JSONL", help="print the summary lines of a recorded run "
+                        "and the lever against the current plan, then exit")
     return parser
 
 
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
+    if args.compare:
+        with open(args.compare) as file:
+            lines = [line for line in map(json.loads, file) if "plan" in line]
+        for line in [*lines, compare(lines)]:
+            print(json.dumps(line))
+        return
     announce()
     import torch
 

@@ -5,6 +5,8 @@ breakdown (bench.model.step_breakdown) adds up to it, and its chosen lever is wh
 The offload itself (workload.model.activation_offload) is tested in tests/unit/test_activation_offload.py."""
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from bench.model import offload, step_breakdown, step_inputs, step_model, step_shapes
@@ -91,13 +93,33 @@ def test_the_breakdown_adds_up_to_the_compute_and_names_a_lever_of_15_percent():
                                             "selective offload 36 layers": chosen}
 
 
-def test_the_seventy_b_smoke_runs_both_plans_on_the_cpu(capsys):
+def test_the_seventy_b_smoke_runs_both_plans_on_the_cpu(capsys, tmp_path):
     import torch.distributed as dist
 
     if dist.is_initialized():
         pytest.skip("a process group of another test is live in this process")
-    seventy_b.main(["--device", "cpu", "--smoke", "--seq_len", "32", "--steps", "1", "--warmup", "0"])
+    output = tmp_path / "seventy_b.jsonl"
+    seventy_b.main(["--device", "cpu", "--smoke", "--seq_len", "32", "--steps", "1", "--warmup", "0",
+                    "--output", str(output)])
     out = capsys.readouterr().out
     assert '"plan": "recompute (current plan)"' in out and '"plan": "selective offload 1 layers"' in out, out
     assert '"strategy": "project-full+lora+offload1-selective"' in out, out
     assert '"error"' not in out, out
+    seventy_b.main(["--compare", str(output)])
+    compared = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [line.get("plan") for line in compared[:2]] == ["recompute (current plan)", "selective offload 1 layers"]
+    assert compared[-1]["errors"] is None and compared[-1]["emulated_gain"] is None, "a smoke run times nothing"
+
+
+def test_the_comparison_puts_the_emulated_gain_beside_the_model():
+    current = {"plan": "recompute (current plan)", "tokens_per_s_per_stack": 684, "model_tokens_per_s": 689,
+               "h200_step_s": 3.137, "model_compute_this_gpu_s": 3.557, "peak_memory_gib": 18.0}
+    lever = {"plan": "selective offload 36 layers", "tokens_per_s_per_stack": 800, "model_tokens_per_s": 805,
+             "h200_step_s": 2.9, "model_compute_this_gpu_s": 3.05, "peak_memory_gib": 18.5, "host_peak_gib": 25.3}
+    line = seventy_b.compare([current, lever])
+    assert line["emulated_gain"] == round(800 / 684, 3) and line["model_gain"] == round(805 / 689, 3)
+    assert line["measured_compute_gain_here"] == round(3.137 / 2.9, 3) and line["reaches_15_percent"]
+    assert line["host_peak_gib"] == 25.3 and line["errors"] is None
+    failed = seventy_b.compare([current, {"plan": lever["plan"], "error": "AssertionError: stride"}])
+    assert failed["emulated_gain"] is None and not failed["reaches_15_percent"]
+    assert failed["errors"] == ["AssertionError: stride"]

@@ -93,10 +93,16 @@ class ActivationOffload:
 
     # The hooks, one pair a layer call: entered by the layer's class outside its compiled region.
     def hooks(self, index: int):
+        stale = self.groups.get(index)  # tensors a backward never asked for (none in a training step)
+        if stale is not None:
+            self.held_bytes -= sum(host.numel() * host.element_size() for host in stale.saved if host is not None)
         self.groups[index] = _Group()
         return torch.autograd.graph.saved_tensors_hooks(functools.partial(self.pack, index), self.unpack)
 
     def _offloads(self, tensor: torch.Tensor) -> bool:
+        """Plain, dense tensors of two or more dimensions: not a parameter, a DTensor or an NF4 weight, nor the
+        one-dimensional codes and scales AOTAutograd saves of an NF4 weight, nor a view into FSDP's gathered buffer
+        (the gathered weights are FSDP's to free and gather again)."""
         return (type(tensor) is torch.Tensor and tensor.dim() >= 2 and _dense(tensor)
                 and tensor.numel() * tensor.element_size() >= self.min_bytes)
 

@@ -6,24 +6,27 @@ from __future__ import annotations
 import pytest
 import torch
 
+from bench.model import offload as offload_figures
 from workload.config import TrainConfig
 from workload.data.batches import random_batches
 from workload.model import activation_offload
 from workload.model.activation_offload import ActivationOffload
 from workload.model.adapters import lora
-from workload.model.build import build_model
+from workload.model.build import NAMED_CONFIGS, build_model
 from workload.model.loss import loss_fn
 
 CPU = torch.device("cpu")
 
 
-def gradients(cfg: TrainConfig, layers: int, selective: bool, compile_backend: str | None = None):
+def gradients(cfg: TrainConfig, layers: int, selective: bool, compile_backend: str | None = None,
+              rank_bound: int = activation_offload.RANK_BOUND):
     torch.manual_seed(0)
     model = lora.apply(build_model(cfg, CPU), cfg)
     if compile_backend:
         for layer in model.layers:
             layer.compile(backend=compile_backend)
-    offload = ActivationOffload(model, layers, CPU, selective=selective, min_bytes=0) if layers else None
+    offload = ActivationOffload(model, layers, CPU, selective=selective, min_bytes=0,
+                                rank_bound=rank_bound) if layers else None
     loss_fn(model, random_batches(cfg, 512, rank=0)(0)).backward()
     grads = {name: parameter.grad.clone() for name, parameter in model.named_parameters() if parameter.grad is not None}
     return grads, offload, model
@@ -49,15 +52,25 @@ def test_offloaded_layers_train_as_recomputed_ones(method, selective):
 
 def test_offloaded_layers_train_as_recomputed_ones_under_compile():
     """torch.compile traces the selective checkpoint inside the layer and the hooks see the compiled function's
-    saved tensors (aot_eager: AOTAutograd's partition without Inductor's kernels)."""
+    saved tensors (aot_eager: AOTAutograd's partition without Inductor's kernels). The tiny model's base linears are
+    64 wide, its adapters 16: a bound of 16 saves the base's matmuls, the default (256) none of them."""
     torch._dynamo.reset()
     cfg = TrainConfig(model_config="tiny", method="lora", batch_size=2, seq_len=32, activation_checkpointing=True,
-                      compile=False)
+                      compile=False, lora_rank=16)
     plain, _, _ = gradients(cfg, 0, False, "aot_eager")
-    offloaded, offload, _ = gradients(cfg, 1, True, "aot_eager")
-    for name in plain:
-        torch.testing.assert_close(offloaded[name], plain[name], msg=name)
-    assert offload.peak_host_bytes > 0 and offload.held_bytes == 0
+    held = {}
+    for bound in (16, activation_offload.RANK_BOUND):
+        torch._dynamo.reset()
+        offloaded, offload, _ = gradients(cfg, 1, True, "aot_eager", rank_bound=bound)
+        for name in plain:
+            torch.testing.assert_close(offloaded[name], plain[name], msg=name)
+        assert offload.held_bytes == 0
+        held[bound] = offload.peak_host_bytes
+    # q, k, v, o, gate and up outputs saved at 16 beside the input and attention's output at both: the step model's
+    # count of the selective set (bench.model.offload), and the rotary cos and sin (1 x 32 x 16 bf16 each).
+    config = {**NAMED_CONFIGS["tiny"], "model_type": "qwen2"}
+    assert held[16] == offload_figures.selective_bytes_per_token(config) * 2 * 32 + 2 * 32 * 16 * 2, held
+    assert held[16] > held[activation_offload.RANK_BOUND] > 0, held
     torch._dynamo.reset()
 
 

@@ -54,9 +54,6 @@ def save_matmuls(rank_bound: int = RANK_BOUND):
     return policy
 
 
-SELECTIVE = functools.partial(create_selective_checkpoint_contexts, save_matmuls())
-
-
 @dataclass
 class _Group:
     """One layer's saved tensors of one forward: (host copy, size, stride) each, and its copies back once issued."""
@@ -77,7 +74,7 @@ class ActivationOffload:
     module's docstring. `peak_host_bytes` is the most host memory held at once; `held_bytes` what is held now."""
 
     def __init__(self, model, layers: int, device: torch.device, *, selective: bool = False,
-                 prefetch: bool = True, min_bytes: int = MIN_BYTES) -> None:
+                 prefetch: bool = True, min_bytes: int = MIN_BYTES, rank_bound: int = RANK_BOUND) -> None:
         self.cuda = device.type == "cuda"
         self.device = device
         self.stream = torch.cuda.Stream(device) if self.cuda else None
@@ -88,7 +85,7 @@ class ActivationOffload:
         self.layers = list(model.layers)[:layers]
         for index, layer in enumerate(self.layers):
             layer.gradient_checkpointing = False  # transformers' GradientCheckpointingLayer reads it each call
-            layer.__class__ = _offloaded_class(type(layer), selective)
+            layer.__class__ = _offloaded_class(type(layer), rank_bound if selective else None)
             layer._activation_offload = (self, index)
 
     # The hooks, one pair a layer call: entered by the layer's class outside its compiled region.
@@ -164,10 +161,11 @@ class ActivationOffload:
 
 
 @functools.cache
-def _offloaded_class(base: type, selective: bool) -> type:
+def _offloaded_class(base: type, rank_bound: int | None) -> type:
     """`base` (a decoder layer's class, FSDP2's subclass of it) whose call enters its offload hooks, and whose
-    forward, `selective`, runs under the selective policy. One class, with module-level functions only, for every
-    offloaded layer: torch.compile's one graph for them all (a closure a layer would recompile it a layer)."""
+    forward runs under the selective policy (save_matmuls(rank_bound)) unless `rank_bound` is None. One class, and
+    one policy, for every offloaded layer: torch.compile's one graph for them all (a closure a layer would recompile
+    it a layer)."""
     def __call__(self, *args, **kwargs):
         offload, index = self._activation_offload
         if not (self.training and torch.is_grad_enabled()):
@@ -175,13 +173,15 @@ def _offloaded_class(base: type, selective: bool) -> type:
         with offload.hooks(index):
             return base.__call__(self, *args, **kwargs)
 
+    selective = functools.partial(create_selective_checkpoint_contexts, save_matmuls(rank_bound or RANK_BOUND))
+
     def forward(self, *args, **kwargs):
         if not (self.training and torch.is_grad_enabled()):
             return base.forward(self, *args, **kwargs)
         # transformers' own form (GradientCheckpointingLayer): the layer bound with its keywords, the tensors
         # positional, which torch.compile traces into its checkpoint operator.
         return checkpoint(functools.partial(base.forward, self, **kwargs), *args, use_reentrant=False,
-                          context_fn=SELECTIVE)
+                          context_fn=selective)
 
-    members = {"__call__": __call__, **({"forward": forward} if selective else {})}
+    members = {"__call__": __call__, **({"forward": forward} if rank_bound is not None else {})}
     return type(f"Offloaded{base.__name__}", (base,), members)

@@ -56,7 +56,7 @@ def save_matmuls(rank_bound: int = RANK_BOUND):
 
 @dataclass
 class _Group:
-    """One layer's saved tensors of one forward: (host copy, size, stride) each, and its copies back once issued."""
+    """One layer's saved tensors of one forward: their host copies (None once back), and the copies back once issued."""
 
     saved: list = field(default_factory=list)
     fetched: dict = field(default_factory=dict)

@@ -50,12 +50,14 @@ def test_offloaded_layers_train_as_recomputed_ones(method, selective):
         assert offload.peak_host_bytes > 0
 
 
-def test_offloaded_layers_train_as_recomputed_ones_under_compile():
-    """torch.compile traces the selective checkpoint inside the layer and the hooks see the compiled function's
-    saved tensors (aot_eager: AOTAutograd's partition without Inductor's kernels). The tiny model's base linears are
-    64 wide, its adapters 16: a bound of 16 saves the base's matmuls, the default (256) none of them."""
+@pytest.mark.parametrize("method", ["lora", "qlora"])
+def test_offloaded_layers_train_as_recomputed_ones_under_compile(method):
+    """torch.compile traces the selective checkpoint inside the layer (qlora: around torchao's NF4 linear) and the
+    hooks see the compiled function's saved tensors (aot_eager: AOTAutograd's partition without Inductor's kernels;
+    Inductor on the CPU gives the same, in minutes). The tiny model's base linears are 64 wide, its adapters 16: a
+    bound of 16 saves the base's matmuls, the default (256) none of them."""
     torch._dynamo.reset()
-    cfg = TrainConfig(model_config="tiny", method="lora", batch_size=2, seq_len=32, activation_checkpointing=True,
+    cfg = TrainConfig(model_config="tiny", method=method, batch_size=2, seq_len=32, activation_checkpointing=True,
                       compile=False, lora_rank=16)
     plain, _, _ = gradients(cfg, 0, False, "aot_eager")
     held = {}

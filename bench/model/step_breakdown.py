@@ -79,21 +79,20 @@ def parts(plan: Plan) -> dict:
     adapters, attention = plan.shape.adapter_parameters, flops.attention_flops_per_token(plan.config, SEQ_LEN)
     dequantize_pass = adapter_compute.dequantize_seconds(plan.shape.quantized_parameters, plan.hardware.gpu_name,
                                                          activation_checkpointing=False) / 2
-    # The recomputation is recompute_share of (model FLOPs + two dequantization passes): the same split by FLOPs.
-    share = plan.shape.recompute_share(SEQ_LEN)
+    # The recomputation is recompute_share of (model FLOPs + two dequantization passes): split the same way, the
+    # FLOPs' part by the recomputed forward's FLOPs.
     recompute_flops = 2 * (matmul - head) + 2 * adapters + attention / 3
+    flops_part = compute.recompute * bare / (bare + 2 * dequantize_pass)
     line = {
-        "base_matmuls_forward_s": 2 * matmul * tokens * per_flop, "base_matmuls_backward_s": 2 * matmul * tokens * per_flop,
+        "base_matmuls_forward_s": 2 * matmul * tokens * per_flop,
+        "base_matmuls_backward_s": 2 * matmul * tokens * per_flop,
         "adapters_forward_backward_s": 6 * adapters * tokens * per_flop,
         "attention_forward_backward_s": attention * tokens * per_flop,
         "dequantize_forward_s": dequantize_pass, "dequantize_backward_s": dequantize_pass,
-        "recompute_base_matmuls_s": compute.recompute * 2 * (matmul - head) / recompute_flops
-        * (share * bare) / (share * (bare + 2 * dequantize_pass)),
-        "recompute_adapters_s": compute.recompute * 2 * adapters / recompute_flops
-        * (share * bare) / (share * (bare + 2 * dequantize_pass)),
-        "recompute_attention_s": compute.recompute * attention / 3 / recompute_flops
-        * (share * bare) / (share * (bare + 2 * dequantize_pass)),
-        "recompute_dequantize_s": compute.recompute * 2 * dequantize_pass / (bare + 2 * dequantize_pass),
+        "recompute_base_matmuls_s": flops_part * 2 * (matmul - head) / recompute_flops,
+        "recompute_adapters_s": flops_part * 2 * adapters / recompute_flops,
+        "recompute_attention_s": flops_part * attention / 3 / recompute_flops,
+        "recompute_dequantize_s": compute.recompute - flops_part,
         "optimizer_s": compute.optimizer, "compute_s": compute.total, "exposed_link_s": step - compute.total,
         "step_s": step, "gpu_effective_tflops": 1 / per_flop / 1e12,
     }

@@ -1,7 +1,7 @@
 """What the benchmarks of record and the explorations share: the step's common flags, the two steps they compare (the
-original recipe's and the project's), timing a step, the emulation's delay kernel (GpuDelay) and activation offloading
-(ActivationOffload), the device and its one-rank process group, and the provenance
-line (command, machine, versions) each benchmark of record writes beside its results.
+original recipe's and the project's), timing a step, the emulation's delay kernel (GpuDelay), the device and its
+one-rank process group, and the provenance line (command, machine, versions) each benchmark of record writes beside
+its results.
 
 May import workload/ and bench.model (never ray, and bench/model/ never imports this module). torch, transformers
 and the workload's model are imported by the functions that use them, so a parent that only parses its flags and starts
@@ -211,66 +211,6 @@ def fresh(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats(device)
-
-
-class ActivationOffload:
-    """Saved activations to pinned host memory instead of activation checkpointing's recomputation, for the first
-    `layers` decoder layers of `model` (workload.model's CausalLMWithLoss; bench.model.offload counts it): those layers
-    stop checkpointing, and while `active()` every tensor autograd saves outside a checkpointed layer goes to the host
-    in forward (on a side stream, under the compute) and comes back in backward. As torchtune's OffloadActivations,
-    parameters and tensor subclasses (NF4 weights, DTensors) stay where they are, and so does anything small or not
-    led by the batch or its tokens (a weight's transposed view saved for the input's gradient)."""
-
-    MIN_BYTES = 1 << 20
-
-    def __init__(self, model, layers: int, device: torch.device, micro_batch: int, seq_len: int) -> None:
-        import torch
-
-        for layer in list(model.layers)[:layers]:
-            layer.gradient_checkpointing = False  # transformers' GradientCheckpointingLayer reads it each call
-        self.leading = {micro_batch, micro_batch * seq_len}
-        self.cuda = device.type == "cuda"
-        self.stream = torch.cuda.Stream(device) if self.cuda else None
-        self.held_bytes = self.peak_host_bytes = 0
-
-    def _offloads(self, tensor) -> bool:
-        import torch
-
-        return (type(tensor) is torch.Tensor and tensor.dim() >= 2 and tensor.shape[0] in self.leading
-                and tensor.numel() * tensor.element_size() >= self.MIN_BYTES)
-
-    def pack(self, tensor):
-        import torch
-
-        if not self._offloads(tensor):
-            return tensor
-        host = torch.empty(tensor.shape, dtype=tensor.dtype, pin_memory=self.cuda)
-        if self.stream is not None:
-            self.stream.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(self.stream):
-                host.copy_(tensor, non_blocking=True)
-            tensor.record_stream(self.stream)  # its memory is not reused before the copy has read it
-        else:
-            host.copy_(tensor)
-        self.held_bytes += host.numel() * host.element_size()
-        self.peak_host_bytes = max(self.peak_host_bytes, self.held_bytes)
-        return (tensor.device, host)
-
-    def unpack(self, packed):
-        import torch
-
-        if isinstance(packed, torch.Tensor):
-            return packed
-        device, host = packed
-        if self.stream is not None:
-            torch.cuda.current_stream().wait_stream(self.stream)
-        self.held_bytes -= host.numel() * host.element_size()
-        return host.to(device, non_blocking=True)
-
-    def active(self):
-        import torch
-
-        return torch.autograd.graph.saved_tensors_hooks(self.pack, self.unpack)
 
 
 # The delay kernel: spins on the GPU's global nanosecond timer, so the delay does not stretch when the SM clock

@@ -40,7 +40,8 @@ import dataclasses
 import json
 from dataclasses import replace
 
-from bench.model import offload, step_shapes
+from bench.model import offload as offload_figures
+from bench.model import step_shapes
 from bench.model.step_inputs import (
     CENTRAL,
     G_FAMILY,
@@ -137,7 +138,7 @@ class StepCompute:
     recompute: float = 0.0
     """Activation checkpointing's second forward of the checkpointed layers, their dequantization included."""
     copy_back: float = 0.0
-    """Offloaded activations' host-to-GPU copies in backward (bench.model.offload), exposed."""
+    """Offloaded activations' host-to-GPU copies in backward that the compute waits for (bench.model.offload)."""
 
     @property
     def total(self) -> float:
@@ -147,13 +148,13 @@ class StepCompute:
 def step_compute(strategy: Strategy, hardware: Hardware, batch_size: int, seq_len: int,
                  assumptions: Assumptions = CENTRAL, shape: ModelShape | None = None, split: Split | None = None,
                  compute_factor: float = 1.0, activation_checkpointing: bool = False,
-                 offloaded_layers: int = 0) -> StepCompute:
+                 offload: offload_figures.Offload | None = None) -> StepCompute:
     """The step's compute: model FLOPs at the GPU's MFU (compute_seconds, times `compute_factor`), qlora's
     dequantization (workload.model.adapters.compute), split into forward, backward and optimizer; with activation
     checkpointing each checkpointed layer's forward again (RECOMPUTE_SHARE, or the shape's recompute_share, of the
-    forward and backward compute, dequantization included). `offloaded_layers` (a lever of the emulation,
+    forward and backward compute, dequantization included). `offload`'s layers (a lever of the emulation,
     bench.model.offload) skip checkpointing: the recomputation shrinks by their share of the layers and their saved
-    activations' copies back to the GPU are added; nothing else changes."""
+    activations' copies back to the GPU that the compute waits for are added; nothing else changes."""
     shape = shape or default_shape()
     compute = compute_seconds(strategy, hardware, batch_size, seq_len, assumptions, shape) * compute_factor
     if shape.quantized_parameters:
@@ -169,12 +170,13 @@ def step_compute(strategy: Strategy, hardware: Hardware, batch_size: int, seq_le
     forward_share = split.forward / (split.forward + split.backward)
     recompute = copy_back = 0.0
     if activation_checkpointing:
-        checkpointed = (shape.layers - offloaded_layers) / shape.layers
-        recompute = shape.recompute_share(seq_len) * (compute - optimizer) * checkpointed
-        if offloaded_layers:
-            copy_back = offload.copy_back_seconds(shape.config, offloaded_layers, batch_size * strategy.batch_multiple
-                                                  // strategy.grad_accum_steps, seq_len, hardware.gpu_name,
-                                                  strategy.grad_accum_steps)
+        offloaded = offload.layers if offload else 0
+        recompute = shape.recompute_share(seq_len) * (compute - optimizer) * (shape.layers - offloaded) / shape.layers
+        if offloaded:
+            per_layer = (1 - forward_share) * (compute - optimizer) / (shape.layers * strategy.grad_accum_steps)
+            copy_back = offload_figures.copy_back_seconds(
+                shape.config, offload, batch_size * strategy.batch_multiple // strategy.grad_accum_steps, seq_len,
+                hardware.gpu_name, strategy.grad_accum_steps, backward_per_layer_s=per_layer)
     return StepCompute(forward_share * (compute - optimizer), (1 - forward_share) * (compute - optimizer), optimizer,
                        recompute, copy_back)
 
@@ -183,7 +185,7 @@ def predict(strategy: Strategy, hardware: Hardware, batch_size: int, seq_len: in
             assumptions: Assumptions = CENTRAL, split: Split | None = None, links_override=None,
             compute_factor: float = 1.0, hide_under_step: bool = False, shape: ModelShape | None = None,
             activation_checkpointing: bool = False, reshard_after_forward: bool = False,
-            offloaded_layers: int = 0) -> dict:
+            offload: offload_figures.Offload | None = None) -> dict:
     """Step time and tokens/s of `strategy` on `hardware` (documented bandwidths; `assumptions` scale them):
     batch_size x batch_multiple sequences of seq_len tokens per GPU per step, in grad_accum_steps micro-batches; of
     Qwen2.5-1.5B unless `shape` says another model (its FLOPs and collectives; the split and MFU are the measured
@@ -193,7 +195,7 @@ def predict(strategy: Strategy, hardware: Hardware, batch_size: int, seq_len: in
     The compute is step_compute's (activation checkpointing's recomputation and the offloaded layers' copies in
     backward); with reshard_after_forward backward gathers every layer again."""
     parts_of_compute = step_compute(strategy, hardware, batch_size, seq_len, assumptions, shape, split,
-                                    compute_factor, activation_checkpointing, offloaded_layers)
+                                    compute_factor, activation_checkpointing, offload)
     compute, optimizer = parts_of_compute.total, parts_of_compute.optimizer
     forward_total = parts_of_compute.forward
     backward_total = parts_of_compute.backward + parts_of_compute.recompute + parts_of_compute.copy_back

@@ -39,11 +39,13 @@ from typing import Callable, Iterator
 import torch
 import torch.distributed as dist
 
-from bench.common import GIB, ActivationOffload, GpuDelay, announce, benchmark_parser, device_and_delay, recipe_model
+from bench.common import GIB, GpuDelay, announce, benchmark_parser, device_and_delay, recipe_model
 from bench.model import step_inputs, step_model, step_shapes
+from bench.model.offload import Offload
 from workload.config import TrainConfig
 from workload.data.batches import random_batches
 from workload.model import architectures, layout
+from workload.model.activation_offload import ActivationOffload
 from workload.model.adapters import lora
 from workload.model.build import NAMED_CONFIGS, build_model
 from workload.model.layout import Collective
@@ -183,11 +185,12 @@ def fake_world(world_size: int) -> None:
 
 
 def build_step(strategy: step_inputs.Strategy, cfg: TrainConfig, device: torch.device, links: Links,
-               offload_layers: int = 0):
+               lever: Offload | None = None):
     """(timed step, phased step) of `strategy` on the current fake world: the recipe's FSDP1 step, or
     workload.model's with the strategy's mesh and reduction. The phased step returns its forward, backward and
-    optimizer seconds (device events), for the split the model uses. `offload_layers`: that many layers' saved
-    activations to host memory instead of recomputed (bench.common.ActivationOffload, `timed.offload`)."""
+    optimizer seconds (device events), for the split the model uses. `lever`: that many layers' saved activations
+    to host memory instead of recomputed (workload.model.activation_offload, `timed.offload`), the selective set
+    or all, copies back prefetched or not."""
     offload = None
     if strategy.step == "recipe":
         model, optimizer = recipe_model(cfg, device)
@@ -211,9 +214,9 @@ def build_step(strategy: step_inputs.Strategy, cfg: TrainConfig, device: torch.d
             shards = shape[-1] if strategy.sharding == "hybrid" else links.world_size
             sharded = adapter_memory.adapter_model(architectures.published(cfg.model_id), cfg, device, shards)
         model, optimizer = sharded, build_optimizer(sharded, cfg)
-        if offload_layers:
-            offload = ActivationOffload(model, offload_layers, device, cfg.batch_size // cfg.grad_accum_steps,
-                                        cfg.seq_len)
+        if lever and lever.layers:
+            offload = ActivationOffload(model, lever.layers, device, selective=lever.saved == "matmuls",
+                                        prefetch=lever.prefetch)
 
         def forward(batch):
             return loss_fn(model, batch)
@@ -223,7 +226,6 @@ def build_step(strategy: step_inputs.Strategy, cfg: TrainConfig, device: torch.d
                 torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], cfg.max_grad_norm)
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
-    hooks = offload.active if offload else contextlib.nullcontext
 
     def timed(batch):
         if strategy.step == "recipe":
@@ -231,14 +233,12 @@ def build_step(strategy: step_inputs.Strategy, cfg: TrainConfig, device: torch.d
             loss.backward()
             tail()
             return loss.detach()
-        with hooks():
-            return train_step(model, optimizer, batch, cfg)  # the workload's own step
+        return train_step(model, optimizer, batch, cfg)  # the workload's own step
 
     def phased(batch) -> tuple[float, float, float]:
         events = [torch.cuda.Event(enable_timing=True) for _ in range(4)]
         events[0].record()
-        with hooks():
-            loss = forward(batch)
+        loss = forward(batch)
         events[1].record()
         loss.backward()
         events[2].record()
@@ -264,7 +264,7 @@ def median_step(step, batches, device: torch.device, warmup: int, steps: int) ->
 
 def emulate(stack: str, strategy: step_inputs.Strategy, cfg: TrainConfig, device: torch.device, delay: GpuDelay | None,
             warmup: int, steps: int, l4_cases: dict[str, float], bf16_compute_s: float | None = None,
-            link_queues: bool = True, offload_layers: int = 0) -> list[dict]:
+            link_queues: bool = True, lever: Offload | None = None) -> list[dict]:
     """Lines for one (stack, strategy): the compute-only run (no delay: the H200's step at shard size, its split and
     peak memory), then one delayed run per compute case of the stack's GPU.
 
@@ -280,8 +280,9 @@ def emulate(stack: str, strategy: step_inputs.Strategy, cfg: TrainConfig, device
     fake_world(links.world_size)
     collectives = TimedCollectives(links, delay, link_queues)
     label = strategy.name + ("+fp8" if cfg.fp8 else "") + ("" if cfg.method == "full" else f"+{cfg.method}") + (
-        f"+offload{offload_layers}" if offload_layers else "")
-    levers = {"activation_checkpointing": cfg.activation_checkpointing, "offloaded_layers": offload_layers}
+        f"+offload{lever.layers}{'-selective' if lever.saved == 'matmuls' else ''}" if lever and lever.layers
+        else "")
+    levers = {"activation_checkpointing": cfg.activation_checkpointing, "offload": lever}
     # The step model's shape for an adapter method (its FLOPs, gathers and reductions); None: Qwen2.5-1.5B, full.
     config = ({**NAMED_CONFIGS[cfg.model_config], "model_type": "qwen2"} if cfg.model_config
               else architectures.published(cfg.model_id))
@@ -289,7 +290,7 @@ def emulate(stack: str, strategy: step_inputs.Strategy, cfg: TrainConfig, device
         step_shapes.config_shape(config, cfg.method, cfg.lora_rank, cfg.lora_targets)
     batches = random_batches(cfg, config["vocab_size"], rank=0)
     with collectives.active():
-        timed, phased = build_step(strategy, cfg, device, links, offload_layers)
+        timed, phased = build_step(strategy, cfg, device, links, lever)
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(device)
         compute_s, times = median_step(timed, batches, device, warmup, steps)
@@ -353,6 +354,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--central_only", action="store_true", help="only the central compute case per strategy")
     parser.add_argument("--offload_layers", type=int, default=0, help="that many decoder layers' saved activations "
                         "to pinned host memory instead of recomputed (bench.model.offload; with a checkpointed plan)")
+    parser.add_argument("--offload_saved", default="all", choices=("all", "matmuls"), help="what an offloaded layer "
+                        "saves: all that the compiled layer saves, or the selective policy's matmul and attention "
+                        "outputs (workload.model.activation_offload)")
+    parser.add_argument("--offload_prefetch", action="store_true", help="copy each offloaded layer's tensors back "
+                        "while the layer after it runs its backward")
     parser.add_argument("--no_link_queues", action="store_true",
                         help="delays on the issuing streams only, as before 2026-12-03 (TimedCollectives)")
     return parser
@@ -387,7 +393,8 @@ def main(argv: list[str] | None = None) -> None:
                 run_cfg = dataclasses.replace(run_cfg, compile=cfg.compile)
             lines = emulate(stack, strategy, run_cfg, device, delay,
                             args.warmup, args.steps, cases, compute_only.get((stack, name)) if fp8 else None,
-                            link_queues=not args.no_link_queues, offload_layers=args.offload_layers)
+                            link_queues=not args.no_link_queues,
+                            lever=Offload(args.offload_layers, args.offload_saved, args.offload_prefetch))
             if not fp8 and method == "full" and "h200_step_s" in lines[0]:
                 compute_only[stack, name] = lines[0]["h200_step_s"]
         except Exception as error:  # one failed run must not lose the others' lines

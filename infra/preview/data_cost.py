@@ -16,8 +16,8 @@ warning and no plan, as for its records (infra/preview/dataset_records.py).
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from infra.aws import node_storage
 from infra.aws.cluster import SYSTEM_DISK_GIB
@@ -130,8 +130,9 @@ def ray_cpus(gpu: InstanceFacts, gpu_node_count: int) -> int:
 def node_disk(gpu: InstanceFacts, root_volume_gib: int) -> tuple[float, str, str]:
     """(usable bytes, what, what would give more) of a GPU node's data cache."""
     if node_storage.has_instance_store(gpu):
-        return (gpu.instance_store_gb * 1e9 * USABLE_DISK, f"{gpu.instance_type}'s {gpu.instance_store_gb:,} GB "
-                "instance store NVMe", "a gpuInstanceType with more instance store")
+        return (gpu.instance_store_gb * 1e9 * USABLE_DISK,
+                f"{gpu.instance_type}'s {gpu.instance_store_gb:,} GB instance store NVMe",
+                "a gpuInstanceType with more instance store")
     return ((root_volume_gib * USABLE_DISK - IMAGE_GIB) * 2**30,
             f"the {root_volume_gib} GiB gp3 root volume (gpuRootVolumeGiB; {IMAGE_GIB} GiB of it the image)",
             "a larger gpuRootVolumeGiB")
@@ -151,8 +152,8 @@ def check_fits(plan: DataPlan, dataset: str, gpu: InstanceFacts, root_volume_gib
          f"more than each GPU node's data cache holds: {node_what}, ~{_bytes(node_bytes)} usable ({evicts}){beside}",
          f", or {node_more}"),
         (head_bytes / plan.stage_bytes,
-         f"which the Ray head packs beside their token streams (~{_bytes(plan.stage_bytes)} at once) on its "
-         f"{SYSTEM_DISK_GIB} GiB system disk, ~{_bytes(head_bytes)} usable beside the image ({evicts})", ""),
+         (f"which the Ray head packs beside their token streams (~{_bytes(plan.stage_bytes)} at once) on its "
+          f"{SYSTEM_DISK_GIB} GiB system disk, ~{_bytes(head_bytes)} usable beside the image ({evicts})"), ""),
     ]
     share, where, more = min(limits)
     if share < 1:

@@ -12,7 +12,6 @@ import json
 import logging
 
 import boto3
-import pytest
 from botocore.stub import Stubber
 
 from infra import config
@@ -117,6 +116,6 @@ def test_an_s3_object_the_deployer_may_not_read_is_a_warning(monkeypatch):
     cfg = config.parse(stack_settings("dev") | {**QWEN_7B, "trainDataset": "s3://data/corpus.jsonl"})
     with stubber:
         assert data_cost.read_size(cfg, identity=AwsIdentity(), region="us-east-1", warn=warned.append) is None
-    assert warned == ["trainDataset s3://data/corpus.jsonl: its size could not be read as the environment's "
-                      "credentials (403), so the data stage's time and its shards' size are not estimated "
-                      "(jobDataPlan is null) nor checked against the nodes' disks"], warned
+    assert warned == [("trainDataset s3://data/corpus.jsonl: its size could not be read as the environment's "
+                       "credentials (403), so the data stage's time and its shards' size are not estimated "
+                       "(jobDataPlan is null) nor checked against the nodes' disks")], warned

@@ -98,7 +98,8 @@ class DataPlan:
             "basis": (f"{BYTES_PER_TOKEN[kind]:g} bytes a token and {TOKENS_PER_CPU_SECOND[kind]:,} tokens per CPU "
                       f"second ({kind}, measured: bench/results/data_scale-cpu-2026-12-06.jsonl, a 32k BPE); "
                       f"{TOKEN_BYTES * SHARD_ROWS[kind]} bytes a block slot, {SLOTS_PER_TOKEN[kind]:g} slots a "
-                      "token; parquet expanded x1.7, .gz x3; the upload and the nodes' copy not counted"),
+                      "token; " + ", ".join(f"{suffix} read as {factor:g}x its size" for suffix, factor in EXPANSION.items())
+                      + "; the upload and the nodes' copy not counted"),
         }
 
 

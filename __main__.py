@@ -252,3 +252,5 @@ if cfg.train.enabled:
     pulumi.export("jobLayoutPlan", plan.layout_plan)
     # And what one of its checkpoints costs: its size, the seconds a save holds up the steps, and at which rates.
     pulumi.export("jobCheckpointPlan", plan.checkpoint_plan)
+    # And what tokenizing its dataset costs: the tokens, the token shards each node copies, the stage's seconds.
+    pulumi.export("jobDataPlan", plan.data_plan)

@@ -91,6 +91,9 @@ class StackPlan:
     checkpoint_plan: dict | None = None
     """A checkpoint's size and seconds at the nodes' disk and network (infra.preview.checkpoint_cost), when its
     architecture is known at preview: the jobCheckpointPlan output."""
+    data_plan: dict | None = None
+    """trainDataset's data stage: its tokens, token shards and seconds (infra.preview.data_cost), when its size can be
+    read at preview: the jobDataPlan output."""
 
 
 @config.hides_secret_values
@@ -121,8 +124,8 @@ def plan_stack(cfg: StackConfig) -> StackPlan:
     addons.check_efa_allowlist(cfg.gpu_instance_type)
     image = raycluster.check_config(cfg, gpu)
     object_names.check_names(cfg)
-    job_memory, job_layout, job_checkpoint = (check_job(cfg, gpu, identity=identity, region=region)
-                                              if cfg.train.enabled else (None, None, None))
+    job_memory, job_layout, job_checkpoint, job_data = (check_job(cfg, gpu, identity=identity, region=region)
+                                                        if cfg.train.enabled else (None, None, None, None))
     reservation = None
     if cfg.capacity_reservation_id:
         try:
@@ -141,7 +144,7 @@ def plan_stack(cfg: StackConfig) -> StackPlan:
                      own_placement_group=use_placement_group(cfg.gpu_placement, existing_reservation=bool(reservation)),
                      api_public_access_cidrs=public_cidrs, creator=creator_of(caller.arn),
                      account_id=caller.account_id, partition=arn_parts(caller.arn)[0], memory_plan=job_memory,
-                     layout_plan=job_layout, checkpoint_plan=job_checkpoint)
+                     layout_plan=job_layout, checkpoint_plan=job_checkpoint, data_plan=job_data)
 
 
 def check_kubernetes_version(version: str) -> None:

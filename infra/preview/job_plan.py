@@ -8,19 +8,20 @@ import pulumi
 
 from infra.config import AwsIdentity, InstanceFacts, StackConfig
 from infra.job import job_config
-from infra.preview import checkpoint_cost, dataset_records, instance_facts, job_layout, model_config
+from infra.preview import checkpoint_cost, data_cost, dataset_records, instance_facts, job_layout, model_config
 from workload.config import CHAT_TEMPLATES, is_local_dataset
 from workload.data.chat import KNOWN_CHAT_TEMPLATES
 from workload.model import adapters, memory, memory_plan, model_source, structure
 
 
-def check_job(cfg: StackConfig, gpu: InstanceFacts, *, identity: AwsIdentity | None = None,
-              region: str | None = None) -> tuple[memory_plan.MemoryPlan | None, dict | None, dict | None]:
+def check_job(cfg: StackConfig, gpu: InstanceFacts, *, identity: AwsIdentity | None = None, region: str | None = None
+              ) -> tuple[memory_plan.MemoryPlan | None, dict | None, dict | None, dict | None]:
     """A job the cluster can run: its data, its workers, its shape against the model and the GPUs' memory (the
     memory plan it returns, the layout the job would choose with it: job_layout.predict, and what a checkpoint of it
-    costs: checkpoint_cost.plan, with a warning when saves would always be in flight), its checkpoints, its
-    transport expectation and its fabric minimum (trainPip is judged with the config). All three None when the
-    model's architecture cannot be read at preview."""
+    costs: checkpoint_cost.plan, with a warning when saves would always be in flight), its data stage's cost
+    (data_cost.plan, refused when the token shards cannot fit the nodes' disks), its checkpoints, its transport
+    expectation and its fabric minimum (trainPip is judged with the config). The first three None when the model's
+    architecture cannot be read at preview; the data plan None without a dataset or when its size cannot be read."""
     check_job_data(cfg)
     workload = job_config.workload_config(cfg, gpu)  # the workload's own checks of the flags first
     check_chat_template(cfg)
@@ -35,7 +36,7 @@ def check_job(cfg: StackConfig, gpu: InstanceFacts, *, identity: AwsIdentity | N
     architecture = model_config.resolve(train.model_id, train.model_config,
                                         hub_token=train.secret_env.reveal().get(model_config.HUB_TOKEN_VARIABLE),
                                         identity=identity, region=region)
-    plan = layout = checkpoint = None
+    plan = layout = checkpoint = save = None
     if isinstance(architecture, model_config.Known):
         plan = check_job_shape(workload, architecture.config, gpu, workers, model=train.model_config or train.model_id,
                                node_count=cfg.gpu_node_count)
@@ -47,6 +48,8 @@ def check_job(cfg: StackConfig, gpu: InstanceFacts, *, identity: AwsIdentity | N
     else:
         pulumi.log.warn(f"trainModelId {train.model_id}: {architecture.reason}, so trainSeqLen and the GPU memory of "
                         "the job are checked only on the cluster")
+    data = data_cost.plan(cfg, gpu, checkpoint_node_bytes=save.node_bytes if save else 0.0, identity=identity,
+                          region=region)
     if train.storage_path and not train.storage_path.startswith("s3://") and cfg.gpu_node_count > 1:
         raise ValueError(
             f"config key 'trainStoragePath': {train.storage_path} is a directory on each node, and Ray Train needs "
@@ -54,7 +57,7 @@ def check_job(cfg: StackConfig, gpu: InstanceFacts, *, identity: AwsIdentity | N
             "s3://bucket/prefix (the Ray pods' own role gets access to it), or empty for no checkpoints")
     check_transport_expectation(cfg, gpu, workers)
     check_min_bus_bandwidth(cfg, gpu, workers)
-    return plan, layout, checkpoint
+    return plan, layout, checkpoint, data.as_dict() if data else None
 
 
 def check_job_data(cfg: StackConfig) -> None:

@@ -24,13 +24,19 @@ Download (huggingface_hub/file_download.py's hf_hub_url, get_hf_file_metadata an
 Datasets (huggingface_hub/hf_api.py's dataset_info, whose "siblings" list_repo_files reads, and hf_hub_url with
 repo_type="dataset"; workload/data/hub_dataset.py reads these):
 - GET /api/datasets/{repo}: {"id", "siblings": [{"rfilename"}]}; an unknown dataset 401 with RepoNotFound, a gated one
-  asked without the hub's token 401 with GatedRepo.
+  asked without the hub's token 401 with GatedRepo. With `?blobs=true` (dataset_info(files_metadata=True)) each
+  sibling also has "blobId" and "size", and a file in LFS "lfs": {"sha256", "size", "pointerSize"} (hf_api.py
+  RepoSibling and BlobLfsInfo, which dataset_info builds from these keys); in LFS here: .parquet files (the Hub's
+  default .gitattributes tracks them) and any over 10 MiB (the Hub refuses larger files outside LFS).
 - GET /datasets/{repo}/resolve/{revision}/{path}, honouring `Range: bytes=A-B` (206 with Content-Range), as the Hub's
   CDN does.
 
 State, for the tests to set and read: `repos` maps a model repo id to {file name: bytes}, `private` holds the private
 ones (readable only with `token`), `gated` maps a gated repo id to the tokens granted access, `commits` a repo to its
-last commit (COMMIT until an upload makes one), `datasets` a dataset id to {"gated": bool, "files": {name: bytes}}.
+last commit (COMMIT until an upload makes one), `datasets` a dataset id to {"gated": bool, "files": {name: bytes or
+LargeFile}}. A LargeFile stands for a file too large to hold: its size is listed, and a ranged read answers with the
+bytes of its `head` that the range covers (where the Hub would send the whole range) and the full size in
+Content-Range.
 Every request's (method, path, Authorization) is noted in `requests`. Use it as a context manager (it serves on a
 thread, and stops at the end of the block).
 
@@ -42,8 +48,29 @@ import base64
 import hashlib
 import json
 import threading
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from urllib.parse import unquote, urlparse
+from urllib.parse import parse_qs, unquote, urlparse
+
+LFS_OVER_BYTES = 10 * 2**20
+
+
+@dataclass(frozen=True)
+class LargeFile:
+    """A dataset file of `size` bytes of which the test holds only the first, `head`."""
+
+    head: bytes
+    size: int
+
+
+def _sibling(name: str, data: bytes | LargeFile) -> dict:
+    """A sibling as the Hub lists it with blobs=true."""
+    content = data.head if isinstance(data, LargeFile) else data
+    size = data.size if isinstance(data, LargeFile) else len(data)
+    entry = {"rfilename": name, "blobId": hashlib.sha1(content).hexdigest(), "size": size}
+    if name.endswith(".parquet") or size > LFS_OVER_BYTES:
+        entry["lfs"] = {"sha256": hashlib.sha256(content).hexdigest(), "size": size, "pointerSize": 134}
+    return entry
 
 
 class FakeHub(ThreadingHTTPServer):
@@ -193,14 +220,20 @@ class _HubHandler(BaseHTTPRequestHandler):
         if state.get("gated") and not hub.authorized(authorization):
             return self._error(401, "GatedRepo", "Access to this dataset is restricted")
         if listing:
-            return self._json(200, {"id": repo, "siblings": [{"rfilename": name} for name in state["files"]]})
+            blobs = parse_qs(urlparse(self.path).query).get("blobs") == ["true"]
+            return self._json(200, {"id": repo, "siblings": [_sibling(name, data) if blobs else {"rfilename": name}
+                                                             for name, data in state["files"].items()]})
         data = state["files"].get("/".join(parts[5:]))
         if data is None or parts[3:5] != ["resolve", "main"]:
             return self._error(404, "EntryNotFound", "Entry not found")
+        size = data.size if isinstance(data, LargeFile) else len(data)
+        content = data.head if isinstance(data, LargeFile) else data
         wanted = self.headers.get("Range", "")
         if wanted.startswith("bytes="):
             first, _, last = wanted[6:].partition("-")
-            return self._send(206, data[int(first):int(last) + 1], {"Content-Range": f"bytes {wanted[6:]}/{len(data)}"})
+            last = min(int(last), size - 1)
+            return self._send(206, content[int(first):last + 1], {"Content-Range": f"bytes {first}-{last}/{size}"})
+        assert not isinstance(data, LargeFile), "a LargeFile is read in ranges only"
         return self._send(200, data, {})
 
 

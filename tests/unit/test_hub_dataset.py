@@ -12,7 +12,7 @@ import pytest
 
 from infra.preview import dataset_records
 from tests.support.fake_hub import FakeHub
-from workload.data import hub_dataset
+from workload.data import hub_dataset, validate
 
 TOKEN = "hf_test_token"
 GOOD = [{"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]}] * 3
@@ -139,3 +139,19 @@ def test_the_jobs_driver_refuses_a_bad_hub_dataset_naming_dataset(hub):
     found = hub_dataset.check_dataset(TrainConfig(model_config="tiny", dataset="acme/bad", dataset_split="test",
                                                   data_format="chat"))
     assert found.file == "test.jsonl" and found.checked.records == 3
+
+
+def test_the_files_sizes_are_listed_as_dataset_info_with_files_metadata_reads_them(hub):
+    """`?blobs=true` adds each file's size (an LFS file's in its "lfs" entry too), which huggingface_hub's own
+    dataset_info(files_metadata=True) parses into the same figures."""
+    from huggingface_hub import HfApi
+
+    sizes = hub_dataset.file_sizes("acme/chat", subject="config key 'trainDataset':", token=False)
+    chat = hub.datasets["acme/chat"]["files"]
+    assert sizes == {name: len(data) for name, data in chat.items()}, sizes
+    listed = HfApi(endpoint=hub.url).dataset_info("acme/chat", files_metadata=True).siblings
+    assert {sibling.rfilename: sibling.size for sibling in listed} == sizes
+    parquet = next(sibling for sibling in listed if sibling.rfilename.endswith(".parquet"))
+    assert parquet.lfs is not None and parquet.lfs.size == parquet.size, parquet
+    with pytest.raises(validate.DataError, match="is not a dataset on the Hugging Face Hub"):
+        hub_dataset.file_sizes("acme/none", subject="config key 'trainDataset':", token=False)

@@ -140,12 +140,31 @@ def _errors(dataset: str, token, where: str, call):
         raise validate.DataError(f"{where}: the Hub answered {status}") from None
 
 
-def _files(dataset: str, token, where: str) -> list[str]:
-    response = _errors(dataset, token, where, lambda: _hub(f"api/datasets/{dataset}", token))
+def _siblings(dataset: str, token, where: str, blobs: bool = False) -> list[dict]:
+    query = "?blobs=true" if blobs else ""
+    response = _errors(dataset, token, where, lambda: _hub(f"api/datasets/{dataset}{query}", token))
     try:
-        return [entry["rfilename"] for entry in response.json().get("siblings") or []]
+        siblings = response.json().get("siblings") or []
+        return [entry for entry in siblings if isinstance(entry["rfilename"], str)]
     except (ValueError, TypeError, KeyError, AttributeError):
         raise NotReachable("the Hub's answer listing the dataset's files is not JSON") from None
+
+
+def _files(dataset: str, token, where: str) -> list[str]:
+    return [entry["rfilename"] for entry in _siblings(dataset, token, where)]
+
+
+def file_sizes(dataset: str, *, subject: str, token: str | bool | None = None) -> dict[str, int]:
+    """The repo's files and their sizes in bytes, as HfApi.dataset_info(files_metadata=True) asks for them
+    (`?blobs=true`: each sibling then carries its "size", and an LFS file its "lfs" {"size", "sha256",
+    "pointerSize"}: hf_api.py RepoSibling and BlobLfsInfo; the LFS size is the file's, not its pointer's). A file
+    listed without a size counts 0. DataError and NotReachable as check_records."""
+    sizes = {}
+    for entry in _siblings(dataset, token, f"{subject} {dataset}", blobs=True):
+        lfs = entry.get("lfs") if isinstance(entry.get("lfs"), dict) else {}
+        size = lfs.get("size", entry.get("size"))
+        sizes[entry["rfilename"]] = size if isinstance(size, int) else 0
+    return sizes
 
 
 def _read(dataset: str, name: str, token, limit: int, where: str) -> tuple[bytes, int]:

@@ -10,6 +10,7 @@ from infra.config import AwsIdentity, InstanceFacts, StackConfig
 from infra.job import job_config
 from infra.preview import checkpoint_cost, dataset_records, instance_facts, job_layout, model_config
 from workload.config import CHAT_TEMPLATES, is_local_dataset
+from workload.data import tokenizer_size
 from workload.data.chat import KNOWN_CHAT_TEMPLATES
 from workload.model import adapters, memory, memory_plan, model_source, structure
 
@@ -37,6 +38,7 @@ def check_job(cfg: StackConfig, gpu: InstanceFacts, *, identity: AwsIdentity | N
                                         identity=identity, region=region)
     plan = layout = checkpoint = None
     if isinstance(architecture, model_config.Known):
+        check_tokenizer_vocabulary(cfg, architecture.config)
         plan = check_job_shape(workload, architecture.config, gpu, workers, model=train.model_config or train.model_id,
                                node_count=cfg.gpu_node_count)
         layout = job_layout.predict(workload, architecture.config, gpu, workers, plan)
@@ -81,6 +83,29 @@ def check_job_model(cfg: StackConfig) -> None:
         raise ValueError(f"config key 'trainModelId': {train.model_id} is a path on this machine, which the job's pods "
                          "cannot read; allowed: a Hugging Face model id, or s3://bucket/prefix/ holding the model "
                          "directory (the Ray pods' role reads it)")
+
+
+def check_tokenizer_vocabulary(cfg: StackConfig, architecture: dict) -> None:
+    """The tokenizer's ids must fit the model's embedding (workload.data.tokenizer_size, the rule the job's driver
+    applies before Ray): refused naming both keys and both sizes; a size not readable here is a warning, and the
+    job checks it before any worker starts. Random tokens (no trainDataset) are drawn below vocab_size."""
+    train = cfg.train
+    if not train.dataset:
+        return
+    name = train.tokenizer or train.model_id
+    key = "trainTokenizer" if train.tokenizer else "trainModelId"
+    tokens = model_config.tokenizer_tokens(
+        name, key, train.secret_env.reveal().get(model_config.HUB_TOKEN_VARIABLE))
+    if isinstance(tokens, model_config.Unknown):
+        pulumi.log.warn(f"{key} {name}: {tokens.reason}, so whether its tokens fit the model's vocabulary is checked "
+                        "by the job before any worker starts")
+        return
+    if (why := tokenizer_size.vocabulary_problem(tokens, architecture.get("vocab_size"))) is not None:
+        model_key = "trainModelConfig" if train.model_config else "trainModelId"
+        model = f"{model_key} {train.model_config or train.model_id}"
+        keys = f"config keys '{key}' and '{model_key}'" if key != model_key else f"config key '{key}'"
+        raise ValueError(f"{keys}: the tokenizer {name} {why.replace('the model', model)}; allowed: a tokenizer of "
+                         "at most vocab_size tokens, such as the model's own (trainTokenizer empty)")
 
 
 def check_chat_template(cfg: StackConfig) -> None:

@@ -54,6 +54,7 @@ def parse_train(raw: dict[str, Any]) -> JobSettings:
     clash = sorted(set(env) & set(secret_env.names))
     require(not clash, "trainSecretEnv", f"{clash} are set in trainEnv too; set each variable in one key")
     _check_tracking(raw, env, secret_env)
+    _check_offline(raw, env)
     # experimentTracking mlflow: the stack's own server when trainMlflowTrackingUri is unset.
     flags["mlflow_tracking_uri"] = default_tracking_uri(raw, parse_report_to(raw["trainReportTo"]))
     return JobSettings(
@@ -138,6 +139,45 @@ def _check_tracking(raw: dict[str, Any], env: dict[str, str], secret_env: Secret
                  f"'trainSecretEnv[0]' {HUB_TOKEN}=hf_...` (a write token)")
 
 
+# The switches that keep a library off the Hub, and what each keeps off it (huggingface_hub's constants.py reads
+# HF_HUB_OFFLINE; transformers TRANSFORMERS_OFFLINE, for the model and tokenizer; datasets HF_DATASETS_OFFLINE), with
+# huggingface_hub's true values (constants._is_true).
+OFFLINE_SWITCHES = {"HF_HUB_OFFLINE": ("trainModelId", "trainTokenizer", "trainDataset", "trainPushToHub"),
+                    "TRANSFORMERS_OFFLINE": ("trainModelId", "trainTokenizer"), "HF_DATASETS_OFFLINE": ("trainDataset",)}
+TRUE_VALUES = ("1", "ON", "YES", "TRUE")
+
+
+def hub_sources(raw: dict[str, Any]) -> dict[str, str]:
+    """The train* keys whose value the job reads from (or writes to) the Hugging Face Hub, by key."""
+    def on_hub(value: str) -> bool:
+        return bool(value) and "://" not in value and not value.startswith(("/", "./", "../", "~"))
+
+    sources = {}
+    if not raw["trainModelConfig"] and on_hub(raw["trainModelId"]):
+        sources["trainModelId"] = raw["trainModelId"]
+    if raw["trainDataset"]:
+        tokenizer_key = "trainTokenizer" if raw["trainTokenizer"] else "trainModelId"
+        if on_hub(raw[tokenizer_key]):
+            sources.setdefault(tokenizer_key, raw[tokenizer_key])
+        if on_hub(raw["trainDataset"]) and not raw["trainDataset"].endswith(rules.DATASET_FILE_SUFFIXES):
+            sources["trainDataset"] = raw["trainDataset"]
+    if raw["trainPushToHub"]:
+        sources["trainPushToHub"] = raw["trainPushToHub"]
+    return sources
+
+
+def _check_offline(raw: dict[str, Any], env: dict[str, str]) -> None:
+    """An offline switch in trainEnv with a source on the Hub: the GPU nodes start with no Hub cache, so
+    the job would fail at its first download (or its upload, after the whole run)."""
+    for name, keys in OFFLINE_SWITCHES.items():
+        if env.get(name, "").upper() not in TRUE_VALUES:
+            continue
+        cut_off = {key: value for key, value in hub_sources(raw).items() if key in keys}
+        require(not cut_off, "trainEnv", f"sets {name}, which keeps the job off the Hugging Face Hub, and "
+                f"{', '.join(f'{k} {v}' for k, v in cut_off.items())} is on the Hub (the GPU nodes start with no Hub "
+                "cache); allowed: leave it unset, or s3:// sources for the model, tokenizer and dataset")
+
+
 def _parse_env(key: str, items: list[str]) -> dict[str, str]:
     """KEY=VALUE entries. A refusal quotes the entry's position and name only: the value may be a token."""
     require(len(items) <= MAX_ENV_ENTRIES, key, f"{len(items)} entries; allowed: at most {MAX_ENV_ENTRIES} (each is "
@@ -148,6 +188,10 @@ def _parse_env(key: str, items: list[str]) -> dict[str, str]:
         require(bool(sep) and bool(ENV_NAME.fullmatch(name)), key,
                  f"entry {index} is not KEY=VALUE with KEY made of letters, digits and '_' (its value is not shown)")
         require(name not in env, key, f"sets {name} twice")
+        # An empty token is read as none: the tracker or the upload would fail only where it starts using it.
+        require(key != "trainSecretEnv" or bool(value.strip()), key,
+                f"entry {index} sets {name} to an empty value, which its library reads as no token at all; allowed: "
+                "NAME=the token")
         why = reserved_reason(name)
         require(why is None, key, f"entry {index} sets {name}, which the job may not set: {why} (its value is not "
                                   "shown)")

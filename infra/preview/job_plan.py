@@ -137,7 +137,9 @@ def check_job_shape(workload: Any, architecture: dict, gpu: InstanceFacts, worke
         raise ValueError(f"config key 'trainSeqLen': {workload.seq_len} tokens exceed {model}'s {positions} positions; "
                          f"allowed: 1 to {positions}")
     if workload.method != "full":  # the linear layers the adapters go on, by the model's own names
-        adapters.resolve(workload.lora_targets, structure.linear_names(architecture), "config key 'trainLoraTargets'")
+        targets = adapters.resolve(workload.lora_targets, structure.linear_names(architecture),
+                                   "config key 'trainLoraTargets'")
+        check_qlora_shards(workload, architecture, targets, workers, gpu.gpus * node_count, model)
     compiled = workload.compile is not False  # the job compiles on a GPU unless told not to
     plan = memory_plan.for_job(workload, architecture, world_size=workers, ranks_per_node=gpu.gpus,
                                gpu_memory_mib=gpu.gpu_memory_mib, compiled=compiled)
@@ -152,6 +154,21 @@ def check_job_shape(workload: Any, architecture: dict, gpu: InstanceFacts, worke
         f"{workload.seq_len} tokens per GPU even with {plan.describe().split(':')[0]}, and they leave "
         f"{plan.usable_gib - memory.MARGIN_GIB:.1f} GiB ({memory.MARGIN_GIB:g} GiB kept free); allowed: "
         + "; or ".join(what_would_fit(workload, architecture, gpu, workers, node_count=node_count, compiled=compiled)))
+
+
+def check_qlora_shards(workload: Any, architecture: dict, targets: tuple[str, ...], workers: int, gpus: int,
+                       model: str) -> None:
+    """qlora's NF4 weights split into one shard a worker (adapters.qlora_shards_problem, which each worker would
+    otherwise find once the nodes bill), naming the worker counts that would."""
+    if workload.method != "qlora":
+        return
+    shapes = structure.linear_shapes(architecture)
+    if (why := adapters.qlora_shards_problem(shapes, targets, workers)) is None:
+        return
+    fitting = [n for n in range(1, gpus + 1) if adapters.qlora_shards_problem(shapes, targets, n) is None]
+    raise ValueError(f"config keys 'trainMethod' and 'trainNumWorkers': qlora on {workers} workers: {model}'s {why}; "
+                     f"allowed: trainNumWorkers {', '.join(map(str, fitting)) or 'none'} of the {gpus} GPUs, or "
+                     "trainMethod lora")
 
 
 def what_would_fit(workload: Any, architecture: dict, gpu: InstanceFacts, workers: int, *, node_count: int,

@@ -81,8 +81,13 @@ def check_local_weights(cfg: TrainConfig) -> None:
 
 def check_targets(cfg: TrainConfig, architecture: dict) -> None:
     """--lora_targets against the model's linear layers (workload.model.adapters.resolve): one line naming the flag
-    and the names the model has."""
-    adapters.resolve(cfg.lora_targets, structure.linear_names(architecture))
+    and the names the model has; with --method qlora, their NF4 shards on --num_workers ranks (the check each
+    worker would make after loading)."""
+    targets = adapters.resolve(cfg.lora_targets, structure.linear_names(architecture))
+    if cfg.method == "qlora" and cfg.num_workers and (why := adapters.qlora_shards_problem(
+            structure.linear_shapes(architecture), targets, cfg.num_workers)) is not None:
+        raise ValueError(f"--method qlora on --num_workers {cfg.num_workers}: {why}; use --method lora or another "
+                         "number of workers")
 
 
 def tokenizer_tokens(cfg: TrainConfig) -> int | None:

@@ -108,8 +108,8 @@ def _bounded(message: str) -> str:
     """argparse's message with each value it quotes ('...'), and each long or token-like word of an unrecognized
     argument, as `shown` gives it: argparse repeats a value whole (`invalid int value: '999...'`)."""
     message = re.sub(r"'([^']*)'", lambda quoted: shown(quoted.group(1)), message)
-    return " ".join(word if word.startswith("--") or shown(word) == repr(word) or word.startswith("a value of")
-                    else shown(word) for word in message.split(" "))
+    return " ".join(word if word.startswith("--") or shown(word) == repr(word) else shown(word)
+                    for word in message.split(" "))
 
 
 class _Parser(argparse.ArgumentParser):

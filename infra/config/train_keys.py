@@ -28,7 +28,7 @@ from workload.config import (
 )
 from workload.config.fields import rename_flags
 from workload.fabric.transport import EXPECTATIONS as EXPECT_TRANSPORTS  # trainExpectTransport
-from workload.model import adapters, architectures, structure  # trainMethod and trainLora*: the job's own check
+from workload.model import adapters, architectures, model_source, structure  # trainMethod, trainLora*, trainModelId
 
 # The train* keys only the stack has (no job flag), read here and nowhere else; every other train* key is declared
 # beside its flag (workload.config.STACK_KEYS). tests/program/test_stack_keys.py holds the two to Pulumi.yaml's train* keys.
@@ -89,6 +89,9 @@ def job_flags(raw: dict[str, Any]) -> dict[str, Any]:
     # Where S3 allows the job to read and write: the stack's own rules (the Ray pods' role is granted these).
     check_storage_path(values["storage_path"])
     check_dataset_location(values["dataset"])
+    # The job's own rule for what a model id may name (the Hub's repo-id rule among them), with the job off too.
+    if not values["model_config"] and values["model_id"] and (wrong := model_source.problem(values["model_id"])):
+        raise ValueError(stack_message(f"--model_id {values['model_id']!r} is {wrong}"))
     if (model_location := s3_location(values["model_id"], "trainModelId")) is not None:
         require(bool(model_location[1]), "trainModelId", f"{values['model_id']!r}: {S3_MODEL_DIRECTORY}")
     try:

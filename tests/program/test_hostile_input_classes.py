@@ -77,7 +77,7 @@ PREVIEW_CLASSES = [
     ("Hub repo id", "trainPushToHub", {**STORED, "trainPushToHub": "org/name."}, "Hub repo id"),
     ("Hub repo id", "trainTokenizer", {"trainDataset": "org/corpus", "trainTokenizer": "org/bad--tok"}, "Hub repo id"),
     ("Hub repo id", "trainDataset", {"trainDataset": "org/data..set"}, "Hub repo id"),
-    ("Hub repo id", "trainModelId", {"trainModelId": "org/model.git"}, "'.git'"),
+    ("Hub repo id", "trainModelId", {"trainModelId": "org/model.git"}, "not a Hugging Face Hub id"),
     ("S3 key characters", "trainStoragePath", {"trainStoragePath": "s3://company-data/runs?versionId=1"}, "'?'"),
     ("S3 key characters", "trainStoragePath", {"trainStoragePath": "s3://company-data/runs\\x"}, "safe key"),
     ("S3 key characters", "trainDataset", {"trainDataset": "s3://company-data/a{b}.jsonl"}, "safe key"),

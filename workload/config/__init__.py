@@ -50,9 +50,9 @@ MODEL_CONFIGS = tuple(ARCHITECTURES)
 
 # Why an s3:// --model_id (trainModelId) must name a directory under a bucket; the preview refuses with the same words.
 def repo_id_problem(value: str) -> str | None:
-    """The Hub's repo-id rule for a setting that may name a Hub repo (--model_id, --tokenizer, --dataset): a value
-    that is no path, URI or dataset file names a repo, and must be one huggingface_hub takes (validate_repo_id, which
-    its downloads apply only once the job runs); None otherwise."""
+    """The Hub's repo-id rule for a setting that may name a Hub repo (--tokenizer, --dataset; --model_id's is
+    model_source.problem, in its own words): a value that is no path, URI or dataset file names a repo, and must be
+    one huggingface_hub takes (validate_repo_id, which its downloads apply only once the job runs); None otherwise."""
     if model_source.is_path(value) or "://" in value or value.endswith(DATASET_FILE_SUFFIXES):
         return None
     why = model_source.hub_id_problem(value)
@@ -99,7 +99,7 @@ class TrainConfig:
         "Qwen/Qwen2.5-1.5B",
         "Pretrained model to fine-tune, unless --model_config names a random-weight architecture: a Hugging Face Hub "
         "id, a local directory, or s3://bucket/prefix/ (config.json and *.safetensors); fetched once per node and "
-        "loaded sharded.", stack_key="trainModelId", max_length=URI_MAX_LENGTH, check=repo_id_problem,
+        "loaded sharded.", stack_key="trainModelId", max_length=URI_MAX_LENGTH,
     )
     model_config: str = flag(
         "", "Build this architecture with random weights instead of downloading --model_id: tiny or qwen2.5-1.5b.",

@@ -150,8 +150,6 @@ def validate(cfg: TrainConfig) -> None:
         check_positions(cfg, known["max_position_embeddings"])
     if known and cfg.method != "full":
         check_targets(cfg, known)
-    if known:
-        check_tokenizer_vocabulary(cfg, known.get("vocab_size"))
     # Refusals only: the local run has said what the file holds, and on a cluster rank 0's data line says it.
     records_check.check_dataset(cfg, say=lambda line: None)
     services.check_hub_model(cfg)
@@ -163,6 +161,8 @@ def validate(cfg: TrainConfig) -> None:
     except hub_dataset.NotReachable as error:
         raise cli.EnvironmentProblem(f"--dataset {cfg.dataset}: {error}",
                                      hint="HF_HUB_OFFLINE=1 reads the dataset from this machine's cache") from None
+    if known:  # the tokenizer's tokenizer.json against the shipped or random-weight config: no transformers yet
+        check_tokenizer_vocabulary(cfg, known.get("vocab_size"))
 
     # Seconds of imports from here on: torch and transformers.
     from workload.data.batches import check_dataset, check_tokenizer

@@ -17,6 +17,7 @@ workload package, and --help must answer before torch, Ray or boto3 would have l
 from __future__ import annotations
 
 import argparse
+import re
 import signal
 import sys
 from typing import Callable, Sequence
@@ -87,6 +88,30 @@ class _HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefa
         return textwrap.wrap(self._whitespace_matcher.sub(" ", text).strip(), width, break_on_hyphens=False)
 
 
+# What an error may quote of a value the user gave: SHOWN_CHARS at most, and nothing that looks like a token (a run of
+# 20 or more letters and digits, as every API token is, or a URI's user:password@).
+SHOWN_CHARS = 80
+_TOKEN_LIKE = re.compile(r"[A-Za-z0-9_-]{20,}")
+_CREDENTIALS = re.compile(r"://[^/\s]*@")
+
+
+def shown(value: object) -> str:
+    """`value` as a refusal may quote it: a short value, whole (repr); one that may be a token, or longer than
+    SHOWN_CHARS, only by its length."""
+    text = repr(value)
+    if len(text) > SHOWN_CHARS or _CREDENTIALS.search(text) or _TOKEN_LIKE.search(text):
+        return f"a value of {len(str(value)):,} characters (not shown: it may be long, or a token)"
+    return text
+
+
+def _bounded(message: str) -> str:
+    """argparse's message with each value it quotes ('...'), and each long or token-like word of an unrecognized
+    argument, as `shown` gives it: argparse repeats a value whole (`invalid int value: '999...'`)."""
+    message = re.sub(r"'([^']*)'", lambda quoted: shown(quoted.group(1)), message)
+    return " ".join(word if word.startswith("--") or shown(word) == repr(word) else shown(word)
+                    for word in message.split(" "))
+
+
 class _Parser(argparse.ArgumentParser):
     """No abbreviations (argparse would take `--lora_r` as `--lora_rank`, silently), a hook that rewrites argv
     before parsing (workload.config's aliases: `--max_steps` as `--steps`), and "did you mean" for an unknown flag."""
@@ -109,7 +134,7 @@ class _Parser(argparse.ArgumentParser):
         hint = f"`{self.prog} --help` lists every flag"
         if (guess := self._nearest_flag(message)) is not None:
             hint += f" (did you mean --{guess}?)"
-        _fail(USAGE, message, hint)
+        _fail(USAGE, _bounded(message), hint)
         sys.exit(USAGE)
 
     def _nearest_flag(self, message: str) -> str | None:

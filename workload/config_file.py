@@ -119,6 +119,9 @@ def read_document(path: str) -> Any:
                              "is a few KiB")
     try:
         return yaml.load(text, Loader=NoAliasLoader)  # noqa: S506 - SafeLoader's subclass: no Python objects
+    except RecursionError:  # PyYAML's scanner and composer recurse once per nesting level
+        raise cli.UsageError(f"{CONFIG_FLAG} {path}: nested too deeply; a run's file of flags is one mapping of "
+                             "values") from None
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None)
         where = f" (line {mark.line + 1})" if mark is not None else ""

@@ -40,8 +40,9 @@ RESERVED_ENV = {
                      "MLFLOW_REGISTRY_URI"), _REDIRECT),
     **dict.fromkeys(("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy",
                      "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "SSL_CERT_FILE", "SSL_CERT_DIR"), _INTERCEPT),
-    # A token under another name: read as the token by its library, but not one of the names trainEnv refuses.
-    **dict.fromkeys(("HUGGING_FACE_HUB_TOKEN", "HF_API_TOKEN", "HF_TOKEN_PATH", "WANDB_IDENTITY_TOKEN_FILE"),
+    # A token under another name: read as the token by its library, but not one of the names trainEnv refuses. NETRC
+    # names the file wandb reads its key from (machine api.wandb.ai) and requests reads any host's login from.
+    **dict.fromkeys(("HUGGING_FACE_HUB_TOKEN", "HF_API_TOKEN", "HF_TOKEN_PATH", "WANDB_IDENTITY_TOKEN_FILE", "NETRC"),
                     _TOKEN_ELSEWHERE),
 }
 # Families of names: the container credential provider's (FULL_URI, RELATIVE_URI, AUTHORIZATION_TOKEN[_FILE], and any

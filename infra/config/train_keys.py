@@ -28,7 +28,7 @@ from workload.config import (
 )
 from workload.config.fields import rename_flags
 from workload.fabric.transport import EXPECTATIONS as EXPECT_TRANSPORTS  # trainExpectTransport
-from workload.model import adapters, architectures, structure  # trainMethod and trainLora*: the job's own check
+from workload.model import adapters, architectures, model_source, structure  # trainMethod, trainLora*, trainModelId
 
 # The train* keys only the stack has (no job flag), read here and nowhere else; every other train* key is declared
 # beside its flag (workload.config.STACK_KEYS). tests/program/test_stack_keys.py holds the two to Pulumi.yaml's train* keys.
@@ -54,6 +54,7 @@ def parse_train(raw: dict[str, Any]) -> JobSettings:
     clash = sorted(set(env) & set(secret_env.names))
     require(not clash, "trainSecretEnv", f"{clash} are set in trainEnv too; set each variable in one key")
     _check_tracking(raw, env, secret_env)
+    _check_offline(raw, env)
     # experimentTracking mlflow: the stack's own server when trainMlflowTrackingUri is unset.
     flags["mlflow_tracking_uri"] = default_tracking_uri(raw, parse_report_to(raw["trainReportTo"]))
     return JobSettings(
@@ -88,6 +89,9 @@ def job_flags(raw: dict[str, Any]) -> dict[str, Any]:
     # Where S3 allows the job to read and write: the stack's own rules (the Ray pods' role is granted these).
     check_storage_path(values["storage_path"])
     check_dataset_location(values["dataset"])
+    # The job's own rule for what a model id may name (the Hub's repo-id rule among them), with the job off too.
+    if not values["model_config"] and values["model_id"] and (wrong := model_source.problem(values["model_id"])):
+        raise ValueError(stack_message(f"--model_id {values['model_id']!r} is {wrong}"))
     if (model_location := s3_location(values["model_id"], "trainModelId")) is not None:
         require(bool(model_location[1]), "trainModelId", f"{values['model_id']!r}: {S3_MODEL_DIRECTORY}")
     try:
@@ -138,6 +142,45 @@ def _check_tracking(raw: dict[str, Any], env: dict[str, str], secret_env: Secret
                  f"'trainSecretEnv[0]' {HUB_TOKEN}=hf_...` (a write token)")
 
 
+# The switches that keep a library off the Hub, and what each keeps off it (huggingface_hub's constants.py reads
+# HF_HUB_OFFLINE; transformers TRANSFORMERS_OFFLINE, for the model and tokenizer; datasets HF_DATASETS_OFFLINE), with
+# huggingface_hub's true values (constants._is_true).
+OFFLINE_SWITCHES = {"HF_HUB_OFFLINE": ("trainModelId", "trainTokenizer", "trainDataset", "trainPushToHub"),
+                    "TRANSFORMERS_OFFLINE": ("trainModelId", "trainTokenizer"), "HF_DATASETS_OFFLINE": ("trainDataset",)}
+TRUE_VALUES = ("1", "ON", "YES", "TRUE")
+
+
+def hub_sources(raw: dict[str, Any]) -> dict[str, str]:
+    """The train* keys whose value the job reads from (or writes to) the Hugging Face Hub, by key."""
+    def on_hub(value: str) -> bool:
+        return bool(value) and "://" not in value and not value.startswith(("/", "./", "../", "~"))
+
+    sources = {}
+    if not raw["trainModelConfig"] and on_hub(raw["trainModelId"]):
+        sources["trainModelId"] = raw["trainModelId"]
+    if raw["trainDataset"]:
+        tokenizer_key = "trainTokenizer" if raw["trainTokenizer"] else "trainModelId"
+        if on_hub(raw[tokenizer_key]):
+            sources.setdefault(tokenizer_key, raw[tokenizer_key])
+        if on_hub(raw["trainDataset"]) and not raw["trainDataset"].endswith(rules.DATASET_FILE_SUFFIXES):
+            sources["trainDataset"] = raw["trainDataset"]
+    if raw["trainPushToHub"]:
+        sources["trainPushToHub"] = raw["trainPushToHub"]
+    return sources
+
+
+def _check_offline(raw: dict[str, Any], env: dict[str, str]) -> None:
+    """An offline switch in trainEnv with a source on the Hub: the GPU nodes start with no Hub cache, so
+    the job would fail at its first download (or its upload, after the whole run)."""
+    for name, keys in OFFLINE_SWITCHES.items():
+        if env.get(name, "").upper() not in TRUE_VALUES:
+            continue
+        cut_off = {key: value for key, value in hub_sources(raw).items() if key in keys}
+        require(not cut_off, "trainEnv", f"sets {name}, which keeps the job off the Hugging Face Hub, and "
+                f"{', '.join(f'{k} {v}' for k, v in cut_off.items())} is on the Hub (the GPU nodes start with no Hub "
+                "cache); allowed: leave it unset, or s3:// sources for the model, tokenizer and dataset")
+
+
 def _parse_env(key: str, items: list[str]) -> dict[str, str]:
     """KEY=VALUE entries. A refusal quotes the entry's position and name only: the value may be a token."""
     require(len(items) <= MAX_ENV_ENTRIES, key, f"{len(items)} entries; allowed: at most {MAX_ENV_ENTRIES} (each is "
@@ -148,6 +191,10 @@ def _parse_env(key: str, items: list[str]) -> dict[str, str]:
         require(bool(sep) and bool(ENV_NAME.fullmatch(name)), key,
                  f"entry {index} is not KEY=VALUE with KEY made of letters, digits and '_' (its value is not shown)")
         require(name not in env, key, f"sets {name} twice")
+        # An empty token is read as none: the tracker or the upload would fail only where it starts using it.
+        require(key != "trainSecretEnv" or bool(value.strip()), key,
+                f"entry {index} sets {name} to an empty value, which its library reads as no token at all; allowed: "
+                "NAME=the token")
         why = reserved_reason(name)
         require(why is None, key, f"entry {index} sets {name}, which the job may not set: {why} (its value is not "
                                   "shown)")

@@ -10,6 +10,7 @@ from infra.config import AwsIdentity, InstanceFacts, StackConfig
 from infra.job import job_config
 from infra.preview import checkpoint_cost, data_cost, dataset_records, instance_facts, job_layout, model_config
 from workload.config import CHAT_TEMPLATES, is_local_dataset
+from workload.data import tokenizer_size
 from workload.data.chat import KNOWN_CHAT_TEMPLATES
 from workload.model import adapters, memory, memory_plan, model_source, structure
 
@@ -38,6 +39,7 @@ def check_job(cfg: StackConfig, gpu: InstanceFacts, *, identity: AwsIdentity | N
                                         identity=identity, region=region)
     plan = layout = checkpoint = save = None
     if isinstance(architecture, model_config.Known):
+        check_tokenizer_vocabulary(cfg, architecture.config)
         plan = check_job_shape(workload, architecture.config, gpu, workers, model=train.model_config or train.model_id,
                                node_count=cfg.gpu_node_count)
         layout = job_layout.predict(workload, architecture.config, gpu, workers, plan)
@@ -86,6 +88,29 @@ def check_job_model(cfg: StackConfig) -> None:
                          "directory (the Ray pods' role reads it)")
 
 
+def check_tokenizer_vocabulary(cfg: StackConfig, architecture: dict) -> None:
+    """The tokenizer's ids must fit the model's embedding (workload.data.tokenizer_size, the rule the job's driver
+    applies before Ray): refused naming both keys and both sizes; a size not readable here is a warning, and the
+    job checks it before any worker starts. Random tokens (no trainDataset) are drawn below vocab_size."""
+    train = cfg.train
+    if not train.dataset:
+        return
+    name = train.tokenizer or train.model_id
+    key = "trainTokenizer" if train.tokenizer else "trainModelId"
+    tokens = model_config.tokenizer_tokens(
+        name, key, train.secret_env.reveal().get(model_config.HUB_TOKEN_VARIABLE))
+    if isinstance(tokens, model_config.Unknown):
+        pulumi.log.warn(f"{key} {name}: {tokens.reason}, so whether its tokens fit the model's vocabulary is checked "
+                        "by the job before any worker starts")
+        return
+    if (why := tokenizer_size.vocabulary_problem(tokens, architecture.get("vocab_size"))) is not None:
+        model_key = "trainModelConfig" if train.model_config else "trainModelId"
+        model = f"{model_key} {train.model_config or train.model_id}"
+        keys = f"config keys '{key}' and '{model_key}'" if key != model_key else f"config key '{key}'"
+        raise ValueError(f"{keys}: the tokenizer {name} {why.replace('the model', model)}; allowed: a tokenizer of "
+                         "at most vocab_size tokens, such as the model's own (trainTokenizer empty)")
+
+
 def check_chat_template(cfg: StackConfig) -> None:
     """Chat and prompt-completion data are rendered with the tokenizer's chat template: a tokenizer known to have
     none is refused unless trainChatTemplate names one; one not known here is checked by the job before it trains."""
@@ -115,7 +140,9 @@ def check_job_shape(workload: Any, architecture: dict, gpu: InstanceFacts, worke
         raise ValueError(f"config key 'trainSeqLen': {workload.seq_len} tokens exceed {model}'s {positions} positions; "
                          f"allowed: 1 to {positions}")
     if workload.method != "full":  # the linear layers the adapters go on, by the model's own names
-        adapters.resolve(workload.lora_targets, structure.linear_names(architecture), "config key 'trainLoraTargets'")
+        targets = adapters.resolve(workload.lora_targets, structure.linear_names(architecture),
+                                   "config key 'trainLoraTargets'")
+        check_qlora_shards(workload, architecture, targets, workers, gpu.gpus * node_count, model)
     compiled = workload.compile is not False  # the job compiles on a GPU unless told not to
     plan = memory_plan.for_job(workload, architecture, world_size=workers, ranks_per_node=gpu.gpus,
                                gpu_memory_mib=gpu.gpu_memory_mib, compiled=compiled)
@@ -130,6 +157,21 @@ def check_job_shape(workload: Any, architecture: dict, gpu: InstanceFacts, worke
         f"{workload.seq_len} tokens per GPU even with {plan.describe().split(':')[0]}, and they leave "
         f"{plan.usable_gib - memory.MARGIN_GIB:.1f} GiB ({memory.MARGIN_GIB:g} GiB kept free); allowed: "
         + "; or ".join(what_would_fit(workload, architecture, gpu, workers, node_count=node_count, compiled=compiled)))
+
+
+def check_qlora_shards(workload: Any, architecture: dict, targets: tuple[str, ...], workers: int, gpus: int,
+                       model: str) -> None:
+    """qlora's NF4 weights split into one shard a worker (adapters.qlora_shards_problem, which each worker would
+    otherwise find once the nodes bill), naming the worker counts that would."""
+    if workload.method != "qlora":
+        return
+    shapes = structure.linear_shapes(architecture)
+    if (why := adapters.qlora_shards_problem(shapes, targets, workers)) is None:
+        return
+    fitting = [n for n in range(1, gpus + 1) if adapters.qlora_shards_problem(shapes, targets, n) is None]
+    raise ValueError(f"config keys 'trainMethod' and 'trainNumWorkers': qlora on {workers} workers: {model}'s {why}; "
+                     f"allowed: trainNumWorkers {', '.join(map(str, fitting)) or 'none'} of the {gpus} GPUs, or "
+                     "trainMethod lora")
 
 
 def what_would_fit(workload: Any, architecture: dict, gpu: InstanceFacts, workers: int, *, node_count: int,

@@ -19,6 +19,7 @@ from typing import Any
 
 from infra.config import AwsIdentity, s3_location
 from workload.config import ARCHITECTURES
+from workload.data import tokenizer_size
 from workload.model import architectures, compatibility, config_json, model_source
 
 CONFIG_FILE = "config.json"
@@ -99,7 +100,7 @@ def _from_hub(model_id: str, token: str | None) -> Known | Unknown:
 
     key = "config key 'trainModelId'"
     try:
-        text = model_source.get_file(model_id, CONFIG_FILE, token or False).content
+        text = model_source.read_file(model_id, CONFIG_FILE, token or False, model_source.MAX_CONFIG_BYTES)
     except model_source.Unreachable as error:
         return Unknown(f"its {CONFIG_FILE} could not be read from the Hub ({error})")
     except GatedRepoError:
@@ -128,6 +129,38 @@ def _from_hub(model_id: str, token: str | None) -> Known | Unknown:
     except ValueError:
         raise ValueError(f"{key}: {model_id}'s {CONFIG_FILE} on the Hub is not JSON") from None
     return _trainable(config, model_id, f"{model_id}'s {CONFIG_FILE}", f"{model_id}'s {CONFIG_FILE} on the Hub")
+
+
+# ---- the tokenizer -------------------------------------------------------------------------------------------------
+
+def tokenizer_tokens(name: str, key: str, hub_token: str | None = None) -> int | Unknown:
+    """len(tokenizer) of trainTokenizer (or trainModelId's own tokenizer), `key` naming which: a shipped model's
+    from workload.data.tokenizer_size.KNOWN_SIZES, any other Hub id's from its tokenizer.json in one bounded request
+    with trainSecretEnv's token only (the answers mapped as `_from_hub` maps them). Unknown for an s3:// tokenizer
+    (the job sizes it, with the pods' role), a repo without tokenizer.json, or no answer; ValueError naming `key` for
+    a tokenizer that is not there, is gated, or whose tokenizer.json is not one."""
+    if name in tokenizer_size.KNOWN_SIZES:
+        return tokenizer_size.KNOWN_SIZES[name]
+    if "://" in name or model_source.is_path(name):
+        return Unknown(f"the tokenizer {name} is read by the job")
+    from huggingface_hub.errors import GatedRepoError, HfHubHTTPError, RepositoryNotFoundError
+
+    try:
+        return tokenizer_size.size_on_hub(name, hub_token or False)
+    except (tokenizer_size.NotSized, model_source.Unreachable) as error:
+        return Unknown(str(error))
+    except GatedRepoError:
+        raise ValueError(f"config key '{key}': the tokenizer {name} is gated on the Hugging Face Hub and "
+                         f"trainSecretEnv has no {HUB_TOKEN_VARIABLE} with access; allowed: `{model_source.SECRET_COMMAND}` "
+                         "with a token of an account that accepted its terms") from None
+    except RepositoryNotFoundError:
+        raise ValueError(f"config key '{key}': the tokenizer {name} is not a repo on the Hugging Face Hub (or "
+                         f"private: then set trainSecretEnv {HUB_TOKEN_VARIABLE}); allowed: a Hub id such as "
+                         "Qwen/Qwen2.5-7B, or empty for trainModelId's own") from None
+    except HfHubHTTPError as error:  # 5xx, 429, a proxy's refusal
+        return Unknown(f"its {tokenizer_size.TOKENIZER_FILE} could not be read from the Hub ({type(error).__name__})")
+    except ValueError as error:
+        raise ValueError(f"config key '{key}': {error}") from None
 
 
 # ---- S3 ------------------------------------------------------------------------------------------------------------

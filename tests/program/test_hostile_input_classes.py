@@ -62,7 +62,79 @@ PREVIEW_CLASSES = [
     ("token under another name", "trainEnv", {"trainEnv": [f"HUGGING_FACE_HUB_TOKEN={SECRET}"]},
      "HUGGING_FACE_HUB_TOKEN"),
     ("token under another name", "trainEnv", {"trainEnv": [f"MY_SERVICE_API_KEY={SECRET}"]}, "MY_SERVICE_API_KEY"),
+    # The second fresh set (2026-12-06), the same rules; the Hub rule now on every key that may name a repo
+    # (workload/config repo_id_problem on trainModelId, trainTokenizer, trainDataset), NETRC among the names.
+    ("unbounded free text", "trainTextField", {"trainTextField": "f" * 10_000}, "at most 256"),
+    ("unbounded free text", "trainEvalSplit", {"trainDataset": "org/corpus", "trainEvalSplit": "v" * 1000},
+     "at most 256"),
+    ("unbounded free text", "trainMessagesField", {"trainMessagesField": "m" * 300}, "at most 256"),
+    ("unbounded free text", "trainDatasetConfig", {"trainDatasetConfig": "c" * 100_000}, "at most 256"),
+    ("unbounded free text", "trainLoraTargets",
+     {"trainMethod": "lora", "trainLoraTargets": "q_proj," * 10_000 + "k_proj"}, "at most 256"),
+    ("unbounded free text", "trainRunId", {"trainRunId": "7" * 100_000}, "at most 256"),
+    ("Hub repo id", "trainPushToHub", {**STORED, "trainPushToHub": "org/" + "a" * 97}, "Hub repo id"),
+    ("Hub repo id", "trainPushToHub", {**STORED, "trainPushToHub": "-org/name"}, "Hub repo id"),
+    ("Hub repo id", "trainPushToHub", {**STORED, "trainPushToHub": "org/name."}, "Hub repo id"),
+    ("Hub repo id", "trainTokenizer", {"trainDataset": "org/corpus", "trainTokenizer": "org/bad--tok"}, "Hub repo id"),
+    ("Hub repo id", "trainDataset", {"trainDataset": "org/data..set"}, "Hub repo id"),
+    ("Hub repo id", "trainModelId", {"trainModelId": "org/model.git"}, "not a Hugging Face Hub id"),
+    ("S3 key characters", "trainStoragePath", {"trainStoragePath": "s3://company-data/runs?versionId=1"}, "'?'"),
+    ("S3 key characters", "trainStoragePath", {"trainStoragePath": "s3://company-data/runs\\x"}, "safe key"),
+    ("S3 key characters", "trainDataset", {"trainDataset": "s3://company-data/a{b}.jsonl"}, "safe key"),
+    ("S3 key characters", "trainModelId", {"trainModelId": "s3://company-data/my model/"}, "safe key"),
+    ("S3 bucket names", "trainStoragePath", {"trainStoragePath": "s3://Company-Data/runs"}, "3-63 lowercase"),
+    ("S3 bucket names", "trainStoragePath", {"trainStoragePath": "s3://ab/runs"}, "3-63 lowercase"),
+    ("AWS names", "clusterName", {"clusterName": "ray train"}, "1-39 letters"),
+    ("tracking egress", "trainMlflowTrackingUri", {"trainMlflowTrackingUri": "https://localhost/mlflow"}, "public"),
+    ("tracking egress", "trainMlflowTrackingUri", {"trainMlflowTrackingUri": "https://127.0.0.1/x"}, "public"),
+    ("tracking egress", "trainMlflowTrackingUri", {"trainMlflowTrackingUri": "https://[::1]/x"}, "public"),
+    ("tracking egress", "trainMlflowTrackingUri", {"trainMlflowTrackingUri": "https://169.254.169.254/latest"},
+     "public"),
+    ("tracking egress", "trainMlflowTrackingUri", {"trainMlflowTrackingUri": "https://100.64.1.1/"}, "public"),
+    ("tracking egress", "trainMlflowTrackingUri", {"trainMlflowTrackingUri": "https://mlflow/"}, "public"),
+    ("tracking egress", "trainMlflowTrackingUri",
+     {"trainMlflowTrackingUri": "https://mlflow.ray.svc.cluster.local"}, "public"),
+    ("tracking egress", "trainMlflowTrackingUri", {"trainMlflowTrackingUri": "https://2130706433/"}, "public"),
+    ("tracking egress", "trainMlflowTrackingUri", {"trainMlflowTrackingUri": "file:///tmp/mlruns"}, "443"),
+    ("credentials in URIs", "trainMlflowTrackingUri", {"trainMlflowTrackingUri": f"https://{SECRET}@mlflow.example.com"},
+     "user:password@"),
+    ("credentials in URIs", "trainMlflowTrackingUri",
+     {"trainMlflowTrackingUri": f"https://mlflow.example.com/?token={SECRET}"}, "token, key or signature"),
+    ("credentials in URIs", "trainModelId", {"trainModelId": f"https://me:{SECRET}@huggingface.co/org/x"},
+     "user:password@"),
+    ("credentials in URIs", "trainTokenizer", {"trainDataset": "org/corpus", "trainTokenizer": f"s3://me:{SECRET}@b/t"},
+     "user:password@"),
+    ("credentials in URIs", "trainChatTemplate", {"trainChatTemplate": f"https://u:{SECRET}@host.example.com/t.jinja"},
+     "user:password@"),
+    ("token-redirecting environment", "trainEnv", {"trainEnv": ["https_proxy=http://proxy.example.com"]}, "https_proxy"),
+    ("token-redirecting environment", "trainEnv", {"trainEnv": ["ALL_PROXY=socks5://proxy.example.com"]}, "ALL_PROXY"),
+    ("token-redirecting environment", "trainEnv", {"trainEnv": ["REQUESTS_CA_BUNDLE=/tmp/ca.pem"]},
+     "REQUESTS_CA_BUNDLE"),
+    ("token-redirecting environment", "trainEnv", {"trainEnv": ["SSL_CERT_FILE=/tmp/ca.pem"]}, "SSL_CERT_FILE"),
+    ("token-redirecting environment", "trainEnv", {"trainEnv": ["AWS_CA_BUNDLE=/tmp/ca.pem"]}, "AWS_CA_BUNDLE"),
+    ("token under another name", "trainEnv", {"trainEnv": ["HF_TOKEN_PATH=/tmp/token"]}, "HF_TOKEN_PATH"),
+    ("token under another name", "trainEnv", {"trainEnv": ["NETRC=/tmp/netrc"]}, "NETRC"),
+    ("token under another name", "trainEnv", {"trainEnv": [f"MLFLOW_TRACKING_PASSWORD={SECRET}"]},
+     "MLFLOW_TRACKING_PASSWORD"),
+    ("token under another name", "trainEnv", {"trainEnv": [f"WANDB_API_KEY={SECRET}"]}, "WANDB_API_KEY"),
+    ("token under another name", "trainEnv", {"trainEnv": [f"HF_TOKEN={SECRET}"]}, "HF_TOKEN"),
+    ("token under another name", "trainEnv", {"trainEnv": [f"MLFLOW_TRACKING_TOKEN={SECRET}"]},
+     "MLFLOW_TRACKING_TOKEN"),
 ]
+
+# Kubernetes' name rules, checked by the program at preview (infra/preview/object_names.py): under the mocks.
+PROGRAM_CLASSES = [
+    ("Kubernetes names", "rayNamespace", {"rayNamespace": "Ray_NS"}, "DNS-1123"),
+    ("Kubernetes names", "rayClusterName", {"rayClusterName": "ray.cluster"}, "DNS-1035"),
+]
+
+
+@pytest.mark.parametrize("kind, key, overrides, words", PROGRAM_CLASSES, ids=[case[1] for case in PROGRAM_CLASSES])
+def test_names_kubernetes_refuses_are_refused_at_preview(kind, key, overrides, words):
+    from tests.program.test_refusals_at_preview import program_refusal
+
+    message = program_refusal(overrides)
+    assert key in message and words in message, f"{kind}: {message}"
 
 
 @pytest.mark.parametrize("kind, key, overrides, words", PREVIEW_CLASSES,
@@ -146,6 +218,21 @@ CLI_CLASSES = [
     ("bounded config files", "config:" + "run_name: " + "x" * 300_000 + "\n", "--config", "larger than"),
     ("bounded config files", f"config:steps: {SECRET}xxxxxxxxxx\n", "--config", "not shown"),
     ("bounded config files", f"config:{SECRET}yyyyyyyyyyyyyyyyyy: 1\n", "--config", "unrecognized"),
+    # The second fresh set (2026-12-06): workload/config_file.py read_document's RecursionError, workload/cli.py
+    # _bounded (argparse's own messages quote a value whole), fields.py's finite check of an int, and the Hub rule on
+    # --tokenizer and --dataset (workload/config repo_id_problem).
+    ("bounded config files", "config:steps: " + "[" * 50_000, "--config", "nested too deeply"),
+    ("bounded config files", "config:steps: !!python/object/apply:os.system ['true']\n", "--config", "not YAML"),
+    ("YAML alias expansion", "config:a: &a {x: 1}\nb: {<<: [*a, *a, *a]}\nsteps: 3\n", "--config", "aliases"),
+    ("bounded errors", ["--batch_size", "9" * 100_000], "--batch_size", "not shown"),
+    ("bounded errors", ["--batch_size", "9" * 400], "--batch_size", "over 80 characters"),
+    ("bounded errors", ["--learning_rate", SECRET + "abcdefghijkl"], "--learning_rate", "not shown"),
+    ("bounded errors", f"config:learning_rate: {SECRET}{'z' * 5000}\n", "--config", "not shown"),
+    ("Hub repo id", ["--dataset", "org/corpus", "--tokenizer", "org/bad--tok"], "--tokenizer", "Hub repo id"),
+    ("Hub repo id", ["--dataset", "org/data..set"], "--dataset", "Hub repo id"),
+    ("Hub repo id", ["--storage_path", "/tmp/x", "--push_to_hub", "org/" + "a" * 97], "--push_to_hub", "Hub repo id"),
+    ("credentials in URIs", ["--tokenizer", f"https://me:{SECRET}@huggingface.co/org/tok"], "--tokenizer",
+     "user:password@"),
 ]
 
 
@@ -209,3 +296,45 @@ def test_the_field_declarations_bound_every_free_text_flag():
     assert not unbounded, f"every str setting has a max_length: {unbounded}"
     with pytest.raises(ValueError, match="--dataset_split must be at most 256"):
         dataclasses.replace(TrainConfig(model_config="tiny"), dataset_split="s" * 257)
+
+
+# The other commands' paths, the same rules: credentials in URIs through `tools.job submit --print_config` (which would
+# print them) and the local run, and a sparse dataset measured by its blocks (workload/sparse_files.py hole_problem)
+# before the local run reads a terabyte of holes.
+OTHER_CLI_CLASSES = [
+    ("credentials in URIs", "tools.job",
+     ["submit", "--stack", "dev", "--print_config", "--", "--mlflow_tracking_uri", f"https://me:{SECRET}@ml.example.com"],
+     "--mlflow_tracking_uri", "user:password@"),
+    ("credentials in URIs", "tools.job",
+     ["submit", "--stack", "dev", "--print_config", "--", "--storage_path", f"s3://me:{SECRET}@company-data/runs"],
+     "--storage_path", "user:password@"),
+    ("credentials in URIs", "workload.local", ["--mlflow_tracking_uri", f"https://{SECRET}@mlflow.example.com"],
+     "--mlflow_tracking_uri", "user:password@"),
+    ("sparse files by blocks", "workload.local", ["--dataset", "SPARSE"], "--dataset", "sparse file"),
+]
+
+
+@pytest.mark.parametrize("kind, module, argv, flag, words", OTHER_CLI_CLASSES,
+                         ids=[f"{case[1]}-{index}" for index, case in enumerate(OTHER_CLI_CLASSES)])
+def test_each_class_is_refused_on_the_other_commands_paths(kind, module, argv, flag, words, tmp_path):
+    if "SPARSE" in argv:
+        sparse = tmp_path / "corpus.txt"
+        with open(sparse, "wb") as file:
+            file.truncate(1 << 40)
+        argv = [str(sparse) if arg == "SPARSE" else arg for arg in argv]
+    code, stderr, _, elapsed = run_cli(module, argv)
+    assert code == cli.USAGE, f"{kind}: exit {cli.USAGE}, got {code}: {stderr[-500:]}"
+    assert flag in stderr and words in stderr, f"{kind}: names {flag} and says {words!r}: {stderr[-500:]}"
+    assert SECRET not in stderr and "Traceback" not in stderr, f"{kind}: {stderr[-500:]}"
+    assert elapsed < 10, f"{kind}: the process took {elapsed:.1f}s"
+
+
+def test_a_dataset_that_merely_compresses_is_not_sparse(tmp_path):
+    from workload.sparse_files import hole_problem
+
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("a line of text\n" * 10_000)
+    assert hole_problem(corpus) is None
+    with open(corpus, "ab") as file:
+        file.truncate(1 << 30)  # a hole after the text
+    assert "sparse file" in hole_problem(corpus)

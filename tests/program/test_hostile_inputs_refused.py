@@ -44,8 +44,10 @@ def test_a_name_that_takes_over_the_job_is_refused_naming_what_sets_it(key, name
 
 
 def test_the_jobs_own_names_stay_allowed():
+    # HF_HUB_OFFLINE with a model in S3: with a Hub model it would cut the job off its source (test_doomed_configs_refused).
     parsed = config.parse(DEV | {"trainEnv": ["NCCL_NET=Socket", "NCCL_DEBUG_FILE=/tmp/nccl.log", "AWS_REGION=x",
-                                              "HF_HUB_OFFLINE=1"], "trainSecretEnv": ["HF_TOKEN=x", "WANDB_API_KEY=y"]})
+                                              "HF_HUB_OFFLINE=1"], "trainSecretEnv": ["HF_TOKEN=x", "WANDB_API_KEY=y"],
+                                 "trainModelId": "s3://company-data/models/m/"})
     assert set(parsed.train.env) == {"NCCL_NET", "NCCL_DEBUG_FILE", "AWS_REGION", "HF_HUB_OFFLINE"}
     assert set(parsed.train.secret_env.names) == {"HF_TOKEN", "WANDB_API_KEY"}
 

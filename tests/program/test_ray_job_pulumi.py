@@ -111,7 +111,10 @@ def test_run_name_follows_the_job_definition_so_only_a_retry_resumes():
 def test_sharding_and_fabric_keys_reach_the_job():
     keys = {"trainSharding": "hybrid", "trainReduceDtype": "bf16", "trainGradAccumSteps": 2,
             "trainMinBusBandwidthGBps": "4.5"}
-    args = run_program("dev", {**TRAIN, **keys}).one(JOB).inputs["train_args"]
+    # A pretrained model, not trainModelConfig tiny: a dataset's tokenizer must fit the model's vocabulary (512 for
+    # tiny; Qwen2.5's tokenizers have 151,665 tokens), which the preview now holds the stack to.
+    without_tiny = {key: value for key, value in TRAIN.items() if key != "trainModelConfig"}
+    args = run_program("dev", {**without_tiny, **keys}).one(JOB).inputs["train_args"]
     flags = dict(zip(args[::2], args[1::2]))
     assert (flags["--sharding"], flags["--reduce_dtype"], flags["--grad_accum_steps"],
             flags["--min_bus_gbytes_per_s"]) == ("hybrid", "bf16", "2", "4.5"), args
@@ -135,21 +138,24 @@ def test_checkpoint_every_reaches_the_job():
 
 
 def test_data_schedule_evaluation_and_export_keys_reach_the_job():
-    keys = {"trainModelConfig": "", "trainModelId": "Qwen/Qwen2.5-1.5B", "trainSeqLen": 1024,
+    keys = {"trainModelId": "Qwen/Qwen2.5-1.5B", "trainSeqLen": 1024,
             "trainDataset": "Salesforce/wikitext", "trainDatasetConfig": "wikitext-2-raw-v1",
             "trainDatasetSplit": "train[:90%]", "trainTextField": "text", "trainTokenizer": "Qwen/Qwen2.5-0.5B",
             "trainEvalSplit": "validation", "trainEvalEvery": 25, "trainLrSchedule": "linear",
             "trainSteps": 100, "trainWarmupSteps": 5, "trainStoragePath": "s3://bucket/runs",
             "trainCheckpointEvery": 25, "trainExport": "checkpoints"}
-    args = run_program("dev", {**TRAIN, **keys}).one(JOB).inputs["train_args"]
+    # A pretrained model, not trainModelConfig tiny: a dataset's tokenizer must fit the model's vocabulary (512 for
+    # tiny; Qwen2.5's tokenizers have 151,665 tokens), which the preview now holds the stack to.
+    without_tiny = {key: value for key, value in TRAIN.items() if key != "trainModelConfig"}
+    args = run_program("dev", {**without_tiny, **keys}).one(JOB).inputs["train_args"]
     flags = dict(zip(args[::2], args[1::2]))
     expected = {"--dataset": "Salesforce/wikitext", "--dataset_config": "wikitext-2-raw-v1",
                 "--dataset_split": "train[:90%]", "--tokenizer": "Qwen/Qwen2.5-0.5B", "--eval_split": "validation",
                 "--eval_every": "25", "--lr_schedule": "linear", "--warmup_steps": "5", "--export": "checkpoints"}
     assert {flag: flags.get(flag) for flag in expected} == expected, args
     assert "--text_field" not in flags, f"a key at its default stays implicit: {args}"
-    fraction = run_program("dev", {**TRAIN, "trainDataset": "s3://bucket/data/corpus.jsonl", "trainTextField": "body",
-                                   "trainEvalFraction": "0.05"}).one(JOB).inputs["train_args"]
+    fraction = run_program("dev", {**without_tiny, "trainDataset": "s3://bucket/data/corpus.jsonl",
+                                   "trainTextField": "body", "trainEvalFraction": "0.05"}).one(JOB).inputs["train_args"]
     flags = dict(zip(fraction[::2], fraction[1::2]))
     assert (flags["--dataset"], flags["--text_field"], flags["--eval_fraction"]) == \
         ("s3://bucket/data/corpus.jsonl", "body", "0.05"), fraction
@@ -162,8 +168,10 @@ def test_a_chat_fine_tune_reaches_the_job_as_the_workload_flags():
 
     keys = {"trainDataset": "s3://bucket/chats/train.parquet", "trainDataFormat": "chat",
             "trainMessagesField": "conversation", "trainChatTemplate": "llama3", "trainTruncation": "split",
-            "trainOnPrompt": True, "trainEvalFraction": "0.05"}
-    args = run_program("dev", {**TRAIN, **keys}).one(JOB).inputs["train_args"]
+            "trainOnPrompt": True, "trainEvalFraction": "0.05", "trainModelId": "Qwen/Qwen2.5-0.5B"}
+    # Qwen2.5-0.5B's own tokenizer: tiny's 512-token vocabulary holds no real tokenizer's ids.
+    without_tiny = {key: value for key, value in TRAIN.items() if key != "trainModelConfig"}
+    args = run_program("dev", {**without_tiny, **keys}).one(JOB).inputs["train_args"]
     workload = parse_args(args)
     assert (workload.dataset, workload.data_format, workload.messages_field, workload.chat_template,
             workload.truncation, workload.train_on_prompt, workload.eval_fraction) == (

@@ -13,7 +13,11 @@ at https://huggingface.co/docs/hub/api), with the hub's `token`:
 
 Download (huggingface_hub/file_download.py's hf_hub_url, get_hf_file_metadata and hf_hub_download):
 - HEAD and GET /{repo}/resolve/{revision}/{path}: the file with X-Repo-Commit and an ETag (get_hf_file_metadata refuses
-  a response without either) and Content-Length. Errors carry the Hub's X-Error-Code, which utils/_http.py
+  a response without either) and Content-Length; with `Range: bytes=A-B`, that part (206, Content-Range), as
+  file_download.py http_get's resumed downloads rely on. A file stored in LFS (`lfs`: repo -> file names; the Hub
+  keeps a large tokenizer.json or any safetensors there) is answered with a 302 to its CDN address, /cdn/{sha256},
+  carrying X-Linked-Size and X-Linked-Etag (constants.HUGGINGFACE_HEADER_X_LINKED_SIZE/_ETAG, read first by
+  get_hf_file_metadata), and the CDN honours Range too. Errors carry the Hub's X-Error-Code, which utils/_http.py
   hf_raise_for_status maps onto its exceptions:
   - a repo that does not exist, or a private one asked without its token: 401 RepoNotFound without a token, 404
     RepoNotFound with one (the Hub answers 401 to anonymous requests for missing, private and gated repos alike;
@@ -85,6 +89,8 @@ class FakeHub(ThreadingHTTPServer):
         self.gated = gated or {}
         self.commits: dict[str, str] = {}
         self.datasets: dict[str, dict] = {}
+        self.lfs: dict[str, set[str]] = {}
+        self.cdn: dict[str, bytes] = {}
         self.requests: list[tuple[str, str, str]] = []
         self._thread: threading.Thread | None = None
 
@@ -191,6 +197,8 @@ class _HubHandler(BaseHTTPRequestHandler):
         hub = self.server
         path, authorization = self._note()
         parts = path.strip("/").split("/")
+        if parts[0] == "cdn" and len(parts) == 2 and parts[1] in hub.cdn:
+            return self._ranged(hub.cdn[parts[1]], {"Content-Type": "application/octet-stream"})
         if parts[:2] == ["api", "datasets"] or parts[0] == "datasets":
             return self._dataset(parts, authorization)
         if len(parts) < 5 or parts[2] != "resolve":
@@ -206,9 +214,26 @@ class _HubHandler(BaseHTTPRequestHandler):
         content = hub.repos[repo].get(file_name)
         if content is None:
             return self._error(404, "EntryNotFound", "Entry not found", commit=commit)
-        self._send(200, content, {"Content-Type": "application/octet-stream", "X-Repo-Commit": commit,
-                                  "ETag": f'"{hashlib.sha256(content).hexdigest()}"'})
-        return None
+        digest = hashlib.sha256(content).hexdigest()
+        if file_name in hub.lfs.get(repo, ()):
+            # An LFS file: a redirect to the CDN with the file's own size and sha256 (file_download.py
+            # get_hf_file_metadata reads X-Linked-Size and X-Linked-Etag before Content-Length and ETag).
+            hub.cdn[digest] = content
+            return self._send(302, b"", {"Location": f"{hub.url}/cdn/{digest}", "X-Repo-Commit": commit,
+                                         "X-Linked-Size": str(len(content)), "X-Linked-Etag": f'"{digest}"',
+                                         "ETag": f'"{hashlib.sha1(content).hexdigest()}"'})
+        return self._ranged(content, {"Content-Type": "application/octet-stream", "X-Repo-Commit": commit,
+                                      "ETag": f'"{digest}"'})
+
+    def _ranged(self, content: bytes, headers: dict[str, str]) -> None:
+        """The file, or the part `Range: bytes=A-B` asks for (206 with Content-Range, B past the end read as the
+        end), as the Hub and its CDN answer huggingface_hub's resumed downloads (file_download.py http_get)."""
+        wanted = self.headers.get("Range", "")
+        if not wanted.startswith("bytes="):
+            return self._send(200, content, headers)
+        first, _, last = wanted[6:].partition("-")
+        start, end = int(first), min(int(last) if last else len(content) - 1, len(content) - 1)
+        return self._send(206, content[start:end + 1], {**headers, "Content-Range": f"bytes {start}-{end}/{len(content)}"})
 
     def _dataset(self, parts: list[str], authorization: str) -> None:
         hub = self.server

@@ -34,6 +34,8 @@ from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
 from torch.distributed.checkpoint.filesystem import FileSystemReader
 from torch.distributed.checkpoint.metadata import Metadata, StorageMeta
 
+from workload.sparse_files import stored_bytes  # a shard is measured by its blocks
+
 METADATA_FILE = ".metadata"  # torch/distributed/checkpoint/filesystem.py's _metadata_fn
 # The shard files FileSystemWriter writes: `__<rank>_<n>.distcp` (filesystem.py: the _StoragePrefix `__{rank}_` and
 # gen_file's `{prefix}{file_count}{DEFAULT_SUFFIX}`), in the checkpoint's own directory.
@@ -103,16 +105,6 @@ def tensor_bytes(metadata: Metadata, prefix: str = "") -> int:
 
 def _element_size(dtype: Any) -> int:
     return torch.empty((), dtype=dtype).element_size() if isinstance(dtype, torch.dtype) else 8
-
-
-def stored_bytes(path: str | os.PathLike) -> int:
-    """The bytes a file really holds: its size, or what its blocks hold when fewer. A sparse file claims any size
-    (`truncate -s 1T`) with nothing stored, and its holes read as zeros that whoever loads it would allocate. st_blocks
-    counts 512-byte units on Linux (stat(2)). A file system that compresses (btrfs, ZFS) reports fewer blocks too, but a
-    checkpoint's bf16 and fp32 tensors barely compress."""
-    status = os.stat(path)
-    blocks = getattr(status, "st_blocks", None)
-    return status.st_size if blocks is None else min(status.st_size, blocks * 512)
 
 
 def check_storage(directory: str | os.PathLike, metadata: Metadata) -> None:

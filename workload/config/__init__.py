@@ -49,6 +49,16 @@ MODEL_CONFIGS = tuple(ARCHITECTURES)
 """Names accepted by --model_config (architectures built with random weights, see workload.model.build)."""
 
 # Why an s3:// --model_id (trainModelId) must name a directory under a bucket; the preview refuses with the same words.
+def repo_id_problem(value: str) -> str | None:
+    """The Hub's repo-id rule for a setting that may name a Hub repo (--tokenizer, --dataset; --model_id's is
+    model_source.problem, in its own words): a value that is no path, URI or dataset file names a repo, and must be
+    one huggingface_hub takes (validate_repo_id, which its downloads apply only once the job runs); None otherwise."""
+    if model_source.is_path(value) or "://" in value or value.endswith(DATASET_FILE_SUFFIXES):
+        return None
+    why = model_source.hub_id_problem(value)
+    return f"{why} (neither a Hugging Face Hub id nor a path or URI)" if why else None
+
+
 S3_MODEL_DIRECTORY = ("a model in S3 is a directory, s3://bucket/prefix/ holding config.json and *.safetensors, not "
                       "a bucket's root")
 DATA_FORMATS = ("text", "chat", "prompt-completion")
@@ -149,7 +159,7 @@ class TrainConfig:
     dataset: str = flag(
         "", "Empty: random tokens (the recipe's default). A .txt/.jsonl/.json/.csv/.parquet file (the first four also "
         ".gz; local, or s3://...), or a Hugging Face dataset id.", stack_key="trainDataset",
-        max_length=URI_MAX_LENGTH
+        max_length=URI_MAX_LENGTH, check=repo_id_problem
     )
     dataset_config: str = flag("", "Configuration name of a Hugging Face --dataset (e.g. wikitext-2-raw-v1).",
         stack_key="trainDatasetConfig")
@@ -158,7 +168,7 @@ class TrainConfig:
         stack_key="trainTextField")
     tokenizer: str = flag(
         "", "Tokenizer for --dataset (a Hugging Face id or a local directory); empty means --model_id's.",
-        stack_key="trainTokenizer", max_length=URI_MAX_LENGTH
+        stack_key="trainTokenizer", max_length=URI_MAX_LENGTH, check=repo_id_problem
     )
     data_format: str = flag(
         "text", "text: documents packed and trained on every token; chat: a --messages_field of role/content turns "

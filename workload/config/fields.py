@@ -26,13 +26,19 @@ URI_MAX_LENGTH = 2048
 # Ray's dashboard and the trackers' own warnings would all show. Only the authority is looked at: an '@' in a path
 # (s3://bucket/a@b) is no credential.
 _URI_CREDENTIALS = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^/?#\s]*@")
-CREDENTIALS_ALLOWED = ("no user:password@ in a URI; credentials go in the environment the tool reads them from (the "
-                       "stack's trainSecretEnv, e.g. MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD)")
+# A credential in a URI's query (?token=..., &api_key=..., a presigned URL's X-Amz-Signature): as much a secret as a
+# password, and as readily repeated by whatever prints the URI.
+_QUERY_CREDENTIALS = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s]*[?&;][A-Za-z0-9_.-]*"
+                                r"(token|key|password|passwd|secret|signature|sig|credential|auth)=", re.IGNORECASE)
+CREDENTIALS_ALLOWED = ("no user:password@ (nor a token, key or signature parameter) in a URI; credentials go in the "
+                       "environment the tool reads them from (the stack's trainSecretEnv, e.g. MLFLOW_TRACKING_USERNAME "
+                       "and MLFLOW_TRACKING_PASSWORD)")
 
 
 def has_credentials(value: str) -> bool:
-    """Whether `value` holds a URI with user information (scheme://user[:password]@...) anywhere."""
-    return bool(_URI_CREDENTIALS.search(value))
+    """Whether `value` holds a URI with user information (scheme://user[:password]@...) or a credential in its query
+    (?token=...) anywhere."""
+    return bool(_URI_CREDENTIALS.search(value) or _QUERY_CREDENTIALS.search(value))
 
 
 def text_problem(value: str, max_length: int) -> str | None:
@@ -88,7 +94,7 @@ class Declaration:
             return why
         if self.check is not None and value and (why := self.check(value)) is not None:
             return why
-        got = "its value is not shown" if self.secret else f"got {value!r}"
+        got = "its value is not shown" if self.secret else f"got {_shown(value)}"
         note = f" ({self.meaning})" if self.meaning else ""
         if self.choices is not None:
             if self.canonical(value) in self.choices:
@@ -105,7 +111,9 @@ class Declaration:
             return None
         if self.type.startswith("int") and (not isinstance(value, int) or isinstance(value, bool)):
             return f"must be an integer {bounds}{note}, {got}"
-        if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
+        # An int is finite however long (math.isfinite would overflow converting a 400-digit one to a float).
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or (
+                isinstance(value, float) and not math.isfinite(value)):
             return f"must be a finite number {bounds}{note}, {got}"
         if ((self.at_least is not None and not value >= self.at_least)
                 or (self.above is not None and not value > self.above)
@@ -127,6 +135,12 @@ class Declaration:
     def to_stack(self, value: Any) -> Any:
         """The flag's value as the stack key holds it (the inverse of from_stack)."""
         return str(value) if self.type.startswith("float") else value
+
+
+def _shown(value: Any) -> str:
+    """A value as a refusal quotes it: whole when short, else by its length (a 400-digit --batch_size is not echoed)."""
+    text = repr(value) if not isinstance(value, int) or abs(value) < 10 ** 80 else ""
+    return text if text and len(text) <= 80 else f"a value of {len(str(value)) if text else 'over 80'} characters"
 
 
 def _bounds_words(declaration: Declaration) -> str:

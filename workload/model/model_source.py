@@ -138,23 +138,56 @@ def config_size_problem(size: int) -> str | None:
     return None
 
 
+def _request(model_id: str, file_name: str, token: str | bool | None) -> tuple[str, dict, str]:
+    from huggingface_hub import constants
+    from huggingface_hub.utils import build_hf_headers
+
+    endpoint = (os.environ.get("HF_ENDPOINT") or constants.ENDPOINT).rstrip("/")
+    return endpoint, build_hf_headers(token=token), f"{endpoint}/{model_id}/resolve/main/{file_name}"
+
+
 def get_file(model_id: str, file_name: str, token: str | bool | None):
     """One GET of a file of a Hub model, no retries (HF_ENDPOINT read now): the response, huggingface_hub's own error
     for an answer that is not the file (hf_raise_for_status: GatedRepoError, RepositoryNotFoundError,
     EntryNotFoundError, HfHubHTTPError), Unreachable for no answer. `token`: a token, None for HF_TOKEN from the
     environment, False for none."""
-    from huggingface_hub import constants
-    from huggingface_hub.utils import build_hf_headers, get_session, hf_raise_for_status
+    from huggingface_hub.utils import get_session, hf_raise_for_status
 
-    endpoint = (os.environ.get("HF_ENDPOINT") or constants.ENDPOINT).rstrip("/")
-    url = f"{endpoint}/{model_id}/resolve/main/{file_name}"
+    endpoint, headers, url = _request(model_id, file_name, token)
     try:
-        response = get_session().get(url, headers=build_hf_headers(token=token), timeout=HUB_TIMEOUT_S,
-                                     follow_redirects=True)
+        response = get_session().get(url, headers=headers, timeout=HUB_TIMEOUT_S, follow_redirects=True)
     except Exception as error:  # noqa: BLE001 - httpx's (or httpx2's) transport errors: no answer at all
         raise Unreachable(f"the Hugging Face Hub at {endpoint} is not reachable ({type(error).__name__})") from None
     hf_raise_for_status(response)
     return response
+
+
+def read_file(model_id: str, file_name: str, token: str | bool | None, max_bytes: int) -> bytes:
+    """get_file's one request, bounded: at most `max_bytes` + 1 bytes are read, so a file over the bound is known
+    (its length over max_bytes) without reading it whole. It asks for `Range: bytes=0-max_bytes`, which the Hub and its
+    CDN honour (huggingface_hub's resumed downloads rely on it, file_download.py http_get), and stops reading there
+    when a server ignores the range and answers 200 with the whole file (the case http_get's comment names)."""
+    from huggingface_hub.errors import HfHubHTTPError
+    from huggingface_hub.utils import get_session, hf_raise_for_status
+
+    endpoint, headers, url = _request(model_id, file_name, token)
+    headers["Range"] = f"bytes=0-{max_bytes}"
+    try:
+        with get_session().stream("GET", url, headers=headers, timeout=HUB_TIMEOUT_S,
+                                  follow_redirects=True) as response:
+            if response.status_code >= 400:
+                response.read()  # the Hub's error answers are a line of JSON, which hf_raise_for_status reads
+                hf_raise_for_status(response)
+            data = bytearray()
+            for chunk in response.iter_bytes():
+                data += chunk
+                if len(data) > max_bytes:
+                    break
+    except HfHubHTTPError:
+        raise  # an answer about the file
+    except Exception as error:  # noqa: BLE001 - httpx's (or httpx2's) transport errors: no answer at all
+        raise Unreachable(f"the Hugging Face Hub at {endpoint} is not reachable ({type(error).__name__})") from None
+    return bytes(data[:max_bytes + 1])
 
 
 def _get(model_id: str, file_name: str, token: str | None):

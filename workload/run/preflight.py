@@ -15,7 +15,7 @@ import os
 
 from workload import cli
 from workload.config import TrainConfig, parse_report_to
-from workload.data import hub_dataset
+from workload.data import hub_dataset, tokenizer_size
 from workload.data import validate as records_check
 from workload.model import adapters, model_source, structure
 from workload.run import services
@@ -81,8 +81,64 @@ def check_local_weights(cfg: TrainConfig) -> None:
 
 def check_targets(cfg: TrainConfig, architecture: dict) -> None:
     """--lora_targets against the model's linear layers (workload.model.adapters.resolve): one line naming the flag
-    and the names the model has."""
-    adapters.resolve(cfg.lora_targets, structure.linear_names(architecture))
+    and the names the model has; with --method qlora, their NF4 shards on --num_workers ranks (the check each
+    worker would make after loading)."""
+    targets = adapters.resolve(cfg.lora_targets, structure.linear_names(architecture))
+    if cfg.method == "qlora" and cfg.num_workers and (why := adapters.qlora_shards_problem(
+            structure.linear_shapes(architecture), targets, cfg.num_workers)) is not None:
+        raise ValueError(f"--method qlora on --num_workers {cfg.num_workers}: {why}; use --method lora or another "
+                         "number of workers")
+
+
+def tokenizer_tokens(cfg: TrainConfig) -> int | None:
+    """len(tokenizer) of --tokenizer (or --model_id's own) from its tokenizer.json, without transformers
+    (workload.data.tokenizer_size): a shipped model's from the table, a directory's from its file, a Hub id's from
+    this machine's Hub cache or one bounded request with no retries. None where it cannot be read that way (s3://, no
+    tokenizer.json, no answer): transformers' check after the imports then says."""
+    name = cfg.tokenizer_name
+    flag = "--tokenizer" if cfg.tokenizer else "--model_id"
+    try:
+        if name in tokenizer_size.KNOWN_SIZES:
+            return tokenizer_size.KNOWN_SIZES[name]
+        if model_source.is_path(name):
+            return tokenizer_size.size_in_directory(name)
+        if "://" in name or model_source.problem(name):
+            return None
+        return _hub_tokenizer_tokens(name)
+    except (tokenizer_size.NotSized, model_source.Unreachable):
+        return None  # the tokenizer's own load names what is missing or unreachable
+    except ValueError as error:
+        raise ValueError(f"{flag} {name}: {error}") from None
+
+
+def _hub_tokenizer_tokens(name: str) -> int | None:
+    from huggingface_hub import try_to_load_from_cache
+    from huggingface_hub.errors import HfHubHTTPError
+
+    cached = try_to_load_from_cache(name, tokenizer_size.TOKENIZER_FILE)
+    if isinstance(cached, str):
+        return tokenizer_size.size_in_directory(os.path.dirname(cached))
+    if os.environ.get("HF_HUB_OFFLINE"):
+        return None
+    try:
+        return tokenizer_size.size_on_hub(name, None)
+    except HfHubHTTPError:  # gated, not there, a 5xx: the tokenizer's own load says it in its words
+        return None
+
+
+def check_tokenizer_vocabulary(cfg: TrainConfig, vocab_size: int | None) -> None:
+    """With --dataset, the tokenizer's ids must fit the model's embedding: one line naming both flags and both
+    sizes, before Ray starts (the preview applies the same rule to trainTokenizer and trainModelId)."""
+    if not cfg.dataset or not vocab_size:
+        return
+    tokens = tokenizer_tokens(cfg)
+    if tokens is None:
+        return
+    if (why := tokenizer_size.vocabulary_problem(tokens, vocab_size)) is not None:
+        model = f"--model_config {cfg.model_config}" if cfg.model_config else f"--model_id {cfg.model_id}"
+        tokenizer = f"--tokenizer {cfg.tokenizer}" if cfg.tokenizer else f"--model_id {cfg.model_id}'s tokenizer"
+        raise ValueError(f"{tokenizer}: the tokenizer {why.replace('the model', model)}; give a tokenizer of at most "
+                         f"{vocab_size:,} tokens, such as the model's own (no --tokenizer)")
 
 
 def validate(cfg: TrainConfig) -> None:
@@ -105,6 +161,8 @@ def validate(cfg: TrainConfig) -> None:
     except hub_dataset.NotReachable as error:
         raise cli.EnvironmentProblem(f"--dataset {cfg.dataset}: {error}",
                                      hint="HF_HUB_OFFLINE=1 reads the dataset from this machine's cache") from None
+    if known:  # the tokenizer's tokenizer.json against the shipped or random-weight config: no transformers yet
+        check_tokenizer_vocabulary(cfg, known.get("vocab_size"))
 
     # Seconds of imports from here on: torch and transformers.
     from workload.data.batches import check_dataset, check_tokenizer
@@ -125,6 +183,8 @@ def validate(cfg: TrainConfig) -> None:
             if not known:
                 services.check_disk(cfg, attached)
     check_positions(cfg, config.max_position_embeddings)
+    if not known:  # the model's own config.json, now read: the same rule before the tokenizer loads
+        check_tokenizer_vocabulary(cfg, config.vocab_size)
     if cfg.dataset:  # the tokenizer is loaded for a dataset only (random tokens need none)
         try:  # one request first: transformers would retry an unreachable Hub for a minute
             model_source.check_hub_reachable(cfg.tokenizer_name)

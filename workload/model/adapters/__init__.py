@@ -52,6 +52,30 @@ def resolve(value: str, model_names: Sequence[str], flag: str = "--lora_targets"
     return names
 
 
+# QLoRA's and torchao's to_nf4 default: weights per absmax scale (nf4.py quantizes with it).
+NF4_BLOCK_SIZE = 64
+
+
+def nf4_shard_problem(name: str, rows: int, columns: int, shards: int) -> str | None:
+    """Why a (rows x columns) weight cannot be quantized for `shards` FSDP2 shards: NF4 under FSDP2 needs even shards
+    of whole blocks (torchao's all-gather hook multiplies the shard's rows by the group's size); None when it can."""
+    if rows % shards or (rows // shards * columns) % NF4_BLOCK_SIZE:
+        return (f"{name} ({rows} x {columns}) does not split into {shards} shards of whole {NF4_BLOCK_SIZE}-weight "
+                "NF4 blocks")
+    return None
+
+
+def qlora_shards_problem(linear_shapes: dict[str, tuple[int, int]], target_names: Sequence[str],
+                         shards: int) -> str | None:
+    """The first of a decoder layer's targeted linear layers (structure.linear_shapes, by their names under the
+    layer; `target_names` their leaf names, as `resolve` returns them) that --method qlora cannot shard `shards` ways,
+    or None: the check nf4.check_shardable makes in every worker, made before any worker starts."""
+    for name, (rows, columns) in linear_shapes.items():
+        if name.rsplit(".", 1)[-1] in target_names and (why := nf4_shard_problem(name, rows, columns, shards)):
+            return why
+    return None
+
+
 def check_settings(method: str, rank: int, alpha: float, dropout: float, target_list: str) -> None:
     """The method flags together; ValueError naming the flag and the allowed values."""
     if method not in METHODS:

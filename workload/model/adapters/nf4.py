@@ -11,7 +11,8 @@ adds up its blocks' scales, one all-reduce of two numbers per tensor gives the t
 quantized with it: the result is exactly the shard of torchao's to_nf4 of the whole tensor (tests/runs/test_adapters.py
 checks that, code for code).
 
-May import torch and torchao only (torchao is imported when qlora is used: workload.model.adapters.requirements).
+May import torch, torchao (imported when qlora is used: workload.model.adapters.requirements) and the package's own
+standard-library names (workload.model.adapters: the NF4 shard rule the preview shares).
 """
 from __future__ import annotations
 
@@ -19,7 +20,9 @@ import math
 
 import torch
 
-BLOCK_SIZE = 64  # QLoRA's and torchao's to_nf4 default: weights per absmax scale
+from workload.model import adapters
+
+BLOCK_SIZE = adapters.NF4_BLOCK_SIZE  # QLoRA's and torchao's to_nf4 default: weights per absmax scale
 SCALER_BLOCK_SIZE = 256  # scales per int8 quantization factor (the second quantization), the same defaults
 # The 16 NF4 levels as torchao's NF4Tensor.from_tensor writes them (bitsandbytes' table rounded to 4 decimals; the
 # tests hold both against each other). A shard built here must carry the same table as torchao's to_nf4 would give it.
@@ -78,11 +81,10 @@ def scaler_block_size(rows: int, columns: int, shards: int) -> int:
 
 
 def check_shardable(name: str, rows: int, columns: int, shards: int) -> None:
-    """NF4 under FSDP2 needs even shards of whole blocks (torchao's all-gather hook multiplies the shard's rows by
-    the group's size); a model whose projection does not split so is refused, naming it."""
-    if rows % shards or (rows // shards * columns) % BLOCK_SIZE:
-        raise ValueError(f"--method qlora: {name} ({rows} x {columns}) does not split into {shards} shards of whole "
-                         f"{BLOCK_SIZE}-weight NF4 blocks; use --method lora or another number of GPUs")
+    """A model whose projection does not split into NF4 shards (adapters.nf4_shard_problem, which the preview and the
+    driver apply before any worker starts) is refused, naming it."""
+    if (why := adapters.nf4_shard_problem(name, rows, columns, shards)) is not None:
+        raise ValueError(f"--method qlora: {why}; use --method lora or another number of GPUs")
 
 
 def quantize(weight: torch.Tensor, shards: int) -> torch.Tensor:

@@ -1,0 +1,89 @@
+"""Issue 44's fresh hidden set of doomed configs: stack configs the preview used to accept that could never end in a
+working job (found by the job only after the nodes billed, or never), each refused at preview under the mocks with
+nothing registered, naming the key. One rule per class, named in each class's comment; /tmp-free, no network (the
+Hub is a port where nothing listens: every size these rules read is the shipped one)."""
+from __future__ import annotations
+
+import pytest
+
+from tests.program.test_refusals_at_preview import program_refusal
+from tests.support.pulumi_mocks import Secret
+
+JOB = {"trainEnabled": True}
+STORED = {"trainStoragePath": "s3://company-data/runs"}
+CHATS = {**JOB, "trainDataset": "org/chats", "trainDataFormat": "chat"}
+
+# (case, the key the refusal names, overrides of the dev stack: 2 x g6.12xlarge, Qwen/Qwen2.5-1.5B, words it says).
+DOOMED = [
+    # infra/preview/job_plan.py check_qlora_shards, over workload/model/adapters qlora_shards_problem (the check
+    # nf4.check_shardable makes in every worker after the model loads).
+    ("qlora on 3 workers", "trainNumWorkers",
+     {**JOB, "trainMethod": "qlora", "trainNumWorkers": 3, "trainExpectTransport": "any"}, "k_proj (256 x 1536)"),
+    ("qlora on 6 workers", "trainNumWorkers", {**JOB, "trainMethod": "qlora", "trainNumWorkers": 6}, "6 shards"),
+    ("qlora Llama-3.2-1B on 7 workers", "trainNumWorkers",
+     {**JOB, "trainMethod": "qlora", "trainNumWorkers": 7, "trainModelId": "meta-llama/Llama-3.2-1B"}, "7 shards"),
+    ("qlora Qwen3-0.6B on 5 workers", "trainNumWorkers",
+     {**JOB, "trainMethod": "qlora", "trainNumWorkers": 5, "trainModelId": "Qwen/Qwen3-0.6B"}, "allowed: trainNumWorkers"),
+    ("qlora Mistral-7B on 6 workers", "trainNumWorkers",
+     {**JOB, "trainMethod": "qlora", "trainNumWorkers": 6, "trainModelId": "mistralai/Mistral-7B-v0.3"}, "q_proj"),
+    # infra/config/train_keys.py _check_tracking and _parse_env: a run's credentials there, and not empty.
+    ("wandb without its key", "trainReportTo", {**JOB, "trainReportTo": "wandb"}, "WANDB_API_KEY"),
+    ("wandb with an empty key", "trainSecretEnv",
+     {**JOB, "trainReportTo": "tensorboard,wandb", "trainSecretEnv": Secret(["WANDB_API_KEY="])}, "empty value"),
+    ("push without a token", "trainPushToHub", {**JOB, **STORED, "trainPushToHub": "org/model"}, "HF_TOKEN"),
+    ("push with an empty token", "trainSecretEnv",
+     {**JOB, **STORED, "trainPushToHub": "org/model", "trainSecretEnv": Secret(["HF_TOKEN="])}, "empty value"),
+    # infra/config/train_keys.py _check_offline: an offline switch with a source on the Hub (fresh nodes, no cache).
+    ("HF_HUB_OFFLINE with a Hub model", "trainEnv", {**JOB, "trainEnv": ["HF_HUB_OFFLINE=1"]}, "trainModelId"),
+    ("HF_HUB_OFFLINE with a Hub dataset", "trainEnv",
+     {**JOB, "trainModelId": "s3://company-data/models/m/", "trainDataset": "org/corpus",
+      "trainTokenizer": "s3://company-data/models/m/", "trainEnv": ["HF_HUB_OFFLINE=true"]}, "trainDataset org/corpus"),
+    ("TRANSFORMERS_OFFLINE with a Hub tokenizer", "trainEnv",
+     {**JOB, "trainDataset": "s3://company-data/c.jsonl", "trainEnv": ["TRANSFORMERS_OFFLINE=1"]}, "TRANSFORMERS_OFFLINE"),
+    ("HF_HUB_OFFLINE with an upload to the Hub", "trainEnv",
+     {**JOB, **STORED, "trainModelId": "s3://company-data/models/m/", "trainPushToHub": "org/model",
+      "trainSecretEnv": Secret(["HF_TOKEN=hf_x"]), "trainEnv": ["HF_HUB_OFFLINE=1"]}, "trainPushToHub org/model"),
+    ("HF_DATASETS_OFFLINE with a Hub dataset", "trainEnv",
+     {**JOB, "trainDataset": "org/corpus", "trainEnv": ["HF_DATASETS_OFFLINE=1"]}, "HF_DATASETS_OFFLINE"),
+    # infra/preview/job_plan.py check_tokenizer_vocabulary (workload/data/tokenizer_size.py).
+    ("Qwen3's tokenizer on Llama-3.2-1B", "trainTokenizer",
+     {**JOB, "trainDataset": "org/corpus", "trainModelId": "meta-llama/Llama-3.2-1B", "trainTokenizer": "Qwen/Qwen3-0.6B"},
+     "151,669 tokens"),
+    ("Qwen2.5's tokenizer on Mistral-7B-v0.3", "trainTokenizer",
+     {**JOB, "trainDataset": "org/corpus", "trainModelId": "mistralai/Mistral-7B-v0.3", "trainTokenizer": "Qwen/Qwen2.5-7B"},
+     "vocabulary of 32,768"),
+    ("Llama 3's tokenizer on tiny", "trainTokenizer",
+     {**JOB, "trainDataset": "org/corpus", "trainModelConfig": "tiny", "trainSeqLen": 256,
+      "trainTokenizer": "meta-llama/Llama-3.1-8B"}, "128,256 tokens"),
+    ("the model id's tokenizer on tiny", "trainModelConfig",
+     {**JOB, "trainDataset": "org/corpus", "trainModelConfig": "tiny", "trainSeqLen": 256}, "vocabulary of 512"),
+    # infra/config/train_keys.py: trainChatTemplate is a shipped template only (a .jinja file is not on the cluster).
+    ("a chat template in ./", "trainChatTemplate", {**CHATS, "trainChatTemplate": "./my.jinja"}, "one of"),
+    ("a chat template by absolute path", "trainChatTemplate", {**CHATS, "trainChatTemplate": "/home/me/t.jinja"},
+     "one of"),
+    ("a chat template by relative path", "trainChatTemplate",
+     {**CHATS, "trainChatTemplate": "templates/chat.jinja"}, "one of"),
+]
+
+
+@pytest.fixture(autouse=True)
+def _no_hub(monkeypatch):
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # nothing listens: a rule that asks would warn, not refuse
+
+
+@pytest.mark.parametrize("case, key, overrides, words", DOOMED, ids=[case[0] for case in DOOMED])
+def test_a_doomed_config_is_refused_at_preview_naming_the_key(case, key, overrides, words):
+    message = program_refusal(overrides)  # nothing registered, one line
+    assert f"'{key}'" in message, f"{case}: the refusal names {key}: {message}"
+    assert words in message, f"{case}: the refusal says {words!r}: {message}"
+
+
+def test_the_classes_leave_working_configs_alone():
+    from tests.support.pulumi_mocks import run_program
+
+    for overrides in ({**JOB, "trainMethod": "qlora", "trainNumWorkers": 4, "trainExpectTransport": "any"},
+                      {**JOB, "trainModelId": "s3://company-data/models/m/", "trainEnv": ["HF_HUB_OFFLINE=1"]},
+                      {**JOB, "trainDataset": "org/corpus", "trainModelId": "meta-llama/Llama-3.2-1B",
+                       "trainTokenizer": "meta-llama/Llama-3.1-8B"}):
+        run = run_program("dev", overrides)
+        assert run.error is None, f"{overrides}: {run.error}"

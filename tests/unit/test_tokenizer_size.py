@@ -1,0 +1,60 @@
+"""workload/data/tokenizer_size.py: a tokenizer's size from its tokenizer.json alone, as transformers counts it, bounded
+before it is parsed, and the rule against the model's vocab_size."""
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from workload.data import tokenizer_size
+from workload.model import architectures
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+@pytest.mark.parametrize("directory", ["data/tokenizer", "data/chat-tokenizer"])
+def test_the_size_is_len_of_the_tokenizer_transformers_loads(directory):
+    from transformers import AutoTokenizer
+
+    path = os.path.join(REPO, directory)
+    assert tokenizer_size.size_in_directory(path) == len(AutoTokenizer.from_pretrained(path)), directory
+
+
+def test_added_tokens_past_the_vocabulary_count_and_those_inside_it_do_not():
+    document = {"model": {"type": "WordLevel", "vocab": {"a": 0, "b": 1, "c": 2}},
+                "added_tokens": [{"id": 2, "content": "c"}, {"id": 3, "content": "<pad>"}, {"id": 9, "content": "<x>"}]}
+    assert tokenizer_size.size_of(json.dumps(document).encode()) == 10, "the highest id + 1: the embedding's rows"
+    unigram = {"model": {"type": "Unigram", "vocab": [["<unk>", 0.0], ["a", -1.0]]}, "added_tokens": []}
+    assert tokenizer_size.size_of(json.dumps(unigram).encode()) == 2
+
+
+@pytest.mark.parametrize("text, words", [
+    (b"\xff\xfe", "not UTF-8 JSON"), (b"[" * 100_000, "not UTF-8 JSON"), (b"[1, 2]", "no model.vocab"),
+    (b'{"model": {"vocab": {"a": -1}}}', "non-negative integer"), (b'{"model": {"vocab": {"a": true}}}', "integer"),
+    (b'{"model": {"vocab": {}}, "added_tokens": [{"id": 1}]}', "without its content"),
+])
+def test_a_tokenizer_json_that_is_not_one_is_refused_in_words(text, words):
+    with pytest.raises(ValueError, match=words):
+        tokenizer_size.size_of(text)
+
+
+def test_a_huge_or_sparse_file_is_refused_before_a_byte_is_read(tmp_path):
+    with open(tmp_path / "tokenizer.json", "wb") as file:
+        file.truncate(tokenizer_size.MAX_TOKENIZER_BYTES + 1)  # sparse: nothing stored, a size claimed
+    with pytest.raises(ValueError, match="at most 67,108,864"):
+        tokenizer_size.size_in_directory(str(tmp_path))
+    with pytest.raises(tokenizer_size.NotSized):
+        tokenizer_size.size_in_directory(str(tmp_path / "none"))
+
+
+def test_every_shipped_models_own_tokenizer_is_known_and_fits_its_vocabulary():
+    for model in architectures.shipped_ids():
+        tokens = tokenizer_size.KNOWN_SIZES[model]
+        assert tokenizer_size.vocabulary_problem(tokens, architectures.published(model)["vocab_size"]) is None, model
+
+
+def test_the_rule_gives_both_sizes():
+    assert tokenizer_size.vocabulary_problem(512, 512) is None
+    why = tokenizer_size.vocabulary_problem(151_665, 128_256)
+    assert "151,665 tokens" in why and "128,256" in why, why

@@ -1,0 +1,128 @@
+"""How many tokens a tokenizer has, read from its tokenizer.json alone, and whether the model's embedding holds them:
+the rule "tokenizer vs vocabulary" that the preview (trainTokenizer, trainModelId) and the job's driver before Ray
+(--tokenizer, --model_id) share. A tokenizer larger than config.json's vocab_size yields ids past the embedding's last
+row, and the first batch that holds one fails inside the GPU kernel (an index out of range, after the nodes bill).
+
+transformers' len(tokenizer) for a fast tokenizer is tokenizers' get_vocab_size(with_added_tokens=True): the model's
+vocabulary (tokenizer.json's model.vocab: a {token: id} map for BPE, WordPiece and WordLevel, a [[piece, score], ...]
+list for Unigram, ids by position) with the added tokens (added_tokens: [{"id", "content", ...}]) not already in it.
+The embedding is indexed by id, so the size counted here is the larger of that count and the highest id + 1; for
+every published tokenizer the two agree.
+
+A tokenizer.json from the Hub, S3 or a directory is untrusted input: bounded before it is parsed (MAX_TOKENIZER_BYTES;
+the largest published, Gemma 3's of 262,144 tokens, is 33 MB), then checked field by field. A tokenizer without a
+tokenizer.json (a slow, sentencepiece-only one) is not sized here: the job's transformers check says.
+Standard library only (the Pulumi program imports it).
+"""
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+TOKENIZER_FILE = "tokenizer.json"
+MAX_TOKENIZER_BYTES = 64 << 20
+# len(AutoTokenizer.from_pretrained(id)) of the shipped models' own tokenizers (workload/model/architectures), so the
+# preview sizes them without a download: Qwen2.5's 151,643 byte-level BPE tokens and 22 added special tokens; Qwen3's
+# 26 (with <think>, </think>, <tool_response>, </tool_response>); Llama 3's 128,000 and 256 reserved special tokens;
+# Mistral v0.3's 32,768 (its 768 control tokens inside model.vocab). Each is at most its config.json's vocab_size
+# (tests/unit/test_tokenizer_size.py).
+KNOWN_SIZES = {
+    **{f"Qwen/Qwen2.5-{size}{suffix}": 151_665 for size in ("0.5B", "1.5B", "3B", "7B", "14B", "32B", "72B")
+       for suffix in ("", "-Instruct")},
+    **{f"Qwen/Qwen3-{size}": 151_669 for size in ("0.6B", "1.7B", "4B", "8B", "14B", "32B")},
+    **{model: 128_256 for model in ("meta-llama/Llama-3.1-8B", "meta-llama/Llama-3.1-70B", "meta-llama/Llama-3.2-1B",
+                                    "meta-llama/Llama-3.2-3B", "meta-llama/Llama-3.3-70B-Instruct",
+                                    "meta-llama/Meta-Llama-3-8B-Instruct")},
+    "mistralai/Mistral-7B-v0.3": 32_768,
+}
+
+
+class NotSized(Exception):
+    """The tokenizer's size cannot be read from its files (no tokenizer.json); the caller leaves it to transformers."""
+
+
+def size_problem(size: int) -> str | None:
+    """Why a tokenizer.json of `size` bytes is refused before it is parsed, or None."""
+    if size > MAX_TOKENIZER_BYTES:
+        return (f"is {size:,} bytes; the largest published {TOKENIZER_FILE} is 33 MB (allowed: at most "
+                f"{MAX_TOKENIZER_BYTES:,})")
+    return None
+
+
+def size_of(data: bytes) -> int:
+    """The tokens of a tokenizer.json's text (see the module docstring); ValueError naming what is wrong with it."""
+    if (why := size_problem(len(data))) is not None:
+        raise ValueError(why)
+    try:
+        document = json.loads(data.decode("utf-8-sig"))
+    except (ValueError, RecursionError):
+        raise ValueError("is not UTF-8 JSON") from None
+    model = document.get("model") if isinstance(document, dict) else None
+    vocab = model.get("vocab") if isinstance(model, dict) else None
+    if isinstance(vocab, dict):
+        ids = list(vocab.values())
+        names = set(vocab)
+    elif isinstance(vocab, list):  # Unigram: [piece, score] pairs, the id is the position
+        ids = list(range(len(vocab)))
+        names = {entry[0] for entry in vocab if isinstance(entry, list) and entry and isinstance(entry[0], str)}
+    else:
+        raise ValueError("has no model.vocab (a {token: id} map or a list of [piece, score])")
+    added = document.get("added_tokens") or []
+    if not isinstance(added, list):
+        raise ValueError("has an added_tokens that is not a list")
+    for token in added:
+        if not isinstance(token, dict) or not isinstance(token.get("content"), str):
+            raise ValueError("has an added token without its content")
+        if token["content"] not in names:
+            names.add(token["content"])
+            ids.append(token.get("id"))
+    if not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in ids):
+        raise ValueError("has a token id that is not a non-negative integer")
+    return max(len(names), max(ids, default=-1) + 1)
+
+
+def size_in_directory(directory: str) -> int:
+    """The tokens of the tokenizer in a directory on this machine: its tokenizer.json, its size checked before a
+    byte is read. NotSized without one; ValueError for one that is not a tokenizer.json."""
+    path = os.path.join(os.path.expanduser(directory), TOKENIZER_FILE)
+    try:
+        size = os.path.getsize(path)
+    except OSError:
+        raise NotSized(f"{directory} has no {TOKENIZER_FILE}") from None
+    if (why := size_problem(size)) is not None:
+        raise ValueError(f"{path} {why}")
+    with open(path, "rb") as file:
+        data = file.read(MAX_TOKENIZER_BYTES + 1)
+    try:
+        return size_of(data)
+    except ValueError as error:
+        raise ValueError(f"{path} {error}") from None
+
+
+def vocabulary_problem(tokens: int, vocab_size: Any) -> str | None:
+    """Why a tokenizer of `tokens` tokens cannot feed a model whose config.json says `vocab_size` (the words after
+    'the tokenizer <name>'), or None."""
+    if isinstance(vocab_size, int) and tokens > vocab_size:
+        return (f"has {tokens:,} tokens, more than the model's vocabulary of {vocab_size:,} (its config.json's "
+                f"vocab_size): ids from {vocab_size:,} up index past the embedding and fail on the GPUs")
+    return None
+
+
+def size_on_hub(repo_id: str, token: str | bool | None) -> int:
+    """The tokens of a Hub repo's tokenizer: its tokenizer.json in one request with no retries, at most one byte
+    past MAX_TOKENIZER_BYTES (workload.model.model_source.read_file). NotSized when the repo has none;
+    huggingface_hub's errors for the Hub's other answers, model_source.Unreachable for none; ValueError for a file
+    that is not a tokenizer.json."""
+    from huggingface_hub.errors import EntryNotFoundError
+
+    from workload.model import model_source
+
+    try:
+        data = model_source.read_file(repo_id, TOKENIZER_FILE, token, MAX_TOKENIZER_BYTES)
+    except EntryNotFoundError:
+        raise NotSized(f"{repo_id} has no {TOKENIZER_FILE} on the Hub") from None
+    try:
+        return size_of(data)
+    except ValueError as error:
+        raise ValueError(f"{repo_id}'s {TOKENIZER_FILE} on the Hub {error}") from None

@@ -4,8 +4,9 @@
     python -m tools.leftovers --stack p5 --delete   # and delete them
 
 An `up` killed while AWS was creating something (Ctrl-C twice, a closed laptop, a CI job's timeout) leaves a *pending
-create* in the state: Pulumi never learned the id, so `pulumi destroy` does not delete it, and a later `up` makes
-another beside it (the GPU node group's name is auto-named, so EKS takes the second one too). Everything the stack
+create* in the state: Pulumi never learned the id, so `pulumi destroy` does not delete it, and a later `up` may make
+another beside it (an auto-named resource gets a new name; the GPU node group's fixed name makes EKS refuse instead,
+except on stacks made before it, which keep their auto-name). Everything the stack
 makes carries its tags (`project`, `stack`, `cluster`); this command lists the billable ones that carry all three
 and are not in `pulumi stack export --stack STACK` (or `--state FILE`, such an export): capacity reservations, EKS
 node groups and clusters, NAT gateways and Elastic IPs. After `pulumi destroy` the state is empty, so whatever is

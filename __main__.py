@@ -129,6 +129,7 @@ cluster_addons = addons.ClusterAddons(
 # its definition's digest).
 awake = idle_stop.GpuNodesAwake(
     f"{cfg.cluster_name}-gpu-awake", cluster=cluster.cluster_name, nodegroup=gpu_nodes.node_group_name,
+    nodegroup_arn=gpu_nodes.node_group.arn,
     node_count=cfg.gpu_node_count, run_id=cfg.train.run_id if cfg.train.enabled else "",
     job_definition=ray_job.job_definition(job_config.job_inputs(cfg, gpu_facts)) if cfg.train.enabled else "",
     ray_cluster_spec=raycluster.spec_digest(cfg, gpu_facts), secret_env=cfg.train.secret_env.reveal(),

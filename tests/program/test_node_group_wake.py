@@ -232,9 +232,20 @@ def test_a_replaced_node_group_wakes_by_its_new_arn_under_the_same_name():
 def test_a_state_from_before_the_arn_trigger_records_it_without_waking(monkeypatch):
     eks = stopped()
     use(eks, monkeypatch)
-    olds = {**WAKE_PROPS, "woken_at": "2026-12-02T09:00:00+00:00"}  # written before nodegroup_arn existed
-    news = {**WAKE_PROPS, "nodegroup_arn": "arn:aws:eks:us-west-2:123456789012:nodegroup/ray-train/gpu/0c2f"}
+    olds = {**WAKE_PROPS, "woken_at": "2026-12-02T09:00:00+00:00"}  # written before these two triggers existed
+    news = {**WAKE_PROPS, "nodegroup_arn": "arn:aws:eks:us-west-2:123456789012:nodegroup/ray-train/gpu/0c2f",
+            "ray_namespace": "ray"}
     assert idle_stop._WakeProvider().diff("id", olds, news).changes, "the update records the ARN"
     outs = idle_stop._WakeProvider().update("id", olds, news).outs
     assert outs["nodegroup_arn"] == news["nodegroup_arn"] and not outs["woken"] and eks.calls == [], (
         f"the first ARN is no change: a stopped group stays stopped: {eks.calls}")
+
+
+def test_a_new_ray_namespace_wakes_the_group_for_the_raycluster_it_replaces():
+    """The namespace is the RayCluster's metadata, not its spec: a new one replaces the RayCluster (Kubernetes cannot
+    move an object), whose readiness then waits for every worker, on a stopped group forever."""
+    first = plain(program("dev", (("trainEnabled", True),)).one(AWAKE).inputs)
+    second = plain(program("dev", (("trainEnabled", True), ("rayNamespace", "training"))).one(AWAKE).inputs)
+    assert first["ray_cluster_spec"] == second["ray_cluster_spec"], "the spec alone does not say it"
+    assert idle_stop._WakeProvider().diff("id", first, second).changes
+    assert idle_stop.needs_wake(first, second), "a stopped group must wake for the new RayCluster's workers"

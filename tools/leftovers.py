@@ -19,15 +19,17 @@ state. Nothing in the state is ever touched, nor anything without all three tags
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import yaml
+from botocore.exceptions import BotoCoreError, ClientError
 
 from infra.config import PROJECT_FILE, project_name
 from tools.stack import stack_key
@@ -211,6 +213,15 @@ def stack_session(stack: str, region: str | None):
     return session(identity, region)
 
 
+@contextlib.contextmanager
+def _aws_errors(kind: type[cli.CommandError], what: str) -> Iterator[None]:
+    """botocore's errors (no credentials, access denied, a waiter that gave up) as one line, no traceback."""
+    try:
+        yield
+    except (BotoCoreError, ClientError) as error:
+        raise kind(f"{what}: {error}") from None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = cli.parser("python -m tools.leftovers", __doc__,
                         check_failed="leftovers were found and not deleted (run again with --delete)")
@@ -224,12 +235,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise cli.UsageError(f"--stack {args.stack}: no Pulumi.{args.stack}.yaml here; stacks: {', '.join(stacks)}")
     state = StackState.from_export(read_state(args.stack, args.state))
     boto_session = stack_session(args.stack, args.region)
-    try:
+    with _aws_errors(cli.EnvironmentProblem, "AWS refused the look-up"):
         leftovers = find(boto_session, stack_tags(args.stack), state)
-    except Exception as error:  # botocore's: no credentials, access denied, an unreachable endpoint
-        if type(error).__module__.startswith("botocore"):
-            raise cli.EnvironmentProblem(f"AWS refused the look-up: {error}") from None
-        raise
     if not leftovers:
         print(f"No billable resource of stack {args.stack} outside its state.")
         return cli.OK
@@ -239,7 +246,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"\n{len(leftovers)} billable resource(s) outside the state; delete them with "
               f"`python -m tools.leftovers --stack {args.stack} --delete`.")
         return cli.CHECK_FAILED
-    delete(boto_session, leftovers, print)
+    with _aws_errors(cli.CheckFailed, "a deletion failed; run the command again to see what is left"):
+        delete(boto_session, leftovers, print)
     if state.pending:
         print(f"Now drop the pending creates: pulumi refresh --clear-pending-creates --stack {args.stack}")
     return cli.OK

@@ -174,3 +174,14 @@ def test_eks_refuses_a_second_node_group_of_the_same_name(aws):
     make_nodegroup(eks, f"{CLUSTER}-gpu-ng")
     with pytest.raises(eks.exceptions.ResourceInUseException):
         make_nodegroup(eks, f"{CLUSTER}-gpu-ng")
+
+
+def test_no_credentials_is_one_line_and_exit_3(aws, tmp_path, monkeypatch, capsys):
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    assert tool(tmp_path, export()) == cli.ENVIRONMENT
+    err = capsys.readouterr().err
+    assert err.startswith("error: AWS refused the look-up: Unable to locate credentials"), err
+    assert "Traceback" not in err, err

@@ -249,3 +249,29 @@ def test_a_new_ray_namespace_wakes_the_group_for_the_raycluster_it_replaces():
     assert first["ray_cluster_spec"] == second["ray_cluster_spec"], "the spec alone does not say it"
     assert idle_stop._WakeProvider().diff("id", first, second).changes
     assert idle_stop.needs_wake(first, second), "a stopped group must wake for the new RayCluster's workers"
+
+
+def test_a_wake_killed_after_eks_accepted_it_is_retried_without_a_second_update(monkeypatch):
+    """An `up` cut off inside GpuNodesAwake's create, after UpdateNodegroupConfig returned: the next `up` creates it
+    again. EKS refuses a second update while the first runs (ResourceInUseException); the retry waits for the group to
+    settle, finds it at the asked size, and asks nothing again."""
+    from tests.support.fake_ec2_capacity import ProviderKilled
+
+    eks = stopped()
+    use(eks, monkeypatch)
+    accept = eks.update_nodegroup_config
+
+    def killed_after(**kwargs):
+        accept(**kwargs)
+        raise ProviderKilled("killed after EKS accepted the update")
+
+    monkeypatch.setattr(eks, "update_nodegroup_config", killed_after)
+    with pytest.raises(ProviderKilled):
+        idle_stop._WakeProvider().create(dict(WAKE_PROPS))
+    assert eks.nodegroup["status"] == "UPDATING", "the update runs on without the provider"
+    monkeypatch.setattr(eks, "update_nodegroup_config", accept)
+
+    outs = idle_stop._WakeProvider().create(dict(WAKE_PROPS)).outs  # the next `up`
+    updates = [call for call in eks.calls if call[0] == "UpdateNodegroupConfig"]
+    assert len(updates) == 1 and eks.scaling()["desiredSize"] == 2, f"one update in all: {eks.calls}"
+    assert not outs["woken"], "the retry found the group already asked for its nodes"

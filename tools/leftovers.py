@@ -123,7 +123,8 @@ def find(boto_session, tags: dict[str, str], state: StackState) -> list[Leftover
         described = eks.describe_cluster(name=cluster)["cluster"]
     except eks.exceptions.ResourceNotFoundException:
         described = None
-    if described is not None and _has_tags(described.get("tags"), tags):
+    # Node groups by their own tags (the cluster's name is the stack's); the cluster itself only with the stack's tags.
+    if described is not None:
         for page in eks.get_paginator("list_nodegroups").paginate(clusterName=cluster):
             for name in page["nodegroups"]:
                 group = eks.describe_nodegroup(clusterName=cluster, nodegroupName=name)["nodegroup"]
@@ -134,7 +135,7 @@ def find(boto_session, tags: dict[str, str], state: StackState) -> list[Leftover
                                       f"{','.join(group.get('instanceTypes') or ['?'])}, desired "
                                       f"{scaling.get('desiredSize')}, {group['status']}",
                                       state.pending_urn("aws:eks/nodeGroup:NodeGroup", name)))
-        if cluster not in state.known and described["status"] != "DELETING":
+        if cluster not in state.known and described["status"] != "DELETING" and _has_tags(described.get("tags"), tags):
             found.append(Leftover("EKS cluster", cluster, described["status"],
                                   state.pending_urn("aws:eks/cluster:Cluster", cluster)))
     for nat in ec2.describe_nat_gateways(Filters=[*_tag_filters(tags), {"Name": "state", "Values": LIVE_NAT_STATES}]

@@ -185,3 +185,12 @@ def test_no_credentials_is_one_line_and_exit_3(aws, tmp_path, monkeypatch, capsy
     err = capsys.readouterr().err
     assert err.startswith("error: AWS refused the look-up: Unable to locate credentials"), err
     assert "Traceback" not in err, err
+
+
+def test_node_groups_are_found_by_their_own_tags_and_an_untagged_cluster_is_left(aws, tmp_path):
+    eks = boto3.client("eks", region_name=REGION)
+    make_cluster(eks, tags={"team": "platform"})  # the stack's name, but not made by it: never deleted
+    make_nodegroup(eks, f"{CLUSTER}-gpu-ng")
+    assert tool(tmp_path, export(), "--delete") == cli.OK
+    assert eks.list_nodegroups(clusterName=CLUSTER)["nodegroups"] == [], "the stack's tagged group goes"
+    assert eks.list_clusters()["clusters"] == [CLUSTER], "a cluster without the stack's tags stays"

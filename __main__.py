@@ -125,13 +125,15 @@ cluster_addons = addons.ClusterAddons(
 # Day two with the idle stop (infra/kubernetes/idle_stop.py): the GPU group may sit at 0 nodes. Before anything that
 # waits for GPU nodes or Ray workers (GpuNodesReady, the RayCluster's readiness, the job), GpuNodesAwake sets the group
 # to gpuNodeCount, in one EKS call with min, desired and max together; it runs only when one of those waits follows
-# from a change (node count, RayCluster spec, trainSecretEnv, trainRunId, and anything else that replaces the job:
+# from a change (node count, RayCluster spec or namespace, a replaced GPU group, trainSecretEnv, trainRunId, and anything else that replaces the job:
 # its definition's digest).
 awake = idle_stop.GpuNodesAwake(
     f"{cfg.cluster_name}-gpu-awake", cluster=cluster.cluster_name, nodegroup=gpu_nodes.node_group_name,
+    nodegroup_arn=gpu_nodes.node_group.arn,
     node_count=cfg.gpu_node_count, run_id=cfg.train.run_id if cfg.train.enabled else "",
     job_definition=ray_job.job_definition(job_config.job_inputs(cfg, gpu_facts)) if cfg.train.enabled else "",
-    ray_cluster_spec=raycluster.spec_digest(cfg, gpu_facts), secret_env=cfg.train.secret_env.reveal(),
+    ray_cluster_spec=raycluster.spec_digest(cfg, gpu_facts), ray_namespace=cfg.ray_namespace,
+    secret_env=cfg.train.secret_env.reveal(),
     region=plan.region, identity=plan.identity,
     opts=pulumi.ResourceOptions(depends_on=[gpu_nodes.node_group])) if cfg.gpu_idle_stop_minutes else None
 # When a device plugin leaves the GPU nodes without their GPUs or EFA interfaces, this fails within

@@ -18,6 +18,7 @@ COMMANDS = {
     "raytrain-loss-curve": "tools.loss_curve",
     "raytrain-gpu-panel": "tools.gpu_panel",
     "raytrain-doctor": "tools.doctor",
+    "raytrain-leftovers": "tools.leftovers",
 }
 
 
@@ -37,3 +38,4 @@ def job() -> int: return _run(COMMANDS["raytrain-job"])
 def loss_curve() -> int: return _run(COMMANDS["raytrain-loss-curve"])
 def gpu_panel() -> int: return _run(COMMANDS["raytrain-gpu-panel"])
 def doctor() -> int: return _run(COMMANDS["raytrain-doctor"])
+def leftovers() -> int: return _run(COMMANDS["raytrain-leftovers"])

@@ -61,6 +61,11 @@ def use_placement_group(gpu_placement: str, *, existing_reservation: bool) -> bo
     return gpu_placement != "none" and not existing_reservation
 
 
+def node_group_name(name: str) -> str:
+    """The GPU node group's EKS name: `<clusterName>-gpu-ng`, 46 characters at most (EKS allows 63)."""
+    return f"{name}-ng"
+
+
 def placement_group_name(arn: str) -> str:
     """arn:aws:ec2:<region>:<account>:placement-group/<name> -> <name>: launch templates name the group."""
     return arn.rsplit("/", 1)[-1]
@@ -157,6 +162,12 @@ class GpuNodeGroup(pulumi.ComponentResource):
         role, role_policies = node_role(f"{name}-node", tags=tags, parent=self)
         self.node_group = aws.eks.NodeGroup(
             f"{name}-ng",
+            # A fixed name, not pulumi-aws's auto-name: an `up` killed while EKS made the group leaves it unrecorded
+            # (a pending create), and the next `up` would then make a second group with a new random suffix beside
+            # it, billing twice (and, in a reservation sized to the node count, launching none). With the name
+            # fixed EKS refuses the second (ResourceInUseException) and `python -m tools.leftovers` finds the first.
+            # Stacks made before keep their auto-name (ignore_changes below): a new name would replace the group.
+            node_group_name=node_group_name(name),
             cluster_name=cluster_name,
             node_role_arn=role.arn,
             subnet_ids=[subnet_id],
@@ -189,7 +200,7 @@ class GpuNodeGroup(pulumi.ComponentResource):
             # Create-before-delete would run both groups at once: twice the GPUs, twice the vCPU quota, and no room
             # in a reservation or a full placement group sized to the node count. The old nodes go first.
             opts=pulumi.ResourceOptions(parent=self, depends_on=role_policies, delete_before_replace=True,
-                                        ignore_changes=["scalingConfig"] if idle_stop else None),
+                                        ignore_changes=["nodeGroupName", *(["scalingConfig"] if idle_stop else [])]),
         )
         self.node_group_name: pulumi.Output[str] = self.node_group.node_group_name
         self.register_outputs({

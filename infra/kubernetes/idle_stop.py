@@ -13,7 +13,7 @@ Waking, and day two. While the idle stop is on, the node group's scaling belongs
 resource) and the check: the program gives the group its sizes when it creates it and ignores scalingConfig after
 (ignore_changes), so `pulumi up` neither fights a stopped group nor starts it for nothing. GpuNodesAwake runs first in
 every `pulumi up` that will wait for GPU nodes or Ray workers, and only then: its inputs are everything such a wait
-follows from (gpuNodeCount, the RayCluster's spec, trainSecretEnv's values, which replace the RayCluster, and, when a
+follows from (gpuNodeCount, the RayCluster's spec and namespace, the node group's ARN, trainSecretEnv's values, which replace the RayCluster, and, when a
 job runs, trainRunId and a digest of everything else that replaces the job: a new model, dataset or flag). When one
 changed it sets the group to (min 0, desired gpuNodeCount, max gpuNodeCount) in one call, up or down, and waits for EKS
 to report the group ACTIVE, failing at once, in EKS's words, on a group EKS reports DEGRADED or failed. ACTIVE is not
@@ -209,9 +209,20 @@ class IdleStop(pulumi.ComponentResource):
 # What GpuNodesAwake's diff compares: any change means this `pulumi up` waits for GPU nodes or Ray workers. With a
 # job: its run id and its definition (a digest of whatever infra/job/ray_job.py REPLACE_ON_CHANGE covers: a new
 # model, dataset or flag replaces the job, whose create then needs the GPU nodes).
-WAKE_TRIGGERS = ("node_count", "run_id", "job_definition", "nodegroup", "ray_cluster_spec", "secret_env")
+# The node group's ARN as well as its name: EKS gives a replaced group a new ARN (its last part is a UUID) under the
+# same name, and the GPU group's name is fixed (infra/aws/gpu_nodes.py), so only the ARN says "new nodes to wait for".
+# And the RayCluster's namespace, which its spec does not hold: a new one replaces the RayCluster as a new spec does.
+WAKE_TRIGGERS = ("node_count", "run_id", "job_definition", "nodegroup", "nodegroup_arn", "ray_cluster_spec",
+                 "ray_namespace", "secret_env")
 # Triggers that only matter while a job runs: going to "" (trainEnabled false) deletes the job and waits for nothing.
 JOB_TRIGGERS = ("run_id", "job_definition")
+# Triggers a state written before they existed lacks: their first value is no change (it must not wake a stopped group).
+ADDED_TRIGGERS = ("nodegroup_arn", "ray_namespace")
+
+
+def changed_triggers(olds: dict[str, Any], news: dict[str, Any]) -> list[str]:
+    return [key for key in WAKE_TRIGGERS
+            if olds.get(key) != news.get(key) and not (key in ADDED_TRIGGERS and key not in olds)]
 
 
 def to_stderr(line: str) -> None:
@@ -223,8 +234,7 @@ def to_stderr(line: str) -> None:
 
 def needs_wake(olds: dict[str, Any], news: dict[str, Any]) -> bool:
     """Whether the new inputs make this `up` wait for GPU nodes: a trigger changed, other than a job's going away."""
-    changed = [key for key in WAKE_TRIGGERS if olds.get(key) != news.get(key)]
-    return any(key not in JOB_TRIGGERS or news.get(key) for key in changed)
+    return any(key not in JOB_TRIGGERS or news.get(key) for key in changed_triggers(olds, news))
 
 
 class _WakeProvider(ResourceProvider):
@@ -258,8 +268,11 @@ class _WakeProvider(ResourceProvider):
         return CreateResult(id_=f"{props['cluster']}/{props['nodegroup']}", outs=self._wake(props))
 
     def diff(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> DiffResult:
-        changed = [key for key in WAKE_TRIGGERS if olds.get(key) != news.get(key)]
-        return DiffResult(changes=bool(changed), replaces=[], delete_before_replace=False)
+        # A state without an added trigger gets it recorded by an update that wakes nothing (needs_wake skips it),
+        # so that a later change of it counts.
+        recorded = all(key in olds for key in ADDED_TRIGGERS)
+        return DiffResult(changes=bool(changed_triggers(olds, news)) or not recorded, replaces=[],
+                          delete_before_replace=False)
 
     def update(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> UpdateResult:
         if not needs_wake(olds, news):
@@ -277,14 +290,17 @@ class GpuNodesAwake(pulumi.dynamic.Resource, module="raytrain", name="GpuNodesAw
 
     def __init__(self, name: str, *, cluster: pulumi.Input[str], nodegroup: pulumi.Input[str], node_count: int,
                  run_id: str, job_definition: str, ray_cluster_spec: str, secret_env: pulumi.Input[dict], region: str,
-                 identity: AwsIdentity, opts: pulumi.ResourceOptions | None = None) -> None:
+                 identity: AwsIdentity, nodegroup_arn: pulumi.Input[str] = "", ray_namespace: str = "",
+                 opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__(_WakeProvider(), name, {
-            "cluster": cluster, "nodegroup": nodegroup, "node_count": node_count, "run_id": run_id,
+            "cluster": cluster, "nodegroup": nodegroup, "nodegroup_arn": nodegroup_arn, "node_count": node_count,
+            "run_id": run_id,
             # A digest of the job's definition (ray_job.job_definition), "" without a job; a secret, since the
             # definition holds trainSecretEnv's values.
             "job_definition": pulumi.Output.secret(job_definition),
             # A digest of the spec (plain values the stack config gives), and the secret's values as a secret: a
             # new token replaces the RayCluster (raycluster.RayCluster's replacement_trigger), so it wakes too.
-            "ray_cluster_spec": ray_cluster_spec, "secret_env": pulumi.Output.secret(secret_env),
+            "ray_cluster_spec": ray_cluster_spec, "ray_namespace": ray_namespace,
+            "secret_env": pulumi.Output.secret(secret_env),
             "region": region, "profile": identity.profile or "", "role_arn": identity.role_arn or "",
             "account_id": identity.account_id or "", "woken": None, "woken_at": None}, opts)

@@ -166,3 +166,22 @@ def operator_network_policies(*, namespace: str, vpc_cidr: str) -> list[dict]:
             ],
         }),
     ]
+
+
+# On the Ray pods' templates when they have no AWS credentials (nothing the job uses is on S3).
+AWS_CREDENTIALS_ANNOTATION = "raytrain/aws-credentials"
+
+
+def without_aws_credentials(manifest: dict) -> dict:
+    """The RayCluster with its pod templates marked as having no Pod Identity association.
+
+    EKS injects Pod Identity's credentials into a pod only when the pod is created after the association exists (EKS
+    user guide, "Assign an IAM role to a Kubernetes service account": running pods keep what they had). A stack that
+    gains its first s3:// location on a later `up` (a dataset, a model, trainStoragePath) gets the association then,
+    and the Ray pods made before it would meet NoCredentialsError on the head. Having none is therefore part of the
+    pods' spec: gaining one replaces the RayCluster, and, through its spec digest, wakes a stopped GPU group. Marked
+    when absent rather than when present, so that stacks that have S3 keep their RayCluster across this change."""
+    spec = manifest["spec"]
+    for template in (spec["headGroupSpec"]["template"], *(group["template"] for group in spec["workerGroupSpecs"])):
+        template.setdefault("metadata", {}).setdefault("annotations", {})[AWS_CREDENTIALS_ANNOTATION] = "none"
+    return manifest

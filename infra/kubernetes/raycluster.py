@@ -16,6 +16,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from infra.aws.node_labels import GPU_TOLERATION, GPU_WORKER_NODE_SELECTOR, SYSTEM_NODE_SELECTOR
+from infra.aws.pod_identity import checkpoint_storage_policy
 from infra.config import InstanceFacts, StackConfig, check_efa_gpu
 from infra.kubernetes import admission, local_storage, monitoring, ray_security
 from infra.kubernetes.addons import KUBERAY_OPERATOR_NAMESPACE
@@ -336,7 +337,7 @@ def stack_manifest(cfg: StackConfig, facts: InstanceFacts) -> dict:
     """The stack's RayCluster, from its config: what RayCluster creates, and what spec_digest digests. (The preview's
     check_config has run by then: its warnings are not repeated here.)"""
     image = image_facts(cfg)
-    return ray_cluster_manifest(
+    manifest = ray_cluster_manifest(
         name=cfg.ray_cluster_name,
         namespace=cfg.ray_namespace,
         image=cfg.dlc_image,
@@ -345,7 +346,9 @@ def stack_manifest(cfg: StackConfig, facts: InstanceFacts) -> dict:
         facts=facts,
         transport_env=cfg.transport_env,
         head_env=monitoring.ray_head_env() if cfg.monitoring == "prometheus" else None,
-    )
+    )  # __main__.py gives the pods a Pod Identity association exactly when this policy is not None:
+    policy = checkpoint_storage_policy(cfg.train.storage_path, dataset=cfg.train.dataset, model=cfg.train.model_id)
+    return manifest if policy else ray_security.without_aws_credentials(manifest)
 
 
 def spec_digest(cfg: StackConfig, facts: InstanceFacts) -> str:

@@ -216,3 +216,62 @@ def test_an_eks_read_that_fails_leaves_the_wait_to_kubernetes(monkeypatch, capsy
     nodes_joined.wait_for_joined_nodes(eks.nodes, REQUEST, read_nodegroup=read, clock=eks.clock, sleep=eks.sleep)
     assert read() == {} and "ThrottlingException" in capsys.readouterr().err
     assert nodes_joined.eks_reader({"eks_cluster": "", "gpu_nodegroup": ""}) is None, "a job made before it knew"
+
+
+def test_a_replaced_node_group_wakes_by_its_new_arn_under_the_same_name():
+    """The GPU group's name is fixed (infra/aws/gpu_nodes.py): a replacement (a new instance type or AZ) keeps it, and
+    only EKS's ARN, whose last part is a new UUID, says that new nodes follow."""
+    arn = "arn:aws:eks:us-west-2:123456789012:nodegroup/ray-train/gpu/"
+    olds = {**WAKE_PROPS, "nodegroup_arn": arn + "0c2f2d0e-1111-2222-3333-444444444444"}
+    news = {**WAKE_PROPS, "nodegroup_arn": arn + "5e6f7a8b-5555-6666-7777-888888888888"}
+    assert idle_stop._WakeProvider().diff("id", olds, news).changes
+    assert idle_stop.needs_wake(olds, news), "a replaced group under the same name must wake"
+    assert "nodegroup_arn" in plain(program("dev").one(AWAKE).inputs), "the program passes the group's ARN"
+
+
+def test_a_state_from_before_the_arn_trigger_records_it_without_waking(monkeypatch):
+    eks = stopped()
+    use(eks, monkeypatch)
+    olds = {**WAKE_PROPS, "woken_at": "2026-12-02T09:00:00+00:00"}  # written before these two triggers existed
+    news = {**WAKE_PROPS, "nodegroup_arn": "arn:aws:eks:us-west-2:123456789012:nodegroup/ray-train/gpu/0c2f",
+            "ray_namespace": "ray"}
+    assert idle_stop._WakeProvider().diff("id", olds, news).changes, "the update records the ARN"
+    outs = idle_stop._WakeProvider().update("id", olds, news).outs
+    assert outs["nodegroup_arn"] == news["nodegroup_arn"] and not outs["woken"] and eks.calls == [], (
+        f"the first ARN is no change: a stopped group stays stopped: {eks.calls}")
+
+
+def test_a_new_ray_namespace_wakes_the_group_for_the_raycluster_it_replaces():
+    """The namespace is the RayCluster's metadata, not its spec: a new one replaces the RayCluster (Kubernetes cannot
+    move an object), whose readiness then waits for every worker, on a stopped group forever."""
+    first = plain(program("dev", (("trainEnabled", True),)).one(AWAKE).inputs)
+    second = plain(program("dev", (("trainEnabled", True), ("rayNamespace", "training"))).one(AWAKE).inputs)
+    assert first["ray_cluster_spec"] == second["ray_cluster_spec"], "the spec alone does not say it"
+    assert idle_stop._WakeProvider().diff("id", first, second).changes
+    assert idle_stop.needs_wake(first, second), "a stopped group must wake for the new RayCluster's workers"
+
+
+def test_a_wake_killed_after_eks_accepted_it_is_retried_without_a_second_update(monkeypatch):
+    """An `up` cut off inside GpuNodesAwake's create, after UpdateNodegroupConfig returned: the next `up` creates it
+    again. EKS refuses a second update while the first runs (ResourceInUseException); the retry waits for the group to
+    settle, finds it at the asked size, and asks nothing again."""
+    from tests.support.fake_ec2_capacity import ProviderKilled
+
+    eks = stopped()
+    use(eks, monkeypatch)
+    accept = eks.update_nodegroup_config
+
+    def killed_after(**kwargs):
+        accept(**kwargs)
+        raise ProviderKilled("killed after EKS accepted the update")
+
+    monkeypatch.setattr(eks, "update_nodegroup_config", killed_after)
+    with pytest.raises(ProviderKilled):
+        idle_stop._WakeProvider().create(dict(WAKE_PROPS))
+    assert eks.nodegroup["status"] == "UPDATING", "the update runs on without the provider"
+    monkeypatch.setattr(eks, "update_nodegroup_config", accept)
+
+    outs = idle_stop._WakeProvider().create(dict(WAKE_PROPS)).outs  # the next `up`
+    updates = [call for call in eks.calls if call[0] == "UpdateNodegroupConfig"]
+    assert len(updates) == 1 and eks.scaling()["desiredSize"] == 2, f"one update in all: {eks.calls}"
+    assert not outs["woken"], "the retry found the group already asked for its nodes"

@@ -91,6 +91,13 @@ def test_manifest_validates_against_kuberay_crd(stack, crd_validator):
     assert not errors, f"RayCluster of stack {stack} must validate against the KubeRay v1.7.0 CRD: {errors}"
 
 
+def test_the_mark_of_pods_without_aws_credentials_validates_against_kuberay_crd(crd_validator):
+    from infra.kubernetes.ray_security import without_aws_credentials
+
+    errors = _errors(crd_validator, without_aws_credentials(render("dev")))
+    assert not errors, f"the pod templates' annotation must validate against the KubeRay v1.7.0 CRD: {errors}"
+
+
 def test_crd_validation_rejects_a_misspelt_field_and_a_wrong_type(crd_validator):
     manifest = render("dev")
     manifest["spec"]["workerGroupSpecs"][0]["template"]["spec"]["containers"][0]["resource"] = {}

@@ -9,7 +9,7 @@ import pytest
 
 from infra import config
 from infra.config import StackConfig
-from infra.kubernetes import monitoring
+from infra.kubernetes import monitoring, ray_security
 from infra.kubernetes.addons import ClusterAddons
 from infra.kubernetes.raycluster import KNOWN_IMAGES, RayCluster, ray_cluster_manifest
 from tests.support.instance_facts import INSTANCE_FACTS
@@ -51,6 +51,9 @@ def test_raycluster_is_the_manifest_in_its_namespace_after_the_operator():
                                     facts=FACTS, transport_env=CONFIG.transport_env,
                                     # Pulumi.yaml's default monitoring (prometheus): the head is told where it is
                                     head_env=monitoring.ray_head_env())
+    # Nothing on S3 in this config: the pods have no Pod Identity association, and their templates say so.
+    assert not CONFIG.train.storage_path and not CONFIG.train.dataset.startswith("s3://"), CONFIG.train
+    expected = ray_security.without_aws_credentials(expected)
     assert CONFIG.monitoring == "prometheus", CONFIG.monitoring
     inputs = custom_resource["inputs"]
     assert (inputs["apiVersion"], inputs["kind"]) == ("ray.io/v1", "RayCluster")

@@ -1,162 +1,36 @@
 """The in-stack capacity reservation is found again, never made twice, and made only in the stack's account.
 
 moto answers STS for real (its caller identity, and AssumeRole into another account). It has no capacity
-reservations, so `FakeCapacityReservations` answers those four EC2 calls from reservations it keeps, with EC2's
-documented ClientToken rule: a token seen before returns the reservation it made (ended or not), a token seen
-with other parameters is IdempotentParameterMismatch. It answers through botocore's own events on real clients,
-so every request is still checked against EC2's service model, and every answer against the response shape.
+reservations, so tests/support/fake_ec2_capacity.py's `FakeCapacityReservations` answers those EC2 calls with
+EC2's documented ClientToken rule, through botocore's own events on real clients.
 """
 from __future__ import annotations
 
-import itertools
 from datetime import datetime, timedelta, timezone
-from typing import Any
 
 import boto3
 import pytest
-from botocore.awsrequest import AWSResponse
-from botocore.validate import validate_parameters
-from moto import mock_aws
 
 from infra.aws.capacity_reservation import URN_TAG, GpuCapacityReservationProvider
 from infra.aws.identity import AccountMismatch
+from tests.support.fake_ec2_capacity import (
+    ACCOUNT,
+    ProviderKilled,
+    killed_after_ec2_answers,
+    reservations_on_every_client,
+)
 
-ACCOUNT = "123456789012"  # moto's account for the environment's credentials
 OTHER_ACCOUNT = "210987654321"
 URN = "urn:pulumi:p5::raytrain-eks::pulumi-python:dynamic/raytrain:GpuCapacityReservation::ray-train-gpu-reservation"
 PROPS = {"instance_type": "p5.48xlarge", "instance_count": 2, "candidate_azs": ["us-east-2a", "us-east-2b"],
          "tags": {"project": "raytrain-eks", "stack": "p5"}, "region": "us-east-2", "urn": URN, "account_id": ACCOUNT}
 
 
-class ProviderKilled(BaseException):
-    """The provider process dying (SIGKILL, a cancelled `pulumi up`): nothing after it runs, no `except` sees it."""
-
-
-class Ec2Error(Exception):
-    """An error EC2 answers with: its code and message."""
-
-
-class FakeCapacityReservations:
-    """Create, Describe, Cancel and Modify of EC2 capacity reservations, with state and ClientToken semantics."""
-
-    OPERATIONS = ("CreateCapacityReservation", "DescribeCapacityReservations", "CancelCapacityReservation",
-                  "ModifyCapacityReservation")
-
-    def __init__(self) -> None:
-        self.reservations: dict[str, dict[str, Any]] = {}
-        self.tokens: dict[str, tuple[dict, str]] = {}  # ClientToken -> (request without it, reservation id)
-        self.calls: list[str] = []
-        self.hidden_from_describe: set[str] = set()  # EC2's describe is eventually consistent
-        self._ids = (f"cr-{n:017x}" for n in itertools.count(1))
-
-    def attach(self, client) -> None:
-        for operation in self.OPERATIONS:
-            client.meta.events.register(f"before-parameter-build.ec2.{operation}", self._note_params)
-            client.meta.events.register(f"before-call.ec2.{operation}", self._answer)
-
-    @staticmethod
-    def _note_params(params: dict, context: dict, **_) -> None:
-        context["api_params"] = dict(params)
-
-    def _answer(self, model, context: dict, **_):
-        self.calls.append(model.name)
-        params = context["api_params"]
-        try:
-            body = getattr(self, "_" + model.name)(params)
-        except Ec2Error as error:
-            return AWSResponse("", 400, {}, None), {"Error": {"Code": error.args[0], "Message": error.args[1]}}
-        validate_parameters(body, model.output_shape)
-        return AWSResponse("", 200, {}, None), body
-
-    def live(self) -> list[dict[str, Any]]:
-        return [r for r in self.reservations.values() if r["State"] == "active"]
-
-    def _CreateCapacityReservation(self, params: dict) -> dict:  # noqa: N802 (EC2's name)
-        token = params.pop("ClientToken", None)
-        if token in self.tokens:
-            first, reservation_id = self.tokens[token]
-            if first != params:
-                raise Ec2Error("IdempotentParameterMismatch", "ClientToken reused with other parameters")
-            return {"CapacityReservation": self.reservations[reservation_id]}
-        reservation_id = next(self._ids)
-        tags = [tag for spec in params.get("TagSpecifications", []) for tag in spec["Tags"]]
-        self.reservations[reservation_id] = {
-            "CapacityReservationId": reservation_id, "OwnerId": ACCOUNT, "InstanceType": params["InstanceType"],
-            "InstancePlatform": params["InstancePlatform"], "AvailabilityZone": params["AvailabilityZone"],
-            "Tenancy": params.get("Tenancy", "default"), "TotalInstanceCount": params["InstanceCount"],
-            "AvailableInstanceCount": params["InstanceCount"], "State": "active",
-            "EndDateType": params.get("EndDateType", "unlimited"),
-            **({"EndDate": params["EndDate"]} if "EndDate" in params else {}),
-            "InstanceMatchCriteria": params.get("InstanceMatchCriteria", "open"),
-            "CreateDate": datetime.now(timezone.utc) + timedelta(microseconds=len(self.reservations)), "Tags": tags}
-        if token:
-            self.tokens[token] = (params, reservation_id)
-        return {"CapacityReservation": self.reservations[reservation_id]}
-
-    def _DescribeCapacityReservations(self, params: dict) -> dict:  # noqa: N802
-        found = [r for r in self.reservations.values() if r["CapacityReservationId"] not in self.hidden_from_describe]
-        if "CapacityReservationIds" in params:
-            found = [r for r in found if r["CapacityReservationId"] in params["CapacityReservationIds"]]
-            if not found:
-                raise Ec2Error("InvalidCapacityReservationId.NotFound", "no such reservation")
-        for name, values in ((f["Name"], f["Values"]) for f in params.get("Filters", [])):
-            key = name.removeprefix("tag:")
-            found = [r for r in found if any(t["Key"] == key and t["Value"] in values for t in r["Tags"])]
-        return {"CapacityReservations": found}
-
-    def _CancelCapacityReservation(self, params: dict) -> dict:  # noqa: N802
-        self.reservations[params["CapacityReservationId"]]["State"] = "cancelled"
-        return {"Return": True}
-
-    def _ModifyCapacityReservation(self, params: dict) -> dict:  # noqa: N802
-        reservation = self.reservations[params["CapacityReservationId"]]
-        if "InstanceCount" in params:
-            reservation["TotalInstanceCount"] = reservation["AvailableInstanceCount"] = params["InstanceCount"]
-        for key in ("EndDateType", "EndDate"):
-            if key in params:
-                reservation[key] = params[key]
-        return {"Return": True}
-
-
 @pytest.fixture
 def ec2(monkeypatch):
     """moto for STS; every EC2 client any boto3 session makes answers capacity reservations from the fake."""
-    for name in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN", "AWS_ENDPOINT_URL"):
-        monkeypatch.delenv(name, raising=False)
-    for name, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-                        "AWS_DEFAULT_REGION": "us-east-2", "AWS_EC2_METADATA_DISABLED": "true"}.items():
-        monkeypatch.setenv(name, value)
-    fake = FakeCapacityReservations()
-    make_client = boto3.session.Session.client
-
-    def client(self, service_name, *args, **kwargs):
-        made = make_client(self, service_name, *args, **kwargs)
-        if service_name == "ec2":
-            fake.attach(made)
-        return made
-
-    monkeypatch.setattr(boto3.session.Session, "client", client)
-    with mock_aws():
+    with reservations_on_every_client(monkeypatch, region="us-east-2") as fake:
         yield fake
-
-
-def killed_after_ec2_answers(fake: FakeCapacityReservations, monkeypatch) -> None:
-    """The next CreateCapacityReservation reaches EC2 and is answered; the provider dies before it returns."""
-    make_client = boto3.session.Session.client
-    fired = []
-
-    def die(parsed, **_):
-        if not fired:
-            fired.append(parsed["CapacityReservation"]["CapacityReservationId"])
-            raise ProviderKilled(f"killed after EC2 made {fired[0]}")
-
-    def client(self, service_name, *args, **kwargs):
-        made = make_client(self, service_name, *args, **kwargs)
-        if service_name == "ec2":
-            made.meta.events.register("after-call.ec2.CreateCapacityReservation", die)
-        return made
-
-    monkeypatch.setattr(boto3.session.Session, "client", client)
 
 
 def test_a_create_killed_after_ec2_answered_leaves_one_reservation_after_the_retry(ec2, monkeypatch):

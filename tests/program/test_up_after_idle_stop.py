@@ -161,7 +161,7 @@ def test_the_old_ignore_changes_would_be_refused_by_eks_when_the_count_goes_down
     with pytest.raises(ClientError, match="Desired capacity 3 can't be greater than max size 2"):
         pulumi_aws_node_group_update(eks, gpu_group(first).inputs, gpu_group(second).inputs,
                                      ["scalingConfig.desiredSize"])
-    assert gpu_group(second).ignore_changes == ["scalingConfig"], "the program leaves every size to GpuNodesAwake"
+    assert "scalingConfig" in gpu_group(second).ignore_changes, "the program leaves every size to GpuNodesAwake"
 
 
 def test_the_secret_reaches_the_wake_only_as_a_secret():

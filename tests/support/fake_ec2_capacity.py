@@ -1,12 +1,22 @@
 """AWS for the capacity finder's and the in-stack reservation's tests: moto for what moto emulates, botocore Stubbers
 (which check every request against the service model) for quotas, Spot placement scores and capacity reservations,
-and canned answers in the shapes the services really return."""
+and canned answers in the shapes the services really return.
+
+The capacity reservations a stack makes for itself (infra/aws/capacity_reservation.py) and what tools.leftovers looks
+for are answered by `FakeCapacityReservations`: moto has no capacity reservations."""
 from __future__ import annotations
 
-from datetime import datetime, timezone
+import contextlib
+import itertools
+from datetime import datetime, timedelta, timezone
+from typing import Any, Iterator
 
+import boto3
 import pytest
+from botocore.awsrequest import AWSResponse
 from botocore.stub import Stubber
+from botocore.validate import validate_parameters
+from moto import mock_aws
 
 from tests.support.instance_facts import INSTANCE_FACTS
 from tools.capacity.aws import Aws
@@ -100,3 +110,152 @@ class FakeAws(Aws):
     def assert_all_answered(self):
         for (kind, region), stub in self.stubs.items():
             stub.assert_no_pending_responses()
+
+
+class ProviderKilled(BaseException):
+    """The provider process dying (SIGKILL, a cancelled `pulumi up`): nothing after it runs, no `except` sees it."""
+
+
+class Ec2Error(Exception):
+    """An error EC2 answers with: its code and message."""
+
+
+class FakeCapacityReservations:
+    """Create, Describe, Cancel and Modify of EC2 capacity reservations, with state and ClientToken semantics.
+
+    The ClientToken rule is EC2's own (EC2 API reference, CreateCapacityReservation: ClientToken "Unique,
+    case-sensitive identifier that you provide to ensure the idempotency of the request"; EC2 Developer Guide,
+    "Ensuring idempotency in Amazon EC2 API requests"): a request repeated with the same token and the same
+    parameters returns the first request's result (here the same reservation, even after it ended) and creates
+    nothing; the same token with any other parameter is the error IdempotentParameterMismatch. It answers through
+    botocore's events on real clients, so every request is still checked against EC2's service model, and every
+    answer against the response shape.
+    """
+
+    OPERATIONS = ("CreateCapacityReservation", "DescribeCapacityReservations", "CancelCapacityReservation",
+                  "ModifyCapacityReservation")
+
+    def __init__(self) -> None:
+        self.reservations: dict[str, dict[str, Any]] = {}
+        self.tokens: dict[str, tuple[dict, str]] = {}  # ClientToken -> (request without it, reservation id)
+        self.calls: list[str] = []
+        self.hidden_from_describe: set[str] = set()  # EC2's describe is eventually consistent
+        self._ids = (f"cr-{n:017x}" for n in itertools.count(1))
+
+    def attach(self, client) -> None:
+        for operation in self.OPERATIONS:
+            client.meta.events.register(f"before-parameter-build.ec2.{operation}", self._note_params)
+            client.meta.events.register(f"before-call.ec2.{operation}", self._answer)
+
+    @staticmethod
+    def _note_params(params: dict, context: dict, **_) -> None:
+        context["api_params"] = dict(params)
+
+    def _answer(self, model, context: dict, **_):
+        self.calls.append(model.name)
+        params = context["api_params"]
+        try:
+            body = getattr(self, "_" + model.name)(params)
+        except Ec2Error as error:
+            return AWSResponse("", 400, {}, None), {"Error": {"Code": error.args[0], "Message": error.args[1]}}
+        validate_parameters(body, model.output_shape)
+        return AWSResponse("", 200, {}, None), body
+
+    def live(self) -> list[dict[str, Any]]:
+        return [r for r in self.reservations.values() if r["State"] == "active"]
+
+    def _CreateCapacityReservation(self, params: dict) -> dict:  # noqa: N802 (EC2's name)
+        token = params.pop("ClientToken", None)
+        if token in self.tokens:
+            first, reservation_id = self.tokens[token]
+            if first != params:
+                raise Ec2Error("IdempotentParameterMismatch", "ClientToken reused with other parameters")
+            return {"CapacityReservation": self.reservations[reservation_id]}
+        reservation_id = next(self._ids)
+        tags = [tag for spec in params.get("TagSpecifications", []) for tag in spec["Tags"]]
+        self.reservations[reservation_id] = {
+            "CapacityReservationId": reservation_id, "OwnerId": ACCOUNT, "InstanceType": params["InstanceType"],
+            "InstancePlatform": params["InstancePlatform"], "AvailabilityZone": params["AvailabilityZone"],
+            "Tenancy": params.get("Tenancy", "default"), "TotalInstanceCount": params["InstanceCount"],
+            "AvailableInstanceCount": params["InstanceCount"], "State": "active",
+            "EndDateType": params.get("EndDateType", "unlimited"),
+            **({"EndDate": params["EndDate"]} if "EndDate" in params else {}),
+            "InstanceMatchCriteria": params.get("InstanceMatchCriteria", "open"),
+            "CreateDate": datetime.now(timezone.utc) + timedelta(microseconds=len(self.reservations)), "Tags": tags}
+        if token:
+            self.tokens[token] = (params, reservation_id)
+        return {"CapacityReservation": self.reservations[reservation_id]}
+
+    def _DescribeCapacityReservations(self, params: dict) -> dict:  # noqa: N802
+        found = [r for r in self.reservations.values() if r["CapacityReservationId"] not in self.hidden_from_describe]
+        if "CapacityReservationIds" in params:
+            found = [r for r in found if r["CapacityReservationId"] in params["CapacityReservationIds"]]
+            if not found:
+                raise Ec2Error("InvalidCapacityReservationId.NotFound", "no such reservation")
+        for name, values in ((f["Name"], f["Values"]) for f in params.get("Filters", [])):
+            if name == "state":
+                found = [r for r in found if r["State"] in values]
+                continue
+            if not name.startswith("tag:"):  # a filter the fake does not know must not pass as "matches all"
+                raise NotImplementedError(f"FakeCapacityReservations: filter {name!r}")
+            key = name.removeprefix("tag:")
+            found = [r for r in found if any(t["Key"] == key and t["Value"] in values for t in r["Tags"])]
+        return {"CapacityReservations": found}
+
+    def _CancelCapacityReservation(self, params: dict) -> dict:  # noqa: N802
+        if params["CapacityReservationId"] not in self.reservations:
+            raise Ec2Error("InvalidCapacityReservationId.NotFound", "no such reservation")
+        self.reservations[params["CapacityReservationId"]]["State"] = "cancelled"
+        return {"Return": True}
+
+    def _ModifyCapacityReservation(self, params: dict) -> dict:  # noqa: N802
+        reservation = self.reservations[params["CapacityReservationId"]]
+        if "InstanceCount" in params:
+            reservation["TotalInstanceCount"] = reservation["AvailableInstanceCount"] = params["InstanceCount"]
+        for key in ("EndDateType", "EndDate"):
+            if key in params:
+                reservation[key] = params[key]
+        return {"Return": True}
+
+
+@contextlib.contextmanager
+def reservations_on_every_client(monkeypatch, *, region: str) -> Iterator[FakeCapacityReservations]:
+    """moto for everything it emulates (STS, EKS, VPCs, NAT gateways, addresses); every EC2 client any boto3 session
+    makes answers capacity reservations from one FakeCapacityReservations."""
+    for name in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN", "AWS_ENDPOINT_URL"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+                        "AWS_DEFAULT_REGION": region, "AWS_EC2_METADATA_DISABLED": "true",
+                        "MOTO_EC2_LOAD_DEFAULT_AMIS": "false"}.items():
+        monkeypatch.setenv(name, value)
+    fake = FakeCapacityReservations()
+    make_client = boto3.session.Session.client
+
+    def client(self, service_name, *args, **kwargs):
+        made = make_client(self, service_name, *args, **kwargs)
+        if service_name == "ec2":
+            fake.attach(made)
+        return made
+
+    monkeypatch.setattr(boto3.session.Session, "client", client)
+    with mock_aws():
+        yield fake
+
+
+def killed_after_ec2_answers(fake: FakeCapacityReservations, monkeypatch) -> None:
+    """The next CreateCapacityReservation reaches EC2 and is answered; the provider dies before it returns."""
+    make_client = boto3.session.Session.client
+    fired = []
+
+    def die(parsed, **_):
+        if not fired:
+            fired.append(parsed["CapacityReservation"]["CapacityReservationId"])
+            raise ProviderKilled(f"killed after EC2 made {fired[0]}")
+
+    def client(self, service_name, *args, **kwargs):
+        made = make_client(self, service_name, *args, **kwargs)
+        if service_name == "ec2":
+            made.meta.events.register("after-call.ec2.CreateCapacityReservation", die)
+        return made
+
+    monkeypatch.setattr(boto3.session.Session, "client", client)

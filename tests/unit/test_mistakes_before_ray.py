@@ -81,6 +81,8 @@ MISTAKES = [
      "s3:/ is a URI with one slash; a URI takes two (s3://bucket/prefix)"),
     ("a model directory that is not there", LOCAL, ["--model_id", "./no-such-model"], cli.USAGE,
      "--model_id ./no-such-model: no such directory on this machine"),
+    ("a tokenizer directory that is not there", LOCAL, ["--tokenizer", "./no-such-tokenizer"], cli.USAGE,
+     "--tokenizer ./no-such-tokenizer: no such directory on this machine"),
     ("a checkpoint mode typo", LOCAL, ["--checkpoint_mode", "asyncc"], cli.USAGE, "--checkpoint_mode must be one of"),
     # settings the others make do nothing
     ("a chat template for text", LOCAL, ["--chat_template", "llama3"], cli.USAGE,

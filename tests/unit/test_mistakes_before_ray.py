@@ -193,6 +193,8 @@ def test_a_mistake_is_one_line_naming_the_fix_before_ray(here, capsys, case, com
     assert len(lines[at:]) <= 2 and "Traceback" not in err, f"{case}: one line and a hint at most:\n{err}"
     assert TOKEN not in out + err and WANDB_KEY not in out + err, f"{case}: a secret was echoed"
     assert took < 1, f"{case}: answered in {took:.1f} s, not before anything heavy"
+    left = sorted(str(path.relative_to(here)) for path in here.rglob("*") if path.is_dir()) if command == LOCAL else []
+    assert set(left) <= {"model_000006"}, f"{case}: a refused run leaves no directory behind: {left}"
 
 
 def test_every_mistake_is_new_and_named_once():

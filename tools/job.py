@@ -71,7 +71,25 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
             command.add_argument("job", nargs="?", metavar="JOB", help="submission id; default: the newest job")
         if name == "logs":
             command.add_argument("--follow", action="store_true", help="stream the log until the job ends")
-    return parser.parse_args(argv)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        _refuse_unknown(parser, args, unknown)
+    return args
+
+
+def _refuse_unknown(parser: argparse.ArgumentParser, args: argparse.Namespace, unknown: list[str]) -> None:
+    """A training flag given to `submit` before its `--` (`submit --stack dev --steps 200`) is named with where it
+    goes; anything else is argparse's own refusal."""
+    from workload.config import DECLARED, aliases
+
+    name = unknown[0][2:].partition("=")[0].replace("-", "_") if unknown[0].startswith("--") else ""
+    if args.command == "submit" and aliases.ours(name) in {declared.name for declared in DECLARED}:
+        stack = f" --stack {args.stack}" if args.stack else ""
+        # argparse hands the value after an unknown flag (`--steps 200`) to the remainder: it goes back beside its flag.
+        flags = [*unknown, *(arg for arg in args.train_flags if arg != "--")]
+        raise cli.UsageError(f"{unknown[0]} is a training flag: give the job's flags after --, as `python -m tools.job "
+                             f"submit{stack} -- {' '.join(flags)}`")
+    parser.error(f"unrecognized arguments: {' '.join(unknown)}")
 
 
 def kubernetes_job_server(args: argparse.Namespace) -> ContextManager[JobServer]:

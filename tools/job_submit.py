@@ -127,6 +127,20 @@ def prepare(args: argparse.Namespace) -> None:
     run_id = args.run_id or time.strftime("submit-%Y%m%d-%H%M%S", time.gmtime())
     flags = args.train_flags[1:] if args.train_flags[:1] == ["--"] else args.train_flags
     args.prepared = (run_id, stack_job(args.stack, run_id, flags, args.config))
+    if not args.print_config:  # a printed file may be replayed here, where a local path is readable
+        check_pods_can_read(args.prepared[1]["workload"])
+
+
+def check_pods_can_read(workload: Any) -> None:
+    """A --dataset or --tokenizer on this machine is not in the cluster's pods: said before anything is submitted, as
+    the preview says it of trainDataset (infra/preview/job_plan.py), instead of a job failing on every worker."""
+    from workload.config import is_local_dataset
+
+    for name, value in (("dataset", workload.dataset), ("tokenizer", workload.tokenizer)):
+        if (is_local_dataset(value) if name == "dataset" else value.startswith(("/", "./", "../", "~"))):
+            raise cli.UsageError(f"--{name} {value} is a path on this machine, which the job's pods cannot read; "
+                                 "allowed: s3://bucket/key (the Ray pods' role reads the stack's prefix), or a Hugging "
+                                 "Face id")
 
 
 def submit_command(client: Any, args: argparse.Namespace) -> int:

@@ -49,8 +49,9 @@ def parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> tuple[
     parser.set_defaults(**from_file)
     values = vars(parser.parse_args(argv))
     values.pop("config", None)
+    on_line = command_line(argv)
     if "epochs" in values:
-        _steps_or_epochs(values, command_line(argv), from_file, known.config)
+        _steps_or_epochs(values, on_line, from_file, known.config)
     return values, bool(values.pop("print_config", False))
 
 
@@ -59,6 +60,8 @@ def _steps_or_epochs(values: dict[str, Any], on_line: set[str], from_file: dict[
     the file's other one."""
     if {"steps", "epochs"} <= on_line:
         raise cli.UsageError("--steps and --epochs are two ways to say how long to train: give one")
+    if "epochs" in on_line and not values["epochs"]:
+        raise cli.UsageError("--epochs 0 is no pass over the data: give --epochs above 0, or --steps")
     if from_file.get("epochs") and "steps" in from_file:
         raise cli.UsageError(f"{CONFIG_FLAG} {path}: steps and epochs are two ways to say how long to train: keep one")
     if "steps" in on_line and "epochs" not in on_line:

@@ -9,9 +9,12 @@ the way back to the README.
   reached through a local port-forward (tests/runs/test_ray_job.py runs the same provider and `tools.job` against a real
   Ray head and a real job).
 - docs/models.md's 8B model on p5, and its table of models x stacks.
+- docs/adapters.md's first LoRA run, for real: the local run (a Ray cluster here), the merge, the page's Python loading
+  both models.
 """
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.util
 import inspect
@@ -30,6 +33,7 @@ from tests.support.docs_shell import (
     github_anchor,
     job_flags,
     page,
+    python_block,
     sample_block,
     table,
 )
@@ -55,6 +59,7 @@ FOLLOWED = {
         "test_docs.test_the_long_run_flow_as_written",
     ("docs/models.md", "## The memory plan"): "test_docs.test_an_8b_model_on_p5_as_written",
     ("docs/seventy-b.md", "## The stack"): "test_docs.test_the_70b_path_as_written",
+    ("docs/adapters.md", "## Your first LoRA run"): "test_docs.test_the_first_lora_run_as_written",
 }
 
 
@@ -156,6 +161,55 @@ def test_the_70b_path_as_written(project, aws_env):
                    f"{adapter_memory.NF4_BYTES_PER_PARAMETER:.3f} bytes a weight",
                    f"{adapter_memory.adapter_parameters(config, 16) / 1e6:.0f} M parameters at rank 16"):
         assert figure in flat, f"docs/seventy-b.md shows the memory model's {figure!r}"
+
+
+def test_the_first_lora_run_as_written(tmp_path, monkeypatch):
+    """docs/adapters.md's first LoRA run: its two commands as a user types them from the repository's root (this
+    test's directory stands in for it: the local run's runs/local/ is here), for real: a Ray cluster, the job, the
+    export. The run prints every step's loss, which falls as little as the page says; the files it names are there;
+    the page's Python loads the merged model and the adapters on their base, the merged model gives the adapters'
+    logits, and its adapted weights differ from the base's while the frozen ones (embeddings) are the base's."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    text = page("docs/adapters.md")
+    heading = "## Your first LoRA run"
+    monkeypatch.setitem(local.LOCAL_DEFAULTS, "storage_path", str(tmp_path / "runs" / "local"))
+    shell = Shell(tmp_path, aws=None)
+    commands = bash_block(text, heading)
+    assert [command.split()[:3] for command in commands] == [[".venv/bin/python", "-m", "workload.local"],
+                                                             [".venv/bin/python", "-m", "workload.export"]], commands
+    printed, exported = (shell(command) for command in commands)
+
+    losses = [float(loss) for loss in re.findall(r"^step \d+/6 loss ([\d.]+) ", printed, re.M)]
+    assert len(losses) == 6, f"a loss a step:\n{printed[-3000:]}"
+    shown = [float(figure) for figure in re.search(r"barely learns \(its loss falls from ([\d.]+) to ([\d.]+)\)",
+                                                   " ".join(text.split())).groups()]
+    assert shown == pytest.approx([losses[0], losses[-1]], abs=0.05), f"the page's losses {shown}, the run's {losses}"
+    assert losses[-1] < losses[0] and losses[-1] > 0.8 * losses[0], f"it learns, barely: {losses}"
+    run = tmp_path / "runs" / "local" / "first-lora"
+    for name in ("checkpoint_000006/adapter_config.json", "model_000006/adapter_model.safetensors",
+                 "base_model/model.safetensors", "merged/model.safetensors"):
+        assert (run / name).is_file(), f"the page names {name}: {sorted(p.name for p in run.iterdir())}"
+    assert "merged: load it with AutoModelForCausalLM.from_pretrained" in exported, exported
+
+    loaded: dict = {}
+    with contextlib.chdir(tmp_path):
+        exec(python_block(text, heading), loaded)  # noqa: S102 - the page's own code, as a user runs it
+    merged, tuned = loaded["merged"], loaded["tuned"]
+    base = AutoModelForCausalLM.from_pretrained(run / "base_model").state_dict()
+    weights = merged.state_dict()
+    assert set(weights) == set(base), "the merged model is a plain model of the base's shape"
+    adapted = [name for name in base if not torch.equal(weights[name], base[name])]
+    assert adapted and all(name.endswith("_proj.weight") for name in adapted), f"only adapted layers change: {adapted}"
+    assert torch.equal(weights["model.embed_tokens.weight"], base["model.embed_tokens.weight"]), "embeddings frozen"
+    tokens = torch.tensor([[1, 5, 9, 14, 3, 7]])
+    with torch.no_grad():
+        logits = {"merged": merged(tokens).logits, "tuned": tuned(tokens).logits.float(),
+                  "base": AutoModelForCausalLM.from_pretrained(run / "base_model", dtype=torch.float32)(tokens).logits}
+    # The adapters load on the bf16 base the run wrote (0.004 from the fp32 merge here); the base alone is 1.0 away.
+    gap = {name: float((logits[name] - logits["merged"]).abs().max()) for name in ("tuned", "base")}
+    assert gap["tuned"] < 2e-2 and gap["base"] > 0.1, f"the merged model is the adapters' model, not the base: {gap}"
 
 
 def test_the_model_table_is_what_the_preview_says():

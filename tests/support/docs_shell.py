@@ -49,7 +49,9 @@ from tools import status
 from tools.capacity import cli as finder
 from tools.capacity.aws import Aws
 from workload import cli, train
+from workload.checkpoint import export
 from workload.fabric import transport
+from workload.run import local
 
 REPO = Path(__file__).resolve().parents[2]
 JOB = "pulumi-python:dynamic/raytrain:TrainingJob"
@@ -267,15 +269,16 @@ JOB_EXPORTS = {"jobId": "job_id", "jobStatus": "status", "jobFollow": "follow", 
                "jobTransportVerdicts": "verdicts", "jobCheckpoint": "checkpoint"}
 
 
-# The commands the pages run, by module: each one's own main, run as `python -m MODULE` would.
+# The commands the pages run, by module: each one's own main, run as `python -m MODULE` would. workload.local starts a
+# real Ray cluster here and trains (under its LOCAL_DEFAULTS' storage path: a test points it at its own directory).
 COMMANDS = {"tools.status": status.main, "workload.transport": transport.main, "tools.job": job_cli.main,
-            "workload.train": train.main}
+            "workload.train": train.main, "workload.local": local.main, "workload.export": export.main}
 
 
 class Shell:
     """Follows a page's commands one line at a time, in `workdir` (a copy of the project's stack files)."""
 
-    def __init__(self, workdir: Path, aws: Aws, kube_api: FakeKubeApi | None = None, creates_jobs: bool = False):
+    def __init__(self, workdir: Path, aws: Aws | None, kube_api: FakeKubeApi | None = None, creates_jobs: bool = False):
         self.workdir, self.aws, self.kube_api = workdir, aws, kube_api
         self.stack: str | None = None
         self.run: ProgramRun | None = None

@@ -72,9 +72,15 @@ def export(checkpoint: str, out: str, *, dtype: str = "float32", merge: bool = F
 def check_is_checkpoint(checkpoint: str, directory: str) -> None:
     """CHECKPOINT is one checkpoint_<step>/ the job saved, not the run directory above it nor a model it exported:
     said in those words, with the checkpoint to give, before any heavy import."""
+    entries = sorted(os.listdir(directory))
+    exported = [name for name in ("adapter_model.safetensors", "model.safetensors") if name in entries]
+    if exported and ".metadata" not in entries:
+        loader = "PeftModel.from_pretrained(base, ...)" if exported[0].startswith("adapter") else \
+            "AutoModelForCausalLM.from_pretrained"
+        raise cli.UsageError(f"CHECKPOINT {checkpoint} is a model exported already ({exported[0]}), not a checkpoint: "
+                             f"{loader} loads it as it is; a checkpoint is a run's checkpoint_<step>/ directory")
     if os.path.isfile(os.path.join(directory, "config.json")):
         return
-    entries = sorted(os.listdir(directory))
     checkpoints = [name for name in entries if name.startswith("checkpoint_")
                    and os.path.isdir(os.path.join(directory, name))]
     if checkpoints:

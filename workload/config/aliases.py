@@ -50,6 +50,19 @@ DIFFERENT: Mapping[str, str] = {
     "output_dir": ("the run writes under --storage_path/--run_name/ (checkpoints and the exported model): give "
                    "--storage_path DIR, and --run_name for the folder"),
     "num_processes": "--num_workers sets the Ray Train workers (0: one per GPU)",
+    "bf16": "the job computes in bf16 always (FSDP2's mixed precision over fp32 master weights): nothing to set",
+    "fp16": "the job computes in bf16 (FSDP2's mixed precision over fp32 master weights); fp16 is not offered",
+    "warmup_ratio": "give --warmup_steps, a number of steps (a tenth of --steps 200 is --warmup_steps 20)",
+    "packing": ("packing is always on: text and examples are packed into --seq_len blocks (an example attends to "
+                "itself alone)"),
+    "weight_decay": "AdamW runs with torch's default weight decay, 0.01; no flag changes it",
+    "optim": "the optimizer is torch's AdamW; no flag changes it",
+    "datasets": ("axolotl's list of datasets: give one --dataset (a file or a Hub id) and --data_format (axolotl's "
+                 "alpaca is prompt-completion; sharegpt and chat_template are chat)"),
+    "hf_token": ("a token is never a flag or a --config key: set HF_TOKEN in the environment (on a cluster, "
+                 "trainSecretEnv)"),
+    "wandb_api_key": ("a key is never a flag or a --config key: set WANDB_API_KEY in the environment (on a cluster, "
+                      "trainSecretEnv)"),
 }
 
 # Their name for a value of one of our choices -> ours, by our flag: TRL's truncation_mode keep_start keeps an example's

@@ -131,6 +131,52 @@ def _prompt_is_not_completion(v: Values) -> str | None:
     return None
 
 
+# Each record field's flag, its default (TrainConfig declares the fields with them) and the --data_format that reads it:
+# another value under another format would be read by nothing.
+RECORD_FIELDS = {"messages_field": ("messages", "chat"), "text_field": ("text", "text"),
+                 "prompt_field": ("prompt", "prompt-completion"),
+                 "completion_field": ("completion", "prompt-completion")}
+
+
+def _fields_of_the_format(v: Values) -> str | None:
+    for name, (default, data_format) in RECORD_FIELDS.items():
+        if v[name] != default and v["data_format"] != data_format:
+            return (f"--{name} {v[name]} names a field of --data_format {data_format} records, which --data_format "
+                    f"{v['data_format']} does not read: add --data_format {data_format}, or leave --{name} unset")
+    return None
+
+
+# What only chat and prompt-completion examples read (the template renders them, truncation cuts them, the prompt's
+# tokens are theirs), by their defaults: raw text is packed and trained on every token, whatever these say.
+RECORD_SETTINGS = {"chat_template": "", "truncation": "truncate", "train_on_prompt": False}
+
+
+def _settings_of_records(v: Values) -> str | None:
+    if v["data_format"] == "text":
+        changed = [name for name, default in RECORD_SETTINGS.items() if v[name] != default]
+        if changed:
+            return (f"--{changed[0]} {v[changed[0]]} applies to chat and prompt-completion examples; --data_format "
+                    "text trains on every token of raw text and never reads it: add --data_format chat (or "
+                    f"prompt-completion), or leave --{changed[0]} unset")
+    return None
+
+
+def _configuration_of_a_hub_dataset(v: Values) -> str | None:
+    for name, default in (("dataset_config", ""), ("dataset_split", "train")):
+        if v[name] != default and (not v["dataset"] or is_file_dataset(v["dataset"])):
+            what = f"the file {v['dataset']!r}" if v["dataset"] else "random tokens (an empty --dataset)"
+            return (f"--{name} {v[name]} names a {name.removeprefix('dataset_')} of a Hugging Face --dataset, and "
+                    f"{what} has none: leave --{name} unset")
+    return None
+
+
+def _checkpoint_mode_of_saves(v: Values) -> str | None:
+    if v["checkpoint_mode"] != "async" and not v["storage_path"]:
+        return (f"--checkpoint_mode {v['checkpoint_mode']} sets how checkpoints are saved, and without --storage_path "
+                "none are: give --storage_path, or leave --checkpoint_mode unset")
+    return None
+
+
 def _export_at_checkpoints(v: Values) -> str | None:
     if v["export"] == "checkpoints" and not v["checkpoint_every"]:
         return ("--export checkpoints needs --checkpoint_every (and --storage_path): the models are written at the "
@@ -198,6 +244,13 @@ RULES = (
          {"data_format": "chat", "dataset": "org/chats", "messages_field": ""}),
     Rule(("prompt_field", "completion_field", "data_format"), _prompt_is_not_completion,
          {"data_format": "prompt-completion", "dataset": "org/pairs", "completion_field": "prompt"}),
+    Rule(("messages_field", "text_field", "prompt_field", "completion_field", "data_format"), _fields_of_the_format,
+         {"messages_field": "conversation"}),
+    Rule(("chat_template", "truncation", "train_on_prompt", "data_format"), _settings_of_records,
+         {"chat_template": "llama3"}),
+    Rule(("dataset_config", "dataset_split", "dataset"), _configuration_of_a_hub_dataset,
+         {"dataset": "s3://bucket/corpus.jsonl", "dataset_config": "wikitext-2-raw-v1"}),
+    Rule(("checkpoint_mode", "storage_path"), _checkpoint_mode_of_saves, {"checkpoint_mode": "sync"}),
     Rule(("export", "checkpoint_every"), _export_at_checkpoints, {"export": "checkpoints"}),
     Rule(("fp8", "method"), _fp8_trains_full, {"fp8": True, "method": "lora"}),
     Rule(("method", *LORA_DEFAULTS), _adapters_need_a_method, {"lora_rank": 8}),

@@ -2,6 +2,8 @@
 examples are rendered with."""
 from __future__ import annotations
 
+import os
+
 from workload.config import TrainConfig
 from workload.data import chat
 
@@ -14,6 +16,10 @@ def load_tokenizer(name: str):
     from workload import storage
     from workload.model import files as model_files
 
+    if name.startswith(("/", "./", "../", "~")) and not os.path.isdir(os.path.expanduser(name)):
+        # A path, not a Hub id: transformers would answer with its rules for repo ids.
+        raise ValueError(f"--tokenizer {name}: no such directory on this machine; a tokenizer is a directory of its "
+                         "files (what save_pretrained writes) or a Hugging Face id")
     try:
         if storage.is_remote(name):
             name = model_files.fetch(name, patterns=model_files.TOKENIZER_PATTERNS, required=None)

@@ -11,6 +11,7 @@ import dataclasses
 import glob
 import json
 import os
+import re
 import tempfile
 
 from workload import cli
@@ -37,6 +38,10 @@ def check_dataset(cfg: TrainConfig) -> None:
     folder = os.path.expanduser(cfg.dataset)
     if cfg.dataset and "://" not in cfg.dataset and os.path.isdir(folder):
         raise cli.UsageError(directory_refusal(cfg.dataset))
+    if cfg.dataset and "://" not in cfg.dataset and os.path.isfile(folder) and not is_file_dataset(cfg.dataset):
+        # A file here whose suffix is none of ours (data.tsv, corpus.JSONL) would be taken for a Hub dataset's id.
+        raise cli.UsageError(f"--dataset {cfg.dataset} is a file of no format the job reads; allowed: a file ending in "
+                             f"{', '.join(DATASET_FILE_SUFFIXES)} (lower case), or a Hugging Face dataset id")
     if not is_file_dataset(cfg.dataset) or "://" in cfg.dataset:
         return  # a remote file or a Hugging Face dataset: the job's own checks read it (workload.run.preflight.validate)
     try:
@@ -60,6 +65,10 @@ def check_storage(cfg: TrainConfig) -> None:
     path = cfg.storage_path
     if not path or "://" in path:
         return
+    # s3:/bucket (one slash) would be a folder named s3: under the current directory (the local run made it absolute).
+    if (scheme := re.search(r"(?:^|/)([A-Za-z][A-Za-z0-9+.-]+):/", path)) is not None:
+        raise cli.UsageError(f"--storage_path {path}: {scheme[1]}:/ is a URI with one slash; a URI takes two "
+                             f"({scheme[1]}://bucket/prefix), a local directory none")
     existing = os.path.abspath(path)
     while not os.path.exists(existing):
         existing = os.path.dirname(existing)

@@ -234,6 +234,10 @@ def parse_command(argv: Sequence[str] | None = None) -> tuple[TrainConfig, bool,
         args["model_config"] = ""
         if "tokenizer" not in given:
             args["tokenizer"] = ""
+    if {"model_config", "model_id"} <= on_line and args["model_config"]:
+        # As --help says, an explicit --model_config wins; said, so the model named is not silently left untrained.
+        print(f"note: --model_config {args['model_config']} wins over --model_id {args['model_id']}: a random-weight "
+              f"{args['model_config']} model is trained, not {args['model_id']}", file=sys.stderr, flush=True)
     if args["run_name"] == LOCAL_DEFAULTS["run_name"]:
         args["run_name"] = new_run_name()
     for name, value in FORMAT_DEFAULTS.get(args["data_format"], {}).items():

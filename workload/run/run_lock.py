@@ -17,6 +17,8 @@ from pathlib import Path
 from workload import cli
 
 LOCK_NAME = ".run.lock"
+# The folders each lock's acquire created, deepest first: a run refused before it wrote anything leaves none behind.
+_made: dict[Path, list[Path]] = {}
 
 
 def acquire(storage_path: str, run_name: str) -> Path | None:
@@ -24,11 +26,13 @@ def acquire(storage_path: str, run_name: str) -> Path | None:
     if not storage_path or "://" in storage_path:
         return None
     directory = Path(storage_path) / run_name
+    made = [folder for folder in (directory, *directory.parents) if not folder.exists()]
     try:
         directory.mkdir(parents=True, exist_ok=True)
     except OSError:
         return None  # the storage check that follows says what is wrong with --storage_path
     path = directory / LOCK_NAME
+    _made[path] = made
     mine = {"pid": os.getpid(), "host": socket.gethostname(), "started": time.strftime("%Y-%m-%d %H:%M:%S")}
     for _ in range(2):  # a stale lock removed, then created: a second try only if another run took it meanwhile
         try:
@@ -57,6 +61,11 @@ def release(path: Path | None) -> None:
     holder = _holder(path)
     if holder is not None and holder.get("pid") == os.getpid() and holder.get("host") == socket.gethostname():
         path.unlink(missing_ok=True)
+    for folder in _made.pop(path, []):
+        try:
+            folder.rmdir()  # only while empty: a run that wrote checkpoints or its flags keeps its directory
+        except OSError:
+            break
 
 
 def _holder(path: Path) -> dict | None:

@@ -1,0 +1,211 @@
+"""A new user's mistakes, each answered as a user types it (the command's own main through workload/cli.py's run, in a
+directory of their files): one `error:` line naming the flag, key or file and what to give (a hint line at most), the
+exit code workload/cli.py documents, no traceback, no secret's value, before Ray starts and in under a second. A
+mistake the checks let through reaches the local run's Ray cluster, which here fails the test instead of starting.
+
+The cases are a fresh audit's: flags (TRL's, transformers' and axolotl's names among them), --config files, data
+files, workload.export and tools.job submit, and settings that the others make do nothing."""
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from tools import job as job_cli
+from workload import cli
+from workload.checkpoint import export
+from workload.run import local
+
+TOKEN = "hf_AbCdEfGhIjKlMnOpQrStUvWxYz012345"
+WANDB_KEY = "0123456789abcdef0123456789abcdef01234567"
+
+# The files the cases name, relative to the directory they run in.
+FILES = {
+    "latin1.jsonl": '{"text": "caf\xe9 au lait"}\n'.encode("latin-1"),
+    "utf16.jsonl": '{"text": "hello"}\n'.encode("utf-16"),
+    "chat.csv": b'messages\n"[{""role"": ""user"", ""content"": ""hi""}]"\n',
+    "wrapped.json": json.dumps({"data": [{"text": "a b c"}]}).encode(),
+    "roles.jsonl": json.dumps({"messages": [{"role": "human", "content": "hi"},
+                                            {"role": "bot", "content": "yo"}]}).encode() + b"\n",
+    "openai.jsonl": json.dumps({"messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}]},
+                                             {"role": "assistant", "content": "yo"}]}).encode() + b"\n",
+    "notgz.jsonl.gz": b'{"text": "plain"}\n',
+    "data.tsv": b"text\nhello\n",
+    "corpus.JSONL": b'{"text": "hello"}\n',
+    "number.jsonl": b'{"text": 42}\n',
+    "arrays.jsonl": b'["a", "b"]\n',
+    "pairs.jsonl": b"".join(json.dumps({"prompt": f"q{i}", "completion": f"a{i}"}).encode() + b"\n"
+                            for i in range(20)),
+    "chats.jsonl": b"".join(json.dumps({"messages": [{"role": "user", "content": f"q{i}"},
+                                                     {"role": "assistant", "content": f"a{i}"}]}).encode() + b"\n"
+                            for i in range(20)),
+    "tabs.yaml": b"steps: 5\n\tlearning_rate: 1e-3\n",
+    "method.yaml": b"method: LoRA\n",
+    "axolotl.yaml": b"datasets:\n  - path: pairs.jsonl\n    type: alpaca\n",
+    "token.yaml": f"hf_token: {TOKEN}\n".encode(),
+    "wandb.yaml": f"report_to: wandb\nwandb_api_key: {WANDB_KEY}\n".encode(),
+    "sci.yaml": b"steps: 1e3\n",
+    # What workload.local exported for a --method lora run: adapters, no checkpoint's .metadata.
+    "model_000006/adapter_config.json": b"{}",
+    "model_000006/adapter_model.safetensors": b"",
+}
+
+LOCAL, EXPORT, JOB = "workload.local", "workload.export", "tools.job"
+# (case, command, argv, exit code, words the error line holds)
+MISTAKES = [
+    # flags
+    ("method in capitals", LOCAL, ["--method", "LoRA"], cli.USAGE, "--method must be one of full, lora, qlora"),
+    ("dropout above 1", LOCAL, ["--method", "lora", "--lora_dropout", "1.5"], cli.USAGE, "--lora_dropout must be"),
+    ("a fused qkv target", LOCAL, ["--method", "lora", "--lora_targets", "q_proj,qkv_proj"], cli.USAGE,
+     "--lora_targets: the model has no linear layer named qkv_proj; allowed: all-linear or"),
+    ("rank 0", LOCAL, ["--method", "lora", "--lora_rank", "0"], cli.USAGE, "--lora_rank must be an integer from 1"),
+    ("format with an underscore", LOCAL, ["--data_format", "prompt_completion"], cli.USAGE,
+     "--data_format must be one of text, chat, prompt-completion"),
+    ("axolotl's alpaca as a format", LOCAL, ["--data_format", "alpaca"], cli.USAGE, "--data_format must be one of"),
+    ("axolotl's chatml template", LOCAL, ["--data_format", "chat", "--chat_template", "chatml"], cli.USAGE,
+     "--chat_template must be empty"),
+    ("a tracker typo", LOCAL, ["--report_to", "tensorbord"], cli.USAGE, "--report_to must be a comma list of"),
+    ("a Hub repo without owner", LOCAL, ["--push_to_hub", "my-model"], cli.USAGE, "--push_to_hub must be a Hub repo"),
+    ("TRL's --bf16", LOCAL, ["--bf16"], cli.USAGE, "--bf16 is not this project's: the job computes in bf16"),
+    ("TRL's --fp16", LOCAL, ["--fp16"], cli.USAGE, "--fp16 is not this project's"),
+    ("TRL's --warmup_ratio", LOCAL, ["--warmup_ratio", "0.1"], cli.USAGE, "give --warmup_steps"),
+    ("TRL's --packing", LOCAL, ["--packing"], cli.USAGE, "--packing is not this project's: packing is always on"),
+    ("--weight_decay", LOCAL, ["--weight_decay", "0.1"], cli.USAGE, "torch's default weight decay"),
+    ("transformers' --optim", LOCAL, ["--optim", "adamw_torch"], cli.USAGE, "--optim is not this project's"),
+    ("a trailing comma", LOCAL, ["--learning_rate", "2e-4,"], cli.USAGE, "--learning_rate: invalid float value"),
+    ("fractional steps", LOCAL, ["--steps", "1.5"], cli.USAGE, "--steps: invalid int value: '1.5'"),
+    ("zero epochs", LOCAL, ["--epochs", "0"], cli.USAGE, "--epochs 0 is no pass over the data"),
+    ("more workers than CPUs", LOCAL, ["--num_workers", "64"], cli.USAGE, "--num_workers 64: the local cluster has"),
+    ("an s3 URI with one slash", LOCAL, ["--storage_path", "s3:/bucket/runs"], cli.USAGE,
+     "s3:/ is a URI with one slash; a URI takes two (s3://bucket/prefix)"),
+    ("a model directory that is not there", LOCAL, ["--model_id", "./no-such-model"], cli.USAGE,
+     "--model_id ./no-such-model: no such directory on this machine"),
+    ("a tokenizer directory that is not there", LOCAL, ["--tokenizer", "./no-such-tokenizer"], cli.USAGE,
+     "--tokenizer ./no-such-tokenizer: no such directory on this machine"),
+    ("a checkpoint mode typo", LOCAL, ["--checkpoint_mode", "asyncc"], cli.USAGE, "--checkpoint_mode must be one of"),
+    # settings the others make do nothing
+    ("a chat template for text", LOCAL, ["--chat_template", "llama3"], cli.USAGE,
+     "--chat_template llama3 applies to chat and prompt-completion examples"),
+    ("a messages field for text", LOCAL, ["--messages_field", "conversation"], cli.USAGE,
+     "--messages_field conversation names a field of --data_format chat records"),
+    ("a prompt field for chat", LOCAL, ["--data_format", "chat", "--prompt_field", "question"], cli.USAGE,
+     "--prompt_field question names a field of --data_format prompt-completion records"),
+    ("a text field for chat", LOCAL, ["--data_format", "chat", "--text_field", "body"], cli.USAGE,
+     "add --data_format text, or leave --text_field unset"),
+    ("truncation of text", LOCAL, ["--truncation", "split"], cli.USAGE, "--truncation split applies to chat"),
+    ("a split of a file", LOCAL, ["--dataset_split", "test"], cli.USAGE,
+     "--dataset_split test names a split of a Hugging Face --dataset"),
+    ("a configuration of a file", LOCAL, ["--dataset_config", "wikitext-2-raw-v1"], cli.USAGE,
+     "leave --dataset_config unset"),
+    ("sync saves of no checkpoints", LOCAL, ["--checkpoint_mode", "sync", "--storage_path", ""], cli.USAGE,
+     "--checkpoint_mode sync sets how checkpoints are saved, and without --storage_path none are"),
+    ("dropout without lora", LOCAL, ["--lora_dropout", "0.1"], cli.USAGE, "--lora_dropout 0.1 sets the adapters"),
+    # --config files
+    ("a file that is not there", LOCAL, ["--config", "run.yml"], cli.USAGE, "--config run.yml: No such file"),
+    ("a tab in YAML", LOCAL, ["--config", "tabs.yaml"], cli.USAGE, "--config tabs.yaml: not YAML (line 2)"),
+    ("a choice in capitals in a file", LOCAL, ["--config", "method.yaml"], cli.USAGE, "--method must be one of"),
+    ("axolotl's datasets list", LOCAL, ["--config", "axolotl.yaml"], cli.USAGE,
+     "datasets is not this project's: axolotl's list of datasets: give one --dataset"),
+    ("a token as a key", LOCAL, ["--config", "token.yaml"], cli.USAGE, "set HF_TOKEN in the environment"),
+    ("a W&B key as a key", LOCAL, ["--config", "wandb.yaml"], cli.USAGE, "set WANDB_API_KEY in the environment"),
+    ("a directory as the file", LOCAL, ["--config", "."], cli.USAGE, "--config .: Is a directory"),
+    ("steps in scientific notation", LOCAL, ["--config", "sci.yaml"], cli.USAGE, "steps: invalid int value: '1e3'"),
+    # data files
+    ("Latin-1 text", LOCAL, ["--dataset", "latin1.jsonl"], cli.USAGE, "line 1 is not UTF-8 text"),
+    ("UTF-16 text", LOCAL, ["--dataset", "utf16.jsonl"], cli.USAGE, "line 1 is not UTF-8 text"),
+    ("chat turns in a CSV cell", LOCAL, ["--data_format", "chat", "--dataset", "chat.csv"], cli.USAGE,
+     "chat.csv line 2: messages is"),
+    ("records wrapped in an object", LOCAL, ["--dataset", "wrapped.json"], cli.USAGE,
+     "holds a JSON dict, not a list of records"),
+    ("ShareGPT's roles in messages", LOCAL, ["--data_format", "chat", "--dataset", "roles.jsonl"], cli.USAGE,
+     'messages[0].role is "human"; allowed: system, user, assistant, tool'),
+    ("OpenAI's content parts", LOCAL, ["--data_format", "chat", "--dataset", "openai.jsonl"], cli.USAGE,
+     "messages[0].content is"),
+    ("a .gz that is not gzip", LOCAL, ["--dataset", "notgz.jsonl.gz"], cli.USAGE, "cannot be read as .jsonl.gz"),
+    ("a .tsv file", LOCAL, ["--dataset", "data.tsv"], cli.USAGE,
+     "--dataset data.tsv is a file of no format the job reads; allowed: a file ending in .txt"),
+    ("a suffix in capitals", LOCAL, ["--dataset", "corpus.JSONL"], cli.USAGE, "(lower case)"),
+    ("a number as text", LOCAL, ["--dataset", "number.jsonl"], cli.USAGE, "line 1: text is 42; allowed: a string"),
+    ("a list as a record", LOCAL, ["--dataset", "arrays.jsonl"], cli.USAGE, "not a JSON object"),
+    ("pairs as chat", LOCAL, ["--data_format", "chat", "--dataset", "pairs.jsonl"], cli.USAGE,
+     'no field "messages" (the record\'s fields: completion, prompt)'),
+    ("chat as text", LOCAL, ["--dataset", "chats.jsonl"], cli.USAGE, 'no field "text" (the record\'s fields: messages)'),
+    # workload.export
+    ("no OUT", EXPORT, ["model_000006"], cli.USAGE, "the following arguments are required: OUT"),
+    ("bf16 for bfloat16", EXPORT, ["ck", "out", "--dtype", "bf16"], cli.USAGE,
+     "invalid choice: 'bf16' (choose from 'float32', 'bfloat16')"),
+    ("a file as CHECKPOINT", EXPORT, ["pairs.jsonl", "out"], cli.USAGE, "CHECKPOINT pairs.jsonl: no such directory"),
+    ("OUT is the checkpoint", EXPORT, ["model_000006", "model_000006"], cli.USAGE, "exists and is not empty"),
+    ("the exported adapters merged", EXPORT, ["model_000006", "out", "--merge"], cli.USAGE,
+     "is a model exported already (adapter_model.safetensors), not a checkpoint: PeftModel.from_pretrained"),
+    # tools.job
+    ("submit without a stack", JOB, ["submit", "--print_config"], cli.USAGE, "submit needs --stack"),
+    ("training flags before --", JOB, ["submit", "--stack", "dev", "--steps", "200"], cli.USAGE,
+     ("--steps is a training flag: give the job's flags after --, as `python -m tools.job submit --stack dev -- "
+      "--steps 200`")),
+    ("a path on this machine for the pods", JOB, ["submit", "--stack", "dev", "--kubeconfig", "k.yaml", "--",
+                                                  "--dataset", "./pairs.jsonl"], cli.USAGE,
+     "--dataset ./pairs.jsonl is a path on this machine, which the job's pods cannot read"),
+    ("adapters without lora on a stack", JOB, ["submit", "--stack", "dev", "--print_config", "--", "--lora_rank", "8"],
+     cli.USAGE, "--lora_rank 8 sets the adapters"),
+    ("a stack name in capitals", JOB, ["submit", "--stack", "Dev", "--print_config"], cli.USAGE,
+     "--stack Dev: no Pulumi.Dev.yaml here; stacks: dev"),
+]
+
+
+@pytest.fixture
+def here(tmp_path, monkeypatch):
+    for name, data in FILES.items():
+        (tmp_path / name).parent.mkdir(exist_ok=True)
+        (tmp_path / name).write_bytes(data)
+    monkeypatch.chdir(tmp_path)
+
+    def no_cluster(*args, **kwargs):
+        raise AssertionError("the mistake was let through: the local Ray cluster would start now")
+
+    monkeypatch.setattr(local, "local_cluster", no_cluster)
+    return tmp_path
+
+
+def _run(command: str, argv: list[str]) -> int:
+    main = {LOCAL: local.main, EXPORT: export.main, JOB: job_cli.main}[command]
+    if command == LOCAL and "--storage_path" not in argv:
+        argv = [*argv, "--storage_path", "runs"]
+    try:
+        return cli.run(main, argv)
+    except SystemExit as exited:  # argparse's refusal exits, as the command would
+        return exited.code
+
+
+@pytest.mark.parametrize("case, command, argv, code, words", MISTAKES, ids=[case[0] for case in MISTAKES])
+def test_a_mistake_is_one_line_naming_the_fix_before_ray(here, capsys, case, command, argv, code, words):
+    _run(command, argv)  # the first call of a kind pays for its imports; the user's second try is what is timed
+    capsys.readouterr()
+    started = time.monotonic()
+    exit_code = _run(command, argv)
+    took = time.monotonic() - started
+    out, err = capsys.readouterr()
+    lines = err.splitlines()
+    assert exit_code == code, f"{case}: `{command} {' '.join(argv)}` exited {exit_code}, not {code}:\n{err}"
+    assert words in err, f"{case}: the error must say {words!r}:\n{err}"
+    at = next(index for index, line in enumerate(lines) if line.startswith("error:"))
+    assert len(lines[at:]) <= 2 and "Traceback" not in err, f"{case}: one line and a hint at most:\n{err}"
+    assert TOKEN not in out + err and WANDB_KEY not in out + err, f"{case}: a secret was echoed"
+    assert took < 1, f"{case}: answered in {took:.1f} s, not before anything heavy"
+    left = sorted(str(path.relative_to(here)) for path in here.rglob("*") if path.is_dir()) if command == LOCAL else []
+    assert set(left) <= {"model_000006"}, f"{case}: a refused run leaves no directory behind: {left}"
+
+
+def test_every_mistake_is_new_and_named_once():
+    names = [case[0] for case in MISTAKES]
+    assert len(names) == len(set(names)) and len(names) >= 40, names
+
+
+def test_an_explicit_model_config_over_a_model_id_is_said(capsys):
+    """As --help says, a --model_config typed beside a --model_id wins; the local run says so in one line."""
+    cfg = local.parse_args(["--model_config", "tiny", "--model_id", "Qwen/Qwen2.5-0.5B", "--run_name", "x"])
+    assert cfg.model_config == "tiny"
+    err = capsys.readouterr().err.splitlines()
+    assert err == [("note: --model_config tiny wins over --model_id Qwen/Qwen2.5-0.5B: a random-weight tiny model is "
+                    "trained, not Qwen/Qwen2.5-0.5B")], err

@@ -133,7 +133,9 @@ def prepare(args: argparse.Namespace) -> None:
 
 def check_pods_can_read(workload: Any) -> None:
     """A --dataset or --tokenizer on this machine is not in the cluster's pods: said before anything is submitted, as
-    the preview says it of trainDataset (infra/preview/job_plan.py), instead of a job failing on every worker."""
+    the preview says it of trainDataset (infra/preview/job_plan.py), instead of a job failing on every worker. So is a
+    --dataset without --storage_path, as the preview says it (infra/config/train_keys.py _check_data_storage): the data
+    stage runs on the Ray head and would keep the token shards on the head's own disk, which no GPU worker reads."""
     from workload.config import is_local_dataset
 
     for name, value in (("dataset", workload.dataset), ("tokenizer", workload.tokenizer)):
@@ -141,6 +143,11 @@ def check_pods_can_read(workload: Any) -> None:
             raise cli.UsageError(f"--{name} {value} is a path on this machine, which the job's pods cannot read; "
                                  "allowed: s3://bucket/key (the Ray pods' role reads the stack's prefix), or a Hugging "
                                  "Face id")
+    if workload.dataset and not workload.storage_path:
+        raise cli.UsageError(f"--dataset {workload.dataset} needs --storage_path (s3://BUCKET/PREFIX) on the cluster: "
+                             "the data stage keeps its token shards there, where every GPU node reads them; give "
+                             "--storage_path after -- or set trainStoragePath, or leave --dataset empty for random "
+                             "tokens")
 
 
 def submit_command(client: Any, args: argparse.Namespace) -> int:

@@ -55,6 +55,7 @@ def parse_train(raw: dict[str, Any]) -> JobSettings:
     require(not clash, "trainSecretEnv", f"{clash} are set in trainEnv too; set each variable in one key")
     _check_tracking(raw, env, secret_env)
     _check_offline(raw, env)
+    _check_data_storage(raw)
     # experimentTracking mlflow: the stack's own server when trainMlflowTrackingUri is unset.
     flags["mlflow_tracking_uri"] = default_tracking_uri(raw, parse_report_to(raw["trainReportTo"]))
     return JobSettings(
@@ -167,6 +168,16 @@ def hub_sources(raw: dict[str, Any]) -> dict[str, str]:
     if raw["trainPushToHub"]:
         sources["trainPushToHub"] = raw["trainPushToHub"]
     return sources
+
+
+def _check_data_storage(raw: dict[str, Any]) -> None:
+    """A dataset needs a storage path on the cluster: the data stage (workload/data/stage.py) runs on the Ray head
+    and keeps the token shards under trainStoragePath/datasets, which every GPU node reads; without one they would
+    stay on the head's own disk, and every worker would fail to find them after the GPUs started billing."""
+    require(not raw["trainDataset"] or bool(raw["trainStoragePath"]), "trainDataset",
+            f"{raw['trainDataset']!r} needs trainStoragePath (s3://BUCKET/PREFIX): the data stage keeps its token "
+            "shards there, where every GPU node reads them; set trainStoragePath, or leave trainDataset empty for "
+            "random tokens")
 
 
 def _check_offline(raw: dict[str, Any], env: dict[str, str]) -> None:

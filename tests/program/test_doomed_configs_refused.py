@@ -10,8 +10,9 @@ from tests.program.test_refusals_at_preview import program_refusal
 from tests.support.pulumi_mocks import Secret
 
 JOB = {"trainEnabled": True}
+# Every case that sets a dataset stores under trainStoragePath too, so that the rule it shows is the one that refuses.
 STORED = {"trainStoragePath": "s3://company-data/runs"}
-CHATS = {**JOB, "trainDataset": "org/chats", "trainDataFormat": "chat"}
+CHATS = {**JOB, **STORED, "trainDataset": "org/chats", "trainDataFormat": "chat"}
 
 # (case, the key the refusal names, overrides of the dev stack: 2 x g6.12xlarge, Qwen/Qwen2.5-1.5B, words it says).
 DOOMED = [
@@ -36,33 +37,45 @@ DOOMED = [
     # infra/config/train_keys.py _check_offline: an offline switch with a source on the Hub (fresh nodes, no cache).
     ("HF_HUB_OFFLINE with a Hub model", "trainEnv", {**JOB, "trainEnv": ["HF_HUB_OFFLINE=1"]}, "trainModelId"),
     ("HF_HUB_OFFLINE with a Hub dataset", "trainEnv",
-     {**JOB, "trainModelId": "s3://company-data/models/m/", "trainDataset": "org/corpus",
+     {**JOB, **STORED, "trainModelId": "s3://company-data/models/m/", "trainDataset": "org/corpus",
       "trainTokenizer": "s3://company-data/models/m/", "trainEnv": ["HF_HUB_OFFLINE=true"]}, "trainDataset org/corpus"),
     ("TRANSFORMERS_OFFLINE with a Hub tokenizer", "trainEnv",
-     {**JOB, "trainDataset": "s3://company-data/c.jsonl", "trainEnv": ["TRANSFORMERS_OFFLINE=1"]}, "TRANSFORMERS_OFFLINE"),
+     {**JOB, **STORED, "trainDataset": "s3://company-data/c.jsonl", "trainEnv": ["TRANSFORMERS_OFFLINE=1"]},
+     "TRANSFORMERS_OFFLINE"),
     ("HF_HUB_OFFLINE with an upload to the Hub", "trainEnv",
      {**JOB, **STORED, "trainModelId": "s3://company-data/models/m/", "trainPushToHub": "org/model",
       "trainSecretEnv": Secret(["HF_TOKEN=hf_x"]), "trainEnv": ["HF_HUB_OFFLINE=1"]}, "trainPushToHub org/model"),
     ("HF_DATASETS_OFFLINE with a Hub dataset", "trainEnv",
-     {**JOB, "trainDataset": "org/corpus", "trainEnv": ["HF_DATASETS_OFFLINE=1"]}, "HF_DATASETS_OFFLINE"),
+     {**JOB, **STORED, "trainDataset": "org/corpus", "trainEnv": ["HF_DATASETS_OFFLINE=1"]}, "HF_DATASETS_OFFLINE"),
     # infra/preview/job_plan.py check_tokenizer_vocabulary (workload/data/tokenizer_size.py).
     ("Qwen3's tokenizer on Llama-3.2-1B", "trainTokenizer",
-     {**JOB, "trainDataset": "org/corpus", "trainModelId": "meta-llama/Llama-3.2-1B", "trainTokenizer": "Qwen/Qwen3-0.6B"},
+     {**JOB, **STORED, "trainDataset": "org/corpus", "trainModelId": "meta-llama/Llama-3.2-1B",
+      "trainTokenizer": "Qwen/Qwen3-0.6B"},
      "151,669 tokens"),
     ("Qwen2.5's tokenizer on Mistral-7B-v0.3", "trainTokenizer",
-     {**JOB, "trainDataset": "org/corpus", "trainModelId": "mistralai/Mistral-7B-v0.3", "trainTokenizer": "Qwen/Qwen2.5-7B"},
+     {**JOB, **STORED, "trainDataset": "org/corpus", "trainModelId": "mistralai/Mistral-7B-v0.3",
+      "trainTokenizer": "Qwen/Qwen2.5-7B"},
      "vocabulary of 32,768"),
     ("Llama 3's tokenizer on tiny", "trainTokenizer",
-     {**JOB, "trainDataset": "org/corpus", "trainModelConfig": "tiny", "trainSeqLen": 256,
+     {**JOB, **STORED, "trainDataset": "org/corpus", "trainModelConfig": "tiny", "trainSeqLen": 256,
       "trainTokenizer": "meta-llama/Llama-3.1-8B"}, "128,256 tokens"),
     ("the model id's tokenizer on tiny", "trainModelConfig",
-     {**JOB, "trainDataset": "org/corpus", "trainModelConfig": "tiny", "trainSeqLen": 256}, "vocabulary of 512"),
+     {**JOB, **STORED, "trainDataset": "org/corpus", "trainModelConfig": "tiny", "trainSeqLen": 256},
+     "vocabulary of 512"),
     # infra/config/train_keys.py: trainChatTemplate is a shipped template only (a .jinja file is not on the cluster).
     ("a chat template in ./", "trainChatTemplate", {**CHATS, "trainChatTemplate": "./my.jinja"}, "one of"),
     ("a chat template by absolute path", "trainChatTemplate", {**CHATS, "trainChatTemplate": "/home/me/t.jinja"},
      "one of"),
     ("a chat template by relative path", "trainChatTemplate",
      {**CHATS, "trainChatTemplate": "templates/chat.jinja"}, "one of"),
+    # infra/config/train_keys.py _check_data_storage: the data stage keeps its token shards under trainStoragePath,
+    # which every GPU node reads; without one they stay on the Ray head's disk and every worker fails after billing.
+    ("a Hub dataset without a storage path", "trainDataset", {**JOB, "trainDataset": "org/corpus"},
+     "needs trainStoragePath"),
+    ("an s3 dataset without a storage path", "trainDataset",
+     {**JOB, "trainDataset": "s3://company-data/corpus.jsonl"}, "needs trainStoragePath"),
+    ("a chat dataset without a storage path", "trainDataset",
+     {**JOB, "trainDataset": "org/chats", "trainDataFormat": "chat"}, "needs trainStoragePath"),
 ]
 
 
@@ -83,7 +96,8 @@ def test_the_classes_leave_working_configs_alone():
 
     for overrides in ({**JOB, "trainMethod": "qlora", "trainNumWorkers": 4, "trainExpectTransport": "any"},
                       {**JOB, "trainModelId": "s3://company-data/models/m/", "trainEnv": ["HF_HUB_OFFLINE=1"]},
-                      {**JOB, "trainDataset": "org/corpus", "trainModelId": "meta-llama/Llama-3.2-1B",
-                       "trainTokenizer": "meta-llama/Llama-3.1-8B"}):
+                      {**JOB, **STORED, "trainDataset": "org/corpus", "trainModelId": "meta-llama/Llama-3.2-1B",
+                       "trainTokenizer": "meta-llama/Llama-3.1-8B"},
+                      {**JOB, **STORED, "trainDataset": "s3://company-data/corpus.jsonl"}):
         run = run_program("dev", overrides)
         assert run.error is None, f"{overrides}: {run.error}"

@@ -28,6 +28,9 @@ NODE_GROUP = "aws:eks/nodeGroup:NodeGroup"
 JOB = "pulumi-python:dynamic/raytrain:TrainingJob"
 ROLE = f"arn:aws:iam::{ACCOUNT_ID}:role/deployer"
 JOB_ON = {"trainEnabled": True}
+# A dataset's token shards live under trainStoragePath (infra/config/train_keys.py _check_data_storage): the cases
+# below that set one store there too, so that the refusal each shows is its own.
+STORED = {"trainStoragePath": "s3://company-data/runs"}
 
 
 # (stack, overrides, words the error must contain: the key and what is allowed). None of these is in
@@ -66,19 +69,20 @@ DOOMED = {
                               ["trainModelId", "give the Hub id it names: Qwen/Qwen2.5-7B"]),
     "local checkpoints on two nodes": ("dev", {**JOB_ON, "trainStoragePath": "/mnt/checkpoints"},
                                        ["trainStoragePath", "s3://bucket/prefix"]),
-    "a dataset on this machine, two nodes": ("dev", {**JOB_ON, "trainDataset": "/home/me/corpus.jsonl"},
+    "a dataset on this machine, two nodes": ("dev", {**JOB_ON, **STORED, "trainDataset": "/home/me/corpus.jsonl"},
                                              ["trainDataset", "2 GPU nodes cannot read", "s3://bucket/key.jsonl"]),
-    "a dataset on this machine, one node": ("dev", {**JOB_ON, "trainDataset": "corpus.txt", "gpuNodeCount": 1,
+    "a dataset on this machine, one node": ("dev", {**JOB_ON, **STORED, "trainDataset": "corpus.txt", "gpuNodeCount": 1,
                                                     "trainExpectTransport": "intra-node"},
                                             ["trainDataset", "1 GPU node cannot read", "Hugging Face dataset id"]),
-    "a tokenizer on this machine": ("dev", {**JOB_ON, "trainDataset": "wikitext", "trainTokenizer": "./tokenizer"},
+    "a tokenizer on this machine": ("dev", {**JOB_ON, **STORED, "trainDataset": "wikitext",
+                                                             "trainTokenizer": "./tokenizer"},
                                     ["trainTokenizer", "cannot read", "Hugging Face tokenizer or model id"]),
     "an unknown data format": ("dev", {**JOB_ON, "trainDataFormat": "sharegpt"},
                                ["trainDataFormat", "text, chat, prompt-completion"]),
-    "chat without a messages field": ("dev", {**JOB_ON, "trainDataFormat": "chat", "trainDataset": "org/chats",
-                                              "trainMessagesField": ""}, ["trainMessagesField", "must name"]),
-    "chat with a tokenizer without a template": ("dev", {**JOB_ON, "trainDataFormat": "chat", "trainDataset": "org/c",
-                                                         "trainTokenizer": "openai-community/gpt2"},
+    "chat without a messages field": ("dev", {**JOB_ON, **STORED, "trainDataFormat": "chat",
+                                              "trainDataset": "org/chats", "trainMessagesField": ""}, ["trainMessagesField", "must name"]),
+    "chat with a tokenizer without a template": ("dev", {**JOB_ON, **STORED, "trainDataFormat": "chat",
+                                                         "trainDataset": "org/c", "trainTokenizer": "openai-community/gpt2"},
                                                  ["trainTokenizer", "no chat template", "trainChatTemplate"]),
     "efa with one GPU node": ("dev", {**JOB_ON, "gpuNodeCount": 1},
                               ["trainExpectTransport", "one GPU node", "intra-node or any"]),

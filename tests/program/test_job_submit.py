@@ -68,6 +68,41 @@ def test_submit_refuses_a_flag_the_job_does_not_know_before_reaching_the_cluster
                                                      "(did you mean --steps?)"]
 
 
+class Reached(Exception):
+    """The job server was asked for: everything before it passed."""
+
+
+def test_submit_refuses_a_dataset_without_a_storage_path_before_reaching_the_cluster(tmp_path, capsys):
+    """The data stage runs on the Ray head and keeps the token shards under --storage_path, which every GPU node reads;
+    without one they would stay on the head's disk and every worker fail after the GPUs bill (the preview's
+    trainDataset rule, infra/config/train_keys.py _check_data_storage)."""
+    def no_cluster(args):
+        raise AssertionError("a dataset without a storage path must be refused before the cluster is reached")
+
+    code = cli.run(lambda argv: job_cli.main(argv, job_server=no_cluster),
+                   ["submit", "--stack", "dev", "--", "--dataset", "org/corpus"])
+    err = capsys.readouterr().err
+    assert code == cli.USAGE, err
+    (line,) = err.splitlines()
+    assert line.startswith("error: --dataset org/corpus needs --storage_path") and "trainStoragePath" in line, line
+    path = tmp_path / "run.yaml"
+    path.write_text("dataset: s3://company-data/corpus.jsonl\n")
+    code = cli.run(lambda argv: job_cli.main(argv, job_server=no_cluster),
+                   ["submit", "--stack", "dev", "--config", str(path)])
+    assert code == cli.USAGE and "--storage_path" in capsys.readouterr().err, "a dataset from --config's file too"
+
+    def reached(args):
+        raise Reached
+
+    with pytest.raises(Reached):
+        job_cli.main(["submit", "--stack", "dev", "--", "--dataset", "org/corpus",
+                      "--storage_path", "s3://company-data/runs"], job_server=reached)
+    # A printed file is for a local replay (one machine, no storage needed): printed, not refused.
+    code = cli.run(lambda argv: job_cli.main(argv, job_server=no_cluster),
+                   ["submit", "--stack", "dev", "--print_config", "--", "--dataset", "org/corpus"])
+    assert code == cli.OK and "dataset: org/corpus" in capsys.readouterr().out
+
+
 def test_submit_reads_a_config_file_between_the_stack_and_the_flags_and_prints_the_job_as_one(tmp_path, capsys):
     """The stack's keys, then --config's file over them, then the flags after `--` over both; --print_config writes
     the job's settings as a file that `python -m workload.local --config` replays, without reaching the cluster."""

@@ -155,7 +155,8 @@ def test_data_schedule_evaluation_and_export_keys_reach_the_job():
     assert {flag: flags.get(flag) for flag in expected} == expected, args
     assert "--text_field" not in flags, f"a key at its default stays implicit: {args}"
     fraction = run_program("dev", {**without_tiny, "trainDataset": "s3://bucket/data/corpus.jsonl",
-                                   "trainTextField": "body", "trainEvalFraction": "0.05"}).one(JOB).inputs["train_args"]
+                                   "trainStoragePath": "s3://bucket/runs", "trainTextField": "body",
+                                   "trainEvalFraction": "0.05"}).one(JOB).inputs["train_args"]
     flags = dict(zip(fraction[::2], fraction[1::2]))
     assert (flags["--dataset"], flags["--text_field"], flags["--eval_fraction"]) == \
         ("s3://bucket/data/corpus.jsonl", "body", "0.05"), fraction
@@ -168,7 +169,8 @@ def test_a_chat_fine_tune_reaches_the_job_as_the_workload_flags():
 
     keys = {"trainDataset": "s3://bucket/chats/train.parquet", "trainDataFormat": "chat",
             "trainMessagesField": "conversation", "trainChatTemplate": "llama3", "trainTruncation": "split",
-            "trainOnPrompt": True, "trainEvalFraction": "0.05", "trainModelId": "Qwen/Qwen2.5-0.5B"}
+            "trainOnPrompt": True, "trainEvalFraction": "0.05", "trainModelId": "Qwen/Qwen2.5-0.5B",
+            "trainStoragePath": "s3://bucket/runs"}
     # Qwen2.5-0.5B's own tokenizer: tiny's 512-token vocabulary holds no real tokenizer's ids.
     without_tiny = {key: value for key, value in TRAIN.items() if key != "trainModelConfig"}
     args = run_program("dev", {**without_tiny, **keys}).one(JOB).inputs["train_args"]
@@ -178,7 +180,7 @@ def test_a_chat_fine_tune_reaches_the_job_as_the_workload_flags():
         "s3://bucket/chats/train.parquet", "chat", "conversation", "llama3", "split", True, 0.05), args
     flags = config.parse(stack_settings("dev") | {
         **TRAIN, "trainDataset": "org/pairs", "trainDataFormat": "prompt-completion", "trainPromptField": "question",
-        "trainCompletionField": "answer"}).train.flags
+        "trainCompletionField": "answer", "trainStoragePath": "s3://bucket/runs"}).train.flags
     pairs = {name: flags[name] for name in ("data_format", "messages_field", "prompt_field", "completion_field",
                                             "train_on_prompt", "chat_template", "truncation")}
     assert pairs == {"data_format": "prompt-completion", "messages_field": "messages", "prompt_field": "question",

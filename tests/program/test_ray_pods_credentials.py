@@ -2,9 +2,9 @@
 
 The pods' Pod Identity association exists only while something the job uses is on S3 (__main__.py,
 infra/aws/pod_identity.py), and EKS hands its credentials only to pods created after it. A stack whose first `up` had
-nothing on S3 and whose next one trains on an s3:// dataset (docs/jobs.md's day-two flow) must therefore replace the
-RayCluster, whose `replace_on_changes=["spec"]` does so only if the spec differs, and wake a stopped group for it
-(GpuNodesAwake's `ray_cluster_spec`). Before, the spec was the same, the head kept running without credentials, and
+nothing on S3 and whose next one trains on an s3:// dataset, with the s3:// trainStoragePath every dataset needs
+(docs/jobs.md's day-two flow), must therefore replace the RayCluster, whose `replace_on_changes=["spec"]` does so only
+if the spec differs, and wake a stopped group for it (GpuNodesAwake's `ray_cluster_spec`). Before, the spec was the same, the head kept running without credentials, and
 the job failed reading its dataset.
 """
 from __future__ import annotations
@@ -24,9 +24,9 @@ def ray_pods_association(run) -> list[str]:
 
 
 def test_the_first_s3_location_on_a_later_up_replaces_the_raycluster_and_wakes_the_group():
-    first, second = program("dev", TRAIN), program("dev", (*TRAIN, S3_DATASET))
+    first, second = program("dev", TRAIN), program("dev", (*TRAIN, STORAGE, S3_DATASET))
     assert not ray_pods_association(first) and ray_pods_association(second), (
-        "the association comes with the s3:// dataset")
+        "the association comes with the s3:// dataset and its storage path")
     before, after = first.one(RAY_CLUSTER).inputs["spec"], second.one(RAY_CLUSTER).inputs["spec"]
     assert before != after, ("the RayCluster's spec must change, or its pods, made before the association, never get "
                              "credentials and the job fails on the head with NoCredentialsError")

@@ -214,7 +214,8 @@ def test_a_minimum_bus_bandwidth_above_the_nodes_network_is_refused():
 
 @pytest.mark.parametrize("overrides, keys", [
     ({"trainCheckpointEvery": 10}, ["'trainCheckpointEvery'", "trainStoragePath"]),
-    ({"trainDataset": "s3://company-data/corpus.xlsx"}, ["'trainDataset'", ".jsonl"]),  # .parquet, .csv are formats
+    ({"trainDataset": "s3://company-data/corpus.xlsx", "trainStoragePath": "s3://company-data/runs"},
+     ["'trainDataset'", ".jsonl"]),  # .parquet, .csv are formats
 ])
 def test_the_jobs_own_checks_name_the_stack_keys(overrides, keys):
     with pytest.raises(ValueError) as refused:

@@ -55,7 +55,7 @@ def test_stack_keys_and_flags_map_both_ways():
 
 def test_a_stack_value_becomes_its_flag_and_back():
     raw = stack_settings("dev") | {"trainLearningRate": "3e-4", "trainEvalFraction": "0.05", "trainDataset": "org/x",
-                                   "trainSteps": 7}
+                                   "trainStoragePath": "s3://my-bucket/ray-train", "trainSteps": 7}
     flags = config.parse(raw).train.flags
     assert flags["learning_rate"] == 3e-4 and flags["eval_fraction"] == 0.05 and flags["steps"] == 7, flags
     for name, value in flags.items():

@@ -142,8 +142,10 @@ def test_parse_maps_every_key_onto_the_dataclass():
     assert (cfg.train.sharding, cfg.train.reduce_dtype, cfg.train.grad_accum_steps) == ("auto", "auto", 1), cfg.train
     bus = config.parse(raw | {"trainMinBusBandwidthGBps": "4.5"}).train.min_bus_gbytes_per_s
     assert bus == 4.5, "trainMinBusBandwidthGBps is parsed as a float"
-    train = config.parse(raw | {"trainDataset": "wikitext", "trainEvalFraction": "0.05"}).train
+    train = config.parse(raw | {"trainDataset": "wikitext", "trainEvalFraction": "0.05",
+                                "trainStoragePath": "s3://my-bucket/ray-train"}).train
     assert (train.dataset, train.eval_fraction) == ("wikitext", 0.05), "trainEvalFraction is parsed as a float"
+    assert train.storage_path == "s3://my-bucket/ray-train", "trainStoragePath -> storage_path"
     assert (train.lr_schedule, train.warmup_steps, train.export) == ("cosine", 0, "final"), train
 
 

@@ -33,7 +33,8 @@ BASE = {"trainEnabled": True}
 STEPS = [
     ("first up", {}),
     ("a changed model", {"trainModelId": "Qwen/Qwen2.5-0.5B"}),
-    ("a changed dataset", {"trainDataset": "s3://company-data/corpus.txt"}),
+    # A dataset's token shards live under trainStoragePath (infra/config/train_keys.py _check_data_storage).
+    ("a changed dataset", {"trainDataset": "s3://company-data/corpus.txt", "trainStoragePath": "s3://company-data/runs"}),
     ("a new run id", {"trainRunId": "2"}),
     ("a count change", {"gpuNodeCount": 3}),
     ("a secret rotation", {"trainSecretEnv": Secret([f"HF_TOKEN={TOKEN}"])}),

@@ -18,7 +18,8 @@ from workload import cli
 from workload.data import tokenizer_size
 
 TOKEN = "hf_granted_tokenizer_0123"
-JOB = {"trainEnabled": True, "trainDataset": "acme/corpus"}
+# A dataset's token shards live under trainStoragePath (infra/config/train_keys.py _check_data_storage).
+JOB = {"trainEnabled": True, "trainDataset": "acme/corpus", "trainStoragePath": "s3://company-data/runs"}
 
 
 def tokenizer_json(tokens: int, added: int = 0) -> bytes:

@@ -191,7 +191,7 @@ class TrainConfig:
     )
     dataset_config: str = flag("", "Configuration name of a Hugging Face --dataset (e.g. wikitext-2-raw-v1).",
         stack_key="trainDatasetConfig")
-    dataset_split: str = flag("train", "Split of a Hugging Face --dataset (e.g. train, or train[:10%]).",
+    dataset_split: str = flag("train", "Split of a Hugging Face --dataset (e.g. train, or train[:5000]).",
         stack_key="trainDatasetSplit", check=split_problem)
     text_field: str = flag("text", "Field holding the text in a .jsonl/.json file or a Hugging Face dataset.",
         stack_key="trainTextField")

@@ -25,6 +25,12 @@ def predict(workload: Any, architecture: dict, gpu: InstanceFacts, workers: int,
     plan (sharding, mesh_shape, reduce_dtype, requested, reason) and its basis."""
     cfg = memory_plan.apply(workload, plan)
     ranks_per_node = cfg.ranks_per_node or layout.packed_ranks_per_node(workers, gpu.gpus)
+    if cfg.sharding in ("hybrid", layout.TWO_LEVEL) and not ranks_per_node:
+        # The job's own refusal names its flags (--ranks_per_node); the stack's keys are these.
+        raise ValueError(
+            f"config keys 'trainSharding', 'trainNumWorkers': {cfg.sharding} shards within each node, and "
+            f"{workers} workers fill no whole number of {gpu.instance_type} nodes of {gpu.gpus} GPUs; allowed: "
+            f"trainNumWorkers up to {gpu.gpus} or a multiple of {gpu.gpus}, or trainSharding full or auto")
     chosen = layout.for_job(cfg, architecture, world_size=workers, ranks_per_node=ranks_per_node,
                             gpu_name=gpu.gpu_name, node_gbytes_per_s=cfg.node_gbits_per_s / 8,
                             bandwidth_source=NOMINAL_SOURCE,

@@ -2,6 +2,7 @@
 its data and chat template, its shape against the cluster, and the transport and bandwidth it expects."""
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import pulumi
@@ -13,6 +14,7 @@ from workload.config import CHAT_TEMPLATES, is_local_dataset
 from workload.data import tokenizer_size
 from workload.data.chat import KNOWN_CHAT_TEMPLATES
 from workload.model import adapters, memory, memory_plan, model_source, structure
+from workload.model.layout import ASSUMED_MFU, step_compute_seconds
 
 
 def check_job(cfg: StackConfig, gpu: InstanceFacts, *, identity: AwsIdentity | None = None, region: str | None = None
@@ -43,6 +45,7 @@ def check_job(cfg: StackConfig, gpu: InstanceFacts, *, identity: AwsIdentity | N
         plan = check_job_shape(workload, architecture.config, gpu, workers, model=train.model_config or train.model_id,
                                node_count=cfg.gpu_node_count)
         layout = job_layout.predict(workload, architecture.config, gpu, workers, plan)
+        check_time_limit(cfg, memory_plan.apply(workload, plan), architecture.config, gpu)
         save = checkpoint_cost.plan(memory_plan.apply(workload, plan), architecture.config, gpu, workers)
         checkpoint = save.as_dict()
         if warning := checkpoint_cost.always_in_flight_warning(save):
@@ -213,12 +216,39 @@ def what_would_fit(workload: Any, architecture: dict, gpu: InstanceFacts, worker
                        " tokens)"]
 
 
+# The least a job spends before its first step, whatever its model: a local run of the tiny model on random tokens
+# reaches it in 32 to 35 s (bench/results/RESULTS.md, issue 44's table); a cluster job also downloads its model and
+# starts its GPU workers. A lower bound, so a refusal that counts it is certain.
+STARTUP_ALLOWANCE_S = 60
+
+
+def check_time_limit(cfg: StackConfig, workload: Any, architecture: dict, gpu: InstanceFacts) -> None:
+    """trainTimeoutMinutes must hold the start-up and trainSteps steps at their fastest: each step's FLOPs at the GPU's
+    full bf16 peak (workload.model.layout.step_compute_seconds at 100% MFU instead of its ASSUMED_MFU), no
+    communication, no recompute. Skipped for an unlisted GPU and for --epochs (steps known only on the cluster)."""
+    step = step_compute_seconds(workload, architecture, gpu.gpu_name)
+    if step is None or workload.epochs:
+        return
+    fastest = STARTUP_ALLOWANCE_S + workload.steps * step * ASSUMED_MFU
+    minutes = cfg.train.timeout_minutes
+    if minutes * 60 < fastest:
+        raise ValueError(
+            f"config keys 'trainTimeoutMinutes', 'trainSteps': {minutes} minute{'s' if minutes != 1 else ''} cannot hold {workload.steps} steps of "
+            f"at least {step * ASSUMED_MFU:.2f} s each on {gpu.gpu_name} at its full bf16 peak, plus "
+            f"{STARTUP_ALLOWANCE_S} s of start-up; allowed: trainTimeoutMinutes {math.ceil(fastest / 60)} or more "
+            "(more for the real pace), or fewer trainSteps")
+
+
 def check_transport_expectation(cfg: StackConfig, gpu: InstanceFacts, workers: int) -> None:
     """trainExpectTransport must be what this cluster and the job's env can show: the job fails after it ran
     (and billed) when every rank's NCCL transport differs from it."""
     expect = cfg.train.expect_transport
     env = {**cfg.transport_env, **cfg.train.env}  # what the ranks see: the job's runtime_env wins
-    sockets = env.get("NCCL_NET", "").lower() == "socket" or env.get("FI_PROVIDER") != "efa"
+    # NCCL loads libnccl-net-<NCCL_NET_PLUGIN>.so; aws-ofi-nccl is the one that drives EFA (ofi, aws-ofi). Any other
+    # plugin (none: no plugin) leaves NCCL its built-in transports, sockets between nodes.
+    plugin = env.get("NCCL_NET_PLUGIN", "")
+    ofi_plugin = "ofi" in plugin.lower()
+    sockets = env.get("NCCL_NET", "").lower() == "socket" or env.get("FI_PROVIDER") != "efa" or not ofi_plugin
     # Ray Train's default placement packs workers onto as few nodes as hold them (ScalingConfig
     # placement_strategy="PACK"): workers that fit on one node's GPUs never cross nodes.
     crosses_nodes = cfg.gpu_node_count > 1 and workers > gpu.gpus
@@ -228,6 +258,10 @@ def check_transport_expectation(cfg: StackConfig, gpu: InstanceFacts, workers: i
             f"config key {key!r}: {expect} needs ranks on two or more nodes, but the job's {workers} workers "
             f"{'have one GPU node' if cfg.gpu_node_count == 1 else f'fit on one node of {gpu.gpus} GPUs'}, so NCCL "
             "shows intra-node; allowed: intra-node or any (or more gpuNodeCount / trainNumWorkers)")
+    if expect == "efa" and not ofi_plugin:
+        raise ValueError(f"config keys 'ncclNetPlugin', {key!r}: efa, but ncclNetPlugin {plugin} does not load "
+                         "aws-ofi-nccl, so NCCL sends over TCP sockets; allowed: ncclNetPlugin ofi (the default), or "
+                         f"{key} socket or any")
     if expect == "efa" and sockets:
         # trainEnv's values are never quoted (they may hold a token); fiProvider's may be.
         # trainEnv may not set FI_PROVIDER (infra/config/env_names.py): fiProvider is the one place it is set.
@@ -248,6 +282,11 @@ def check_min_bus_bandwidth(cfg: StackConfig, gpu: InstanceFacts, workers: int) 
     nccl-tests counts it) is bounded by a node's network, EC2's network_gbps / 8 in GB/s. Within one node the bound is
     NVLink's or PCIe's, which EC2 does not describe, so only the network's is checked."""
     minimum = cfg.train.min_bus_gbytes_per_s
+    if minimum and workers == 1:  # workload/fabric/bandwidth.py: busbw = algbw x (n - 1) / n, 0 on one rank
+        raise ValueError(
+            f"config keys 'trainMinBusBandwidthGBps', 'trainNumWorkers': {minimum:g} GB/s, but one worker has no peer, "
+            "so its bus bandwidth is 0 and the fabric check always fails; allowed: trainMinBusBandwidthGBps 0, or "
+            "trainNumWorkers 2 or more")
     link = gpu.network_gbps / 8
     if cfg.gpu_node_count > 1 and workers > gpu.gpus and link and minimum > link:
         raise ValueError(

@@ -76,6 +76,36 @@ DOOMED = [
      {**JOB, "trainDataset": "s3://company-data/corpus.jsonl"}, "needs trainStoragePath"),
     ("a chat dataset without a storage path", "trainDataset",
      {**JOB, "trainDataset": "org/chats", "trainDataFormat": "chat"}, "needs trainStoragePath"),
+    # workload/config/__init__.py: trainSeqLen at least 2 (the loss predicts each next token: one leaves no target).
+    ("one-token sequences", "trainSeqLen", {**JOB, "trainSeqLen": 1}, "at least 2"),
+    # infra/preview/job_plan.py check_min_bus_bandwidth: one worker's bus bandwidth is 0 (algbw x (n - 1) / n).
+    ("a fabric minimum on one worker", "trainMinBusBandwidthGBps",
+     {**JOB, "trainNumWorkers": 1, "trainModelConfig": "tiny", "trainSeqLen": 256, "trainMinBusBandwidthGBps": "1",
+      "trainExpectTransport": "any"}, "trainNumWorkers"),
+    # workload/config/rules.py _records_are_not_plain_text: a CSV cell is never a list of messages.
+    ("chat records in CSV", "trainDataFormat",
+     {**JOB, **STORED, "trainDataset": "s3://company-data/chats.csv", "trainDataFormat": "chat"}, "is CSV"),
+    ("chat records in gzipped CSV", "trainDataFormat",
+     {**JOB, **STORED, "trainDataset": "s3://company-data/chats.csv.gz", "trainDataFormat": "chat"}, "is CSV"),
+    # infra/preview/job_plan.py check_transport_expectation: only aws-ofi-nccl carries NCCL over EFA.
+    ("OFI plugin off, efa expected", "ncclNetPlugin", {**JOB, "ncclNetPlugin": "none"}, "'trainExpectTransport'"),
+    # infra/preview/job_layout.py predict: hybrid and two-level shard within whole nodes (the job's words name flags).
+    ("hybrid on 6 workers", "trainSharding", {**JOB, "trainSharding": "hybrid", "trainNumWorkers": 6},
+     "'trainNumWorkers'"),
+    ("hybrid on 5 workers", "trainSharding", {**JOB, "trainSharding": "hybrid", "trainNumWorkers": 5},
+     "multiple of 4"),
+    ("two-level on 6 workers", "trainNumWorkers", {**JOB, "trainSharding": "two-level", "trainNumWorkers": 6},
+     "'trainSharding'"),
+    # workload/config/__init__.py split_problem: a slice of a split that selects nothing whatever its size.
+    ("an empty percent slice", "trainDatasetSplit",
+     {**JOB, **STORED, "trainDataset": "org/corpus", "trainDatasetSplit": "train[:0%]"}, "selects none"),
+    ("an empty absolute slice", "trainDatasetSplit",
+     {**JOB, **STORED, "trainDataset": "org/corpus", "trainDatasetSplit": "train[:0]"}, "selects none"),
+    ("an empty evaluation slice", "trainEvalSplit",
+     {**JOB, **STORED, "trainDataset": "org/corpus", "trainEvalSplit": "validation[50:10]"}, "selects none"),
+    # infra/preview/job_plan.py check_time_limit: the steps at the GPU's full peak and a minute's start-up.
+    ("a minute for the default job", "trainTimeoutMinutes", {**JOB, "trainTimeoutMinutes": 1},
+     "trainTimeoutMinutes 2 or more"),
 ]
 
 
@@ -98,6 +128,21 @@ def test_the_classes_leave_working_configs_alone():
                       {**JOB, "trainModelId": "s3://company-data/models/m/", "trainEnv": ["HF_HUB_OFFLINE=1"]},
                       {**JOB, **STORED, "trainDataset": "org/corpus", "trainModelId": "meta-llama/Llama-3.2-1B",
                        "trainTokenizer": "meta-llama/Llama-3.1-8B"},
-                      {**JOB, **STORED, "trainDataset": "s3://company-data/corpus.jsonl"}):
+                      {**JOB, **STORED, "trainDataset": "s3://company-data/corpus.jsonl"},
+                      {**JOB, **STORED, "trainDataset": "s3://company-data/pairs.csv", "trainDataFormat": "prompt-completion"},
+                      {**JOB, **STORED, "trainDataset": "org/corpus", "trainDatasetSplit": "train[:10%]",
+                       "trainEvalSplit": "validation[-500:]"},
+                      {**JOB, "trainSharding": "hybrid", "trainNumWorkers": 8},
+                      {**JOB, "ncclNetPlugin": "none", "trainExpectTransport": "socket"},
+                      {**JOB, "trainNumWorkers": 2, "trainModelConfig": "tiny", "trainSeqLen": 256,
+                       "trainMinBusBandwidthGBps": "1", "trainExpectTransport": "any"},
+                      {**JOB, "trainSeqLen": 2, "trainTimeoutMinutes": 2}):
         run = run_program("dev", overrides)
         assert run.error is None, f"{overrides}: {run.error}"
+
+
+def test_a_time_limit_shorter_than_the_steps_at_full_peak_is_refused_on_p5():
+    # check_time_limit on the p5 stack (8 x H100): 5000 steps of Llama-3.1-8B take 0.2 s each even at the full peak.
+    message = program_refusal({**JOB, "trainModelId": "meta-llama/Llama-3.1-8B", "trainSteps": 5000,
+                               "trainTimeoutMinutes": 1}, stack="p5")
+    assert "'trainTimeoutMinutes', 'trainSteps'" in message and "trainTimeoutMinutes 18 or more" in message, message

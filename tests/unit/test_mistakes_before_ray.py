@@ -115,7 +115,7 @@ MISTAKES = [
     ("Latin-1 text", LOCAL, ["--dataset", "latin1.jsonl"], cli.USAGE, "line 1 is not UTF-8 text"),
     ("UTF-16 text", LOCAL, ["--dataset", "utf16.jsonl"], cli.USAGE, "line 1 is not UTF-8 text"),
     ("chat turns in a CSV cell", LOCAL, ["--data_format", "chat", "--dataset", "chat.csv"], cli.USAGE,
-     "chat.csv line 2: messages is"),
+     "'chat.csv' is CSV, whose cells are strings"),  # workload/config/rules.py, before the file is read
     ("records wrapped in an object", LOCAL, ["--dataset", "wrapped.json"], cli.USAGE,
      "holds a JSON dict, not a list of records"),
     ("ShareGPT's roles in messages", LOCAL, ["--data_format", "chat", "--dataset", "roles.jsonl"], cli.USAGE,

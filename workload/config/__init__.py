@@ -14,6 +14,7 @@ import argparse
 import dataclasses
 import functools
 import os
+import re
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
@@ -57,6 +58,32 @@ def repo_id_problem(value: str) -> str | None:
         return None
     why = model_source.hub_id_problem(value)
     return f"{why} (neither a Hugging Face Hub id nor a path or URI)" if why else None
+
+
+# datasets' split syntax (ReadInstruction): name[from:to] with either end absolute or a percent, parts joined by +.
+_SPLIT_PART = re.compile(r"\s*[\w.-]+\s*(?:\[\s*(?P<start>-?[\d_]+)?\s*(?P<start_pct>%)?\s*:"
+                         r"\s*(?P<end>-?[\d_]+)?\s*(?P<end_pct>%)?\s*\])?\s*(?:\([\w]+\))?\s*")
+
+
+def split_problem(value: str) -> str | None:
+    """A split (--dataset_split, --eval_split) whose every part is a slice that selects nothing whatever the split's
+    size: an end of 0 (train[:0%], train[:0]), a start of 100% or more, or a start at or past the end in the same
+    unit and sign; None for anything else (the job's datasets judges the rest)."""
+    parts = [_SPLIT_PART.fullmatch(part) for part in value.split("+")]
+    if not parts or not all(parts):
+        return None
+    if all(_selects_nothing(part) for part in parts):
+        return (f"must be a split or a slice that selects examples, and {value!r} selects none whatever the split's "
+                "size (an end of 0, or a start at or past the end)")
+    return None
+
+
+def _selects_nothing(part: re.Match) -> bool:
+    start, end = (None if part[name] is None else int(part[name].replace("_", "")) for name in ("start", "end"))
+    if end == 0 or (start is not None and part["start_pct"] and start >= 100):
+        return True
+    return (start is not None and end is not None and bool(part["start_pct"]) == bool(part["end_pct"])
+            and (start < 0) == (end < 0) and start >= end)
 
 
 S3_MODEL_DIRECTORY = ("a model in S3 is a directory, s3://bucket/prefix/ holding config.json and *.safetensors, not "
@@ -113,7 +140,8 @@ class TrainConfig:
     batch_size: int = flag(2, "Sequences per worker per step.",
         stack_key="trainBatchSize", at_least=1, at_most=MAX_BATCH_SIZE,
         meaning="for a larger effective batch, add GPUs")
-    seq_len: int = flag(2048, "Tokens per sequence.", stack_key="trainSeqLen", at_least=1)
+    seq_len: int = flag(2048, "Tokens per sequence.", stack_key="trainSeqLen", at_least=2,
+        meaning="each token learns to predict the next, so one token leaves nothing to predict")
     learning_rate: float = flag(1e-5, "AdamW's peak learning rate (see --lr_schedule).",
         stack_key="trainLearningRate", above=0)
     lr_schedule: str = flag(
@@ -163,7 +191,8 @@ class TrainConfig:
     )
     dataset_config: str = flag("", "Configuration name of a Hugging Face --dataset (e.g. wikitext-2-raw-v1).",
         stack_key="trainDatasetConfig")
-    dataset_split: str = flag("train", "Split of a Hugging Face --dataset.", stack_key="trainDatasetSplit")
+    dataset_split: str = flag("train", "Split of a Hugging Face --dataset (e.g. train, or train[:5000]).",
+        stack_key="trainDatasetSplit", check=split_problem)
     text_field: str = flag("text", "Field holding the text in a .jsonl/.json file or a Hugging Face dataset.",
         stack_key="trainTextField")
     tokenizer: str = flag(
@@ -198,7 +227,7 @@ class TrainConfig:
         stack_key="trainEvalFraction", at_least=0, below=1, meaning="0: none")
     eval_split: str = flag(
         "", "Evaluate on this split of a Hugging Face --dataset (e.g. validation, or validation[:500]) instead.",
-        stack_key="trainEvalSplit")
+        stack_key="trainEvalSplit", check=split_problem)
     eval_every: int = flag(
         0, "Evaluate every this many steps, and after the last; 0: after the last only (with an evaluation set).",
         stack_key="trainEvalEvery", at_least=0)

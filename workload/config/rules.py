@@ -114,6 +114,11 @@ def _records_are_not_plain_text(v: Values) -> str | None:
     if v["data_format"] != "text" and v["dataset"].endswith((".txt", ".txt.gz")):
         return (f"--data_format {v['data_format']}: {v['dataset']!r} is plain text; records come from .jsonl, .json, "
                 ".parquet or a Hugging Face dataset")
+    # A CSV cell is a string, and a conversation is a list of turns that workload/data/shapes.py never decodes from
+    # one: every record would be refused on the cluster. Prompt-completion's fields are strings, so CSV suits them.
+    if v["data_format"] == "chat" and v["dataset"].endswith((".csv", ".csv.gz")):
+        return (f"--data_format chat: {v['dataset']!r} is CSV, whose cells are strings, never a list of messages; "
+                "conversations come from .jsonl, .json, .parquet or a Hugging Face dataset")
     return None
 
 

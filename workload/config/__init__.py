@@ -302,6 +302,8 @@ class TrainConfig:
                 object.__setattr__(self, declared.name, declared.value_aliases[value])
         if not self.model_config and self.model_id and (wrong := model_source.problem(self.model_id)):
             raise ValueError(f"--model_id {self.model_id!r} is {wrong}")
+        if self.tokenizer and os.path.isfile(os.path.expanduser(self.tokenizer)):  # its tokenizer.json: no Hub id
+            raise ValueError(f"--tokenizer {self.tokenizer!r} is a file; give {model_source.LOCAL_TOKENIZER}")
         if self.model_id.startswith("s3://"):
             bucket, _, prefix = self.model_id.removeprefix("s3://").partition("/")
             if not bucket or not prefix.strip("/"):

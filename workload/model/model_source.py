@@ -65,6 +65,11 @@ def hub_id_problem(repo_id: str, *, owner: bool = False) -> str | None:
     return None
 
 
+# What a local --model_id is (and a local --tokenizer, its tokenizer files), for a refusal of one of its files.
+LOCAL_MODEL = "the directory holding config.json and *.safetensors (what save_pretrained writes)"
+LOCAL_TOKENIZER = "the directory holding the tokenizer files (tokenizer.json, tokenizer_config.json)"
+
+
 def is_path(model_id: str) -> bool:
     return model_id.startswith(PATH_PREFIXES) or os.path.isdir(os.path.expanduser(model_id))
 
@@ -72,6 +77,8 @@ def is_path(model_id: str) -> bool:
 def problem(model_id: str) -> str | None:
     """Why `model_id` cannot name a model, in one line (its caller prefixes the flag or key); None when it can. No
     network: whether a Hub id exists is for `hub_config_directory`."""
+    if os.path.isfile(os.path.expanduser(model_id)):
+        return f"a file; give {LOCAL_MODEL}"
     if is_path(model_id):
         return None  # a directory is checked where it is read
     scheme, separator, rest = model_id.partition("://")

@@ -254,6 +254,9 @@ def parse_command(argv: Sequence[str] | None = None) -> tuple[TrainConfig, bool,
         args["eval_fraction"] = 0.0
     if "storage_path" in given and not args["storage_path"] and "checkpoint_every" not in given:
         args["checkpoint_every"] = 0
+    # A short run (--steps 3) keeps the warmup it can hold, a quarter of its steps: the default's 4 were never typed.
+    if "warmup_steps" not in given and not args.get("epochs") and args["warmup_steps"] > args["steps"]:
+        args["warmup_steps"] = args["steps"] // 4
     cfg = TrainConfig(**args)
     # The job runs in a copy of workload/ elsewhere, so local files are passed by absolute path.
     return dataclasses.replace(

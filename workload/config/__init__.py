@@ -325,6 +325,11 @@ class TrainConfig:
                 self.chat_template.endswith(".jinja") and os.path.isfile(os.path.expanduser(self.chat_template))):
             raise ValueError(f"--chat_template must be empty (the tokenizer's own), one of {', '.join(CHAT_TEMPLATES)}, "
                              f"or an existing .jinja file, got {self.chat_template!r}")
+        if self.chat_template.endswith(".jinja") and self.chat_template not in CHAT_TEMPLATES:
+            from workload.data import chat
+
+            if (wrong := chat.syntax_problem(chat.template_text(self.chat_template))) is not None:
+                raise ValueError(f"--chat_template {self.chat_template}: not a Jinja template it can compile ({wrong})")
         adapters.check_settings(self.method, self.lora_rank, self.lora_alpha, self.lora_dropout, self.lora_targets)
         if (broken := rules.first_broken(vars(self))) is not None:
             raise ValueError(broken)

@@ -100,12 +100,21 @@ def problem(model_id: str) -> str | None:
 def check_hub_reachable(repo_id: str, file_name: str = "tokenizer_config.json") -> None:
     """Before a library that retries for a minute reads `repo_id` from the Hub (transformers' AutoTokenizer): one
     request, raising Unreachable (no answer) or NeedsToken (gated); any other answer is left to that library. Nothing
-    is asked when the file is in this machine's Hub cache, or HF_HUB_OFFLINE is set."""
+    is asked when the file is in this machine's Hub cache, or HF_HUB_OFFLINE is set: then a file not in the cache is
+    Unreachable, as the library would find it, in one line."""
     from huggingface_hub import try_to_load_from_cache
 
-    if problem(repo_id) or is_path(repo_id) or "://" in repo_id or os.environ.get("HF_HUB_OFFLINE"):
+    if problem(repo_id) or is_path(repo_id) or "://" in repo_id:
         return
-    if isinstance(try_to_load_from_cache(repo_id, file_name), str):
+    cached = try_to_load_from_cache(repo_id, file_name)
+    if isinstance(cached, str):
+        return
+    if os.environ.get("HF_HUB_OFFLINE", "").upper() in ("1", "ON", "YES", "TRUE"):
+        if cached is None:  # not known to be absent from the repo: simply not downloaded
+            raise Unreachable(f"{repo_id}'s {file_name} is not in this machine's Hub cache and HF_HUB_OFFLINE is set; "
+                              "unset it to download, or download it first")
+        return
+    if os.environ.get("HF_HUB_OFFLINE"):
         return
     try:
         _get(repo_id, file_name, None)

@@ -45,9 +45,20 @@ def check_dataset(cfg: TrainConfig) -> None:
     if not is_file_dataset(cfg.dataset) or "://" in cfg.dataset:
         return  # a remote file or a Hugging Face dataset: the job's own checks read it (workload.run.preflight.validate)
     try:
-        validate.check_dataset(cfg, say=lambda line: print(line, flush=True))
+        checked = validate.check_dataset(cfg, say=lambda line: print(line, flush=True))
     except validate.DataError as error:
         raise cli.UsageError(str(error)) from None
+    if checked is not None and checked.complete and checked.text_bytes >= 0:
+        # A token covers at least one byte of text; with an end-of-text token (and a tokenizer's leading one) for each
+        # document, twice the bytes and two a document bound the tokens from above, whatever the tokenizer: fewer
+        # blocks than workers even so is certain before the tokenizer loads.
+        most = (2 * checked.text_bytes + 2 * checked.records) // cfg.seq_len
+        if most < max(cfg.num_workers, 1):  # --num_workers 0: at least one worker, whatever the cluster has
+            blocks = f"at most {most}" if most else "0"
+            workers = f"the {cfg.num_workers} workers" if cfg.num_workers else "one for each worker"
+            raise cli.UsageError(f"--dataset {cfg.dataset} packs into {blocks} training blocks of --seq_len "
+                                 f"{cfg.seq_len} tokens, fewer than {workers}",
+                                 hint="give more text, or a smaller --seq_len")
 
 
 def directory_refusal(dataset: str) -> str:

@@ -324,8 +324,10 @@ def _run(cfg: TrainConfig, verbose: bool) -> int:
             print(line, flush=True)
         if (summary := parse_summary(error.log_tail)) is not None:  # a diverged run still reports how far it got
             print(SUMMARY_PREFIX + json.dumps(summary, allow_nan=False), flush=True)
-        # Its log has just been streamed above: the reason without Ray's copy of the log is what is left to say.
-        raise cli.CheckFailed(f"Ray job {error.job_id} {local_output.first_line(error.reason)}",
+        # Its log has just been streamed above: the reason without Ray's copy of the log is what is left to say. The
+        # job's own exit 2 is its refusal of a flag or the data (packs into 0 training blocks): exit 2 here as well.
+        refused = cli.UsageError if error.reason.rstrip().endswith(f"exit code {cli.USAGE}") else cli.CheckFailed
+        raise refused(f"Ray job {error.job_id} {local_output.first_line(error.reason)}",
                               hint="" if verbose else "--verbose shows the job's whole log") from None
     print("local Ray cluster stopped", flush=True)
     model = result.summary.get("model")

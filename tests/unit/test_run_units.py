@@ -149,7 +149,7 @@ def test_local_run_passes_local_files_by_absolute_path(monkeypatch, tmp_path):
     from workload.run import local
 
     corpus = tmp_path / "corpus.txt"
-    corpus.write_text("some text\n")
+    corpus.write_text("some text\n" * 100)  # enough for a block of --seq_len 64 a worker (the check before Ray)
     monkeypatch.chdir(tmp_path)
     submitted = {}
 

@@ -64,9 +64,9 @@ def syntax_problem(text: str) -> str | None:
     import jinja2.nodes
 
     class Generation(jinja2.ext.Extension):
-        tags = {"generation"}
+        tags = frozenset({"generation"})
 
-        def parse(self, parser):  # noqa: ANN001 - jinja2's Parser
+        def parse(self, parser):
             lineno = next(parser.stream).lineno
             body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
             return jinja2.nodes.Scope(body).set_lineno(lineno)

@@ -38,7 +38,7 @@ def api_client(kubeconfig: Path | None) -> Any:
     configuration = client.Configuration()
     try:
         if kubeconfig is not None:
-            _check_token_command(yaml.safe_load(kubeconfig.read_text()) or {})
+            _check_token_command(_mapping(kubeconfig, yaml.safe_load(kubeconfig.read_text()) or {}))
         config.load_kube_config(config_file=str(kubeconfig) if kubeconfig else None,
                                 client_configuration=configuration)
     except (config.ConfigException, yaml.YAMLError, OSError, ValueError, TypeError, AttributeError) as error:
@@ -46,6 +46,17 @@ def api_client(kubeconfig: Path | None) -> Any:
     # One try: urllib3's default three retries each log a warning before the same failure.
     configuration.retries = False
     return client.ApiClient(configuration)
+
+
+def _mapping(path: Path, document: Any) -> dict:
+    """The kubeconfig file's YAML mapping; anything else is refused naming what it is (never its text)."""
+    if isinstance(document, dict):
+        return document
+    if document in ("[secret]", ["secret"]):  # YAML reads pulumi's placeholder as a list
+        raise cli.UsageError(f"--kubeconfig {path} holds \"[secret]\": pulumi hid it: run `pulumi stack output "
+                             f"kubeconfig --show-secrets > {path}`")
+    raise cli.UsageError(f"--kubeconfig {path}: not a kubeconfig (a YAML mapping of clusters, contexts and users), "
+                         f"but a {type(document).__name__}", hint=GET_A_KUBECONFIG)
 
 
 def _check_token_command(kubeconfig: dict) -> None:

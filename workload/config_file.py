@@ -112,6 +112,19 @@ def read_document(path: str) -> Any:
                 raise yaml.composer.ComposerError(None, None, "an alias", mark)
             return super().compose_node(parent, index)
 
+        def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+            # PyYAML keeps a repeated key's last value silently; a run's file with `steps: 5` and `steps: 50` is a
+            # mistake to name, not a choice to make for the user.
+            seen: dict[Any, int] = {}
+            for key_node, _ in node.value:
+                key = key_node.value if isinstance(key_node, yaml.ScalarNode) else None
+                if key is None:
+                    continue
+                if key in seen:
+                    raise _Duplicate(key, seen[key], key_node.start_mark.line + 1)
+                seen[key] = key_node.start_mark.line + 1
+            return super().construct_mapping(node, deep=deep)
+
     try:
         with open(os.path.expanduser(path), "rb") as file:
             text = file.read(MAX_CONFIG_BYTES + 1)
@@ -122,6 +135,10 @@ def read_document(path: str) -> Any:
                              "is a few KiB")
     try:
         return yaml.load(text, Loader=NoAliasLoader)  # noqa: S506 - SafeLoader's subclass: no Python objects
+    except _Duplicate as duplicate:
+        key = duplicate.key if len(duplicate.key) <= SHOWN_CHARS and not _TOKEN_LIKE.search(duplicate.key) else "a key"
+        raise cli.UsageError(f"{CONFIG_FLAG} {path}: {key} is given twice (lines {duplicate.first} and "
+                             f"{duplicate.again}); keep one") from None
     except RecursionError:  # PyYAML's scanner and composer recurse once per nesting level
         raise cli.UsageError(f"{CONFIG_FLAG} {path}: nested too deeply; a run's file of flags is one mapping of "
                              "values") from None
@@ -132,6 +149,14 @@ def read_document(path: str) -> Any:
             raise cli.UsageError(f"{CONFIG_FLAG} {path}: YAML aliases (*name) are not allowed{where}; write each value "
                                  "out") from None
         raise cli.UsageError(f"{CONFIG_FLAG} {path}: not YAML{where}") from None
+
+
+class _Duplicate(Exception):
+    """A mapping's key given twice in a --config file: its text, and the lines of both."""
+
+    def __init__(self, key: str, first: int, again: int) -> None:
+        super().__init__(key)
+        self.key, self.first, self.again = str(key), first, again
 
 
 def shown(value: Any) -> str:
@@ -156,6 +181,9 @@ def load(path: str, parser: argparse.ArgumentParser) -> dict[str, Any]:
     # Their names (axolotl's base_model, lora_r, sequence_len) as ours, as on the command line (workload/config/aliases.py).
     document = {aliases.canonical(str(key), actions): value for key, value in document.items()}
     for key in document:
+        if key in OWN_DESTS:
+            raise cli.UsageError(f"{CONFIG_FLAG} {path}: {key} is a command-line flag, not a {CONFIG_FLAG} key: give "
+                                 f"--{key} on the command line")
         if key not in actions and (refusal := aliases.different(key.replace("-", "_"))) is not None:
             raise cli.UsageError(f"{CONFIG_FLAG} {path}: {refusal.removeprefix('--')}")
     unknown = [str(key) if len(str(key)) <= SHOWN_CHARS and str(key) == repr(str(key))[1:-1]

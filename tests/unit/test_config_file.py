@@ -50,7 +50,8 @@ def test_flags_win_over_the_file(tmp_path):
 
 @pytest.mark.parametrize("text, words", [
     ("steps: 3\nstepz: 4\n", "unrecognized keys: stepz"),
-    ("config: other.yaml\n", "unrecognized keys: config"),
+    ("config: other.yaml\n", "config is a command-line flag, not a --config key: give --config on the command line"),
+    ("steps: 3\nsteps: 30\n", "steps is given twice (lines 1 and 2); keep one"),
     ("steps: many\n", "steps: invalid int value: 'many'"),
     ("chunked_loss: 1\n", "chunked_loss must be true or false, got 1"),
     ("- steps\n", "a mapping of flag: value, got a list"),

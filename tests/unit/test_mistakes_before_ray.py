@@ -46,6 +46,15 @@ FILES = {
     "token.yaml": f"hf_token: {TOKEN}\n".encode(),
     "wandb.yaml": f"report_to: wandb\nwandb_api_key: {WANDB_KEY}\n".encode(),
     "sci.yaml": b"steps: 1e3\n",
+    "twice.yaml": b"steps: 5\nlearning_rate: 1e-3\nsteps: 50\n",
+    "nested.yaml": b"config: other.yaml\n",
+    "printing.yaml": b"print_config: true\n",
+    "model.safetensors": b"",
+    "tokenizer.json": b"{}",
+    "hidden.yaml": b"[secret]\n",
+    "broken.jinja": b"{% for m in messages %}\n{{ m.content }\n{% endfor %}\n",
+    "blank.jsonl": b'{"text": ""}\n' * 10,
+    "hi.txt": b"hi\n",
     # What workload.local exported for a --method lora run: adapters, no checkpoint's .metadata.
     "model_000006/adapter_config.json": b"{}",
     "model_000006/adapter_model.safetensors": b"",
@@ -83,6 +92,12 @@ MISTAKES = [
      "--model_id ./no-such-model: no such directory on this machine"),
     ("a tokenizer directory that is not there", LOCAL, ["--tokenizer", "./no-such-tokenizer"], cli.USAGE,
      "--tokenizer ./no-such-tokenizer: no such directory on this machine"),
+    ("the model's weights file as the model", LOCAL, ["--model_id", "model.safetensors"], cli.USAGE,
+     "--model_id 'model.safetensors' is a file; give the directory holding config.json and *.safetensors"),
+    ("the tokenizer's file as the tokenizer", LOCAL, ["--tokenizer", "tokenizer.json"], cli.USAGE,
+     "--tokenizer 'tokenizer.json' is a file; give the directory holding the tokenizer files"),
+    ("a chat template that does not compile", LOCAL, ["--data_format", "chat", "--chat_template", "broken.jinja"],
+     cli.USAGE, "--chat_template broken.jinja: not a Jinja template it can compile (line 2: unexpected '}')"),
     ("a checkpoint mode typo", LOCAL, ["--checkpoint_mode", "asyncc"], cli.USAGE, "--checkpoint_mode must be one of"),
     # settings the others make do nothing
     ("a chat template for text", LOCAL, ["--chat_template", "llama3"], cli.USAGE,
@@ -107,6 +122,12 @@ MISTAKES = [
     ("a choice in capitals in a file", LOCAL, ["--config", "method.yaml"], cli.USAGE, "--method must be one of"),
     ("axolotl's datasets list", LOCAL, ["--config", "axolotl.yaml"], cli.USAGE,
      "datasets is not this project's: axolotl's list of datasets: give one --dataset"),
+    ("a key given twice", LOCAL, ["--config", "twice.yaml"], cli.USAGE,
+     "--config twice.yaml: steps is given twice (lines 1 and 3); keep one"),
+    ("--config inside a --config file", LOCAL, ["--config", "nested.yaml"], cli.USAGE,
+     "config is a command-line flag, not a --config key"),
+    ("--print_config inside a --config file", LOCAL, ["--config", "printing.yaml"], cli.USAGE,
+     "print_config is a command-line flag, not a --config key"),
     ("a token as a key", LOCAL, ["--config", "token.yaml"], cli.USAGE, "set HF_TOKEN in the environment"),
     ("a W&B key as a key", LOCAL, ["--config", "wandb.yaml"], cli.USAGE, "set WANDB_API_KEY in the environment"),
     ("a directory as the file", LOCAL, ["--config", "."], cli.USAGE, "--config .: Is a directory"),
@@ -130,6 +151,10 @@ MISTAKES = [
     ("a list as a record", LOCAL, ["--dataset", "arrays.jsonl"], cli.USAGE, "not a JSON object"),
     ("pairs as chat", LOCAL, ["--data_format", "chat", "--dataset", "pairs.jsonl"], cli.USAGE,
      'no field "messages" (the record\'s fields: completion, prompt)'),
+    ("records whose text is all empty", LOCAL, ["--dataset", "blank.jsonl"], cli.USAGE,
+     "none of its 10 records holds any text"),
+    ("less text than one block", LOCAL, ["--dataset", "hi.txt"], cli.USAGE,
+     "packs into 0 training blocks of --seq_len 64 tokens"),
     ("chat as text", LOCAL, ["--dataset", "chats.jsonl"], cli.USAGE, 'no field "text" (the record\'s fields: messages)'),
     # workload.export
     ("no OUT", EXPORT, ["model_000006"], cli.USAGE, "the following arguments are required: OUT"),
@@ -152,6 +177,8 @@ MISTAKES = [
      "--dataset org/corpus needs --storage_path (s3://BUCKET/PREFIX) on the cluster"),
     ("adapters without lora on a stack", JOB, ["submit", "--stack", "dev", "--print_config", "--", "--lora_rank", "8"],
      cli.USAGE, "--lora_rank 8 sets the adapters"),
+    ("pulumi's hidden kubeconfig", JOB, ["submit", "--stack", "dev", "--kubeconfig", "hidden.yaml", "--"], cli.USAGE,
+     "pulumi hid it: run `pulumi stack output kubeconfig --show-secrets > hidden.yaml`"),
     ("a stack name in capitals", JOB, ["submit", "--stack", "Dev", "--print_config"], cli.USAGE,
      "--stack Dev: no Pulumi.Dev.yaml here; stacks: dev"),
 ]
@@ -212,3 +239,21 @@ def test_an_explicit_model_config_over_a_model_id_is_said(capsys):
     err = capsys.readouterr().err.splitlines()
     assert err == [("note: --model_config tiny wins over --model_id Qwen/Qwen2.5-0.5B: a random-weight tiny model is "
                     "trained, not Qwen/Qwen2.5-0.5B")], err
+
+
+def test_a_short_run_keeps_the_warmup_it_can_hold():
+    """`--steps 3` alone runs: the local default's 4 warmup steps, never typed, give way; typed, they are refused."""
+    assert local.parse_command(["--steps", "3", "--run_name", "x"])[0].warmup_steps == 0
+    assert local.parse_command(["--steps", "40", "--run_name", "x"])[0].warmup_steps == 4
+    with pytest.raises(ValueError, match="--warmup_steps 4 must be at most --steps 3"):
+        local.parse_command(["--steps", "3", "--warmup_steps", "4", "--run_name", "x"])
+
+
+def test_an_offline_hub_without_the_model_is_one_line_before_ray(monkeypatch):
+    """HF_HUB_OFFLINE=1 and a model this machine's Hub cache lacks: Unreachable (exit 3) in one line, not
+    transformers' paragraph after the imports."""
+    from workload.model import model_source
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(model_source.Unreachable, match="not in this machine's Hub cache and HF_HUB_OFFLINE is set"):
+        model_source.check_hub_reachable("nobody-here/no-such-model-r46")

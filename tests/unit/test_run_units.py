@@ -149,7 +149,7 @@ def test_local_run_passes_local_files_by_absolute_path(monkeypatch, tmp_path):
     from workload.run import local
 
     corpus = tmp_path / "corpus.txt"
-    corpus.write_text("some text\n")
+    corpus.write_text("some text\n" * 100)  # enough for a block of --seq_len 64 a worker (the check before Ray)
     monkeypatch.chdir(tmp_path)
     submitted = {}
 
@@ -251,6 +251,28 @@ def test_a_failed_local_job_still_prints_its_summary_and_exits_1(monkeypatch, ca
     # The reason in one line, and the hint (issue 25: a quiet run's log is behind --verbose) in a second.
     assert captured.err.strip().splitlines() == ["error: Ray job raysubmit_x ended FAILED",
                                                  "--verbose shows the job's whole log"], captured.err
+
+
+def test_a_local_job_that_refuses_its_data_exits_2(monkeypatch, capsys, tmp_path):
+    """The job's own exit 2 (a flag or the data refused once read: packs into 0 training blocks) is the local run's
+    exit 2 too, as the same refusal before Ray would be; any other failure stays exit 1."""
+    from contextlib import contextmanager
+
+    from workload import cli
+    from workload.run import local
+
+    @contextmanager
+    def fake_cluster():
+        yield "http://127.0.0.1:1", "token"
+
+    def refusing_submit(address, train_args, **kwargs):
+        raise submit.JobFailedError("raysubmit_y", "FAILED", "error: --dataset x packs into 0 training blocks",
+                                    reason="ended FAILED: Job entrypoint command failed with exit code 2")
+
+    monkeypatch.setattr(local, "local_cluster", fake_cluster)
+    monkeypatch.setattr(submit, "submit_training_job", refusing_submit)
+    assert cli.run(local.main, ["--storage_path", str(tmp_path)]) == cli.USAGE
+    assert "error: Ray job raysubmit_y ended FAILED" in capsys.readouterr().err
 
 
 class _JobServerOf:

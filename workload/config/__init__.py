@@ -331,6 +331,8 @@ class TrainConfig:
                 object.__setattr__(self, declared.name, declared.value_aliases[value])
         if not self.model_config and self.model_id and (wrong := model_source.problem(self.model_id)):
             raise ValueError(f"--model_id {self.model_id!r} is {wrong}")
+        if self.tokenizer and os.path.isfile(os.path.expanduser(self.tokenizer)):  # its tokenizer.json: no Hub id
+            raise ValueError(f"--tokenizer {self.tokenizer!r} is a file; give {model_source.LOCAL_TOKENIZER}")
         if self.model_id.startswith("s3://"):
             bucket, _, prefix = self.model_id.removeprefix("s3://").partition("/")
             if not bucket or not prefix.strip("/"):
@@ -352,6 +354,11 @@ class TrainConfig:
                 self.chat_template.endswith(".jinja") and os.path.isfile(os.path.expanduser(self.chat_template))):
             raise ValueError(f"--chat_template must be empty (the tokenizer's own), one of {', '.join(CHAT_TEMPLATES)}, "
                              f"or an existing .jinja file, got {self.chat_template!r}")
+        if self.chat_template.endswith(".jinja") and self.chat_template not in CHAT_TEMPLATES:
+            from workload.data import chat
+
+            if (wrong := chat.syntax_problem(chat.template_text(self.chat_template))) is not None:
+                raise ValueError(f"--chat_template {self.chat_template}: not a Jinja template it can compile ({wrong})")
         adapters.check_settings(self.method, self.lora_rank, self.lora_alpha, self.lora_dropout, self.lora_targets)
         if (broken := rules.first_broken(vars(self))) is not None:
             raise ValueError(broken)

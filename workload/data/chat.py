@@ -55,6 +55,30 @@ def template_text(name: str) -> str:
         return file.read()
 
 
+def syntax_problem(text: str) -> str | None:
+    """Why jinja2 cannot compile a chat template's text ("line 3: unexpected '}'"), or None: the check before Ray,
+    which transformers would otherwise make only when the first example is rendered. Its tags as transformers
+    compiles them: loop controls, and {% generation %} blocks."""
+    import jinja2
+    import jinja2.ext
+    import jinja2.nodes
+
+    class Generation(jinja2.ext.Extension):
+        tags = frozenset({"generation"})
+
+        def parse(self, parser):
+            lineno = next(parser.stream).lineno
+            body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
+            return jinja2.nodes.Scope(body).set_lineno(lineno)
+
+    environment = jinja2.Environment(extensions=[jinja2.ext.loopcontrols, Generation])
+    try:
+        environment.parse(text)
+    except jinja2.TemplateSyntaxError as error:
+        return f"line {error.lineno}: {error.message}"
+    return None
+
+
 def apply_template(tokenizer, chat_template: str, tokenizer_name: str) -> None:
     """Give `tokenizer` --chat_template when named, else require its own: a chat dataset cannot be rendered without."""
     if chat_template:

@@ -49,6 +49,8 @@ class Checked:
     """Records with no turn to train on (a conversation without an assistant turn): dropped by the job, counted."""
     complete: bool = True
     """False when only a prefix of the file was read (the preview's bound): the job checks the rest."""
+    text_bytes: int = -1
+    """Text data: the UTF-8 bytes of its documents, all of them (a bound on their tokens); -1: not counted."""
 
     def describe(self) -> str:
         """The one line that says what the data is (a local file by its path from here, when it is below)."""
@@ -171,7 +173,7 @@ def _walk(path: str, raw: BinaryIO, fields: shapes.Fields, where: str, complete:
         raise DataError(f"{where} is empty (0 bytes); allowed: a file of records")
     if not complete and suffix(path) not in LINE_SUFFIXES:
         return Checked(path, shapes.Shape("unchecked"), 0, 0, complete=False)
-    shape, count, untrained = None, 0, 0
+    shape, count, untrained, text_bytes, blank = None, 0, 0, 0, True
     located = records(path, raw, complete)
     while True:
         try:
@@ -186,10 +188,14 @@ def _walk(path: str, raw: BinaryIO, fields: shapes.Fields, where: str, complete:
         try:
             if fields.data_format == "text" and suffix(path) == ".txt":
                 shape = shapes.Shape("text")
+                text_bytes += len(str(record).encode("utf-8", "replace"))
+                blank = blank and not str(record).strip()
             else:
                 shape = shape or shapes.detect(record, fields)
                 if shape.name == "text":
-                    shapes.text(record, shape, fields)
+                    document = shapes.text(record, shape, fields)
+                    text_bytes += len(document.encode("utf-8", "replace"))
+                    blank = blank and not document.strip()
                 elif not shapes.conversation(record, shape, fields)[1]:
                     untrained += 1
         except shapes.RecordError as error:
@@ -197,10 +203,13 @@ def _walk(path: str, raw: BinaryIO, fields: shapes.Fields, where: str, complete:
         count += 1
     if not count:
         raise DataError(f"{where} holds no records (only blank lines or a header); allowed: a file of records")
+    if shape.name == "text" and complete and blank:
+        raise DataError(f"{where}: none of its {count:,} records holds any text (every {fields.text_field} is empty or "
+                        "blank); allowed: records with text to train on")
     if shape.name != "text" and count == untrained:
         raise DataError(f"{where}: none of its {count} records has an assistant turn to train on; allowed: records "
                         "with at least one assistant turn")
-    return Checked(path, shape, count, untrained, complete)
+    return Checked(path, shape, count, untrained, complete, text_bytes if shape.name == "text" else -1)
 
 
 def _empty(raw: BinaryIO) -> bool:

@@ -65,6 +65,11 @@ def hub_id_problem(repo_id: str, *, owner: bool = False) -> str | None:
     return None
 
 
+# What a local --model_id is (and a local --tokenizer, its tokenizer files), for a refusal of one of its files.
+LOCAL_MODEL = "the directory holding config.json and *.safetensors (what save_pretrained writes)"
+LOCAL_TOKENIZER = "the directory holding the tokenizer files (tokenizer.json, tokenizer_config.json)"
+
+
 def is_path(model_id: str) -> bool:
     return model_id.startswith(PATH_PREFIXES) or os.path.isdir(os.path.expanduser(model_id))
 
@@ -72,6 +77,8 @@ def is_path(model_id: str) -> bool:
 def problem(model_id: str) -> str | None:
     """Why `model_id` cannot name a model, in one line (its caller prefixes the flag or key); None when it can. No
     network: whether a Hub id exists is for `hub_config_directory`."""
+    if os.path.isfile(os.path.expanduser(model_id)):
+        return f"a file; give {LOCAL_MODEL}"
     if is_path(model_id):
         return None  # a directory is checked where it is read
     scheme, separator, rest = model_id.partition("://")
@@ -93,12 +100,21 @@ def problem(model_id: str) -> str | None:
 def check_hub_reachable(repo_id: str, file_name: str = "tokenizer_config.json") -> None:
     """Before a library that retries for a minute reads `repo_id` from the Hub (transformers' AutoTokenizer): one
     request, raising Unreachable (no answer) or NeedsToken (gated); any other answer is left to that library. Nothing
-    is asked when the file is in this machine's Hub cache, or HF_HUB_OFFLINE is set."""
+    is asked when the file is in this machine's Hub cache, or HF_HUB_OFFLINE is set: then a file not in the cache is
+    Unreachable, as the library would find it, in one line."""
     from huggingface_hub import try_to_load_from_cache
 
-    if problem(repo_id) or is_path(repo_id) or "://" in repo_id or os.environ.get("HF_HUB_OFFLINE"):
+    if problem(repo_id) or is_path(repo_id) or "://" in repo_id:
         return
-    if isinstance(try_to_load_from_cache(repo_id, file_name), str):
+    cached = try_to_load_from_cache(repo_id, file_name)
+    if isinstance(cached, str):
+        return
+    if os.environ.get("HF_HUB_OFFLINE", "").upper() in ("1", "ON", "YES", "TRUE"):
+        if cached is None:  # not known to be absent from the repo: simply not downloaded
+            raise Unreachable(f"{repo_id}'s {file_name} is not in this machine's Hub cache and HF_HUB_OFFLINE is set; "
+                              "unset it to download, or download it first")
+        return
+    if os.environ.get("HF_HUB_OFFLINE"):
         return
     try:
         _get(repo_id, file_name, None)

@@ -50,6 +50,26 @@ def check_dataset(cfg: TrainConfig) -> None:
         raise cli.UsageError(str(error)) from None
 
 
+def check_blocks(cfg: TrainConfig) -> None:
+    """Text data too short for one block of --seq_len tokens a worker, when that is certain without its tokenizer;
+    after the model's checks (a --seq_len beyond the model's positions is the better thing to say)."""
+    if not is_file_dataset(cfg.dataset) or "://" in cfg.dataset:
+        return
+    checked = validate.check_dataset(cfg, say=lambda line: None)  # the check above's result, kept
+    if checked is None or not checked.complete or checked.text_bytes < 0:
+        return
+    # A token covers at least one byte of text; with an end-of-text token (and a tokenizer's leading one) for each
+    # document, twice the bytes and two a document bound the tokens from above, whatever the tokenizer: fewer
+    # blocks than workers even so is certain before the tokenizer loads.
+    most = (2 * checked.text_bytes + 2 * checked.records) // cfg.seq_len
+    if most < max(cfg.num_workers, 1):  # --num_workers 0: at least one worker, whatever the cluster has
+        blocks = f"at most {most}" if most else "0"
+        workers = f"the {cfg.num_workers} workers" if cfg.num_workers else "one for each worker"
+        raise cli.UsageError(f"--dataset {cfg.dataset} packs into {blocks} training blocks of --seq_len "
+                             f"{cfg.seq_len} tokens, fewer than {workers}",
+                             hint="give more text, or a smaller --seq_len")
+
+
 def directory_refusal(dataset: str) -> str:
     folder = os.path.expanduser(dataset)
     files = sorted(name for name in os.listdir(folder) if name.endswith(DATASET_FILE_SUFFIXES))

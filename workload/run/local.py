@@ -254,6 +254,9 @@ def parse_command(argv: Sequence[str] | None = None) -> tuple[TrainConfig, bool,
         args["eval_fraction"] = 0.0
     if "storage_path" in given and not args["storage_path"] and "checkpoint_every" not in given:
         args["checkpoint_every"] = 0
+    # A short run (--steps 3) keeps the warmup it can hold, a quarter of its steps: the default's 4 were never typed.
+    if "warmup_steps" not in given and not args.get("epochs") and args["warmup_steps"] > args["steps"]:
+        args["warmup_steps"] = args["steps"] // 4
     cfg = TrainConfig(**args)
     # The job runs in a copy of workload/ elsewhere, so local files are passed by absolute path.
     return dataclasses.replace(
@@ -304,6 +307,7 @@ def _run(cfg: TrainConfig, verbose: bool) -> int:
     # Heavy imports (torch, transformers, Ray) only once the flags are good, so --help and typos answer at once:
     # preflight's checks that need none come first, then those that need torch and transformers.
     preflight.validate(cfg)  # a flag that does not fit the model or tokenizer fails here, naming it, before Ray
+    local_checks.check_blocks(cfg)  # text too short for a block a worker, when that is certain
     from workload.run.submit import JobFailedError, parse_summary, submit_training_job
     announce_resume(cfg, resumed_at)
     print("starting a local Ray cluster (ray start --head, token authentication on)", flush=True)
@@ -321,8 +325,10 @@ def _run(cfg: TrainConfig, verbose: bool) -> int:
             print(line, flush=True)
         if (summary := parse_summary(error.log_tail)) is not None:  # a diverged run still reports how far it got
             print(SUMMARY_PREFIX + json.dumps(summary, allow_nan=False), flush=True)
-        # Its log has just been streamed above: the reason without Ray's copy of the log is what is left to say.
-        raise cli.CheckFailed(f"Ray job {error.job_id} {local_output.first_line(error.reason)}",
+        # Its log has just been streamed above: the reason without Ray's copy of the log is what is left to say. The
+        # job's own exit 2 is its refusal of a flag or the data (packs into 0 training blocks): exit 2 here as well.
+        refused = cli.UsageError if error.reason.rstrip().endswith(f"exit code {cli.USAGE}") else cli.CheckFailed
+        raise refused(f"Ray job {error.job_id} {local_output.first_line(error.reason)}",
                               hint="" if verbose else "--verbose shows the job's whole log") from None
     print("local Ray cluster stopped", flush=True)
     model = result.summary.get("model")

@@ -8,8 +8,13 @@ from __future__ import annotations
 from typing import Any
 
 import infra.config.pip_requirements as pip_requirements  # trainPip
-from infra.config.env_names import (MAX_ENV_ENTRIES, MAX_ENV_VALUE_CHARS, holds_credential, looks_like_token,
-                                     reserved_reason)
+from infra.config.env_names import (
+    MAX_ENV_ENTRIES,
+    MAX_ENV_VALUE_CHARS,
+    holds_credential,
+    looks_like_token,
+    reserved_reason,
+)
 from infra.config.experiment_tracking import (
     default_tracking_uri,
     in_cluster_uri,

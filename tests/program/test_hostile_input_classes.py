@@ -214,8 +214,13 @@ def test_the_rules_leave_ordinary_values_alone():
         "trainStoragePath": "s3://company-data/runs/date=2024-01-01", "trainDataset": "s3://company-data/corpus.jsonl",
         "trainMlflowTrackingUri": "https://mlflow.example.com/team", "trainPushToHub": "org/model-v1.2",
         "trainSecretEnv": ["HF_TOKEN=hf_x"],
-        "trainEnv": ["TOKENIZERS_PARALLELISM=false", "HF_HUB_DISABLE_IMPLICIT_TOKEN=1", "NCCL_NET=Socket"]})
+        "trainEnv": ["TOKENIZERS_PARALLELISM=false", "HF_HUB_DISABLE_IMPLICIT_TOKEN=1", "NCCL_NET=Socket",
+                     "HF_HOME=/tmp/hf_home", "NOTE=sk-learn", "ENVIRONMENT=prod", "PIP_NO_CACHE_DIR=1"],
+        "trainWandbProject": "team-proj_1.v2 (ablation)", "trainSteps": 10_000_000, "trainMaxFailures": 1000,
+        "trainPip": ["einops==0.8.1"]})
     assert parsed.train.flags["push_to_hub"] == "org/model-v1.2"
+    assert parsed.train.flags["wandb_project"] == "team-proj_1.v2 (ablation)"
+    assert parsed.train.flags["max_failures"] == 1000
 
 
 def facts(instance_type: str, gpu_name: str, architectures: tuple[str, ...] = ("x86_64",)) -> InstanceFacts:

@@ -14,6 +14,8 @@ _AWS_IDENTITY = ("the Ray pods' AWS identity is EKS Pod Identity's role; grant i
                  "trainDataset and trainModelId")
 _LOADER = ("it changes what the image's Python and libraries load for every rank; add packages with trainPip, or "
            "build an image (dlcImage)")
+_INSTALLED = ("it changes what code is installed or run (another package index, or a script every shell sources); "
+              "add packages with trainPip from PyPI, or build an image (dlcImage)")
 _REDIRECT = ("it sends the job's tokens and data to another host than the one its stack key names; set "
              "trainMlflowTrackingUri for MLflow, and leave the Hub's and W&B's endpoints as they are")
 _INTERCEPT = "it lets another host read or alter the job's requests, tokens included; the pods reach the internet directly"
@@ -26,6 +28,10 @@ RESERVED_ENV = {
                      "AWS_EC2_METADATA_SERVICE_ENDPOINT", "AWS_EC2_METADATA_DISABLED"), _AWS_IDENTITY),
     **dict.fromkeys(("LD_PRELOAD", "LD_LIBRARY_PATH", "LD_AUDIT", "PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP",
                      "PYTHONUSERBASE", "PYTHONSAFEPATH", "PYTHONEXECUTABLE"), _LOADER),
+    # What code is installed or run: pip reads its index, extra indexes, find-links and config file from these (so
+    # trainPip's packages would come from another host), and bash sources BASH_ENV (sh: ENV) before any script it runs.
+    **dict.fromkeys(("PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_CONFIG_FILE", "PIP_FIND_LINKS", "PIP_TRUSTED_HOST",
+                     "BASH_ENV", "ENV"), _INSTALLED),
     # Set on the Ray workers from their own stack keys (infra/config/parse.py, transport_env); trainExpectTransport and
     # the preview's transport checks read those keys, so a second value here would contradict what they checked.
     "NCCL_DEBUG": "set it with the stack key ncclDebug",
@@ -73,3 +79,15 @@ NOT_CREDENTIALS = frozenset({"HF_HUB_DISABLE_IMPLICIT_TOKEN"})
 def holds_credential(name: str) -> bool:
     """Whether the variable `name` holds a credential by its name (HF_TOKEN, MLFLOW_TRACKING_PASSWORD, MY_API_KEY)."""
     return name not in NOT_CREDENTIALS and bool(_CREDENTIAL_NAME.search(name.upper()))
+
+
+# A value shaped like a token whatever its variable is called: the Hub's (hf_...), GitHub's (ghp_..., github_pat_...),
+# an AWS access key id (AKIA/ASIA and 16 more), OpenAI-style keys (sk-...). In trainEnv it would be plain in the stack's
+# config and on Ray's dashboard. Bounded lengths keep ordinary words (hf_home, sk-learn) out.
+_TOKEN_VALUE = re.compile(r"(?<![A-Za-z0-9])(hf_[A-Za-z0-9]{30,}|gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,}"
+                          r"|(AKIA|ASIA)[A-Z0-9]{16}(?![A-Za-z0-9])|sk-[A-Za-z0-9_-]{20,})")
+
+
+def looks_like_token(value: str) -> bool:
+    """Whether `value` holds something shaped like an access token or key (never quoted by the caller)."""
+    return bool(_TOKEN_VALUE.search(value))

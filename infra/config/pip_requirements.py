@@ -12,8 +12,6 @@ itself requires another torch is pip's to resolve; the image's constraints are n
 """
 from __future__ import annotations
 
-import re
-
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
@@ -23,14 +21,12 @@ KEY = "trainPip"
 # wheels (nvidia-*) that torch was linked against. A runtime_env with them reinstalls them on every worker.
 IMAGE_STACK_PACKAGES = ("torch", "torchvision", "torchaudio", "triton", "pytorch-triton", "ray")
 IMAGE_STACK_PREFIXES = ("nvidia-",)
-# What a refusal must not quote of an entry: a URL's user:password@ and its query (?token=...).
-_USERINFO = re.compile(r"(?<=//)[^/@\s]*@")
-_QUERY = re.compile(r"\?\S*")
 
 
 def shown(entry: str) -> str:
-    """An entry as a refusal may quote it: a URL's credentials and query replaced by ***, on one line (repr)."""
-    return repr(_QUERY.sub("?***", _USERINFO.sub("***@", entry)))
+    """An entry as a refusal may quote it, on one line (repr); never one holding '://' or '@' (a URL's path, user or
+    query may each hold a token, as may a `name @ URL`): that one is named by its index alone."""
+    return "(its value is not shown)" if "://" in entry or "@" in entry else repr(entry)
 
 
 def check_requirements(entries: list[str] | tuple[str, ...]) -> tuple[str, ...]:
@@ -49,8 +45,8 @@ def check_requirements(entries: list[str] | tuple[str, ...]) -> tuple[str, ...]:
         name = canonicalize_name(requirement.name).strip("-")  # packaging keeps a trailing '_' ("Torch_")
         if name in IMAGE_STACK_PACKAGES or name.startswith(IMAGE_STACK_PREFIXES):
             raise ValueError(
-                f"config key {KEY!r}: {entry!r} would replace the image's {name} on every worker, and the "
-                f"image's torch, Ray, CUDA and NCCL are built and tested together; allowed: packages other than "
+                f"config key {KEY!r}: entry {index} {shown(entry)} would replace the image's {name} on every worker, "
+                f"and the image's torch, Ray, CUDA and NCCL are built and tested together; allowed: packages other than "
                 f"{', '.join(IMAGE_STACK_PACKAGES)} and {', '.join(p + '*' for p in IMAGE_STACK_PREFIXES)} "
                 "(use another dlcImage for another stack)")
     return tuple(entries)

@@ -115,17 +115,24 @@ def secret_env_name(cluster_name: str) -> str:
 def check_image(image: str) -> None:
     """Refuse an image that names neither a tag nor a digest: it would float to whatever `latest` is that day."""
     reference, at, digest = image.partition("@")
+    # Whatever follows '@' that is not a digest is user:password@registry/...: credentials, refused without quoting
+    # (the nodes pull with their own role, never with a name's credentials).
+    if at and not digest.startswith("sha256:"):
+        raise ValueError("config key 'dlcImage': holds user:password@ or another '@' that is not a digest (its value "
+                         "is not shown); allowed: registry/repository:tag or repository@sha256:<64 hex digits>, "
+                         "pulled with the nodes' own role")
     if at and not _IMAGE_DIGEST.fullmatch(digest):
-        raise ValueError(f"dlcImage: {image!r} has a malformed digest; expected repo@sha256:<64 hex digits>")
+        raise ValueError("config key 'dlcImage': has a malformed digest (its value is not shown); expected "
+                         "repository@sha256:<64 hex digits>")
     last_component = reference.rsplit("/", 1)[-1]
     repository, colon, tag = last_component.partition(":")
     if colon and not _IMAGE_TAG.fullmatch(tag):
-        raise ValueError(f"dlcImage: {image!r} has a malformed tag {tag!r}")
+        raise ValueError(f"config key 'dlcImage': {image!r} has a malformed tag {tag!r}")
     if not repository or any(c.isspace() for c in image):
-        raise ValueError(f"dlcImage: {image!r} is not an image reference")
+        raise ValueError(f"config key 'dlcImage': {image!r} is not an image reference")
     if not colon and not at:
         raise ValueError(
-            f"dlcImage: {image!r} has neither a tag nor a digest; give repo:tag "
+            f"config key 'dlcImage': {image!r} has neither a tag nor a digest; give repo:tag "
             f"(e.g. public.ecr.aws/deep-learning-containers/ray:train-ml-cuda-v1.1.0) or repo@sha256:<64 hex digits>"
         )
 

@@ -83,8 +83,13 @@ def check_job_data(cfg: StackConfig) -> None:
 
 def check_job_model(cfg: StackConfig) -> None:
     """A model directory on this machine is not in the job's pods (the local run trains one: python -m workload.local
-    --model_id DIR)."""
+    --model_id DIR), and neither is a file:// (or any other scheme's) location: the pods read a Hub id or s3:// only."""
     train = cfg.train
+    scheme, separator, _ = train.model_id.partition("://")
+    if not train.model_config and separator and scheme != "s3":
+        raise ValueError(f"config key 'trainModelId': a {scheme}:// location, which the job's pods cannot read; "
+                         "allowed: a Hugging Face model id, or s3://bucket/prefix/ holding the model directory (the Ray "
+                         "pods' role reads it)")
     if not train.model_config and model_source.is_path(train.model_id):
         raise ValueError(f"config key 'trainModelId': {train.model_id} is a path on this machine, which the job's pods "
                          "cannot read; allowed: a Hugging Face model id, or s3://bucket/prefix/ holding the model "

@@ -24,7 +24,7 @@ STORED = {"trainStoragePath": "s3://company-data/runs"}
 # (class, the key the refusal names, overrides of the dev stack, words the refusal says).
 PREVIEW_CLASSES = [
     # infra/config/schema.py check_text_bounds, with workload/config/fields.py's max_length of each declaration.
-    ("unbounded free text", "trainWandbProject", {"trainWandbProject": "p" * 300_000}, "at most 256"),
+    ("unbounded free text", "trainWandbProject", {"trainWandbProject": "p" * 300_000}, "at most 128"),
     ("unbounded free text", "trainDatasetSplit", {"trainDatasetSplit": "s" * 5_000}, "at most 256"),
     ("unbounded free text", "dlcImage", {"dlcImage": "x" * 300_000}, "at most 2,048"),
     ("unbounded free text", "trainPip", {"trainPip": ["y" * 100_000]}, "entry 0"),
@@ -120,12 +120,68 @@ PREVIEW_CLASSES = [
     ("token under another name", "trainEnv", {"trainEnv": [f"HF_TOKEN={SECRET}"]}, "HF_TOKEN"),
     ("token under another name", "trainEnv", {"trainEnv": [f"MLFLOW_TRACKING_TOKEN={SECRET}"]},
      "MLFLOW_TRACKING_TOKEN"),
+    # The third fresh set (audit 44, 2026-12-06). workload/config/fields.py text_problem: no Unicode Cc/Cf character
+    # (newline, NUL, bell, U+202E, zero-width) in any str setting, refused by code point without quoting the value.
+    ("control or format characters", "trainWandbProject", {"trainWandbProject": "proj\nINJECT=1"}, "U+000A"),
+    ("control or format characters", "trainDatasetSplit", {"trainDataset": "org/corpus", "trainDatasetSplit": "train\x00"},
+     "U+0000"),
+    ("control or format characters", "trainMessagesField",
+     {"trainDataset": "org/chats", "trainDataFormat": "chat", "trainMessagesField": "\u202emessages"}, "U+202E"),
+    ("control or format characters", "trainEvalSplit", {"trainDataset": "org/corpus", "trainEvalSplit": "validation\nx"},
+     "U+000A"),
+    ("control or format characters", "trainTextField", {"trainDataset": "org/corpus", "trainTextField": "text\nx"},
+     "U+000A"),
+    ("control or format characters", "trainDatasetConfig", {"trainDataset": "org/corpus", "trainDatasetConfig": "wiki\x07"},
+     "U+0007"),
+    ("control or format characters", "trainChatTemplate",
+     {"trainDataset": "org/chats", "trainDataFormat": "chat", "trainChatTemplate": "qwen2.5\n"}, "U+000A"),
+    ("control or format characters", "trainRunId", {"trainRunId": "1\u200b"}, "U+200B"),
+    ("control or format characters", "trainEnv", {"trainEnv": ["FOO=bar\nBAZ=1"]}, "U+000A"),
+    # infra/config/env_names.py looks_like_token: a token-shaped value in trainEnv, whatever its name.
+    ("token-shaped values in trainEnv", "trainEnv", {"trainEnv": [f"NOTE=hf_{SECRET}{'Q' * 20}"]}, "trainSecretEnv"),
+    ("token-shaped values in trainEnv", "trainEnv", {"trainEnv": [f"NOTE=ghp_{SECRET}{'Q' * 20}"]}, "trainSecretEnv"),
+    ("token-shaped values in trainEnv", "trainEnv", {"trainEnv": [f"NOTE=github_pat_{SECRET}{'Q' * 20}"]},
+     "trainSecretEnv"),
+    ("token-shaped values in trainEnv", "trainEnv", {"trainEnv": ["NOTE=AKIA" + "ABCDEFGHIJKLMNOP"]}, "trainSecretEnv"),
+    ("token-shaped values in trainEnv", "trainEnv", {"trainEnv": [f"NOTE=sk-{SECRET}{'Q' * 20}"]}, "trainSecretEnv"),
+    # infra/config/env_names.py reserved_reason: what code pip installs, and what a shell sources first.
+    ("code-changing environment", "trainEnv", {"trainEnv": ["PIP_INDEX_URL=https://pypi.attacker.example/simple"]},
+     "PIP_INDEX_URL"),
+    ("code-changing environment", "trainEnv", {"trainEnv": ["PIP_EXTRA_INDEX_URL=https://x.example/simple"]},
+     "PIP_EXTRA_INDEX_URL"),
+    ("code-changing environment", "trainEnv", {"trainEnv": ["PIP_CONFIG_FILE=/tmp/pip.conf"]}, "PIP_CONFIG_FILE"),
+    ("code-changing environment", "trainEnv", {"trainEnv": ["PIP_FIND_LINKS=https://x.example/wheels"]},
+     "PIP_FIND_LINKS"),
+    ("code-changing environment", "trainEnv", {"trainEnv": ["BASH_ENV=/tmp/x.sh"]}, "BASH_ENV"),
+    ("code-changing environment", "trainEnv", {"trainEnv": ["ENV=/tmp/x.sh"]}, "ENV"),
+    ("code-changing environment", "trainEnv", {"trainEnv": ["PYTHONSTARTUP=/tmp/x.py"]}, "PYTHONSTARTUP"),
+    ("code-changing environment", "trainSecretEnv",
+     {"trainSecretEnv": [f"PIP_INDEX_URL=https://u:{SECRET}@pypi.example/simple"]}, "PIP_INDEX_URL"),
+    # workload/config/__init__.py's at_most bounds (MAX_STEPS, MAX_FAILURES).
+    ("huge numbers", "trainSteps", {"trainSteps": 10 ** 30}, "at most 10000000"),
+    ("huge numbers", "trainSteps", {"trainEnabled": True, "trainSteps": 10 ** 12}, "at most 10000000"),
+    ("huge numbers", "trainMaxFailures", {"trainMaxFailures": 10 ** 9}, "at most 1000"),
+    ("huge numbers", "trainEvalEvery", {"trainEvalEvery": 10 ** 30}, "at most 10000000"),
+    ("huge numbers", "trainCheckpointEvery", {"trainCheckpointEvery": 10 ** 12}, "at most 10000000"),
+    ("huge numbers", "trainWarmupSteps", {"trainWarmupSteps": 10 ** 12}, "at most 10000000"),
+    # infra/config/pip_requirements.py shown: an entry with '://' or '@' is named by its index alone.
+    ("credentials in URIs", "trainPip", {"trainPip": [f"pkg @ https://example.com/{SECRET}/pkg.whl"]}, "entry 0"),
+    # workload/config wandb_project_problem: W&B's own rule for a project name.
+    ("W&B project names", "trainWandbProject", {"trainWandbProject": "team/proj#1"}, "W&B project name"),
+    ("W&B project names", "trainWandbProject", {"trainWandbProject": "p" * 129}, "at most 128"),
 ]
 
 # Kubernetes' name rules, checked by the program at preview (infra/preview/object_names.py): under the mocks.
 PROGRAM_CLASSES = [
     ("Kubernetes names", "rayNamespace", {"rayNamespace": "Ray_NS"}, "DNS-1123"),
     ("Kubernetes names", "rayClusterName", {"rayClusterName": "ray.cluster"}, "DNS-1035"),
+    # infra/preview/job_plan.py check_job_model: a model is a Hub id or s3://; file:// is a path on this machine.
+    ("model locations the pods read", "trainModelId", {"trainEnabled": True, "trainModelId": "file:///etc/passwd"},
+     "file://"),
+    # infra/kubernetes/raycluster.py check_image: user:password@ before the registry, refused without quoting.
+    ("credentials in image references", "dlcImage",
+     {"dlcImage": f"me:{SECRET}@registry.example.com/ray:2.58.0", "rayVersion": "2.58.0", "imageCudaVersion": "13.0"},
+     "user:password@"),
 ]
 
 
@@ -135,6 +191,7 @@ def test_names_kubernetes_refuses_are_refused_at_preview(kind, key, overrides, w
 
     message = program_refusal(overrides)
     assert key in message and words in message, f"{kind}: {message}"
+    assert SECRET not in message and "\n" not in message, f"{kind}: one line, without the secret: {message}"
 
 
 @pytest.mark.parametrize("kind, key, overrides, words", PREVIEW_CLASSES,
@@ -148,7 +205,7 @@ def test_each_class_is_refused_at_preview_naming_the_key_fast_and_without_the_se
     assert f"'{key}'" in message, f"{kind}: the refusal names {key}: {message[:300]}"
     assert words in message, f"{kind}: the refusal says {words!r}: {message[:300]}"
     assert SECRET not in message, f"{kind}: the refusal repeats the secret: {message[:300]}"
-    assert len(message) < 1000, f"{kind}: one bounded line, got {len(message)} characters"
+    assert len(message) < 1000 and "\n" not in message, f"{kind}: one bounded line, got {message[:300]!r}"
     assert elapsed < 1, f"{kind}: refused in {elapsed:.2f}s"
 
 
@@ -157,8 +214,13 @@ def test_the_rules_leave_ordinary_values_alone():
         "trainStoragePath": "s3://company-data/runs/date=2024-01-01", "trainDataset": "s3://company-data/corpus.jsonl",
         "trainMlflowTrackingUri": "https://mlflow.example.com/team", "trainPushToHub": "org/model-v1.2",
         "trainSecretEnv": ["HF_TOKEN=hf_x"],
-        "trainEnv": ["TOKENIZERS_PARALLELISM=false", "HF_HUB_DISABLE_IMPLICIT_TOKEN=1", "NCCL_NET=Socket"]})
+        "trainEnv": ["TOKENIZERS_PARALLELISM=false", "HF_HUB_DISABLE_IMPLICIT_TOKEN=1", "NCCL_NET=Socket",
+                     "HF_HOME=/tmp/hf_home", "NOTE=sk-learn", "ENVIRONMENT=prod", "PIP_NO_CACHE_DIR=1"],
+        "trainWandbProject": "team-proj_1.v2 (ablation)", "trainSteps": 10_000_000, "trainMaxFailures": 1000,
+        "trainPip": ["einops==0.8.1"]})
     assert parsed.train.flags["push_to_hub"] == "org/model-v1.2"
+    assert parsed.train.flags["wandb_project"] == "team-proj_1.v2 (ablation)"
+    assert parsed.train.flags["max_failures"] == 1000
 
 
 def facts(instance_type: str, gpu_name: str, architectures: tuple[str, ...] = ("x86_64",)) -> InstanceFacts:
@@ -207,7 +269,7 @@ ALIAS_BOMB = "a: &a [x, x, x, x, x, x, x, x, x]\nb: &b [*a, *a, *a, *a, *a, *a, 
 
 # (class, flags or a --config file's text, the flag the refusal names, words). workload.train, exit 2.
 CLI_CLASSES = [
-    ("unbounded free text", ["--wandb_project", "p" * 5000], "--wandb_project", "at most 256"),
+    ("unbounded free text", ["--wandb_project", "p" * 5000], "--wandb_project", "at most 128"),
     ("unbounded free text", ["--run_name", "r" * 200], "--run_name", "at most 128"),
     ("Hub repo id", ["--push_to_hub", "org/bad..name"], "--push_to_hub", "Hub repo id"),
     ("Hub repo id", ["--model_id", "org/x--y"], "--model_id", "Hugging Face Hub id"),
@@ -233,6 +295,13 @@ CLI_CLASSES = [
     ("Hub repo id", ["--storage_path", "/tmp/x", "--push_to_hub", "org/" + "a" * 97], "--push_to_hub", "Hub repo id"),
     ("credentials in URIs", ["--tokenizer", f"https://me:{SECRET}@huggingface.co/org/tok"], "--tokenizer",
      "user:password@"),
+    # Audit 44: the same declarations' rules on the job's side (fields.py text_problem, at_most, the W&B rule).
+    ("control or format characters", ["--wandb_project", "proj\nINJECT=1"], "--wandb_project", "U+000A"),
+    ("control or format characters", ["--dataset", "org/chats", "--data_format", "chat", "--messages_field",
+                                      "\u202emessages"], "--messages_field", "U+202E"),
+    ("huge numbers", ["--steps", str(10 ** 12)], "--steps", "at most 10000000"),
+    ("huge numbers", ["--max_failures", str(10 ** 9)], "--max_failures", "at most 1000"),
+    ("W&B project names", ["--wandb_project", "team/proj#1"], "--wandb_project", "W&B project name"),
 ]
 
 

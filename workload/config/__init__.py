@@ -113,6 +113,24 @@ SUMMARY_PREFIX = "TRAIN_SUMMARY "
 # The most sequences per worker per step: the preview's memory check looks for the largest batch that fits, and a
 # per-GPU batch beyond 65536 sequences fits no GPU at any sequence length a model has.
 MAX_BATCH_SIZE = 65536
+# The most optimizer steps (and the most steps between logs, evaluations and checkpoints, and of warmup): ten million
+# is months of steps at the fastest step any model takes here; a larger count (10**30) is a typo that would otherwise
+# reach the job, the trackers' step fields and the preview's time estimates as it is.
+MAX_STEPS = 10_000_000
+# The most restarts of a failed worker group (-1: forever): each restart reloads the last checkpoint, so a thousand is
+# already a job that will not recover; a larger count is a typo for -1.
+MAX_FAILURES = 1000
+# W&B's rule for a project name: at most 128 characters, none of / \ # ? % : (wandb's sdk refuses them at init, after
+# the cluster has started the job).
+WANDB_PROJECT_MAX_LENGTH = 128
+_WANDB_PROJECT_FORBIDDEN = "/\\#?%:"
+
+
+def wandb_project_problem(value: str) -> str | None:
+    """Why W&B refuses the project name `value` (its 'must be ...'), or None."""
+    bad = sorted({char for char in value if char in _WANDB_PROJECT_FORBIDDEN})
+    return (f"must be a W&B project name without {' '.join(_WANDB_PROJECT_FORBIDDEN)}, got one with {' '.join(bad)}"
+            if bad else None)
 # A line printed once the first steps of an attempt have run: `TRAIN_TRANSPORT {json}`, every rank's NCCL transport
 # lines so far. `pulumi up` with trainWait=transport judges it and returns, leaving the job to run on.
 TRANSPORT_PREFIX = "TRAIN_TRANSPORT "
@@ -132,7 +150,7 @@ class TrainConfig:
         "", "Build this architecture with random weights instead of downloading --model_id: tiny or qwen2.5-1.5b.",
         stack_key="trainModelConfig", choices=("", *MODEL_CONFIGS), meaning="empty: load --model_id"
     )
-    steps: int = flag(50, "Optimizer steps.", stack_key="trainSteps", at_least=1)
+    steps: int = flag(50, "Optimizer steps.", stack_key="trainSteps", at_least=1, at_most=MAX_STEPS)
     epochs: float = flag(
         0.0, "Passes over --dataset's packed training blocks instead of --steps: steps = ceil(epochs x blocks / "
         "(batch_size x workers)), worked out and printed once the data is packed; 0: --steps.",
@@ -148,11 +166,11 @@ class TrainConfig:
         "cosine", "Learning rate after the warmup: constant, or a linear or cosine decay to 0 at the last step.",
         stack_key="trainLrSchedule", choices=LR_SCHEDULES)
     warmup_steps: int = flag(0, "Steps of linear warmup to --learning_rate (step k of n takes k/n of it).",
-        stack_key="trainWarmupSteps", at_least=0)
+        stack_key="trainWarmupSteps", at_least=0, at_most=MAX_STEPS)
     max_grad_norm: float = flag(1.0, "Clip the global gradient norm to this value; 0 turns clipping off.",
         at_least=0, meaning="0: no clipping")
     log_every: int = flag(1, "Print every this many steps' training line (and the first and last); the trackers get "
-        "every step.", at_least=1)
+        "every step.", at_least=1, at_most=MAX_STEPS)
     seed: int = flag(
         0,
         "Seed of the random weights and of every step's batch, so a resumed run repeats an uninterrupted one exactly.",
@@ -163,7 +181,7 @@ class TrainConfig:
     )
     max_failures: int = flag(
         0, "FailureConfig.max_failures: restarts of a failed worker group from the last checkpoint; -1 retries forever.",
-        stack_key="trainMaxFailures", at_least=-1, meaning="-1 retries forever"
+        stack_key="trainMaxFailures", at_least=-1, at_most=MAX_FAILURES, meaning="-1 retries forever"
     )
     storage_path: str = flag(
         "", "RunConfig.storage_path for checkpoints, a local directory or s3://...; empty means no checkpoints.",
@@ -177,7 +195,7 @@ class TrainConfig:
     )
     checkpoint_every: int = flag(
         0, "Save a sharded checkpoint every this many steps (needs --storage_path); 0 saves only after the last step.",
-        stack_key="trainCheckpointEvery", at_least=0, meaning="0: only after the last step"
+        stack_key="trainCheckpointEvery", at_least=0, at_most=MAX_STEPS, meaning="0: only after the last step"
     )
     checkpoint_mode: str = flag(
         "async", "async: a save holds the step only while each rank copies its shards to host memory, and they are "
@@ -230,7 +248,7 @@ class TrainConfig:
         stack_key="trainEvalSplit", check=split_problem)
     eval_every: int = flag(
         0, "Evaluate every this many steps, and after the last; 0: after the last only (with an evaluation set).",
-        stack_key="trainEvalEvery", at_least=0)
+        stack_key="trainEvalEvery", at_least=0, at_most=MAX_STEPS)
     export: str = flag(
         "final", "Write a Hugging Face model directory (model_<step>/) beside the checkpoints: final (after the last "
         "step), checkpoints (at every checkpoint too) or none. Without --storage_path nothing is written.",
@@ -243,7 +261,7 @@ class TrainConfig:
         "the run directory (mlflow.db).", stack_key="trainMlflowTrackingUri",
         max_length=URI_MAX_LENGTH)
     wandb_project: str = flag("", "--report_to wandb: the W&B project; empty: $WANDB_PROJECT, else ray-train-fsdp-llm.",
-        stack_key="trainWandbProject")
+        stack_key="trainWandbProject", max_length=WANDB_PROJECT_MAX_LENGTH, check=wandb_project_problem)
     push_to_hub: str = flag(
         "", "After the last step, upload the exported model to this Hugging Face Hub repo (owner/name, created "
         "private), with $HF_TOKEN; empty: no upload.", stack_key="trainPushToHub",

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
+import unicodedata
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
@@ -35,6 +36,13 @@ CREDENTIALS_ALLOWED = ("no user:password@ (nor a token, key or signature paramet
                        "and MLFLOW_TRACKING_PASSWORD)")
 
 
+def _hidden_character(value: str) -> int | None:
+    """The index of the first character of Unicode category Cc (control: newline, NUL, bell, escape) or Cf (format:
+    U+202E, zero-width space) in `value`, or None. Such a character forges lines in a log or a refusal, ends a C string,
+    or shows one name while meaning another; no setting's legitimate value holds one."""
+    return next((index for index, char in enumerate(value) if unicodedata.category(char) in ("Cc", "Cf")), None)
+
+
 def has_credentials(value: str) -> bool:
     """Whether `value` holds a URI with user information (scheme://user[:password]@...) or a credential in its query
     (?token=...) anywhere."""
@@ -42,10 +50,14 @@ def has_credentials(value: str) -> bool:
 
 
 def text_problem(value: str, max_length: int) -> str | None:
-    """The rule every free-text value follows, on both sides: at most `max_length` characters, and no credentials in a
-    URI. The refusal never quotes the value (it may be a megabyte, or hold a password)."""
+    """The rule every free-text value follows, on both sides: at most `max_length` characters, no control or format
+    character, and no credentials in a URI. The refusal never quotes the value (it may be a megabyte, hold a password,
+    or hold a newline that would forge a second line of the message)."""
     if len(value) > max_length:
         return f"must be at most {max_length:,} characters, got {len(value):,} (its value is not shown)"
+    if (index := _hidden_character(value)) is not None:
+        return (f"must hold no control or format character (newline, tab, NUL, escape, bidi override, zero-width), "
+                f"got U+{ord(value[index]):04X} at character {index} (its value is not shown)")
     if has_credentials(value):
         return f"must hold {CREDENTIALS_ALLOWED}, got a URI with credentials (its value is not shown)"
     return None

@@ -97,7 +97,7 @@ MISTAKES = [
     ("the tokenizer's file as the tokenizer", LOCAL, ["--tokenizer", "tokenizer.json"], cli.USAGE,
      "--tokenizer 'tokenizer.json' is a file; give the directory holding the tokenizer files"),
     ("a chat template that does not compile", LOCAL, ["--data_format", "chat", "--chat_template", "broken.jinja"],
-     cli.USAGE, "--chat_template broken.jinja: not a Jinja template it can compile (line 2: unexpected '}')"),
+     cli.USAGE, "broken.jinja: not a Jinja template it can compile (line 2: unexpected '}')"),
     ("a checkpoint mode typo", LOCAL, ["--checkpoint_mode", "asyncc"], cli.USAGE, "--checkpoint_mode must be one of"),
     # settings the others make do nothing
     ("a chat template for text", LOCAL, ["--chat_template", "llama3"], cli.USAGE,

@@ -47,8 +47,9 @@ def test_a_hub_model_with_the_hub_unreachable_is_exit_3_in_the_drivers_checks(em
     assert err.startswith("error: --model_id Qwen/Qwen2.5-0.5B: the Hugging Face Hub at http://127.0.0.1:"), err
     assert "HF_HUB_OFFLINE=1" in err and "Traceback" not in err
     assert waits == [] and time.monotonic() - started < 10
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # transformers then reads the cache only: nothing to ask
-    services.check_hub_model(TrainConfig(model_id="Qwen/Qwen2.5-0.5B", seq_len=32))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # transformers then reads the cache only: an empty one is said so
+    with pytest.raises(cli.EnvironmentProblem, match="not in this machine's Hub cache and HF_HUB_OFFLINE is set"):
+        services.check_hub_model(TrainConfig(model_id="Qwen/Qwen2.5-0.5B", seq_len=32))
 
 
 def test_a_hub_model_the_hub_serves_passes(empty_caches, monkeypatch):

@@ -14,13 +14,13 @@ import argparse
 import dataclasses
 import functools
 import os
-import re
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 from workload.config import aliases, fields, rules
 from workload.config.fields import URI_MAX_LENGTH, Declaration, flag, in_stack_terms  # noqa: F401
 from workload.config.rules import DATASET_FILE_SUFFIXES, RULES, Rule, is_file_dataset, is_local_dataset  # noqa: F401
+from workload.config.values import WANDB_PROJECT_MAX_LENGTH, repo_id_problem, split_problem, wandb_project_problem  # noqa: F401
 from workload.model import adapters, architectures, model_source
 
 # The published config.json of the architectures known before any download (workload/architectures: Qwen2.5,
@@ -50,42 +50,6 @@ MODEL_CONFIGS = tuple(ARCHITECTURES)
 """Names accepted by --model_config (architectures built with random weights, see workload.model.build)."""
 
 # Why an s3:// --model_id (trainModelId) must name a directory under a bucket; the preview refuses with the same words.
-def repo_id_problem(value: str) -> str | None:
-    """The Hub's repo-id rule for a setting that may name a Hub repo (--tokenizer, --dataset; --model_id's is
-    model_source.problem, in its own words): a value that is no path, URI or dataset file names a repo, and must be
-    one huggingface_hub takes (validate_repo_id, which its downloads apply only once the job runs); None otherwise."""
-    if model_source.is_path(value) or "://" in value or value.endswith(DATASET_FILE_SUFFIXES):
-        return None
-    why = model_source.hub_id_problem(value)
-    return f"{why} (neither a Hugging Face Hub id nor a path or URI)" if why else None
-
-
-# datasets' split syntax (ReadInstruction): name[from:to] with either end absolute or a percent, parts joined by +.
-_SPLIT_PART = re.compile(r"\s*[\w.-]+\s*(?:\[\s*(?P<start>-?[\d_]+)?\s*(?P<start_pct>%)?\s*:"
-                         r"\s*(?P<end>-?[\d_]+)?\s*(?P<end_pct>%)?\s*\])?\s*(?:\([\w]+\))?\s*")
-
-
-def split_problem(value: str) -> str | None:
-    """A split (--dataset_split, --eval_split) whose every part is a slice that selects nothing whatever the split's
-    size: an end of 0 (train[:0%], train[:0]), a start of 100% or more, or a start at or past the end in the same
-    unit and sign; None for anything else (the job's datasets judges the rest)."""
-    parts = [_SPLIT_PART.fullmatch(part) for part in value.split("+")]
-    if not parts or not all(parts):
-        return None
-    if all(_selects_nothing(part) for part in parts):
-        return (f"must be a split or a slice that selects examples, and {value!r} selects none whatever the split's "
-                "size (an end of 0, or a start at or past the end)")
-    return None
-
-
-def _selects_nothing(part: re.Match) -> bool:
-    start, end = (None if part[name] is None else int(part[name].replace("_", "")) for name in ("start", "end"))
-    if end == 0 or (start is not None and part["start_pct"] and start >= 100):
-        return True
-    return (start is not None and end is not None and bool(part["start_pct"]) == bool(part["end_pct"])
-            and (start < 0) == (end < 0) and start >= end)
-
-
 S3_MODEL_DIRECTORY = ("a model in S3 is a directory, s3://bucket/prefix/ holding config.json and *.safetensors, not "
                       "a bucket's root")
 DATA_FORMATS = ("text", "chat", "prompt-completion")
@@ -120,17 +84,6 @@ MAX_STEPS = 10_000_000
 # The most restarts of a failed worker group (-1: forever): each restart reloads the last checkpoint, so a thousand is
 # already a job that will not recover; a larger count is a typo for -1.
 MAX_FAILURES = 1000
-# W&B's rule for a project name: at most 128 characters, none of / \ # ? % : (wandb's sdk refuses them at init, after
-# the cluster has started the job).
-WANDB_PROJECT_MAX_LENGTH = 128
-_WANDB_PROJECT_FORBIDDEN = "/\\#?%:"
-
-
-def wandb_project_problem(value: str) -> str | None:
-    """Why W&B refuses the project name `value` (its 'must be ...'), or None."""
-    bad = sorted({char for char in value if char in _WANDB_PROJECT_FORBIDDEN})
-    return (f"must be a W&B project name without {' '.join(_WANDB_PROJECT_FORBIDDEN)}, got one with {' '.join(bad)}"
-            if bad else None)
 # A line printed once the first steps of an attempt have run: `TRAIN_TRANSPORT {json}`, every rank's NCCL transport
 # lines so far. `pulumi up` with trainWait=transport judges it and returns, leaving the job to run on.
 TRANSPORT_PREFIX = "TRAIN_TRANSPORT "
@@ -372,11 +325,6 @@ class TrainConfig:
                 self.chat_template.endswith(".jinja") and os.path.isfile(os.path.expanduser(self.chat_template))):
             raise ValueError(f"--chat_template must be empty (the tokenizer's own), one of {', '.join(CHAT_TEMPLATES)}, "
                              f"or an existing .jinja file, got {self.chat_template!r}")
-        if self.chat_template.endswith(".jinja") and self.chat_template not in CHAT_TEMPLATES:
-            from workload.data import chat
-
-            if (wrong := chat.syntax_problem(chat.template_text(self.chat_template))) is not None:
-                raise ValueError(f"--chat_template {self.chat_template}: not a Jinja template it can compile ({wrong})")
         adapters.check_settings(self.method, self.lora_rank, self.lora_alpha, self.lora_dropout, self.lora_targets)
         if (broken := rules.first_broken(vars(self))) is not None:
             raise ValueError(broken)

@@ -14,7 +14,7 @@ import glob
 import os
 
 from workload import cli
-from workload.config import TrainConfig, parse_report_to
+from workload.config import CHAT_TEMPLATES, TrainConfig, parse_report_to
 from workload.data import hub_dataset, tokenizer_size
 from workload.data import validate as records_check
 from workload.model import adapters, model_source, structure
@@ -141,10 +141,20 @@ def check_tokenizer_vocabulary(cfg: TrainConfig, vocab_size: int | None) -> None
                          f"{vocab_size:,} tokens, such as the model's own (no --tokenizer)")
 
 
+def check_template_compiles(cfg: TrainConfig) -> None:
+    """A --chat_template FILE.jinja that Jinja cannot compile, refused with its line before any worker renders it."""
+    if cfg.chat_template.endswith(".jinja") and cfg.chat_template not in CHAT_TEMPLATES:
+        from workload.data import chat
+
+        if (wrong := chat.syntax_problem(chat.template_text(cfg.chat_template))) is not None:
+            raise ValueError(f"--chat_template {cfg.chat_template}: not a Jinja template it can compile ({wrong})")
+
+
 def validate(cfg: TrainConfig) -> None:
     """The checks that need the model's config or the tokenizer, and every record of a --dataset file
     (workload.data.validate) or the first file of a Hub --dataset's split, before any worker loads the model."""
     check_credentials(cfg)
+    check_template_compiles(cfg)
     known = cfg.architecture  # a dict, without transformers: --model_config's, or a shipped --model_id's
     if known and "max_position_embeddings" in known:
         check_positions(cfg, known["max_position_embeddings"])

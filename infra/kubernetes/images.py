@@ -1,0 +1,90 @@
+"""The Ray image: what each image the stack knows bundles, and the checks of a dlcImage reference (a tag or a
+digest, no credentials, the warnings for a tag that moves or an image the stack does not know). Standard library only."""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class ImageFacts:
+    """What an image bundles that the cluster depends on, and that no API can read from a tag at preview."""
+
+    ray_version: str
+    """The RayCluster's rayVersion. KubeRay gates features on it, and the DLC's EKS guide says it must match."""
+    cuda_version: str
+    """CUDA major.minor of the image's PyTorch: the GPU nodes' driver must support it (preflight checks)."""
+
+
+# Issue 22: the default stays a frozen tag, not a digest. The publisher's records (aws/deep-learning-containers,
+# docs/ray-train/index.md and changelog/index.md) list the tags of each release and no digest, and the registry cannot
+# be reached from where this program is developed, so a digest here could not be verified against a source. The
+# vX.Y.Z tag is the publisher's per-release tag (vX.Y and the bare name float with security rebuilds). Pin your own
+# by digest with dlcImage: <this image>@sha256:<digest> (`crane digest` / `docker buildx imagetools inspect`): it is
+# the same known image to the checks below.
+# What each image the stack knows bundles, per the DLC changelog (aws/deep-learning-containers,
+# docs/ray-train/changelog/index.md, "Ray Train v1.1 - 2026-09-01": Ray 2.58.0, CUDA 13.0.2). Keyed by the frozen
+# vX.Y.Z tag: vX.Y moves with security rebuilds (docs/ray-train/index.md). Not by digest: a digest must be read
+# from the registry, which nothing here can reach, and one typed from memory would be a guess.
+KNOWN_IMAGES = {
+    "public.ecr.aws/deep-learning-containers/ray:train-ml-cuda-v1.1.0": ImageFacts(ray_version="2.58.0",
+                                                                                  cuda_version="13.0"),
+}
+
+_IMAGE_TAG = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
+# A tag naming a full release (1.2.3, v1.2.3, train-ml-cuda-v1.1.0): registries can still move it, but publishers
+# treat it as one build. `latest`, `v1.1`, `train-ml-cuda` and the like are moved on purpose.
+_FROZEN_TAG = re.compile(r"(^|[^0-9.])v?[0-9]+\.[0-9]+\.[0-9]+([^0-9.]|$)")
+_IMAGE_DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
+
+
+def check_image(image: str) -> None:
+    """Refuse an image that names neither a tag nor a digest: it would float to whatever `latest` is that day."""
+    reference, at, digest = image.partition("@")
+    # Whatever follows '@' that is not a digest is user:password@registry/...: credentials, refused without quoting
+    # (the nodes pull with their own role, never with a name's credentials).
+    if at and not digest.startswith("sha256:"):
+        raise ValueError("config key 'dlcImage': holds user:password@ or another '@' that is not a digest (its value "
+                         "is not shown); allowed: registry/repository:tag or repository@sha256:<64 hex digits>, "
+                         "pulled with the nodes' own role")
+    if at and not _IMAGE_DIGEST.fullmatch(digest):
+        raise ValueError("config key 'dlcImage': has a malformed digest (its value is not shown); expected "
+                         "repository@sha256:<64 hex digits>")
+    last_component = reference.rsplit("/", 1)[-1]
+    repository, colon, tag = last_component.partition(":")
+    if colon and not _IMAGE_TAG.fullmatch(tag):
+        raise ValueError(f"config key 'dlcImage': {image!r} has a malformed tag {tag!r}")
+    if not repository or any(c.isspace() for c in image):
+        raise ValueError(f"config key 'dlcImage': {image!r} is not an image reference")
+    if not colon and not at:
+        raise ValueError(
+            f"config key 'dlcImage': {image!r} has neither a tag nor a digest; give repo:tag "
+            f"(e.g. public.ecr.aws/deep-learning-containers/ray:train-ml-cuda-v1.1.0) or repo@sha256:<64 hex digits>"
+        )
+
+
+def mutable_tag_warning(image: str) -> str | None:
+    """A warning for a dlcImage whose tag moves (`latest`, `vX.Y`, a bare name): the head and each worker pull it
+    when their pod starts, so one cluster can run two builds, and a re-created pod another. None for a digest or a
+    full-release tag."""
+    reference, at, _ = image.partition("@")
+    if at:
+        return None
+    tag = reference.rsplit("/", 1)[-1].partition(":")[2]
+    if _FROZEN_TAG.search(tag):
+        return None
+    return (f"dlcImage {image!r}: the tag {tag!r} moves (it names no full release), so the Ray pods may pull "
+            "different builds; pin a release tag (vX.Y.Z) or a digest (repo@sha256:...)")
+
+
+def unpinned_image_warning(image: str) -> str | None:
+    """A warning for a dlcImage the stack does not know, named by a tag alone, however frozen the tag looks: a
+    registry lets whoever can push to the repository move any tag, `v1.2.3` included, and one the publisher does not
+    vouch for (another registry, a fork, a mirror) is pinned only by a digest. None for a digest or a known image."""
+    if "@" in image or image in KNOWN_IMAGES:
+        return None
+    registry = image.split("/", 1)[0] if "/" in image and any(c in image.split("/", 1)[0] for c in ".:") \
+        else "docker.io"
+    return (f"dlcImage {image!r}: a tag from {registry} that the stack does not know; whoever can push there can move "
+            "it, so the Ray pods may run another build than the one checked. Pin it by digest: "
+            "repo:tag@sha256:<digest> (`crane digest IMAGE` or `docker buildx imagetools inspect IMAGE`)")

@@ -23,8 +23,12 @@ from workload.config import SUMMARY_PREFIX, TrainConfig, build_parser
 from workload.run import preflight
 
 
+REPEAT_S = 10.0
+
+
 class Deadline:
-    """Interrupts the main thread once `seconds` have passed (None: never), through SIGALRM.
+    """Interrupts the main thread once `seconds` have passed (None: never), through SIGALRM, and again every REPEAT_S
+    until the block is left.
 
     It raises KeyboardInterrupt because that is what Ray's blocking calls let through: they check for signals and
     turn a pending KeyboardInterrupt into one raised in the caller, while another exception raised by a signal
@@ -42,7 +46,9 @@ class Deadline:
     def __enter__(self) -> Deadline:
         if self.seconds:
             self._previous = signal.signal(signal.SIGALRM, self._expire)
-            signal.setitimer(signal.ITIMER_REAL, self.seconds)
+            # Again every REPEAT_S after the first: an interrupt that lands where a library swallows it (a bare
+            # `except BaseException` in an import or a client's retry loop) is followed by another.
+            signal.setitimer(signal.ITIMER_REAL, self.seconds, min(self.seconds, REPEAT_S))
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -356,6 +356,22 @@ def test_the_deadline_interrupts_a_blocked_driver_and_says_it_was_the_time_limit
     assert not none.reached, "no --time_limit_s: no deadline"
 
 
+def test_an_interrupt_a_library_swallows_is_followed_by_another(monkeypatch):
+    import threading
+
+    monkeypatch.setattr(train, "REPEAT_S", 0.05)
+    swallowed = []
+    deadline = train.Deadline(0.05)
+    with pytest.raises(KeyboardInterrupt, match="time limit"):
+        with deadline:
+            try:
+                threading.Event().wait(30)
+            except BaseException as error:  # what a careless library does with the first one
+                swallowed.append(error)
+            threading.Event().wait(30)  # blocked again: the next interrupt must come
+    assert len(swallowed) == 1 and deadline.reached
+
+
 def test_the_transport_report_is_found_behind_rays_worker_prefix():
     logs = ("step 1/9 loss 6.0\n\x1b[36m(RayTrainWorker pid=12)\x1b[0m TRAIN_TRANSPORT "
             '{"step": 2, "world_size": 2, "nccl_logs": {"0": ""}}\nstep 3/9 loss 5.0\n')

@@ -38,6 +38,9 @@ RESERVED_ENV = {
     "NCCL_SOCKET_IFNAME": "set it with the stack key ncclSocketIfname",
     "FI_PROVIDER": "set it with the stack key fiProvider",
     "NCCL_NET_PLUGIN": "set it with the stack key ncclNetPlugin",
+    # The job's driver joins the Ray cluster RAY_ADDRESS names (workload/trainer.py): Ray's job runner sets it to the
+    # stack's own cluster, and another value would run the training on another cluster, or fail to find one.
+    "RAY_ADDRESS": "the job's driver must join its own cluster, whose address Ray's job runner sets",
     # Where a token is sent: each of these sends the Hub's, W&B's or MLflow's token (from trainSecretEnv) to the host
     # it names, or reads every request in between (a proxy, a trusted CA bundle). huggingface_hub reads HF_ENDPOINT
     # (constants.py), wandb WANDB_BASE_URL (its settings' base_url), MLflow MLFLOW_TRACKING_URI; requests and httpx

@@ -111,6 +111,8 @@ PREVIEW_CLASSES = [
     ("token-redirecting environment", "trainEnv", {"trainEnv": ["REQUESTS_CA_BUNDLE=/tmp/ca.pem"]},
      "REQUESTS_CA_BUNDLE"),
     ("token-redirecting environment", "trainEnv", {"trainEnv": ["SSL_CERT_FILE=/tmp/ca.pem"]}, "SSL_CERT_FILE"),
+    ("another Ray cluster", "trainEnv", {"trainEnv": ["RAY_ADDRESS=ray://other.example.com:10001"]}, "RAY_ADDRESS"),
+    ("another Ray cluster", "trainSecretEnv", {"trainSecretEnv": ["RAY_ADDRESS=10.0.0.9:6379"]}, "RAY_ADDRESS"),
     ("token-redirecting environment", "trainEnv", {"trainEnv": ["AWS_CA_BUNDLE=/tmp/ca.pem"]}, "AWS_CA_BUNDLE"),
     ("token under another name", "trainEnv", {"trainEnv": ["HF_TOKEN_PATH=/tmp/token"]}, "HF_TOKEN_PATH"),
     ("token under another name", "trainEnv", {"trainEnv": ["NETRC=/tmp/netrc"]}, "NETRC"),

@@ -139,6 +139,10 @@ PREVIEW_CLASSES = [
      {"trainDataset": "org/chats", "trainDataFormat": "chat", "trainChatTemplate": "qwen2.5\n"}, "U+000A"),
     ("control or format characters", "trainRunId", {"trainRunId": "1\u200b"}, "U+200B"),
     ("control or format characters", "trainEnv", {"trainEnv": ["FOO=bar\nBAZ=1"]}, "U+000A"),
+    # workload/config/fields.py looks_like_token in text_problem: a token-shaped value in any free-text key.
+    ("token-shaped values in free text", "trainWandbProject",
+     {"trainReportTo": "wandb", "trainWandbProject": f"hf_{SECRET}{'Q' * 30}"}, "must hold no token"),
+    ("token-shaped values in free text", "trainRunId", {"trainRunId": "AKIAIOSFODNN7EXAMPLE"}, "must hold no token"),
     # infra/config/env_names.py looks_like_token: a token-shaped value in trainEnv, whatever its name.
     ("token-shaped values in trainEnv", "trainEnv", {"trainEnv": [f"NOTE=hf_{SECRET}{'Q' * 20}"]}, "trainSecretEnv"),
     ("token-shaped values in trainEnv", "trainEnv", {"trainEnv": [f"NOTE=ghp_{SECRET}{'Q' * 20}"]}, "trainSecretEnv"),

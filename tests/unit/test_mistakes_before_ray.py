@@ -193,6 +193,7 @@ MISTAKES = [
      "--dataset_split must be a split name in ASCII"),
     ("a dataset configuration that climbs", LOCAL, ["--dataset", "org/corpus", "--dataset_config", "../../etc"],
      cli.USAGE, "--dataset_config must be a dataset configuration name"),
+    ("a token as a run name", LOCAL, ["--run_name", TOKEN], cli.USAGE, "--run_name must hold no token"),
 ]
 
 

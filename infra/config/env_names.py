@@ -6,6 +6,10 @@ from __future__ import annotations
 
 import re
 
+# A value shaped like a token whatever its variable is called: one rule with every free-text value's
+# (workload/config/fields.py TOKEN_VALUE); infra/config/train_keys.py applies it to trainEnv's values.
+from workload.config.fields import looks_like_token  # noqa: F401
+
 # The Ray pods' AWS identity is EKS Pod Identity's role, scoped to trainStoragePath's prefix and trainDataset's and
 # trainModelId's objects (infra/aws/pod_identity.py). Any of these in the job's environment replaces it for the job
 # and every library it loads (botocore's credential chain reads the environment first: static keys, then profiles and
@@ -38,6 +42,9 @@ RESERVED_ENV = {
     "NCCL_SOCKET_IFNAME": "set it with the stack key ncclSocketIfname",
     "FI_PROVIDER": "set it with the stack key fiProvider",
     "NCCL_NET_PLUGIN": "set it with the stack key ncclNetPlugin",
+    # The job's driver joins the Ray cluster RAY_ADDRESS names (workload/trainer.py): Ray's job runner sets it to the
+    # stack's own cluster, and another value would run the training on another cluster, or fail to find one.
+    "RAY_ADDRESS": "the job's driver must join its own cluster, whose address Ray's job runner sets",
     # Where a token is sent: each of these sends the Hub's, W&B's or MLflow's token (from trainSecretEnv) to the host
     # it names, or reads every request in between (a proxy, a trusted CA bundle). huggingface_hub reads HF_ENDPOINT
     # (constants.py), wandb WANDB_BASE_URL (its settings' base_url), MLflow MLFLOW_TRACKING_URI; requests and httpx
@@ -80,14 +87,3 @@ def holds_credential(name: str) -> bool:
     """Whether the variable `name` holds a credential by its name (HF_TOKEN, MLFLOW_TRACKING_PASSWORD, MY_API_KEY)."""
     return name not in NOT_CREDENTIALS and bool(_CREDENTIAL_NAME.search(name.upper()))
 
-
-# A value shaped like a token whatever its variable is called: the Hub's (hf_...), GitHub's (ghp_..., github_pat_...),
-# an AWS access key id (AKIA/ASIA and 16 more), OpenAI-style keys (sk-...). In trainEnv it would be plain in the stack's
-# config and on Ray's dashboard. Bounded lengths keep ordinary words (hf_home, sk-learn) out.
-_TOKEN_VALUE = re.compile(r"(?<![A-Za-z0-9])(hf_[A-Za-z0-9]{30,}|gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,}"
-                          r"|(AKIA|ASIA)[A-Z0-9]{16}(?![A-Za-z0-9])|sk-[A-Za-z0-9_-]{20,})")
-
-
-def looks_like_token(value: str) -> bool:
-    """Whether `value` holds something shaped like an access token or key (never quoted by the caller)."""
-    return bool(_TOKEN_VALUE.search(value))

@@ -83,7 +83,8 @@ def check_job_data(cfg: StackConfig) -> None:
 
 def check_job_model(cfg: StackConfig) -> None:
     """A model directory on this machine is not in the job's pods (the local run trains one: python -m workload.local
-    --model_id DIR), and neither is a file:// (or any other scheme's) location: the pods read a Hub id or s3:// only."""
+    --model_id DIR), and neither is a file:// (or any other scheme's) location: the pods read a Hub id or s3:// only;
+    nor, for trainTokenizer, a location of another scheme."""
     train = cfg.train
     scheme, separator, _ = train.model_id.partition("://")
     if not train.model_config and separator and scheme != "s3":
@@ -94,6 +95,13 @@ def check_job_model(cfg: StackConfig) -> None:
         raise ValueError(f"config key 'trainModelId': {train.model_id} is a path on this machine, which the job's pods "
                          "cannot read; allowed: a Hugging Face model id, or s3://bucket/prefix/ holding the model "
                          "directory (the Ray pods' role reads it)")
+    # The tokenizer likewise, before check_tokenizer_vocabulary reads it here: file:///root/.aws/credentials is a
+    # file on this machine, never the pods'.
+    scheme, separator, _ = train.tokenizer.partition("://")
+    if separator and scheme != "s3":
+        raise ValueError(f"config key 'trainTokenizer': a {scheme}:// location, which the job's pods cannot read; "
+                         "allowed: empty (trainModelId's), a Hugging Face tokenizer id, or s3://bucket/prefix/ holding "
+                         "the tokenizer's files (the Ray pods' role reads it)")
 
 
 def check_tokenizer_vocabulary(cfg: StackConfig, architecture: dict) -> None:

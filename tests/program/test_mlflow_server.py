@@ -222,7 +222,8 @@ MLFLOW = {"experimentTracking": "mlflow", "trainStoragePath": STORAGE}
     ({"experimentTracking": "mlfow"}, "config key 'experimentTracking': 'mlfow' is not one of ['none', 'mlflow']"),
     ({"experimentTracking": "mlflow"}, "config key 'experimentTracking': mlflow keeps its artifacts"),
     ({"trainReportTo": "mlflow"}, "config key 'trainReportTo': mlflow needs trainMlflowTrackingUri"),
-    (MLFLOW | {"trainMlflowTrackingUri": "http://mlflow.other.svc:5000"}, "config key 'trainMlflowTrackingUri'"),
+    (MLFLOW | {"trainReportTo": "mlflow", "trainMlflowTrackingUri": "http://mlflow.other.svc:5000"},
+     "config key 'trainMlflowTrackingUri'"),
 ])
 def test_refusals_name_the_key(overrides, expected):
     assert refusal(overrides).startswith(expected)

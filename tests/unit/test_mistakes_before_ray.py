@@ -181,6 +181,19 @@ MISTAKES = [
      "pulumi hid it: run `pulumi stack output kubeconfig --show-secrets > hidden.yaml`"),
     ("a stack name in capitals", JOB, ["submit", "--stack", "Dev", "--print_config"], cli.USAGE,
      "--stack Dev: no Pulumi.Dev.yaml here; stacks: dev"),
+    ("an MLflow server with no mlflow tracker", LOCAL, ["--mlflow_tracking_uri", "http://localhost:5000"], cli.USAGE,
+     "--mlflow_tracking_uri is read only when --report_to names mlflow: add --report_to mlflow"),
+    ("a W&B project with no wandb tracker", LOCAL, ["--wandb_project", "team"], cli.USAGE,
+     "--wandb_project is read only when --report_to names wandb: add --report_to wandb"),
+    ("an MLflow server without a scheme", LOCAL, ["--report_to", "mlflow", "--mlflow_tracking_uri", "localhost:5000"],
+     cli.USAGE, "--mlflow_tracking_uri must be a tracking URI with a scheme MLflow takes"),
+    ("a slice that is no slice", LOCAL, ["--dataset", "org/corpus", "--dataset_split", "train[:abc]"], cli.USAGE,
+     "--dataset_split must be a split or datasets' slice of one"),
+    ("a Cyrillic letter in a split", LOCAL, ["--dataset", "org/corpus", "--dataset_split", "tr\u0430in"], cli.USAGE,
+     "--dataset_split must be a split name in ASCII"),
+    ("a dataset configuration that climbs", LOCAL, ["--dataset", "org/corpus", "--dataset_config", "../../etc"],
+     cli.USAGE, "--dataset_config must be a dataset configuration name"),
+    ("a token as a run name", LOCAL, ["--run_name", TOKEN], cli.USAGE, "--run_name must hold no token"),
 ]
 
 

@@ -20,7 +20,14 @@ from typing import Mapping, Sequence
 from workload.config import aliases, fields, rules
 from workload.config.fields import URI_MAX_LENGTH, Declaration, flag, in_stack_terms  # noqa: F401
 from workload.config.rules import DATASET_FILE_SUFFIXES, RULES, Rule, is_file_dataset, is_local_dataset  # noqa: F401
-from workload.config.values import WANDB_PROJECT_MAX_LENGTH, repo_id_problem, split_problem, wandb_project_problem  # noqa: F401
+from workload.config.values import (  # noqa: F401
+    DATASET_CONFIG,
+    WANDB_PROJECT_MAX_LENGTH,
+    mlflow_uri_problem,
+    repo_id_problem,
+    split_problem,
+    wandb_project_problem,
+)
 from workload.model import adapters, architectures, model_source
 
 # The published config.json of the architectures known before any download (workload/architectures: Qwen2.5,
@@ -161,7 +168,7 @@ class TrainConfig:
         max_length=URI_MAX_LENGTH, check=repo_id_problem
     )
     dataset_config: str = flag("", "Configuration name of a Hugging Face --dataset (e.g. wikitext-2-raw-v1).",
-        stack_key="trainDatasetConfig")
+        stack_key="trainDatasetConfig", pattern=DATASET_CONFIG)
     dataset_split: str = flag("train", "Split of a Hugging Face --dataset (e.g. train, or train[:5000]).",
         stack_key="trainDatasetSplit", check=split_problem)
     text_field: str = flag("text", "Field holding the text in a .jsonl/.json file or a Hugging Face dataset.",
@@ -212,7 +219,7 @@ class TrainConfig:
     mlflow_tracking_uri: str = flag(
         "", "--report_to mlflow: the tracking server (http://...); empty: $MLFLOW_TRACKING_URI, else a local store in "
         "the run directory (mlflow.db).", stack_key="trainMlflowTrackingUri",
-        max_length=URI_MAX_LENGTH)
+        max_length=URI_MAX_LENGTH, check=mlflow_uri_problem)
     wandb_project: str = flag("", "--report_to wandb: the W&B project; empty: $WANDB_PROJECT, else ray-train-fsdp-llm.",
         stack_key="trainWandbProject", max_length=WANDB_PROJECT_MAX_LENGTH, check=wandb_project_problem)
     push_to_hub: str = flag(

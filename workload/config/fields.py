@@ -35,6 +35,19 @@ CREDENTIALS_ALLOWED = ("no user:password@ (nor a token, key or signature paramet
                        "environment the tool reads them from (the stack's trainSecretEnv, e.g. MLFLOW_TRACKING_USERNAME "
                        "and MLFLOW_TRACKING_PASSWORD)")
 
+# A value shaped like a token whatever it is called: the Hub's (hf_...), GitHub's (ghp_..., github_pat_...), an AWS
+# access key id (AKIA/ASIA and 16 more), OpenAI-style keys (sk-...). Plain in a flag, a stack key's config, the job's
+# entrypoint and Ray's dashboard. Bounded lengths keep ordinary words (hf_home, sk-learn) out. infra/config/env_names.py
+# applies it to trainEnv's values too.
+TOKEN_VALUE = re.compile(r"(?<![A-Za-z0-9])(hf_[A-Za-z0-9]{30,}|gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,}"
+                         r"|(AKIA|ASIA)[A-Z0-9]{16}(?![A-Za-z0-9])|sk-[A-Za-z0-9_-]{20,})")
+TOKEN_SHAPES = "hf_, ghp_, github_pat_, AKIA, sk-..."
+
+
+def looks_like_token(value: str) -> bool:
+    """Whether `value` holds something shaped like an access token or key (never quoted by the caller)."""
+    return bool(TOKEN_VALUE.search(value))
+
 
 def _hidden_character(value: str) -> int | None:
     """The index of the first character of Unicode category Cc (control: newline, NUL, bell, escape) or Cf (format:
@@ -51,7 +64,7 @@ def has_credentials(value: str) -> bool:
 
 def text_problem(value: str, max_length: int) -> str | None:
     """The rule every free-text value follows, on both sides: at most `max_length` characters, no control or format
-    character, and no credentials in a URI. The refusal never quotes the value (it may be a megabyte, hold a password,
+    character, no credentials in a URI, and nothing shaped like a token. The refusal never quotes the value (it may be a megabyte, hold a password,
     or hold a newline that would forge a second line of the message)."""
     if len(value) > max_length:
         return f"must be at most {max_length:,} characters, got {len(value):,} (its value is not shown)"
@@ -60,6 +73,9 @@ def text_problem(value: str, max_length: int) -> str | None:
                 f"got U+{ord(value[index]):04X} at character {index} (its value is not shown)")
     if has_credentials(value):
         return f"must hold {CREDENTIALS_ALLOWED}, got a URI with credentials (its value is not shown)"
+    if looks_like_token(value):
+        return (f"must hold no token ({TOKEN_SHAPES}): a token goes in the environment (the stack's trainSecretEnv, "
+                "e.g. HF_TOKEN or WANDB_API_KEY), got a value shaped like one (its value is not shown)")
     return None
 
 

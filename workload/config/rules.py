@@ -228,6 +228,18 @@ def _bus_minimum_is_measured(v: Values) -> str | None:
     return None
 
 
+def _reported(v: Values) -> set[str]:
+    return {name.strip() for name in str(v["report_to"]).split(",")}
+
+
+def _tracker_settings_reported(v: Values) -> str | None:
+    for tracker, flag in (("mlflow", "mlflow_tracking_uri"), ("wandb", "wandb_project")):
+        if v[flag] and tracker not in _reported(v):
+            return (f"--{flag} is read only when --report_to names {tracker}: add --report_to {tracker}, or leave "
+                    f"--{flag} unset")
+    return None
+
+
 # In the order they are checked; a rule may rely on the ones before it (and on every field's own bounds).
 RULES = (
     Rule(("model_id", "model_config"), _model_named, {"model_id": ""}),
@@ -263,6 +275,8 @@ RULES = (
     Rule(("ranks_per_node", "num_workers"), _ranks_divide_workers, {"num_workers": 6, "ranks_per_node": 4}),
     Rule(("min_bus_gbytes_per_s", "fabric_check_seconds"), _bus_minimum_is_measured,
          {"fabric_check_seconds": 0.0, "min_bus_gbytes_per_s": 4.0}),
+    Rule(("mlflow_tracking_uri", "wandb_project", "report_to"), _tracker_settings_reported,
+         {"mlflow_tracking_uri": "https://mlflow.example.com"}),
 )
 
 

@@ -19,17 +19,23 @@ def repo_id_problem(value: str) -> str | None:
     return f"{why} (neither a Hugging Face Hub id nor a path or URI)" if why else None
 
 
-# datasets' split syntax (ReadInstruction): name[from:to] with either end absolute or a percent, parts joined by +.
-_SPLIT_PART = re.compile(r"\s*[\w.-]+\s*(?:\[\s*(?P<start>-?[\d_]+)?\s*(?P<start_pct>%)?\s*:"
-                         r"\s*(?P<end>-?[\d_]+)?\s*(?P<end_pct>%)?\s*\])?\s*(?:\([\w]+\))?\s*")
+# datasets' split syntax (ReadInstruction): name[from:to] (or name[from]) with either end absolute or a percent, parts joined by +.
+_SPLIT_PART = re.compile(r"\s*[\w.-]+\s*(?:\[\s*(?P<start>-?[\d_]+)?\s*(?P<start_pct>%)?\s*(?::"
+                         r"\s*(?P<end>-?[\d_]+)?\s*(?P<end_pct>%)?)?\s*\])?\s*(?:\([\w]+\))?\s*")
 
 
 def split_problem(value: str) -> str | None:
-    """A split (--dataset_split, --eval_split) whose every part is a slice that selects nothing whatever the split's
-    size: an end of 0 (train[:0%], train[:0]), a start of 100% or more, or a start at or past the end in the same
-    unit and sign; None for anything else (the job's datasets judges the rest)."""
+    """Why a split (--dataset_split, --eval_split) is refused: a character outside ASCII (a Cyrillic 'а' in 'trаin'), a
+    bracket that is not datasets' slice syntax (train[:abc]), or every part a slice that selects nothing whatever the
+    split's size: an end of 0 (train[:0%], train[:0]), a start of 100% or more, or a start at or past the end in the
+    same unit and sign; None for anything else (the job's datasets judges the rest)."""
+    if not value.isascii():
+        return f"must be a split name in ASCII letters, digits, '_', '.' or '-', and {value!r} has other characters"
     parts = [_SPLIT_PART.fullmatch(part) for part in value.split("+")]
     if not parts or not all(parts):
+        if "[" in value or "]" in value:
+            return (f"must be a split or datasets' slice of one (train[:5000], train[10%:20%], joined by +), and "
+                    f"{value!r} is not one")
         return None
     if all(_selects_nothing(part) for part in parts):
         return (f"must be a split or a slice that selects examples, and {value!r} selects none whatever the split's "
@@ -43,6 +49,30 @@ def _selects_nothing(part: re.Match) -> bool:
         return True
     return (start is not None and end is not None and bool(part["start_pct"]) == bool(part["end_pct"])
             and (start < 0) == (end < 0) and start >= end)
+
+
+# A Hugging Face dataset's configuration name (wikitext-2-raw-v1): letters, digits, '.', '_', '-', never '..' (a
+# path's way up: the name becomes part of a cache directory's path).
+DATASET_CONFIG = (re.compile(r"(?!.*\.\.)[A-Za-z0-9._-]+"),
+                  "a dataset configuration name of letters, digits, '.', '_' or '-', without '..'")
+
+
+# The schemes MLflow's tracking store registry takes (mlflow/tracking/_tracking_service/utils.py registers "", file,
+# databricks, http, https and mlflow.store.db.db_types.DATABASE_ENGINES); a database's may carry a driver
+# (postgresql+psycopg2). Any other, `localhost:5000` read as scheme 'localhost' among them, fails once the job runs.
+MLFLOW_SCHEMES = ("http", "https", "file", "sqlite", "postgresql", "mysql", "mssql", "databricks")
+
+
+def mlflow_uri_problem(value: str) -> str | None:
+    """Why MLflow takes no tracking store at `value` (its 'must be ...'), or None; a path (no ':') is a local file
+    store, as is bare `databricks` MLflow's default Databricks workspace."""
+    if ":" not in value or value.startswith(("/", "./", "../", "~")) or value == "databricks":
+        return None
+    scheme = value.split(":", 1)[0].split("+", 1)[0].lower() if ":" in value else ""
+    if scheme in MLFLOW_SCHEMES and value[len(value.split(":", 1)[0]):].startswith(":"):
+        return None
+    return (f"must be a tracking URI with a scheme MLflow takes ({', '.join(MLFLOW_SCHEMES)}) or a local path, e.g. "
+            "http://localhost:5000")
 
 
 # W&B's rule for a project name: at most 128 characters, none of / \ # ? % : (wandb's sdk refuses them at init, after

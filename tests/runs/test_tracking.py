@@ -170,7 +170,8 @@ def test_the_stacks_tracking_keys_reach_the_job_as_its_flags_and_its_clients_as_
                         ("--mlflow_tracking_uri", "https://mlflow.team.example.com"), ("--push_to_hub", "me/tiny")):
         assert args[args.index(flag) + 1] == value, args
     assert job_pip(cfg.train) == [TRACKER_REQUIREMENTS["mlflow"], TRACKER_REQUIREMENTS["wandb"]]
-    assert job_pip(config.parse(raw | {"trainReportTo": "tensorboard", "trainPip": ["wandb==0.30.0"]}).train) == [
+    assert job_pip(config.parse(raw | {"trainReportTo": "tensorboard", "trainMlflowTrackingUri": "",
+                                                 "trainWandbProject": "", "trainPip": ["wandb==0.30.0"]}).train) == [
         "wandb==0.30.0"], "no tracker client unless trainReportTo names it, and never over trainPip's own"
 
 

@@ -22,7 +22,6 @@ from workload import cli, config_file
 from workload.config import SUMMARY_PREFIX, TrainConfig, build_parser
 from workload.run import preflight
 
-
 REPEAT_S = 10.0
 
 

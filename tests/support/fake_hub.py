@@ -273,5 +273,12 @@ def unreachable_hub(monkeypatch) -> tuple[str, list[float]]:
     server.server_close()
     monkeypatch.setenv("HF_ENDPOINT", url)
     waits: list[float] = []
-    monkeypatch.setattr(_http.time, "sleep", waits.append)
+    # _http.time is the time module itself, so the patch reaches every thread of the process: a sleep of another
+    # thread (a poller an earlier test of this worker left running) is slept, not recorded as this test's retry.
+    owner, real_sleep = threading.get_ident(), _http.time.sleep
+
+    def sleep(seconds: float) -> None:
+        waits.append(seconds) if threading.get_ident() == owner else real_sleep(seconds)
+
+    monkeypatch.setattr(_http.time, "sleep", sleep)
     return url, waits

@@ -122,10 +122,7 @@ def measure(case: tuple, device, small: bool) -> dict:
         asynchronous.wait()
         started = time.perf_counter()
         blocking = asynchronous.save({}, model, optimizer, 3)
-        during = []
-        while asynchronous._pending is not None and not asynchronous._pending.done():
-            during.append(step(len(during)))
-        asynchronous.wait()
+        during = steps_during_save(asynchronous, step)
         background = time.perf_counter() - started
         dev_rank = dev_rank_steps(asynchronous, model, optimizer, step, dev_step_s) if dev_step_s else {}
         asynchronous.close()
@@ -153,6 +150,15 @@ def measure(case: tuple, device, small: bool) -> dict:
     }
 
 
+def steps_during_save(saver, step, pad_s: float = 0.0) -> list[float]:
+    """The steps' seconds while the save in flight is written, then the save's end (raising its error)."""
+    during = []
+    while saver._pending is not None and not saver._pending.done():
+        during.append(step(len(during), pad_s))
+    saver.wait()
+    return during
+
+
 def dev_rank_steps(saver, model, optimizer, step, dev_step_s: float) -> dict:
     """Steps padded on the GPU to the dev rank's modelled step, without a save and during an asynchronous one."""
     import torch
@@ -162,10 +168,7 @@ def dev_rank_steps(saver, model, optimizer, step, dev_step_s: float) -> dict:
     step(0, pad)
     without = statistics.median(step(index, pad) for index in range(3))
     blocking = saver.save({}, model, optimizer, 4)
-    during = []
-    while saver._pending is not None and not saver._pending.done():
-        during.append(step(len(during), pad))
-    saver.wait()
+    during = steps_during_save(saver, step, pad)
     torch.cuda.synchronize()
     during_median = statistics.median(during) if during else None
     return {"dev_step_model_s": dev_step_s, "dev_pad_s": round(pad, 3), "dev_step_s_without_save": round(without, 4),

@@ -6,10 +6,6 @@ from __future__ import annotations
 
 import re
 
-# A value shaped like a token whatever its variable is called: one rule with every free-text value's
-# (workload/config/fields.py TOKEN_VALUE); infra/config/train_keys.py applies it to trainEnv's values.
-from workload.config.fields import looks_like_token  # noqa: F401
-
 # The Ray pods' AWS identity is EKS Pod Identity's role, scoped to trainStoragePath's prefix and trainDataset's and
 # trainModelId's objects (infra/aws/pod_identity.py). Any of these in the job's environment replaces it for the job
 # and every library it loads (botocore's credential chain reads the environment first: static keys, then profiles and

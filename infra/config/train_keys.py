@@ -8,13 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 import infra.config.pip_requirements as pip_requirements  # trainPip
-from infra.config.env_names import (
-    MAX_ENV_ENTRIES,
-    MAX_ENV_VALUE_CHARS,
-    holds_credential,
-    looks_like_token,
-    reserved_reason,
-)
+from infra.config.env_names import MAX_ENV_ENTRIES, MAX_ENV_VALUE_CHARS, holds_credential, reserved_reason
 from infra.config.experiment_tracking import (
     default_tracking_uri,
     in_cluster_uri,
@@ -218,9 +212,5 @@ def _parse_env(key: str, items: list[str]) -> dict[str, str]:
         require(len(value) <= MAX_ENV_VALUE_CHARS, key,
                  f"entry {index} ({name}): the value is {len(value)} characters; allowed: at most "
                  f"{MAX_ENV_VALUE_CHARS} (its value is not shown)")
-        require(key != "trainEnv" or not looks_like_token(value), key,
-                f"entry {index} ({name}): the value looks like a token (hf_, ghp_, github_pat_, AKIA, sk-...), which "
-                "trainEnv would show on Ray's dashboard; set it in trainSecretEnv (`pulumi config set --secret --path "
-                "'trainSecretEnv[0]' NAME=...`) (its value is not shown)")
         env[name] = value
     return env

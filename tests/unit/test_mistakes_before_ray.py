@@ -194,11 +194,32 @@ MISTAKES = [
     ("a dataset configuration that climbs", LOCAL, ["--dataset", "org/corpus", "--dataset_config", "../../etc"],
      cli.USAGE, "--dataset_config must be a dataset configuration name"),
     ("a token as a run name", LOCAL, ["--run_name", TOKEN], cli.USAGE, "--run_name must hold no token"),
+    # this machine's set-up (ENVIRONMENTS: what the case's shell has set)
+    ("an s3 dataset with no AWS credentials", LOCAL, ["--dataset", "s3://bucket/x.jsonl"], cli.ENVIRONMENT,
+     "--dataset s3://bucket/x.jsonl: no AWS credentials on this machine to read it from"),
+    ("an s3 storage path with no AWS credentials", LOCAL, ["--storage_path", "s3://bucket/runs"], cli.ENVIRONMENT,
+     "--storage_path s3://bucket/runs: no AWS credentials on this machine to write checkpoints to"),
+    ("HF_HOME a file", LOCAL, [], cli.ENVIRONMENT,
+     "HF_HOME=hi.txt is a file; the Hugging Face cache must be a directory"),
+    ("HF_DATASETS_CACHE under a file", LOCAL, [], cli.ENVIRONMENT,
+     "HF_DATASETS_CACHE=hi.txt/datasets: hi.txt is a file; datasets' cache must be a directory"),
 ]
+# The environment a case's shell sets; every case runs on a machine with no AWS credentials (the fixture).
+ENVIRONMENTS = {"HF_HOME a file": {"HF_HOME": "hi.txt"},
+                "HF_DATASETS_CACHE under a file": {"HF_DATASETS_CACHE": "hi.txt/datasets"}}
 
 
 @pytest.fixture
 def here(tmp_path, monkeypatch):
+    # No AWS credentials anywhere boto3 looks, and no instance metadata to ask: a laptop's, answered without network.
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE",
+                 "AWS_CONTAINER_CREDENTIALS_FULL_URI", "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
+                 "AWS_WEB_IDENTITY_TOKEN_FILE", "AWS_ENDPOINT_URL_S3"):
+        monkeypatch.delenv(name, raising=False)
+    for name in ("AWS_SHARED_CREDENTIALS_FILE", "AWS_CONFIG_FILE"):
+        monkeypatch.setenv(name, str(tmp_path / "no-aws-files"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-west-2")
     for name, data in FILES.items():
         (tmp_path / name).parent.mkdir(exist_ok=True)
         (tmp_path / name).write_bytes(data)
@@ -222,7 +243,9 @@ def _run(command: str, argv: list[str]) -> int:
 
 
 @pytest.mark.parametrize("case, command, argv, code, words", MISTAKES, ids=[case[0] for case in MISTAKES])
-def test_a_mistake_is_one_line_naming_the_fix_before_ray(here, capsys, case, command, argv, code, words):
+def test_a_mistake_is_one_line_naming_the_fix_before_ray(here, capsys, monkeypatch, case, command, argv, code, words):
+    for name, value in ENVIRONMENTS.get(case, {}).items():
+        monkeypatch.setenv(name, value)
     _run(command, argv)  # the first call of a kind pays for its imports; the user's second try is what is timed
     capsys.readouterr()
     started = time.monotonic()

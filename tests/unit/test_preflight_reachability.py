@@ -88,31 +88,58 @@ def s3_endpoint(monkeypatch):
     import boto3
 
     # A session of its own: boto3.client would reuse the default session's credentials, cached by an earlier test.
-    boto3.session.Session().client("s3").create_bucket(Bucket="runs",
-                                                       CreateBucketConfiguration={"LocationConstraint": "us-west-2"})
+    client = boto3.session.Session().client("s3")
+    try:
+        client.create_bucket(Bucket="runs", CreateBucketConfiguration={"LocationConstraint": "us-west-2"})
+    except client.exceptions.BucketAlreadyOwnedByYou:
+        pass  # moto's backends are the process's: an earlier test's server made it
     yield server
     server.stop()
 
 
 def test_an_s3_storage_path_is_asked_once_before_ray(s3_endpoint, monkeypatch, tmp_path):
-    services.check_storage_reachable(TrainConfig(model_config="tiny", storage_path="s3://runs/team"))
+    services.check_s3_reachable(TrainConfig(model_config="tiny", storage_path="s3://runs/team"))
     with pytest.raises(cli.UsageError, match="--storage_path s3://nope/x: bucket nope does not exist"):
-        services.check_storage_reachable(TrainConfig(model_config="tiny", storage_path="s3://nope/x"))
+        services.check_s3_reachable(TrainConfig(model_config="tiny", storage_path="s3://nope/x"))
     with monkeypatch.context() as patched:  # no credentials anywhere boto3 looks
         for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
             patched.delenv(name)
         patched.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
         patched.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
         with pytest.raises(cli.EnvironmentProblem, match="--storage_path s3://runs/team: no AWS credentials"):
-            services.check_storage_reachable(TrainConfig(model_config="tiny", storage_path="s3://runs/team"))
+            services.check_s3_reachable(TrainConfig(model_config="tiny", storage_path="s3://runs/team"))
     closed = FakeHub()  # a port where nothing listens
     url = closed.url
     closed.server_close()
     monkeypatch.setenv("AWS_ENDPOINT_URL_S3", url)
     started = time.monotonic()
     with pytest.raises(cli.EnvironmentProblem, match="S3 is not reachable from this machine"):
-        services.check_storage_reachable(TrainConfig(model_config="tiny", storage_path="s3://runs/team"))
+        services.check_s3_reachable(TrainConfig(model_config="tiny", storage_path="s3://runs/team"))
     assert time.monotonic() - started < services.S3_CONNECT_TIMEOUT_S + services.S3_READ_TIMEOUT_S
+
+
+def test_every_s3_flag_is_asked_by_the_one_rule_each_bucket_once(s3_endpoint, monkeypatch, tmp_path):
+    """--dataset, --model_id and --tokenizer at s3:// are asked as --storage_path is: a bucket that does not exist
+    names the flag that gave it, no credentials say what the run would do there, and a bucket is asked once."""
+    with pytest.raises(cli.UsageError, match="--dataset s3://nope/x.jsonl: bucket nope does not exist"):
+        services.check_s3_reachable(TrainConfig(model_config="tiny", dataset="s3://nope/x.jsonl",
+                                                storage_path=str(tmp_path)))
+    with pytest.raises(cli.UsageError, match="--tokenizer s3://gone/tok: bucket gone does not exist"):
+        services.check_s3_reachable(TrainConfig(model_config="tiny", tokenizer="s3://gone/tok",
+                                                storage_path="s3://runs/team"))
+    s3_endpoint.seen.clear()
+    services.check_s3_reachable(TrainConfig(model_config="tiny", dataset="s3://runs/data/x.jsonl",
+                                            storage_path="s3://runs/team"))
+    assert [seen.operation for seen in s3_endpoint.seen] == ["HeadBucket"], s3_endpoint.seen
+    with monkeypatch.context() as patched:
+        for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+            patched.delenv(name)
+        patched.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+        patched.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+        with pytest.raises(cli.EnvironmentProblem,
+                           match="--dataset s3://runs/x.jsonl: no AWS credentials on this machine to read it from"):
+            services.check_s3_reachable(TrainConfig(model_config="tiny", dataset="s3://runs/x.jsonl",
+                                                    storage_path=str(tmp_path)))
 
 
 def test_a_disk_without_room_for_a_checkpoint_is_refused_with_the_sizes(monkeypatch, tmp_path):
@@ -142,10 +169,10 @@ def test_a_disk_without_room_for_a_checkpoint_is_refused_with_the_sizes(monkeypa
 
 def test_validate_runs_the_service_checks(monkeypatch, tmp_path):
     called = []
-    for name in ("check_hub_model", "check_storage_reachable", "check_disk"):
+    for name in ("check_hub_model", "check_s3_reachable", "check_disk"):
         monkeypatch.setattr(services, name, lambda *args, name=name, **kwargs: called.append(name))
     monkeypatch.setattr(preflight.hub_dataset, "check_dataset",
                         lambda *args: (_ for _ in ()).throw(RuntimeError("stop")))
     with pytest.raises(RuntimeError, match="stop"):
         preflight.validate(TrainConfig(model_config="tiny", seq_len=32, storage_path=str(tmp_path)))
-    assert called == ["check_hub_model", "check_storage_reachable", "check_disk"]
+    assert called == ["check_s3_reachable", "check_hub_model", "check_disk"]

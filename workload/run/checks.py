@@ -12,11 +12,11 @@ import glob
 import json
 import os
 import re
-import tempfile
 
 from workload import cli
 from workload.config import DATASET_FILE_SUFFIXES, TrainConfig, is_file_dataset
 from workload.data import validate
+from workload.run import writable
 
 # Beside the run's checkpoints: the flags it was started with, to compare a later run of the same name against.
 FLAGS_FILE = "local_run_flags.json"
@@ -79,9 +79,8 @@ def directory_refusal(dataset: str) -> str:
 
 
 def check_storage(cfg: TrainConfig) -> None:
-    """A local --storage_path must be a directory this user can write in, or be creatable: its nearest existing
-    ancestor is written to once (permissions alone do not tell: root passes any access check, and /proc refuses
-    anyway). Nothing is left behind."""
+    """A local --storage_path must be a directory this user can write in, or be creatable (workload.run.writable,
+    the rule the caches are held to)."""
     path = cfg.storage_path
     if not path or "://" in path:
         return
@@ -89,16 +88,8 @@ def check_storage(cfg: TrainConfig) -> None:
     if (scheme := re.search(r"(?:^|/)([A-Za-z][A-Za-z0-9+.-]+):/", path)) is not None:
         raise cli.UsageError(f"--storage_path {path}: {scheme[1]}:/ is a URI with one slash; a URI takes two "
                              f"({scheme[1]}://bucket/prefix), a local directory none")
-    existing = os.path.abspath(path)
-    while not os.path.exists(existing):
-        existing = os.path.dirname(existing)
-    if not os.path.isdir(existing):
-        raise cli.UsageError(f"--storage_path {path}: {existing} is a file, not a directory")
-    try:
-        with tempfile.TemporaryFile(dir=existing):
-            pass
-    except OSError as error:
-        raise cli.UsageError(f"--storage_path {path} cannot be written: {error.strerror} ({existing})") from None
+    if (why := writable.problem(path)) is not None:
+        raise cli.UsageError(f"--storage_path {path}" + (": " if "is a file" in why else " ") + why)
 
 
 def check_workers(cfg: TrainConfig, cpus: int) -> None:
@@ -160,6 +151,7 @@ def record_flags(cfg: TrainConfig) -> None:
 def check_before_ray(cfg: TrainConfig) -> int | None:
     """Every check above, in the order a user would want to hear of them; returns the step a resumed run starts
     after (None: a new run)."""
+    writable.check_cache_directories()  # HF_HOME and the like: this machine's set-up, said before any flag's check
     check_storage(cfg)
     check_workers(cfg, local_cpus())
     check_dataset(cfg)  # last of the three: it reads the whole file, and says so once it has

@@ -18,7 +18,7 @@ from workload.config import CHAT_TEMPLATES, TrainConfig, parse_report_to
 from workload.data import hub_dataset, tokenizer_size
 from workload.data import validate as records_check
 from workload.model import adapters, model_source, structure
-from workload.run import services
+from workload.run import services, writable
 
 
 def check_positions(cfg: TrainConfig, max_positions: int) -> None:
@@ -153,6 +153,7 @@ def check_template_compiles(cfg: TrainConfig) -> None:
 def validate(cfg: TrainConfig) -> None:
     """The checks that need the model's config or the tokenizer, and every record of a --dataset file
     (workload.data.validate) or the first file of a Hub --dataset's split, before any worker loads the model."""
+    writable.check_cache_directories()  # the driver's own environment (a pod's is not the submitting machine's)
     check_credentials(cfg)
     check_template_compiles(cfg)
     known = cfg.architecture  # a dict, without transformers: --model_config's, or a shipped --model_id's
@@ -160,10 +161,10 @@ def validate(cfg: TrainConfig) -> None:
         check_positions(cfg, known["max_position_embeddings"])
     if known and cfg.method != "full":
         check_targets(cfg, known)
+    services.check_s3_reachable(cfg)  # before an s3:// --dataset file is read below
     # Refusals only: the local run has said what the file holds, and on a cluster rank 0's data line says it.
     records_check.check_dataset(cfg, say=lambda line: None)
     services.check_hub_model(cfg)
-    services.check_storage_reachable(cfg)
     if known:
         services.check_disk(cfg, known)
     try:

@@ -1,7 +1,7 @@
 """The services and the disk a run will use, checked before any worker starts (workload.run.preflight.validate, which
 the job's driver and `python -m workload.local` both run), one short request each: a Hub model that the Hub cannot
-serve, an s3:// --storage_path that does not answer or that this machine has no credentials for, a storage path's
-disk too small for one checkpoint. Each is exit 3 (cli.EnvironmentProblem) naming the flag, in a few seconds, where
+serve, an s3:// location (--storage_path, --dataset, --model_id, --tokenizer) that does not answer or that this
+machine has no credentials for, a storage path's disk too small for one checkpoint. Each is exit 3 (cli.EnvironmentProblem) naming the flag, in a few seconds, where
 the run used to fail inside Ray after 40-80 s, with traceback frames.
 
 What the libraries would do otherwise, and so what each check stands in for:
@@ -47,33 +47,58 @@ def check_hub_model(cfg: TrainConfig) -> None:
                                      hint="HF_HUB_OFFLINE=1 loads a model this machine's Hub cache holds") from None
 
 
-def check_storage_reachable(cfg: TrainConfig) -> None:
-    """An s3:// --storage_path: its bucket answers a HeadBucket with this machine's credentials. No credentials, no
-    answer within the timeouts, or a refusal (403) is exit 3; a bucket that does not exist is exit 2. Skipped where
-    boto3 is not installed (the job's image carries it; Ray Train's own write says the rest)."""
-    path = cfg.storage_path
-    if not path.startswith("s3://"):
+# The flags that may name an s3:// location, and what the run does there (the no-credentials line says it).
+S3_FLAGS = (("storage_path", "write checkpoints to"), ("dataset", "read it from"), ("model_id", "read it from"),
+            ("tokenizer", "read it from"))
+
+NO_KEYS = ("set AWS_PROFILE or AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, or run `aws configure` (on the cluster the "
+           "pods' role gives them); or give a path on this machine")
+
+
+def check_s3_reachable(cfg: TrainConfig) -> None:
+    """Every s3:// location the flags name (S3_FLAGS: --storage_path, --dataset, --model_id, --tokenizer): its bucket
+    answers a HeadBucket with this machine's credentials, each bucket asked once. No credentials, no answer within the
+    timeouts, or a refusal (403) is exit 3; a bucket that does not exist is exit 2. Before a remote --dataset file is
+    read: pyarrow's S3 retried for 13 s before its raw error. Skipped where boto3 is not installed (the job's image
+    carries it; the libraries' own reads say the rest)."""
+    named = [(name, getattr(cfg, name), purpose) for name, purpose in S3_FLAGS
+             if str(getattr(cfg, name)).startswith("s3://")]
+    if not named:
         return
     try:
         import boto3
         import botocore.config
-        import botocore.exceptions as aws
     except ImportError:
         return
-    bucket = path[len("s3://"):].split("/", 1)[0]
-    what = f"--storage_path {path}"
+    # A new session: the environment as it is now (boto3.client would reuse the default session's credentials).
+    session = boto3.session.Session()
+    if session.get_credentials() is None:  # said before the client's second of loading S3's service model
+        name, path, purpose = named[0]
+        raise cli.EnvironmentProblem(f"--{name} {path}: no AWS credentials on this machine to {purpose}", hint=NO_KEYS)
     config = botocore.config.Config(connect_timeout=S3_CONNECT_TIMEOUT_S, read_timeout=S3_READ_TIMEOUT_S,
                                     retries={"max_attempts": 1, "mode": "standard"})
+    client = session.client("s3", config=config)
+    asked = set()
+    for name, path, purpose in named:
+        bucket = path[len("s3://"):].split("/", 1)[0]
+        if bucket not in asked:
+            asked.add(bucket)
+            _head_bucket(client, bucket, f"--{name} {path}", purpose)
+
+
+def _head_bucket(client, bucket: str, what: str, purpose: str) -> None:
+    import botocore.exceptions as aws
+
     try:
-        # A new session: the environment as it is now (boto3.client would reuse the default session's credentials).
-        boto3.session.Session().client("s3", config=config).head_bucket(Bucket=bucket)
+        client.head_bucket(Bucket=bucket)
     except aws.NoCredentialsError:
-        raise cli.EnvironmentProblem(f"{what}: no AWS credentials on this machine to write checkpoints with",
-                                     hint="set AWS_PROFILE or AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, or run "
-                                          "`aws configure`; on the cluster the pods' role gives them") from None
+        raise cli.EnvironmentProblem(f"{what}: no AWS credentials on this machine to {purpose}",
+                                     hint=NO_KEYS) from None
     except (aws.EndpointConnectionError, aws.ConnectTimeoutError, aws.ReadTimeoutError,
             aws.ConnectionClosedError) as error:
-        raise cli.EnvironmentProblem(f"{what}: S3 is not reachable from this machine ({type(error).__name__})") from None
+        raise cli.EnvironmentProblem(f"{what}: S3 is not reachable from this machine ({type(error).__name__})",
+                                     hint="check the network and AWS_ENDPOINT_URL_S3, or give a path on this "
+                                          "machine") from None
     except aws.ClientError as error:
         status = error.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
         if status == 404:

@@ -32,6 +32,18 @@ def test_a_run_with_exported_models_only_and_a_stray_directory(tmp_path, capsys)
     assert "its model_<step>/ directories are exported already" in capsys.readouterr().err
     (tmp_path / "other").mkdir()
     assert cli.run(export.main, [str(tmp_path / "other"), str(tmp_path / "model2")]) == cli.USAGE
+    err = capsys.readouterr().err.splitlines()
+    assert err == [f"error: CHECKPOINT {tmp_path / 'other'} holds no checkpoint (no checkpoint_<step>/ directory, no "
+                   ".metadata): a run that stopped before its first save (every --checkpoint_every steps) leaves none",
+                   "give a run's checkpoint_<step>/ directory: python -m workload.export "
+                   "STORAGE_PATH/RUN_NAME/checkpoint_<step> OUT"], err
+    assert "version" not in err[0]
+    (tmp_path / "other" / "local_run_flags.json").write_text('{"checkpoint_every": 0}')
+    assert cli.run(export.main, [str(tmp_path / "other"), str(tmp_path / "model2")]) == cli.USAGE
+    assert "its run saved none (--checkpoint_every 0)" in capsys.readouterr().err
+    (tmp_path / "old").mkdir()
+    (tmp_path / "old" / ".metadata").write_bytes(b"")  # shards without the config.json the job writes beside them
+    assert cli.run(export.main, [str(tmp_path / "old"), str(tmp_path / "model3")]) == cli.USAGE
     assert "no config.json beside its shards" in capsys.readouterr().err
 
 

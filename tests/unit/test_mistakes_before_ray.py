@@ -58,6 +58,8 @@ FILES = {
     # What workload.local exported for a --method lora run: adapters, no checkpoint's .metadata.
     "model_000006/adapter_config.json": b"{}",
     "model_000006/adapter_model.safetensors": b"",
+    # A local run stopped before its first save: its flags, no checkpoint_<step>/.
+    "stopped-run/local_run_flags.json": json.dumps({"checkpoint_every": 20}).encode(),
 }
 
 LOCAL, EXPORT, JOB = "workload.local", "workload.export", "tools.job"
@@ -164,6 +166,9 @@ MISTAKES = [
     ("OUT is the checkpoint", EXPORT, ["model_000006", "model_000006"], cli.USAGE, "exists and is not empty"),
     ("the exported adapters merged", EXPORT, ["model_000006", "out", "--merge"], cli.USAGE,
      "is a model exported already (adapter_model.safetensors), not a checkpoint: PeftModel.from_pretrained"),
+    ("a run that stopped before its first save", EXPORT, ["stopped-run", "out"], cli.USAGE,
+     "CHECKPOINT stopped-run holds no checkpoint (no checkpoint_<step>/ directory, no .metadata): its run may have "
+     "stopped before its first save, at step 20 (--checkpoint_every 20)"),
     # tools.job
     ("submit without a stack", JOB, ["submit", "--print_config"], cli.USAGE, "submit needs --stack"),
     ("training flags before --", JOB, ["submit", "--stack", "dev", "--steps", "200"], cli.USAGE,
@@ -260,7 +265,7 @@ def test_a_mistake_is_one_line_naming_the_fix_before_ray(here, capsys, monkeypat
     assert TOKEN not in out + err and WANDB_KEY not in out + err, f"{case}: a secret was echoed"
     assert took < 1, f"{case}: answered in {took:.1f} s, not before anything heavy"
     left = sorted(str(path.relative_to(here)) for path in here.rglob("*") if path.is_dir()) if command == LOCAL else []
-    assert set(left) <= {"model_000006"}, f"{case}: a refused run leaves no directory behind: {left}"
+    assert set(left) <= {"model_000006", "stopped-run"}, f"{case}: a refused run leaves no directory behind: {left}"
 
 
 def test_every_mistake_is_new_and_named_once():

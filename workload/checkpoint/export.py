@@ -90,8 +90,26 @@ def check_is_checkpoint(checkpoint: str, directory: str) -> None:
     if any(name.startswith("model_") for name in entries):
         raise cli.UsageError(f"CHECKPOINT {checkpoint} is a run directory without checkpoints; its model_<step>/ "
                              "directories are exported already: AutoModelForCausalLM.from_pretrained loads them")
-    raise cli.UsageError(f"CHECKPOINT {checkpoint}: no config.json beside its shards; only checkpoints "
-                         "saved by this version of the job (workload/checkpoint/sharded.py) can be exported")
+    if ".metadata" in entries:  # DCP's shards without the config.json the job writes beside them
+        raise cli.UsageError(f"CHECKPOINT {checkpoint}: no config.json beside its shards; only checkpoints "
+                             "saved by this version of the job (workload/checkpoint/sharded.py) can be exported")
+    raise cli.UsageError(f"CHECKPOINT {checkpoint} holds no checkpoint (no checkpoint_<step>/ directory, no "
+                         f".metadata): {_first_save(directory)}",
+                         hint="give a run's checkpoint_<step>/ directory: python -m workload.export "
+                              "STORAGE_PATH/RUN_NAME/checkpoint_<step> OUT")
+
+
+def _first_save(directory: str) -> str:
+    """Why a run directory may hold no checkpoint, with the run's own --checkpoint_every when it recorded its flags
+    (workload/run/checks.py FLAGS_FILE, which the local run writes)."""
+    try:
+        with open(os.path.join(directory, "local_run_flags.json")) as file:
+            every = int(json.load(file)["checkpoint_every"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return "a run that stopped before its first save (every --checkpoint_every steps) leaves none"
+    if not every:
+        return "its run saved none (--checkpoint_every 0)"
+    return f"its run may have stopped before its first save, at step {every} (--checkpoint_every {every})"
 
 
 def quiet_imports() -> None:

@@ -65,7 +65,7 @@ USER_ERRORS = [
     (["workload.train", "--batch_size", "two"], {}, cli.USAGE, "--batch_size"),
     (["workload.train", "--model_config", "gpt-17"], {}, cli.USAGE, "--model_config"),
     # A closed port: "auto" would instead join whatever other Ray cluster runs on this machine.
-    (["workload.train", "--model_config", "tiny", "--tokenizer", "data/tokenizer", "--seq_len", "64", "--steps", "2"],
+    (["workload.train", "--model_config", "tiny", "--seq_len", "64", "--steps", "2"],
      {"RAY_ADDRESS": "127.0.0.1:9"},
      cli.ENVIRONMENT, "no Ray cluster answers at RAY_ADDRESS=127.0.0.1:9"),
     (["workload.local", "--batch_size", "0"], {}, cli.USAGE, "--batch_size"),

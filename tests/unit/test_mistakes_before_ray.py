@@ -117,6 +117,9 @@ MISTAKES = [
      "leave --dataset_config unset"),
     ("sync saves of no checkpoints", LOCAL, ["--checkpoint_mode", "sync", "--storage_path", ""], cli.USAGE,
      "--checkpoint_mode sync sets how checkpoints are saved, and without --storage_path none are"),
+    ("a tokenizer for random tokens", LOCAL, ["--dataset", "", "--tokenizer", "org/tokenizer"], cli.USAGE,
+     "--tokenizer org/tokenizer has no effect without --dataset: random tokens (an empty --dataset) are not "
+     "tokenized"),
     ("dropout without lora", LOCAL, ["--lora_dropout", "0.1"], cli.USAGE, "--lora_dropout 0.1 sets the adapters"),
     # --config files
     ("a file that is not there", LOCAL, ["--config", "run.yml"], cli.USAGE, "--config run.yml: No such file"),
@@ -298,3 +301,11 @@ def test_an_offline_hub_without_the_model_is_one_line_before_ray(monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     with pytest.raises(model_source.Unreachable, match="not in this machine's Hub cache and HF_HUB_OFFLINE is set"):
         model_source.check_hub_reachable("nobody-here/no-such-model-r46")
+
+
+def test_random_tokens_alone_drop_the_sample_tokenizer_never_typed():
+    """`--dataset ''` is the recipe's random tokens: the local default's sample tokenizer, never typed, gives way
+    (the rule refuses only a typed --tokenizer that would do nothing)."""
+    cfg = local.parse_args(["--dataset", "", "--steps", "3", "--run_name", "x"])
+    assert (cfg.dataset, cfg.tokenizer) == ("", "")
+    assert local.parse_args(["--run_name", "x"]).tokenizer.endswith("tokenizer")

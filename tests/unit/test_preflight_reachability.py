@@ -126,7 +126,7 @@ def test_every_s3_flag_is_asked_by_the_one_rule_each_bucket_once(s3_endpoint, mo
                                                 storage_path=str(tmp_path)))
     with pytest.raises(cli.UsageError, match="--tokenizer s3://gone/tok: bucket gone does not exist"):
         services.check_s3_reachable(TrainConfig(model_config="tiny", tokenizer="s3://gone/tok",
-                                                storage_path="s3://runs/team"))
+                                                dataset="s3://runs/x.jsonl", storage_path="s3://runs/team"))
     s3_endpoint.seen.clear()
     services.check_s3_reachable(TrainConfig(model_config="tiny", dataset="s3://runs/data/x.jsonl",
                                             storage_path="s3://runs/team"))

@@ -77,6 +77,16 @@ def _epochs_of_a_dataset(v: Values) -> str | None:
     return None
 
 
+def _tokenizer_of_a_dataset(v: Values) -> str | None:
+    # A --model_id's run keeps --tokenizer beside its exported model; a random-weight model on random tokens uses it
+    # for nothing (workload/trainer.py tokenizer_of).
+    if v["tokenizer"] and not v["dataset"] and v["model_config"]:
+        return (f"--tokenizer {v['tokenizer']} has no effect without --dataset: random tokens (an empty --dataset) "
+                f"are not tokenized, and the random-weight --model_config {v['model_config']} exports no tokenizer; "
+                "give --dataset, or leave --tokenizer unset")
+    return None
+
+
 def _one_evaluation_set(v: Values) -> str | None:
     if v["eval_fraction"] and v["eval_split"]:
         return "--eval_fraction and --eval_split are two ways to choose the evaluation set: give one"
@@ -247,6 +257,8 @@ RULES = (
     Rule(("push_to_hub", "storage_path", "export"), _push_exported, {"push_to_hub": "team/model"}),
     Rule(("warmup_steps", "steps"), _warmup_within_steps, {"steps": 10, "warmup_steps": 11}),
     Rule(("epochs", "dataset"), _epochs_of_a_dataset, {"epochs": 1.0}),
+    Rule(("tokenizer", "dataset", "model_config"), _tokenizer_of_a_dataset,
+         {"model_config": "tiny", "tokenizer": "org/tokenizer"}),
     Rule(("eval_fraction", "eval_split"), _one_evaluation_set,
          {"dataset": "org/corpus", "eval_fraction": 0.1, "eval_split": "validation"}),
     Rule(("dataset", "eval_fraction", "eval_split", "eval_every"), _evaluation_has_data, {"eval_fraction": 0.1}),

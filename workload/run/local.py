@@ -244,10 +244,13 @@ def parse_command(argv: Sequence[str] | None = None) -> tuple[TrainConfig, bool,
         if args[name] == LOCAL_DEFAULTS.get(name, TrainConfig.__dataclass_fields__[name].default):
             args[name] = value
     if not args["dataset"]:
-        # Random tokens have nothing to hold out: the local defaults' evaluation goes with the sample corpus.
+        # Random tokens have nothing to hold out: the local defaults' evaluation goes with the sample corpus, and
+        # nothing to tokenize: so does the sample tokenizer, unless typed (then workload/config/rules.py refuses it).
         for name in ("eval_fraction", "eval_every"):
             if args[name] == LOCAL_DEFAULTS[name]:
                 args[name] = 0
+        if "tokenizer" not in given:
+            args["tokenizer"] = ""
     # A setting the user gave wins over a local default it conflicts with, which they never typed: --eval_split
     # replaces the default held-out fraction, and an empty --storage_path means a run without checkpoints.
     if "eval_split" in given and "eval_fraction" not in given:

@@ -27,6 +27,11 @@ def api_client(kubeconfig: Path | None) -> Any:
     import yaml
     from kubernetes import client, config
 
+    if kubeconfig is not None and kubeconfig.is_dir():
+        inside = [path for path in sorted(kubeconfig.iterdir()) if path.is_file() and
+                  (path.name == "config" or path.name.startswith("kubeconfig") or path.suffix in (".yaml", ".json"))]
+        raise cli.UsageError(f"--kubeconfig {kubeconfig} is a directory; a kubeconfig file is expected"
+                             + (f": did you mean --kubeconfig {inside[0]}?" if inside else ""), hint=GET_A_KUBECONFIG)
     if kubeconfig is not None and not kubeconfig.is_file():
         # Exit 3 as the help's table says of "no kubeconfig", however it was named.
         raise cli.EnvironmentProblem(f"--kubeconfig {kubeconfig}: no such file", hint=GET_A_KUBECONFIG)

@@ -134,6 +134,10 @@ class _Parser(argparse.ArgumentParser):
         hint = f"`{self.prog} --help` lists every flag"
         if (guess := self._nearest_flag(message)) is not None:
             hint += f" (did you mean --{guess}?)"
+        elif (guess := _nearest_choice(message)) is not None:
+            hint += f" (did you mean {guess}?)"
+        elif (guess := self._positional_file(message)) is not None:
+            hint = f"did you mean --dataset {guess}? {self.prog} takes its data file as a flag"
         _fail(USAGE, _bounded(message), hint)
         sys.exit(USAGE)
 
@@ -148,9 +152,42 @@ class _Parser(argparse.ArgumentParser):
             return self.suggest(name)
         import difflib
 
-        flags = [option[2:] for option in self._option_string_actions if option.startswith("--")]
-        match = difflib.get_close_matches(name.replace("-", "_"), flags, n=1)
+        # This parser's flags and its subcommands' (`tools.job logs --folow`): argparse hands a subcommand's unknown
+        # flag back to the parser above it.
+        parsers = [self, *(sub for action in self._actions if isinstance(action, argparse._SubParsersAction)
+                           for sub in action.choices.values())]
+        flags = sorted({option[2:] for each in parsers for option in each._option_string_actions
+                        if option.startswith("--")})
+        match = difflib.get_close_matches(name, flags, n=1) or difflib.get_close_matches(name.replace("-", "_"), flags,
+                                                                                         n=1)
         return match[0] if match else None
+
+
+    def _positional_file(self, message: str) -> str | None:
+        """A bare word that is a file here, or named like a data file, given to a parser with --dataset (TRL's
+        scripts and `axolotl train` take their file without a flag): the word, to give after --dataset."""
+        if not message.startswith("unrecognized arguments: ") or "--dataset" not in self._option_string_actions:
+            return None
+        import os
+
+        words = message.split()[2:]
+        if not words or words[0].startswith("-") or shown(words[0]) != repr(words[0]):
+            return None
+        word = words[0]
+        looks_like_data = word.lower().endswith((".txt", ".jsonl", ".json", ".csv", ".parquet", ".gz"))
+        return word if looks_like_data or os.path.isfile(word) else None
+
+
+def _nearest_choice(message: str) -> str | None:
+    """argparse's `invalid choice: 'lsit' (choose from 'list', 'logs', ...)`: the choice nearest the word, or None."""
+    found = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)$", message)
+    if found is None:
+        return None
+    import difflib
+
+    choices = re.findall(r"'([^']*)'", found[2])
+    match = difflib.get_close_matches(found[1], choices, n=1) or difflib.get_close_matches(found[1].lower(), choices, n=1)
+    return match[0] if match else None
 
 
 def parser(prog: str, description: str, *, check_failed: str) -> argparse.ArgumentParser:

@@ -148,6 +148,9 @@ def read_document(path: str) -> Any:
         if getattr(error, "problem", None) == "an alias":
             raise cli.UsageError(f"{CONFIG_FLAG} {path}: YAML aliases (*name) are not allowed{where}; write each value "
                                  "out") from None
+        if "'\\t'" in str(getattr(error, "problem", "")):  # PyYAML's scanner: "found character '\t' that ..."
+            raise cli.UsageError(f"{CONFIG_FLAG} {path}: not YAML{where}: a tab character, and YAML forbids tabs "
+                                 "for indentation; indent with spaces") from None
         raise cli.UsageError(f"{CONFIG_FLAG} {path}: not YAML{where}") from None
 
 

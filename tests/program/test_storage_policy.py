@@ -140,3 +140,39 @@ def test_the_evaluator_honours_the_conditions_moto_ignores():
     assert decide([policy, deny], Request("s3:ListBucket", bucket, {"s3:prefix": "x"})) == "ExplicitDeny"
     assert decide([policy, deny], Request("s3:ListBucket", bucket, {})) == "ExplicitDeny", \
         "a negated ...IfExists operator holds on an absent key"
+
+
+def test_the_drivers_s3_checks_are_requests_the_pod_policy_allows(monkeypatch):
+    """workload.run.services.check_s3_reachable on the cluster, as the driver runs it before any worker: a dataset file
+    and a model directory in another bucket than the checkpoints are asked with the requests the pods' policy grants
+    for them (HeadObject, a listing under the model's prefix), not a HeadBucket it refuses there."""
+    from infra.aws.pod_identity import checkpoint_storage_policy
+    from workload.config import TrainConfig
+    from workload.run import services
+
+    dataset, model = "s3://data-bucket/sets/chat.jsonl", "s3://data-bucket/models/base"
+    server = PolicyEnforcingS3({"AKIARAYPODS000000002": [checkpoint_storage_policy(STORAGE, dataset=dataset,
+                                                                                    model=model)], ADMIN_KEY: None})
+    server.start()
+    try:
+        admin = boto3.client("s3", endpoint_url=server.url, region_name="us-west-2", aws_access_key_id=ADMIN_KEY,
+                             aws_secret_access_key="admin-secret")
+        for bucket in (BUCKET, "data-bucket"):
+            try:
+                admin.create_bucket(Bucket=bucket, CreateBucketConfiguration={"LocationConstraint": "us-west-2"})
+            except admin.exceptions.BucketAlreadyOwnedByYou:
+                pass  # moto's backends are the process's: the module's server made it
+        admin.put_object(Bucket="data-bucket", Key="sets/chat.jsonl", Body=b'{"text": "a"}\n')
+        admin.put_object(Bucket="data-bucket", Key="models/base/config.json", Body=b"{}")
+        for name in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_CONTAINER_CREDENTIALS_FULL_URI"):
+            monkeypatch.delenv(name, raising=False)
+        for name, value in {"AWS_ENDPOINT_URL_S3": server.url, "AWS_ACCESS_KEY_ID": "AKIARAYPODS000000002",
+                            "AWS_SECRET_ACCESS_KEY": "pod-secret", "AWS_DEFAULT_REGION": "us-west-2",
+                            "AWS_EC2_METADATA_DISABLED": "true"}.items():
+            monkeypatch.setenv(name, value)
+        server.seen.clear()
+        services.check_s3_reachable(TrainConfig(model_id=model, dataset=dataset, storage_path=STORAGE))
+        asked = [(seen.operation, seen.decision) for seen in server.seen]
+        assert asked == [("HeadBucket", "Allow"), ("HeadObject", "Allow"), ("ListObjectsV2", "Allow")], server.seen
+    finally:
+        server.stop()

@@ -118,19 +118,27 @@ def test_an_s3_storage_path_is_asked_once_before_ray(s3_endpoint, monkeypatch, t
     assert time.monotonic() - started < services.S3_CONNECT_TIMEOUT_S + services.S3_READ_TIMEOUT_S
 
 
-def test_every_s3_flag_is_asked_by_the_one_rule_each_bucket_once(s3_endpoint, monkeypatch, tmp_path):
-    """--dataset, --model_id and --tokenizer at s3:// are asked as --storage_path is: a bucket that does not exist
-    names the flag that gave it, no credentials say what the run would do there, and a bucket is asked once."""
-    with pytest.raises(cli.UsageError, match="--dataset s3://nope/x.jsonl: bucket nope does not exist"):
+def test_every_s3_flag_is_asked_by_the_one_rule_with_the_request_its_run_makes(s3_endpoint, monkeypatch, tmp_path):
+    """--dataset, --model_id and --tokenizer at s3:// are asked as --storage_path is, each with the one request the
+    pods' policy allows for it (HeadObject of a file, a listing under a directory's prefix): a bucket or file that
+    does not exist names the flag that gave it, and no credentials say what the run would do there."""
+    import boto3
+
+    boto3.session.Session().client("s3").put_object(Bucket="runs", Key="data/x.jsonl", Body=b'{"text": "a"}\n')
+    with pytest.raises(cli.UsageError, match="--dataset s3://nope/x.jsonl: no such file"):
         services.check_s3_reachable(TrainConfig(model_config="tiny", dataset="s3://nope/x.jsonl",
+                                                storage_path=str(tmp_path)))
+    with pytest.raises(cli.UsageError, match=r"^--dataset s3://runs/data/y.jsonl: no such file \(S3 answered 404"):
+        services.check_s3_reachable(TrainConfig(model_config="tiny", dataset="s3://runs/data/y.jsonl",
                                                 storage_path=str(tmp_path)))
     with pytest.raises(cli.UsageError, match="--tokenizer s3://gone/tok: bucket gone does not exist"):
         services.check_s3_reachable(TrainConfig(model_config="tiny", tokenizer="s3://gone/tok",
-                                                dataset="s3://runs/x.jsonl", storage_path="s3://runs/team"))
+                                                dataset="s3://runs/data/x.jsonl", storage_path="s3://runs/team"))
     s3_endpoint.seen.clear()
-    services.check_s3_reachable(TrainConfig(model_config="tiny", dataset="s3://runs/data/x.jsonl",
+    services.check_s3_reachable(TrainConfig(model_id="s3://runs/models/base", dataset="s3://runs/data/x.jsonl",
                                             storage_path="s3://runs/team"))
-    assert [seen.operation for seen in s3_endpoint.seen] == ["HeadBucket"], s3_endpoint.seen
+    assert [seen.operation for seen in s3_endpoint.seen] == ["HeadBucket", "HeadObject", "ListObjectsV2"], \
+        s3_endpoint.seen
     with monkeypatch.context() as patched:
         for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
             patched.delenv(name)

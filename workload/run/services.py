@@ -47,21 +47,26 @@ def check_hub_model(cfg: TrainConfig) -> None:
                                      hint="HF_HUB_OFFLINE=1 loads a model this machine's Hub cache holds") from None
 
 
-# The flags that may name an s3:// location, and what the run does there (the no-credentials line says it).
-S3_FLAGS = (("storage_path", "write checkpoints to"), ("dataset", "read it from"), ("model_id", "read it from"),
-            ("tokenizer", "read it from"))
-
+# The flags that may name an s3:// location: what the run does there, and the one request that asks for it, the one
+# the pods' IAM policy allows for it (infra/aws/pod_identity.py: HeadBucket, authorized as s3:ListBucket with no
+# prefix, on the storage bucket only; GetObject on a dataset file; ListBucket under a model's prefix).
+S3_FLAGS = (("storage_path", "write checkpoints to", "bucket"), ("dataset", "read it from", "file"),
+            ("model_id", "read it from", "directory"), ("tokenizer", "read it from", "directory"))
+# The permission each request needs (S3 API Reference, each operation's "Permissions").
+S3_PERMISSION = {"bucket": "s3:ListBucket on the bucket", "file": "s3:GetObject on it",
+                 "directory": "s3:ListBucket under its prefix"}
 NO_KEYS = ("set AWS_PROFILE or AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, or run `aws configure` (on the cluster the "
            "pods' role gives them); or give a path on this machine")
 
 
 def check_s3_reachable(cfg: TrainConfig) -> None:
-    """Every s3:// location the flags name (S3_FLAGS: --storage_path, --dataset, --model_id, --tokenizer): its bucket
-    answers a HeadBucket with this machine's credentials, each bucket asked once. No credentials, no answer within the
-    timeouts, or a refusal (403) is exit 3; a bucket that does not exist is exit 2. Before a remote --dataset file is
-    read: pyarrow's S3 retried for 13 s before its raw error. Skipped where boto3 is not installed (the job's image
-    carries it; the libraries' own reads say the rest)."""
-    named = [(name, getattr(cfg, name), purpose) for name, purpose in S3_FLAGS
+    """Every s3:// location the flags name (S3_FLAGS: --storage_path, --dataset, --model_id, --tokenizer), asked once
+    with this machine's credentials: the storage path's bucket (HeadBucket), a dataset file (HeadObject), a model's
+    or tokenizer's directory (one ListObjectsV2 key). No credentials, no answer within the timeouts, or a refusal
+    (403) is exit 3; a bucket or file that does not exist is exit 2. Before a remote --dataset file is read: pyarrow's
+    S3 retried for 13 s before its raw error. Skipped where boto3 is not installed (the job's image carries it; the
+    libraries' own reads say the rest)."""
+    named = [(name, getattr(cfg, name), purpose, kind) for name, purpose, kind in S3_FLAGS
              if str(getattr(cfg, name)).startswith("s3://")]
     if not named:
         return
@@ -73,24 +78,26 @@ def check_s3_reachable(cfg: TrainConfig) -> None:
     # A new session: the environment as it is now (boto3.client would reuse the default session's credentials).
     session = boto3.session.Session()
     if session.get_credentials() is None:  # said before the client's second of loading S3's service model
-        name, path, purpose = named[0]
+        name, path, purpose, _ = named[0]
         raise cli.EnvironmentProblem(f"--{name} {path}: no AWS credentials on this machine to {purpose}", hint=NO_KEYS)
     config = botocore.config.Config(connect_timeout=S3_CONNECT_TIMEOUT_S, read_timeout=S3_READ_TIMEOUT_S,
                                     retries={"max_attempts": 1, "mode": "standard"})
     client = session.client("s3", config=config)
-    asked = set()
-    for name, path, purpose in named:
-        bucket = path[len("s3://"):].split("/", 1)[0]
-        if bucket not in asked:
-            asked.add(bucket)
-            _head_bucket(client, bucket, f"--{name} {path}", purpose)
+    for name, path, purpose, kind in dict.fromkeys(named):
+        _ask(client, path, kind, f"--{name} {path}", purpose)
 
 
-def _head_bucket(client, bucket: str, what: str, purpose: str) -> None:
+def _ask(client, path: str, kind: str, what: str, purpose: str) -> None:
     import botocore.exceptions as aws
 
+    bucket, _, key = path[len("s3://"):].partition("/")
     try:
-        client.head_bucket(Bucket=bucket)
+        if kind == "bucket":
+            client.head_bucket(Bucket=bucket)
+        elif kind == "file":
+            client.head_object(Bucket=bucket, Key=key)
+        else:
+            client.list_objects_v2(Bucket=bucket, Prefix=key.rstrip("/") + "/", MaxKeys=1)
     except aws.NoCredentialsError:
         raise cli.EnvironmentProblem(f"{what}: no AWS credentials on this machine to {purpose}",
                                      hint=NO_KEYS) from None
@@ -101,10 +108,12 @@ def _head_bucket(client, bucket: str, what: str, purpose: str) -> None:
                                           "machine") from None
     except aws.ClientError as error:
         status = error.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+        if status == 404 and kind == "file":  # HeadObject has no body: no such key, or no such bucket
+            raise cli.UsageError(f"{what}: no such file (S3 answered 404 in bucket {bucket})") from None
         if status == 404:
             raise cli.UsageError(f"{what}: bucket {bucket} does not exist; give a bucket of yours") from None
-        raise cli.EnvironmentProblem(f"{what}: S3 answered {status or error} for bucket {bucket} with this "
-                                     "machine's credentials; they need s3:ListBucket on it") from None
+        raise cli.EnvironmentProblem(f"{what}: S3 answered {status or error} with this machine's credentials; they "
+                                     f"need {S3_PERMISSION[kind]}") from None
     except aws.BotoCoreError as error:
         raise cli.EnvironmentProblem(f"{what}: S3 could not be asked ({error})") from None
 

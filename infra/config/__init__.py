@@ -33,6 +33,7 @@ from infra.config.rules import (  # noqa: F401
     arn_parts,
     check_dataset_location,
     check_storage_path,
+    config_error,
     s3_location,
 )
 from infra.config.schema import (  # noqa: F401

@@ -57,9 +57,17 @@ def arn_parts(arn: str) -> tuple[str, str, str]:
     return fields[1], fields[4], fields[5]
 
 
+def config_error(keys: str | tuple[str, ...], message: str) -> ValueError:
+    """The one form of a refusal at preview: `config key 'gpuNodeCount': ...`, or with several keys that together
+    break a rule `config keys 'gpuAvailabilityZone', 'gpuInstanceType': ...`."""
+    if isinstance(keys, str):
+        return ValueError(f"config key {keys!r}: {message}")
+    return ValueError(f"config keys {', '.join(repr(key) for key in keys)}: {message}")
+
+
 def require(ok: bool, key: str, message: str) -> None:
     if not ok:
-        raise ValueError(f"config key {key!r}: {message}")
+        raise config_error(key, message)
 
 
 def check_az_list(key: str, azs: list[str]) -> tuple[str, ...]:

@@ -18,7 +18,7 @@ import pulumi_aws as aws
 from botocore.exceptions import BotoCoreError, ClientError
 
 from infra import config
-from infra.aws import capacity_reservation, network
+from infra.aws import capacity_reservation, network, offerings
 from infra.aws.gpu_nodes import placement_group_name, use_placement_group
 from infra.config import AwsIdentity, InstanceFacts, StackConfig, arn_parts
 from infra.kubernetes import addons, raycluster
@@ -120,6 +120,7 @@ def plan_stack(cfg: StackConfig) -> StackPlan:
     candidate_azs = network.reservation_candidate_azs(cfg, vpc_azs) if cfg.capacity_reserve else ()
     network.check_gpu_azs(vpc_azs, gpu_az=cfg.gpu_availability_zone, candidate_azs=candidate_azs)
     gpu = instance_facts.gpu_instance_facts(cfg.gpu_instance_type)
+    offerings.check_gpu_zone(cfg, region=region, identity=identity, warn=pulumi.log.warn)
     check_system_instance(instance_facts.lookup(cfg.system_instance_type, config_key="systemInstanceType"))
     addons.check_efa_allowlist(cfg.gpu_instance_type)
     image = raycluster.check_config(cfg, gpu)

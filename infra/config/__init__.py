@@ -25,6 +25,7 @@ from infra.config.rules import (  # noqa: F401
     PLUGIN_WORD,
     PRINCIPAL_ARN,
     RAY_VERSION,
+    REFUSAL_FORM,
     RESERVATION_ID,
     RUN_ID,
     S3_BUCKET,

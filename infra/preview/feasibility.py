@@ -220,12 +220,12 @@ def check_existing_reservation(cfg: StackConfig, found: dict[str, Any] | None, *
     group = placement_group_name(group_arn) if group_arn else None
     if cfg.gpu_placement == "cluster" and group is None:
         raise ValueError(
-            f"config keys 'gpuPlacement' and {key!r}: {reservation_id} is not in a placement group, and EC2 lets "
+            f"config keys 'gpuPlacement', {key!r}: {reservation_id} is not in a placement group, and EC2 lets "
             "only instances outside any placement group use it, so gpuPlacement=cluster would leave every node "
             "without capacity; allowed: gpuPlacement auto or none")
     if cfg.gpu_placement == "none" and group is not None:
         raise ValueError(
-            f"config keys 'gpuPlacement' and {key!r}: {reservation_id} reserves capacity in placement group "
+            f"config keys 'gpuPlacement', {key!r}: {reservation_id} reserves capacity in placement group "
             f"{group}, which only instances launched into that group can use; allowed: gpuPlacement auto or cluster")
 
     problems = []

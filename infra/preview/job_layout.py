@@ -22,8 +22,9 @@ NOMINAL_SOURCE = "--node_gbits_per_s"
 def one_node_warning(sharding: str, workers: int, ranks_per_node: int | None, gpu_node_count: int,
                      gpu: InstanceFacts) -> str | None:
     """hybrid and two-level split the job's traffic into a step between nodes and one inside each: with every worker
-    on one node the job runs them on a (1, ranks) mesh, which is full sharding under another name (the same losses and weights as full, measured with gloo on a (1, 2) mesh). Not refused, since the job works;
-    said, since the name promises a saving there is nothing to save on."""
+    on one node the job runs them on a (1, ranks) mesh, which is full sharding under another name (full's losses and
+    weights: tests/runs/test_parallel.py, gloo on a (1, 4) mesh). Not refused, since the job works; said, since the
+    name promises a saving there is nothing to save on."""
     if sharding not in ("hybrid", layout.TWO_LEVEL) or not ranks_per_node or workers // ranks_per_node != 1:
         return None
     where = (f"gpuNodeCount {gpu_node_count}" if gpu_node_count == 1 else

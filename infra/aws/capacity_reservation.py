@@ -45,7 +45,7 @@ from botocore.exceptions import ClientError
 from pulumi.dynamic import CreateResult, DiffResult, ReadResult, ResourceProvider, UpdateResult
 
 from infra.aws.identity import check_account, describe, identity_from_props, session
-from infra.config import AwsIdentity
+from infra.config import AwsIdentity, config_error
 
 # AWS's answers that mean "not here, not now": the next AZ may well have the capacity. "Unsupported" is what
 # EC2 says when the AZ does not offer the instance type at all.
@@ -432,8 +432,8 @@ class GpuCapacityReservation(pulumi.dynamic.Resource, module="raytrain", name="G
         if opts is not None and opts.parent is not None:
             raise ValueError("GpuCapacityReservation is a top-level resource: its URN tag assumes no parent")
         if len(urn) > MAX_TAG_VALUE:
-            raise ValueError(f"clusterName: the reservation's URN {urn!r} is longer than an EC2 tag value "
-                             f"({MAX_TAG_VALUE} characters); choose a shorter clusterName or stack name")
+            raise config_error("clusterName", f"the reservation's URN {urn!r} is longer than an EC2 tag value "
+                                              f"({MAX_TAG_VALUE} characters); choose a shorter clusterName or stack name")
         inputs = ReservationInputs(instance_type=instance_type, instance_count=instance_count,
                                    candidate_azs=list(candidate_azs), tags=dict(tags), region=region,
                                    profile=identity.profile, urn=urn, account_id=identity.account_id,

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_aws as aws
 
-from infra.config import WORLD_CIDR, StackConfig
+from infra.config import WORLD_CIDR, StackConfig, config_error
 
 # EKS refuses control-plane subnets in these AZ IDs (UnsupportedAvailabilityZoneException); nodes may still
 # run there. AZ IDs, not names, because names map to different physical AZs in each account.
@@ -44,8 +44,8 @@ def aws_region() -> str:
     """The stack's region: aws:region, else the AWS_REGION the provider would fall back to."""
     region = aws.config.region
     if not region:
-        raise ValueError("config key 'aws:region' is not set (and neither is AWS_REGION); "
-                         "set it with `pulumi config set aws:region us-west-2`")
+        raise config_error("aws:region", "not set (and neither is AWS_REGION); set it with "
+                                         "`pulumi config set aws:region us-west-2`")
     return region
 
 

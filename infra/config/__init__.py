@@ -25,6 +25,7 @@ from infra.config.rules import (  # noqa: F401
     PLUGIN_WORD,
     PRINCIPAL_ARN,
     RAY_VERSION,
+    REFUSAL_FORM,
     RESERVATION_ID,
     RUN_ID,
     S3_BUCKET,
@@ -33,6 +34,7 @@ from infra.config.rules import (  # noqa: F401
     arn_parts,
     check_dataset_location,
     check_storage_path,
+    config_error,
     s3_location,
 )
 from infra.config.schema import (  # noqa: F401

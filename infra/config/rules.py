@@ -57,9 +57,22 @@ def arn_parts(arn: str) -> tuple[str, str, str]:
     return fields[1], fields[4], fields[5]
 
 
+# The form config_error gives, which every refusal at preview has (tests/unit/test_refusal_form.py holds infra/ to it).
+REFUSAL_FORM = re.compile(r"config (key '[A-Za-z0-9:]+'|keys '[A-Za-z0-9:]+'(, '[A-Za-z0-9:]+')+): ")
+
+
+def config_error(keys: str | tuple[str, ...], message: str) -> ValueError:
+    """The one form of a refusal at preview: `config key 'gpuNodeCount': ...`, or with several keys that together
+    break a rule `config keys 'gpuAvailabilityZone', 'gpuInstanceType': ...`."""
+    keys = (keys,) if isinstance(keys, str) else tuple(keys)
+    if len(keys) == 1:
+        return ValueError(f"config key {keys[0]!r}: {message}")
+    return ValueError(f"config keys {', '.join(repr(key) for key in keys)}: {message}")
+
+
 def require(ok: bool, key: str, message: str) -> None:
     if not ok:
-        raise ValueError(f"config key {key!r}: {message}")
+        raise config_error(key, message)
 
 
 def check_az_list(key: str, azs: list[str]) -> tuple[str, ...]:

@@ -14,6 +14,7 @@ import pulumi
 import yaml
 
 from infra.config.env_names import MAX_ENV_VALUE_CHARS
+from infra.config.rules import config_error
 from infra.config.settings import SECRET_KEYS, SECRET_VALUED_KEYS
 from workload.config import DECLARED
 from workload.config.fields import NAME_MAX_LENGTH, URI_MAX_LENGTH, text_problem
@@ -58,8 +59,8 @@ def _read_raw(config: Any, key: str, spec: dict[str, Any], hidden: bool = False)
         value = readers[kind](key)
     except pulumi.ConfigTypeError as e:
         if hidden or key in SECRET_VALUED_KEYS:  # Pulumi's message quotes the value
-            raise ValueError(f"config key {key!r} must be of type {kind} (its value is not shown)") from None
-        raise ValueError(f"config key {key!r} must be of type {kind}: {e}") from e
+            raise config_error(key, f"must be of type {kind} (its value is not shown)") from None
+        raise config_error(key, f"must be of type {kind}: {e}") from e
     if value is None:
         value = spec["default"]
     if kind == "array":
@@ -69,7 +70,7 @@ def _read_raw(config: Any, key: str, spec: dict[str, Any], hidden: bool = False)
             # `pulumi config set --secret --path 'trainSecretEnv.HF_TOKEN' ...` makes an object of the token.
             got = (f"a {type(value).__name__} (its value is not shown)" if hidden or key in SECRET_VALUED_KEYS
                    else repr(value))
-            raise ValueError(f"config key {key!r} must be a list of strings, got {got}")
+            raise config_error(key, f"must be a list of strings, got {got}")
     return value
 
 
@@ -130,18 +131,17 @@ def check_unknown_keys(keys: set[str], project: str, declared: set[str]) -> None
     families = sorted({re.match(r"[a-z]+", key).group(0) for key in declared})
     allowed = (f"a key Pulumi.yaml declares (they start {', '.join(families)}; each with its meaning there)"
                if unmatched else "the key it means")
-    raise ValueError(
-        f"config keys {', '.join(hints)} are not declared in Pulumi.yaml, so Pulumi would ignore them; "
-        f"`pulumi config rm {project}:{unknown[0]}`, and use {allowed}")
+    raise config_error(tuple(unknown), f"not declared in Pulumi.yaml, so Pulumi would ignore {', '.join(hints)}; "
+                                       f"`pulumi config rm {project}:{unknown[0]}`, and use {allowed}")
 
 
 def check_secret_keys(raw: dict[str, Any], project: str, is_secret: Callable[[str], bool]) -> None:
     """Refuse a SECRET_KEYS value stored in plain text: it would sit readable in the committed stack file."""
     for key in SECRET_KEYS:
         if raw[key] and not is_secret(f"{project}:{key}"):
-            raise ValueError(
-                f"config key {key!r} is stored in plain text in the stack file; set it as a secret: "
-                f"`pulumi config rm {key}`, then `pulumi config set --secret --path '{key}[0]' NAME=VALUE`")
+            raise config_error(
+                key, f"stored in plain text in the stack file; set it as a secret: `pulumi config rm {key}`, then "
+                     f"`pulumi config set --secret --path '{key}[0]' NAME=VALUE`")
 
 
 def is_stack_secret(key: str) -> bool:

@@ -12,7 +12,7 @@ import pulumi.dynamic
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
-from infra.config import InstanceFacts, StackConfig
+from infra.config import InstanceFacts, StackConfig, config_error
 from workload.config import STACK_KEYS as workload_stack_keys
 from workload.config import parse_report_to, stack_message  # noqa: F401  (stack_message: tests and tools)
 from workload.metrics.tracking import TRACKER_REQUIREMENTS  # standard library only: the trackers' client pins
@@ -56,7 +56,7 @@ def workload_config(cfg: StackConfig, facts: InstanceFacts) -> "WorkloadConfig":
 
     train = cfg.train
     if train is None:
-        raise ValueError("trainEnabled: the stack config has no train settings")
+        raise config_error("trainEnabled", "the stack config has no train settings")
     # An unknown GPU (tools.job submit, away from EC2) is left to the job's own device check (workload.model.fp8).
     if train.fp8 and facts.gpu_name and not fp8.gpu_has_fp8(facts.gpu_name):
         raise ValueError(f"config key 'trainFp8': {facts.instance_type}'s {facts.gpu_name or 'GPU'} has no fp8 tensor "

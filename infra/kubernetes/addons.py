@@ -13,6 +13,7 @@ import pulumi_kubernetes as k8s
 import yaml
 
 from infra.aws.node_labels import GPU_PRESENT_LABEL, GPU_TOLERATION, SYSTEM_NODE_SELECTOR
+from infra.config import config_error
 from infra.kubernetes import admission, image_pins, ray_security
 
 # 0.20.0 is the release whose values we checked (its default affinity already includes
@@ -62,8 +63,8 @@ def check_efa_allowlist(instance_type: str) -> None:
     if instance_type in allowed:
         return
     gpu_types = ", ".join(t for t in allowed if t[0] in "gp")
-    raise ValueError(
-        f"gpuInstanceType: {instance_type!r} is not on the allowlist of the {EFA_DEVICE_PLUGIN_CHART} chart "
+    raise config_error(
+        "gpuInstanceType", f"{instance_type!r} is not on the allowlist of the {EFA_DEVICE_PLUGIN_CHART} chart "
         f"{EFA_DEVICE_PLUGIN_VERSION} (supportedInstanceLabels.values), so the EFA device plugin would run on no "
         f"GPU node and NCCL would fall back to TCP. Allowed GPU types: {gpu_types}."
     )

@@ -2,7 +2,7 @@
 the figures the RayCluster's workers are built from and the preflight checks nodes against."""
 from __future__ import annotations
 
-from infra.config import InstanceFacts
+from infra.config import InstanceFacts, config_error
 
 GPU_RESOURCE = "nvidia.com/gpu"  # the NVIDIA device plugin's resource
 EFA_RESOURCE = "vpc.amazonaws.com/efa"  # the EFA device plugin's resource
@@ -20,8 +20,8 @@ def worker_resources(facts: InstanceFacts) -> dict[str, str]:
     cpu = facts.vcpus - (2 + facts.vcpus // 8)
     memory = memory_gib - (8 + memory_gib // 8)
     if cpu < 1 or memory < 1:
-        raise ValueError(
-            f"gpuInstanceType: {facts.instance_type} ({facts.vcpus} vCPU, {memory_gib} GiB) leaves no room for a "
+        raise config_error(
+            "gpuInstanceType", f"{facts.instance_type} ({facts.vcpus} vCPU, {memory_gib} GiB) leaves no room for a "
             f"Ray worker after the node's reservations"
         )
     return {

@@ -16,7 +16,7 @@ import pulumi_kubernetes as k8s
 
 from infra.aws.node_labels import GPU_TOLERATION, GPU_WORKER_NODE_SELECTOR, SYSTEM_NODE_SELECTOR
 from infra.aws.pod_identity import checkpoint_storage_policy
-from infra.config import InstanceFacts, StackConfig, check_efa_gpu
+from infra.config import InstanceFacts, StackConfig, check_efa_gpu, config_error
 from infra.kubernetes import admission, local_storage, monitoring, ray_security
 from infra.kubernetes.addons import KUBERAY_OPERATOR_NAMESPACE
 from infra.kubernetes.devices import worker_resources
@@ -92,10 +92,9 @@ def image_facts(cfg: StackConfig) -> ImageFacts:
         missing = [key for key, value in (("rayVersion", cfg.ray_version), ("imageCudaVersion",
                                                                              cfg.image_cuda_version)) if not value]
         if missing:
-            raise ValueError(
-                f"config keys {missing}: dlcImage {cfg.dlc_image!r} is not an image the stack knows "
-                f"({sorted(KNOWN_IMAGES)}), so set rayVersion and imageCudaVersion to the Ray release and CUDA "
-                f"major.minor it bundles (e.g. 2.58.0 and 13.0)")
+            raise config_error(tuple(missing), f"dlcImage {cfg.dlc_image!r} is not an image the stack knows "
+                               f"({sorted(KNOWN_IMAGES)}), so set rayVersion and imageCudaVersion to the Ray release "
+                               "and CUDA major.minor it bundles (e.g. 2.58.0 and 13.0)")
         facts = ImageFacts(ray_version=cfg.ray_version, cuda_version=cfg.image_cuda_version)
     else:
         for key, configured, bundled in (("rayVersion", cfg.ray_version, known.ray_version),
@@ -127,20 +126,16 @@ def _check_settings(
     *, name: str, namespace: str, image: str, gpu_node_count: int, facts: InstanceFacts,
 ) -> None:
     if len(name) > _RAYCLUSTER_NAME_MAX or not _DNS1035_LABEL.fullmatch(name):
-        raise ValueError(
-            f"rayClusterName: {name!r} must be a DNS-1035 label (lowercase letters, digits and '-', starting with "
-            f"a letter) of at most {_RAYCLUSTER_NAME_MAX} characters"
-        )
+        raise config_error("rayClusterName", f"{name!r} must be a DNS-1035 label (lowercase letters, digits and '-', "
+                           f"starting with a letter) of at most {_RAYCLUSTER_NAME_MAX} characters")
     if len(namespace) > 63 or not _DNS1123_LABEL.fullmatch(namespace):
-        raise ValueError(f"rayNamespace: {namespace!r} must be a DNS-1123 label of at most 63 characters")
+        raise config_error("rayNamespace", f"{namespace!r} must be a DNS-1123 label of at most 63 characters")
     if namespace in _RESERVED_NAMESPACES:
-        raise ValueError(
-            f"rayNamespace: {namespace!r} is created and deleted with the stack, so it cannot be one of "
-            f"{list(_RESERVED_NAMESPACES)}"
-        )
+        raise config_error("rayNamespace", f"{namespace!r} is created and deleted with the stack, so it cannot be one "
+                           f"of {list(_RESERVED_NAMESPACES)}")
     check_image(image)
     if gpu_node_count < 1:
-        raise ValueError(f"gpuNodeCount: {gpu_node_count} must be at least 1 (one Ray worker pod runs per GPU node)")
+        raise config_error("gpuNodeCount", f"{gpu_node_count} must be at least 1 (one Ray worker pod runs per GPU node)")
     check_efa_gpu(facts)
     worker_resources(facts)  # raises for a node with no room left for a worker after its reservations
 

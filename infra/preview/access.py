@@ -6,15 +6,15 @@ from typing import Any
 
 import pulumi_aws as aws
 
-from infra.config import AwsIdentity, StackConfig, arn_parts
+from infra.config import AwsIdentity, StackConfig, arn_parts, config_error
 
 
 def aws_identity(aws_config: Any) -> AwsIdentity:
     """aws:profile and the role of aws:assumeRoles, which the kubeconfig and the dynamic providers must use too;
     refused where they cannot (pulumi-eks writes one `--role` into the kubeconfig's `aws eks get-token`)."""
     if aws_config.get("assumeRole"):
-        raise ValueError(
-            "config key 'aws:assumeRole' is pulumi-aws 6's; this project's pulumi-aws 7 reads only aws:assumeRoles "
+        raise config_error(
+            "aws:assumeRole", "pulumi-aws 6's; this project's pulumi-aws 7 reads only aws:assumeRoles "
             "(a list), so the stack would run as the ambient identity. Allowed: aws:assumeRoles with one role, "
             "e.g. [{roleArn: arn:aws:iam::123456789012:role/deployer}]")
     roles = aws_config.get_object("assumeRoles") or []

@@ -18,7 +18,7 @@ import pulumi_aws as aws
 from botocore.exceptions import BotoCoreError, ClientError
 
 from infra import config
-from infra.aws import capacity_reservation, network
+from infra.aws import capacity_reservation, network, offerings
 from infra.aws.gpu_nodes import placement_group_name, use_placement_group
 from infra.config import AwsIdentity, InstanceFacts, StackConfig, arn_parts
 from infra.kubernetes import addons, raycluster
@@ -120,6 +120,7 @@ def plan_stack(cfg: StackConfig) -> StackPlan:
     candidate_azs = network.reservation_candidate_azs(cfg, vpc_azs) if cfg.capacity_reserve else ()
     network.check_gpu_azs(vpc_azs, gpu_az=cfg.gpu_availability_zone, candidate_azs=candidate_azs)
     gpu = instance_facts.gpu_instance_facts(cfg.gpu_instance_type)
+    offerings.check_gpu_zone(cfg, region=region, identity=identity, warn=pulumi.log.warn)
     check_system_instance(instance_facts.lookup(cfg.system_instance_type, config_key="systemInstanceType"))
     addons.check_efa_allowlist(cfg.gpu_instance_type)
     image = raycluster.check_config(cfg, gpu)
@@ -219,12 +220,12 @@ def check_existing_reservation(cfg: StackConfig, found: dict[str, Any] | None, *
     group = placement_group_name(group_arn) if group_arn else None
     if cfg.gpu_placement == "cluster" and group is None:
         raise ValueError(
-            f"config keys 'gpuPlacement' and {key!r}: {reservation_id} is not in a placement group, and EC2 lets "
+            f"config keys 'gpuPlacement', {key!r}: {reservation_id} is not in a placement group, and EC2 lets "
             "only instances outside any placement group use it, so gpuPlacement=cluster would leave every node "
             "without capacity; allowed: gpuPlacement auto or none")
     if cfg.gpu_placement == "none" and group is not None:
         raise ValueError(
-            f"config keys 'gpuPlacement' and {key!r}: {reservation_id} reserves capacity in placement group "
+            f"config keys 'gpuPlacement', {key!r}: {reservation_id} reserves capacity in placement group "
             f"{group}, which only instances launched into that group can use; allowed: gpuPlacement auto or cluster")
 
     problems = []

@@ -10,7 +10,7 @@ from typing import NamedTuple
 
 import pulumi_aws as aws
 
-from infra.config import InstanceFacts, check_efa_gpu
+from infra.config import InstanceFacts, check_efa_gpu, config_error
 
 
 # The GPU instance types of the project's stacks (Pulumi.<stack>.yaml): GPUs per node and each GPU's memory in MiB,
@@ -91,7 +91,9 @@ def on_demand_quota(instance_type: str, setting: str = "--instance-type") -> OnD
     match = _FAMILY_LETTERS.match(instance_type.split(".", 1)[0])
     letters = match.group(1) if match else ""
     if letters not in ON_DEMAND_QUOTAS:
-        raise ValueError(
-            f"{setting} {instance_type}: not an accelerated instance family with a known On-Demand quota; "
-            f"allowed families start with one of {sorted(ON_DEMAND_QUOTAS)} (G and VT, P, Trn, Inf, DL)")
+        problem = (f"not an accelerated instance family with a known On-Demand quota; allowed families start with "
+                   f"one of {sorted(ON_DEMAND_QUOTAS)} (G and VT, P, Trn, Inf, DL)")
+        # A flag of the finder's is named as flags are; a stack key in the preview's one form.
+        raise (ValueError(f"{setting} {instance_type}: {problem}") if setting.startswith("--")
+               else config_error(setting, f"{instance_type}: {problem}"))
     return OnDemandQuota(*ON_DEMAND_QUOTAS[letters])

@@ -19,6 +19,22 @@ from workload.model import layout, memory_plan
 NOMINAL_SOURCE = "--node_gbits_per_s"
 
 
+def one_node_warning(sharding: str, workers: int, ranks_per_node: int | None, gpu_node_count: int,
+                     gpu: InstanceFacts) -> str | None:
+    """hybrid and two-level split the job's traffic into a step between nodes and one inside each: with every worker
+    on one node the job runs them on a (1, ranks) mesh, which is full sharding under another name (full's losses and
+    weights: tests/runs/test_parallel.py, gloo on a (1, 4) mesh). Not refused, since the job works; said, since the
+    name promises a saving there is nothing to save on."""
+    if sharding not in ("hybrid", layout.TWO_LEVEL) or not ranks_per_node or workers // ranks_per_node != 1:
+        return None
+    where = (f"gpuNodeCount {gpu_node_count}" if gpu_node_count == 1 else
+             f"trainNumWorkers {workers}, which fill one node of {gpu.gpus} GPUs of the {gpu_node_count}")
+    one = "HSDP has one replica group" if sharding == "hybrid" else "the step between nodes has one node"
+    return (f"trainSharding {sharding}: every worker is on one {gpu.instance_type} node ({where}), so {one} and the "
+            f"job runs full sharding's step on a (1, {ranks_per_node}) mesh; set trainSharding full (or auto) to say "
+            "so, or add nodes")
+
+
 def predict(workload: Any, architecture: dict, gpu: InstanceFacts, workers: int,
             plan: memory_plan.MemoryPlan) -> dict:
     """The layout the job would choose with the instance's nominal figures, as the stack output jobLayoutPlan: the

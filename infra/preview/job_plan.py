@@ -7,13 +7,14 @@ from typing import Any
 
 import pulumi
 
-from infra.config import AwsIdentity, InstanceFacts, StackConfig
+from infra.config import AwsIdentity, InstanceFacts, StackConfig, config_error
 from infra.job import job_config
 from infra.preview import checkpoint_cost, data_cost, dataset_records, instance_facts, job_layout, model_config
 from workload.config import CHAT_TEMPLATES, is_local_dataset
 from workload.data import tokenizer_size
 from workload.data.chat import KNOWN_CHAT_TEMPLATES
 from workload.model import adapters, memory, memory_plan, model_source, structure
+from workload.model import layout as layout_rules
 from workload.model.layout import ASSUMED_MFU, step_compute_seconds
 
 
@@ -35,6 +36,10 @@ def check_job(cfg: StackConfig, gpu: InstanceFacts, *, identity: AwsIdentity | N
     if workers > gpus:
         raise ValueError(f"config key 'trainNumWorkers': {workers} workers need a GPU each, and the cluster has "
                          f"{gpus} ({cfg.gpu_node_count} x {gpu.gpus}); allowed: 0 (one per GPU) to {gpus}")
+    if warning := job_layout.one_node_warning(
+            workload.sharding, workers, workload.ranks_per_node or layout_rules.packed_ranks_per_node(workers, gpu.gpus),
+            cfg.gpu_node_count, gpu):
+        pulumi.log.warn(warning)
     check_job_model(cfg)
     architecture = model_config.resolve(train.model_id, train.model_config,
                                         hub_token=train.secret_env.reveal().get(model_config.HUB_TOKEN_VARIABLE),
@@ -122,9 +127,9 @@ def check_tokenizer_vocabulary(cfg: StackConfig, architecture: dict) -> None:
     if (why := tokenizer_size.vocabulary_problem(tokens, architecture.get("vocab_size"))) is not None:
         model_key = "trainModelConfig" if train.model_config else "trainModelId"
         model = f"{model_key} {train.model_config or train.model_id}"
-        keys = f"config keys '{key}' and '{model_key}'" if key != model_key else f"config key '{key}'"
-        raise ValueError(f"{keys}: the tokenizer {name} {why.replace('the model', model)}; allowed: a tokenizer of "
-                         "at most vocab_size tokens, such as the model's own (trainTokenizer empty)")
+        raise config_error((key, model_key) if key != model_key else key,
+                           f"the tokenizer {name} {why.replace('the model', model)}; allowed: a tokenizer of at most "
+                           "vocab_size tokens, such as the model's own (trainTokenizer empty)")
 
 
 def check_chat_template(cfg: StackConfig) -> None:
@@ -167,7 +172,7 @@ def check_job_shape(workload: Any, architecture: dict, gpu: InstanceFacts, worke
     billions = memory.parameter_count(architecture) / 1e9
     method = f" with trainMethod {workload.method}" if workload.method != "full" else ""
     raise ValueError(
-        f"config keys 'trainModelId', 'trainBatchSize' and 'trainSeqLen': {model} ({billions:.2f} B parameters) needs "
+        f"config keys 'trainModelId', 'trainBatchSize', 'trainSeqLen': {model} ({billions:.2f} B parameters) needs "
         f"{plan.peak_gib:.1f} GiB on each of the {workers} GPUs of {gpu.instance_type}{method} at "
         f"{workload.batch_size} x "
         f"{workload.seq_len} tokens per GPU even with {plan.describe().split(':')[0]}, and they leave "
@@ -185,7 +190,7 @@ def check_qlora_shards(workload: Any, architecture: dict, targets: tuple[str, ..
     if (why := adapters.qlora_shards_problem(shapes, targets, workers)) is None:
         return
     fitting = [n for n in range(1, gpus + 1) if adapters.qlora_shards_problem(shapes, targets, n) is None]
-    raise ValueError(f"config keys 'trainMethod' and 'trainNumWorkers': qlora on {workers} workers: {model}'s {why}; "
+    raise ValueError(f"config keys 'trainMethod', 'trainNumWorkers': qlora on {workers} workers: {model}'s {why}; "
                      f"allowed: trainNumWorkers {', '.join(map(str, fitting)) or 'none'} of the {gpus} GPUs, or "
                      "trainMethod lora")
 

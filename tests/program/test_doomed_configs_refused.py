@@ -103,6 +103,9 @@ DOOMED = [
      {**JOB, **STORED, "trainDataset": "org/corpus", "trainDatasetSplit": "train[:0]"}, "selects none"),
     ("an empty evaluation slice", "trainEvalSplit",
      {**JOB, **STORED, "trainDataset": "org/corpus", "trainEvalSplit": "validation[50:10]"}, "selects none"),
+    # infra/aws/offerings.py check_gpu_zone: EC2's DescribeInstanceTypeOfferings (tests/support/fake_aws.py UNOFFERED).
+    ("p5 in an AZ that does not offer it", "gpuAvailabilityZone",
+     {"gpuInstanceType": "p5.48xlarge", "gpuAvailabilityZone": "us-west-2d"}, "allowed: one of us-west-2a"),
     # infra/preview/job_plan.py check_time_limit: the steps at the GPU's full peak and a minute's start-up.
     ("a minute for the default job", "trainTimeoutMinutes", {**JOB, "trainTimeoutMinutes": 1},
      "trainTimeoutMinutes 2 or more"),

@@ -85,3 +85,33 @@ def test_the_preview_plans_the_layout_the_workers_choose(monkeypatch, model_id):
 
 def test_ray_s_packed_placement_gives_the_ranks_per_node():
     assert [layout.packed_ranks_per_node(workers, 4) for workers in (1, 3, 4, 8, 6, 12)] == [1, 3, 4, 4, None, 4]
+
+
+def one_node_warnings(caplog, overrides: dict) -> list[str]:
+    import logging
+
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        run_program("dev", {**JOB_ON, "trainExpectTransport": "any", **overrides})
+    return [r.getMessage() for r in caplog.records if r.getMessage().startswith("trainSharding ")]
+
+
+@pytest.mark.parametrize("sharding, overrides, where", [
+    ("hybrid", {"gpuNodeCount": 1}, "(gpuNodeCount 1)"),
+    ("two-level", {"gpuNodeCount": 1, "trainNumWorkers": 2}, "(gpuNodeCount 1)"),
+    ("hybrid", {"trainNumWorkers": 4}, "(trainNumWorkers 4, which fill one node of 4 GPUs of the 2)"),
+])
+def test_hybrid_or_two_level_on_one_node_is_one_warning(caplog, sharding, overrides, where):
+    """What the job does with it: a (1, ranks) mesh, full sharding's losses and weights exactly (gloo, 2 ranks, 3
+    steps of the tiny model: hybrid, two-level and full each 6.2445, 5.8301, 5.6119). It works, so it is said, not
+    refused."""
+    (warning,) = one_node_warnings(caplog, {"trainSharding": sharding, **overrides})
+    ranks = overrides.get("trainNumWorkers", 4)
+    assert warning.startswith(f"trainSharding {sharding}: every worker is on one g6.12xlarge node {where}, so "), warning
+    assert f"the job runs full sharding's step on a (1, {ranks}) mesh; set trainSharding full" in warning, warning
+
+
+def test_hybrid_across_nodes_and_full_on_one_node_are_not_warned(caplog):
+    assert one_node_warnings(caplog, {"trainSharding": "hybrid"}) == []  # 8 workers on 2 nodes
+    assert one_node_warnings(caplog, {"trainSharding": "full", "gpuNodeCount": 1}) == []
+    assert one_node_warnings(caplog, {"gpuNodeCount": 1}) == []  # auto picks full there itself

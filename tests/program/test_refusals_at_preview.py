@@ -59,6 +59,7 @@ def program_refusal(overrides: dict, stack: str = "dev") -> str:
     assert failed.resources == [], f"{overrides}: refused before any resource, got {len(failed.resources)}"
     message = str(failed.error)
     assert "\n" not in message, f"{overrides}: one line: {message}"
+    assert config.REFUSAL_FORM.match(message), f"{overrides}: the common form, config key 'X': ... : {message}"
     return message
 
 

@@ -51,7 +51,7 @@ def hub(monkeypatch):
 def test_a_wider_tokenizer_is_refused_without_a_download_from_the_shipped_table(hub):
     started = time.perf_counter()
     message = program_refusal({**JOB, "trainModelId": "meta-llama/Llama-3.1-8B", "trainTokenizer": "Qwen/Qwen2.5-7B"})
-    for words in ("config keys 'trainTokenizer' and 'trainModelId'", "151,665 tokens", "128,256",
+    for words in ("config keys 'trainTokenizer', 'trainModelId'", "151,665 tokens", "128,256",
                   "trainModelId meta-llama/Llama-3.1-8B"):
         assert words in message, f"the refusal says {words!r}: {message}"
     assert time.perf_counter() - started < 10, "the whole program under mocks, the rule itself in milliseconds"
@@ -60,7 +60,7 @@ def test_a_wider_tokenizer_is_refused_without_a_download_from_the_shipped_table(
 
 def test_a_hub_tokenizer_is_read_once_bounded_through_its_lfs_redirect(hub):
     message = program_refusal({**JOB, "trainModelConfig": "tiny", "trainSeqLen": 256, "trainTokenizer": "acme/wide-tokenizer"})
-    assert "config keys 'trainTokenizer' and 'trainModelConfig'" in message and "600 tokens" in message \
+    assert "config keys 'trainTokenizer', 'trainModelConfig'" in message and "600 tokens" in message \
         and "vocabulary of 512" in message, message
     asked = [path for method, path, _ in hub.requests if "tokenizer" in path or path.startswith("/cdn/")]
     assert asked[0] == "/acme/wide-tokenizer/resolve/main/tokenizer.json" and asked[1].startswith("/cdn/"), asked

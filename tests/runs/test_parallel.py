@@ -59,6 +59,16 @@ def test_hsdp_gives_the_same_losses_and_weights_as_fsdp(gloo_run):
     _assert_close_weights(hybrid_state, full_state, "HSDP against FSDP")
 
 
+@pytest.mark.parametrize("layout", ["hybrid", "two-level"])
+def test_hybrid_and_two_level_on_one_node_are_full_sharding(gloo_run, layout):
+    """A (1, 4) mesh, as the job builds for trainSharding hybrid or two-level with every worker on one node: one replica
+    group, one node, full sharding's step (infra/preview/job_layout.py one_node_warning says so at preview)."""
+    (full_losses, full_state), (one_node_losses, one_node_state) = (
+        gloo_run["train"]["full"], gloo_run["train"][f"{layout}-one-node"])
+    assert one_node_losses == pytest.approx(full_losses, rel=1e-6), (layout, one_node_losses, full_losses)
+    _assert_close_weights(one_node_state, full_state, f"{layout} on one node against full sharding")
+
+
 @pytest.mark.parametrize("layout", ["full", "hybrid"])
 def test_accumulated_micro_batches_equal_one_big_batch(gloo_run, layout):
     (big_losses, big_state), (accumulated_losses, accumulated_state) = (

@@ -90,6 +90,16 @@ def describe_tagged(urn: str, *, region: str | None, identity: Any) -> list[dict
     return [dict(r) for r in TAGGED_RESERVATIONS.get(urn, []) if region and r["AvailabilityZone"].startswith(region)]
 
 
+# (instance type, AZ) pairs EC2 does not offer (DescribeInstanceTypeOfferings); every other type is offered in every AZ
+# of REGIONS.
+UNOFFERED: set[tuple[str, str]] = {("p5.48xlarge", "us-west-2d")}
+
+
+def read_zones_offering(instance_type: str, *, region: str | None, identity: Any) -> set[str]:
+    """infra.aws.offerings.read_zones_offering, answered from REGIONS and UNOFFERED."""
+    return {az for az in REGIONS.get(region or "", {}) if (instance_type, az) not in UNOFFERED}
+
+
 _ID_PREFIXES = {
     "aws:ec2/vpc:Vpc": "vpc-",
     "aws:ec2/subnet:Subnet": "subnet-",

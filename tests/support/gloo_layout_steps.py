@@ -113,6 +113,9 @@ def worker(rank: int, port: int, out: str) -> None:
                                "hybrid-accum2": ((2, 2), dataclasses.replace(BASE, grad_accum_steps=2))}.items():
         results["train"][name] = _train(cfg, shape, rank)
     results["train"]["two-level"] = _train(BASE, (2, 2), rank, two_level=True)
+    # One node of 4 ranks: what the job runs for trainSharding hybrid or two-level on gpuNodeCount 1.
+    results["train"]["hybrid-one-node"] = _train(BASE, (1, 4), rank)
+    results["train"]["two-level-one-node"] = _train(BASE, (1, 4), rank, two_level=True)
 
     batch = random_batches(BASE, 512, rank)(0)
     for name, (shape, overrides) in RECORDED.items():

@@ -17,6 +17,8 @@ What the fake AWS answers:
 - the deployer's public address (infra.aws.network.deployer_public_ip, an HTTPS request at preview): DEPLOYER_IP.
 - an existing capacity reservation (infra.aws.capacity_reservation.describe_existing, boto3 at preview) from
   RESERVATIONS, in the region of its AZ only; that function itself is tested against botocore Stubbers.
+- the AZs that offer an instance type (infra.aws.offerings.read_zones_offering, boto3 at preview): every AZ of REGIONS
+  but UNOFFERED's; a test that sets this module's `read_zones_offering` to the real one asks moto instead.
 - the stack's own reservations by their URN tag (infra.aws.reservation_end.describe_tagged) from TAGGED_RESERVATIONS.
 - `eks:index:Cluster` (a remote component) returns kubeconfig, security group, OIDC and an `eksCluster` that
   is a real resource reference, as pulumi-eks's does; its `kubeconfig` output carries `--role` but never
@@ -45,8 +47,8 @@ from pulumi.runtime.proto import provider_pb2
 from pulumi.runtime.stack import run_pulumi_func
 from pulumi.runtime.sync_await import _sync_await
 
-from infra.aws import capacity_reservation, network, reservation_end
-from tests.support.fake_aws import DEPLOYER_IP, AwsMocks, describe_existing, describe_tagged
+from infra.aws import capacity_reservation, network, offerings, reservation_end
+from tests.support.fake_aws import DEPLOYER_IP, AwsMocks, describe_existing, describe_tagged, read_zones_offering
 
 REPO = Path(__file__).resolve().parents[2]
 PROGRAM = REPO / "__main__.py"
@@ -337,7 +339,8 @@ def _run(stack: str | None, overrides: dict[str, Any] | None, project_dir: Path 
     try:
         with mock.patch.object(capacity_reservation, "describe_existing", describe_existing), \
                 mock.patch.object(reservation_end, "describe_tagged", describe_tagged), \
-                mock.patch.object(network, "deployer_public_ip", lambda: DEPLOYER_IP):
+                mock.patch.object(network, "deployer_public_ip", lambda: DEPLOYER_IP), \
+                mock.patch.object(offerings, "read_zones_offering", read_zones_offering):
             _sync_await(run_pulumi_func(program))
     except BaseException as e:  # noqa: BLE001 handed to the caller
         run.error = e

@@ -11,6 +11,7 @@ from typing import Any, Iterable
 
 from botocore.exceptions import BotoCoreError, ClientError
 
+from infra.aws.offerings import zones_offering
 from tools.capacity.aws import Aws, describe_failure
 from tools.capacity.quotas import OnDemandQuota, QuotaUsage, on_demand_quota, quota_usage, vcpus_of
 from tools.capacity.stack_file import StackContext
@@ -140,9 +141,7 @@ def survey_region(aws: Aws, region: str, instance_type: str, count: int, quota: 
         zones = [zone for zone in ec2.describe_availability_zones()["AvailabilityZones"]
                  if zone.get("ZoneType", "availability-zone") == "availability-zone"
                  and zone.get("State", "available") == "available"]
-        offerings = ec2.get_paginator("describe_instance_type_offerings").paginate(
-            LocationType="availability-zone", Filters=[{"Name": "instance-type", "Values": [instance_type]}])
-        offered = {offer["Location"] for page in offerings for offer in page["InstanceTypeOfferings"]}
+        offered = zones_offering(ec2, instance_type)
     except (ClientError, BotoCoreError) as error:
         report.errors.append(f"{region}: {describe_failure(error)}")
         return report

@@ -21,6 +21,7 @@ from infra import config
 from infra.aws import capacity_reservation, network
 from infra.aws.gpu_nodes import placement_group_name, use_placement_group
 from infra.config import AwsIdentity, InstanceFacts, StackConfig, arn_parts
+from infra.config.schema import warn
 from infra.kubernetes import addons, raycluster
 from infra.preview import endpoint_access, instance_facts, object_names
 from infra.preview.access import aws_identity, check_access_entries, creator_of
@@ -113,7 +114,7 @@ def plan_stack(cfg: StackConfig) -> StackPlan:
         None if endpoint_access.covers_internet(cfg.api_public_access_cidrs) else network.deployer_public_ip())
     endpoint_access.check_public_access_count(public_cidrs)
     if warning := endpoint_access.public_access_warning(public_cidrs):
-        pulumi.log.warn(warning)
+        warn(warning)
     region = network.aws_region()
     zone_ids = network.region_availability_zones()
     vpc_azs = network.choose_vpc_azs(cfg.vpc_availability_zones, zone_ids)
@@ -194,7 +195,7 @@ def _quota(service_code: str, quota_code: str) -> int | None:
     try:
         return int(aws.servicequotas.get_service_quota(service_code=service_code, quota_code=quota_code).value)
     except Exception as error:  # noqa: BLE001 - the provider reports a denied or failed read as a generic error
-        pulumi.log.warn(f"Service Quotas {service_code}/{quota_code} could not be read, so it is not checked: {error}")
+        warn(f"Service Quotas {service_code}/{quota_code} could not be read, so it is not checked: {error}")
         return None
 
 

@@ -5,9 +5,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
-import pulumi
-
 from infra.config import AwsIdentity, InstanceFacts, StackConfig
+from infra.config.schema import warn
 from infra.job import job_config
 from infra.preview import checkpoint_cost, data_cost, dataset_records, instance_facts, job_layout, model_config
 from workload.config import CHAT_TEMPLATES, is_local_dataset
@@ -49,9 +48,9 @@ def check_job(cfg: StackConfig, gpu: InstanceFacts, *, identity: AwsIdentity | N
         save = checkpoint_cost.plan(memory_plan.apply(workload, plan), architecture.config, gpu, workers)
         checkpoint = save.as_dict()
         if warning := checkpoint_cost.always_in_flight_warning(save):
-            pulumi.log.warn(warning)
+            warn(warning)
     else:
-        pulumi.log.warn(f"trainModelId {train.model_id}: {architecture.reason}, so trainSeqLen and the GPU memory of "
+        warn(f"trainModelId {train.model_id}: {architecture.reason}, so trainSeqLen and the GPU memory of "
                         "the job are checked only on the cluster")
     data = data_cost.plan(cfg, gpu, checkpoint_node_bytes=save.node_bytes if save else 0.0, identity=identity,
                           region=region)
@@ -116,7 +115,7 @@ def check_tokenizer_vocabulary(cfg: StackConfig, architecture: dict) -> None:
     tokens = model_config.tokenizer_tokens(
         name, key, train.secret_env.reveal().get(model_config.HUB_TOKEN_VARIABLE))
     if isinstance(tokens, model_config.Unknown):
-        pulumi.log.warn(f"{key} {name}: {tokens.reason}, so whether its tokens fit the model's vocabulary is checked "
+        warn(f"{key} {name}: {tokens.reason}, so whether its tokens fit the model's vocabulary is checked "
                         "by the job before any worker starts")
         return
     if (why := tokenizer_size.vocabulary_problem(tokens, architecture.get("vocab_size"))) is not None:
@@ -142,7 +141,7 @@ def check_chat_template(cfg: StackConfig) -> None:
             f"{train.data_format} cannot render its records the way the model will see them; allowed: set "
             f"trainChatTemplate to one of {list(CHAT_TEMPLATES)}, or a tokenizer that has a template")
     if known is None:
-        pulumi.log.warn(f"{key} {tokenizer}: whether its tokenizer has a chat template is not known before it is "
+        warn(f"{key} {tokenizer}: whether its tokenizer has a chat template is not known before it is "
                         "downloaded; the job checks it before any worker starts")
 
 

@@ -195,7 +195,7 @@ wake_command = pulumi.Output.all(cluster.cluster_name, gpu_nodes.node_group_name
 if cfg.gpu_idle_stop_minutes:
     if target is not None:
         warn("gpuIdleStopMinutes with a capacity reservation: stopping the GPU nodes saves nothing, the "
-                        "reservation bills whether instances run in it or not")
+             "reservation bills whether instances run in it or not")
     idle_stop.IdleStop(
         f"{cfg.cluster_name}-idle-stop", provider=cluster.provider, cluster_name=cluster.cluster_name,
         eks_cluster_name=cfg.cluster_name, eks_cluster_arn=cluster.cluster_arn, namespace=ray_cluster.namespace,

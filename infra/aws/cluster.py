@@ -158,7 +158,7 @@ def cluster_role_trust(*, account_id: str, cluster_arn: str):
         if not isinstance(policy, str):
             # Not seen in pulumi-eks 4.4 (its policy is a constant); say so rather than skip it silently.
             warn(f"{args.name}: its assume-role policy is not known yet, so the confused-deputy conditions "
-                            "(aws:SourceAccount, aws:SourceArn) were not added to it")
+                 "(aws:SourceAccount, aws:SourceArn) were not added to it")
             return None
         if trust.EKS_SERVICE_PRINCIPAL not in policy:
             return None

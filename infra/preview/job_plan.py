@@ -51,7 +51,7 @@ def check_job(cfg: StackConfig, gpu: InstanceFacts, *, identity: AwsIdentity | N
             warn(warning)
     else:
         warn(f"trainModelId {train.model_id}: {architecture.reason}, so trainSeqLen and the GPU memory of "
-                        "the job are checked only on the cluster")
+             "the job are checked only on the cluster")
     data = data_cost.plan(cfg, gpu, checkpoint_node_bytes=save.node_bytes if save else 0.0, identity=identity,
                           region=region)
     if train.storage_path and not train.storage_path.startswith("s3://") and cfg.gpu_node_count > 1:
@@ -116,7 +116,7 @@ def check_tokenizer_vocabulary(cfg: StackConfig, architecture: dict) -> None:
         name, key, train.secret_env.reveal().get(model_config.HUB_TOKEN_VARIABLE))
     if isinstance(tokens, model_config.Unknown):
         warn(f"{key} {name}: {tokens.reason}, so whether its tokens fit the model's vocabulary is checked "
-                        "by the job before any worker starts")
+             "by the job before any worker starts")
         return
     if (why := tokenizer_size.vocabulary_problem(tokens, architecture.get("vocab_size"))) is not None:
         model_key = "trainModelConfig" if train.model_config else "trainModelId"
@@ -142,7 +142,7 @@ def check_chat_template(cfg: StackConfig) -> None:
             f"trainChatTemplate to one of {list(CHAT_TEMPLATES)}, or a tokenizer that has a template")
     if known is None:
         warn(f"{key} {tokenizer}: whether its tokenizer has a chat template is not known before it is "
-                        "downloaded; the job checks it before any worker starts")
+             "downloaded; the job checks it before any worker starts")
 
 
 def check_job_shape(workload: Any, architecture: dict, gpu: InstanceFacts, workers: int, *, model: str,

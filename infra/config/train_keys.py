@@ -52,7 +52,10 @@ def parse_train(raw: dict[str, Any]) -> JobSettings:
     env = _parse_env("trainEnv", raw["trainEnv"])
     secret_env = SecretEnv(_parse_env("trainSecretEnv", raw["trainSecretEnv"]))
     clash = sorted(set(env) & set(secret_env.names))
-    require(not clash, "trainSecretEnv", f"{clash} are set in trainEnv too; set each variable in one key")
+    if clash:  # the first one named: the names are bounded by count, not by length
+        more = f" (and {len(clash) - 1} more)" if len(clash) > 1 else ""
+        raise ValueError(f"config key 'trainSecretEnv': {_shown_name('trainEnv', clash[0])}{more} is set in trainEnv "
+                         "too; set each variable in one key")
     _check_tracking(raw, env, secret_env)
     _check_offline(raw, env)
     _check_data_storage(raw)

@@ -184,3 +184,10 @@ def test_every_warning_goes_through_the_redacting_helper():
                                                           *(REPO / "tools").rglob("*.py")]
                  if path != REPO / "infra" / "config" / "schema.py" and direct.search(path.read_text())]
     assert offenders == [], f"warn through infra.config.schema.warn instead: {offenders}"
+
+
+def test_a_variable_in_both_env_keys_is_named_once():
+    message = refusal({"trainEnv": ["ALPHA_SETTING=1", "BETA_SETTING=2"],
+                       "trainSecretEnv": ["BETA_SETTING=x", "ALPHA_SETTING=y"]})
+    assert "'trainSecretEnv'" in message and "ALPHA_SETTING (and 1 more)" in message, message
+    assert "BETA_SETTING" not in message, f"one name, not the list: {message}"

@@ -12,7 +12,9 @@ from infra.aws.cluster import EksCluster
 from infra.aws.gpu_nodes import GpuNodeGroup, GpuPlacementGroup, TargetedReservation
 from infra.aws.network import Network
 from infra.aws.pod_identity import RayPodIdentity, checkpoint_storage_policy
+from infra.config import secret_inputs
 from infra.config.experiment_tracking import artifacts_location
+from infra.config.schema import warn
 from infra.job import job_config, preflight, ray_job
 from infra.kubernetes import addons, cloudwatch, idle_stop, monitoring, raycluster
 from infra.kubernetes.mlflow_server import MlflowServer
@@ -22,6 +24,8 @@ from infra.preview import feasibility
 cfg = config.load()
 plan = feasibility.plan_stack(cfg)
 gpu_facts = plan.gpu
+# A key the stack holds as a secret (a private dlcImage or trainModelId) stays one in every resource input.
+secret_inputs.keep_secret_inputs()
 
 tags = {"project": pulumi.get_project(), "stack": pulumi.get_stack(), "cluster": cfg.cluster_name}
 
@@ -190,8 +194,8 @@ wake_command = pulumi.Output.all(cluster.cluster_name, gpu_nodes.node_group_name
     lambda names: idle_stop.wake_command(names[0], names[1], cfg.gpu_node_count, plan.region))
 if cfg.gpu_idle_stop_minutes:
     if target is not None:
-        pulumi.log.warn("gpuIdleStopMinutes with a capacity reservation: stopping the GPU nodes saves nothing, the "
-                        "reservation bills whether instances run in it or not")
+        warn("gpuIdleStopMinutes with a capacity reservation: stopping the GPU nodes saves nothing, the "
+             "reservation bills whether instances run in it or not")
     idle_stop.IdleStop(
         f"{cfg.cluster_name}-idle-stop", provider=cluster.provider, cluster_name=cluster.cluster_name,
         eks_cluster_name=cfg.cluster_name, eks_cluster_arn=cluster.cluster_arn, namespace=ray_cluster.namespace,

@@ -32,6 +32,7 @@ import pulumi_kubernetes as k8s
 from infra.aws import trust
 from infra.aws.node_labels import GPU_TOLERATION, SYSTEM_NODE_SELECTOR
 from infra.config import AwsIdentity, StackConfig, arn_parts
+from infra.config.schema import warn
 
 SYSTEM_AMI_TYPE = "AL2023_x86_64_STANDARD"
 # The Ray head runs the training image (the DLC: tens of GiB, and containerd keeps both the compressed layers and
@@ -156,8 +157,8 @@ def cluster_role_trust(*, account_id: str, cluster_arn: str):
         policy = args.props.get("assumeRolePolicy")
         if not isinstance(policy, str):
             # Not seen in pulumi-eks 4.4 (its policy is a constant); say so rather than skip it silently.
-            pulumi.log.warn(f"{args.name}: its assume-role policy is not known yet, so the confused-deputy conditions "
-                            "(aws:SourceAccount, aws:SourceArn) were not added to it")
+            warn(f"{args.name}: its assume-role policy is not known yet, so the confused-deputy conditions "
+                 "(aws:SourceAccount, aws:SourceArn) were not added to it")
             return None
         if trust.EKS_SERVICE_PRINCIPAL not in policy:
             return None

@@ -21,6 +21,7 @@ import pulumi
 
 from infra.aws.capacity_reservation import ENDED_STATES, RESOURCE_TYPE, URN_TAG, _ec2_client
 from infra.config import AwsIdentity
+from infra.config.schema import warn
 
 
 def reservation_urn(name: str, stack: str, project: str) -> str:
@@ -74,5 +75,5 @@ def warn_if_ended(name: str, *, region: str | None, identity: AwsIdentity, end_h
     if reservation is None:
         return None
     message = ended_message(reservation, end_hours=end_hours, idle_stop_minutes=idle_stop_minutes)
-    pulumi.log.warn(message)
+    warn(message)
     return message

@@ -58,6 +58,25 @@ RESERVED_ENV = {
 # added later) and the endpoint overrides (AWS_ENDPOINT_URL, AWS_ENDPOINT_URL_S3, ...), which send the job's S3 calls,
 # signed with the pods' credentials, to another host.
 RESERVED_ENV_PREFIXES = {"AWS_CONTAINER_": _AWS_IDENTITY, "AWS_ENDPOINT_URL": _AWS_IDENTITY}
+# Families by a word of the name, for what no list keeps up with: a name that loads code, points a library at code or
+# certificates, or turns verification off. Search paths (GCONV_PATH: glibc loads iconv modules from it; FI_PROVIDER_PATH:
+# libfabric's providers; LD_LIBRARY_PATH, PYTHONPATH, ...), plugins (NCCL_TUNER_PLUGIN, NCCL_PROFILER_PLUGIN: a .so
+# NCCL loads into every rank), preloads and hooks (RAY_RUNTIME_ENV_HOOK: a function Ray imports and calls), anything
+# INSECURE or *VERIFY* (MLFLOW_TRACKING_INSECURE_TLS, PYTHONHTTPSVERIFY), certificates and CA bundles, proxies, and
+# endpoints. The job needs none of them from its user: those the project sets it sets itself (the exact names above).
+_LOADS_CODE = ("it makes every rank load code from where the variable points (a search path, a plugin, a preloaded "
+               "library or a hook); add packages with trainPip, or build an image (dlcImage)")
+_VERIFICATION = ("it turns TLS verification off or replaces the certificates it trusts, so another host can read or "
+                 "alter the job's requests, tokens included")
+RESERVED_ENV_WORDS = (
+    (re.compile(r"PATHS?$"), _LOADS_CODE),
+    (re.compile(r"PLUGIN|PRELOAD|HOOK"), _LOADS_CODE),
+    (re.compile(r"INSECURE|VERIFY|CERT|CA_?BUNDLE|CA_?FILE|CA_?INFO"), _VERIFICATION),
+    (re.compile(r"(^|_)PROXY$"), _INTERCEPT),
+    (re.compile(r"ENDPOINT"), _REDIRECT),
+)
+# NO_PROXY only narrows what a proxy sees, and the pods have none.
+NOT_RESERVED = frozenset({"NO_PROXY"})
 # Entries per key, and characters per value. Each entry is an environment variable of every Ray container and of the
 # job's runtime_env; no job the project knows sets more than a handful, and a larger set belongs in the image.
 MAX_ENV_ENTRIES = 64
@@ -65,10 +84,17 @@ MAX_ENV_VALUE_CHARS = 32768
 
 
 def reserved_reason(name: str) -> str | None:
-    """Why the job may not set `name` (and what sets it properly), or None when it may."""
-    if name in RESERVED_ENV:
-        return RESERVED_ENV[name]
-    return next((why for prefix, why in RESERVED_ENV_PREFIXES.items() if name.startswith(prefix)), None)
+    """Why the job may not set `name` (and what sets it properly), or None when it may. By the name in capitals: some
+    readers take any case (Python's urllib and requests read `Https_Proxy`), and a name that differs from a reserved
+    one only in case is that name meant, or a mistake."""
+    upper = name.upper()
+    if upper in NOT_RESERVED:
+        return None
+    if upper in RESERVED_ENV:
+        return RESERVED_ENV[upper]
+    if (why := next((why for prefix, why in RESERVED_ENV_PREFIXES.items() if upper.startswith(prefix)), None)):
+        return why
+    return next((why for word, why in RESERVED_ENV_WORDS if word.search(upper)), None)
 
 
 # A name that says it holds a credential: in trainEnv its value would be plain in the stack's config and on Ray's

@@ -16,6 +16,7 @@ from infra.config.rules import (
     EKS_PUBLIC_ACCESS_CIDRS_MAX,
     INSTANCE_TYPE,
     K8S_VERSION,
+    MAX_VPC_AZS,
     PLUGIN_WORD,
     POD_INTERFACE,
     POD_INTERFACES,
@@ -25,6 +26,7 @@ from infra.config.rules import (
     SOCKET_IFNAME,
     check_az_list,
     require,
+    require_unique,
     socket_ifname_matches,
 )
 from infra.config.schema import (
@@ -87,7 +89,8 @@ def parse(raw: dict[str, Any]) -> StackConfig:
     vpc_azs = check_az_list("vpcAvailabilityZones", raw["vpcAvailabilityZones"])
     require(not vpc_azs or len(vpc_azs) >= 2, "vpcAvailabilityZones",
              f"EKS needs subnets in at least two AZs; got {list(vpc_azs)} (or leave it empty for all of them)")
-    require(len(vpc_azs) <= 7, "vpcAvailabilityZones", "at most 7 AZs (the VPC is split in eighths)")
+    require(len(vpc_azs) <= MAX_VPC_AZS, "vpcAvailabilityZones",
+            f"at most {MAX_VPC_AZS} AZs (the VPC is split in eighths)")
 
     for key in ("systemInstanceType", "gpuInstanceType"):
         require(bool(INSTANCE_TYPE.fullmatch(raw[key])), key, f"{raw[key]!r} is not an EC2 instance type name")
@@ -141,8 +144,10 @@ def parse(raw: dict[str, Any]) -> StackConfig:
     admins = _check_principals("clusterAdmins", raw["clusterAdmins"])
     viewers = _check_principals("clusterViewers", raw["clusterViewers"])
     both = sorted(set(admins) & set(viewers))
-    require(not both, "clusterViewers",
-             f"{both} are in clusterAdmins too; EKS allows one access entry per principal, so list each in one key")
+    if both:
+        more = f" (and {len(both) - 1} more)" if len(both) > 1 else ""
+        raise ValueError(f"config key 'clusterViewers': {both[0]!r}{more} is in clusterAdmins too; EKS allows one "
+                         "access entry per principal, so list each in one key")
 
     return StackConfig(
         cluster_name=raw["clusterName"],
@@ -195,7 +200,7 @@ def _check_principals(key: str, arns: list[str]) -> tuple[str, ...]:
     for arn in arns:
         require(bool(PRINCIPAL_ARN.fullmatch(arn)), key,
                  f"{arn!r} is not an IAM role or user ARN like arn:aws:iam::123456789012:role/NAME")
-    require(len(set(arns)) == len(arns), key, f"lists a principal twice: {arns}")
+    require_unique(key, arns, "a principal")
     return tuple(arns)
 
 
@@ -213,7 +218,7 @@ def _check_public_cidrs(cidrs: list[str]) -> tuple[str, ...]:
                  f"{cidr} is not a public address range; the public endpoint only sees public source addresses "
                  f"(allowed: public IPv4 CIDRs, or {WORLD_CIDR} to open it to the world)")
         checked.append(str(network))
-    require(len(set(checked)) == len(checked), key, f"lists a CIDR twice: {cidrs}")
+    require_unique(key, checked, "a CIDR")
     require(len(checked) <= EKS_PUBLIC_ACCESS_CIDRS_MAX, key,
              f"lists {len(checked)} CIDRs; EKS accepts at most {EKS_PUBLIC_ACCESS_CIDRS_MAX} per cluster (and the "
              "preview adds this machine's address when no CIDR covers it); allowed: up to "

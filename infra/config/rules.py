@@ -30,6 +30,12 @@ PLUGIN_WORD = re.compile(r"[\^]?[A-Za-z0-9_.;,+-]{1,64}")
 # EKS's "Public endpoint access CIDR ranges per cluster" quota: 40, not adjustable (Amazon EKS User Guide, "View and
 # manage Amazon EKS and Fargate service quotas").
 EKS_PUBLIC_ACCESS_CIDRS_MAX = 40
+# The VPC is split in eighths (one an AZ, and room left), so seven AZs at most; no region has more standard AZs.
+MAX_VPC_AZS = 7
+# clusterAdmins and clusterViewers, each: an EKS access entry a principal, and a team's are a few roles.
+MAX_PRINCIPALS = 200
+# trainPip: every worker installs the list at the job's start.
+MAX_PIP_REQUIREMENTS = 200
 # Every pattern here is applied with fullmatch: `re.match` with `$` would take a trailing newline.
 # S3's bucket naming rules (general purpose buckets): 3-63 lowercase letters, digits, dots and hyphens, starting and
 # ending with a letter or digit. Anything else (a wildcard above all) is not one bucket.
@@ -78,8 +84,27 @@ def require(ok: bool, key: str, message: str) -> None:
 def check_az_list(key: str, azs: list[str]) -> tuple[str, ...]:
     for az in azs:
         require(bool(AZ_NAME.fullmatch(az)), key, f"{az!r} is not an availability zone name (like us-west-2a)")
-    require(len(set(azs)) == len(azs), key, f"lists an AZ twice: {azs}")
+    require_unique(key, azs, "an AZ")
     return tuple(azs)
+
+
+def first_duplicate(items: list[str] | tuple[str, ...]) -> tuple[int, str] | None:
+    """(index, item) of the first item that repeats an earlier one, or None."""
+    seen: set[str] = set()
+    for index, item in enumerate(items):
+        if item in seen:
+            return index, item
+        seen.add(item)
+    return None
+
+
+def require_unique(key: str, items: list[str] | tuple[str, ...], what: str) -> None:
+    """One rule for every list key's duplicates: the refusal names the first repeated item and its position, never
+    the list, which may hold thousands of entries (checked items only: each already passed the key's own form)."""
+    if (duplicate := first_duplicate(items)) is not None:
+        index, item = duplicate
+        raise ValueError(f"config key {key!r}: lists {what} twice: entry {index} {item!r} repeats an earlier entry; "
+                         "allowed: each once")
 
 
 def s3_location(path: str, key: str = "") -> tuple[str, str] | None:

@@ -13,8 +13,14 @@ from typing import Any, Callable
 import pulumi
 import yaml
 
-from infra.config.env_names import MAX_ENV_VALUE_CHARS
-from infra.config.rules import config_error
+from infra.config.env_names import MAX_ENV_ENTRIES, MAX_ENV_VALUE_CHARS
+from infra.config.rules import (
+    EKS_PUBLIC_ACCESS_CIDRS_MAX,
+    MAX_PIP_REQUIREMENTS,
+    MAX_PRINCIPALS,
+    MAX_VPC_AZS,
+    config_error,
+)
 from infra.config.settings import SECRET_KEYS, SECRET_VALUED_KEYS
 from workload.config import DECLARED
 from workload.config.fields import NAME_MAX_LENGTH, URI_MAX_LENGTH, text_problem
@@ -88,11 +94,42 @@ TEXT_MAX_LENGTHS = {"dlcImage": URI_MAX_LENGTH, "trainPip": URI_MAX_LENGTH,
                     "trainEnv": MAX_ENV_VALUE_CHARS + NAME_MAX_LENGTH}
 
 
+# Entries per list key (every `type: array` key of Pulumi.yaml has one; tests/program/test_config_echo_classes.py holds
+# the two together), checked before anything reads the entries, so no check walks, or a refusal quotes, a list of
+# thousands. Each bound is what the key's consumer takes, or well above any real use.
+LIST_MAX_ENTRIES: dict[str, tuple[int, str]] = {
+    "vpcAvailabilityZones": (MAX_VPC_AZS, "the VPC is split in eighths, one public and one private subnet per AZ"),
+    "capacityCandidateAzs": (MAX_VPC_AZS, "no region has more standard AZs, and each is tried in turn"),
+    # EKS's "Public endpoint access CIDR ranges per cluster" quota (Amazon EKS User Guide, "Amazon EKS service quotas";
+    # VpcConfigRequest.publicAccessCidrs in the EKS API Reference): 40, not adjustable.
+    "apiPublicAccessCidrs": (EKS_PUBLIC_ACCESS_CIDRS_MAX, "EKS's quota of public endpoint CIDRs per cluster, not "
+                                                          "adjustable; join neighbours into a shorter prefix"),
+    # One EKS access entry each; a team's administrators and viewers are a few roles, and a group of people is one
+    # role they assume, not one entry a person.
+    "clusterAdmins": (MAX_PRINCIPALS, "each is an EKS access entry; give a group one role its members assume"),
+    "clusterViewers": (MAX_PRINCIPALS, "each is an EKS access entry; give a group one role its members assume"),
+    # Every worker pip-installs the list at the job's start; a longer one belongs in an image (dlcImage).
+    "trainPip": (MAX_PIP_REQUIREMENTS, "every worker installs them at the job's start; build an image (dlcImage) "
+                                       "for more"),
+    "trainEnv": (MAX_ENV_ENTRIES, "each is an environment variable of every Ray container"),
+    "trainSecretEnv": (MAX_ENV_ENTRIES, "each is an environment variable of every Ray container"),
+}
+
+
+def check_list_bounds(raw: dict[str, Any]) -> None:
+    """Every list key within its count (LIST_MAX_ENTRIES), first: the refusal names the key and the count only."""
+    for key, (bound, why) in LIST_MAX_ENTRIES.items():
+        value = raw.get(key)
+        if isinstance(value, (list, tuple)) and len(value) > bound:
+            raise ValueError(f"config key {key!r}: {len(value)} entries; allowed: at most {bound} ({why})")
+
+
 def check_text_bounds(raw: dict[str, Any]) -> None:
-    """One rule for every free-text key, before any other check reads (or quotes) a value: each string, and each
-    entry of a list, within its bound (TEXT_MAX_LENGTHS, the declared one, or a name's), and no URI with credentials
-    in it. trainSecretEnv holds credentials on purpose and is bounded by its own check (env_names). The refusal names
-    the key and never quotes the value."""
+    """One rule for every free-text key, before any other check reads (or quotes) a value: each list within its count
+    (LIST_MAX_ENTRIES), each string, and each entry of a list, within its bound (TEXT_MAX_LENGTHS, the declared one,
+    or a name's), and no URI with credentials in it. trainSecretEnv holds credentials on purpose and is bounded by its
+    own check (env_names). The refusal names the key and never quotes the value."""
+    check_list_bounds(raw)
     declared = {item.stack_key: item.max_length for item in DECLARED if item.stack_key and item.max_length}
     for key, spec in schema().items():
         if key in SECRET_KEYS or spec["type"] not in ("string", "array"):
@@ -187,11 +224,23 @@ def hides_secret_values(check: Callable[..., Any]) -> Callable[..., Any]:
         try:
             return check(*args, **kwargs)
         except ValueError as error:
-            message = str(error)
-            for fragment in secret_fragments():
-                message = message.replace(fragment, "[secret]")
+            message = redact_secrets(str(error))
             if message == str(error):
                 raise
             raise ValueError(message) from None
 
     return checked
+
+
+def redact_secrets(message: str) -> str:
+    """`message` with every secret config value (secret_fragments) blanked out as [secret]."""
+    for fragment in secret_fragments():
+        message = message.replace(fragment, "[secret]")
+    return message
+
+
+def warn(message: str) -> None:
+    """The program's one way to warn at preview: a warning quotes values (an image, a model id) as refusals do, and a
+    key the stack holds as a secret may be any of them, so it is blanked out as in a refusal (hides_secret_values).
+    tests/program/test_config_echo_classes.py holds the tree to it: no other pulumi.log.warn."""
+    pulumi.log.warn(redact_secrets(message))

@@ -26,7 +26,7 @@ from workload.config import (
     rules,
     stack_message,
 )
-from workload.config.fields import rename_flags
+from workload.config.fields import NAME_MAX_LENGTH, looks_like_token, rename_flags
 from workload.fabric.transport import EXPECTATIONS as EXPECT_TRANSPORTS  # trainExpectTransport
 from workload.model import adapters, architectures, model_source, structure  # trainMethod, trainLora*, trainModelId
 
@@ -52,7 +52,10 @@ def parse_train(raw: dict[str, Any]) -> JobSettings:
     env = _parse_env("trainEnv", raw["trainEnv"])
     secret_env = SecretEnv(_parse_env("trainSecretEnv", raw["trainSecretEnv"]))
     clash = sorted(set(env) & set(secret_env.names))
-    require(not clash, "trainSecretEnv", f"{clash} are set in trainEnv too; set each variable in one key")
+    if clash:  # the first one named: the names are bounded by count, not by length
+        more = f" (and {len(clash) - 1} more)" if len(clash) > 1 else ""
+        raise ValueError(f"config key 'trainSecretEnv': {_shown_name('trainEnv', clash[0])}{more} is set in trainEnv "
+                         "too; set each variable in one key")
     _check_tracking(raw, env, secret_env)
     _check_offline(raw, env)
     _check_data_storage(raw)
@@ -197,20 +200,35 @@ def _parse_env(key: str, items: list[str]) -> dict[str, str]:
     require(len(items) <= MAX_ENV_ENTRIES, key, f"{len(items)} entries; allowed: at most {MAX_ENV_ENTRIES} (each is "
                                                   "an environment variable of every Ray container)")
     env: dict[str, str] = {}
+    first_index: dict[str, int] = {}
     for index, item in enumerate(items):
         name, sep, value = item.partition("=")
         require(bool(sep) and bool(ENV_NAME.fullmatch(name)), key,
                  f"entry {index} is not KEY=VALUE with KEY made of letters, digits and '_' (its value is not shown)")
-        require(name not in env, key, f"sets {name} twice")
+        shown = _shown_name(key, name)
+        require(name not in env, key, f"entry {index} sets {shown} again (entry {first_index.get(name)} set it); "
+                                      "allowed: each variable once")
         # An empty token is read as none: the tracker or the upload would fail only where it starts using it.
         require(key != "trainSecretEnv" or bool(value.strip()), key,
-                f"entry {index} sets {name} to an empty value, which its library reads as no token at all; allowed: "
+                f"entry {index} sets {shown} to an empty value, which its library reads as no token at all; allowed: "
                 "NAME=the token")
         why = reserved_reason(name)
-        require(why is None, key, f"entry {index} sets {name}, which the job may not set: {why} (its value is not "
+        require(why is None, key, f"entry {index} sets {shown}, which the job may not set: {why} (its value is not "
                                   "shown)")
         require(len(value) <= MAX_ENV_VALUE_CHARS, key,
-                 f"entry {index} ({name}): the value is {len(value)} characters; allowed: at most "
+                 f"entry {index} ({shown}): the value is {len(value)} characters; allowed: at most "
                  f"{MAX_ENV_VALUE_CHARS} (its value is not shown)")
         env[name] = value
+        first_index[name] = index
     return env
+
+
+def _shown_name(key: str, name: str) -> str:
+    """A variable's name as a refusal may quote it: a name longer than a name's bound is not (the refusal stays one
+    short line), and trainSecretEnv's entries are secrets whole, so one of its names shaped like a token is named by
+    its entry's position alone."""
+    if len(name) > NAME_MAX_LENGTH:
+        return f"a variable (its name is {len(name)} characters, not shown)"
+    if key == "trainSecretEnv" and looks_like_token(name):
+        return "a variable (its name is not shown: it is shaped like a token)"
+    return name

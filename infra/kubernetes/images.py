@@ -36,10 +36,29 @@ _IMAGE_TAG = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
 # treat it as one build. `latest`, `v1.1`, `train-ml-cuda` and the like are moved on purpose.
 _FROZEN_TAG = re.compile(r"(^|[^0-9.])v?[0-9]+\.[0-9]+\.[0-9]+([^0-9.]|$)")
 _IMAGE_DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
+# The reference grammar of the distribution project (distribution/reference, reference.go; the OCI distribution spec's
+# name and tag rules): [domain[:port]/]path[:tag][@algorithm:hex], the path's components lowercase letters and digits
+# joined by '.', '_', '__' or dashes. Its characters are these alone, so anything else ('?', '=', '#', '$', a space,
+# a quote) is text that was never an image name, possibly a token (?token=...), and is refused without quoting it.
+_REFERENCE_CHARACTER = re.compile(r"[A-Za-z0-9._:/@\[\]-]")
+_DOMAIN_COMPONENT = r"(?:[A-Za-z0-9]|[A-Za-z0-9][A-Za-z0-9-]*[A-Za-z0-9])"
+_DOMAIN = rf"(?:{_DOMAIN_COMPONENT}(?:\.{_DOMAIN_COMPONENT})*|\[[0-9A-Fa-f:]+\])(?::[0-9]+)?"
+_PATH_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+_REFERENCE = re.compile(rf"(?:{_DOMAIN}/)?{_PATH_COMPONENT}(?:/{_PATH_COMPONENT})*(?::[A-Za-z0-9_][A-Za-z0-9_.-]{{0,127}})?"
+                        r"(?:@sha256:[0-9a-f]{64})?")
+_REFERENCE_ALLOWED = ("allowed: registry[:port]/repository:tag or repository@sha256:<64 hex digits> (letters, digits, "
+                      "'.', '_', '-', '/', ':', '@')")
 
 
 def check_image(image: str) -> None:
-    """Refuse an image that names neither a tag nor a digest: it would float to whatever `latest` is that day."""
+    """Refuse an image that names neither a tag nor a digest: it would float to whatever `latest` is that day, and
+    one that is not an image reference by the distribution grammar (quoted only when its characters are the grammar's
+    own)."""
+    if (index := next((i for i, c in enumerate(image) if not _REFERENCE_CHARACTER.fullmatch(c)), None)) is not None:
+        kind = "a space or control character" if not image[index].isprintable() or image[index].isspace() \
+            else f"{image[index]!r}" if image[index].isascii() else "a non-ASCII character"
+        raise ValueError(f"config key 'dlcImage': character {index} is {kind}, which no image reference holds (its "
+                         f"value is not shown); {_REFERENCE_ALLOWED}")
     reference, at, digest = image.partition("@")
     # Whatever follows '@' that is not a digest is user:password@registry/...: credentials, refused without quoting
     # (the nodes pull with their own role, never with a name's credentials).
@@ -61,6 +80,9 @@ def check_image(image: str) -> None:
             f"config key 'dlcImage': {image!r} has neither a tag nor a digest; give repo:tag "
             f"(e.g. public.ecr.aws/deep-learning-containers/ray:train-ml-cuda-v1.1.0) or repo@sha256:<64 hex digits>"
         )
+    if not _REFERENCE.fullmatch(image):
+        raise ValueError(f"config key 'dlcImage': {image!r} is not an image reference (a repository's path is lowercase "
+                         f"letters and digits joined by '.', '_' or '-'); {_REFERENCE_ALLOWED}")
 
 
 def mutable_tag_warning(image: str) -> str | None:

@@ -17,6 +17,7 @@ import pulumi_kubernetes as k8s
 from infra.aws.node_labels import GPU_TOLERATION, GPU_WORKER_NODE_SELECTOR, SYSTEM_NODE_SELECTOR
 from infra.aws.pod_identity import checkpoint_storage_policy
 from infra.config import InstanceFacts, StackConfig, check_efa_gpu, config_error
+from infra.config.schema import warn
 from infra.kubernetes import admission, local_storage, monitoring, ray_security
 from infra.kubernetes.addons import KUBERAY_OPERATOR_NAMESPACE
 from infra.kubernetes.devices import worker_resources
@@ -118,7 +119,7 @@ def check_config(cfg: StackConfig, facts: InstanceFacts) -> ImageFacts:
     _check_settings(name=cfg.ray_cluster_name, namespace=cfg.ray_namespace, image=cfg.dlc_image,
                     gpu_node_count=cfg.gpu_node_count, facts=facts)
     if warning := mutable_tag_warning(cfg.dlc_image) or unpinned_image_warning(cfg.dlc_image):
-        pulumi.log.warn(warning)
+        warn(warning)
     return image_facts(cfg)
 
 

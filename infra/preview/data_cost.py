@@ -229,9 +229,7 @@ def plan(cfg: StackConfig, gpu: InstanceFacts, *, checkpoint_node_bytes: float =
     """The data stage's plan for the stack's trainDataset, refused when its shards cannot fit; None without a dataset
     (random tokens: no stage) or when its size cannot be read (warned)."""
     if warn is None:
-        import pulumi
-
-        warn = pulumi.log.warn
+        from infra.config.schema import warn
     if not cfg.train.dataset:
         return None
     size = read_size(cfg, identity=identity, region=region, warn=warn)

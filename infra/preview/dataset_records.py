@@ -57,9 +57,7 @@ def check_hub(cfg: StackConfig, *, warn: Callable[[str], None] | None = None,
     from workload.data import hub_dataset
 
     if warn is None:
-        import pulumi
-
-        warn = pulumi.log.warn
+        from infra.config.schema import warn
     train = cfg.train
     token = train.secret_env.reveal().get(HUB_TOKEN) or False
     try:
@@ -81,9 +79,7 @@ def check_records(dataset: str, fields: shapes.Fields, *, identity: AwsIdentity 
                   limit: int = PREVIEW_MAX_BYTES) -> validate.Checked | None:
     """What the check found (None: not read here); ValueError naming trainDataset for a file the job refuses."""
     if warn is None:
-        import pulumi
-
-        warn = pulumi.log.warn
+        from infra.config.schema import warn
     subject = f"config key '{KEY}':"
     try:
         if is_local_dataset(dataset):

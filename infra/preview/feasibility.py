@@ -21,6 +21,7 @@ from infra import config
 from infra.aws import capacity_reservation, network, offerings
 from infra.aws.gpu_nodes import placement_group_name, use_placement_group
 from infra.config import AwsIdentity, InstanceFacts, StackConfig, arn_parts
+from infra.config.schema import warn
 from infra.kubernetes import addons, raycluster
 from infra.preview import endpoint_access, instance_facts, object_names
 from infra.preview.access import aws_identity, check_access_entries, creator_of
@@ -113,14 +114,14 @@ def plan_stack(cfg: StackConfig) -> StackPlan:
         None if endpoint_access.covers_internet(cfg.api_public_access_cidrs) else network.deployer_public_ip())
     endpoint_access.check_public_access_count(public_cidrs)
     if warning := endpoint_access.public_access_warning(public_cidrs):
-        pulumi.log.warn(warning)
+        warn(warning)
     region = network.aws_region()
     zone_ids = network.region_availability_zones()
     vpc_azs = network.choose_vpc_azs(cfg.vpc_availability_zones, zone_ids)
     candidate_azs = network.reservation_candidate_azs(cfg, vpc_azs) if cfg.capacity_reserve else ()
     network.check_gpu_azs(vpc_azs, gpu_az=cfg.gpu_availability_zone, candidate_azs=candidate_azs)
     gpu = instance_facts.gpu_instance_facts(cfg.gpu_instance_type)
-    offerings.check_gpu_zone(cfg, region=region, identity=identity, warn=pulumi.log.warn)
+    offerings.check_gpu_zone(cfg, region=region, identity=identity, warn=warn)
     check_system_instance(instance_facts.lookup(cfg.system_instance_type, config_key="systemInstanceType"))
     addons.check_efa_allowlist(cfg.gpu_instance_type)
     image = raycluster.check_config(cfg, gpu)
@@ -195,7 +196,7 @@ def _quota(service_code: str, quota_code: str) -> int | None:
     try:
         return int(aws.servicequotas.get_service_quota(service_code=service_code, quota_code=quota_code).value)
     except Exception as error:  # noqa: BLE001 - the provider reports a denied or failed read as a generic error
-        pulumi.log.warn(f"Service Quotas {service_code}/{quota_code} could not be read, so it is not checked: {error}")
+        warn(f"Service Quotas {service_code}/{quota_code} could not be read, so it is not checked: {error}")
         return None
 
 

@@ -5,9 +5,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
-import pulumi
-
 from infra.config import AwsIdentity, InstanceFacts, StackConfig, config_error
+from infra.config.schema import warn
 from infra.job import job_config
 from infra.preview import checkpoint_cost, data_cost, dataset_records, instance_facts, job_layout, model_config
 from workload.config import CHAT_TEMPLATES, is_local_dataset
@@ -39,7 +38,7 @@ def check_job(cfg: StackConfig, gpu: InstanceFacts, *, identity: AwsIdentity | N
     if warning := job_layout.one_node_warning(
             workload.sharding, workers, workload.ranks_per_node or layout_rules.packed_ranks_per_node(workers, gpu.gpus),
             cfg.gpu_node_count, gpu):
-        pulumi.log.warn(warning)
+        warn(warning)
     check_job_model(cfg)
     architecture = model_config.resolve(train.model_id, train.model_config,
                                         hub_token=train.secret_env.reveal().get(model_config.HUB_TOKEN_VARIABLE),
@@ -54,10 +53,10 @@ def check_job(cfg: StackConfig, gpu: InstanceFacts, *, identity: AwsIdentity | N
         save = checkpoint_cost.plan(memory_plan.apply(workload, plan), architecture.config, gpu, workers)
         checkpoint = save.as_dict()
         if warning := checkpoint_cost.always_in_flight_warning(save):
-            pulumi.log.warn(warning)
+            warn(warning)
     else:
-        pulumi.log.warn(f"trainModelId {train.model_id}: {architecture.reason}, so trainSeqLen and the GPU memory of "
-                        "the job are checked only on the cluster")
+        warn(f"trainModelId {train.model_id}: {architecture.reason}, so trainSeqLen and the GPU memory of "
+             "the job are checked only on the cluster")
     data = data_cost.plan(cfg, gpu, checkpoint_node_bytes=save.node_bytes if save else 0.0, identity=identity,
                           region=region)
     if train.storage_path and not train.storage_path.startswith("s3://") and cfg.gpu_node_count > 1:
@@ -121,8 +120,8 @@ def check_tokenizer_vocabulary(cfg: StackConfig, architecture: dict) -> None:
     tokens = model_config.tokenizer_tokens(
         name, key, train.secret_env.reveal().get(model_config.HUB_TOKEN_VARIABLE))
     if isinstance(tokens, model_config.Unknown):
-        pulumi.log.warn(f"{key} {name}: {tokens.reason}, so whether its tokens fit the model's vocabulary is checked "
-                        "by the job before any worker starts")
+        warn(f"{key} {name}: {tokens.reason}, so whether its tokens fit the model's vocabulary is checked "
+             "by the job before any worker starts")
         return
     if (why := tokenizer_size.vocabulary_problem(tokens, architecture.get("vocab_size"))) is not None:
         model_key = "trainModelConfig" if train.model_config else "trainModelId"
@@ -147,8 +146,8 @@ def check_chat_template(cfg: StackConfig) -> None:
             f"{train.data_format} cannot render its records the way the model will see them; allowed: set "
             f"trainChatTemplate to one of {list(CHAT_TEMPLATES)}, or a tokenizer that has a template")
     if known is None:
-        pulumi.log.warn(f"{key} {tokenizer}: whether its tokenizer has a chat template is not known before it is "
-                        "downloaded; the job checks it before any worker starts")
+        warn(f"{key} {tokenizer}: whether its tokenizer has a chat template is not known before it is "
+             "downloaded; the job checks it before any worker starts")
 
 
 def check_job_shape(workload: Any, architecture: dict, gpu: InstanceFacts, workers: int, *, model: str,

@@ -148,6 +148,11 @@ class _Parser(argparse.ArgumentParser):
         if not unknown:
             return None
         name = unknown[0][2:].partition("=")[0]
+        words = message.split()[2:]
+        after = words.index(unknown[0]) + 1
+        value = unknown[0].partition("=")[2] or (words[after] if after < len(words) else "")
+        if value and f"--{value}" in self._option_string_actions:  # kubectl's `--output json`: this parser's --json
+            return value
         if self.suggest is not None:
             return self.suggest(name)
         import difflib

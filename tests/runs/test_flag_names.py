@@ -52,6 +52,8 @@ def test_every_alias_names_a_field_and_no_alias_is_a_field():
         assert ours in FIELDS and whose, f"alias {theirs} -> {ours}: no such TrainConfig field"
         assert theirs not in FIELDS, f"{theirs} is our own flag already"
     assert not set(aliases.DIFFERENT) & (FIELDS | set(aliases.ALIASES)), "a refused name is also taken"
+    for theirs, (ours, *_) in aliases.SWITCH_ALIASES.items():
+        assert ours in FIELDS and theirs not in FIELDS | set(aliases.ALIASES) | set(aliases.DIFFERENT), theirs
 
 
 def test_axolotl_keys_in_a_config_file(tmp_path):

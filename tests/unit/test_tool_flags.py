@@ -56,3 +56,12 @@ def test_a_kubeconfig_directory_is_answered_with_the_file_inside_by_every_comman
     code = cli.run(importlib.import_module(module).main, [*argv, "--kubeconfig", str(tmp_path / ".kube")])
     err = capsys.readouterr().err
     assert code == cli.USAGE and f"did you mean --kubeconfig {tmp_path / '.kube' / 'config'}?" in err, (module, err)
+
+
+def test_a_flag_near_by_name_wins_over_its_value_as_a_flag(capsys):
+    """`--eval_strategy steps`: --eval_every (eval_steps' alias) is the guess, not --steps, the value."""
+    from workload.run import local
+
+    with pytest.raises(SystemExit):
+        local.parse_args(["--eval_strategy", "steps"])
+    assert "(did you mean --eval_every?)" in capsys.readouterr().err

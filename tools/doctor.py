@@ -28,6 +28,7 @@ from typing import Callable, Sequence
 
 import yaml
 
+from tools.stack_name import add_stack_flag
 from workload import cli
 
 REPO = Path(__file__).resolve().parents[1]
@@ -188,7 +189,7 @@ def check_address(settings: dict, read_address: Callable[[], str | None]) -> Che
 def main(argv: Sequence[str] | None = None, aws=None,
          run: Callable[[list[str]], tuple[int, str]] = run_command) -> int:
     parser = cli.parser("python -m tools.doctor", __doc__, check_failed="an item needs fixing (its `fix` line says how)")
-    parser.add_argument("--stack", default="dev", help="the stack whose region, GPU type and count are checked")
+    add_stack_flag(parser, default="dev", help="the stack whose region, GPU type and count are checked")
     parser.add_argument("--profile", help="AWS profile; unset: AWS_PROFILE or the default credentials")
     args = parser.parse_args(argv)
     settings = stack_config(args.stack)

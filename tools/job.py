@@ -31,6 +31,7 @@ from tools.job_server import connect, job_server, stack_jobs
 from tools.job_submit import submit_command
 from tools.kube import api_client
 from tools.stack import stack_settings
+from tools.stack_name import add_stack_flag
 from workload import cli, config_file
 
 # `stop` waits this long for the job to end: Ray sends its driver SIGTERM, then SIGKILL a few seconds later.
@@ -50,10 +51,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     kubeconfig_help = "kubeconfig file; unset: $KUBECONFIG or ~/.kube/config"
     stack_help = "the stack's RayCluster (Pulumi.<stack>.yaml) and only its jobs"
     parser.add_argument("--kubeconfig", type=Path, help=kubeconfig_help)
-    parser.add_argument("--stack", help=stack_help)
+    add_stack_flag(parser, help=stack_help)
     common = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
     common.add_argument("--kubeconfig", type=Path, default=argparse.SUPPRESS, help=kubeconfig_help)
-    common.add_argument("--stack", default=argparse.SUPPRESS, help=stack_help)
+    add_stack_flag(common, default=argparse.SUPPRESS, help=stack_help)
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     helps = {"list": "the stack's jobs, oldest first", "logs": "a job's log (--follow: until it ends)",
              "summary": "a job's TRAIN_SUMMARY and NCCL transport", "stop": "stop a job and wait until it has",

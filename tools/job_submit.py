@@ -15,6 +15,7 @@ import argparse
 import dataclasses
 import hashlib
 import json
+import re
 import sys
 import time
 from pathlib import Path
@@ -65,7 +66,7 @@ class StackFile:
 def stack_job(stack: str, run_id: str, extra_flags: list[str], config: str | None = None) -> dict:
     """The job `pulumi up` would submit for the stack with trainEnabled, under `run_id`, with --config's file
     `config` over the stack's keys and `extra_flags` over both:
-    {train_args, workload, pip, env_vars, time_limit_s, submission_id, secrets_left_out}."""
+    {train_args, workload, pip, env_vars, time_limit_s, submission_id, secrets_left_out, stack_keys}."""
     from infra import config as stack_config
     from infra.config.experiment_tracking import in_cluster_uri, tracking_uri_problem
     from infra.config.naming import default_cluster_name
@@ -117,18 +118,24 @@ def stack_job(stack: str, run_id: str, extra_flags: list[str], config: str | Non
     return {"train_args": train_args, "workload": chosen, "pip": pip, "env_vars": env_vars,
             "time_limit_s": float(cfg.train.timeout_minutes * 60),
             "submission_id": submission_id(stack, run_id, train_args, pip, env_vars),
-            "secrets_left_out": source.secret_keys}
+            "secrets_left_out": source.secret_keys, "stack_keys": raw}
 
 
 def prepare(args: argparse.Namespace) -> None:
     """The job, built and checked before the cluster is reached (a bad flag costs no port-forward): args.prepared."""
     if not args.stack:
         raise cli.UsageError("submit needs --stack: the job is built from Pulumi.<stack>.yaml's train* keys")
+    from infra.config.rules import RUN_ID
+
+    if args.run_id is not None and not RUN_ID.fullmatch(args.run_id):  # named as typed, not as trainRunId
+        raise cli.UsageError(f"--run-id {cli.shown(args.run_id)} must be 1-32 letters, digits, '.', '_' or '-' (it "
+                             "names the Ray job and the run's checkpoints)")
     run_id = args.run_id or time.strftime("submit-%Y%m%d-%H%M%S", time.gmtime())
     flags = args.train_flags[1:] if args.train_flags[:1] == ["--"] else args.train_flags
     args.prepared = (run_id, stack_job(args.stack, run_id, flags, args.config))
     if not args.print_config:  # a printed file may be replayed here, where a local path is readable
         check_pods_can_read(args.prepared[1]["workload"])
+        check_as_stack_keys(args.prepared[1]["stack_keys"], args.prepared[1]["workload"])
 
 
 def check_pods_can_read(workload: Any) -> None:
@@ -148,6 +155,36 @@ def check_pods_can_read(workload: Any) -> None:
                              "the data stage keeps its token shards there, where every GPU node reads them; give "
                              "--storage_path after -- or set trainStoragePath, or leave --dataset empty for random "
                              "tokens")
+
+
+def check_as_stack_keys(raw: dict[str, Any], workload: Any) -> None:
+    """The run's flags (after `--`, and --config's keys) through the preview's own checks of the train* keys they
+    stand for, before the cluster is reached: a model directory on this machine (infra/preview/job_plan.py), the
+    secret a flag needs in trainSecretEnv (`--report_to wandb`, `--push_to_hub`: infra/config/train_keys.py). The
+    stack's own keys passed them already, so a refusal here is the flags': it names the flag, and the key beside it."""
+    from infra import config as stack_config
+    from infra.preview.job_plan import check_job_data, check_job_model
+    from workload.config import DECLARED
+
+    flags = {declared.stack_key: declared.to_stack(getattr(workload, declared.name))
+             for declared in DECLARED if declared.stack_key}
+    try:
+        cfg = stack_config.parse({**raw, **flags})
+        check_job_model(cfg)
+        check_job_data(cfg)
+    except ValueError as error:
+        raise cli.UsageError(in_flag_terms(str(error))) from None
+
+
+def in_flag_terms(message: str) -> str:
+    """A preview refusal (`config key 'trainReportTo': ...`) for the flag that set the key: `--report_to (stack key
+    trainReportTo): ...`."""
+    from workload.config import DECLARED
+
+    flag_of = {declared.stack_key: declared.flag for declared in DECLARED if declared.stack_key}
+    message = re.sub(r"^config keys? ", "", message)
+    return re.sub(r"'(train[A-Za-z0-9]+)'", lambda key: f"{flag_of[key[1]]} (stack key {key[1]})"
+                  if key[1] in flag_of else key[1], message)
 
 
 def submit_command(client: Any, args: argparse.Namespace) -> int:

@@ -33,6 +33,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from infra.config import PROJECT_FILE, project_name
 from tools.stack import stack_key
+from tools.stack_name import add_stack_flag
 from workload import cli
 
 # What the capacity reservation provider treats as over (infra/aws/capacity_reservation.py ENDED_STATES); a
@@ -226,7 +227,7 @@ def _aws_errors(kind: type[cli.CommandError], what: str) -> Iterator[None]:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = cli.parser("python -m tools.leftovers", __doc__,
                         check_failed="leftovers were found and not deleted (run again with --delete)")
-    parser.add_argument("--stack", required=True, help="the stack whose tags to look for (Pulumi.<stack>.yaml)")
+    add_stack_flag(parser, required=True, help="the stack whose tags to look for (Pulumi.<stack>.yaml)")
     parser.add_argument("--state", type=Path, help="a `pulumi stack export` file; unset: run it")
     parser.add_argument("--region", help="unset: the stack's aws:region")
     parser.add_argument("--delete", action="store_true", help="cancel or delete what is found")

@@ -39,6 +39,18 @@ def render(scalars: dict[str, list[tuple[int, float]]], title: str) -> str:
     return document(WIDTH, HEIGHT, body)
 
 
+def runs_inside(folder: str, events: str) -> list[str]:
+    """The run directories (each with its `events` folder) one or two levels under a local `folder` that is none
+    itself (`runs/`, `runs/local/`), by path below it, the newest name last; [] for a run directory, or s3://."""
+    from pathlib import Path
+
+    root = Path(folder).expanduser()
+    if "://" in folder or not root.is_dir() or (root / events).exists():
+        return []
+    found = [*root.glob(f"*/{events}"), *root.glob(f"*/*/{events}")]
+    return sorted(str(path.parent.relative_to(root)) for path in found if path.is_dir())
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = cli.parser("python -m tools.loss_curve", __doc__, check_failed="(not used)")
     parser.add_argument("run", metavar="RUN", help="the run directory: its tensorboard/ holds the event files")
@@ -53,6 +65,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     # The job's summary names the event files' directory itself (`tensorboard`): take that too.
     if run.rsplit("/", 1)[-1] == metrics.DIRECTORY:
         run = run.rsplit("/", 1)[0]
+    if inside := runs_inside(run, metrics.DIRECTORY):
+        more = f" and {len(inside) - 5} more" if len(inside) > 5 else ""
+        raise cli.UsageError(f"RUN {run} is a folder of run directories, not one: {', '.join(inside[:5])}{more}; give "
+                             f"one, e.g. {run}/{inside[-1]}")
     with storage.local_copy(storage.join(run, metrics.DIRECTORY), what="RUN") as directory:
         scalars = metrics.read_scalars(directory)
     picture = render(scalars, args.title or run.rsplit("/", 1)[-1])

@@ -23,6 +23,7 @@ from infra.kubernetes.portforward import CLUSTER_LABEL, NODE_TYPE_LABEL
 from infra.kubernetes.raycluster import RAYCLUSTER_API_VERSION
 from tools.kube import REQUEST_TIMEOUT_S, api_client, talking_to
 from tools.stack import stack_key, stack_settings
+from tools.stack_name import add_stack_flag
 from workload import cli
 
 INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
@@ -206,7 +207,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = cli.parser("python -m tools.status", __doc__,
                         check_failed="the RayCluster is missing, not ready, or short of ready workers")
     parser.add_argument("--kubeconfig", type=Path, help="kubeconfig file; unset: $KUBECONFIG or ~/.kube/config")
-    parser.add_argument("--stack", help="read the RayCluster's name and namespace from Pulumi.<stack>.yaml")
+    add_stack_flag(parser, help="read the RayCluster's name and namespace from Pulumi.<stack>.yaml")
     parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
     args = parser.parse_args(argv)
     namespace, cluster = stack_settings(args.stack)

@@ -148,8 +148,15 @@ class _Parser(argparse.ArgumentParser):
         if not unknown:
             return None
         name = unknown[0][2:].partition("=")[0]
-        if self.suggest is not None:
-            return self.suggest(name)
+        guess = self.suggest(name) if self.suggest is not None else self._nearest_own(name)
+        words = message.split()[2:]
+        after = words.index(unknown[0]) + 1
+        value = unknown[0].partition("=")[2] or (words[after] if after < len(words) else "")
+        if guess is None and value and f"--{value}" in self._option_string_actions:
+            return value  # kubectl's `--output json`: no flag near --output, and json is this parser's --json
+        return guess
+
+    def _nearest_own(self, name: str) -> str | None:
         import difflib
 
         # This parser's flags and its subcommands' (`tools.job logs --folow`): argparse hands a subcommand's unknown

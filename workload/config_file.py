@@ -181,24 +181,23 @@ def load(path: str, parser: argparse.ArgumentParser) -> dict[str, Any]:
     if not isinstance(document, dict):
         raise cli.UsageError(f"{CONFIG_FLAG} {path}: a mapping of flag: value, got a {type(document).__name__}")
     actions = file_keys(parser)
+    # Their switches (axolotl's lora_target_linear: true) as our values, as on the command line.
+    switched: dict[Any, Any] = {}
+    for key, value in document.items():
+        if str(key) in aliases.SWITCH_ALIASES and str(key) not in actions:
+            try:
+                switched.update(aliases.switch_values(str(key), value))
+            except ValueError as error:
+                raise cli.UsageError(f"{CONFIG_FLAG} {path}: {error}") from None
+        else:
+            switched[key] = value
     # Their names (axolotl's base_model, lora_r, sequence_len) as ours, as on the command line (workload/config/aliases.py).
-    document = {aliases.canonical(str(key), actions): value for key, value in document.items()}
+    document = {aliases.canonical(str(key), actions): value for key, value in switched.items()}
     for key in document:
         if key in OWN_DESTS:
             raise cli.UsageError(f"{CONFIG_FLAG} {path}: {key} is a command-line flag, not a {CONFIG_FLAG} key: give "
                                  f"--{key} on the command line")
-        if key not in actions and (refusal := aliases.different(key.replace("-", "_"))) is not None:
-            raise cli.UsageError(f"{CONFIG_FLAG} {path}: {refusal.removeprefix('--')}")
-    unknown = [str(key) if len(str(key)) <= SHOWN_CHARS and str(key) == repr(str(key))[1:-1]
-               and not _TOKEN_LIKE.search(str(key)) else shown(key)
-               for key in document if key not in actions]
-    if unknown:
-        # argparse's own words for an unknown flag, so both refusals read (and are grepped for) alike.
-        guess = aliases.nearest(unknown[0], actions)
-        hint = f"`{parser.prog} --help` lists every flag" + (f" (did you mean --{guess}?)" if guess else "")
-        more = f" and {len(unknown) - 10} more" if len(unknown) > 10 else ""
-        raise cli.UsageError(f"{CONFIG_FLAG} {path}: unrecognized keys: {', '.join(unknown[:10])}{more}",
-                             hint=f"{hint}; a key is a flag without its dashes")
+    _refuse_unknown(path, parser, document, actions)
     for key in aliases.LIST_FLAGS:  # axolotl writes lora_target_modules as a YAML list
         if isinstance(document.get(key), list) and all(isinstance(item, str) for item in document[key]):
             document[key] = ",".join(document[key])
@@ -211,6 +210,29 @@ def load(path: str, parser: argparse.ArgumentParser) -> dict[str, Any]:
                              f"model, so model_id {shown(values['model_id'])} would not be trained: remove model_config "
                              "to train it")
     return values
+
+
+def _refuse_unknown(path: str, parser: argparse.ArgumentParser, document: dict[Any, Any],
+                    actions: dict[str, argparse.Action]) -> None:
+    """Every key that is not one of `actions`, at once (an axolotl file holds several): those whose meaning differs
+    from ours with ours (aliases.DIFFERENT), the others as argparse names an unknown flag, each with its nearest."""
+    keys = [key for key in document if key not in actions]
+    refused = [refusal.removeprefix("--") for key in keys if (refusal := aliases.different(str(key).replace("-", "_")))]
+    unknown = [str(key) for key in keys if not aliases.different(str(key).replace("-", "_"))]
+    if not keys:
+        return
+    named = [key if len(key) <= SHOWN_CHARS and key == repr(key)[1:-1] and not _TOKEN_LIKE.search(key) else shown(key)
+             for key in unknown]
+    more = f" and {len(named) - 10} more" if len(named) > 10 else ""
+    # argparse's own words for an unknown flag, so both refusals read (and are grepped for) alike.
+    message = "; ".join([*refused, *([f"unrecognized keys: {', '.join(named[:10])}{more}"] if named else [])])
+    guesses = [(name, guess) for key, name in zip(unknown[:10], named) if (guess := aliases.nearest(key, actions))]
+    if len(guesses) == 1 and len(named) == 1:
+        said = f" (did you mean --{guesses[0][1]}?)"
+    else:
+        said = "".join(f"; {name}: did you mean --{guess}?" for name, guess in guesses)
+    hint = f"`{parser.prog} --help` lists every flag{said}; a key is a flag without its dashes" if named else ""
+    raise cli.UsageError(f"{CONFIG_FLAG} {path}: {message}", hint=hint)
 
 
 def _value(path: str, key: str, value: Any, action: argparse.Action) -> Any:

@@ -135,3 +135,34 @@ def test_a_tracker_named_after_the_stack_brings_its_client():
 
     assert stack_job("dev", "r", [])["pip"] == [], "the dev stack reports to TensorBoard only"
     assert stack_job("dev", "r", ["--report_to", "tensorboard,wandb"])["pip"] == [TRACKER_REQUIREMENTS["wandb"]]
+
+
+@pytest.mark.parametrize("flags, words", [
+    (["--report_to", "tensorboard,wandb"], ("--report_to (stack key trainReportTo)", "WANDB_API_KEY",
+                                            "pulumi config set --secret --path 'trainSecretEnv[0]'")),
+    (["--push_to_hub", "acme/tuned-7b", "--storage_path", "s3://company-data/runs"],
+     ("--push_to_hub (stack key trainPushToHub)", "HF_TOKEN", "trainSecretEnv[0]")),
+    (["--model_id", "{weights}"], ("--model_id (stack key trainModelId)", "path on this machine", "s3://")),
+])
+def test_submit_checks_the_flags_as_the_stack_keys_they_stand_for_before_the_cluster(tmp_path, capsys, flags, words):
+    """The flags after `--` go through the preview's checks of the train* keys (a model directory here, the secret a
+    tracker or the Hub needs in trainSecretEnv), naming the flag and the key: never a port-forward first."""
+    def no_cluster(args):
+        raise AssertionError("the flags' mistake must be refused before the cluster is reached")
+
+    (tmp_path / "weights").mkdir()
+    (tmp_path / "weights" / "config.json").write_text("{}")
+    flags = [flag.format(weights=tmp_path / "weights") for flag in flags]
+    code = cli.run(lambda argv: job_cli.main(argv, job_server=no_cluster), ["submit", "--stack", "dev", "--", *flags])
+    err = capsys.readouterr().err
+    assert code == cli.USAGE and len(err.splitlines()) == 1 and all(word in err for word in words), err
+
+
+def test_submit_names_the_run_id_flag_as_typed(capsys):
+    def no_cluster(args):
+        raise AssertionError("a bad --run-id must be refused before the cluster is reached")
+
+    code = cli.run(lambda argv: job_cli.main(argv, job_server=no_cluster),
+                   ["submit", "--stack", "dev", "--run-id", "try 3/b", "--print_config"])
+    err = capsys.readouterr().err
+    assert code == cli.USAGE and err.startswith("error: --run-id 'try 3/b' must be") and "trainRunId" not in err, err

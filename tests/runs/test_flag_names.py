@@ -52,6 +52,8 @@ def test_every_alias_names_a_field_and_no_alias_is_a_field():
         assert ours in FIELDS and whose, f"alias {theirs} -> {ours}: no such TrainConfig field"
         assert theirs not in FIELDS, f"{theirs} is our own flag already"
     assert not set(aliases.DIFFERENT) & (FIELDS | set(aliases.ALIASES)), "a refused name is also taken"
+    for theirs, (ours, *_) in aliases.SWITCH_ALIASES.items():
+        assert ours in FIELDS and theirs not in FIELDS | set(aliases.ALIASES) | set(aliases.DIFFERENT), theirs
 
 
 def test_axolotl_keys_in_a_config_file(tmp_path):
@@ -147,6 +149,47 @@ def test_docs_names_table_is_the_aliases_table():
         assert f"`--{ours}`" in rows.get(theirs, ""), f"docs/names.md: no row {theirs} -> --{ours}"
     for theirs in aliases.DIFFERENT:
         assert theirs in rows and "refused" in rows[theirs], f"docs/names.md: {theirs} not shown as refused"
+    for theirs, ours, _ in aliases.table_rows():
+        if " " in theirs:  # a switch of theirs with its value: `--completion_only_loss false`
+            assert re.search(rf"^\| `--{theirs}` \| `?{re.escape(ours.split(' (')[0])}", text, re.M) or (
+                ours == "nothing to set" and f"`--{theirs}` | nothing to set" in text), f"docs/names.md: no row {theirs}"
+
+
+@pytest.mark.parametrize("theirs, ours", [
+    (["--data_format", "prompt-completion", "--completion_only_loss", "False"],
+     ["--data_format", "prompt-completion", "--train_on_prompt"]),
+    (["--data_format", "chat", "--assistant_only_loss=false"], ["--data_format", "chat", "--train_on_prompt"]),
+    (["--data_format", "chat", "--assistant_only_loss"], ["--data_format", "chat"]),
+    (["--data_format", "chat", "--train_on_inputs", "yes"], ["--data_format", "chat", "--train_on_prompt"]),
+    (["--method", "qlora", "--lora_target_linear"], ["--method", "qlora", "--lora_targets", "all-linear"]),
+    (["--method", "lora", "--lora_target_linear", "false", "--lora_r", "4"], ["--method", "lora", "--lora_rank", "4"]),
+])
+def test_their_switch_is_our_flag_and_value(theirs, ours):
+    assert _local(theirs) == _local(ours), f"{theirs} must build what {ours} builds"
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--gradient_checkpointing", "offload"], ("--gradient_checkpointing offload", "--activation_checkpointing")),
+    (["--gradient_checkpointing=reentrant"], ("--gradient_checkpointing reentrant", "--activation_checkpointing")),
+    (["--completion_only_loss", "sometimes"], ("--completion_only_loss sometimes", "true or false")),
+    (["--load_in_8bit", "True"], ("--load_in_8bit", "--method qlora")),
+    (["--torch_dtype", "float16"], ("--torch_dtype", "bf16")),
+    (["--fsdp", "shard_grad_op"], ("--fsdp", "--sharding")),
+    (["--deepspeed", "zero2.json"], ("--deepspeed", "FSDP2", "--sharding")),
+    (["--logging_dir", "/var/tb"], ("--logging_dir", "tensorboard/", "--storage_path")),
+    (["--hub_token", "hf_AbCdEfGhIjKlMnOpQrStUvWxYz012345"], ("--hub_token", "HF_TOKEN")),
+])
+def test_their_flag_with_no_same_meaning_is_answered_with_ours(argv, words, capsys):
+    assert cli.run(local.main, argv) == cli.USAGE
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and all(word in err for word in words), err
+    assert "hf_AbCdEf" not in err, "a token is never echoed"
+
+
+def test_a_shorthand_of_a_flags_initials_is_answered_with_the_flag(capsys):
+    with pytest.raises(SystemExit):
+        local.parse_args(["--bs", "8"])
+    assert "(did you mean --batch_size?)" in capsys.readouterr().err
 
 
 def test_the_tracking_round_trip_parses_and_passes_the_checks_before_ray(tmp_path):

@@ -103,3 +103,23 @@ def test_the_docs_sample_run_yaml_is_a_valid_run(tmp_path):
     cfg = local.parse_args(["--config", str(path)])
     assert cfg.data_format == "chat" and cfg.report_to == "tensorboard,mlflow" and cfg.learning_rate == 3e-3, cfg
     assert all(getattr(cfg, key) == value for key, value in keys.items() if key != "learning_rate"), (keys, cfg)
+
+
+def test_every_key_that_is_not_ours_is_named_at_once_each_with_ours(tmp_path, capsys):
+    """An axolotl file holds several: each refused one with what to give, each unknown one with its nearest, in the
+    refusal's two lines; their switches (lora_target_linear, train_on_inputs) are taken as our values."""
+    path = tmp_path / "axolotl.yml"
+    path.write_text("evals_per_epoch: 4\nlogging_dir: ./tb\nwarmup_stepz: 10\nlr: 0.0003\nnum_epochs: 1\n")
+    assert cli.run(local.main, ["--config", str(path)]) == cli.USAGE
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 2, err
+    for words in ("evals_per_epoch is not this project's: give --eval_every", "logging_dir is not this project's",
+                  "tensorboard", "unrecognized keys: warmup_stepz, lr"):
+        assert words in err[0], (words, err)
+    assert "warmup_stepz: did you mean --warmup_steps?" in err[1] and "lr: did you mean --learning_rate" in err[1], err
+    path.write_text("adapter: qlora\nlora_target_linear: true\ndata_format: chat\ntrain_on_inputs: true\n")
+    cfg = local.parse_args(["--config", str(path), "--run_name", "same"])
+    assert (cfg.method, cfg.lora_targets, cfg.train_on_prompt) == ("qlora", "all-linear", True), cfg
+    path.write_text("sample_packing: true\n")
+    assert cli.run(local.main, ["--config", str(path)]) == cli.USAGE
+    assert "packing is always on" in capsys.readouterr().err

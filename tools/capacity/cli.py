@@ -53,6 +53,7 @@ from tools.capacity.probe import probe
 from tools.capacity.quotas import on_demand_quota
 from tools.capacity.stack_file import StackContext, load_stack, write_stack_file
 from tools.capacity.survey import AzReport, quota_increase_commands, rank, render_table, resolve_regions, search
+from tools.stack_name import add_stack_flag
 from workload import cli
 
 PROJECT_DIR = Path(__file__).resolve().parents[2]
@@ -72,7 +73,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--count", required=True, type=int, help="number of GPU nodes (all in one AZ)")
     parser.add_argument("--regions", default="",
                         help="comma-separated regions to search; empty: every region enabled for the account")
-    parser.add_argument("--stack", help="stack whose VPC must have a private subnet in the AZ (its aws:region); "
+    add_stack_flag(parser, help="stack whose VPC must have a private subnet in the AZ (its aws:region); "
                                         "default: the --write-stack stack")
     parser.add_argument("--probe", action="store_true",
                         help="create and cancel at once a real capacity reservation in each qualifying AZ")

@@ -8,6 +8,7 @@ docs/names.md shows the table; tests/runs/test_flag_names.py holds it to the par
 from __future__ import annotations
 
 import difflib
+import re
 from typing import Iterable, Mapping, Sequence
 
 # Their name -> ours, where the meaning is the same; (whose name it is) for the docs' table.
@@ -40,6 +41,9 @@ ALIASES: Mapping[str, tuple[str, str]] = {
     "truncation_mode": ("truncation", "TRL (keep_start is truncate)"),
 }
 
+_BF16 = "the job computes in bf16 always (FSDP2's mixed precision over fp32 master weights): nothing to set"
+_PACKING = ("packing is always on: text and examples are packed into --seq_len blocks (an example attends to itself "
+            "alone)")
 # Their name -> why ours differs and what to give instead: refused, never guessed.
 DIFFERENT: Mapping[str, str] = {
     "gradient_accumulation_steps": (
@@ -50,11 +54,10 @@ DIFFERENT: Mapping[str, str] = {
     "output_dir": ("the run writes under --storage_path/--run_name/ (checkpoints and the exported model): give "
                    "--storage_path DIR, and --run_name for the folder"),
     "num_processes": "--num_workers sets the Ray Train workers (0: one per GPU)",
-    "bf16": "the job computes in bf16 always (FSDP2's mixed precision over fp32 master weights): nothing to set",
+    "bf16": _BF16,
     "fp16": "the job computes in bf16 (FSDP2's mixed precision over fp32 master weights); fp16 is not offered",
     "warmup_ratio": "give --warmup_steps, a number of steps (a tenth of --steps 200 is --warmup_steps 20)",
-    "packing": ("packing is always on: text and examples are packed into --seq_len blocks (an example attends to "
-                "itself alone)"),
+    "packing": _PACKING,
     "weight_decay": "AdamW runs with torch's default weight decay, 0.01; no flag changes it",
     "optim": "the optimizer is torch's AdamW; no flag changes it",
     "datasets": ("axolotl's list of datasets: give one --dataset (a file or a Hub id) and --data_format (axolotl's "
@@ -63,6 +66,32 @@ DIFFERENT: Mapping[str, str] = {
                  "trainSecretEnv)"),
     "wandb_api_key": ("a key is never a flag or a --config key: set WANDB_API_KEY in the environment (on a cluster, "
                       "trainSecretEnv)"),
+    "hub_token": ("a token is never a flag or a --config key: set HF_TOKEN in the environment (on a cluster, "
+                  "trainSecretEnv)"),
+    "load_in_8bit": "8-bit loading is not offered: give --method qlora for a base quantized to 4-bit NF4 as it loads",
+    "torch_dtype": _BF16,
+    "fsdp": ("the job always shards with FSDP2: --sharding chooses how (full, hybrid, two-level, or auto), and "
+             "--activation_checkpointing recomputes activations"),
+    "fsdp_config": "the job always shards with FSDP2: --sharding chooses how (full, hybrid, two-level, or auto)",
+    "deepspeed": ("DeepSpeed is not used: the job shards with FSDP2 (ZeRO-3's counterpart), and --sharding chooses "
+                  "how (full, hybrid, two-level, or auto)"),
+    "logging_dir": ("the TensorBoard event files go under the run's directory, --storage_path/--run_name/tensorboard/: "
+                    "give --storage_path DIR (and --run_name)"),
+    "sample_packing": _PACKING,
+    "saves_per_epoch": ("give --checkpoint_every, a number of steps (with --epochs the job prints the steps an epoch "
+                        "makes)"),
+    "evals_per_epoch": ("give --eval_every, a number of steps (with --epochs the job prints the steps an epoch "
+                        "makes)"),
+}
+
+# Their switch -> (our flag, its value when theirs is true, when false; None: nothing to set), for the docs' (whose):
+# TRL's completion_only_loss (prompt-completion) and assistant_only_loss (chat) true are our default, training on the
+# completion or the assistant's turns only; false trains on every token, --train_on_prompt (trl/trainer/sft_config.py).
+SWITCH_ALIASES: Mapping[str, tuple[str, object, object, str]] = {
+    "completion_only_loss": ("train_on_prompt", False, True, "TRL (prompt-completion)"),
+    "assistant_only_loss": ("train_on_prompt", False, True, "TRL (chat)"),
+    "train_on_inputs": ("train_on_prompt", True, False, "axolotl"),
+    "lora_target_linear": ("lora_targets", "all-linear", None, "axolotl"),
 }
 
 # Their name for a value of one of our choices -> ours, by our flag: TRL's truncation_mode keep_start keeps an example's
@@ -96,6 +125,8 @@ def canonical(name: str, known: Iterable[str]) -> str:
 
 def ours(name: str) -> str:
     """`name` (no dashes, underscores) as our field's name when it is an alias, else unchanged."""
+    if name in SWITCH_ALIASES:
+        return SWITCH_ALIASES[name][0]
     return ALIASES[name][0] if name in ALIASES else name
 
 
@@ -105,7 +136,10 @@ def nearest(name: str, known: Iterable[str]) -> str | None:
     names = list(dict.fromkeys([*known, *(theirs for theirs, (ours, _) in ALIASES.items() if ours in known)]))
     match = difflib.get_close_matches(name.replace("-", "_"), names, n=1)
     if not match:
-        return None
+        # A shorthand of a flag's words' initials (`--lr` for --learning_rate): every flag it could stand for.
+        initials = [each for each in known if len(name) > 1 and "".join(word[:1] for word in each.split("_"))
+                    == name.replace("-", "").replace("_", "")]
+        return " or --".join(initials) or None
     return ALIASES[match[0]][0] if match[0] in ALIASES else match[0]
 
 
@@ -128,6 +162,11 @@ def rewrite_argv(argv: Sequence[str], known: Iterable[str], booleans: Iterable[s
             out.append(arg)
             continue
         name, equals, value = arg[2:].partition("=")
+        if (plain := name.replace("-", "_")) in SWITCH_ALIASES and plain not in known:
+            word = value if equals else (args[index] if index < len(args) and not args[index].startswith("-") else "")
+            index += bool(word and not equals)
+            out += _switch_as_ours(plain, word)
+            continue
         negated = name.startswith(("no-", "no_")) and canonical(name[3:], booleans) in booleans
         ours = canonical(name[3:] if negated else name, known)
         if ours not in known:
@@ -138,8 +177,13 @@ def rewrite_argv(argv: Sequence[str], known: Iterable[str], booleans: Iterable[s
             out.append(arg)
             continue
         if ours in booleans:
-            word = value if equals else (args[index] if index < len(args) and args[index].lower() in _TRUE + _FALSE
-                                         else "")
+            word = value if equals else (args[index] if index < len(args) and not args[index].startswith("-") else "")
+            if word and word.lower() not in _TRUE + _FALSE and (equals or ours != name.replace("-", "_")):
+                # Their value form (`--gradient_checkpointing unsloth`): the word is theirs, not a stray argument.
+                raise ValueError(f"--{name} {_word(word)}: --{ours} is a switch: give it alone, or true or false "
+                                 f"(--no-{ours}); {_word(word)} is not offered")
+            if word.lower() not in _TRUE + _FALSE:
+                word = ""
             if word and not equals:
                 index += 1
             on = (word.lower() not in _FALSE) != negated
@@ -159,6 +203,35 @@ def rewrite_argv(argv: Sequence[str], known: Iterable[str], booleans: Iterable[s
     return out
 
 
+def _switch_as_ours(name: str, word: str) -> list[str]:
+    """Their switch (`--completion_only_loss false`, `--lora_target_linear`) as our flag and value."""
+    if word and word.lower() not in _TRUE + _FALSE:
+        raise ValueError(f"--{name} {_word(word)}: give true or false")
+    field, when_true, when_false, _ = SWITCH_ALIASES[name]
+    value = when_false if word.lower() in _FALSE else when_true
+    if value is None:
+        return []
+    if isinstance(value, bool):
+        return [f"--{field}" if value else f"--no-{field}"]
+    return [f"--{field}", str(value)]
+
+
+def switch_values(name: str, value: object) -> dict[str, object]:
+    """A --config file's key that is their switch (`lora_target_linear: true`), as our field's value ({} for none);
+    ValueError for a value that is not true or false."""
+    if not isinstance(value, bool):
+        raise ValueError(f"{name} must be true or false, got {_word(str(value))}")
+    field, when_true, when_false, _ = SWITCH_ALIASES[name]
+    chosen = when_true if value else when_false
+    return {} if chosen is None else {field: chosen}
+
+
+def _word(word: str) -> str:
+    """A word the user gave, as a refusal may quote it: never a long one, nor one that may be a token."""
+    return word if len(word) <= 40 and word.isprintable() and not re.search(r"[A-Za-z0-9_-]{20,}", word) else \
+        f"(a value of {len(word)} characters)"
+
+
 def _equivalent_batch(args: Sequence[str], known: set[str], steps: str) -> str:
     """`(here: --batch_size 8 --grad_accum_steps 4)` when argv gives the per-device batch and the steps as numbers."""
     batch = ""
@@ -173,5 +246,7 @@ def _equivalent_batch(args: Sequence[str], known: set[str], steps: str) -> str:
 
 def table_rows() -> list[tuple[str, str, str]]:
     """(their name, ours or the refusal, whose) for docs/names.md, in the table's order."""
-    return ([(theirs, f"--{ours}", whose) for theirs, (ours, whose) in ALIASES.items()]
+    switches = [(f"{theirs} {word}", " ".join(_switch_as_ours(theirs, word)) or "nothing to set",
+                 whose) for theirs, (_, _, _, whose) in SWITCH_ALIASES.items() for word in ("true", "false")]
+    return ([(theirs, f"--{ours}", whose) for theirs, (ours, whose) in ALIASES.items()] + switches
             + [(theirs, "refused: " + why, "") for theirs, why in DIFFERENT.items()])

@@ -1,0 +1,67 @@
+"""What the operator's commands share about their flags: --stack is a stack's name, and a stack file's name given for
+it is answered with the name (tools/stack_name.py), for every command that takes one; kubectl's `--output json` is
+answered with --json (workload/cli.py); a folder of run directories given to tools.loss_curve names the runs inside."""
+from __future__ import annotations
+
+import pytest
+
+from workload import cli
+
+
+@pytest.mark.parametrize("module, argv", [
+    ("tools.job", ["list", "--stack", "Pulumi.p4d.yaml"]),
+    ("tools.job", ["--stack", "./Pulumi.p4d.yml", "list"]),
+    ("tools.status", ["--stack", "Pulumi.p4d.yaml"]),
+    ("tools.doctor", ["--stack", "stacks/Pulumi.p4d.yaml"]),
+    ("tools.leftovers", ["--stack", "Pulumi.p4d.yaml"]),
+    ("tools.capacity.cli", ["--instance-type", "p4d.24xlarge", "--count", "1", "--stack", "Pulumi.p4d.yaml"]),
+])
+def test_a_stack_file_for_stack_is_answered_with_its_name(module, argv, capsys):
+    import importlib
+
+    main = importlib.import_module(module).main
+    with pytest.raises(SystemExit) as exited:
+        main(argv)
+    err = capsys.readouterr().err.splitlines()
+    assert exited.value.code == cli.USAGE and "did you mean --stack p4d?" in err[0] and len(err) <= 2, (module, err)
+
+
+@pytest.mark.parametrize("argv", [["--output", "json"], ["--output=json"]])
+def test_a_flags_value_that_is_a_flag_here_is_the_guess(argv, capsys):
+    from tools import status
+
+    with pytest.raises(SystemExit):
+        status.main(["--stack", "dev", *argv])
+    assert "(did you mean --json?)" in capsys.readouterr().err
+
+
+def test_loss_curve_given_the_folder_of_runs_names_the_runs_inside(tmp_path, capsys):
+    from tools import loss_curve
+
+    for run in ("local/local-20261130-101500", "local/local-20261201-090000"):
+        (tmp_path / "runs" / run / "tensorboard").mkdir(parents=True)
+    for folder in ("runs", "runs/local"):
+        code = cli.run(loss_curve.main, [str(tmp_path / folder), "--out", str(tmp_path / "curve.svg")])
+        (line,) = capsys.readouterr().err.splitlines()
+        assert code == cli.USAGE and "is a folder of run directories" in line and "local-20261201-090000" in line, line
+    assert not (tmp_path / "curve.svg").exists()
+
+
+@pytest.mark.parametrize("module, argv", [("tools.job", ["list", "--stack", "dev"]), ("tools.status", ["--stack", "dev"])])
+def test_a_kubeconfig_directory_is_answered_with_the_file_inside_by_every_command(module, argv, tmp_path, capsys):
+    import importlib
+
+    (tmp_path / ".kube").mkdir()
+    (tmp_path / ".kube" / "config").write_text("apiVersion: v1\n")
+    code = cli.run(importlib.import_module(module).main, [*argv, "--kubeconfig", str(tmp_path / ".kube")])
+    err = capsys.readouterr().err
+    assert code == cli.USAGE and f"did you mean --kubeconfig {tmp_path / '.kube' / 'config'}?" in err, (module, err)
+
+
+def test_a_flag_near_by_name_wins_over_its_value_as_a_flag(capsys):
+    """`--eval_strategy steps`: --eval_every (eval_steps' alias) is the guess, not --steps, the value."""
+    from workload.run import local
+
+    with pytest.raises(SystemExit):
+        local.parse_args(["--eval_strategy", "steps"])
+    assert "(did you mean --eval_every?)" in capsys.readouterr().err

@@ -170,8 +170,9 @@ def validate(cfg: TrainConfig) -> None:
     try:
         hub_dataset.check_dataset(cfg)  # a Hub dataset's split: its first file, bounded (workload.data.hub_dataset)
     except hub_dataset.NotReachable as error:
-        raise cli.EnvironmentProblem(f"--dataset {cfg.dataset}: {error}",
-                                     hint="HF_HUB_OFFLINE=1 reads the dataset from this machine's cache") from None
+        offline = "HF_HUB_OFFLINE is set" in str(error)
+        raise cli.EnvironmentProblem(f"--dataset {cfg.dataset}: {error}", hint="" if offline else
+                                     "HF_HUB_OFFLINE=1 reads the dataset from this machine's cache") from None
     if known:  # the tokenizer's tokenizer.json against the shipped or random-weight config: no transformers yet
         check_tokenizer_vocabulary(cfg, known.get("vocab_size"))
 

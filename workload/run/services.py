@@ -27,6 +27,10 @@ from workload.model import adapters, model_source, structure
 # The timeouts are read here by the tests, as before the rule moved to workload/s3_access.py.
 from workload.s3_access import S3_CONNECT_TIMEOUT_S, S3_READ_TIMEOUT_S, check_s3_locations  # noqa: F401
 
+# One bounded request to an MLflow server before the run: an answering server replies to /health in milliseconds.
+TRACKING_TIMEOUT_S = 3
+# A gateway's answers for a server behind it that does not answer (RFC 9110 15.6.3-5).
+GATEWAY_STATUSES = (502, 503, 504)
 # fp32 weights (4) + AdamW's exp_avg and exp_avg_sq (4 + 4): a checkpoint's bytes per trained parameter.
 STATE_BYTES_PER_PARAMETER = 12
 # The model directory --export writes beside the checkpoints: the fp32 master weights (workload.checkpoint.export).
@@ -63,6 +67,40 @@ def check_s3_reachable(cfg: TrainConfig) -> None:
     libraries' own reads say the rest)."""
     check_s3_locations([(f"--{name} {getattr(cfg, name)}", getattr(cfg, name), purpose, kind)
                         for name, purpose, kind in S3_FLAGS if str(getattr(cfg, name)).startswith("s3://")])
+
+
+def check_tracking_server(cfg: TrainConfig, timeout_s: float = TRACKING_TIMEOUT_S) -> None:
+    """--report_to mlflow with an http(s) tracking URI (--mlflow_tracking_uri, else $MLFLOW_TRACKING_URI): one GET of
+    the server's /health, bounded, before the run starts. Any HTTP answer but a gateway's 502-504 (even a 401, or a
+    404 from a proxy's path) is a server that answers; no answer is exit 3 naming where the URI came from. A file or
+    database store (sqlite:///, the run directory's own) needs no server. The tracker's warning stays for a server
+    that goes away mid-run."""
+    import urllib.error
+    import urllib.request
+
+    from workload.config import parse_report_to
+
+    if "mlflow" not in parse_report_to(cfg.report_to):
+        return
+    uri = cfg.mlflow_tracking_uri or os.environ.get("MLFLOW_TRACKING_URI", "")
+    if not uri.lower().startswith(("http://", "https://")):
+        return
+    where = "--mlflow_tracking_uri" if cfg.mlflow_tracking_uri else "MLFLOW_TRACKING_URI"
+    try:
+        with urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=timeout_s):
+            return
+    except urllib.error.HTTPError as error:
+        if error.code not in GATEWAY_STATUSES:
+            return  # it answered
+        why = f"HTTP {error.code} from a proxy in front of it"
+    except (OSError, ValueError) as error:
+        reason = getattr(error, "reason", error)
+        why = f"{reason if isinstance(reason, str) else type(reason).__name__}, within {timeout_s:g} s"
+    shown = uri if cli.shown(uri) == repr(uri) else "its URI (not shown: it may hold a token)"
+    raise cli.EnvironmentProblem(
+        f"--report_to mlflow: the MLflow tracking server {where} names, {shown}, does not answer ({why})",
+        hint=f"start it, or set {where} to one that answers, or leave mlflow out of --report_to (without a URI the "
+             "run keeps an MLflow store in its run directory)")
 
 
 def planned_bytes(cfg: TrainConfig, architecture: dict) -> tuple[int, int]:

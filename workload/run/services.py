@@ -24,8 +24,7 @@ import shutil
 from workload import cli
 from workload.config import TrainConfig
 from workload.model import adapters, model_source, structure
-# The timeouts are read here by the tests, as before the rule moved to workload/s3_access.py.
-from workload.s3_access import S3_CONNECT_TIMEOUT_S, S3_READ_TIMEOUT_S, check_s3_locations  # noqa: F401
+from workload.s3_access import check_s3_locations
 
 # One bounded request to an MLflow server before the run: an answering server replies to /health in milliseconds.
 TRACKING_TIMEOUT_S = 3

@@ -21,8 +21,9 @@ from workload.model import adapters, config_json, model_source, structure
 from workload.run import services, writable
 
 # A tokenizer directory holds at least one of these (what transformers' tokenizers load their vocabulary from: the
-# fast tokenizer's file, sentencepiece's model, BPE's or WordPiece's vocabulary, tiktoken's ranks).
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "vocab.txt", "spiece.model", "*.tiktoken")
+# fast tokenizer's file, a sentencepiece model (tokenizer.model, spiece.model, sentencepiece.bpe.model), BPE's or
+# WordPiece's vocabulary, tiktoken's ranks).
+TOKENIZER_FILES = ("tokenizer.json", "*.model", "vocab.json", "vocab.txt", "*.tiktoken")
 
 
 def check_positions(cfg: TrainConfig, max_positions: int) -> None:

@@ -4,6 +4,7 @@ of infra/ or tools/; the whole package travels to the cluster as the job's worki
     environment.py, cli.py, config.py, storage.py   the base every part shares: the interpreter check, exit codes
                                                       and errors, the job's config (one dataclass), where a run writes
     sparse_files.py                                 a file measured by what it stores (sparse datasets and shards)
+    s3_access.py                                    whether this machine may read or write an s3:// location
     model/        building, sharded weights, model files, memory and its plan, parallel layout, fp8, architectures
     data/         raw text and supervised examples, tokenized, masked, packed into each step's batches
     checkpoint/   sharded save and load, the untrusted-checkpoint reader, the export to a Hugging Face model

@@ -15,7 +15,7 @@ import dataclasses
 import os
 import re
 import sys
-from typing import Any, Sequence
+from typing import Any, Iterable, Sequence
 
 from workload import cli
 from workload.config import aliases
@@ -42,6 +42,7 @@ def add_options(parser: argparse.ArgumentParser) -> None:
 def parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> tuple[dict[str, Any], bool]:
     """`parser`'s flags, with --config's file under them: (every dest's value, whether --print_config was given)."""
     argv = sys.argv[1:] if argv is None else list(argv)
+    check_one_name_each(argv, file_keys(parser))
     early = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
     early.add_argument(CONFIG_FLAG, default=None)
     known, _ = early.parse_known_args(argv)
@@ -53,6 +54,35 @@ def parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> tuple[
     if "epochs" in values:
         _steps_or_epochs(values, on_line, from_file, known.config)
     return values, bool(values.pop("print_config", False))
+
+
+def check_one_name_each(argv: Sequence[str], known: Iterable[str]) -> None:
+    """A setting given twice on the command line under two names (`--max_steps 10 --steps 20`, `--batch-size` and
+    `--batch_size`), or two --config files: argparse keeps the last silently, so it is refused naming both. (A flag
+    over a --config file's key is the documented precedence, and one flag repeated is argparse's own.)"""
+    known = set(known)
+    seen: dict[str, str] = {}
+    files: list[str] = []
+    for position, arg in enumerate(argv):
+        if arg == "--":
+            break
+        if not arg.startswith("--") or len(arg) == 2:
+            continue
+        name, equals, value = arg[2:].partition("=")
+        if name == CONFIG_FLAG[2:]:
+            files.append(value if equals else (argv[position + 1] if position + 1 < len(argv) else ""))
+            continue
+        plain = name.replace("-", "_")
+        negated = plain.startswith("no_") and aliases.canonical(plain[3:], known) in known
+        field = aliases.canonical(plain[3:] if negated else plain, known)
+        if field not in known:
+            continue  # argparse, or the aliases' refusals, answer it
+        spelling = "--" + name.removeprefix("no-").removeprefix("no_") if negated else "--" + name
+        if seen.setdefault(field, spelling) != spelling:
+            raise cli.UsageError(f"{seen[field]} and {spelling} are two names of --{field}, given both; give one")
+    if len(files) > 1:
+        raise cli.UsageError(f"{CONFIG_FLAG} is given {len(files)} times ({', '.join(shown(path) for path in files)}); "
+                             "give one file, and other settings as flags over it")
 
 
 def _steps_or_epochs(values: dict[str, Any], on_line: set[str], from_file: dict[str, Any], path: str | None) -> None:
@@ -191,7 +221,14 @@ def load(path: str, parser: argparse.ArgumentParser) -> dict[str, Any]:
                 raise cli.UsageError(f"{CONFIG_FLAG} {path}: {error}") from None
         else:
             switched[key] = value
-    # Their names (axolotl's base_model, lora_r, sequence_len) as ours, as on the command line (workload/config/aliases.py).
+    # Their names (axolotl's base_model, lora_r, sequence_len) as ours, as on the command line (workload/config/aliases.py);
+    # two keys of one setting (micro_batch_size and batch_size) are refused as a key given twice is.
+    spelled: dict[str, str] = {}
+    for key in document:
+        ours = aliases.canonical(str(key), actions)
+        if spelled.setdefault(ours, str(key)) != str(key):
+            raise cli.UsageError(f"{CONFIG_FLAG} {path}: {spelled[ours]} and {key} are two names of {ours}, given "
+                                 "both; keep one")
     document = {aliases.canonical(str(key), actions): value for key, value in switched.items()}
     for key in document:
         if key in OWN_DESTS:

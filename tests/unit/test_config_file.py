@@ -48,6 +48,15 @@ def test_flags_win_over_the_file(tmp_path):
     assert (cfg.steps, cfg.chunked_loss, cfg.batch_size) == (5, True, 4), cfg
 
 
+def test_a_flag_wins_over_the_files_key_by_another_of_its_names(tmp_path):
+    """The documented precedence holds across names: a file's axolotl key under a flag of ours (and a file's key of
+    ours under a TRL flag) is the flag's, not a setting given twice."""
+    path = tmp_path / "run.yaml"
+    path.write_text("micro_batch_size: 3\nsteps: 9\n")
+    cfg = local.parse_args(["--config", str(path), "--batch_size", "6", "--max_steps", "12"])
+    assert (cfg.batch_size, cfg.steps) == (6, 12), cfg
+
+
 @pytest.mark.parametrize("text, words", [
     ("steps: 3\nstepz: 4\n", "unrecognized keys: stepz"),
     ("config: other.yaml\n", "config is a command-line flag, not a --config key: give --config on the command line"),

@@ -46,3 +46,19 @@ def test_fp8_is_refused_on_a_gpu_without_fp8_tensor_cores():
         with pytest.raises(ValueError, match=r"--fp8 needs a GPU with fp8 tensor cores.*A100.* is 8\.0"):
             fp8.check_device(torch.device("cuda", 0))
     assert fp8.gpu_has_fp8("L4") and fp8.gpu_has_fp8("NVIDIA H200") and not fp8.gpu_has_fp8("A100")
+
+
+@pytest.mark.parametrize("gpus, refused", [
+    (None, "this machine has no NVIDIA GPU (no nvidia-smi)"),
+    ([], "this machine has no NVIDIA GPU (nvidia-smi lists none)"),
+    (["NVIDIA A100-SXM4-80GB, 8.0", "NVIDIA A100-SXM4-80GB, 8.0"], "this machine's GPUs are NVIDIA A100-SXM4-80GB (8.0)"),
+    (["Tesla T4, 7.5", "NVIDIA L40S, 8.9"], None),
+    (["NVIDIA H200, 9.0"], None),
+    (["NVIDIA L4, [N/A]"], None),  # an older driver without compute_cap: the name decides
+    (["Tesla V100-SXM2-16GB, [N/A]"], "this machine's GPUs are Tesla V100-SXM2-16GB"),
+])
+def test_the_local_run_asks_nvidia_smi_whether_a_gpu_has_fp8(gpus, refused):
+    """workload.run.checks.check_fp8's question, without torch: compute capability 8.9+ on any GPU of the machine."""
+    problem = fp8.local_gpus_problem(lambda: gpus)
+    assert problem == refused if refused is None else problem.startswith(refused), problem
+

@@ -55,6 +55,12 @@ FILES = {
     "broken.jinja": b"{% for m in messages %}\n{{ m.content }\n{% endfor %}\n",
     "blank.jsonl": b'{"text": ""}\n' * 10,
     "hi.txt": b"hi\n",
+    "names.yaml": b"lora_r: 4\nlora_rank: 16\n",  # axolotl's name and ours for one setting
+    "six.yaml": b"steps: 6\n",
+    "alpaca.jsonl": b"".join(json.dumps({"instruction": f"name dog {i}", "input": ""}).encode() + b"\n"
+                             for i in range(12)),
+    "weightless/config.json": b'{"model_type": "llama"}',  # a model directory without its *.safetensors
+    "no-vocab/tokenizer_config.json": b"{}",  # a tokenizer directory without a vocabulary file
     # What workload.local exported for a --method lora run: adapters, no checkpoint's .metadata.
     "model_000006/adapter_config.json": b"{}",
     "model_000006/adapter_model.safetensors": b"",
@@ -209,11 +215,36 @@ MISTAKES = [
     ("a dataset configuration that climbs", LOCAL, ["--dataset", "org/corpus", "--dataset_config", "../../etc"],
      cli.USAGE, "--dataset_config must be a dataset configuration name"),
     ("a token as a run name", LOCAL, ["--run_name", TOKEN], cli.USAGE, "--run_name must hold no token"),
+    # one setting given by two names (an alias and ours, or two --config files): argparse would keep the last
+    ("an alias beside our own flag", LOCAL, ["--num_train_epochs", "2", "--epochs", "3"], cli.USAGE,
+     "--num_train_epochs and --epochs are two names of --epochs, given both; give one"),
+    ("a dash form beside the underscore one", LOCAL, ["--seq-len", "64", "--seq_len", "128"], cli.USAGE,
+     "--seq-len and --seq_len are two names of --seq_len"),
+    ("an alias key beside our own key", LOCAL, ["--config", "names.yaml"], cli.USAGE,
+     "--config names.yaml: lora_r and lora_rank are two names of lora_rank, given both; keep one"),
+    ("two config files", LOCAL, ["--config", "six.yaml", "--config=names.yaml"], cli.USAGE,
+     "--config is given 2 times ('six.yaml', 'names.yaml'); give one file"),
+    # local files the run reads, checked for what it reads before torch loads
+    ("a model directory without weights", LOCAL, ["--model_id", "weightless"], cli.USAGE,
+     "--model_id weightless: the directory holds no *.safetensors weights"),
+    ("a tokenizer directory without a vocabulary", LOCAL, ["--tokenizer", "no-vocab"], cli.USAGE,
+     "no tokenizer files in "),
+    ("Alpaca records without output", LOCAL, ["--data_format", "prompt-completion", "--dataset", "alpaca.jsonl"],
+     cli.USAGE, 'no field "output" (the record\'s fields: input, instruction); an Alpaca record holds instruction'),
+    ("fp8 on a machine without an fp8 GPU", LOCAL, ["--fp8"], cli.USAGE,
+     "--fp8 needs a GPU with fp8 tensor cores (compute capability 8.9+"),
     # this machine's set-up (ENVIRONMENTS: what the case's shell has set)
     ("an s3 dataset with no AWS credentials", LOCAL, ["--dataset", "s3://bucket/x.jsonl"], cli.ENVIRONMENT,
      "--dataset s3://bucket/x.jsonl: no AWS credentials on this machine to read it from"),
     ("an s3 storage path with no AWS credentials", LOCAL, ["--storage_path", "s3://bucket/runs"], cli.ENVIRONMENT,
      "--storage_path s3://bucket/runs: no AWS credentials on this machine to write checkpoints to"),
+    ("an s3 checkpoint with no AWS credentials", EXPORT, ["s3://bucket/runs/r/checkpoint_000030", "out"],
+     cli.ENVIRONMENT, "CHECKPOINT s3://bucket/runs/r/checkpoint_000030: no AWS credentials on this machine to read it"),
+    ("an offline Hub without the dataset", LOCAL, ["--dataset", "nobody-here/no-such-data-r46", "--data_format",
+                                                   "chat"], cli.ENVIRONMENT,
+     "--dataset nobody-here/no-such-data-r46: not in this machine's cache and HF_HUB_OFFLINE is set"),
+    ("an MLflow server that does not answer", LOCAL, ["--report_to", "mlflow"], cli.ENVIRONMENT,
+     "the MLflow tracking server MLFLOW_TRACKING_URI names, http://127.0.0.1:1, does not answer"),
     ("HF_HOME a file", LOCAL, [], cli.ENVIRONMENT,
      "HF_HOME=hi.txt is a file; the Hugging Face cache must be a directory"),
     ("HF_DATASETS_CACHE under a file", LOCAL, [], cli.ENVIRONMENT,
@@ -221,6 +252,10 @@ MISTAKES = [
 ]
 # The environment a case's shell sets; every case runs on a machine with no AWS credentials (the fixture).
 ENVIRONMENTS = {"HF_HOME a file": {"HF_HOME": "hi.txt"},
+                "an offline Hub without the dataset": {"HF_HUB_OFFLINE": "1", "HF_HOME": "empty-hf-home"},
+                "an MLflow server that does not answer": {"MLFLOW_TRACKING_URI": "http://127.0.0.1:1"},
+                # nvidia-smi not on PATH: the machine has no NVIDIA GPU, whatever the one running the tests has
+                "fp8 on a machine without an fp8 GPU": {"PATH": "no-gpu-tools"},
                 "HF_DATASETS_CACHE under a file": {"HF_DATASETS_CACHE": "hi.txt/datasets"}}
 
 

@@ -18,7 +18,7 @@ import time
 import pytest
 
 from tests.support.fake_hub import FakeHub, unreachable_hub
-from workload import cli, train
+from workload import cli, s3_access, train
 from workload.config import TrainConfig
 from workload.run import preflight, services
 
@@ -115,7 +115,7 @@ def test_an_s3_storage_path_is_asked_once_before_ray(s3_endpoint, monkeypatch, t
     started = time.monotonic()
     with pytest.raises(cli.EnvironmentProblem, match="S3 is not reachable from this machine"):
         services.check_s3_reachable(TrainConfig(model_config="tiny", storage_path="s3://runs/team"))
-    assert time.monotonic() - started < services.S3_CONNECT_TIMEOUT_S + services.S3_READ_TIMEOUT_S
+    assert time.monotonic() - started < s3_access.S3_CONNECT_TIMEOUT_S + s3_access.S3_READ_TIMEOUT_S
 
 
 def test_every_s3_flag_is_asked_by_the_one_rule_with_the_request_its_run_makes(s3_endpoint, monkeypatch, tmp_path):

@@ -58,6 +58,6 @@ def test_a_model_directory_without_weights_is_refused_before_ray(tmp_path, capsy
     directory.mkdir()
     (directory / "config.json").write_text("{}")
     with pytest.raises(ValueError, match=r"holds no \*\.safetensors weights"):
-        preflight.check_local_weights(TrainConfig(model_id=str(directory), seq_len=32))
+        preflight.check_local_files(TrainConfig(model_id=str(directory), seq_len=32))
     (directory / "model.safetensors").write_bytes(b"")
-    preflight.check_local_weights(TrainConfig(model_id=str(directory), seq_len=32))
+    preflight.check_local_files(TrainConfig(model_id=str(directory), seq_len=32))

@@ -31,8 +31,11 @@ def export(checkpoint: str, out: str, *, dtype: str = "float32", merge: bool = F
     size as most published checkpoints are, at the cost of updates smaller than half a bf16 step. A --method
     lora/qlora checkpoint gives a PEFT adapter directory, or with `merge` the base with the adapters merged in
     (workload/checkpoint/adapter_export.py)."""
+    from workload.s3_access import check_s3_locations
     from workload.storage import local_copy
 
+    if checkpoint.startswith("s3://"):  # no credentials, no answer: exit 3 in seconds, not the copy's retries
+        check_s3_locations([(f"CHECKPOINT {checkpoint}", checkpoint, "read it from", "directory")])
     with local_copy(checkpoint) as directory:  # a missing local CHECKPOINT is refused before the seconds of imports
         check_is_checkpoint(checkpoint, directory)
         quiet_imports()

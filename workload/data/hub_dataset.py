@@ -183,12 +183,17 @@ def _read(dataset: str, name: str, token, limit: int, where: str) -> tuple[bytes
 def check_dataset(cfg, say=print) -> HubChecked | None:
     """The job's driver's check of a Hub --dataset (workload.run.preflight.validate), before the model loads: DataError
     naming --dataset for a bad one; a Hub that does not answer is NotReachable (exit 3 in the caller), unless this
-    machine's cache holds the dataset: then it is said in one line and left to the workers' own read. Nothing is asked with HF_HUB_OFFLINE set. HF_TOKEN from the environment."""
+    machine's cache holds the dataset: then it is said in one line and left to the workers' own read. Nothing is asked
+    with HF_HUB_OFFLINE set: a dataset this machine's cache lacks is NotReachable then, as the model's config and the
+    tokenizer are (workload.model.model_source.check_hub_reachable). HF_TOKEN from the environment."""
     from workload.config import is_file_dataset
 
     if not cfg.dataset or is_file_dataset(cfg.dataset):
         return None
     if os.environ.get("HF_HUB_OFFLINE", "").upper() in ("1", "ON", "YES", "TRUE"):
+        if not in_cache(cfg.dataset):
+            raise NotReachable("not in this machine's cache and HF_HUB_OFFLINE is set; unset it to download, or "
+                               "download it first")
         return None
     try:
         return check_records(cfg.dataset, cfg.dataset_split, cfg.dataset_config, shapes.Fields.of(cfg), subject="--dataset")

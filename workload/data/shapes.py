@@ -14,7 +14,7 @@ and the line.
 - prompt-completion: TRL's `{"prompt": ..., "completion": ...}`, each a string (a user turn, an assistant turn) or a
   list of turns; only the completion is trained.
 - Alpaca (prompt-completion): Stanford Alpaca's `{"instruction", "input" (optional), "output"}`, read when the
-  records have `instruction` and `output` and no `prompt`: the user turn is the instruction, then a blank line and
+  records have `instruction` and no `prompt` (a record without its `output` is refused as Alpaca's): the user turn is the instruction, then a blank line and
   the input when there is one (how Alpaca's own prompt joins them), the assistant turn the output; rendered with the
   chat template, not Alpaca's "Below is an instruction..." text, as TRL renders any prompt-completion record.
 
@@ -104,8 +104,10 @@ def detect(record: object, fields: Fields) -> Shape:
         first = turns[0] if isinstance(turns, list) and turns else None
         sharegpt = isinstance(first, dict) and "from" in first and "role" not in first
         return Shape("sharegpt" if sharegpt else "messages", name)
-    if (fields.prompt_field not in record and fields.prompt_field in ("prompt", "instruction")
-            and "instruction" in record and "output" in record):
+    # A shape is recognised by the field only it has (Alpaca's instruction, as ShareGPT's conversations above): a
+    # record of it that lacks another of its fields is refused in its shape's words ('no field "output"'), not as a
+    # prompt-completion record without "prompt".
+    if fields.prompt_field not in record and fields.prompt_field in ("prompt", "instruction") and "instruction" in record:
         return Shape("alpaca")
     if fields.prompt_field == "instruction" and "instruction" in record and "input" in record:
         return Shape("alpaca")  # --prompt_field instruction on an Alpaca file: its input is part of the prompt
@@ -159,8 +161,8 @@ def _alpaca(record: dict) -> tuple[list[dict], list[int]]:
             value = ""
         if not isinstance(value, str):
             missing = name not in record
-            raise RecordError(f"no field {json.dumps(name)} (the record's fields: {_fields_of(record)}); allowed: Alpaca's "
-                              "instruction, input (optional) and output" if missing else
+            raise RecordError(f"no field {json.dumps(name)} (the record's fields: {_fields_of(record)}); an Alpaca "
+                              "record holds instruction, input (optional) and output" if missing else
                               f"{name} is {show(value)}; allowed: a string")
         values[name] = value
     prompt = values["instruction"] + (f"\n\n{values['input']}" if values["input"] else "")

@@ -30,6 +30,40 @@ def gpu_has_fp8(gpu_name: str) -> bool:
     return any(name in gpu_name for name in FP8_GPUS)
 
 
+def local_gpus_problem(query=None) -> str | None:
+    """Why this machine cannot run --fp8 on a GPU, asked of nvidia-smi (no torch: the local run says it before the
+    heavy imports): no NVIDIA GPU, or none of compute capability 8.9+; None when one has fp8 tensor cores. `query`
+    stands in for nvidia-smi in tests: () -> its CSV lines of name, compute_cap, or None where it is not there."""
+    lines = (query or _nvidia_smi)()
+    if lines is None:
+        return "this machine has no NVIDIA GPU (no nvidia-smi)"
+    gpus = []
+    for line in lines:
+        name, _, capability = (part.strip() for part in line.rpartition(","))
+        try:
+            has_fp8 = tuple(int(number) for number in capability.split(".")) >= FP8_MIN_CAPABILITY
+        except ValueError:  # an older driver without compute_cap: the GPU's name says it
+            has_fp8 = gpu_has_fp8(name)
+        if has_fp8:
+            return None
+        gpus.append(f"{name} ({capability})" if capability[:1].isdigit() else name)
+    return f"this machine's GPUs are {', '.join(gpus)}" if gpus else "this machine has no NVIDIA GPU (nvidia-smi lists none)"
+
+
+def _nvidia_smi() -> list[str] | None:
+    import shutil
+    import subprocess
+
+    if shutil.which("nvidia-smi") is None:
+        return None
+    try:
+        answer = subprocess.run(["nvidia-smi", "--query-gpu=name,compute_cap", "--format=csv,noheader"],
+                                capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return [line for line in answer.stdout.splitlines() if line.strip()] if answer.returncode == 0 else None
+
+
 def check_device(device) -> None:
     """--fp8 on a GPU without fp8 tensor cores: a ValueError naming the flag, before the model is converted. On the
     CPU torch emulates torch._scaled_mm (slowly), so the local path and the tests run the same code."""

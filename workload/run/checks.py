@@ -99,6 +99,18 @@ def check_workers(cfg: TrainConfig, cpus: int) -> None:
                              f"of this machine), one per worker; give at most {cpus}, or 0 for 2")
 
 
+def check_fp8(cfg: TrainConfig) -> None:
+    """--fp8 on a machine whose GPUs have no fp8 tensor cores (or that has none): the local cluster's workers would
+    run on the CPU, where fp8 is emulated for minutes; the flag does not fit the command, as more workers than CPUs
+    does not."""
+    from workload.model import fp8
+
+    if cfg.fp8 and (why := fp8.local_gpus_problem()) is not None:
+        raise cli.UsageError(f"--fp8 needs a GPU with fp8 tensor cores (compute capability 8.9+: "
+                             f"{', '.join(fp8.FP8_GPUS)}); {why}",
+                             hint="leave --fp8 off here, or set trainFp8 on a stack of such GPUs")
+
+
 def resume_step(cfg: TrainConfig) -> int | None:
     """The step the run named --run_name under a local --storage_path has checkpointed (None: a new run), after
     checking that it was started with the same training flags: resuming with others would silently mix two runs
@@ -154,5 +166,6 @@ def check_before_ray(cfg: TrainConfig) -> int | None:
     writable.check_cache_directories()  # HF_HOME and the like: this machine's set-up, said before any flag's check
     check_storage(cfg)
     check_workers(cfg, local_cpus())
+    check_fp8(cfg)
     check_dataset(cfg)  # last of the three: it reads the whole file, and says so once it has
     return resume_step(cfg)

@@ -27,7 +27,7 @@ from workload import cli, config_file
 from workload.config import SUMMARY_PREFIX, TrainConfig, build_parser, is_local_dataset
 from workload.run import checks as local_checks
 from workload.run import output as local_output
-from workload.run import preflight, run_lock
+from workload.run import preflight, run_lock, services
 from workload.run.head_supervisor import stop_session
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -307,6 +307,7 @@ def _run(cfg: TrainConfig, verbose: bool) -> int:
     started = time.monotonic()
     resumed_at = local_checks.check_before_ray(cfg)  # the data, storage, workers and an earlier run of the name
     check_model_source(cfg)
+    services.check_tracking_server(cfg)  # the local run's: a server that is down is exit 3 now, not warned of later
     # Heavy imports (torch, transformers, Ray) only once the flags are good, so --help and typos answer at once:
     # preflight's checks that need none come first, then those that need torch and transformers.
     preflight.validate(cfg)  # a flag that does not fit the model or tokenizer fails here, naming it, before Ray

@@ -17,8 +17,13 @@ from workload import cli
 from workload.config import CHAT_TEMPLATES, TrainConfig, parse_report_to
 from workload.data import hub_dataset, tokenizer_size
 from workload.data import validate as records_check
-from workload.model import adapters, model_source, structure
+from workload.model import adapters, config_json, model_source, structure
 from workload.run import services, writable
+
+# A tokenizer directory holds at least one of these (what transformers' tokenizers load their vocabulary from: the
+# fast tokenizer's file, a sentencepiece model (tokenizer.model, spiece.model, sentencepiece.bpe.model), BPE's or
+# WordPiece's vocabulary, tiktoken's ranks).
+TOKENIZER_FILES = ("tokenizer.json", "*.model", "vocab.json", "vocab.txt", "*.tiktoken")
 
 
 def check_positions(cfg: TrainConfig, max_positions: int) -> None:
@@ -69,15 +74,34 @@ def _hub_token() -> bool:
         return False
 
 
-def check_local_weights(cfg: TrainConfig) -> None:
-    """A --model_id directory on this machine holds its weights (*.safetensors): a directory of config.json alone
-    failed in the workers' load, 40 s after Ray started."""
+def check_local_files(cfg: TrainConfig) -> None:
+    """The directories on this machine that the run reads, checked for the files it will read before anything heavy
+    loads (a refusal in well under a second, not after seconds of torch's imports or inside Ray): a --model_id
+    directory's readable config.json and its *.safetensors weights, and the tokenizer's files in the --tokenizer
+    directory (or the model's own, for a dataset)."""
     directory = os.path.expanduser(cfg.model_id)
-    if cfg.model_config or "://" in cfg.model_id or not os.path.isdir(directory):
-        return
-    if not glob.glob(os.path.join(directory, "*.safetensors")):
-        raise ValueError(f"--model_id {cfg.model_id}: the directory holds no *.safetensors weights; give the directory "
-                         "save_pretrained wrote (config.json and model*.safetensors)")
+    if not cfg.model_config and "://" not in cfg.model_id and os.path.isdir(directory):
+        what, path = f"--model_id {cfg.model_id}", os.path.join(directory, model_source.CONFIG_FILE)
+        try:
+            config_json.load(path)
+        except OSError:
+            raise ValueError(f"{what}: {cfg.model_id} has no readable {model_source.CONFIG_FILE}; a model directory "
+                             "holds config.json and *.safetensors (what save_pretrained writes)") from None
+        except config_json.TooLarge as error:
+            raise ValueError(f"{what}: {path} is {error}") from None
+        except ValueError:
+            raise ValueError(f"{what}: {path} is not JSON") from None
+        if not glob.glob(os.path.join(directory, "*.safetensors")):
+            raise ValueError(f"{what}: the directory holds no *.safetensors weights; give the directory save_pretrained "
+                             "wrote (config.json and model*.safetensors)")
+    tokenizer = os.path.expanduser(cfg.tokenizer_name)
+    if cfg.dataset and "://" not in cfg.tokenizer_name and os.path.isdir(tokenizer) and not any(
+            glob.glob(os.path.join(tokenizer, pattern)) for pattern in TOKENIZER_FILES):
+        flag = "--tokenizer" if cfg.tokenizer else "--model_id"
+        raise ValueError(f"{flag} {cfg.tokenizer_name}: no tokenizer files in {cfg.tokenizer_name} (one of "
+                         f"{', '.join(TOKENIZER_FILES)}); give the directory the tokenizer's save_pretrained wrote"
+                         + ("" if cfg.tokenizer else ", or --tokenizer"))
+
 
 def check_targets(cfg: TrainConfig, architecture: dict) -> None:
     """--lora_targets against the model's linear layers (workload.model.adapters.resolve): one line naming the flag
@@ -156,6 +180,7 @@ def validate(cfg: TrainConfig) -> None:
     writable.check_cache_directories()  # the driver's own environment (a pod's is not the submitting machine's)
     check_credentials(cfg)
     check_template_compiles(cfg)
+    check_local_files(cfg)
     known = cfg.architecture  # a dict, without transformers: --model_config's, or a shipped --model_id's
     if known and "max_position_embeddings" in known:
         check_positions(cfg, known["max_position_embeddings"])
@@ -170,8 +195,9 @@ def validate(cfg: TrainConfig) -> None:
     try:
         hub_dataset.check_dataset(cfg)  # a Hub dataset's split: its first file, bounded (workload.data.hub_dataset)
     except hub_dataset.NotReachable as error:
-        raise cli.EnvironmentProblem(f"--dataset {cfg.dataset}: {error}",
-                                     hint="HF_HUB_OFFLINE=1 reads the dataset from this machine's cache") from None
+        offline = "HF_HUB_OFFLINE is set" in str(error)
+        raise cli.EnvironmentProblem(f"--dataset {cfg.dataset}: {error}", hint="" if offline else
+                                     "HF_HUB_OFFLINE=1 reads the dataset from this machine's cache") from None
     if known:  # the tokenizer's tokenizer.json against the shipped or random-weight config: no transformers yet
         check_tokenizer_vocabulary(cfg, known.get("vocab_size"))
 
@@ -186,7 +212,6 @@ def validate(cfg: TrainConfig) -> None:
         # The model gate, as the preview ran it and every worker will: the model on the meta device, whose linear
         # layers --lora_targets must name (PEFT would fail inside Ray otherwise, with NoMatchingPeftModuleError).
         built = compatibility.build(config, f"--model_id {cfg.model_id}")
-        check_local_weights(cfg)  # after the gate: a directory of another kind of model is refused for that first
         if cfg.method != "full" or not known:
             attached = structure.attach(config.to_dict(), built)
             if cfg.method != "full":

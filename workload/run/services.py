@@ -24,9 +24,12 @@ import shutil
 from workload import cli
 from workload.config import TrainConfig
 from workload.model import adapters, model_source, structure
+from workload.s3_access import check_s3_locations
 
-S3_CONNECT_TIMEOUT_S = 5
-S3_READ_TIMEOUT_S = 10
+# One bounded request to an MLflow server before the run: an answering server replies to /health in milliseconds.
+TRACKING_TIMEOUT_S = 3
+# A gateway's answers for a server behind it that does not answer (RFC 9110 15.6.3-5).
+GATEWAY_STATUSES = (502, 503, 504)
 # fp32 weights (4) + AdamW's exp_avg and exp_avg_sq (4 + 4): a checkpoint's bytes per trained parameter.
 STATE_BYTES_PER_PARAMETER = 12
 # The model directory --export writes beside the checkpoints: the fp32 master weights (workload.checkpoint.export).
@@ -52,11 +55,6 @@ def check_hub_model(cfg: TrainConfig) -> None:
 # prefix, on the storage bucket only; GetObject on a dataset file; ListBucket under a model's prefix).
 S3_FLAGS = (("storage_path", "write checkpoints to", "bucket"), ("dataset", "read it from", "file"),
             ("model_id", "read it from", "directory"), ("tokenizer", "read it from", "directory"))
-# The permission each request needs (S3 API Reference, each operation's "Permissions").
-S3_PERMISSION = {"bucket": "s3:ListBucket on the bucket", "file": "s3:GetObject on it",
-                 "directory": "s3:ListBucket under its prefix"}
-NO_KEYS = ("set AWS_PROFILE or AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, or run `aws configure` (on the cluster the "
-           "pods' role gives them); or give a path on this machine")
 
 
 def check_s3_reachable(cfg: TrainConfig) -> None:
@@ -66,56 +64,42 @@ def check_s3_reachable(cfg: TrainConfig) -> None:
     (403) is exit 3; a bucket or file that does not exist is exit 2. Before a remote --dataset file is read: pyarrow's
     S3 retried for 13 s before its raw error. Skipped where boto3 is not installed (the job's image carries it; the
     libraries' own reads say the rest)."""
-    named = [(name, getattr(cfg, name), purpose, kind) for name, purpose, kind in S3_FLAGS
-             if str(getattr(cfg, name)).startswith("s3://")]
-    if not named:
+    check_s3_locations([(f"--{name} {getattr(cfg, name)}", getattr(cfg, name), purpose, kind)
+                        for name, purpose, kind in S3_FLAGS if str(getattr(cfg, name)).startswith("s3://")])
+
+
+def check_tracking_server(cfg: TrainConfig, timeout_s: float = TRACKING_TIMEOUT_S) -> None:
+    """--report_to mlflow with an http(s) tracking URI (--mlflow_tracking_uri, else $MLFLOW_TRACKING_URI): one GET of
+    the server's /health, bounded, before the run starts. Any HTTP answer but a gateway's 502-504 (even a 401, or a
+    404 from a proxy's path) is a server that answers; no answer is exit 3 naming where the URI came from. A file or
+    database store (sqlite:///, the run directory's own) needs no server. The tracker's warning stays for a server
+    that goes away mid-run."""
+    import urllib.error
+    import urllib.request
+
+    from workload.config import parse_report_to
+
+    if "mlflow" not in parse_report_to(cfg.report_to):
         return
-    try:
-        import boto3
-        import botocore.config
-    except ImportError:
+    uri = cfg.mlflow_tracking_uri or os.environ.get("MLFLOW_TRACKING_URI", "")
+    if not uri.lower().startswith(("http://", "https://")):
         return
-    # A new session: the environment as it is now (boto3.client would reuse the default session's credentials).
-    session = boto3.session.Session()
-    if session.get_credentials() is None:  # said before the client's second of loading S3's service model
-        name, path, purpose, _ = named[0]
-        raise cli.EnvironmentProblem(f"--{name} {path}: no AWS credentials on this machine to {purpose}", hint=NO_KEYS)
-    config = botocore.config.Config(connect_timeout=S3_CONNECT_TIMEOUT_S, read_timeout=S3_READ_TIMEOUT_S,
-                                    retries={"max_attempts": 1, "mode": "standard"})
-    client = session.client("s3", config=config)
-    for name, path, purpose, kind in dict.fromkeys(named):
-        _ask(client, path, kind, f"--{name} {path}", purpose)
-
-
-def _ask(client, path: str, kind: str, what: str, purpose: str) -> None:
-    import botocore.exceptions as aws
-
-    bucket, _, key = path[len("s3://"):].partition("/")
+    where = "--mlflow_tracking_uri" if cfg.mlflow_tracking_uri else "MLFLOW_TRACKING_URI"
     try:
-        if kind == "bucket":
-            client.head_bucket(Bucket=bucket)
-        elif kind == "file":
-            client.head_object(Bucket=bucket, Key=key)
-        else:
-            client.list_objects_v2(Bucket=bucket, Prefix=key.rstrip("/") + "/", MaxKeys=1)
-    except aws.NoCredentialsError:
-        raise cli.EnvironmentProblem(f"{what}: no AWS credentials on this machine to {purpose}",
-                                     hint=NO_KEYS) from None
-    except (aws.EndpointConnectionError, aws.ConnectTimeoutError, aws.ReadTimeoutError,
-            aws.ConnectionClosedError) as error:
-        raise cli.EnvironmentProblem(f"{what}: S3 is not reachable from this machine ({type(error).__name__})",
-                                     hint="check the network and AWS_ENDPOINT_URL_S3, or give a path on this "
-                                          "machine") from None
-    except aws.ClientError as error:
-        status = error.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
-        if status == 404 and kind == "file":  # HeadObject has no body: no such key, or no such bucket
-            raise cli.UsageError(f"{what}: no such file (S3 answered 404 in bucket {bucket})") from None
-        if status == 404:
-            raise cli.UsageError(f"{what}: bucket {bucket} does not exist; give a bucket of yours") from None
-        raise cli.EnvironmentProblem(f"{what}: S3 answered {status or error} with this machine's credentials; they "
-                                     f"need {S3_PERMISSION[kind]}") from None
-    except aws.BotoCoreError as error:
-        raise cli.EnvironmentProblem(f"{what}: S3 could not be asked ({error})") from None
+        with urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=timeout_s):
+            return
+    except urllib.error.HTTPError as error:
+        if error.code not in GATEWAY_STATUSES:
+            return  # it answered
+        why = f"HTTP {error.code} from a proxy in front of it"
+    except (OSError, ValueError) as error:
+        reason = getattr(error, "reason", error)
+        why = f"{reason if isinstance(reason, str) else type(reason).__name__}, within {timeout_s:g} s"
+    shown = uri if cli.shown(uri) == repr(uri) else "its URI (not shown: it may hold a token)"
+    raise cli.EnvironmentProblem(
+        f"--report_to mlflow: the MLflow tracking server {where} names, {shown}, does not answer ({why})",
+        hint=f"start it, or set {where} to one that answers, or leave mlflow out of --report_to (without a URI the "
+             "run keeps an MLflow store in its run directory)")
 
 
 def planned_bytes(cfg: TrainConfig, architecture: dict) -> tuple[int, int]:

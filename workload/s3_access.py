@@ -1,0 +1,70 @@
+"""Whether this machine may read or write an s3:// location, asked once before a command relies on it: no AWS
+credentials, no answer within the timeouts, or a refusal (403) is exit 3 (cli.EnvironmentProblem); a bucket or file
+that does not exist is exit 2. workload.run.services asks it for the training flags' locations (--storage_path,
+--dataset, --model_id, --tokenizer), workload.export for its CHECKPOINT. Base layer: boto3 is imported only when a
+location is asked about, and where it is not installed nothing is asked (the libraries' own reads say the rest).
+"""
+from __future__ import annotations
+
+from workload import cli
+
+S3_CONNECT_TIMEOUT_S = 5
+S3_READ_TIMEOUT_S = 10
+# The permission each request needs (S3 API Reference, each operation's "Permissions").
+S3_PERMISSION = {"bucket": "s3:ListBucket on the bucket", "file": "s3:GetObject on it",
+                 "directory": "s3:ListBucket under its prefix"}
+NO_KEYS = ("set AWS_PROFILE or AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, or run `aws configure` (on the cluster the "
+           "pods' role gives them); or give a path on this machine")
+
+
+def check_s3_locations(named: list[tuple[str, str, str, str]]) -> None:
+    """Each s3:// location (what the error names it, its path, what the command does there, its kind: bucket, file
+    or directory), asked with this machine's credentials: HeadBucket, HeadObject, or one ListObjectsV2 key."""
+    if not named:
+        return
+    try:
+        import boto3
+        import botocore.config
+    except ImportError:
+        return
+    # A new session: the environment as it is now (boto3.client would reuse the default session's credentials).
+    session = boto3.session.Session()
+    if session.get_credentials() is None:  # said before the client's second of loading S3's service model
+        what, _, purpose, _ = named[0]
+        raise cli.EnvironmentProblem(f"{what}: no AWS credentials on this machine to {purpose}", hint=NO_KEYS)
+    config = botocore.config.Config(connect_timeout=S3_CONNECT_TIMEOUT_S, read_timeout=S3_READ_TIMEOUT_S,
+                                    retries={"max_attempts": 1, "mode": "standard"})
+    client = session.client("s3", config=config)
+    for what, path, purpose, kind in dict.fromkeys(named):
+        _ask(client, path, kind, what, purpose)
+
+
+def _ask(client, path: str, kind: str, what: str, purpose: str) -> None:
+    import botocore.exceptions as aws
+
+    bucket, _, key = path[len("s3://"):].partition("/")
+    try:
+        if kind == "bucket":
+            client.head_bucket(Bucket=bucket)
+        elif kind == "file":
+            client.head_object(Bucket=bucket, Key=key)
+        else:
+            client.list_objects_v2(Bucket=bucket, Prefix=key.rstrip("/") + "/", MaxKeys=1)
+    except aws.NoCredentialsError:
+        raise cli.EnvironmentProblem(f"{what}: no AWS credentials on this machine to {purpose}",
+                                     hint=NO_KEYS) from None
+    except (aws.EndpointConnectionError, aws.ConnectTimeoutError, aws.ReadTimeoutError,
+            aws.ConnectionClosedError) as error:
+        raise cli.EnvironmentProblem(f"{what}: S3 is not reachable from this machine ({type(error).__name__})",
+                                     hint="check the network and AWS_ENDPOINT_URL_S3, or give a path on this "
+                                          "machine") from None
+    except aws.ClientError as error:
+        status = error.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+        if status == 404 and kind == "file":  # HeadObject has no body: no such key, or no such bucket
+            raise cli.UsageError(f"{what}: no such file (S3 answered 404 in bucket {bucket})") from None
+        if status == 404:
+            raise cli.UsageError(f"{what}: bucket {bucket} does not exist; give a bucket of yours") from None
+        raise cli.EnvironmentProblem(f"{what}: S3 answered {status or error} with this machine's credentials; they "
+                                     f"need {S3_PERMISSION[kind]}") from None
+    except aws.BotoCoreError as error:
+        raise cli.EnvironmentProblem(f"{what}: S3 could not be asked ({error})") from None

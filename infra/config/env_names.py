@@ -19,6 +19,10 @@ _INSTALLED = ("it changes what code is installed or run (another package index, 
 _REDIRECT = ("it sends the job's tokens and data to another host than the one its stack key names; set "
              "trainMlflowTrackingUri for MLflow, and leave the Hub's and W&B's endpoints as they are")
 _INTERCEPT = "it lets another host read or alter the job's requests, tokens included; the pods reach the internet directly"
+_EXPOSES = ("it writes the job's TLS session keys to a file, with which anyone holding the file reads every request, "
+            "tokens included")
+_REMOTE_CODE = ("it lets a library run code that a model or dataset repository ships; the project loads only the "
+                "architectures it knows (trainModelId) and datasets as data")
 _TOKEN_ELSEWHERE = ("it holds or points at a token under another name; set the token as HF_TOKEN or WANDB_API_KEY in "
                     "trainSecretEnv")
 RESERVED_ENV = {
@@ -28,6 +32,13 @@ RESERVED_ENV = {
                      "AWS_EC2_METADATA_SERVICE_ENDPOINT", "AWS_EC2_METADATA_DISABLED"), _AWS_IDENTITY),
     **dict.fromkeys(("LD_PRELOAD", "LD_LIBRARY_PATH", "LD_AUDIT", "PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP",
                      "PYTHONUSERBASE", "PYTHONSAFEPATH", "PYTHONEXECUTABLE"), _LOADER),
+    # Python imports the module a warning filter names (PYTHONWARNINGS=ignore::pkg.Category) and the callable
+    # PYTHONBREAKPOINT names; OpenSSL reads a configuration that loads providers and engines (.so files) from
+    # OPENSSL_CONF, and loads them from OPENSSL_MODULES and OPENSSL_ENGINES, in every process that makes a TLS request.
+    **dict.fromkeys(("PYTHONWARNINGS", "PYTHONBREAKPOINT", "OPENSSL_CONF", "OPENSSL_CONF_INCLUDE", "OPENSSL_MODULES",
+                     "OPENSSL_ENGINES"), _LOADER),
+    # NSS, OpenSSL-based clients, curl and Python's ssl (3.8+) append every TLS session's keys to this file.
+    "SSLKEYLOGFILE": _EXPOSES,
     # What code is installed or run: pip reads its index, extra indexes, find-links and config file from these (so
     # trainPip's packages would come from another host), and bash sources BASH_ENV (sh: ENV) before any script it runs.
     **dict.fromkeys(("PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_CONFIG_FILE", "PIP_FIND_LINKS", "PIP_TRUSTED_HOST",
@@ -74,6 +85,9 @@ RESERVED_ENV_WORDS = (
     (re.compile(r"INSECURE|VERIFY|CERT|CA_?BUNDLE|CA_?FILE|CA_?INFO"), _VERIFICATION),
     (re.compile(r"(^|_)PROXY$"), _INTERCEPT),
     (re.compile(r"ENDPOINT"), _REDIRECT),
+    # HF_DATASETS_TRUST_REMOTE_CODE, and any library's switch of that name: a repository's own code on every rank.
+    (re.compile(r"TRUST_?REMOTE_?CODE"), _REMOTE_CODE),
+    (re.compile(r"KEY_?LOG"), _EXPOSES),
 )
 # NO_PROXY only narrows what a proxy sees, and the pods have none.
 NOT_RESERVED = frozenset({"NO_PROXY"})
@@ -98,9 +112,12 @@ def reserved_reason(name: str) -> str | None:
 
 
 # A name that says it holds a credential: in trainEnv its value would be plain in the stack's config and on Ray's
-# dashboard (a job's runtime_env), whatever library reads it. One rule for every such name, not a list of tokens.
-_CREDENTIAL_NAME = re.compile(r"(^|_)(TOKEN|PASSWORD|PASSWD|SECRET|API_?KEY|SECRET_KEY|ACCESS_KEY|PRIVATE_KEY|"
-                              r"CREDENTIALS?)$")
+# dashboard (a job's runtime_env), whatever library reads it. One rule for every such name, not a list of tokens: a
+# word that names one anywhere in the name (PGPASSWORD, DB_PASSWORD_FILE, MY_SECRET, GITHUB_TOKEN, MY_API_KEY,
+# GOOGLE_APPLICATION_CREDENTIALS), or a last word that abbreviates one (MYSQL_PWD, SMTP_PASS, LDAP_PASSWD, REDIS_PW,
+# BASIC_AUTH). TOKEN only as a word's end (TOKENIZERS_PARALLELISM and MAX_TOKENS are no credential).
+_CREDENTIAL_NAME = re.compile(r"PASSWORD|PASSWD|SECRET|CREDENTIAL|API_?KEY|PRIVATE_?KEY|ACCESS_?KEY|TOKEN(_|$)|"
+                              r"_(PWD|PASS|PW|AUTH|AUTHORIZATION)$")
 # Names of that shape that hold a switch, not a credential.
 NOT_CREDENTIALS = frozenset({"HF_HUB_DISABLE_IMPLICIT_TOKEN"})
 
@@ -109,3 +126,13 @@ def holds_credential(name: str) -> bool:
     """Whether the variable `name` holds a credential by its name (HF_TOKEN, MLFLOW_TRACKING_PASSWORD, MY_API_KEY)."""
     return name not in NOT_CREDENTIALS and bool(_CREDENTIAL_NAME.search(name.upper()))
 
+
+
+# A reference to another variable in a trainEnv value: Ray's runtime_env expands ${NAME} in env_vars (and a shell
+# $NAME), so WANDB_ENTITY=${HF_TOKEN} would copy trainSecretEnv's token into a plain variable that W&B sends away.
+_REFERENCE = re.compile(r"\$[{A-Za-z_]")
+
+
+def refers_to_variable(value: str) -> bool:
+    """Whether `value` holds ${NAME} or $NAME (never quoted by the caller)."""
+    return bool(_REFERENCE.search(value))

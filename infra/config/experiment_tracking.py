@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import ipaddress
 import re
+import socket
 from typing import Any
 from urllib.parse import urlsplit
 
 from infra.config.rules import require, s3_location
+from workload.config.fields import shown_uri
 
 EXPERIMENT_TRACKING = ("none", "mlflow")
 MLFLOW_SERVICE = "mlflow"
@@ -28,11 +30,43 @@ def in_cluster_uri(namespace: str) -> str:
 _TRACKING_URI = re.compile(r"https://[A-Za-z0-9.-]+(:443)?(/[\w./-]*)?")
 # Host names that name no public address: the pods' own (localhost), a cluster's or a VPC's (svc, cluster.local,
 # internal, ec2.internal), mDNS (local), and a bare name (resolved through the cluster's search domains).
+_IPV4_CHARS = frozenset("0123456789abcdefx.")
 _PRIVATE_SUFFIXES = (".local", ".internal", ".svc", ".localdomain", ".lan", ".home.arpa", ".localhost")
 TRACKING_ALLOWED = ("allowed: https://host[/path] on port 443 at a public address, the only way out the Ray pods' "
                     "NetworkPolicy allows, with no user:password@ (credentials go in trainSecretEnv as "
                     "MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD), or the stack's own server "
                     "(experimentTracking mlflow)")
+
+
+def _ipv4(host: str) -> ipaddress.IPv4Address | None:
+    """The IPv4 address `host` names in any notation the resolver takes (C's inet_aton, which getaddrinfo and so
+    every HTTP client use): dotted quads, but also 127.1, octal 0177.0.0.1, hex 0x7f.0.0.1 and the integer
+    2130706433. None when it is a name."""
+    if not host or not set(host) <= _IPV4_CHARS:
+        return None
+    try:
+        return ipaddress.IPv4Address(socket.inet_aton(host))
+    except OSError:
+        return None
+
+
+def _unreachable_host(host: str) -> str | None:
+    """Why the Ray pods could not reach `host` through their egress (public addresses on 443), or None: an address,
+    in any notation, that is not global (loopback, private, link-local, carrier-grade NAT, unspecified), a name that
+    ends in a number but is no address, or a name of no public address (localhost, .svc, .internal, a bare name)."""
+    address: ipaddress.IPv4Address | ipaddress.IPv6Address | None = _ipv4(host)
+    if address is None:
+        try:
+            address = ipaddress.ip_address(host.strip("[]"))
+        except ValueError:
+            address = None
+    if address is not None:
+        return None if address.is_global else f"{host} is not a public address ({address})"
+    if host.rsplit(".", 1)[-1].isdigit():
+        return f"{host} is neither a host name nor an IPv4 address"
+    if host == "localhost" or "." not in host or host.endswith(_PRIVATE_SUFFIXES):
+        return f"{host} is not a public address"
+    return None
 
 
 def tracking_uri_problem(uri: str, own_server_uri: str | None) -> str | None:
@@ -41,19 +75,13 @@ def tracking_uri_problem(uri: str, own_server_uri: str | None) -> str | None:
     stack's own server's in-cluster URI when experimentTracking is mlflow. Never quotes a URI with credentials."""
     if not uri or uri == own_server_uri:
         return None
-    shown = "a URI with credentials (its value is not shown)" if "@" in uri else repr(uri)
+    shown = shown_uri(uri)
     if not _TRACKING_URI.fullmatch(uri):
         return f"{TRACKING_ALLOWED}; got {shown}"
     host = (urlsplit(uri).hostname or "").rstrip(".").lower()
-    try:
-        address = ipaddress.ip_address(host)
-    except ValueError:
-        private = host == "localhost" or "." not in host or host.endswith(_PRIVATE_SUFFIXES)
-    else:
-        private = not address.is_global
-    if private:
-        return (f"{host} is not a public address, and the Ray pods' NetworkPolicy lets them out to public addresses "
-                f"only; {TRACKING_ALLOWED}; got {shown}")
+    if (why := _unreachable_host(host)) is not None:
+        return (f"{why}, and the Ray pods' NetworkPolicy lets them out to public addresses only; {TRACKING_ALLOWED}; "
+                f"got {shown}")
     return None
 
 

@@ -8,7 +8,13 @@ from __future__ import annotations
 from typing import Any
 
 import infra.config.pip_requirements as pip_requirements  # trainPip
-from infra.config.env_names import MAX_ENV_ENTRIES, MAX_ENV_VALUE_CHARS, holds_credential, reserved_reason
+from infra.config.env_names import (
+    MAX_ENV_ENTRIES,
+    MAX_ENV_VALUE_CHARS,
+    holds_credential,
+    refers_to_variable,
+    reserved_reason,
+)
 from infra.config.experiment_tracking import (
     default_tracking_uri,
     in_cluster_uri,
@@ -125,8 +131,9 @@ def _check_tracking(raw: dict[str, Any], env: dict[str, str], secret_env: Secret
         raise ValueError(f"config key 'trainReportTo': {raw['trainReportTo']!r} is not a comma list of tensorboard, "
                          "mlflow, wandb, or none") from None
     leaked = [name for name in env if name in TOKEN_VARIABLES or holds_credential(name)]
-    require(not leaked, "trainEnv", f"sets {', '.join(leaked)}: a token goes in trainSecretEnv (`pulumi config set "
-            "--secret --path 'trainSecretEnv[0]' NAME=...`), never in trainEnv, which Ray's dashboard shows")
+    require(not leaked, "trainEnv", f"sets {', '.join(leaked)}, which holds a credential by its name: put it in "
+            "trainSecretEnv (`pulumi config set --secret --path 'trainSecretEnv[0]' NAME=...`), never in trainEnv, "
+            "which Ray's dashboard shows (its value is not shown)")
     uri = raw["trainMlflowTrackingUri"]
     # The stack's own server (experimentTracking mlflow) is plain http inside the cluster, and the Ray pods' egress to
     # it is a NetworkPolicy of its own (infra/kubernetes/mlflow_server.py): that one URI is allowed besides https.
@@ -218,6 +225,10 @@ def _parse_env(key: str, items: list[str]) -> dict[str, str]:
         require(len(value) <= MAX_ENV_VALUE_CHARS, key,
                  f"entry {index} ({shown}): the value is {len(value)} characters; allowed: at most "
                  f"{MAX_ENV_VALUE_CHARS} (its value is not shown)")
+        require(key != "trainEnv" or not refers_to_variable(value), key,
+                f"entry {index} ({shown}) refers to another variable ($NAME or ${{NAME}}), which Ray's runtime_env "
+                "expands: it would copy a trainSecretEnv token into a plain variable; allowed: a literal value, with "
+                "no '$' before a name or '{' (its value is not shown)")
         env[name] = value
         first_index[name] = index
     return env

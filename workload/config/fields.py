@@ -15,6 +15,9 @@ import unicodedata
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
+from workload.config.uri_credentials import has_credentials
+from workload.config.uri_credentials import shown_uri as _shown_uri
+
 # Pulumi.yaml's type of a stack key for each field type. Pulumi config has no float type: a decimal is a string.
 PULUMI_TYPES = {"str": "string", "int": "integer", "bool": "boolean", "float": "string"}
 # Characters a free-text setting may hold unless its declaration says otherwise: a name (a field, a split, a project)
@@ -23,17 +26,11 @@ PULUMI_TYPES = {"str": "string", "int": "integer", "bool": "boolean", "float": "
 # (MAX_ARG_STRLEN, 128 KiB per argument) or ends in a traceback from the file system (NAME_MAX, 255 bytes).
 NAME_MAX_LENGTH = 256
 URI_MAX_LENGTH = 2048
-# A URI's user information (scheme://user:password@host): credentials that the command line, the job's entrypoint,
-# Ray's dashboard and the trackers' own warnings would all show. Only the authority is looked at: an '@' in a path
-# (s3://bucket/a@b) is no credential.
-_URI_CREDENTIALS = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^/?#\s]*@")
-# A credential in a URI's query (?token=..., &api_key=..., a presigned URL's X-Amz-Signature): as much a secret as a
-# password, and as readily repeated by whatever prints the URI.
-_QUERY_CREDENTIALS = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s]*[?&;][A-Za-z0-9_.-]*"
-                                r"(token|key|password|passwd|secret|signature|sig|credential|auth)=", re.IGNORECASE)
-CREDENTIALS_ALLOWED = ("no user:password@ (nor a token, key or signature parameter) in a URI; credentials go in the "
-                       "environment the tool reads them from (the stack's trainSecretEnv, e.g. MLFLOW_TRACKING_USERNAME "
-                       "and MLFLOW_TRACKING_PASSWORD)")
+# Credentials in a URI (user:password@, ?token=, #access_token=) and how a refusal quotes a URI: one rule each, in
+# workload/config/uri_credentials.py (linear in the value's length).
+CREDENTIALS_ALLOWED = ("no user:password@ (nor a token, key or signature parameter, nor any named like a credential, "
+                       "in the query or the fragment) in a URI; credentials go in the environment the tool reads them "
+                       "from (the stack's trainSecretEnv, e.g. MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD)")
 
 # A value shaped like a token whatever it is called: the Hub's (hf_...), GitHub's (ghp_..., github_pat_...), an AWS
 # access key id (AKIA/ASIA and 16 more), OpenAI-style keys (sk-...). Plain in a flag, a stack key's config, the job's
@@ -56,10 +53,12 @@ def _hidden_character(value: str) -> int | None:
     return next((index for index, char in enumerate(value) if unicodedata.category(char) in ("Cc", "Cf")), None)
 
 
-def has_credentials(value: str) -> bool:
-    """Whether `value` holds a URI with user information (scheme://user[:password]@...) or a credential in its query
-    (?token=...) anywhere."""
-    return bool(_URI_CREDENTIALS.search(value) or _QUERY_CREDENTIALS.search(value))
+def shown_uri(uri: str) -> str:
+    """`uri` as every refusal that quotes a URI quotes it: scheme://host[:port]/path, never its user information, query
+    or fragment, and nothing when its path holds something shaped like a token."""
+    if looks_like_token(uri):
+        return "a URI (its value is not shown: it holds something shaped like a token)"
+    return _shown_uri(uri)
 
 
 def text_problem(value: str, max_length: int) -> str | None:

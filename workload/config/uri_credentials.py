@@ -13,51 +13,46 @@ from __future__ import annotations
 from urllib.parse import urlsplit
 
 _SCHEME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789+.-")
-# Words of a parameter's name that say it holds a credential, by substring of the name in lower case: a token, a
-# password (pwd, passwd), a secret, a signature (a presigned URL's X-Amz-Signature, Azure's sig), an authorization
-# header's value, a credential, a session, an API key.
-_CREDENTIAL_PARTS = ("token", "secret", "passw", "pwd", "auth", "credential", "session", "signature", "apikey",
-                     "api_key", "api-key", "accesskey", "access_key", "privatekey", "private_key")
-# ... and by whole word (the name split at '_', '-' and '.'): key and sig are parts of too many other words.
-_CREDENTIAL_WORDS = frozenset({"key", "sig", "pass", "pw", "sid"})
+# A parameter's name says it holds a credential when one of its words (the name in lower case, split at '_', '-' and
+# '.') is one, ends like one or begins like one: a token (access_token, id_token, X-Amz-Security-Token), a password
+# (pwd, passwd, userPwd), a secret (client_secret), a signature (a presigned URL's X-Amz-Signature, Azure's sig), an
+# authorization (auth, Authorization), a credential, a session, an API or access key (apiKey). Words, not substrings:
+# tokenizer, author and monkey are no credential.
+_CREDENTIAL_WORDS = frozenset({"key", "sig", "pass", "pw", "sid", "auth", "session", "token", "secret"})
+_CREDENTIAL_ENDINGS = ("token", "tokens", "secret", "password", "passwd", "pwd", "credential", "credentials",
+                       "signature", "apikey", "accesskey", "privatekey", "secretkey", "sessionid", "auth",
+                       "authorization")
+_CREDENTIAL_BEGINNINGS = ("authoriz", "password", "passwd", "secret", "credential", "signature", "session")
 _PARAMETER_SEPARATORS = str.maketrans({"?": "&", ";": "&", "#": "&"})
 _WORD_SEPARATORS = str.maketrans({"-": "_", ".": "_"})
 
 
 def credential_parameter(name: str) -> bool:
     """Whether a query or fragment parameter named `name` holds a credential (token, Authorization, pwd, sig...)."""
-    lower = name.lower()
-    if any(part in lower for part in _CREDENTIAL_PARTS):
-        return True
-    return any(word in _CREDENTIAL_WORDS for word in lower.translate(_WORD_SEPARATORS).split("_"))
+    words = name.lower().translate(_WORD_SEPARATORS).split("_")
+    return any(word in _CREDENTIAL_WORDS or word.endswith(_CREDENTIAL_ENDINGS)
+               or word.startswith(_CREDENTIAL_BEGINNINGS) for word in words)
 
 
-def _uri_starts(word: str) -> list[int]:
-    """The indexes just past each '://' in `word` that follows a scheme's character."""
-    starts, index = [], word.find("://")
-    while index != -1:
-        if index > 0 and word[index - 1] in _SCHEME_CHARS:
-            starts.append(index + 3)
-        index = word.find("://", index + 3)
-    return starts
+def _before(text: str, stops: str) -> str:
+    """`text` up to its first character of `stops` (each find reads `text` at most once)."""
+    return text[:min((found for stop in stops if (found := text.find(stop)) != -1), default=len(text))]
 
 
 def _word_has_credentials(word: str) -> bool:
-    starts = _uri_starts(word)
-    if not starts:
+    """Whether one whitespace-free word holds a URI with credentials. The word is split at each '://' once: each
+    piece after a scheme starts an authority, which ends at the piece's first '/', '?' or '#'; the query and fragment
+    start at the first '?', ';' or '#' after the first scheme, and split at '&', ';', '?' and '#' into parameters."""
+    pieces = word.split("://")
+    authorities = [_before(piece, "/?#") for before, piece in zip(pieces, pieces[1:])
+                   if before and before[-1] in _SCHEME_CHARS]
+    if not authorities:
         return False
-    for start in starts:  # each authority ends at the next '/', so together they are read once
-        end = len(word)
-        for stop in "/?#":
-            if (found := word.find(stop, start)) != -1:
-                end = min(end, found)
-        if "@" in word[start:end]:
-            return True
-    first = starts[0]
-    cut = min((found for stop in "?#;" if (found := word.find(stop, first)) != -1), default=-1)
-    if cut == -1:
-        return False
-    parameters = word[cut:].translate(_PARAMETER_SEPARATORS).split("&")
+    if any("@" in authority for authority in authorities):
+        return True
+    tail = word[word.find("://") + 3:]
+    cut = len(_before(tail, "?#;"))
+    parameters = tail[cut:].translate(_PARAMETER_SEPARATORS).split("&")
     return any(credential_parameter(item.partition("=")[0]) for item in parameters if "=" in item)
 
 

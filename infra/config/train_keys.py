@@ -15,7 +15,15 @@ from infra.config.experiment_tracking import (
     parse_experiment_tracking,
     tracking_uri_problem,
 )
-from infra.config.rules import ENV_NAME, RUN_ID, check_dataset_location, check_storage_path, require, s3_location
+from infra.config.rules import (
+    ENV_NAME,
+    RUN_ID,
+    check_dataset_location,
+    check_storage_path,
+    config_error,
+    require,
+    s3_location,
+)
 from infra.config.settings import MAX_TIMEOUT_MINUTES, TRAIN_WAITS, JobSettings, SecretEnv
 from workload.config import (
     CHAT_TEMPLATES,  # trainChatTemplate: only the shipped ones, a .jinja file is not on the cluster
@@ -177,10 +185,20 @@ def _check_data_storage(raw: dict[str, Any]) -> None:
     """A dataset needs a storage path on the cluster: the data stage (workload/data/stage.py) runs on the Ray head
     and keeps the token shards under trainStoragePath/datasets, which every GPU node reads; without one they would
     stay on the head's own disk, and every worker would fail to find them after the GPUs started billing."""
-    require(not raw["trainDataset"] or bool(raw["trainStoragePath"]), "trainDataset",
+    if not raw["trainDataset"]:
+        return
+    storage = raw["trainStoragePath"]
+    require(bool(storage), "trainDataset",
             f"{raw['trainDataset']!r} needs trainStoragePath (s3://BUCKET/PREFIX): the data stage keeps its token "
             "shards there, where every GPU node reads them; set trainStoragePath, or leave trainDataset empty for "
             "random tokens")
+    # A local path (/mnt/ckpt, file://...) is each node's own disk: the shards the head writes there are not on the
+    # GPU nodes.
+    if not storage.strip().lower().startswith("s3://"):
+        raise config_error(("trainDataset", "trainStoragePath"),
+                           "a dataset needs an s3:// trainStoragePath: the data stage writes its token shards on the "
+                           "Ray head, and a local path is that node's own disk, which no GPU node reads; allowed: "
+                           "trainStoragePath s3://BUCKET/PREFIX, or trainDataset empty for random tokens")
 
 
 def _check_offline(raw: dict[str, Any], env: dict[str, str]) -> None:

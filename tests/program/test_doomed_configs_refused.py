@@ -76,6 +76,12 @@ DOOMED = [
      {**JOB, "trainDataset": "s3://company-data/corpus.jsonl"}, "needs trainStoragePath"),
     ("a chat dataset without a storage path", "trainDataset",
      {**JOB, "trainDataset": "org/chats", "trainDataFormat": "chat"}, "needs trainStoragePath"),
+    ("a dataset with file:// storage", "trainStoragePath",
+     {**JOB, "trainDataset": "team/texts", "trainStoragePath": "file:///scratch/runs"},
+     "needs an s3:// trainStoragePath"),
+    ("a dataset with a node's local storage", "trainDataset",
+     {**JOB, "trainDataset": "s3://team-data/texts.jsonl", "trainStoragePath": "/data/runs"},
+     "needs an s3:// trainStoragePath"),
     # workload/config/__init__.py: trainSeqLen at least 2 (the loss predicts each next token: one leaves no target).
     ("one-token sequences", "trainSeqLen", {**JOB, "trainSeqLen": 1}, "at least 2"),
     # infra/preview/job_plan.py check_min_bus_bandwidth: one worker's bus bandwidth is 0 (algbw x (n - 1) / n).

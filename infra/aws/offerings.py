@@ -42,19 +42,38 @@ def offering_problem(instance_type: str, availability_zone: str, offered: set[st
 
 
 def check_gpu_zone(cfg: StackConfig, *, region: str | None, identity: AwsIdentity,
-                   warn: Callable[[str], None]) -> None:
-    """Refuse a gpuAvailabilityZone that does not offer gpuInstanceType. The stack's own reservation tries its
-    candidate AZs in turn and an existing one is checked against its own AZ, so only the plain node group is."""
-    az, instance_type = cfg.gpu_availability_zone, cfg.gpu_instance_type
-    if not az or cfg.capacity_reserve or cfg.capacity_reservation_id:
+                   warn: Callable[[str], None], candidate_azs: tuple[str, ...] = ()) -> None:
+    """Refuse GPU AZs that do not offer gpuInstanceType: gpuAvailabilityZone for the plain node group; with
+    capacityReserve, each AZ of capacityCandidateAzs the deployer listed (a reservation there fails "Unsupported"),
+    or, when the candidates are derived (gpuAvailabilityZone, then the VPC's AZs, tried in turn), all of them not
+    offering it. An existing reservation is checked against its own AZ."""
+    instance_type = cfg.gpu_instance_type
+    if cfg.capacity_reservation_id:
+        return
+    if cfg.capacity_reserve:
+        zones, where = candidate_azs, ("capacityCandidateAzs" if cfg.capacity_candidate_azs else "capacityReserve")
+    else:
+        zones, where = ((cfg.gpu_availability_zone,) if cfg.gpu_availability_zone else ()), "gpuAvailabilityZone"
+    if not zones:
         return
     try:
         offered = read_zones_offering(instance_type, region=region, identity=identity)
     except (BotoCoreError, ClientError) as error:
         code = error.response.get("Error", {}).get("Code", "") if isinstance(error, ClientError) else ""
-        warn(f"gpuAvailabilityZone {az}: whether EC2 offers {instance_type} there could not be read as "
+        warn(f"{where} {', '.join(zones)}: whether EC2 offers {instance_type} there could not be read as "
              f"{describe(identity)} (ec2:DescribeInstanceTypeOfferings, {code or type(error).__name__}), so it is "
              "not checked at preview")
         return
-    if (problem := offering_problem(instance_type, az, offered, region)) is not None:
-        raise config_error(("gpuAvailabilityZone", "gpuInstanceType"), problem)
+    if not cfg.capacity_reserve:
+        if (problem := offering_problem(instance_type, zones[0], offered, region)) is not None:
+            raise config_error(("gpuAvailabilityZone", "gpuInstanceType"), problem)
+        return
+    missing = [az for az in zones if az not in offered]
+    if not missing or (where == "capacityReserve" and len(missing) < len(zones)):
+        return  # a derived candidate that does not offer it is one the reservation moves past
+    allowed = (f"AZs that offer it: {', '.join(sorted(offered))}" if offered
+               else f"no AZ of {region} offers it: another gpuInstanceType or aws:region")
+    keys = ("capacityCandidateAzs", "gpuInstanceType") if where == "capacityCandidateAzs" else \
+        ("gpuAvailabilityZone", "vpcAvailabilityZones", "gpuInstanceType")
+    raise config_error(keys, f"EC2 does not offer {instance_type} in {', '.join(missing)}, where capacityReserve "
+                             f"would reserve it; allowed: {allowed}")

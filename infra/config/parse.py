@@ -40,6 +40,7 @@ from infra.config.schema import (
     schema,
     stack_config_keys,
 )
+from infra.config.secret_placement import check_secret_placement
 from infra.config.settings import (
     GPU_PLACEMENTS,
     IDLE_STOP_MAXIMUM_MINUTES,
@@ -60,6 +61,7 @@ def load(config: Any | None = None) -> StackConfig:
     check_unknown_keys(stack_config_keys(), project_name(), set(schema()))
     project = project_name()
     raw = read_raw_config(config, frozenset(key for key in schema() if is_stack_secret(f"{project}:{key}")))
+    check_secret_placement(raw, project, is_stack_secret)
     check_secret_keys(raw, project, is_stack_secret)
     # Unique names per stack: an empty clusterName (the default) is `ray-train-<stack>` (infra/config/naming.py).
     raw["clusterName"] = raw["clusterName"] or default_cluster_name(pulumi.get_stack())

@@ -6,7 +6,8 @@ file: an option (`--index-url https://user:token@...`, `-e git+...`, `-r other.t
 line with options after the requirement (`torch==2.1.0 --no-deps`) or a second line behind a newline would change
 where pip installs from, or what; and the list is the job's plain input, kept in Pulumi's state. Only PEP 508
 requirement specifiers by name are accepted (a name, extras, version specifiers, a marker; no `name @ URL`), which
-carry no credential. None may replace the image's training stack, judged by the canonical name (PEP 503), so
+carry no credential. A placeholder name whose install always fails (sklearn, pytorch) is refused with the name
+meant. None may replace the image's training stack, judged by the canonical name (PEP 503), so
 `Torch`, `ray[train]>=2`, `nvidia_nccl_cu12` and `torch; python_version > "3"` are all caught. (A package that
 itself requires another torch is pip's to resolve; the image's constraints are not visible here.)
 """
@@ -21,6 +22,12 @@ KEY = "trainPip"
 # wheels (nvidia-*) that torch was linked against. A runtime_env with them reinstalls them on every worker.
 IMAGE_STACK_PACKAGES = ("torch", "torchvision", "torchaudio", "triton", "pytorch-triton", "ray")
 IMAGE_STACK_PREFIXES = ("nvidia-",)
+# PyPI names that are placeholders whose every install fails, so the job would fail on every worker after the GPUs
+# started billing; each with the package meant. Checked from their sdists (`pip download --no-binary :all:`):
+# sklearn 0.0.post12's build raises "The 'sklearn' PyPI package is deprecated, use 'scikit-learn'"
+# (https://github.com/scikit-learn/sklearn-pypi-package); pytorch 1.0.2's setup.py raises 'You tried to install
+# "pytorch". The package named for PyTorch is "torch"' on install and bdist_wheel.
+PLACEHOLDER_PACKAGES = {"sklearn": "scikit-learn", "pytorch": "torch (which the image already holds)"}
 
 
 def shown(entry: str) -> str:
@@ -43,6 +50,9 @@ def check_requirements(entries: list[str] | tuple[str, ...]) -> tuple[str, ...]:
             raise ValueError(f"config key {KEY!r}: entry {index} {shown(entry)} installs from a URL, which would sit "
                              f"in the job's plain inputs in Pulumi's state; {allowed}")
         name = canonicalize_name(requirement.name).strip("-")  # packaging keeps a trailing '_' ("Torch_")
+        if name in PLACEHOLDER_PACKAGES:
+            raise ValueError(f"config key {KEY!r}: entry {index} {shown(entry)} is a placeholder on PyPI whose install "
+                             f"always fails; the package meant is {PLACEHOLDER_PACKAGES[name]}")
         if name in IMAGE_STACK_PACKAGES or name.startswith(IMAGE_STACK_PREFIXES):
             raise ValueError(
                 f"config key {KEY!r}: entry {index} {shown(entry)} would replace the image's {name} on every worker, "

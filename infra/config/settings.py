@@ -19,6 +19,19 @@ WORLD_CIDR = "0.0.0.0/0"
 SECRET_KEYS = ("trainSecretEnv",)
 # Keys whose values may hold a token: no refusal quotes them (nor any key the stack holds as a secret).
 SECRET_VALUED_KEYS = (*SECRET_KEYS, "trainEnv")
+# The only keys `pulumi config set --secret` may hold: their values reach the job's arguments, its env or the pods'
+# image whole, where infra/config/secret_inputs.py keeps them secret. Every other key names or shapes cloud resources
+# (clusterName and rayNamespace in resource names and ARNs, trainStoragePath in the pods' IAM policy, counts and sizes
+# in plain inputs), and Pulumi shows names, URNs and values derived from a secret in plain text: refused as secrets
+# (infra/config/secret_placement.py).
+SECRET_CAPABLE_KEYS = frozenset({
+    *SECRET_VALUED_KEYS, "dlcImage", "trainModelId", "trainModelConfig", "trainDataset", "trainDatasetConfig",
+    "trainDatasetSplit", "trainTextField", "trainTokenizer", "trainMessagesField", "trainPromptField",
+    "trainCompletionField", "trainChatTemplate", "trainEvalSplit", "trainMlflowTrackingUri", "trainWandbProject",
+    "trainPushToHub", "trainPip", "trainLoraTargets"})
+# Of those, the keys whose s3:// form goes into the Ray pods' IAM policy as ARNs (infra/aws/pod_identity.py): secret
+# only while they are not on S3.
+SECRET_UNLESS_S3_KEYS = ("trainModelId", "trainDataset")
 # Upper bounds, so that nothing downstream overflows or searches for long (trainBatchSize's is declared with its flag):
 # the job's deadline is a SIGALRM timer (workload/train.py) and a reservation's end a datetime.
 MAX_TIMEOUT_MINUTES = 30 * 24 * 60  # 30 days; a longer run is several runs resuming from their checkpoints

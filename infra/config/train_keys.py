@@ -21,7 +21,15 @@ from infra.config.experiment_tracking import (
     parse_experiment_tracking,
     tracking_uri_problem,
 )
-from infra.config.rules import ENV_NAME, RUN_ID, check_dataset_location, check_storage_path, require, s3_location
+from infra.config.rules import (
+    ENV_NAME,
+    RUN_ID,
+    check_dataset_location,
+    check_storage_path,
+    config_error,
+    require,
+    s3_location,
+)
 from infra.config.settings import MAX_TIMEOUT_MINUTES, TRAIN_WAITS, JobSettings, SecretEnv
 from workload.config import (
     CHAT_TEMPLATES,  # trainChatTemplate: only the shipped ones, a .jinja file is not on the cluster
@@ -184,10 +192,20 @@ def _check_data_storage(raw: dict[str, Any]) -> None:
     """A dataset needs a storage path on the cluster: the data stage (workload/data/stage.py) runs on the Ray head
     and keeps the token shards under trainStoragePath/datasets, which every GPU node reads; without one they would
     stay on the head's own disk, and every worker would fail to find them after the GPUs started billing."""
-    require(not raw["trainDataset"] or bool(raw["trainStoragePath"]), "trainDataset",
+    if not raw["trainDataset"]:
+        return
+    storage = raw["trainStoragePath"]
+    require(bool(storage), "trainDataset",
             f"{raw['trainDataset']!r} needs trainStoragePath (s3://BUCKET/PREFIX): the data stage keeps its token "
             "shards there, where every GPU node reads them; set trainStoragePath, or leave trainDataset empty for "
             "random tokens")
+    # A local path (/mnt/ckpt, file://...) is each node's own disk: the shards the head writes there are not on the
+    # GPU nodes.
+    if not storage.strip().lower().startswith("s3://"):
+        raise config_error(("trainDataset", "trainStoragePath"),
+                           "a dataset needs an s3:// trainStoragePath: the data stage writes its token shards on the "
+                           "Ray head, and a local path is that node's own disk, which no GPU node reads; allowed: "
+                           "trainStoragePath s3://BUCKET/PREFIX, or trainDataset empty for random tokens")
 
 
 def _check_offline(raw: dict[str, Any], env: dict[str, str]) -> None:
@@ -202,10 +220,29 @@ def _check_offline(raw: dict[str, Any], env: dict[str, str]) -> None:
                 "cache); allowed: leave it unset, or s3:// sources for the model, tokenizer and dataset")
 
 
+# Each key's entries in total, as NAME=VALUE with its terminating NUL (how execve(2) counts them), and why:
+# - trainSecretEnv becomes one Kubernetes Secret, and "individual secrets are limited to 1MiB in size"
+#   (https://kubernetes.io/docs/concepts/configuration/secret/#restriction-data-size); 16 KiB stay for the object's
+#   own metadata.
+# - trainEnv reaches every Ray worker process's environment, which execve(2) caps with the arguments at ARG_MAX (a
+#   quarter of the stack limit: 2 MiB under the usual 8 MiB; "Limits on size of arguments and environment") and which
+#   the image's own variables, Ray's, trainSecretEnv's (up to the 1 MiB above) and the command line share; a single
+#   string is capped at MAX_ARG_STRLEN (128 KiB), far above MAX_ENV_VALUE_CHARS. A quarter of ARG_MAX leaves them room.
+ENV_TOTAL_BOUNDS = {
+    "trainSecretEnv": ((1 << 20) - (16 << 10), "one Kubernetes Secret holds at most 1 MiB, metadata included"),
+    "trainEnv": (512 << 10, "every Ray worker's environment, which Linux's execve caps at ARG_MAX, 2 MiB, with the "
+                            "arguments, the image's variables and trainSecretEnv's"),
+}
+
+
 def _parse_env(key: str, items: list[str]) -> dict[str, str]:
     """KEY=VALUE entries. A refusal quotes the entry's position and name only: the value may be a token."""
     require(len(items) <= MAX_ENV_ENTRIES, key, f"{len(items)} entries; allowed: at most {MAX_ENV_ENTRIES} (each is "
                                                   "an environment variable of every Ray container)")
+    bound, why = ENV_TOTAL_BOUNDS[key]
+    total = sum(len(item.encode("utf-8", "surrogatepass")) + 1 for item in items if isinstance(item, str))
+    require(total <= bound, key, f"its entries total {total:,} bytes; allowed: at most {bound:,} in all ({why}; "
+                                 "the values are not shown)")
     env: dict[str, str] = {}
     first_index: dict[str, int] = {}
     for index, item in enumerate(items):

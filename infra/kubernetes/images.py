@@ -2,6 +2,7 @@
 digest, no credentials, the warnings for a tag that moves or an image the stack does not know). Standard library only."""
 from __future__ import annotations
 
+import ipaddress
 import re
 from dataclasses import dataclass
 
@@ -83,6 +84,27 @@ def check_image(image: str) -> None:
     if not _REFERENCE.fullmatch(image):
         raise ValueError(f"config key 'dlcImage': {image!r} is not an image reference (a repository's path is lowercase "
                          f"letters and digits joined by '.', '_' or '-'); {_REFERENCE_ALLOWED}")
+    if (host := _unreachable_registry(reference)) is not None:
+        raise ValueError(f"config key 'dlcImage': its registry {host} is a loopback or link-local address, which names "
+                         "each node itself, so no node can pull it; allowed: a registry the nodes reach, such as ECR "
+                         "(ACCOUNT.dkr.ecr.REGION.amazonaws.com/REPOSITORY:TAG) or public.ecr.aws")
+
+
+def _unreachable_registry(reference: str) -> str | None:
+    """The registry host of `reference` when it can only mean the machine asking (localhost, 127.0.0.0/8, ::1,
+    169.254.0.0/16, fe80::/10, 0.0.0.0), else None. By the distribution grammar the first component is a registry only
+    when it holds '.' or ':' or is `localhost`; the kubelet resolves it on the node, not on the deployer's machine."""
+    first, slash, _ = reference.partition("/")
+    if not slash or not ("." in first or ":" in first or first.lower() == "localhost"):
+        return None
+    host = first[1:first.index("]")] if first.startswith("[") and "]" in first else first.rpartition(":")[0] or first
+    if host.lower() == "localhost" or host.lower().endswith(".localhost"):  # RFC 6761: always loopback
+        return host
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return None
+    return host if address.is_loopback or address.is_link_local or address.is_unspecified else None
 
 
 def mutable_tag_warning(image: str) -> str | None:

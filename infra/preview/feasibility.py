@@ -121,7 +121,7 @@ def plan_stack(cfg: StackConfig) -> StackPlan:
     candidate_azs = network.reservation_candidate_azs(cfg, vpc_azs) if cfg.capacity_reserve else ()
     network.check_gpu_azs(vpc_azs, gpu_az=cfg.gpu_availability_zone, candidate_azs=candidate_azs)
     gpu = instance_facts.gpu_instance_facts(cfg.gpu_instance_type)
-    offerings.check_gpu_zone(cfg, region=region, identity=identity, warn=warn)
+    offerings.check_gpu_zone(cfg, region=region, identity=identity, warn=warn, candidate_azs=candidate_azs)
     check_system_instance(instance_facts.lookup(cfg.system_instance_type, config_key="systemInstanceType"))
     addons.check_efa_allowlist(cfg.gpu_instance_type)
     image = raycluster.check_config(cfg, gpu)

@@ -124,7 +124,7 @@ def _from_hub(model_id: str, token: str | None) -> Known | Unknown:
         raise ValueError(f"{key}: {model_id}'s {CONFIG_FILE} on the Hub {why}")
     try:
         config = config_json.loads(text)
-    except config_json.TooLarge as error:
+    except config_json.Refused as error:
         raise ValueError(f"{key}: {model_id}'s {CONFIG_FILE} on the Hub is {error}") from None
     except ValueError:
         raise ValueError(f"{key}: {model_id}'s {CONFIG_FILE} on the Hub is not JSON") from None
@@ -194,7 +194,7 @@ def _from_s3(model_id: str, identity: AwsIdentity, region: str | None) -> Known 
                          f"a model's {CONFIG_FILE} is a few KiB")
     try:
         config = config_json.loads(body)
-    except config_json.TooLarge as error:
+    except config_json.Refused as error:
         raise ValueError(f"config key 'trainModelId': {where} is {error}") from None
     except ValueError:
         raise ValueError(f"config key 'trainModelId': {where} is not JSON") from None

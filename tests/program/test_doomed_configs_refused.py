@@ -76,6 +76,16 @@ DOOMED = [
      {**JOB, "trainDataset": "s3://company-data/corpus.jsonl"}, "needs trainStoragePath"),
     ("a chat dataset without a storage path", "trainDataset",
      {**JOB, "trainDataset": "org/chats", "trainDataFormat": "chat"}, "needs trainStoragePath"),
+    ("a dataset with file:// storage", "trainStoragePath",
+     {**JOB, "trainDataset": "team/texts", "trainStoragePath": "file:///scratch/runs"},
+     "needs an s3:// trainStoragePath"),
+    ("a dataset with a node's local storage", "trainDataset",
+     {**JOB, "trainDataset": "s3://team-data/texts.jsonl", "trainStoragePath": "/data/runs"},
+     "needs an s3:// trainStoragePath"),
+    # infra/config/pip_requirements.py PLACEHOLDER_PACKAGES: names on PyPI whose install always fails, by canonical name.
+    ("a placeholder package", "trainPip", {**JOB, "trainPip": ["einops", "SKLearn>=0"]}, "the package meant is "
+     "scikit-learn"),
+    ("PyTorch's placeholder", "trainPip", {**JOB, "trainPip": ["PyTorch==1.0.2"]}, "the package meant is torch"),
     # workload/config/__init__.py: trainSeqLen at least 2 (the loss predicts each next token: one leaves no target).
     ("one-token sequences", "trainSeqLen", {**JOB, "trainSeqLen": 1}, "at least 2"),
     # infra/preview/job_plan.py check_min_bus_bandwidth: one worker's bus bandwidth is 0 (algbw x (n - 1) / n).

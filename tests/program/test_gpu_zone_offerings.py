@@ -121,3 +121,21 @@ def test_the_capacity_finder_and_the_preview_share_one_lookup():
             {"InstanceType": "g6.12xlarge", "LocationType": "availability-zone", "Location": "us-west-2b"}]},
             {"LocationType": "availability-zone", "Filters": [{"Name": "instance-type", "Values": ["g6.12xlarge"]}]})
         assert offerings.zones_offering(ec2, "g6.12xlarge") == {"us-west-2b"}
+
+
+def test_each_listed_candidate_az_must_offer_the_type():
+    """capacityReserve with capacityCandidateAzs: a listed AZ without the type is refused (fake AWS: no p5 in 2d)."""
+    message = program_refusal({"gpuInstanceType": "p5.48xlarge", "capacityReserve": True,
+                               "capacityCandidateAzs": ["us-west-2b", "us-west-2d"]})
+    assert message.startswith("config keys 'capacityCandidateAzs', 'gpuInstanceType': EC2 does not offer p5.48xlarge "
+                              "in us-west-2d, where capacityReserve would reserve it; allowed: AZs that offer it: "
+                              "us-west-2a, us-west-2b, us-west-2c"), message
+    run_program("dev", {"gpuInstanceType": "p5.48xlarge", "capacityReserve": True,
+                        "capacityCandidateAzs": ["us-west-2c", "us-west-2b"]})
+
+
+def test_derived_candidates_are_refused_only_when_none_offers_the_type(monkeypatch):
+    monkeypatch.setattr(pulumi_mocks, "read_zones_offering", lambda instance_type, *, region, identity: {"us-west-2z"})
+    message = program_refusal({"gpuInstanceType": "p5.48xlarge", "capacityReserve": True})
+    assert message.startswith("config keys 'gpuAvailabilityZone', 'vpcAvailabilityZones', 'gpuInstanceType': EC2 does "
+                              "not offer p5.48xlarge in "), message

@@ -40,3 +40,25 @@ def test_the_preview_warns_on_a_moving_tag_and_a_digest_of_the_default_keeps_its
     spec = pinned.one("kubernetes:ray.io/v1:RayCluster").inputs["spec"]
     assert spec["rayVersion"] == KNOWN_IMAGES[DEFAULT].ray_version, "the digest names the known image"
     assert spec["headGroupSpec"]["template"]["spec"]["containers"][0]["image"] == f"{DEFAULT}@{DIGEST}"
+
+
+@pytest.mark.parametrize("image, host", [
+    ("localhost/ml/ray-train:2.58.0", "localhost"),
+    ("127.0.0.42:8443/ml/ray-train:2.58.0", "127.0.0.42"),
+    ("[::1]:5001/ml/ray-train:2.58.0", "::1"),
+    ("169.254.3.7:5000/ml/ray-train:2.58.0", "169.254.3.7"),
+    ("builds.localhost:5000/ml/ray-train@" + DIGEST, "builds.localhost"),
+])
+def test_an_image_on_the_deployers_own_loopback_is_refused(image, host):
+    from tests.program.test_refusals_at_preview import program_refusal
+
+    message = program_refusal({"dlcImage": image, "rayVersion": "2.58.0", "imageCudaVersion": "13.0"})
+    assert message.startswith(f"config key 'dlcImage': its registry {host} is a loopback or link-local"), message
+
+
+def test_a_registry_on_a_private_address_or_name_is_left_alone():
+    from infra.kubernetes.images import check_image
+
+    for image in ("10.20.0.5:5000/ml/ray-train:2.58.0", "registry.internal.example:5000/ml/ray-train:2.58.0",
+                  "ml/ray-train:2.58.0"):
+        check_image(image)

@@ -107,3 +107,15 @@ def test_the_preview_refuses_a_hub_model_that_cannot_fit_before_any_resource(hub
     assert any("/acme/llama-70b-chat/resolve/main/config.json" in path for _, path, _ in hub.requests)
 
 
+
+
+@pytest.mark.parametrize("config, words", [
+    (b'{"x":' * 120_000 + b"0" + b"}" * 120_000, "nested more than"),
+    (json.dumps({**QWEN_7B, "num_attention_heads": 1 << 20}).encode(), "num_attention_heads is 1,048,576"),
+])
+def test_a_hub_config_out_of_shape_is_refused_naming_the_key(monkeypatch, config, words):
+    with FakeHub(repos={"acme/odd-shape": {"config.json": config}}) as server:
+        monkeypatch.setenv("HF_ENDPOINT", server.url)
+        with pytest.raises(ValueError, match="config key 'trainModelId': acme/odd-shape's config.json") as refused:
+            model_config.resolve("acme/odd-shape")
+    assert words in str(refused.value), refused.value

@@ -17,13 +17,7 @@ from workload.checkpoint.reader import CheckpointRefused
 from workload.model import config_json
 from workload.model.model_source import CONFIG_FILE, MAX_CONFIG_BYTES  # noqa: F401 - one bound for every reader
 
-# The fields that size a model, and bounds well above any published model's (Llama-3.1-405B: 126 layers, hidden 16384,
-# intermediate 53248; vocabularies of some 260k tokens; Qwen3-MoE's 128 experts): a larger value is not a model.
-FIELD_BOUNDS = {
-    "num_hidden_layers": 1024, "hidden_size": 65536, "intermediate_size": 1 << 20, "vocab_size": 1 << 22,
-    "num_attention_heads": 1024, "num_key_value_heads": 1024, "head_dim": 4096, "num_local_experts": 1024,
-    "num_experts": 1024, "moe_intermediate_size": 1 << 20, "max_position_embeddings": 1 << 24,
-}
+FIELD_BOUNDS = config_json.SIZE_FIELD_BOUNDS  # one table for every reader of a config.json
 
 
 def read_config_file(directory: str) -> dict[str, Any]:
@@ -38,6 +32,8 @@ def read_config_file(directory: str) -> dict[str, Any]:
                                 f"(allowed: at most {MAX_CONFIG_BYTES:,})")
     try:
         raw = config_json.load(path)
+    except config_json.Refused as error:
+        raise CheckpointRefused(f"checkpoint file {path} is {error}") from None
     except (ValueError, UnicodeDecodeError) as error:
         raise CheckpointRefused(f"checkpoint file {path} is not JSON: {error}") from None
     if not isinstance(raw, dict):

@@ -43,7 +43,7 @@ def hf_config(cfg: TrainConfig, directory: str | None = None) -> PretrainedConfi
     except OSError:
         raise ValueError(f"{what}: {source} has no readable {model_source.CONFIG_FILE}; a model directory holds "
                          "config.json and *.safetensors (what save_pretrained writes)") from None
-    except config_json.TooLarge as error:
+    except config_json.Refused as error:
         raise ValueError(f"{what}: {path} is {error}") from None
     except ValueError:
         raise ValueError(f"{what}: {path} is not JSON") from None

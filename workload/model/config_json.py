@@ -2,7 +2,10 @@
 floats decoded. transformers 5 writes an infinite or NaN value (Falcon-H1's time_step_limit) as
 {"__float__": "Infinity"} (PreTrainedConfig._encode_special_floats), which a plain json.load leaves a dict, so a model
 the job exported could not be fed back as --model_id. Bounded first: a config.json from storage is untrusted input,
-and the largest published ones are a few KiB.
+and the largest published ones are a few KiB. Then its nesting and the integers that size a model are bounded too,
+before transformers sees them: 200,000 levels of `[` fit in 400 kB and end in a RecursionError, and a
+num_hidden_layers of 10**12 has transformers' config build a list that long (it never answers). Every reader of a
+config.json (the preview's, the job's, the export's) goes through loads, so one place holds the bounds.
 
 Standard library only (the Pulumi program reads configs through it).
 """
@@ -17,8 +20,50 @@ FLOAT_TAG = "__float__"  # transformers.configuration_utils._FLOAT_TAG_KEY
 FLOAT_VALUES = {"Infinity": float("inf"), "-Infinity": float("-inf"), "NaN": float("nan")}
 
 
-class TooLarge(ValueError):
+# Published configs nest three or four levels (text_config.rope_scaling, quantization_config's lists).
+MAX_CONFIG_DEPTH = 32
+# The fields that size a model, and bounds well above any published model's (Llama-3.1-405B: 126 layers, hidden 16384,
+# intermediate 53248, 128 heads; vocabularies of some 260k tokens (Gemma 3: 262144); Llama 4 Scout's 10M positions;
+# DeepSeek-V3's 256 routed experts, Kimi K2's 384): a larger value is not a model, and transformers would try to build
+# it. Checked in every object of the file (a multimodal config's text_config holds them too).
+SIZE_FIELD_BOUNDS = {
+    "num_hidden_layers": 1024, "hidden_size": 65536, "intermediate_size": 1 << 20, "vocab_size": 1 << 22,
+    "num_attention_heads": 1024, "num_key_value_heads": 1024, "head_dim": 4096, "num_local_experts": 1024,
+    "num_experts": 1024, "n_routed_experts": 1024, "num_experts_per_tok": 1024, "moe_intermediate_size": 1 << 20,
+    "max_position_embeddings": 1 << 24,
+}
+
+
+class Refused(ValueError):
+    """Not a config.json any model has (its message follows "<file> is")."""
+
+
+class TooLarge(Refused):
     """More bytes than any config.json has."""
+
+
+def _shown(value: int) -> str:
+    digits = len(str(abs(value)))
+    return f"{value:,}" if digits <= 18 else f"an integer of {digits:,} digits"
+
+
+def check_shape(config: Any) -> None:
+    """Refused when `config` nests deeper than MAX_CONFIG_DEPTH or an object holds a SIZE_FIELD_BOUNDS field above its
+    bound; walked without recursion."""
+    pending = [(config, 1)]
+    while pending:
+        value, depth = pending.pop()
+        if depth > MAX_CONFIG_DEPTH:
+            raise Refused(f"nested more than {MAX_CONFIG_DEPTH} levels deep; a model's config.json nests a few")
+        if isinstance(value, dict):
+            for field, bound in SIZE_FIELD_BOUNDS.items():
+                number = value.get(field)
+                if isinstance(number, int) and not isinstance(number, bool) and number > bound:
+                    raise Refused(f"out of bounds: its {field} is {_shown(number)}; allowed: an integer from 1 to "
+                                  f"{bound} (well above any published model's)")
+            pending.extend((item, depth + 1) for item in value.values())
+        elif isinstance(value, list):
+            pending.extend((item, depth + 1) for item in value)
 
 
 def decode_floats(value: Any) -> Any:
@@ -33,13 +78,19 @@ def decode_floats(value: Any) -> Any:
 
 
 def loads(data: bytes | str) -> Any:
-    """A config.json's text as transformers reads it; TooLarge over MAX_CONFIG_BYTES, ValueError (JSONDecodeError,
-    UnicodeDecodeError) when it is not UTF-8 JSON."""
+    """A config.json's text as transformers reads it; TooLarge over MAX_CONFIG_BYTES, Refused nested too deep or with
+    a sizing field out of bounds (check_shape), ValueError (JSONDecodeError, UnicodeDecodeError) when it is not UTF-8
+    JSON."""
     if len(data) > MAX_CONFIG_BYTES:
         raise TooLarge(f"{len(data):,} bytes; a model's config.json is a few KiB (allowed: at most "
                        f"{MAX_CONFIG_BYTES:,})")
     text = data.decode("utf-8-sig") if isinstance(data, bytes) else data
-    return decode_floats(json.loads(text))
+    try:
+        config = json.loads(text)
+    except RecursionError:  # json's scanner counts its depth against the interpreter's recursion limit
+        raise Refused(f"nested more than {MAX_CONFIG_DEPTH} levels deep; a model's config.json nests a few") from None
+    check_shape(config)
+    return decode_floats(config)
 
 
 def load(path: str) -> Any:

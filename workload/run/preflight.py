@@ -87,7 +87,7 @@ def check_local_files(cfg: TrainConfig) -> None:
         except OSError:
             raise ValueError(f"{what}: {cfg.model_id} has no readable {model_source.CONFIG_FILE}; a model directory "
                              "holds config.json and *.safetensors (what save_pretrained writes)") from None
-        except config_json.TooLarge as error:
+        except config_json.Refused as error:
             raise ValueError(f"{what}: {path} is {error}") from None
         except ValueError:
             raise ValueError(f"{what}: {path} is not JSON") from None

@@ -1,0 +1,44 @@
+"""config.json is untrusted input, bounded in the one place every reader parses it (workload.model.config_json.loads):
+its bytes, its nesting, and the integers that size a model. The preview's refusal names trainModelId, the job's
+--model_id; neither reaches transformers with such a file."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from workload.config import TrainConfig
+from workload.model import architectures, config_json
+from workload.run import preflight
+
+LLAMA_1B = architectures.published("meta-llama/Llama-3.2-1B") or {"model_type": "llama", "hidden_size": 2048}
+
+
+@pytest.mark.parametrize("text, words", [
+    ('{"a": ' * 90_000 + "0" + "}" * 90_000, "nested more than"),  # past the interpreter's recursion limit
+    ("[" * (config_json.MAX_CONFIG_DEPTH + 1) + "]" * (config_json.MAX_CONFIG_DEPTH + 1), "nested more than"),
+    (json.dumps({**LLAMA_1B, "vocab_size": 1 << 30}), "its vocab_size is 1,073,741,824"),
+    (json.dumps({**LLAMA_1B, "intermediate_size": 5 * 10 ** 40}), "integer of 41 digits"),
+    (json.dumps({"model_type": "llava", "text_config": {**LLAMA_1B, "num_hidden_layers": 70_000}}),
+     "its num_hidden_layers is 70,000"),
+])
+def test_a_config_out_of_shape_is_refused_before_anything_builds_it(text, words):
+    with pytest.raises(config_json.Refused) as refused:
+        config_json.loads(text.encode())
+    assert words in str(refused.value) and len(str(refused.value)) < 200, refused.value
+
+
+def test_the_bounds_leave_every_shipped_config_and_booleans_alone():
+    assert config_json.loads(json.dumps({**LLAMA_1B, "tie_word_embeddings": True}))["hidden_size"] == \
+        LLAMA_1B["hidden_size"]
+    for field, bound in config_json.SIZE_FIELD_BOUNDS.items():
+        assert config_json.loads(json.dumps({field: bound}))[field] == bound, "the bound itself is allowed"
+
+
+def test_the_job_refuses_such_a_model_directory_naming_model_id(tmp_path):
+    directory = tmp_path / "model"
+    directory.mkdir()
+    (directory / "config.json").write_text(json.dumps({**LLAMA_1B, "max_position_embeddings": 1 << 40}))
+    (directory / "model.safetensors").write_bytes(b"")
+    with pytest.raises(ValueError, match=r"--model_id .*out of bounds: its max_position_embeddings"):
+        preflight.check_local_files(TrainConfig(model_id=str(directory), seq_len=32))

@@ -37,16 +37,7 @@ def hf_config(cfg: TrainConfig, directory: str | None = None) -> PretrainedConfi
         source = directory or model_files.read_config_directory(cfg.model_id)
     except (model_source.Unreachable, model_source.NeedsToken) as error:
         raise cli.EnvironmentProblem(f"{what}: {error}") from None
-    path = os.path.join(source, model_source.CONFIG_FILE)
-    try:
-        raw = config_json.load(path)
-    except OSError:
-        raise ValueError(f"{what}: {source} has no readable {model_source.CONFIG_FILE}; a model directory holds "
-                         "config.json and *.safetensors (what save_pretrained writes)") from None
-    except config_json.Refused as error:
-        raise ValueError(f"{what}: {path} is {error}") from None
-    except ValueError:
-        raise ValueError(f"{what}: {path} is not JSON") from None
+    raw = config_json.load_model_config(source, what)
     return compatibility.check_config_dict(raw, what)
 
 

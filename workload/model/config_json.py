@@ -102,3 +102,20 @@ def load(path: str) -> Any:
         raise TooLarge(f"{size:,} bytes; a model's config.json is a few KiB (allowed: at most {MAX_CONFIG_BYTES:,})")
     with open(path, "rb") as file:
         return loads(file.read(MAX_CONFIG_BYTES + 1))
+
+
+def load_model_config(directory: str, what: str) -> Any:
+    """A model directory's config.json (see load), or ValueError("{what}: ...") naming what is wrong: not readable,
+    refused by its bounds, or not JSON. The job's build and the local run's early check read it through this."""
+    import os
+
+    path = os.path.join(directory, "config.json")
+    try:
+        return load(path)
+    except OSError:
+        raise ValueError(f"{what}: {directory} has no readable config.json; a model directory holds config.json and "
+                         "*.safetensors (what save_pretrained writes)") from None
+    except Refused as error:
+        raise ValueError(f"{what}: {path} is {error}") from None
+    except ValueError:
+        raise ValueError(f"{what}: {path} is not JSON") from None

@@ -81,16 +81,8 @@ def check_local_files(cfg: TrainConfig) -> None:
     directory (or the model's own, for a dataset)."""
     directory = os.path.expanduser(cfg.model_id)
     if not cfg.model_config and "://" not in cfg.model_id and os.path.isdir(directory):
-        what, path = f"--model_id {cfg.model_id}", os.path.join(directory, model_source.CONFIG_FILE)
-        try:
-            config_json.load(path)
-        except OSError:
-            raise ValueError(f"{what}: {cfg.model_id} has no readable {model_source.CONFIG_FILE}; a model directory "
-                             "holds config.json and *.safetensors (what save_pretrained writes)") from None
-        except config_json.Refused as error:
-            raise ValueError(f"{what}: {path} is {error}") from None
-        except ValueError:
-            raise ValueError(f"{what}: {path} is not JSON") from None
+        what = f"--model_id {cfg.model_id}"
+        config_json.load_model_config(directory, what)
         if not glob.glob(os.path.join(directory, "*.safetensors")):
             raise ValueError(f"{what}: the directory holds no *.safetensors weights; give the directory save_pretrained "
                              "wrote (config.json and model*.safetensors)")

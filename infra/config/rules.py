@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 from urllib.parse import unquote
 
+from infra.config.storage_bounds import check_storage_bounds
+
 # 39 at most: IAM role names are <clusterName>-system-node-role plus Pulumi's 8-character suffix, 64 at most.
 CLUSTER_NAME = re.compile(r"^[a-zA-Z][a-zA-Z0-9-]{0,38}$")
 K8S_VERSION = re.compile(r"^1\.[0-9]{2}$")
@@ -165,6 +167,7 @@ def check_storage_path(path: str) -> None:
     key = "trainStoragePath"
     if not path:
         return
+    check_storage_bounds(path)  # lengths S3 and Linux refuse, and /proc, /sys, /dev
     scheme, separator, rest = path.partition("://")
     if not separator:
         require(path.startswith("/"), key, f"{path!r} is neither an absolute path nor a URI; {STORAGE_ALLOWED}")

@@ -1,0 +1,61 @@
+"""Settings no job could ever work with, each class refused at preview under the mocks with nothing registered, one
+line naming the key: pip specifiers no version satisfies (infra/config/pip_satisfiable.py), storage locations too
+long for S3's keys or Linux's names or in a kernel pseudo file system (infra/config/storage_bounds.py)."""
+from __future__ import annotations
+
+import pytest
+
+from infra.config.pip_satisfiable import check_satisfiable
+from tests.program.test_refusals_at_preview import program_refusal
+from tests.support.pulumi_mocks import run_program
+
+JOB = {"trainEnabled": True}
+ONE_NODE = {"gpuNodeCount": 1, "trainExpectTransport": "intra-node"}
+
+
+@pytest.mark.parametrize("entries, words", [
+    (["safetensors==0.4.5", "accelerate>=1", "safetensors==0.4.3"], "entries 0, 2 ask for safetensors"),
+    (["accelerate>=1.2,<1.1"], "entry 0 asks for accelerate"),
+    (["accelerate>=1.2", "Accelerate<=1.1"], "entries 0, 1 ask for accelerate"),
+    (["sentencepiece~=0.2.0", "sentencepiece>=0.3"], "no version satisfies"),
+    (["sentencepiece==0.2.0,!=0.2.0"], "no version satisfies"),
+    (["sentencepiece>0.2,<=0.2"], "no version satisfies"),
+])
+def test_pip_specifiers_no_version_satisfies_are_refused(entries, words):
+    message = program_refusal({**JOB, "trainPip": entries})
+    assert message.startswith("config key 'trainPip': ") and words in message, message
+
+
+@pytest.mark.parametrize("entries", [
+    ["accelerate>=1.0", "accelerate<2"],
+    ["sentencepiece>=0.2,<=0.2", "safetensors~=0.4.2,<0.5"],
+    ['accelerate==1.1; python_version<"3.11"', 'accelerate==1.2; python_version>="3.11"'],
+    ["accelerate==1.*", "accelerate>=1.1"],  # wildcards are not reasoned about: never a refusal for them
+])
+def test_satisfiable_specifiers_pass(entries):
+    check_satisfiable(entries)
+
+
+@pytest.mark.parametrize("overrides, words", [
+    ({"trainStoragePath": "s3://team-bucket/" + "p/" * 390}, "S3 object keys are at most 1,024 bytes"),
+    ({"trainStoragePath": "s3://team-bucket/" + "\u00e9" * 400}, "800 bytes"),  # counted in UTF-8 bytes
+    ({**ONE_NODE, "trainStoragePath": "/data/runs/" + "d" * 256}, "NAME_MAX"),
+    ({**ONE_NODE, "trainStoragePath": "file:///data/" + "d" * 256}, "NAME_MAX"),
+    ({**ONE_NODE, "trainStoragePath": "/data" + ("/" + "\u20ac" * 85) * 16}, "PATH_MAX"),  # 1,381 characters
+    ({**ONE_NODE, "trainStoragePath": "/sys/fs/checkpoints"}, "/sys is a kernel pseudo file system"),
+    ({**ONE_NODE, "trainStoragePath": "file:///dev/shm/run"}, "/dev is a kernel pseudo file system"),
+    ({**ONE_NODE, "trainStoragePath": "/proc"}, "/proc is a kernel pseudo file system"),
+])
+def test_storage_paths_the_job_cannot_write_under_are_refused(overrides, words):
+    message = program_refusal({**JOB, **overrides})
+    assert message.startswith("config key 'trainStoragePath': ") and words in message, message
+
+
+@pytest.mark.parametrize("overrides", [
+    {"trainStoragePath": "s3://team-bucket/" + "q" * 768},
+    {**ONE_NODE, "trainStoragePath": "/data/" + "d" * 255},
+    {**ONE_NODE, "trainStoragePath": "file:///devices/run"},
+])
+def test_storage_paths_within_the_bounds_pass(overrides):
+    run = run_program("dev", {**JOB, **overrides})
+    assert run.error is None, f"{overrides}: {run.error}"

@@ -59,3 +59,45 @@ def test_storage_paths_the_job_cannot_write_under_are_refused(overrides, words):
 def test_storage_paths_within_the_bounds_pass(overrides):
     run = run_program("dev", {**JOB, **overrides})
     assert run.error is None, f"{overrides}: {run.error}"
+
+
+@pytest.mark.parametrize("key, arn", [
+    ("clusterViewers", "arn:aws-us-gov:iam::210987654321:role/auditors"),
+    ("clusterAdmins", "arn:aws-cn:iam::210987654321:user/platform/lead"),
+])
+def test_principals_of_another_partition_are_refused(key, arn):
+    # The dev stack deploys in the aws partition (its caller, under the mocks, is arn:aws:...).
+    message = program_refusal({key: [arn]})
+    assert message.startswith(f"config key '{key}': ") and "partition" in message \
+        and "arn:aws:iam::ACCOUNT" in message, message
+
+
+def test_the_partition_is_the_callers():
+    from types import SimpleNamespace
+
+    from infra.preview.access import check_access_entries
+
+    stack = SimpleNamespace(cluster_admins=("arn:aws-cn:iam::210987654321:role/ops",), cluster_viewers=())
+    check_access_entries(stack, "arn:aws-cn:sts::210987654321:assumed-role/deployer/session")  # a China stack
+    with pytest.raises(ValueError, match="config key 'clusterAdmins': .* aws-cn partition .* deploys in aws-us-gov"):
+        check_access_entries(stack, "arn:aws-us-gov:iam::210987654321:user/deployer")
+
+
+@pytest.mark.parametrize("key, value, scheme", [
+    ("trainModelId", "gs://models-bucket/llama/", "gs://"),
+    ("trainModelId", "file:///opt/models/qwen", "file://"),
+    ("trainModelId", "hf://meta-llama/Llama-3.2-1B", "hf://"),
+    ("trainTokenizer", "http://mirror.internal/tokenizers/qwen", "http://"),
+    ("trainTokenizer", "hf://Qwen/Qwen3-0.6B", "hf://"),
+    ("trainTokenizer", "S3://team-bucket/tokenizer/", "lowercase"),
+])
+def test_model_and_tokenizer_sources_other_than_s3_are_refused(key, value, scheme):
+    message = program_refusal({**JOB, key: value})
+    assert message.startswith(f"config key '{key}': ") and scheme in message and "org/name" in message, message
+    assert value.split("://")[1] not in message, message  # the scheme alone: a URI's rest may hold a token
+
+
+def test_s3_model_and_tokenizer_pass():
+    run = run_program("dev", {**JOB, "trainModelId": "s3://team-bucket/models/qwen/",
+                              "trainTokenizer": "s3://team-bucket/models/qwen/"})
+    assert run.error is None, run.error

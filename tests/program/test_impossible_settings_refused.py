@@ -101,3 +101,13 @@ def test_s3_model_and_tokenizer_pass():
     run = run_program("dev", {**JOB, "trainModelId": "s3://team-bucket/models/qwen/",
                               "trainTokenizer": "s3://team-bucket/models/qwen/"})
     assert run.error is None, run.error
+
+
+@pytest.mark.parametrize("value", [
+    "eyJhbGciOiJFUzI1NiJ9.eyJhdWQiOiJQv8Rt2Ks6LmfQ.U2lnbmF0dXJlQnl0ZXNIZXJl",
+    "glrt-Qv8Rt2Ks6LmQv8Rt2Ks6Lm",
+    "xoxa-2-Qv8Rt2Ks6LmQv8Rt2Ks6Lm",
+])
+def test_trainenv_values_shaped_like_tokens_are_refused(value):
+    message = program_refusal({"trainEnv": [f"REMARK={value}"]})
+    assert message.startswith("config key 'trainEnv': ") and "Qv8Rt2Ks6Lm" not in message, message

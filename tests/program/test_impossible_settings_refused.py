@@ -111,3 +111,16 @@ def test_s3_model_and_tokenizer_pass():
 def test_trainenv_values_shaped_like_tokens_are_refused(value):
     message = program_refusal({"trainEnv": [f"REMARK={value}"]})
     assert message.startswith("config key 'trainEnv': ") and "Qv8Rt2Ks6Lm" not in message, message
+
+
+@pytest.mark.parametrize("net", ["ib", "Socket", "nccl-net-custom"])
+def test_nccl_net_other_than_aws_ofi_nccl_with_efa_expected_is_refused(net):
+    message = program_refusal({**JOB, "trainEnv": [f"NCCL_NET={net}"]})  # the dev stack expects efa across 2 nodes
+    assert message.startswith("config keys 'trainEnv', 'trainExpectTransport': efa") \
+        and "AWS Libfabric" in message, message
+    assert "custom" not in message, message  # trainEnv's values are never quoted
+
+
+def test_nccl_net_naming_aws_ofi_nccl_passes():
+    run = run_program("dev", {**JOB, "trainEnv": ["NCCL_NET=AWS Libfabric"]})
+    assert run.error is None, run.error

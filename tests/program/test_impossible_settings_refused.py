@@ -124,3 +124,10 @@ def test_nccl_net_other_than_aws_ofi_nccl_with_efa_expected_is_refused(net):
 def test_nccl_net_naming_aws_ofi_nccl_passes():
     run = run_program("dev", {**JOB, "trainEnv": ["NCCL_NET=AWS Libfabric"]})
     assert run.error is None, run.error
+
+
+def test_a_secret_principal_of_another_partition_is_refused_unquoted():
+    from tests.support.pulumi_mocks import Secret
+
+    message = program_refusal({"clusterViewers": Secret(["arn:aws-us-gov:iam::210987654321:role/audit-Hx4Tq9"])})
+    assert "aws-us-gov partition" in message and "Hx4Tq9" not in message, message

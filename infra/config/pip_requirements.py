@@ -16,6 +16,8 @@ from __future__ import annotations
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
+from infra.config.pip_satisfiable import check_satisfiable
+
 KEY = "trainPip"
 # pip packages that would replace what the image's training stack is built from: its torch (and the packages that
 # pin an exact torch), its Ray (the cluster's own version must match the job's), and the CUDA, cuDNN and NCCL
@@ -59,4 +61,5 @@ def check_requirements(entries: list[str] | tuple[str, ...]) -> tuple[str, ...]:
                 f"and the image's torch, Ray, CUDA and NCCL are built and tested together; allowed: packages other than "
                 f"{', '.join(IMAGE_STACK_PACKAGES)} and {', '.join(p + '*' for p in IMAGE_STACK_PREFIXES)} "
                 "(use another dlcImage for another stack)")
+    check_satisfiable(entries)  # one project's specifiers that no version satisfies
     return tuple(entries)

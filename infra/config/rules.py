@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 from urllib.parse import unquote
 
+from infra.config.storage_bounds import check_storage_bounds
+
 # 39 at most: IAM role names are <clusterName>-system-node-role plus Pulumi's 8-character suffix, 64 at most.
 CLUSTER_NAME = re.compile(r"^[a-zA-Z][a-zA-Z0-9-]{0,38}$")
 K8S_VERSION = re.compile(r"^1\.[0-9]{2}$")
@@ -165,6 +167,7 @@ def check_storage_path(path: str) -> None:
     key = "trainStoragePath"
     if not path:
         return
+    check_storage_bounds(path)  # lengths S3 and Linux refuse, and /proc, /sys, /dev
     scheme, separator, rest = path.partition("://")
     if not separator:
         require(path.startswith("/"), key, f"{path!r} is neither an absolute path nor a URI; {STORAGE_ALLOWED}")
@@ -185,20 +188,38 @@ def check_storage_path(path: str) -> None:
                                 f"on the whole bucket; {STORAGE_ALLOWED}")
 
 
+# Remote sources the Ray pods can read (trainDataset, trainModelId, trainTokenizer): S3 through their own role
+# (infra/aws/pod_identity.py); they hold no credentials for gs://, hf:// or a web server, and file:// is a path on a
+# node that none of them was given. One allow-list for every source key; each key's other forms are its own.
+SOURCE_SCHEMES = ("s3",)
+SOURCE_ALLOWED = {
+    "trainDataset": "s3://bucket/key.jsonl (or .txt, .json; the Ray pods' role gets read access to it), a Hugging "
+                    "Face dataset id, or empty for random tokens",
+    "trainModelId": "a Hugging Face Hub id (org/name), or s3://bucket/prefix/ (a directory save_pretrained wrote)",
+    "trainTokenizer": "a Hugging Face Hub id (org/name), s3://bucket/prefix/, or empty for the model's own",
+}
+_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]{0,15}")
+
+
+def check_source_scheme(key: str, value: str) -> None:
+    """A source key's URI, refused unless its scheme is one of SOURCE_SCHEMES. The refusal names the scheme alone
+    (a URI's user, path or query may hold a token)."""
+    scheme, separator, _ = value.partition("://")
+    if not separator or scheme in SOURCE_SCHEMES:
+        return
+    shown = f"{scheme}://" if _SCHEME.fullmatch(scheme) else "its scheme"
+    raise config_error(key, f"{shown} is not a location the job can read (the Ray pods hold AWS credentials for S3 "
+                            "only)" + ("; URI schemes are lowercase" if scheme.lower() in SOURCE_SCHEMES else "")
+                            + f"; allowed: {SOURCE_ALLOWED[key]}")
+
+
 def check_dataset_location(dataset: str) -> None:
     """trainDataset, when remote: s3://bucket/key only. The job reads remote files through pyarrow's S3 file system
     with the Ray pods' role (workload/data/batches.py); an https:// or gs:// file would fail on the cluster after `up`
     made it."""
-    key = "trainDataset"
-    scheme, separator, _ = dataset.partition("://")
-    if not separator:
-        return
-    require(scheme == "s3", key,
-             f"{dataset!r}: {scheme}:// is not a location the job can read"
-             + ("; URI schemes are lowercase" if scheme.lower() == "s3" else "")
-             + "; allowed: s3://bucket/key.jsonl (or .txt, .json; the Ray pods' role gets read access to it), a "
-             "Hugging Face dataset id, or empty for random tokens")
-    s3_location(dataset, key)
+    check_source_scheme("trainDataset", dataset)
+    if "://" in dataset:
+        s3_location(dataset, "trainDataset")
 
 
 def socket_ifname_matches(ifname: str, interface: str) -> bool:

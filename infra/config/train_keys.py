@@ -25,6 +25,7 @@ from infra.config.rules import (
     ENV_NAME,
     RUN_ID,
     check_dataset_location,
+    check_source_scheme,
     check_storage_path,
     config_error,
     require,
@@ -110,6 +111,8 @@ def job_flags(raw: dict[str, Any]) -> dict[str, Any]:
     # The job's own rule for what a model id may name (the Hub's repo-id rule among them), with the job off too.
     if not values["model_config"] and values["model_id"] and (wrong := model_source.problem(values["model_id"])):
         raise ValueError(stack_message(f"--model_id {values['model_id']!r} is {wrong}"))
+    check_source_scheme("trainModelId", "" if values["model_config"] else values["model_id"])
+    check_source_scheme("trainTokenizer", values["tokenizer"])
     if (model_location := s3_location(values["model_id"], "trainModelId")) is not None:
         require(bool(model_location[1]), "trainModelId", f"{values['model_id']!r}: {S3_MODEL_DIRECTORY}")
     try:

@@ -68,8 +68,13 @@ def check_access_entries(cfg: StackConfig, caller_arn: str) -> None:
     bootstrapClusterCreatorAdminPermissions), and a second entry for it fails the cluster's creation with
     ResourceInUseException, twenty minutes in."""
     creator = principal_of(caller_arn)
+    partition = arn_parts(caller_arn)[0]  # the stack's: its access policies are arn:<partition>:eks::aws:...
     for key, principals in (("clusterAdmins", cfg.cluster_admins), ("clusterViewers", cfg.cluster_viewers)):
         for arn in principals:
+            if arn_parts(arn)[0] != partition:  # IAM principals exist in one partition; EKS refuses another's
+                raise ValueError(f"config key {key!r}: {arn} is in the {arn_parts(arn)[0]} partition and the stack "
+                                 f"deploys in {partition} (aws, aws-cn for cn-*, aws-us-gov for us-gov-* regions), "
+                                 f"where no such principal exists; allowed: arn:{partition}:iam::ACCOUNT:role/NAME")
             if _same_principal(arn, creator):
                 raise ValueError(
                     f"config key {key!r}: {arn} is the identity that runs `pulumi up` ({creator}), which EKS already "

@@ -256,6 +256,12 @@ def check_time_limit(cfg: StackConfig, workload: Any, architecture: dict, gpu: I
             "(more for the real pace), or fewer trainSteps")
 
 
+# NCCL_NET forces the one network NCCL uses, by name (NCCL's environment variables: the built-in "IB" and "Socket",
+# or a plugin's name). aws-ofi-nccl registers as "AWS Libfabric" ("Libfabric" and "OFI" in older releases), the only
+# one that drives EFA; any other name (IB: no verbs device on EFA; Socket: TCP) cannot give an efa transport.
+EFA_NET_NAMES = ("aws libfabric", "libfabric", "ofi")
+
+
 def check_transport_expectation(cfg: StackConfig, gpu: InstanceFacts, workers: int) -> None:
     """trainExpectTransport must be what this cluster and the job's env can show: the job fails after it ran
     (and billed) when every rank's NCCL transport differs from it."""
@@ -279,13 +285,17 @@ def check_transport_expectation(cfg: StackConfig, gpu: InstanceFacts, workers: i
         raise ValueError(f"config keys 'ncclNetPlugin', {key!r}: efa, but ncclNetPlugin {plugin} does not load "
                          "aws-ofi-nccl, so NCCL sends over TCP sockets; allowed: ncclNetPlugin ofi (the default), or "
                          f"{key} socket or any")
+    net = env.get("NCCL_NET", "")
+    if expect == "efa" and net and net.strip().lower() not in EFA_NET_NAMES:
+        # trainEnv's values are never quoted (they may hold a token): Socket alone is named.
+        forced = ("NCCL_NET=Socket sends NCCL over TCP sockets" if net.lower() == "socket" else
+                  "NCCL_NET names a network other than aws-ofi-nccl's, the one NCCL drives EFA through")
+        raise ValueError(f"config keys 'trainEnv', {key!r}: efa, but trainEnv {forced}; allowed: trainEnv without "
+                         f"NCCL_NET (or NCCL_NET='AWS Libfabric'), or {key} socket or any with that env")
     if expect == "efa" and sockets:
-        # trainEnv's values are never quoted (they may hold a token); fiProvider's may be.
         # trainEnv may not set FI_PROVIDER (infra/config/env_names.py): fiProvider is the one place it is set.
-        forced = ("trainEnv NCCL_NET=Socket" if env.get("NCCL_NET", "").lower() == "socket"
-                  else f"FI_PROVIDER={env.get('FI_PROVIDER')} (fiProvider)")
-        raise ValueError(f"config key {key!r}: efa, but {forced} sends NCCL over TCP sockets; allowed: socket or "
-                         "any with that env, or efa without it")
+        raise ValueError(f"config key {key!r}: efa, but FI_PROVIDER={env.get('FI_PROVIDER')} (fiProvider) sends NCCL "
+                         "over TCP sockets; allowed: socket or any with that env, or efa without it")
     if expect == "socket" and not sockets:
         raise ValueError(f"config key {key!r}: socket, but the workers load aws-ofi-nccl on EFA, so NCCL uses EFA; "
                          "allowed: efa or any, or socket with trainEnv NCCL_NET=Socket")

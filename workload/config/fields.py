@@ -36,9 +36,15 @@ CREDENTIALS_ALLOWED = ("no user:password@ (nor a token, key or signature paramet
 # access key id (AKIA/ASIA and 16 more), OpenAI-style keys (sk-...). Plain in a flag, a stack key's config, the job's
 # entrypoint and Ray's dashboard. Bounded lengths keep ordinary words (hf_home, sk-learn) out. infra/config/env_names.py
 # applies it to trainEnv's values too.
+# Also the well-known prefixes of GitHub's secret scanning patterns list (docs.github.com, "Supported secret scanning
+# patterns") and gitleaks' rules: GitLab's glpat-/gldt-/glrt-/glptt-, Slack's xox[abeprs]-, Stripe's sk_live_/rk_live_,
+# npm's npm_, PyPI's pypi-, Google's AIza, and a JWT (three base64url segments, the header's '{"' as eyJ).
 TOKEN_VALUE = re.compile(r"(?<![A-Za-z0-9])(hf_[A-Za-z0-9]{30,}|gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,}"
-                         r"|(AKIA|ASIA)[A-Z0-9]{16}(?![A-Za-z0-9])|sk-[A-Za-z0-9_-]{20,})")
-TOKEN_SHAPES = "hf_, ghp_, github_pat_, AKIA, sk-..."
+                         r"|(AKIA|ASIA)[A-Z0-9]{16}(?![A-Za-z0-9])|sk-[A-Za-z0-9_-]{20,}"
+                         r"|gl(pat|dt|rt|ptt)-[A-Za-z0-9_-]{20,}|xox[abeprs]-[A-Za-z0-9-]{10,}|[rs]k_live_[A-Za-z0-9]{20,}"
+                         r"|npm_[A-Za-z0-9]{30,}|pypi-[A-Za-z0-9_-]{50,}|AIza[A-Za-z0-9_-]{35}"
+                         r"|eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,})")
+TOKEN_SHAPES = "hf_, ghp_, github_pat_, AKIA, sk-, glpat-, xoxb-, sk_live_, npm_, pypi-, AIza, a JWT..."
 
 
 def looks_like_token(value: str) -> bool:

@@ -67,6 +67,7 @@ FILES = {
     "kube/config": b"apiVersion: v1\n",  # a directory holding a kubeconfig
     # A local run stopped before its first save: its flags, no checkpoint_<step>/.
     "stopped-run/local_run_flags.json": json.dumps({"checkpoint_every": 20}).encode(),
+    "store/exp7": b"notes, not a run\n",  # a file where the run's directory would be
 }
 
 LOCAL, EXPORT, JOB = "workload.local", "workload.export", "tools.job"
@@ -231,6 +232,8 @@ MISTAKES = [
      "no tokenizer files in "),
     ("Alpaca records without output", LOCAL, ["--data_format", "prompt-completion", "--dataset", "alpaca.jsonl"],
      cli.USAGE, 'no field "output" (the record\'s fields: input, instruction); an Alpaca record holds instruction'),
+    ("a run name that is a file", LOCAL, ["--storage_path", "store", "--run_name", "exp7"], cli.USAGE,
+     "--run_name exp7: "),
     ("fp8 on a machine without an fp8 GPU", LOCAL, ["--fp8"], cli.USAGE,
      "--fp8 needs a GPU with fp8 tensor cores (compute capability 8.9+"),
     # this machine's set-up (ENVIRONMENTS: what the case's shell has set)

@@ -241,6 +241,8 @@ MISTAKES = [
      "--dataset s3://bucket/x.jsonl: no AWS credentials on this machine to read it from"),
     ("an s3 storage path with no AWS credentials", LOCAL, ["--storage_path", "s3://bucket/runs"], cli.ENVIRONMENT,
      "--storage_path s3://bucket/runs: no AWS credentials on this machine to write checkpoints to"),
+    ("an AWS profile that is none", LOCAL, ["--storage_path", "s3://team-bucket/exp"], cli.ENVIRONMENT,
+     "--storage_path s3://team-bucket/exp: AWS_PROFILE=ghost-profile is no profile in this machine's AWS config"),
     ("an s3 checkpoint with no AWS credentials", EXPORT, ["s3://bucket/runs/r/checkpoint_000030", "out"],
      cli.ENVIRONMENT, "CHECKPOINT s3://bucket/runs/r/checkpoint_000030: no AWS credentials on this machine to read it"),
     ("an offline Hub without the dataset", LOCAL, ["--dataset", "nobody-here/no-such-data-r46", "--data_format",
@@ -259,7 +261,8 @@ ENVIRONMENTS = {"HF_HOME a file": {"HF_HOME": "hi.txt"},
                 "an MLflow server that does not answer": {"MLFLOW_TRACKING_URI": "http://127.0.0.1:1"},
                 # nvidia-smi not on PATH: the machine has no NVIDIA GPU, whatever the one running the tests has
                 "fp8 on a machine without an fp8 GPU": {"PATH": "no-gpu-tools"},
-                "HF_DATASETS_CACHE under a file": {"HF_DATASETS_CACHE": "hi.txt/datasets"}}
+                "HF_DATASETS_CACHE under a file": {"HF_DATASETS_CACHE": "hi.txt/datasets"},
+                "an AWS profile that is none": {"AWS_PROFILE": "ghost-profile"}}
 
 
 @pytest.fixture

@@ -250,6 +250,12 @@ MISTAKES = [
      "--dataset nobody-here/no-such-data-r46: not in this machine's cache and HF_HUB_OFFLINE is set"),
     ("an MLflow server that does not answer", LOCAL, ["--report_to", "mlflow"], cli.ENVIRONMENT,
      "the MLflow tracking server MLFLOW_TRACKING_URI names, http://127.0.0.1:1, does not answer"),
+    ("W&B switched off by WANDB_MODE", LOCAL, ["--report_to", "tensorboard,wandb"], cli.USAGE,
+     "--report_to wandb records nothing with WANDB_MODE=disabled"),
+    ("a W&B server that does not answer", LOCAL, ["--report_to", "wandb"], cli.ENVIRONMENT,
+     "--report_to wandb: W&B's server WANDB_BASE_URL names, http://127.0.0.1:1, does not answer"),
+    ("a Hub that does not answer for the upload", LOCAL, ["--push_to_hub", "lab/tuned-r9"], cli.ENVIRONMENT,
+     "--push_to_hub lab/tuned-r9: the Hugging Face Hub HF_ENDPOINT names, http://127.0.0.1:1, does not answer"),
     ("HF_HOME a file", LOCAL, [], cli.ENVIRONMENT,
      "HF_HOME=hi.txt is a file; the Hugging Face cache must be a directory"),
     ("HF_DATASETS_CACHE under a file", LOCAL, [], cli.ENVIRONMENT,
@@ -262,7 +268,10 @@ ENVIRONMENTS = {"HF_HOME a file": {"HF_HOME": "hi.txt"},
                 # nvidia-smi not on PATH: the machine has no NVIDIA GPU, whatever the one running the tests has
                 "fp8 on a machine without an fp8 GPU": {"PATH": "no-gpu-tools"},
                 "HF_DATASETS_CACHE under a file": {"HF_DATASETS_CACHE": "hi.txt/datasets"},
-                "an AWS profile that is none": {"AWS_PROFILE": "ghost-profile"}}
+                "an AWS profile that is none": {"AWS_PROFILE": "ghost-profile"},
+                "W&B switched off by WANDB_MODE": {"WANDB_MODE": "disabled"},
+                "a W&B server that does not answer": {"WANDB_API_KEY": WANDB_KEY, "WANDB_BASE_URL": "http://127.0.0.1:1"},
+                "a Hub that does not answer for the upload": {"HF_TOKEN": TOKEN, "HF_ENDPOINT": "http://127.0.0.1:1"}}
 
 
 @pytest.fixture

@@ -307,7 +307,8 @@ def _run(cfg: TrainConfig, verbose: bool) -> int:
     started = time.monotonic()
     resumed_at = local_checks.check_before_ray(cfg)  # the data, storage, workers and an earlier run of the name
     check_model_source(cfg)
-    services.check_tracking_server(cfg)  # the local run's: a server that is down is exit 3 now, not warned of later
+    preflight.check_credentials(cfg)  # a missing key is the thing to say before a server that does not answer
+    services.check_services_reachable(cfg)  # MLflow, W&B, the Hub: a server that is down is exit 3 now, not later
     # Heavy imports (torch, transformers, Ray) only once the flags are good, so --help and typos answer at once:
     # preflight's checks that need none come first, then those that need torch and transformers.
     preflight.validate(cfg)  # a flag that does not fit the model or tokenizer fails here, naming it, before Ray

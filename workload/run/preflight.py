@@ -36,7 +36,11 @@ def check_positions(cfg: TrainConfig, max_positions: int) -> None:
 def check_credentials(cfg: TrainConfig) -> None:
     """The keys a run needs only at its end or on rank 0 (W&B's, the Hub's token for --push_to_hub), checked before
     anything starts: without them W&B warned after the first steps and the upload failed after the whole run.
-    Exit 3, naming the variable, never its value."""
+    Exit 3, naming the variable, never its value; W&B switched off by WANDB_MODE is exit 2, as a flag that does
+    nothing (wandb.init then records nothing, silently)."""
+    if "wandb" in parse_report_to(cfg.report_to) and os.environ.get("WANDB_MODE", "").lower() == "disabled":
+        raise cli.UsageError("--report_to wandb records nothing with WANDB_MODE=disabled",
+                             hint="leave wandb out of --report_to, or unset WANDB_MODE (offline records locally)")
     if "wandb" in parse_report_to(cfg.report_to) and not _wandb_key():
         raise cli.EnvironmentProblem(
             "--report_to wandb: no W&B API key: set WANDB_API_KEY (https://wandb.ai/authorize) or run `wandb login`",

@@ -67,7 +67,9 @@ FILES = {
     "kube/config": b"apiVersion: v1\n",  # a directory holding a kubeconfig
     # A local run stopped before its first save: its flags, no checkpoint_<step>/.
     "stopped-run/local_run_flags.json": json.dumps({"checkpoint_every": 20}).encode(),
-    "store/exp7": b"notes, not a run\n",  # a file where the run's directory would be
+    "store/exp7": b"notes, not a run\n",
+    # a template that renders the user's turns only
+    "greeting.jinja": b"{% for m in messages if m.role == 'user' %}{{ m.content }}\n{% endfor %}",  # a file where the run's directory would be
 }
 
 LOCAL, EXPORT, JOB = "workload.local", "workload.export", "tools.job"
@@ -234,6 +236,9 @@ MISTAKES = [
      cli.USAGE, 'no field "output" (the record\'s fields: input, instruction); an Alpaca record holds instruction'),
     ("a run name that is a file", LOCAL, ["--storage_path", "store", "--run_name", "exp7"], cli.USAGE,
      "--run_name exp7: "),
+    ("a chat template that renders no assistant turn", LOCAL,
+     ["--data_format", "chat", "--dataset", "chats.jsonl", "--chat_template", "greeting.jinja"], cli.USAGE,
+     "greeting.jinja renders no assistant turn of --dataset "),
     ("fp8 on a machine without an fp8 GPU", LOCAL, ["--fp8"], cli.USAGE,
      "--fp8 needs a GPU with fp8 tensor cores (compute capability 8.9+"),
     # this machine's set-up (ENVIRONMENTS: what the case's shell has set)

@@ -236,6 +236,8 @@ MISTAKES = [
      cli.USAGE, 'no field "output" (the record\'s fields: input, instruction); an Alpaca record holds instruction'),
     ("a run name that is a file", LOCAL, ["--storage_path", "store", "--run_name", "exp7"], cli.USAGE,
      "--run_name exp7: "),
+    ("a checkpoint interval longer than the run", LOCAL, ["--checkpoint_every", "60", "--steps", "25"], cli.USAGE,
+     "--checkpoint_every 60 is more than --steps 25: the run ends before the first; give at most 25, or 0 for"),
     ("a chat template that renders no assistant turn", LOCAL,
      ["--data_format", "chat", "--dataset", "chats.jsonl", "--chat_template", "greeting.jinja"], cli.USAGE,
      "greeting.jinja renders no assistant turn of --dataset "),
@@ -353,6 +355,20 @@ def test_a_short_run_keeps_the_warmup_it_can_hold():
     assert local.parse_command(["--steps", "40", "--run_name", "x"])[0].warmup_steps == 4
     with pytest.raises(ValueError, match="--warmup_steps 4 must be at most --steps 3"):
         local.parse_command(["--steps", "3", "--warmup_steps", "4", "--run_name", "x"])
+
+
+def test_a_short_run_drops_the_default_intervals_it_would_outlast():
+    """`--steps 8` alone runs: the local defaults' --checkpoint_every 20 and --eval_every 10, never typed, act as 0
+    and are 0; typed, an interval longer than the run is refused (workload/config/rules.py)."""
+    short = local.parse_command(["--steps", "8", "--run_name", "x"])[0]
+    assert (short.checkpoint_every, short.eval_every) == (0, 0), short
+    long = local.parse_command(["--steps", "30", "--run_name", "x"])[0]
+    assert (long.checkpoint_every, long.eval_every) == (20, 10), long
+    with pytest.raises(ValueError, match="--eval_every 12 is more than --steps 8: the run ends before the first; give "
+                                         "at most 8, or 0 for after the last step only"):
+        local.parse_command(["--steps", "8", "--eval_every", "12", "--run_name", "x"])
+    by_epochs = local.parse_command(["--epochs", "2", "--checkpoint_every", "500", "--run_name", "x"])[0]
+    assert by_epochs.checkpoint_every == 500, "with --epochs the steps are known once the data is packed"
 
 
 def test_an_offline_hub_without_the_model_is_one_line_before_ray(monkeypatch):

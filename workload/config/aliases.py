@@ -80,6 +80,12 @@ DIFFERENT: Mapping[str, str] = {
     "sample_packing": _PACKING,
     "saves_per_epoch": ("give --checkpoint_every, a number of steps (with --epochs the job prints the steps an epoch "
                         "makes)"),
+    "resume_from_checkpoint": ("a run resumes by its name: give the same --run_name (and --storage_path) again, and "
+                               "it continues from its latest checkpoint_<step>/ with the flags it was started with"),
+    "do_eval": ("evaluation is on when there is an evaluation set: give --eval_fraction (held out of --dataset) or "
+                "--eval_split, and --eval_every for evaluations before the last step"),
+    "data_seed": ("one --seed seeds the random weights and every step's batch (the data's order): give --seed; there "
+                  "is no separate data seed"),
     "evals_per_epoch": ("give --eval_every, a number of steps (with --epochs the job prints the steps an epoch "
                         "makes)"),
 }
@@ -133,6 +139,11 @@ def ours(name: str) -> str:
 def nearest(name: str, known: Iterable[str]) -> str | None:
     """The closest of `known` names and the aliases to a typo, as ours (difflib's ratio, 0.6 as its default)."""
     known = list(known)
+    # The start of exactly one flag's name (--print, --activation): suggested before a look-alike, never taken (no
+    # flag is abbreviated); two letters are initials' (--lr), not a start.
+    starting = [each for each in known if each.startswith(name.replace("-", "_"))]
+    if len(starting) == 1 and len(name) >= 4:
+        return starting[0]
     names = list(dict.fromkeys([*known, *(theirs for theirs, (ours, _) in ALIASES.items() if ours in known)]))
     match = difflib.get_close_matches(name.replace("-", "_"), names, n=1)
     if not match:

@@ -258,11 +258,12 @@ def parse_command(argv: Sequence[str] | None = None) -> tuple[TrainConfig, bool,
     if "storage_path" in given and not args["storage_path"] and "checkpoint_every" not in given:
         args["checkpoint_every"] = 0
     # A short run (--steps 3) keeps the warmup it can hold, a quarter of its steps: the default's 4 were never typed;
-    # and the default intervals it would outlast are 0, which they would act as (typed, rules.py refuses them).
+    # and the default intervals it would outlast are 0, which they would act as (typed, rules.py refuses them; a
+    # --print_config file replays the defaults, so the default's value in a file counts as untyped).
     if "warmup_steps" not in given and not args.get("epochs") and args["warmup_steps"] > args["steps"]:
         args["warmup_steps"] = args["steps"] // 4
     for name in ("checkpoint_every", "eval_every"):
-        if name not in given and not args.get("epochs") and args[name] > args["steps"]:
+        if name not in on_line and args[name] == LOCAL_DEFAULTS[name] and args[name] > args["steps"]:
             args[name] = 0
     cfg = TrainConfig(**args)
     # The job runs in a copy of workload/ elsewhere, so local files are passed by absolute path.

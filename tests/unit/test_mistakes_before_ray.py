@@ -68,6 +68,7 @@ FILES = {
     # A local run stopped before its first save: its flags, no checkpoint_<step>/.
     "stopped-run/local_run_flags.json": json.dumps({"checkpoint_every": 20}).encode(),
     "store/exp7": b"notes, not a run\n",
+    "checkpoint_000120/.metadata": b"x",
     # a template that renders the user's turns only
     "greeting.jinja": b"{% for m in messages if m.role == 'user' %}{{ m.content }}\n{% endfor %}",  # a file where the run's directory would be
 }
@@ -236,6 +237,8 @@ MISTAKES = [
      cli.USAGE, 'no field "output" (the record\'s fields: input, instruction); an Alpaca record holds instruction'),
     ("a run name that is a file", LOCAL, ["--storage_path", "store", "--run_name", "exp7"], cli.USAGE,
      "--run_name exp7: "),
+    ("a checkpoint a digit short", EXPORT, ["checkpoint_00120", "out"], cli.USAGE,
+     "CHECKPOINT checkpoint_00120: no such directory (did you mean checkpoint_000120?)"),
     ("the start of one flag's name", LOCAL, ["--activation", "true"], cli.USAGE,
      "(did you mean --activation_checkpointing?)"),
     ("transformers' resume flag", LOCAL, ["--resume_from_checkpoint", "runs/exp3/checkpoint_000010"], cli.USAGE,
@@ -262,6 +265,8 @@ MISTAKES = [
     ("an offline Hub without the dataset", LOCAL, ["--dataset", "nobody-here/no-such-data-r46", "--data_format",
                                                    "chat"], cli.ENVIRONMENT,
      "--dataset nobody-here/no-such-data-r46: not in this machine's cache and HF_HUB_OFFLINE is set"),
+    ("transformers' offline variable", LOCAL, ["--dataset", "nobody-here/other-data-r9", "--data_format", "chat"],
+     cli.ENVIRONMENT, "--dataset nobody-here/other-data-r9: not in this machine's cache and TRANSFORMERS_OFFLINE is set"),
     ("an MLflow server that does not answer", LOCAL, ["--report_to", "mlflow"], cli.ENVIRONMENT,
      "the MLflow tracking server MLFLOW_TRACKING_URI names, http://127.0.0.1:1, does not answer"),
     ("W&B switched off by WANDB_MODE", LOCAL, ["--report_to", "tensorboard,wandb"], cli.USAGE,
@@ -283,6 +288,7 @@ ENVIRONMENTS = {"HF_HOME a file": {"HF_HOME": "hi.txt"},
                 "fp8 on a machine without an fp8 GPU": {"PATH": "no-gpu-tools"},
                 "HF_DATASETS_CACHE under a file": {"HF_DATASETS_CACHE": "hi.txt/datasets"},
                 "an AWS profile that is none": {"AWS_PROFILE": "ghost-profile"},
+                "transformers' offline variable": {"TRANSFORMERS_OFFLINE": "1", "HF_HOME": "empty-hf-home"},
                 "W&B switched off by WANDB_MODE": {"WANDB_MODE": "disabled"},
                 "a W&B server that does not answer": {"WANDB_API_KEY": WANDB_KEY, "WANDB_BASE_URL": "http://127.0.0.1:1"},
                 "a Hub that does not answer for the upload": {"HF_TOKEN": TOKEN, "HF_ENDPOINT": "http://127.0.0.1:1"}}

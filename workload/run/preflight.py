@@ -146,7 +146,7 @@ def _hub_tokenizer_tokens(name: str) -> int | None:
     cached = try_to_load_from_cache(name, tokenizer_size.TOKENIZER_FILE)
     if isinstance(cached, str):
         return tokenizer_size.size_in_directory(os.path.dirname(cached))
-    if os.environ.get("HF_HUB_OFFLINE"):
+    if model_source.offline_variable():
         return None
     try:
         return tokenizer_size.size_on_hub(name, None)
@@ -199,7 +199,7 @@ def validate(cfg: TrainConfig) -> None:
     try:
         hub_dataset.check_dataset(cfg)  # a Hub dataset's split: its first file, bounded (workload.data.hub_dataset)
     except hub_dataset.NotReachable as error:
-        offline = "HF_HUB_OFFLINE is set" in str(error)
+        offline = "OFFLINE is set" in str(error)  # model_source.offline_variable's, named in the error
         raise cli.EnvironmentProblem(f"--dataset {cfg.dataset}: {error}", hint="" if offline else
                                      "HF_HUB_OFFLINE=1 reads the dataset from this machine's cache") from None
     if known:  # the tokenizer's tokenizer.json against the shipped or random-weight config: no transformers yet

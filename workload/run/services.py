@@ -92,7 +92,7 @@ def services_to_reach(cfg: TrainConfig) -> list[tuple[str, str, str, str, str]]:
     if "wandb" in trackers and os.environ.get("WANDB_MODE", "").lower() not in WANDB_LOCAL_MODES:
         url = os.environ.get("WANDB_BASE_URL", "")
         servers.append(("--report_to wandb", "W&B's server", "WANDB_BASE_URL", url, url or WANDB_DEFAULT_URL))
-    if cfg.push_to_hub and not os.environ.get("HF_HUB_OFFLINE"):
+    if cfg.push_to_hub and not model_source.offline_variable():
         url = os.environ.get("HF_ENDPOINT", "")
         servers.append((f"--push_to_hub {cfg.push_to_hub}", "the Hugging Face Hub", "HF_ENDPOINT", url,
                         (url or HUB_DEFAULT_URL).rstrip("/") + "/api/whoami-v2"))

@@ -69,6 +69,7 @@ FILES = {
     "stopped-run/local_run_flags.json": json.dumps({"checkpoint_every": 20}).encode(),
     "store/exp7": b"notes, not a run\n",
     "checkpoint_000120/.metadata": b"x",
+    "half.kubeconfig": b"apiVersion: v1\nusers: [{name: me\n",  # a flow mapping never closed
     # a template that renders the user's turns only
     "greeting.jinja": b"{% for m in messages if m.role == 'user' %}{{ m.content }}\n{% endfor %}",  # a file where the run's directory would be
 }
@@ -204,6 +205,8 @@ MISTAKES = [
     ("a command's flag typo", JOB, ["logs", "--folow", "--stack", "dev"], cli.USAGE, "(did you mean --follow?)"),
     ("a directory as the kubeconfig", JOB, ["list", "--stack", "dev", "--kubeconfig", "kube"], cli.USAGE,
      "--kubeconfig kube is a directory; a kubeconfig file is expected: did you mean --kubeconfig kube/config?"),
+    ("a kubeconfig that is not YAML", JOB, ["list", "--stack", "dev", "--kubeconfig", "half.kubeconfig"], cli.USAGE,
+     "--kubeconfig half.kubeconfig is not valid YAML (line 3: "),
     ("a stack name in capitals", JOB, ["submit", "--stack", "Dev", "--print_config"], cli.USAGE,
      "--stack Dev: no Pulumi.Dev.yaml here; stacks: dev"),
     ("an MLflow server with no mlflow tracker", LOCAL, ["--mlflow_tracking_uri", "http://localhost:5000"], cli.USAGE,

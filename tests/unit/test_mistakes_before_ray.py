@@ -246,9 +246,8 @@ MISTAKES = [
      "(did you mean --activation_checkpointing?)"),
     ("transformers' resume flag", LOCAL, ["--resume_from_checkpoint", "runs/exp3/checkpoint_000010"], cli.USAGE,
      "--resume_from_checkpoint is not this project's: a run resumes by its name: give the same --run_name"),
-    ("transformers' steps of -1", LOCAL, ["--max_steps", "-1", "--seq_len", "48"], cli.USAGE,
-     "--steps must be at least 1 and at most 10000000 (for passes over --dataset instead, such as max_steps -1's, "
-     "--epochs)"),
+    ("transformers' steps of -1", LOCAL, ["--seq_len", "48", "--max-steps=-1"], cli.USAGE,
+     "--max-steps -1: -1 is transformers' 'train by --num_train_epochs instead': give --epochs N"),
     ("a checkpoint interval longer than the run", LOCAL, ["--checkpoint_every", "60", "--steps", "25"], cli.USAGE,
      "--checkpoint_every 60 is more than --steps 25: the run ends before the first; give at most 25, or 0 for"),
     ("a chat template that renders no assistant turn", LOCAL,

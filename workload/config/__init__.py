@@ -110,8 +110,7 @@ class TrainConfig:
         "", "Build this architecture with random weights instead of downloading --model_id: tiny or qwen2.5-1.5b.",
         stack_key="trainModelConfig", choices=("", *MODEL_CONFIGS), meaning="empty: load --model_id"
     )
-    steps: int = flag(50, "Optimizer steps.", stack_key="trainSteps", at_least=1, at_most=MAX_STEPS,
-                      meaning="for passes over --dataset instead, such as max_steps -1's, --epochs")
+    steps: int = flag(50, "Optimizer steps.", stack_key="trainSteps", at_least=1, at_most=MAX_STEPS)
     epochs: float = flag(
         0.0, "Passes over --dataset's packed training blocks instead of --steps: steps = ceil(epochs x blocks / "
         "(batch_size x workers)), worked out and printed once the data is packed; 0: --steps.",

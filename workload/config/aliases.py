@@ -90,6 +90,12 @@ DIFFERENT: Mapping[str, str] = {
                         "makes)"),
 }
 
+# Their name with a value that means something else there -> what to give instead: refused, as DIFFERENT's names are.
+THEIR_VALUES: Mapping[tuple[str, str], str] = {
+    ("max_steps", "-1"): ("-1 is transformers' 'train by --num_train_epochs instead': give --epochs N (passes over "
+                          "--dataset) instead of --steps"),
+}
+
 # Their switch -> (our flag, its value when theirs is true, when false; None: nothing to set), for the docs' (whose):
 # TRL's completion_only_loss (prompt-completion) and assistant_only_loss (chat) true are our default, training on the
 # completion or the assistant's turns only; false trains on every token, --train_on_prompt (trl/trainer/sft_config.py).
@@ -178,6 +184,9 @@ def rewrite_argv(argv: Sequence[str], known: Iterable[str], booleans: Iterable[s
             index += bool(word and not equals)
             out += _switch_as_ours(plain, word)
             continue
+        given = value if equals else (args[index] if index < len(args) else "")
+        if (why := THEIR_VALUES.get((name.replace("-", "_"), given))) is not None:
+            raise ValueError(f"--{name} {given}: {why}")
         negated = name.startswith(("no-", "no_")) and canonical(name[3:], booleans) in booleans
         ours = canonical(name[3:] if negated else name, known)
         if ours not in known:

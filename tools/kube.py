@@ -46,7 +46,16 @@ def api_client(kubeconfig: Path | None) -> Any:
             _check_token_command(_mapping(kubeconfig, yaml.safe_load(kubeconfig.read_text()) or {}))
         config.load_kube_config(config_file=str(kubeconfig) if kubeconfig else None,
                                 client_configuration=configuration)
-    except (config.ConfigException, yaml.YAMLError, OSError, ValueError, TypeError, AttributeError) as error:
+    except yaml.YAMLError as error:  # the file and its line, never its text (a kubeconfig may hold a token)
+        import os
+
+        named = f"--kubeconfig {kubeconfig}" if kubeconfig else \
+            f"the kubeconfig {os.environ.get('KUBECONFIG') or '~/.kube/config'}"
+        mark = getattr(error, "problem_mark", None)
+        line = f"line {mark.line + 1}: " if mark is not None else ""
+        raise unusable(f"{named} is not valid YAML ({line}{getattr(error, 'problem', None) or _first_line(error)})",
+                       hint=GET_A_KUBECONFIG) from None
+    except (config.ConfigException, OSError, ValueError, TypeError, AttributeError) as error:
         raise unusable(f"the kubeconfig cannot be used: {_first_line(error)}", hint=GET_A_KUBECONFIG) from None
     # One try: urllib3's default three retries each log a warning before the same failure.
     configuration.retries = False

@@ -236,7 +236,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         stacks = sorted(path.name.split(".")[1] for path in PROJECT_FILE.parent.glob("Pulumi.*.yaml"))
         raise cli.UsageError(f"--stack {args.stack}: no Pulumi.{args.stack}.yaml here; stacks: {', '.join(stacks)}")
     state = StackState.from_export(read_state(args.stack, args.state))
-    boto_session = stack_session(args.stack, args.region)
+    with _aws_errors(cli.EnvironmentProblem, f"Pulumi.{args.stack}.yaml's AWS identity"):  # a profile that is none
+        boto_session = stack_session(args.stack, args.region)
     with _aws_errors(cli.EnvironmentProblem, "AWS refused the look-up"):
         leftovers = find(boto_session, stack_tags(args.stack), state)
     if not leftovers:

@@ -167,7 +167,9 @@ class _Parser(argparse.ArgumentParser):
                         if option.startswith("--")})
         match = difflib.get_close_matches(name, flags, n=1) or difflib.get_close_matches(name.replace("-", "_"), flags,
                                                                                          n=1)
-        return match[0] if match else None
+        # The start of exactly one flag's name (--print): suggested, never taken (argparse's abbreviations are off).
+        starting = [flag for flag in flags if flag.startswith(name.replace("-", "_")) or flag.startswith(name)]
+        return match[0] if match else (starting[0] if len(starting) == 1 else None)
 
 
     def _positional_file(self, message: str) -> str | None:

@@ -17,18 +17,35 @@ NO_KEYS = ("set AWS_PROFILE or AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, or run `
            "pods' role gives them); or give a path on this machine")
 
 
+def aws_session(profile: str | None = None, region: str | None = None, *, what: str = ""):
+    """A new boto3 session (the environment as it is now: boto3.client would reuse the default session's
+    credentials). A profile that no AWS config file holds (AWS_PROFILE, or `profile` from a stack's aws:profile) is
+    exit 3 naming it, where botocore's ProfileNotFound was a traceback; the one place the workload and the tools make
+    a session from this machine's profile."""
+    import boto3
+    import botocore.exceptions
+
+    try:
+        return boto3.session.Session(profile_name=profile, region_name=region)
+    except botocore.exceptions.ProfileNotFound as error:
+        name = error.kwargs.get("profile") or profile
+        source = f"the AWS profile {name!r}" if profile else f"AWS_PROFILE={name}"
+        raise cli.EnvironmentProblem(f"{what + ': ' if what else ''}{source} is no profile in this machine's AWS "
+                                     "config files (AWS_CONFIG_FILE, AWS_SHARED_CREDENTIALS_FILE, ~/.aws/)",
+                                     hint="`aws configure --profile NAME` makes one, or unset AWS_PROFILE for the "
+                                          "environment's credentials") from None
+
+
 def check_s3_locations(named: list[tuple[str, str, str, str]]) -> None:
     """Each s3:// location (what the error names it, its path, what the command does there, its kind: bucket, file
     or directory), asked with this machine's credentials: HeadBucket, HeadObject, or one ListObjectsV2 key."""
     if not named:
         return
     try:
-        import boto3
         import botocore.config
     except ImportError:
         return
-    # A new session: the environment as it is now (boto3.client would reuse the default session's credentials).
-    session = boto3.session.Session()
+    session = aws_session(what=named[0][0])
     if session.get_credentials() is None:  # said before the client's second of loading S3's service model
         what, _, purpose, _ = named[0]
         raise cli.EnvironmentProblem(f"{what}: no AWS credentials on this machine to {purpose}", hint=NO_KEYS)

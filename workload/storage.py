@@ -87,13 +87,29 @@ def remove_node_local_checkpoint(directory: str, path: str) -> None:
         shutil.rmtree(directory, ignore_errors=True)
 
 
+def nearest_sibling(path: str) -> str | None:
+    """The directory beside a missing `path` whose name is nearest to its name (checkpoint_00020, a digit short, for
+    checkpoint_000020), as the user wrote the parent; None when none is near."""
+    import difflib
+
+    parent, name = os.path.split(os.path.normpath(path))
+    try:
+        siblings = [entry.name for entry in os.scandir(parent or ".") if entry.is_dir()]
+    except OSError:
+        return None
+    match = difflib.get_close_matches(name, siblings, n=1, cutoff=0.8)
+    return os.path.join(parent, match[0]) if match else None
+
+
 @contextmanager
 def local_copy(source: str, what: str = "CHECKPOINT") -> Iterator[str]:
     """`source` as a local directory: itself, or a temporary copy of a remote one (disk, not memory). Errors name
     `what` (the argument the user gave)."""
     if not is_remote(source):
         if not os.path.isdir(source):
-            raise cli.UsageError(f"{what} {source}: no such directory")
+            guess = nearest_sibling(source)
+            raise cli.UsageError(f"{what} {source}: no such directory"
+                                 + (f" (did you mean {guess}?)" if guess else ""))
         yield source
         return
     import pyarrow.fs

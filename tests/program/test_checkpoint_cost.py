@@ -17,7 +17,8 @@ from infra.preview import checkpoint_cost
 from tests.support.instance_facts import INSTANCE_FACTS
 from tests.support.pulumi_mocks import run_program
 
-QWEN_7B = {"trainEnabled": True, "trainModelId": "Qwen/Qwen2.5-7B", "trainStoragePath": "s3://bucket/runs"}
+QWEN_7B = {"trainEnabled": True, "trainModelId": "Qwen/Qwen2.5-7B", "trainStoragePath": "s3://bucket/runs",
+           "trainSteps": 1000}  # a run long enough for trainCheckpointEvery 100
 QWEN_7B_PARAMETERS = 7.62e9
 
 

@@ -195,7 +195,7 @@ def test_a_batch_that_does_not_fit_is_planned_into_micro_batches_of_the_same_bat
 
 def test_the_readmes_examples_pass():
     # README "A real cluster": the job, a rerun, S3 checkpoints, failure restarts, one after the other.
-    readme = {**JOB_ON, "trainRunId": "2", "trainStoragePath": "s3://my-bucket/ray-train", "trainCheckpointEvery": 100,
+    readme = {**JOB_ON, "trainRunId": "2", "trainStoragePath": "s3://my-bucket/ray-train", "trainCheckpointEvery": 25,
               "trainMaxFailures": 2}
     assert run_program("dev", readme).one(JOB), "the README's pulumi config examples must make a valid stack"
 

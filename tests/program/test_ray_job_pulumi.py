@@ -132,9 +132,9 @@ def test_fp8_reaches_the_job_with_torchao_installed_at_start():
 
 
 def test_checkpoint_every_reaches_the_job():
-    args = run_program("dev", {**TRAIN, "trainStoragePath": "s3://ckpt-bucket/p", "trainCheckpointEvery": 100}).one(JOB) \
+    args = run_program("dev", {**TRAIN, "trainStoragePath": "s3://ckpt-bucket/p", "trainCheckpointEvery": 2}).one(JOB) \
         .inputs["train_args"]
-    assert args[args.index("--checkpoint_every") + 1] == "100", args
+    assert args[args.index("--checkpoint_every") + 1] == "2", args
 
 
 def test_data_schedule_evaluation_and_export_keys_reach_the_job():

@@ -138,7 +138,7 @@ def test_a_failing_tracker_is_one_warning_line_and_the_others_go_on(tmp_path, mo
 
 def test_the_local_run_asks_the_mlflow_server_before_ray_and_refuses_one_that_does_not_answer(mlflow_server,
                                                                                               monkeypatch):
-    """workload.run.services.check_tracking_server: the real server answers its /health; a closed port is exit 3
+    """workload.run.services.check_services_reachable: the real server answers its /health; a closed port is exit 3
     naming where the URI came from (the flag, else MLFLOW_TRACKING_URI); a SQLite store needs no server."""
     import socket
 
@@ -146,18 +146,18 @@ def test_the_local_run_asks_the_mlflow_server_before_ray_and_refuses_one_that_do
     from workload.run import services
 
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-    services.check_tracking_server(TrainConfig(report_to="mlflow", mlflow_tracking_uri=mlflow_server))
+    services.check_services_reachable(TrainConfig(report_to="mlflow", mlflow_tracking_uri=mlflow_server))
     with socket.socket() as probe:  # a port nothing listens on: bound, then closed
         probe.bind(("127.0.0.1", 0))
         closed = f"http://127.0.0.1:{probe.getsockname()[1]}"
     with pytest.raises(cli.EnvironmentProblem, match=f"--mlflow_tracking_uri names, {closed}, does not answer"):
-        services.check_tracking_server(TrainConfig(report_to="mlflow", mlflow_tracking_uri=closed))
+        services.check_services_reachable(TrainConfig(report_to="mlflow", mlflow_tracking_uri=closed))
     monkeypatch.setenv("MLFLOW_TRACKING_URI", closed)
     with pytest.raises(cli.EnvironmentProblem, match="MLFLOW_TRACKING_URI names"):
-        services.check_tracking_server(TrainConfig(report_to="mlflow"))
-    services.check_tracking_server(TrainConfig(report_to="tensorboard"))  # not asked: no mlflow tracker
+        services.check_services_reachable(TrainConfig(report_to="mlflow"))
+    services.check_services_reachable(TrainConfig(report_to="tensorboard"))  # not asked: no mlflow tracker
     monkeypatch.setenv("MLFLOW_TRACKING_URI", "sqlite:///nowhere/mlflow.db")
-    services.check_tracking_server(TrainConfig(report_to="mlflow"))
+    services.check_services_reachable(TrainConfig(report_to="mlflow"))
 
 
 def test_without_a_tracking_uri_a_local_run_keeps_its_store_in_its_run_directory_and_a_remote_one_cannot(

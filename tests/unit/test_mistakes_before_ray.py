@@ -67,6 +67,11 @@ FILES = {
     "kube/config": b"apiVersion: v1\n",  # a directory holding a kubeconfig
     # A local run stopped before its first save: its flags, no checkpoint_<step>/.
     "stopped-run/local_run_flags.json": json.dumps({"checkpoint_every": 20}).encode(),
+    "store/exp7": b"notes, not a run\n",
+    "checkpoint_000120/.metadata": b"x",
+    "half.kubeconfig": b"apiVersion: v1\nusers: [{name: me\n",  # a flow mapping never closed
+    # a template that renders the user's turns only
+    "greeting.jinja": b"{% for m in messages if m.role == 'user' %}{{ m.content }}\n{% endfor %}",  # a file where the run's directory would be
 }
 
 LOCAL, EXPORT, JOB = "workload.local", "workload.export", "tools.job"
@@ -200,6 +205,8 @@ MISTAKES = [
     ("a command's flag typo", JOB, ["logs", "--folow", "--stack", "dev"], cli.USAGE, "(did you mean --follow?)"),
     ("a directory as the kubeconfig", JOB, ["list", "--stack", "dev", "--kubeconfig", "kube"], cli.USAGE,
      "--kubeconfig kube is a directory; a kubeconfig file is expected: did you mean --kubeconfig kube/config?"),
+    ("a kubeconfig that is not YAML", JOB, ["list", "--stack", "dev", "--kubeconfig", "half.kubeconfig"], cli.USAGE,
+     "--kubeconfig half.kubeconfig is not valid YAML (line 3: "),
     ("a stack name in capitals", JOB, ["submit", "--stack", "Dev", "--print_config"], cli.USAGE,
      "--stack Dev: no Pulumi.Dev.yaml here; stacks: dev"),
     ("an MLflow server with no mlflow tracker", LOCAL, ["--mlflow_tracking_uri", "http://localhost:5000"], cli.USAGE,
@@ -231,6 +238,21 @@ MISTAKES = [
      "no tokenizer files in "),
     ("Alpaca records without output", LOCAL, ["--data_format", "prompt-completion", "--dataset", "alpaca.jsonl"],
      cli.USAGE, 'no field "output" (the record\'s fields: input, instruction); an Alpaca record holds instruction'),
+    ("a run name that is a file", LOCAL, ["--storage_path", "store", "--run_name", "exp7"], cli.USAGE,
+     "--run_name exp7: "),
+    ("a checkpoint a digit short", EXPORT, ["checkpoint_00120", "out"], cli.USAGE,
+     "CHECKPOINT checkpoint_00120: no such directory (did you mean checkpoint_000120?)"),
+    ("the start of one flag's name", LOCAL, ["--activation", "true"], cli.USAGE,
+     "(did you mean --activation_checkpointing?)"),
+    ("transformers' resume flag", LOCAL, ["--resume_from_checkpoint", "runs/exp3/checkpoint_000010"], cli.USAGE,
+     "--resume_from_checkpoint is not this project's: a run resumes by its name: give the same --run_name"),
+    ("transformers' steps of -1", LOCAL, ["--seq_len", "48", "--max-steps=-1"], cli.USAGE,
+     "--max-steps -1: -1 is transformers' 'train by --num_train_epochs instead': give --epochs N"),
+    ("a checkpoint interval longer than the run", LOCAL, ["--checkpoint_every", "60", "--steps", "25"], cli.USAGE,
+     "--checkpoint_every 60 is more than --steps 25: the run ends before the first; give at most 25, or 0 for"),
+    ("a chat template that renders no assistant turn", LOCAL,
+     ["--data_format", "chat", "--dataset", "chats.jsonl", "--chat_template", "greeting.jinja"], cli.USAGE,
+     "greeting.jinja renders no assistant turn of --dataset "),
     ("fp8 on a machine without an fp8 GPU", LOCAL, ["--fp8"], cli.USAGE,
      "--fp8 needs a GPU with fp8 tensor cores (compute capability 8.9+"),
     # this machine's set-up (ENVIRONMENTS: what the case's shell has set)
@@ -238,13 +260,23 @@ MISTAKES = [
      "--dataset s3://bucket/x.jsonl: no AWS credentials on this machine to read it from"),
     ("an s3 storage path with no AWS credentials", LOCAL, ["--storage_path", "s3://bucket/runs"], cli.ENVIRONMENT,
      "--storage_path s3://bucket/runs: no AWS credentials on this machine to write checkpoints to"),
+    ("an AWS profile that is none", LOCAL, ["--storage_path", "s3://team-bucket/exp"], cli.ENVIRONMENT,
+     "--storage_path s3://team-bucket/exp: AWS_PROFILE=ghost-profile is no profile in this machine's AWS config"),
     ("an s3 checkpoint with no AWS credentials", EXPORT, ["s3://bucket/runs/r/checkpoint_000030", "out"],
      cli.ENVIRONMENT, "CHECKPOINT s3://bucket/runs/r/checkpoint_000030: no AWS credentials on this machine to read it"),
     ("an offline Hub without the dataset", LOCAL, ["--dataset", "nobody-here/no-such-data-r46", "--data_format",
                                                    "chat"], cli.ENVIRONMENT,
      "--dataset nobody-here/no-such-data-r46: not in this machine's cache and HF_HUB_OFFLINE is set"),
+    ("transformers' offline variable", LOCAL, ["--dataset", "nobody-here/other-data-r9", "--data_format", "chat"],
+     cli.ENVIRONMENT, "--dataset nobody-here/other-data-r9: not in this machine's cache and TRANSFORMERS_OFFLINE is set"),
     ("an MLflow server that does not answer", LOCAL, ["--report_to", "mlflow"], cli.ENVIRONMENT,
      "the MLflow tracking server MLFLOW_TRACKING_URI names, http://127.0.0.1:1, does not answer"),
+    ("W&B switched off by WANDB_MODE", LOCAL, ["--report_to", "tensorboard,wandb"], cli.USAGE,
+     "--report_to wandb records nothing with WANDB_MODE=disabled"),
+    ("a W&B server that does not answer", LOCAL, ["--report_to", "wandb"], cli.ENVIRONMENT,
+     "--report_to wandb: W&B's server WANDB_BASE_URL names, http://127.0.0.1:1, does not answer"),
+    ("a Hub that does not answer for the upload", LOCAL, ["--push_to_hub", "lab/tuned-r9"], cli.ENVIRONMENT,
+     "--push_to_hub lab/tuned-r9: the Hugging Face Hub HF_ENDPOINT names, http://127.0.0.1:1, does not answer"),
     ("HF_HOME a file", LOCAL, [], cli.ENVIRONMENT,
      "HF_HOME=hi.txt is a file; the Hugging Face cache must be a directory"),
     ("HF_DATASETS_CACHE under a file", LOCAL, [], cli.ENVIRONMENT,
@@ -256,7 +288,12 @@ ENVIRONMENTS = {"HF_HOME a file": {"HF_HOME": "hi.txt"},
                 "an MLflow server that does not answer": {"MLFLOW_TRACKING_URI": "http://127.0.0.1:1"},
                 # nvidia-smi not on PATH: the machine has no NVIDIA GPU, whatever the one running the tests has
                 "fp8 on a machine without an fp8 GPU": {"PATH": "no-gpu-tools"},
-                "HF_DATASETS_CACHE under a file": {"HF_DATASETS_CACHE": "hi.txt/datasets"}}
+                "HF_DATASETS_CACHE under a file": {"HF_DATASETS_CACHE": "hi.txt/datasets"},
+                "an AWS profile that is none": {"AWS_PROFILE": "ghost-profile"},
+                "transformers' offline variable": {"TRANSFORMERS_OFFLINE": "1", "HF_HOME": "empty-hf-home"},
+                "W&B switched off by WANDB_MODE": {"WANDB_MODE": "disabled"},
+                "a W&B server that does not answer": {"WANDB_API_KEY": WANDB_KEY, "WANDB_BASE_URL": "http://127.0.0.1:1"},
+                "a Hub that does not answer for the upload": {"HF_TOKEN": TOKEN, "HF_ENDPOINT": "http://127.0.0.1:1"}}
 
 
 @pytest.fixture
@@ -333,6 +370,20 @@ def test_a_short_run_keeps_the_warmup_it_can_hold():
     assert local.parse_command(["--steps", "40", "--run_name", "x"])[0].warmup_steps == 4
     with pytest.raises(ValueError, match="--warmup_steps 4 must be at most --steps 3"):
         local.parse_command(["--steps", "3", "--warmup_steps", "4", "--run_name", "x"])
+
+
+def test_a_short_run_drops_the_default_intervals_it_would_outlast():
+    """`--steps 8` alone runs: the local defaults' --checkpoint_every 20 and --eval_every 10, never typed, act as 0
+    and are 0; typed, an interval longer than the run is refused (workload/config/rules.py)."""
+    short = local.parse_command(["--steps", "8", "--run_name", "x"])[0]
+    assert (short.checkpoint_every, short.eval_every) == (0, 0), short
+    long = local.parse_command(["--steps", "30", "--run_name", "x"])[0]
+    assert (long.checkpoint_every, long.eval_every) == (20, 10), long
+    with pytest.raises(ValueError, match="--eval_every 12 is more than --steps 8: the run ends before the first; give "
+                                         "at most 8, or 0 for after the last step only"):
+        local.parse_command(["--steps", "8", "--eval_every", "12", "--run_name", "x"])
+    by_epochs = local.parse_command(["--epochs", "2", "--checkpoint_every", "500", "--run_name", "x"])[0]
+    assert by_epochs.checkpoint_every == 500, "with --epochs the steps are known once the data is packed"
 
 
 def test_an_offline_hub_without_the_model_is_one_line_before_ray(monkeypatch):

@@ -61,3 +61,45 @@ def test_a_model_directory_without_weights_is_refused_before_ray(tmp_path, capsy
         preflight.check_local_files(TrainConfig(model_id=str(directory), seq_len=32))
     (directory / "model.safetensors").write_bytes(b"")
     preflight.check_local_files(TrainConfig(model_id=str(directory), seq_len=32))
+
+
+def test_a_server_the_run_will_talk_to_that_does_not_answer_is_exit_3_naming_it(bare_environment, monkeypatch):
+    """workload.run.services.check_services_reachable: W&B's server (WANDB_BASE_URL) unless WANDB_MODE keeps the run
+    local, and the Hub (HF_ENDPOINT) for --push_to_hub, one bounded GET each, as MLflow's /health
+    (tests/runs/test_tracking.py); any HTTP answer is a server that answers, a closed port is exit 3."""
+    import socket
+
+    from tests.support.fake_hub import FakeHub
+    from workload.run import services
+
+    with socket.socket() as probe:  # a port nothing listens on: bound, then closed
+        probe.bind(("127.0.0.1", 0))
+        closed = f"http://127.0.0.1:{probe.getsockname()[1]}"
+    key, token = "abcdef0123456789abcdef0123456789abcdef01", "hf_ZyXwVuTsRqPoNmLkJiHgFeDcBa9876543210"
+    monkeypatch.setenv("WANDB_API_KEY", key)
+    monkeypatch.setenv("HF_TOKEN", token)
+    monkeypatch.setenv("WANDB_BASE_URL", closed)
+    monkeypatch.setenv("HF_ENDPOINT", closed)
+    with pytest.raises(cli.EnvironmentProblem, match=f"--report_to wandb: W&B's server WANDB_BASE_URL names, {closed}, "
+                                                     "does not answer") as refused:
+        services.check_services_reachable(TrainConfig(**TINY, report_to="wandb,tensorboard"))
+    assert "WANDB_MODE=offline" in refused.value.hint and key not in str(refused.value) + refused.value.hint
+    with pytest.raises(cli.EnvironmentProblem, match=f"--push_to_hub lab/tuned-r9: the Hugging Face Hub HF_ENDPOINT "
+                                                     f"names, {closed}, does not answer") as refused:
+        services.check_services_reachable(TrainConfig(**TINY, push_to_hub="lab/tuned-r9", storage_path="runs"))
+    assert token not in str(refused.value) + refused.value.hint
+    for mode in ("offline", "dryrun"):  # wandb talks to no server: nothing asked
+        monkeypatch.setenv("WANDB_MODE", mode)
+        services.check_services_reachable(TrainConfig(**TINY, report_to="wandb"))
+    monkeypatch.delenv("WANDB_MODE")
+    with FakeHub() as hub:  # a server that answers, whatever it answers for the path
+        monkeypatch.setenv("WANDB_BASE_URL", hub.url)
+        monkeypatch.setenv("HF_ENDPOINT", hub.url)
+        services.check_services_reachable(TrainConfig(**TINY, report_to="wandb", push_to_hub="lab/tuned-r9", storage_path="runs"))
+
+
+def test_wandb_switched_off_by_wandb_mode_is_refused_as_a_flag_that_does_nothing(bare_environment, monkeypatch):
+    monkeypatch.setenv("WANDB_MODE", "Disabled")
+    with pytest.raises(cli.UsageError, match="--report_to wandb records nothing with WANDB_MODE=disabled"):
+        preflight.check_credentials(TrainConfig(**TINY, report_to="tensorboard,wandb"))
+    preflight.check_credentials(TrainConfig(**TINY, report_to="tensorboard"))

@@ -13,6 +13,7 @@ from botocore.exceptions import BotoCoreError, ClientError, EndpointConnectionEr
 
 from infra.aws.capacity_reservation import error_code, error_message
 from workload import cli
+from workload.s3_access import aws_session
 
 _CLIENT_CONFIG = Config(retries={"mode": "standard", "max_attempts": 5})
 # The first call only asks who the caller is: offline or without credentials it should say so at once, not after
@@ -25,10 +26,9 @@ class Aws:
 
     def __init__(self, profile: str | None = None):
         try:
-            self._session = boto3.session.Session(profile_name=profile)
-        except ProfileNotFound as error:
-            flag = f"--profile {profile}" if profile else f"AWS_PROFILE={error.kwargs.get('profile')!r}"
-            raise cli.UsageError(f"{flag}: no such AWS profile in the AWS config files") from None
+            self._session = boto3.session.Session(profile_name=profile) if profile else aws_session()
+        except ProfileNotFound:  # the flag's: AWS_PROFILE's is this machine's set-up (s3_access.aws_session)
+            raise cli.UsageError(f"--profile {profile}: no such AWS profile in the AWS config files") from None
         self._lock = threading.Lock()  # creating clients from one session is not thread-safe
         # One client per service, region and config: botocore builds a client's class anew on every create_client
         # (EC2's has some 700 methods), and the survey asks for EC2 three times in each region. Clients themselves

@@ -80,8 +80,20 @@ DIFFERENT: Mapping[str, str] = {
     "sample_packing": _PACKING,
     "saves_per_epoch": ("give --checkpoint_every, a number of steps (with --epochs the job prints the steps an epoch "
                         "makes)"),
+    "resume_from_checkpoint": ("a run resumes by its name: give the same --run_name (and --storage_path) again, and "
+                               "it continues from its latest checkpoint_<step>/ with the flags it was started with"),
+    "do_eval": ("evaluation is on when there is an evaluation set: give --eval_fraction (held out of --dataset) or "
+                "--eval_split, and --eval_every for evaluations before the last step"),
+    "data_seed": ("one --seed seeds the random weights and every step's batch (the data's order): give --seed; there "
+                  "is no separate data seed"),
     "evals_per_epoch": ("give --eval_every, a number of steps (with --epochs the job prints the steps an epoch "
                         "makes)"),
+}
+
+# Their name with a value that means something else there -> what to give instead: refused, as DIFFERENT's names are.
+THEIR_VALUES: Mapping[tuple[str, str], str] = {
+    ("max_steps", "-1"): ("-1 is transformers' 'train by --num_train_epochs instead': give --epochs N (passes over "
+                          "--dataset) instead of --steps"),
 }
 
 # Their switch -> (our flag, its value when theirs is true, when false; None: nothing to set), for the docs' (whose):
@@ -133,6 +145,11 @@ def ours(name: str) -> str:
 def nearest(name: str, known: Iterable[str]) -> str | None:
     """The closest of `known` names and the aliases to a typo, as ours (difflib's ratio, 0.6 as its default)."""
     known = list(known)
+    # The start of exactly one flag's name (--print, --activation): suggested before a look-alike, never taken (no
+    # flag is abbreviated); two letters are initials' (--lr), not a start.
+    starting = [each for each in known if each.startswith(name.replace("-", "_"))]
+    if len(starting) == 1 and len(name) >= 4:
+        return starting[0]
     names = list(dict.fromkeys([*known, *(theirs for theirs, (ours, _) in ALIASES.items() if ours in known)]))
     match = difflib.get_close_matches(name.replace("-", "_"), names, n=1)
     if not match:
@@ -167,6 +184,9 @@ def rewrite_argv(argv: Sequence[str], known: Iterable[str], booleans: Iterable[s
             index += bool(word and not equals)
             out += _switch_as_ours(plain, word)
             continue
+        given = value if equals else (args[index] if index < len(args) else "")
+        if (why := THEIR_VALUES.get((name.replace("-", "_"), given))) is not None:
+            raise ValueError(f"--{name} {given}: {why}")
         negated = name.startswith(("no-", "no_")) and canonical(name[3:], booleans) in booleans
         ours = canonical(name[3:] if negated else name, known)
         if ours not in known:

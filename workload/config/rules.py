@@ -114,6 +114,18 @@ def _evaluation_every_has_a_set(v: Values) -> str | None:
     return None
 
 
+def _interval_within_steps(name: str, at_zero: str) -> Callable[[Values], str | None]:
+    """A step interval longer than the run does nothing (the run ends first: only the last step's save or evaluation
+    happens, as with 0). Skipped with --epochs: the steps are known once the data is packed."""
+    def check(v: Values) -> str | None:
+        if not v.get("epochs") and v[name] > v["steps"]:
+            return (f"--{name} {v[name]} is more than --steps {v['steps']}: the run ends before the first; give at "
+                    f"most {v['steps']}, or 0 for {at_zero}")
+        return None
+    check.__name__ = f"_{name}_within_steps"  # the tests' id of the rule
+    return check
+
+
 def _records_have_a_dataset(v: Values) -> str | None:
     if v["data_format"] != "text" and not v["dataset"]:
         return f"--data_format {v['data_format']} needs a --dataset of records (random tokens are text)"
@@ -283,6 +295,10 @@ RULES = (
     Rule(("export", "checkpoint_every"), _export_at_checkpoints, {"export": "checkpoints"}),
     Rule(("fp8", "method"), _fp8_trains_full, {"fp8": True, "method": "lora"}),
     Rule(("method", *LORA_DEFAULTS), _adapters_need_a_method, {"lora_rank": 8}),
+    Rule(("checkpoint_every", "steps", "epochs"), _interval_within_steps("checkpoint_every", "the last step's only"),
+         {"checkpoint_every": 100, "storage_path": "s3://bucket/runs"}),
+    Rule(("eval_every", "steps", "epochs"), _interval_within_steps("eval_every", "after the last step only"),
+         {"eval_every": 100, "eval_fraction": 0.1, "dataset": "org/corpus"}),
     Rule(("grad_accum_steps", "batch_size"), _accumulation_divides_batch, {"batch_size": 2, "grad_accum_steps": 3}),
     Rule(("ranks_per_node", "num_workers"), _ranks_divide_workers, {"num_workers": 6, "ranks_per_node": 4}),
     Rule(("min_bus_gbytes_per_s", "fabric_check_seconds"), _bus_minimum_is_measured,

@@ -190,9 +190,9 @@ def check_dataset(cfg, say=print) -> HubChecked | None:
 
     if not cfg.dataset or is_file_dataset(cfg.dataset):
         return None
-    if os.environ.get("HF_HUB_OFFLINE", "").upper() in ("1", "ON", "YES", "TRUE"):
+    if (offline := model_source.offline_variable(model_source.DATASETS_OFFLINE_VARIABLES)) is not None:
         if not in_cache(cfg.dataset):
-            raise NotReachable("not in this machine's cache and HF_HUB_OFFLINE is set; unset it to download, or "
+            raise NotReachable(f"not in this machine's cache and {offline} is set; unset it to download, or "
                                "download it first")
         return None
     try:

@@ -25,11 +25,13 @@ def load_tokenizer(name: str):
             name = model_files.fetch(name, patterns=model_files.TOKENIZER_PATTERNS, required=None)
         return AutoTokenizer.from_pretrained(name)
     except (OSError, ValueError) as error:
-        offline = os.environ.get("HF_HUB_OFFLINE", "").upper() in ("1", "ON", "YES", "TRUE")
+        from workload.model.model_source import offline_variable
+
+        offline = offline_variable()
         if offline and "://" not in name and not os.path.isdir(os.path.expanduser(name)):
             # transformers' paragraph on offline mode, in one line
             raise ValueError(f"--tokenizer {name!r} (default: --model_id) is not in this machine's Hub cache and "
-                             "HF_HUB_OFFLINE is set; unset it to download, or download it first") from error
+                             f"{offline} is set; unset it to download, or download it first") from error
         raise ValueError(f"--tokenizer {name!r} (default: --model_id) cannot be loaded ({error})") from error
 
 

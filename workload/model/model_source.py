@@ -20,6 +20,16 @@ import tempfile
 
 from workload.model import config_json
 
+# The variables that put huggingface_hub offline, in the order it reads them (constants.py: HF_HUB_OFFLINE, else
+# transformers' older TRANSFORMERS_OFFLINE); datasets also reads its own HF_DATASETS_OFFLINE for a dataset.
+OFFLINE_VARIABLES = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
+DATASETS_OFFLINE_VARIABLES = ("HF_DATASETS_OFFLINE", *OFFLINE_VARIABLES)
+
+
+def offline_variable(names: tuple[str, ...] = OFFLINE_VARIABLES) -> str | None:
+    """The variable the user set that keeps the Hub offline (named in a refusal as they set it), or None."""
+    return next((name for name in names if os.environ.get(name, "").upper() in ("1", "ON", "YES", "TRUE")), None)
+
 # huggingface_hub's validate_repo_id (utils/_validators.py REPO_ID_REGEX and its checks): an optional namespace and a
 # name of word characters, '-' and '.', 96 at most each, starting and ending on a word character; no '--' or '..'
 # anywhere and no '.git' ending.
@@ -109,12 +119,12 @@ def check_hub_reachable(repo_id: str, file_name: str = "tokenizer_config.json") 
     cached = try_to_load_from_cache(repo_id, file_name)
     if isinstance(cached, str):
         return
-    if os.environ.get("HF_HUB_OFFLINE", "").upper() in ("1", "ON", "YES", "TRUE"):
+    if (offline := offline_variable()) is not None:
         if cached is None:  # not known to be absent from the repo: simply not downloaded
-            raise Unreachable(f"{repo_id}'s {file_name} is not in this machine's Hub cache and HF_HUB_OFFLINE is set; "
+            raise Unreachable(f"{repo_id}'s {file_name} is not in this machine's Hub cache and {offline} is set; "
                               "unset it to download, or download it first")
         return
-    if os.environ.get("HF_HUB_OFFLINE"):
+    if os.environ.get("HF_HUB_OFFLINE") or offline_variable():
         return
     try:
         _get(repo_id, file_name, None)
@@ -129,11 +139,11 @@ def hub_config_directory(model_id: str, token: str | None = None) -> str:
     from huggingface_hub import hf_hub_download
     from huggingface_hub.errors import LocalEntryNotFoundError
 
-    if os.environ.get("HF_HUB_OFFLINE", "").upper() in ("1", "ON", "YES", "TRUE"):
+    if (offline := offline_variable()) is not None:
         try:
             return os.path.dirname(hf_hub_download(model_id, CONFIG_FILE, local_files_only=True))
         except LocalEntryNotFoundError:
-            raise Unreachable(f"{model_id} is not in this machine's Hub cache and HF_HUB_OFFLINE is set") from None
+            raise Unreachable(f"{model_id} is not in this machine's Hub cache and {offline} is set") from None
     response = _get(model_id, CONFIG_FILE, token)
     if (why := config_size_problem(len(response.content))) is not None:
         raise ValueError(f"{model_id}'s {CONFIG_FILE} on the Hub {why}")

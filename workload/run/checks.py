@@ -79,8 +79,8 @@ def directory_refusal(dataset: str) -> str:
 
 
 def check_storage(cfg: TrainConfig) -> None:
-    """A local --storage_path must be a directory this user can write in, or be creatable (workload.run.writable,
-    the rule the caches are held to)."""
+    """A local --storage_path, and the run's directory under it (--run_name), must be a directory this user can
+    write in, or be creatable (workload.run.writable, the rule the caches are held to)."""
     path = cfg.storage_path
     if not path or "://" in path:
         return
@@ -90,6 +90,10 @@ def check_storage(cfg: TrainConfig) -> None:
                              f"({scheme[1]}://bucket/prefix), a local directory none")
     if (why := writable.problem(path)) is not None:
         raise cli.UsageError(f"--storage_path {path}" + (": " if "is a file" in why else " ") + why)
+    # The run's own directory is held to the same rule: a file of that name under it was a FileExistsError.
+    if (why := writable.problem(os.path.join(path, cfg.run_name))) is not None:
+        raise cli.UsageError(f"--run_name {cfg.run_name}: {why}",
+                             hint="give another --run_name, or move the file away")
 
 
 def check_workers(cfg: TrainConfig, cpus: int) -> None:

@@ -257,9 +257,14 @@ def parse_command(argv: Sequence[str] | None = None) -> tuple[TrainConfig, bool,
         args["eval_fraction"] = 0.0
     if "storage_path" in given and not args["storage_path"] and "checkpoint_every" not in given:
         args["checkpoint_every"] = 0
-    # A short run (--steps 3) keeps the warmup it can hold, a quarter of its steps: the default's 4 were never typed.
+    # A short run (--steps 3) keeps the warmup it can hold, a quarter of its steps: the default's 4 were never typed;
+    # and the default intervals it would outlast are 0, which they would act as (typed, rules.py refuses them; a
+    # --print_config file replays the defaults, so the default's value in a file counts as untyped).
     if "warmup_steps" not in given and not args.get("epochs") and args["warmup_steps"] > args["steps"]:
         args["warmup_steps"] = args["steps"] // 4
+    for name in ("checkpoint_every", "eval_every"):
+        if name not in on_line and args[name] == LOCAL_DEFAULTS[name] and args[name] > args["steps"]:
+            args[name] = 0
     cfg = TrainConfig(**args)
     # The job runs in a copy of workload/ elsewhere, so local files are passed by absolute path.
     return dataclasses.replace(
@@ -307,7 +312,8 @@ def _run(cfg: TrainConfig, verbose: bool) -> int:
     started = time.monotonic()
     resumed_at = local_checks.check_before_ray(cfg)  # the data, storage, workers and an earlier run of the name
     check_model_source(cfg)
-    services.check_tracking_server(cfg)  # the local run's: a server that is down is exit 3 now, not warned of later
+    preflight.check_credentials(cfg)  # a missing key is the thing to say before a server that does not answer
+    services.check_services_reachable(cfg)  # MLflow, W&B, the Hub: a server that is down is exit 3 now, not later
     # Heavy imports (torch, transformers, Ray) only once the flags are good, so --help and typos answer at once:
     # preflight's checks that need none come first, then those that need torch and transformers.
     preflight.validate(cfg)  # a flag that does not fit the model or tokenizer fails here, naming it, before Ray

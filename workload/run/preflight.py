@@ -36,7 +36,11 @@ def check_positions(cfg: TrainConfig, max_positions: int) -> None:
 def check_credentials(cfg: TrainConfig) -> None:
     """The keys a run needs only at its end or on rank 0 (W&B's, the Hub's token for --push_to_hub), checked before
     anything starts: without them W&B warned after the first steps and the upload failed after the whole run.
-    Exit 3, naming the variable, never its value."""
+    Exit 3, naming the variable, never its value; W&B switched off by WANDB_MODE is exit 2, as a flag that does
+    nothing (wandb.init then records nothing, silently)."""
+    if "wandb" in parse_report_to(cfg.report_to) and os.environ.get("WANDB_MODE", "").lower() == "disabled":
+        raise cli.UsageError("--report_to wandb records nothing with WANDB_MODE=disabled",
+                             hint="leave wandb out of --report_to, or unset WANDB_MODE (offline records locally)")
     if "wandb" in parse_report_to(cfg.report_to) and not _wandb_key():
         raise cli.EnvironmentProblem(
             "--report_to wandb: no W&B API key: set WANDB_API_KEY (https://wandb.ai/authorize) or run `wandb login`",
@@ -134,7 +138,7 @@ def _hub_tokenizer_tokens(name: str) -> int | None:
     cached = try_to_load_from_cache(name, tokenizer_size.TOKENIZER_FILE)
     if isinstance(cached, str):
         return tokenizer_size.size_in_directory(os.path.dirname(cached))
-    if os.environ.get("HF_HUB_OFFLINE"):
+    if model_source.offline_variable():
         return None
     try:
         return tokenizer_size.size_on_hub(name, None)
@@ -187,7 +191,7 @@ def validate(cfg: TrainConfig) -> None:
     try:
         hub_dataset.check_dataset(cfg)  # a Hub dataset's split: its first file, bounded (workload.data.hub_dataset)
     except hub_dataset.NotReachable as error:
-        offline = "HF_HUB_OFFLINE is set" in str(error)
+        offline = "OFFLINE is set" in str(error)  # model_source.offline_variable's, named in the error
         raise cli.EnvironmentProblem(f"--dataset {cfg.dataset}: {error}", hint="" if offline else
                                      "HF_HUB_OFFLINE=1 reads the dataset from this machine's cache") from None
     if known:  # the tokenizer's tokenizer.json against the shipped or random-weight config: no transformers yet

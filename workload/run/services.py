@@ -1,7 +1,8 @@
 """The services and the disk a run will use, checked before any worker starts (workload.run.preflight.validate, which
 the job's driver and `python -m workload.local` both run), one short request each: a Hub model that the Hub cannot
 serve, an s3:// location (--storage_path, --dataset, --model_id, --tokenizer) that does not answer or that this
-machine has no credentials for, a storage path's disk too small for one checkpoint. Each is exit 3 (cli.EnvironmentProblem) naming the flag, in a few seconds, where
+machine has no credentials for, a storage path's disk too small for one checkpoint, a server the run reports to or
+uploads to (MLflow, W&B, the Hub for --push_to_hub) that does not answer. Each is exit 3 (cli.EnvironmentProblem) naming the flag, in a few seconds, where
 the run used to fail inside Ray after 40-80 s, with traceback frames.
 
 What the libraries would do otherwise, and so what each check stands in for:
@@ -68,38 +69,70 @@ def check_s3_reachable(cfg: TrainConfig) -> None:
                         for name, purpose, kind in S3_FLAGS if str(getattr(cfg, name)).startswith("s3://")])
 
 
-def check_tracking_server(cfg: TrainConfig, timeout_s: float = TRACKING_TIMEOUT_S) -> None:
-    """--report_to mlflow with an http(s) tracking URI (--mlflow_tracking_uri, else $MLFLOW_TRACKING_URI): one GET of
-    the server's /health, bounded, before the run starts. Any HTTP answer but a gateway's 502-504 (even a 401, or a
-    404 from a proxy's path) is a server that answers; no answer is exit 3 naming where the URI came from. A file or
-    database store (sqlite:///, the run directory's own) needs no server. The tracker's warning stays for a server
-    that goes away mid-run."""
+# W&B's and the Hub's addresses when their variables are unset (wandb's and huggingface_hub's own defaults).
+WANDB_DEFAULT_URL = "https://api.wandb.ai"
+HUB_DEFAULT_URL = "https://huggingface.co"
+# WANDB_MODE values in which wandb talks to no server (https://docs.wandb.ai/guides/track/environment-variables).
+WANDB_LOCAL_MODES = ("offline", "dryrun", "disabled")
+
+
+def services_to_reach(cfg: TrainConfig) -> list[tuple[str, str, str, str, str]]:
+    """The servers the run will talk to, each as (the flag that makes it, what it is, the variable or flag that names
+    its address, the address when that is set (else ""), the URL to ask): an MLflow server (its /health) for
+    --report_to mlflow with an http(s) tracking URI; W&B's API for --report_to wandb unless WANDB_MODE keeps the run
+    local; the Hub for --push_to_hub (it uploads at the end, after the whole run). A file or database MLflow store,
+    and W&B offline, need no server."""
+    from workload.config import parse_report_to
+
+    trackers, servers = parse_report_to(cfg.report_to), []
+    uri = cfg.mlflow_tracking_uri or os.environ.get("MLFLOW_TRACKING_URI", "")
+    if "mlflow" in trackers and uri.lower().startswith(("http://", "https://")):
+        where = "--mlflow_tracking_uri" if cfg.mlflow_tracking_uri else "MLFLOW_TRACKING_URI"
+        servers.append(("--report_to mlflow", "the MLflow tracking server", where, uri, uri.rstrip("/") + "/health"))
+    if "wandb" in trackers and os.environ.get("WANDB_MODE", "").lower() not in WANDB_LOCAL_MODES:
+        url = os.environ.get("WANDB_BASE_URL", "")
+        servers.append(("--report_to wandb", "W&B's server", "WANDB_BASE_URL", url, url or WANDB_DEFAULT_URL))
+    if cfg.push_to_hub and not model_source.offline_variable():
+        url = os.environ.get("HF_ENDPOINT", "")
+        servers.append((f"--push_to_hub {cfg.push_to_hub}", "the Hugging Face Hub", "HF_ENDPOINT", url,
+                        (url or HUB_DEFAULT_URL).rstrip("/") + "/api/whoami-v2"))
+    return servers
+
+
+# How to do without each server, for the refusal's hint.
+WITHOUT = {"--report_to mlflow": "leave mlflow out of --report_to (without a URI the run keeps an MLflow store in its "
+                                 "run directory)",
+           "--report_to wandb": "WANDB_MODE=offline records the run locally (`wandb sync` uploads it later)",
+           "--push_to_hub": "leave --push_to_hub out and upload the exported model later"}
+
+
+def check_services_reachable(cfg: TrainConfig, timeout_s: float = TRACKING_TIMEOUT_S) -> None:
+    """Each server the run will talk to (`services_to_reach`), asked once with one bounded GET before the run starts.
+    Any HTTP answer but a gateway's 502-504 (even a 401, or a 404 from a proxy's path) is a server that answers; no
+    answer is exit 3 naming the flag, the server and where its address came from. The trackers' warnings stay for a
+    server that goes away mid-run."""
     import urllib.error
     import urllib.request
 
-    from workload.config import parse_report_to
-
-    if "mlflow" not in parse_report_to(cfg.report_to):
-        return
-    uri = cfg.mlflow_tracking_uri or os.environ.get("MLFLOW_TRACKING_URI", "")
-    if not uri.lower().startswith(("http://", "https://")):
-        return
-    where = "--mlflow_tracking_uri" if cfg.mlflow_tracking_uri else "MLFLOW_TRACKING_URI"
-    try:
-        with urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=timeout_s):
-            return
-    except urllib.error.HTTPError as error:
-        if error.code not in GATEWAY_STATUSES:
-            return  # it answered
-        why = f"HTTP {error.code} from a proxy in front of it"
-    except (OSError, ValueError) as error:
-        reason = getattr(error, "reason", error)
-        why = f"{reason if isinstance(reason, str) else type(reason).__name__}, within {timeout_s:g} s"
-    shown = uri if cli.shown(uri) == repr(uri) else "its URI (not shown: it may hold a token)"
-    raise cli.EnvironmentProblem(
-        f"--report_to mlflow: the MLflow tracking server {where} names, {shown}, does not answer ({why})",
-        hint=f"start it, or set {where} to one that answers, or leave mlflow out of --report_to (without a URI the "
-             "run keeps an MLflow store in its run directory)")
+    for flag, what, where, address, url in services_to_reach(cfg):
+        try:
+            with urllib.request.urlopen(url, timeout=timeout_s):
+                continue
+        except urllib.error.HTTPError as error:
+            if error.code not in GATEWAY_STATUSES:
+                continue  # it answered
+            why = f"HTTP {error.code} from a proxy in front of it"
+        except (OSError, ValueError) as error:
+            reason = getattr(error, "reason", error)
+            why = f"{reason if isinstance(reason, str) else type(reason).__name__}, within {timeout_s:g} s"
+        if address:
+            shown = address if cli.shown(address) == repr(address) else "its URI (not shown: it may hold a token)"
+            named = f"{where} names, {shown},"
+        else:
+            named = f"{url.removesuffix('/api/whoami-v2')} ({where} unset: the default)"
+        raise cli.EnvironmentProblem(f"{flag}: {what} {named} does not answer ({why})",
+                                     hint=f"check the network, or set {where} to one that answers; or "
+                                          f"{WITHOUT[flag.split()[0] if flag.startswith('--push') else flag]}")
 
 
 def planned_bytes(cfg: TrainConfig, architecture: dict) -> tuple[int, int]:

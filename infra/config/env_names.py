@@ -117,7 +117,7 @@ def reserved_reason(name: str) -> str | None:
 # GOOGLE_APPLICATION_CREDENTIALS), or a last word that abbreviates one (MYSQL_PWD, SMTP_PASS, LDAP_PASSWD, REDIS_PW,
 # BASIC_AUTH). TOKEN only as a word's end (TOKENIZERS_PARALLELISM and MAX_TOKENS are no credential).
 _CREDENTIAL_NAME = re.compile(r"PASSWORD|PASSWD|SECRET|CREDENTIAL|API_?KEY|PRIVATE_?KEY|ACCESS_?KEY|TOKEN(_|$)|"
-                              r"_(PWD|PASS|PW|AUTH|AUTHORIZATION)$")
+                              r"PASSPHRASE|CONNECTION_?STRING|_(PWD|PASS|PW|AUTH|AUTHORIZATION|KEY|PAT)$")
 # Names of that shape that hold a switch, not a credential.
 NOT_CREDENTIALS = frozenset({"HF_HUB_DISABLE_IMPLICIT_TOKEN"})
 

@@ -23,14 +23,16 @@ def refusal(env: list[str], **overrides) -> str:
 
 @pytest.mark.parametrize("name", ["REDIS_PASS", "LDAP_PASSWD", "SMTP_PW", "DBPASSWORD", "GITHUB_TOKEN",
                                   "SIGNING_PRIVATE_KEY", "SERVICE_CREDENTIALS", "VAULT_SECRET_ID", "MYAPIKEY",
-                                  "proxy_auth", "Db_Password_File"])
+                                  "proxy_auth", "Db_Password_File", "BLOB_STORE_KEY", "FORGE_PAT",
+                                  "QUEUE_CONNECTION_STRING", "GPG_PASSPHRASE"])
 def test_a_name_that_holds_a_credential_goes_in_trainsecretenv(name):
     message = refusal([f"{name}={SECRET}"])
     assert name in message and "put it in trainSecretEnv" in message
 
 
 @pytest.mark.parametrize("name", ["TOKENIZERS_PARALLELISM", "MAX_TOKENS", "PWD", "OLDPWD", "COMPASS", "KEYBOARD",
-                                  "HF_HUB_DISABLE_IMPLICIT_TOKEN", "PASSPORT_OFFICE"])
+                                  "HF_HUB_DISABLE_IMPLICIT_TOKEN", "PASSPORT_OFFICE",
+                                  "KEYSPACE", "PATCH_LEVEL"])
 def test_names_that_only_look_alike_are_not_credentials(name):
     assert not holds_credential(name)
 

@@ -21,6 +21,11 @@ LLAMA_1B = architectures.published("meta-llama/Llama-3.2-1B") or {"model_type": 
     (json.dumps({**LLAMA_1B, "intermediate_size": 5 * 10 ** 40}), "integer of 41 digits"),
     (json.dumps({"model_type": "llava", "text_config": {**LLAMA_1B, "num_hidden_layers": 70_000}}),
      "its num_hidden_layers is 70,000"),
+    (json.dumps({**LLAMA_1B, "num_hidden_layers": -3}), "its num_hidden_layers is -3; allowed: an integer from 1"),
+    (json.dumps({**LLAMA_1B, "intermediate_size": 0}), "its intermediate_size is 0"),
+    (json.dumps({**LLAMA_1B, "max_position_embeddings": "8192"}), "its max_position_embeddings is a str"),
+    (json.dumps({**LLAMA_1B, "num_key_value_heads": 2.5}), "its num_key_value_heads is a float"),
+    (json.dumps({**LLAMA_1B, "num_attention_heads": 10, "num_key_value_heads": 4}), "not a multiple of"),
 ])
 def test_a_config_out_of_shape_is_refused_before_anything_builds_it(text, words):
     with pytest.raises(config_json.Refused) as refused:
@@ -33,6 +38,8 @@ def test_the_bounds_leave_every_shipped_config_and_booleans_alone():
         LLAMA_1B["hidden_size"]
     for field, bound in config_json.SIZE_FIELD_BOUNDS.items():
         assert config_json.loads(json.dumps({field: bound}))[field] == bound, "the bound itself is allowed"
+    dense = {**LLAMA_1B, "num_experts": 0, "num_key_value_heads": None, "intermediate_size": [64, 128]}
+    assert config_json.loads(json.dumps(dense))["num_experts"] == 0, "no experts, a null, a list per layer: left alone"
 
 
 def test_the_job_refuses_such_a_model_directory_naming_model_id(tmp_path):

@@ -188,3 +188,16 @@ def test_the_local_run_refuses_a_model_it_cannot_train_before_ray_starts(tmp_pat
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith(f"error: --model_id {tmp_path}: bert is an encoder"), err
     assert "starting a local Ray cluster" not in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("value, shown", [
+    ("team/tok#sig=Zq81sPLq0fd", "'team/tok' then a '#' (the rest not shown)"),
+    ("team/tok&auth=Zq81sPLq0fd", "'team/tok' then a '&' (the rest not shown)"),
+    ("a" * 300, "then more (the rest not shown)"),
+])
+def test_a_refused_repo_id_is_quoted_only_up_to_its_first_character_no_id_has(value, shown):
+    """What follows a '?', '#' or '&' in a refused id may be a token: the refusal stops quoting there."""
+    from workload.config.values import repo_id_problem
+
+    problem = repo_id_problem(value)
+    assert problem and shown in problem and "Zq81sPLq0fd" not in problem and len(problem) < 700, problem

@@ -47,6 +47,24 @@ def _shown(value: int) -> str:
     return f"{value:,}" if digits <= 18 else f"an integer of {digits:,} digits"
 
 
+# Fields a dense model may set to 0 (no experts); every other sizing field is at least 1.
+MAY_BE_ZERO = {"num_local_experts", "num_experts", "n_routed_experts", "num_experts_per_tok"}
+
+
+def _check_size_field(field: str, number: Any, bound: int) -> None:
+    """A sizing field absent, null or a list (some architectures give one per layer) is left to the model's own
+    config class; a number must be a whole one within its bounds, as transformers' strict config fields require."""
+    if number is None or isinstance(number, (list, dict)):
+        return
+    lowest = 0 if field in MAY_BE_ZERO else 1
+    if isinstance(number, bool) or not isinstance(number, int):
+        raise Refused(f"out of bounds: its {field} is a {type(number).__name__}; allowed: an integer from {lowest} to "
+                      f"{bound}")
+    if not lowest <= number <= bound:
+        raise Refused(f"out of bounds: its {field} is {_shown(number)}; allowed: an integer from {lowest} to {bound} "
+                      "(well above any published model's)")
+
+
 def check_shape(config: Any) -> None:
     """Refused when `config` nests deeper than MAX_CONFIG_DEPTH or an object holds a SIZE_FIELD_BOUNDS field above its
     bound; walked without recursion."""
@@ -57,10 +75,11 @@ def check_shape(config: Any) -> None:
             raise Refused(f"nested more than {MAX_CONFIG_DEPTH} levels deep; a model's config.json nests a few")
         if isinstance(value, dict):
             for field, bound in SIZE_FIELD_BOUNDS.items():
-                number = value.get(field)
-                if isinstance(number, int) and not isinstance(number, bool) and number > bound:
-                    raise Refused(f"out of bounds: its {field} is {_shown(number)}; allowed: an integer from 1 to "
-                                  f"{bound} (well above any published model's)")
+                _check_size_field(field, value.get(field), bound)
+            heads, groups = value.get("num_attention_heads"), value.get("num_key_value_heads")
+            if isinstance(heads, int) and isinstance(groups, int) and heads % groups:
+                raise Refused(f"not a model attention can run: its num_attention_heads {heads} is not a multiple of "
+                              f"its num_key_value_heads {groups} (each key/value head serves a whole group of heads)")
             pending.extend((item, depth + 1) for item in value.values())
         elif isinstance(value, list):
             pending.extend((item, depth + 1) for item in value)

@@ -53,6 +53,20 @@ class NeedsToken(Exception):
     """A gated or private model, and no token (or one without access) to read it with."""
 
 
+_ID_CHARACTER = re.compile(r"[^A-Za-z0-9._/-]")
+
+
+def _shown_id(repo_id: str) -> str:
+    """A refused id as a refusal may quote it: up to its first character no id has (what follows a '?' or '#' may be
+    a token: org/tok?token=...), and at most 200 characters."""
+    bad = _ID_CHARACTER.search(repo_id)
+    shown = repo_id[:min(bad.start() if bad else len(repo_id), 200)]
+    if len(shown) == len(repo_id):
+        return repr(repo_id)
+    what = f"a {repo_id[bad.start()]!r}" if bad and bad.start() < 200 else "more"
+    return f"{shown!r} then {what} (the rest not shown)"
+
+
 def hub_id_problem(repo_id: str, *, owner: bool = False) -> str | None:
     """Why the Hub would refuse `repo_id` (the words after the flag or key), or None: huggingface_hub's own rule,
     utils.validate_repo_id, which its upload and download functions apply; with `owner`, an owner/name as an upload
@@ -61,17 +75,17 @@ def hub_id_problem(repo_id: str, *, owner: bool = False) -> str | None:
                + ", each 1-96 ASCII letters, digits, '-', '_' or '.', not starting or ending with '-' or '.', without "
                "'--', '..' or a '.git' ending")
     if owner and repo_id.count("/") != 1:
-        return f"must be {allowed}, got {repo_id!r}"
+        return f"must be {allowed}, got {_shown_id(repo_id)}"
     try:
         from huggingface_hub.utils import HFValidationError, validate_repo_id
     except ImportError:
         refused = (not HUB_ID.match(repo_id) or "--" in repo_id or ".." in repo_id or repo_id.endswith(".git")
                    or repo_id.count("/") > 1)
-        return f"must be {allowed}, got {repo_id!r}" if refused else None
+        return f"must be {allowed}, got {_shown_id(repo_id)}" if refused else None
     try:
         validate_repo_id(repo_id)
     except HFValidationError:
-        return f"must be {allowed}, got {repo_id!r}"
+        return f"must be {allowed}, got {_shown_id(repo_id)}"
     return None
 
 

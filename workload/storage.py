@@ -23,6 +23,12 @@ DATA_CACHE_ENV = "RAYTRAIN_DATA_CACHE"
 """Where the data stage keeps what it derives from the dataset (token shards) on a node."""
 
 
+# The remote locations local_copy reads: the stack's storage (S3) and a local file:// URI. What the job's pods read
+# is S3 only (their Pod Identity role); another cloud's client (pyarrow's GCS) waits minutes on credentials it
+# cannot find and does not stop on Ctrl-C.
+COPIED_SCHEMES = ("s3", "file")
+
+
 def is_remote(path: str) -> bool:
     return "://" in path
 
@@ -112,6 +118,10 @@ def local_copy(source: str, what: str = "CHECKPOINT") -> Iterator[str]:
                                  + (f" (did you mean {guess}?)" if guess else ""))
         yield source
         return
+    scheme = source.split("://", 1)[0].lower()
+    if scheme not in COPIED_SCHEMES:  # gs:// and the like: pyarrow's clients retry unseen credentials for minutes
+        raise cli.UsageError(f"{what} {source}: a {scheme}:// location is not read here; allowed: a local directory "
+                             f"or {' or '.join(f'{name}://' for name in COPIED_SCHEMES)}")
     import pyarrow.fs
 
     try:

@@ -68,6 +68,7 @@ FILES = {
     # A local run stopped before its first save: its flags, no checkpoint_<step>/.
     "stopped-run/local_run_flags.json": json.dumps({"checkpoint_every": 20}).encode(),
     "store/exp7": b"notes, not a run\n",
+    "store/exp8/checkpoint_000040/.metadata": b"?",  # a run's only checkpoint, cut off while saving
     "checkpoint_000120/.metadata": b"x",
     "half.kubeconfig": b"apiVersion: v1\nusers: [{name: me\n",  # a flow mapping never closed
     # a template that renders the user's turns only
@@ -240,6 +241,12 @@ MISTAKES = [
      cli.USAGE, 'no field "output" (the record\'s fields: input, instruction); an Alpaca record holds instruction'),
     ("a run name that is a file", LOCAL, ["--storage_path", "store", "--run_name", "exp7"], cli.USAGE,
      "--run_name exp7: "),
+    ("a run whose only checkpoint is cut off", LOCAL, ["--storage_path", "store", "--run_name", "exp8"], cli.USAGE,
+     "store/exp8/checkpoint_000040 is not a complete checkpoint (no train_step.json"),
+    ("a checkpoint in another cloud", EXPORT, ["az://box/runs/r/checkpoint_000010", "out"], cli.USAGE,
+     "CHECKPOINT az://box/runs/r/checkpoint_000010: a az:// location is not read here; allowed: a local directory or"),
+    ("an upload with the Hub offline", LOCAL, ["--push_to_hub", "lab/tuned-r10"], cli.USAGE,
+     "--push_to_hub lab/tuned-r10 cannot upload with HF_HUB_OFFLINE=1: the Hub is offline"),
     ("a checkpoint a digit short", EXPORT, ["checkpoint_00120", "out"], cli.USAGE,
      "CHECKPOINT checkpoint_00120: no such directory (did you mean checkpoint_000120?)"),
     ("the start of one flag's name", LOCAL, ["--activation", "true"], cli.USAGE,
@@ -293,7 +300,8 @@ ENVIRONMENTS = {"HF_HOME a file": {"HF_HOME": "hi.txt"},
                 "transformers' offline variable": {"TRANSFORMERS_OFFLINE": "1", "HF_HOME": "empty-hf-home"},
                 "W&B switched off by WANDB_MODE": {"WANDB_MODE": "disabled"},
                 "a W&B server that does not answer": {"WANDB_API_KEY": WANDB_KEY, "WANDB_BASE_URL": "http://127.0.0.1:1"},
-                "a Hub that does not answer for the upload": {"HF_TOKEN": TOKEN, "HF_ENDPOINT": "http://127.0.0.1:1"}}
+                "a Hub that does not answer for the upload": {"HF_TOKEN": TOKEN, "HF_ENDPOINT": "http://127.0.0.1:1"},
+                "an upload with the Hub offline": {"HF_TOKEN": TOKEN, "HF_HUB_OFFLINE": "1"}}
 
 
 @pytest.fixture
@@ -308,7 +316,7 @@ def here(tmp_path, monkeypatch):
     monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
     monkeypatch.setenv("AWS_DEFAULT_REGION", "us-west-2")
     for name, data in FILES.items():
-        (tmp_path / name).parent.mkdir(exist_ok=True)
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_bytes(data)
     monkeypatch.chdir(tmp_path)
 
@@ -347,7 +355,8 @@ def test_a_mistake_is_one_line_naming_the_fix_before_ray(here, capsys, monkeypat
     assert TOKEN not in out + err and WANDB_KEY not in out + err, f"{case}: a secret was echoed"
     assert took < 1, f"{case}: answered in {took:.1f} s, not before anything heavy"
     left = sorted(str(path.relative_to(here)) for path in here.rglob("*") if path.is_dir()) if command == LOCAL else []
-    assert set(left) <= {name.split("/")[0] for name in FILES if "/" in name}, f"{case}: a refused run leaves no directory behind: {left}"
+    given = {"/".join(name.split("/")[:depth]) for name in FILES for depth in range(1, name.count("/") + 1)}
+    assert set(left) <= given, f"{case}: a refused run leaves no directory behind: {left}"
 
 
 def test_every_mistake_is_new_and_named_once():

@@ -26,8 +26,8 @@ account) this reports:
 
 The output is a ranked table (offered, probe, quota, subnet, then Spot score), then ready-to-run
 `aws service-quotas request-service-quota-increase` commands for the regions whose quota is short.
---write-stack NAME sets aws:region and <project>:gpuAvailabilityZone (the best AZ) in Pulumi.NAME.yaml, keeping
-its comments and other keys; when that stack has capacityReserve true, also <project>:capacityCandidateAzs (the
+--write-stack NAME sets aws:region and <project>:gpuAvailabilityZone (the best AZ) in Pulumi.NAME.yaml (made for a
+new stack, which `pulumi stack init NAME` then takes), keeping its comments and other keys; when that stack has capacityReserve true, also <project>:capacityCandidateAzs (the
 qualifying AZs of the best region, ranked), which `pulumi up` then tries in order.
 
 A failure in one region (disabled, access denied, throttled) is reported and does not stop the others.

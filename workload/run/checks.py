@@ -132,6 +132,12 @@ def resume_step(cfg: TrainConfig) -> int | None:
         except (OSError, ValueError, KeyError, TypeError):
             continue  # a checkpoint cut off while being written: Ray Train does not resume from it either
     if not steps:
+        cut = sorted(glob.glob(os.path.join(directory, "checkpoint_*" + os.sep)))
+        if cut:  # the run was asked to resume, and would silently start at step 0 instead
+            raise cli.UsageError(f"--run_name {cfg.run_name}: {cut[-1].rstrip(os.sep)} is not a complete checkpoint "
+                                 "(no train_step.json: cut off while saving, or not one this job wrote), and the "
+                                 "run has no other to resume from",
+                                 hint="remove it to start the run afresh, or give a new --run_name")
         return None  # nothing to resume: the run starts afresh, whatever it was started with before
     before = _recorded_flags(directory)
     if before is not None:

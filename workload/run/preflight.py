@@ -41,6 +41,10 @@ def check_credentials(cfg: TrainConfig) -> None:
     if "wandb" in parse_report_to(cfg.report_to) and os.environ.get("WANDB_MODE", "").lower() == "disabled":
         raise cli.UsageError("--report_to wandb records nothing with WANDB_MODE=disabled",
                              hint="leave wandb out of --report_to, or unset WANDB_MODE (offline records locally)")
+    if cfg.push_to_hub and (offline := model_source.offline_variable()):
+        raise cli.UsageError(f"--push_to_hub {cfg.push_to_hub} cannot upload with {offline}=1: the Hub is offline",
+                             hint=f"unset {offline} for this run, or leave --push_to_hub out and upload the export "
+                                  "later")
     if "wandb" in parse_report_to(cfg.report_to) and not _wandb_key():
         raise cli.EnvironmentProblem(
             "--report_to wandb: no W&B API key: set WANDB_API_KEY (https://wandb.ai/authorize) or run `wandb login`",

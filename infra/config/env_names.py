@@ -68,7 +68,12 @@ RESERVED_ENV = {
 # Families of names: the container credential provider's (FULL_URI, RELATIVE_URI, AUTHORIZATION_TOKEN[_FILE], and any
 # added later) and the endpoint overrides (AWS_ENDPOINT_URL, AWS_ENDPOINT_URL_S3, ...), which send the job's S3 calls,
 # signed with the pods' credentials, to another host.
-RESERVED_ENV_PREFIXES = {"AWS_CONTAINER_": _AWS_IDENTITY, "AWS_ENDPOINT_URL": _AWS_IDENTITY}
+# Whole families: every PIP_* variable is one of pip's options (PIP_REQUIREMENT, PIP_CONSTRAINT and PIP_SRC install
+# from elsewhere as PIP_INDEX_URL does: pip's "Environment Variables" docs); the interpreter's PYTHON* variables
+# change what it loads and how (PYTHONPLATLIBDIR: where compiled modules come from), but for the few below; NCCL
+# reads NCCL_CONF_FILE's NCCL_* settings, the reserved ones included.
+RESERVED_ENV_PREFIXES = {"AWS_CONTAINER_": _AWS_IDENTITY, "AWS_ENDPOINT_URL": _AWS_IDENTITY, "PIP_": _INSTALLED,
+                         "PYTHON": _LOADER, "NCCL_CONF_FILE": _LOADER}
 # Families by a word of the name, for what no list keeps up with: a name that loads code, points a library at code or
 # certificates, or turns verification off. Search paths (GCONV_PATH: glibc loads iconv modules from it; FI_PROVIDER_PATH:
 # libfabric's providers; LD_LIBRARY_PATH, PYTHONPATH, ...), plugins (NCCL_TUNER_PLUGIN, NCCL_PROFILER_PLUGIN: a .so
@@ -90,7 +95,14 @@ RESERVED_ENV_WORDS = (
     (re.compile(r"KEY_?LOG"), _EXPOSES),
 )
 # NO_PROXY only narrows what a proxy sees, and the pods have none.
-NOT_RESERVED = frozenset({"NO_PROXY"})
+# The interpreter's switches that change no code it loads: output buffering, hashing, encodings, tracebacks.
+NOT_RESERVED = frozenset({"NO_PROXY", "PYTHONUNBUFFERED", "PYTHONHASHSEED", "PYTHONIOENCODING", "PYTHONUTF8",
+                          "PYTHONFAULTHANDLER", "PYTHONDONTWRITEBYTECODE", "PYTHONPYCACHEPREFIX", "PYTHONNOUSERSITE",
+                          "PYTHONOPTIMIZE", "PYTHONTRACEMALLOC", "PYTHONDEVMODE",
+                          # pip's options that change how it installs, never from where or what
+                          "PIP_NO_CACHE_DIR", "PIP_CACHE_DIR", "PIP_DISABLE_PIP_VERSION_CHECK", "PIP_PROGRESS_BAR",
+                          "PIP_QUIET", "PIP_VERBOSE", "PIP_DEFAULT_TIMEOUT", "PIP_TIMEOUT", "PIP_RETRIES",
+                          "PIP_NO_INPUT", "PIP_ROOT_USER_ACTION", "PIP_PREFER_BINARY", "PIP_ONLY_BINARY"})
 # Entries per key, and characters per value. Each entry is an environment variable of every Ray container and of the
 # job's runtime_env; no job the project knows sets more than a handful, and a larger set belongs in the image.
 MAX_ENV_ENTRIES = 64

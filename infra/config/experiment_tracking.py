@@ -32,6 +32,11 @@ _TRACKING_URI = re.compile(r"https://[A-Za-z0-9.-]+(:443)?(/[\w./-]*)?")
 # internal, ec2.internal), mDNS (local), and a bare name (resolved through the cluster's search domains).
 _IPV4_CHARS = frozenset("0123456789abcdefx.")
 _PRIVATE_SUFFIXES = (".local", ".internal", ".svc", ".localdomain", ".lan", ".home.arpa", ".localhost")
+# SERVICE.NAMESPACE names a Service of the cluster: the pods' resolv.conf (ndots 5) tries the cluster's search domains
+# first. The namespaces every EKS cluster has, and this stack's (rayNamespace's default, infra/kubernetes: addons.py,
+# monitoring.py, monitoring_security.py; not imported, which would make a cycle); none is a public top-level domain.
+CLUSTER_NAMESPACES = frozenset({"default", "kube-system", "kube-public", "kube-node-lease", "ray", "kuberay-system",
+                                "monitoring", "monitoring-host", "amazon-cloudwatch"})
 TRACKING_ALLOWED = ("allowed: https://host[/path] on port 443 at a public address, the only way out the Ray pods' "
                     "NetworkPolicy allows, with no user:password@ (credentials go in trainSecretEnv as "
                     "MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD), or the stack's own server "
@@ -66,6 +71,8 @@ def _unreachable_host(host: str) -> str | None:
         return f"{host} is neither a host name nor an IPv4 address"
     if host == "localhost" or "." not in host or host.endswith(_PRIVATE_SUFFIXES):
         return f"{host} is not a public address"
+    if host.count(".") == 1 and host.rsplit(".", 1)[1].lower() in CLUSTER_NAMESPACES:
+        return f"{host} is a Service of the cluster (SERVICE.NAMESPACE), not a public address"
     return None
 
 

@@ -231,6 +231,8 @@ def _check_offline(raw: dict[str, Any], env: dict[str, str]) -> None:
 #   quarter of the stack limit: 2 MiB under the usual 8 MiB; "Limits on size of arguments and environment") and which
 #   the image's own variables, Ray's, trainSecretEnv's (up to the 1 MiB above) and the command line share; a single
 #   string is capped at MAX_ARG_STRLEN (128 KiB), far above MAX_ENV_VALUE_CHARS. A quarter of ARG_MAX leaves them room.
+# execve(2): each argument or environment string is at most MAX_ARG_STRLEN, 32 pages of 4 KiB, its NUL included.
+MAX_ARG_STRLEN = 32 * 4096
 ENV_TOTAL_BOUNDS = {
     "trainSecretEnv": ((1 << 20) - (16 << 10), "one Kubernetes Secret holds at most 1 MiB, metadata included"),
     "trainEnv": (512 << 10, "every Ray worker's environment, which Linux's execve caps at ARG_MAX, 2 MiB, with the "
@@ -249,6 +251,10 @@ def _parse_env(key: str, items: list[str]) -> dict[str, str]:
     env: dict[str, str] = {}
     first_index: dict[str, int] = {}
     for index, item in enumerate(items):
+        size = len(item.encode("utf-8", "surrogatepass")) + 1 if isinstance(item, str) else 0
+        require(size <= MAX_ARG_STRLEN, key, f"entry {index} is {size:,} bytes; allowed: at most {MAX_ARG_STRLEN:,} "
+                                            "(Linux's execve refuses a longer NAME=VALUE string, MAX_ARG_STRLEN; the "
+                                            "value is not shown)")
         name, sep, value = item.partition("=")
         require(bool(sep) and bool(ENV_NAME.fullmatch(name)), key,
                  f"entry {index} is not KEY=VALUE with KEY made of letters, digits and '_' (its value is not shown)")

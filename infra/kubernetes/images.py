@@ -88,6 +88,11 @@ def check_image(image: str) -> None:
         raise ValueError(f"config key 'dlcImage': its registry {host} is a loopback or link-local address, which names "
                          "each node itself, so no node can pull it; allowed: a registry the nodes reach, such as ECR "
                          "(ACCOUNT.dkr.ecr.REGION.amazonaws.com/REPOSITORY:TAG) or public.ecr.aws")
+    first, slash, _ = reference.partition("/")
+    port = first.rpartition("]")[2].rpartition(":")[2] if slash and ":" in first.rpartition("]")[2] else ""
+    if port and not (port.isdigit() and 1 <= int(port) <= 65535):
+        raise ValueError(f"config key 'dlcImage': its registry's port {port[:8]!r} is no TCP port; allowed: "
+                         "registry[:port]/repository:tag with a port from 1 to 65535")
 
 
 def _unreachable_registry(reference: str) -> str | None:

@@ -52,6 +52,8 @@ def test_a_dollar_that_names_nothing_is_a_literal(value):
     ("PYTHONBREAKPOINT", "load"), ("OPENSSL_ENGINES", "load"), ("OPENSSL_CONF_INCLUDE", "load"),
     ("TRANSFORMERS_TRUST_REMOTE_CODE", "code that a model or dataset repository ships"),
     ("TLS_KEYLOG_FILE", "TLS session keys"), ("Pythonwarnings", "load"),
+    ("PIP_SRC", "installed"), ("PIP_NO_BUILD_ISOLATION", "installed"), ("PYTHONCASEOK", "load"),
+    ("NCCL_CONF_FILE", "load"),
 ])
 def test_names_that_load_code_or_expose_traffic_are_reserved_with_their_reason(name, words):
     assert words in (reserved_reason(name) or "")
@@ -61,5 +63,6 @@ def test_names_that_load_code_or_expose_traffic_are_reserved_with_their_reason(n
 
 def test_ordinary_entries_still_pass():
     parsed = config.parse(DEV | {"trainEnv": ["TOKENIZERS_PARALLELISM=false", "NOTE=price 5$", "OMP_NUM_THREADS=4",
-                                              "HF_HUB_DISABLE_IMPLICIT_TOKEN=1", "NO_PROXY=*"]})
+                                              "HF_HUB_DISABLE_IMPLICIT_TOKEN=1", "NO_PROXY=*",
+                                              "PYTHONUNBUFFERED=1", "PYTHONFAULTHANDLER=1"]})
     assert parsed is not None

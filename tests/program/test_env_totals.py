@@ -33,3 +33,12 @@ def test_a_plain_env_over_its_share_of_arg_max_is_refused_and_one_under_it_runs(
     under = over[:30]
     assert _total(under) <= ENV_TOTAL_BOUNDS["trainEnv"][0] < _total(over)
     run_program("dev", {**JOB, "trainEnv": under})
+
+
+def test_one_entry_longer_than_execve_takes_is_refused_by_its_bytes_not_its_characters():
+    from infra.config.train_keys import MAX_ARG_STRLEN
+
+    entry = "NOTE=" + "\U0001d538" * 32_767  # 32,767 characters of four bytes: over 128 KiB, under the character bound
+    message = program_refusal({**JOB, "trainEnv": [entry]})
+    assert message.startswith(f"config key 'trainEnv': entry 0 is {len(entry.encode()) + 1:,} bytes; allowed: at most "
+                              f"{MAX_ARG_STRLEN:,}"), message

@@ -62,3 +62,12 @@ def test_a_registry_on_a_private_address_or_name_is_left_alone():
     for image in ("10.20.0.5:5000/ml/ray-train:2.58.0", "registry.internal.example:5000/ml/ray-train:2.58.0",
                   "ml/ray-train:2.58.0"):
         check_image(image)
+
+
+@pytest.mark.parametrize("port", ["70000", "0"])
+def test_a_registry_port_that_is_no_tcp_port_is_refused(port):
+    from tests.program.test_refusals_at_preview import program_refusal
+
+    message = program_refusal({"dlcImage": f"registry.example.net:{port}/ml/ray-train:2.58.0", "rayVersion": "2.58.0",
+                               "imageCudaVersion": "13.0"})
+    assert message.startswith(f"config key 'dlcImage': its registry's port '{port}' is no TCP port"), message

@@ -32,3 +32,9 @@ def test_a_host_ending_in_a_number_that_is_no_address_is_refused(host):
                                   "a1b2.example.org"])
 def test_public_addresses_and_names_are_allowed(host):
     assert tracking_uri_problem(f"https://{host}/team", None) is None
+
+
+@pytest.mark.parametrize("host", ["tracker.kube-system", "mlflow.monitoring", "Runs.Default"])
+def test_a_service_of_the_cluster_by_its_namespace_is_refused(host):
+    message = tracking_uri_problem(f"https://{host}/", None)
+    assert message is not None and "is a Service of the cluster (SERVICE.NAMESPACE)" in message, message

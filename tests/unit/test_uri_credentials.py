@@ -13,6 +13,8 @@ from workload.config.uri_credentials import credential_parameter, has_credential
 SECRET = "PLACEHOLDERc4Lm28"
 
 CREDENTIAL_URIS = [
+    f"//ops:{SECRET}@cache.example.net/0",  # scheme-relative: clients take it with their own scheme
+    f"https://tracking.example.org/?api%5Fkey={SECRET}",  # a parameter name percent-encoded
     f"https://tracking.example.org/run?client_secret={SECRET}",
     f"https://tracking.example.org/#id_token={SECRET}",
     f"https://tracking.example.org/#/view?sig={SECRET}",

@@ -10,7 +10,7 @@ Standard library only: the Pulumi program imports it at preview.
 """
 from __future__ import annotations
 
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 _SCHEME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789+.-")
 # A parameter's name says it holds a credential when one of its words (the name in lower case, split at '_', '-' and
@@ -29,7 +29,7 @@ _WORD_SEPARATORS = str.maketrans({"-": "_", ".": "_"})
 
 def credential_parameter(name: str) -> bool:
     """Whether a query or fragment parameter named `name` holds a credential (token, Authorization, pwd, sig...)."""
-    words = name.lower().translate(_WORD_SEPARATORS).split("_")
+    words = unquote(name).lower().translate(_WORD_SEPARATORS).split("_")  # to%6Ben is token to every server
     return any(word in _CREDENTIAL_WORDS or word.endswith(_CREDENTIAL_ENDINGS)
                or word.startswith(_CREDENTIAL_BEGINNINGS) for word in words)
 
@@ -59,7 +59,17 @@ def _word_has_credentials(word: str) -> bool:
 def has_credentials(value: str) -> bool:
     """Whether `value` holds, anywhere, a URI with user information (scheme://user[:password]@...) or a parameter
     named like a credential in its query or fragment (?token=..., #access_token=...)."""
-    return "://" in value and any(_word_has_credentials(word) for word in value.split() if "://" in word)
+    # A scheme-relative URI (//user:secret@host/db, which clients resolve against their own scheme; also after '='
+    # as in DSN=//user:secret@host) read as a URI: each '//' not after ':' is given a scheme.
+    words = [_with_scheme(word) for word in value.split() if "//" in word]
+    return any(_word_has_credentials(word) for word in words if "://" in word)
+
+
+def _with_scheme(word: str) -> str:
+    """`word` with 'x:' before each '//' that no ':' precedes (one pass over the word's pieces)."""
+    pieces = word.split("//")
+    return pieces[0] + "".join(("//" if before.endswith(":") else "x://") + piece
+                               for before, piece in zip(pieces, pieces[1:]))
 
 
 def shown_uri(uri: str) -> str:

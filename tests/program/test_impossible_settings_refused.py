@@ -126,8 +126,10 @@ def test_nccl_net_naming_aws_ofi_nccl_passes():
     assert run.error is None, run.error
 
 
-def test_a_secret_principal_of_another_partition_is_refused_unquoted():
+def test_a_secret_principal_is_refused_before_its_partition_is_read_and_unquoted():
+    """clusterViewers names access entries (infra/config/secret_placement.py): a secret one is refused as such,
+    before the partition rule reads it, and its value is never quoted."""
     from tests.support.pulumi_mocks import Secret
 
     message = program_refusal({"clusterViewers": Secret(["arn:aws-us-gov:iam::210987654321:role/audit-Hx4Tq9"])})
-    assert "aws-us-gov partition" in message and "Hx4Tq9" not in message, message
+    assert "config key 'clusterViewers': cannot be a secret" in message and "Hx4Tq9" not in message, message

@@ -164,12 +164,7 @@ def test_the_drivers_s3_checks_are_requests_the_pod_policy_allows(monkeypatch):
                 pass  # moto's backends are the process's: the module's server made it
         admin.put_object(Bucket="data-bucket", Key="sets/chat.jsonl", Body=b'{"text": "a"}\n')
         admin.put_object(Bucket="data-bucket", Key="models/base/config.json", Body=b"{}")
-        for name in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_CONTAINER_CREDENTIALS_FULL_URI"):
-            monkeypatch.delenv(name, raising=False)
-        for name, value in {"AWS_ENDPOINT_URL_S3": server.url, "AWS_ACCESS_KEY_ID": "AKIARAYPODS000000002",
-                            "AWS_SECRET_ACCESS_KEY": "pod-secret", "AWS_DEFAULT_REGION": "us-west-2",
-                            "AWS_EC2_METADATA_DISABLED": "true"}.items():
-            monkeypatch.setenv(name, value)
+        server.as_this_machines_s3(monkeypatch, "AKIARAYPODS000000002", "pod-secret")
         server.seen.clear()
         services.check_s3_reachable(TrainConfig(model_id=model, dataset=dataset, storage_path=STORAGE))
         asked = [(seen.operation, seen.decision) for seen in server.seen]

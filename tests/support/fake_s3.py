@@ -179,3 +179,12 @@ class PolicyEnforcingS3(ThreadedMotoServer):
 
     def refused(self) -> list[Seen]:
         return [s for s in self.seen if s.decision != "Allow"]
+
+    def as_this_machines_s3(self, monkeypatch, access_key: str, secret_key: str) -> None:
+        """This process's AWS settings point at the server, as `access_key`, with nothing of the machine's own."""
+        for name in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_CONTAINER_CREDENTIALS_FULL_URI"):
+            monkeypatch.delenv(name, raising=False)
+        for name, value in {"AWS_ENDPOINT_URL_S3": self.url, "AWS_ACCESS_KEY_ID": access_key,
+                            "AWS_SECRET_ACCESS_KEY": secret_key, "AWS_DEFAULT_REGION": "us-west-2",
+                            "AWS_EC2_METADATA_DISABLED": "true"}.items():
+            monkeypatch.setenv(name, value)

@@ -79,12 +79,7 @@ def s3_endpoint(monkeypatch):
 
     server = PolicyEnforcingS3({"AKIAUSER": None})
     server.start()
-    for name in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_CONTAINER_CREDENTIALS_FULL_URI"):
-        monkeypatch.delenv(name, raising=False)
-    for name, value in {"AWS_ENDPOINT_URL_S3": server.url, "AWS_ACCESS_KEY_ID": "AKIAUSER",
-                        "AWS_SECRET_ACCESS_KEY": "secret", "AWS_DEFAULT_REGION": "us-west-2",
-                        "AWS_EC2_METADATA_DISABLED": "true"}.items():
-        monkeypatch.setenv(name, value)
+    server.as_this_machines_s3(monkeypatch, "AKIAUSER", "secret")
     import boto3
 
     # A session of its own: boto3.client would reuse the default session's credentials, cached by an earlier test.

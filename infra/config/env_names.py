@@ -46,6 +46,8 @@ RESERVED_ENV = {
     # Set on the Ray workers from their own stack keys (infra/config/parse.py, transport_env); trainExpectTransport and
     # the preview's transport checks read those keys, so a second value here would contradict what they checked.
     "NCCL_DEBUG": "set it with the stack key ncclDebug",
+    # NCCL prints only the subsystems named here: the INIT and NET lines the transport check reads would go.
+    "NCCL_DEBUG_SUBSYS": "it filters out the NCCL log lines the job's transport check reads (trainExpectTransport)",
     "NCCL_SOCKET_IFNAME": "set it with the stack key ncclSocketIfname",
     "FI_PROVIDER": "set it with the stack key fiProvider",
     "NCCL_NET_PLUGIN": "set it with the stack key ncclNetPlugin",

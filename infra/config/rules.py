@@ -18,7 +18,9 @@ RAY_VERSION = re.compile(r"^[0-9]+\.[0-9]+\.[0-9]+$")
 CUDA_VERSION = re.compile(r"^[0-9]+\.[0-9]+$")
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # An IAM user or role (optionally with a path): what an EKS access entry's principal can be.
-PRINCIPAL_ARN = re.compile(r"^arn:aws[a-z-]*:iam::[0-9]{12}:(role|user)/[A-Za-z0-9+=,.@_/-]{1,512}$")
+# IAM's own rule (the IAM User Guide's "IAM identifiers"): an optional path of /-separated parts, then the name, which
+# is not empty (a trailing '/' leaves none, and EKS refuses such an access entry at `up`).
+PRINCIPAL_ARN = re.compile(r"^arn:aws[a-z-]*:iam::[0-9]{12}:(role|user)/(?:[A-Za-z0-9+=,.@_-]+/)*[A-Za-z0-9+=,.@_-]{1,64}$")
 # NCCL_SOCKET_IFNAME: interface name prefixes (Linux names are at most 15 characters), comma-separated, optionally
 # led by ^ (exclude) or = (exact match), as NCCL's environment variable documentation gives them.
 SOCKET_IFNAME = re.compile(r"[\^=]?[A-Za-z0-9_.:-]{1,15}(,[A-Za-z0-9_.:-]{1,15})*")

@@ -53,7 +53,7 @@ def test_a_dollar_that_names_nothing_is_a_literal(value):
     ("TRANSFORMERS_TRUST_REMOTE_CODE", "code that a model or dataset repository ships"),
     ("TLS_KEYLOG_FILE", "TLS session keys"), ("Pythonwarnings", "load"),
     ("PIP_SRC", "installed"), ("PIP_NO_BUILD_ISOLATION", "installed"), ("PYTHONCASEOK", "load"),
-    ("NCCL_CONF_FILE", "load"),
+    ("NCCL_CONF_FILE", "load"), ("nccl_debug_subsys", "transport check"),
 ])
 def test_names_that_load_code_or_expose_traffic_are_reserved_with_their_reason(name, words):
     assert words in (reserved_reason(name) or "")

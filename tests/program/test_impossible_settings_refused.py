@@ -133,3 +133,9 @@ def test_a_secret_principal_is_refused_before_its_partition_is_read_and_unquoted
 
     message = program_refusal({"clusterViewers": Secret(["arn:aws-us-gov:iam::210987654321:role/audit-Hx4Tq9"])})
     assert "config key 'clusterViewers': cannot be a secret" in message and "Hx4Tq9" not in message, message
+
+
+def test_a_principal_arn_with_no_name_after_its_path_is_refused():
+    """IAM's identifiers: a path then a name; `role/team/` has no name, and EKS refuses its access entry at `up`."""
+    message = program_refusal({"clusterAdmins": ["arn:aws:iam::123456789012:role/platform/"]})
+    assert message.startswith("config key 'clusterAdmins'"), message

@@ -201,3 +201,19 @@ def test_a_refused_repo_id_is_quoted_only_up_to_its_first_character_no_id_has(va
 
     problem = repo_id_problem(value)
     assert problem and shown in problem and "Zq81sPLq0fd" not in problem and len(problem) < 700, problem
+
+
+@pytest.mark.parametrize("extra, words", [
+    ({"hidden_act": "gelu_fancy"}, "does not build a granite model (KeyError: 'gelu_fancy')"),
+    ({"rope_scaling": {"rope_type": "mystery", "factor": 2.0}}, "does not build a granite model (KeyError"),
+    ({"quantization_config": {"quant_method": "awq", "bits": 4}}, "has a quantization_config"),
+])
+def test_a_config_whose_model_cannot_be_built_or_loaded_is_refused_naming_the_flag(extra, words):
+    """Values the model's code looks up (an activation, a RoPE type) and weights stored quantized: one refusal
+    naming the flag, not a KeyError from inside transformers."""
+    from workload.model import compatibility
+
+    granite = published("ibm-granite/granite-3.1-8b-base")
+    with pytest.raises(ValueError) as refused:
+        compatibility.gate({**granite, **extra}, "--model_id lab/odd")
+    assert str(refused.value).startswith("--model_id lab/odd: ") and words in str(refused.value), refused.value

@@ -51,6 +51,10 @@ def check_config_dict(raw: Any, what: str):
     model_type = raw.get("model_type")
     if not isinstance(model_type, str) or not model_type:
         raise _refuse(what, "its config.json has no model_type, so transformers cannot tell what it is")
+    if raw.get("quantization_config") is not None:  # GPTQ, AWQ, FP8, bitsandbytes: qweight/scales, not the weights
+        raise _refuse(what, "its config.json has a quantization_config: its weights are stored quantized, which the "
+                            "job neither loads nor trains; give the model's unquantized (bf16/fp32) repository "
+                            "(--method qlora quantizes it itself)")
     from transformers import AutoConfig, __version__
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
 
@@ -133,7 +137,12 @@ def build(config, what: str):
 
     check_config(config, what)
     with parameters_on_meta():
-        lm = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+        try:
+            lm = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+        except (KeyError, ValueError, TypeError, AttributeError, IndexError, ZeroDivisionError) as error:
+            # a value the model's code looks up or divides by (hidden_act, rope_scaling's rope_type, a head count)
+            raise _refuse(what, f"its config.json does not build a {config.model_type} model "
+                                f"({type(error).__name__}: {str(error)[:120]})") from None
     check_model(lm, what)
     return lm
 

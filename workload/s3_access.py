@@ -36,17 +36,33 @@ def aws_session(profile: str | None = None, region: str | None = None, *, what: 
                                           "environment's credentials") from None
 
 
+# botocore's credential providers, as PartialCredentialsError names them, in a user's words.
+PROVIDERS = {"env": "the environment", "shared-credentials-file": "the shared credentials file",
+             "config-file": "the AWS config file", "custom-process": "the credential_process"}
+
+
 def check_s3_locations(named: list[tuple[str, str, str, str]]) -> None:
     """Each s3:// location (what the error names it, its path, what the command does there, its kind: bucket, file
     or directory), asked with this machine's credentials: HeadBucket, HeadObject, or one ListObjectsV2 key."""
     if not named:
         return
+    for what, path, _, _ in named:  # bad input whatever the credentials: said first
+        if not path[len("s3://"):].partition("/")[0]:
+            raise cli.UsageError(f"{what}: an s3:// location names its bucket; allowed: s3://BUCKET/PREFIX")
     try:
         import botocore.config
+        import botocore.exceptions
     except ImportError:
         return
     session = aws_session(what=named[0][0])
-    if session.get_credentials() is None:  # said before the client's second of loading S3's service model
+    try:
+        credentials = session.get_credentials()
+    except botocore.exceptions.PartialCredentialsError as error:  # AWS_ACCESS_KEY_ID without its secret, say
+        raise cli.EnvironmentProblem(f"{named[0][0]}: this machine's AWS credentials are incomplete: "
+                                     f"{error.kwargs.get('cred_var', 'a key')} is missing from "
+                                     f"{PROVIDERS.get(error.kwargs.get('provider'), 'their source')}",
+                                     hint=NO_KEYS) from None
+    if credentials is None:  # said before the client's second of loading S3's service model
         what, _, purpose, _ = named[0]
         raise cli.EnvironmentProblem(f"{what}: no AWS credentials on this machine to {purpose}", hint=NO_KEYS)
     config = botocore.config.Config(connect_timeout=S3_CONNECT_TIMEOUT_S, read_timeout=S3_READ_TIMEOUT_S,

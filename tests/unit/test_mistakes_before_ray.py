@@ -243,6 +243,14 @@ MISTAKES = [
      "--run_name exp7: "),
     ("a run whose only checkpoint is cut off", LOCAL, ["--storage_path", "store", "--run_name", "exp8"], cli.USAGE,
      "store/exp8/checkpoint_000040 is not a complete checkpoint (no train_step.json"),
+    ("a storage path in another cloud", LOCAL, ["--storage_path", "az://box/runs"], cli.USAGE,
+     "--storage_path: a az:// location is not read here; allowed: a local path, or s3://BUCKET/PREFIX"),
+    ("a dataset at a web address", LOCAL, ["--dataset", "http://files.example.org/train.jsonl"], cli.USAGE,
+     "--dataset: a http:// location is not read here; allowed: a local path, a Hub id (owner/name), or s3://"),
+    ("an s3 location without its bucket", LOCAL, ["--storage_path", "s3:///runs"], cli.USAGE,
+     "--storage_path s3:///runs: an s3:// location names its bucket; allowed: s3://BUCKET/PREFIX"),
+    ("an AWS key without its secret", LOCAL, ["--storage_path", "s3://team-bucket/exp2"], cli.ENVIRONMENT,
+     "this machine's AWS credentials are incomplete: AWS_SECRET_ACCESS_KEY is missing from the environment"),
     ("a checkpoint in another cloud", EXPORT, ["az://box/runs/r/checkpoint_000010", "out"], cli.USAGE,
      "CHECKPOINT az://box/runs/r/checkpoint_000010: a az:// location is not read here; allowed: a local directory or"),
     ("an upload with the Hub offline", LOCAL, ["--push_to_hub", "lab/tuned-r10"], cli.USAGE,
@@ -301,7 +309,8 @@ ENVIRONMENTS = {"HF_HOME a file": {"HF_HOME": "hi.txt"},
                 "W&B switched off by WANDB_MODE": {"WANDB_MODE": "disabled"},
                 "a W&B server that does not answer": {"WANDB_API_KEY": WANDB_KEY, "WANDB_BASE_URL": "http://127.0.0.1:1"},
                 "a Hub that does not answer for the upload": {"HF_TOKEN": TOKEN, "HF_ENDPOINT": "http://127.0.0.1:1"},
-                "an upload with the Hub offline": {"HF_TOKEN": TOKEN, "HF_HUB_OFFLINE": "1"}}
+                "an upload with the Hub offline": {"HF_TOKEN": TOKEN, "HF_HUB_OFFLINE": "1"},
+                "an AWS key without its secret": {"AWS_ACCESS_KEY_ID": "AKIAIOSFODNN7PARTIAL"}}
 
 
 @pytest.fixture

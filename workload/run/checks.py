@@ -103,6 +103,21 @@ def check_workers(cfg: TrainConfig, cpus: int) -> None:
                              f"of this machine), one per worker; give at most {cpus}, or 0 for 2")
 
 
+def check_schemes(cfg: TrainConfig) -> None:
+    """A location given as a URI is one the local run reads and writes: s3:// or file:// (storage.COPIED_SCHEMES);
+    gs://, https:// and the like reached pyarrow, whose GCS client waits minutes on credentials and whose https://
+    is no filesystem. A Hub id or a local path is no URI."""
+    from workload import storage
+
+    for flag, value in (("--storage_path", cfg.storage_path), ("--dataset", cfg.dataset), ("--tokenizer", cfg.tokenizer),
+                        ("--model_id", "" if cfg.model_config else cfg.model_id)):
+        scheme = value.split("://", 1)[0].lower() if "://" in value else ""
+        if scheme and scheme not in storage.COPIED_SCHEMES:
+            hub = "" if flag == "--storage_path" else ", a Hub id (owner/name)"
+            raise cli.UsageError(f"{flag}: a {scheme[:16]}:// location is not read here; allowed: a local path{hub}, "
+                                 "or s3://BUCKET/PREFIX (file:// for a local one)")
+
+
 def check_fp8(cfg: TrainConfig) -> None:
     """--fp8 on a machine whose GPUs have no fp8 tensor cores (or that has none): the local cluster's workers would
     run on the CPU, where fp8 is emulated for minutes; the flag does not fit the command, as more workers than CPUs
@@ -174,6 +189,7 @@ def check_before_ray(cfg: TrainConfig) -> int | None:
     """Every check above, in the order a user would want to hear of them; returns the step a resumed run starts
     after (None: a new run)."""
     writable.check_cache_directories()  # HF_HOME and the like: this machine's set-up, said before any flag's check
+    check_schemes(cfg)
     check_storage(cfg)
     check_workers(cfg, local_cpus())
     check_fp8(cfg)

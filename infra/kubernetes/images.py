@@ -88,21 +88,33 @@ def check_image(image: str) -> None:
         raise ValueError(f"config key 'dlcImage': its registry {host} is a loopback or link-local address, which names "
                          "each node itself, so no node can pull it; allowed: a registry the nodes reach, such as ECR "
                          "(ACCOUNT.dkr.ecr.REGION.amazonaws.com/REPOSITORY:TAG) or public.ecr.aws")
-    first, slash, _ = reference.partition("/")
-    port = first.rpartition("]")[2].rpartition(":")[2] if slash and ":" in first.rpartition("]")[2] else ""
+    _, port = _registry(reference) or ("", "")
     if port and not (port.isdigit() and 1 <= int(port) <= 65535):
         raise ValueError(f"config key 'dlcImage': its registry's port {port[:8]!r} is no TCP port; allowed: "
                          "registry[:port]/repository:tag with a port from 1 to 65535")
 
 
-def _unreachable_registry(reference: str) -> str | None:
-    """The registry host of `reference` when it can only mean the machine asking (localhost, 127.0.0.0/8, ::1,
-    169.254.0.0/16, fe80::/10, 0.0.0.0), else None. By the distribution grammar the first component is a registry only
-    when it holds '.' or ':' or is `localhost`; the kubelet resolves it on the node, not on the deployer's machine."""
+def _registry(reference: str) -> tuple[str, str] | None:
+    """(host, port) of `reference`'s registry, the port "" when none is given; None when it names none. By the
+    distribution grammar the first component is a registry only when it holds '.' or ':' or is `localhost`; an IPv6
+    host is bracketed ([::1]:5000)."""
     first, slash, _ = reference.partition("/")
     if not slash or not ("." in first or ":" in first or first.lower() == "localhost"):
         return None
-    host = first[1:first.index("]")] if first.startswith("[") and "]" in first else first.rpartition(":")[0] or first
+    if first.startswith("[") and "]" in first:
+        host, _, rest = first[1:].partition("]")
+        return host, rest[1:] if rest.startswith(":") else ""
+    host, colon, port = first.rpartition(":")
+    return (host, port) if colon else (first, "")
+
+
+def _unreachable_registry(reference: str) -> str | None:
+    """The registry host of `reference` when it can only mean the machine asking (localhost, 127.0.0.0/8, ::1,
+    169.254.0.0/16, fe80::/10, 0.0.0.0), else None; the kubelet resolves it on the node, not on the deployer's
+    machine."""
+    if (registry := _registry(reference)) is None:
+        return None
+    host, _ = registry
     if host.lower() == "localhost" or host.lower().endswith(".localhost"):  # RFC 6761: always loopback
         return host
     try:

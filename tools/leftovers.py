@@ -31,6 +31,7 @@ from typing import Any, Callable, Iterator, Sequence
 import yaml
 from botocore.exceptions import BotoCoreError, ClientError
 
+from infra.aws.region_name import region_problem
 from infra.config import PROJECT_FILE, project_name
 from tools.stack import stack_key
 from tools.stack_name import add_stack_flag
@@ -209,9 +210,13 @@ def stack_session(stack: str, region: str | None):
     roles = config.get("aws:assumeRoles") or []
     identity = AwsIdentity(profile=config.get("aws:profile") or None,
                            role_arn=(roles[0] or {}).get("roleArn") if roles else None)
-    region = region or config.get("aws:region")
+    given = bool(region)
+    region = region or str(config.get("aws:region") or "")
     if not region:
         raise cli.UsageError(f"--region: Pulumi.{stack}.yaml sets no aws:region; name the stack's region")
+    problem = region_problem(region)
+    if problem:
+        raise cli.UsageError(f"--region: {problem}" if given else f"Pulumi.{stack}.yaml's aws:region: {problem}")
     return session(identity, region)
 
 
@@ -235,9 +240,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not (PROJECT_FILE.parent / f"Pulumi.{args.stack}.yaml").is_file():
         stacks = sorted(path.name.split(".")[1] for path in PROJECT_FILE.parent.glob("Pulumi.*.yaml"))
         raise cli.UsageError(f"--stack {args.stack}: no Pulumi.{args.stack}.yaml here; stacks: {', '.join(stacks)}")
-    state = StackState.from_export(read_state(args.stack, args.state))
     with _aws_errors(cli.EnvironmentProblem, f"Pulumi.{args.stack}.yaml's AWS identity"):  # a profile that is none
-        boto_session = stack_session(args.stack, args.region)
+        boto_session = stack_session(args.stack, args.region)  # first: a misspelt region is named before all else
+    state = StackState.from_export(read_state(args.stack, args.state))
     with _aws_errors(cli.EnvironmentProblem, "AWS refused the look-up"):
         leftovers = find(boto_session, stack_tags(args.stack), state)
     if not leftovers:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_aws as aws
 
+from infra.aws.region_name import region_problem
 from infra.config import WORLD_CIDR, StackConfig, config_error
 
 # EKS refuses control-plane subnets in these AZ IDs (UnsupportedAvailabilityZoneException); nodes may still
@@ -46,6 +47,9 @@ def aws_region() -> str:
     if not region:
         raise config_error("aws:region", "not set (and neither is AWS_REGION); set it with "
                                          "`pulumi config set aws:region us-west-2`")
+    problem = region_problem(region)
+    if problem:
+        raise config_error("aws:region", problem)
     return region
 
 

@@ -156,6 +156,10 @@ def test_bad_input_is_refused_in_one_line(aws, tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(leftovers.shutil, "which", lambda _name: None)
     assert cli.run(leftovers.main, ["--stack", STACK]) == cli.ENVIRONMENT
     assert "Pulumi CLI is not on PATH" in capsys.readouterr().err
+    # A misspelt region is named first: without the CLI, without credentials, it is still the mistake to fix.
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    assert cli.run(leftovers.main, ["--stack", STACK, "--region", "ap-south1"]) == cli.USAGE
+    assert "--region: 'ap-south1' is not an AWS region's name; did you mean ap-south-1?" in capsys.readouterr().err
 
 
 def test_the_gpu_node_group_has_a_fixed_name_so_a_retried_create_cannot_make_a_second():

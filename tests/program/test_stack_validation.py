@@ -193,6 +193,13 @@ def test_missing_region_fails_before_any_resource(monkeypatch):
     assert failed.resources == [], "no resource may be registered without a region"
 
 
+def test_a_misspelt_region_is_named_with_the_nearest_before_any_resource():
+    failed = run_program_expecting_error("dev", {"aws:region": "eu-west1"})
+    assert "config key 'aws:region'" in str(failed.error) and "did you mean eu-west-1" in str(failed.error), \
+        f"expected the region's key and the nearest region; got {failed.error!r}"
+    assert failed.resources == [], "no resource may be registered in a region that is none"
+
+
 def test_reservation_candidates_start_with_the_gpu_az():
     from infra.aws.network import reservation_candidate_azs
 

@@ -48,6 +48,7 @@ from typing import Sequence, TextIO
 
 from botocore.exceptions import BotoCoreError, ClientError
 
+from infra.aws.region_name import region_problem
 from tools.capacity.aws import Aws, check_credentials, describe_failure
 from tools.capacity.probe import probe
 from tools.capacity.quotas import on_demand_quota
@@ -59,7 +60,6 @@ from workload import cli
 PROJECT_DIR = Path(__file__).resolve().parents[2]
 
 _INSTANCE_TYPE = re.compile(r"^[a-z][a-z0-9-]*\.[a-z0-9-]+$")
-_REGION_NAME = re.compile(r"^[a-z]{2}(-[a-z]+)+-\d+$")
 # What Pulumi allows in a stack name (pulumi/pulumi's validateStackName: ^[a-zA-Z0-9-_.]{1,100}$, "a stack name may
 # only contain alphanumeric, hyphens, underscores, or periods"), less '..': Pulumi.<name>.yaml then stays a file of
 # the project directory ('/' and '..' would write elsewhere).
@@ -93,9 +93,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     if not _INSTANCE_TYPE.fullmatch(args.instance_type):
         raise ValueError(f"--instance-type {args.instance_type!r}: expected an EC2 instance type such as g6.12xlarge")
     args.region_list = [name.strip() for name in args.regions.split(",") if name.strip()]
-    bad = [name for name in args.region_list if not _REGION_NAME.fullmatch(name)]
-    if bad:
-        raise ValueError(f"--regions: {', '.join(bad)} is not a region name such as us-east-1")
+    problems = [problem for problem in map(region_problem, args.region_list) if problem]
+    if problems:
+        raise ValueError(f"--regions: {'; '.join(problems)}")
     on_demand_quota(args.instance_type)  # refuse a family without a known quota before calling AWS
     return args
 

@@ -268,6 +268,8 @@ MISTAKES = [
     ("a chat template that renders no assistant turn", LOCAL,
      ["--data_format", "chat", "--dataset", "chats.jsonl", "--chat_template", "greeting.jinja"], cli.USAGE,
      "greeting.jinja renders no assistant turn of --dataset "),
+    ("torchrun's processes per node", LOCAL, ["--nnodes", "2"], cli.USAGE,
+     "--nnodes is not this project's: torchrun's node count: Ray Train places the workers"),
     ("fp8 on a machine without an fp8 GPU", LOCAL, ["--fp8"], cli.USAGE,
      "--fp8 needs a GPU with fp8 tensor cores (compute capability 8.9+"),
     # this machine's set-up (ENVIRONMENTS: what the case's shell has set)
@@ -420,3 +422,17 @@ def test_random_tokens_alone_drop_the_sample_tokenizer_never_typed():
     cfg = local.parse_args(["--dataset", "", "--steps", "3", "--run_name", "x"])
     assert (cfg.dataset, cfg.tokenizer) == ("", "")
     assert local.parse_args(["--run_name", "x"]).tokenizer.endswith("tokenizer")
+
+
+def test_a_finished_run_run_again_says_where_its_model_is_and_starts_no_ray(here, capsys):
+    run = here / "runs" / "done"
+    (run / "checkpoint_000006").mkdir(parents=True)
+    (run / "checkpoint_000006" / "train_step.json").write_text('{"step": 6}')
+    assert _run(LOCAL, ["--steps", "6", "--run_name", "done"]) == cli.OK  # `here` fails the test if Ray would start
+    out = capsys.readouterr().out
+    assert "already reached step 6 of --steps 6: nothing left to train; export its last checkpoint with " \
+           "`python -m workload.export" in out and "checkpoint_000006`" in out, out
+    (run / "model_000006").mkdir()
+    assert _run(LOCAL, ["--steps", "6", "--run_name", "done"]) == cli.OK
+    out = capsys.readouterr().out
+    assert f"its model: {run / 'model_000006'}" in out and "give --steps above 6" in out, out

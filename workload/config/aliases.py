@@ -32,6 +32,7 @@ ALIASES: Mapping[str, tuple[str, str]] = {
     "val_set_size": ("eval_fraction", "axolotl"),
     "dataset_name": ("dataset", "TRL"),
     "dataset_train_split": ("dataset_split", "TRL"),
+    "dataset_test_split": ("eval_split", "TRL"),
     "dataset_text_field": ("text_field", "TRL"),
     "chat_template_path": ("chat_template", "TRL"),
     "adapter": ("method", "axolotl (lora, qlora)"),
@@ -54,6 +55,10 @@ DIFFERENT: Mapping[str, str] = {
     "output_dir": ("the run writes under --storage_path/--run_name/ (checkpoints and the exported model): give "
                    "--storage_path DIR, and --run_name for the folder"),
     "num_processes": "--num_workers sets the Ray Train workers (0: one per GPU)",
+    "nproc_per_node": ("torchrun's processes per node: Ray Train starts the processes, --num_workers sets how many in "
+                       "all (0: one per GPU of the cluster)"),
+    "nnodes": ("torchrun's node count: Ray Train places the workers over the cluster's nodes, --num_workers sets how "
+               "many in all (0: one per GPU of the cluster)"),
     "bf16": _BF16,
     "fp16": "the job computes in bf16 (FSDP2's mixed precision over fp32 master weights); fp16 is not offered",
     "warmup_ratio": "give --warmup_steps, a number of steps (a tenth of --steps 200 is --warmup_steps 20)",

@@ -288,12 +288,21 @@ def announce_resume(cfg: TrainConfig, resumed_at: int | None) -> None:
     """Say what this run does with an earlier run of its name; a new run's flags are recorded for the next one."""
     if resumed_at is None:
         local_checks.record_flags(cfg)
-    elif resumed_at >= cfg.steps:
-        print(f"run {cfg.run_name} already reached step {resumed_at} of {cfg.steps}: nothing left to train",
-              flush=True)
     else:
         print(f"resuming run {cfg.run_name} from step {resumed_at}, its latest checkpoint: steps "
               f"{resumed_at + 1}..{cfg.steps}", flush=True)
+
+
+def finished(cfg: TrainConfig, resumed_at: int) -> None:
+    """A run of this name already reached --steps: say so, where its model is, and how to train on; Ray is not
+    started for nothing (as `trl sft` with a finished output_dir and resume, that has no step left to run)."""
+    model = f"{cfg.storage_path.rstrip('/')}/{cfg.run_name}/model_{resumed_at:06d}"
+    where = (f"its model: {model}" if "://" in model or os.path.isdir(model) else
+             f"export its last checkpoint with `python -m workload.export {cfg.storage_path.rstrip('/')}/"
+             f"{cfg.run_name}/checkpoint_{resumed_at:06d}`")
+    print(f"run {cfg.run_name} already reached step {resumed_at} of --steps {cfg.steps}: nothing left to train; "
+          f"{where}", flush=True)
+    print(f"to train it further give --steps above {resumed_at}; for a new run give another --run_name", flush=True)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -311,6 +320,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _run(cfg: TrainConfig, verbose: bool) -> int:
     started = time.monotonic()
     resumed_at = local_checks.check_before_ray(cfg)  # the data, storage, workers and an earlier run of the name
+    if resumed_at is not None and resumed_at >= cfg.steps:
+        finished(cfg, resumed_at)
+        return cli.OK
     check_model_source(cfg)
     preflight.check_credentials(cfg)  # a missing key is the thing to say before a server that does not answer
     services.check_services_reachable(cfg)  # MLflow, W&B, the Hub: a server that is down is exit 3 now, not later

@@ -71,7 +71,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         elif name != "list":
             command.add_argument("job", nargs="?", metavar="JOB", help="submission id; default: the newest job")
         if name == "logs":
-            command.add_argument("--follow", action="store_true", help="stream the log until the job ends")
+            command.add_argument("-f", "--follow", action="store_true", help="stream the log until the job ends")
     args, unknown = parser.parse_known_args(argv)
     if unknown:
         _refuse_unknown(parser, args, unknown)

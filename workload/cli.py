@@ -138,6 +138,10 @@ class _Parser(argparse.ArgumentParser):
             hint += f" (did you mean {guess}?)"
         elif (guess := self._positional_file(message)) is not None:
             hint = f"did you mean --dataset {guess}? {self.prog} takes its data file as a flag"
+        elif (guess := self._bare_word_hint(message)) is not None:
+            hint = guess
+        elif (commands := self._commands(message)) is not None:
+            hint = f"commands: {', '.join(commands)}; `{self.prog} COMMAND --help` tells what each takes"
         _fail(USAGE, _bounded(message), hint)
         sys.exit(USAGE)
 
@@ -145,6 +149,10 @@ class _Parser(argparse.ArgumentParser):
         if not message.startswith("unrecognized arguments: "):
             return None
         unknown = [word for word in message.split()[2:] if word.startswith("--")]
+        short = [word for word in message.split()[2:] if len(word) == 2 and word[0] == "-" and word[1].isalpha()]
+        if not unknown and short:  # `-f` for --follow, as tail and kubectl take it: the one flag of that letter
+            starting = [flag for flag in self._flags() if flag.startswith(short[0][1])]
+            return starting[0] if len(starting) == 1 else None
         if not unknown:
             return None
         name = unknown[0][2:].partition("=")[0]
@@ -156,21 +164,42 @@ class _Parser(argparse.ArgumentParser):
             return value  # kubectl's `--output json`: no flag near --output, and json is this parser's --json
         return guess
 
+    def _flags(self) -> list[str]:
+        """This parser's flags and its subcommands' (`tools.job logs --folow`), without dashes: argparse hands a
+        subcommand's unknown flag back to the parser above it."""
+        parsers = [self, *(sub for action in self._actions if isinstance(action, argparse._SubParsersAction)
+                           for sub in action.choices.values())]
+        return sorted({option[2:] for each in parsers for option in each._option_string_actions
+                       if option.startswith("--")})
+
     def _nearest_own(self, name: str) -> str | None:
         import difflib
 
-        # This parser's flags and its subcommands' (`tools.job logs --folow`): argparse hands a subcommand's unknown
-        # flag back to the parser above it.
-        parsers = [self, *(sub for action in self._actions if isinstance(action, argparse._SubParsersAction)
-                           for sub in action.choices.values())]
-        flags = sorted({option[2:] for each in parsers for option in each._option_string_actions
-                        if option.startswith("--")})
+        flags = self._flags()
         match = difflib.get_close_matches(name, flags, n=1) or difflib.get_close_matches(name.replace("-", "_"), flags,
                                                                                          n=1)
         # The start of exactly one flag's name (--print): suggested, never taken (argparse's abbreviations are off).
         starting = [flag for flag in flags if flag.startswith(name.replace("-", "_")) or flag.startswith(name)]
         return match[0] if match else (starting[0] if len(starting) == 1 else None)
 
+
+    def _commands(self, message: str) -> list[str] | None:
+        """The commands of a parser given none (`python -m tools.job`), or None."""
+        if not message.startswith("the following arguments are required"):
+            return None
+        for action in self._actions:
+            if isinstance(action, argparse._SubParsersAction) and (action.metavar or action.dest) in message:
+                return list(action.choices)
+        return None
+
+    def _bare_word_hint(self, message: str) -> str | None:
+        """What a bare word may have meant, from the hook a flag's module set (tools/stack_name.py: a stack's
+        name given without --stack), or None."""
+        hook = getattr(self, "bare_word_hint", None)
+        words = message.split()[2:] if message.startswith("unrecognized arguments: ") else []
+        if hook is None or not words or words[0].startswith("-"):
+            return None
+        return hook(words[0])
 
     def _positional_file(self, message: str) -> str | None:
         """A bare word that is a file here, or named like a data file, given to a parser with --dataset (TRL's

@@ -1,6 +1,7 @@
 """What the operator's commands share about their flags: --stack is a stack's name, and a stack file's name given for
 it is answered with the name (tools/stack_name.py), for every command that takes one; kubectl's `--output json` is
-answered with --json (workload/cli.py); a folder of run directories given to tools.loss_curve names the runs inside."""
+answered with --json (workload/cli.py); a stack's name given bare is answered with --stack; a command given none
+lists its commands; a one-letter flag is answered with the one flag of that letter; a folder of run directories given to tools.loss_curve names the runs inside."""
 from __future__ import annotations
 
 import pytest
@@ -24,6 +25,41 @@ def test_a_stack_file_for_stack_is_answered_with_its_name(module, argv, capsys):
         main(argv)
     err = capsys.readouterr().err.splitlines()
     assert exited.value.code == cli.USAGE and "did you mean --stack p4d?" in err[0] and len(err) <= 2, (module, err)
+
+
+@pytest.mark.parametrize("module, argv", [("tools.doctor", ["p4d"]), ("tools.status", ["p4d"]),
+                                          ("tools.job", ["--kubeconfig", "k.yaml", "list", "p4d"])])
+def test_a_stack_given_bare_is_answered_with_the_flag(module, argv, capsys):
+    import importlib
+
+    with pytest.raises(SystemExit) as exited:
+        importlib.import_module(module).main(argv)
+    err = capsys.readouterr().err.splitlines()
+    assert exited.value.code == cli.USAGE and err == ["error: unrecognized arguments: p4d",
+                                                      "did you mean --stack p4d? the stack is given by its flag"], err
+
+
+def test_a_bare_word_that_is_no_stack_gets_no_stack_guess(capsys):
+    from tools import doctor
+
+    with pytest.raises(SystemExit):
+        doctor.main(["Pulumi.p4d.yaml"])  # a stack file, not a stack's name: --stack answers that one
+    with pytest.raises(SystemExit):
+        doctor.main(["p9z"])
+    assert "--stack" not in capsys.readouterr().err
+
+
+def test_a_command_given_none_lists_its_commands_and_a_letter_flag_its_flag(capsys):
+    from tools import job
+
+    for argv, said in (([], "commands: list, logs, summary, stop, submit; "),
+                       (["logs", "-q"], "`python -m tools.job --help` lists every flag\n"),
+                       (["stop", "-k", "k.yaml"], "(did you mean --kubeconfig?)")):
+        with pytest.raises(SystemExit) as exited:
+            job.main(argv)
+        err = capsys.readouterr().err
+        assert exited.value.code == cli.USAGE and said in err, (argv, err)
+    assert job.parse_args(["logs", "-f", "--stack", "dev"]).follow, "-f is --follow, as in `ray job logs -f`"
 
 
 @pytest.mark.parametrize("argv", [["--output", "json"], ["--output=json"]])

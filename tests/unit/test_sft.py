@@ -108,6 +108,16 @@ def test_a_tokenizer_without_a_template_is_refused_unless_one_is_named():
     assert tokenizer.chat_template == chat.template_text("llama3")
 
 
+def test_a_template_using_a_token_the_tokenizer_lacks_names_the_token_and_the_fix():
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(os.path.join(DATA, "tokenizer"))  # it defines no bos_token
+    chat.apply_template(tokenizer, "llama3", "data/tokenizer")
+    with pytest.raises(ValueError, match=r"record 2 .*uses the tokenizer's bos_token, which .*tokenizer does not "
+                                         r"define; give the model's own tokenizer with --tokenizer"):
+        chat.tokenize_conversation(tokenizer, CONVERSATION, [2, 4], False, "record 2 of data.jsonl")
+
+
 def test_a_template_that_rewrites_earlier_turns_is_refused():
     """Llama 3's template as first published appends the assistant header after every conversation, so a turn's
     rendering is not a prefix of the conversation's (ggml-org/llama.cpp tests/test-chat-template.cpp, "Llama-3")."""

@@ -19,6 +19,7 @@ turns once later ones follow) is refused, naming the record, instead of guessing
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -103,7 +104,8 @@ def tokenize_conversation(tokenizer, turns: Sequence[dict], trained_turns: Seque
     except ValueError:
         raise
     except Exception as error:  # jinja2's TemplateError and whatever a template's raise_exception() raises
-        raise ValueError(f"{where}: the chat template cannot render it ({error})") from error
+        raise ValueError(f"{where}: the chat template cannot render it ({error}){_missing_token(tokenizer, error)}"
+                         ) from error
     encoding = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
     ids = encoding["input_ids"]
     if train_on_prompt:
@@ -111,6 +113,15 @@ def tokenize_conversation(tokenizer, turns: Sequence[dict], trained_turns: Seque
     labels = [token if any(start <= begin < end for start, end in spans) else IGNORE_INDEX
               for token, (begin, _) in zip(ids, encoding["offset_mapping"])]
     return Example(ids, labels)
+
+
+def _missing_token(tokenizer, error: Exception) -> str:
+    """Why a template's special token is undefined (Llama 3's uses bos_token): the tokenizer defines none."""
+    found = re.fullmatch(r"'(\w+_token)' is undefined", str(error))
+    if found is None:
+        return ""
+    return (f": the template uses the tokenizer's {found[1]}, which {tokenizer.name_or_path or 'the tokenizer'} does "
+            "not define; give the model's own tokenizer with --tokenizer, or a --chat_template that does not use it")
 
 
 def _turn_span(tokenizer, turns: Sequence[dict], index: int, text: str, where: str) -> tuple[int, int]:

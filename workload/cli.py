@@ -136,6 +136,8 @@ class _Parser(argparse.ArgumentParser):
             hint += f" (did you mean --{guess}?)"
         elif (guess := _nearest_choice(message)) is not None:
             hint += f" (did you mean {guess}?)"
+        elif (percent := re.search(r"^argument (--\w+): invalid float value: '(\d+(?:\.\d+)?)\s*%'$", message)):
+            hint = f"did you mean {percent[1]} {float(percent[2]) / 100:g}? it takes a fraction, not a percentage"
         elif (guess := self._positional_file(message)) is not None:
             hint = f"did you mean --dataset {guess}? {self.prog} takes its data file as a flag"
         elif (guess := self._bare_word_hint(message)) is not None:

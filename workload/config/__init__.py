@@ -19,7 +19,15 @@ from typing import Mapping, Sequence
 
 from workload.config import aliases, fields, rules
 from workload.config.fields import URI_MAX_LENGTH, Declaration, flag, in_stack_terms  # noqa: F401
-from workload.config.rules import DATASET_FILE_SUFFIXES, RULES, Rule, is_file_dataset, is_local_dataset  # noqa: F401
+from workload.config.hub_urls import HUB_ID_FLAGS, hub_url_problem
+from workload.config.rules import (  # noqa: F401
+    ARCHIVE_SUFFIXES,
+    DATASET_FILE_SUFFIXES,
+    RULES,
+    Rule,
+    is_file_dataset,
+    is_local_dataset,
+)
 from workload.config.values import (  # noqa: F401
     DATASET_CONFIG,
     WANDB_PROJECT_MAX_LENGTH,
@@ -303,6 +311,9 @@ class TrainConfig:
     )
 
     def __post_init__(self) -> None:
+        for name in HUB_ID_FLAGS:  # the Hub page's address copied from a browser, for the id it shows
+            if (problem := hub_url_problem(name, str(getattr(self, name)))) is not None:
+                raise ValueError(problem)
         fields.check_bounds(DECLARED, self)
         for declared in DECLARED:  # another tool's name for a choice (TRL's keep_start) is kept as ours
             if declared.value_aliases and (value := getattr(self, declared.name)) in declared.value_aliases:
@@ -319,6 +330,10 @@ class TrainConfig:
         if not self.run_name or "/" in self.run_name or self.run_name in (".", ".."):
             raise ValueError(f"--run_name must be a non-empty name without '/', and not '.' or '..', "
                              f"got {self.run_name!r}")
+        if self.dataset.lower().endswith(ARCHIVE_SUFFIXES):
+            shown = fields.shown_uri(self.dataset) if "://" in self.dataset else repr(self.dataset[-200:])
+            raise ValueError(f"--dataset {shown} is an archive of files, which is not read: "
+                             f"unpack it and give the data file inside (one of {', '.join(DATASET_FILE_SUFFIXES)})")
         if is_local_dataset(self.dataset) and os.path.isdir(os.path.expanduser(self.dataset)):
             raise ValueError(f"--dataset {self.dataset!r} is a directory; give one {', '.join(DATASET_FILE_SUFFIXES)} "
                              "file in it")

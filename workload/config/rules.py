@@ -16,6 +16,8 @@ from typing import Any, Callable, Mapping
 # A --dataset with one of these suffixes is a file, local or remote (s3://...), rather than a Hugging Face id.
 # Each of the first four may also be gzip-compressed (workload/data/validate.py reads them all).
 DATASET_FILE_SUFFIXES = (".txt", ".jsonl", ".json", ".csv", ".parquet", ".txt.gz", ".jsonl.gz", ".json.gz", ".csv.gz")
+# Archives of files, which no dataset loader here opens (a .gz of one file is read, as datasets reads it).
+ARCHIVE_SUFFIXES = (".zip", ".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tar.xz", ".tar.zst", ".7z", ".rar")
 
 
 def is_local_dataset(dataset: str) -> bool:

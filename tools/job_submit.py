@@ -97,9 +97,11 @@ def stack_job(stack: str, run_id: str, extra_flags: list[str], config: str | Non
     from_file = config_file.load(config, parser) if config else {}
     parser.set_defaults(**{**base, **from_file})
     flags = vars(parser.parse_args(extra_flags))
-    from workload.config import TrainConfig
+    from workload.config import TrainConfig, rules
 
     chosen = TrainConfig(**flags)
+    if (inert := rules.typed_without_effect(vars(chosen), config_file.command_line(extra_flags))) is not None:
+        raise cli.UsageError(inert)
     # The stack's egress rule for trainMlflowTrackingUri, for the same URI given as a flag or in --config's file: the
     # run's pods are the stack's, behind the same NetworkPolicy.
     own_server = in_cluster_uri(cfg.ray_namespace) if cfg.experiment_tracking == "mlflow" else None

@@ -19,7 +19,7 @@ import sys
 from typing import Sequence
 
 from workload import cli, config_file
-from workload.config import SUMMARY_PREFIX, TrainConfig, build_parser
+from workload.config import SUMMARY_PREFIX, TrainConfig, build_parser, rules
 from workload.run import preflight
 
 REPEAT_S = 10.0
@@ -68,7 +68,11 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[TrainConfig, float | 
     time_limit_s = args.pop("time_limit_s")
     if time_limit_s is not None and not (time_limit_s > 0 and math.isfinite(time_limit_s)):
         raise cli.UsageError(f"--time_limit_s must be a positive number of seconds, got {time_limit_s}")
-    return TrainConfig(**args), time_limit_s, print_config
+    cfg = TrainConfig(**args)
+    if (inert := rules.typed_without_effect(vars(cfg), config_file.command_line(sys.argv[1:] if argv is None
+                                                                                 else list(argv)))) is not None:
+        raise cli.UsageError(inert)
+    return cfg, time_limit_s, print_config
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -201,6 +201,9 @@ MISTAKES = [
      "--dataset org/corpus needs --storage_path (s3://BUCKET/PREFIX) on the cluster"),
     ("adapters without lora on a stack", JOB, ["submit", "--stack", "dev", "--print_config", "--", "--lora_rank", "8"],
      cli.USAGE, "--lora_rank 8 sets the adapters"),
+    ("an adapter's default typed without lora", JOB, ["submit", "--stack", "dev", "--print_config", "--",
+                                                       "--lora_dropout", "0"], cli.USAGE,
+     "--lora_dropout 0.0 sets the adapters, which --method full has none of: add --method lora"),
     ("pulumi's hidden kubeconfig", JOB, ["submit", "--stack", "dev", "--kubeconfig", "hidden.yaml", "--"], cli.USAGE,
      "pulumi hid it: run `pulumi stack output kubeconfig --show-secrets > hidden.yaml`"),
     ("a command typo", JOB, ["lsit", "--stack", "dev"], cli.USAGE, "(did you mean list?)"),
@@ -277,6 +280,8 @@ MISTAKES = [
      "is the Hub page of the dataset lab/chats-r9; --model_id takes a model's id"),
     ("a percentage for a fraction", LOCAL, ["--eval_fraction", "5%"], cli.USAGE,
      "did you mean --eval_fraction 0.05? it takes a fraction, not a percentage"),
+    ("an adapter's default typed, locally", LOCAL, ["--lora_alpha", "32"], cli.USAGE,
+     "--lora_alpha 32.0 sets the adapters, which --method full has none of"),
     ("torchrun's processes per node", LOCAL, ["--nnodes", "2"], cli.USAGE,
      "--nnodes is not this project's: torchrun's node count: Ray Train places the workers"),
     ("fp8 on a machine without an fp8 GPU", LOCAL, ["--fp8"], cli.USAGE,
@@ -399,6 +404,17 @@ def test_a_short_run_keeps_the_warmup_it_can_hold():
     assert local.parse_command(["--steps", "40", "--run_name", "x"])[0].warmup_steps == 4
     with pytest.raises(ValueError, match="--warmup_steps 4 must be at most --steps 3"):
         local.parse_command(["--steps", "3", "--warmup_steps", "4", "--run_name", "x"])
+
+
+def test_a_print_config_file_of_the_defaults_takes_a_short_run(tmp_path, capsys):
+    """A --print_config file replays every default (warmup 4, the adapters' settings): `--config run.yaml --steps 2`
+    runs as `--steps 2` alone does, and the adapters' defaults in it are not taken as typed."""
+    assert local.main(["--print_config", "--run_name", "x"]) == cli.OK
+    (tmp_path / "run.yaml").write_text(capsys.readouterr().out)
+    cfg = local.parse_command(["--config", str(tmp_path / "run.yaml"), "--steps", "2", "--run_name", "x"])[0]
+    assert (cfg.steps, cfg.warmup_steps, cfg.method) == (2, 0, "full"), cfg
+    with pytest.raises(ValueError, match="--lora_rank 16 sets the adapters"):
+        local.parse_command(["--config", str(tmp_path / "run.yaml"), "--lora_rank", "16", "--run_name", "x"])
 
 
 def test_a_short_run_drops_the_default_intervals_it_would_outlast():

@@ -233,6 +233,16 @@ def _adapters_need_a_method(v: Values) -> str | None:
     return None
 
 
+def typed_without_effect(v: Values, typed: set[str]) -> str | None:
+    """The rules compare values, so a flag typed at its default looks untyped to them; typed on the command line
+    (`--lora_alpha 32` without --method lora) it is a setting the user believes in, which the others make do nothing.
+    (Not a --config file's keys: a --print_config file replays every default.)"""
+    if v["method"] == "full" and (lora := [name for name in LORA_DEFAULTS if name in typed]):
+        return (f"--{lora[0]} {v[lora[0]]} sets the adapters, which --method full has none of: add --method lora "
+                "(or qlora), or leave the adapters' settings unset")
+    return None
+
+
 def _accumulation_divides_batch(v: Values) -> str | None:
     if v["batch_size"] % v["grad_accum_steps"]:
         return (f"--grad_accum_steps {v['grad_accum_steps']} must divide --batch_size {v['batch_size']}: each "

@@ -24,7 +24,7 @@ from contextlib import contextmanager
 from typing import Iterator, Sequence
 
 from workload import cli, config_file
-from workload.config import SUMMARY_PREFIX, TrainConfig, build_parser, is_local_dataset
+from workload.config import SUMMARY_PREFIX, TrainConfig, build_parser, is_local_dataset, rules
 from workload.run import checks as local_checks
 from workload.run import output as local_output
 from workload.run import preflight, run_lock, services
@@ -260,12 +260,16 @@ def parse_command(argv: Sequence[str] | None = None) -> tuple[TrainConfig, bool,
     # A short run (--steps 3) keeps the warmup it can hold, a quarter of its steps: the default's 4 were never typed;
     # and the default intervals it would outlast are 0, which they would act as (typed, rules.py refuses them; a
     # --print_config file replays the defaults, so the default's value in a file counts as untyped).
-    if "warmup_steps" not in given and not args.get("epochs") and args["warmup_steps"] > args["steps"]:
+    warmup_default = LOCAL_DEFAULTS.get("warmup_steps", TrainConfig.__dataclass_fields__["warmup_steps"].default)
+    if ("warmup_steps" not in on_line and args["warmup_steps"] == warmup_default and not args.get("epochs")
+            and args["warmup_steps"] > args["steps"]):
         args["warmup_steps"] = args["steps"] // 4
     for name in ("checkpoint_every", "eval_every"):
         if name not in on_line and args[name] == LOCAL_DEFAULTS[name] and args[name] > args["steps"]:
             args[name] = 0
     cfg = TrainConfig(**args)
+    if (inert := rules.typed_without_effect(vars(cfg), on_line)) is not None:
+        raise ValueError(inert)
     # The job runs in a copy of workload/ elsewhere, so local files are passed by absolute path.
     return dataclasses.replace(
         cfg,

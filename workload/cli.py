@@ -138,6 +138,8 @@ class _Parser(argparse.ArgumentParser):
             hint += f" (did you mean {guess}?)"
         elif (percent := re.search(r"^argument (--\w+): invalid float value: '(\d+(?:\.\d+)?)\s*%'$", message)):
             hint = f"did you mean {percent[1]} {float(percent[2]) / 100:g}? it takes a fraction, not a percentage"
+        elif (whole := _whole_number(message)) is not None:
+            hint = f"did you mean {whole}? it takes a whole number, written out"
         elif (guess := self._positional_file(message)) is not None:
             hint = f"did you mean --dataset {guess}? {self.prog} takes its data file as a flag"
         elif (guess := self._bare_word_hint(message)) is not None:
@@ -216,6 +218,19 @@ class _Parser(argparse.ArgumentParser):
         word = words[0]
         looks_like_data = word.lower().endswith((".txt", ".jsonl", ".json", ".csv", ".parquet", ".gz"))
         return word if looks_like_data or os.path.isfile(word) else None
+
+
+def _whole_number(message: str) -> str | None:
+    """argparse's `argument --steps: invalid int value: '1e3'` (or '2_000', '1,000', '500.0'): the flag and the
+    whole number it wrote, or None."""
+    found = re.search(r"^argument (--\w+): invalid int value: '([0-9.eE+,_]{1,20})'$", message)
+    if found is None:
+        return None
+    try:
+        number = float(found[2].replace(",", "").replace("_", ""))
+    except ValueError:
+        return None
+    return f"{found[1]} {int(number)}" if number.is_integer() and abs(number) < 1e12 else None
 
 
 def _nearest_choice(message: str) -> str | None:

@@ -171,12 +171,16 @@ MISTAKES = [
     ("a number as text", LOCAL, ["--dataset", "number.jsonl"], cli.USAGE, "line 1: text is 42; allowed: a string"),
     ("a list as a record", LOCAL, ["--dataset", "arrays.jsonl"], cli.USAGE, "not a JSON object"),
     ("pairs as chat", LOCAL, ["--data_format", "chat", "--dataset", "pairs.jsonl"], cli.USAGE,
-     'no field "messages" (the record\'s fields: completion, prompt)'),
+     'no field "messages" (the record\'s fields: completion, prompt); allowed: the field of its turns named with '
+     "--messages_field, or ShareGPT's conversations; its fields are a prompt-completion record's: give --data_format "
+     "prompt-completion"),
     ("records whose text is all empty", LOCAL, ["--dataset", "blank.jsonl"], cli.USAGE,
      "none of its 10 records holds any text"),
     ("less text than one block", LOCAL, ["--dataset", "hi.txt"], cli.USAGE,
      "packs into 0 training blocks of --seq_len 64 tokens"),
-    ("chat as text", LOCAL, ["--dataset", "chats.jsonl"], cli.USAGE, 'no field "text" (the record\'s fields: messages)'),
+    ("chat as text", LOCAL, ["--dataset", "chats.jsonl"], cli.USAGE,
+     'no field "text" (the record\'s fields: messages); allowed: a record with "text" (--text_field); its fields are a '
+     "chat record's: give --data_format chat"),
     # workload.export
     ("no OUT", EXPORT, ["model_000006"], cli.USAGE, "the following arguments are required: OUT"),
     ("bf16 for bfloat16", EXPORT, ["ck", "out", "--dtype", "bf16"], cli.USAGE,
@@ -278,6 +282,8 @@ MISTAKES = [
      cli.USAGE, "is the Hub's web page of lab/tuned-r9; give its id: --push_to_hub lab/tuned-r9"),
     ("a dataset's Hub page for a model", LOCAL, ["--model_id", "https://hf.co/datasets/lab/chats-r9"], cli.USAGE,
      "is the Hub page of the dataset lab/chats-r9; --model_id takes a model's id"),
+    ("a whole number in scientific notation", LOCAL, ["--checkpoint_every", "1e2"], cli.USAGE,
+     "did you mean --checkpoint_every 100? it takes a whole number, written out"),
     ("a percentage for a fraction", LOCAL, ["--eval_fraction", "5%"], cli.USAGE,
      "did you mean --eval_fraction 0.05? it takes a fraction, not a percentage"),
     ("an adapter's default typed, locally", LOCAL, ["--lora_alpha", "32"], cli.USAGE,

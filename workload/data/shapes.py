@@ -86,6 +86,22 @@ def _fields_of(record: dict) -> str:
     return ", ".join(sorted(map(str, record))) or "none"
 
 
+def _format_of(record: dict, fields: Fields) -> str:
+    """When a record missing its format's field has another format's fields (chat turns read as text, the sample's
+    prompt-completion file read as chat): "; its fields are a chat record's: give --data_format chat"."""
+    if isinstance(record.get("messages", record.get(SHAREGPT_FIELD)), list):
+        other = "chat"
+    elif ("prompt" in record and "completion" in record) or ("instruction" in record and "output" in record):
+        other = "prompt-completion"
+    elif isinstance(record.get("text"), str):
+        other = "text"
+    else:
+        return ""
+    if other == fields.data_format:
+        return ""
+    return f"; its fields are a {other} record's: give {fields.setting('data_format')} {other}"
+
+
 def detect(record: object, fields: Fields) -> Shape:
     """The shape of a file whose first record is `record`."""
     if not isinstance(record, dict):
@@ -99,7 +115,7 @@ def detect(record: object, fields: Fields) -> Shape:
         if name not in record:
             raise RecordError(f"no field {json.dumps(name)} (the record's fields: {_fields_of(record)}); allowed: the "
                               f"field of its turns named with {fields.setting('messages_field')}, or ShareGPT's "
-                              f"{SHAREGPT_FIELD}")
+                              f"{SHAREGPT_FIELD}{_format_of(record, fields)}")
         turns = record[name]
         first = turns[0] if isinstance(turns, list) and turns else None
         sharegpt = isinstance(first, dict) and "from" in first and "role" not in first
@@ -115,7 +131,7 @@ def detect(record: object, fields: Fields) -> Shape:
 
 
 def text(record: object, shape: Shape, fields: Fields) -> str:
-    value = _field(record, fields.text_field, fields.setting("text_field"))
+    value = _field(record, fields.text_field, fields.setting("text_field"), fields)
     if not isinstance(value, str):
         raise RecordError(f"{fields.text_field} is {show(value)}; allowed: a string")
     return value
@@ -130,7 +146,7 @@ def conversation(record: object, shape: Shape, fields: Fields) -> tuple[list[dic
         return turns, [index for index, turn in enumerate(turns) if turn["role"] == "assistant"]
     if shape.name == "alpaca":
         return _alpaca(record)
-    prompt = _field(record, fields.prompt_field, fields.setting("prompt_field"))
+    prompt = _field(record, fields.prompt_field, fields.setting("prompt_field"), fields)
     completion = _field(record, fields.completion_field, fields.setting("completion_field"))
     prompt_turns = ([{"role": "user", "content": prompt}] if isinstance(prompt, str)
                     else _turns(prompt, fields.prompt_field, False))
@@ -144,12 +160,12 @@ def conversation(record: object, shape: Shape, fields: Fields) -> tuple[list[dic
     return prompt_turns + completion_turns, list(range(start, start + len(completion_turns)))
 
 
-def _field(record: object, name: str, setting: str) -> object:
+def _field(record: object, name: str, setting: str, fields: Fields | None = None) -> object:
     if not isinstance(record, dict):
         raise RecordError(f"the record is {show(record)}, not a JSON object; allowed: one object a record")
     if name not in record:
         raise RecordError(f"no field {json.dumps(name)} (the record's fields: {_fields_of(record)}); allowed: a record with "
-                          f"{json.dumps(name)} ({setting})")
+                          f"{json.dumps(name)} ({setting}){_format_of(record, fields) if fields else ''}")
     return record[name]
 
 

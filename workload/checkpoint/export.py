@@ -289,6 +289,11 @@ def _keep_chat_template(tokenizer, generation, chat_template: str) -> None:
         generation.eos_token_id = [end_of_turn, *stops]
 
 
+def _inside(path: str, directory: str) -> bool:
+    path, directory = os.path.realpath(path), os.path.realpath(directory)
+    return os.path.commonpath([path, directory]) == directory
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = cli.parser(
         "python -m workload.export",
@@ -303,7 +308,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--merge", action="store_true",
                         help="a --method lora/qlora checkpoint: write its base with the adapters merged in (a Hugging "
                         "Face model) instead of the PEFT adapter directory")
-    args = parser.parse_args(argv)
+    words = list(sys.argv[1:] if argv is None else argv)
+    if upload := next((word for word in words if word.split("=")[0] in ("--push_to_hub", "--hub_model_id")), None):
+        raise cli.UsageError(f"{upload.split('=')[0]}: workload.export writes OUT only; upload OUT with `hf upload "
+                             "OWNER/NAME OUT` (HF_TOKEN set), or give --push_to_hub to the training run")
+    args = parser.parse_args(words)
+    if "://" not in args.checkpoint and _inside(args.out, args.checkpoint):
+        raise cli.UsageError(f"OUT {args.out} is inside CHECKPOINT {args.checkpoint}, whose files a resumed run "
+                             "reads; give a directory outside it")
     if os.path.exists(args.out) and not os.path.isdir(args.out):
         raise cli.UsageError(f"OUT {args.out} is a file; give a new directory")
     if os.path.isdir(args.out) and os.listdir(args.out):

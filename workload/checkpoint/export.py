@@ -314,8 +314,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                              "OWNER/NAME OUT` (HF_TOKEN set), or give --push_to_hub to the training run")
     args = parser.parse_args(words)
     if "://" not in args.checkpoint and _inside(args.out, args.checkpoint):
-        raise cli.UsageError(f"OUT {args.out} is inside CHECKPOINT {args.checkpoint}, whose files a resumed run "
-                             "reads; give a directory outside it")
+        raise cli.UsageError(f"OUT {args.out} is inside CHECKPOINT {args.checkpoint} (the model would be written "
+                             "among the files it is read from); give a directory outside it")
     if os.path.exists(args.out) and not os.path.isdir(args.out):
         raise cli.UsageError(f"OUT {args.out} is a file; give a new directory")
     if os.path.isdir(args.out) and os.listdir(args.out):

@@ -9,6 +9,7 @@ its metrics scraped while it runs.
 from __future__ import annotations
 
 import contextlib
+import os
 import re
 import socket
 import sys
@@ -34,10 +35,15 @@ def ray_head():
         # The head's processes inherit these; the client side must hold no token of its own.
         for name, value in FAST_RAY_TRAIN.items():
             patch.setenv(name, value)
-        for name in ("RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH", "RAY_AUTH_MODE", "RAY_ADDRESS"):
+        for name in ("RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH", "RAY_AUTH_MODE"):
             patch.delenv(name, raising=False)
+        # A shell's RAY_ADDRESS of another cluster, which answers nothing: the local cluster's clients leave it aside
+        # (it had the job client wait minutes on that GCS), and it is the shell's again afterwards.
+        patch.setenv("RAY_ADDRESS", "127.0.0.1:1")
         with local_cluster() as (address, token):
+            assert "RAY_ADDRESS" not in os.environ
             yield address, token
+        assert os.environ["RAY_ADDRESS"] == "127.0.0.1:1"
 
 
 class Connector:

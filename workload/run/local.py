@@ -156,6 +156,13 @@ def local_cluster(metrics_export_port: int | None = None) -> Iterator[tuple[str,
         "--num-cpus", str(local_checks.local_cpus()),
         *(["--metrics-export-port", str(metrics_export_port)] if metrics_export_port else []),
     ]
+    # This process's Ray client code reads RAY_ADDRESS too (the job client's auth look-up asks that GCS): one the
+    # shell kept from another cluster (`export RAY_ADDRESS=...` for `ray job submit`) had it wait minutes on that
+    # cluster. Unset while ours runs: the client is given our job server's address.
+    shell_ray_address = os.environ.pop("RAY_ADDRESS", None)
+    if shell_ray_address:
+        print(f"note: RAY_ADDRESS={shell_ray_address} is left aside: the local run starts its own Ray cluster "
+              "(`python -m tools.job submit` runs on a stack's)", file=sys.stderr, flush=True)
     head_log = open(os.path.join(temp_dir, "ray-start.log"), "w+")
     head = subprocess.Popen([sys.executable, "-I", SUPERVISOR, *command], env=env, stdin=subprocess.PIPE,
                             stdout=head_log, stderr=subprocess.STDOUT, start_new_session=True)
@@ -167,6 +174,8 @@ def local_cluster(metrics_export_port: int | None = None) -> Iterator[tuple[str,
         _stop(head)
         head_log.close()
         shutil.rmtree(temp_dir, ignore_errors=True)
+        if shell_ray_address:
+            os.environ["RAY_ADDRESS"] = shell_ray_address
 
 
 def _wait_for_job_server(address: str, token: str, head: subprocess.Popen, head_log) -> None:

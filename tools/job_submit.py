@@ -165,7 +165,9 @@ def check_as_stack_keys(raw: dict[str, Any], workload: Any) -> None:
     secret a flag needs in trainSecretEnv (`--report_to wandb`, `--push_to_hub`: infra/config/train_keys.py). The
     stack's own keys passed them already, so a refusal here is the flags': it names the flag, and the key beside it."""
     from infra import config as stack_config
-    from infra.preview.job_plan import check_job_data, check_job_model
+    from infra.config import InstanceFacts
+    from infra.preview.instance_facts import KNOWN_GPU_INSTANCE_TYPES
+    from infra.preview.job_plan import check_job_data, check_job_model, check_job_offline
     from workload.config import DECLARED
 
     flags = {declared.stack_key: declared.to_stack(getattr(workload, declared.name))
@@ -174,6 +176,13 @@ def check_as_stack_keys(raw: dict[str, Any], workload: Any) -> None:
         cfg = stack_config.parse({**raw, **flags})
         check_job_model(cfg)
         check_job_data(cfg)
+        if (known := KNOWN_GPU_INSTANCE_TYPES.get(cfg.gpu_instance_type)) is not None:
+            # The stack's GPUs as the preview read them from EC2 (the same figures): the workers, the memory plan and
+            # the time limit of this run's flags on them, as `pulumi up` would check them.
+            check_job_offline(cfg, InstanceFacts(
+                instance_type=cfg.gpu_instance_type, gpus=known.gpus, gpu_memory_mib=known.gpu_memory_mib,
+                efa_supported=True, maximum_efa_interfaces=0, network_cards=1, vcpus=0, memory_mib=0,
+                gpu_name=known.gpu_name))
     except ValueError as error:
         raise cli.UsageError(in_flag_terms(str(error))) from None
 

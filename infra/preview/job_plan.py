@@ -12,7 +12,7 @@ from infra.preview import checkpoint_cost, data_cost, dataset_records, instance_
 from workload.config import CHAT_TEMPLATES, is_local_dataset
 from workload.data import tokenizer_size
 from workload.data.chat import KNOWN_CHAT_TEMPLATES
-from workload.model import adapters, memory, memory_plan, model_source, structure
+from workload.model import adapters, architectures, memory, memory_plan, model_source, structure
 from workload.model import layout as layout_rules
 from workload.model.layout import ASSUMED_MFU, step_compute_seconds
 
@@ -30,11 +30,7 @@ def check_job(cfg: StackConfig, gpu: InstanceFacts, *, identity: AwsIdentity | N
     check_chat_template(cfg)
     dataset_records.check_train_dataset(cfg, identity=identity, region=region)  # every record the job would read
     train = cfg.train
-    gpus = gpu.gpus * cfg.gpu_node_count
-    workers = train.num_workers or gpus
-    if workers > gpus:
-        raise ValueError(f"config key 'trainNumWorkers': {workers} workers need a GPU each, and the cluster has "
-                         f"{gpus} ({cfg.gpu_node_count} x {gpu.gpus}); allowed: 0 (one per GPU) to {gpus}")
+    workers = check_workers(cfg, gpu)
     if warning := job_layout.one_node_warning(
             workload.sharding, workers, workload.ranks_per_node or layout_rules.packed_ranks_per_node(workers, gpu.gpus),
             cfg.gpu_node_count, gpu):
@@ -59,14 +55,43 @@ def check_job(cfg: StackConfig, gpu: InstanceFacts, *, identity: AwsIdentity | N
              "the job are checked only on the cluster")
     data = data_cost.plan(cfg, gpu, checkpoint_node_bytes=save.node_bytes if save else 0.0, identity=identity,
                           region=region)
-    if train.storage_path and not train.storage_path.startswith("s3://") and cfg.gpu_node_count > 1:
-        raise ValueError(
-            f"config key 'trainStoragePath': {train.storage_path} is a directory on each node, and Ray Train needs "
-            f"one place that the workers on all {cfg.gpu_node_count} GPU nodes and the head share; allowed: "
-            "s3://bucket/prefix (the Ray pods' own role gets access to it), or empty for no checkpoints")
+    check_shared_storage(cfg)
     check_transport_expectation(cfg, gpu, workers)
     check_min_bus_bandwidth(cfg, gpu, workers)
     return plan, layout, checkpoint, data.as_dict() if data else None
+
+
+def check_workers(cfg: StackConfig, gpu: InstanceFacts) -> int:
+    """The job's worker count (0: one per GPU), at most one per GPU of the cluster."""
+    gpus = gpu.gpus * cfg.gpu_node_count
+    workers = cfg.train.num_workers or gpus
+    if workers > gpus:
+        raise ValueError(f"config key 'trainNumWorkers': {workers} workers need a GPU each, and the cluster has "
+                         f"{gpus} ({cfg.gpu_node_count} x {gpu.gpus}); allowed: 0 (one per GPU) to {gpus}")
+    return workers
+
+
+def check_shared_storage(cfg: StackConfig) -> None:
+    storage_path = cfg.train.storage_path
+    if storage_path and not storage_path.startswith("s3://") and cfg.gpu_node_count > 1:
+        raise ValueError(
+            f"config key 'trainStoragePath': {storage_path} is a directory on each node, and Ray Train needs "
+            f"one place that the workers on all {cfg.gpu_node_count} GPU nodes and the head share; allowed: "
+            "s3://bucket/prefix (the Ray pods' own role gets access to it), or empty for no checkpoints")
+
+
+def check_job_offline(cfg: StackConfig, gpu: InstanceFacts) -> None:
+    """What check_job decides from the stack's figures and a model's config known here (trainModelConfig, or one the
+    project ships), reading nothing remote: `tools.job submit`'s checks of a run's flags against the cluster."""
+    workload = job_config.workload_config(cfg, gpu)
+    workers = check_workers(cfg, gpu)
+    check_shared_storage(cfg)
+    train = cfg.train
+    if train.model_config or architectures.published(train.model_id) is not None:
+        architecture = model_config.resolve(train.model_id, train.model_config).config
+        plan = check_job_shape(workload, architecture, gpu, workers, model=train.model_config or train.model_id,
+                               node_count=cfg.gpu_node_count)
+        check_time_limit(cfg, memory_plan.apply(workload, plan), architecture, gpu)
 
 
 def check_job_data(cfg: StackConfig) -> None:

@@ -54,6 +54,9 @@ RESERVED_ENV = {
     # The job's driver joins the Ray cluster RAY_ADDRESS names (workload/trainer.py): Ray's job runner sets it to the
     # stack's own cluster, and another value would run the training on another cluster, or fail to find one.
     "RAY_ADDRESS": "the job's driver must join its own cluster, whose address Ray's job runner sets",
+    # Ray sets each GPU worker's CUDA_VISIBLE_DEVICES to the GPU it assigned (ray/_private/accelerators/nvidia_gpu.py,
+    # set_current_process_visible_accelerator_ids); one set for the whole job hides or doubles GPUs across ranks.
+    "CUDA_VISIBLE_DEVICES": "Ray sets it on each worker to the GPU it assigned; give trainNumWorkers to use fewer GPUs",
     # Where a token is sent: each of these sends the Hub's, W&B's or MLflow's token (from trainSecretEnv) to the host
     # it names, or reads every request in between (a proxy, a trusted CA bundle). huggingface_hub reads HF_ENDPOINT
     # (constants.py), wandb WANDB_BASE_URL (its settings' base_url), MLflow MLFLOW_TRACKING_URI; requests and httpx

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
+from packaging.version import InvalidVersion, Version
 
 from infra.config.pip_satisfiable import check_satisfiable
 
@@ -29,6 +30,10 @@ IMAGE_STACK_PREFIXES = ("nvidia-",)
 # sklearn 0.0.post12's build raises "The 'sklearn' PyPI package is deprecated, use 'scikit-learn'"
 # (https://github.com/scikit-learn/sklearn-pypi-package); pytorch 1.0.2's setup.py raises 'You tried to install
 # "pytorch". The package named for PyTorch is "torch"' on install and bdist_wheel.
+# The oldest release of each library the job's own code runs on: transformers 5.13 is the cluster image's (the job
+# keeps to the APIs it shares with the tests' 5.24), peft and torchao the pins the job installs and was tested with
+# (workload/model/adapters). An entry that allows none of it or later replaces it with one the job fails on at start.
+JOB_LIBRARY_FLOORS = {"transformers": "5.13", "peft": "0.21.2", "torchao": "0.18.0"}
 PLACEHOLDER_PACKAGES = {"sklearn": "scikit-learn", "pytorch": "torch (which the image already holds)"}
 
 
@@ -61,5 +66,26 @@ def check_requirements(entries: list[str] | tuple[str, ...]) -> tuple[str, ...]:
                 f"and the image's torch, Ray, CUDA and NCCL are built and tested together; allowed: packages other than "
                 f"{', '.join(IMAGE_STACK_PACKAGES)} and {', '.join(p + '*' for p in IMAGE_STACK_PREFIXES)} "
                 "(use another dlcImage for another stack)")
+        if name in JOB_LIBRARY_FLOORS and not _allows_floor_or_later(requirement, JOB_LIBRARY_FLOORS[name]):
+            raise ValueError(
+                f"config key {KEY!r}: entry {index} {shown(entry)} allows no {name} at or after "
+                f"{JOB_LIBRARY_FLOORS[name]}, the oldest the job's code runs on, so every worker would fail at its "
+                f"start; allowed: a specifier that allows {name} {JOB_LIBRARY_FLOORS[name]} or later, or no entry "
+                f"for {name}")
     check_satisfiable(entries)  # one project's specifiers that no version satisfies
     return tuple(entries)
+
+
+def _allows_floor_or_later(requirement: Requirement, floor: str) -> bool:
+    """Whether any version at or after `floor` meets the requirement's specifiers: the floor itself, each version the
+    specifiers name at or after it, or one far beyond them all."""
+    floor_version = Version(floor)
+    candidates = [floor_version, Version("99999")]
+    for spec in requirement.specifier:
+        try:
+            named = Version(spec.version.removesuffix(".*"))
+        except InvalidVersion:
+            continue
+        if named >= floor_version:
+            candidates.append(named)
+    return any(requirement.specifier.contains(candidate, prereleases=True) for candidate in candidates)

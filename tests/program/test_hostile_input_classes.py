@@ -113,6 +113,7 @@ PREVIEW_CLASSES = [
     ("token-redirecting environment", "trainEnv", {"trainEnv": ["SSL_CERT_FILE=/tmp/ca.pem"]}, "SSL_CERT_FILE"),
     ("another Ray cluster", "trainEnv", {"trainEnv": ["RAY_ADDRESS=ray://other.example.com:10001"]}, "RAY_ADDRESS"),
     ("another Ray cluster", "trainSecretEnv", {"trainSecretEnv": ["RAY_ADDRESS=10.0.0.9:6379"]}, "RAY_ADDRESS"),
+    ("Ray's own per-worker GPUs", "trainEnv", {"trainEnv": ["CUDA_VISIBLE_DEVICES=0,1"]}, "CUDA_VISIBLE_DEVICES"),
     ("token-redirecting environment", "trainEnv", {"trainEnv": ["AWS_CA_BUNDLE=/tmp/ca.pem"]}, "AWS_CA_BUNDLE"),
     ("token under another name", "trainEnv", {"trainEnv": ["HF_TOKEN_PATH=/tmp/token"]}, "HF_TOKEN_PATH"),
     ("token under another name", "trainEnv", {"trainEnv": ["NETRC=/tmp/netrc"]}, "NETRC"),

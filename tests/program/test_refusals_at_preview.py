@@ -156,8 +156,18 @@ def test_pip_takes_requirement_specifiers_for_packages_not_of_the_image(entry):
 
 
 def test_pip_specifiers_with_extras_versions_and_markers_pass():
-    entries = ["einops==0.8.1", "datasets>=3; python_version >= '3.10'", "accelerate[deepspeed]~=1.0", "raydp"]
+    entries = ["einops==0.8.1", "datasets>=3; python_version >= '3.10'", "accelerate[deepspeed]~=1.0", "raydp",
+               "transformers==5.*", "Transformers>=5.14,<6", "peft!=0.21.2", "torchao"]
     assert pip_requirements.check_requirements(entries) == tuple(entries)
+
+
+@pytest.mark.parametrize("entry, name", [("transformers<5", "transformers"), ("transformers~=4.57", "transformers"),
+                                         ("Transformers==4.*", "transformers"), ("peft>=0.10,<0.20", "peft"),
+                                         ("torchao==0.9.0", "torchao")])
+def test_pip_may_not_hold_back_a_library_of_the_job_below_what_its_code_runs_on(entry, name):
+    with pytest.raises(ValueError, match=rf"entry 0 .* allows no {name} at or after "
+                                         rf"{pip_requirements.JOB_LIBRARY_FLOORS[name]}, the oldest the job's code"):
+        pip_requirements.check_requirements([entry])
 
 
 # ---- item 13: bounds and shapes ---------------------------------------------------------------------------------

@@ -24,6 +24,8 @@ def hub_url_problem(flag: str, value: str) -> str | None:
         return None
     if parts is None or parts.scheme not in ("http", "https") or (parts.hostname or "") not in HUB_HOSTS:
         return None
+    if "@" in parts.netloc or parts.query:  # credentials, or a ?token=: the field's own checks refuse it as such
+        return None
     path = [part for part in parts.path.split("/") if part]
     kind = KIND_PREFIXES.get(path[0], "model") if path else "model"
     if kind != "model":

@@ -98,6 +98,25 @@ def is_path(model_id: str) -> bool:
     return model_id.startswith(PATH_PREFIXES) or os.path.isdir(os.path.expanduser(model_id))
 
 
+# What the Hub's URL paths start with for a repo that is not a model (huggingface_hub's REPO_TYPES_URL_PREFIXES).
+HUB_KIND_PREFIXES = {"datasets": "dataset", "spaces": "Space"}
+
+
+def hub_web_page(value: str) -> tuple[str, str] | None:
+    """(kind, repo id) of the Hub web page an http(s) address on the Hub's host names (`https://huggingface.co/
+    datasets/lab/chats/blob/main/x.jsonl` is ("dataset", "lab/chats")); the id is "" when the path names none the Hub
+    takes. None for any other value."""
+    scheme, separator, rest = value.strip().partition("://")
+    host, _, path = rest.partition("/")
+    if not separator or scheme.lower() not in ("http", "https") or host.lower() not in HUB_HOSTS:
+        return None
+    parts = [part for part in path.split("?")[0].split("#")[0].split("/") if part]
+    kind = HUB_KIND_PREFIXES.get(parts[0], "model") if parts else "model"
+    parts = parts[1:] if kind != "model" else parts
+    repo_id = "/".join(parts[:2])
+    return kind, repo_id if len(parts) >= 2 and hub_id_problem(repo_id, owner=True) is None else ""
+
+
 def problem(model_id: str) -> str | None:
     """Why `model_id` cannot name a model, in one line (its caller prefixes the flag or key); None when it can. No
     network: whether a Hub id exists is for `hub_config_directory`."""
@@ -107,12 +126,9 @@ def problem(model_id: str) -> str | None:
         return None  # a directory is checked where it is read
     scheme, separator, rest = model_id.partition("://")
     if separator:
-        host, _, path = rest.partition("/")
-        if scheme in ("http", "https") and host.lower() in HUB_HOSTS:
-            parts = [part for part in path.split("/") if part]
-            hub_id = "/".join(parts[:2]) if parts[:1] != ["datasets"] else ""
-            if hub_id and HUB_ID.match(hub_id):
-                return f"a web address; give the Hub id it names: {hub_id}"
+        page = hub_web_page(model_id)
+        if page is not None and page[0] == "model" and page[1]:
+            return f"a web address; give the Hub id it names: {page[1]}"
         if scheme in ("http", "https"):
             return f"a web address, which the job does not download models from; {ALLOWED}"
         return None  # s3://, file://, gs://: pyarrow's filesystems (workload.model.files) say whether they read it

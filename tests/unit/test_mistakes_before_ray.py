@@ -302,6 +302,8 @@ MISTAKES = [
      "did you mean --eval_fraction 0.05? it takes a fraction, not a percentage"),
     ("an adapter's default typed, locally", LOCAL, ["--lora_alpha", "32"], cli.USAGE,
      "--lora_alpha 32.0 sets the adapters, which --method full has none of"),
+    ("an export typed without a place to write it", LOCAL, ["--export", "final", "--storage_path", ""], cli.USAGE,
+     "--export final writes the model under --storage_path/--run_name/, and without --storage_path none is written"),
     ("torchrun's processes per node", LOCAL, ["--nnodes", "2"], cli.USAGE,
      "--nnodes is not this project's: torchrun's node count: Ray Train places the workers"),
     ("fp8 on a machine without an fp8 GPU", LOCAL, ["--fp8"], cli.USAGE,

@@ -240,6 +240,13 @@ def typed_without_effect(v: Values, typed: set[str]) -> str | None:
     if v["method"] == "full" and (lora := [name for name in LORA_DEFAULTS if name in typed]):
         return (f"--{lora[0]} {v[lora[0]]} sets the adapters, which --method full has none of: add --method lora "
                 "(or qlora), or leave the adapters' settings unset")
+    if not v["storage_path"]:
+        if "checkpoint_mode" in typed:
+            return (f"--checkpoint_mode {v['checkpoint_mode']} sets how checkpoints are saved, and without "
+                    "--storage_path none are: give --storage_path, or leave --checkpoint_mode unset")
+        if "export" in typed and v["export"] != "none":
+            return (f"--export {v['export']} writes the model under --storage_path/--run_name/, and without "
+                    "--storage_path none is written: give --storage_path DIR, or --export none")
     return None
 
 

@@ -42,7 +42,7 @@ FILES = {
                                                      {"role": "assistant", "content": f"a{i}"}]}).encode() + b"\n"
                             for i in range(20)),
     "tabs.yaml": b"steps: 5\n\tlearning_rate: 1e-3\n",
-    "method.yaml": b"method: LoRA\n",
+    "method.yaml": b"method: adalora\n",
     "axolotl.yaml": b"datasets:\n  - path: pairs.jsonl\n    type: alpaca\n",
     "token.yaml": f"hf_token: {TOKEN}\n".encode(),
     "wandb.yaml": f"report_to: wandb\nwandb_api_key: {WANDB_KEY}\n".encode(),
@@ -80,12 +80,12 @@ LOCAL, EXPORT, JOB = "workload.local", "workload.export", "tools.job"
 # (case, command, argv, exit code, words the error line holds)
 MISTAKES = [
     # flags
-    ("method in capitals", LOCAL, ["--method", "LoRA"], cli.USAGE, "--method must be one of full, lora, qlora"),
+    ("PEFT's DoRA as a method", LOCAL, ["--method", "dora"], cli.USAGE, "--method must be one of full, lora, qlora"),
     ("dropout above 1", LOCAL, ["--method", "lora", "--lora_dropout", "1.5"], cli.USAGE, "--lora_dropout must be"),
     ("a fused qkv target", LOCAL, ["--method", "lora", "--lora_targets", "q_proj,qkv_proj"], cli.USAGE,
      "--lora_targets: the model has no linear layer named qkv_proj; allowed: all-linear or"),
     ("rank 0", LOCAL, ["--method", "lora", "--lora_rank", "0"], cli.USAGE, "--lora_rank must be an integer from 1"),
-    ("format with an underscore", LOCAL, ["--data_format", "prompt_completion"], cli.USAGE,
+    ("a file's extension as its format", LOCAL, ["--data_format", "jsonl"], cli.USAGE,
      "--data_format must be one of text, chat, prompt-completion"),
     ("axolotl's alpaca as a format", LOCAL, ["--data_format", "alpaca"], cli.USAGE, "--data_format must be one of"),
     ("axolotl's chatml template", LOCAL, ["--data_format", "chat", "--chat_template", "chatml"], cli.USAGE,
@@ -139,7 +139,7 @@ MISTAKES = [
     ("a file that is not there", LOCAL, ["--config", "run.yml"], cli.USAGE, "--config run.yml: No such file"),
     ("a tab in YAML", LOCAL, ["--config", "tabs.yaml"], cli.USAGE,
      "--config tabs.yaml: not YAML (line 2): a tab character, and YAML forbids tabs for indentation"),
-    ("a choice in capitals in a file", LOCAL, ["--config", "method.yaml"], cli.USAGE, "--method must be one of"),
+    ("a choice that is none in a file", LOCAL, ["--config", "method.yaml"], cli.USAGE, "--method must be one of"),
     ("axolotl's datasets list", LOCAL, ["--config", "axolotl.yaml"], cli.USAGE,
      "datasets is not this project's: axolotl's list of datasets: give one --dataset"),
     ("a key given twice", LOCAL, ["--config", "twice.yaml"], cli.USAGE,

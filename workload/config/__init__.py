@@ -252,7 +252,7 @@ class TrainConfig:
     )
     method: str = flag(
         "full", "full: train every weight; lora: low-rank adapters on the frozen bf16 base; qlora: the same on a base "
-        "quantized to NF4 as it loads (workload/model/adapters/).", stack_key="trainMethod")
+        "quantized to NF4 as it loads (workload/model/adapters/).", stack_key="trainMethod", choices=adapters.METHODS)
     lora_rank: int = flag(rules.LORA_DEFAULTS["lora_rank"], "--method lora/qlora: the adapters' rank r.",
         stack_key="trainLoraRank")
     lora_alpha: float = flag(rules.LORA_DEFAULTS["lora_alpha"],
@@ -276,7 +276,7 @@ class TrainConfig:
         "full: FSDP over every rank; hybrid: FSDP inside each node, replicas across nodes (HSDP); two-level: FSDP "
         "over every rank, each gather and reduction split into a step between nodes and one inside each node; auto: "
         "chosen from the cluster's shape and network.", stack_key="trainSharding", choices=SHARDINGS,
-    )
+        value_aliases=aliases.VALUE_ALIASES["sharding"])
     reduce_dtype: str = flag(
         "auto",
         "Gradient reduction dtype (the reduce-scatter, and HSDP's all-reduce across nodes): fp32, bf16 (half the "
@@ -315,9 +315,9 @@ class TrainConfig:
             if (problem := hub_url_problem(name, str(getattr(self, name)))) is not None:
                 raise ValueError(problem)
         fields.check_bounds(DECLARED, self)
-        for declared in DECLARED:  # another tool's name for a choice (TRL's keep_start) is kept as ours
-            if declared.value_aliases and (value := getattr(self, declared.name)) in declared.value_aliases:
-                object.__setattr__(self, declared.name, declared.value_aliases[value])
+        for declared in DECLARED:  # another tool's name for a choice (TRL's keep_start, Cosine) is kept as ours
+            if declared.choices and (value := getattr(self, declared.name)) != declared.canonical(value):
+                object.__setattr__(self, declared.name, declared.canonical(value))
         if not self.model_config and self.model_id and (wrong := model_source.problem(self.model_id)):
             raise ValueError(f"--model_id {self.model_id!r} is {wrong}")
         if self.tokenizer and os.path.isfile(os.path.expanduser(self.tokenizer)):  # its tokenizer.json: no Hub id

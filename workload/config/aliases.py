@@ -113,8 +113,12 @@ SWITCH_ALIASES: Mapping[str, tuple[str, object, object, str]] = {
 
 # Their name for a value of one of our choices -> ours, by our flag: TRL's truncation_mode keep_start keeps an example's
 # first tokens, which --truncation calls truncate (trl/trainer/sft_config.py: "keep_start" or "keep_end").
+# FSDP1's sharding strategies FULL_SHARD and HYBRID_SHARD are --sharding full and hybrid (in any letter case, '-' or
+# '_', as every choice is read). axolotl's dataset types (sharegpt, alpaca) name a record's shape, not a format: they
+# stay refused, --data_format's choices named.
 VALUE_ALIASES: Mapping[str, Mapping[str, str]] = {
     "truncation": {"keep_start": "truncate"},
+    "sharding": {"full_shard": "full", "hybrid_shard": "hybrid"},
 }
 
 # Ours that take a comma list where theirs take several words (`--lora_target_modules q_proj v_proj`).

@@ -114,8 +114,14 @@ class Declaration:
     """Choices another tool names otherwise (TRL's truncation_mode keep_start): their value -> ours, taken as ours."""
 
     def canonical(self, value: Any) -> Any:
-        """`value` with another tool's name for one of the choices (value_aliases) written as ours."""
-        return (self.value_aliases or {}).get(value, value) if isinstance(value, str) else value
+        """`value` with another tool's name for one of the choices (value_aliases) written as ours, in any letter case
+        and with '_' for '-' (`Cosine`, `LoRA`, `FULL_SHARD`, `prompt_completion`)."""
+        if not isinstance(value, str) or self.choices is None or value in self.choices:
+            return value
+        folded = value.strip().lower().replace("_", "-")
+        by_fold = {**{theirs.replace("_", "-"): ours for theirs, ours in (self.value_aliases or {}).items()},
+                   **{choice.lower().replace("_", "-"): choice for choice in self.choices}}
+        return by_fold.get(folded, value)
 
     @property
     def flag(self) -> str:

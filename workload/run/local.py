@@ -24,7 +24,7 @@ from contextlib import contextmanager
 from typing import Iterator, Sequence
 
 from workload import cli, config_file
-from workload.config import SUMMARY_PREFIX, TrainConfig, build_parser, is_local_dataset, rules
+from workload.config import DECLARED, SUMMARY_PREFIX, TrainConfig, build_parser, is_local_dataset, rules
 from workload.run import checks as local_checks
 from workload.run import output as local_output
 from workload.run import preflight, run_lock, services
@@ -249,6 +249,8 @@ def parse_command(argv: Sequence[str] | None = None) -> tuple[TrainConfig, bool,
               f"{args['model_config']} model is trained, not {args['model_id']}", file=sys.stderr, flush=True)
     if args["run_name"] == LOCAL_DEFAULTS["run_name"]:
         args["run_name"] = new_run_name()
+    format_field = next(declared for declared in DECLARED if declared.name == "data_format")
+    args["data_format"] = format_field.canonical(args["data_format"])  # axolotl's sharegpt is chat
     for name, value in FORMAT_DEFAULTS.get(args["data_format"], {}).items():
         if args[name] == LOCAL_DEFAULTS.get(name, TrainConfig.__dataclass_fields__[name].default):
             args[name] = value

@@ -123,7 +123,8 @@ def test_a_fresh_setup_takes_the_cpu_build_and_rebuilds_a_venv_of_another_python
     assert "torch==2.13.0+cpu" in listed and "nvidia" not in listed, f"the CPU build and nothing of CUDA:\n{listed}"
     # From any directory, .venv's python finds the project, as after `pip install -e .`.
     found = subprocess.run([str(project / ".venv/bin/python"), "-c", "import scripts.torch_build as m; print(m.__file__)"],
-                           cwd="/", capture_output=True, text=True)
+                           cwd="/", capture_output=True, text=True,
+                           env={name: value for name, value in os.environ.items() if name != "PYTHONPATH"})
     assert found.stdout.strip() == str(project / "scripts" / "torch_build.py"), found.stderr
 
 

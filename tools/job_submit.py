@@ -128,10 +128,14 @@ def prepare(args: argparse.Namespace) -> None:
     if not args.stack:
         raise cli.UsageError("submit needs --stack: the job is built from Pulumi.<stack>.yaml's train* keys")
     from infra.config.rules import RUN_ID
+    from workload.config.fields import looks_like_token
 
     if args.run_id is not None and not RUN_ID.fullmatch(args.run_id):  # named as typed, not as trainRunId
         raise cli.UsageError(f"--run-id {cli.shown(args.run_id)} must be 1-32 letters, digits, '.', '_' or '-' (it "
                              "names the Ray job and the run's checkpoints)")
+    if args.run_id is not None and looks_like_token(args.run_id):
+        raise cli.UsageError("--run-id holds something shaped like a token (its value is not shown): it names the Ray "
+                             "job and the run's checkpoints, where anyone with the cluster reads it; give a plain name")
     run_id = args.run_id or time.strftime("submit-%Y%m%d-%H%M%S", time.gmtime())
     flags = args.train_flags[1:] if args.train_flags[:1] == ["--"] else args.train_flags
     args.prepared = (run_id, stack_job(args.stack, run_id, flags, args.config))

@@ -13,11 +13,24 @@ PROJECT_DIR = Path(__file__).resolve().parents[1]  # Pulumi.yaml and the stack f
 _STACK_FILE = re.compile(r"(?:.*[/\\])?Pulumi\.(.+)\.ya?ml")
 
 
+# What Pulumi allows in a stack name (pulumi/pulumi's validateStackName: ^[a-zA-Z0-9-_.]{1,100}$, "a stack name may
+# only contain alphanumeric, hyphens, underscores, or periods"), less '..': Pulumi.<name>.yaml then stays a file of
+# the project directory ('/' and '..' would read elsewhere).
+STACK_NAME = re.compile(r"[A-Za-z0-9_.-]{1,100}")
+
+
 def stack_name(value: str) -> str:
-    """argparse's type for --stack: the value, unless it is a stack file's name."""
-    if (match := _STACK_FILE.fullmatch(value)) is not None:
+    """argparse's type for --stack: the value, unless it is a stack file's name or no stack's name at all."""
+    if len(value) <= 300 and (match := _STACK_FILE.fullmatch(value)) is not None:
         raise argparse.ArgumentTypeError(f"{value} is a stack file; did you mean --stack {match[1]}?")
-    return value
+    if STACK_NAME.fullmatch(value) and ".." not in value:
+        return value
+    allowed = "a stack's name as `pulumi stack select` takes it: 1-100 letters, digits, '-', '_' or '.', such as dev"
+    qualified = "/" in value and ".." not in value and len(value) <= 300
+    if qualified and STACK_NAME.fullmatch(last := value.rsplit("/", 1)[1]):
+        raise argparse.ArgumentTypeError(f"{value!r} is a fully qualified stack; give its own name: --stack {last}")
+    shown = repr(value) if len(value) <= 100 and value.isprintable() else f"{len(value):,} characters (not shown)"
+    raise argparse.ArgumentTypeError(f"must be {allowed}; got {shown}")
 
 
 def stack_word_hint(word: str) -> str | None:

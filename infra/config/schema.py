@@ -200,7 +200,10 @@ def secret_fragments() -> list[str]:
             for item in value:
                 collect(item)
         elif isinstance(value, str):
-            fragments.extend([value, value.partition("=")[2]])
+            # The value as a refusal may quote it: whole, after its NAME=, each item of a comma list (a secret
+            # trainLoraTargets' one unknown name), and escaped as repr() and JSON write it.
+            pieces = [value, value.partition("=")[2], *re.split(r"[,;\s]+", value)]
+            fragments.extend(pieces + [form for piece in pieces for form in (repr(piece)[1:-1], json.dumps(piece)[1:-1])])
 
     for key in schema():
         namespaced = f"{project}:{key}"

@@ -20,6 +20,12 @@ from workload.run import local
 TOKEN = "hf_AbCdEfGhIjKlMnOpQrStUvWxYz012345"
 WANDB_KEY = "0123456789abcdef0123456789abcdef01234567"
 
+def _safetensors_cut_off() -> bytes:
+    """A safetensors file whose header places a 4,000-byte tensor that the 16 bytes after it do not hold."""
+    header = json.dumps({"w": {"dtype": "F32", "shape": [1000], "data_offsets": [0, 4000]}}).encode()
+    return len(header).to_bytes(8, "little") + header + bytes(16)
+
+
 # The files the cases name, relative to the directory they run in.
 FILES = {
     "latin1.jsonl": '{"text": "caf\xe9 au lait"}\n'.encode("latin-1"),
@@ -61,6 +67,8 @@ FILES = {
     "alpaca.jsonl": b"".join(json.dumps({"instruction": f"name dog {i}", "input": ""}).encode() + b"\n"
                              for i in range(12)),
     "weightless/config.json": b'{"model_type": "llama"}',  # a model directory without its *.safetensors
+    "cut-off/config.json": b'{"model_type": "llama"}',  # its weights file a download cut short
+    "cut-off/model.safetensors": _safetensors_cut_off(),
     "no-vocab/tokenizer_config.json": b"{}",  # a tokenizer directory without a vocabulary file
     # What workload.local exported for a --method lora run: adapters, no checkpoint's .metadata.
     "model_000006/adapter_config.json": b"{}",
@@ -218,6 +226,8 @@ MISTAKES = [
     ("a node's own directory for the run's storage", JOB, ["submit", "--stack", "dev", "--kubeconfig", "k.yaml", "--",
                                                            "--storage_path", "/mnt/runs"], cli.USAGE,
      "--storage_path (stack key trainStoragePath): /mnt/runs is a directory on each node"),
+    ("a token as the run's id", JOB, ["submit", "--stack", "dev", "--run-id", "ghp_" + "Ab1" * 8], cli.USAGE,
+     "--run-id holds something shaped like a token (its value is not shown)"),
     ("pulumi's hidden kubeconfig", JOB, ["submit", "--stack", "dev", "--kubeconfig", "hidden.yaml", "--"], cli.USAGE,
      "pulumi hid it: run `pulumi stack output kubeconfig --show-secrets > hidden.yaml`"),
     ("a command typo", JOB, ["lsit", "--stack", "dev"], cli.USAGE, "(did you mean list?)"),
@@ -253,6 +263,8 @@ MISTAKES = [
     # local files the run reads, checked for what it reads before torch loads
     ("a model directory without weights", LOCAL, ["--model_id", "weightless"], cli.USAGE,
      "--model_id weightless: the directory holds no *.safetensors weights"),
+    ("a model's weights file cut short", LOCAL, ["--model_id", "cut-off"], cli.USAGE,
+     "--model_id cut-off: model.safetensors places its tensors up to byte 4,000 of its data, and the file holds 16"),
     ("a tokenizer directory without a vocabulary", LOCAL, ["--tokenizer", "no-vocab"], cli.USAGE,
      "no tokenizer files in "),
     ("Alpaca records without output", LOCAL, ["--data_format", "prompt-completion", "--dataset", "alpaca.jsonl"],

@@ -62,6 +62,20 @@ def test_a_command_given_none_lists_its_commands_and_a_letter_flag_its_flag(caps
     assert job.parse_args(["logs", "-f", "--stack", "dev"]).follow, "-f is --follow, as in `ray job logs -f`"
 
 
+@pytest.mark.parametrize("value, said", [("s" * 1_000_000, "got 1,000,000 characters (not shown)"),
+                                         ("acme/raytrain-eks/p4d", "is a fully qualified stack; give its own name: "
+                                                                   "--stack p4d"),
+                                         ("../dev", "1-100 letters, digits, '-', '_' or '.', such as dev; got '../dev'")])
+def test_no_stack_name_is_one_line_by_every_command(value, said, capsys):
+    from tools import doctor, job
+
+    for main, argv in ((job.main, ["submit", "--stack", value]), (doctor.main, ["--stack", value])):
+        with pytest.raises(SystemExit) as exited:
+            main(argv)
+        err = capsys.readouterr().err
+        assert exited.value.code == cli.USAGE and said in err and len(err) < 600, err[:600]
+
+
 @pytest.mark.parametrize("argv", [["--output", "json"], ["--output=json"]])
 def test_a_flags_value_that_is_a_flag_here_is_the_guess(argv, capsys):
     from tools import status

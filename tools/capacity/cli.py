@@ -54,16 +54,12 @@ from tools.capacity.probe import probe
 from tools.capacity.quotas import on_demand_quota
 from tools.capacity.stack_file import StackContext, load_stack, write_stack_file
 from tools.capacity.survey import AzReport, quota_increase_commands, rank, render_table, resolve_regions, search
-from tools.stack_name import add_stack_flag
+from tools.stack_name import STACK_NAME, add_stack_flag
 from workload import cli
 
 PROJECT_DIR = Path(__file__).resolve().parents[2]
 
 _INSTANCE_TYPE = re.compile(r"^[a-z][a-z0-9-]*\.[a-z0-9-]+$")
-# What Pulumi allows in a stack name (pulumi/pulumi's validateStackName: ^[a-zA-Z0-9-_.]{1,100}$, "a stack name may
-# only contain alphanumeric, hyphens, underscores, or periods"), less '..': Pulumi.<name>.yaml then stays a file of
-# the project directory ('/' and '..' would write elsewhere).
-_STACK_NAME = re.compile(r"[A-Za-z0-9_.-]{1,100}")
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -87,7 +83,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     if args.count < 1:
         raise ValueError(f"--count must be at least 1, got {args.count}")
     for flag, name in (("--write-stack", args.write_stack), ("--stack", args.stack)):
-        if name is not None and (not _STACK_NAME.fullmatch(name) or ".." in name):
+        if name is not None and (not STACK_NAME.fullmatch(name) or ".." in name):
             raise ValueError(f"{flag} {name!r}: a stack name is letters, digits, '-', '_' and '.' (no '/' or '..'), "
                              "as in Pulumi.<name>.yaml beside Pulumi.yaml, such as dev or g6e")
     if not _INSTANCE_TYPE.fullmatch(args.instance_type):

@@ -17,7 +17,7 @@ from workload import cli
 from workload.config import CHAT_TEMPLATES, TrainConfig, parse_report_to
 from workload.data import hub_dataset, tokenizer_size
 from workload.data import validate as records_check
-from workload.model import adapters, config_json, model_source, structure
+from workload.model import adapters, config_json, model_source, safetensors_files, structure
 from workload.run import services, writable
 
 # A tokenizer directory holds at least one of these (what transformers' tokenizers load their vocabulary from: the
@@ -91,9 +91,13 @@ def check_local_files(cfg: TrainConfig) -> None:
     if not cfg.model_config and "://" not in cfg.model_id and os.path.isdir(directory):
         what = f"--model_id {cfg.model_id}"
         config_json.load_model_config(directory, what)
-        if not glob.glob(os.path.join(directory, "*.safetensors")):
+        weights = sorted(glob.glob(os.path.join(directory, "*.safetensors")))
+        if not weights:
             raise ValueError(f"{what}: the directory holds no *.safetensors weights; give the directory save_pretrained "
                              "wrote (config.json and model*.safetensors)")
+        for path in weights:  # untrusted: a sparse file, or a header pointing past the file's end
+            if (why := safetensors_files.file_problem(path)) is not None:
+                raise ValueError(f"{what}: {os.path.basename(path)} {why}")
     tokenizer = os.path.expanduser(cfg.tokenizer_name)
     if cfg.dataset and "://" not in cfg.tokenizer_name and os.path.isdir(tokenizer) and not any(
             glob.glob(os.path.join(tokenizer, pattern)) for pattern in TOKENIZER_FILES):

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import tempfile
 
 from workload.model import config_json
@@ -171,9 +172,13 @@ def hub_config_directory(model_id: str, token: str | None = None) -> str:
 
     if (offline := offline_variable()) is not None:
         try:
-            return os.path.dirname(hf_hub_download(model_id, CONFIG_FILE, local_files_only=True))
+            cached = hf_hub_download(model_id, CONFIG_FILE, local_files_only=True)
         except LocalEntryNotFoundError:
             raise Unreachable(f"{model_id} is not in this machine's Hub cache and {offline} is set") from None
+        # A copy: the caller removes the directory it is given, and the cache's snapshot is the user's.
+        directory = tempfile.mkdtemp(prefix="raytrain-model-config-")
+        shutil.copyfile(cached, os.path.join(directory, CONFIG_FILE))
+        return directory
     response = _get(model_id, CONFIG_FILE, token)
     if (why := config_size_problem(len(response.content))) is not None:
         raise ValueError(f"{model_id}'s {CONFIG_FILE} on the Hub {why}")

@@ -182,8 +182,10 @@ def test_the_local_run_refuses_a_model_it_cannot_train_before_ray_starts(tmp_pat
     from workload.run import local
 
     (tmp_path / "config.json").write_text(json.dumps(published("google-bert/bert-base-uncased")))
-    for present in ("model.safetensors", "tokenizer.json"):  # a directory without them is refused before this
-        (tmp_path / present).write_bytes(b"")
+    # A directory without them is refused before this: a safetensors file of no tensors (its 8-byte header length,
+    # then the header "{}") and a tokenizer file.
+    (tmp_path / "model.safetensors").write_bytes((2).to_bytes(8, "little") + b"{}")
+    (tmp_path / "tokenizer.json").write_bytes(b"")
     assert cli.run(local.main, ["--model_id", str(tmp_path)]) == cli.USAGE
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith(f"error: --model_id {tmp_path}: bert is an encoder"), err

@@ -88,6 +88,15 @@ class StackState:
         return chosen[0].get("urn", "") if chosen else ""
 
 
+def exported_stack(export: dict[str, Any]) -> str | None:
+    """The stack a `pulumi stack export` is of: what its resources' URNs name (urn:pulumi:<stack>::<project>::...)."""
+    for resource in (export.get("deployment") or {}).get("resources") or []:
+        urn = str(resource.get("urn", ""))
+        if urn.startswith("urn:pulumi:") and "::" in urn:
+            return urn.removeprefix("urn:pulumi:").split("::", 1)[0]
+    return None
+
+
 def stack_tags(stack: str) -> dict[str, str]:
     """The tags __main__.py puts on everything the stack makes."""
     from infra.config.naming import default_cluster_name
@@ -242,7 +251,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise cli.UsageError(f"--stack {args.stack}: no Pulumi.{args.stack}.yaml here; stacks: {', '.join(stacks)}")
     with _aws_errors(cli.EnvironmentProblem, f"Pulumi.{args.stack}.yaml's AWS identity"):  # a profile that is none
         boto_session = stack_session(args.stack, args.region)  # first: a misspelt region is named before all else
-    state = StackState.from_export(read_state(args.stack, args.state))
+    export = read_state(args.stack, args.state)
+    if args.state is not None and (other := exported_stack(export)) not in (None, args.stack):
+        # Another stack's state would make every live resource of this one look like a leftover to delete.
+        raise cli.UsageError(f"--state {args.state} is stack {other}'s export, not {args.stack}'s; give "
+                             f"`pulumi stack export --stack {args.stack} --file FILE`, or --stack {other}")
+    state = StackState.from_export(export)
     with _aws_errors(cli.EnvironmentProblem, "AWS refused the look-up"):
         leftovers = find(boto_session, stack_tags(args.stack), state)
     if not leftovers:

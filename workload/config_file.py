@@ -75,6 +75,9 @@ def check_one_name_each(argv: Sequence[str], known: Iterable[str]) -> None:
         plain = name.replace("-", "_")
         negated = plain.startswith("no_") and aliases.canonical(plain[3:], known) in known
         field = aliases.canonical(plain[3:] if negated else plain, known)
+        if plain in aliases.SWITCH_ALIASES and plain not in known:  # axolotl's lora_target_linear sets lora_targets
+            word = value if equals else (argv[position + 1] if position + 1 < len(argv) else "")
+            field = next(iter(_switch_fields(plain, word if not word.startswith("-") else "")), field)
         if field not in known:
             continue  # argparse, or the aliases' refusals, answer it
         spelling = "--" + name.removeprefix("no-").removeprefix("no_") if negated else "--" + name
@@ -83,6 +86,17 @@ def check_one_name_each(argv: Sequence[str], known: Iterable[str]) -> None:
     if len(files) > 1:
         raise cli.UsageError(f"{CONFIG_FLAG} is given {len(files)} times ({', '.join(shown(path) for path in files)}); "
                              "give one file, and other settings as flags over it")
+
+
+def _switch_fields(name: str, value: Any) -> list[str]:
+    """The fields one of their switches sets with `value` (`lora_target_linear true`: lora_targets; false: none)."""
+    if isinstance(value, str):  # a command line's word after the switch; none is true
+        value = {"": True, "true": True, "yes": True, "1": True, "false": False, "no": False, "0": False}.get(
+            value.lower(), value)
+    try:
+        return list(aliases.switch_values(name, value))
+    except ValueError:
+        return []  # a word that is no true or false: the switch's own refusal names it
 
 
 def _steps_or_epochs(values: dict[str, Any], on_line: set[str], from_file: dict[str, Any], path: str | None) -> None:
@@ -226,6 +240,8 @@ def load(path: str, parser: argparse.ArgumentParser) -> dict[str, Any]:
     spelled: dict[str, str] = {}
     for key in document:
         ours = aliases.canonical(str(key), actions)
+        if str(key) in aliases.SWITCH_ALIASES and str(key) not in actions:  # lora_target_linear: lora_targets
+            ours = next(iter(_switch_fields(str(key), document[key])), ours)
         if spelled.setdefault(ours, str(key)) != str(key):
             raise cli.UsageError(f"{CONFIG_FLAG} {path}: {spelled[ours]} and {key} are two names of {ours}, given "
                                  "both; keep one")

@@ -60,6 +60,7 @@ from workload import cli
 PROJECT_DIR = Path(__file__).resolve().parents[2]
 
 _INSTANCE_TYPE = re.compile(r"^[a-z][a-z0-9-]*\.[a-z0-9-]+$")
+_INSTANCE_SIZE = re.compile(r"nano|micro|small|medium|large|\d*xlarge|metal(-\d+xl)?")
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -88,6 +89,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                              "as in Pulumi.<name>.yaml beside Pulumi.yaml, such as dev or g6e")
     if not _INSTANCE_TYPE.fullmatch(args.instance_type):
         raise ValueError(f"--instance-type {args.instance_type!r}: expected an EC2 instance type such as g6.12xlarge")
+    family, size = args.instance_type.split(".", 1)
+    if not _INSTANCE_SIZE.fullmatch(size):
+        # EC2's sizes (the instance types' naming conventions): nano to xlarge, Nxlarge, metal (metal-24xl, ...).
+        whole = re.sub(r"^(\d*)x?l(a(r(ge?)?)?)?$", r"\1xlarge", size)
+        hint = f"; did you mean {family}.{whole}?" if _INSTANCE_SIZE.fullmatch(whole) else ""
+        raise ValueError(f"--instance-type {args.instance_type}: {size} is no EC2 size (nano, micro, small, medium, "
+                         f"large, xlarge, 2xlarge ... 48xlarge, metal){hint}")
     args.region_list = [name.strip() for name in args.regions.split(",") if name.strip()]
     problems = [problem for problem in map(region_problem, args.region_list) if problem]
     if problems:

@@ -240,7 +240,14 @@ def typed_without_effect(v: Values, typed: set[str]) -> str | None:
     if v["method"] == "full" and (lora := [name for name in LORA_DEFAULTS if name in typed]):
         return (f"--{lora[0]} {v[lora[0]]} sets the adapters, which --method full has none of: add --method lora "
                 "(or qlora), or leave the adapters' settings unset")
+    if "text_field" in typed and (not v["dataset"] or v["dataset"].endswith((".txt", ".txt.gz"))):
+        return (f"--text_field {v['text_field']} names a field of records, and "
+                + (f"--dataset {v['dataset']} is plain text: each line is a document" if v["dataset"] else
+                   "random tokens (an empty --dataset) have none") + "; leave --text_field unset")
     if not v["storage_path"]:
+        if "max_failures" in typed and v["max_failures"]:
+            return (f"--max_failures {v['max_failures']} restarts the workers from their latest checkpoint, and "
+                    "without --storage_path there is none: each restart would train from step 0; give --storage_path")
         if "checkpoint_mode" in typed:
             return (f"--checkpoint_mode {v['checkpoint_mode']} sets how checkpoints are saved, and without "
                     "--storage_path none are: give --storage_path, or leave --checkpoint_mode unset")

@@ -195,3 +195,18 @@ def check_before_ray(cfg: TrainConfig) -> int | None:
     check_fp8(cfg)
     check_dataset(cfg)  # last of the three: it reads the whole file, and says so once it has
     return resume_step(cfg)
+
+
+# What torchrun (torch.distributed.run) and `torch.distributed.launch` set in each process they start.
+LAUNCHER_VARIABLES = ("LOCAL_RANK", "TORCHELASTIC_RUN_ID", "GROUP_RANK")
+
+
+def check_not_under_a_launcher() -> None:
+    """The local run starts its own workers through Ray: under torchrun each of its processes would start a Ray
+    cluster of its own and train the same run, all writing one --run_name."""
+    found = [name for name in LAUNCHER_VARIABLES if name in os.environ]
+    if found or ("RANK" in os.environ and "WORLD_SIZE" in os.environ):
+        names = ", ".join(found or ["RANK", "WORLD_SIZE"])
+        raise cli.UsageError(f"python -m workload.local runs under a launcher ({names} set, as torchrun sets them): it "
+                             "starts its own workers through Ray, and each launched copy would start a cluster of its "
+                             "own; run it once, without torchrun (--num_workers sets the workers)")

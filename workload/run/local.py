@@ -325,6 +325,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if print_config:
         print(config_file.render(cfg), end="", flush=True)
         return cli.OK
+    local_checks.check_not_under_a_launcher()
     lock = run_lock.acquire(cfg.storage_path, cfg.run_name)  # a second run of this --run_name now is refused
     try:
         return _run(cfg, verbose)

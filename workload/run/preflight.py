@@ -53,6 +53,16 @@ def check_credentials(cfg: TrainConfig) -> None:
         raise cli.EnvironmentProblem(
             f"--push_to_hub {cfg.push_to_hub}: no Hugging Face token: set HF_TOKEN (a write token, "
             "https://huggingface.co/settings/tokens) or run `hf auth login`")
+    tracking_uri = cfg.mlflow_tracking_uri or os.environ.get("MLFLOW_TRACKING_URI", "")
+    if "mlflow" in parse_report_to(cfg.report_to) and tracking_uri.split(":", 1)[0].lower() == "databricks" and not (
+            os.environ.get("DATABRICKS_HOST") and (os.environ.get("DATABRICKS_TOKEN") or os.environ.get(
+                "DATABRICKS_CLIENT_SECRET")) or os.path.isfile(os.path.expanduser("~/.databrickscfg"))):
+        # MLflow's Databricks store reads the workspace and its credentials from these, or ~/.databrickscfg
+        # (mlflow/utils/databricks_utils.py, the Databricks SDK's unified authentication).
+        where = "--mlflow_tracking_uri" if cfg.mlflow_tracking_uri else "MLFLOW_TRACKING_URI"
+        raise cli.EnvironmentProblem(
+            f"--report_to mlflow: {where} is databricks, and nothing says which workspace or with which "
+            "credentials: set DATABRICKS_HOST and DATABRICKS_TOKEN, or write ~/.databrickscfg (`databricks configure`)")
 
 
 def _wandb_key() -> bool:

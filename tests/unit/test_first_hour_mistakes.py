@@ -1,0 +1,51 @@
+"""More of a new user's mistakes (the ninth fresh audit's classes), each answered as the user types it through the
+command's own main, with the harness of tests/unit/test_mistakes_before_ray.py (its `here` fixture fails a case that
+would start the local Ray cluster): one `error:` line naming the flag, key, file or variable, and the exit code
+workload/cli.py documents."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.unit.test_mistakes_before_ray import LOCAL, _run, here  # noqa: F401  (here: the fixture)
+from tools import capacity, leftovers
+from workload import cli
+
+P5_STATE = {"deployment": {"resources": [{"urn": "urn:pulumi:p5::raytrain-eks::pulumi:pulumi:Stack::raytrain-eks-p5",
+                                          "type": "pulumi:pulumi:Stack"}]}}
+
+CASES = [
+    ("launched by torchrun", LOCAL, ["--steps", "3"], {"LOCAL_RANK": "1", "RANK": "1", "WORLD_SIZE": "4"}, cli.USAGE,
+     "python -m workload.local runs under a launcher (LOCAL_RANK set, as torchrun sets them)"),
+    ("axolotl's two names of the LoRA targets", LOCAL,
+     ["--method", "lora", "--lora_target_linear", "--lora_target_modules", "k_proj", "o_proj"], {}, cli.USAGE,
+     "--lora_target_linear and --lora_target_modules are two names of --lora_targets, given both"),
+    ("a records' field for plain text", LOCAL, ["--dataset", "notes.txt", "--text_field", "content"], {}, cli.USAGE,
+     "--text_field content names a field of records, and --dataset"),
+    ("restarts without checkpoints", LOCAL, ["--max_failures", "3", "--storage_path", ""], {}, cli.USAGE,
+     "--max_failures 3 restarts the workers from their latest checkpoint, and without --storage_path there is none"),
+    ("MLflow on Databricks without a workspace", LOCAL, ["--report_to", "mlflow"],
+     {"MLFLOW_TRACKING_URI": "databricks://team-profile"}, cli.ENVIRONMENT,
+     "MLFLOW_TRACKING_URI is databricks, and nothing says which workspace or with which credentials"),
+    ("an instance size shortened", "tools.capacity", ["--instance-type", "g6e.12xl", "--count", "2"], {}, cli.USAGE,
+     "--instance-type g6e.12xl: 12xl is no EC2 size (nano, micro, small, medium, large, xlarge, 2xlarge ... 48xlarge, "
+     "metal); did you mean g6e.12xlarge?"),
+    ("another stack's state", "tools.leftovers", ["--stack", "dev", "--state", "p5-state.json"], {}, cli.USAGE,
+     "--state p5-state.json is stack p5's export, not dev's"),
+]
+
+
+@pytest.mark.parametrize("case, command, argv, environment, code, words", CASES, ids=[case[0] for case in CASES])
+def test_a_mistake_is_one_line_naming_the_fix(here, capsys, monkeypatch, case, command, argv, environment,  # noqa: F811
+                                              code, words):
+    (here / "notes.txt").write_text("the cat sees the ball .\n" * 50)
+    (here / "p5-state.json").write_text(json.dumps(P5_STATE))
+    for name, value in environment.items():
+        monkeypatch.setenv(name, value)
+    main = {"tools.capacity": capacity.cli.main, "tools.leftovers": leftovers.main}.get(command)
+    exit_code = _run(command, argv) if main is None else cli.run(main, argv)
+    err = capsys.readouterr().err
+    lines = err.splitlines()
+    assert exit_code == code and words in err, f"{case}: exited {exit_code}, not {code}, or not {words!r}:\n{err}"
+    assert len(lines) <= 2 and "Traceback" not in err, f"{case}: one line and a hint at most:\n{err}"

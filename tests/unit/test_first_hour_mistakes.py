@@ -28,6 +28,10 @@ CASES = [
     ("MLflow on Databricks without a workspace", LOCAL, ["--report_to", "mlflow"],
      {"MLFLOW_TRACKING_URI": "databricks://team-profile"}, cli.ENVIRONMENT,
      "MLFLOW_TRACKING_URI is databricks, and nothing says which workspace or with which credentials"),
+    ("a zstd-compressed dataset", LOCAL, ["--dataset", "chats.jsonl.zst"], {}, cli.USAGE,
+     "--dataset 'chats.jsonl.zst' is zstd-compressed, which is not read: decompress it, or compress it with gzip"),
+    ("transformers' Adam betas", LOCAL, ["--adam_beta1", "0.8"], {}, cli.USAGE,
+     "--adam_beta1 is not this project's: AdamW runs with torch's default betas"),
     ("an instance size shortened", "tools.capacity", ["--instance-type", "g6e.12xl", "--count", "2"], {}, cli.USAGE,
      "--instance-type g6e.12xl: 12xl is no EC2 size (nano, micro, small, medium, large, xlarge, 2xlarge ... 48xlarge, "
      "metal); did you mean g6e.12xlarge?"),
@@ -41,6 +45,7 @@ def test_a_mistake_is_one_line_naming_the_fix(here, capsys, monkeypatch, case, c
                                               code, words):
     (here / "notes.txt").write_text("the cat sees the ball .\n" * 50)
     (here / "p5-state.json").write_text(json.dumps(P5_STATE))
+    (here / "chats.jsonl.zst").write_bytes(b"\x28\xb5\x2f\xfd")  # zstd's magic number, as the file begins
     for name, value in environment.items():
         monkeypatch.setenv(name, value)
     main = {"tools.capacity": capacity.cli.main, "tools.leftovers": leftovers.main}.get(command)

@@ -20,14 +20,7 @@ from typing import Mapping, Sequence
 from workload.config import aliases, fields, rules
 from workload.config.fields import URI_MAX_LENGTH, Declaration, flag, in_stack_terms  # noqa: F401
 from workload.config.hub_urls import HUB_ID_FLAGS, hub_url_problem
-from workload.config.rules import (  # noqa: F401
-    ARCHIVE_SUFFIXES,
-    DATASET_FILE_SUFFIXES,
-    RULES,
-    Rule,
-    is_file_dataset,
-    is_local_dataset,
-)
+from workload.config.rules import DATASET_FILE_SUFFIXES, RULES, Rule, is_file_dataset, is_local_dataset  # noqa: F401
 from workload.config.values import (  # noqa: F401
     DATASET_CONFIG,
     WANDB_PROJECT_MAX_LENGTH,
@@ -330,10 +323,9 @@ class TrainConfig:
         if not self.run_name or "/" in self.run_name or self.run_name in (".", ".."):
             raise ValueError(f"--run_name must be a non-empty name without '/', and not '.' or '..', "
                              f"got {self.run_name!r}")
-        if self.dataset.lower().endswith(ARCHIVE_SUFFIXES):
-            shown = fields.shown_uri(self.dataset) if "://" in self.dataset else repr(self.dataset[-200:])
-            raise ValueError(f"--dataset {shown} is an archive of files, which is not read: "
-                             f"unpack it and give the data file inside (one of {', '.join(DATASET_FILE_SUFFIXES)})")
+        shown = fields.shown_uri(self.dataset) if "://" in self.dataset else repr(self.dataset[-200:])
+        if (packed := rules.packed_dataset_problem(self.dataset, shown)) is not None:
+            raise ValueError(packed)
         if is_local_dataset(self.dataset) and os.path.isdir(os.path.expanduser(self.dataset)):
             raise ValueError(f"--dataset {self.dataset!r} is a directory; give one {', '.join(DATASET_FILE_SUFFIXES)} "
                              "file in it")

@@ -65,6 +65,14 @@ DIFFERENT: Mapping[str, str] = {
     "packing": _PACKING,
     "weight_decay": "AdamW runs with torch's default weight decay, 0.01; no flag changes it",
     "optim": "the optimizer is torch's AdamW; no flag changes it",
+    "optimizer": "the optimizer is torch's AdamW; no flag changes it",
+    "adam_beta1": "AdamW runs with torch's default betas, (0.9, 0.999); no flag changes them",
+    "adam_beta2": "AdamW runs with torch's default betas, (0.9, 0.999); no flag changes them",
+    "adam_epsilon": "AdamW runs with torch's default epsilon, 1e-8; no flag changes it",
+    "padding_free": _PACKING,
+    "local_rank": ("torch.distributed.launch's flag: Ray Train starts the processes and gives each its rank; run "
+                   "python -m workload.local once, and --num_workers sets how many"),
+    "wandb_entity": "set WANDB_ENTITY in the environment (on a cluster, trainEnv): W&B reads the team from it",
     "datasets": ("axolotl's list of datasets: give one --dataset (a file or a Hub id) and --data_format (axolotl's "
                  "alpaca is prompt-completion; sharegpt and chat_template are chat)"),
     "hf_token": ("a token is never a flag or a --config key: set HF_TOKEN in the environment (on a cluster, "

@@ -16,8 +16,22 @@ from typing import Any, Callable, Mapping
 # A --dataset with one of these suffixes is a file, local or remote (s3://...), rather than a Hugging Face id.
 # Each of the first four may also be gzip-compressed (workload/data/validate.py reads them all).
 DATASET_FILE_SUFFIXES = (".txt", ".jsonl", ".json", ".csv", ".parquet", ".txt.gz", ".jsonl.gz", ".json.gz", ".csv.gz")
-# Archives of files, which no dataset loader here opens (a .gz of one file is read, as datasets reads it).
+# Archives of files, which no dataset loader here opens (a .gz of one file is read, as datasets reads it), and the
+# other compressions of one file, which are not read either.
 ARCHIVE_SUFFIXES = (".zip", ".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tar.xz", ".tar.zst", ".7z", ".rar")
+COMPRESSED_SUFFIXES = {".zst": "zstd", ".bz2": "bzip2", ".xz": "xz", ".lz4": "LZ4", ".snappy": "Snappy"}
+
+
+def packed_dataset_problem(dataset: str, shown: str) -> str | None:
+    """The refusal of a --dataset that is an archive or a compression no loader here reads, or None."""
+    lower = dataset.lower()
+    if lower.endswith(ARCHIVE_SUFFIXES):
+        return (f"--dataset {shown} is an archive of files, which is not read: unpack it and give the data file "
+                f"inside (one of {', '.join(DATASET_FILE_SUFFIXES)})")
+    if (suffix := next((each for each in COMPRESSED_SUFFIXES if lower.endswith(each)), None)) is not None:
+        return (f"--dataset {shown} is {COMPRESSED_SUFFIXES[suffix]}-compressed, which is not read: decompress it, or "
+                "compress it with gzip (.jsonl.gz, .json.gz, .txt.gz, .csv.gz are read)")
+    return None
 
 
 def is_local_dataset(dataset: str) -> bool:

@@ -59,7 +59,10 @@ def test_a_model_directory_without_weights_is_refused_before_ray(tmp_path, capsy
     (directory / "config.json").write_text("{}")
     with pytest.raises(ValueError, match=r"holds no \*\.safetensors weights"):
         preflight.check_local_files(TrainConfig(model_id=str(directory), seq_len=32))
-    (directory / "model.safetensors").write_bytes(b"")
+    (directory / "model.safetensors").write_bytes(b"")  # a file that is no safetensors file
+    with pytest.raises(ValueError, match=r"model\.safetensors holds 0 bytes"):
+        preflight.check_local_files(TrainConfig(model_id=str(directory), seq_len=32))
+    (directory / "model.safetensors").write_bytes((2).to_bytes(8, "little") + b"{}")  # one of no tensors
     preflight.check_local_files(TrainConfig(model_id=str(directory), seq_len=32))
 
 

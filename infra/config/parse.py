@@ -123,10 +123,12 @@ def parse(raw: dict[str, Any]) -> StackConfig:
     # dlcImage, rayNamespace and rayClusterName are checked by raycluster.check_config, which the program runs
     # before any resource: KubeRay's own limits on them live beside the manifest they end up in. rayVersion and
     # imageCudaVersion are checked against the image there too; here only their form.
+    # A version is a few characters: a longer value is no version, and is not quoted (it may hold anything).
     require(raw["rayVersion"] == "" or bool(RAY_VERSION.fullmatch(raw["rayVersion"])), "rayVersion",
-             f"{raw['rayVersion']!r} must be empty (the known image's) or a Ray release like 2.58.0")
+             f"{_version_shown(raw['rayVersion'])} must be empty (the known image's) or a Ray release like 2.58.0")
     require(raw["imageCudaVersion"] == "" or bool(CUDA_VERSION.fullmatch(raw["imageCudaVersion"])), "imageCudaVersion",
-             f"{raw['imageCudaVersion']!r} must be empty (the known image's) or a CUDA major.minor like 13.0")
+             f"{_version_shown(raw['imageCudaVersion'])} must be empty (the known image's) or a CUDA major.minor like "
+             "13.0")
     require(raw["ncclDebug"] in NCCL_DEBUG_LEVELS, "ncclDebug",
              f"{raw['ncclDebug']!r} is not one of {list(NCCL_DEBUG_LEVELS)}")
     require(bool(SOCKET_IFNAME.fullmatch(raw["ncclSocketIfname"])), "ncclSocketIfname",
@@ -235,3 +237,8 @@ def _parse_reservation_hours(raw: dict[str, Any]) -> int:
     require(hours == 0 or raw["capacityReserve"], "capacityReservationHours",
              "is only used with capacityReserve=true (it ends the reservation that the stack makes)")
     return hours
+
+
+def _version_shown(value: str) -> str:
+    """A version as its refusal quotes it: whole when it is short enough to be one (16 characters), else by length."""
+    return repr(value) if len(value) <= 16 and value.isprintable() else f"a value of {len(value)} characters"

@@ -178,6 +178,13 @@ def read_document(path: str) -> Any:
         raise cli.UsageError(f"{CONFIG_FLAG} {path}: larger than {MAX_CONFIG_BYTES // 1024} KiB; a run's file of flags "
                              "is a few KiB")
     try:
+        if not text.startswith((b"\xff\xfe", b"\xfe\xff")):  # UTF-16/32 with their BOM PyYAML reads too
+            text.decode("utf-8")
+    except UnicodeDecodeError as error:  # PyYAML reads UTF-8 (or 16/32 with a BOM): a Windows editor's cp1252
+        line = text[:error.start].count(b"\n") + 1
+        raise cli.UsageError(f"{CONFIG_FLAG} {path}: not UTF-8 text (byte 0x{text[error.start]:02x} on line {line}); "
+                             "save it as UTF-8") from None
+    try:
         return yaml.load(text, Loader=NoAliasLoader)  # noqa: S506 - SafeLoader's subclass: no Python objects
     except _Duplicate as duplicate:
         key = duplicate.key if len(duplicate.key) <= SHOWN_CHARS and not _TOKEN_LIKE.search(duplicate.key) else "a key"

@@ -54,3 +54,51 @@ def test_a_mistake_is_one_line_naming_the_fix(here, capsys, monkeypatch, case, c
     lines = err.splitlines()
     assert exit_code == code and words in err, f"{case}: exited {exit_code}, not {code}, or not {words!r}:\n{err}"
     assert len(lines) <= 2 and "Traceback" not in err, f"{case}: one line and a hint at most:\n{err}"
+
+
+def test_a_tmpdir_too_deep_for_rays_sockets_puts_the_cluster_under_tmp(tmp_path, monkeypatch, capsys):
+    """Ray's sockets sit under the cluster's temp dir, and a Unix socket's path holds 107 bytes: a deep TMPDIR made
+    `ray start` fail with its traceback; the local cluster's files go under /tmp instead, said in one note."""
+    import tempfile
+
+    from workload.run import checks
+
+    deep = tmp_path / ("d" * 60)
+    deep.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(deep))
+    checks.check_socket_room()
+    assert checks.ray_temp_base() == "/tmp"
+    assert "the local cluster's files go under /tmp" in capsys.readouterr().err
+    monkeypatch.setattr(tempfile, "tempdir", "/tmp")
+    checks.check_socket_room()
+    assert checks.ray_temp_base() == "/tmp" and capsys.readouterr().err == ""
+
+
+def test_a_config_file_not_in_utf8_is_named_so(tmp_path, capsys):
+    from workload.run import local
+
+    (tmp_path / "run.yaml").write_bytes("run_name: caf\u00e9\nsteps: 3\n".encode("cp1252"))
+    assert cli.run(local.main, ["--config", str(tmp_path / "run.yaml")]) == cli.USAGE
+    assert "run.yaml: not UTF-8 text (byte 0xe9 on line 1); save it as UTF-8" in capsys.readouterr().err
+
+
+def test_what_a_user_holds_by_mistake_is_named(tmp_path):
+    """A PEFT adapter directory or a Hub cache entry as --model_id, datasets' save_to_disk output as --dataset."""
+    from workload.config import TrainConfig
+    from workload.run import preflight
+
+    adapters = tmp_path / "model_000010"
+    adapters.mkdir()
+    (adapters / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path": "Qwen/Qwen2.5-0.5B"}))
+    with pytest.raises(ValueError, match=r"it holds LoRA adapters \(adapter_config.json\), not a model: give their "
+                                         r"base model \(Qwen/Qwen2.5-0.5B\)"):
+        preflight.check_local_files(TrainConfig(model_id=str(adapters), seq_len=32))
+    cached = tmp_path / "models--acme--base-7b"
+    (cached / "snapshots").mkdir(parents=True)
+    with pytest.raises(ValueError, match=r"it is a Hub cache entry: give the model's id \(acme/base-7b\)"):
+        preflight.check_local_files(TrainConfig(model_id=str(cached), seq_len=32))
+    saved = tmp_path / "saved"
+    saved.mkdir()
+    (saved / "dataset_info.json").write_text("{}")
+    with pytest.raises(ValueError, match="is a dataset datasets' save_to_disk wrote"):
+        TrainConfig(dataset=str(saved))

@@ -327,8 +327,7 @@ class TrainConfig:
         if (packed := rules.packed_dataset_problem(self.dataset, shown)) is not None:
             raise ValueError(packed)
         if is_local_dataset(self.dataset) and os.path.isdir(os.path.expanduser(self.dataset)):
-            raise ValueError(f"--dataset {self.dataset!r} is a directory; give one {', '.join(DATASET_FILE_SUFFIXES)} "
-                             "file in it")
+            raise ValueError(rules.directory_dataset_problem(os.path.expanduser(self.dataset), repr(self.dataset)))
         if is_local_dataset(self.dataset) and not os.path.isfile(os.path.expanduser(self.dataset)):
             raise ValueError(f"--dataset file {self.dataset!r} does not exist")
         if "://" in self.dataset and not self.dataset.endswith(DATASET_FILE_SUFFIXES):

@@ -22,6 +22,17 @@ ARCHIVE_SUFFIXES = (".zip", ".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tar.xz", ".
 COMPRESSED_SUFFIXES = {".zst": "zstd", ".bz2": "bzip2", ".xz": "xz", ".lz4": "LZ4", ".snappy": "Snappy"}
 
 
+def directory_dataset_problem(directory: str, shown: str) -> str:
+    """The refusal of a --dataset that is a directory: datasets' save_to_disk output named as such."""
+    import os
+
+    if any(os.path.isfile(os.path.join(directory, name)) for name in ("dataset_info.json", "dataset_dict.json",
+                                                                      "state.json")):
+        return (f"--dataset {shown} is a dataset datasets' save_to_disk wrote (Arrow files), which is not read: write "
+                "it as one file (ds.to_json('data.jsonl') or ds.to_parquet('data.parquet')), or push it to the Hub")
+    return f"--dataset {shown} is a directory; give one {', '.join(DATASET_FILE_SUFFIXES)} file in it"
+
+
 def packed_dataset_problem(dataset: str, shown: str) -> str | None:
     """The refusal of a --dataset that is an archive or a compression no loader here reads, or None."""
     lower = dataset.lower()

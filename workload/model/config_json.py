@@ -132,9 +132,29 @@ def load_model_config(directory: str, what: str) -> Any:
     try:
         return load(path)
     except OSError:
-        raise ValueError(f"{what}: {directory} has no readable config.json; a model directory holds config.json and "
-                         "*.safetensors (what save_pretrained writes)") from None
+        raise ValueError(f"{what}: {directory} has no readable config.json; " + _what_it_is(directory)) from None
     except Refused as error:
         raise ValueError(f"{what}: {path} is {error}") from None
     except ValueError:
         raise ValueError(f"{what}: {path} is not JSON") from None
+
+
+def _what_it_is(directory: str) -> str:
+    """What a directory without config.json is, when it is something a user holds by mistake, and what to give."""
+    import json
+    import os
+
+    if os.path.isfile(os.path.join(directory, "adapter_config.json")):  # PEFT's save_pretrained of adapters
+        try:
+            with open(os.path.join(directory, "adapter_config.json"), "rb") as file:
+                base = json.loads(file.read(MAX_CONFIG_BYTES)).get("base_model_name_or_path")
+        except (OSError, ValueError, AttributeError):
+            base = None
+        shown = f" ({base})" if isinstance(base, str) and len(base) <= 200 and base.isprintable() else ""
+        return (f"it holds LoRA adapters (adapter_config.json), not a model: give their base model{shown}, or merge "
+                "them into one with `python -m workload.export CHECKPOINT OUT --merge`")
+    name = os.path.basename(os.path.normpath(directory))
+    if name.startswith("models--") and os.path.isdir(os.path.join(directory, "snapshots")):  # huggingface_hub's cache
+        return (f"it is a Hub cache entry: give the model's id ({name.removeprefix('models--').replace('--', '/', 1)}), "
+                "or one of its snapshots/<revision>/ directories")
+    return "a model directory holds config.json and *.safetensors (what save_pretrained writes)"

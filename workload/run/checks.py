@@ -12,6 +12,8 @@ import glob
 import json
 import os
 import re
+import sys
+import tempfile
 
 from workload import cli
 from workload.config import DATASET_FILE_SUFFIXES, TrainConfig, is_file_dataset
@@ -189,6 +191,7 @@ def check_before_ray(cfg: TrainConfig) -> int | None:
     """Every check above, in the order a user would want to hear of them; returns the step a resumed run starts
     after (None: a new run)."""
     writable.check_cache_directories()  # HF_HOME and the like: this machine's set-up, said before any flag's check
+    check_socket_room()
     check_schemes(cfg)
     check_storage(cfg)
     check_workers(cfg, local_cpus())
@@ -210,3 +213,30 @@ def check_not_under_a_launcher() -> None:
         raise cli.UsageError(f"python -m workload.local runs under a launcher ({names} set, as torchrun sets them): it "
                              "starts its own workers through Ray, and each launched copy would start a cluster of its "
                              "own; run it once, without torchrun (--num_workers sets the workers)")
+
+
+# A Unix socket's path holds at most 107 bytes (sockaddr_un's sun_path, 108 with its NUL, on Linux). Ray puts its
+# sockets at <temp dir>/session_<date>_<time>_<micros>_<pid>/sockets/plasma_store; the local run's temp dir is
+# <TMPDIR>/ray-local-<8 characters> (workload/run/local.py local_cluster).
+SOCKET_PATH_MAX = 107
+RAY_SOCKET_TAIL = len("/ray-local-abcdefgh/session_2026-12-06_11-21-59_264090_4194304/sockets/plasma_store")
+
+
+def ray_temp_base() -> str:
+    """Where the local cluster's temp dir goes: TMPDIR's, unless Ray's sockets under it would pass a Unix socket's
+    path limit (a deep TMPDIR failed inside `ray start` with its traceback); then /tmp."""
+    temp = tempfile.gettempdir()
+    if len(temp.encode()) + RAY_SOCKET_TAIL <= SOCKET_PATH_MAX:
+        return temp
+    if os.path.isdir("/tmp") and os.access("/tmp", os.W_OK | os.X_OK):
+        return "/tmp"
+    raise cli.EnvironmentProblem(f"TMPDIR={temp} is {len(temp.encode())} bytes long, and the local Ray cluster's "
+                                 f"sockets under it would pass the {SOCKET_PATH_MAX}-byte limit of a Unix socket's "
+                                 f"path; give a TMPDIR of at most {SOCKET_PATH_MAX - RAY_SOCKET_TAIL} bytes")
+
+
+def check_socket_room() -> None:
+    """Said before Ray: where the cluster's files go when TMPDIR is too deep for its sockets, or that none will do."""
+    if (base := ray_temp_base()) != tempfile.gettempdir():
+        print(f"note: TMPDIR is too long a path for Ray's sockets under it; the local cluster's files go under {base}",
+              file=sys.stderr, flush=True)

@@ -130,7 +130,7 @@ def local_cluster(metrics_export_port: int | None = None) -> Iterator[tuple[str,
     """A `ray start --head --block` of our own, CPU only: yields (job server address, token). On exit every process
     it started is stopped, and nothing else (other Ray clusters on this machine are left alone). `metrics_export_port`:
     where the node serves its Prometheus metrics (unset: a port Ray picks)."""
-    temp_dir = tempfile.mkdtemp(prefix="ray-local-")
+    temp_dir = tempfile.mkdtemp(prefix="ray-local-", dir=local_checks.ray_temp_base())
     token = secrets.token_hex(32)
     token_path = os.path.join(temp_dir, "auth_token")
     with open(os.open(token_path, os.O_WRONLY | os.O_CREAT, 0o600), "w") as file:

@@ -48,8 +48,10 @@ def rendered_sample(cfg: TrainConfig, tokenizer) -> list[tuple[str, list[dict], 
             except Exception as error:  # jinja2's TemplateError and whatever a template's raise_exception() raises
                 fix = ("give a template that renders every record, or leave --chat_template out for the tokenizer's "
                        "own" if cfg.chat_template else "name a template that renders it with --chat_template")
-                raise ValueError(f"{_template(cfg)} cannot render --dataset {cfg.dataset} {where} ({error})"
-                                 f"{chat._missing_token(tokenizer, error)}; {fix}") from None
+                # the template's own message (raise_exception's), bounded: a TypeError's may quote the record
+                raise ValueError(f"{_template(cfg)} cannot render --dataset {cfg.dataset} {where} "
+                                 f"({str(error)[:200]})"
+                                 f"{chat.missing_token(tokenizer, error)}; {fix}") from None
             if (trained or cfg.train_on_prompt) and len(sample) < SAMPLE_RECORDS:
                 sample.append((where, turns, trained))
             if count >= RENDER_RECORDS or time.monotonic() > deadline:

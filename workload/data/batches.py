@@ -50,10 +50,10 @@ def check_tokenizer(cfg: TrainConfig, vocab_size: int) -> None:
     if not cfg.dataset:
         return
     if cfg.data_format != "text":
-        from workload.data.examples import check_template_trains
+        from workload.data.template_check import check_template_trains
 
         # refuses a tokenizer without a chat template, unless --chat_template names one; then a template that
-        # renders no assistant turn of the first records
+        # cannot render a record, or renders no assistant turn of the first records, or --truncation that keeps none
         check_template_trains(cfg, load_chat_tokenizer(cfg))
     size = len(load_tokenizer(cfg.tokenizer_name))
     if size > vocab_size:

@@ -104,7 +104,7 @@ def tokenize_conversation(tokenizer, turns: Sequence[dict], trained_turns: Seque
     except ValueError:
         raise
     except Exception as error:  # jinja2's TemplateError and whatever a template's raise_exception() raises
-        raise ValueError(f"{where}: the chat template cannot render it ({error}){_missing_token(tokenizer, error)}"
+        raise ValueError(f"{where}: the chat template cannot render it ({error}){missing_token(tokenizer, error)}"
                          ) from error
     encoding = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
     ids = encoding["input_ids"]
@@ -115,7 +115,7 @@ def tokenize_conversation(tokenizer, turns: Sequence[dict], trained_turns: Seque
     return Example(ids, labels)
 
 
-def _missing_token(tokenizer, error: Exception) -> str:
+def missing_token(tokenizer, error: Exception) -> str:
     """Why a template's special token is undefined (Llama 3's uses bos_token): the tokenizer defines none."""
     found = re.fullmatch(r"'(\w+_token)' is undefined", str(error))
     if found is None:

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import torch
 
-from workload.config import TrainConfig, is_file_dataset
+from workload.config import TrainConfig
 from workload.data import chat, packing, records
 from workload.data.tokenizer import load_chat_tokenizer
 
@@ -65,30 +65,6 @@ def shape_label(shape) -> str:
     """The records' shape as the data line names it, when it is not the format's own (ShareGPT, Alpaca)."""
     return (shape.name.replace("sharegpt", "ShareGPT").replace("alpaca", "Alpaca")
             if shape and shape.name in ("sharegpt", "alpaca") else "")
-
-
-# Records rendered before Ray by check_template_trains: a template that trains none of the first few trains none.
-SAMPLE_RECORDS = 8
-
-
-def check_template_trains(cfg: TrainConfig, tokenizer) -> None:
-    """The first SAMPLE_RECORDS records of a local --dataset file that have a turn to train, rendered and masked as
-    the job will (chat.tokenize_conversation): when none of them keeps a trained token, the chat template renders no
-    assistant turn ({{ 'hello' }}, a template that drops the messages), and every example would be dropped after Ray
-    started. Refused naming --chat_template (or the tokenizer's own template)."""
-    if not is_file_dataset(cfg.dataset) or "://" in cfg.dataset:
-        return  # a Hub or remote dataset: not downloaded for this
-    sample = [(turns, trained) for turns, trained in records.conversations(cfg, records.read_file_records(cfg.dataset))
-              if trained or cfg.train_on_prompt][:SAMPLE_RECORDS]
-    if not sample or any(packing.trains(chat.tokenize_conversation(tokenizer, turns, trained, cfg.train_on_prompt,
-                                                                   f"record {number} of {cfg.dataset}"))
-                         for number, (turns, trained) in enumerate(sample, 1)):
-        return
-    template = f"--chat_template {cfg.chat_template}" if cfg.chat_template else \
-        f"the chat template of --tokenizer {cfg.tokenizer_name}"
-    raise ValueError(f"{template} renders no assistant turn of --dataset {cfg.dataset}: none of its first "
-                     f"{len(sample)} conversations keeps a token to train on; give a template that renders each "
-                     "message (the assistant's turns among them), or leave --chat_template out for the tokenizer's own")
 
 
 def check_trainable(cfg: TrainConfig, blocks: SftBlocks) -> None:

@@ -7,7 +7,8 @@ the preview accepts is what the job then builds, by the same code. In order, a m
 - transformers knows its model_type natively (custom code from the Hub, auto_map, is never run);
 - it is a decoder-only causal LM: not an encoder-decoder (t5, bart), not a multimodal wrapper around a language model
   (text_config with vision or audio, e.g. gemma3, llava), not an encoder (bert, roberta: AutoModelForCausalLM builds
-  them as a decoder head over an encoder, which no published checkpoint of theirs was trained as);
+  them as a decoder head over an encoder, which no published checkpoint of theirs was trained as), and its
+  config.json's architectures, when given, name a causal LM (not a reward model's or classifier's head: head_problem);
 - it is not a hybrid of attention and state-space (Mamba) or recurrent layers (Falcon-H1, Jamba, Bamba): their
   mixers are neither counted by the memory plan nor sharded as the job shards a decoder layer;
 - it is dense: a mixture-of-experts model (Mixtral, Qwen3-MoE, ...) is built by transformers with every layer's
@@ -35,6 +36,10 @@ from workload.model import structure
 EXPERT_FIELDS = ("num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts")
 # Sub-configs that make a config a multimodal wrapper (transformers' PretrainedConfig.sub_configs names).
 MULTIMODAL_FIELDS = ("vision_config", "audio_config", "vision_tower", "speech_config")
+# A causal LM's class names in config.json's architectures (LlamaForCausalLM, GPT2LMHeadModel), besides those
+# AutoModelForCausalLM maps a model_type to (Gemma3ForConditionalGeneration); the heads a reward model or classifier has.
+CAUSAL_SUFFIXES = ("ForCausalLM", "LMHeadModel")
+HEAD_SUFFIXES = ("ForSequenceClassification", "ForTokenClassification", "ForQuestionAnswering")
 ALLOWED = ("allowed: a dense decoder-only causal LM that transformers ships, such as Llama, Mistral, Qwen2.5, Qwen3, "
            "Gemma 2, Gemma 3 (text), Phi-3 or OLMo 2")
 
@@ -93,6 +98,8 @@ def check_config(config, what: str) -> None:
                             "causal LM")
     if model_type not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
         raise _refuse(what, f"{model_type} is not a causal LM (AutoModelForCausalLM has no class for it)")
+    if (why := head_problem(config, set(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.values()))) is not None:
+        raise _refuse(what, why)
     hybrid = next((name for name in structure.SSM_FIELDS if getattr(config, name, None) is not None), None)
     if hybrid:
         raise _refuse(what, f"{model_type} is a hybrid of attention and state-space (Mamba) or recurrent layers "
@@ -103,6 +110,23 @@ def check_config(config, what: str) -> None:
                             "transformers fuses each layer's experts into one tensor while its published files hold "
                             "one per expert, which the job's sharded loader does not convert, and the memory plan "
                             "counts dense layers only")
+
+
+def head_problem(config, causal_classes: set[str]) -> str | None:
+    """Why config.json's `architectures` (the classes save_pretrained wrote it from) are not a causal LM: a reward
+    model or classifier (TRL's reward trainer saves Qwen2ForSequenceClassification with num_labels 1) has a score head
+    of num_labels outputs and no lm_head, so AutoModelForCausalLM would build an lm_head the files do not hold. None
+    when they are one (or are not given: the model_type then decides)."""
+    names = getattr(config, "architectures", None)
+    if not isinstance(names, (list, tuple)) or not names or not all(isinstance(name, str) for name in names):
+        return None
+    if any(name in causal_classes or name.endswith(CAUSAL_SUFFIXES) for name in names):
+        return None
+    labels = getattr(config, "num_labels", None)
+    kind = (f"a reward model's or classifier's head (a score head of num_labels {labels}, no lm_head)"
+            if any(name.endswith(HEAD_SUFFIXES) for name in names) else "a model without the lm_head the job trains")
+    return (f"its config.json's architectures is {', '.join(names)[:200]}: {kind}, not a causal LM; give the base "
+            "model it was fine-tuned from (a *ForCausalLM checkpoint)")
 
 
 @contextlib.contextmanager

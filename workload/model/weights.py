@@ -22,14 +22,13 @@ tensor, the file and what was expected.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 
 import torch
 from torch import nn
 
-SINGLE_FILE = "model.safetensors"
-INDEX_FILE = "model.safetensors.index.json"
+from workload.model.safetensors_index import INDEX_FILE, SINGLE_FILE, weight_map
+
 # safetensors' dtype names that copy_ can cast into fp32 master weights; anything else is a quantised or integer
 # checkpoint this loader does not dequantise.
 FLOAT_DTYPES = ("F64", "F32", "F16", "BF16")
@@ -38,22 +37,8 @@ FLOAT_DTYPES = ("F64", "F32", "F16", "BF16")
 def weight_files(directory: str, what: str) -> dict[str, str]:
     """Tensor name -> the safetensors file (a path) that holds it: the index's map, or every tensor of the single
     file. `what` names the setting the directory came from, for the errors."""
-    index = os.path.join(directory, INDEX_FILE)
-    if os.path.isfile(index):
-        try:
-            with open(index) as file:
-                weight_map = json.load(file)["weight_map"]
-            assert isinstance(weight_map, dict)
-        except (OSError, ValueError, KeyError, TypeError, AssertionError):
-            raise ValueError(f"{what}: {INDEX_FILE} is not a safetensors index (a JSON object with a "
-                             "'weight_map' of tensor name -> file)") from None
-        root = os.path.realpath(directory)
-        files = {}
-        for name, file_name in weight_map.items():
-            path = os.path.realpath(os.path.join(directory, str(file_name)))
-            if os.path.dirname(path) != root:
-                raise ValueError(f"{what}: {INDEX_FILE} puts {name} in {file_name!r}, outside the model directory")
-            files[name] = path
+    files = weight_map(directory, what)  # untrusted: bounded, and every file inside the directory
+    if files is not None:
         return files
     single = os.path.join(directory, SINGLE_FILE)
     if not os.path.isfile(single):

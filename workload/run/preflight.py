@@ -17,7 +17,7 @@ from workload import cli
 from workload.config import CHAT_TEMPLATES, TrainConfig, parse_report_to
 from workload.data import hub_dataset, tokenizer_size
 from workload.data import validate as records_check
-from workload.model import adapters, config_json, model_source, safetensors_files, structure
+from workload.model import adapters, config_json, model_source, safetensors_files, safetensors_index, structure
 from workload.run import services, writable
 
 # A tokenizer directory holds at least one of these (what transformers' tokenizers load their vocabulary from: the
@@ -95,8 +95,8 @@ def _hub_token() -> bool:
 def check_local_files(cfg: TrainConfig) -> None:
     """The directories on this machine that the run reads, checked for the files it will read before anything heavy
     loads (a refusal in well under a second, not after seconds of torch's imports or inside Ray): a --model_id
-    directory's readable config.json and its *.safetensors weights, and the tokenizer's files in the --tokenizer
-    directory (or the model's own, for a dataset)."""
+    directory's readable config.json and its *.safetensors weights (model.safetensors, or every shard its index
+    names, inside it), and the tokenizer's files in the --tokenizer directory (or the model's own, for a dataset)."""
     directory = os.path.expanduser(cfg.model_id)
     if not cfg.model_config and "://" not in cfg.model_id and os.path.isdir(directory):
         what = f"--model_id {cfg.model_id}"
@@ -105,6 +105,12 @@ def check_local_files(cfg: TrainConfig) -> None:
         if not weights:
             raise ValueError(f"{what}: the directory holds no *.safetensors weights; give the directory save_pretrained "
                              "wrote (config.json and model*.safetensors)")
+        if missing := safetensors_index.missing_files(directory, what):  # what the job's loader would open
+            named = ", ".join(missing[:3]) + (f" and {len(missing) - 3} more" if len(missing) > 3 else "")
+            source = (f"its {safetensors_index.INDEX_FILE} names" if missing != [safetensors_index.SINGLE_FILE]
+                      else f"without a {safetensors_index.INDEX_FILE}, the job loads")
+            raise ValueError(f"{what}: {source} {named}, which the directory lacks; copy every file save_pretrained "
+                             "wrote (each weight shard and the index)")
         for path in weights:  # untrusted: a sparse file, or a header pointing past the file's end
             if (why := safetensors_files.file_problem(path)) is not None:
                 raise ValueError(f"{what}: {os.path.basename(path)} {why}")

@@ -1,0 +1,89 @@
+"""A local --dataset file's records against the chat template and --seq_len, before Ray starts: what the job would
+otherwise find only once its workers tokenize the examples (a refusal there, or every example dropped and nothing
+to learn).
+
+- Every record rendered with the template (jinja only, no tokenization: some 70 µs a record), up to RENDER_RECORDS
+  records or RENDER_SECONDS: a template that raises on some records (`raise_exception('System role not supported')`
+  on the records with a system turn) is refused naming the record's line and the template's message.
+- The first SAMPLE_RECORDS records with a turn to train, tokenized and masked as the job does
+  (chat.tokenize_conversation), then truncated as it does (packing.fit): when none of them keeps a trained token, the
+  template renders no assistant turn ({{ 'hello' }}, a template that drops the messages), or --truncation cuts every
+  trained token away (a prompt or system part longer than --seq_len, with --truncation truncate keeping the start).
+"""
+from __future__ import annotations
+
+import time
+
+from workload.config import TRUNCATIONS, TrainConfig, is_file_dataset
+from workload.data import chat, packing, shapes, validate
+
+# Records tokenized before Ray: a template (or a truncation) that trains none of the first few trains none.
+SAMPLE_RECORDS = 8
+# Records rendered before Ray, whichever bound comes first: a whole file of a few thousand records in a fraction of
+# a second; a larger one's first part (the job renders the rest).
+RENDER_RECORDS = 2000
+RENDER_SECONDS = 1.0
+
+
+def _template(cfg: TrainConfig) -> str:
+    return (f"--chat_template {cfg.chat_template}" if cfg.chat_template else
+            f"the chat template of --tokenizer {cfg.tokenizer_name}")
+
+
+def rendered_sample(cfg: TrainConfig, tokenizer) -> list[tuple[str, list[dict], list[int]]]:
+    """The file's records rendered with the template, within the bounds above, or ValueError naming the first that
+    it cannot render; returns the first SAMPLE_RECORDS that have a turn to train, as (where, turns, trained turns)."""
+    fields = shapes.Fields.of(cfg)
+    shape, sample = None, []
+    deadline = time.monotonic() + RENDER_SECONDS
+    with validate.open_binary(cfg.dataset) as raw:
+        for count, (where, record) in enumerate(validate.records(cfg.dataset, raw), 1):
+            try:
+                shape = shape or shapes.detect(record, fields)
+                turns, trained = shapes.conversation(record, shape, fields)
+            except shapes.RecordError as error:  # the records were checked already: not expected here
+                raise ValueError(f"--dataset {cfg.dataset} {where}: {error}") from None
+            try:
+                chat.render(tokenizer, turns)
+            except Exception as error:  # jinja2's TemplateError and whatever a template's raise_exception() raises
+                fix = ("give a template that renders every record, or leave --chat_template out for the tokenizer's "
+                       "own" if cfg.chat_template else "name a template that renders it with --chat_template")
+                # the template's own message (raise_exception's), bounded: a TypeError's may quote the record
+                raise ValueError(f"{_template(cfg)} cannot render --dataset {cfg.dataset} {where} "
+                                 f"({str(error)[:200]})"
+                                 f"{chat.missing_token(tokenizer, error)}; {fix}") from None
+            if (trained or cfg.train_on_prompt) and len(sample) < SAMPLE_RECORDS:
+                sample.append((where, turns, trained))
+            if count >= RENDER_RECORDS or time.monotonic() > deadline:
+                break
+    return sample
+
+
+def check_template_trains(cfg: TrainConfig, tokenizer) -> None:
+    """A local --dataset file's records rendered (rendered_sample), and the sample tokenized and truncated as the job
+    will: refused when none of them keeps a trained token, naming the template, or --seq_len and --truncation."""
+    if not is_file_dataset(cfg.dataset) or "://" in cfg.dataset:
+        return  # a Hub or remote dataset: not downloaded for this
+    sample = rendered_sample(cfg, tokenizer)
+    untruncated = 0  # records whose trained tokens --truncation cuts away
+    for where, turns, trained in sample:
+        example = chat.tokenize_conversation(tokenizer, turns, trained, cfg.train_on_prompt,
+                                             f"--dataset {cfg.dataset} {where}")
+        if not packing.trains(example):
+            continue
+        pieces, _ = packing.fit([example], cfg.seq_len, cfg.truncation)
+        if any(packing.trains(piece) for piece in pieces):
+            return
+        untruncated += 1
+    if not sample:
+        return
+    if untruncated:
+        others = " or ".join(name for name in TRUNCATIONS if name != cfg.truncation)
+        raise ValueError(f"--seq_len {cfg.seq_len} with --truncation {cfg.truncation}: {untruncated} of the first "
+                         f"{len(sample)} records of --dataset {cfg.dataset} checked lose all their trained tokens (the "
+                         f"{cfg.seq_len} tokens it keeps of each hold none: a prompt or system part that long) and "
+                         "none keeps one, so the job would have nothing to train on; give --truncation "
+                         f"{others}, or a larger --seq_len")
+    raise ValueError(f"{_template(cfg)} renders no assistant turn of --dataset {cfg.dataset}: none of its first "
+                     f"{len(sample)} conversations keeps a token to train on; give a template that renders each "
+                     "message (the assistant's turns among them), or leave --chat_template out for the tokenizer's own")

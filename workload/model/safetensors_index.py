@@ -1,0 +1,59 @@
+"""A model directory's model.safetensors.index.json read as untrusted input: which file holds each tensor.
+
+One reader for the local run's check before Ray starts (workload.run.preflight.check_local_files: every file the index
+names is in the directory) and the job's sharded loader (workload.model.weights). Bounded before a byte is parsed
+(the largest published indexes, a few hundred thousand tensors' names, are a few MiB), then a JSON object whose
+weight_map maps tensor names (strings) to file names (strings) in the directory itself, never outside it.
+
+Standard library only: the local run reads it before torch loads.
+"""
+from __future__ import annotations
+
+import json
+import os
+
+INDEX_FILE = "model.safetensors.index.json"
+SINGLE_FILE = "model.safetensors"
+# Well above any published index (Llama-3.1-405B's is some 100 KiB), and a bound on what json parses.
+MAX_INDEX_BYTES = 64 << 20
+NOT_AN_INDEX = ("is not a safetensors index (a JSON object with a 'weight_map' of tensor name -> file name, as "
+                "save_pretrained writes it)")
+
+
+def weight_map(directory: str, what: str) -> dict[str, str] | None:
+    """Tensor name -> the path of the file the index puts it in, or None when the directory has no index;
+    ValueError("{what}: ...") for an index too large, not such an object, or naming a file outside the directory."""
+    index = os.path.join(directory, INDEX_FILE)
+    if not os.path.isfile(index):
+        return None
+    try:
+        size = os.path.getsize(index)
+        if size > MAX_INDEX_BYTES:
+            raise ValueError(f"{what}: {INDEX_FILE} is {size:,} bytes; an index is a few MiB at most (allowed: "
+                             f"{MAX_INDEX_BYTES:,})")
+        with open(index, "rb") as file:
+            found = json.loads(file.read(MAX_INDEX_BYTES + 1))["weight_map"]
+    except (OSError, RecursionError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError):
+        raise ValueError(f"{what}: {INDEX_FILE} {NOT_AN_INDEX}") from None
+    if not isinstance(found, dict) or not found or not all(
+            isinstance(name, str) and isinstance(file_name, str) and file_name for name, file_name in found.items()):
+        raise ValueError(f"{what}: {INDEX_FILE} {NOT_AN_INDEX}")
+    files = {}
+    for name, file_name in found.items():
+        # The name, not where a link leads: a Hub cache's snapshot directory links each file to ../../blobs/.
+        inside = os.path.normpath(file_name)
+        if os.path.isabs(inside) or inside in (".", os.pardir) or inside.startswith(os.pardir + os.sep):
+            raise ValueError(f"{what}: {INDEX_FILE} puts {name[:100]} in {file_name[:200]!r}, outside the model "
+                             "directory; allowed: file names in the directory itself")
+        path = os.path.join(directory, inside)
+        files[name] = path
+    return files
+
+
+def missing_files(directory: str, what: str) -> list[str]:
+    """The weight files the loader would open that the directory lacks: the index's (each file name once, sorted),
+    or model.safetensors without an index."""
+    files = weight_map(directory, what)
+    if files is None:
+        return [] if os.path.isfile(os.path.join(directory, SINGLE_FILE)) else [SINGLE_FILE]
+    return sorted({os.path.relpath(path, directory) for path in files.values() if not os.path.isfile(path)})

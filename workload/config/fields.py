@@ -30,7 +30,8 @@ URI_MAX_LENGTH = 2048
 # workload/config/uri_credentials.py (linear in the value's length).
 CREDENTIALS_ALLOWED = ("no user:password@ (nor a token, key or signature parameter, nor any named like a credential, "
                        "in the query or the fragment) in a URI; credentials go in the environment the tool reads them "
-                       "from (the stack's trainSecretEnv, e.g. MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD)")
+                       "from (the stack's trainSecretEnv, e.g. MLFLOW_TRACKING_TOKEN, or MLFLOW_TRACKING_USERNAME and "
+                       "MLFLOW_TRACKING_PASSWORD)")
 
 # A value shaped like a token whatever it is called: the Hub's (hf_...), GitHub's (ghp_..., github_pat_...), an AWS
 # access key id (AKIA/ASIA and 16 more), OpenAI-style keys (sk-...). Plain in a flag, a stack key's config, the job's

@@ -78,7 +78,9 @@ def test_a_crafted_config_is_refused_in_one_line_before_any_model_is_built(saved
     code, lines = exported(saved, str(tmp_path / "model"), capsys)
     assert time.perf_counter() - started < 10, "refused before a 7B model is built (which took minutes and 13 GB)"
     assert code == cli.USAGE and len(lines) == 1, f"exit 2 and one line; got {code}: {lines}"
-    missing = [word for word in [path, *words] if word not in lines[0]]
+    # The file named by its path, or (refused before the imports, by workload/checkpoint/file_checks.py) as CHECKPOINT's.
+    named = path in lines[0] or f"CHECKPOINT {saved}: its file {model_config.CONFIG_FILE} " in lines[0]
+    missing = [word for word in words if word not in lines[0]] + ([] if named else [path])
     assert not missing, f"the refusal should name {missing}: {lines[0]}"
     assert not os.path.exists(tmp_path / "model"), "nothing is written from a refused checkpoint"
 
@@ -126,3 +128,48 @@ def test_metadata_placing_an_item_past_its_file_is_refused(saved):
     rewrite_metadata(saved, past_the_end)
     with pytest.raises(checkpoint_reader.CheckpointRefused, match="places an item at bytes"):
         checkpoint_reader.read_metadata(saved)
+
+
+def test_a_recorded_tokenizer_with_credentials_is_neither_loaded_nor_shown(saved, tmp_path, capsys):
+    secrets = {"https://builder:Tr0ub4dor-31@models.example.net/tok": ("Tr0ub4dor-31", "models.example.net/tok'"),
+               "https://hub.example.net/org/tok?token=c0ffee-5ecret-99": ("c0ffee-5ecret-99", "hub.example.net/org/tok'")}
+    for number, (tokenizer, (secret, shown)) in enumerate(secrets.items()):
+        with open(os.path.join(saved, checkpoint.STEP_FILE), "w") as file:
+            json.dump({"step": 3, "tokenizer": tokenizer}, file)
+        code = cli.run(export.main, [saved, str(tmp_path / f"model{number}")])
+        out, err = capsys.readouterr()
+        assert code == cli.OK, err
+        assert secret not in out + err, f"the checkpoint's credential printed: {err}"
+        notes = [line for line in err.splitlines() if line.startswith("note: the tokenizer")]
+        assert len(notes) == 1 and f"records, 'https://{shown}" in notes[0], f"one note quoting {shown}: {err}"
+
+
+def test_config_keys_naming_remote_code_are_dropped_with_one_note(saved, tmp_path, capsys):
+    path = os.path.join(saved, model_config.CONFIG_FILE)
+    with open(path) as file:
+        config = json.load(file)
+    config["auto_map"] = {"AutoConfig": "someone/elsewhere--configuration_x.XConfig",
+                          "AutoModelForCausalLM": "someone/elsewhere--modeling_x.XForCausalLM"}
+    config["custom_pipelines"] = {"x-gen": {"impl": "someone/elsewhere--pipe.XPipe"}}
+    write_config(saved, json.dumps(config))
+    code, lines = exported(saved, str(tmp_path / "model"), capsys)
+    assert code == cli.OK, lines
+    with open(tmp_path / "model" / "config.json") as file:
+        written = json.load(file)
+    assert "auto_map" not in written and "custom_pipelines" not in written, sorted(written)
+    notes = [line for line in lines if line.startswith("note: ")]
+    assert len(notes) == 1 and "auto_map, custom_pipelines dropped from config.json" in notes[0], lines
+
+
+def test_an_adapter_directory_drops_remote_code_and_hides_a_recorded_credential(tmp_path):
+    from workload.checkpoint import adapter_export
+
+    config = {"r": 4, "lora_alpha": 8, "target_modules": ["q_proj"], "peft_type": "LORA",
+              "auto_mapping": {"base_model_class": "XForCausalLM", "parent_library": "elsewhere.modeling"}}
+    notes = adapter_export.save_adapter_directory(config, {}, str(tmp_path / "adapter"),
+                                                  tokenizer="s3://AKIDEXAMPLE:wJalr-xyz@bucket/tok")
+    with open(tmp_path / "adapter" / adapter_export.ADAPTER_CONFIG) as file:
+        assert "auto_mapping" not in json.load(file)
+    assert "auto_mapping" in config, "the caller's config is left as it was"
+    assert len(notes) == 2 and "auto_mapping dropped from adapter_config.json" in notes[0], notes
+    assert "wJalr-xyz" not in " ".join(notes) and "the tokenizer the checkpoint records" in notes[1], notes

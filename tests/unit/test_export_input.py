@@ -71,3 +71,120 @@ def test_importing_the_libraries_after_the_filter_prints_nothing(tmp_path):
                           env={**os.environ, "PYTHONWARNINGS": ""})
     assert done.returncode == 0, done.stderr
     assert done.stdout == "" and done.stderr == "", done.stderr
+
+
+# Each case: a checkpoint directory's file made what a crafted checkpoint may make it; the refusal names the file.
+_CRAFTED_FILES = """
+import json, os, sys
+from workload import cli
+from workload.checkpoint import export
+root = sys.argv[1]
+def checkpoint(name, make):
+    directory = os.path.join(root, name)
+    os.makedirs(directory)
+    for file, text in ((".metadata", "m"), ("config.json", "{}"), ("__0_0.distcp", "x" * 64)):
+        with open(os.path.join(directory, file), "w") as handle:
+            handle.write(text)
+    return make(directory) or directory
+def sparse(name, size):
+    def make(directory):
+        with open(os.path.join(directory, name), "wb") as handle:
+            handle.truncate(size)
+    return make
+def replaced(name, how):
+    def make(directory):
+        os.remove(os.path.join(directory, name))
+        how(os.path.join(directory, name))
+    return make
+outside = os.path.join(root, "elsewhere.json")
+open(outside, "w").write("{}")
+cases = {
+    "shards all holes": (sparse("__0_0.distcp", 3 << 30), "its file __0_0.distcp is a sparse file"),
+    "a sparse config.json": (sparse("config.json", 5 << 30), "its file config.json is 5,368,709,120 bytes; allowed: at most 1,048,576"),
+    "a huge .metadata": (sparse(".metadata", 300 << 20), "its file .metadata is 314,572,800 bytes; allowed: at most 268,435,456"),
+    "a sparse .metadata": (sparse(".metadata", 7 << 20), "its file .metadata is a sparse file"),
+    "a FIFO .metadata": (replaced(".metadata", os.mkfifo), "its file .metadata is a FIFO (named pipe), not a regular file"),
+    "a device's link": (replaced(".metadata", lambda path: os.symlink("/dev/zero", path)),
+                        "its file .metadata is a symbolic link, not a regular file"),
+    "a record's link": (replaced("config.json", lambda path: os.symlink(outside, path)),
+                        "its file config.json is a symbolic link, not a regular file"),
+}
+results = {}
+for name, (make, words) in cases.items():
+    directory = checkpoint(name.replace(" ", "_").replace("'", ""), make)
+    import contextlib, io
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        code = cli.run(export.main, [directory, os.path.join(root, "out_" + str(len(results)))])
+    results[name] = [code, err.getvalue().strip().splitlines(), words, directory]
+heavy = sorted(module for module in ("torch", "transformers", "safetensors", "peft") if module in sys.modules)
+print(json.dumps({"results": results, "heavy": heavy}))
+"""
+
+
+def test_a_checkpoints_files_are_measured_before_torch_is_imported(tmp_path):
+    # A fresh interpreter, as `python -m workload.export` is: each refusal comes before torch or transformers load
+    # (seconds of imports), which sys.modules shows, and names CHECKPOINT's file.
+    import json
+
+    done = subprocess.run([sys.executable, "-c", _CRAFTED_FILES, str(tmp_path)], capture_output=True, text=True,
+                          timeout=120, cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    for name, (code, lines, words, directory) in report["results"].items():
+        assert code == cli.USAGE and len(lines) == 1, f"{name}: exit 2 and one line; got {code}: {lines}"
+        assert lines[0].startswith(f"error: CHECKPOINT {directory}: ") and words in lines[0], \
+            f"{name}: the refusal should name CHECKPOINT and say {words!r}: {lines[0]}"
+    assert report["heavy"] == [], f"refused only after importing {report['heavy']}"
+    assert not any(name.startswith("out_") for name in os.listdir(tmp_path)), "nothing is written"
+
+
+def test_the_files_are_read_only_as_regular_files_within_their_bound(tmp_path):
+    from workload.checkpoint import file_checks
+
+    assert "character device" in file_checks.file_problem("/dev/null", 10)
+    os.mkfifo(tmp_path / "fifo")  # a read would wait for a writer forever
+    for path, words in ((tmp_path / "fifo", "FIFO"), (tmp_path / "missing", None)):
+        try:
+            file_checks.read_regular(str(path), 10)
+        except file_checks.CheckpointRefused as refused:
+            assert words and words in str(refused) and str(path) in str(refused), refused
+        except FileNotFoundError:
+            assert words is None
+    (tmp_path / "eleven").write_bytes(b"x" * 11)
+    try:
+        file_checks.read_regular(str(tmp_path / "eleven"), 10)
+        raise AssertionError("an 11-byte file read under a 10-byte bound")
+    except file_checks.CheckpointRefused as refused:
+        assert "11 bytes; allowed: at most 10" in str(refused), refused
+    assert file_checks.read_regular(str(tmp_path / "eleven"), 11) == b"x" * 11
+
+
+def test_the_arguments_are_bounded_and_never_echoed(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    long = "/tmp/" + "c" * 70_000
+    cases = [([long, "model"], "error: CHECKPOINT: must be at most 4,096 characters, got 70,005 (its value is not "
+                               "shown)"),
+             ([str(tmp_path), "o" * 5_000], "error: OUT: must be at most 4,096 characters, got 5,000 (its value is "
+                                           "not shown)"),
+             (["s3://bkt/ckpt?X-Amz-Signature=f00dfeed", "model"], "error: CHECKPOINT: must hold no user:password@")]
+    for words, first in cases:
+        assert cli.run(export.main, words) == cli.USAGE, words[:1]
+        err = capsys.readouterr().err
+        assert err.startswith(first) and len(err) < 1000 and "f00dfeed" not in err, err[:300]
+
+
+def test_out_as_a_uri_is_refused_and_nothing_is_created(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "checkpoint_000007").mkdir()
+    first = {}
+    for out in ("gs://team-models/run7/final", "S3://archive/llm", "https://user:hunter22@store.example/m"):
+        assert cli.run(export.main, [str(tmp_path / "checkpoint_000007"), out]) == cli.USAGE, out
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith("error: OUT"), err
+        assert "hunter22" not in err[0], err
+        first[out] = err[0]
+    assert first["gs://team-models/run7/final"].startswith(
+        "error: OUT 'gs://team-models/run7/final' is a URI; OUT is a directory on this machine"), first
+    assert "aws s3 cp --recursive OUT" in first["S3://archive/llm"], first
+    assert sorted(os.listdir(tmp_path)) == ["checkpoint_000007"], "no local folder named after the scheme"

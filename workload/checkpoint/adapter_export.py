@@ -13,7 +13,8 @@ as a plain Hugging Face model that needs no PEFT to load. A qlora adapter is mer
 quantized from, as axolotl's and PEFT's own merges do; the merged weights then differ from the NF4 ones trained on by
 the quantization error.
 
-May import workload's base, workload.model, workload.checkpoint's reader, model_config and sharded.
+May import workload's base, workload.model, workload.checkpoint's reader, model_config, sharded, file_checks and
+untrusted_values.
 """
 from __future__ import annotations
 
@@ -71,19 +72,24 @@ def save_adapter_directory(adapter_config: dict, weights: dict[str, torch.Tensor
     """adapter_config.json, adapter_model.safetensors and the tokenizer into `out` (created); notes for the user."""
     from safetensors.torch import save_file
 
+    from workload.checkpoint.untrusted_values import drop_remote_code, source_problem, tokenizer_note
+
+    adapter_config = dict(adapter_config)
+    notes = drop_remote_code(adapter_config, ADAPTER_CONFIG)
     os.makedirs(out, exist_ok=True)
     with open(os.path.join(out, ADAPTER_CONFIG), "w") as file:
         json.dump(adapter_config, file, indent=2, sort_keys=True)
     save_file({key: tensor.contiguous() for key, tensor in weights.items()}, os.path.join(out, ADAPTER_WEIGHTS),
               metadata={"format": "pt"})
-    notes = []
+    if tokenizer and source_problem(tokenizer):  # credentials in it, a token, a megabyte: neither loaded nor quoted
+        return notes + [tokenizer_note(tokenizer, out)]
     if tokenizer:
         from workload.data.tokenizer import load_tokenizer
 
         try:
             loaded = load_tokenizer(tokenizer)
         except (OSError, ValueError) as error:
-            return [f"the tokenizer {tokenizer!r} was not saved ({error})"]
+            return notes + [tokenizer_note(tokenizer, out, error)]
         if chat_template:
             loaded.chat_template = chat_template
         loaded.save_pretrained(out)
@@ -99,23 +105,24 @@ def read_adapter_checkpoint(directory: str) -> tuple[dict, dict[str, torch.Tenso
     from transformers import AutoConfig, AutoModelForCausalLM
 
     from workload.checkpoint import reader as checkpoint_reader
+    from workload.checkpoint.file_checks import read_regular
     from workload.checkpoint.model_config import MAX_CONFIG_BYTES, read_config_file
     from workload.checkpoint.sharded import MODEL_KEY
+    from workload.checkpoint.untrusted_values import source_problem
     from workload.model import adapters
     from workload.model.adapters.lora import adapter_parameters, peft_key
     from workload.model.loss import LM_PREFIX
 
     path = os.path.join(directory, ADAPTER_CONFIG)
     try:
-        if os.path.getsize(path) > MAX_CONFIG_BYTES:
-            raise ValueError(f"larger than {MAX_CONFIG_BYTES:,} bytes")
-        with open(path, encoding="utf-8") as file:
-            config = json.load(file)
+        config = json.loads(read_regular(path, MAX_CONFIG_BYTES))
         targets = config["target_modules"]
         adapters.check_settings("lora", config["r"], config["lora_alpha"], config.get("lora_dropout", 0.0),
                        ",".join(targets) if isinstance(targets, list) else "")
-        if not isinstance(config.get("base_model_name_or_path", ""), str):
-            raise ValueError("base_model_name_or_path is not a string")
+        if (base := config.get("base_model_name_or_path")) and (problem := source_problem(base)):
+            raise ValueError(f"base_model_name_or_path {problem}")
+    except checkpoint_reader.CheckpointRefused:
+        raise
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
         raise checkpoint_reader.CheckpointRefused(f"checkpoint file {path} is not an adapter config this job wrote "
                                                   f"({type(error).__name__}: {error})") from None

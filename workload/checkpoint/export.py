@@ -14,15 +14,22 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 from typing import Sequence
 
 from workload import cli
+from workload.checkpoint.file_checks import check_files
+from workload.checkpoint.untrusted_values import REMOTE_CODE_KEYS, drop_remote_code, source_problem, tokenizer_note
 
 DTYPES = ("float32", "bfloat16")
 # Whose warnings, and whose log records, are kept out of the export's output (quiet_imports).
 WARNING_MODULES = ("torchao", "torch", "transformers", "peft", "safetensors", "huggingface_hub")
 QUIET_LOGGERS = ("torchao", "transformers", "peft")
+# The longest CHECKPOINT or OUT taken: Linux's PATH_MAX. A longer one is no path, and a refusal that echoed it whole
+# (a megabyte) would bury the message.
+ARGUMENT_MAX_LENGTH = 4096
+_URI = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
 
 
 def export(checkpoint: str, out: str, *, dtype: str = "float32", merge: bool = False) -> list[str]:
@@ -37,6 +44,8 @@ def export(checkpoint: str, out: str, *, dtype: str = "float32", merge: bool = F
     if checkpoint.startswith("s3://"):  # no credentials, no answer: exit 3 in seconds, not the copy's retries
         check_s3_locations([(f"CHECKPOINT {checkpoint}", checkpoint, "read it from", "directory")])
     with local_copy(checkpoint) as directory:  # a missing local CHECKPOINT is refused before the seconds of imports
+        # Each file to be read a regular file within its bound, refused in milliseconds: before torch and transformers.
+        check_files(checkpoint, directory)
         check_is_checkpoint(checkpoint, directory)
         quiet_imports()
         import torch
@@ -233,14 +242,15 @@ def save_model_directory(lm, out: str, *, state_dict: dict | None = None, tokeni
 
     transformers_logging.disable_progress_bar()  # "Writing model shards": noise in a job's log
     notes, loaded = [], None
-    if tokenizer:
+    if tokenizer and source_problem(tokenizer):  # credentials in it, a token, a megabyte: neither loaded nor quoted
+        notes.append(tokenizer_note(tokenizer, out))
+    elif tokenizer:
         from workload.data.tokenizer import load_tokenizer  # a Hub id, a directory, or an s3:// model's own tokenizer
 
         try:
             loaded = load_tokenizer(tokenizer)
         except (OSError, ValueError) as error:
-            notes.append(f"the tokenizer {tokenizer!r} was not saved ({error}); save it into {out} with "
-                         "AutoTokenizer.from_pretrained(...).save_pretrained(...)")
+            notes.append(tokenizer_note(tokenizer, out, error))
     generation = lm.generation_config
     if loaded is not None and loaded.eos_token_id is not None and generation.eos_token_id is None:
         generation.eos_token_id = loaded.eos_token_id
@@ -248,10 +258,14 @@ def save_model_directory(lm, out: str, *, state_dict: dict | None = None, tokeni
     if loaded is not None:
         _keep_chat_template(loaded, generation, chat_template)
     use_cache, lm.config.use_cache = lm.config.use_cache, True
+    attributes = vars(lm.config)  # what config.json is written from (PreTrainedConfig.to_dict)
+    remote_code = {key: attributes[key] for key in REMOTE_CODE_KEYS if key in attributes}
+    notes += drop_remote_code(attributes, "config.json")
     try:
         lm.save_pretrained(out, state_dict=state_dict, safe_serialization=True)
     finally:
         lm.config.use_cache = use_cache
+        attributes.update(remote_code)  # the job's own model keeps its config as it was
     if loaded is not None:
         loaded.save_pretrained(out)
     _as_readable_as_config(out)
@@ -294,6 +308,21 @@ def _inside(path: str, directory: str) -> bool:
     return os.path.commonpath([path, directory]) == directory
 
 
+def check_arguments(checkpoint: str, out: str) -> None:
+    """CHECKPOINT and OUT as paths (or CHECKPOINT's s3:// URI) follow the rule of every free-text value
+    (workload/config/fields.py text_problem: at most ARGUMENT_MAX_LENGTH characters, no control character, no
+    credentials, no token), refused without quoting them; and OUT is a directory on this machine, not a URI."""
+    from workload.config.fields import shown_uri, text_problem
+
+    for name, value in (("CHECKPOINT", checkpoint), ("OUT", out)):
+        if problem := text_problem(value, ARGUMENT_MAX_LENGTH):
+            raise cli.UsageError(f"{name}: {problem}")
+    if _URI.match(out):
+        raise cli.UsageError(f"OUT {shown_uri(out)} is a URI; OUT is a directory on this machine (created): write "
+                             "the model here, then copy it where it goes (to S3: aws s3 cp --recursive OUT "
+                             "s3://BUCKET/PREFIX)")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = cli.parser(
         "python -m workload.export",
@@ -313,6 +342,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise cli.UsageError(f"{upload.split('=')[0]}: workload.export writes OUT only; upload OUT with `hf upload "
                              "OWNER/NAME OUT` (HF_TOKEN set), or give --push_to_hub to the training run")
     args = parser.parse_args(words)
+    check_arguments(args.checkpoint, args.out)
     if "://" not in args.checkpoint and _inside(args.out, args.checkpoint):
         raise cli.UsageError(f"OUT {args.out} is inside CHECKPOINT {args.checkpoint} (the model would be written "
                              "among the files it is read from); give a directory outside it")

@@ -13,7 +13,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from workload.checkpoint.reader import CheckpointRefused
+from workload import cli
+from workload.checkpoint.file_checks import CheckpointRefused
 from workload.model import config_json
 from workload.model.model_source import CONFIG_FILE, MAX_CONFIG_BYTES  # noqa: F401 - one bound for every reader
 
@@ -40,13 +41,13 @@ def read_config_file(directory: str) -> dict[str, Any]:
         raise CheckpointRefused(f"checkpoint file {path} holds a {type(raw).__name__}, not a JSON object")
     model_type = raw.get("model_type")
     if not isinstance(model_type, str) or model_type not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
-        raise CheckpointRefused(f"checkpoint file {path}: model_type {model_type!r} is not a causal language model "
-                                "transformers builds (allowed: a model_type such as qwen2, llama, mistral)")
+        raise CheckpointRefused(f"checkpoint file {path}: model_type {cli.shown(model_type)} is not a causal "
+                                "language model transformers builds (allowed: a model_type such as qwen2, llama, mistral)")
     for field, bound in FIELD_BOUNDS.items():
         value = raw.get(field)
         if value is not None and not (isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= bound):
-            raise CheckpointRefused(f"checkpoint file {path}: {field} is {value!r}; allowed: an integer from 1 to "
-                                    f"{bound}")
+            raise CheckpointRefused(f"checkpoint file {path}: {field} is {cli.shown(value)}; allowed: an integer "
+                                    f"from 1 to {bound}")
     return raw
 
 

@@ -34,9 +34,17 @@ from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
 from torch.distributed.checkpoint.filesystem import FileSystemReader
 from torch.distributed.checkpoint.metadata import Metadata, StorageMeta
 
+from workload import cli
+from workload.checkpoint.file_checks import (
+    MAX_METADATA_BYTES,
+    METADATA_FILE,
+    SHARD_BOUND,
+    CheckpointRefused,
+    file_problem,
+    read_regular,
+)
 from workload.sparse_files import stored_bytes  # a shard is measured by its blocks
 
-METADATA_FILE = ".metadata"  # torch/distributed/checkpoint/filesystem.py's _metadata_fn
 # The shard files FileSystemWriter writes: `__<rank>_<n>.distcp` (filesystem.py: the _StoragePrefix `__{rank}_` and
 # gen_file's `{prefix}{file_count}{DEFAULT_SUFFIX}`), in the checkpoint's own directory.
 _SHARD_FILE = re.compile(r"[A-Za-z0-9_-]{1,64}\.distcp")
@@ -52,10 +60,6 @@ ALLOWED_GLOBALS = frozenset({
     ("torch.serialization", "_get_layout"),
     *((module, name) for module in ("pathlib", "pathlib._local") for name in ("PosixPath", "PurePosixPath")),
 })
-
-
-class CheckpointRefused(ValueError):
-    """A checkpoint file holds something other than DCP's own metadata or plain data; nothing of it was run."""
 
 
 class _MetadataUnpickler(pickle.Unpickler):
@@ -77,11 +81,12 @@ class _MetadataUnpickler(pickle.Unpickler):
 
 
 def read_metadata(directory: str | os.PathLike) -> Metadata:
-    """A checkpoint's `.metadata`, unpickled with only DCP's metadata classes admitted."""
+    """A checkpoint's `.metadata`, unpickled with only DCP's metadata classes admitted: a regular file of at most
+    MAX_METADATA_BYTES (workload/checkpoint/file_checks.py), read whole before the unpickler sees a byte."""
     path = os.path.join(directory, METADATA_FILE)
     try:
-        with open(path, "rb") as file:
-            metadata = _MetadataUnpickler(file, path).load()
+        data = read_regular(path, MAX_METADATA_BYTES)
+        metadata = _MetadataUnpickler(io.BytesIO(data), path).load()
     except FileNotFoundError:
         raise CheckpointRefused(f"checkpoint {directory}: no {METADATA_FILE} (not a DCP checkpoint, or an "
                                 "incomplete one)") from None
@@ -119,13 +124,15 @@ def check_storage(directory: str | os.PathLike, metadata: Metadata) -> None:
     for info in (metadata.storage_data or {}).values():
         name = getattr(info, "relative_path", None)
         if not isinstance(name, str) or not _SHARD_FILE.fullmatch(name):
-            raise CheckpointRefused(f"checkpoint file {path} names the shard file {name!r}; allowed: a file of the "
-                                    "checkpoint's own directory named like __0_0.distcp")
+            raise CheckpointRefused(f"checkpoint file {path} names the shard file {cli.shown(name)}; allowed: a file "
+                                    "of the checkpoint's own directory named like __0_0.distcp")
         if name not in sizes:
             shard = os.path.join(directory, name)
-            if not os.path.isfile(shard):
+            if not os.path.lexists(shard):
                 raise CheckpointRefused(f"checkpoint {directory}: {name}, which its {METADATA_FILE} lists, is missing "
                                         "(an incomplete copy?)")
+            if problem := file_problem(shard, SHARD_BOUND):  # a link, a FIFO, a device: never opened
+                raise CheckpointRefused(f"checkpoint file {shard} {problem}")
             sizes[name] = stored_bytes(shard)
         if not (0 <= info.offset and 0 <= info.length and info.offset + info.length <= sizes[name]):
             raise CheckpointRefused(f"checkpoint file {path} places an item at bytes {info.offset}+{info.length} of "

@@ -1,0 +1,92 @@
+"""A checkpoint's files measured before any is read, and before torch or transformers are imported: whoever can write
+the storage prefix decides what each name is. Each file export reads must be a regular file (not a symbolic link,
+which could name /dev/urandom or a file outside the checkpoint; not a FIFO, on which a read waits forever; not a
+device), store what it claims (no holes: workload/sparse_files.py), and be within its bound (a 2 GiB config.json or
+.metadata would be read whole, and `.metadata` unpickled). So a crafted checkpoint is refused in milliseconds, not
+after the 6 to 12 seconds of imports, with one line naming CHECKPOINT's file: a CheckpointRefused, exit 2.
+
+Standard library only (workload.checkpoint.export calls it before its heavy imports); reader.py reads `.metadata`
+through `read_regular` on every path (the resume's workers too).
+"""
+from __future__ import annotations
+
+import os
+import stat
+
+from workload.model.model_source import MAX_CONFIG_BYTES
+from workload.sparse_files import hole_problem
+
+METADATA_FILE = ".metadata"  # torch/distributed/checkpoint/filesystem.py's _metadata_fn
+SHARD_SUFFIX = ".distcp"
+# DCP's .metadata holds one small record per chunk of each tensor (about 250 bytes pickled): a 70B model's weights
+# and AdamW state saved by 64 ranks is some 150,000 chunks, 40 MB; 256 MiB leaves room for 6 times that, and bounds
+# what the unpickler is asked to build.
+MAX_METADATA_BYTES = 256 << 20
+# The JSON files a checkpoint (or the run directory above it) holds that export reads: the model's config, its
+# generation config, the record rank 0 writes (train_step.json: step, tokenizer, chat template), the adapter config,
+# the local run's flags. A model's config.json is a few KiB; the record's chat template a few more.
+JSON_FILES = ("config.json", "generation_config.json", "train_step.json", "adapter_config.json",
+              "local_run_flags.json")
+MAX_JSON_BYTES = MAX_CONFIG_BYTES
+SHARD_BOUND = 2**63 - 1  # off_t's largest: a shard is bounded by what .metadata claims of it, not here
+
+
+class CheckpointRefused(ValueError):
+    """A checkpoint file holds something other than DCP's own metadata or plain data; nothing of it was run."""
+
+
+def _kind(mode: int) -> str:
+    for test, words in ((stat.S_ISLNK, "a symbolic link"), (stat.S_ISDIR, "a directory"),
+                        (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
+                        (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return words
+    return "not a file"
+
+
+def bound(name: str) -> int | None:
+    """The most bytes export reads of the checkpoint's file `name`; None for a file it does not read. Shard files have
+    no bound of their own: `.metadata`'s claims are checked against what they store (reader.check_storage)."""
+    if name == METADATA_FILE:
+        return MAX_METADATA_BYTES
+    if name in JSON_FILES:
+        return MAX_JSON_BYTES
+    if name.endswith(SHARD_SUFFIX):
+        return SHARD_BOUND
+    return None
+
+
+def file_problem(path: str, max_bytes: int) -> str | None:
+    """Why the file at `path` is not read (the words after its name), or None: not a regular file (measured with lstat,
+    so a link is not followed and a FIFO not opened), larger than `max_bytes`, or sparse."""
+    status = os.lstat(path)
+    if not stat.S_ISREG(status.st_mode):
+        return (f"is {_kind(status.st_mode)}, not a regular file; a checkpoint holds regular files only (refused "
+                "unread)")
+    if status.st_size > max_bytes:
+        return f"is {status.st_size:,} bytes; allowed: at most {max_bytes:,} (refused unread)"
+    return hole_problem(path)
+
+
+def check_files(checkpoint: str, directory: str) -> None:
+    """Every file of `directory` (the local copy of CHECKPOINT) that export reads passes `file_problem`; the refusal
+    names CHECKPOINT and the file."""
+    for name in sorted(os.listdir(directory)):
+        limit = bound(name)
+        if limit is not None and (problem := file_problem(os.path.join(directory, name), limit)):
+            raise CheckpointRefused(f"CHECKPOINT {checkpoint}: its file {name} {problem}")
+
+
+def read_regular(path: str, max_bytes: int) -> bytes:
+    """The bytes of the checkpoint file at `path`, read only when `file_problem` passes it; opened without following a
+    link and without waiting on a FIFO, and read no further than `max_bytes` whatever it became since."""
+    if problem := file_problem(path, max_bytes):
+        raise CheckpointRefused(f"checkpoint file {path} {problem}")
+    descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+    with os.fdopen(descriptor, "rb") as file:
+        if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+            raise CheckpointRefused(f"checkpoint file {path} is not a regular file (refused unread)")
+        data = file.read(max_bytes + 1)
+    if len(data) > max_bytes:
+        raise CheckpointRefused(f"checkpoint file {path} is more than {max_bytes:,} bytes (refused unread)")
+    return data

@@ -28,8 +28,9 @@ import os
 import torch
 from torch import nn
 
-SINGLE_FILE = "model.safetensors"
-INDEX_FILE = "model.safetensors.index.json"
+from workload.model.model_source import SAFETENSORS_FILE as SINGLE_FILE
+from workload.model.model_source import SAFETENSORS_INDEX as INDEX_FILE
+
 # safetensors' dtype names that copy_ can cast into fp32 master weights; anything else is a quantised or integer
 # checkpoint this loader does not dequantise.
 FLOAT_DTYPES = ("F64", "F32", "F16", "BF16")

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import re
 
+from workload.storage import CHECKPOINT_STAGING_ENV, DATA_CACHE_ENV
+
 # The Ray pods' AWS identity is EKS Pod Identity's role, scoped to trainStoragePath's prefix and trainDataset's and
 # trainModelId's objects (infra/aws/pod_identity.py). Any of these in the job's environment replaces it for the job
 # and every library it loads (botocore's credential chain reads the environment first: static keys, then profiles and
@@ -25,7 +27,25 @@ _REMOTE_CODE = ("it lets a library run code that a model or dataset repository s
                 "architectures it knows (trainModelId) and datasets as data")
 _TOKEN_ELSEWHERE = ("it holds or points at a token under another name; set the token as HF_TOKEN or WANDB_API_KEY in "
                     "trainSecretEnv")
+# The node-local directories the stack names on every Ray worker (infra/kubernetes/local_storage.py DIRECTORIES: the
+# Hugging Face cache, the checkpoint staging and the data stage's token cache, on the node's NVMe or sized root volume).
+# Another value moves that data off the volume, to a path the pod may lack or not write (HF_HOME=/proc/hf fails the
+# model's download after the GPUs bill) or onto the container's small writable layer; the preview cannot see the pod's
+# file system, so the layout keeps them. RESERVED_ENV_WORDS holds the names that move a part of HF_HOME elsewhere.
+_NODE_LOCAL = ("the stack puts it on the node's local volume (infra/kubernetes/local_storage.py), where the model's "
+               "download, the data cache and the checkpoint staging have room; a path of the pod is not the stack "
+               "config's to choose")
+# git runs what these name through the shell (GIT_SSH_COMMAND, GIT_PROXY_COMMAND, GIT_EXTERNAL_DIFF, the editors and
+# pager), runs the programs they point at (GIT_SSH, GIT_ASKPASS, GIT_EXEC_PATH, GIT_TEMPLATE_DIR's hooks), or sets any
+# configuration, core.sshCommand and core.fsmonitor included (GIT_CONFIG_COUNT with GIT_CONFIG_KEY_n/VALUE_n,
+# GIT_CONFIG_PARAMETERS, GIT_CONFIG_GLOBAL). The whole GIT_ family, by its prefix (last in RESERVED_ENV_WORDS, so that
+# GIT_SSL_NO_VERIFY is refused for what VERIFY says): the job runs no git of its own (models and datasets come over the
+# Hub's HTTP API, trainPip's packages by name from PyPI), so it needs no GIT_* variable, and a list of git's commands
+# would miss the next one git adds. ssh runs SSH_ASKPASS (SSH_ASKPASS_REQUIRE says when) for any git over ssh.
+_RUNS_COMMAND = ("git or ssh runs the command or program it names (or a configuration that names one) in every rank "
+                 "that starts one; the job runs no git, so it needs none of them")
 RESERVED_ENV = {
+    **dict.fromkeys(("HF_HOME", CHECKPOINT_STAGING_ENV, DATA_CACHE_ENV), _NODE_LOCAL),
     **dict.fromkeys(("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN",
                      "AWS_PROFILE", "AWS_DEFAULT_PROFILE", "AWS_SHARED_CREDENTIALS_FILE", "AWS_CONFIG_FILE",
                      "AWS_ROLE_ARN", "AWS_ROLE_SESSION_NAME", "AWS_WEB_IDENTITY_TOKEN_FILE", "AWS_CA_BUNDLE",
@@ -98,6 +118,11 @@ RESERVED_ENV_WORDS = (
     # HF_DATASETS_TRUST_REMOTE_CODE, and any library's switch of that name: a repository's own code on every rank.
     (re.compile(r"TRUST_?REMOTE_?CODE"), _REMOTE_CODE),
     (re.compile(r"KEY_?LOG"), _EXPOSES),
+    # A part of HF_HOME by another name: huggingface_hub's HF_HUB_CACHE, HF_XET_CACHE, HF_ASSETS_CACHE (constants.py)
+    # and their HUGGINGFACE_* forms, datasets' HF_DATASETS_CACHE, transformers' TRANSFORMERS_CACHE, HF_MODULES_CACHE.
+    (re.compile(r"^(HF|HUGGINGFACE|TRANSFORMERS|PYTORCH_TRANSFORMERS|PYTORCH_PRETRAINED_BERT)(_\w+)?_(CACHE|HOME)$"),
+     _NODE_LOCAL),
+    (re.compile(r"^(GIT_|SSH_ASKPASS)"), _RUNS_COMMAND),
 )
 # NO_PROXY only narrows what a proxy sees, and the pods have none.
 # The interpreter's switches that change no code it loads: output buffering, hashing, encodings, tracebacks.

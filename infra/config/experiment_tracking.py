@@ -55,6 +55,21 @@ def _ipv4(host: str) -> ipaddress.IPv4Address | None:
         return None
 
 
+def _address_problem(host: str, address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> str | None:
+    """Why no HTTPS connection from the Ray pods reaches `address`, or None. One rule over ipaddress's kinds: TCP
+    connects to one host only, so a multicast group (224.0.0.0/4, ff00::/8) takes none, and neither does the
+    unspecified address (0.0.0.0, ::), a reserved one (240.0.0.0/4, 255.255.255.255) or a link-local one (169.254.0.0/16,
+    fe80::/10: the node's own link); is_global is False for the rest that the egress policy keeps in (private,
+    loopback, carrier-grade NAT, documentation). Python's is_global is True for multicast groups (every one of
+    224.0.0.0/4 and ff00::/8 on 3.11), hence the kinds first. An IPv6 address that maps an IPv4 one (::ffff:224.0.0.1) is that one."""
+    address = getattr(address, "ipv4_mapped", None) or address
+    kinds = [kind for kind in ("multicast", "unspecified", "reserved", "link_local") if getattr(address, f"is_{kind}")]
+    if kinds:
+        return (f"{host} is a {kinds[0].replace('_', '-')} address ({address}), which no HTTPS connection reaches, "
+                "not a public address")
+    return None if address.is_global else f"{host} is not a public address ({address})"
+
+
 def _unreachable_host(host: str) -> str | None:
     """Why the Ray pods could not reach `host` through their egress (public addresses on 443), or None: an address,
     in any notation, that is not global (loopback, private, link-local, carrier-grade NAT, unspecified), a name that
@@ -66,7 +81,7 @@ def _unreachable_host(host: str) -> str | None:
         except ValueError:
             address = None
     if address is not None:
-        return None if address.is_global else f"{host} is not a public address ({address})"
+        return _address_problem(host, address)
     if host.rsplit(".", 1)[-1].isdigit():
         return f"{host} is neither a host name nor an IPv4 address"
     if host == "localhost" or "." not in host or host.endswith(_PRIVATE_SUFFIXES):

@@ -41,6 +41,8 @@ def check_job(cfg: StackConfig, gpu: InstanceFacts, *, identity: AwsIdentity | N
                                         identity=identity, region=region)
     plan = layout = checkpoint = save = None
     if isinstance(architecture, model_config.Known):
+        if architecture.warning:
+            warn(architecture.warning)
         check_tokenizer_vocabulary(cfg, architecture.config)
         plan = check_job_shape(workload, architecture.config, gpu, workers, model=train.model_config or train.model_id,
                                node_count=cfg.gpu_node_count)

@@ -3,7 +3,8 @@
 In order: a random-weight architecture (trainModelConfig); the published config.json the project ships
 (workload/architectures); for any other Hugging Face id, its config.json from the Hub (huggingface_hub's
 hf_hub_download, which honours HF_ENDPOINT and HF_HUB_OFFLINE, with trainSecretEnv's HF_TOKEN for a gated or private
-model); for an s3://bucket/prefix/ model directory, its config.json through boto3 as the stack's AWS identity.
+model), and its file list, which must hold the safetensors weights the job loads; for an s3://bucket/prefix/ model
+directory, its config.json through boto3 as the stack's AWS identity.
 
 A model that cannot exist for the job (no such repo, a gated one without a token that has access, no config.json) or
 that the job could not train is refused here, naming trainModelId: a config.json read from the Hub or S3 goes through
@@ -14,7 +15,7 @@ The token is handed to huggingface_hub and never printed: refusals name HF_TOKEN
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from infra.config import AwsIdentity, s3_location
@@ -35,6 +36,8 @@ class Known:
 
     config: dict
     source: str
+    warning: str = ""
+    """What could not be checked at preview (a Hub repo whose file list could not be had), for the preview to warn."""
 
 
 @dataclass(frozen=True)
@@ -128,7 +131,29 @@ def _from_hub(model_id: str, token: str | None) -> Known | Unknown:
         raise ValueError(f"{key}: {model_id}'s {CONFIG_FILE} on the Hub is {error}") from None
     except ValueError:
         raise ValueError(f"{key}: {model_id}'s {CONFIG_FILE} on the Hub is not JSON") from None
-    return _trainable(config, model_id, f"{model_id}'s {CONFIG_FILE}", f"{model_id}'s {CONFIG_FILE} on the Hub")
+    known = _trainable(config, model_id, f"{model_id}'s {CONFIG_FILE}", f"{model_id}'s {CONFIG_FILE} on the Hub")
+    return replace(known, warning=_weights_on_hub(model_id, token))
+
+
+def _weights_on_hub(model_id: str, token: str | None) -> str:
+    """The repo's file list (model_source.hub_files: one request, the config's token and time limit) against the
+    weights the job loads: ValueError naming trainModelId for a repo without safetensors weights (pytorch_model.bin
+    alone), "" when they are there, and a warning when the list cannot be had (no answer, a 5xx), as for config.json."""
+    from huggingface_hub.errors import HfHubHTTPError
+
+    unchecked = "so whether it holds safetensors weights is checked only on the cluster"
+    try:
+        names = model_source.hub_files(model_id, token or False)
+    except model_source.Unreachable as error:
+        return f"trainModelId {model_id}: its file list could not be read from the Hub ({error}), {unchecked}"
+    except HfHubHTTPError as error:
+        return (f"trainModelId {model_id}: its file list could not be read from the Hub ({type(error).__name__}), "
+                f"{unchecked}")
+    if names is None:
+        return f"trainModelId {model_id}: the Hub's answer listed no files, {unchecked}"
+    if (why := model_source.weights_problem(names)) is not None:
+        raise ValueError(f"config key 'trainModelId': {model_id} on the Hub {why}")
+    return ""
 
 
 # ---- the tokenizer -------------------------------------------------------------------------------------------------

@@ -47,9 +47,19 @@ def test_env_names_that_load_code_or_redirect_are_refused_in_any_case(key, entry
 
 
 @pytest.mark.parametrize("name", ["NO_PROXY", "TORCH_EXTENSIONS_DIR", "NCCL_DEBUG_FILE", "PYTORCH_CUDA_ALLOC_CONF",
-                                  "HF_HOME", "OMP_NUM_THREADS", "NCCL_NET", "TOKENIZERS_PARALLELISM"])
+                                  "HF_HUB_ENABLE_HF_TRANSFER", "OMP_NUM_THREADS", "NCCL_NET", "TOKENIZERS_PARALLELISM",
+                                  "GITHUB_SHA", "HF_HUB_DOWNLOAD_TIMEOUT"])
 def test_ordinary_env_names_stay_allowed(name):
     assert env_names.reserved_reason(name) is None, f"{name} is a setting a job may want"
+
+
+def test_every_node_local_directory_the_pods_are_given_is_reserved():
+    """The names infra/kubernetes/local_storage.py sets on the workers, and the names that move a part of HF_HOME."""
+    from infra.kubernetes import local_storage
+
+    for name in [*local_storage.env(), "HF_HUB_CACHE", "HF_DATASETS_CACHE", "TRANSFORMERS_CACHE", "HF_XET_CACHE",
+                 "HUGGINGFACE_HUB_CACHE", "hf_home"]:
+        assert "local volume" in (env_names.reserved_reason(name) or ""), f"{name}: the pods' layout owns it"
 
 
 def test_the_job_sets_on_its_pods_none_of_the_names_a_user_may_not():

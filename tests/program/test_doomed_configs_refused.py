@@ -1,12 +1,16 @@
 """Issue 44's fresh hidden set of doomed configs: stack configs the preview used to accept that could never end in a
 working job (found by the job only after the nodes billed, or never), each refused at preview under the mocks with
 nothing registered, naming the key. One rule per class, named in each class's comment; /tmp-free, no network (the
-Hub is a port where nothing listens: every size these rules read is the shipped one)."""
+Hub is a port where nothing listens: every size these rules read is the shipped one; the rules that read a model the
+project does not ship ask the fake Hub, tests/support/fake_hub.py)."""
 from __future__ import annotations
+
+import json
 
 import pytest
 
 from tests.program.test_refusals_at_preview import program_refusal
+from tests.support.fake_hub import FakeHub
 from tests.support.pulumi_mocks import Secret
 
 JOB = {"trainEnabled": True}
@@ -159,3 +163,55 @@ def test_a_time_limit_shorter_than_the_steps_at_full_peak_is_refused_on_p5():
     message = program_refusal({**JOB, "trainModelId": "meta-llama/Llama-3.1-8B", "trainSteps": 5000,
                                "trainTimeoutMinutes": 1}, stack="p5")
     assert "'trainTimeoutMinutes', 'trainSteps'" in message and "trainTimeoutMinutes 18 or more" in message, message
+
+
+# Audit 45: a Hub model the project does not ship, read at preview from the Hub (the fake, tests/support/fake_hub.py):
+# heads that do not split the model's width, or query heads no key/value head count divides (workload/model/
+# config_json.py attention_shape_problem, which the job's own reading of config.json applies too: transformers builds
+# either, and the first forward fails), and a repo whose weights are not safetensors (model_source.weights_problem
+# over its file list, HfApi.model_info: the job loads safetensors only). (case, repo, config, files, words).
+SMALL = {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "hidden_size": 256, "intermediate_size": 512,
+         "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 4, "vocab_size": 1000,
+         "max_position_embeddings": 4096, "tie_word_embeddings": False}
+SAFETENSORS = ("model.safetensors",)
+DOOMED_ON_THE_HUB = [
+    ("heads that do not split the width", "lab/uneven-heads", {**SMALL, "hidden_size": 250}, SAFETENSORS,
+     "its hidden_size 250 is not a multiple of its num_attention_heads 4"),
+    ("query heads no key/value count divides", "lab/uneven-groups",
+     {**SMALL, "num_attention_heads": 8, "num_key_value_heads": 3}, SAFETENSORS,
+     "its num_attention_heads 8 is not a multiple of its num_key_value_heads 3"),
+    ("pickled weights only", "lab/pickles", SMALL, ("pytorch_model-00001-of-00002.bin", "pytorch_model.bin.index.json"),
+     "its weights are pytorch_model-00001-of-00002.bin"),
+    ("no weights at all", "lab/card-only", SMALL, ("README.md",), "holds no model.safetensors"),
+]
+WORKING_ON_THE_HUB = {
+    "lab/sharded": (SMALL, ("model.safetensors.index.json", "model-00001-of-00002.safetensors")),
+    "lab/wide-heads": ({**SMALL, "head_dim": 128}, SAFETENSORS),  # heads wider than hidden_size / heads (Qwen3's)
+}
+
+
+@pytest.fixture
+def hub(monkeypatch):
+    repos = {repo: {"config.json": json.dumps(config).encode(), **dict.fromkeys(files, b"\0")}
+             for _, repo, config, files, _ in DOOMED_ON_THE_HUB}
+    repos.update({repo: {"config.json": json.dumps(config).encode(), **dict.fromkeys(files, b"\0")}
+                  for repo, (config, files) in WORKING_ON_THE_HUB.items()})
+    with FakeHub(repos=repos) as server:
+        monkeypatch.setenv("HF_ENDPOINT", server.url)
+        yield server
+
+
+@pytest.mark.parametrize("case, repo, config, files, words", DOOMED_ON_THE_HUB, ids=[c[0] for c in DOOMED_ON_THE_HUB])
+def test_a_hub_model_the_job_could_not_run_is_refused_at_preview_naming_the_model(hub, case, repo, config, files, words):
+    message = program_refusal({**JOB, "trainModelId": repo})
+    assert "'trainModelId'" in message and repo in message, f"{case}: the refusal names trainModelId: {message}"
+    assert words in message, f"{case}: the refusal says {words!r}: {message}"
+
+
+def test_the_hub_rules_leave_working_models_alone(hub):
+    from tests.support.pulumi_mocks import run_program
+
+    for repo in WORKING_ON_THE_HUB:
+        run = run_program("dev", {**JOB, "trainModelId": repo})
+        assert run.error is None, f"{repo}: {run.error}"
+    assert ("GET", "/api/models/lab/sharded", "") in hub.requests, "the file list, asked once without a token"

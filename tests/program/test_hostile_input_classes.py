@@ -188,6 +188,24 @@ PREVIEW_CLASSES = [
      "ASCII"),
     ("dataset configurations that climb", "trainDatasetConfig",
      {"trainDataset": "org/corpus", "trainDatasetConfig": "../../etc"}, "without '..'"),
+    # Audit 45. experiment_tracking._address_problem: an address no TCP connection reaches, by ipaddress's kind.
+    ("tracking egress", "trainMlflowTrackingUri", {"trainReportTo": "mlflow", "trainMlflowTrackingUri": "https://239.1.2.3/mlflow"}, "multicast"),
+    ("tracking egress", "trainMlflowTrackingUri", {"trainReportTo": "mlflow", "trainMlflowTrackingUri": "https://0xe0000105/"}, "multicast"),
+    ("tracking egress", "trainMlflowTrackingUri", {"trainReportTo": "mlflow", "trainMlflowTrackingUri": "https://250.9.9.9/"}, "reserved"),
+    ("tracking egress", "trainMlflowTrackingUri", {"trainReportTo": "mlflow", "trainMlflowTrackingUri": "https://0.0.0.0/"}, "unspecified"),
+    # fields.py text_problem: U+2028 and U+2029 (Zl, Zp) are line breaks to many readers, hidden like Cc and Cf.
+    ("control or format characters", "trainRunId", {"trainRunId": "run\u2028INJECT"}, "U+2028"),
+    ("control or format characters", "trainTextField", {"trainDataset": "org/corpus", "trainTextField": "t\u2029"},
+     "U+2029"),
+    # env_names.py: git's and ssh's command variables (the GIT_ family), and the pods' node-local cache locations.
+    ("code-changing environment", "trainEnv", {"trainEnv": ["GIT_PROXY_COMMAND=/tmp/p.sh"]}, "GIT_PROXY_COMMAND"),
+    ("code-changing environment", "trainEnv", {"trainEnv": ["GIT_CONFIG_KEY_0=core.sshCommand"]}, "GIT_CONFIG_KEY_0"),
+    ("code-changing environment", "trainSecretEnv", {"trainSecretEnv": ["SSH_ASKPASS=/tmp/a.sh"]}, "SSH_ASKPASS"),
+    ("node-local locations", "trainEnv", {"trainEnv": ["HF_HUB_CACHE=/sys/hub"]}, "local volume"),
+    ("node-local locations", "trainSecretEnv", {"trainSecretEnv": ["TRANSFORMERS_CACHE=/dev/shm/x"]}, "local volume"),
+    # values.py repo_id_problem: a file inside a Hub repo is no tokenizer; the repo is named.
+    ("Hub repo id", "trainTokenizer", {"trainDataset": "org/corpus", "trainTokenizer": "meta-llama/Llama-3.2-1B/"
+                                       "tokenizer_config.json"}, "did you mean meta-llama/Llama-3.2-1B"),
 ]
 
 # Kubernetes' name rules, checked by the program at preview (infra/preview/object_names.py): under the mocks.
@@ -237,7 +255,7 @@ def test_the_rules_leave_ordinary_values_alone():
         "trainMlflowTrackingUri": "https://mlflow.example.com/team", "trainPushToHub": "org/model-v1.2",
         "trainSecretEnv": ["HF_TOKEN=hf_x", "WANDB_API_KEY=k"], "trainReportTo": "mlflow,wandb",
         "trainEnv": ["TOKENIZERS_PARALLELISM=false", "HF_HUB_DISABLE_IMPLICIT_TOKEN=1", "NCCL_NET=Socket",
-                     "HF_HOME=/tmp/hf_home", "NOTE=sk-learn", "ENVIRONMENT=prod", "PIP_NO_CACHE_DIR=1"],
+                     "HF_HUB_ETAG_TIMEOUT=30", "NOTE=sk-learn", "ENVIRONMENT=prod", "PIP_NO_CACHE_DIR=1"],
         "trainWandbProject": "team-proj_1.v2 (ablation)", "trainSteps": 10_000_000, "trainMaxFailures": 1000,
         "trainPip": ["einops==0.8.1"]})
     assert parsed.train.flags["push_to_hub"] == "org/model-v1.2"
@@ -324,6 +342,9 @@ CLI_CLASSES = [
     ("huge numbers", ["--steps", str(10 ** 12)], "--steps", "at most 10000000"),
     ("huge numbers", ["--max_failures", str(10 ** 9)], "--max_failures", "at most 1000"),
     ("W&B project names", ["--wandb_project", "team/proj#1"], "--wandb_project", "W&B project name"),
+    ("control or format characters", ["--run_name", "a\u2029b"], "--run_name", "U+2029"),
+    ("Hub repo id", ["--dataset", "org/corpus", "--tokenizer", "Qwen/Qwen3-0.6B/vocab.json"], "--tokenizer",
+     "did you mean Qwen/Qwen3-0.6B"),
 ]
 
 

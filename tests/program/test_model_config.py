@@ -20,7 +20,9 @@ TOKEN = "hf_granted_0123456789"
 @pytest.fixture
 def hub(monkeypatch):
     config = json.dumps(QWEN_7B).encode()
-    repos = {"acme/qwen-7b-chat": {"config.json": config}, "acme/llama-gated": {"config.json": config},
+    weights = {"model.safetensors": b"\0"}  # listed by the Hub's model_info; the preview reads no weights
+    repos = {"acme/qwen-7b-chat": {"config.json": config, **weights},
+             "acme/llama-gated": {"config.json": config, **weights},
              "acme/weights-only": {"model.safetensors": b"\0"},
              "acme/encoder": {"config.json": json.dumps({"model_type": "bert", "hidden_size": 768}).encode()}}
     with FakeHub(repos=repos, gated={"acme/llama-gated": {TOKEN}}) as server:
@@ -63,6 +65,37 @@ def test_a_model_the_job_could_not_load_is_refused(hub, model_id, token, words):
     assert words in str(refused.value), refused.value
 
 
+def test_a_repo_without_safetensors_weights_is_refused_after_one_listing(hub):
+    hub.repos["acme/bin-only"] = {"config.json": json.dumps(QWEN_7B).encode(), "pytorch_model.bin": b"\0",
+                                  "tf_model.h5": b"\0"}
+    with pytest.raises(ValueError, match="config key 'trainModelId': acme/bin-only on the Hub holds no "
+                                         "model.safetensors or model.safetensors.index.json") as refused:
+        model_config.resolve("acme/bin-only")
+    assert "its weights are pytorch_model.bin, tf_model.h5" in str(refused.value), refused.value
+    listings = [request for request in hub.requests if request[1].startswith("/api/models/")]
+    assert listings == [("GET", "/api/models/acme/bin-only", "")], f"one listing, no token given: {listings}"
+
+
+def test_the_listing_goes_with_the_secret_envs_token_and_sharded_safetensors_pass(hub):
+    hub.repos["acme/llama-gated"].update({"model.safetensors.index.json": b"{}", "model-00001-of-00002.safetensors": b""})
+    del hub.repos["acme/llama-gated"]["model.safetensors"]
+    found = model_config.resolve("acme/llama-gated", hub_token=TOKEN)
+    assert isinstance(found, model_config.Known) and found.warning == "", found
+    assert ("GET", "/api/models/acme/llama-gated", f"Bearer {TOKEN}") in hub.requests, hub.requests
+
+
+def test_a_file_list_that_cannot_be_had_is_a_warning(hub, monkeypatch):
+    from workload.model import model_source
+
+    def no_answer(model_id, token):
+        raise model_source.Unreachable("the Hugging Face Hub at http://x is not reachable (ConnectError)")
+
+    monkeypatch.setattr(model_source, "hub_files", no_answer)
+    found = model_config.resolve("acme/qwen-7b-chat")
+    assert isinstance(found, model_config.Known) and "file list could not be read from the Hub" in found.warning, found
+    assert "checked only on the cluster" in found.warning, found.warning
+
+
 def test_an_unreachable_hub_is_a_warning_not_a_refusal(monkeypatch):
     _, waits = unreachable_hub(monkeypatch)  # the preview asks once: any retry's wait is recorded here
     found = model_config.resolve("acme/qwen-7b-chat")
@@ -99,7 +132,7 @@ def test_the_preview_refuses_a_hub_model_that_cannot_fit_before_any_resource(hub
     from tests.support.pulumi_mocks import run_program_expecting_error
 
     hub.repos["acme/llama-70b-chat"] = {"config.json": json.dumps(architectures.published(
-        "meta-llama/Llama-3.1-70B")).encode()}
+        "meta-llama/Llama-3.1-70B")).encode(), "model.safetensors.index.json": b"{}"}
     failed = run_program_expecting_error("dev", {"trainEnabled": True, "trainModelId": "acme/llama-70b-chat"})
     message = str(failed.error)
     assert "acme/llama-70b-chat (70.55 B parameters)" in message and "p5.48xlarge" in message, message

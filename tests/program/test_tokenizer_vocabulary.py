@@ -38,7 +38,7 @@ SMALL_LLAMA = {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "hi
 def hub(monkeypatch):
     repos = {"acme/wide-tokenizer": {"tokenizer.json": tokenizer_json(600, added=10)},
              "acme/gated-tokenizer": {"tokenizer.json": tokenizer_json(100)},
-             "acme/small-llama": {"config.json": json.dumps(SMALL_LLAMA).encode(),
+             "acme/small-llama": {"config.json": json.dumps(SMALL_LLAMA).encode(), "model.safetensors": b"\0",
                                   "tokenizer.json": tokenizer_json(1024, added=24)},
              "acme/slow-only": {"tokenizer.model": b"\0"}}
     with FakeHub(repos=repos, gated={"acme/gated-tokenizer": {TOKEN}}) as server:

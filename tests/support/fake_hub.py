@@ -25,6 +25,11 @@ Download (huggingface_hub/file_download.py's hf_hub_url, get_hf_file_metadata an
   - a gated repo: 401 GatedRepo without a token, 403 GatedRepo with a token that was not granted access;
   - a file the repo lacks: 404 EntryNotFound, with the repo's X-Repo-Commit.
 
+A model's files (huggingface_hub/hf_api.py's model_info, GET /api/models/{repo}[/revision/{revision}], whose "siblings"
+are what list_repo_files lists; the preview reads them for the weights, infra/preview/model_config.py): {"id", "sha",
+"siblings": [{"rfilename"}]}, the repo's files; a missing or private repo asked without its token 401 RepoNotFound (404
+with a token); a gated repo's listing is answered to anyone, as the Hub shows a gated model's files.
+
 Datasets (huggingface_hub/hf_api.py's dataset_info, whose "siblings" list_repo_files reads, and hf_hub_url with
 repo_type="dataset"; workload/data/hub_dataset.py reads these):
 - GET /api/datasets/{repo}: {"id", "siblings": [{"rfilename"}]}; an unknown dataset 401 with RepoNotFound, a gated one
@@ -201,6 +206,8 @@ class _HubHandler(BaseHTTPRequestHandler):
             return self._ranged(hub.cdn[parts[1]], {"Content-Type": "application/octet-stream"})
         if parts[:2] == ["api", "datasets"] or parts[0] == "datasets":
             return self._dataset(parts, authorization)
+        if parts[:2] == ["api", "models"] and (len(parts) == 4 or (len(parts) == 6 and parts[4] == "revision")):
+            return self._model_info("/".join(parts[2:4]), authorization)
         if len(parts) < 5 or parts[2] != "resolve":
             return self._json(404, {"error": f"the fake Hub does not answer {self.command} {path}"})
         token = authorization.removeprefix("Bearer ") if authorization else ""
@@ -224,6 +231,17 @@ class _HubHandler(BaseHTTPRequestHandler):
                                          "ETag": f'"{hashlib.sha1(content).hexdigest()}"'})
         return self._ranged(content, {"Content-Type": "application/octet-stream", "X-Repo-Commit": commit,
                                       "ETag": f'"{digest}"'})
+
+    def _model_info(self, repo: str, authorization: str) -> None:
+        """HfApi.model_info's answer: {"id", "sha", "siblings": [{"rfilename"}]}, the repo's files as its siblings
+        (with ?expand=siblings the Hub sends only "_id", "id" and those). A gated repo's listing needs no token: the
+        Hub shows a gated model's page and files to anyone and gates only their contents (a GET of /resolve/)."""
+        hub = self.server
+        if repo not in hub.repos or (repo in hub.private and not hub.authorized(authorization)):
+            return self._error(404 if authorization else 401, "RepoNotFound", "Repository not found")
+        return self._json(200, {"_id": hashlib.sha1(repo.encode()).hexdigest()[:24], "id": repo,
+                                "sha": hub.commits.get(repo, FakeHub.COMMIT),
+                                "siblings": [{"rfilename": name} for name in hub.repos[repo]]})
 
     def _ranged(self, content: bytes, headers: dict[str, str]) -> None:
         """The file, or the part `Range: bytes=A-B` asks for (206 with Content-Range, B past the end read as the

@@ -12,6 +12,8 @@ from workload.model import architectures, config_json
 from workload.run import preflight
 
 LLAMA_1B = architectures.published("meta-llama/Llama-3.2-1B") or {"model_type": "llama", "hidden_size": 2048}
+# Llama 3.2's config.json sets head_dim (64); without it, each head is hidden_size / num_attention_heads wide.
+NO_HEAD_DIM = {field: value for field, value in LLAMA_1B.items() if field != "head_dim"}
 
 
 @pytest.mark.parametrize("text, words", [
@@ -26,6 +28,14 @@ LLAMA_1B = architectures.published("meta-llama/Llama-3.2-1B") or {"model_type": 
     (json.dumps({**LLAMA_1B, "max_position_embeddings": "8192"}), "its max_position_embeddings is a str"),
     (json.dumps({**LLAMA_1B, "num_key_value_heads": 2.5}), "its num_key_value_heads is a float"),
     (json.dumps({**LLAMA_1B, "num_attention_heads": 10, "num_key_value_heads": 4}), "not a multiple of"),
+    # Heads that do not split hidden_size evenly (no head_dim), or query heads no key/value head count divides:
+    # transformers builds either, and the first forward fails (attention_shape_problem).
+    (json.dumps({**NO_HEAD_DIM, "hidden_size": 1000, "num_attention_heads": 12, "num_key_value_heads": 4}),
+     "its hidden_size 1000 is not a multiple of its num_attention_heads 12, and it sets no head_dim"),
+    (json.dumps({"model_type": "llava", "text_config": {**NO_HEAD_DIM, "hidden_size": 2050}}),
+     "its hidden_size 2050 is not a multiple of its num_attention_heads 32"),
+    (json.dumps({**LLAMA_1B, "num_attention_heads": 24, "num_key_value_heads": 9}),
+     "its num_attention_heads 24 is not a multiple of its num_key_value_heads 9"),
 ])
 def test_a_config_out_of_shape_is_refused_before_anything_builds_it(text, words):
     with pytest.raises(config_json.Refused) as refused:
@@ -48,4 +58,26 @@ def test_the_job_refuses_such_a_model_directory_naming_model_id(tmp_path):
     (directory / "config.json").write_text(json.dumps({**LLAMA_1B, "max_position_embeddings": 1 << 40}))
     (directory / "model.safetensors").write_bytes(b"")
     with pytest.raises(ValueError, match=r"--model_id .*out of bounds: its max_position_embeddings"):
+        preflight.check_local_files(TrainConfig(model_id=str(directory), seq_len=32))
+
+
+def test_the_attention_rule_leaves_an_explicit_head_dim_and_every_published_config_alone():
+    from pathlib import Path
+
+    assert config_json.loads(json.dumps({**NO_HEAD_DIM, "hidden_size": 1000, "num_attention_heads": 12,
+                                         "num_key_value_heads": 4, "head_dim": 64}))["head_dim"] == 64
+    fixtures = sorted((Path(__file__).resolve().parents[1] / "fixtures" / "model_configs").glob("*.json"))
+    paths = [*fixtures, *(architectures.file_for(model_id) for model_id in architectures.shipped_ids())]
+    assert len(paths) > 10, paths
+    for path in paths:
+        assert config_json.loads(path.read_bytes()), f"{path.name}: a published model passes"
+
+
+def test_the_job_refuses_heads_that_do_not_split_its_width_naming_model_id(tmp_path):
+    directory = tmp_path / "model"
+    directory.mkdir()
+    (directory / "config.json").write_text(json.dumps({**NO_HEAD_DIM, "hidden_size": 2040, "num_attention_heads": 16}))
+    (directory / "model.safetensors").write_bytes(b"")
+    with pytest.raises(ValueError, match=r"--model_id .*not a model attention can run: its hidden_size 2040 is not a "
+                                         r"multiple of its num_attention_heads 16"):
         preflight.check_local_files(TrainConfig(model_id=str(directory), seq_len=32))

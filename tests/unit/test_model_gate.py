@@ -34,7 +34,8 @@ def published(model_id: str) -> dict:
 
 @pytest.fixture(scope="module")
 def hub():
-    with FakeHub(repos={model_id: {"config.json": json.dumps(published(model_id)).encode()}
+    weights = {"model.safetensors": b"\0"}  # the file list's weights (the preview lists, and reads none)
+    with FakeHub(repos={model_id: {"config.json": json.dumps(published(model_id)).encode(), **weights}
                         for model_id in (*ACCEPTED, *REFUSED)}) as server:
         patch = pytest.MonkeyPatch()
         patch.setenv("HF_ENDPOINT", server.url)
@@ -203,6 +204,20 @@ def test_a_refused_repo_id_is_quoted_only_up_to_its_first_character_no_id_has(va
 
     problem = repo_id_problem(value)
     assert problem and shown in problem and "Zq81sPLq0fd" not in problem and len(problem) < 700, problem
+
+
+@pytest.mark.parametrize("value, repo", [("Qwen/Qwen2.5-1.5B/tokenizer.json", "Qwen/Qwen2.5-1.5B"),
+                                         ("org/tok/sub/merges.txt", "org/tok"), ("org/tok/", "org/tok")])
+def test_a_file_inside_a_hub_repo_is_refused_naming_the_repo_and_a_dataset_file_is_not(value, repo):
+    """values.py: the tokenizer is read whole from its repo; --dataset also takes a data file by its name."""
+    from workload.config.values import dataset_id_problem, repo_id_problem
+    from workload.model import model_source
+
+    assert f"did you mean {repo} (the repo" in (repo_id_problem(value) or ""), repo_id_problem(value)
+    assert f"did you mean {repo}" in (model_source.problem(value) or ""), "--model_id's own words say it too"
+    for dataset in ("corpus.jsonl", "data/chats.json", "org/corpus/train.csv.gz"):
+        assert dataset_id_problem(dataset) is None, dataset
+    assert repo_id_problem("a/b") is None and dataset_id_problem("org/corpus") is None
 
 
 @pytest.mark.parametrize("extra, words", [

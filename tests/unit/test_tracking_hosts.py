@@ -38,3 +38,19 @@ def test_public_addresses_and_names_are_allowed(host):
 def test_a_service_of_the_cluster_by_its_namespace_is_refused(host):
     message = tracking_uri_problem(f"https://{host}/", None)
     assert message is not None and "is a Service of the cluster (SERVICE.NAMESPACE)" in message, message
+
+
+@pytest.mark.parametrize("host, kind", [
+    ("239.12.0.7", "multicast"), ("224.0.1.1", "multicast"), ("0xe9010101", "multicast"), ("0", "unspecified"),
+    ("0.0.0.0", "unspecified"), ("241.7.7.7", "reserved"), ("255.255.255.255", "reserved"), ("169.254.3.4", "link-local"),
+])
+def test_an_address_no_https_connection_reaches_is_refused_by_its_kind(host, kind):
+    # experiment_tracking._address_problem: ipaddress's kinds before is_global, which Python leaves True for
+    # multicast groups it does not list as private.
+    message = tracking_uri_problem(f"https://{host}/mlflow", None)
+    assert message is not None and f"is a {kind} address" in message and "no HTTPS connection reaches" in message, message
+
+
+@pytest.mark.parametrize("uri", ["https://[ff02::1]/", "https://[ff0e::101]/mlflow", "https://[::ffff:224.0.0.251]/"])
+def test_an_ipv6_multicast_address_is_refused(uri):
+    assert tracking_uri_problem(uri, None) is not None

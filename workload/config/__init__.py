@@ -24,6 +24,7 @@ from workload.config.rules import DATASET_FILE_SUFFIXES, RULES, Rule, is_file_da
 from workload.config.values import (  # noqa: F401
     DATASET_CONFIG,
     WANDB_PROJECT_MAX_LENGTH,
+    dataset_id_problem,
     mlflow_uri_problem,
     repo_id_problem,
     split_problem,
@@ -166,7 +167,7 @@ class TrainConfig:
     dataset: str = flag(
         "", "Empty: random tokens (the recipe's default). A .txt/.jsonl/.json/.csv/.parquet file (the first four also "
         ".gz; local, or s3://...), or a Hugging Face dataset id.", stack_key="trainDataset",
-        max_length=URI_MAX_LENGTH, check=repo_id_problem
+        max_length=URI_MAX_LENGTH, check=dataset_id_problem
     )
     dataset_config: str = flag("", "Configuration name of a Hugging Face --dataset (e.g. wikitext-2-raw-v1).",
         stack_key="trainDatasetConfig", pattern=DATASET_CONFIG)

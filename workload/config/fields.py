@@ -53,11 +53,17 @@ def looks_like_token(value: str) -> bool:
     return bool(TOKEN_VALUE.search(value))
 
 
+# Unicode's categories of characters that are not shown as themselves: Cc (control: newline, NUL, bell, escape), Cf
+# (format: U+202E, zero-width space), Zl and Zp (U+2028 LINE SEPARATOR, U+2029 PARAGRAPH SEPARATOR, which
+# str.splitlines, JavaScript and many log viewers break a line at, as at a newline).
+HIDDEN_CATEGORIES = ("Cc", "Cf", "Zl", "Zp")
+
+
 def _hidden_character(value: str) -> int | None:
-    """The index of the first character of Unicode category Cc (control: newline, NUL, bell, escape) or Cf (format:
-    U+202E, zero-width space) in `value`, or None. Such a character forges lines in a log or a refusal, ends a C string,
-    or shows one name while meaning another; no setting's legitimate value holds one."""
-    return next((index for index, char in enumerate(value) if unicodedata.category(char) in ("Cc", "Cf")), None)
+    """The index of the first character of a HIDDEN_CATEGORIES category in `value`, or None. Such a character forges
+    lines in a log or a refusal, ends a C string, or shows one name while meaning another; no setting's legitimate
+    value holds one."""
+    return next((index for index, char in enumerate(value) if unicodedata.category(char) in HIDDEN_CATEGORIES), None)
 
 
 def shown_uri(uri: str) -> str:
@@ -69,14 +75,15 @@ def shown_uri(uri: str) -> str:
 
 
 def text_problem(value: str, max_length: int) -> str | None:
-    """The rule every free-text value follows, on both sides: at most `max_length` characters, no control or format
-    character, no credentials in a URI, and nothing shaped like a token. The refusal never quotes the value (it may be a megabyte, hold a password,
+    """The rule every free-text value follows, on both sides: at most `max_length` characters, no control, format or
+    line-separator character, no credentials in a URI, and nothing shaped like a token. The refusal never quotes the value (it may be a megabyte, hold a password,
     or hold a newline that would forge a second line of the message)."""
     if len(value) > max_length:
         return f"must be at most {max_length:,} characters, got {len(value):,} (its value is not shown)"
     if (index := _hidden_character(value)) is not None:
-        return (f"must hold no control or format character (newline, tab, NUL, escape, bidi override, zero-width), "
-                f"got U+{ord(value[index]):04X} at character {index} (its value is not shown)")
+        return ("must hold no control, format or line-separator character (newline, tab, NUL, escape, bidi override, "
+                f"zero-width, U+2028, U+2029), got U+{ord(value[index]):04X} at character {index} (its value is not "
+                "shown)")
     if has_credentials(value):
         return f"must hold {CREDENTIALS_ALLOWED}, got a URI with credentials (its value is not shown)"
     if looks_like_token(value):

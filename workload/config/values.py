@@ -10,13 +10,20 @@ from workload.model import model_source
 
 
 def repo_id_problem(value: str) -> str | None:
-    """The Hub's repo-id rule for a setting that may name a Hub repo (--tokenizer, --dataset; --model_id's is
-    model_source.problem, in its own words): a value that is no path, URI or dataset file names a repo, and must be
-    one huggingface_hub takes (validate_repo_id, which its downloads apply only once the job runs); None otherwise."""
-    if model_source.is_path(value) or "://" in value or value.endswith(DATASET_FILE_SUFFIXES):
+    """The Hub's repo-id rule for a setting that may name a Hub repo and never a file (--tokenizer; --model_id's is
+    model_source.problem, in its own words): a value that is no path or URI names a repo, and must be one
+    huggingface_hub takes (validate_repo_id, which its downloads apply only once the job runs); None otherwise. A
+    file inside a repo (Qwen/Qwen2.5-1.5B/tokenizer.json) is refused with the repo it is in: the tokenizer is read
+    whole, from its repo or directory."""
+    if model_source.is_path(value) or "://" in value:
         return None
     why = model_source.hub_id_problem(value)
     return f"{why} (neither a Hugging Face Hub id nor a path or URI)" if why else None
+
+
+def dataset_id_problem(value: str) -> str | None:
+    """repo_id_problem for --dataset, which also takes a data file by its name (corpus.jsonl, data/chats.json.gz)."""
+    return None if value.endswith(DATASET_FILE_SUFFIXES) else repo_id_problem(value)
 
 
 # datasets' split syntax (ReadInstruction): name[from:to] (or name[from]) with either end absolute or a percent, parts joined by +.

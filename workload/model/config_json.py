@@ -65,6 +65,26 @@ def _check_size_field(field: str, number: Any, bound: int) -> None:
                       "(well above any published model's)")
 
 
+def attention_shape_problem(config: dict) -> str | None:
+    """Why the attention of a config object's shapes cannot run (after "not a model attention can run: "), or None.
+    transformers builds such a model (the projections take any sizes), and its first forward fails inside attention or
+    the rotary embedding, on every rank after the GPUs started billing: the heads split hidden_size evenly unless
+    head_dim says otherwise (head_dim = hidden_size // num_attention_heads, so 1000 / 12 gives q_proj 996 outputs that
+    reshape into no whole head), and each key/value head serves a whole group of query heads."""
+    def whole(field: str) -> int | None:
+        number = config.get(field)
+        return number if isinstance(number, int) and not isinstance(number, bool) and number >= 1 else None
+
+    hidden, heads, groups = whole("hidden_size"), whole("num_attention_heads"), whole("num_key_value_heads")
+    if heads and groups and heads % groups:
+        return (f"its num_attention_heads {heads} is not a multiple of its num_key_value_heads {groups} (each "
+                "key/value head serves a whole group of heads)")
+    if hidden and heads and config.get("head_dim") is None and hidden % heads:
+        return (f"its hidden_size {hidden} is not a multiple of its num_attention_heads {heads}, and it sets no "
+                "head_dim (each head is hidden_size / num_attention_heads wide)")
+    return None
+
+
 def check_shape(config: Any) -> None:
     """Refused when `config` nests deeper than MAX_CONFIG_DEPTH or an object holds a SIZE_FIELD_BOUNDS field above its
     bound; walked without recursion."""
@@ -76,10 +96,8 @@ def check_shape(config: Any) -> None:
         if isinstance(value, dict):
             for field, bound in SIZE_FIELD_BOUNDS.items():
                 _check_size_field(field, value.get(field), bound)
-            heads, groups = value.get("num_attention_heads"), value.get("num_key_value_heads")
-            if isinstance(heads, int) and isinstance(groups, int) and heads % groups:
-                raise Refused(f"not a model attention can run: its num_attention_heads {heads} is not a multiple of "
-                              f"its num_key_value_heads {groups} (each key/value head serves a whole group of heads)")
+            if (why := attention_shape_problem(value)) is not None:
+                raise Refused(f"not a model attention can run: {why}")
             pending.extend((item, depth + 1) for item in value.values())
         elif isinstance(value, list):
             pending.extend((item, depth + 1) for item in value)

@@ -41,6 +41,11 @@ PATH_PREFIXES = ("/", "./", "../", "~")
 HUB_TIMEOUT_S = 10
 CONFIG_FILE = "config.json"
 MAX_CONFIG_BYTES = config_json.MAX_CONFIG_BYTES  # one bound for every reader of a config.json
+# The weights the job loads (workload/model/weights.py): one model.safetensors, or the shards the index lists.
+SAFETENSORS_FILE = "model.safetensors"
+SAFETENSORS_INDEX = "model.safetensors.index.json"
+# Weights in other formats, named in the refusal of a repo that holds only these (PyTorch's pickles, TF's, Flax's).
+OTHER_WEIGHTS = (".bin", ".pth", ".pt", ".ckpt", ".h5", ".msgpack", ".gguf")
 TOKEN_VARIABLE = "HF_TOKEN"
 SECRET_COMMAND = f"pulumi config set --secret --path 'trainSecretEnv[0]' {TOKEN_VARIABLE}=..."
 ALLOWED = "allowed: a Hub id (org/name), a local model directory, or s3://bucket/prefix/"
@@ -76,18 +81,29 @@ def hub_id_problem(repo_id: str, *, owner: bool = False) -> str | None:
                + ", each 1-96 ASCII letters, digits, '-', '_' or '.', not starting or ending with '-' or '.', without "
                "'--', '..' or a '.git' ending")
     if owner and repo_id.count("/") != 1:
-        return f"must be {allowed}, got {_shown_id(repo_id)}"
+        return f"must be {allowed}, got {_shown_id(repo_id)}{_repo_of_file(repo_id)}"
     try:
         from huggingface_hub.utils import HFValidationError, validate_repo_id
     except ImportError:
         refused = (not HUB_ID.match(repo_id) or "--" in repo_id or ".." in repo_id or repo_id.endswith(".git")
                    or repo_id.count("/") > 1)
-        return f"must be {allowed}, got {_shown_id(repo_id)}" if refused else None
+        return f"must be {allowed}, got {_shown_id(repo_id)}{_repo_of_file(repo_id)}" if refused else None
     try:
         validate_repo_id(repo_id)
     except HFValidationError:
-        return f"must be {allowed}, got {_shown_id(repo_id)}"
+        return f"must be {allowed}, got {_shown_id(repo_id)}{_repo_of_file(repo_id)}"
     return None
+
+
+def _repo_of_file(value: str) -> str:
+    """A file path after a Hub id (Qwen/Qwen2.5-1.5B/tokenizer.json, what a Hub page's address shows): the words
+    naming the repo the user meant, or "". The Hub's ids have one '/' at most, and every setting that takes one reads
+    the repo whole (a model or tokenizer directory, a dataset by its id)."""
+    parts = value.split("/")
+    repo_id = "/".join(parts[:2])
+    if len(parts) < 3 or not HUB_ID.match(repo_id) or "--" in repo_id or ".." in repo_id:
+        return ""
+    return f"; did you mean {repo_id} (the repo; a file inside one is not taken)"
 
 
 # What a local --model_id is (and a local --tokenizer, its tokenizer files), for a refusal of one of its files.
@@ -134,7 +150,8 @@ def problem(model_id: str) -> str | None:
             return f"a web address, which the job does not download models from; {ALLOWED}"
         return None  # s3://, file://, gs://: pyarrow's filesystems (workload.model.files) say whether they read it
     if hub_id_problem(model_id) is not None:
-        return f"not a Hugging Face Hub id (org/name: letters, digits, '-', '_' and '.'), nor a directory here; {ALLOWED}"
+        return (f"not a Hugging Face Hub id (org/name: letters, digits, '-', '_' and '.'), nor a directory here; "
+                f"{ALLOWED}{_repo_of_file(model_id)}")
     return None
 
 
@@ -249,6 +266,42 @@ def read_file(model_id: str, file_name: str, token: str | bool | None, max_bytes
     except Exception as error:  # noqa: BLE001 - httpx's (or httpx2's) transport errors: no answer at all
         raise Unreachable(f"the Hugging Face Hub at {endpoint} is not reachable ({type(error).__name__})") from None
     return bytes(data[:max_bytes + 1])
+
+
+def hub_files(model_id: str, token: str | bool | None) -> list[str] | None:
+    """The file names of a Hub model repo, from one request and no retries: HfApi.model_info (GET
+    {endpoint}/api/models/{repo_id}, hf_api.py), whose `siblings` are the repo's files (each an `rfilename`), the list
+    list_repo_files would page through the repo's tree for; expand=["siblings"] asks for that field alone. None when
+    the answer has no list. huggingface_hub's error for an answer that is not the listing (hf_raise_for_status),
+    Unreachable for no answer. `token` as get_file's."""
+    from huggingface_hub import HfApi
+    from huggingface_hub.errors import HfHubHTTPError
+
+    endpoint = _request(model_id, CONFIG_FILE, token)[0]
+    try:
+        info = HfApi(endpoint=endpoint).model_info(model_id, token=token, timeout=HUB_TIMEOUT_S, expand=["siblings"])
+    except HfHubHTTPError:
+        raise  # an answer about the repo
+    except Exception as error:  # noqa: BLE001 - transport errors, or an answer that is no listing
+        raise Unreachable(f"the Hugging Face Hub at {endpoint} did not list the repo ({type(error).__name__})") from None
+    return None if info.siblings is None else [sibling.rfilename for sibling in info.siblings]
+
+
+_PLAIN_NAME = re.compile(r"[\w./-]{1,200}", re.ASCII)
+
+
+def weights_problem(file_names: list[str]) -> str | None:
+    """Why a model repo holding `file_names` has no weights the job loads (the words after its id), or None: the job
+    reads safetensors only (workload/model/weights.py), so a repo of pytorch_model.bin alone fails every rank once
+    the model loads, after the GPUs started billing."""
+    if SAFETENSORS_FILE in file_names or SAFETENSORS_INDEX in file_names:
+        return None
+    # A file name is the repo owner's text: only a plain one is quoted in the refusal.
+    others = sorted(name for name in file_names if name.endswith(OTHER_WEIGHTS) and _PLAIN_NAME.fullmatch(name))
+    held = f"its weights are {', '.join(others[:3])}{', ...' if len(others) > 3 else ''}" if others else "no weights"
+    return (f"holds no {SAFETENSORS_FILE} or {SAFETENSORS_INDEX} ({held}), and the job loads safetensors weights only; "
+            "allowed: a repo with safetensors weights (save_pretrained(safe_serialization=True) writes them), or "
+            "s3://bucket/prefix/ holding such a model directory")
 
 
 def _get(model_id: str, file_name: str, token: str | None):

@@ -5,15 +5,17 @@ names is in the directory) and the job's sharded loader (workload.model.weights)
 (the largest published indexes, a few hundred thousand tensors' names, are a few MiB), then a JSON object whose
 weight_map maps tensor names (strings) to file names (strings) in the directory itself, never outside it.
 
-Standard library only: the local run reads it before torch loads.
+Standard library only (and model_source, which is): the local run reads it before torch loads.
 """
 from __future__ import annotations
 
 import json
 import os
 
-INDEX_FILE = "model.safetensors.index.json"
-SINGLE_FILE = "model.safetensors"
+from workload.model.model_source import SAFETENSORS_FILE, SAFETENSORS_INDEX
+
+INDEX_FILE = SAFETENSORS_INDEX  # the names the Hub's file list is judged by too (model_source)
+SINGLE_FILE = SAFETENSORS_FILE
 # Well above any published index (Llama-3.1-405B's is some 100 KiB), and a bound on what json parses.
 MAX_INDEX_BYTES = 64 << 20
 NOT_AN_INDEX = ("is not a safetensors index (a JSON object with a 'weight_map' of tensor name -> file name, as "

@@ -138,6 +138,7 @@ def local_cluster(metrics_export_port: int | None = None) -> Iterator[tuple[str,
     taken = (metrics_export_port,) if metrics_export_port else ()
     dashboard_port, gcs_port, client_server_port, agent_port = free_ports(4, taken)
     env = head_environment(token_path, f"{LOOPBACK}:{gcs_port}")
+    env["TMPDIR"] = os.path.dirname(temp_dir)  # Ray's processes make sockets under TMPDIR too: the short one
     ray_cli = RAY_CLI
     command = [
         ray_cli, "start", "--head", "--block", "--disable-usage-stats",

@@ -71,7 +71,7 @@ def stack_job(stack: str, run_id: str, extra_flags: list[str], config: str | Non
     from infra.config.experiment_tracking import in_cluster_uri, tracking_uri_problem
     from infra.config.naming import default_cluster_name
     from infra.job.job_config import job_env, job_pip, submission_id, workload_config
-    from infra.preview.instance_facts import KNOWN_GPU_INSTANCE_TYPES
+    from infra.preview.instance_facts import known_gpu_facts
     from workload.config import build_parser
 
     project = stack_config.project_name()
@@ -86,10 +86,8 @@ def stack_job(stack: str, run_id: str, extra_flags: list[str], config: str | Non
     # The instance's network bandwidth only informs the sharding choice, and the job's fabric check measures it;
     # reading it from EC2 would need this machine to be allowed to describe instance types. The GPU's memory and name
     # (for the memory plan and fp8) are the stacks' known figures; for another type the job reads its own GPU.
-    known = KNOWN_GPU_INSTANCE_TYPES.get(cfg.gpu_instance_type)
-    workload = workload_config(cfg, SimpleNamespace(
-        network_gbps=0.0, instance_type=cfg.gpu_instance_type, gpu_memory_mib=known.gpu_memory_mib if known else 0,
-        gpu_name=known.gpu_name if known else ""))
+    workload = workload_config(cfg, known_gpu_facts(cfg.gpu_instance_type) or SimpleNamespace(
+        network_gbps=0.0, instance_type=cfg.gpu_instance_type, gpu_memory_mib=0, gpu_name=""))
     # A flag the job does not know is refused here as `python -m workload.train` would (its one error line, exit 2),
     # and so is a key of --config's file.
     parser = build_parser()
@@ -169,8 +167,7 @@ def check_as_stack_keys(raw: dict[str, Any], workload: Any) -> None:
     secret a flag needs in trainSecretEnv (`--report_to wandb`, `--push_to_hub`: infra/config/train_keys.py). The
     stack's own keys passed them already, so a refusal here is the flags': it names the flag, and the key beside it."""
     from infra import config as stack_config
-    from infra.config import InstanceFacts
-    from infra.preview.instance_facts import KNOWN_GPU_INSTANCE_TYPES
+    from infra.preview.instance_facts import known_gpu_facts
     from infra.preview.job_plan import check_job_data, check_job_model, check_job_offline
     from workload.config import DECLARED
 
@@ -180,13 +177,10 @@ def check_as_stack_keys(raw: dict[str, Any], workload: Any) -> None:
         cfg = stack_config.parse({**raw, **flags})
         check_job_model(cfg)
         check_job_data(cfg)
-        if (known := KNOWN_GPU_INSTANCE_TYPES.get(cfg.gpu_instance_type)) is not None:
+        if (gpu := known_gpu_facts(cfg.gpu_instance_type)) is not None:
             # The stack's GPUs as the preview read them from EC2 (the same figures): the workers, the memory plan and
             # the time limit of this run's flags on them, as `pulumi up` would check them.
-            check_job_offline(cfg, InstanceFacts(
-                instance_type=cfg.gpu_instance_type, gpus=known.gpus, gpu_memory_mib=known.gpu_memory_mib,
-                efa_supported=True, maximum_efa_interfaces=0, network_cards=1, vcpus=0, memory_mib=0,
-                gpu_name=known.gpu_name))
+            check_job_offline(cfg, gpu)
     except ValueError as error:
         raise cli.UsageError(in_flag_terms(str(error))) from None
 

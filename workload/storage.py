@@ -33,6 +33,16 @@ def is_remote(path: str) -> bool:
     return "://" in path
 
 
+def checkpoint_name(step: int) -> str:
+    """The directory Ray Train keeps a run's checkpoint of `step` in, under the run's directory."""
+    return f"checkpoint_{step:06d}"
+
+
+def model_name(step: int) -> str:
+    """The directory the job exports the model of `step` to, under the run's directory."""
+    return f"model_{step:06d}"
+
+
 def join(base: str, *names: str) -> str:
     """A path under `base`, a local directory or a URI (os.path.join would not keep a URI's slashes)."""
     return "/".join([base.rstrip("/"), *names]) if is_remote(base) else os.path.join(base, *names)

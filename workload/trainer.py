@@ -266,7 +266,7 @@ def run_directory(cfg: TrainConfig) -> str | None:
 
 
 def model_directory(cfg: TrainConfig, step: int) -> str:
-    return storage.join(run_directory(cfg), f"model_{step:06d}")
+    return storage.join(run_directory(cfg), storage.model_name(step))
 
 
 def _export_model(cfg: TrainConfig, model, step: int, rank: int) -> str:
@@ -331,7 +331,7 @@ def _publish(metrics: dict, directory: str, step: int) -> None:
     has, registers it as the run's latest (a barrier over the ranks, through Ray, not the training's collectives, so
     the save's thread may call it while the steps go on)."""
     ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(directory),
-                     checkpoint_dir_name=f"checkpoint_{step:06d}")
+                     checkpoint_dir_name=storage.checkpoint_name(step))
 
 
 def worker_count(cfg: TrainConfig) -> tuple[int, bool]:

@@ -31,6 +31,17 @@ KNOWN_GPU_INSTANCE_TYPES = {
 }
 
 
+def known_gpu_facts(instance_type: str) -> InstanceFacts | None:
+    """The project's figures for one of KNOWN_GPU_INSTANCE_TYPES as InstanceFacts (GPUs, their memory and name; the
+    EFA and host fields unknown, as 0), for a tool that runs without Pulumi's EC2 look-up; None for another type."""
+    known = KNOWN_GPU_INSTANCE_TYPES.get(instance_type)
+    if known is None:
+        return None
+    return InstanceFacts(instance_type=instance_type, gpus=known.gpus, gpu_memory_mib=known.gpu_memory_mib,
+                         efa_supported=True, maximum_efa_interfaces=0, network_cards=1, vcpus=0, memory_mib=0,
+                         gpu_name=known.gpu_name)
+
+
 def lookup(instance_type: str, *, config_key: str) -> InstanceFacts:
     """Describe `instance_type` through EC2 (a synchronous invoke, so it runs before any resource exists)."""
     try:

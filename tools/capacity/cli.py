@@ -83,10 +83,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.count < 1:
         raise ValueError(f"--count must be at least 1, got {args.count}")
-    for flag, name in (("--write-stack", args.write_stack), ("--stack", args.stack)):
-        if name is not None and (not STACK_NAME.fullmatch(name) or ".." in name):
-            raise ValueError(f"{flag} {name!r}: a stack name is letters, digits, '-', '_' and '.' (no '/' or '..'), "
-                             "as in Pulumi.<name>.yaml beside Pulumi.yaml, such as dev or g6e")
+    name = args.write_stack  # --stack is checked by its own type (tools/stack_name.py), with the same rule
+    if name is not None and (not STACK_NAME.fullmatch(name) or ".." in name):
+        raise ValueError(f"--write-stack {name!r}: a stack name is letters, digits, '-', '_' and '.' (no '/' or '..'), "
+                         "as in Pulumi.<name>.yaml beside Pulumi.yaml, such as dev or g6e")
     if not _INSTANCE_TYPE.fullmatch(args.instance_type):
         raise ValueError(f"--instance-type {args.instance_type!r}: expected an EC2 instance type such as g6.12xlarge")
     family, size = args.instance_type.split(".", 1)

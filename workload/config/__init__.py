@@ -17,7 +17,7 @@ import os
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
-from workload.config import aliases, fields, rules
+from workload.config import aliases, fields, rules, values
 from workload.config.fields import URI_MAX_LENGTH, Declaration, flag, in_stack_terms  # noqa: F401
 from workload.config.hub_urls import HUB_ID_FLAGS, hub_url_problem
 from workload.config.rules import DATASET_FILE_SUFFIXES, RULES, Rule, is_file_dataset, is_local_dataset  # noqa: F401
@@ -325,10 +325,10 @@ class TrainConfig:
             raise ValueError(f"--run_name must be a non-empty name without '/', and not '.' or '..', "
                              f"got {self.run_name!r}")
         shown = fields.shown_uri(self.dataset) if "://" in self.dataset else repr(self.dataset[-200:])
-        if (packed := rules.packed_dataset_problem(self.dataset, shown)) is not None:
+        if (packed := values.packed_dataset_problem(self.dataset, shown)) is not None:
             raise ValueError(packed)
         if is_local_dataset(self.dataset) and os.path.isdir(os.path.expanduser(self.dataset)):
-            raise ValueError(rules.directory_dataset_problem(os.path.expanduser(self.dataset), repr(self.dataset)))
+            raise ValueError(values.directory_dataset_problem(os.path.expanduser(self.dataset), repr(self.dataset)))
         if is_local_dataset(self.dataset) and not os.path.isfile(os.path.expanduser(self.dataset)):
             raise ValueError(f"--dataset file {self.dataset!r} does not exist")
         if "://" in self.dataset and not self.dataset.endswith(DATASET_FILE_SUFFIXES):

@@ -16,33 +16,6 @@ from typing import Any, Callable, Mapping
 # A --dataset with one of these suffixes is a file, local or remote (s3://...), rather than a Hugging Face id.
 # Each of the first four may also be gzip-compressed (workload/data/validate.py reads them all).
 DATASET_FILE_SUFFIXES = (".txt", ".jsonl", ".json", ".csv", ".parquet", ".txt.gz", ".jsonl.gz", ".json.gz", ".csv.gz")
-# Archives of files, which no dataset loader here opens (a .gz of one file is read, as datasets reads it), and the
-# other compressions of one file, which are not read either.
-ARCHIVE_SUFFIXES = (".zip", ".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tar.xz", ".tar.zst", ".7z", ".rar")
-COMPRESSED_SUFFIXES = {".zst": "zstd", ".bz2": "bzip2", ".xz": "xz", ".lz4": "LZ4", ".snappy": "Snappy"}
-
-
-def directory_dataset_problem(directory: str, shown: str) -> str:
-    """The refusal of a --dataset that is a directory: datasets' save_to_disk output named as such."""
-    import os
-
-    if any(os.path.isfile(os.path.join(directory, name)) for name in ("dataset_info.json", "dataset_dict.json",
-                                                                      "state.json")):
-        return (f"--dataset {shown} is a dataset datasets' save_to_disk wrote (Arrow files), which is not read: write "
-                "it as one file (ds.to_json('data.jsonl') or ds.to_parquet('data.parquet')), or push it to the Hub")
-    return f"--dataset {shown} is a directory; give one {', '.join(DATASET_FILE_SUFFIXES)} file in it"
-
-
-def packed_dataset_problem(dataset: str, shown: str) -> str | None:
-    """The refusal of a --dataset that is an archive or a compression no loader here reads, or None."""
-    lower = dataset.lower()
-    if lower.endswith(ARCHIVE_SUFFIXES):
-        return (f"--dataset {shown} is an archive of files, which is not read: unpack it and give the data file "
-                f"inside (one of {', '.join(DATASET_FILE_SUFFIXES)})")
-    if (suffix := next((each for each in COMPRESSED_SUFFIXES if lower.endswith(each)), None)) is not None:
-        return (f"--dataset {shown} is {COMPRESSED_SUFFIXES[suffix]}-compressed, which is not read: decompress it, or "
-                "compress it with gzip (.jsonl.gz, .json.gz, .txt.gz, .csv.gz are read)")
-    return None
 
 
 def is_local_dataset(dataset: str) -> bool:
@@ -224,10 +197,14 @@ def _configuration_of_a_hub_dataset(v: Values) -> str | None:
     return None
 
 
+def _checkpoint_mode_unstored(v: Values) -> str:
+    return (f"--checkpoint_mode {v['checkpoint_mode']} sets how checkpoints are saved, and without --storage_path "
+            "none are: give --storage_path, or leave --checkpoint_mode unset")
+
+
 def _checkpoint_mode_of_saves(v: Values) -> str | None:
     if v["checkpoint_mode"] != "async" and not v["storage_path"]:
-        return (f"--checkpoint_mode {v['checkpoint_mode']} sets how checkpoints are saved, and without --storage_path "
-                "none are: give --storage_path, or leave --checkpoint_mode unset")
+        return _checkpoint_mode_unstored(v)
     return None
 
 
@@ -249,12 +226,16 @@ def _fp8_trains_full(v: Values) -> str | None:
 LORA_DEFAULTS = {"lora_rank": 16, "lora_alpha": 32.0, "lora_dropout": 0.0, "lora_targets": "all-linear"}
 
 
+def _adapters_without_lora(v: Values, name: str) -> str:
+    return (f"--{name} {v[name]} sets the adapters, which --method full has none of: add --method lora (or qlora), or "
+            "leave the adapters' settings unset")
+
+
 def _adapters_need_a_method(v: Values) -> str | None:
     if v["method"] == "full":
         changed = [name for name, default in LORA_DEFAULTS.items() if v[name] != default]
         if changed:
-            return (f"--{changed[0]} {v[changed[0]]} sets the adapters, which --method full has none of: add "
-                    f"--method lora (or qlora), or leave the adapters' settings unset")
+            return _adapters_without_lora(v, changed[0])
     return None
 
 
@@ -263,8 +244,7 @@ def typed_without_effect(v: Values, typed: set[str]) -> str | None:
     (`--lora_alpha 32` without --method lora) it is a setting the user believes in, which the others make do nothing.
     (Not a --config file's keys: a --print_config file replays every default.)"""
     if v["method"] == "full" and (lora := [name for name in LORA_DEFAULTS if name in typed]):
-        return (f"--{lora[0]} {v[lora[0]]} sets the adapters, which --method full has none of: add --method lora "
-                "(or qlora), or leave the adapters' settings unset")
+        return _adapters_without_lora(v, lora[0])
     if "text_field" in typed and (not v["dataset"] or v["dataset"].endswith((".txt", ".txt.gz"))):
         return (f"--text_field {v['text_field']} names a field of records, and "
                 + (f"--dataset {v['dataset']} is plain text: each line is a document" if v["dataset"] else
@@ -274,8 +254,7 @@ def typed_without_effect(v: Values, typed: set[str]) -> str | None:
             return (f"--max_failures {v['max_failures']} restarts the workers from their latest checkpoint, and "
                     "without --storage_path there is none: each restart would train from step 0; give --storage_path")
         if "checkpoint_mode" in typed:
-            return (f"--checkpoint_mode {v['checkpoint_mode']} sets how checkpoints are saved, and without "
-                    "--storage_path none are: give --storage_path, or leave --checkpoint_mode unset")
+            return _checkpoint_mode_unstored(v)
         if "export" in typed and v["export"] != "none":
             return (f"--export {v['export']} writes the model under --storage_path/--run_name/, and without "
                     "--storage_path none is written: give --storage_path DIR, or --export none")

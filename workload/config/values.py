@@ -1,8 +1,9 @@
 """Checks of single values that need more than a bound or a pattern: a Hub repo id, a dataset split's slice, a W&B
-project name. Each returns why a value is refused (its "must be ..."), or None; the declarations in __init__.py
+project name, a --dataset that is an archive or a directory. Each returns why a value is refused (its "must be ..."), or None; the declarations in __init__.py
 attach them as `check=`. Standard library and workload.model's model_source only (the Pulumi program imports it)."""
 from __future__ import annotations
 
+import os
 import re
 
 from workload.config.rules import DATASET_FILE_SUFFIXES
@@ -93,3 +94,30 @@ def wandb_project_problem(value: str) -> str | None:
     bad = sorted({char for char in value if char in _WANDB_PROJECT_FORBIDDEN})
     return (f"must be a W&B project name without {' '.join(_WANDB_PROJECT_FORBIDDEN)}, got one with {' '.join(bad)}"
             if bad else None)
+
+
+# Archives of files, which no dataset loader here opens (a .gz of one file is read, as datasets reads it), and the
+# other compressions of one file, which are not read either.
+ARCHIVE_SUFFIXES = (".zip", ".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tar.xz", ".tar.zst", ".7z", ".rar")
+COMPRESSED_SUFFIXES = {".zst": "zstd", ".bz2": "bzip2", ".xz": "xz", ".lz4": "LZ4", ".snappy": "Snappy"}
+
+
+def directory_dataset_problem(directory: str, shown: str) -> str:
+    """The refusal of a --dataset that is a directory: datasets' save_to_disk output named as such."""
+    if any(os.path.isfile(os.path.join(directory, name)) for name in ("dataset_info.json", "dataset_dict.json",
+                                                                      "state.json")):
+        return (f"--dataset {shown} is a dataset datasets' save_to_disk wrote (Arrow files), which is not read: write "
+                "it as one file (ds.to_json('data.jsonl') or ds.to_parquet('data.parquet')), or push it to the Hub")
+    return f"--dataset {shown} is a directory; give one {', '.join(DATASET_FILE_SUFFIXES)} file in it"
+
+
+def packed_dataset_problem(dataset: str, shown: str) -> str | None:
+    """The refusal of a --dataset that is an archive or a compression no loader here reads, or None."""
+    lower = dataset.lower()
+    if lower.endswith(ARCHIVE_SUFFIXES):
+        return (f"--dataset {shown} is an archive of files, which is not read: unpack it and give the data file "
+                f"inside (one of {', '.join(DATASET_FILE_SUFFIXES)})")
+    if (suffix := next((each for each in COMPRESSED_SUFFIXES if lower.endswith(each)), None)) is not None:
+        return (f"--dataset {shown} is {COMPRESSED_SUFFIXES[suffix]}-compressed, which is not read: decompress it, or "
+                "compress it with gzip (.jsonl.gz, .json.gz, .txt.gz, .csv.gz are read)")
+    return None

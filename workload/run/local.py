@@ -23,7 +23,7 @@ import time
 from contextlib import contextmanager
 from typing import Iterator, Sequence
 
-from workload import cli, config_file
+from workload import cli, config_file, storage
 from workload.config import DECLARED, SUMMARY_PREFIX, TrainConfig, build_parser, is_local_dataset, rules
 from workload.run import checks as local_checks
 from workload.run import output as local_output
@@ -250,8 +250,8 @@ def parse_command(argv: Sequence[str] | None = None) -> tuple[TrainConfig, bool,
               f"{args['model_config']} model is trained, not {args['model_id']}", file=sys.stderr, flush=True)
     if args["run_name"] == LOCAL_DEFAULTS["run_name"]:
         args["run_name"] = new_run_name()
-    format_field = next(declared for declared in DECLARED if declared.name == "data_format")
-    args["data_format"] = format_field.canonical(args["data_format"])  # axolotl's sharegpt is chat
+    # Their spelling of a choice as ours (`Chat`, `prompt_completion`) before the local defaults read the choices.
+    args.update({declared.name: declared.canonical(args[declared.name]) for declared in DECLARED if declared.choices})
     for name, value in FORMAT_DEFAULTS.get(args["data_format"], {}).items():
         if args[name] == LOCAL_DEFAULTS.get(name, TrainConfig.__dataclass_fields__[name].default):
             args[name] = value
@@ -312,10 +312,10 @@ def announce_resume(cfg: TrainConfig, resumed_at: int | None) -> None:
 def finished(cfg: TrainConfig, resumed_at: int) -> None:
     """A run of this name already reached --steps: say so, where its model is, and how to train on; Ray is not
     started for nothing (as `trl sft` with a finished output_dir and resume, that has no step left to run)."""
-    model = f"{cfg.storage_path.rstrip('/')}/{cfg.run_name}/model_{resumed_at:06d}"
-    where = (f"its model: {model}" if "://" in model or os.path.isdir(model) else
-             f"export its last checkpoint with `python -m workload.export {cfg.storage_path.rstrip('/')}/"
-             f"{cfg.run_name}/checkpoint_{resumed_at:06d}`")
+    run = os.path.join(cfg.storage_path, cfg.run_name)  # local: resume_step reads only a local --storage_path
+    model = os.path.join(run, storage.model_name(resumed_at))
+    where = (f"its model: {model}" if os.path.isdir(model) else f"export its last checkpoint with `python -m "
+             f"workload.export {os.path.join(run, storage.checkpoint_name(resumed_at))}`")
     print(f"run {cfg.run_name} already reached step {resumed_at} of --steps {cfg.steps}: nothing left to train; "
           f"{where}", flush=True)
     print(f"to train it further give --steps above {resumed_at}; for a new run give another --run_name", flush=True)

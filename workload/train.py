@@ -20,7 +20,7 @@ from typing import Sequence
 
 from workload import cli, config_file
 from workload.config import SUMMARY_PREFIX, TrainConfig, build_parser, rules
-from workload.run import preflight
+from workload.run import in_job, preflight
 
 REPEAT_S = 10.0
 
@@ -83,6 +83,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     deadline = Deadline(time_limit_s)
     try:
         with deadline:
+            in_job.check_started_as_job()  # by hand, without a cluster: name workload.local before the Hub's checks
             preflight.validate(cfg)  # what needs no heavy import first, then torch and transformers
             from workload import trainer  # Ray Train: seconds more of imports, once the job can start
 

@@ -4,6 +4,7 @@ repeating a secret. One row per class, each with its cases; the rule each row ex
 from __future__ import annotations
 
 import dataclasses
+import os
 import subprocess
 import sys
 import time
@@ -288,13 +289,15 @@ def test_turing_and_newer_gpus_pass():
 
 
 def run_cli(module: str, argv: list[str], cwd: Path = REPO) -> tuple[int, str, list[str], float]:
-    """(exit code, stderr, heavy modules loaded, seconds) of `python -m module argv` in a fresh process."""
+    """(exit code, stderr, heavy modules loaded, seconds) of `python -m module argv` in a fresh process, with
+    RAY_ADDRESS set as Ray's job supervisor sets it for the job's entrypoint (a closed port: nothing joins it)."""
     probe = (f"import runpy, sys\nsys.argv = {[module, *argv]!r}\n"
              f"try:\n    runpy.run_module('{module}', run_name='__main__')\n"
              f"except SystemExit as e:\n    print('EXIT', e.code)\n"
              f"print('LOADED', sorted(m for m in {HEAVY_MODULES!r} if m in sys.modules))")
     started = time.perf_counter()
-    done = subprocess.run([sys.executable, "-c", probe], cwd=cwd, capture_output=True, text=True, timeout=60)
+    done = subprocess.run([sys.executable, "-c", probe], cwd=cwd, capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "RAY_ADDRESS": "127.0.0.1:9"})
     elapsed = time.perf_counter() - started
     exit_line, loaded_line = done.stdout.splitlines()[-2:]
     return int(exit_line.split()[1]), done.stderr, eval(loaded_line.removeprefix("LOADED ")), elapsed  # noqa: S307

@@ -35,6 +35,12 @@ CASES = [
     ("an instance size shortened", "tools.capacity", ["--instance-type", "g6e.12xl", "--count", "2"], {}, cli.USAGE,
      "--instance-type g6e.12xl: 12xl is no EC2 size (nano, micro, small, medium, large, xlarge, 2xlarge ... 48xlarge, "
      "metal); did you mean g6e.12xlarge?"),
+    ("a token pasted with its quotes", LOCAL, ["--push_to_hub", "me/tiny-sft"],
+     {"HF_TOKEN": '"hf_Zx81ksLQwpeRTYuiOPasdfGHJKLzxcvbnm"'}, cli.ENVIRONMENT,
+     "HF_TOKEN is wrapped in quotes (a .env file's or a copied line's)"),
+    ("a key with a line break", LOCAL, ["--report_to", "wandb"],
+     {"WANDB_API_KEY": "0123456789abcdef0123456789abcdef01234567\n"}, cli.ENVIRONMENT,
+     "WANDB_API_KEY begins or ends with a space or a line break"),
     ("another stack's state", "tools.leftovers", ["--stack", "dev", "--state", "p5-state.json"], {}, cli.USAGE,
      "--state p5-state.json is stack p5's export, not dev's"),
 ]
@@ -54,6 +60,7 @@ def test_a_mistake_is_one_line_naming_the_fix(here, capsys, monkeypatch, case, c
     lines = err.splitlines()
     assert exit_code == code and words in err, f"{case}: exited {exit_code}, not {code}, or not {words!r}:\n{err}"
     assert len(lines) <= 2 and "Traceback" not in err, f"{case}: one line and a hint at most:\n{err}"
+    assert not [value for value in environment.values() if len(value) > 16 and value.strip("\"\n") in err], case
 
 
 def test_a_tmpdir_too_deep_for_rays_sockets_puts_the_cluster_under_tmp(tmp_path, monkeypatch, capsys):
@@ -102,3 +109,31 @@ def test_what_a_user_holds_by_mistake_is_named(tmp_path):
     (saved / "dataset_info.json").write_text("{}")
     with pytest.raises(ValueError, match="is a dataset datasets' save_to_disk wrote"):
         TrainConfig(dataset=str(saved))
+
+
+def test_the_jobs_command_run_by_hand_names_the_local_run(tmp_path, monkeypatch, capsys):
+    """`python -m workload.train` typed as `trl sft` is typed: with no cluster to join, the answer is workload.local,
+    before the flags' checks reach the Hub (which answered first, unreachable, with nothing said of the mistake)."""
+    import ray._common.utils as ray_utils
+
+    from workload import train
+    from workload.run import in_job
+
+    for base in ({"RAY_TMPDIR": str(tmp_path / "ray-tmp")}, {"TMPDIR": str(tmp_path)}, {}):
+        for name in ("RAY_TMPDIR", "TMPDIR"):
+            monkeypatch.delenv(name, raising=False)
+        for name, value in base.items():
+            monkeypatch.setenv(name, value)
+        assert in_job.ray_address_file() == ray_utils.get_ray_address_file(None), base  # Ray's own rule
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    assert cli.run(train.main, ["--steps", "5", "--model_id", "Qwen/Qwen2.5-0.5B"]) == cli.ENVIRONMENT
+    err = capsys.readouterr().err
+    assert "python -m workload.train is the Ray job's command" in err and "python -m workload.local" in err, err
+    assert "Hub" not in err and len(err.splitlines()) == 2, err
+    (tmp_path / "ray").mkdir()
+    (tmp_path / "ray" / "ray_current_cluster").write_text("127.0.0.1:6379")  # what `ray start --head` leaves
+    in_job.check_started_as_job()  # then ray.init("auto") joins that cluster: the job may be run by hand beside it
+    monkeypatch.setenv("RAY_ADDRESS", "10.0.0.5:6379")
+    (tmp_path / "ray" / "ray_current_cluster").unlink()
+    in_job.check_started_as_job()

@@ -174,7 +174,9 @@ def test_cli_prints_json_and_exits_nonzero_when_expectation_fails(tmp_path, caps
     assert report["ok"] is True and report["verdicts"]["ray-train-gpu-worker-0:4003"] == "efa", report
 
     assert transport.main([str(socket_log), "--expect", "efa"]) == 1, "a socket fallback fails --expect efa"
-    report = json.loads(capsys.readouterr().out)
+    out, err = capsys.readouterr()
+    report = json.loads(out)
+    assert err == f"error: {report['problem']}\n", "a person reads the verdict as one error line, as every command's"
     assert report["ok"] is False and "ray-train-gpu-worker-1:4004=socket" in report["problem"], report
     assert report["ranks"]["ray-train-gpu-worker-1:4004"]["networks"] == ["Socket"], report["ranks"]
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from dataclasses import asdict, dataclass, field
 from typing import Iterable, Mapping, Sequence
 
@@ -243,5 +244,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "verdicts": verdicts,
         "ranks": {rank: item.as_dict() for rank, item in evidence.items()},
     }, indent=2, sort_keys=True))
+    if problem is not None:  # the JSON is for scripts; a person reads the verdict as every command's error line
+        print(f"error: {problem}", file=sys.stderr)
     return cli.OK if problem is None else cli.CHECK_FAILED
 

@@ -4,9 +4,6 @@ repeating a secret. One row per class, each with its cases; the rule each row ex
 from __future__ import annotations
 
 import dataclasses
-import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -15,11 +12,11 @@ import pytest
 from infra import config
 from infra.config import InstanceFacts, check_efa_gpu
 from tests.program.test_refusals_at_preview import DEV
+from tests.support.cli_process import HEAVY_MODULES, run_cli
 from workload import cli
 
 REPO = Path(__file__).resolve().parents[2]
 SECRET = "SENTINELsecret9876"
-HEAVY_MODULES = ("torch", "ray", "transformers", "datasets")
 STORED = {"trainStoragePath": "s3://company-data/runs"}
 
 # (class, the key the refusal names, overrides of the dev stack, words the refusal says).
@@ -286,21 +283,6 @@ def test_an_instance_type_the_image_or_ami_cannot_use_is_refused_naming_the_key(
 def test_turing_and_newer_gpus_pass():
     for name in ("T4", "A10G", "L4", "L40S", "A100", "H100", "H200", "B200"):
         assert check_efa_gpu(facts("x", name)).gpu_name == name
-
-
-def run_cli(module: str, argv: list[str], cwd: Path = REPO) -> tuple[int, str, list[str], float]:
-    """(exit code, stderr, heavy modules loaded, seconds) of `python -m module argv` in a fresh process, with
-    RAY_ADDRESS set as Ray's job supervisor sets it for the job's entrypoint (a closed port: nothing joins it)."""
-    probe = (f"import runpy, sys\nsys.argv = {[module, *argv]!r}\n"
-             f"try:\n    runpy.run_module('{module}', run_name='__main__')\n"
-             f"except SystemExit as e:\n    print('EXIT', e.code)\n"
-             f"print('LOADED', sorted(m for m in {HEAVY_MODULES!r} if m in sys.modules))")
-    started = time.perf_counter()
-    done = subprocess.run([sys.executable, "-c", probe], cwd=cwd, capture_output=True, text=True, timeout=60,
-                          env={**os.environ, "RAY_ADDRESS": "127.0.0.1:9"})
-    elapsed = time.perf_counter() - started
-    exit_line, loaded_line = done.stdout.splitlines()[-2:]
-    return int(exit_line.split()[1]), done.stderr, eval(loaded_line.removeprefix("LOADED ")), elapsed  # noqa: S307
 
 
 ALIAS_BOMB = "a: &a [x, x, x, x, x, x, x, x, x]\nb: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a]\n" \

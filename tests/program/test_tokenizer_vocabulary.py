@@ -10,8 +10,8 @@ import time
 
 import pytest
 
-from tests.program.test_hostile_input_classes import HEAVY_MODULES, run_cli
 from tests.program.test_refusals_at_preview import program_refusal
+from tests.support.cli_process import HEAVY_MODULES, run_cli
 from tests.support.fake_hub import FakeHub, unreachable_hub
 from tests.support.pulumi_mocks import Secret, run_program
 from workload import cli

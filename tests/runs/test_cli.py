@@ -10,13 +10,12 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.cli_process import HEAVY_MODULES  # the libraries that take seconds to import
 from workload import cli
 
 REPO = Path(__file__).resolve().parents[2]
 COMMANDS = ["workload.train", "workload.local", "workload.transport", "workload.export", "tools.capacity",
             "tools.doctor", "tools.status", "tools.job", "tools.loss_curve", "tools.gpu_panel"]
-# The libraries that take seconds to import (boto3, pulumi and the Kubernetes client take a fraction of one).
-HEAVY_MODULES = ("torch", "ray", "transformers", "datasets")
 
 # An API server that refuses connections, and one whose token command does not exist.
 KUBECONFIG = """apiVersion: v1

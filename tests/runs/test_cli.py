@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.cli_process import HEAVY_MODULES  # the libraries that take seconds to import
+from tests.support.cli_process import HEAVY_MODULES, run_cli  # the libraries that take seconds to import
 from workload import cli
 
 REPO = Path(__file__).resolve().parents[2]
@@ -144,14 +144,9 @@ CHEAP_REFUSALS = [("workload.train", *SEQ_LEN_TOO_LONG), ("workload.local", *SEQ
 def test_what_needs_no_library_is_refused_before_the_heavy_libraries_load(module, argv, words):
     """A shipped or named model's limits are known without torch (workload.run.preflight), and a local checkpoint
     that is not there needs no torch to say so: the refusal comes before seconds of imports, as a typo's does."""
-    probe = (f"import runpy, sys\nsys.argv = {[module, *argv]!r}\n"
-             f"try:\n    runpy.run_module('{module}', run_name='__main__')\n"
-             f"except SystemExit as e:\n    print('EXIT', e.code)\n"
-             f"print('LOADED', sorted(m for m in {HEAVY_MODULES!r} if m in sys.modules))")
-    done = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, timeout=60)
-    assert words in done.stderr, done.stderr[-2000:]
-    assert done.stdout.splitlines()[-2:] == [f"EXIT {cli.USAGE}", "LOADED []"], (
-        f"{module}: exit {cli.USAGE} with nothing of {HEAVY_MODULES} loaded: {done.stdout}")
+    code, stderr, loaded, _ = run_cli(module, argv)
+    assert words in stderr, stderr[-2000:]
+    assert (code, loaded) == (cli.USAGE, []), f"{module}: exit {cli.USAGE} with nothing of {HEAVY_MODULES} loaded"
 
 
 def test_each_job_command_shows_its_own_defaults():

@@ -30,6 +30,7 @@ def test_a_diverging_run_stops_at_its_first_non_finite_loss_and_fails_the_job(ra
     cfg = dataclasses.replace(BASE, learning_rate=1e6, steps=12, checkpoint_every=1, max_failures=2,
                               storage_path=str(tmp_path), run_name="diverges")
     monkeypatch.setattr(trainer, "connect_to_cluster", lambda: None)  # this process is already connected
+    monkeypatch.setenv("RAY_ADDRESS", ray_cluster.address)  # as Ray's job supervisor sets it for the job's driver
     with pytest.raises(cli.CheckFailed, match="training diverged") as failure:
         train.main(cfg.to_args())
     assert failure.value.exit_code == cli.CHECK_FAILED

@@ -41,6 +41,7 @@ def test_a_hub_model_with_the_hub_unreachable_is_exit_3_in_the_drivers_checks(em
     _, waits = unreachable_hub(monkeypatch)
     started = time.monotonic()
     # The job's driver (workload.train): a shipped model's config is known without the Hub, its weights are not.
+    monkeypatch.setenv("RAY_ADDRESS", "127.0.0.1:9")  # as Ray's job supervisor sets it for the job's entrypoint
     code = cli.run(train.main, ["--model_id", "Qwen/Qwen2.5-0.5B", "--seq_len", "32", "--steps", "2"])
     err = capsys.readouterr().err
     assert code == cli.ENVIRONMENT, err

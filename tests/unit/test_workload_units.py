@@ -72,7 +72,8 @@ TOKENIZER = os.path.join(REPO, "data", "tokenizer")
         (["--chat_template", "zephyr"], "--chat_template must be empty .*, one of qwen2.5, llama3, or an existing"),
     ],
 )
-def test_bad_input_fails_before_ray_starts(argv, flag):
+def test_bad_input_fails_before_ray_starts(argv, flag, monkeypatch):
+    monkeypatch.setenv("RAY_ADDRESS", "127.0.0.1:9")  # as Ray's job supervisor sets it for the job's entrypoint
     with pytest.raises(ValueError, match=flag):
         train.main(argv)
     assert not ray.is_initialized(), f"bad {flag} must fail before ray.init, but Ray was started"

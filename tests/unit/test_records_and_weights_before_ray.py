@@ -1,7 +1,8 @@
 """Mistakes a fresh audit found reaching Ray, answered by the local run before it starts (the table and the fixture of
 test_mistakes_before_ray.py): a prompt or system part longer than --seq_len that --truncation truncate leaves no
 trained token of, a chat template that raises on records past the first few, a model directory whose index names
-shards it lacks (or files outside it), and a reward model's or classifier's config.json as the model to fine-tune."""
+shards it lacks (or files outside it), a reward model's or classifier's config.json as the model to fine-tune, and an
+--eval_fraction that leaves the workers fewer training or evaluation blocks than one each."""
 from __future__ import annotations
 
 import json
@@ -64,6 +65,10 @@ FILES = {
                                        "num_labels": 1, "pad_token_id": 0}).encode(),
     "rm-qwen/model.safetensors": NO_TENSORS,
     "rm-qwen/tokenizer.json": b"{}",
+    "deck.jsonl": _lines({"prompt": f"knots at bell {number}?", "completion": f"{number % 9} knots"}
+                         for number in range(30)),
+    "almanac.txt": b"".join(f"tide tables for the harbour, week {week}, high water at dawn\n".encode()
+                            for week in range(40)),
 }
 
 MISTAKES = [
@@ -88,6 +93,18 @@ MISTAKES = [
     ("a reward model as the model", ["--model_id", "rm-qwen"],
      "--model_id rm-qwen: its config.json's architectures is Qwen2ForSequenceClassification: a reward model's or "
      "classifier's head (a score head of num_labels 1, no lm_head), not a causal LM; give the base model"),
+    # the blocks the workers get, counted (examples) or bounded (text's bytes) from the records before Ray: the data
+    # stage refused these on the cluster
+    ("an evaluation share that leaves too few to train", ["--data_format", "prompt-completion", "--dataset",
+                                                          "deck.jsonl", "--eval_fraction", "0.95"],
+     ("deck.jsonl holds 1 training examples (a block holds one or more) once --eval_fraction 0.95 holds out 29, "
+      "fewer than the 2 workers", "give a smaller --eval_fraction")),
+    ("an evaluation share smaller than the workers", ["--data_format", "prompt-completion", "--dataset", "deck.jsonl",
+                                                      "--eval_fraction", "0.03"],
+     ("--eval_fraction 0.03 holds out 1 evaluation examples of --dataset ", "deck.jsonl, fewer than the 2 workers")),
+    ("a text evaluation share smaller than the workers", ["--dataset", "almanac.txt", "--eval_fraction", "0.01"],
+     ("--eval_fraction 0.01 holds out at most 1 evaluation blocks of --dataset ", "almanac.txt, fewer than the 2 "
+      "workers")),
 ]
 
 

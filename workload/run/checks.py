@@ -45,6 +45,12 @@ def check_dataset(cfg: TrainConfig) -> None:
         # A file here whose suffix is none of ours (data.tsv, corpus.JSONL) would be taken for a Hub dataset's id.
         raise cli.UsageError(f"--dataset {cfg.dataset} is a file of no format the job reads; allowed: a file ending in "
                              f"{', '.join(DATASET_FILE_SUFFIXES)} (lower case), or a Hugging Face dataset id")
+    if cfg.dataset and not is_file_dataset(cfg.dataset) and not os.path.exists(folder):
+        # corpus for corpus.jsonl: read as a Hugging Face id, it was the Hub's answer (exit 3, or none offline).
+        beside = [cfg.dataset + suffix for suffix in DATASET_FILE_SUFFIXES if os.path.isfile(folder + suffix)]
+        if beside:
+            raise cli.UsageError(f"--dataset {cfg.dataset} is no file here, and {', '.join(beside)} is: a name without "
+                                 f"its suffix is read as a Hugging Face dataset id; did you mean --dataset {beside[0]}?")
     if not is_file_dataset(cfg.dataset) or "://" in cfg.dataset:
         return  # a remote file or a Hugging Face dataset: the job's own checks read it (workload.run.preflight.validate)
     try:

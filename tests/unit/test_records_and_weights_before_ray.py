@@ -2,7 +2,8 @@
 test_mistakes_before_ray.py): a prompt or system part longer than --seq_len that --truncation truncate leaves no
 trained token of, a chat template that raises on records past the first few, a model directory whose index names
 shards it lacks (or files outside it), a reward model's or classifier's config.json as the model to fine-tune, and an
---eval_fraction that leaves the workers fewer training or evaluation blocks than one each."""
+--eval_fraction that leaves the workers fewer training or evaluation blocks than one each, and a .csv whose header is
+split by another delimiter."""
 from __future__ import annotations
 
 import json
@@ -69,6 +70,7 @@ FILES = {
                          for number in range(30)),
     "almanac.txt": b"".join(f"tide tables for the harbour, week {week}, high water at dawn\n".encode()
                             for week in range(40)),
+    "ledger.csv": b"text|source\n" + b"".join(f"cargo manifest {day}|purser\n".encode() for day in range(20)),
 }
 
 MISTAKES = [
@@ -105,6 +107,9 @@ MISTAKES = [
     ("a text evaluation share smaller than the workers", ["--dataset", "almanac.txt", "--eval_fraction", "0.01"],
      ("--eval_fraction 0.01 holds out at most 1 evaluation blocks of --dataset ", "almanac.txt, fewer than the 2 "
       "workers")),
+    ("a .csv split by another delimiter", ["--dataset", "ledger.csv"],
+     ("ledger.csv line 1: the header is one column, \"text|source\", its names split by '|'; allowed: "
+      "comma-separated values")),
 ]
 
 

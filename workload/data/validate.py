@@ -32,6 +32,7 @@ from workload.data import shapes
 
 COMPRESSED = ".gz"
 LINE_SUFFIXES = (".jsonl", ".csv", ".txt")  # read a line at a time: a prefix of the file can be checked alone
+OTHER_DELIMITERS = {";": "';'", "\t": "tabs", "|": "'|'"}  # a .csv's header split by one of these is not CSV
 
 
 class DataError(ValueError):
@@ -264,6 +265,13 @@ def _csv_rows(raw: BinaryIO, complete: bool) -> Iterator[tuple[str, object]]:
     reader = csv.DictReader(text)
     held = None
     try:
+        names = reader.fieldnames or []
+        # Excel's CSV in a comma-decimal locale is split by ';', a TSV renamed .csv by tabs: its header is then one
+        # column whose name holds them all, and every field was "missing" from it.
+        if len(names) == 1 and (split_by := next((each for each in OTHER_DELIMITERS if each in names[0]), None)):
+            raise DataError(f"line 1: the header is one column, {shapes.show(names[0])}, its names split by "
+                            f"{OTHER_DELIMITERS[split_by]}; allowed: comma-separated values (save it with commas, or "
+                            "as .jsonl)")
         for row in reader:
             if None in row:  # more values than the header names
                 raise DataError(f"line {reader.line_num} has {len(row) - 1 + len(row[None])} values and the header "

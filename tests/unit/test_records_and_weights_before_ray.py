@@ -2,8 +2,8 @@
 test_mistakes_before_ray.py): a prompt or system part longer than --seq_len that --truncation truncate leaves no
 trained token of, a chat template that raises on records past the first few, a model directory whose index names
 shards it lacks (or files outside it), a reward model's or classifier's config.json as the model to fine-tune, and an
---eval_fraction that leaves the workers fewer training or evaluation blocks than one each, and a .csv whose header is
-split by another delimiter."""
+--eval_fraction that leaves the workers fewer training or evaluation blocks than one each, a .csv whose header is
+split by another delimiter, and TRL's preference records (DPO's pairs, KTO's labelled completions) given to SFT."""
 from __future__ import annotations
 
 import json
@@ -70,6 +70,10 @@ FILES = {
                          for number in range(30)),
     "almanac.txt": b"".join(f"tide tables for the harbour, week {week}, high water at dawn\n".encode()
                             for week in range(40)),
+    "verdicts.jsonl": _lines({"prompt": f"log entry {number}", "completion": f"entry {number} filed",
+                              "label": number % 3 > 0} for number in range(12)),
+    "ranked.json": json.dumps([{"chosen": _chat(number)["messages"], "rejected": _chat(number + 1)["messages"]}
+                               for number in range(6)]).encode(),
     "ledger.csv": b"text|source\n" + b"".join(f"cargo manifest {day}|purser\n".encode() for day in range(20)),
 }
 
@@ -110,6 +114,13 @@ MISTAKES = [
     ("a .csv split by another delimiter", ["--dataset", "ledger.csv"],
      ("ledger.csv line 1: the header is one column, \"text|source\", its names split by '|'; allowed: "
       "comma-separated values")),
+    ("KTO's labelled completions as prompt-completion", ["--data_format", "prompt-completion", "--dataset",
+                                                         "verdicts.jsonl"],
+     ("verdicts.jsonl line 1: the record is an unpaired preference (completion with a true or false label: TRL's "
+      "KTOTrainer's), and this job trains on every completion, those labelled false too")),
+    ("DPO's pairs of conversations as chat", ["--data_format", "chat", "--dataset", "ranked.json"],
+     ("ranked.json record 1: the record is a preference pair (chosen, rejected: TRL's DPOTrainer's), and this job "
+      "fine-tunes on one answer; give --data_format chat --messages_field chosen to train on the chosen ones")),
 ]
 
 

@@ -18,6 +18,10 @@ and the line.
   the input when there is one (how Alpaca's own prompt joins them), the assistant turn the output; rendered with the
   chat template, not Alpaca's "Below is an instruction..." text, as TRL renders any prompt-completion record.
 
+TRL's preference records are refused as such (detect): DPO's pairs (chosen, rejected), whose answer to train on is
+named with --completion_field or --messages_field chosen, and KTO's completions labelled true or false, which would
+train on those labelled false too.
+
 A file's shape is taken from its first record, and every record must be of that shape. Standard library only: the
 local run checks every record with this before anything heavy loads.
 """
@@ -102,10 +106,31 @@ def _format_of(record: dict, fields: Fields) -> str:
     return f"; its fields are a {other} record's: give {fields.setting('data_format')} {other}"
 
 
+def _preference(record: dict, fields: Fields) -> str | None:
+    """Why a record of TRL's preference shapes is refused, or None: a pair (prompt, chosen, rejected: DPOTrainer's)
+    has no field this job reads unless one is named chosen, and an unpaired one (prompt, completion, label: KTO's)
+    would be read as prompt-completion, training on the completions labelled undesirable too."""
+    if "chosen" in record and "rejected" in record and "chosen" not in (
+            fields.text_field, fields.messages_field, fields.completion_field):
+        whole = isinstance(record["chosen"], list) and "prompt" not in record  # conversations, the prompt in them
+        fix = (f"{fields.setting('data_format')} chat {fields.setting('messages_field')} chosen" if whole else
+               f"{fields.setting('data_format')} prompt-completion {fields.setting('completion_field')} chosen")
+        return ("the record is a preference pair (chosen, rejected: TRL's DPOTrainer's), and this job fine-tunes on "
+                f"one answer; give {fix} to train on the chosen ones")
+    if (fields.data_format == "prompt-completion" and isinstance(record.get("label"), bool)
+            and fields.completion_field in record):
+        return (f"the record is an unpaired preference ({fields.completion_field} with a true or false label: TRL's "
+                "KTOTrainer's), and this job trains on every completion, those labelled false too; keep the records "
+                "labelled true")
+    return None
+
+
 def detect(record: object, fields: Fields) -> Shape:
     """The shape of a file whose first record is `record`."""
     if not isinstance(record, dict):
         raise RecordError(f"the record is {show(record)}, not a JSON object; allowed: one object a record")
+    if (preference := _preference(record, fields)) is not None:
+        raise RecordError(preference)
     if fields.data_format == "text":
         return Shape("text")
     if fields.data_format == "chat":

@@ -3,9 +3,11 @@ test_mistakes_before_ray.py): a prompt or system part longer than --seq_len that
 trained token of, a chat template that raises on records past the first few, a model directory whose index names
 shards it lacks (or files outside it), a reward model's or classifier's config.json as the model to fine-tune, and an
 --eval_fraction that leaves the workers fewer training or evaluation blocks than one each, a .csv whose header is
-split by another delimiter, and TRL's preference records (DPO's pairs, KTO's labelled completions) given to SFT."""
+split by another delimiter, TRL's preference records (DPO's pairs, KTO's labelled completions) given to SFT, and a
+file whose first bytes are of another format than its name says (gzip, Parquet)."""
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import time
@@ -74,6 +76,8 @@ FILES = {
                               "label": number % 3 > 0} for number in range(12)),
     "ranked.json": json.dumps([{"chosen": _chat(number)["messages"], "rejected": _chat(number + 1)["messages"]}
                                for number in range(6)]).encode(),
+    "soundings.csv": gzip.compress(b"text\n" + b"fathoms at the bar: 4\n" * 20),  # gzip without its .gz
+    "cargo.txt": b"PAR1" + bytes(64),  # a Parquet file's first bytes, under a text name
     "ledger.csv": b"text|source\n" + b"".join(f"cargo manifest {day}|purser\n".encode() for day in range(20)),
 }
 
@@ -114,6 +118,11 @@ MISTAKES = [
     ("a .csv split by another delimiter", ["--dataset", "ledger.csv"],
      ("ledger.csv line 1: the header is one column, \"text|source\", its names split by '|'; allowed: "
       "comma-separated values")),
+    ("gzip under a plain name", ["--dataset", "soundings.csv"],
+     "soundings.csv is gzip-compressed (its first bytes say so), not the .csv text its name says: name it "
+     "soundings.csv.gz"),
+    ("Parquet under a text name", ["--dataset", "cargo.txt"],
+     "cargo.txt is a Parquet file (its first bytes say so), not the .txt text its name says: name it cargo.parquet"),
     ("KTO's labelled completions as prompt-completion", ["--data_format", "prompt-completion", "--dataset",
                                                          "verdicts.jsonl"],
      ("verdicts.jsonl line 1: the record is an unpaired preference (completion with a true or false label: TRL's "

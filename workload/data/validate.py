@@ -172,6 +172,8 @@ def records(path: str, raw: BinaryIO, complete: bool = True) -> Iterator[tuple[s
 def _walk(path: str, raw: BinaryIO, fields: shapes.Fields, where: str, complete: bool) -> Checked:
     if complete and _empty(raw):
         raise DataError(f"{where} is empty (0 bytes); allowed: a file of records")
+    if (other := _other_format(path, _first_bytes(raw))) is not None:
+        raise DataError(f"{where} {other}")
     if not complete and suffix(path) not in LINE_SUFFIXES:
         return Checked(path, shapes.Shape("unchecked"), 0, 0, complete=False)
     shape, count, untrained, text_bytes, blank = None, 0, 0, 0, True
@@ -211,6 +213,41 @@ def _walk(path: str, raw: BinaryIO, fields: shapes.Fields, where: str, complete:
         raise DataError(f"{where}: none of its {count} records has an assistant turn to train on; allowed: records "
                         "with at least one assistant turn")
     return Checked(path, shape, count, untrained, complete, text_bytes if shape.name == "text" else -1)
+
+
+# A file's first bytes, where they say its format: what a name's suffix must then be (None: no format read here).
+MAGIC_NUMBERS = {b"PAR1": ("a Parquet file", ".parquet"), b"\x1f\x8b": ("gzip-compressed", COMPRESSED),
+                 b"PK\x03\x04": ("a zip archive", None), b"\x28\xb5\x2f\xfd": ("zstd-compressed", None),
+                 b"BZh": ("bzip2-compressed", None), b"\xfd7zXZ\x00": ("xz-compressed", None)}
+
+
+def _other_format(path: str, first: bytes) -> str | None:
+    """Why a file's first bytes are not of the format its name says (a Parquet file named .jsonl, a gzip stream
+    without .gz): read as its suffix says, it was 'not UTF-8 text', which sends one to its encoding. None if they
+    are."""
+    name = path.rstrip("/").rsplit("/", 1)[-1]
+    for magic, (what, wanted) in MAGIC_NUMBERS.items():
+        if wanted == COMPRESSED and suffix(path) == ".parquet":
+            wanted = None  # a gzipped Parquet file is not read
+        if not first.startswith(magic) or (wanted is not None and (
+                path.endswith(COMPRESSED) if wanted == COMPRESSED else suffix(path) == wanted)):
+            continue
+        if wanted is None:
+            return (f"is {what} (its first bytes say so), which is not read: decompress or unpack it and give the "
+                    "data file (.jsonl, .json, .csv, .txt or .parquet; gzip is read, as .jsonl.gz and the like)")
+        renamed = (name + COMPRESSED if wanted == COMPRESSED
+                   else os.path.splitext(name.removesuffix(COMPRESSED))[0] + wanted)
+        return f"is {what} (its first bytes say so), not the {suffix(path)} text its name says: name it {renamed}"
+    return None
+
+
+def _first_bytes(raw: BinaryIO, count: int = 6) -> bytes:
+    if hasattr(raw, "peek"):
+        return raw.peek(count)[:count]
+    position = raw.tell()
+    first = raw.read(count)
+    raw.seek(position)
+    return first
 
 
 def _empty(raw: BinaryIO) -> bool:

@@ -4,7 +4,7 @@ trained token of, a chat template that raises on records past the first few, a m
 shards it lacks (or files outside it), a reward model's or classifier's config.json as the model to fine-tune, and an
 --eval_fraction that leaves the workers fewer training or evaluation blocks than one each, a .csv whose header is
 split by another delimiter, TRL's preference records (DPO's pairs, KTO's labelled completions) given to SFT, and a
-file whose first bytes are of another format than its name says (gzip, Parquet)."""
+file whose first bytes are of another format than its name says (gzip, Parquet, JSON Lines under .json)."""
 from __future__ import annotations
 
 import gzip
@@ -78,6 +78,7 @@ FILES = {
                                for number in range(6)]).encode(),
     "soundings.csv": gzip.compress(b"text\n" + b"fathoms at the bar: 4\n" * 20),  # gzip without its .gz
     "cargo.txt": b"PAR1" + bytes(64),  # a Parquet file's first bytes, under a text name
+    "watchlog.json": _lines({"text": f"watch {number}: all quiet"} for number in range(5)),  # Dataset.to_json's
     "ledger.csv": b"text|source\n" + b"".join(f"cargo manifest {day}|purser\n".encode() for day in range(20)),
 }
 
@@ -123,6 +124,8 @@ MISTAKES = [
      "soundings.csv.gz"),
     ("Parquet under a text name", ["--dataset", "cargo.txt"],
      "cargo.txt is a Parquet file (its first bytes say so), not the .txt text its name says: name it cargo.parquet"),
+    ("JSON Lines under .json", ["--dataset", "watchlog.json"],
+     "watchlog.json holds one JSON record a line (JSON Lines: line 2 begins another), not a JSON list; name it .jsonl"),
     ("KTO's labelled completions as prompt-completion", ["--data_format", "prompt-completion", "--dataset",
                                                          "verdicts.jsonl"],
      ("verdicts.jsonl line 1: the record is an unpaired preference (completion with a true or false label: TRL's "

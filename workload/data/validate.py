@@ -287,6 +287,10 @@ def _json_records(raw: BinaryIO) -> Iterator[tuple[str, object]]:
     try:
         data = json.load(io.TextIOWrapper(raw, encoding="utf-8-sig"))  # a byte-order mark, if any, dropped
     except json.JSONDecodeError as error:
+        if error.msg == "Extra data" and error.colno == 1 and error.doc.lstrip().startswith("{"):
+            # datasets' Dataset.to_json and pandas' to_json(lines=True) write JSON Lines under any name, .json too
+            raise DataError(f"holds one JSON record a line (JSON Lines: line {error.lineno} begins another), not a "
+                            "JSON list; name it .jsonl") from None
         raise DataError(f"line {error.lineno} is not JSON ({error.msg} at column {error.colno}); allowed: a JSON list "
                         "of records (one record a line is .jsonl)") from None
     if not isinstance(data, list):

@@ -4,7 +4,8 @@ trained token of, a chat template that raises on records past the first few, a m
 shards it lacks (or files outside it), a reward model's or classifier's config.json as the model to fine-tune, and an
 --eval_fraction that leaves the workers fewer training or evaluation blocks than one each, a .csv whose header is
 split by another delimiter, TRL's preference records (DPO's pairs, KTO's labelled completions) given to SFT, and a
-file whose first bytes are of another format than its name says (gzip, Parquet, JSON Lines under .json)."""
+file whose first bytes are of another format than its name says (gzip, Parquet, JSON Lines under .json), and turns
+stored as JSON text, or a number, where a prompt or completion goes."""
 from __future__ import annotations
 
 import gzip
@@ -79,6 +80,8 @@ FILES = {
     "soundings.csv": gzip.compress(b"text\n" + b"fathoms at the bar: 4\n" * 20),  # gzip without its .gz
     "cargo.txt": b"PAR1" + bytes(64),  # a Parquet file's first bytes, under a text name
     "watchlog.json": _lines({"text": f"watch {number}: all quiet"} for number in range(5)),  # Dataset.to_json's
+    "orders.csv": b'prompt,completion\n' + b'"[{""role"": ""user"", ""content"": ""heading?""}]",due north\n' * 8,
+    "bearings.jsonl": _lines({"prompt": f"bearing at bell {number}?", "completion": 270 + number} for number in range(8)),
     "ledger.csv": b"text|source\n" + b"".join(f"cargo manifest {day}|purser\n".encode() for day in range(20)),
 }
 
@@ -126,6 +129,11 @@ MISTAKES = [
      "cargo.txt is a Parquet file (its first bytes say so), not the .txt text its name says: name it cargo.parquet"),
     ("JSON Lines under .json", ["--dataset", "watchlog.json"],
      "watchlog.json holds one JSON record a line (JSON Lines: line 2 begins another), not a JSON list; name it .jsonl"),
+    ("a prompt of JSON turns as text", ["--data_format", "prompt-completion", "--dataset", "orders.csv"],
+     ("orders.csv line 2: prompt is \"[{\\\"role\\\": \\\"user\\\"", "the JSON text of a list of turns; allowed: a "
+      "string, or the list itself")),
+    ("a number as the completion", ["--data_format", "prompt-completion", "--dataset", "bearings.jsonl"],
+     "bearings.jsonl line 1: completion is 270; allowed: a string, or a non-empty list of turns"),
     ("KTO's labelled completions as prompt-completion", ["--data_format", "prompt-completion", "--dataset",
                                                          "verdicts.jsonl"],
      ("verdicts.jsonl line 1: the record is an unpaired preference (completion with a true or false label: TRL's "

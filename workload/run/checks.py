@@ -89,12 +89,12 @@ def check_blocks(cfg: TrainConfig) -> None:
                  if not exact else f"holds {train} training examples (a block holds one or more)")
         after = f" once --eval_fraction {cfg.eval_fraction} holds out {held}" if held else ""
         raise cli.UsageError(f"--dataset {cfg.dataset} {gives}{after}, fewer than the {workers} workers",
-                             hint=("give a smaller --eval_fraction, more data" if held else "give more data")
+                             hint=("give a smaller --eval_fraction (0: none), more data" if held else "give more data")
                              + ("" if exact else ", or a smaller --seq_len"))
     if held and held < workers:
         raise cli.UsageError(f"--eval_fraction {cfg.eval_fraction} holds out {bound}{held} evaluation {unit} of "
                              f"--dataset {cfg.dataset}, fewer than the {workers} workers (each evaluates an equal "
-                             "share)", hint=f"give a larger --eval_fraction, or --num_workers {held}")
+                             "share)", hint=f"give a larger --eval_fraction, --eval_fraction 0 for none, or --num_workers {held}")
 
 
 def directory_refusal(dataset: str) -> str:

@@ -1,11 +1,11 @@
 """Mistakes a fresh audit found reaching Ray, answered by the local run before it starts (the table and the fixture of
 test_mistakes_before_ray.py): a prompt or system part longer than --seq_len that --truncation truncate leaves no
 trained token of, a chat template that raises on records past the first few, a model directory whose index names
-shards it lacks (or files outside it), a reward model's or classifier's config.json as the model to fine-tune, and an
---eval_fraction that leaves the workers fewer training or evaluation blocks than one each, a .csv whose header is
-split by another delimiter, TRL's preference records (DPO's pairs, KTO's labelled completions) given to SFT, and a
-file whose first bytes are of another format than its name says (gzip, Parquet, JSON Lines under .json), and turns
-stored as JSON text, or a number, where a prompt or completion goes."""
+shards it lacks (or files outside it), a reward model's or classifier's config.json as the model to fine-tune; and
+data files: an --eval_fraction that leaves the workers fewer training or evaluation blocks than one each, a .csv
+whose header is split by another delimiter or names a column twice, TRL's preference records (DPO's pairs, KTO's
+labelled completions) given to SFT, a file whose bytes are of another format than its name says (gzip, Parquet,
+JSON Lines under .json), and turns stored as JSON text, or a number, where a prompt or completion goes."""
 from __future__ import annotations
 
 import gzip
@@ -82,6 +82,7 @@ FILES = {
     "watchlog.json": _lines({"text": f"watch {number}: all quiet"} for number in range(5)),  # Dataset.to_json's
     "orders.csv": b'prompt,completion\n' + b'"[{""role"": ""user"", ""content"": ""heading?""}]",due north\n' * 8,
     "bearings.jsonl": _lines({"prompt": f"bearing at bell {number}?", "completion": 270 + number} for number in range(8)),
+    "crew.csv": b"prompt,completion,completion\n" + b"who has the watch?,the mate,the bosun\n" * 10,
     "ledger.csv": b"text|source\n" + b"".join(f"cargo manifest {day}|purser\n".encode() for day in range(20)),
 }
 
@@ -134,6 +135,8 @@ MISTAKES = [
       "string, or the list itself")),
     ("a number as the completion", ["--data_format", "prompt-completion", "--dataset", "bearings.jsonl"],
      "bearings.jsonl line 1: completion is 270; allowed: a string, or a non-empty list of turns"),
+    ("a .csv header naming a column twice", ["--data_format", "prompt-completion", "--dataset", "crew.csv"],
+     'crew.csv line 1: the header names "completion" more than once; allowed: one column a name'),
     ("KTO's labelled completions as prompt-completion", ["--data_format", "prompt-completion", "--dataset",
                                                          "verdicts.jsonl"],
      ("verdicts.jsonl line 1: the record is an unpaired preference (completion with a true or false label: TRL's "

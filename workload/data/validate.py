@@ -307,6 +307,10 @@ def _csv_rows(raw: BinaryIO, complete: bool) -> Iterator[tuple[str, object]]:
     held = None
     try:
         names = reader.fieldnames or []
+        twice = sorted({name for name in names if names.count(name) > 1})
+        if twice:  # csv.DictReader keeps a name's last column: the first would be silently left out
+            raise DataError(f"line 1: the header names {', '.join(map(shapes.show, twice))} more than once; allowed: "
+                            "one column a name")
         # Excel's CSV in a comma-decimal locale is split by ';', a TSV renamed .csv by tabs: its header is then one
         # column whose name holds them all, and every field was "missing" from it.
         if len(names) == 1 and (split_by := next((each for each in OTHER_DELIMITERS if each in names[0]), None)):

@@ -81,7 +81,8 @@ FILES = {
     "cargo.txt": b"PAR1" + bytes(64),  # a Parquet file's first bytes, under a text name
     "watchlog.json": _lines({"text": f"watch {number}: all quiet"} for number in range(5)),  # Dataset.to_json's
     "orders.csv": b'prompt,completion\n' + b'"[{""role"": ""user"", ""content"": ""heading?""}]",due north\n' * 8,
-    "bearings.jsonl": _lines({"prompt": f"bearing at bell {number}?", "completion": 270 + number} for number in range(8)),
+    "bearings.jsonl": _lines({"prompt": f"bearing at bell {number}?", "completion": 270 + number}
+                             for number in range(8)),
     "crew.csv": b"prompt,completion,completion\n" + b"who has the watch?,the mate,the bosun\n" * 10,
     "ledger.csv": b"text|source\n" + b"".join(f"cargo manifest {day}|purser\n".encode() for day in range(20)),
 }

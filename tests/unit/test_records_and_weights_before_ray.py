@@ -5,7 +5,8 @@ shards it lacks (or files outside it), a reward model's or classifier's config.j
 data files: an --eval_fraction that leaves the workers fewer training or evaluation blocks than one each, a .csv
 whose header is split by another delimiter or names a column twice, TRL's preference records (DPO's pairs, KTO's
 labelled completions) given to SFT, a file whose bytes are of another format than its name says (gzip, Parquet,
-JSON Lines under .json), and turns stored as JSON text, or a number, where a prompt or completion goes."""
+JSON Lines under .json, Python's repr of dicts), and turns stored as JSON text, or a number, where a prompt or
+completion goes."""
 from __future__ import annotations
 
 import gzip
@@ -84,6 +85,8 @@ FILES = {
     "bearings.jsonl": _lines({"prompt": f"bearing at bell {number}?", "completion": 270 + number}
                              for number in range(8)),
     "crew.csv": b"prompt,completion,completion\n" + b"who has the watch?,the mate,the bosun\n" * 10,
+    "muster.jsonl": b"".join(f"{ {'text': f'hand {number} aboard', 'present': True} }\n".encode()
+                             for number in range(6)),
     "ledger.csv": b"text|source\n" + b"".join(f"cargo manifest {day}|purser\n".encode() for day in range(20)),
 }
 
@@ -138,6 +141,9 @@ MISTAKES = [
      "bearings.jsonl line 1: completion is 270; allowed: a string, or a non-empty list of turns"),
     ("a .csv header naming a column twice", ["--data_format", "prompt-completion", "--dataset", "crew.csv"],
      'crew.csv line 1: the header names "completion" more than once; allowed: one column a name'),
+    ("records written with str() of a dict", ["--dataset", "muster.jsonl"],
+     ("muster.jsonl line 1 is not JSON (Expecting property name enclosed in double quotes at column 2): ",
+      "(Python's repr of a dict, not JSON: write each record with json.dumps)")),
     ("KTO's labelled completions as prompt-completion", ["--data_format", "prompt-completion", "--dataset",
                                                          "verdicts.jsonl"],
      ("verdicts.jsonl line 1: the record is an unpaired preference (completion with a true or false label: TRL's "

@@ -166,7 +166,8 @@ def records(path: str, raw: BinaryIO, complete: bool = True) -> Iterator[tuple[s
                 yield f"line {number}", json.loads(line)
             except json.JSONDecodeError as error:
                 raise DataError(f"line {number} is not JSON ({error.msg} at column {error.colno}): "
-                                f"{shapes.show(line.strip())}; allowed: one JSON object a line") from None
+                                f"{shapes.show(line.strip())}{_python_repr(line)}; allowed: one JSON object a line"
+                                ) from None
 
 
 def _walk(path: str, raw: BinaryIO, fields: shapes.Fields, where: str, complete: bool) -> Checked:
@@ -283,6 +284,13 @@ def _lines(raw: BinaryIO, complete: bool) -> Iterator[tuple[int, str]]:
         yield held
 
 
+def _python_repr(text: str) -> str:
+    """What to say of records written with str() or print() of a dict (single quotes, True, None): Python's repr,
+    which no JSON reader takes."""
+    return (" (Python's repr of a dict, not JSON: write each record with json.dumps)"
+            if text.lstrip().lstrip("[").lstrip().startswith("{'") else "")
+
+
 def _json_records(raw: BinaryIO) -> Iterator[tuple[str, object]]:
     try:
         data = json.load(io.TextIOWrapper(raw, encoding="utf-8-sig"))  # a byte-order mark, if any, dropped
@@ -291,8 +299,9 @@ def _json_records(raw: BinaryIO) -> Iterator[tuple[str, object]]:
             # datasets' Dataset.to_json and pandas' to_json(lines=True) write JSON Lines under any name, .json too
             raise DataError(f"holds one JSON record a line (JSON Lines: line {error.lineno} begins another), not a "
                             "JSON list; name it .jsonl") from None
-        raise DataError(f"line {error.lineno} is not JSON ({error.msg} at column {error.colno}); allowed: a JSON list "
-                        "of records (one record a line is .jsonl)") from None
+        raise DataError(f"line {error.lineno} is not JSON ({error.msg} at column {error.colno})"
+                        f"{_python_repr(error.doc)}; allowed: a JSON list of records (one record a line is .jsonl)"
+                        ) from None
     if not isinstance(data, list):
         raise DataError(f"holds a JSON {type(data).__name__}, not a list of records; allowed: [{{...}}, {{...}}] "
                         "(one record a line is .jsonl)")

@@ -31,7 +31,7 @@ from workload import cli, storage
 from workload.checkpoint import sharded as checkpoints
 from workload.checkpoint.export import write_model
 from workload.checkpoint.saver import CheckpointSaver
-from workload.config import TRANSPORT_PREFIX, TrainConfig
+from workload.config import CPU_WORKERS_WITHOUT_GPUS, TRANSPORT_PREFIX, TrainConfig
 from workload.data import stage
 from workload.data.batches import make_data, steps_for_epochs
 from workload.fabric import bandwidth as fabric
@@ -50,8 +50,6 @@ from workload.model.step import evaluate, peak_flops, train_step
 
 # How long the driver waits for RAY_ADDRESS's GCS port to accept a connection before saying nothing is there.
 GCS_PROBE_TIMEOUT_S = 5
-# Without GPUs the run still shards across processes, so FSDP's collectives are exercised on a laptop.
-CPU_WORKERS_WITHOUT_GPUS = 2
 # The transport report comes after this many steps of an attempt: NCCL sets up its channels in the first step's
 # collectives, and a second step shows the speed without the first one's warm-up.
 TRANSPORT_REPORT_AFTER_STEPS = 2

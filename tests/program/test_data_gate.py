@@ -155,10 +155,11 @@ def test_the_local_run_exits_2_before_ray_starts_on_each_bad_file(files):
 
 def test_the_local_run_says_what_it_read(files):
     """A good file is announced in one line before Ray starts (here the run then stops at the check of its flags
-    against the model, which comes after the data's)."""
+    against the model, which comes after the data's; its one record is one worker's, with none held out)."""
     done = subprocess.run([sys.executable, "-m", "workload.local", "--data_format", "chat", "--dataset",
-                           str(files / "sharegpt.jsonl"), "--seq_len", "100000"], cwd=REPO, capture_output=True,
-                          text=True, timeout=120)
+                           str(files / "sharegpt.jsonl"), "--seq_len", "100000", "--num_workers", "1",
+                           "--eval_fraction", "0", "--eval_every", "0"], cwd=REPO, capture_output=True, text=True,
+                          timeout=120)
     assert done.returncode == 2 and "--seq_len 100000" in done.stderr, done.stderr
     assert f"dataset {files / 'sharegpt.jsonl'}: 1 ShareGPT records" in done.stdout, done.stdout
 

@@ -41,6 +41,9 @@ CASES = [
     ("a key with a line break", LOCAL, ["--report_to", "wandb"],
      {"WANDB_API_KEY": "0123456789abcdef0123456789abcdef01234567\n"}, cli.ENVIRONMENT,
      "WANDB_API_KEY begins or ends with a space or a line break"),
+    ("a data file's name without its suffix", LOCAL, ["--dataset", "notes"], {}, cli.USAGE,
+     "--dataset notes is no file here, and notes.txt is: a name without its suffix is read as a Hugging Face dataset "
+     "id; did you mean --dataset notes.txt?"),
     ("another stack's state", "tools.leftovers", ["--stack", "dev", "--state", "p5-state.json"], {}, cli.USAGE,
      "--state p5-state.json is stack p5's export, not dev's"),
 ]

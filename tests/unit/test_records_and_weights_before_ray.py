@@ -1,9 +1,15 @@
 """Mistakes a fresh audit found reaching Ray, answered by the local run before it starts (the table and the fixture of
 test_mistakes_before_ray.py): a prompt or system part longer than --seq_len that --truncation truncate leaves no
 trained token of, a chat template that raises on records past the first few, a model directory whose index names
-shards it lacks (or files outside it), and a reward model's or classifier's config.json as the model to fine-tune."""
+shards it lacks (or files outside it), a reward model's or classifier's config.json as the model to fine-tune; and
+data files: an --eval_fraction that leaves the workers fewer training or evaluation blocks than one each, a .csv
+whose header is split by another delimiter or names a column twice, TRL's preference records (DPO's pairs, KTO's
+labelled completions) given to SFT, a file whose bytes are of another format than its name says (gzip, Parquet,
+JSON Lines under .json, Python's repr of dicts), and turns stored as JSON text, or a number, where a prompt or
+completion goes."""
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import time
@@ -64,6 +70,24 @@ FILES = {
                                        "num_labels": 1, "pad_token_id": 0}).encode(),
     "rm-qwen/model.safetensors": NO_TENSORS,
     "rm-qwen/tokenizer.json": b"{}",
+    "deck.jsonl": _lines({"prompt": f"knots at bell {number}?", "completion": f"{number % 9} knots"}
+                         for number in range(30)),
+    "almanac.txt": b"".join(f"tide tables for the harbour, week {week}, high water at dawn\n".encode()
+                            for week in range(40)),
+    "verdicts.jsonl": _lines({"prompt": f"log entry {number}", "completion": f"entry {number} filed",
+                              "label": number % 3 > 0} for number in range(12)),
+    "ranked.json": json.dumps([{"chosen": _chat(number)["messages"], "rejected": _chat(number + 1)["messages"]}
+                               for number in range(6)]).encode(),
+    "soundings.csv": gzip.compress(b"text\n" + b"fathoms at the bar: 4\n" * 20),  # gzip without its .gz
+    "cargo.txt": b"PAR1" + bytes(64),  # a Parquet file's first bytes, under a text name
+    "watchlog.json": _lines({"text": f"watch {number}: all quiet"} for number in range(5)),  # Dataset.to_json's
+    "orders.csv": b'prompt,completion\n' + b'"[{""role"": ""user"", ""content"": ""heading?""}]",due north\n' * 8,
+    "bearings.jsonl": _lines({"prompt": f"bearing at bell {number}?", "completion": 270 + number}
+                             for number in range(8)),
+    "crew.csv": b"prompt,completion,completion\n" + b"who has the watch?,the mate,the bosun\n" * 10,
+    "muster.jsonl": b"".join(f"{ {'text': f'hand {number} aboard', 'present': True} }\n".encode()
+                             for number in range(6)),
+    "ledger.csv": b"text|source\n" + b"".join(f"cargo manifest {day}|purser\n".encode() for day in range(20)),
 }
 
 MISTAKES = [
@@ -88,6 +112,45 @@ MISTAKES = [
     ("a reward model as the model", ["--model_id", "rm-qwen"],
      "--model_id rm-qwen: its config.json's architectures is Qwen2ForSequenceClassification: a reward model's or "
      "classifier's head (a score head of num_labels 1, no lm_head), not a causal LM; give the base model"),
+    # the blocks the workers get, counted (examples) or bounded (text's bytes) from the records before Ray: the data
+    # stage refused these on the cluster
+    ("an evaluation share that leaves too few to train", ["--data_format", "prompt-completion", "--dataset",
+                                                          "deck.jsonl", "--eval_fraction", "0.95"],
+     ("deck.jsonl holds 1 training examples (a block holds one or more) once --eval_fraction 0.95 holds out 29, "
+      "fewer than the 2 workers", "give a smaller --eval_fraction")),
+    ("an evaluation share smaller than the workers", ["--data_format", "prompt-completion", "--dataset", "deck.jsonl",
+                                                      "--eval_fraction", "0.03"],
+     ("--eval_fraction 0.03 holds out 1 evaluation examples of --dataset ", "deck.jsonl, fewer than the 2 workers")),
+    ("a text evaluation share smaller than the workers", ["--dataset", "almanac.txt", "--eval_fraction", "0.01"],
+     ("--eval_fraction 0.01 holds out at most 1 evaluation blocks of --dataset ", "almanac.txt, fewer than the 2 "
+      "workers")),
+    ("a .csv split by another delimiter", ["--dataset", "ledger.csv"],
+     ("ledger.csv line 1: the header is one column, \"text|source\", its names split by '|'; allowed: "
+      "comma-separated values")),
+    ("gzip under a plain name", ["--dataset", "soundings.csv"],
+     "soundings.csv is gzip-compressed (its first bytes say so), not the .csv text its name says: name it "
+     "soundings.csv.gz"),
+    ("Parquet under a text name", ["--dataset", "cargo.txt"],
+     "cargo.txt is a Parquet file (its first bytes say so), not the .txt text its name says: name it cargo.parquet"),
+    ("JSON Lines under .json", ["--dataset", "watchlog.json"],
+     "watchlog.json holds one JSON record a line (JSON Lines: line 2 begins another), not a JSON list; name it .jsonl"),
+    ("a prompt of JSON turns as text", ["--data_format", "prompt-completion", "--dataset", "orders.csv"],
+     ("orders.csv line 2: prompt is \"[{\\\"role\\\": \\\"user\\\"", "the JSON text of a list of turns; allowed: a "
+      "string, or the list itself")),
+    ("a number as the completion", ["--data_format", "prompt-completion", "--dataset", "bearings.jsonl"],
+     "bearings.jsonl line 1: completion is 270; allowed: a string, or a non-empty list of turns"),
+    ("a .csv header naming a column twice", ["--data_format", "prompt-completion", "--dataset", "crew.csv"],
+     'crew.csv line 1: the header names "completion" more than once; allowed: one column a name'),
+    ("records written with str() of a dict", ["--dataset", "muster.jsonl"],
+     ("muster.jsonl line 1 is not JSON (Expecting property name enclosed in double quotes at column 2): ",
+      "(Python's repr of a dict, not JSON: write each record with json.dumps)")),
+    ("KTO's labelled completions as prompt-completion", ["--data_format", "prompt-completion", "--dataset",
+                                                         "verdicts.jsonl"],
+     ("verdicts.jsonl line 1: the record is an unpaired preference (completion with a true or false label: TRL's "
+      "KTOTrainer's), and this job trains on every completion, those labelled false too")),
+    ("DPO's pairs of conversations as chat", ["--data_format", "chat", "--dataset", "ranked.json"],
+     ("ranked.json record 1: the record is a preference pair (chosen, rejected: TRL's DPOTrainer's), and this job "
+      "fine-tunes on one answer; give --data_format chat --messages_field chosen to train on the chosen ones")),
 ]
 
 

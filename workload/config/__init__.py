@@ -57,6 +57,9 @@ TINY = dict(
 ARCHITECTURES = {"tiny": TINY, "qwen2.5-1.5b": QWEN2_5_1_5B}
 MODEL_CONFIGS = tuple(ARCHITECTURES)
 """Names accepted by --model_config (architectures built with random weights, see workload.model.build)."""
+# --num_workers 0 on a cluster without GPUs (the local run's is one): the run still shards across processes, so
+# FSDP's collectives are exercised on a laptop.
+CPU_WORKERS_WITHOUT_GPUS = 2
 
 # Why an s3:// --model_id (trainModelId) must name a directory under a bucket; the preview refuses with the same words.
 S3_MODEL_DIRECTORY = ("a model in S3 is a directory, s3://bucket/prefix/ holding config.json and *.safetensors, not "

@@ -18,6 +18,10 @@ and the line.
   the input when there is one (how Alpaca's own prompt joins them), the assistant turn the output; rendered with the
   chat template, not Alpaca's "Below is an instruction..." text, as TRL renders any prompt-completion record.
 
+TRL's preference records are refused as such (detect): DPO's pairs (chosen, rejected), whose answer to train on is
+named with --completion_field or --messages_field chosen, and KTO's completions labelled true or false, which would
+train on those labelled false too.
+
 A file's shape is taken from its first record, and every record must be of that shape. Standard library only: the
 local run checks every record with this before anything heavy loads.
 """
@@ -102,10 +106,31 @@ def _format_of(record: dict, fields: Fields) -> str:
     return f"; its fields are a {other} record's: give {fields.setting('data_format')} {other}"
 
 
+def _preference(record: dict, fields: Fields) -> str | None:
+    """Why a record of TRL's preference shapes is refused, or None: a pair (prompt, chosen, rejected: DPOTrainer's)
+    has no field this job reads unless one is named chosen, and an unpaired one (prompt, completion, label: KTO's)
+    would be read as prompt-completion, training on the completions labelled undesirable too."""
+    if "chosen" in record and "rejected" in record and "chosen" not in (
+            fields.text_field, fields.messages_field, fields.completion_field):
+        whole = isinstance(record["chosen"], list) and "prompt" not in record  # conversations, the prompt in them
+        fix = (f"{fields.setting('data_format')} chat {fields.setting('messages_field')} chosen" if whole else
+               f"{fields.setting('data_format')} prompt-completion {fields.setting('completion_field')} chosen")
+        return ("the record is a preference pair (chosen, rejected: TRL's DPOTrainer's), and this job fine-tunes on "
+                f"one answer; give {fix} to train on the chosen ones")
+    if (fields.data_format == "prompt-completion" and isinstance(record.get("label"), bool)
+            and fields.completion_field in record):
+        return (f"the record is an unpaired preference ({fields.completion_field} with a true or false label: TRL's "
+                "KTOTrainer's), and this job trains on every completion, those labelled false too; keep the records "
+                "labelled true")
+    return None
+
+
 def detect(record: object, fields: Fields) -> Shape:
     """The shape of a file whose first record is `record`."""
     if not isinstance(record, dict):
         raise RecordError(f"the record is {show(record)}, not a JSON object; allowed: one object a record")
+    if (preference := _preference(record, fields)) is not None:
+        raise RecordError(preference)
     if fields.data_format == "text":
         return Shape("text")
     if fields.data_format == "chat":
@@ -148,16 +173,32 @@ def conversation(record: object, shape: Shape, fields: Fields) -> tuple[list[dic
         return _alpaca(record)
     prompt = _field(record, fields.prompt_field, fields.setting("prompt_field"), fields)
     completion = _field(record, fields.completion_field, fields.setting("completion_field"))
+    for name, value in ((fields.prompt_field, prompt), (fields.completion_field, completion)):
+        if _encoded_turns(value):  # a string, so it would train as a user's or assistant's literal JSON text
+            raise RecordError(f"{name} is {show(value)}, the JSON text of a list of turns; allowed: a string, or the "
+                              "list itself (store it as json.loads gives it)")
     prompt_turns = ([{"role": "user", "content": prompt}] if isinstance(prompt, str)
-                    else _turns(prompt, fields.prompt_field, False))
+                    else _turns(prompt, fields.prompt_field, False, or_string=True))
     completion_turns = ([{"role": "assistant", "content": completion}] if isinstance(completion, str)
-                        else _turns(completion, fields.completion_field, False))
+                        else _turns(completion, fields.completion_field, False, or_string=True))
     for index, turn in enumerate(completion_turns):
         if turn["role"] != "assistant":
             raise RecordError(f"{fields.completion_field}[{index}].role is {show(turn['role'])}; allowed: assistant "
                               "(a completion is the assistant's)")
     start = len(prompt_turns)
     return prompt_turns + completion_turns, list(range(start, start + len(completion_turns)))
+
+
+def _encoded_turns(value: object) -> bool:
+    """A string that is json.dumps of a list of turns (how a CSV cell or a DataFrame column stores one)."""
+    if not isinstance(value, str) or not value.lstrip().startswith("[") or '"role"' not in value:
+        return False
+    try:
+        decoded = json.loads(value)
+    except ValueError:
+        return False
+    return isinstance(decoded, list) and bool(decoded) and all(isinstance(turn, dict) and "role" in turn
+                                                               for turn in decoded)
 
 
 def _field(record: object, name: str, setting: str, fields: Fields | None = None) -> object:
@@ -185,13 +226,17 @@ def _alpaca(record: dict) -> tuple[list[dict], list[int]]:
     return [{"role": "user", "content": prompt}, {"role": "assistant", "content": values["output"]}], [1]
 
 
-def _turns(value: object, name: str, sharegpt: bool) -> list[dict]:
+def _turns(value: object, name: str, sharegpt: bool, or_string: bool = False) -> list[dict]:
     """A non-empty list of turns, as {role, content} (other keys, such as tool_calls or a turn's name, kept for the
-    template)."""
+    template). `or_string`: a string was taken too (a prompt or completion), and the refusal says so. A string of
+    JSON turns (a list written with json.dumps, as a CSV or a DataFrame column holds it) is named as text."""
     shape = ('{"from": one of ' + ", ".join(SHAREGPT_ROLES) + ', "value": a string}' if sharegpt else
              '{"role": one of ' + ", ".join(ROLES) + ', "content": a string}')
     if not isinstance(value, list) or not value:
-        raise RecordError(f"{name} is {show(value)}; allowed: a non-empty list of turns {shape}")
+        encoded = isinstance(value, str) and value.lstrip().startswith("[")  # a chat field's JSON text
+        raise RecordError(f"{name} is {show(value)}; allowed: {'a string, or ' if or_string else ''}a non-empty list "
+                          f"of turns {shape}" + (" (this is the JSON text of a list: store the list itself, as "
+                                                 "json.loads gives it)" if encoded else ""))
     return [_sharegpt_turn(turn, f"{name}[{index}]", shape) if sharegpt else _turn(turn, f"{name}[{index}]", shape)
             for index, turn in enumerate(value)]
 

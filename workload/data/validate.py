@@ -32,6 +32,7 @@ from workload.data import shapes
 
 COMPRESSED = ".gz"
 LINE_SUFFIXES = (".jsonl", ".csv", ".txt")  # read a line at a time: a prefix of the file can be checked alone
+OTHER_DELIMITERS = {";": "';'", "\t": "tabs", "|": "'|'"}  # a .csv's header split by one of these is not CSV
 
 
 class DataError(ValueError):
@@ -165,12 +166,15 @@ def records(path: str, raw: BinaryIO, complete: bool = True) -> Iterator[tuple[s
                 yield f"line {number}", json.loads(line)
             except json.JSONDecodeError as error:
                 raise DataError(f"line {number} is not JSON ({error.msg} at column {error.colno}): "
-                                f"{shapes.show(line.strip())}; allowed: one JSON object a line") from None
+                                f"{shapes.show(line.strip())}{_python_repr(line)}; allowed: one JSON object a line"
+                                ) from None
 
 
 def _walk(path: str, raw: BinaryIO, fields: shapes.Fields, where: str, complete: bool) -> Checked:
     if complete and _empty(raw):
         raise DataError(f"{where} is empty (0 bytes); allowed: a file of records")
+    if (other := _other_format(path, _first_bytes(raw))) is not None:
+        raise DataError(f"{where} {other}")
     if not complete and suffix(path) not in LINE_SUFFIXES:
         return Checked(path, shapes.Shape("unchecked"), 0, 0, complete=False)
     shape, count, untrained, text_bytes, blank = None, 0, 0, 0, True
@@ -212,6 +216,41 @@ def _walk(path: str, raw: BinaryIO, fields: shapes.Fields, where: str, complete:
     return Checked(path, shape, count, untrained, complete, text_bytes if shape.name == "text" else -1)
 
 
+# A file's first bytes, where they say its format: what a name's suffix must then be (None: no format read here).
+MAGIC_NUMBERS = {b"PAR1": ("a Parquet file", ".parquet"), b"\x1f\x8b": ("gzip-compressed", COMPRESSED),
+                 b"PK\x03\x04": ("a zip archive", None), b"\x28\xb5\x2f\xfd": ("zstd-compressed", None),
+                 b"BZh": ("bzip2-compressed", None), b"\xfd7zXZ\x00": ("xz-compressed", None)}
+
+
+def _other_format(path: str, first: bytes) -> str | None:
+    """Why a file's first bytes are not of the format its name says (a Parquet file named .jsonl, a gzip stream
+    without .gz): read as its suffix says, it was 'not UTF-8 text', which sends one to its encoding. None if they
+    are."""
+    name = path.rstrip("/").rsplit("/", 1)[-1]
+    for magic, (what, wanted) in MAGIC_NUMBERS.items():
+        if wanted == COMPRESSED and suffix(path) == ".parquet":
+            wanted = None  # a gzipped Parquet file is not read
+        if not first.startswith(magic) or (wanted is not None and (
+                path.endswith(COMPRESSED) if wanted == COMPRESSED else suffix(path) == wanted)):
+            continue
+        if wanted is None:
+            return (f"is {what} (its first bytes say so), which is not read: decompress or unpack it and give the "
+                    "data file (.jsonl, .json, .csv, .txt or .parquet; gzip is read, as .jsonl.gz and the like)")
+        renamed = (name + COMPRESSED if wanted == COMPRESSED
+                   else os.path.splitext(name.removesuffix(COMPRESSED))[0] + wanted)
+        return f"is {what} (its first bytes say so), not the {suffix(path)} text its name says: name it {renamed}"
+    return None
+
+
+def _first_bytes(raw: BinaryIO, count: int = 6) -> bytes:
+    if hasattr(raw, "peek"):
+        return raw.peek(count)[:count]
+    position = raw.tell()
+    first = raw.read(count)
+    raw.seek(position)
+    return first
+
+
 def _empty(raw: BinaryIO) -> bool:
     if hasattr(raw, "peek"):
         return not raw.peek(1)
@@ -245,12 +284,24 @@ def _lines(raw: BinaryIO, complete: bool) -> Iterator[tuple[int, str]]:
         yield held
 
 
+def _python_repr(text: str) -> str:
+    """What to say of records written with str() or print() of a dict (single quotes, True, None): Python's repr,
+    which no JSON reader takes."""
+    return (" (Python's repr of a dict, not JSON: write each record with json.dumps)"
+            if text.lstrip().lstrip("[").lstrip().startswith("{'") else "")
+
+
 def _json_records(raw: BinaryIO) -> Iterator[tuple[str, object]]:
     try:
         data = json.load(io.TextIOWrapper(raw, encoding="utf-8-sig"))  # a byte-order mark, if any, dropped
     except json.JSONDecodeError as error:
-        raise DataError(f"line {error.lineno} is not JSON ({error.msg} at column {error.colno}); allowed: a JSON list "
-                        "of records (one record a line is .jsonl)") from None
+        if error.msg == "Extra data" and error.colno == 1 and error.doc.lstrip().startswith("{"):
+            # datasets' Dataset.to_json and pandas' to_json(lines=True) write JSON Lines under any name, .json too
+            raise DataError(f"holds one JSON record a line (JSON Lines: line {error.lineno} begins another), not a "
+                            "JSON list; name it .jsonl") from None
+        raise DataError(f"line {error.lineno} is not JSON ({error.msg} at column {error.colno})"
+                        f"{_python_repr(error.doc)}; allowed: a JSON list of records (one record a line is .jsonl)"
+                        ) from None
     if not isinstance(data, list):
         raise DataError(f"holds a JSON {type(data).__name__}, not a list of records; allowed: [{{...}}, {{...}}] "
                         "(one record a line is .jsonl)")
@@ -264,6 +315,17 @@ def _csv_rows(raw: BinaryIO, complete: bool) -> Iterator[tuple[str, object]]:
     reader = csv.DictReader(text)
     held = None
     try:
+        names = reader.fieldnames or []
+        twice = sorted({name for name in names if names.count(name) > 1})
+        if twice:  # csv.DictReader keeps a name's last column: the first would be silently left out
+            raise DataError(f"line 1: the header names {', '.join(map(shapes.show, twice))} more than once; allowed: "
+                            "one column a name")
+        # Excel's CSV in a comma-decimal locale is split by ';', a TSV renamed .csv by tabs: its header is then one
+        # column whose name holds them all, and every field was "missing" from it.
+        if len(names) == 1 and (split_by := next((each for each in OTHER_DELIMITERS if each in names[0]), None)):
+            raise DataError(f"line 1: the header is one column, {shapes.show(names[0])}, its names split by "
+                            f"{OTHER_DELIMITERS[split_by]}; allowed: comma-separated values (save it with commas, or "
+                            "as .jsonl)")
         for row in reader:
             if None in row:  # more values than the header names
                 raise DataError(f"line {reader.line_num} has {len(row) - 1 + len(row[None])} values and the header "

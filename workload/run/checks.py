@@ -10,13 +10,14 @@ from __future__ import annotations
 import dataclasses
 import glob
 import json
+import math
 import os
 import re
 import sys
 import tempfile
 
 from workload import cli
-from workload.config import DATASET_FILE_SUFFIXES, TrainConfig, is_file_dataset
+from workload.config import CPU_WORKERS_WITHOUT_GPUS, DATASET_FILE_SUFFIXES, TrainConfig, is_file_dataset
 from workload.data import validate
 from workload.run import writable
 
@@ -44,6 +45,12 @@ def check_dataset(cfg: TrainConfig) -> None:
         # A file here whose suffix is none of ours (data.tsv, corpus.JSONL) would be taken for a Hub dataset's id.
         raise cli.UsageError(f"--dataset {cfg.dataset} is a file of no format the job reads; allowed: a file ending in "
                              f"{', '.join(DATASET_FILE_SUFFIXES)} (lower case), or a Hugging Face dataset id")
+    if cfg.dataset and not is_file_dataset(cfg.dataset) and not os.path.exists(folder):
+        # corpus for corpus.jsonl: read as a Hugging Face id, it was the Hub's answer (exit 3, or none offline).
+        beside = [cfg.dataset + suffix for suffix in DATASET_FILE_SUFFIXES if os.path.isfile(folder + suffix)]
+        if beside:
+            raise cli.UsageError(f"--dataset {cfg.dataset} is no file here, and {', '.join(beside)} is: a name without "
+                                 f"its suffix is read as a Hugging Face dataset id; did you mean --dataset {beside[0]}?")
     if not is_file_dataset(cfg.dataset) or "://" in cfg.dataset:
         return  # a remote file or a Hugging Face dataset: the job's own checks read it (workload.run.preflight.validate)
     try:
@@ -53,23 +60,41 @@ def check_dataset(cfg: TrainConfig) -> None:
 
 
 def check_blocks(cfg: TrainConfig) -> None:
-    """Text data too short for one block of --seq_len tokens a worker, when that is certain without its tokenizer;
-    after the model's checks (a --seq_len beyond the model's positions is the better thing to say)."""
+    """Fewer training or evaluation blocks than workers, when that is certain without the tokenizer (the job's data
+    stage refused it on the cluster, after Ray started), said as soon as the records are read. Text: a token covers at
+    least one byte, so with an end-of-text token (and a tokenizer's leading one) a document, twice the bytes and two a
+    document bound the tokens, and the blocks, from above. Examples: each trained record is one, and a block holds
+    one or more (but with --truncation split, which cuts one into several). --eval_fraction then holds out
+    max(1, ceil(n x fraction)) of the n blocks or examples, and both what it holds out and what it leaves grow with
+    n: the bound's split bounds both sets."""
     if not is_file_dataset(cfg.dataset) or "://" in cfg.dataset:
         return
     checked = validate.check_dataset(cfg, say=lambda line: None)  # the check above's result, kept
-    if checked is None or not checked.complete or checked.text_bytes < 0:
+    if checked is None or not checked.complete:
         return
-    # A token covers at least one byte of text; with an end-of-text token (and a tokenizer's leading one) for each
-    # document, twice the bytes and two a document bound the tokens from above, whatever the tokenizer: fewer
-    # blocks than workers even so is certain before the tokenizer loads.
-    most = (2 * checked.text_bytes + 2 * checked.records) // cfg.seq_len
-    if most < max(cfg.num_workers, 1):  # --num_workers 0: at least one worker, whatever the cluster has
-        blocks = f"at most {most}" if most else "0"
-        workers = f"the {cfg.num_workers} workers" if cfg.num_workers else "one for each worker"
-        raise cli.UsageError(f"--dataset {cfg.dataset} packs into {blocks} training blocks of --seq_len "
-                             f"{cfg.seq_len} tokens, fewer than {workers}",
-                             hint="give more text, or a smaller --seq_len")
+    exact = checked.text_bytes < 0  # examples are counted; the text's blocks only bounded
+    if not exact:
+        most, unit = (2 * checked.text_bytes + 2 * checked.records) // cfg.seq_len, "blocks"
+    elif cfg.truncation != "split":
+        most, unit = checked.records - checked.untrained, "examples"
+    else:
+        return
+    # The local cluster has no GPUs: --num_workers 0 is its CPU workers (workload.trainer.worker_count).
+    workers = cfg.num_workers or CPU_WORKERS_WITHOUT_GPUS
+    held = max(1, math.ceil(most * cfg.eval_fraction)) if cfg.eval_fraction and most else 0
+    train = most - held
+    bound = "" if exact else "at most "
+    if train < workers:
+        gives = (f"packs into {bound if train else ''}{train} training blocks of --seq_len {cfg.seq_len} tokens"
+                 if not exact else f"holds {train} training examples (a block holds one or more)")
+        after = f" once --eval_fraction {cfg.eval_fraction} holds out {held}" if held else ""
+        raise cli.UsageError(f"--dataset {cfg.dataset} {gives}{after}, fewer than the {workers} workers",
+                             hint=("give a smaller --eval_fraction (0: none), more data" if held else "give more data")
+                             + ("" if exact else ", or a smaller --seq_len"))
+    if held and held < workers:
+        raise cli.UsageError(f"--eval_fraction {cfg.eval_fraction} holds out {bound}{held} evaluation {unit} of "
+                             f"--dataset {cfg.dataset}, fewer than the {workers} workers (each evaluates an equal "
+                             "share)", hint=f"give a larger --eval_fraction, --eval_fraction 0 for none, or --num_workers {held}")
 
 
 def directory_refusal(dataset: str) -> str:
@@ -197,6 +222,7 @@ def check_before_ray(cfg: TrainConfig) -> int | None:
     check_workers(cfg, local_cpus())
     check_fp8(cfg)
     check_dataset(cfg)  # last of the three: it reads the whole file, and says so once it has
+    check_blocks(cfg)  # from what it read: too few blocks for the workers, when that is certain
     return resume_step(cfg)
 
 

@@ -346,7 +346,6 @@ def _run(cfg: TrainConfig, verbose: bool) -> int:
     # Heavy imports (torch, transformers, Ray) only once the flags are good, so --help and typos answer at once:
     # preflight's checks that need none come first, then those that need torch and transformers.
     preflight.validate(cfg)  # a flag that does not fit the model or tokenizer fails here, naming it, before Ray
-    local_checks.check_blocks(cfg)  # text too short for a block a worker, when that is certain
     from workload.run.submit import JobFailedError, parse_summary, submit_training_job
     announce_resume(cfg, resumed_at)
     print("starting a local Ray cluster (ray start --head, token authentication on)", flush=True)

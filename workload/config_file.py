@@ -144,10 +144,13 @@ def file_keys(parser: argparse.ArgumentParser) -> dict[str, argparse.Action]:
             if action.option_strings and action.dest not in ("help", *OWN_DESTS)}
 
 
-def read_document(path: str) -> Any:
-    """The file's YAML document: at most MAX_CONFIG_BYTES, and without aliases (`*name`), whose expansion makes a
-    small file a billion values (the "billion laughs"); a refusal is a UsageError naming the file, never its text."""
+def read_document(path: str, named: str | None = None) -> Any:
+    """The file's YAML document: at most MAX_CONFIG_BYTES, without aliases (`*name`), whose expansion makes a small
+    file a billion values (the "billion laughs"), and without a key given twice; a refusal is a UsageError naming the
+    file as `named` (by default `--config PATH`), never its text."""
     import yaml
+
+    named = named or f"{CONFIG_FLAG} {path}"
 
     class NoAliasLoader(yaml.SafeLoader):
         def compose_node(self, parent: Any, index: Any) -> Any:
@@ -173,36 +176,36 @@ def read_document(path: str) -> Any:
         with open(os.path.expanduser(path), "rb") as file:
             text = file.read(MAX_CONFIG_BYTES + 1)
     except OSError as error:
-        raise cli.UsageError(f"{CONFIG_FLAG} {path}: {error.strerror}") from None
+        raise cli.UsageError(f"{named}: {error.strerror}") from None
     if len(text) > MAX_CONFIG_BYTES:
-        raise cli.UsageError(f"{CONFIG_FLAG} {path}: larger than {MAX_CONFIG_BYTES // 1024} KiB; a run's file of flags "
+        raise cli.UsageError(f"{named}: larger than {MAX_CONFIG_BYTES // 1024} KiB; a run's file of flags "
                              "is a few KiB")
     try:
         if not text.startswith((b"\xff\xfe", b"\xfe\xff")):  # UTF-16/32 with their BOM PyYAML reads too
             text.decode("utf-8")
     except UnicodeDecodeError as error:  # PyYAML reads UTF-8 (or 16/32 with a BOM): a Windows editor's cp1252
         line = text[:error.start].count(b"\n") + 1
-        raise cli.UsageError(f"{CONFIG_FLAG} {path}: not UTF-8 text (byte 0x{text[error.start]:02x} on line {line}); "
+        raise cli.UsageError(f"{named}: not UTF-8 text (byte 0x{text[error.start]:02x} on line {line}); "
                              "save it as UTF-8") from None
     try:
         return yaml.load(text, Loader=NoAliasLoader)  # noqa: S506 - SafeLoader's subclass: no Python objects
     except _Duplicate as duplicate:
         key = duplicate.key if len(duplicate.key) <= SHOWN_CHARS and not _TOKEN_LIKE.search(duplicate.key) else "a key"
-        raise cli.UsageError(f"{CONFIG_FLAG} {path}: {key} is given twice (lines {duplicate.first} and "
+        raise cli.UsageError(f"{named}: {key} is given twice (lines {duplicate.first} and "
                              f"{duplicate.again}); keep one") from None
     except RecursionError:  # PyYAML's scanner and composer recurse once per nesting level
-        raise cli.UsageError(f"{CONFIG_FLAG} {path}: nested too deeply; a run's file of flags is one mapping of "
+        raise cli.UsageError(f"{named}: nested too deeply; a run's file of flags is one mapping of "
                              "values") from None
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None)
         where = f" (line {mark.line + 1})" if mark is not None else ""
         if getattr(error, "problem", None) == "an alias":
-            raise cli.UsageError(f"{CONFIG_FLAG} {path}: YAML aliases (*name) are not allowed{where}; write each value "
+            raise cli.UsageError(f"{named}: YAML aliases (*name) are not allowed{where}; write each value "
                                  "out") from None
         if "'\\t'" in str(getattr(error, "problem", "")):  # PyYAML's scanner: "found character '\t' that ..."
-            raise cli.UsageError(f"{CONFIG_FLAG} {path}: not YAML{where}: a tab character, and YAML forbids tabs "
+            raise cli.UsageError(f"{named}: not YAML{where}: a tab character, and YAML forbids tabs "
                                  "for indentation; indent with spaces") from None
-        raise cli.UsageError(f"{CONFIG_FLAG} {path}: not YAML{where}") from None
+        raise cli.UsageError(f"{named}: not YAML{where}") from None
 
 
 class _Duplicate(Exception):

@@ -1,7 +1,7 @@
 """What the operator's commands share about their flags: --stack is a stack's name, and a stack file's name given for
 it is answered with the name (tools/stack_name.py), for every command that takes one; kubectl's `--output json` is
 answered with --json (workload/cli.py); a stack's name given bare is answered with --stack; a command given none
-lists its commands; a one-letter flag is answered with the one flag of that letter; a folder of run directories given to tools.loss_curve names the runs inside."""
+lists its commands; a one-letter flag is answered with the one flag of that letter; a folder of run directories given to tools.loss_curve names the runs inside; a stack file Pulumi would refuse is named by every command."""
 from __future__ import annotations
 
 import pytest
@@ -115,3 +115,30 @@ def test_a_flag_near_by_name_wins_over_its_value_as_a_flag(capsys):
     with pytest.raises(SystemExit):
         local.parse_args(["--eval_strategy", "steps"])
     assert "(did you mean --eval_every?)" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("text, said", [
+    ("config:\n  aws:region: 'us-east-1\n", "not YAML (line 3)"),
+    ("config:\n  aws:region: us-east-1\n  aws:region: us-east-2\n", "aws:region is given twice (lines 2 and 3)"),
+    ("just a sentence\n", "the file must be a mapping of key: value"),
+    ("config: raytrain-eks:trainSteps=9\n", "its config: must be a mapping of key: value"),
+])
+@pytest.mark.parametrize("module, argv", [
+    ("tools.doctor", ["STACK"]), ("tools.status", ["STACK"]), ("tools.leftovers", ["STACK", "--state", "none.json"]),
+    ("tools.job", ["list", "STACK"]), ("tools.job", ["submit", "STACK", "--", "--steps", "4"]),
+])
+def test_a_stack_file_pulumi_would_refuse_is_named_by_every_command(module, argv, text, said, tmp_path, monkeypatch,
+                                                                     capsys):
+    """A stack file that is not YAML, gives a key twice or is no mapping: one line naming it and the line, exit 2,
+    before any kubeconfig, Pulumi CLI or AWS is looked for (tools/stack.py's stack_file_config)."""
+    import importlib
+
+    import tools.stack
+
+    (tmp_path / "Pulumi.mine.yaml").write_text(text)
+    monkeypatch.setattr(tools.stack, "PROJECT_FILE", tmp_path / "Pulumi.yaml")
+    code = cli.run(importlib.import_module(module).main, [arg for word in argv
+                                                                 for arg in (["--stack", "mine"] if word == "STACK" else [word])])
+    err = capsys.readouterr().err.splitlines()
+    assert code == cli.USAGE and err[0].startswith("error: --stack mine: Pulumi.mine.yaml: ") and said in err[0], \
+        (module, err)

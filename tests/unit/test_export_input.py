@@ -188,3 +188,16 @@ def test_out_as_a_uri_is_refused_and_nothing_is_created(tmp_path, capsys, monkey
         "error: OUT 'gs://team-models/run7/final' is a URI; OUT is a directory on this machine"), first
     assert "aws s3 cp --recursive OUT" in first["S3://archive/llm"], first
     assert sorted(os.listdir(tmp_path)) == ["checkpoint_000007"], "no local folder named after the scheme"
+
+
+def test_an_out_this_user_cannot_create_is_refused_before_the_checkpoint_is_read(tmp_path, capsys, monkeypatch):
+    """OUT under a file, or blank: one line naming OUT, exit 2, before the imports (it was os.makedirs' traceback
+    after the whole load)."""
+    monkeypatch.setattr(export, "quiet_imports", lambda: (_ for _ in ()).throw(AssertionError("imported first")))
+    (tmp_path / "checkpoint_000003").mkdir()
+    (tmp_path / "notes.txt").write_text("not a directory")
+    for out, said in ((str(tmp_path / "notes.txt" / "model"), "is a file, not a directory"),
+                      ("  ", "OUT is empty; give the directory to write the model to")):
+        assert cli.run(export.main, [str(tmp_path / "checkpoint_000003"), out]) == cli.USAGE, out
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith("error: OUT") and said in err[0], err

@@ -21,6 +21,7 @@ from typing import Sequence
 from workload import cli
 from workload.checkpoint.file_checks import check_files
 from workload.checkpoint.untrusted_values import REMOTE_CODE_KEYS, drop_remote_code, source_problem, tokenizer_note
+from workload.storage import unwritable_directory
 
 DTYPES = ("float32", "bfloat16")
 # Whose warnings, and whose log records, are kept out of the export's output (quiet_imports).
@@ -343,6 +344,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                              "OWNER/NAME OUT` (HF_TOKEN set), or give --push_to_hub to the training run")
     args = parser.parse_args(words)
     check_arguments(args.checkpoint, args.out)
+    if not args.out.strip():
+        raise cli.UsageError("OUT is empty; give the directory to write the model to (created)")
     if "://" not in args.checkpoint and _inside(args.out, args.checkpoint):
         raise cli.UsageError(f"OUT {args.out} is inside CHECKPOINT {args.checkpoint} (the model would be written "
                              "among the files it is read from); give a directory outside it")
@@ -350,6 +353,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise cli.UsageError(f"OUT {args.out} is a file; give a new directory")
     if os.path.isdir(args.out) and os.listdir(args.out):
         raise cli.UsageError(f"OUT {args.out} exists and is not empty; give a new directory")
+    if (why := unwritable_directory(args.out)) is not None:  # before the seconds of imports and the checkpoint's load
+        raise cli.UsageError(f"OUT {args.out}: {why}; give a directory this user can create")
     for note in export(args.checkpoint, args.out, dtype=args.dtype, merge=args.merge):
         print(f"note: {note}", file=sys.stderr)
     if os.path.isfile(os.path.join(args.out, "adapter_config.json")):

@@ -201,3 +201,17 @@ def test_an_out_this_user_cannot_create_is_refused_before_the_checkpoint_is_read
         assert cli.run(export.main, [str(tmp_path / "checkpoint_000003"), out]) == cli.USAGE, out
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and err[0].startswith("error: OUT") and said in err[0], err
+
+
+def test_merge_of_a_whole_model_is_refused_before_the_imports(tmp_path, capsys, monkeypatch):
+    """--merge on a --method full checkpoint (no adapter_config.json) is a file's absence: said before the seconds of
+    torch's and transformers' imports, not after them."""
+    monkeypatch.setattr(export, "quiet_imports", lambda: (_ for _ in ()).throw(AssertionError("imported first")))
+    checkpoint = tmp_path / "run" / "checkpoint_000011"
+    checkpoint.mkdir(parents=True)
+    (checkpoint / "config.json").write_text('{"model_type": "llama"}')
+    (checkpoint / ".metadata").write_bytes(b"")
+    assert cli.run(export.main, [str(checkpoint), str(tmp_path / "merged"), "--merge"]) == cli.USAGE
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"error: --merge: CHECKPOINT {checkpoint} holds a whole model (--method full), not adapters; "
+                   "export it without --merge"], err

@@ -48,6 +48,10 @@ def export(checkpoint: str, out: str, *, dtype: str = "float32", merge: bool = F
         # Each file to be read a regular file within its bound, refused in milliseconds: before torch and transformers.
         check_files(checkpoint, directory)
         check_is_checkpoint(checkpoint, directory)
+        adapters = os.path.isfile(os.path.join(directory, "adapter_config.json"))
+        if merge and not adapters:  # a file's presence: said before the seconds of imports
+            raise cli.UsageError(f"--merge: CHECKPOINT {checkpoint} holds a whole model (--method full), not "
+                                 "adapters; export it without --merge")
         quiet_imports()
         import torch
         from transformers import AutoConfig, AutoModelForCausalLM
@@ -57,11 +61,8 @@ def export(checkpoint: str, out: str, *, dtype: str = "float32", merge: bool = F
         from workload.checkpoint.sharded import MODEL_KEY, read_record
         from workload.model.loss import LM_PREFIX
 
-        if os.path.isfile(os.path.join(directory, "adapter_config.json")):
+        if adapters:
             return _export_adapters(directory, out, dtype=dtype, merged=merge, checkpoint=checkpoint)
-        if merge:
-            raise cli.UsageError(f"--merge: CHECKPOINT {checkpoint} holds a whole model (--method full), not "
-                                 "adapters; export it without --merge")
         # Untrusted input, checked before anything is built from it: `.metadata` (restricted unpickling, and its
         # claims against the shard files), then config.json against the metadata (workload/checkpoint/model_config.py).
         metadata = checkpoint_reader.read_metadata(directory)

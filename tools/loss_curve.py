@@ -53,8 +53,9 @@ def runs_inside(folder: str, events: str) -> list[str]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = cli.parser("python -m tools.loss_curve", __doc__, check_failed="(not used)")
-    parser.add_argument("run", metavar="RUN", help="the run directory: its tensorboard/ holds the event files")
-    parser.add_argument("--out", required=True, help="the SVG file to write")
+    parser.add_argument("run", metavar="RUN", type=cli.user_path,
+                        help="the run directory: its tensorboard/ holds the event files")
+    parser.add_argument("--out", required=True, type=cli.user_path, help="the SVG file to write")
     parser.add_argument("--title", default="", help="the picture's title; empty: the run's name")
     args = parser.parse_args(argv)
     check_out(args.out)

@@ -1,7 +1,9 @@
 """What the operator's commands share about their flags: --stack is a stack's name, and a stack file's name given for
 it is answered with the name (tools/stack_name.py), for every command that takes one; kubectl's `--output json` is
 answered with --json (workload/cli.py); a stack's name given bare is answered with --stack; a command given none
-lists its commands; a one-letter flag is answered with the one flag of that letter; a folder of run directories given to tools.loss_curve names the runs inside; a stack file Pulumi would refuse is named by every command."""
+lists its commands; a one-letter flag is answered with the one flag of that letter; a folder of run directories given
+to tools.loss_curve names the runs inside; a stack file Pulumi would refuse is named by every command; a path with a
+`~` no shell expanded is the home directory."""
 from __future__ import annotations
 
 import pytest
@@ -142,3 +144,21 @@ def test_a_stack_file_pulumi_would_refuse_is_named_by_every_command(module, argv
     err = capsys.readouterr().err.splitlines()
     assert code == cli.USAGE and err[0].startswith("error: --stack mine: Pulumi.mine.yaml: ") and said in err[0], \
         (module, err)
+
+
+def test_a_path_with_a_tilde_no_shell_expanded_is_the_users_home(tmp_path, monkeypatch, capsys):
+    """`~/...` quoted, after `--flag=` or from a --config file reaches the command as typed: it is the home directory
+    (workload/cli.py user_path), never a directory named `~` under the working directory."""
+    from tools import loss_curve
+    from workload.checkpoint import export
+    from workload.config import TrainConfig
+
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "home" / "exp" / "checkpoint_000005").mkdir(parents=True)
+    assert TrainConfig(storage_path="~/exp").storage_path == str(tmp_path / "home" / "exp")
+    assert cli.run(loss_curve.main, ["~/exp", "--out=~/curve.svg"]) == cli.USAGE
+    assert f"RUN {tmp_path / 'home' / 'exp' / 'tensorboard'}: no such directory" in capsys.readouterr().err
+    assert cli.run(export.main, ["~/exp/checkpoint_000005", "~/exp"]) == cli.USAGE
+    assert f"OUT {tmp_path / 'home' / 'exp'} exists and is not empty" in capsys.readouterr().err
+    assert not (tmp_path / "~").exists()

@@ -332,8 +332,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         "  python -m workload.export runs/local/local-20261201-042145/checkpoint_000020 model/\n"
         "  python -m workload.export s3://bucket/prefix/ray-train-fsdp-llm-1-0a1b2c3d/checkpoint_000050 model/",
         check_failed="(not used: the export either succeeds or fails on its input or environment)")
-    parser.add_argument("checkpoint", metavar="CHECKPOINT", help="checkpoint_<step> directory, local or s3://")
-    parser.add_argument("out", metavar="OUT", help="directory to write the model to (created)")
+    parser.add_argument("checkpoint", metavar="CHECKPOINT", type=cli.user_path,
+                        help="checkpoint_<step> directory, local or s3://")
+    parser.add_argument("out", metavar="OUT", type=cli.user_path,
+                        help="directory to write the model to (created)")
     parser.add_argument("--dtype", choices=DTYPES, default="float32",
                         help="weights' dtype in OUT: float32 keeps the trained weights exactly")
     parser.add_argument("--merge", action="store_true",

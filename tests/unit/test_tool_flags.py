@@ -3,7 +3,7 @@ it is answered with the name (tools/stack_name.py), for every command that takes
 answered with --json (workload/cli.py); a stack's name given bare is answered with --stack; a command given none
 lists its commands; a one-letter flag is answered with the one flag of that letter; a folder of run directories given
 to tools.loss_curve names the runs inside; a stack file Pulumi would refuse is named by every command; a path with a
-`~` no shell expanded is the home directory."""
+`~` no shell expanded is the home directory; a blank JOB is refused."""
 from __future__ import annotations
 
 import pytest
@@ -139,8 +139,8 @@ def test_a_stack_file_pulumi_would_refuse_is_named_by_every_command(module, argv
 
     (tmp_path / "Pulumi.mine.yaml").write_text(text)
     monkeypatch.setattr(tools.stack, "PROJECT_FILE", tmp_path / "Pulumi.yaml")
-    code = cli.run(importlib.import_module(module).main, [arg for word in argv
-                                                                 for arg in (["--stack", "mine"] if word == "STACK" else [word])])
+    words = [arg for word in argv for arg in (["--stack", "mine"] if word == "STACK" else [word])]
+    code = cli.run(importlib.import_module(module).main, words)
     err = capsys.readouterr().err.splitlines()
     assert code == cli.USAGE and err[0].startswith("error: --stack mine: Pulumi.mine.yaml: ") and said in err[0], \
         (module, err)
@@ -162,3 +162,16 @@ def test_a_path_with_a_tilde_no_shell_expanded_is_the_users_home(tmp_path, monke
     assert cli.run(export.main, ["~/exp/checkpoint_000005", "~/exp"]) == cli.USAGE
     assert f"OUT {tmp_path / 'home' / 'exp'} exists and is not empty" in capsys.readouterr().err
     assert not (tmp_path / "~").exists()
+
+
+@pytest.mark.parametrize("command", ["stop", "logs", "summary"])
+def test_a_blank_job_id_is_refused_not_taken_for_the_newest_job(command, tmp_path, capsys):
+    """`tools.job stop "$JOB"` with JOB unset or blank: exit 2 naming JOB, before any kubeconfig is read (it meant
+    "the stack's newest job", and stop ended a job nobody named)."""
+    from tools import job
+
+    with pytest.raises(SystemExit) as exited:
+        job.main([command, "\t", "--stack", "p4d", "--kubeconfig", str(tmp_path / "absent.json")])
+    err = capsys.readouterr().err.splitlines()
+    assert exited.value.code == cli.USAGE, err
+    assert err[0].startswith("error: argument JOB: is empty (an unset shell variable?)"), err

@@ -30,6 +30,10 @@ MAX_CONFIG_BYTES = 256 * 1024
 # A refusal quotes at most this many characters of a value: it may be a megabyte, or hold a token.
 SHOWN_CHARS = 80
 _TOKEN_LIKE = re.compile(r"[A-Za-z0-9_-]{20,}")
+# A shell's or docker compose's variable in a value (`storage_path: ${HOME}/runs`, `dataset: $DATA/chats.jsonl`): no
+# one substitutes it in a --config file, and the run made a directory named `${HOME}` or a run named `${USER}-sft`.
+# `${NAME}` (with any `:-default`) anywhere, `$NAME` where a path or a list item starts.
+_VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)[^}]*\}|(?:^|(?<=[/=:,\s]))\$([A-Za-z_][A-Za-z0-9_]*)")
 
 
 def add_options(parser: argparse.ArgumentParser) -> None:
@@ -311,6 +315,11 @@ def _value(path: str, key: str, value: Any, action: argparse.Action) -> Any:
         raise cli.UsageError(f"{CONFIG_FLAG} {path}: {key} has no value")
     if isinstance(value, (dict, list, bool)):
         raise cli.UsageError(f"{CONFIG_FLAG} {path}: {key} must be a single value as its flag takes, got {shown(value)}")
+    if isinstance(value, str) and (variable := _VARIABLE.search(value)):
+        name = variable[1] or variable[2]
+        raise cli.UsageError(f"{CONFIG_FLAG} {path}: {key} holds ${name}, which is not expanded: a {CONFIG_FLAG} file "
+                             f"is read as written; write the value out, or give --{key} on the command line (the "
+                             "shell expands it there)")
     try:
         return action.type(str(value)) if action.type else str(value)
     except (TypeError, ValueError):

@@ -3,7 +3,8 @@ it is answered with the name (tools/stack_name.py), for every command that takes
 answered with --json (workload/cli.py); a stack's name given bare is answered with --stack; a command given none
 lists its commands; a one-letter flag is answered with the one flag of that letter; a folder of run directories given
 to tools.loss_curve names the runs inside; a stack file Pulumi would refuse is named by every command; a path with a
-`~` no shell expanded is the home directory; a blank JOB is refused."""
+`~` no shell expanded is the home directory; a blank JOB is refused; an SVG --out that cannot be written is refused
+first."""
 from __future__ import annotations
 
 import pytest
@@ -175,3 +176,21 @@ def test_a_blank_job_id_is_refused_not_taken_for_the_newest_job(command, tmp_pat
     err = capsys.readouterr().err.splitlines()
     assert exited.value.code == cli.USAGE, err
     assert err[0].startswith("error: argument JOB: is empty (an unset shell variable?)"), err
+
+
+def test_an_out_that_cannot_be_written_is_refused_before_the_run_is_read(tmp_path, monkeypatch, capsys):
+    """tools.loss_curve's --out (and tools.gpu_panel's, tools/svg_chart.py check_out) in a missing directory, under a
+    file, or a directory itself: one line naming --out before any event file is read."""
+    from tools import loss_curve
+    from workload.metrics import tensorboard
+
+    monkeypatch.setattr(tensorboard, "read_scalars", lambda *_: (_ for _ in ()).throw(AssertionError("read first")))
+    (tmp_path / "run" / "tensorboard").mkdir(parents=True)
+    (tmp_path / "notes.md").write_text("")
+    (tmp_path / "pictures.svg").mkdir()
+    for out, said in ((tmp_path / "figs" / "2026" / "curve.svg", f"no directory {tmp_path / 'figs' / '2026'} to"),
+                      (tmp_path / "notes.md" / "curve.svg", f"{tmp_path / 'notes.md'} is a file, not a directory"),
+                      (tmp_path / "pictures.svg", "is a directory; give a file name ending in .svg")):
+        assert cli.run(loss_curve.main, [str(tmp_path / "run"), "--out", str(out)]) == cli.USAGE, out
+        err = capsys.readouterr().err.splitlines()
+        assert err[0].startswith(f"error: --out {out}") and said in err[0], err

@@ -4,7 +4,7 @@ answered with --json (workload/cli.py); a stack's name given bare is answered wi
 lists its commands; a one-letter flag is answered with the one flag of that letter; a folder of run directories given
 to tools.loss_curve names the runs inside; a stack file Pulumi would refuse is named by every command; a path with a
 `~` no shell expanded is the home directory; a blank JOB is refused; an SVG --out that cannot be written is refused
-first."""
+first; a directory inside a run given to tools.loss_curve names the run."""
 from __future__ import annotations
 
 import pytest
@@ -194,3 +194,19 @@ def test_an_out_that_cannot_be_written_is_refused_before_the_run_is_read(tmp_pat
         assert cli.run(loss_curve.main, [str(tmp_path / "run"), "--out", str(out)]) == cli.USAGE, out
         err = capsys.readouterr().err.splitlines()
         assert err[0].startswith(f"error: --out {out}") and said in err[0], err
+
+
+def test_loss_curve_given_a_directory_inside_a_run_names_the_run(tmp_path, capsys):
+    """A run's checkpoint_<step>/ or model_<step>/ (what the local run's last lines name) given for RUN: the run it is
+    in, and the command with it (it was "RUN .../checkpoint_000008/tensorboard: no such directory")."""
+    from tools import loss_curve
+
+    run = tmp_path / "runs" / "sft-3"
+    (run / "tensorboard").mkdir(parents=True)
+    (run / "checkpoint_000008").mkdir()
+    (run / "model_000008" / "tokenizer").mkdir(parents=True)
+    for inside in ("checkpoint_000008", "model_000008/tokenizer"):
+        assert cli.run(loss_curve.main, [str(run / inside), "--out", str(tmp_path / "c.svg")]) == cli.USAGE
+        err = capsys.readouterr().err.splitlines()
+        assert err == [f"error: RUN {run / inside} is inside the run {run}, not a run directory; give the run: "
+                       f"python -m tools.loss_curve {run} --out {tmp_path / 'c.svg'}"], err

@@ -41,6 +41,13 @@ CASES = [
     ("a key with a line break", LOCAL, ["--report_to", "wandb"],
      {"WANDB_API_KEY": "0123456789abcdef0123456789abcdef01234567\n"}, cli.ENVIRONMENT,
      "WANDB_API_KEY begins or ends with a space or a line break"),
+    # A variable the run's libraries read, with a value they do not recognize (workload/run/variable_values.py).
+    ("an offline switch no library reads as on", LOCAL, ["--steps", "3"], {"HF_DATASETS_OFFLINE": "enabled"},
+     cli.ENVIRONMENT, "HF_DATASETS_OFFLINE=enabled is neither on nor off to huggingface_hub, which reads it as off"),
+    ("a W&B mode W&B does not have", LOCAL, ["--report_to", "wandb"], {"WANDB_MODE": "local"}, cli.ENVIRONMENT,
+     "WANDB_MODE=local is not a W&B mode; W&B takes online, offline, disabled"),
+    ("threads that are none", LOCAL, ["--steps", "3"], {"OMP_NUM_THREADS": "-4"}, cli.ENVIRONMENT,
+     "OMP_NUM_THREADS=-4 is not a number of threads (libgomp ignores it)"),
     ("another stack's state", "tools.leftovers", ["--stack", "dev", "--state", "p5-state.json"], {}, cli.USAGE,
      "--state p5-state.json is stack p5's export, not dev's"),
 ]

@@ -185,7 +185,8 @@ def main(argv: Sequence[str] | None = None, aws=None,
          run: Callable[[list[str]], tuple[int, str]] = run_command) -> int:
     parser = cli.parser("python -m tools.doctor", __doc__, check_failed="an item needs fixing (its `fix` line says how)")
     add_stack_flag(parser, default="dev", help="the stack whose region, GPU type and count are checked")
-    parser.add_argument("--profile", help="AWS profile; unset: AWS_PROFILE or the default credentials")
+    parser.add_argument("--profile", type=cli.named,
+                        help="AWS profile; unset: AWS_PROFILE or the default credentials")
     args = parser.parse_args(argv)
     settings = stack_config(args.stack)
     from infra.aws.network import deployer_public_ip

@@ -253,6 +253,15 @@ def user_path(value: str) -> str:
     return os.path.expanduser(value) if value.startswith("~") else value
 
 
+def named(value: str) -> str:
+    """argparse's type for a flag that names something whose absence means a default (`--profile`): a blank value
+    (`--profile "$PROFILE"` with PROFILE unset) is refused, not taken as the default it would silently become."""
+    if not value.strip():
+        raise argparse.ArgumentTypeError("is empty (an unset shell variable?); give a name, or leave the flag out for "
+                                         "the default")
+    return value
+
+
 def parser(prog: str, description: str, *, check_failed: str) -> argparse.ArgumentParser:
     return _Parser(prog=prog, description=description, epilog=exit_codes_help(check_failed),
                    formatter_class=_HelpFormatter)

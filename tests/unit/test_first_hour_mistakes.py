@@ -48,6 +48,8 @@ CASES = [
      "WANDB_MODE=local is not a W&B mode; W&B takes online, offline, disabled"),
     ("threads that are none", LOCAL, ["--steps", "3"], {"OMP_NUM_THREADS": "-4"}, cli.ENVIRONMENT,
      "OMP_NUM_THREADS=-4 is not a number of threads (libgomp ignores it)"),
+    ("an AWS profile set empty", "tools.capacity", ["--instance-type", "g6.12xlarge", "--count", "1"],
+     {"AWS_PROFILE": " "}, cli.ENVIRONMENT, "AWS_PROFILE is set and empty"),
     ("another stack's state", "tools.leftovers", ["--stack", "dev", "--state", "p5-state.json"], {}, cli.USAGE,
      "--state p5-state.json is stack p5's export, not dev's"),
 ]

@@ -4,7 +4,7 @@ answered with --json (workload/cli.py); a stack's name given bare is answered wi
 lists its commands; a one-letter flag is answered with the one flag of that letter; a folder of run directories given
 to tools.loss_curve names the runs inside; a stack file Pulumi would refuse is named by every command; a path with a
 `~` no shell expanded is the home directory; a blank JOB is refused; an SVG --out that cannot be written is refused
-first; a directory inside a run given to tools.loss_curve names the run."""
+first; a directory inside a run given to tools.loss_curve names the run; a blank --profile is refused."""
 from __future__ import annotations
 
 import pytest
@@ -210,3 +210,18 @@ def test_loss_curve_given_a_directory_inside_a_run_names_the_run(tmp_path, capsy
         err = capsys.readouterr().err.splitlines()
         assert err == [f"error: RUN {run / inside} is inside the run {run}, not a run directory; give the run: "
                        f"python -m tools.loss_curve {run} --out {tmp_path / 'c.svg'}"], err
+
+
+@pytest.mark.parametrize("module, argv", [("tools.doctor", ["--stack", "p4d"]),
+                                          ("tools.capacity.cli", ["--instance-type", "p4d.24xlarge", "--count", "2"])])
+def test_a_blank_profile_is_refused_not_taken_for_the_default_credentials(module, argv, capsys):
+    """`--profile "$PROFILE"` with PROFILE unset: exit 2 naming --profile (it meant the default credentials, perhaps
+    another account's), before AWS is asked anything (workload/cli.py named)."""
+    import importlib
+
+    with pytest.raises(SystemExit) as exited:
+        importlib.import_module(module).main([*argv, "--profile", "  "])
+    err = capsys.readouterr().err.splitlines()
+    assert exited.value.code == cli.USAGE, err
+    assert err[0] == "error: argument --profile: is empty (an unset shell variable?); give a name, or leave the flag " \
+                     "out for the default", err

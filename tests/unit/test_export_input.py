@@ -215,3 +215,20 @@ def test_merge_of_a_whole_model_is_refused_before_the_imports(tmp_path, capsys, 
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [f"error: --merge: CHECKPOINT {checkpoint} holds a whole model (--method full), not adapters; "
                    "export it without --merge"], err
+
+
+def test_a_shard_the_metadata_lists_and_the_copy_lacks_is_named_before_the_imports(tmp_path, capsys, monkeypatch):
+    """A checkpoint copied short (rank 3's shard not there): named from .metadata's bytes before torch's imports,
+    not after them and the unpickling (it took seconds; reader.check_storage says it again after)."""
+    monkeypatch.setattr(export, "quiet_imports", lambda: (_ for _ in ()).throw(AssertionError("imported first")))
+    checkpoint = tmp_path / "checkpoint_000030"
+    checkpoint.mkdir()
+    (checkpoint / "config.json").write_text('{"model_type": "llama"}')
+    (checkpoint / ".metadata").write_bytes(b"\x80\x04\x95 X\x0c\x00\x00\x00__0_0.distcpX\x0c\x00\x00\x00__3_0.distcp"
+                                           b"X\x0c\x00\x00\x00__5_0.distcp.")
+    (checkpoint / "__0_0.distcp").write_bytes(b"\x00" * 64)
+    assert cli.run(export.main, [str(checkpoint), str(tmp_path / "model")]) == cli.USAGE
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"error: CHECKPOINT {checkpoint}: __3_0.distcp and 1 more, which its .metadata lists, is missing "
+                   "(an incomplete copy?)"], err
+    assert not (tmp_path / "model").exists()

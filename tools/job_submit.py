@@ -18,13 +18,10 @@ import json
 import re
 import sys
 import time
-from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 from workload import cli, config_file
-
-REPO = Path(__file__).resolve().parents[1]
 
 
 class StackFile:

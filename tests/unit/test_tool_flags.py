@@ -4,7 +4,8 @@ answered with --json (workload/cli.py); a stack's name given bare is answered wi
 lists its commands; a one-letter flag is answered with the one flag of that letter; a folder of run directories given
 to tools.loss_curve names the runs inside; a stack file Pulumi would refuse is named by every command; a path with a
 `~` no shell expanded is the home directory; a blank JOB is refused; an SVG --out that cannot be written is refused
-first; a directory inside a run given to tools.loss_curve names the run; a blank --profile is refused."""
+first; a directory inside a run given to tools.loss_curve names the run; a blank --profile is refused; a
+project key in another namespace is refused."""
 from __future__ import annotations
 
 import pytest
@@ -225,3 +226,23 @@ def test_a_blank_profile_is_refused_not_taken_for_the_default_credentials(module
     assert exited.value.code == cli.USAGE, err
     assert err[0] == "error: argument --profile: is empty (an unset shell variable?); give a name, or leave the flag " \
                      "out for the default", err
+
+
+@pytest.mark.parametrize("key, said", [
+    ("raytrain-eks-dev:trainLearningRate", "config key 'raytrain-eks-dev:trainLearningRate': trainLearningRate is this "
+     "project's key, and under the namespace 'raytrain-eks-dev' Pulumi gives it to no program; write it as "
+     "raytrain-eks:trainLearningRate"),
+    ("gpuNodeCount", "config key 'gpuNodeCount': gpuNodeCount is this project's key, and without a namespace Pulumi "
+     "gives it to no program"),
+])
+def test_a_key_in_the_wrong_namespace_is_refused_not_left_to_its_default(key, said, tmp_path, monkeypatch, capsys):
+    """A declared key under another namespace or none: Pulumi gives it to no program, so `pulumi up` and `tools.job
+    submit` ran on the default, silently (infra/config/schema.py check_unknown_keys, the preview's rule too)."""
+    import tools.stack
+    from tools import job
+
+    (tmp_path / "Pulumi.mine.yaml").write_text(f"config:\n  aws:region: us-west-2\n  {key}: 3\n")
+    monkeypatch.setattr(tools.stack, "PROJECT_FILE", tmp_path / "Pulumi.yaml")
+    assert cli.run(job.main, ["submit", "--stack", "mine", "--print_config"]) == cli.USAGE
+    err = capsys.readouterr().err.splitlines()
+    assert err[0].startswith(f"error: {said}"), err

@@ -26,8 +26,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
-import yaml
-
 from tools.stack_name import add_stack_flag
 from workload import cli
 
@@ -133,14 +131,11 @@ def stack_config(stack: str) -> dict:
     """The stack's settings: Pulumi.<stack>.yaml over Pulumi.yaml's defaults, keys without the project prefix
     (aws:* keys as they are)."""
     from infra.config import project_name, schema
+    from tools.stack import stack_file_config
 
-    path = REPO / f"Pulumi.{stack}.yaml"
-    if not path.is_file():
-        stacks = sorted(p.name.split(".")[1] for p in REPO.glob("Pulumi.*.yaml"))
-        raise cli.UsageError(f"--stack {stack}: no {path.name} here; stacks: {', '.join(stacks)}")
     settings = {key: spec.get("default") for key, spec in schema().items()}
     prefix = project_name() + ":"
-    for key, value in ((yaml.safe_load(path.read_text()) or {}).get("config") or {}).items():
+    for key, value in stack_file_config(stack).items():
         settings[key[len(prefix):] if key.startswith(prefix) else key] = value
     return settings
 
@@ -190,7 +185,8 @@ def main(argv: Sequence[str] | None = None, aws=None,
          run: Callable[[list[str]], tuple[int, str]] = run_command) -> int:
     parser = cli.parser("python -m tools.doctor", __doc__, check_failed="an item needs fixing (its `fix` line says how)")
     add_stack_flag(parser, default="dev", help="the stack whose region, GPU type and count are checked")
-    parser.add_argument("--profile", help="AWS profile; unset: AWS_PROFILE or the default credentials")
+    parser.add_argument("--profile", type=cli.named,
+                        help="AWS profile; unset: AWS_PROFILE or the default credentials")
     args = parser.parse_args(argv)
     settings = stack_config(args.stack)
     from infra.aws.network import deployer_public_ip

@@ -69,13 +69,23 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
             command.add_argument("train_flags", nargs=argparse.REMAINDER, metavar="-- FLAGS",
                                  help="python -m workload.train flags over the stack's, e.g. -- --steps 200")
         elif name != "list":
-            command.add_argument("job", nargs="?", metavar="JOB", help="submission id; default: the newest job")
+            command.add_argument("job", nargs="?", metavar="JOB", type=job_id,
+                                 help="submission id; default: the newest job")
         if name == "logs":
             command.add_argument("-f", "--follow", action="store_true", help="stream the log until the job ends")
     args, unknown = parser.parse_known_args(argv)
     if unknown:
         _refuse_unknown(parser, args, unknown)
     return args
+
+
+def job_id(value: str) -> str:
+    """argparse's type for JOB: a blank one (`tools.job stop "$JOB"` with JOB unset) is refused, not taken as "none
+    given", which means the stack's newest job: `stop` would have ended a job nobody named."""
+    if not value.strip():
+        raise argparse.ArgumentTypeError("is empty (an unset shell variable?); give a submission id from `python -m "
+                                         "tools.job list`, or leave JOB out for the stack's newest job")
+    return value
 
 
 def _refuse_unknown(parser: argparse.ArgumentParser, args: argparse.Namespace, unknown: list[str]) -> None:

@@ -18,15 +18,10 @@ import json
 import re
 import sys
 import time
-from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-import yaml
-
 from workload import cli, config_file
-
-REPO = Path(__file__).resolve().parents[1]
 
 
 class StackFile:
@@ -34,11 +29,9 @@ class StackFile:
     for infra.config.read_raw_config; a secret (`{secure: ...}`) reads as unset and is noted."""
 
     def __init__(self, stack: str, project: str) -> None:
-        path = REPO / f"Pulumi.{stack}.yaml"
-        if not path.is_file():
-            stacks = sorted(p.name.split(".")[1] for p in REPO.glob("Pulumi.*.yaml"))
-            raise cli.UsageError(f"--stack {stack}: no {path.name} here; stacks: {', '.join(stacks)}")
-        config = (yaml.safe_load(path.read_text()) or {}).get("config") or {}
+        from tools.stack import stack_file_config
+
+        config = stack_file_config(stack)
         prefix = project + ":"
         self.values = {key[len(prefix):]: value for key, value in config.items() if key.startswith(prefix)}
         # Every key the file sets, namespaced (`raytrain-eks:trainSteps`, `aws:region`), as `pulumi up` sees them.

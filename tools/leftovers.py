@@ -28,12 +28,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
-import yaml
 from botocore.exceptions import BotoCoreError, ClientError
 
 from infra.aws.region_name import region_problem
 from infra.config import PROJECT_FILE, project_name
-from tools.stack import stack_key
+from tools.stack import stack_file_config, stack_key
 from tools.stack_name import add_stack_flag
 from workload import cli
 
@@ -215,7 +214,7 @@ def stack_session(stack: str, region: str | None):
     from infra.aws.identity import session
     from infra.config import AwsIdentity
 
-    config = (yaml.safe_load((PROJECT_FILE.parent / f"Pulumi.{stack}.yaml").read_text()) or {}).get("config") or {}
+    config = stack_file_config(stack)
     roles = config.get("aws:assumeRoles") or []
     identity = AwsIdentity(profile=config.get("aws:profile") or None,
                            role_arn=(roles[0] or {}).get("roleArn") if roles else None)
@@ -246,9 +245,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--region", help="unset: the stack's aws:region")
     parser.add_argument("--delete", action="store_true", help="cancel or delete what is found")
     args = parser.parse_args(argv)
-    if not (PROJECT_FILE.parent / f"Pulumi.{args.stack}.yaml").is_file():
-        stacks = sorted(path.name.split(".")[1] for path in PROJECT_FILE.parent.glob("Pulumi.*.yaml"))
-        raise cli.UsageError(f"--stack {args.stack}: no Pulumi.{args.stack}.yaml here; stacks: {', '.join(stacks)}")
+    stack_file_config(args.stack)  # a missing stack file, or one Pulumi would refuse, before AWS is asked
     with _aws_errors(cli.EnvironmentProblem, f"Pulumi.{args.stack}.yaml's AWS identity"):  # a profile that is none
         boto_session = stack_session(args.stack, args.region)  # first: a misspelt region is named before all else
     export = read_state(args.stack, args.state)

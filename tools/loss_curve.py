@@ -51,10 +51,22 @@ def runs_inside(folder: str, events: str) -> list[str]:
     return sorted(str(path.parent.relative_to(root)) for path in found if path.is_dir())
 
 
+def run_above(path: str, events: str) -> str | None:
+    """The run directory a local `path` inside it belongs to (its checkpoint_<step>/ or model_<step>/, or a folder
+    below one: the parent or grandparent holding `events`), or None for a run directory itself, or s3://."""
+    from pathlib import Path
+
+    here = Path(path).expanduser()
+    if "://" in path or not here.is_dir() or (here / events).exists():
+        return None
+    return next((str(above) for above in list(here.parents)[:2] if (above / events).is_dir()), None)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = cli.parser("python -m tools.loss_curve", __doc__, check_failed="(not used)")
-    parser.add_argument("run", metavar="RUN", help="the run directory: its tensorboard/ holds the event files")
-    parser.add_argument("--out", required=True, help="the SVG file to write")
+    parser.add_argument("run", metavar="RUN", type=cli.user_path,
+                        help="the run directory: its tensorboard/ holds the event files")
+    parser.add_argument("--out", required=True, type=cli.user_path, help="the SVG file to write")
     parser.add_argument("--title", default="", help="the picture's title; empty: the run's name")
     args = parser.parse_args(argv)
     check_out(args.out)
@@ -69,6 +81,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         more = f" and {len(inside) - 5} more" if len(inside) > 5 else ""
         raise cli.UsageError(f"RUN {run} is a folder of run directories, not one: {', '.join(inside[:5])}{more}; give "
                              f"one, e.g. {run}/{inside[-1]}")
+    if above := run_above(run, metrics.DIRECTORY):
+        raise cli.UsageError(f"RUN {run} is inside the run {above}, not a run directory; give the run: "
+                             f"python -m tools.loss_curve {above} --out {args.out}")
     with storage.local_copy(storage.join(run, metrics.DIRECTORY), what="RUN") as directory:
         scalars = metrics.read_scalars(directory)
     picture = render(scalars, args.title or run.rsplit("/", 1)[-1])

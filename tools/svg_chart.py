@@ -4,6 +4,7 @@ diff as text, and the tests read their lines back."""
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
 from html import escape
 
@@ -79,10 +80,23 @@ def document(width: int, height: int, body: list[str]) -> str:
 
 
 def check_out(out: str) -> None:
-    """--out must name an SVG file: refused before any work."""
+    """--out must name an SVG file in a directory that is there and takes a file: refused before any work (the event
+    files read, an s3:// run copied), not when the picture is written."""
     if not out.lower().endswith(".svg"):
         raise cli.UsageError(f"--out {out}: the picture is SVG; give a file name ending in .svg",
                              hint="a browser or any SVG viewer shows it; `rsvg-convert` or Inkscape makes a PNG of it")
+    from workload.storage import unwritable_directory
+
+    parent = os.path.dirname(os.path.abspath(out))
+    if os.path.isdir(out):
+        raise cli.UsageError(f"--out {out} is a directory; give a file name ending in .svg")
+    if os.path.exists(parent) and not os.path.isdir(parent):
+        raise cli.UsageError(f"--out {out}: {os.path.dirname(out)} is a file, not a directory")
+    if not os.path.isdir(parent):
+        raise cli.UsageError(f"--out {out}: no directory {os.path.dirname(out) or parent} to write it in; create it "
+                             "first (mkdir -p), or name a file in one that is there")
+    if (why := unwritable_directory(parent)) is not None:
+        raise cli.UsageError(f"--out {out}: {why}")
 
 
 def write(out: str, picture: str) -> None:

@@ -17,6 +17,7 @@ workload package, and --help must answer before torch, Ray or boto3 would have l
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import signal
 import sys
@@ -243,6 +244,22 @@ def _nearest_choice(message: str) -> str | None:
     choices = re.findall(r"'([^']*)'", found[2])
     match = difflib.get_close_matches(found[1], choices, n=1) or difflib.get_close_matches(found[1].lower(), choices, n=1)
     return match[0] if match else None
+
+
+def user_path(value: str) -> str:
+    """A path on this machine with a leading `~` as the user's home, as the shell makes it: also where no shell
+    expanded it (quoted, after `--flag=`, read from a --config file), which made a directory named `~` in the working
+    directory, or "no such directory" for one that is there. argparse's type for a path argument."""
+    return os.path.expanduser(value) if value.startswith("~") else value
+
+
+def named(value: str) -> str:
+    """argparse's type for a flag that names something whose absence means a default (`--profile`): a blank value
+    (`--profile "$PROFILE"` with PROFILE unset) is refused, not taken as the default it would silently become."""
+    if not value.strip():
+        raise argparse.ArgumentTypeError("is empty (an unset shell variable?); give a name, or leave the flag out for "
+                                         "the default")
+    return value
 
 
 def parser(prog: str, description: str, *, check_failed: str) -> argparse.ArgumentParser:

@@ -30,6 +30,10 @@ MAX_CONFIG_BYTES = 256 * 1024
 # A refusal quotes at most this many characters of a value: it may be a megabyte, or hold a token.
 SHOWN_CHARS = 80
 _TOKEN_LIKE = re.compile(r"[A-Za-z0-9_-]{20,}")
+# A shell's or docker compose's variable in a value (`storage_path: ${HOME}/runs`, `dataset: $DATA/chats.jsonl`): no
+# one substitutes it in a --config file, and the run made a directory named `${HOME}` or a run named `${USER}-sft`.
+# `${NAME}` (with any `:-default`) anywhere, `$NAME` where a path or a list item starts.
+_VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)[^}]*\}|(?:^|(?<=[/=:,\s]))\$([A-Za-z_][A-Za-z0-9_]*)")
 
 
 def add_options(parser: argparse.ArgumentParser) -> None:
@@ -144,10 +148,13 @@ def file_keys(parser: argparse.ArgumentParser) -> dict[str, argparse.Action]:
             if action.option_strings and action.dest not in ("help", *OWN_DESTS)}
 
 
-def read_document(path: str) -> Any:
-    """The file's YAML document: at most MAX_CONFIG_BYTES, and without aliases (`*name`), whose expansion makes a
-    small file a billion values (the "billion laughs"); a refusal is a UsageError naming the file, never its text."""
+def read_document(path: str, named: str | None = None) -> Any:
+    """The file's YAML document: at most MAX_CONFIG_BYTES, without aliases (`*name`), whose expansion makes a small
+    file a billion values (the "billion laughs"), and without a key given twice; a refusal is a UsageError naming the
+    file as `named` (by default `--config PATH`), never its text."""
     import yaml
+
+    named = named or f"{CONFIG_FLAG} {path}"
 
     class NoAliasLoader(yaml.SafeLoader):
         def compose_node(self, parent: Any, index: Any) -> Any:
@@ -173,36 +180,36 @@ def read_document(path: str) -> Any:
         with open(os.path.expanduser(path), "rb") as file:
             text = file.read(MAX_CONFIG_BYTES + 1)
     except OSError as error:
-        raise cli.UsageError(f"{CONFIG_FLAG} {path}: {error.strerror}") from None
+        raise cli.UsageError(f"{named}: {error.strerror}") from None
     if len(text) > MAX_CONFIG_BYTES:
-        raise cli.UsageError(f"{CONFIG_FLAG} {path}: larger than {MAX_CONFIG_BYTES // 1024} KiB; a run's file of flags "
+        raise cli.UsageError(f"{named}: larger than {MAX_CONFIG_BYTES // 1024} KiB; a run's file of flags "
                              "is a few KiB")
     try:
         if not text.startswith((b"\xff\xfe", b"\xfe\xff")):  # UTF-16/32 with their BOM PyYAML reads too
             text.decode("utf-8")
     except UnicodeDecodeError as error:  # PyYAML reads UTF-8 (or 16/32 with a BOM): a Windows editor's cp1252
         line = text[:error.start].count(b"\n") + 1
-        raise cli.UsageError(f"{CONFIG_FLAG} {path}: not UTF-8 text (byte 0x{text[error.start]:02x} on line {line}); "
+        raise cli.UsageError(f"{named}: not UTF-8 text (byte 0x{text[error.start]:02x} on line {line}); "
                              "save it as UTF-8") from None
     try:
         return yaml.load(text, Loader=NoAliasLoader)  # noqa: S506 - SafeLoader's subclass: no Python objects
     except _Duplicate as duplicate:
         key = duplicate.key if len(duplicate.key) <= SHOWN_CHARS and not _TOKEN_LIKE.search(duplicate.key) else "a key"
-        raise cli.UsageError(f"{CONFIG_FLAG} {path}: {key} is given twice (lines {duplicate.first} and "
+        raise cli.UsageError(f"{named}: {key} is given twice (lines {duplicate.first} and "
                              f"{duplicate.again}); keep one") from None
     except RecursionError:  # PyYAML's scanner and composer recurse once per nesting level
-        raise cli.UsageError(f"{CONFIG_FLAG} {path}: nested too deeply; a run's file of flags is one mapping of "
+        raise cli.UsageError(f"{named}: nested too deeply; a run's file of flags is one mapping of "
                              "values") from None
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None)
         where = f" (line {mark.line + 1})" if mark is not None else ""
         if getattr(error, "problem", None) == "an alias":
-            raise cli.UsageError(f"{CONFIG_FLAG} {path}: YAML aliases (*name) are not allowed{where}; write each value "
+            raise cli.UsageError(f"{named}: YAML aliases (*name) are not allowed{where}; write each value "
                                  "out") from None
         if "'\\t'" in str(getattr(error, "problem", "")):  # PyYAML's scanner: "found character '\t' that ..."
-            raise cli.UsageError(f"{CONFIG_FLAG} {path}: not YAML{where}: a tab character, and YAML forbids tabs "
+            raise cli.UsageError(f"{named}: not YAML{where}: a tab character, and YAML forbids tabs "
                                  "for indentation; indent with spaces") from None
-        raise cli.UsageError(f"{CONFIG_FLAG} {path}: not YAML{where}") from None
+        raise cli.UsageError(f"{named}: not YAML{where}") from None
 
 
 class _Duplicate(Exception):
@@ -308,6 +315,11 @@ def _value(path: str, key: str, value: Any, action: argparse.Action) -> Any:
         raise cli.UsageError(f"{CONFIG_FLAG} {path}: {key} has no value")
     if isinstance(value, (dict, list, bool)):
         raise cli.UsageError(f"{CONFIG_FLAG} {path}: {key} must be a single value as its flag takes, got {shown(value)}")
+    if isinstance(value, str) and (variable := _VARIABLE.search(value)):
+        name = variable[1] or variable[2]
+        raise cli.UsageError(f"{CONFIG_FLAG} {path}: {key} holds ${name}, which is not expanded: a {CONFIG_FLAG} file "
+                             f"is read as written; write the value out, or give --{key} on the command line (the "
+                             "shell expands it there)")
     try:
         return action.type(str(value)) if action.type else str(value)
     except (TypeError, ValueError):

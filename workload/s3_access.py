@@ -6,6 +6,8 @@ location is asked about, and where it is not installed nothing is asked (the lib
 """
 from __future__ import annotations
 
+import os
+
 from workload import cli
 
 S3_CONNECT_TIMEOUT_S = 5
@@ -25,6 +27,10 @@ def aws_session(profile: str | None = None, region: str | None = None, *, what: 
     import boto3
     import botocore.exceptions
 
+    if profile is None and "AWS_PROFILE" in os.environ and not os.environ["AWS_PROFILE"].strip():
+        # botocore takes a set AWS_PROFILE as a profile's name, the empty one too, and found no such profile.
+        raise cli.EnvironmentProblem(f"{what + ': ' if what else ''}AWS_PROFILE is set and empty",
+                                     hint="`unset AWS_PROFILE` for the environment's credentials, or name a profile")
     try:
         return boto3.session.Session(profile_name=profile, region_name=region)
     except botocore.exceptions.ProfileNotFound as error:

@@ -18,6 +18,25 @@ from workload import cli, node_copy
 # emptyDir, on the instance store NVMe where the type has one). Unset, as in the local run, the system's temporary
 # directory serves. The Hugging Face cache needs no name of ours: huggingface_hub and datasets read HF_HOME.
 CHECKPOINT_STAGING_ENV = "RAYTRAIN_CHECKPOINT_STAGING"
+
+
+def unwritable_directory(path: str) -> str | None:
+    """Why a command cannot write into the directory `path` (a file in the way, or an ancestor that refuses a file),
+    or None: its nearest existing ancestor is a directory that takes a file. Permissions alone do not tell (root
+    passes any access check, and /proc refuses anyway), so the ancestor is written to once, with a temporary file
+    that is gone at once. The rule of a local --storage_path, the cache variables (workload/run/writable.py) and
+    workload.export's OUT."""
+    existing = os.path.abspath(os.path.expanduser(path))
+    while not os.path.exists(existing):
+        existing = os.path.dirname(existing)
+    if not os.path.isdir(existing):
+        return f"{existing} is a file, not a directory"
+    try:
+        with tempfile.TemporaryFile(dir=existing):
+            pass
+    except OSError as error:
+        return f"cannot be written: {error.strerror} ({existing})"
+    return None
 """Where each rank writes its checkpoint shards before Ray Train uploads them to the storage path."""
 DATA_CACHE_ENV = "RAYTRAIN_DATA_CACHE"
 """Where the data stage keeps what it derives from the dataset (token shards) on a node."""

@@ -154,7 +154,17 @@ def stack_config_keys() -> set[str]:
 
 def check_unknown_keys(keys: set[str], project: str, declared: set[str]) -> None:
     """Refuse a key of the project's namespace that Pulumi.yaml does not declare: Pulumi ignores it silently, so a
-    typo (`gpuNodeCout`) would run the stack on the default."""
+    typo (`gpuNodeCout`) would run the stack on the default. So is a declared key under another namespace
+    (`raytrain:trainSteps`, `aws:gpuNodeCount`) or none (`trainSteps:` written by hand): Pulumi gives it to no
+    program, and the stack ran on the default as silently."""
+    misplaced = sorted(key for key in keys if key.partition(":")[0] != project and (key.partition(":")[2] or key)
+                       in declared)
+    if misplaced:
+        namespace, colon, name = misplaced[0].partition(":")
+        where = f"under the namespace {namespace!r}" if colon else "without a namespace"
+        raise config_error(tuple(misplaced), f"{name or namespace} is this project's key, and {where} Pulumi gives it "
+                                             f"to no program; write it as {project}:{name or namespace} (`pulumi config "
+                                             f"set {name or namespace} VALUE` does)")
     unknown = sorted(key.partition(":")[2] for key in keys if key.partition(":")[0] == project
                      and key.partition(":")[2] not in declared)
     if not unknown:

@@ -12,6 +12,7 @@ import time
 
 import pytest
 
+import tools.stack
 from tests.support.docs_shell import REPO
 from tools import job as job_cli
 from tools import job_submit
@@ -86,7 +87,7 @@ def test_submit_applies_the_clusterName_default_of_pulumi_up(stack):
 
 def test_submit_refuses_a_stack_key_typo_with_the_nearest_key(tmp_path, monkeypatch, capsys):
     (tmp_path / "Pulumi.typo.yaml").write_text("config:\n  aws:region: us-east-1\n  raytrain-eks:trainLoraRnak: 8\n")
-    monkeypatch.setattr(job_submit, "REPO", tmp_path)
+    monkeypatch.setattr(tools.stack, "PROJECT_FILE", tmp_path / "Pulumi.yaml")  # where every tool reads a stack file
     assert cli.run(job_cli.main, ["submit", "--stack", "typo", "--print_config"]) == cli.USAGE
     err = capsys.readouterr().err
     assert "'trainLoraRnak' (did you mean 'trainLoraRank'?)" in err and "Traceback" not in err, err

@@ -65,6 +65,13 @@ def test_a_flag_wins_over_the_files_key_by_another_of_its_names(tmp_path):
     ("chunked_loss: 1\n", "chunked_loss must be true or false, got 1"),
     ("- steps\n", "a mapping of flag: value, got a list"),
     ("steps: [1\n", "not YAML (line 2)"),
+    # A shell's variable no one substitutes: it made a directory named `${SCRATCH}` and a run named `$LOGNAME-sft`.
+    ("storage_path: ${SCRATCH:-/tmp}/ckpt\n", "storage_path holds $SCRATCH, which is not expanded: a --config file "
+     "is read as written; write the value out, or give --storage_path on the command line (the shell expands it "
+     "there)"),
+    *((f"{key}: {value}\n", f"{key} holds ${name}, which is not expanded: a --config file is read as written; write "
+       f"the value out, or give --{key} on the command line (the shell expands it there)")
+      for key, value, name in (("run_name", "$LOGNAME-sft", "LOGNAME"), ("eval_every", "${EVAL}", "EVAL"))),
 ])
 def test_a_bad_file_is_refused_naming_the_key(tmp_path, capsys, text, words):
     path = tmp_path / "run.yaml"

@@ -188,3 +188,47 @@ def test_out_as_a_uri_is_refused_and_nothing_is_created(tmp_path, capsys, monkey
         "error: OUT 'gs://team-models/run7/final' is a URI; OUT is a directory on this machine"), first
     assert "aws s3 cp --recursive OUT" in first["S3://archive/llm"], first
     assert sorted(os.listdir(tmp_path)) == ["checkpoint_000007"], "no local folder named after the scheme"
+
+
+def test_an_out_this_user_cannot_create_is_refused_before_the_checkpoint_is_read(tmp_path, capsys, monkeypatch):
+    """OUT under a file, or blank: one line naming OUT, exit 2, before the imports (it was os.makedirs' traceback
+    after the whole load)."""
+    monkeypatch.setattr(export, "quiet_imports", lambda: (_ for _ in ()).throw(AssertionError("imported first")))
+    (tmp_path / "checkpoint_000003").mkdir()
+    (tmp_path / "notes.txt").write_text("not a directory")
+    for out, said in ((str(tmp_path / "notes.txt" / "model"), "is a file, not a directory"),
+                      ("  ", "OUT is empty; give the directory to write the model to")):
+        assert cli.run(export.main, [str(tmp_path / "checkpoint_000003"), out]) == cli.USAGE, out
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith("error: OUT") and said in err[0], err
+
+
+def test_merge_of_a_whole_model_is_refused_before_the_imports(tmp_path, capsys, monkeypatch):
+    """--merge on a --method full checkpoint (no adapter_config.json) is a file's absence: said before the seconds of
+    torch's and transformers' imports, not after them."""
+    monkeypatch.setattr(export, "quiet_imports", lambda: (_ for _ in ()).throw(AssertionError("imported first")))
+    checkpoint = tmp_path / "run" / "checkpoint_000011"
+    checkpoint.mkdir(parents=True)
+    (checkpoint / "config.json").write_text('{"model_type": "llama"}')
+    (checkpoint / ".metadata").write_bytes(b"")
+    assert cli.run(export.main, [str(checkpoint), str(tmp_path / "merged"), "--merge"]) == cli.USAGE
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"error: --merge: CHECKPOINT {checkpoint} holds a whole model (--method full), not adapters; "
+                   "export it without --merge"], err
+
+
+def test_a_shard_the_metadata_lists_and_the_copy_lacks_is_named_before_the_imports(tmp_path, capsys, monkeypatch):
+    """A checkpoint copied short (rank 3's shard not there): named from .metadata's bytes before torch's imports,
+    not after them and the unpickling (it took seconds; reader.check_storage says it again after)."""
+    monkeypatch.setattr(export, "quiet_imports", lambda: (_ for _ in ()).throw(AssertionError("imported first")))
+    checkpoint = tmp_path / "checkpoint_000030"
+    checkpoint.mkdir()
+    (checkpoint / "config.json").write_text('{"model_type": "llama"}')
+    (checkpoint / ".metadata").write_bytes(b"\x80\x04\x95 X\x0c\x00\x00\x00__0_0.distcpX\x0c\x00\x00\x00__3_0.distcp"
+                                           b"X\x0c\x00\x00\x00__5_0.distcp.")
+    (checkpoint / "__0_0.distcp").write_bytes(b"\x00" * 64)
+    assert cli.run(export.main, [str(checkpoint), str(tmp_path / "model")]) == cli.USAGE
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"error: CHECKPOINT {checkpoint}: __3_0.distcp and 1 more, which its .metadata lists, is missing "
+                   "(an incomplete copy?)"], err
+    assert not (tmp_path / "model").exists()

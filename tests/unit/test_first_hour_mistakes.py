@@ -44,6 +44,15 @@ CASES = [
     ("a data file's name without its suffix", LOCAL, ["--dataset", "notes"], {}, cli.USAGE,
      "--dataset notes is no file here, and notes.txt is: a name without its suffix is read as a Hugging Face dataset "
      "id; did you mean --dataset notes.txt?"),
+    # A variable the run's libraries read, with a value they do not recognize (workload/run/variable_values.py).
+    ("an offline switch no library reads as on", LOCAL, ["--steps", "3"], {"HF_DATASETS_OFFLINE": "enabled"},
+     cli.ENVIRONMENT, "HF_DATASETS_OFFLINE=enabled is neither on nor off to huggingface_hub, which reads it as off"),
+    ("a W&B mode W&B does not have", LOCAL, ["--report_to", "wandb"], {"WANDB_MODE": "local"}, cli.ENVIRONMENT,
+     "WANDB_MODE=local is not a W&B mode; W&B takes online, offline, disabled"),
+    ("threads that are none", LOCAL, ["--steps", "3"], {"OMP_NUM_THREADS": "-4"}, cli.ENVIRONMENT,
+     "OMP_NUM_THREADS=-4 is not a number of threads (libgomp ignores it)"),
+    ("an AWS profile set empty", "tools.capacity", ["--instance-type", "g6.12xlarge", "--count", "1"],
+     {"AWS_PROFILE": " "}, cli.ENVIRONMENT, "AWS_PROFILE is set and empty"),
     ("another stack's state", "tools.leftovers", ["--stack", "dev", "--state", "p5-state.json"], {}, cli.USAGE,
      "--state p5-state.json is stack p5's export, not dev's"),
 ]

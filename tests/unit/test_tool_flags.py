@@ -1,7 +1,11 @@
 """What the operator's commands share about their flags: --stack is a stack's name, and a stack file's name given for
 it is answered with the name (tools/stack_name.py), for every command that takes one; kubectl's `--output json` is
 answered with --json (workload/cli.py); a stack's name given bare is answered with --stack; a command given none
-lists its commands; a one-letter flag is answered with the one flag of that letter; a folder of run directories given to tools.loss_curve names the runs inside."""
+lists its commands; a one-letter flag is answered with the one flag of that letter; a folder of run directories given
+to tools.loss_curve names the runs inside; a stack file Pulumi would refuse is named by every command; a path with a
+`~` no shell expanded is the home directory; a blank JOB is refused; an SVG --out that cannot be written is refused
+first; a directory inside a run given to tools.loss_curve names the run; a blank --profile is refused; a
+project key in another namespace is refused."""
 from __future__ import annotations
 
 import pytest
@@ -115,3 +119,130 @@ def test_a_flag_near_by_name_wins_over_its_value_as_a_flag(capsys):
     with pytest.raises(SystemExit):
         local.parse_args(["--eval_strategy", "steps"])
     assert "(did you mean --eval_every?)" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("text, said", [
+    ("config:\n  aws:region: 'us-east-1\n", "not YAML (line 3)"),
+    ("config:\n  aws:region: us-east-1\n  aws:region: us-east-2\n", "aws:region is given twice (lines 2 and 3)"),
+    ("just a sentence\n", "the file must be a mapping of key: value"),
+    ("config: raytrain-eks:trainSteps=9\n", "its config: must be a mapping of key: value"),
+])
+@pytest.mark.parametrize("module, argv", [
+    ("tools.doctor", ["STACK"]), ("tools.status", ["STACK"]), ("tools.leftovers", ["STACK", "--state", "none.json"]),
+    ("tools.job", ["list", "STACK"]), ("tools.job", ["submit", "STACK", "--", "--steps", "4"]),
+])
+def test_a_stack_file_pulumi_would_refuse_is_named_by_every_command(module, argv, text, said, tmp_path, monkeypatch,
+                                                                     capsys):
+    """A stack file that is not YAML, gives a key twice or is no mapping: one line naming it and the line, exit 2,
+    before any kubeconfig, Pulumi CLI or AWS is looked for (tools/stack.py's stack_file_config)."""
+    import importlib
+
+    import tools.stack
+
+    (tmp_path / "Pulumi.mine.yaml").write_text(text)
+    monkeypatch.setattr(tools.stack, "PROJECT_FILE", tmp_path / "Pulumi.yaml")
+    words = [arg for word in argv for arg in (["--stack", "mine"] if word == "STACK" else [word])]
+    code = cli.run(importlib.import_module(module).main, words)
+    err = capsys.readouterr().err.splitlines()
+    assert code == cli.USAGE and err[0].startswith("error: --stack mine: Pulumi.mine.yaml: ") and said in err[0], \
+        (module, err)
+
+
+def test_a_path_with_a_tilde_no_shell_expanded_is_the_users_home(tmp_path, monkeypatch, capsys):
+    """`~/...` quoted, after `--flag=` or from a --config file reaches the command as typed: it is the home directory
+    (workload/cli.py user_path), never a directory named `~` under the working directory."""
+    from tools import loss_curve
+    from workload.checkpoint import export
+    from workload.config import TrainConfig
+
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "home" / "exp" / "checkpoint_000005").mkdir(parents=True)
+    assert TrainConfig(storage_path="~/exp").storage_path == str(tmp_path / "home" / "exp")
+    assert cli.run(loss_curve.main, ["~/exp", "--out=~/curve.svg"]) == cli.USAGE
+    assert f"RUN {tmp_path / 'home' / 'exp' / 'tensorboard'}: no such directory" in capsys.readouterr().err
+    assert cli.run(export.main, ["~/exp/checkpoint_000005", "~/exp"]) == cli.USAGE
+    assert f"OUT {tmp_path / 'home' / 'exp'} exists and is not empty" in capsys.readouterr().err
+    assert not (tmp_path / "~").exists()
+
+
+@pytest.mark.parametrize("command", ["stop", "logs", "summary"])
+def test_a_blank_job_id_is_refused_not_taken_for_the_newest_job(command, tmp_path, capsys):
+    """`tools.job stop "$JOB"` with JOB unset or blank: exit 2 naming JOB, before any kubeconfig is read (it meant
+    "the stack's newest job", and stop ended a job nobody named)."""
+    from tools import job
+
+    with pytest.raises(SystemExit) as exited:
+        job.main([command, "\t", "--stack", "p4d", "--kubeconfig", str(tmp_path / "absent.json")])
+    err = capsys.readouterr().err.splitlines()
+    assert exited.value.code == cli.USAGE, err
+    assert err[0].startswith("error: argument JOB: is empty (an unset shell variable?)"), err
+
+
+def test_an_out_that_cannot_be_written_is_refused_before_the_run_is_read(tmp_path, monkeypatch, capsys):
+    """tools.loss_curve's --out (and tools.gpu_panel's, tools/svg_chart.py check_out) in a missing directory, under a
+    file, or a directory itself: one line naming --out before any event file is read."""
+    from tools import loss_curve
+    from workload.metrics import tensorboard
+
+    monkeypatch.setattr(tensorboard, "read_scalars", lambda *_: (_ for _ in ()).throw(AssertionError("read first")))
+    (tmp_path / "run" / "tensorboard").mkdir(parents=True)
+    (tmp_path / "notes.md").write_text("")
+    (tmp_path / "pictures.svg").mkdir()
+    for out, said in ((tmp_path / "figs" / "2026" / "curve.svg", f"no directory {tmp_path / 'figs' / '2026'} to"),
+                      (tmp_path / "notes.md" / "curve.svg", f"{tmp_path / 'notes.md'} is a file, not a directory"),
+                      (tmp_path / "pictures.svg", "is a directory; give a file name ending in .svg")):
+        assert cli.run(loss_curve.main, [str(tmp_path / "run"), "--out", str(out)]) == cli.USAGE, out
+        err = capsys.readouterr().err.splitlines()
+        assert err[0].startswith(f"error: --out {out}") and said in err[0], err
+
+
+def test_loss_curve_given_a_directory_inside_a_run_names_the_run(tmp_path, capsys):
+    """A run's checkpoint_<step>/ or model_<step>/ (what the local run's last lines name) given for RUN: the run it is
+    in, and the command with it (it was "RUN .../checkpoint_000008/tensorboard: no such directory")."""
+    from tools import loss_curve
+
+    run = tmp_path / "runs" / "sft-3"
+    (run / "tensorboard").mkdir(parents=True)
+    (run / "checkpoint_000008").mkdir()
+    (run / "model_000008" / "tokenizer").mkdir(parents=True)
+    for inside in ("checkpoint_000008", "model_000008/tokenizer"):
+        assert cli.run(loss_curve.main, [str(run / inside), "--out", str(tmp_path / "c.svg")]) == cli.USAGE
+        err = capsys.readouterr().err.splitlines()
+        assert err == [f"error: RUN {run / inside} is inside the run {run}, not a run directory; give the run: "
+                       f"python -m tools.loss_curve {run} --out {tmp_path / 'c.svg'}"], err
+
+
+@pytest.mark.parametrize("module, argv", [("tools.doctor", ["--stack", "p4d"]),
+                                          ("tools.capacity.cli", ["--instance-type", "p4d.24xlarge", "--count", "2"])])
+def test_a_blank_profile_is_refused_not_taken_for_the_default_credentials(module, argv, capsys):
+    """`--profile "$PROFILE"` with PROFILE unset: exit 2 naming --profile (it meant the default credentials, perhaps
+    another account's), before AWS is asked anything (workload/cli.py named)."""
+    import importlib
+
+    with pytest.raises(SystemExit) as exited:
+        importlib.import_module(module).main([*argv, "--profile", "  "])
+    err = capsys.readouterr().err.splitlines()
+    assert exited.value.code == cli.USAGE, err
+    assert err[0] == "error: argument --profile: is empty (an unset shell variable?); give a name, or leave the flag " \
+                     "out for the default", err
+
+
+@pytest.mark.parametrize("key, said", [
+    ("raytrain-eks-dev:trainLearningRate", "config key 'raytrain-eks-dev:trainLearningRate': trainLearningRate is this "
+     "project's key, and under the namespace 'raytrain-eks-dev' Pulumi gives it to no program; write it as "
+     "raytrain-eks:trainLearningRate"),
+    ("gpuNodeCount", "config key 'gpuNodeCount': gpuNodeCount is this project's key, and without a namespace Pulumi "
+     "gives it to no program"),
+])
+def test_a_key_in_the_wrong_namespace_is_refused_not_left_to_its_default(key, said, tmp_path, monkeypatch, capsys):
+    """A declared key under another namespace or none: Pulumi gives it to no program, so `pulumi up` and `tools.job
+    submit` ran on the default, silently (infra/config/schema.py check_unknown_keys, the preview's rule too)."""
+    import tools.stack
+    from tools import job
+
+    (tmp_path / "Pulumi.mine.yaml").write_text(f"config:\n  aws:region: us-west-2\n  {key}: 3\n")
+    monkeypatch.setattr(tools.stack, "PROJECT_FILE", tmp_path / "Pulumi.yaml")
+    assert cli.run(job.main, ["submit", "--stack", "mine", "--print_config"]) == cli.USAGE
+    err = capsys.readouterr().err.splitlines()
+    assert err[0].startswith(f"error: {said}"), err

@@ -77,7 +77,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--write-stack", metavar="NAME",
                         help="write the best region and AZ (and, with capacityReserve, the ranked AZs) into "
                              "Pulumi.NAME.yaml")
-    parser.add_argument("--profile", help="AWS profile; unset: AWS_PROFILE or the default credentials")
+    parser.add_argument("--profile", type=cli.named,
+                        help="AWS profile; unset: AWS_PROFILE or the default credentials")
     parser.add_argument("--project-dir", type=Path, default=PROJECT_DIR,
                         help="directory of Pulumi.yaml and the stack files")
     args = parser.parse_args(argv)

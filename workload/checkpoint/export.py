@@ -21,6 +21,7 @@ from typing import Sequence
 from workload import cli
 from workload.checkpoint.file_checks import check_files
 from workload.checkpoint.untrusted_values import REMOTE_CODE_KEYS, drop_remote_code, source_problem, tokenizer_note
+from workload.storage import unwritable_directory
 
 DTYPES = ("float32", "bfloat16")
 # Whose warnings, and whose log records, are kept out of the export's output (quiet_imports).
@@ -47,6 +48,10 @@ def export(checkpoint: str, out: str, *, dtype: str = "float32", merge: bool = F
         # Each file to be read a regular file within its bound, refused in milliseconds: before torch and transformers.
         check_files(checkpoint, directory)
         check_is_checkpoint(checkpoint, directory)
+        adapters = os.path.isfile(os.path.join(directory, "adapter_config.json"))
+        if merge and not adapters:  # a file's presence: said before the seconds of imports
+            raise cli.UsageError(f"--merge: CHECKPOINT {checkpoint} holds a whole model (--method full), not "
+                                 "adapters; export it without --merge")
         quiet_imports()
         import torch
         from transformers import AutoConfig, AutoModelForCausalLM
@@ -56,11 +61,8 @@ def export(checkpoint: str, out: str, *, dtype: str = "float32", merge: bool = F
         from workload.checkpoint.sharded import MODEL_KEY, read_record
         from workload.model.loss import LM_PREFIX
 
-        if os.path.isfile(os.path.join(directory, "adapter_config.json")):
+        if adapters:
             return _export_adapters(directory, out, dtype=dtype, merged=merge, checkpoint=checkpoint)
-        if merge:
-            raise cli.UsageError(f"--merge: CHECKPOINT {checkpoint} holds a whole model (--method full), not "
-                                 "adapters; export it without --merge")
         # Untrusted input, checked before anything is built from it: `.metadata` (restricted unpickling, and its
         # claims against the shard files), then config.json against the metadata (workload/checkpoint/model_config.py).
         metadata = checkpoint_reader.read_metadata(directory)
@@ -330,8 +332,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         "  python -m workload.export runs/local/local-20261201-042145/checkpoint_000020 model/\n"
         "  python -m workload.export s3://bucket/prefix/ray-train-fsdp-llm-1-0a1b2c3d/checkpoint_000050 model/",
         check_failed="(not used: the export either succeeds or fails on its input or environment)")
-    parser.add_argument("checkpoint", metavar="CHECKPOINT", help="checkpoint_<step> directory, local or s3://")
-    parser.add_argument("out", metavar="OUT", help="directory to write the model to (created)")
+    parser.add_argument("checkpoint", metavar="CHECKPOINT", type=cli.user_path,
+                        help="checkpoint_<step> directory, local or s3://")
+    parser.add_argument("out", metavar="OUT", type=cli.user_path,
+                        help="directory to write the model to (created)")
     parser.add_argument("--dtype", choices=DTYPES, default="float32",
                         help="weights' dtype in OUT: float32 keeps the trained weights exactly")
     parser.add_argument("--merge", action="store_true",
@@ -343,6 +347,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                              "OWNER/NAME OUT` (HF_TOKEN set), or give --push_to_hub to the training run")
     args = parser.parse_args(words)
     check_arguments(args.checkpoint, args.out)
+    if not args.out.strip():
+        raise cli.UsageError("OUT is empty; give the directory to write the model to (created)")
     if "://" not in args.checkpoint and _inside(args.out, args.checkpoint):
         raise cli.UsageError(f"OUT {args.out} is inside CHECKPOINT {args.checkpoint} (the model would be written "
                              "among the files it is read from); give a directory outside it")
@@ -350,6 +356,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise cli.UsageError(f"OUT {args.out} is a file; give a new directory")
     if os.path.isdir(args.out) and os.listdir(args.out):
         raise cli.UsageError(f"OUT {args.out} exists and is not empty; give a new directory")
+    if (why := unwritable_directory(args.out)) is not None:  # before the seconds of imports and the checkpoint's load
+        raise cli.UsageError(f"OUT {args.out}: {why}; give a directory this user can create")
     for note in export(args.checkpoint, args.out, dtype=args.dtype, merge=args.merge):
         print(f"note: {note}", file=sys.stderr)
     if os.path.isfile(os.path.join(args.out, "adapter_config.json")):

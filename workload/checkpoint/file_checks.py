@@ -11,6 +11,7 @@ through `read_regular` on every path (the resume's workers too).
 from __future__ import annotations
 
 import os
+import re
 import stat
 
 from workload.model.model_source import MAX_CONFIG_BYTES
@@ -18,6 +19,7 @@ from workload.sparse_files import hole_problem
 
 METADATA_FILE = ".metadata"  # torch/distributed/checkpoint/filesystem.py's _metadata_fn
 SHARD_SUFFIX = ".distcp"
+_SHARD_NAME = re.compile(rb"__[0-9]{1,6}_[0-9]{1,6}\.distcp")  # DCP's file names, __<rank>_<n>.distcp
 # DCP's .metadata holds one small record per chunk of each tensor (about 250 bytes pickled): a 70B model's weights
 # and AdamW state saved by 64 ranks is some 150,000 chunks, 40 MB; 256 MiB leaves room for 6 times that, and bounds
 # what the unpickler is asked to build.
@@ -75,6 +77,14 @@ def check_files(checkpoint: str, directory: str) -> None:
         limit = bound(name)
         if limit is not None and (problem := file_problem(os.path.join(directory, name), limit)):
             raise CheckpointRefused(f"CHECKPOINT {checkpoint}: its file {name} {problem}")
+    # A shard file .metadata names and the directory lacks (a copy cut short): said now, from the names' bytes in the
+    # pickle, not after seconds of torch's imports and the unpickling (reader.check_storage, which checks it again).
+    if os.path.isfile(metadata := os.path.join(directory, METADATA_FILE)):
+        named = {match.decode() for match in _SHARD_NAME.findall(read_regular(metadata, MAX_METADATA_BYTES))}
+        if missing := sorted(name for name in named if not os.path.lexists(os.path.join(directory, name))):
+            more = f" and {len(missing) - 1} more" if len(missing) > 1 else ""
+            raise CheckpointRefused(f"CHECKPOINT {checkpoint}: {missing[0]}{more}, which its {METADATA_FILE} lists, "
+                                    "is missing (an incomplete copy?)")
 
 
 def read_regular(path: str, max_bytes: int) -> bytes:

@@ -317,6 +317,8 @@ class TrainConfig:
                 object.__setattr__(self, declared.name, declared.canonical(value))
         if not self.model_config and self.model_id and (wrong := model_source.problem(self.model_id)):
             raise ValueError(f"--model_id {self.model_id!r} is {wrong}")
+        if self.storage_path.startswith("~"):  # no shell expanded it (a --config file's, or quoted): as cli.user_path
+            object.__setattr__(self, "storage_path", os.path.expanduser(self.storage_path))
         if self.tokenizer and os.path.isfile(os.path.expanduser(self.tokenizer)):  # its tokenizer.json: no Hub id
             raise ValueError(f"--tokenizer {self.tokenizer!r} is a file; give {model_source.LOCAL_TOKENIZER}")
         if self.model_id.startswith("s3://"):

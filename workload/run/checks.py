@@ -19,7 +19,7 @@ import tempfile
 from workload import cli
 from workload.config import CPU_WORKERS_WITHOUT_GPUS, DATASET_FILE_SUFFIXES, TrainConfig, is_file_dataset
 from workload.data import validate
-from workload.run import writable
+from workload.run import variable_values, writable
 
 # Beside the run's checkpoints: the flags it was started with, to compare a later run of the same name against.
 FLAGS_FILE = "local_run_flags.json"
@@ -216,6 +216,7 @@ def check_before_ray(cfg: TrainConfig) -> int | None:
     """Every check above, in the order a user would want to hear of them; returns the step a resumed run starts
     after (None: a new run)."""
     writable.check_cache_directories()  # HF_HOME and the like: this machine's set-up, said before any flag's check
+    variable_values.check_variable_values()  # HF_HUB_OFFLINE=maybe and the like: before the Hub is asked anything
     check_socket_room()
     check_schemes(cfg)
     check_storage(cfg)

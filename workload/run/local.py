@@ -27,7 +27,7 @@ from workload import cli, config_file, storage
 from workload.config import DECLARED, SUMMARY_PREFIX, TrainConfig, build_parser, is_local_dataset, rules
 from workload.run import checks as local_checks
 from workload.run import output as local_output
-from workload.run import preflight, run_lock, services
+from workload.run import preflight, run_lock, services, tracker_variables
 from workload.run.head_supervisor import stop_session
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -342,6 +342,8 @@ def _run(cfg: TrainConfig, verbose: bool) -> int:
         return cli.OK
     check_model_source(cfg)
     preflight.check_credentials(cfg)  # a missing key is the thing to say before a server that does not answer
+    if (note := tracker_variables.unused_variables_note(cfg.report_to)) is not None:
+        print(f"note: {note}", file=sys.stderr, flush=True)
     services.check_services_reachable(cfg)  # MLflow, W&B, the Hub: a server that is down is exit 3 now, not later
     # Heavy imports (torch, transformers, Ray) only once the flags are good, so --help and typos answer at once:
     # preflight's checks that need none come first, then those that need torch and transformers.

@@ -18,7 +18,7 @@ from workload.config import CHAT_TEMPLATES, TrainConfig, parse_report_to
 from workload.data import hub_dataset, tokenizer_size
 from workload.data import validate as records_check
 from workload.model import adapters, config_json, model_source, safetensors_files, safetensors_index, structure
-from workload.run import credential_values, services, writable
+from workload.run import credential_values, services, variable_values, writable
 
 # A tokenizer directory holds at least one of these (what transformers' tokenizers load their vocabulary from: the
 # fast tokenizer's file, a sentencepiece model (tokenizer.model, spiece.model, sentencepiece.bpe.model), BPE's or
@@ -39,6 +39,7 @@ def check_credentials(cfg: TrainConfig) -> None:
     Exit 3, naming the variable, never its value; W&B switched off by WANDB_MODE is exit 2, as a flag that does
     nothing (wandb.init then records nothing, silently)."""
     credential_values.check_credential_values()
+    variable_values.check_variable_values()  # WANDB_MODE=offlin is named as such, not as a missing W&B key
     if "wandb" in parse_report_to(cfg.report_to) and os.environ.get("WANDB_MODE", "").lower() == "disabled":
         raise cli.UsageError("--report_to wandb records nothing with WANDB_MODE=disabled",
                              hint="leave wandb out of --report_to, or unset WANDB_MODE (offline records locally)")

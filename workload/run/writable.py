@@ -11,9 +11,9 @@ to once, with a temporary file that is gone at once. Standard library only: noth
 from __future__ import annotations
 
 import os
-import tempfile
 
 from workload import cli
+from workload.storage import unwritable_directory
 
 # The variables that name a directory the job or its libraries write into, and what it holds (the line says it).
 # XDG_CACHE_HOME is where HF_HOME's default (~/.cache/huggingface) lives when it is set.
@@ -26,20 +26,8 @@ CACHE_VARIABLES = (
 )
 
 
-def problem(path: str) -> str | None:
-    """Why the run cannot write into the directory `path` (a file in the way, or an ancestor that refuses a file), or
-    None. Nothing is left behind."""
-    existing = os.path.abspath(os.path.expanduser(path))
-    while not os.path.exists(existing):
-        existing = os.path.dirname(existing)
-    if not os.path.isdir(existing):
-        return f"{existing} is a file, not a directory"
-    try:
-        with tempfile.TemporaryFile(dir=existing):
-            pass
-    except OSError as error:
-        return f"cannot be written: {error.strerror} ({existing})"
-    return None
+# The rule, one for every directory a command writes into (workload.export's OUT too): workload/storage.py's.
+problem = unwritable_directory
 
 
 def check_cache_directories(environ: dict | None = None) -> None:

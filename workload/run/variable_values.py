@@ -1,0 +1,47 @@
+"""Settings in the environment that the run's libraries read with a value they do not recognize, checked before Ray
+starts: huggingface_hub takes any word but 1, ON, YES, TRUE as false (HF_HUB_OFFLINE=maybe went online, silently),
+wandb refused WANDB_MODE=offlin only inside wandb.init, on rank 0 after the start (and the project's own key check
+named the key instead), and libgomp ignored OMP_NUM_THREADS=0 with a line of its own. Exit 3 (this machine's set-up),
+naming the variable and what it takes; a value is shown only when it is short (none of these is a credential, but a
+pasted line may be anything). Standard library only."""
+from __future__ import annotations
+
+import os
+import re
+from typing import Mapping
+
+from workload import cli
+
+# huggingface_hub's constants._is_true reads 1, ON, YES, TRUE (any case) as true and everything else as false; the
+# words a user means as false are 0, OFF, NO, FALSE. The offline switches of huggingface_hub, transformers, datasets.
+_SWITCH_WORDS = ("1", "0", "true", "false", "yes", "no", "on", "off")
+SWITCHES = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE", "HF_HUB_DISABLE_TELEMETRY")
+# wandb's settings.mode (wandb/sdk/wandb_settings.py: Literal["online", "offline", "dryrun", "disabled", "run",
+# "shared"]).
+WANDB_MODES = ("online", "offline", "disabled", "dryrun", "run", "shared")
+# libgomp's OMP_NUM_THREADS: a positive integer, or a comma list of them for nested levels.
+_THREADS = re.compile(r"[1-9][0-9]{0,5}(,[1-9][0-9]{0,5})*")
+SHOWN_CHARS = 24
+
+
+def problem(environ: Mapping[str, str]) -> str | None:
+    """The first variable set to a value its library does not recognize, said as `NAME=value: what it takes`."""
+    for name in SWITCHES:
+        if (value := environ.get(name, "").strip()) and value.lower() not in _SWITCH_WORDS:
+            return f"{_shown(name, value)} is neither on nor off to huggingface_hub, which reads it as off: set 1 or 0"
+    if (value := environ.get("WANDB_MODE", "").strip()) and value.lower() not in WANDB_MODES:
+        return f"{_shown('WANDB_MODE', value)} is not a W&B mode; W&B takes {', '.join(WANDB_MODES)}"
+    if (value := environ.get("OMP_NUM_THREADS", "").strip()) and not _THREADS.fullmatch(value):
+        return (f"{_shown('OMP_NUM_THREADS', value)} is not a number of threads (libgomp ignores it): a whole number "
+                "of at least 1, or unset it")
+    return None
+
+
+def check_variable_values(environ: Mapping[str, str] | None = None) -> None:
+    if (why := problem(os.environ if environ is None else environ)) is not None:
+        raise cli.EnvironmentProblem(why, hint="fix the variable in this shell (or unset it) and run again")
+
+
+def _shown(name: str, value: str) -> str:
+    shown = len(value) <= SHOWN_CHARS and value.isprintable()
+    return f"{name}={value}" if shown else f"{name} ({len(value)} characters)"

@@ -69,6 +69,8 @@ def check_blocks(cfg: TrainConfig) -> None:
     n: the bound's split bounds both sets."""
     if not is_file_dataset(cfg.dataset) or "://" in cfg.dataset:
         return
+    if cfg.seq_len > (cfg.architecture or {}).get("max_position_embeddings", cfg.seq_len):
+        return  # the model's own limit is the thing to say (preflight.check_positions), not the blocks it leaves
     checked = validate.check_dataset(cfg, say=lambda line: None)  # the check above's result, kept
     if checked is None or not checked.complete:
         return

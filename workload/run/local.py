@@ -294,6 +294,15 @@ def parse_command(argv: Sequence[str] | None = None) -> tuple[TrainConfig, bool,
     ), verbose, print_config
 
 
+def job_config(cfg: TrainConfig) -> TrainConfig:
+    """The config the job is given: it runs in a copy of workload/ elsewhere, so a --model_id directory goes by its
+    absolute path, as the other local paths do (parse_command); the checks before Ray name it as it was typed."""
+    directory = os.path.expanduser(cfg.model_id)
+    if cfg.model_config or not os.path.isdir(directory):
+        return cfg
+    return dataclasses.replace(cfg, model_id=os.path.abspath(directory))
+
+
 def new_run_name() -> str:
     """`local-<date>-<time>-<pid>`: two runs started in the same second on one machine are two live processes,
     so their pids, and their run directories, differ."""
@@ -356,7 +365,7 @@ def _run(cfg: TrainConfig, verbose: bool) -> int:
     try:
         with local_cluster() as (address, token):
             result = submit_training_job(
-                address, cfg.to_args(), token=token, env_vars=LOCAL_RAY_TRAIN_ENV, timeout_s=JOB_TIMEOUT_S,
+                address, job_config(cfg).to_args(), token=token, env_vars=LOCAL_RAY_TRAIN_ENV, timeout_s=JOB_TIMEOUT_S,
                 on_log=progress)
     except JobFailedError as error:
         print("local Ray cluster stopped", flush=True)

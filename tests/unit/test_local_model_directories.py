@@ -1,0 +1,38 @@
+"""A local --model_id directory as a new user gives it to the local run (the tenth fresh audit's classes): taken by the
+path they typed, relative or not, and its config.json's mistakes answered in one line before Ray starts, through the
+command's own main with the harness of tests/unit/test_mistakes_before_ray.py (its `here` fixture fails a case that
+would start the local Ray cluster)."""
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from tests.unit.test_mistakes_before_ray import LOCAL, _run, here  # noqa: F401  (here: the fixture)
+from workload import cli
+from workload.run import local
+
+NO_TENSORS = (2).to_bytes(8, "little") + b"{}"  # a safetensors file of no tensors: its header length, then "{}"
+TINY_LLAMA = {"model_type": "llama", "hidden_size": 48, "intermediate_size": 96, "num_hidden_layers": 1,
+              "num_attention_heads": 4, "num_key_value_heads": 4, "vocab_size": 256}
+
+
+def _model(directory, **config) -> None:
+    directory.mkdir(parents=True)
+    (directory / "config.json").write_text(json.dumps({**TINY_LLAMA, **config}))
+    (directory / "model.safetensors").write_bytes(NO_TENSORS)
+
+
+def test_a_relative_model_directory_reaches_the_job_by_its_absolute_path(tmp_path, monkeypatch):
+    """The job runs in a copy of workload/ elsewhere: `--model_id my-model` was read there as a Hub id, and failed
+    inside Ray with "the Hugging Face Hub is not reachable"."""
+    _model(tmp_path / "checkpoints" / "my-model")
+    monkeypatch.chdir(tmp_path / "checkpoints")
+    cfg = local.parse_args(["--model_id", "my-model", "--storage_path", ""])
+    assert cfg.model_id == "my-model"  # the checks before Ray name it as typed
+    args = local.job_config(cfg).to_args()
+    assert args[args.index("--model_id") + 1] == str(tmp_path / "checkpoints" / "my-model")
+    for hub in (["--model_id", "team/model"], ["--model_config", "tiny"]):
+        cfg = local.parse_args([*hub, "--storage_path", ""])
+        assert local.job_config(cfg) == cfg

@@ -11,6 +11,7 @@ import pytest
 
 from tests.unit.test_mistakes_before_ray import LOCAL, _run, here  # noqa: F401  (here: the fixture)
 from workload import cli
+from workload.model import config_json
 from workload.run import local
 
 NO_TENSORS = (2).to_bytes(8, "little") + b"{}"  # a safetensors file of no tensors: its header length, then "{}"
@@ -36,3 +37,37 @@ def test_a_relative_model_directory_reaches_the_job_by_its_absolute_path(tmp_pat
     for hub in (["--model_id", "team/model"], ["--model_config", "tiny"]):
         cfg = local.parse_args([*hub, "--storage_path", ""])
         assert local.job_config(cfg) == cfg
+
+
+@pytest.mark.parametrize("config, accepted", [
+    ({"torch_dtype": "fp16"}, False), ({"dtype": "float8"}, False), ({"text_config": {"dtype": "bf16"}}, False),
+    ({"torch_dtype": "bfloat16"}, True), ({"dtype": "float16", "torch_dtype": None}, True), ({}, True),
+])
+def test_a_dtype_torch_does_not_name_is_refused_as_the_file_is_read(config, accepted):
+    """transformers builds its config by getattr(torch, dtype): a hand-typed "fp16" failed after seconds of imports,
+    as "module 'torch' has no attribute 'fp16'"."""
+    text = json.dumps({**TINY_LLAMA, **config})
+    if accepted:
+        config_json.loads(text)
+        return
+    with pytest.raises(config_json.Refused, match=r"not a config transformers builds: its (torch_)?dtype is '\w+', "
+                                                  r"which names no torch dtype; allowed: bfloat16, float16 or float32"):
+        config_json.loads(text)
+
+
+MISTAKES = [
+    ("a dtype typed by hand", {"torch_dtype": "fp32"},
+     "config.json is not a config transformers builds: its torch_dtype is 'fp32', which names no torch dtype"),
+]
+
+
+@pytest.mark.parametrize("case, config, words", MISTAKES, ids=[case[0] for case in MISTAKES])
+def test_a_model_directory_mistake_is_one_line_before_ray(here, capsys, case, config, words):  # noqa: F811
+    _model(here / "finetuned", **config)
+    code = _run(LOCAL, ["--model_id", "finetuned", "--steps", "2"])
+    err = capsys.readouterr().err
+    assert code == cli.USAGE and words in err and "--model_id finetuned" in err, f"{case}: exited {code}:\n{err}"
+    lines = err.splitlines()
+    at = next(index for index, line in enumerate(lines) if line.startswith("error:"))
+    assert len(lines[at:]) <= 2 and "Traceback" not in err, f"{case}: one line and a hint at most:\n{err}"
+    assert os.path.isdir(here / "finetuned")

@@ -5,13 +5,12 @@ would start the local Ray cluster)."""
 from __future__ import annotations
 
 import json
-import os
 
 import pytest
 
 from tests.unit.test_mistakes_before_ray import LOCAL, _run, here  # noqa: F401  (here: the fixture)
 from workload import cli
-from workload.model import config_json
+from workload.model import build, config_json
 from workload.run import local
 
 NO_TENSORS = (2).to_bytes(8, "little") + b"{}"  # a safetensors file of no tensors: its header length, then "{}"
@@ -56,18 +55,25 @@ def test_a_dtype_torch_does_not_name_is_refused_as_the_file_is_read(config, acce
 
 
 MISTAKES = [
-    ("a dtype typed by hand", {"torch_dtype": "fp32"},
-     "config.json is not a config transformers builds: its torch_dtype is 'fp32', which names no torch dtype"),
+    ("a dtype typed by hand", {"torch_dtype": "fp32"}, ["--model_id", "finetuned"],
+     "--model_id finetuned: finetuned/config.json is not a config transformers builds: its torch_dtype is 'fp32', "
+     "which names no torch dtype"),
+    ("a model path that names nothing", {}, ["--model_id", "./finetuned-v2"],
+     "--model_id ./finetuned-v2: no such directory on this machine; a local model is a directory holding config.json"),
+    ("a tokenizer path that names nothing", {}, ["--model_id", "finetuned", "--tokenizer", "../tokenizers/mine"],
+     "--tokenizer ../tokenizers/mine: no such directory on this machine; a tokenizer is a directory of its files"),
 ]
 
 
-@pytest.mark.parametrize("case, config, words", MISTAKES, ids=[case[0] for case in MISTAKES])
-def test_a_model_directory_mistake_is_one_line_before_ray(here, capsys, case, config, words):  # noqa: F811
+@pytest.mark.parametrize("case, config, argv, words", MISTAKES, ids=[case[0] for case in MISTAKES])
+def test_a_model_directory_mistake_is_one_line_before_ray(here, capsys, monkeypatch, case, config, argv,  # noqa: F811
+                                                          words):
     _model(here / "finetuned", **config)
-    code = _run(LOCAL, ["--model_id", "finetuned", "--steps", "2"])
+    # torch and transformers are not imported for these: importing them is what made such an answer take seconds
+    monkeypatch.setattr(build, "hf_config", lambda *args: pytest.fail(f"{case}: answered after the imports"))
+    code = _run(LOCAL, [*argv, "--steps", "2"])
     err = capsys.readouterr().err
-    assert code == cli.USAGE and words in err and "--model_id finetuned" in err, f"{case}: exited {code}:\n{err}"
+    assert code == cli.USAGE and words in err, f"{case}: exited {code}, or not {words!r}:\n{err}"
     lines = err.splitlines()
     at = next(index for index, line in enumerate(lines) if line.startswith("error:"))
     assert len(lines[at:]) <= 2 and "Traceback" not in err, f"{case}: one line and a hint at most:\n{err}"
-    assert os.path.isdir(here / "finetuned")

@@ -98,6 +98,10 @@ def check_local_files(cfg: TrainConfig) -> None:
     loads (a refusal in well under a second, not after seconds of torch's imports or inside Ray): a --model_id
     directory's readable config.json and its *.safetensors weights (model.safetensors, or every shard its index
     names, inside it), and the tokenizer's files in the --tokenizer directory (or the model's own, for a dataset)."""
+    if not cfg.model_config and model_source.missing_directory(cfg.model_id):
+        raise ValueError(f"--model_id {cfg.model_id}: {model_source.NO_MODEL_DIRECTORY}")
+    if cfg.dataset and model_source.missing_directory(cfg.tokenizer):
+        raise ValueError(f"--tokenizer {cfg.tokenizer}: {model_source.NO_TOKENIZER_DIRECTORY}")
     directory = os.path.expanduser(cfg.model_id)
     if not cfg.model_config and "://" not in cfg.model_id and os.path.isdir(directory):
         what = f"--model_id {cfg.model_id}"

@@ -5,12 +5,14 @@ would start the local Ray cluster)."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
+import torch
 
 from tests.unit.test_mistakes_before_ray import LOCAL, _run, here  # noqa: F401  (here: the fixture)
 from workload import cli
-from workload.model import build, config_json
+from workload.model import build, compatibility, config_json, weights
 from workload.run import local
 
 NO_TENSORS = (2).to_bytes(8, "little") + b"{}"  # a safetensors file of no tensors: its header length, then "{}"
@@ -77,3 +79,58 @@ def test_a_model_directory_mistake_is_one_line_before_ray(here, capsys, monkeypa
     lines = err.splitlines()
     at = next(index for index, line in enumerate(lines) if line.startswith("error:"))
     assert len(lines[at:]) <= 2 and "Traceback" not in err, f"{case}: one line and a hint at most:\n{err}"
+
+
+def _weights(directory, config: dict, change=None, shards: bool = False):
+    """A tiny model's directory as save_pretrained writes it, its state dict changed by `change` first."""
+    from safetensors.torch import save_file
+
+    lm = compatibility.build(config_json_config(config), "--model_id tiny")
+    state = {name: torch.zeros(tensor.shape, dtype=torch.bfloat16) for name, tensor in lm.state_dict().items()}
+    names = sorted(state)  # what the index names: a shard re-saved after it, without a tensor, is one change
+    if change:
+        change(state)
+    directory.mkdir()
+    (directory / "config.json").write_text(json.dumps(config))
+    if not shards:
+        save_file(state, str(directory / "model.safetensors"))
+        return lm
+    halves = {"model-00001-of-00002.safetensors": names[::2], "model-00002-of-00002.safetensors": names[1::2]}
+    for file_name, held in halves.items():
+        save_file({name: state[name] for name in held if name in state}, str(directory / file_name))
+    (directory / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": {
+        name: file_name for file_name, held in halves.items() for name in held}}))
+    return lm
+
+
+def config_json_config(config: dict):
+    return compatibility.check_config_dict(config, "--model_id tiny")
+
+
+def _drop(name):
+    return lambda state: state.pop(name)
+
+
+@pytest.mark.parametrize("config, change, shards, words", [
+    ({}, None, False, None),
+    ({"tie_word_embeddings": True}, _drop("lm_head.weight"), False, None),  # a tied head is the embedding's
+    ({"tie_word_embeddings": False}, _drop("lm_head.weight"), False, "lack the tensor lm_head.weight"),
+    ({}, lambda state: state.update({"model.norm.weight": torch.zeros(47)}), False,
+     "model.norm.weight in model.safetensors has shape [47]; the model's config.json gives [48]"),
+    ({}, lambda state: state.update({"model.layers.0.mlp.up_proj.weight": torch.zeros(96, 48, dtype=torch.int8)}),
+     False, "model.layers.0.mlp.up_proj.weight in model.safetensors is I8; only floating-point weights"),
+    ({}, None, True, None),
+    ({}, _drop("model.embed_tokens.weight"), True,
+     "lack the tensor model.embed_tokens.weight, which the architecture of its config.json needs (its index puts it "
+     "in model-00002-of-00002.safetensors, which does not hold it)"),
+], ids=["as saved", "tied", "untied without lm_head", "a shape", "int8", "sharded", "a shard without its tensor"])
+def test_the_files_hold_every_tensor_the_model_needs_before_any_worker_loads_them(tmp_path, config, change, shards,
+                                                                                  words):
+    """What each worker's load (workload.model.weights.load_sharded) refused inside Ray, read from the headers."""
+    raw = {**TINY_LLAMA, **config}
+    lm = _weights(tmp_path / "model", raw, change, shards)
+    if words is None:
+        weights.check_files(lm, str(tmp_path / "model"), "--model_id model")
+        return
+    with pytest.raises(ValueError, match=re.escape(words)):
+        weights.check_files(lm, str(tmp_path / "model"), "--model_id model")

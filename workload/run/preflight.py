@@ -253,3 +253,8 @@ def validate(cfg: TrainConfig) -> None:
             flag = "--tokenizer" if cfg.tokenizer else "--model_id"
             raise cli.EnvironmentProblem(f"{flag} {cfg.tokenizer_name} (its tokenizer): {error}") from None
     check_tokenizer(cfg, config.vocab_size)
+    if not cfg.model_config and os.path.isdir(os.path.expanduser(cfg.model_id)):
+        from workload.model import weights
+
+        # The workers' load's refusals (a tensor missing, of another shape, or quantized), from the files' headers.
+        weights.check_files(built, os.path.expanduser(cfg.model_id), f"--model_id {cfg.model_id}")

@@ -5,6 +5,7 @@ would start the local Ray cluster)."""
 from __future__ import annotations
 
 import json
+import os
 import re
 
 import pytest
@@ -134,3 +135,24 @@ def test_the_files_hold_every_tensor_the_model_needs_before_any_worker_loads_the
         return
     with pytest.raises(ValueError, match=re.escape(words)):
         weights.check_files(lm, str(tmp_path / "model"), "--model_id model")
+
+
+@pytest.mark.parametrize("names, accepted", [(("tool_use",), False), (("rag", "tool_use"), False),
+                                             (("default", "tool_use"), True)])
+def test_named_chat_templates_without_a_default_are_refused_naming_them(names, accepted):
+    """tokenizer_config.json's chat_template as a list of {name, template}: transformers renders with "default", and
+    refused a set without one in a paragraph, cut off in the record's error."""
+    from transformers import AutoTokenizer
+
+    from workload.data import chat
+
+    tokenizer = AutoTokenizer.from_pretrained(os.path.join(local.REPO, "data", "chat-tokenizer"))
+    text = tokenizer.chat_template
+    tokenizer.chat_template = {name: text for name in names}
+    if accepted:
+        chat.apply_template(tokenizer, "", "team/chat-model")
+        assert chat.render(tokenizer, [{"role": "user", "content": "hi"}])
+        return
+    with pytest.raises(ValueError, match=rf"the tokenizer 'team/chat-model' has named chat templates "
+                                         rf"\({', '.join(names)}\) and none named 'default'.*--chat_template FILE"):
+        chat.apply_template(tokenizer, "", "team/chat-model")

@@ -57,6 +57,24 @@ def test_a_dtype_torch_does_not_name_is_refused_as_the_file_is_read(config, acce
         config_json.loads(text)
 
 
+@pytest.mark.parametrize("config, accepted", [
+    ({"rope_scaling": {"rope_type": "dynamic", "factor": 0.5}}, False),
+    ({"rope_parameters": {"rope_type": "linear", "factor": "4"}}, False),
+    ({"rope_parameters": {"sliding_attention": {"rope_type": "yarn", "factor": 0}}}, False),
+    ({"rope_scaling": {"type": "linear", "factor": 2.0}}, True), ({"rope_scaling": {"rope_type": "default"}}, True),
+    ({"rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                       "original_max_position_embeddings": 8192}}, True),
+])
+def test_a_rotary_scaling_factor_below_one_is_refused_as_the_file_is_read(config, accepted):
+    """transformers only logs "factor field must be a float or int >= 1" and trains the positions scaled by it."""
+    text = json.dumps({**TINY_LLAMA, **config})
+    if accepted:
+        config_json.loads(text)
+        return
+    with pytest.raises(config_json.Refused, match=r"its rotary scaling's factor is .*; allowed: a number of at least 1"):
+        config_json.loads(text)
+
+
 MISTAKES = [
     ("a dtype typed by hand", {"torch_dtype": "fp32"}, ["--model_id", "finetuned"],
      "--model_id finetuned: finetuned/config.json is not a config transformers builds: its torch_dtype is 'fp32', "

@@ -104,6 +104,18 @@ def dtype_problem(config: dict) -> str | None:
     return None
 
 
+def rope_problem(config: dict) -> str | None:
+    """Why a rotary scaling object (rope_scaling, or transformers 5's rope_parameters, per layer type too: one with a
+    rope_type) scales by no factor transformers takes, or None. transformers' own validation only logs "factor field
+    must be a float or int >= 1" and builds the model, whose positions then train scaled by it."""
+    if "rope_type" not in config and "type" not in config or "factor" not in config:
+        return None
+    factor = config["factor"]
+    if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not factor >= 1:
+        return f"its rotary scaling's factor is {factor!r}; allowed: a number of at least 1 (1: no scaling)"
+    return None
+
+
 def check_shape(config: Any) -> None:
     """Refused when `config` nests deeper than MAX_CONFIG_DEPTH or an object holds a SIZE_FIELD_BOUNDS field above its
     bound; walked without recursion."""
@@ -117,7 +129,7 @@ def check_shape(config: Any) -> None:
                 _check_size_field(field, value.get(field), bound)
             if (why := attention_shape_problem(value)) is not None:
                 raise Refused(f"not a model attention can run: {why}")
-            if (why := dtype_problem(value)) is not None:
+            if (why := dtype_problem(value) or rope_problem(value)) is not None:
                 raise Refused(f"not a config transformers builds: {why}")
             pending.extend((item, depth + 1) for item in value.values())
         elif isinstance(value, list):

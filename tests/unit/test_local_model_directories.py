@@ -79,6 +79,8 @@ MISTAKES = [
     ("a dtype typed by hand", {"torch_dtype": "fp32"}, ["--model_id", "finetuned"],
      "--model_id finetuned: finetuned/config.json is not a config transformers builds: its torch_dtype is 'fp32', "
      "which names no torch dtype"),
+    ("a LoRA rank above the model's width", {}, ["--model_config", "tiny", "--method", "lora", "--lora_rank", "96"],
+     "--lora_rank 96 is above the rank any targeted layer's update can have (at most 64, "),
     ("a model path that names nothing", {}, ["--model_id", "./finetuned-v2"],
      "--model_id ./finetuned-v2: no such directory on this machine; a local model is a directory holding config.json"),
     ("a tokenizer path that names nothing", {}, ["--model_id", "finetuned", "--tokenizer", "../tokenizers/mine"],
@@ -174,3 +176,19 @@ def test_named_chat_templates_without_a_default_are_refused_naming_them(names, a
     with pytest.raises(ValueError, match=rf"the tokenizer 'team/chat-model' has named chat templates "
                                          rf"\({', '.join(names)}\) and none named 'default'.*--chat_template FILE"):
         chat.apply_template(tokenizer, "", "team/chat-model")
+
+
+@pytest.mark.parametrize("targets, rank, widest", [
+    ("all-linear", 64, None), ("all-linear", 65, 64), ("k_proj,v_proj", 32, None), ("k_proj,v_proj", 33, 32),
+    ("k_proj,down_proj", 40, None),
+])
+def test_a_lora_rank_above_every_targeted_layer_is_refused(targets, rank, widest):
+    """PEFT trains it, the update no richer than the layers' own rank and scaled by lora_alpha / lora_rank."""
+    from workload.config import ARCHITECTURES
+    from workload.model import adapters, structure
+
+    shapes = structure.linear_shapes(ARCHITECTURES["tiny"])  # q/o 64 x 64, k/v 32 x 64, the MLP's 128 x 64
+    why = adapters.rank_problem(shapes, adapters.resolve(targets, structure.linear_names(ARCHITECTURES["tiny"])), rank)
+    assert (why is None) == (widest is None), why
+    if widest is not None:
+        assert f"--lora_rank {rank} is above" in why and f"give --lora_rank {widest} or less" in why

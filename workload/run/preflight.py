@@ -133,6 +133,8 @@ def check_targets(cfg: TrainConfig, architecture: dict) -> None:
     and the names the model has; with --method qlora, their NF4 shards on --num_workers ranks (the check each
     worker would make after loading)."""
     targets = adapters.resolve(cfg.lora_targets, structure.linear_names(architecture))
+    if (why := adapters.rank_problem(structure.linear_shapes(architecture), targets, cfg.lora_rank)) is not None:
+        raise ValueError(why)
     if cfg.method == "qlora" and cfg.num_workers and (why := adapters.qlora_shards_problem(
             structure.linear_shapes(architecture), targets, cfg.num_workers)) is not None:
         raise ValueError(f"--method qlora on --num_workers {cfg.num_workers}: {why}; use --method lora or another "

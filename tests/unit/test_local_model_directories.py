@@ -192,3 +192,24 @@ def test_a_lora_rank_above_every_targeted_layer_is_refused(targets, rank, widest
     assert (why is None) == (widest is None), why
     if widest is not None:
         assert f"--lora_rank {rank} is above" in why and f"give --lora_rank {widest} or less" in why
+
+
+@pytest.mark.parametrize("data_format, dataset", [("text", "corpus.txt"), ("chat", "conversations.jsonl")])
+def test_a_tokenizer_without_an_eos_token_is_refused_for_a_dataset(tmp_path, data_format, dataset):
+    """Text is packed with eos between documents: without one they ran together, and the run exited 0."""
+    import shutil
+
+    from workload.config import TrainConfig
+    from workload.data.batches import check_tokenizer
+
+    source = os.path.join(local.REPO, "data", "chat-tokenizer")
+    shutil.copytree(source, tmp_path / "tok")
+    settings = json.loads((tmp_path / "tok" / "tokenizer_config.json").read_text())
+    cfg = TrainConfig(model_config="tiny", tokenizer=str(tmp_path / "tok"), data_format=data_format, seq_len=256,
+                      dataset=os.path.join(local.REPO, "data", dataset))
+    check_tokenizer(cfg, 512)
+    (tmp_path / "tok" / "tokenizer_config.json").write_text(json.dumps({**settings, "eos_token": None,
+                                                                         "pad_token": None}))
+    with pytest.raises(ValueError, match=rf"--tokenizer {tmp_path}/tok: the tokenizer has no eos_token, which "
+                                         r"separates the packed documents .* set eos_token in its tokenizer_config"):
+        check_tokenizer(cfg, 512)

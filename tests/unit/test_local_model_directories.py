@@ -213,3 +213,32 @@ def test_a_tokenizer_without_an_eos_token_is_refused_for_a_dataset(tmp_path, dat
     with pytest.raises(ValueError, match=rf"--tokenizer {tmp_path}/tok: the tokenizer has no eos_token, which "
                                          r"separates the packed documents .* set eos_token in its tokenizer_config"):
         check_tokenizer(cfg, 512)
+
+
+@pytest.mark.parametrize("chat_template, content, refused", [
+    ("llama3", "fair winds", "--chat_template llama3 writes <|start_header_id|>, which the tokenizer "),
+    ("", "fair winds", None),
+    ("", "the marker <|eot_id|> in a record's text", None),  # a record about tokens: its contents are not the template
+])
+def test_a_template_whose_turn_markers_the_tokenizer_splits_is_refused(tmp_path, chat_template, content, refused):
+    """Llama 3's template on a ChatML tokenizer (one with a bos_token, which the template needs): its markers were
+    trained as pieces of text, and the model had no end-of-turn token to stop at."""
+    import shutil
+
+    from workload.config import TrainConfig
+    from workload.data import template_check
+    from workload.data.tokenizer import load_chat_tokenizer
+
+    shutil.copytree(os.path.join(local.REPO, "data", "chat-tokenizer"), tmp_path / "tok")
+    settings = json.loads((tmp_path / "tok" / "tokenizer_config.json").read_text())
+    (tmp_path / "tok" / "tokenizer_config.json").write_text(json.dumps({**settings, "bos_token": "<|endoftext|>"}))
+    turns = [{"role": "user", "content": content}, {"role": "assistant", "content": "aye"}]
+    (tmp_path / "log.jsonl").write_text("".join(json.dumps({"messages": turns}) + "\n" for _ in range(3)))
+    cfg = TrainConfig(model_config="tiny", tokenizer=str(tmp_path / "tok"), data_format="chat", seq_len=512,
+                      dataset=str(tmp_path / "log.jsonl"), chat_template=chat_template)
+    tokenizer = load_chat_tokenizer(cfg)
+    if refused is None:
+        template_check.check_template_trains(cfg, tokenizer)
+        return
+    with pytest.raises(ValueError, match=re.escape(refused) + r".* give the template and the tokenizer of one model"):
+        template_check.check_template_trains(cfg, tokenizer)

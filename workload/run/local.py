@@ -295,12 +295,10 @@ def parse_command(argv: Sequence[str] | None = None) -> tuple[TrainConfig, bool,
 
 
 def job_config(cfg: TrainConfig) -> TrainConfig:
-    """The config the job is given: it runs in a copy of workload/ elsewhere, so a --model_id directory goes by its
-    absolute path, as the other local paths do (parse_command); the checks before Ray name it as it was typed."""
+    """The job's: it runs in a copy of workload/ elsewhere, so a --model_id directory goes by its absolute path."""
     directory = os.path.expanduser(cfg.model_id)
-    if cfg.model_config or not os.path.isdir(directory):
-        return cfg
-    return dataclasses.replace(cfg, model_id=os.path.abspath(directory))
+    absolute = not cfg.model_config and os.path.isdir(directory)  # the checks before Ray name it as it was typed
+    return dataclasses.replace(cfg, model_id=os.path.abspath(directory)) if absolute else cfg
 
 
 def new_run_name() -> str:

@@ -242,3 +242,21 @@ def test_a_template_whose_turn_markers_the_tokenizer_splits_is_refused(tmp_path,
         return
     with pytest.raises(ValueError, match=re.escape(refused) + r".* give the template and the tokenizer of one model"):
         template_check.check_template_trains(cfg, tokenizer)
+
+
+@pytest.mark.parametrize("model_type, architectures, accepted", [
+    ("qwen2", ["Qwen3MoeForCausalLM"], False), ("mistral", ["LlamaForCausalLM", "Qwen2ForCausalLM"], False),
+    ("llama", ["LlamaForCausalLM"], True), ("qwen2", ["Qwen2ForCausalLM", "LlamaForCausalLM"], True),
+    ("llama", ["TeamLlamaForCausalLM"], True),  # a class transformers does not list: model_type decides
+])
+def test_architectures_of_another_model_type_are_refused(model_type, architectures, accepted):
+    """AutoModelForCausalLM goes by model_type: an expert model's class over a dense model_type trained the dense
+    model, exit 0."""
+    raw = {**TINY_LLAMA, "model_type": model_type, "architectures": architectures}
+    if accepted:
+        compatibility.check_config_dict(raw, "trainModelId: team/model")
+        return
+    with pytest.raises(ValueError, match=rf"trainModelId: team/model: its config.json's architectures is "
+                                         rf"{', '.join(architectures)}, while its model_type {model_type} builds "
+                                         r"\w+ForCausalLM: one of the two was edited"):
+        compatibility.check_config_dict(raw, "trainModelId: team/model")

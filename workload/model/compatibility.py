@@ -100,6 +100,8 @@ def check_config(config, what: str) -> None:
         raise _refuse(what, f"{model_type} is not a causal LM (AutoModelForCausalLM has no class for it)")
     if (why := head_problem(config, set(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.values()))) is not None:
         raise _refuse(what, why)
+    if (why := family_problem(config, MODEL_FOR_CAUSAL_LM_MAPPING_NAMES)) is not None:
+        raise _refuse(what, why)
     hybrid = next((name for name in structure.SSM_FIELDS if getattr(config, name, None) is not None), None)
     if hybrid:
         raise _refuse(what, f"{model_type} is a hybrid of attention and state-space (Mamba) or recurrent layers "
@@ -127,6 +129,22 @@ def head_problem(config, causal_classes: set[str]) -> str | None:
             if any(name.endswith(HEAD_SUFFIXES) for name in names) else "a model without the lm_head the job trains")
     return (f"its config.json's architectures is {', '.join(names)[:200]}: {kind}, not a causal LM; give the base "
             "model it was fine-tuned from (a *ForCausalLM checkpoint)")
+
+
+def family_problem(config, causal_classes: dict[str, Any]) -> str | None:
+    """Why config.json's `architectures` and its model_type disagree, or None: architectures naming only causal LMs
+    of other model types (MixtralForCausalLM over model_type llama, a hand-edited file) that AutoModelForCausalLM,
+    which goes by model_type, would silently not build. A class transformers does not list is left alone."""
+    names = getattr(config, "architectures", None)
+    own = causal_classes.get(config.model_type)
+    others = {name for model_type, name in causal_classes.items() if model_type != config.model_type}
+    if not isinstance(names, (list, tuple)) or not names or not isinstance(own, str) or own in names:
+        return None
+    if not all(isinstance(name, str) and name in others for name in names):
+        return None
+    return (f"its config.json's architectures is {', '.join(names)[:200]}, while its model_type "
+            f"{config.model_type} builds {own}: one of the two was edited; give the config.json save_pretrained "
+            "wrote")
 
 
 @contextlib.contextmanager

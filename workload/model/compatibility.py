@@ -48,9 +48,8 @@ def _refuse(what: str, problem: str) -> ValueError:
     return ValueError(f"{what}: {problem}; {ALLOWED}")
 
 
-def check_config_dict(raw: Any, what: str):
-    """config.json (a dict read from storage, untrusted) as the transformers config the job would build, after the
-    checks that need no model (see the module docstring)."""
+def check_raw(raw: Any, what: str) -> None:
+    """The gate's checks of config.json that need no transformers (the local run makes them before its imports)."""
     if not isinstance(raw, dict):
         raise _refuse(what, "its config.json is not a JSON object")
     model_type = raw.get("model_type")
@@ -60,9 +59,16 @@ def check_config_dict(raw: Any, what: str):
         raise _refuse(what, "its config.json has a quantization_config: its weights are stored quantized, which the "
                             "job neither loads nor trains; give the model's unquantized (bf16/fp32) repository "
                             "(--method qlora quantizes it itself)")
+
+
+def check_config_dict(raw: Any, what: str):
+    """config.json (a dict read from storage, untrusted) as the transformers config the job would build, after the
+    checks that need no model (see the module docstring)."""
+    check_raw(raw, what)
     from transformers import AutoConfig, __version__
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
 
+    model_type = raw["model_type"]
     if model_type not in CONFIG_MAPPING_NAMES:
         custom = " (its config.json's auto_map points at custom code, which the job does not run)" if raw.get(
             "auto_map") else ""

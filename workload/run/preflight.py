@@ -17,7 +17,15 @@ from workload import cli
 from workload.config import CHAT_TEMPLATES, TrainConfig, parse_report_to
 from workload.data import hub_dataset, tokenizer_size
 from workload.data import validate as records_check
-from workload.model import adapters, config_json, model_source, safetensors_files, safetensors_index, structure
+from workload.model import (
+    adapters,
+    compatibility,
+    config_json,
+    model_source,
+    safetensors_files,
+    safetensors_index,
+    structure,
+)
 from workload.run import credential_values, services, writable
 
 # A tokenizer directory holds at least one of these (what transformers' tokenizers load their vocabulary from: the
@@ -105,7 +113,7 @@ def check_local_files(cfg: TrainConfig) -> None:
     directory = os.path.expanduser(cfg.model_id)
     if not cfg.model_config and "://" not in cfg.model_id and os.path.isdir(directory):
         what = f"--model_id {cfg.model_id}"
-        config_json.load_model_config(directory, what)
+        compatibility.check_raw(config_json.load_model_config(directory, what), what)  # before the imports
         weights = sorted(glob.glob(os.path.join(directory, "*.safetensors")))
         if not weights:
             raise ValueError(f"{what}: the directory holds no *.safetensors weights; give the directory save_pretrained "
@@ -230,7 +238,6 @@ def validate(cfg: TrainConfig) -> None:
 
     # Seconds of imports from here on: torch and transformers.
     from workload.data.batches import check_dataset, check_tokenizer
-    from workload.model import compatibility
     from workload.model.build import hf_config
 
     check_dataset(cfg)  # a remote --dataset file, with the driver's credentials

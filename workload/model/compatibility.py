@@ -8,7 +8,8 @@ the preview accepts is what the job then builds, by the same code. In order, a m
 - it is a decoder-only causal LM: not an encoder-decoder (t5, bart), not a multimodal wrapper around a language model
   (text_config with vision or audio, e.g. gemma3, llava), not an encoder (bert, roberta: AutoModelForCausalLM builds
   them as a decoder head over an encoder, which no published checkpoint of theirs was trained as), and its
-  config.json's architectures, when given, name a causal LM (not a reward model's or classifier's head: head_problem);
+  config.json's architectures, when given, name a causal LM (not a reward model's or classifier's head: head_problem)
+  and not only another model_type's (MixtralForCausalLM over model_type llama, a hand-edited file: family_problem);
 - it is not a hybrid of attention and state-space (Mamba) or recurrent layers (Falcon-H1, Jamba, Bamba): their
   mixers are neither counted by the memory plan nor sharded as the job shards a decoder layer;
 - it is dense: a mixture-of-experts model (Mixtral, Qwen3-MoE, ...) is built by transformers with every layer's

@@ -55,7 +55,15 @@ def check_tokenizer(cfg: TrainConfig, vocab_size: int) -> None:
         # refuses a tokenizer without a chat template, unless --chat_template names one; then a template that
         # cannot render a record, or renders no assistant turn of the first records, or --truncation that keeps none
         check_template_trains(cfg, load_chat_tokenizer(cfg))
-    size = len(load_tokenizer(cfg.tokenizer_name))
+    tokenizer = load_tokenizer(cfg.tokenizer_name)
+    if tokenizer.eos_token_id is None:
+        # Text is packed with the end-of-text token between documents, and examples padded with it (no pad token):
+        # without one, documents ran into each other in silence.
+        flag = "--tokenizer" if cfg.tokenizer else "--model_id"
+        raise ValueError(f"{flag} {cfg.tokenizer_name}: the tokenizer has no eos_token, which separates the packed "
+                         "documents and ends each example; set eos_token in its tokenizer_config.json (the model's "
+                         "end-of-text token, such as <|endoftext|> or </s>)")
+    size = len(tokenizer)
     if size > vocab_size:
         raise ValueError(
             f"--tokenizer {cfg.tokenizer_name!r} has {size} tokens, more than the model's vocabulary of {vocab_size}"

@@ -88,6 +88,13 @@ def apply_template(tokenizer, chat_template: str, tokenizer_name: str) -> None:
         raise ValueError(f"the tokenizer {tokenizer_name!r} has no chat template, so conversations cannot be rendered "
                          f"the way the model will see them; name one with --chat_template (one of "
                          f"{', '.join(CHAT_TEMPLATES)}, or a .jinja file)")
+    elif isinstance(tokenizer.chat_template, dict) and "default" not in tokenizer.chat_template:
+        # Named templates (tokenizer_config.json's list of {name, template}): transformers renders with the one
+        # named "default" and refuses, in a paragraph, a set without it.
+        named = ", ".join(sorted(map(str, tokenizer.chat_template)))[:200]
+        raise ValueError(f"the tokenizer {tokenizer_name!r} has named chat templates ({named}) and none named "
+                         "'default', so none says how to render a conversation; save the one to train with as a "
+                         "FILE.jinja and give --chat_template FILE.jinja")
 
 
 def render(tokenizer, turns: Sequence[dict], add_generation_prompt: bool = False) -> str:

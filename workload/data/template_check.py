@@ -12,6 +12,7 @@ to learn).
 """
 from __future__ import annotations
 
+import re
 import time
 
 from workload.config import TRUNCATIONS, TrainConfig, is_file_dataset
@@ -23,6 +24,12 @@ SAMPLE_RECORDS = 8
 # a second; a larger one's first part (the job renders the rest).
 RENDER_RECORDS = 2000
 RENDER_SECONDS = 1.0
+
+
+# What a chat template writes as its turns' markers: ChatML's and Llama 3's <|im_start|>, <|eot_id|>, Gemma's
+# <start_of_turn>. Each is one token of the family's tokenizer; another tokenizer splits it into pieces of text, and the
+# model learns no end-of-turn token to stop at.
+MARKER = re.compile(r"<\|[\w.\-]{1,40}\|>|<(?:start|end)_of_turn>")
 
 
 def _template(cfg: TrainConfig) -> str:
@@ -65,6 +72,9 @@ def check_template_trains(cfg: TrainConfig, tokenizer) -> None:
     if not is_file_dataset(cfg.dataset) or "://" in cfg.dataset:
         return  # a Hub or remote dataset: not downloaded for this
     sample = rendered_sample(cfg, tokenizer)
+    if sample and (why := marker_problem(tokenizer, sample[0][1])) is not None:
+        raise ValueError(f"{_template(cfg)} {why}; give the template and the tokenizer of one model (leave "
+                         "--chat_template out for the tokenizer's own, or --tokenizer the template's model's)")
     untruncated = 0  # records whose trained tokens --truncation cuts away
     for where, turns, trained in sample:
         example = chat.tokenize_conversation(tokenizer, turns, trained, cfg.train_on_prompt,
@@ -87,3 +97,20 @@ def check_template_trains(cfg: TrainConfig, tokenizer) -> None:
     raise ValueError(f"{_template(cfg)} renders no assistant turn of --dataset {cfg.dataset}: none of its first "
                      f"{len(sample)} conversations keeps a token to train on; give a template that renders each "
                      "message (the assistant's turns among them), or leave --chat_template out for the tokenizer's own")
+
+
+def marker_problem(tokenizer, turns: list[dict]) -> str | None:
+    """Why the turn markers the template writes around `turns` (a record's, its contents replaced, so that a record
+    about tokens is not taken for the template) are not the tokenizer's (after the template's name), or None: the
+    first MARKER that the tokenizer does not encode as one token."""
+    plain = [{**turn, "content": "hi"} if isinstance(turn.get("content"), str) else turn for turn in turns]
+    try:
+        text = chat.render(tokenizer, plain)
+    except Exception:  # noqa: BLE001  (the records themselves rendered: the job's checks say the rest)
+        return None
+    for marker in dict.fromkeys(MARKER.findall(text)):
+        pieces = tokenizer(marker, add_special_tokens=False)["input_ids"]
+        if len(pieces) != 1:
+            return (f"writes {marker}, which the tokenizer {tokenizer.name_or_path or ''} splits into {len(pieces)} "
+                    "tokens (it is not one of its tokens: another model family's marker)")
+    return None

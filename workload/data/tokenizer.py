@@ -15,11 +15,10 @@ def load_tokenizer(name: str):
 
     from workload import storage
     from workload.model import files as model_files
+    from workload.model import model_source
 
-    if name.startswith(("/", "./", "../", "~")) and not os.path.isdir(os.path.expanduser(name)):
-        # A path, not a Hub id: transformers would answer with its rules for repo ids.
-        raise ValueError(f"--tokenizer {name}: no such directory on this machine; a tokenizer is a directory of its "
-                         "files (what save_pretrained writes) or a Hugging Face id")
+    if model_source.missing_directory(name):  # a path, not a Hub id
+        raise ValueError(f"--tokenizer {name}: {model_source.NO_TOKENIZER_DIRECTORY}")
     try:
         if storage.is_remote(name):
             name = model_files.fetch(name, patterns=model_files.TOKENIZER_PATTERNS, required=None)

@@ -8,7 +8,8 @@ the preview accepts is what the job then builds, by the same code. In order, a m
 - it is a decoder-only causal LM: not an encoder-decoder (t5, bart), not a multimodal wrapper around a language model
   (text_config with vision or audio, e.g. gemma3, llava), not an encoder (bert, roberta: AutoModelForCausalLM builds
   them as a decoder head over an encoder, which no published checkpoint of theirs was trained as), and its
-  config.json's architectures, when given, name a causal LM (not a reward model's or classifier's head: head_problem);
+  config.json's architectures, when given, name a causal LM (not a reward model's or classifier's head: head_problem)
+  and not only another model_type's (MixtralForCausalLM over model_type llama, a hand-edited file: family_problem);
 - it is not a hybrid of attention and state-space (Mamba) or recurrent layers (Falcon-H1, Jamba, Bamba): their
   mixers are neither counted by the memory plan nor sharded as the job shards a decoder layer;
 - it is dense: a mixture-of-experts model (Mixtral, Qwen3-MoE, ...) is built by transformers with every layer's
@@ -48,9 +49,8 @@ def _refuse(what: str, problem: str) -> ValueError:
     return ValueError(f"{what}: {problem}; {ALLOWED}")
 
 
-def check_config_dict(raw: Any, what: str):
-    """config.json (a dict read from storage, untrusted) as the transformers config the job would build, after the
-    checks that need no model (see the module docstring)."""
+def check_raw(raw: Any, what: str) -> None:
+    """The gate's checks of config.json that need no transformers (the local run makes them before its imports)."""
     if not isinstance(raw, dict):
         raise _refuse(what, "its config.json is not a JSON object")
     model_type = raw.get("model_type")
@@ -60,9 +60,16 @@ def check_config_dict(raw: Any, what: str):
         raise _refuse(what, "its config.json has a quantization_config: its weights are stored quantized, which the "
                             "job neither loads nor trains; give the model's unquantized (bf16/fp32) repository "
                             "(--method qlora quantizes it itself)")
+
+
+def check_config_dict(raw: Any, what: str):
+    """config.json (a dict read from storage, untrusted) as the transformers config the job would build, after the
+    checks that need no model (see the module docstring)."""
+    check_raw(raw, what)
     from transformers import AutoConfig, __version__
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
 
+    model_type = raw["model_type"]
     if model_type not in CONFIG_MAPPING_NAMES:
         custom = " (its config.json's auto_map points at custom code, which the job does not run)" if raw.get(
             "auto_map") else ""
@@ -100,6 +107,8 @@ def check_config(config, what: str) -> None:
         raise _refuse(what, f"{model_type} is not a causal LM (AutoModelForCausalLM has no class for it)")
     if (why := head_problem(config, set(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.values()))) is not None:
         raise _refuse(what, why)
+    if (why := family_problem(config, MODEL_FOR_CAUSAL_LM_MAPPING_NAMES)) is not None:
+        raise _refuse(what, why)
     hybrid = next((name for name in structure.SSM_FIELDS if getattr(config, name, None) is not None), None)
     if hybrid:
         raise _refuse(what, f"{model_type} is a hybrid of attention and state-space (Mamba) or recurrent layers "
@@ -127,6 +136,22 @@ def head_problem(config, causal_classes: set[str]) -> str | None:
             if any(name.endswith(HEAD_SUFFIXES) for name in names) else "a model without the lm_head the job trains")
     return (f"its config.json's architectures is {', '.join(names)[:200]}: {kind}, not a causal LM; give the base "
             "model it was fine-tuned from (a *ForCausalLM checkpoint)")
+
+
+def family_problem(config, causal_classes: dict[str, Any]) -> str | None:
+    """Why config.json's `architectures` and its model_type disagree, or None: architectures naming only causal LMs
+    of other model types (MixtralForCausalLM over model_type llama, a hand-edited file) that AutoModelForCausalLM,
+    which goes by model_type, would silently not build. A class transformers does not list is left alone."""
+    names = getattr(config, "architectures", None)
+    own = causal_classes.get(config.model_type)
+    others = {name for model_type, name in causal_classes.items() if model_type != config.model_type}
+    if not isinstance(names, (list, tuple)) or not names or not isinstance(own, str) or own in names:
+        return None
+    if not all(isinstance(name, str) and name in others for name in names):
+        return None
+    return (f"its config.json's architectures is {', '.join(names)[:200]}, while its model_type "
+            f"{config.model_type} builds {own}: one of the two was edited; give the config.json save_pretrained "
+            "wrote")
 
 
 @contextlib.contextmanager

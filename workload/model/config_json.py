@@ -34,6 +34,14 @@ SIZE_FIELD_BOUNDS = {
 }
 
 
+# What transformers' config takes in dtype / torch_dtype: a name it looks up as getattr(torch, name) (so "bf16" or
+# "float8", typed by hand, fail its config build with "module 'torch' has no attribute"); the dtypes torch names.
+DTYPE_FIELDS = ("dtype", "torch_dtype")
+TORCH_DTYPES = frozenset({
+    "float32", "float16", "bfloat16", "float64", "float", "half", "double", "float8_e4m3fn", "float8_e5m2",
+    "float8_e4m3fnuz", "float8_e5m2fnuz", "int8", "uint8", "int16", "int32", "int64", "bool"})
+
+
 class Refused(ValueError):
     """Not a config.json any model has (its message follows "<file> is")."""
 
@@ -85,6 +93,29 @@ def attention_shape_problem(config: dict) -> str | None:
     return None
 
 
+def dtype_problem(config: dict) -> str | None:
+    """Why a config object's dtype or torch_dtype names no torch dtype (after "not a config transformers builds: "),
+    or None; absent or null is the model's default."""
+    for field in DTYPE_FIELDS:
+        value = config.get(field)
+        if isinstance(value, str) and value not in TORCH_DTYPES:
+            return (f"its {field} is {value[:40]!r}, which names no torch dtype; allowed: bfloat16, float16 or float32 "
+                    "(what save_pretrained writes)")
+    return None
+
+
+def rope_problem(config: dict) -> str | None:
+    """Why a rotary scaling object (rope_scaling, or transformers 5's rope_parameters, per layer type too: one with a
+    rope_type) scales by no factor transformers takes, or None. transformers' own validation only logs "factor field
+    must be a float or int >= 1" and builds the model, whose positions then train scaled by it."""
+    if "rope_type" not in config and "type" not in config or "factor" not in config:
+        return None
+    factor = config["factor"]
+    if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not factor >= 1:
+        return f"its rotary scaling's factor is {factor!r}; allowed: a number of at least 1 (1: no scaling)"
+    return None
+
+
 def check_shape(config: Any) -> None:
     """Refused when `config` nests deeper than MAX_CONFIG_DEPTH or an object holds a SIZE_FIELD_BOUNDS field above its
     bound; walked without recursion."""
@@ -98,6 +129,8 @@ def check_shape(config: Any) -> None:
                 _check_size_field(field, value.get(field), bound)
             if (why := attention_shape_problem(value)) is not None:
                 raise Refused(f"not a model attention can run: {why}")
+            if (why := dtype_problem(value) or rope_problem(value)) is not None:
+                raise Refused(f"not a config transformers builds: {why}")
             pending.extend((item, depth + 1) for item in value.values())
         elif isinstance(value, list):
             pending.extend((item, depth + 1) for item in value)

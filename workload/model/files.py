@@ -90,8 +90,7 @@ def read_config_directory(model_id: str) -> str:
     if model_source.is_path(model_id):
         directory = os.path.expanduser(model_id)
         if not os.path.isdir(directory):
-            raise ValueError(f"--model_id {model_id}: no such directory on this machine; a local model is a "
-                             "directory holding config.json and *.safetensors (what save_pretrained writes)")
+            raise ValueError(f"--model_id {model_id}: {model_source.NO_MODEL_DIRECTORY}")
         return directory
     return model_source.hub_config_directory(model_id)
 

@@ -37,6 +37,10 @@ def offline_variable(names: tuple[str, ...] = OFFLINE_VARIABLES) -> str | None:
 HUB_ID = re.compile(r"^(\b[\w\-.]{1,96}\b/)?\b[\w\-.]{1,96}\b$", re.ASCII)
 HUB_HOSTS = ("huggingface.co", "www.huggingface.co", "hf.co")
 PATH_PREFIXES = ("/", "./", "../", "~")
+NO_MODEL_DIRECTORY = ("no such directory on this machine; a local model is a directory holding config.json and "
+                      "*.safetensors (what save_pretrained writes)")
+NO_TOKENIZER_DIRECTORY = ("no such directory on this machine; a tokenizer is a directory of its files (what "
+                          "save_pretrained writes) or a Hugging Face id")
 # One request's time limit, and no retries: a Hub that does not answer in this time is reported as not reachable.
 HUB_TIMEOUT_S = 10
 CONFIG_FILE = "config.json"
@@ -109,6 +113,12 @@ def _repo_of_file(value: str) -> str:
 # What a local --model_id is (and a local --tokenizer, its tokenizer files), for a refusal of one of its files.
 LOCAL_MODEL = "the directory holding config.json and *.safetensors (what save_pretrained writes)"
 LOCAL_TOKENIZER = "the directory holding the tokenizer files (tokenizer.json, tokenizer_config.json)"
+
+
+def missing_directory(name: str) -> bool:
+    """A --model_id or --tokenizer written as a path that names no directory here: meant on this machine, and not a
+    Hub id (which transformers would answer by its rules for repo ids, after seconds of imports)."""
+    return name.startswith(PATH_PREFIXES) and not os.path.isdir(os.path.expanduser(name))
 
 
 def is_path(model_id: str) -> bool:

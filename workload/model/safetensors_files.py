@@ -50,3 +50,13 @@ def file_problem(path: str) -> str | None:
         return (f"places its tensors up to byte {max(ends):,} of its data, and the file holds {data_bytes:,}: "
                 "cut off, or not the file its header describes")
     return None
+
+
+def tensor_entries(path: str) -> dict[str, tuple[str, tuple]]:
+    """Each tensor's (dtype, shape) as the header of `path` gives them (a file file_problem passed): what the loader
+    would find, read without the tensors' bytes."""
+    with open(path, "rb") as file:
+        (header_bytes,) = struct.unpack("<Q", file.read(8))
+        header = json.loads(file.read(header_bytes))
+    return {name: (str(entry.get("dtype")), tuple(entry.get("shape") or ()))
+            for name, entry in header.items() if name != "__metadata__" and isinstance(entry, dict)}

@@ -104,8 +104,7 @@ def load_sharded(model: nn.Module, directory: str, device: torch.device, what: s
             if name is None:
                 continue
             if name not in files:
-                raise ValueError(f"{what}: the safetensors files in {directory} lack the tensor {name}, which "
-                                 "the architecture of its config.json needs")
+                raise ValueError(_lacks(what, directory, name))
             _fill(tensor, name, handle(files[name]), os.path.basename(files[name]), what)
         for name, value in computed.items():
             model.get_buffer(name).copy_(value)
@@ -116,13 +115,8 @@ def _fill(tensor: torch.Tensor, name: str, handle, file_name: str, what: str) ->
     from torch.distributed.tensor import DTensor
 
     stored = handle.get_slice(name)
-    shape, dtype = tuple(stored.get_shape()), stored.get_dtype()
-    if shape != tuple(tensor.shape):
-        raise ValueError(f"{what}: {name} in {file_name} has shape {list(shape)}; the model's config.json gives "
-                         f"{list(tensor.shape)}")
-    if dtype not in FLOAT_DTYPES:
-        raise ValueError(f"{what}: {name} in {file_name} is {dtype}; only floating-point weights "
-                         f"({', '.join(FLOAT_DTYPES)}) are loaded, not quantised checkpoints")
+    if (why := stored_problem(name, file_name, tuple(stored.get_shape()), stored.get_dtype(), tensor.shape)):
+        raise ValueError(f"{what}: {why}")
     local = tensor.to_local() if isinstance(tensor, DTensor) else tensor
     start, stop = local_rows(tensor)
     assert stop - start == (local.shape[0] if local.dim() else 1), (name, start, stop, local.shape)
@@ -134,6 +128,44 @@ def _fill(tensor: torch.Tensor, name: str, handle, file_name: str, what: str) ->
         tensor._local_tensor = nf4.quantized_shard(local, rows)
         return
     local.copy_(rows)
+
+
+def _lacks(what: str, directory: str, name: str) -> str:
+    return (f"{what}: the safetensors files in {directory} lack the tensor {name}, which the architecture of its "
+            "config.json needs")
+
+
+def stored_problem(name: str, file_name: str, shape: tuple, dtype: str, expected: tuple) -> str | None:
+    """Why a stored tensor cannot fill the model's `name` of shape `expected` (after "{what}: "), or None."""
+    if tuple(shape) != tuple(expected):
+        return f"{name} in {file_name} has shape {list(shape)}; the model's config.json gives {list(expected)}"
+    if dtype not in FLOAT_DTYPES:
+        return (f"{name} in {file_name} is {dtype}; only floating-point weights ({', '.join(FLOAT_DTYPES)}) are "
+                "loaded, not quantised checkpoints")
+    return None
+
+
+def check_files(model: nn.Module, directory: str, what: str) -> None:
+    """load_sharded's refusals from the files' headers alone, for the driver before any worker starts: every tensor
+    the meta-built Hugging Face `model` (its own names are the files') needs is in the file the index names, in its
+    shape and a floating dtype. Without it a missing lm_head, a shard re-saved without a tensor or an int8 file was
+    found by every worker inside Ray."""
+    from workload.model import safetensors_files
+
+    files = weight_files(directory, what)
+    persistent = set(model.state_dict())
+    headers: dict[str, dict] = {}
+    for name, tensor in [*model.named_parameters(), *((name, buffer) for name, buffer in model.named_buffers()
+                                                      if name in persistent)]:
+        path = files.get(name)
+        if path is not None and path not in headers:
+            headers[path] = safetensors_files.tensor_entries(path)
+        if path is None or name not in headers[path]:
+            raise ValueError(_lacks(what, directory, name) + ("" if path is None else
+                             f" (its index puts it in {os.path.basename(path)}, which does not hold it)"))
+        dtype, shape = headers[path][name]
+        if (why := stored_problem(name, os.path.basename(path), shape, dtype, tuple(tensor.shape))) is not None:
+            raise ValueError(f"{what}: {why}")
 
 
 def computed_buffers(model: nn.Module, persistent: set[str], what: str) -> dict[str, torch.Tensor]:

@@ -294,6 +294,13 @@ def parse_command(argv: Sequence[str] | None = None) -> tuple[TrainConfig, bool,
     ), verbose, print_config
 
 
+def job_config(cfg: TrainConfig) -> TrainConfig:
+    """The job's: it runs in a copy of workload/ elsewhere, so a --model_id directory goes by its absolute path."""
+    directory = os.path.expanduser(cfg.model_id)
+    absolute = not cfg.model_config and os.path.isdir(directory)  # the checks before Ray name it as it was typed
+    return dataclasses.replace(cfg, model_id=os.path.abspath(directory)) if absolute else cfg
+
+
 def new_run_name() -> str:
     """`local-<date>-<time>-<pid>`: two runs started in the same second on one machine are two live processes,
     so their pids, and their run directories, differ."""
@@ -342,8 +349,7 @@ def _run(cfg: TrainConfig, verbose: bool) -> int:
         return cli.OK
     check_model_source(cfg)
     preflight.check_credentials(cfg)  # a missing key is the thing to say before a server that does not answer
-    if (note := tracker_variables.unused_variables_note(cfg.report_to)) is not None:
-        print(f"note: {note}", file=sys.stderr, flush=True)
+    tracker_variables.say_unused(cfg.report_to)  # WANDB_PROJECT set while --report_to leaves W&B out
     services.check_services_reachable(cfg)  # MLflow, W&B, the Hub: a server that is down is exit 3 now, not later
     # Heavy imports (torch, transformers, Ray) only once the flags are good, so --help and typos answer at once:
     # preflight's checks that need none come first, then those that need torch and transformers.
@@ -357,7 +363,7 @@ def _run(cfg: TrainConfig, verbose: bool) -> int:
     try:
         with local_cluster() as (address, token):
             result = submit_training_job(
-                address, cfg.to_args(), token=token, env_vars=LOCAL_RAY_TRAIN_ENV, timeout_s=JOB_TIMEOUT_S,
+                address, job_config(cfg).to_args(), token=token, env_vars=LOCAL_RAY_TRAIN_ENV, timeout_s=JOB_TIMEOUT_S,
                 on_log=progress)
     except JobFailedError as error:
         print("local Ray cluster stopped", flush=True)

@@ -17,7 +17,15 @@ from workload import cli
 from workload.config import CHAT_TEMPLATES, TrainConfig, parse_report_to
 from workload.data import hub_dataset, tokenizer_size
 from workload.data import validate as records_check
-from workload.model import adapters, config_json, model_source, safetensors_files, safetensors_index, structure
+from workload.model import (
+    adapters,
+    compatibility,
+    config_json,
+    model_source,
+    safetensors_files,
+    safetensors_index,
+    structure,
+)
 from workload.run import credential_values, services, variable_values, writable
 
 # A tokenizer directory holds at least one of these (what transformers' tokenizers load their vocabulary from: the
@@ -99,10 +107,14 @@ def check_local_files(cfg: TrainConfig) -> None:
     loads (a refusal in well under a second, not after seconds of torch's imports or inside Ray): a --model_id
     directory's readable config.json and its *.safetensors weights (model.safetensors, or every shard its index
     names, inside it), and the tokenizer's files in the --tokenizer directory (or the model's own, for a dataset)."""
+    if not cfg.model_config and model_source.missing_directory(cfg.model_id):
+        raise ValueError(f"--model_id {cfg.model_id}: {model_source.NO_MODEL_DIRECTORY}")
+    if cfg.dataset and model_source.missing_directory(cfg.tokenizer):
+        raise ValueError(f"--tokenizer {cfg.tokenizer}: {model_source.NO_TOKENIZER_DIRECTORY}")
     directory = os.path.expanduser(cfg.model_id)
     if not cfg.model_config and "://" not in cfg.model_id and os.path.isdir(directory):
         what = f"--model_id {cfg.model_id}"
-        config_json.load_model_config(directory, what)
+        compatibility.check_raw(config_json.load_model_config(directory, what), what)  # before the imports
         weights = sorted(glob.glob(os.path.join(directory, "*.safetensors")))
         if not weights:
             raise ValueError(f"{what}: the directory holds no *.safetensors weights; give the directory save_pretrained "
@@ -130,6 +142,8 @@ def check_targets(cfg: TrainConfig, architecture: dict) -> None:
     and the names the model has; with --method qlora, their NF4 shards on --num_workers ranks (the check each
     worker would make after loading)."""
     targets = adapters.resolve(cfg.lora_targets, structure.linear_names(architecture))
+    if (why := adapters.rank_problem(structure.linear_shapes(architecture), targets, cfg.lora_rank)) is not None:
+        raise ValueError(why)
     if cfg.method == "qlora" and cfg.num_workers and (why := adapters.qlora_shards_problem(
             structure.linear_shapes(architecture), targets, cfg.num_workers)) is not None:
         raise ValueError(f"--method qlora on --num_workers {cfg.num_workers}: {why}; use --method lora or another "
@@ -225,7 +239,6 @@ def validate(cfg: TrainConfig) -> None:
 
     # Seconds of imports from here on: torch and transformers.
     from workload.data.batches import check_dataset, check_tokenizer
-    from workload.model import compatibility
     from workload.model.build import hf_config
 
     check_dataset(cfg)  # a remote --dataset file, with the driver's credentials
@@ -250,3 +263,8 @@ def validate(cfg: TrainConfig) -> None:
             flag = "--tokenizer" if cfg.tokenizer else "--model_id"
             raise cli.EnvironmentProblem(f"{flag} {cfg.tokenizer_name} (its tokenizer): {error}") from None
     check_tokenizer(cfg, config.vocab_size)
+    if not cfg.model_config and os.path.isdir(os.path.expanduser(cfg.model_id)):
+        from workload.model import weights
+
+        # The workers' load's refusals (a tensor missing, of another shape, or quantized), from the files' headers.
+        weights.check_files(built, os.path.expanduser(cfg.model_id), f"--model_id {cfg.model_id}")

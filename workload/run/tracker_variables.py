@@ -6,6 +6,7 @@ only: it runs before Ray and the heavy imports."""
 from __future__ import annotations
 
 import os
+import sys
 from typing import Mapping
 
 from workload.config import parse_report_to
@@ -33,3 +34,9 @@ def unused_variables_note(report_to: str, environ: Mapping[str, str] | None = No
                      f"{tracker} out: nothing is recorded in {title} (add {tracker} to --report_to, or unset "
                      f"{'it' if len(set_) == 1 else 'them'})")
     return "; ".join(notes) or None
+
+
+def say_unused(report_to: str) -> None:
+    """The note above, if any, on stderr."""
+    if (note := unused_variables_note(report_to)) is not None:
+        print(f"note: {note}", file=sys.stderr, flush=True)

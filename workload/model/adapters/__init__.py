@@ -76,6 +76,19 @@ def qlora_shards_problem(linear_shapes: dict[str, tuple[int, int]], target_names
     return None
 
 
+def rank_problem(linear_shapes: dict[str, tuple[int, int]], target_names: Sequence[str], rank: int) -> str | None:
+    """Why --lora_rank `rank` fits none of the targeted layers (structure.linear_shapes, as qlora_shards_problem takes
+    them), or None: a layer's update B @ A has at most the rank of its smaller side, so a rank above every targeted
+    layer's is a mistake (512 typed for a model 64 wide), which PEFT trains, scaled by lora_alpha / lora_rank, without
+    a word."""
+    sides = {name: min(shape) for name, shape in linear_shapes.items() if name.rsplit(".", 1)[-1] in target_names}
+    if not sides or rank <= max(sides.values()):
+        return None
+    widest = max(sides, key=sides.get)
+    return (f"--lora_rank {rank} is above the rank any targeted layer's update can have (at most {sides[widest]}, "
+            f"{widest}'s {' x '.join(map(str, linear_shapes[widest]))}); give --lora_rank {sides[widest]} or less")
+
+
 def check_settings(method: str, rank: int, alpha: float, dropout: float, target_list: str) -> None:
     """The method flags together; ValueError naming the flag and the allowed values."""
     if method not in METHODS:

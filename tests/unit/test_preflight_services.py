@@ -6,6 +6,7 @@ wandb reads WANDB_API_KEY, else ~/.netrc's api.wandb.ai, and needs none with WAN
 $HF_HOME/token (https://huggingface.co/docs/huggingface_hub/package_reference/environment_variables)."""
 from __future__ import annotations
 
+import json
 import time
 
 import pytest
@@ -56,7 +57,7 @@ def test_push_to_hub_without_a_token_is_exit_3_naming_the_variable(bare_environm
 def test_a_model_directory_without_weights_is_refused_before_ray(tmp_path, capsys):
     directory = tmp_path / "model"
     directory.mkdir()
-    (directory / "config.json").write_text("{}")
+    (directory / "config.json").write_text(json.dumps({"model_type": "llama"}))
     with pytest.raises(ValueError, match=r"holds no \*\.safetensors weights"):
         preflight.check_local_files(TrainConfig(model_id=str(directory), seq_len=32))
     (directory / "model.safetensors").write_bytes(b"")  # a file that is no safetensors file

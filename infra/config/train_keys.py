@@ -125,6 +125,12 @@ def job_flags(raw: dict[str, Any]) -> dict[str, Any]:
         raise ValueError(stack_message(str(error))) from None
     if (broken := rules.first_broken(values)) is not None:
         raise ValueError(stack_message(broken))
+    # The job's argv holds the flags whose value is not the default (TrainConfig.to_args), and the job refuses one
+    # that the others make do nothing (trainMaxFailures without trainStoragePath): said here, before any GPU bills.
+    defaults = {declared.name: declared.default for declared in DECLARED}
+    given = {name for name in STACK_KEYS if values[name] != defaults[name]}
+    if (inert := rules.typed_without_effect(values, given)) is not None:
+        raise ValueError(stack_message(inert))
     return {name: values[name] for name in STACK_KEYS}
 
 

@@ -38,6 +38,10 @@ DOOMED = [
     ("push without a token", "trainPushToHub", {**JOB, **STORED, "trainPushToHub": "org/model"}, "HF_TOKEN"),
     ("push with an empty token", "trainSecretEnv",
      {**JOB, **STORED, "trainPushToHub": "org/model", "trainSecretEnv": Secret(["HF_TOKEN="])}, "empty value"),
+    # infra/config/train_keys.py job_flags: a flag the job's argv carries that the others make do nothing, which the
+    # job refuses at its start (workload/config/rules.py typed_without_effect).
+    ("restarts without checkpoints", "trainMaxFailures", {**JOB, "trainMaxFailures": 2}, "train from step 0"),
+    ("LoRA's rank on a full fine-tune", "trainLoraRank", {**JOB, "trainLoraRank": 32}, "trainMethod"),
     # infra/config/train_keys.py _check_offline: an offline switch with a source on the Hub (fresh nodes, no cache).
     ("HF_HUB_OFFLINE with a Hub model", "trainEnv", {**JOB, "trainEnv": ["HF_HUB_OFFLINE=1"]}, "trainModelId"),
     ("HF_HUB_OFFLINE with a Hub dataset", "trainEnv",

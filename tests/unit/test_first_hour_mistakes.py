@@ -53,6 +53,13 @@ CASES = [
      "OMP_NUM_THREADS=-4 is not a number of threads (libgomp ignores it)"),
     ("an AWS profile set empty", "tools.capacity", ["--instance-type", "g6.12xlarge", "--count", "1"],
      {"AWS_PROFILE": " "}, cli.ENVIRONMENT, "AWS_PROFILE is set and empty"),
+    ("a GPU's memory in GiB", LOCAL, ["--gpu_memory_mib", "40"], {}, cli.USAGE,
+     "--gpu_memory_mib is in MiB, as EC2 gives it, and 40 MiB is no GPU's memory: a card of 40 GiB is "
+     "--gpu_memory_mib 40960"),
+    ("a GPU's figure on CPU workers", LOCAL, ["--gpu_memory_mib", "24576"], {}, cli.USAGE,
+     "--gpu_memory_mib 24576 plans each GPU's memory, and the local run trains on CPU workers, where it does nothing"),
+    ("TensorBoard without storage", LOCAL, ["--report_to", "tensorboard", "--storage_path", ""], {}, cli.USAGE,
+     "without --storage_path none are written: give --storage_path DIR, or leave tensorboard out"),
     ("another stack's state", "tools.leftovers", ["--stack", "dev", "--state", "p5-state.json"], {}, cli.USAGE,
      "--state p5-state.json is stack p5's export, not dev's"),
 ]

@@ -25,6 +25,7 @@ from workload.config.values import (  # noqa: F401
     DATASET_CONFIG,
     WANDB_PROJECT_MAX_LENGTH,
     dataset_id_problem,
+    gpu_memory_problem,
     mlflow_uri_problem,
     repo_id_problem,
     split_problem,
@@ -294,7 +295,7 @@ class TrainConfig:
     )
     gpu_memory_mib: int = flag(
         0, "Each GPU's memory in MiB as EC2 documents it (the stack passes its instance's), for the memory plan; "
-        "0 reads it from the device.", at_least=0, meaning="0: read from the device"
+        "0 reads it from the device.", at_least=0, meaning="0: read from the device", check=gpu_memory_problem
     )
     fabric_check_seconds: float | None = flag(
         None,

@@ -121,3 +121,16 @@ def packed_dataset_problem(dataset: str, shown: str) -> str | None:
         return (f"--dataset {shown} is {COMPRESSED_SUFFIXES[suffix]}-compressed, which is not read: decompress it, or "
                 "compress it with gzip (.jsonl.gz, .json.gz, .txt.gz, .csv.gz are read)")
     return None
+
+
+# The least memory a GPU the job runs on has, in MiB: NVIDIA's smallest data-centre card on EC2 (T4) has 16 GiB; a
+# figure below this is another unit (80 for an 80 GB card), which would plan the memory for a card that cannot exist.
+GPU_MEMORY_MIB_LEAST = 4096
+
+
+def gpu_memory_problem(value: int) -> str | None:
+    """Why a --gpu_memory_mib is refused: a GPU's memory given in GB (or GiB) where MiB is asked for."""
+    if value < GPU_MEMORY_MIB_LEAST:
+        return (f"is in MiB, as EC2 gives it, and {value} MiB is no GPU's memory: a card of {value} GiB is "
+                f"--gpu_memory_mib {value * 1024} (0 reads it from the device)")
+    return None

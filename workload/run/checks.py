@@ -17,7 +17,14 @@ import sys
 import tempfile
 
 from workload import cli
-from workload.config import CPU_WORKERS_WITHOUT_GPUS, DATASET_FILE_SUFFIXES, TrainConfig, is_file_dataset
+from workload.config import (
+    CPU_WORKERS_WITHOUT_GPUS,
+    DATASET_FILE_SUFFIXES,
+    TrainConfig,
+    is_file_dataset,
+    parse_report_to,
+    rules,
+)
 from workload.data import validate
 from workload.run import variable_values, writable
 
@@ -145,6 +152,21 @@ def check_schemes(cfg: TrainConfig) -> None:
             hub = "" if flag == "--storage_path" else ", a Hub id (owner/name)"
             raise cli.UsageError(f"{flag}: a {scheme[:16]}:// location is not read here; allowed: a local path{hub}, "
                                  "or s3://BUCKET/PREFIX (file:// for a local one)")
+
+
+def typed_without_effect_here(cfg: TrainConfig, typed: set[str]) -> str | None:
+    """rules.typed_without_effect, and the flags for a cluster's GPUs that the local run (CPU workers only: its Ray
+    cluster advertises no GPU) would take and do nothing with."""
+    if (inert := rules.typed_without_effect(vars(cfg), typed)) is not None:
+        return inert
+    if "report_to" in typed and not cfg.storage_path and "tensorboard" in parse_report_to(cfg.report_to):
+        # (On a cluster the job reports the run to W&B or MLflow as well, and the stack says where its files go.)
+        return ("--report_to tensorboard writes its event files under --storage_path/--run_name/tensorboard, and "
+                "without --storage_path none are written: give --storage_path DIR, or leave tensorboard out")
+    if "gpu_memory_mib" in typed and cfg.gpu_memory_mib:
+        return (f"--gpu_memory_mib {cfg.gpu_memory_mib} plans each GPU's memory, and the local run trains on CPU "
+                "workers, where it does nothing: leave it out (a stack passes its instance's figure)")
+    return None
 
 
 def check_fp8(cfg: TrainConfig) -> None:

@@ -24,7 +24,7 @@ from contextlib import contextmanager
 from typing import Iterator, Sequence
 
 from workload import cli, config_file, storage
-from workload.config import DECLARED, SUMMARY_PREFIX, TrainConfig, build_parser, is_local_dataset, rules
+from workload.config import DECLARED, SUMMARY_PREFIX, TrainConfig, build_parser, is_local_dataset
 from workload.run import checks as local_checks
 from workload.run import output as local_output
 from workload.run import preflight, run_lock, services, tracker_variables
@@ -280,7 +280,7 @@ def parse_command(argv: Sequence[str] | None = None) -> tuple[TrainConfig, bool,
         if name not in on_line and args[name] == LOCAL_DEFAULTS[name] and args[name] > args["steps"]:
             args[name] = 0
     cfg = TrainConfig(**args)
-    if (inert := rules.typed_without_effect(vars(cfg), on_line)) is not None:
+    if (inert := local_checks.typed_without_effect_here(cfg, on_line)) is not None:
         raise ValueError(inert)
     # The job runs in a copy of workload/ elsewhere, so local files are passed by absolute path.
     return dataclasses.replace(

@@ -6,7 +6,7 @@ data files: an --eval_fraction that leaves the workers fewer training or evaluat
 whose header is split by another delimiter or names a column twice, TRL's preference records (DPO's pairs, KTO's
 labelled completions) given to SFT, a file whose bytes are of another format than its name says (gzip, Parquet,
 JSON Lines under .json, Python's repr of dicts), and turns stored as JSON text, or a number, where a prompt or
-completion goes."""
+completion goes; a turn marked untrained with axolotl's switch, half a UTF-16 surrogate pair."""
 from __future__ import annotations
 
 import gzip
@@ -87,6 +87,15 @@ FILES = {
     "crew.csv": b"prompt,completion,completion\n" + b"who has the watch?,the mate,the bosun\n" * 10,
     "muster.jsonl": b"".join(f"{ {'text': f'hand {number} aboard', 'present': True} }\n".encode()
                              for number in range(6)),
+    "rota.jsonl": _lines({"conversations": [{"from": "human", "value": f"who steers at bell {number}?"},
+                                            {"from": "gpt", "value": "not me", "training": False},
+                                            {"from": "human", "value": "then who?"},
+                                            {"from": "gpt", "value": f"the mate, bell {number}"}]}
+                         for number in range(20)),
+    # Half an emoji on line 4 (its high surrogate alone), a whole one (both halves) on line 2: only the first refused.
+    "signals.jsonl": b"".join(b'{"text": "flag ' + str(number).encode() + (b' \\ud83c\\udff4' if number == 1 else
+                                                                         b' \\ud83c' if number == 3 else b'') + b'"}\n'
+                              for number in range(30)),
     "ledger.csv": b"text|source\n" + b"".join(f"cargo manifest {day}|purser\n".encode() for day in range(20)),
 }
 
@@ -124,6 +133,11 @@ MISTAKES = [
     ("a text evaluation share smaller than the workers", ["--dataset", "almanac.txt", "--eval_fraction", "0.01"],
      ("--eval_fraction 0.01 holds out at most 1 evaluation blocks of --dataset ", "almanac.txt, fewer than the 2 "
       "workers")),
+    ("a turn marked untrained, axolotl's way", ["--data_format", "chat", "--dataset", "rota.jsonl"],
+     ("rota.jsonl line 1: conversations[1].training is false: a turn's own loss switch (axolotl's) is not read here, "
+      "and every assistant turn is trained")),
+    ("half a surrogate pair", ["--dataset", "signals.jsonl"],
+     ("signals.jsonl line 4 holds \\ud83c, half of a UTF-16 surrogate pair", "which no tokenizer takes")),
     ("a .csv split by another delimiter", ["--dataset", "ledger.csv"],
      ("ledger.csv line 1: the header is one column, \"text|source\", its names split by '|'; allowed: "
       "comma-separated values")),

@@ -248,6 +248,7 @@ def _turn(turn: object, path: str, shape: str) -> dict:
     if role not in ROLES:
         raise RecordError(f"{path}.role is {show(role)}; allowed: {', '.join(ROLES)}"
                           + (f" (ShareGPT's {role} is {SHAREGPT_ROLES[role]})" if role in SHAREGPT_ROLES else ""))
+    _check_turn_switch(turn, role, path)
     content = turn.get("content")
     tool_calls = turn.get("tool_calls")
     if tool_calls is not None:
@@ -261,6 +262,20 @@ def _turn(turn: object, path: str, shape: str) -> dict:
         raise RecordError(f"{path}.content is {show(content)}; allowed: a string"
                           + (" (or null with tool_calls)" if role == "assistant" else ""))
     return dict(turn)
+
+
+# A turn's own loss switch, as axolotl's chat_template datasets and FastChat-style ShareGPT files mark a turn to leave
+# untrained (axolotl: message_field_training `training`, or a turn's `weight` of 0). Not read here: each assistant turn
+# is trained, so a turn marked off would be trained silently.
+TURN_SWITCHES = ("weight", "training", "train")
+
+
+def _check_turn_switch(turn: dict, role: str, path: str) -> None:
+    for key in TURN_SWITCHES:
+        if key in turn and role == "assistant" and turn[key] in (0, False, "0", "false", "False"):
+            raise RecordError(f"{path}.{key} is {show(turn[key])}: a turn's own loss switch (axolotl's) is not read "
+                              "here, and every assistant turn is trained; remove the turns not to train on, or "
+                              "fold them into the prompt")
 
 
 def call_name(call: object) -> str | None:
@@ -277,6 +292,7 @@ def _sharegpt_turn(turn: object, path: str, shape: str) -> dict:
     speaker = turn.get("from")
     if speaker not in SHAREGPT_ROLES:
         raise RecordError(f"{path}.from is {show(speaker)}; allowed: {', '.join(SHAREGPT_ROLES)}")
+    _check_turn_switch(turn, SHAREGPT_ROLES[speaker], path)
     value = turn.get("value")
     if not isinstance(value, str):
         raise RecordError(f"{path}.value is {show(value)}; allowed: a string")

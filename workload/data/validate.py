@@ -23,6 +23,7 @@ import gzip
 import io
 import json
 import os
+import re
 from dataclasses import dataclass
 from typing import BinaryIO, Callable, Iterator
 
@@ -163,7 +164,9 @@ def records(path: str, raw: BinaryIO, complete: bool = True) -> Iterator[tuple[s
                 yield f"line {number}", line
                 continue
             try:
-                yield f"line {number}", json.loads(line)
+                record = json.loads(line)
+                _check_surrogates(line, f"line {number}")
+                yield f"line {number}", record
             except json.JSONDecodeError as error:
                 raise DataError(f"line {number} is not JSON ({error.msg} at column {error.colno}): "
                                 f"{shapes.show(line.strip())}{_python_repr(line)}; allowed: one JSON object a line"
@@ -291,9 +294,24 @@ def _python_repr(text: str) -> str:
             if text.lstrip().lstrip("[").lstrip().startswith("{'") else "")
 
 
+# A \\uD800-\\uDFFF escape without its other half: JSON allows it, Python decodes it to a lone surrogate, and the
+# tokenizers refuse the string inside Ray (TextEncodeInput must be Union[...]). A writer that cuts text by UTF-16
+# units (JavaScript's substring, a truncation at n characters) leaves half an emoji this way.
+LONE_SURROGATE = re.compile(r"\\u[dD][89abAB][0-9a-fA-F]{2}(?!\\u[dD][c-fC-F][0-9a-fA-F]{2})"
+                            r"|(?<!\\u[dD][89abAB][0-9a-fA-F]{2})\\u[dD][c-fC-F][0-9a-fA-F]{2}")
+
+
+def _check_surrogates(text: str, where: str) -> None:
+    if "\\u" in text and (found := LONE_SURROGATE.search(text)) is not None:
+        raise DataError(f"{where} holds {found.group()}, half of a UTF-16 surrogate pair (a character cut in two, as "
+                        "a writer cutting text by UTF-16 units leaves it), which no tokenizer takes; allowed: whole "
+                        "characters: drop it or write the whole one")
+
+
 def _json_records(raw: BinaryIO) -> Iterator[tuple[str, object]]:
     try:
-        data = json.load(io.TextIOWrapper(raw, encoding="utf-8-sig"))  # a byte-order mark, if any, dropped
+        text = io.TextIOWrapper(raw, encoding="utf-8-sig").read()  # a byte-order mark, if any, dropped
+        data = json.loads(text)
     except json.JSONDecodeError as error:
         if error.msg == "Extra data" and error.colno == 1 and error.doc.lstrip().startswith("{"):
             # datasets' Dataset.to_json and pandas' to_json(lines=True) write JSON Lines under any name, .json too
@@ -305,6 +323,7 @@ def _json_records(raw: BinaryIO) -> Iterator[tuple[str, object]]:
     if not isinstance(data, list):
         raise DataError(f"holds a JSON {type(data).__name__}, not a list of records; allowed: [{{...}}, {{...}}] "
                         "(one record a line is .jsonl)")
+    _check_surrogates(text, "a record")
     for number, record in enumerate(data, 1):
         yield f"record {number}", record
 

@@ -43,6 +43,7 @@ def _local(argv: list[str]) -> TrainConfig:
     (["--lr_scheduler_type", "linear"], ["--lr_schedule", "linear"]),
     (["--num_train_epochs", "2"], ["--epochs", "2"]),
     (["--report_to", "tensorboard", "mlflow"], ["--report_to", "tensorboard,mlflow"]),
+    (["--block_size", "48"], ["--seq_len", "48"]),
 ])
 def test_their_flag_is_ours(theirs, ours):
     assert _local(theirs) == _local(ours), f"{theirs} must build what {ours} builds"
@@ -70,6 +71,10 @@ def test_axolotl_keys_in_a_config_file(tmp_path):
     (["--gradient_accumulation_steps", "4"], "--grad_accum_steps"),
     (["--use_peft"], "--method lora"),
     (["--load_in_4bit"], "--method qlora"),
+    (["--validation_split_percentage", "10"], "--eval_fraction 0.05"),
+    (["--overwrite_output_dir"], "give another --run_name"),
+    (["--bnb_4bit_quant_type", "fp4"], "NF4 always"),
+    (["--log_level", "warning"], "--verbose"),
 ])
 def test_their_flag_with_another_meaning_is_refused_naming_ours(argv, words, capsys):
     assert cli.run(local.main, argv) == cli.USAGE

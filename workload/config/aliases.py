@@ -40,6 +40,7 @@ ALIASES: Mapping[str, tuple[str, str]] = {
     "lora_target_modules": ("lora_targets", "TRL, PEFT, axolotl"),
     "hub_model_id": ("push_to_hub", "transformers, TRL, axolotl"),
     "truncation_mode": ("truncation", "TRL (keep_start is truncate)"),
+    "block_size": ("seq_len", "transformers' run_clm (the packed block's tokens)"),
 }
 
 _BF16 = "the job computes in bf16 always (FSDP2's mixed precision over fp32 master weights): nothing to set"
@@ -101,6 +102,13 @@ DIFFERENT: Mapping[str, str] = {
                   "is no separate data seed"),
     "evals_per_epoch": ("give --eval_every, a number of steps (with --epochs the job prints the steps an epoch "
                         "makes)"),
+    "validation_split_percentage": ("give --eval_fraction, a fraction of --dataset held out (5 percent is "
+                                    "--eval_fraction 0.05)"),
+    "overwrite_output_dir": ("a run of the same --run_name resumes from its latest checkpoint: for a fresh run give "
+                             "another --run_name"),
+    "bnb_4bit_quant_type": "--method qlora quantizes the base to 4-bit NF4 always; no flag changes the type",
+    "bnb_4bit_compute_dtype": _BF16,
+    "log_level": "give --verbose for the job's whole log; the libraries' own levels are not a flag",
 }
 
 # Their name with a value that means something else there -> what to give instead: refused, as DIFFERENT's names are.

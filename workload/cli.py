@@ -133,7 +133,10 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message: str):
         """A flag argparse cannot parse: its message and where to look, not the whole usage block."""
         hint = f"`{self.prog} --help` lists every flag"
-        if (guess := self._nearest_flag(message)) is not None:
+        if (guess := self._nearest_flag(message)) is not None and f"--{guess}" in message.split()[2:]:
+            # the very flag, of another of its commands (`tools.job logs --run-id`: submit's): argparse refused it here
+            hint = f"--{guess} is not a flag of this command; `{self.prog} COMMAND --help` lists each command's"
+        elif guess is not None:
             hint += f" (did you mean --{guess}?)"
         elif (guess := _nearest_choice(message)) is not None:
             hint += f" (did you mean {guess}?)"
@@ -142,7 +145,8 @@ class _Parser(argparse.ArgumentParser):
         elif (whole := _whole_number(message)) is not None:
             hint = f"did you mean {whole}? it takes a whole number, written out"
         elif (guess := self._positional_file(message)) is not None:
-            hint = f"did you mean --dataset {guess}? {self.prog} takes its data file as a flag"
+            flag, what = ("--config", "settings") if guess.lower().endswith((".yaml", ".yml")) else ("--dataset", "data")
+            hint = f"did you mean {flag} {guess}? {self.prog} takes its {what} file as a flag"
         elif (guess := self._bare_word_hint(message)) is not None:
             hint = guess
         elif (commands := self._commands(message)) is not None:
@@ -210,14 +214,14 @@ class _Parser(argparse.ArgumentParser):
         """A bare word that is a file here, or named like a data file, given to a parser with --dataset (TRL's
         scripts and `axolotl train` take their file without a flag): the word, to give after --dataset."""
         if not message.startswith("unrecognized arguments: ") or "--dataset" not in self._option_string_actions:
-            return None
+            return None  # (`axolotl train run.yaml` takes its settings file so too: --config, which has --dataset)
         import os
 
         words = message.split()[2:]
         if not words or words[0].startswith("-") or shown(words[0]) != repr(words[0]):
             return None
         word = words[0]
-        looks_like_data = word.lower().endswith((".txt", ".jsonl", ".json", ".csv", ".parquet", ".gz"))
+        looks_like_data = word.lower().endswith((".txt", ".jsonl", ".json", ".csv", ".parquet", ".gz", ".yaml", ".yml"))
         return word if looks_like_data or os.path.isfile(word) else None
 
 

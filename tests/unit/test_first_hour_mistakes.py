@@ -60,6 +60,13 @@ CASES = [
      "--gpu_memory_mib 24576 plans each GPU's memory, and the local run trains on CPU workers, where it does nothing"),
     ("TensorBoard without storage", LOCAL, ["--report_to", "tensorboard", "--storage_path", ""], {}, cli.USAGE,
      "without --storage_path none are written: give --storage_path DIR, or leave tensorboard out"),
+    ("axolotl's settings file without its flag", LOCAL, ["sweep.yml"], {}, cli.USAGE,
+     "did you mean --config sweep.yml? python -m workload.local takes its settings file as a flag"),
+    ("a stack key's name in a --config file", LOCAL, ["--config", "keys.yaml"], {}, cli.USAGE,
+     "unrecognized keys: trainNumWorkers\n`python -m workload.local --help` lists every flag (did you mean "
+     "--num_workers?)"),
+    ("another command's flag", "tools.job", ["logs", "--run-id", "submit-20260101-000000"], {}, cli.USAGE,
+     "--run-id is not a flag of this command; `python -m tools.job COMMAND --help` lists each command's"),
     ("another stack's state", "tools.leftovers", ["--stack", "dev", "--state", "p5-state.json"], {}, cli.USAGE,
      "--state p5-state.json is stack p5's export, not dev's"),
 ]
@@ -70,6 +77,7 @@ def test_a_mistake_is_one_line_naming_the_fix(here, capsys, monkeypatch, case, c
                                               code, words):
     (here / "notes.txt").write_text("the cat sees the ball .\n" * 50)
     (here / "p5-state.json").write_text(json.dumps(P5_STATE))
+    (here / "keys.yaml").write_text("trainNumWorkers: 4\n")  # as Pulumi.<stack>.yaml names it
     (here / "chats.jsonl.zst").write_bytes(b"\x28\xb5\x2f\xfd")  # zstd's magic number, as the file begins
     for name, value in environment.items():
         monkeypatch.setenv(name, value)

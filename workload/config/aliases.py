@@ -170,6 +170,12 @@ def ours(name: str) -> str:
 def nearest(name: str, known: Iterable[str]) -> str | None:
     """The closest of `known` names and the aliases to a typo, as ours (difflib's ratio, 0.6 as its default)."""
     known = list(known)
+    # A stack key's name (trainLearningRate, in a --config file as in Pulumi.<stack>.yaml): its flag is the name in
+    # snake case without "train" (the train* keys are named so: Pulumi.yaml).
+    if name.startswith("train") and name[5:6].isupper():
+        snake = re.sub(r"(?<!^)([A-Z])", r"_\1", name[5:]).lower()
+        if snake in known:
+            return snake
     # The start of exactly one flag's name (--print, --activation): suggested before a look-alike, never taken (no
     # flag is abbreviated); two letters are initials' (--lr), not a start.
     starting = [each for each in known if each.startswith(name.replace("-", "_"))]

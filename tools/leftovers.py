@@ -30,11 +30,11 @@ from typing import Any, Callable, Iterator, Sequence
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from infra.aws.region_name import region_problem
 from infra.config import PROJECT_FILE, project_name
 from tools.stack import stack_file_config, stack_key
 from tools.stack_name import add_stack_flag
 from workload import cli
+from workload.aws_region import region_problem
 
 # What the capacity reservation provider treats as over (infra/aws/capacity_reservation.py ENDED_STATES); a
 # reservation in any other state (active, pending, scheduled, payment-pending) holds or will hold capacity.

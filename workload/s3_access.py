@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 
 from workload import cli
+from workload.aws_region import region_problem
 
 S3_CONNECT_TIMEOUT_S = 5
 S3_READ_TIMEOUT_S = 10
@@ -61,6 +62,10 @@ def check_s3_locations(named: list[tuple[str, str, str, str]]) -> None:
     except ImportError:
         return
     session = aws_session(what=named[0][0])
+    if session.region_name and (wrong := region_problem(session.region_name)) is not None:
+        # a misspelt region reads as "S3 is not reachable" (no such endpoint): named before anything is asked
+        where = next((name for name in ("AWS_REGION", "AWS_DEFAULT_REGION") if os.environ.get(name)), "AWS's config")
+        raise cli.EnvironmentProblem(f"{named[0][0]}: this machine's AWS region ({where}) {wrong}")
     try:
         credentials = session.get_credentials()
     except botocore.exceptions.PartialCredentialsError as error:  # AWS_ACCESS_KEY_ID without its secret, say

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_aws as aws
 
-from infra.aws.region_name import region_problem
 from infra.config import WORLD_CIDR, StackConfig, config_error
+from workload.aws_region import region_problem
 
 # EKS refuses control-plane subnets in these AZ IDs (UnsupportedAvailabilityZoneException); nodes may still
 # run there. AZ IDs, not names, because names map to different physical AZs in each account.

@@ -67,6 +67,15 @@ CASES = [
      "--num_workers?)"),
     ("another command's flag", "tools.job", ["logs", "--run-id", "submit-20260101-000000"], {}, cli.USAGE,
      "--run-id is not a flag of this command; `python -m tools.job COMMAND --help` lists each command's"),
+    ("a --model_config name as --model_id", LOCAL, ["--model_id", "Tiny"], {}, cli.USAGE,
+     "--model_id Tiny is the name of a --model_config (random weights): give --model_config tiny"),
+    ("a Hub mirror without its scheme", LOCAL, ["--steps", "3"], {"HF_ENDPOINT": "hub.example.org"}, cli.ENVIRONMENT,
+     "HF_ENDPOINT=hub.example.org is an address without its scheme: the libraries take a URL, https://hub.example.org"),
+    ("a region misspelt in the environment", LOCAL, ["--storage_path", "s3://team-runs/sft"],
+     {"AWS_ACCESS_KEY_ID": "AKIAIOSFODNN7EXAMPLE", "AWS_SECRET_ACCESS_KEY": "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
+      "AWS_DEFAULT_REGION": "eu-west1"}, cli.ENVIRONMENT,
+     "--storage_path s3://team-runs/sft: this machine's AWS region (AWS_DEFAULT_REGION) 'eu-west1' is not an AWS "
+     "region's name; did you mean eu-west-1?"),
     ("another stack's state", "tools.leftovers", ["--stack", "dev", "--state", "p5-state.json"], {}, cli.USAGE,
      "--state p5-state.json is stack p5's export, not dev's"),
 ]

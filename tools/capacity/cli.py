@@ -48,7 +48,6 @@ from typing import Sequence, TextIO
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from infra.aws.region_name import region_problem
 from tools.capacity.aws import Aws, check_credentials, describe_failure
 from tools.capacity.probe import probe
 from tools.capacity.quotas import on_demand_quota
@@ -56,6 +55,7 @@ from tools.capacity.stack_file import StackContext, load_stack, write_stack_file
 from tools.capacity.survey import AzReport, quota_increase_commands, rank, render_table, resolve_regions, search
 from tools.stack_name import STACK_NAME, add_stack_flag
 from workload import cli
+from workload.aws_region import region_problem
 
 PROJECT_DIR = Path(__file__).resolve().parents[2]
 

@@ -316,6 +316,9 @@ class TrainConfig:
         for declared in DECLARED:  # another tool's name for a choice (TRL's keep_start, Cosine) is kept as ours
             if declared.choices and (value := getattr(self, declared.name)) != declared.canonical(value):
                 object.__setattr__(self, declared.name, declared.canonical(value))
+        if not self.model_config and self.model_id.lower() in ARCHITECTURES and not os.path.exists(self.model_id):
+            raise ValueError(f"--model_id {self.model_id} is the name of a --model_config (random weights): give "
+                             f"--model_config {self.model_id.lower()}, or a model's Hub id (org/name)")
         if not self.model_config and self.model_id and (wrong := model_source.problem(self.model_id)):
             raise ValueError(f"--model_id {self.model_id!r} is {wrong}")
         if self.storage_path.startswith("~"):  # no shell expanded it (a --config file's, or quoted): as cli.user_path

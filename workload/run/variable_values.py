@@ -22,6 +22,10 @@ WANDB_MODES = ("online", "offline", "disabled", "dryrun", "run", "shared")
 # libgomp's OMP_NUM_THREADS: a positive integer, or a comma list of them for nested levels.
 _THREADS = re.compile(r"[1-9][0-9]{0,5}(,[1-9][0-9]{0,5})*")
 SHOWN_CHARS = 24
+# The services' addresses the libraries read (huggingface_hub's HF_ENDPOINT, wandb's WANDB_BASE_URL, botocore's
+# AWS_ENDPOINT_URL and its per-service forms): a URL, which httpx and botocore refuse without its scheme
+# (HF_ENDPOINT=hf-mirror.com was "not reachable (UnsupportedProtocol)").
+ENDPOINTS = ("HF_ENDPOINT", "WANDB_BASE_URL", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL_STS")
 
 
 def problem(environ: Mapping[str, str]) -> str | None:
@@ -29,6 +33,10 @@ def problem(environ: Mapping[str, str]) -> str | None:
     for name in SWITCHES:
         if (value := environ.get(name, "").strip()) and value.lower() not in _SWITCH_WORDS:
             return f"{_shown(name, value)} is neither on nor off to huggingface_hub, which reads it as off: set 1 or 0"
+    for name in ENDPOINTS:
+        if (value := environ.get(name, "").strip()) and not value.lower().startswith(("http://", "https://")):
+            return (f"{_shown(name, value)} is an address without its scheme: the libraries take a URL, "
+                    f"https://{value if len(value) <= SHOWN_CHARS and value.isprintable() else '...'}")
     if (value := environ.get("WANDB_MODE", "").strip()) and value.lower() not in WANDB_MODES:
         return f"{_shown('WANDB_MODE', value)} is not a W&B mode; W&B takes {', '.join(WANDB_MODES)}"
     if (value := environ.get("OMP_NUM_THREADS", "").strip()) and not _THREADS.fullmatch(value):

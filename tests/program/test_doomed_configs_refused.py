@@ -183,6 +183,13 @@ DOOMED_ON_THE_HUB = [
     ("pickled weights only", "lab/pickles", SMALL, ("pytorch_model-00001-of-00002.bin", "pytorch_model.bin.index.json"),
      "its weights are pytorch_model-00001-of-00002.bin"),
     ("no weights at all", "lab/card-only", SMALL, ("README.md",), "holds no model.safetensors"),
+    # values transformers refuses while building (audit 44g D08/D09): a pad id past the embedding's rows (torch's
+    # nn.Embedding assert), layer_types not one per layer (huggingface_hub's strict dataclass validator)
+    ("a pad id past the vocabulary", "lab/pad-past", {**SMALL, "pad_token_id": 1024}, SAFETENSORS,
+     "its config.json's pad_token_id 1024 is not below its vocab_size 1000"),
+    ("layer types not one per layer", "lab/layer-types",
+     {**SMALL, "model_type": "qwen2", "architectures": ["Qwen2ForCausalLM"], "layer_types": ["full_attention"] * 3},
+     SAFETENSORS, "its config.json does not make a qwen2 config"),
 ]
 WORKING_ON_THE_HUB = {
     "lab/sharded": (SMALL, ("model.safetensors.index.json", "model-00001-of-00002.safetensors")),

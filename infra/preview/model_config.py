@@ -16,7 +16,7 @@ The token is handed to huggingface_hub and never printed: refusals name HF_TOKEN
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Callable
 
 from infra.config import AwsIdentity, s3_location
 from workload.config import ARCHITECTURES
@@ -48,16 +48,22 @@ class Unknown:
 
 
 def resolve(model_id: str, model_config: str = "", *, hub_token: str | None = None,
-            identity: AwsIdentity | None = None, region: str | None = None) -> Known | Unknown:
+            identity: AwsIdentity | None = None, region: str | None = None,
+            check_first: Callable[[dict], None] | None = None) -> Known | Unknown:
     """The architecture of trainModelId / trainModelConfig (see the module docstring). ValueError for a model the
-    job could not load either."""
+    job could not load either. `check_first`, given, runs on every config.json read (a dict) before the model gate:
+    the preview's checks that need only its fields (the tokenizer's size against vocab_size) refuse in milliseconds,
+    not after the gate's seconds of torch and transformers imports."""
+    first = check_first or (lambda config: None)
     if model_config:
+        first(ARCHITECTURES[model_config])
         return Known(dict(ARCHITECTURES[model_config]), f"trainModelConfig {model_config}")
     if (shipped := architectures.published(model_id)) is not None:
+        first(shipped)
         return Known(shipped, f"the published config.json shipped in {architectures.file_for(model_id).name}")
     if s3_location(model_id, "trainModelId") is not None:
-        return _from_s3(model_id, identity or AwsIdentity(), region)
-    return _from_hub(model_id, hub_token)
+        return _from_s3(model_id, identity or AwsIdentity(), region, first)
+    return _from_hub(model_id, hub_token, first)
 
 
 def check_decoder(config: Any, where: str) -> dict:
@@ -73,11 +79,13 @@ def check_decoder(config: Any, where: str) -> dict:
     return config
 
 
-def _trainable(config: Any, model_id: str, where: str, source: str) -> Known:
+def _trainable(config: Any, model_id: str, where: str, source: str, first: Callable[[dict], None]) -> Known:
     """The job's model gate on a config.json read at preview, then the fields the memory plan reads; the config
     carries the meta-built model's structure (workload.model.structure), so the plan counts what transformers builds.
     The shipped configs are not gated here (no torch at preview for them): tests/unit/test_model_gate.py passes each of
     them through the gate, and tests/runs/test_family_methods.py checks their derived structure against the built model."""
+    if isinstance(config, dict):
+        first(config)
     built = compatibility.gate(config, f"config key 'trainModelId': {model_id}")
     check_decoder(config, where)
     return Known(built, source)
@@ -85,7 +93,7 @@ def _trainable(config: Any, model_id: str, where: str, source: str) -> Known:
 
 # ---- the Hub -----------------------------------------------------------------------------------------------------
 
-def _from_hub(model_id: str, token: str | None) -> Known | Unknown:
+def _from_hub(model_id: str, token: str | None, first: Callable[[dict], None]) -> Known | Unknown:
     """config.json with one request and no retries (workload.model.model_source.get_file: an unreachable Hub is
     Unknown at once, not after huggingface_hub's five retries over 23 s), with trainSecretEnv's token only (never
     the deployer's own HF_TOKEN). huggingface_hub turns the Hub's answers into its errors (utils/_http.py
@@ -131,7 +139,8 @@ def _from_hub(model_id: str, token: str | None) -> Known | Unknown:
         raise ValueError(f"{key}: {model_id}'s {CONFIG_FILE} on the Hub is {error}") from None
     except ValueError:
         raise ValueError(f"{key}: {model_id}'s {CONFIG_FILE} on the Hub is not JSON") from None
-    known = _trainable(config, model_id, f"{model_id}'s {CONFIG_FILE}", f"{model_id}'s {CONFIG_FILE} on the Hub")
+    known = _trainable(config, model_id, f"{model_id}'s {CONFIG_FILE}", f"{model_id}'s {CONFIG_FILE} on the Hub",
+                       first)
     return replace(known, warning=_weights_on_hub(model_id, token))
 
 
@@ -190,7 +199,8 @@ def tokenizer_tokens(name: str, key: str, hub_token: str | None = None) -> int |
 
 # ---- S3 ------------------------------------------------------------------------------------------------------------
 
-def _from_s3(model_id: str, identity: AwsIdentity, region: str | None) -> Known | Unknown:
+def _from_s3(model_id: str, identity: AwsIdentity, region: str | None, first: Callable[[dict], None]
+             ) -> Known | Unknown:
     """s3://bucket/prefix/config.json as the stack's identity (infra.aws.identity.session)."""
     from botocore.exceptions import BotoCoreError, ClientError
 
@@ -223,4 +233,4 @@ def _from_s3(model_id: str, identity: AwsIdentity, region: str | None) -> Known 
         raise ValueError(f"config key 'trainModelId': {where} is {error}") from None
     except ValueError:
         raise ValueError(f"config key 'trainModelId': {where} is not JSON") from None
-    return _trainable(config, model_id, where, where)
+    return _trainable(config, model_id, where, where, first)

@@ -3,7 +3,8 @@
 In order: a random-weight architecture (trainModelConfig); the published config.json the project ships
 (workload/architectures); for any other Hugging Face id, its config.json from the Hub (huggingface_hub's
 hf_hub_download, which honours HF_ENDPOINT and HF_HUB_OFFLINE, with trainSecretEnv's HF_TOKEN for a gated or private
-model), and its file list, which must hold the safetensors weights the job loads; for an s3://bucket/prefix/ model
+model), and its file list, which must hold the safetensors weights the job loads (with every shard its
+model.safetensors.index.json names, the index read once, bounded, before the gate); for an s3://bucket/prefix/ model
 directory, its config.json through boto3 as the stack's AWS identity.
 
 A model that cannot exist for the job (no such repo, a gated one without a token that has access, no config.json) or
@@ -21,7 +22,7 @@ from typing import Any, Callable
 from infra.config import AwsIdentity, s3_location
 from workload.config import ARCHITECTURES
 from workload.data import tokenizer_size
-from workload.model import architectures, compatibility, config_json, model_source
+from workload.model import architectures, compatibility, config_json, model_source, safetensors_index
 
 CONFIG_FILE = "config.json"
 HUB_TOKEN_VARIABLE = "HF_TOKEN"
@@ -139,15 +140,22 @@ def _from_hub(model_id: str, token: str | None, first: Callable[[dict], None]) -
         raise ValueError(f"{key}: {model_id}'s {CONFIG_FILE} on the Hub is {error}") from None
     except ValueError:
         raise ValueError(f"{key}: {model_id}'s {CONFIG_FILE} on the Hub is not JSON") from None
+    listing = _hub_listing(model_id, token)
+    shards_warning: list[str] = []
+
+    def cheap(raw: dict) -> None:  # before the gate's imports: the tokenizer's size, the shards the index names
+        first(raw)
+        if not isinstance(listing, str) and safetensors_index.INDEX_FILE in listing:
+            shards_warning.append(_shards_on_hub(model_id, token, listing))
+
     known = _trainable(config, model_id, f"{model_id}'s {CONFIG_FILE}", f"{model_id}'s {CONFIG_FILE} on the Hub",
-                       first)
-    return replace(known, warning=_weights_on_hub(model_id, token))
+                       cheap)
+    return replace(known, warning=_weights_on_hub(model_id, listing) or "".join(shards_warning))
 
 
-def _weights_on_hub(model_id: str, token: str | None) -> str:
-    """The repo's file list (model_source.hub_files: one request, the config's token and time limit) against the
-    weights the job loads: ValueError naming trainModelId for a repo without safetensors weights (pytorch_model.bin
-    alone), "" when they are there, and a warning when the list cannot be had (no answer, a 5xx), as for config.json."""
+def _hub_listing(model_id: str, token: str | None) -> list[str] | str:
+    """The repo's file list (model_source.hub_files: one request, the config's token and time limit), or the warning
+    that it cannot be had (no answer, a 5xx), as for config.json."""
     from huggingface_hub.errors import HfHubHTTPError
 
     unchecked = "so whether it holds safetensors weights is checked only on the cluster"
@@ -160,8 +168,36 @@ def _weights_on_hub(model_id: str, token: str | None) -> str:
                 f"{unchecked}")
     if names is None:
         return f"trainModelId {model_id}: the Hub's answer listed no files, {unchecked}"
-    if (why := model_source.weights_problem(names)) is not None:
+    return names
+
+
+def _weights_on_hub(model_id: str, listing: list[str] | str) -> str:
+    """The file list against the weights the job loads: ValueError naming trainModelId for a repo without safetensors
+    weights (pytorch_model.bin alone), "" when they are there, the warning when the list could not be had."""
+    if isinstance(listing, str):
+        return listing
+    if (why := model_source.weights_problem(listing)) is not None:
         raise ValueError(f"config key 'trainModelId': {model_id} on the Hub {why}")
+    return ""
+
+
+def _shards_on_hub(model_id: str, token: str | None, names: list[str]) -> str:
+    """A sharded repo's model.safetensors.index.json (one bounded read) against its file list: every shard the index
+    names must be there, or from_pretrained fails on every rank at the first missing one (the rule the local run
+    applies to a model directory: workload.model.safetensors_index). A warning when the index cannot be read."""
+    from huggingface_hub.errors import HfHubHTTPError
+
+    key, index = "config key 'trainModelId'", safetensors_index.INDEX_FILE
+    try:
+        data = model_source.read_file(model_id, index, token or False, safetensors_index.MAX_INDEX_BYTES)
+    except (model_source.Unreachable, HfHubHTTPError) as error:
+        return (f"trainModelId {model_id}: its {index} could not be read from the Hub ({type(error).__name__}), so "
+                "whether it names only files the repo holds is checked only on the cluster")
+    missing = safetensors_index.missing_shards(data, names, f"{key}: {model_id} on the Hub")
+    if missing:
+        raise ValueError(f"{key}: {model_id} on the Hub: its {index} names {safetensors_index.shown(missing)}, which "
+                         "the repo does not hold, so every rank's load fails; allowed: a repo holding every shard its "
+                         "index names (upload each file save_pretrained wrote)")
     return ""
 
 

@@ -190,19 +190,35 @@ DOOMED_ON_THE_HUB = [
     ("layer types not one per layer", "lab/layer-types",
      {**SMALL, "model_type": "qwen2", "architectures": ["Qwen2ForCausalLM"], "layer_types": ["full_attention"] * 3},
      SAFETENSORS, "its config.json does not make a qwen2 config"),
+    # a sharded repo whose index names a shard it does not hold (audit 44g D15): every rank's load fails
+    ("an index naming a shard the repo lacks", "lab/two-of-three",
+     SMALL, ("model.safetensors.index.json", "model-00001-of-00003.safetensors", "model-00003-of-00003.safetensors"),
+     "its model.safetensors.index.json names model-00002-of-00003.safetensors, which the repo does not hold"),
 ]
+# The index the sharded repos above and below hold: each names its shards by the files of its repo's name pattern.
+INDEXES = {
+    "lab/two-of-three": {"model.embed_tokens.weight": "model-00001-of-00003.safetensors",
+                         "model.layers.0.mlp.up_proj.weight": "model-00002-of-00003.safetensors",
+                         "lm_head.weight": "model-00003-of-00003.safetensors"},
+    "lab/sharded": {"model.embed_tokens.weight": "model-00001-of-00002.safetensors",
+                    "lm_head.weight": "model-00002-of-00002.safetensors"},
+}
 WORKING_ON_THE_HUB = {
-    "lab/sharded": (SMALL, ("model.safetensors.index.json", "model-00001-of-00002.safetensors")),
+    "lab/sharded": (SMALL, ("model.safetensors.index.json", "model-00001-of-00002.safetensors",
+                            "model-00002-of-00002.safetensors")),
     "lab/wide-heads": ({**SMALL, "head_dim": 128}, SAFETENSORS),  # heads wider than hidden_size / heads (Qwen3's)
 }
 
 
 @pytest.fixture
 def hub(monkeypatch):
-    repos = {repo: {"config.json": json.dumps(config).encode(), **dict.fromkeys(files, b"\0")}
-             for _, repo, config, files, _ in DOOMED_ON_THE_HUB}
-    repos.update({repo: {"config.json": json.dumps(config).encode(), **dict.fromkeys(files, b"\0")}
-                  for repo, (config, files) in WORKING_ON_THE_HUB.items()})
+    def files_of(repo, config, files):
+        index = json.dumps({"metadata": {}, "weight_map": INDEXES.get(repo, {})}).encode()
+        return {"config.json": json.dumps(config).encode(), **dict.fromkeys(files, b"\0"),
+                **({"model.safetensors.index.json": index} if "model.safetensors.index.json" in files else {})}
+
+    repos = {repo: files_of(repo, config, files) for _, repo, config, files, _ in DOOMED_ON_THE_HUB}
+    repos.update({repo: files_of(repo, config, files) for repo, (config, files) in WORKING_ON_THE_HUB.items()})
     with FakeHub(repos=repos) as server:
         monkeypatch.setenv("HF_ENDPOINT", server.url)
         yield server

@@ -189,7 +189,7 @@ DOOMED_ON_THE_HUB = [
      "its config.json's pad_token_id 1024 is not below its vocab_size 1000"),
     ("layer types not one per layer", "lab/layer-types",
      {**SMALL, "model_type": "qwen2", "architectures": ["Qwen2ForCausalLM"], "layer_types": ["full_attention"] * 3},
-     SAFETENSORS, "its config.json does not make a qwen2 config"),
+     SAFETENSORS, "its config.json's layer_types has 3 entries for its num_hidden_layers 2"),
     # a sharded repo whose index names a shard it does not hold (audit 44g D15): every rank's load fails
     ("an index naming a shard the repo lacks", "lab/two-of-three",
      SMALL, ("model.safetensors.index.json", "model-00001-of-00003.safetensors", "model-00003-of-00003.safetensors"),

@@ -108,15 +108,16 @@ SMALL_QWEN2 = {"model_type": "qwen2", "architectures": ["Qwen2ForCausalLM"], "hi
     ({"pad_token_id": 5000}, "pad_token_id 5000 is not below its vocab_size 5000"),
     ({"bos_token_id": 70_000}, "bos_token_id 70000 is not below its vocab_size 5000"),
     ({"eos_token_id": [3, 5001]}, "eos_token_id 5001 is not below its vocab_size 5000"),
+    ({"layer_types": ["full_attention"] * 4}, "layer_types has 4 entries for its num_hidden_layers 3"),
 ])
-def test_an_id_past_vocab_size_is_refused_before_transformers(fields, words):
+def test_an_id_past_vocab_size_or_a_short_layer_list_is_refused_before_transformers(fields, words):
     with pytest.raises(ValueError, match="^--model_id lab/m: its config.json's ") as refused:
         compatibility.check_raw({**SMALL_QWEN2, **fields}, "--model_id lab/m")
     assert words in str(refused.value) and "\n" not in str(refused.value), refused.value
 
 
 def test_a_config_the_library_refuses_to_make_is_one_line_naming_the_key():
-    raw = {**SMALL_QWEN2, "layer_types": ["full_attention"] * 2}  # 2 entries for 3 layers
+    raw = {**SMALL_QWEN2, "layer_types": ["full_attention", "full_attention", "no_such_attention"]}
     with pytest.raises(ValueError, match="^config key 'trainModelId': lab/m: its config.json does not make a qwen2 "
                                          "config") as refused:
         compatibility.gate(raw, "config key 'trainModelId': lab/m")

@@ -63,7 +63,7 @@ def check_raw(raw: Any, what: str) -> None:
         raise _refuse(what, "its config.json has a quantization_config: its weights are stored quantized, which the "
                             "job neither loads nor trains; give the model's unquantized (bf16/fp32) repository "
                             "(--method qlora quantizes it itself)")
-    if (why := token_id_problem(raw)) is not None:
+    if (why := token_id_problem(raw) or per_layer_problem(raw)) is not None:
         raise _refuse(what, why)
 
 
@@ -84,6 +84,22 @@ def token_id_problem(raw: dict) -> str | None:
             if isinstance(token_id, int) and not isinstance(token_id, bool) and token_id >= vocab_size:
                 return (f"its config.json's {field} {token_id} is not below its vocab_size {vocab_size}, so the "
                         "embedding has no row for it (transformers refuses to build such a model)")
+    return None
+
+
+# Per-layer lists every transformers config validates against num_hidden_layers (PreTrainedConfig.validate_layer_type).
+PER_LAYER_FIELDS = ("layer_types", "mlp_layer_types")
+
+
+def per_layer_problem(raw: dict) -> str | None:
+    """Why a per-layer list of config.json does not give one entry per layer, or None: transformers refuses to make
+    the config (the check, without its seconds of imports)."""
+    layers = raw.get("num_hidden_layers")
+    for field in PER_LAYER_FIELDS:
+        value = raw.get(field)
+        if isinstance(value, list) and isinstance(layers, int) and not isinstance(layers, bool) and len(value) != layers:
+            return (f"its config.json's {field} has {len(value)} entries for its num_hidden_layers {layers}, and "
+                    "transformers refuses a config without one per layer")
     return None
 
 

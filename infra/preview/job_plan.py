@@ -36,14 +36,15 @@ def check_job(cfg: StackConfig, gpu: InstanceFacts, *, identity: AwsIdentity | N
             cfg.gpu_node_count, gpu):
         warn(warning)
     check_job_model(cfg)
+    # The tokenizer's size against config.json's vocab_size (one bounded read) before the model gate's imports.
     architecture = model_config.resolve(train.model_id, train.model_config,
                                         hub_token=train.secret_env.reveal().get(model_config.HUB_TOKEN_VARIABLE),
-                                        identity=identity, region=region)
+                                        identity=identity, region=region,
+                                        check_first=lambda config: check_tokenizer_vocabulary(cfg, config))
     plan = layout = checkpoint = save = None
     if isinstance(architecture, model_config.Known):
         if architecture.warning:
             warn(architecture.warning)
-        check_tokenizer_vocabulary(cfg, architecture.config)
         plan = check_job_shape(workload, architecture.config, gpu, workers, model=train.model_config or train.model_id,
                                node_count=cfg.gpu_node_count)
         layout = job_layout.predict(workload, architecture.config, gpu, workers, plan)

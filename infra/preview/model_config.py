@@ -3,7 +3,8 @@
 In order: a random-weight architecture (trainModelConfig); the published config.json the project ships
 (workload/architectures); for any other Hugging Face id, its config.json from the Hub (huggingface_hub's
 hf_hub_download, which honours HF_ENDPOINT and HF_HUB_OFFLINE, with trainSecretEnv's HF_TOKEN for a gated or private
-model), and its file list, which must hold the safetensors weights the job loads; for an s3://bucket/prefix/ model
+model), and its file list, which must hold the safetensors weights the job loads (with every shard its
+model.safetensors.index.json names, the index read once, bounded, before the gate); for an s3://bucket/prefix/ model
 directory, its config.json through boto3 as the stack's AWS identity.
 
 A model that cannot exist for the job (no such repo, a gated one without a token that has access, no config.json) or
@@ -16,12 +17,12 @@ The token is handed to huggingface_hub and never printed: refusals name HF_TOKEN
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Callable
 
 from infra.config import AwsIdentity, s3_location
 from workload.config import ARCHITECTURES
 from workload.data import tokenizer_size
-from workload.model import architectures, compatibility, config_json, model_source
+from workload.model import architectures, compatibility, config_json, model_source, safetensors_index
 
 CONFIG_FILE = "config.json"
 HUB_TOKEN_VARIABLE = "HF_TOKEN"
@@ -48,16 +49,22 @@ class Unknown:
 
 
 def resolve(model_id: str, model_config: str = "", *, hub_token: str | None = None,
-            identity: AwsIdentity | None = None, region: str | None = None) -> Known | Unknown:
+            identity: AwsIdentity | None = None, region: str | None = None,
+            check_first: Callable[[dict], None] | None = None) -> Known | Unknown:
     """The architecture of trainModelId / trainModelConfig (see the module docstring). ValueError for a model the
-    job could not load either."""
+    job could not load either. `check_first`, given, runs on every config.json read (a dict) before the model gate:
+    the preview's checks that need only its fields (the tokenizer's size against vocab_size) refuse in milliseconds,
+    not after the gate's seconds of torch and transformers imports."""
+    first = check_first or (lambda config: None)
     if model_config:
+        first(ARCHITECTURES[model_config])
         return Known(dict(ARCHITECTURES[model_config]), f"trainModelConfig {model_config}")
     if (shipped := architectures.published(model_id)) is not None:
+        first(shipped)
         return Known(shipped, f"the published config.json shipped in {architectures.file_for(model_id).name}")
     if s3_location(model_id, "trainModelId") is not None:
-        return _from_s3(model_id, identity or AwsIdentity(), region)
-    return _from_hub(model_id, hub_token)
+        return _from_s3(model_id, identity or AwsIdentity(), region, first)
+    return _from_hub(model_id, hub_token, first)
 
 
 def check_decoder(config: Any, where: str) -> dict:
@@ -73,11 +80,13 @@ def check_decoder(config: Any, where: str) -> dict:
     return config
 
 
-def _trainable(config: Any, model_id: str, where: str, source: str) -> Known:
+def _trainable(config: Any, model_id: str, where: str, source: str, first: Callable[[dict], None]) -> Known:
     """The job's model gate on a config.json read at preview, then the fields the memory plan reads; the config
     carries the meta-built model's structure (workload.model.structure), so the plan counts what transformers builds.
     The shipped configs are not gated here (no torch at preview for them): tests/unit/test_model_gate.py passes each of
     them through the gate, and tests/runs/test_family_methods.py checks their derived structure against the built model."""
+    if isinstance(config, dict):
+        first(config)
     built = compatibility.gate(config, f"config key 'trainModelId': {model_id}")
     check_decoder(config, where)
     return Known(built, source)
@@ -85,7 +94,7 @@ def _trainable(config: Any, model_id: str, where: str, source: str) -> Known:
 
 # ---- the Hub -----------------------------------------------------------------------------------------------------
 
-def _from_hub(model_id: str, token: str | None) -> Known | Unknown:
+def _from_hub(model_id: str, token: str | None, first: Callable[[dict], None]) -> Known | Unknown:
     """config.json with one request and no retries (workload.model.model_source.get_file: an unreachable Hub is
     Unknown at once, not after huggingface_hub's five retries over 23 s), with trainSecretEnv's token only (never
     the deployer's own HF_TOKEN). huggingface_hub turns the Hub's answers into its errors (utils/_http.py
@@ -131,14 +140,22 @@ def _from_hub(model_id: str, token: str | None) -> Known | Unknown:
         raise ValueError(f"{key}: {model_id}'s {CONFIG_FILE} on the Hub is {error}") from None
     except ValueError:
         raise ValueError(f"{key}: {model_id}'s {CONFIG_FILE} on the Hub is not JSON") from None
-    known = _trainable(config, model_id, f"{model_id}'s {CONFIG_FILE}", f"{model_id}'s {CONFIG_FILE} on the Hub")
-    return replace(known, warning=_weights_on_hub(model_id, token))
+    listing = _hub_listing(model_id, token)
+    shards_warning: list[str] = []
+
+    def cheap(raw: dict) -> None:  # before the gate's imports: the tokenizer's size, the shards the index names
+        first(raw)
+        if not isinstance(listing, str) and safetensors_index.INDEX_FILE in listing:
+            shards_warning.append(_shards_on_hub(model_id, token, listing))
+
+    known = _trainable(config, model_id, f"{model_id}'s {CONFIG_FILE}", f"{model_id}'s {CONFIG_FILE} on the Hub",
+                       cheap)
+    return replace(known, warning=_weights_on_hub(model_id, listing) or "".join(shards_warning))
 
 
-def _weights_on_hub(model_id: str, token: str | None) -> str:
-    """The repo's file list (model_source.hub_files: one request, the config's token and time limit) against the
-    weights the job loads: ValueError naming trainModelId for a repo without safetensors weights (pytorch_model.bin
-    alone), "" when they are there, and a warning when the list cannot be had (no answer, a 5xx), as for config.json."""
+def _hub_listing(model_id: str, token: str | None) -> list[str] | str:
+    """The repo's file list (model_source.hub_files: one request, the config's token and time limit), or the warning
+    that it cannot be had (no answer, a 5xx), as for config.json."""
     from huggingface_hub.errors import HfHubHTTPError
 
     unchecked = "so whether it holds safetensors weights is checked only on the cluster"
@@ -151,8 +168,36 @@ def _weights_on_hub(model_id: str, token: str | None) -> str:
                 f"{unchecked}")
     if names is None:
         return f"trainModelId {model_id}: the Hub's answer listed no files, {unchecked}"
-    if (why := model_source.weights_problem(names)) is not None:
+    return names
+
+
+def _weights_on_hub(model_id: str, listing: list[str] | str) -> str:
+    """The file list against the weights the job loads: ValueError naming trainModelId for a repo without safetensors
+    weights (pytorch_model.bin alone), "" when they are there, the warning when the list could not be had."""
+    if isinstance(listing, str):
+        return listing
+    if (why := model_source.weights_problem(listing)) is not None:
         raise ValueError(f"config key 'trainModelId': {model_id} on the Hub {why}")
+    return ""
+
+
+def _shards_on_hub(model_id: str, token: str | None, names: list[str]) -> str:
+    """A sharded repo's model.safetensors.index.json (one bounded read) against its file list: every shard the index
+    names must be there, or from_pretrained fails on every rank at the first missing one (the rule the local run
+    applies to a model directory: workload.model.safetensors_index). A warning when the index cannot be read."""
+    from huggingface_hub.errors import HfHubHTTPError
+
+    key, index = "config key 'trainModelId'", safetensors_index.INDEX_FILE
+    try:
+        data = model_source.read_file(model_id, index, token or False, safetensors_index.MAX_INDEX_BYTES)
+    except (model_source.Unreachable, HfHubHTTPError) as error:
+        return (f"trainModelId {model_id}: its {index} could not be read from the Hub ({type(error).__name__}), so "
+                "whether it names only files the repo holds is checked only on the cluster")
+    missing = safetensors_index.missing_shards(data, names, f"{key}: {model_id} on the Hub")
+    if missing:
+        raise ValueError(f"{key}: {model_id} on the Hub: its {index} names {safetensors_index.shown(missing)}, which "
+                         "the repo does not hold, so every rank's load fails; allowed: a repo holding every shard its "
+                         "index names (upload each file save_pretrained wrote)")
     return ""
 
 
@@ -190,7 +235,8 @@ def tokenizer_tokens(name: str, key: str, hub_token: str | None = None) -> int |
 
 # ---- S3 ------------------------------------------------------------------------------------------------------------
 
-def _from_s3(model_id: str, identity: AwsIdentity, region: str | None) -> Known | Unknown:
+def _from_s3(model_id: str, identity: AwsIdentity, region: str | None, first: Callable[[dict], None]
+             ) -> Known | Unknown:
     """s3://bucket/prefix/config.json as the stack's identity (infra.aws.identity.session)."""
     from botocore.exceptions import BotoCoreError, ClientError
 
@@ -223,4 +269,4 @@ def _from_s3(model_id: str, identity: AwsIdentity, region: str | None) -> Known 
         raise ValueError(f"config key 'trainModelId': {where} is {error}") from None
     except ValueError:
         raise ValueError(f"config key 'trainModelId': {where} is not JSON") from None
-    return _trainable(config, model_id, where, where)
+    return _trainable(config, model_id, where, where, first)

@@ -187,19 +187,42 @@ DOOMED_ON_THE_HUB = [
     ("pickled weights only", "lab/pickles", SMALL, ("pytorch_model-00001-of-00002.bin", "pytorch_model.bin.index.json"),
      "its weights are pytorch_model-00001-of-00002.bin"),
     ("no weights at all", "lab/card-only", SMALL, ("README.md",), "holds no model.safetensors"),
+    # values transformers refuses while building (audit 44g D08/D09): a pad id past the embedding's rows (torch's
+    # nn.Embedding assert), layer_types not one per layer (huggingface_hub's strict dataclass validator)
+    ("a pad id past the vocabulary", "lab/pad-past", {**SMALL, "pad_token_id": 1024}, SAFETENSORS,
+     "its config.json's pad_token_id 1024 is not below its vocab_size 1000"),
+    ("layer types not one per layer", "lab/layer-types",
+     {**SMALL, "model_type": "qwen2", "architectures": ["Qwen2ForCausalLM"], "layer_types": ["full_attention"] * 3},
+     SAFETENSORS, "its config.json's layer_types has 3 entries for its num_hidden_layers 2"),
+    # a sharded repo whose index names a shard it does not hold (audit 44g D15): every rank's load fails
+    ("an index naming a shard the repo lacks", "lab/two-of-three",
+     SMALL, ("model.safetensors.index.json", "model-00001-of-00003.safetensors", "model-00003-of-00003.safetensors"),
+     "its model.safetensors.index.json names model-00002-of-00003.safetensors, which the repo does not hold"),
 ]
+# The index the sharded repos above and below hold: each names its shards by the files of its repo's name pattern.
+INDEXES = {
+    "lab/two-of-three": {"model.embed_tokens.weight": "model-00001-of-00003.safetensors",
+                         "model.layers.0.mlp.up_proj.weight": "model-00002-of-00003.safetensors",
+                         "lm_head.weight": "model-00003-of-00003.safetensors"},
+    "lab/sharded": {"model.embed_tokens.weight": "model-00001-of-00002.safetensors",
+                    "lm_head.weight": "model-00002-of-00002.safetensors"},
+}
 WORKING_ON_THE_HUB = {
-    "lab/sharded": (SMALL, ("model.safetensors.index.json", "model-00001-of-00002.safetensors")),
+    "lab/sharded": (SMALL, ("model.safetensors.index.json", "model-00001-of-00002.safetensors",
+                            "model-00002-of-00002.safetensors")),
     "lab/wide-heads": ({**SMALL, "head_dim": 128}, SAFETENSORS),  # heads wider than hidden_size / heads (Qwen3's)
 }
 
 
 @pytest.fixture
 def hub(monkeypatch):
-    repos = {repo: {"config.json": json.dumps(config).encode(), **dict.fromkeys(files, b"\0")}
-             for _, repo, config, files, _ in DOOMED_ON_THE_HUB}
-    repos.update({repo: {"config.json": json.dumps(config).encode(), **dict.fromkeys(files, b"\0")}
-                  for repo, (config, files) in WORKING_ON_THE_HUB.items()})
+    def files_of(repo, config, files):
+        index = json.dumps({"metadata": {}, "weight_map": INDEXES.get(repo, {})}).encode()
+        return {"config.json": json.dumps(config).encode(), **dict.fromkeys(files, b"\0"),
+                **({"model.safetensors.index.json": index} if "model.safetensors.index.json" in files else {})}
+
+    repos = {repo: files_of(repo, config, files) for _, repo, config, files, _ in DOOMED_ON_THE_HUB}
+    repos.update({repo: files_of(repo, config, files) for repo, (config, files) in WORKING_ON_THE_HUB.items()})
     with FakeHub(repos=repos) as server:
         monkeypatch.setenv("HF_ENDPOINT", server.url)
         yield server

@@ -77,11 +77,44 @@ def test_a_repo_without_safetensors_weights_is_refused_after_one_listing(hub):
 
 
 def test_the_listing_goes_with_the_secret_envs_token_and_sharded_safetensors_pass(hub):
-    hub.repos["acme/llama-gated"].update({"model.safetensors.index.json": b"{}", "model-00001-of-00002.safetensors": b""})
+    index = {"weight_map": {"model.embed_tokens.weight": "model-00001-of-00002.safetensors",
+                            "lm_head.weight": "model-00002-of-00002.safetensors"}}
+    hub.repos["acme/llama-gated"].update({"model.safetensors.index.json": json.dumps(index).encode(),
+                                          "model-00001-of-00002.safetensors": b"",
+                                          "model-00002-of-00002.safetensors": b""})
     del hub.repos["acme/llama-gated"]["model.safetensors"]
     found = model_config.resolve("acme/llama-gated", hub_token=TOKEN)
     assert isinstance(found, model_config.Known) and found.warning == "", found
     assert ("GET", "/api/models/acme/llama-gated", f"Bearer {TOKEN}") in hub.requests, hub.requests
+    assert ("GET", "/acme/llama-gated/resolve/main/model.safetensors.index.json", f"Bearer {TOKEN}") in hub.requests
+
+
+def _sharded(weight_map, *shards) -> dict:
+    index = json.dumps({"metadata": {}, "weight_map": weight_map}).encode() if isinstance(weight_map, dict) \
+        else weight_map
+    return {"config.json": json.dumps(QWEN_7B).encode(), "model.safetensors.index.json": index,
+            **dict.fromkeys(shards, b"\0")}
+
+
+@pytest.mark.parametrize("files, words", [
+    (_sharded({f"model.layers.{i}.weight": f"model-0000{i + 1}-of-00004.safetensors" for i in range(4)},
+              "model-00001-of-00004.safetensors", "model-00004-of-00004.safetensors"),
+     "its model.safetensors.index.json names model-00002-of-00004.safetensors, model-00003-of-00004.safetensors, "
+     "which the repo does not hold"),
+    (_sharded({"lm_head.weight": "weights/part-b.safetensors"}, "part-b.safetensors"),
+     "names weights/part-b.safetensors, which the repo does not hold"),
+    (_sharded({"lm_head.weight": "../other/model.safetensors"}), "outside the model directory"),
+    (_sharded(b'{"weight_map": [1]}', "model-00001-of-00001.safetensors"), "is not a safetensors index"),
+])
+def test_a_sharded_repo_missing_a_shard_its_index_names_is_refused(hub, monkeypatch, files, words):
+    from workload.model import compatibility
+
+    hub.repos["acme/sharded"] = files
+    # Answered from the file list and the index, before the model gate's seconds of torch imports.
+    monkeypatch.setattr(compatibility, "gate", lambda *args: pytest.fail("the gate ran before the shards' check"))
+    with pytest.raises(ValueError, match="^config key 'trainModelId': acme/sharded on the Hub") as refused:
+        model_config.resolve("acme/sharded")
+    assert words in str(refused.value) and "\n" not in str(refused.value), refused.value
 
 
 def test_a_file_list_that_cannot_be_had_is_a_warning(hub, monkeypatch):
@@ -132,7 +165,9 @@ def test_the_preview_refuses_a_hub_model_that_cannot_fit_before_any_resource(hub
     from tests.support.pulumi_mocks import run_program_expecting_error
 
     hub.repos["acme/llama-70b-chat"] = {"config.json": json.dumps(architectures.published(
-        "meta-llama/Llama-3.1-70B")).encode(), "model.safetensors.index.json": b"{}"}
+        "meta-llama/Llama-3.1-70B")).encode(), "model.safetensors.index.json": json.dumps(
+        {"weight_map": {"lm_head.weight": "model-00001-of-00001.safetensors"}}).encode(),
+        "model-00001-of-00001.safetensors": b"\0"}
     failed = run_program_expecting_error("dev", {"trainEnabled": True, "trainModelId": "acme/llama-70b-chat"})
     message = str(failed.error)
     assert "acme/llama-70b-chat (70.55 B parameters)" in message and "p5.48xlarge" in message, message

@@ -72,6 +72,18 @@ def test_a_models_own_tokenizer_with_added_tokens_past_vocab_size_is_refused_nam
     assert "config key 'trainModelId'" in message and "1,024 tokens" in message and "1,000" in message, message
 
 
+def test_a_hub_models_own_tokenizer_is_sized_before_the_model_gate_imports_torch(hub, monkeypatch):
+    # Audit 44g D07: refused correctly but after the gate's seconds of torch and transformers imports. The size
+    # rule needs config.json's vocab_size alone, so it answers first; the gate must not run for it.
+    from workload.model import compatibility
+
+    hub.repos["acme/narrow-vocab"] = {"config.json": json.dumps({**SMALL_LLAMA, "vocab_size": 2000}).encode(),
+                                      "model.safetensors": b"\0", "tokenizer.json": tokenizer_json(2048, added=48)}
+    monkeypatch.setattr(compatibility, "gate", lambda *args: pytest.fail("the gate ran before the tokenizer's size"))
+    message = program_refusal({**JOB, "trainModelId": "acme/narrow-vocab"})
+    assert "config key 'trainModelId'" in message and "2,048 tokens" in message and "2,000" in message, message
+
+
 def test_a_gated_tokenizer_needs_the_secret_envs_token(hub):
     message = program_refusal({**JOB, "trainModelConfig": "tiny", "trainSeqLen": 256, "trainTokenizer": "acme/gated-tokenizer"})
     assert "'trainTokenizer'" in message and "gated" in message, message

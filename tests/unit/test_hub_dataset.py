@@ -54,11 +54,12 @@ def hub(server, monkeypatch):
     return server
 
 
-def _stack(dataset: str, split: str = "train", token: str | None = None):
+def _stack(dataset: str, split: str = "train", token: str | None = None, eval_split: str = "", config: str = ""):
     """What check_hub reads of a StackConfig."""
     examples = dict(data_format="chat", messages_field="messages", prompt_field="prompt", completion_field="completion")
     secrets = {"HF_TOKEN": token} if token else {}
-    return SimpleNamespace(train=SimpleNamespace(dataset=dataset, dataset_split=split, dataset_config="",
+    return SimpleNamespace(train=SimpleNamespace(dataset=dataset, dataset_split=split, dataset_config=config,
+                                                 eval_split=eval_split,
                                                  text_field="text", **examples,
                                                  secret_env=SimpleNamespace(reveal=lambda: secrets)))
 
@@ -155,3 +156,90 @@ def test_the_files_sizes_are_listed_as_dataset_info_with_files_metadata_reads_th
     assert parquet.lfs is not None and parquet.lfs.size == parquet.size, parquet
     with pytest.raises(validate.DataError, match="is not a dataset on the Hugging Face Hub"):
         hub_dataset.file_sizes("acme/none", subject="config key 'trainDataset':", token=False)
+
+
+# ---- the splits a repo has (workload.data.hub_splits): an eval split (or a train split) it lacks is refused ---------
+# datasets raises "Unknown split" for it in the data stage, on the cluster (audit 44g D16).
+README_CONFIGS = b"""---
+license: mit
+configs:
+- config_name: default
+  data_files:
+  - split: train
+    path: corpus/part-*.jsonl
+  - split: holdout
+    path: held/*.jsonl
+---
+# A card
+"""
+
+
+@pytest.fixture
+def split_hub(hub):
+    hub.datasets.update({
+        "acme/dev-named": {"files": {"my_train.jsonl": _jsonl(GOOD), "my_dev.jsonl": _jsonl(GOOD)}},
+        "acme/carded": {"files": {"README.md": README_CONFIGS, "corpus/part-0.jsonl": _jsonl(GOOD),
+                                  "held/a.jsonl": _jsonl(GOOD)}},
+    })
+    return hub
+
+
+@pytest.mark.parametrize("dataset, eval_split, splits", [
+    ("acme/bad", "validation", "train, test"),  # train.jsonl and test.jsonl only
+    ("acme/chat", "dev[:50]", "train, test"),  # the Hub's parquet export: data/{split}-NNNNN-of-NNNNN
+    ("acme/carded", "validation", "train, holdout"),  # the README's configs
+])
+def test_an_eval_split_the_repo_lacks_is_refused_naming_trainEvalSplit_and_its_splits(split_hub, dataset, eval_split,
+                                                                                      splits):
+    with pytest.raises(ValueError, match=r"^config key 'trainEvalSplit': ") as refused:
+        dataset_records.check_hub(_stack(dataset, eval_split=eval_split), warn=pytest.fail)
+    message = str(refused.value)
+    assert f"no data file of split '{eval_split.split('[')[0]}'" in message, message
+    assert f"whose splits are: {splits} " in message, message
+    assert "\n" not in message, message
+
+
+@pytest.mark.parametrize("dataset, split, eval_split", [
+    ("acme/dev-named", "train", "validation"),  # my_dev.jsonl is validation's (datasets' keyword dev)
+    ("acme/dev-named", "train[:80%]", "validation[10:]+validation[:5]"),
+    ("acme/chat", "train", "test"),
+])
+def test_the_splits_datasets_finds_pass(split_hub, dataset, split, eval_split):
+    assert dataset_records.check_hub(_stack(dataset, split, eval_split=eval_split), warn=pytest.fail).records == 3
+
+
+def test_a_readme_is_read_only_when_a_split_is_not_found_by_file_names(split_hub):
+    split_hub.requests.clear()
+    dataset_records.check_hub(_stack("acme/chat", eval_split="test"), warn=pytest.fail)
+    assert not [path for _, path, _ in split_hub.requests if path.endswith("README.md")], split_hub.requests
+    with pytest.raises(ValueError, match="trainEvalSplit"):
+        dataset_records.check_hub(_stack("acme/chat", eval_split="validation"), warn=pytest.fail)
+    assert [path for _, path, _ in split_hub.requests if path.endswith("README.md")] == [
+        "/datasets/acme/chat/resolve/main/README.md"]
+
+
+def test_the_job_refuses_it_naming_eval_split(split_hub):
+    cfg = SimpleNamespace(dataset="acme/bad", dataset_split="train", dataset_config="", eval_split="valid",
+                          data_format="text", text_field="text", messages_field="messages", prompt_field="prompt",
+                          completion_field="completion")
+    with pytest.raises(validate.DataError, match=r"^--eval_split acme/bad: no data file of split 'valid' in the "
+                                                 r"repo, whose splits are: train, test "):
+        hub_dataset.check_dataset(cfg, say=pytest.fail)
+
+
+def test_the_splits_as_datasets_resolves_them():
+    from workload.data import hub_splits
+
+    assert hub_splits.default_splits(["data/train-00000-of-00002.parquet", "data/extra-00000-of-00001.parquet",
+                                      "data/validation-00000-of-00001.parquet"]) == ["train", "validation", "extra"]
+    # a directory named for a split decides before file names do
+    assert hub_splits.default_splits(["validation/a.jsonl", "train.jsonl"]) == ["validation"]
+    assert hub_splits.default_splits(["corpus.jsonl", "notes.txt"]) == ["train"]
+    assert hub_splits.default_splits(["notes.txt"]) == []
+    assert hub_splits.splits_of(["a.jsonl"], "---\nconfigs:\n- config_name: x\n  data_files: a.jsonl\n---\n", "x") \
+        == ["train"]
+    assert hub_splits.splits_of(["a.jsonl"], "---\nconfigs:\n- config_name: x\n- config_name: y\n---\n") is None
+    assert hub_splits.splits_of(["d/test.jsonl"], "---\nconfigs:\n- config_name: default\n  data_dir: d\n---\n") \
+        == ["test"]
+    assert hub_splits.splits_of(["test.jsonl"], "---\n: [unclosed\n---\n") == ["test"], "not YAML: the patterns"
+    assert hub_splits.base_names("train[:10%]+validation") == ["train", "validation"]

@@ -97,6 +97,44 @@ def test_a_config_transformers_cannot_build_is_refused_in_one_line(raw, words):
         compatibility.gate(raw, "config key 'trainModelId': acme/x")
 
 
+# Values transformers itself refuses while building (audit 44g D08/D09): one line naming the key, never the library's
+# exception. A small Qwen2 config of 3 layers, not the audit's 0.5B one.
+SMALL_QWEN2 = {"model_type": "qwen2", "architectures": ["Qwen2ForCausalLM"], "hidden_size": 128,
+               "intermediate_size": 256, "num_hidden_layers": 3, "num_attention_heads": 4, "num_key_value_heads": 2,
+               "vocab_size": 5000, "max_position_embeddings": 1024}
+
+
+@pytest.mark.parametrize("fields, words", [
+    ({"pad_token_id": 5000}, "pad_token_id 5000 is not below its vocab_size 5000"),
+    ({"bos_token_id": 70_000}, "bos_token_id 70000 is not below its vocab_size 5000"),
+    ({"eos_token_id": [3, 5001]}, "eos_token_id 5001 is not below its vocab_size 5000"),
+    ({"layer_types": ["full_attention"] * 4}, "layer_types has 4 entries for its num_hidden_layers 3"),
+])
+def test_an_id_past_vocab_size_or_a_short_layer_list_is_refused_before_transformers(fields, words):
+    with pytest.raises(ValueError, match="^--model_id lab/m: its config.json's ") as refused:
+        compatibility.check_raw({**SMALL_QWEN2, **fields}, "--model_id lab/m")
+    assert words in str(refused.value) and "\n" not in str(refused.value), refused.value
+
+
+def test_a_config_the_library_refuses_to_make_is_one_line_naming_the_key():
+    raw = {**SMALL_QWEN2, "layer_types": ["full_attention", "full_attention", "no_such_attention"]}
+    with pytest.raises(ValueError, match="^config key 'trainModelId': lab/m: its config.json does not make a qwen2 "
+                                         "config") as refused:
+        compatibility.gate(raw, "config key 'trainModelId': lab/m")
+    message = str(refused.value)
+    assert "\n" not in message and "layer_types" in message and len(message) < 700, message
+
+
+def test_any_exception_building_the_model_is_one_line_naming_the_key():
+    # Past check_raw (a config made in code): torch's nn.Embedding asserts padding_idx < num_embeddings.
+    config = compatibility.check_config_dict(SMALL_QWEN2, "--model_id lab/m")
+    config.pad_token_id = 7000
+    with pytest.raises(ValueError, match="^--model_id lab/m: its config.json does not build a qwen2 model "
+                                         r"\(AssertionError: Padding_idx must be within num_embeddings") as refused:
+        compatibility.build(config, "--model_id lab/m")
+    assert "\n" not in str(refused.value)
+
+
 # Model-id mistakes, answered in a second and in the user's words (workload.model.model_source).
 
 @pytest.mark.parametrize("model_id, words", [

@@ -8,6 +8,8 @@ prompt-completion records rendered with the chat template, masked, packed). May 
                   local run, the job's driver and the preview); the files' formats (.jsonl/.json/.csv/.parquet/.txt, .gz)
     shapes.py     a record's shape (OpenAI messages, ShareGPT, prompt-completion, Alpaca) read as a conversation
     records.py    the records of --dataset as conversations (a file, local or s3://, or a Hugging Face dataset)
+    hub_dataset.py  a Hugging Face dataset's split checked before a model loads: its first file, bounded
+    hub_splits.py the splits a Hub dataset repo has and their files, as datasets resolves them without a script
     chat.py       render with the chat template; the exact tokens of the assistant turns
     packing.py    truncate or split over-long examples; pack with per-example positions; TokenBatch
     examples.py   the examples of --dataset, shuffled, held out and packed

@@ -14,9 +14,13 @@ patterns, in its order): files under a directory named for the split (`train/...
 is a file named for it), else files whose name holds the split's keyword between non-word characters
 (`*train*.jsonl`), else, for the train split only, every data file. Keywords: datasets' SPLIT_KEYWORDS (train,
 training; validation, valid, dev, val; test, testing, eval, evaluation). A trainDatasetConfig narrows to the files
-under a directory of that name when there are any (the Hub's parquet layout `{config}/{split}/...`); a repo whose
-README declares configs by its own patterns is matched by the default patterns only. Data files: .parquet, .jsonl,
-.json, .csv and their .gz (what the validator reads); the first in sorted order is checked.
+under a directory of that name when there are any (the Hub's parquet layout `{config}/{split}/...`). Data files:
+.parquet, .jsonl, .json, .csv and their .gz (what the validator reads); the first in sorted order is checked. Those
+patterns live in workload.data.hub_splits, which also says which splits the repo has (the README's `configs` when it
+declares any): a --dataset_split or --eval_split (trainDatasetSplit, trainEvalSplit) it lacks is refused with them
+(check_splits), where datasets would raise "Unknown split" on the cluster. The records checked are still found by
+the default patterns: a split whose files only a README config's own patterns name is refused for want of a file
+(a known limit).
 
 Standard library at import (huggingface_hub when called).
 """
@@ -24,20 +28,14 @@ from __future__ import annotations
 
 import io
 import os
-import re
 from dataclasses import dataclass
 
-from workload.data import shapes, validate
+from workload.data import hub_splits, shapes, validate
+from workload.data.hub_splits import DATA_SUFFIXES, split_files  # noqa: F401 - this module's names too
 from workload.model import model_source
 
 # The bound on what is read of one file: as the preview's S3 read (infra/preview/dataset_records.PREVIEW_MAX_BYTES).
 MAX_BYTES = 64 * 2**20
-DATA_SUFFIXES = (".parquet", ".jsonl", ".json", ".csv", ".jsonl.gz", ".json.gz", ".csv.gz")
-# datasets/splits.py and data_files.py (SPLIT_KEYWORDS): the names a split's files are recognised by.
-SPLIT_KEYWORDS = {"train": ("train", "training"), "validation": ("validation", "valid", "dev", "val"),
-                  "test": ("test", "testing", "eval", "evaluation")}
-# datasets/data_files.py NON_WORDS_CHARS: what may stand either side of a keyword in a file or directory name.
-NON_WORD = r"[-._ 0-9]"
 
 
 class NotReachable(Exception):
@@ -53,34 +51,41 @@ class HubChecked:
     size: int
 
 
-def split_files(files: list[str], split: str, config: str = "") -> list[str]:
-    """The data files of `split` among a dataset repo's `files` (see the module docstring), sorted."""
-    data = sorted(f for f in files if f.endswith(DATA_SUFFIXES)
-                  and not any(part.startswith((".", "_")) for part in f.split("/")))
-    if config:
-        under = [f for f in data if f.split("/")[0] == config]
-        data = under or data
-    keywords = SPLIT_KEYWORDS.get(split, (split,))
-    words = "|".join(re.escape(k) for k in keywords)
-    in_dir = re.compile(rf"(^|/)(|[^/]*{NON_WORD})({words})({NON_WORD}[^/]*)?/")
-    in_name = re.compile(rf"(^|/)([^/]*{NON_WORD})?({words})({NON_WORD}[^/]*)?$")
-    for pattern in (in_dir, in_name):
-        found = [f for f in data if pattern.search(f.lower())]
-        if found:
-            return found
-    if split == "train" and not any(re.compile(rf"(^|/|{NON_WORD})({'|'.join(w for ks in SPLIT_KEYWORDS.values() for w in ks)})"
-                                               rf"({NON_WORD}|/|$)").search(f.lower()) for f in data):
-        return data  # datasets' DEFAULT_PATTERNS_ALL: a repo with no split names is all train
-    return []
+def check_splits(dataset: str, files: list[str], token, config: str, wanted: list[tuple[str, str]],
+                 where: str) -> None:
+    """Each (split value, subject) in `wanted` against the splits the repo has (workload.data.hub_splits): DataError
+    naming the subject and the splits the repo has for one it lacks. The default patterns first; the README's
+    configs (one bounded read) only when a split is not among those, so a repo without configs costs no request."""
+    wanted = [(split, subject) for split, subject in wanted if split]
+    if not any(hub_splits.missing(split, hub_splits.default_splits(files, config)) for split, _ in wanted):
+        return
+    readme = None
+    if hub_splits.README in files:
+        body, _ = _read(dataset, hub_splits.README, token, hub_splits.MAX_README_BYTES, where)
+        readme = body.decode("utf-8", "replace")
+    splits = hub_splits.splits_of(files, readme, config)
+    if splits is None:
+        return
+    for split, subject in wanted:
+        if lacking := hub_splits.missing(split, splits):
+            has = ", ".join(name[:100] for name in splits[:10]) or "none (no data files)"
+            raise validate.DataError(
+                f"{subject} {dataset}: no data file of split '{lacking[0][:100]}'"
+                + (f" (config '{config}')" if config else "") + f" in the repo, whose splits are: {has} (as datasets "
+                "finds them: the README's configs, else files named for a split: data/{split}-00000-of-00001.parquet, "
+                "{split}.jsonl, {split}/...); allowed: one of those")
 
 
 def check_records(dataset: str, split: str, config: str, fields: shapes.Fields, *, subject: str,
-          token: str | bool | None = None, limit: int = MAX_BYTES) -> HubChecked:
+          token: str | bool | None = None, limit: int = MAX_BYTES, eval_split: str = "",
+          eval_subject: str = "") -> HubChecked:
     """The split's first data file checked (its first `limit` bytes when larger: the records in them). DataError
-    naming `subject` for a dataset that is not there, a split with no files, a bad record; NotReachable when the
-    Hub does not answer. `token`: a token, None for HF_TOKEN from the environment, False for none."""
+    naming `subject` for a dataset that is not there, a split it does not have (check_splits, with the splits it
+    has), a bad record, and naming `eval_subject` for an `eval_split` it does not have; NotReachable when the Hub
+    does not answer. `token`: a token, None for HF_TOKEN from the environment, False for none."""
     where = f"{subject} {dataset}"
     files = _files(dataset, token, where)
+    check_splits(dataset, files, token, config, [(split, subject), (eval_split, eval_subject)], where)
     chosen = split_files(files, split, config)
     if not chosen:
         shown = ", ".join(f for f in files if f.endswith(DATA_SUFFIXES))[:200] or "no data files"
@@ -196,7 +201,8 @@ def check_dataset(cfg, say=print) -> HubChecked | None:
                                "download it first")
         return None
     try:
-        return check_records(cfg.dataset, cfg.dataset_split, cfg.dataset_config, shapes.Fields.of(cfg), subject="--dataset")
+        return check_records(cfg.dataset, cfg.dataset_split, cfg.dataset_config, shapes.Fields.of(cfg),
+                             subject="--dataset", eval_split=cfg.eval_split, eval_subject="--eval_split")
     except NotReachable as error:
         if not in_cache(cfg.dataset):
             raise

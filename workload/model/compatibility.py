@@ -18,6 +18,9 @@ the preview accepts is what the job then builds, by the same code. In order, a m
   name, rank by rank, and the memory plan counts one MLP per layer, so it is refused rather than planned as dense;
 - its layers are where sharding looks for them (CausalLMWithLoss.layers: lm.model.layers, one per
   num_hidden_layers), and its lm_head is where the chunked loss reads it;
+- its config.json's pad/bos/eos ids are below its vocab_size (token_id_problem, before transformers loads), and
+  transformers builds its config and its model at all: any exception of theirs (a strict dataclass's validator, a
+  torch assert) is one refusal naming `what` with the library's first line, never a traceback;
 - every buffer is either in the files (persistent) or computed when the model is built (a rotary embedding's inv_freq,
   Gemma's embed_scale), so the sharded load can restore it.
 
@@ -60,6 +63,52 @@ def check_raw(raw: Any, what: str) -> None:
         raise _refuse(what, "its config.json has a quantization_config: its weights are stored quantized, which the "
                             "job neither loads nor trains; give the model's unquantized (bf16/fp32) repository "
                             "(--method qlora quantizes it itself)")
+    if (why := token_id_problem(raw) or per_layer_problem(raw)) is not None:
+        raise _refuse(what, why)
+
+
+# The ids config.json gives the embedding's rows for: nn.Embedding asserts padding_idx < num_embeddings as the model
+# is built ("Padding_idx must be within num_embeddings"), and a bos/eos id past the rows indexes past the embedding
+# at the first generated or packed token.
+TOKEN_ID_FIELDS = ("pad_token_id", "bos_token_id", "eos_token_id")
+
+
+def token_id_problem(raw: dict) -> str | None:
+    """Why config.json's pad/bos/eos ids do not fit its vocab_size (an eos_token_id may be a list), or None."""
+    vocab_size = raw.get("vocab_size")
+    if not isinstance(vocab_size, int) or isinstance(vocab_size, bool) or vocab_size < 1:
+        return None
+    for field in TOKEN_ID_FIELDS:
+        value = raw.get(field)
+        for token_id in value if isinstance(value, list) else [value]:
+            if isinstance(token_id, int) and not isinstance(token_id, bool) and token_id >= vocab_size:
+                return (f"its config.json's {field} {token_id} is not below its vocab_size {vocab_size}, so the "
+                        "embedding has no row for it (transformers refuses to build such a model)")
+    return None
+
+
+# Per-layer lists every transformers config validates against num_hidden_layers (PreTrainedConfig.validate_layer_type).
+PER_LAYER_FIELDS = ("layer_types", "mlp_layer_types")
+
+
+def per_layer_problem(raw: dict) -> str | None:
+    """Why a per-layer list of config.json does not give one entry per layer, or None: transformers refuses to make
+    the config (the check, without its seconds of imports)."""
+    layers = raw.get("num_hidden_layers")
+    for field in PER_LAYER_FIELDS:
+        value = raw.get(field)
+        if isinstance(value, list) and isinstance(layers, int) and not isinstance(layers, bool) and len(value) != layers:
+            return (f"its config.json's {field} has {len(value)} entries for its num_hidden_layers {layers}, and "
+                    "transformers refuses a config without one per layer")
+    return None
+
+
+def _first_line(error: BaseException) -> str:
+    """A library's exception as one bounded line, no traceback: its type and its message's lines joined
+    (huggingface_hub's StrictDataclassClassValidationError puts the validator on its first line, the cause on the
+    second)."""
+    message = " ".join(line.strip() for line in str(error).splitlines() if line.strip())
+    return f"{type(error).__name__}: {message[:300]}" if message else type(error).__name__
 
 
 def check_config_dict(raw: Any, what: str):
@@ -77,8 +126,8 @@ def check_config_dict(raw: Any, what: str):
     fields = {key: value for key, value in structure.without_structure(raw).items() if key != "model_type"}
     try:
         config = AutoConfig.for_model(model_type, **fields)
-    except (ValueError, TypeError, KeyError, AttributeError) as error:
-        raise _refuse(what, f"its config.json does not make a {model_type} config ({error})") from None
+    except Exception as error:  # noqa: BLE001 - any library's refusal of a value (a strict dataclass's validator too)
+        raise _refuse(what, f"its config.json does not make a {model_type} config ({_first_line(error)})") from None
     check_config(config, what)
     return config
 
@@ -188,10 +237,11 @@ def build(config, what: str):
     with parameters_on_meta():
         try:
             lm = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-        except (KeyError, ValueError, TypeError, AttributeError, IndexError, ZeroDivisionError) as error:
-            # a value the model's code looks up or divides by (hidden_act, rope_scaling's rope_type, a head count)
+        except Exception as error:  # noqa: BLE001 - any library's refusal while building: a value the model's code
+            # looks up or divides by (hidden_act, rope_scaling's rope_type, a head count), torch's asserts (an
+            # nn.Embedding's padding_idx past its rows): the job's build fails the same way on every rank
             raise _refuse(what, f"its config.json does not build a {config.model_type} model "
-                                f"({type(error).__name__}: {str(error)[:120]})") from None
+                                f"({_first_line(error)})") from None
     check_model(lm, what)
     return lm
 

@@ -1,7 +1,8 @@
 """A model directory's model.safetensors.index.json read as untrusted input: which file holds each tensor.
 
 One reader for the local run's check before Ray starts (workload.run.preflight.check_local_files: every file the index
-names is in the directory) and the job's sharded loader (workload.model.weights). Bounded before a byte is parsed
+names is in the directory), the preview's of a Hub repo (infra/preview/model_config.py: every file it names is in the
+repo's file list) and the job's sharded loader (workload.model.weights). Bounded before a byte is parsed
 (the largest published indexes, a few hundred thousand tensors' names, are a few MiB), then a JSON object whose
 weight_map maps tensor names (strings) to file names (strings) in the directory itself, never outside it.
 
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import posixpath
 
 from workload.model.model_source import SAFETENSORS_FILE, SAFETENSORS_INDEX
 
@@ -34,8 +36,21 @@ def weight_map(directory: str, what: str) -> dict[str, str] | None:
             raise ValueError(f"{what}: {INDEX_FILE} is {size:,} bytes; an index is a few MiB at most (allowed: "
                              f"{MAX_INDEX_BYTES:,})")
         with open(index, "rb") as file:
-            found = json.loads(file.read(MAX_INDEX_BYTES + 1))["weight_map"]
-    except (OSError, RecursionError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError):
+            data = file.read(MAX_INDEX_BYTES + 1)
+    except OSError:
+        raise ValueError(f"{what}: {INDEX_FILE} {NOT_AN_INDEX}") from None
+    return {name: os.path.join(directory, file_name) for name, file_name in parse(data, what).items()}
+
+
+def parse(data: bytes, what: str) -> dict[str, str]:
+    """An index's bytes (from a directory or the Hub) as tensor name -> file name, normalised and inside the model's
+    directory or repo; ValueError("{what}: ...") otherwise."""
+    if len(data) > MAX_INDEX_BYTES:
+        raise ValueError(f"{what}: {INDEX_FILE} is larger than {MAX_INDEX_BYTES:,} bytes; an index is a few MiB at "
+                         "most")
+    try:
+        found = json.loads(data)["weight_map"]
+    except (RecursionError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError):
         raise ValueError(f"{what}: {INDEX_FILE} {NOT_AN_INDEX}") from None
     if not isinstance(found, dict) or not found or not all(
             isinstance(name, str) and isinstance(file_name, str) and file_name for name, file_name in found.items()):
@@ -43,13 +58,30 @@ def weight_map(directory: str, what: str) -> dict[str, str] | None:
     files = {}
     for name, file_name in found.items():
         # The name, not where a link leads: a Hub cache's snapshot directory links each file to ../../blobs/.
-        inside = os.path.normpath(file_name)
-        if os.path.isabs(inside) or inside in (".", os.pardir) or inside.startswith(os.pardir + os.sep):
+        inside = posixpath.normpath(file_name.replace(os.sep, "/"))
+        if posixpath.isabs(inside) or inside in (".", posixpath.pardir) or inside.startswith(posixpath.pardir + "/"):
             raise ValueError(f"{what}: {INDEX_FILE} puts {name[:100]} in {file_name[:200]!r}, outside the model "
                              "directory; allowed: file names in the directory itself")
-        path = os.path.join(directory, inside)
-        files[name] = path
+        files[name] = inside
     return files
+
+
+def named_files(data: bytes, what: str) -> list[str]:
+    """The file names an index's bytes name, each once, sorted."""
+    return sorted(set(parse(data, what).values()))
+
+
+def missing_shards(data: bytes, file_names: list[str], what: str) -> list[str]:
+    """The files an index's bytes name that a repo holding `file_names` (the Hub's listing) lacks, sorted:
+    from_pretrained fails on every rank at the first of them."""
+    held = set(file_names)
+    return [name for name in named_files(data, what) if name not in held]
+
+
+def shown(missing: list[str]) -> str:
+    """Missing file names as a refusal quotes them, on one line: the first three, and how many more."""
+    printable = ("".join(c if c.isprintable() else "?" for c in name[:200]) for name in missing[:3])
+    return ", ".join(printable) + (f" and {len(missing) - 3} more" if len(missing) > 3 else "")
 
 
 def missing_files(directory: str, what: str) -> list[str]:

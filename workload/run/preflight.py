@@ -120,7 +120,7 @@ def check_local_files(cfg: TrainConfig) -> None:
             raise ValueError(f"{what}: the directory holds no *.safetensors weights; give the directory save_pretrained "
                              "wrote (config.json and model*.safetensors)")
         if missing := safetensors_index.missing_files(directory, what):  # what the job's loader would open
-            named = ", ".join(missing[:3]) + (f" and {len(missing) - 3} more" if len(missing) > 3 else "")
+            named = safetensors_index.shown(missing)
             source = (f"its {safetensors_index.INDEX_FILE} names" if missing != [safetensors_index.SINGLE_FILE]
                       else f"without a {safetensors_index.INDEX_FILE}, the job loads")
             raise ValueError(f"{what}: {source} {named}, which the directory lacks; copy every file save_pretrained "

@@ -1,0 +1,138 @@
+"""The splits a Hugging Face dataset repo without a loading script has, as `datasets` resolves them, so a
+--dataset_split / --eval_split (trainDatasetSplit / trainEvalSplit) it lacks is refused before anything bills:
+load_dataset raises "Unknown split" for it in the data stage, on the cluster.
+
+datasets (data_files.py get_data_patterns, load.py's HubDatasetModuleFactory) takes the splits from, in order:
+- the README's YAML `configs` (the dataset card's metadata): the chosen config's `data_files`, a list of
+  {split, path} (those splits), or a path or list of paths (one split, train); a config with `data_dir` and no
+  data_files takes the default patterns under that directory;
+- else the default patterns: files named `data/{split}-NNNNN-of-NNNNN.*` (the Hub's parquet export; any split
+  name), else directories named for train/validation/test (their keywords, SPLIT_KEYWORDS), else file
+  names holding a keyword, else every data file as train. The first of these that finds a file decides.
+A repo whose README cannot be read or parsed, or names configs none of which is chosen, is not judged here (None).
+
+A split value's base names are judged: train[:10%]+validation is train and validation. `split_files` picks a split's
+files by the same patterns (workload.data.hub_dataset reads the first of them). Standard library at import (yaml
+when a README is parsed).
+"""
+from __future__ import annotations
+
+import re
+
+README = "README.md"
+MAX_README_BYTES = 1 << 20  # dataset cards are a few KiB to a few hundred; the YAML header comes first
+# datasets/data_files.py SPLIT_PATTERN_SHARDED, under data/ (the Hub's parquet export).
+SHARDED = re.compile(r"^data/(?P<split>\w+)-\d{5}-of-\d{5}[^/]*$")
+DEFAULT_SPLITS = ("train", "validation", "test")
+DATA_SUFFIXES = (".parquet", ".jsonl", ".json", ".csv", ".jsonl.gz", ".json.gz", ".csv.gz")
+# datasets/splits.py and data_files.py (SPLIT_KEYWORDS): the names a split's files are recognised by.
+SPLIT_KEYWORDS = {"train": ("train", "training"), "validation": ("validation", "valid", "dev", "val"),
+                  "test": ("test", "testing", "eval", "evaluation")}
+# datasets/data_files.py NON_WORDS_CHARS: what may stand either side of a keyword in a file or directory name.
+NON_WORD = r"[-._ 0-9]"
+_BASE = re.compile(r"\s*([\w.-]+)")
+
+
+def base_names(value: str) -> list[str]:
+    """The split names in datasets' split syntax (train[:5000]+validation -> train, validation)."""
+    return [match[1] for part in value.split("+") if (match := _BASE.match(part))]
+
+
+def data_files(files: list[str], config: str = "") -> list[str]:
+    """The data files among a repo's `files`, sorted; with `config`, those under its directory when there are any."""
+    data = sorted(f for f in files if f.endswith(DATA_SUFFIXES)
+                  and not any(part.startswith((".", "_")) for part in f.split("/")))
+    if config:
+        under = [f for f in data if f.split("/")[0] == config]
+        data = under or data
+    return data
+
+
+def _words(split: str) -> str:
+    return "|".join(re.escape(k) for k in SPLIT_KEYWORDS.get(split, (split,)))
+
+
+def split_in_directory(split: str) -> re.Pattern:
+    """A file under a directory named for `split` (one of its keywords)."""
+    return re.compile(rf"(^|/)(|[^/]*{NON_WORD})({_words(split)})({NON_WORD}[^/]*)?/")
+
+
+def split_in_name(split: str) -> re.Pattern:
+    """A file whose name holds one of `split`'s keywords between non-word characters."""
+    return re.compile(rf"(^|/)([^/]*{NON_WORD})?({_words(split)})({NON_WORD}[^/]*)?$")
+
+
+def split_files(files: list[str], split: str, config: str = "") -> list[str]:
+    """The data files of `split` among a dataset repo's `files` (see the module docstring), sorted."""
+    data = data_files(files, config)
+    split = (base_names(split) or [split])[0]  # train[:5000] reads train's files
+    for pattern in (split_in_directory(split), split_in_name(split)):
+        found = [f for f in data if pattern.search(f.lower())]
+        if found:
+            return found
+    if split == "train" and not any(re.compile(rf"(^|/|{NON_WORD})({'|'.join(w for ks in SPLIT_KEYWORDS.values() for w in ks)})"
+                                               rf"({NON_WORD}|/|$)").search(f.lower()) for f in data):
+        return data  # datasets' DEFAULT_PATTERNS_ALL: a repo with no split names is all train
+    return []
+
+
+def default_splits(files: list[str], config: str = "") -> list[str]:
+    """The splits datasets' default patterns find among a repo's `files` (see the module docstring)."""
+    data = data_files(files, config)
+    sharded = {match["split"] for f in data if (match := SHARDED.match(f))}
+    if sharded:
+        return [s for s in DEFAULT_SPLITS if s in sharded] + sorted(sharded - set(DEFAULT_SPLITS))
+    for pattern in (split_in_directory, split_in_name):
+        found = [split for split in DEFAULT_SPLITS if any(pattern(split).search(f.lower()) for f in data)]
+        if found:
+            return found
+    return ["train"] if data else []
+
+
+def splits_of(files: list[str], readme: str | None, config: str = "") -> list[str] | None:
+    """The repo's splits: the README's configs when it declares any (`readme`: its text, None without one), else the
+    default patterns; None when not judged here (configs none of which is chosen, a form not read here)."""
+    configs = _configs(readme) if readme else None
+    if configs is None:
+        return default_splits(files, config)
+    chosen = ([c for c in configs if c.get("config_name") == config] if config else
+              [c for c in configs if c.get("default") is True]
+              or [c for c in configs if c.get("config_name") in (None, "default")]
+              or (configs if len(configs) == 1 else []))
+    if not chosen:
+        return None
+    entry = chosen[0]
+    data_files = entry.get("data_files")
+    if data_files is None and isinstance(entry.get("data_dir"), str):
+        prefix = entry["data_dir"].strip("/") + "/"
+        return default_splits([f[len(prefix):] for f in files if f.startswith(prefix)])
+    if isinstance(data_files, str) or (isinstance(data_files, list) and data_files
+                                       and all(isinstance(item, str) for item in data_files)):
+        return ["train"]
+    if isinstance(data_files, list) and data_files and all(
+            isinstance(item, dict) and isinstance(item.get("split"), str) for item in data_files):
+        return [item["split"] for item in data_files]
+    if isinstance(data_files, dict) and data_files and all(isinstance(name, str) for name in data_files):
+        return list(data_files)
+    return None
+
+
+def _configs(readme: str) -> list[dict] | None:
+    """The README's YAML header's `configs` (a list of mappings), or None when it declares none or is not YAML."""
+    import yaml
+
+    if not readme.startswith("---"):
+        return None
+    try:
+        metadata = yaml.safe_load(readme[3:].split("\n---", 1)[0])
+    except (yaml.YAMLError, RecursionError):
+        return None
+    configs = metadata.get("configs") if isinstance(metadata, dict) else None
+    if not isinstance(configs, list) or not configs or not all(isinstance(entry, dict) for entry in configs):
+        return None
+    return configs
+
+
+def missing(wanted: str, splits: list[str]) -> list[str]:
+    """The base names of a split value that are not among `splits`."""
+    return [name for name in base_names(wanted) if name not in splits]

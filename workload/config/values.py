@@ -130,7 +130,7 @@ GPU_MEMORY_MIB_LEAST = 4096
 
 def gpu_memory_problem(value: int) -> str | None:
     """Why a --gpu_memory_mib is refused: a GPU's memory given in GB (or GiB) where MiB is asked for."""
-    if value < GPU_MEMORY_MIB_LEAST:
+    if 0 < value < GPU_MEMORY_MIB_LEAST:  # (below 0: the bound says so)
         return (f"is in MiB, as EC2 gives it, and {value} MiB is no GPU's memory: a card of {value} GiB is "
                 f"--gpu_memory_mib {value * 1024} (0 reads it from the device)")
     return None

@@ -4,8 +4,10 @@ settings), and a bound on how many entries the two keys hold. A refusal names th
 setting properly; it never quotes a value."""
 from __future__ import annotations
 
+import posixpath
 import re
 
+from infra.config.storage_bounds import PSEUDO_FILE_SYSTEMS
 from workload.storage import CHECKPOINT_STAGING_ENV, DATA_CACHE_ENV
 
 # The Ray pods' AWS identity is EKS Pod Identity's role, scoped to trainStoragePath's prefix and trainDataset's and
@@ -178,3 +180,26 @@ _REFERENCE = re.compile(r"\$[{A-Za-z_]")
 def refers_to_variable(value: str) -> bool:
     """Whether `value` holds ${NAME} or $NAME (never quoted by the caller)."""
     return bool(_REFERENCE.search(value))
+
+
+# A variable that names a directory, by the last word libraries give such names (TORCHINDUCTOR_CACHE_DIR, TRITON_HOME,
+# XDG_CACHE_HOME, TRITON_CACHE, CUDA_CACHE_PATH, TMPDIR, ...): under a kernel pseudo file system (/proc, /sys, /dev:
+# storage_bounds.PSEUDO_FILE_SYSTEMS) no directory can be made, so the library's os.makedirs fails on every rank at its
+# first use (torch.compile's cache at the first compiled forward), after the GPUs bill. /dev/shm is a tmpfs where
+# directories can be made (the pods mount one for NCCL and the data loaders), so it stays allowed.
+_DIRECTORY_NAME = re.compile(r"(_DIR|_HOME|_CACHE|_PATH|_ROOT)$|^TMPDIR$")
+_WRITABLE_UNDER_DEV = "/dev/shm"
+
+
+def pseudo_directory_reason(name: str, value: str) -> str | None:
+    """Why `name`=`value` names a directory no library can make (under /proc, /sys or /dev but /dev/shm), or None. The
+    reason names the file system only, never the value."""
+    if not _DIRECTORY_NAME.search(name.upper()) or not value.startswith("/"):
+        return None
+    path = "/" + posixpath.normpath(value).lstrip("/")  # POSIX keeps a leading //, which Linux reads as /
+    top = "/" + path.split("/")[1]
+    if top not in PSEUDO_FILE_SYSTEMS or path == _WRITABLE_UNDER_DEV or path.startswith(_WRITABLE_UNDER_DEV + "/"):
+        return None
+    return (f"it names a directory under {top}, a kernel pseudo file system where no directory can be made, so its "
+            "library fails on every rank at its first use; allowed: a path on the node's disk (/tmp/...) or under "
+            "/dev/shm")

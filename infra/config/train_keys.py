@@ -12,6 +12,7 @@ from infra.config.env_names import (
     MAX_ENV_ENTRIES,
     MAX_ENV_VALUE_CHARS,
     holds_credential,
+    pseudo_directory_reason,
     refers_to_variable,
     reserved_reason,
 )
@@ -268,6 +269,8 @@ def _parse_env(key: str, items: list[str]) -> dict[str, str]:
         why = reserved_reason(name)
         require(why is None, key, f"entry {index} sets {shown}, which the job may not set: {why} (its value is not "
                                   "shown)")
+        why = pseudo_directory_reason(name, value)
+        require(why is None, key, f"entry {index} ({shown}): {why}")
         require(len(value) <= MAX_ENV_VALUE_CHARS, key,
                  f"entry {index} ({shown}): the value is {len(value)} characters; allowed: at most "
                  f"{MAX_ENV_VALUE_CHARS} (its value is not shown)")

@@ -8,7 +8,7 @@ import socket
 from typing import Any
 from urllib.parse import urlsplit
 
-from infra.config.rules import require, s3_location
+from infra.config.rules import require, require_choice, s3_location
 from workload.config.fields import shown_uri
 from workload.config.special_names import not_public
 
@@ -123,7 +123,7 @@ def parse_experiment_tracking(raw: dict[str, Any]) -> str:
     """experimentTracking, checked: one of EXPERIMENT_TRACKING; mlflow needs an s3:// trainStoragePath, where its
     artifacts and its store's copy live."""
     value = raw["experimentTracking"]
-    require(value in EXPERIMENT_TRACKING, "experimentTracking", f"{value!r} is not one of {list(EXPERIMENT_TRACKING)}")
+    require_choice(value, EXPERIMENT_TRACKING, "experimentTracking")
     if value == "mlflow":
         require(s3_location(raw["trainStoragePath"]) is not None, "experimentTracking",
                  "mlflow keeps its artifacts and a copy of its store under trainStoragePath's S3 prefix, and "

@@ -6,6 +6,7 @@ import re
 from urllib.parse import unquote
 
 from infra.config.storage_bounds import check_storage_bounds
+from workload.config.fields import shown_choice
 
 # 39 at most: IAM role names are <clusterName>-system-node-role plus Pulumi's 8-character suffix, 64 at most.
 CLUSTER_NAME = re.compile(r"^[a-zA-Z][a-zA-Z0-9-]{0,38}$")
@@ -83,6 +84,12 @@ def config_error(keys: str | tuple[str, ...], message: str) -> ValueError:
 def require(ok: bool, key: str, message: str) -> None:
     if not ok:
         raise config_error(key, message)
+
+
+def require_choice(value: object, choices: tuple | list, key: str, words: str = "") -> None:
+    """The one refusal of a key that takes one of `choices`: the value quoted only as shown_choice allows (short, and
+    no token shape; a secret pasted into the wrong key is not echoed), the choices listed. `words`: after the list."""
+    require(value in choices, key, f"{shown_choice(value)} is not one of {list(choices)}{words}")
 
 
 def check_az_list(key: str, azs: list[str]) -> tuple[str, ...]:

@@ -81,16 +81,18 @@ RESERVED_ENV = {
     "CUDA_VISIBLE_DEVICES": "Ray sets it on each worker to the GPU it assigned; give trainNumWorkers to use fewer GPUs",
     # Where a token is sent: each of these sends the Hub's, W&B's or MLflow's token (from trainSecretEnv) to the host
     # it names, or reads every request in between (a proxy, a trusted CA bundle). huggingface_hub reads HF_ENDPOINT
-    # (constants.py), wandb WANDB_BASE_URL (its settings' base_url), MLflow MLFLOW_TRACKING_URI; requests and httpx
-    # honour the proxy and CA variables.
+    # (constants.py), wandb WANDB_BASE_URL (its settings' base_url), MLflow MLFLOW_TRACKING_URI, and MLflow's Databricks
+    # store and the Databricks SDK DATABRICKS_HOST (the workspace DATABRICKS_TOKEN is sent to: the SDK's unified
+    # authentication, mlflow/utils/databricks_utils.py); requests and httpx honour the proxy and CA variables.
     **dict.fromkeys(("HF_ENDPOINT", "HF_HUB_ENDPOINT", "HF_INFERENCE_ENDPOINT", "WANDB_BASE_URL", "MLFLOW_TRACKING_URI",
-                     "MLFLOW_REGISTRY_URI"), _REDIRECT),
+                     "MLFLOW_REGISTRY_URI", "DATABRICKS_HOST"), _REDIRECT),
     **dict.fromkeys(("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy",
                      "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "SSL_CERT_FILE", "SSL_CERT_DIR"), _INTERCEPT),
     # A token under another name: read as the token by its library, but not one of the names trainEnv refuses. NETRC
-    # names the file wandb reads its key from (machine api.wandb.ai) and requests reads any host's login from.
-    **dict.fromkeys(("HUGGING_FACE_HUB_TOKEN", "HF_API_TOKEN", "HF_TOKEN_PATH", "WANDB_IDENTITY_TOKEN_FILE", "NETRC"),
-                    _TOKEN_ELSEWHERE),
+    # names the file wandb reads its key from (machine api.wandb.ai) and requests reads any host's login from;
+    # DATABRICKS_CONFIG_FILE the .databrickscfg whose profiles hold a workspace's host and token together.
+    **dict.fromkeys(("HUGGING_FACE_HUB_TOKEN", "HF_API_TOKEN", "HF_TOKEN_PATH", "WANDB_IDENTITY_TOKEN_FILE", "NETRC",
+                     "DATABRICKS_CONFIG_FILE"), _TOKEN_ELSEWHERE),
 }
 # Families of names: the container credential provider's (FULL_URI, RELATIVE_URI, AUTHORIZATION_TOKEN[_FILE], and any
 # added later) and the endpoint overrides (AWS_ENDPOINT_URL, AWS_ENDPOINT_URL_S3, ...), which send the job's S3 calls,

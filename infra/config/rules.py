@@ -212,9 +212,13 @@ _SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]{0,15}")
 
 def check_source_scheme(key: str, value: str) -> None:
     """A source key's URI, refused unless its scheme is one of SOURCE_SCHEMES. The refusal names the scheme alone
-    (a URI's user, path or query may hold a token)."""
+    (a URI's user, path or query may hold a token). An s3:// one follows s3_location's rules (S3's bucket
+    naming among them), as trainStoragePath does: one rule for every key that takes an s3:// URI."""
     scheme, separator, _ = value.partition("://")
-    if not separator or scheme in SOURCE_SCHEMES:
+    if not separator:
+        return
+    if scheme in SOURCE_SCHEMES:
+        s3_location(value, key)
         return
     shown = f"{scheme}://" if _SCHEME.fullmatch(scheme) else "its scheme"
     raise config_error(key, f"{shown} is not a location the job can read (the Ray pods hold AWS credentials for S3 "
@@ -227,8 +231,6 @@ def check_dataset_location(dataset: str) -> None:
     with the Ray pods' role (workload/data/batches.py); an https:// or gs:// file would fail on the cluster after `up`
     made it."""
     check_source_scheme("trainDataset", dataset)
-    if "://" in dataset:
-        s3_location(dataset, "trainDataset")
 
 
 def socket_ifname_matches(ifname: str, interface: str) -> bool:
@@ -241,3 +243,23 @@ def socket_ifname_matches(ifname: str, interface: str) -> bool:
     names = body.removeprefix("=").split(",")
     listed = any(interface == name if exact else interface.startswith(name) for name in names)
     return listed != exclude
+
+
+# Every job setting that takes an s3:// URI, as flag -> the stack key that sets it: each follows s3_location's rules
+# (S3's bucket naming among them) on the stack (check_storage_path, check_source_scheme) and as a flag of
+# `tools.job submit` (s3_uri_problem), the one list of both.
+S3_URI_SETTINGS = {"storage_path": "trainStoragePath", "dataset": "trainDataset", "model_id": "trainModelId",
+                   "tokenizer": "trainTokenizer"}
+
+
+def s3_uri_problem(flag: str, value: str) -> str | None:
+    """Why --`flag`'s s3:// `value` breaks s3_location's rules, in the flag's terms (`--tokenizer 's3://...': ...`),
+    or None (also for a value that is no s3:// URI: the flag's own checks say what it takes)."""
+    if not value.startswith("s3://"):
+        return None
+    key = S3_URI_SETTINGS[flag]
+    try:
+        s3_location(value, key)
+    except ValueError as error:
+        return str(error).replace(f"config key {key!r}: ", f"--{flag} ", 1)
+    return None

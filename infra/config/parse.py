@@ -25,6 +25,7 @@ from infra.config.rules import (
     RESERVATION_ID,
     SOCKET_IFNAME,
     check_az_list,
+    check_vpc_range,
     require,
     require_choice,
     require_unique,
@@ -88,6 +89,7 @@ def parse(raw: dict[str, Any]) -> StackConfig:
         raise ValueError(f"config key 'vpcCidr': {raw['vpcCidr']!r} is not an IPv4 CIDR: {e}") from e
     require(16 <= vpc.prefixlen <= 20, "vpcCidr",
              f"{raw['vpcCidr']} must be a /16 to /20 (private subnets get an eighth of it per AZ)")
+    check_vpc_range(vpc)
 
     vpc_azs = check_az_list("vpcAvailabilityZones", raw["vpcAvailabilityZones"])
     require(not vpc_azs or len(vpc_azs) >= 2, "vpcAvailabilityZones",

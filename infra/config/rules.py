@@ -2,6 +2,7 @@
 and what it allows."""
 from __future__ import annotations
 
+import ipaddress
 import re
 from urllib.parse import unquote
 
@@ -263,3 +264,23 @@ def s3_uri_problem(flag: str, value: str) -> str | None:
     except ValueError as error:
         return str(error).replace(f"config key {key!r}: ", f"--{flag} ", 1)
     return None
+
+
+# Ranges no VPC's nodes can be addressed in (Python's ipaddress kinds, each a whole range for a /16 to /20): loopback,
+# 127.0.0.0/8, which "must not appear outside a host" (RFC 1122 3.2.1.3; Linux routes all of it to lo, so nodes would
+# reach neither each other nor the control plane); "this network", 0.0.0.0/8 (RFC 1122 3.2.1.3); link-local,
+# 169.254.0.0/16 (RFC 3927: EC2's instance metadata, DNS and time servers answer there); multicast, 224.0.0.0/4
+# (RFC 5771); and the reserved 240.0.0.0/4 (RFC 1112). AWS's VPC user guide ("VPC CIDR blocks") asks for the RFC 1918
+# private ranges, or a publicly routable range the account owns.
+_NOT_FOR_NODES = ("loopback", "link_local", "multicast", "reserved", "unspecified")
+_THIS_NETWORK = ipaddress.IPv4Network("0.0.0.0/8")
+
+
+def check_vpc_range(vpc: ipaddress.IPv4Network) -> None:
+    """vpcCidr (already a /16 to /20): refused when it lies in a range where no node can have its address."""
+    kinds = [kind.replace("_", "-") for kind in _NOT_FOR_NODES if getattr(vpc, f"is_{kind}")]
+    if vpc.subnet_of(_THIS_NETWORK):
+        kinds.append("this-network (0.0.0.0/8)")
+    require(not kinds, "vpcCidr", f"{vpc} is a {kinds[0] if kinds else ''} range, where no node can be addressed "
+                                  "(RFC 1122, 3927, 5771); allowed: a private range (RFC 1918: 10.0.0.0/8, "
+                                  "172.16.0.0/12, 192.168.0.0/16) or a public one the account owns")

@@ -107,7 +107,12 @@ def shown(value: object) -> str:
 
 def _bounded(message: str) -> str:
     """argparse's message with each value it quotes ('...'), and each long or token-like word of an unrecognized
-    argument, as `shown` gives it: argparse repeats a value whole (`invalid int value: '999...'`)."""
+    argument, as `shown` gives it: argparse repeats a value whole (`invalid int value: '999...'`). A refused choice
+    is quoted as every choice key's and flag's refusal quotes it (workload/config/fields.py shown_choice)."""
+    from workload.config.fields import shown_choice  # on the error path only: the package is not light
+
+    message = re.sub(r"invalid choice: ('[^']*'|\"[^\"]*\")",
+                     lambda refused: f"invalid choice: {shown_choice(refused.group(1)[1:-1])}", message)
     message = re.sub(r"'([^']*)'", lambda quoted: shown(quoted.group(1)), message)
     return " ".join(word if word.startswith("--") or shown(word) == repr(word) else shown(word)
                     for word in message.split(" "))

@@ -12,6 +12,7 @@ resource is registered. Imports the standard library, pulumi, yaml and workload/
     pip_requirements.py  trainPip's requirement specifiers
     pip_satisfiable.py   trainPip: one project's specifiers that no version satisfies
     storage_bounds.py    trainStoragePath's lengths (S3 keys, NAME_MAX, PATH_MAX) and /proc, /sys, /dev
+    gpu_cuda.py          the image's CUDA against the GPU's architecture (the first CUDA that builds for each)
 
 The names the rest of the program uses are imported here, so `from infra.config import StackConfig` and
 `config.load()` read the same wherever they are written.

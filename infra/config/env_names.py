@@ -4,8 +4,10 @@ settings), and a bound on how many entries the two keys hold. A refusal names th
 setting properly; it never quotes a value."""
 from __future__ import annotations
 
+import posixpath
 import re
 
+from infra.config.storage_bounds import PSEUDO_FILE_SYSTEMS
 from workload.storage import CHECKPOINT_STAGING_ENV, DATA_CACHE_ENV
 
 # The Ray pods' AWS identity is EKS Pod Identity's role, scoped to trainStoragePath's prefix and trainDataset's and
@@ -79,16 +81,18 @@ RESERVED_ENV = {
     "CUDA_VISIBLE_DEVICES": "Ray sets it on each worker to the GPU it assigned; give trainNumWorkers to use fewer GPUs",
     # Where a token is sent: each of these sends the Hub's, W&B's or MLflow's token (from trainSecretEnv) to the host
     # it names, or reads every request in between (a proxy, a trusted CA bundle). huggingface_hub reads HF_ENDPOINT
-    # (constants.py), wandb WANDB_BASE_URL (its settings' base_url), MLflow MLFLOW_TRACKING_URI; requests and httpx
-    # honour the proxy and CA variables.
+    # (constants.py), wandb WANDB_BASE_URL (its settings' base_url), MLflow MLFLOW_TRACKING_URI, and MLflow's Databricks
+    # store and the Databricks SDK DATABRICKS_HOST (the workspace DATABRICKS_TOKEN is sent to: the SDK's unified
+    # authentication, mlflow/utils/databricks_utils.py); requests and httpx honour the proxy and CA variables.
     **dict.fromkeys(("HF_ENDPOINT", "HF_HUB_ENDPOINT", "HF_INFERENCE_ENDPOINT", "WANDB_BASE_URL", "MLFLOW_TRACKING_URI",
-                     "MLFLOW_REGISTRY_URI"), _REDIRECT),
+                     "MLFLOW_REGISTRY_URI", "DATABRICKS_HOST"), _REDIRECT),
     **dict.fromkeys(("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy",
                      "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "SSL_CERT_FILE", "SSL_CERT_DIR"), _INTERCEPT),
     # A token under another name: read as the token by its library, but not one of the names trainEnv refuses. NETRC
-    # names the file wandb reads its key from (machine api.wandb.ai) and requests reads any host's login from.
-    **dict.fromkeys(("HUGGING_FACE_HUB_TOKEN", "HF_API_TOKEN", "HF_TOKEN_PATH", "WANDB_IDENTITY_TOKEN_FILE", "NETRC"),
-                    _TOKEN_ELSEWHERE),
+    # names the file wandb reads its key from (machine api.wandb.ai) and requests reads any host's login from;
+    # DATABRICKS_CONFIG_FILE the .databrickscfg whose profiles hold a workspace's host and token together.
+    **dict.fromkeys(("HUGGING_FACE_HUB_TOKEN", "HF_API_TOKEN", "HF_TOKEN_PATH", "WANDB_IDENTITY_TOKEN_FILE", "NETRC",
+                     "DATABRICKS_CONFIG_FILE"), _TOKEN_ELSEWHERE),
 }
 # Families of names: the container credential provider's (FULL_URI, RELATIVE_URI, AUTHORIZATION_TOKEN[_FILE], and any
 # added later) and the endpoint overrides (AWS_ENDPOINT_URL, AWS_ENDPOINT_URL_S3, ...), which send the job's S3 calls,
@@ -178,3 +182,26 @@ _REFERENCE = re.compile(r"\$[{A-Za-z_]")
 def refers_to_variable(value: str) -> bool:
     """Whether `value` holds ${NAME} or $NAME (never quoted by the caller)."""
     return bool(_REFERENCE.search(value))
+
+
+# A variable that names a directory, by the last word libraries give such names (TORCHINDUCTOR_CACHE_DIR, TRITON_HOME,
+# XDG_CACHE_HOME, TRITON_CACHE, CUDA_CACHE_PATH, TMPDIR, ...): under a kernel pseudo file system (/proc, /sys, /dev:
+# storage_bounds.PSEUDO_FILE_SYSTEMS) no directory can be made, so the library's os.makedirs fails on every rank at its
+# first use (torch.compile's cache at the first compiled forward), after the GPUs bill. /dev/shm is a tmpfs where
+# directories can be made (the pods mount one for NCCL and the data loaders), so it stays allowed.
+_DIRECTORY_NAME = re.compile(r"(_DIR|_HOME|_CACHE|_PATH|_ROOT)$|^TMPDIR$")
+_WRITABLE_UNDER_DEV = "/dev/shm"
+
+
+def pseudo_directory_reason(name: str, value: str) -> str | None:
+    """Why `name`=`value` names a directory no library can make (under /proc, /sys or /dev but /dev/shm), or None. The
+    reason names the file system only, never the value."""
+    if not _DIRECTORY_NAME.search(name.upper()) or not value.startswith("/"):
+        return None
+    path = "/" + posixpath.normpath(value).lstrip("/")  # POSIX keeps a leading //, which Linux reads as /
+    top = "/" + path.split("/")[1]
+    if top not in PSEUDO_FILE_SYSTEMS or path == _WRITABLE_UNDER_DEV or path.startswith(_WRITABLE_UNDER_DEV + "/"):
+        return None
+    return (f"it names a directory under {top}, a kernel pseudo file system where no directory can be made, so its "
+            "library fails on every rank at its first use; allowed: a path on the node's disk (/tmp/...) or under "
+            "/dev/shm")

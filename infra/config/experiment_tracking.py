@@ -8,8 +8,9 @@ import socket
 from typing import Any
 from urllib.parse import urlsplit
 
-from infra.config.rules import require, s3_location
+from infra.config.rules import require, require_choice, s3_location
 from workload.config.fields import shown_uri
+from workload.config.special_names import not_public
 
 EXPERIMENT_TRACKING = ("none", "mlflow")
 MLFLOW_SERVICE = "mlflow"
@@ -28,10 +29,11 @@ def in_cluster_uri(namespace: str) -> str:
 # https on 443: the Ray pods' NetworkPolicy lets them out to public addresses on 443 only (infra/kubernetes/
 # ray_security.py), and a policy cannot name a host to let a team server on another port or address through.
 _TRACKING_URI = re.compile(r"https://[A-Za-z0-9.-]+(:443)?(/[\w./-]*)?")
-# Host names that name no public address: the pods' own (localhost), a cluster's or a VPC's (svc, cluster.local,
-# internal, ec2.internal), mDNS (local), and a bare name (resolved through the cluster's search domains).
+# Host names that name no public address: the special-use names (workload/config/special_names.py: .onion, .invalid,
+# .test, .localhost, .local, .home.arpa, .internal, ...), a cluster's (svc, cluster.local) and the conventional
+# private ones (localdomain, lan), and a bare name (resolved through the cluster's search domains).
 _IPV4_CHARS = frozenset("0123456789abcdefx.")
-_PRIVATE_SUFFIXES = (".local", ".internal", ".svc", ".localdomain", ".lan", ".home.arpa", ".localhost")
+_PRIVATE_SUFFIXES = (".svc", ".localdomain", ".lan")
 # SERVICE.NAMESPACE names a Service of the cluster: the pods' resolv.conf (ndots 5) tries the cluster's search domains
 # first. The namespaces every EKS cluster has, and this stack's (rayNamespace's default, infra/kubernetes: addons.py,
 # monitoring.py, monitoring_security.py; not imported, which would make a cycle); none is a public top-level domain.
@@ -84,6 +86,8 @@ def _unreachable_host(host: str) -> str | None:
         return _address_problem(host, address)
     if host.rsplit(".", 1)[-1].isdigit():
         return f"{host} is neither a host name nor an IPv4 address"
+    if (special := not_public(host)) is not None:
+        return f"{host} is under the special-use domain {special}, which public DNS never resolves"
     if host == "localhost" or "." not in host or host.endswith(_PRIVATE_SUFFIXES):
         return f"{host} is not a public address"
     if host.count(".") == 1 and host.rsplit(".", 1)[1].lower() in CLUSTER_NAMESPACES:
@@ -119,7 +123,7 @@ def parse_experiment_tracking(raw: dict[str, Any]) -> str:
     """experimentTracking, checked: one of EXPERIMENT_TRACKING; mlflow needs an s3:// trainStoragePath, where its
     artifacts and its store's copy live."""
     value = raw["experimentTracking"]
-    require(value in EXPERIMENT_TRACKING, "experimentTracking", f"{value!r} is not one of {list(EXPERIMENT_TRACKING)}")
+    require_choice(value, EXPERIMENT_TRACKING, "experimentTracking")
     if value == "mlflow":
         require(s3_location(raw["trainStoragePath"]) is not None, "experimentTracking",
                  "mlflow keeps its artifacts and a copy of its store under trainStoragePath's S3 prefix, and "

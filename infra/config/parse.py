@@ -25,7 +25,9 @@ from infra.config.rules import (
     RESERVATION_ID,
     SOCKET_IFNAME,
     check_az_list,
+    check_vpc_range,
     require,
+    require_choice,
     require_unique,
     socket_ifname_matches,
 )
@@ -87,6 +89,7 @@ def parse(raw: dict[str, Any]) -> StackConfig:
         raise ValueError(f"config key 'vpcCidr': {raw['vpcCidr']!r} is not an IPv4 CIDR: {e}") from e
     require(16 <= vpc.prefixlen <= 20, "vpcCidr",
              f"{raw['vpcCidr']} must be a /16 to /20 (private subnets get an eighth of it per AZ)")
+    check_vpc_range(vpc)
 
     vpc_azs = check_az_list("vpcAvailabilityZones", raw["vpcAvailabilityZones"])
     require(not vpc_azs or len(vpc_azs) >= 2, "vpcAvailabilityZones",
@@ -103,7 +106,7 @@ def parse(raw: dict[str, Any]) -> StackConfig:
              f"must be 100 to 16384 GiB (the training image alone needs tens of GiB), got {raw['gpuRootVolumeGiB']}")
 
     placement = raw["gpuPlacement"]
-    require(placement in GPU_PLACEMENTS, "gpuPlacement", f"{placement!r} is not one of {list(GPU_PLACEMENTS)}")
+    require_choice(placement, GPU_PLACEMENTS, "gpuPlacement")
     reservation_id = raw["capacityReservationId"]
     require(reservation_id == "" or bool(RESERVATION_ID.fullmatch(reservation_id)), "capacityReservationId",
              f"{reservation_id!r} must be empty or a reservation id like cr-0123456789abcdef0")
@@ -129,8 +132,7 @@ def parse(raw: dict[str, Any]) -> StackConfig:
     require(raw["imageCudaVersion"] == "" or bool(CUDA_VERSION.fullmatch(raw["imageCudaVersion"])), "imageCudaVersion",
              f"{_version_shown(raw['imageCudaVersion'])} must be empty (the known image's) or a CUDA major.minor like "
              "13.0")
-    require(raw["ncclDebug"] in NCCL_DEBUG_LEVELS, "ncclDebug",
-             f"{raw['ncclDebug']!r} is not one of {list(NCCL_DEBUG_LEVELS)}")
+    require_choice(raw["ncclDebug"], NCCL_DEBUG_LEVELS, "ncclDebug")
     require(bool(SOCKET_IFNAME.fullmatch(raw["ncclSocketIfname"])), "ncclSocketIfname",
              f"{raw['ncclSocketIfname']!r} must be interface name prefixes as NCCL takes them: like eth0, eth or "
              "^docker,lo (comma-separated, led by ^ to exclude or = to match exactly; letters, digits, '_.:-')")
@@ -143,8 +145,8 @@ def parse(raw: dict[str, Any]) -> StackConfig:
                  f"{raw[key]!r} must be a single non-empty word (letters, digits and '_.;,+-'), like efa or aws-ofi")
 
     retention = raw["controlPlaneLogRetentionDays"]
-    require(retention in LOG_RETENTION_DAYS, "controlPlaneLogRetentionDays",
-             f"{retention} is not one of CloudWatch's retention periods {list(LOG_RETENTION_DAYS)} (0: never expire)")
+    require_choice(retention, LOG_RETENTION_DAYS, "controlPlaneLogRetentionDays",
+                   " (CloudWatch's retention periods; 0: never expire)")
     admins = _check_principals("clusterAdmins", raw["clusterAdmins"])
     viewers = _check_principals("clusterViewers", raw["clusterViewers"])
     both = sorted(set(admins) & set(viewers))
@@ -190,8 +192,7 @@ def parse(raw: dict[str, Any]) -> StackConfig:
 
 
 def _parse_operations(raw: dict[str, Any]) -> dict[str, Any]:
-    require(raw["monitoring"] in MONITORING_BACKENDS, "monitoring",
-             f"{raw['monitoring']!r} is not one of {list(MONITORING_BACKENDS)}")
+    require_choice(raw["monitoring"], MONITORING_BACKENDS, "monitoring")
     minutes = raw["gpuIdleStopMinutes"]
     require(minutes == 0 or IDLE_STOP_MINIMUM_MINUTES <= minutes <= IDLE_STOP_MAXIMUM_MINUTES, "gpuIdleStopMinutes",
              f"must be 0 (never stop) or {IDLE_STOP_MINIMUM_MINUTES} to {IDLE_STOP_MAXIMUM_MINUTES} minutes, "

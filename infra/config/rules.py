@@ -2,10 +2,12 @@
 and what it allows."""
 from __future__ import annotations
 
+import ipaddress
 import re
 from urllib.parse import unquote
 
 from infra.config.storage_bounds import check_storage_bounds
+from workload.config.fields import shown_choice
 
 # 39 at most: IAM role names are <clusterName>-system-node-role plus Pulumi's 8-character suffix, 64 at most.
 CLUSTER_NAME = re.compile(r"^[a-zA-Z][a-zA-Z0-9-]{0,38}$")
@@ -83,6 +85,12 @@ def config_error(keys: str | tuple[str, ...], message: str) -> ValueError:
 def require(ok: bool, key: str, message: str) -> None:
     if not ok:
         raise config_error(key, message)
+
+
+def require_choice(value: object, choices: tuple | list, key: str, words: str = "") -> None:
+    """The one refusal of a key that takes one of `choices`: the value quoted only as shown_choice allows (short, and
+    no token shape; a secret pasted into the wrong key is not echoed), the choices listed. `words`: after the list."""
+    require(value in choices, key, f"{shown_choice(value)} is not one of {list(choices)}{words}")
 
 
 def check_az_list(key: str, azs: list[str]) -> tuple[str, ...]:
@@ -205,9 +213,13 @@ _SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]{0,15}")
 
 def check_source_scheme(key: str, value: str) -> None:
     """A source key's URI, refused unless its scheme is one of SOURCE_SCHEMES. The refusal names the scheme alone
-    (a URI's user, path or query may hold a token)."""
+    (a URI's user, path or query may hold a token). An s3:// one follows s3_location's rules (S3's bucket
+    naming among them), as trainStoragePath does: one rule for every key that takes an s3:// URI."""
     scheme, separator, _ = value.partition("://")
-    if not separator or scheme in SOURCE_SCHEMES:
+    if not separator:
+        return
+    if scheme in SOURCE_SCHEMES:
+        s3_location(value, key)
         return
     shown = f"{scheme}://" if _SCHEME.fullmatch(scheme) else "its scheme"
     raise config_error(key, f"{shown} is not a location the job can read (the Ray pods hold AWS credentials for S3 "
@@ -220,8 +232,6 @@ def check_dataset_location(dataset: str) -> None:
     with the Ray pods' role (workload/data/batches.py); an https:// or gs:// file would fail on the cluster after `up`
     made it."""
     check_source_scheme("trainDataset", dataset)
-    if "://" in dataset:
-        s3_location(dataset, "trainDataset")
 
 
 def socket_ifname_matches(ifname: str, interface: str) -> bool:
@@ -234,3 +244,43 @@ def socket_ifname_matches(ifname: str, interface: str) -> bool:
     names = body.removeprefix("=").split(",")
     listed = any(interface == name if exact else interface.startswith(name) for name in names)
     return listed != exclude
+
+
+# Every job setting that takes an s3:// URI, as flag -> the stack key that sets it: each follows s3_location's rules
+# (S3's bucket naming among them) on the stack (check_storage_path, check_source_scheme) and as a flag of
+# `tools.job submit` (s3_uri_problem), the one list of both.
+S3_URI_SETTINGS = {"storage_path": "trainStoragePath", "dataset": "trainDataset", "model_id": "trainModelId",
+                   "tokenizer": "trainTokenizer"}
+
+
+def s3_uri_problem(flag: str, value: str) -> str | None:
+    """Why --`flag`'s s3:// `value` breaks s3_location's rules, in the flag's terms (`--tokenizer 's3://...': ...`),
+    or None (also for a value that is no s3:// URI: the flag's own checks say what it takes)."""
+    if not value.startswith("s3://"):
+        return None
+    key = S3_URI_SETTINGS[flag]
+    try:
+        s3_location(value, key)
+    except ValueError as error:
+        return str(error).replace(f"config key {key!r}: ", f"--{flag} ", 1)
+    return None
+
+
+# Ranges no VPC's nodes can be addressed in (Python's ipaddress kinds, each a whole range for a /16 to /20): loopback,
+# 127.0.0.0/8, which "must not appear outside a host" (RFC 1122 3.2.1.3; Linux routes all of it to lo, so nodes would
+# reach neither each other nor the control plane); "this network", 0.0.0.0/8 (RFC 1122 3.2.1.3); link-local,
+# 169.254.0.0/16 (RFC 3927: EC2's instance metadata, DNS and time servers answer there); multicast, 224.0.0.0/4
+# (RFC 5771); and the reserved 240.0.0.0/4 (RFC 1112). AWS's VPC user guide ("VPC CIDR blocks") asks for the RFC 1918
+# private ranges, or a publicly routable range the account owns.
+_NOT_FOR_NODES = ("loopback", "link_local", "multicast", "reserved", "unspecified")
+_THIS_NETWORK = ipaddress.IPv4Network("0.0.0.0/8")
+
+
+def check_vpc_range(vpc: ipaddress.IPv4Network) -> None:
+    """vpcCidr (already a /16 to /20): refused when it lies in a range where no node can have its address."""
+    kinds = [kind.replace("_", "-") for kind in _NOT_FOR_NODES if getattr(vpc, f"is_{kind}")]
+    if vpc.subnet_of(_THIS_NETWORK):
+        kinds.append("this-network (0.0.0.0/8)")
+    require(not kinds, "vpcCidr", f"{vpc} is a {kinds[0] if kinds else ''} range, where no node can be addressed "
+                                  "(RFC 1122, 3927, 5771); allowed: a private range (RFC 1918: 10.0.0.0/8, "
+                                  "172.16.0.0/12, 192.168.0.0/16) or a public one the account owns")

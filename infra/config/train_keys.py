@@ -12,6 +12,7 @@ from infra.config.env_names import (
     MAX_ENV_ENTRIES,
     MAX_ENV_VALUE_CHARS,
     holds_credential,
+    pseudo_directory_reason,
     refers_to_variable,
     reserved_reason,
 )
@@ -29,6 +30,7 @@ from infra.config.rules import (
     check_storage_path,
     config_error,
     require,
+    require_choice,
     s3_location,
 )
 from infra.config.settings import MAX_TIMEOUT_MINUTES, TRAIN_WAITS, JobSettings, SecretEnv
@@ -41,7 +43,7 @@ from workload.config import (
     rules,
     stack_message,
 )
-from workload.config.fields import NAME_MAX_LENGTH, looks_like_token, rename_flags
+from workload.config.fields import NAME_MAX_LENGTH, looks_like_token, rename_flags, shown_choice
 from workload.fabric.transport import EXPECTATIONS as EXPECT_TRANSPORTS  # trainExpectTransport
 from workload.model import adapters, architectures, model_source, structure  # trainMethod, trainLora*, trainModelId
 
@@ -59,11 +61,10 @@ def parse_train(raw: dict[str, Any]) -> JobSettings:
              "is several jobs, each resuming from the last one's checkpoints")
     require(bool(RUN_ID.fullmatch(raw["trainRunId"])), "trainRunId",
              f"{raw['trainRunId']!r} must be 1-32 letters, digits, '.', '_' or '-' (it names the Ray job)")
-    require(raw["trainExpectTransport"] in EXPECT_TRANSPORTS, "trainExpectTransport",
-             f"{raw['trainExpectTransport']!r} is not one of {list(EXPECT_TRANSPORTS)}")
-    require(raw["trainWait"] in TRAIN_WAITS, "trainWait", f"{raw['trainWait']!r} is not one of {list(TRAIN_WAITS)}")
+    require_choice(raw["trainExpectTransport"], EXPECT_TRANSPORTS, "trainExpectTransport")
+    require_choice(raw["trainWait"], TRAIN_WAITS, "trainWait")
     require(raw["trainChatTemplate"] in ("", *CHAT_TEMPLATES), "trainChatTemplate",
-             f"{raw['trainChatTemplate']!r} is not empty (the tokenizer's own) or one of {list(CHAT_TEMPLATES)}")
+             f"{shown_choice(raw['trainChatTemplate'])} is not empty (the tokenizer's own) or one of {list(CHAT_TEMPLATES)}")
     env = _parse_env("trainEnv", raw["trainEnv"])
     secret_env = SecretEnv(_parse_env("trainSecretEnv", raw["trainSecretEnv"]))
     clash = sorted(set(env) & set(secret_env.names))
@@ -274,6 +275,8 @@ def _parse_env(key: str, items: list[str]) -> dict[str, str]:
         why = reserved_reason(name)
         require(why is None, key, f"entry {index} sets {shown}, which the job may not set: {why} (its value is not "
                                   "shown)")
+        why = pseudo_directory_reason(name, value)
+        require(why is None, key, f"entry {index} ({shown}): {why}")
         require(len(value) <= MAX_ENV_VALUE_CHARS, key,
                  f"entry {index} ({shown}): the value is {len(value)} characters; allowed: at most "
                  f"{MAX_ENV_VALUE_CHARS} (its value is not shown)")

@@ -17,6 +17,7 @@ import pulumi_kubernetes as k8s
 from infra.aws.node_labels import GPU_TOLERATION, GPU_WORKER_NODE_SELECTOR, SYSTEM_NODE_SELECTOR
 from infra.aws.pod_identity import checkpoint_storage_policy
 from infra.config import InstanceFacts, StackConfig, check_efa_gpu, config_error
+from infra.config.gpu_cuda import check_image_cuda
 from infra.config.schema import warn
 from infra.kubernetes import admission, local_storage, monitoring, ray_security
 from infra.kubernetes.addons import KUBERAY_OPERATOR_NAMESPACE
@@ -120,7 +121,11 @@ def check_config(cfg: StackConfig, facts: InstanceFacts) -> ImageFacts:
                     gpu_node_count=cfg.gpu_node_count, facts=facts)
     if warning := mutable_tag_warning(cfg.dlc_image) or unpinned_image_warning(cfg.dlc_image):
         warn(warning)
-    return image_facts(cfg)
+    image = image_facts(cfg)
+    check_image_cuda(image=cfg.dlc_image, image_cuda_version=image.cuda_version,
+                     configured_cuda_version=cfg.image_cuda_version, instance_type=facts.instance_type,
+                     gpu_name=facts.gpu_name)
+    return image
 
 
 def _check_settings(

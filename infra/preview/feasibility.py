@@ -247,6 +247,10 @@ def check_existing_reservation(cfg: StackConfig, found: dict[str, Any] | None, *
     if found["Tenancy"] != capacity_reservation.TENANCY:
         problems.append(f"its tenancy is {found['Tenancy']}, but the GPU nodes launch with "
                         f"{capacity_reservation.TENANCY} tenancy")
+    if found.get("OutpostArn"):
+        problems.append("it is on an AWS Outpost, whose reservations only instances launched in that Outpost's "
+                        "subnets use (EC2 User Guide, \"Capacity Reservations on AWS Outposts\"), and the GPU nodes "
+                        "launch in the region's subnets")
     free = found["AvailableInstanceCount"] + found.get("ClusterInstances", 0)
     if state == "active" and free < cfg.gpu_node_count:
         problems.append(f"{found['AvailableInstanceCount']} of its {found['TotalInstanceCount']} instances are free "
@@ -265,7 +269,8 @@ def check_existing_reservation(cfg: StackConfig, found: dict[str, Any] | None, *
         raise ValueError(
             f"config key {key!r}: {reservation_id} cannot hold the GPU nodes: " + "; ".join(problems)
             + f". Allowed: an active reservation with {cfg.gpu_node_count} free {cfg.gpu_instance_type} in "
-            f"gpuAvailabilityZone, {capacity_reservation.PLATFORM}, {capacity_reservation.TENANCY} tenancy")
+            f"gpuAvailabilityZone, {capacity_reservation.PLATFORM}, {capacity_reservation.TENANCY} tenancy, "
+            "not on an Outpost")
     return ExistingReservation(reservation_id=reservation_id, availability_zone=found["AvailabilityZone"],
                                capacity_block=capacity_block, placement_group=group)
 

@@ -112,3 +112,34 @@ def test_the_session_assumes_the_stacks_role(monkeypatch):
         caller = session.client("sts").get_caller_identity()["Arn"]
     assert caller.startswith(f"arn:aws:sts::{ACCOUNT_ID}:assumed-role/deployer/"), \
         f"the reservation's calls must run as the assumed role, ran as {caller}"
+
+
+def test_a_reservation_on_an_outpost_is_refused_naming_the_key(ec2_stub):
+    # An Outpost's reservation serves only instances launched in that Outpost's subnets (EC2 User Guide, "Capacity
+    # Reservations on AWS Outposts"); the GPU node group launches in the region's subnets, so it would get no node.
+    found = RESERVATIONS["cr-000000000000a0770"]
+    failed = run_program_expecting_error("p5", existing("cr-000000000000a0770"))
+    message = str(failed.error)
+    assert isinstance(failed.error, ValueError) and failed.resources == [], failed.error
+    assert message.startswith("config key 'capacityReservationId': ") and "AWS Outpost" in message, message
+    # describe_existing hands EC2's OutpostArn on as DescribeCapacityReservations gives it (the Stubber checks the
+    # answer against EC2's model), and the same reservation without one is taken.
+    answer = {k: v for k, v in found.items() if k != "ClusterInstances"}
+    ec2_stub.add_response("describe_capacity_reservations", {"CapacityReservations": [answer]},
+                          {"CapacityReservationIds": ["cr-000000000000a0770"]})
+    ec2_stub.add_response("describe_instances", {"Reservations": []},
+                          {"Filters": [{"Name": "capacity-reservation-id", "Values": ["cr-000000000000a0770"]},
+                                       {"Name": "tag:eks:cluster-name", "Values": ["ray-train"]},
+                                       {"Name": "instance-state-name", "Values": ["pending", "running"]}]})
+    read = capacity_reservation.describe_existing("cr-000000000000a0770", cluster_name="ray-train",
+                                                  region="us-east-2", identity=AwsIdentity())
+    assert read["OutpostArn"] == found["OutpostArn"], read
+    from infra import config
+
+    cfg = config.parse(stack_settings("p5") | existing("cr-000000000000a0770"))
+    with pytest.raises(ValueError, match="not on an Outpost"):
+        feasibility.check_existing_reservation(cfg, read, region="us-east-2", now=datetime.now(timezone.utc))
+    regional = {k: v for k, v in read.items() if k != "OutpostArn"}
+    assert feasibility.check_existing_reservation(cfg, regional, region="us-east-2",
+                                                  now=datetime.now(timezone.utc)).reservation_id == found[
+        "CapacityReservationId"]

@@ -55,6 +55,9 @@ RESERVATIONS: dict[str, dict[str, Any]] = {r["CapacityReservationId"]: r for r i
     _reservation("cr-0000000000000a4d0", instance_type="p4d.24xlarge"),
     _reservation("cr-00000000000057d00", InstancePlatform="Windows"),
     _reservation("cr-0000000000000ded0", Tenancy="dedicated"),
+    # On an AWS Outpost: DescribeCapacityReservations gives its OutpostArn (absent for a regional reservation).
+    _reservation("cr-000000000000a0770",
+                 OutpostArn="arn:aws:outposts:us-east-2:123456789012:outpost/op-0a1b2c3d4e5f60718"),
     _reservation("cr-00000000000cace10", State="cancelled", available=0),
     _reservation("cr-00000000000000001", total=1, available=1),
     _reservation("cr-000000000000000f0", available=0),  # full of other instances

@@ -46,8 +46,10 @@ def quota_answer(region: str, code: str, value: float) -> dict:
 
 
 def reservation(reservation_id: str, az: str, *, instance_type: str = "g6.12xlarge", total: int = 2,
-                available: int = 2, state: str = "active") -> dict:
-    return {"CapacityReservationId": reservation_id, "OwnerId": ACCOUNT,
+                available: int = 2, state: str = "active", outpost_arn: str | None = None) -> dict:
+    """One reservation as EC2's DescribeCapacityReservations gives it; OutpostArn only for one on an AWS Outpost."""
+    return {**({"OutpostArn": outpost_arn} if outpost_arn else {}), "CapacityReservationId": reservation_id,
+            "OwnerId": ACCOUNT,
             "CapacityReservationArn": f"arn:aws:ec2:{az[:-1]}:{ACCOUNT}:capacity-reservation/{reservation_id}",
             "AvailabilityZoneId": "use1-az1", "InstanceType": instance_type, "InstancePlatform": "Linux/UNIX",
             "AvailabilityZone": az, "Tenancy": "default", "TotalInstanceCount": total,
@@ -180,6 +182,7 @@ class FakeCapacityReservations:
             "AvailableInstanceCount": params["InstanceCount"], "State": "active",
             "EndDateType": params.get("EndDateType", "unlimited"),
             **({"EndDate": params["EndDate"]} if "EndDate" in params else {}),
+            **({"OutpostArn": params["OutpostArn"]} if "OutpostArn" in params else {}),
             "InstanceMatchCriteria": params.get("InstanceMatchCriteria", "open"),
             "CreateDate": datetime.now(timezone.utc) + timedelta(microseconds=len(self.reservations)), "Tags": tags}
         if token:

@@ -53,6 +53,20 @@ def looks_like_token(value: str) -> bool:
     return bool(TOKEN_VALUE.search(value))
 
 
+# A refused choice is quoted only when it is short enough to be a mistyped choice: a longer value, or one shaped like
+# a token, may be a secret pasted into the wrong key or flag (an AWS secret access key is 40 characters of no prefix).
+CHOICE_SHOWN_CHARS = 16
+
+
+def shown_choice(value: object) -> str:
+    """A value that is not one of a key's or flag's choices, as every refusal of a choice quotes it: whole (repr) when
+    it is at most CHOICE_SHOWN_CHARS printable characters and not shaped like a token, else by its length only."""
+    text = str(value)
+    if len(text) <= CHOICE_SHOWN_CHARS and text.isprintable() and not looks_like_token(text):
+        return repr(value)
+    return f"a value of {len(text)} characters (not shown)"
+
+
 # Unicode's categories of characters that are not shown as themselves: Cc (control: newline, NUL, bell, escape), Cf
 # (format: U+202E, zero-width space), Zl and Zp (U+2028 LINE SEPARATOR, U+2029 PARAGRAPH SEPARATOR, which
 # str.splitlines, JavaScript and many log viewers break a line at, as at a newline).
@@ -149,6 +163,7 @@ class Declaration:
             shown = [choice for choice in self.choices if choice]
             empty = "empty or " if "" in self.choices else ""
             also = "".join(f" ({theirs} is taken as {ours})" for theirs, ours in (self.value_aliases or {}).items())
+            got = "its value is not shown" if self.secret else f"got {shown_choice(value)}"
             return f"must be {empty}one of {', '.join(shown)}{also}{note}, {got}"
         if self.pattern is not None:
             pattern, words = self.pattern

@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import glob
 import os
+from urllib.parse import urlsplit
 
 from workload import cli
 from workload.config import CHAT_TEMPLATES, TrainConfig, parse_report_to
+from workload.config.special_names import never_resolved
 from workload.data import hub_dataset, tokenizer_size
 from workload.data import validate as records_check
 from workload.model import (
@@ -64,6 +66,7 @@ def check_credentials(cfg: TrainConfig) -> None:
             f"--push_to_hub {cfg.push_to_hub}: no Hugging Face token: set HF_TOKEN (a write token, "
             "https://huggingface.co/settings/tokens) or run `hf auth login`")
     tracking_uri = cfg.mlflow_tracking_uri or os.environ.get("MLFLOW_TRACKING_URI", "")
+    check_tracking_host(cfg, tracking_uri)
     if "mlflow" in parse_report_to(cfg.report_to) and tracking_uri.split(":", 1)[0].lower() == "databricks" and not (
             os.environ.get("DATABRICKS_HOST") and (os.environ.get("DATABRICKS_TOKEN") or os.environ.get(
                 "DATABRICKS_CLIENT_SECRET")) or os.path.isfile(os.path.expanduser("~/.databrickscfg"))):
@@ -73,6 +76,25 @@ def check_credentials(cfg: TrainConfig) -> None:
         raise cli.EnvironmentProblem(
             f"--report_to mlflow: {where} is databricks, and nothing says which workspace or with which "
             "credentials: set DATABRICKS_HOST and DATABRICKS_TOKEN, or write ~/.databrickscfg (`databricks configure`)")
+
+
+def check_tracking_host(cfg: TrainConfig, tracking_uri: str) -> None:
+    """An http(s) MLflow server under a special-use domain that no resolver answers anywhere (.onion, .invalid:
+    workload/config/special_names.py): the MLflow client would fail at the run's start. Names the flag (exit 2) or
+    the variable (exit 3) and the domain, never the URI."""
+    if "mlflow" not in parse_report_to(cfg.report_to) or not tracking_uri.lower().startswith(("http://", "https://")):
+        return
+    try:
+        host = urlsplit(tracking_uri).hostname or ""
+    except ValueError:
+        return  # services' request names a URI it cannot parse
+    if (special := never_resolved(host)) is None:
+        return
+    words = (f"the MLflow server's host is under the special-use domain {special}, which no DNS resolver answers; "
+             "give the server's address on a public or your own network")
+    if cfg.mlflow_tracking_uri:
+        raise cli.UsageError(f"--mlflow_tracking_uri: {words}")
+    raise cli.EnvironmentProblem(f"MLFLOW_TRACKING_URI: {words}")
 
 
 def _wandb_key() -> bool:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 
+from workload import user_files
 from workload.model.model_source import SAFETENSORS_FILE, SAFETENSORS_INDEX
 
 INDEX_FILE = SAFETENSORS_INDEX  # the names the Hub's file list is judged by too (model_source)
@@ -33,8 +34,9 @@ def weight_map(directory: str, what: str) -> dict[str, str] | None:
         if size > MAX_INDEX_BYTES:
             raise ValueError(f"{what}: {INDEX_FILE} is {size:,} bytes; an index is a few MiB at most (allowed: "
                              f"{MAX_INDEX_BYTES:,})")
-        with open(index, "rb") as file:
-            found = json.loads(file.read(MAX_INDEX_BYTES + 1))["weight_map"]
+        found = json.loads(user_files.read_bytes(index, MAX_INDEX_BYTES))["weight_map"]
+    except user_files.Refused as error:
+        raise ValueError(f"{what}: {INDEX_FILE} {error.why}") from None
     except (OSError, RecursionError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError):
         raise ValueError(f"{what}: {INDEX_FILE} {NOT_AN_INDEX}") from None
     if not isinstance(found, dict) or not found or not all(

@@ -90,3 +90,31 @@ def test_a_model_directorys_fifo_config_and_a_fifo_dataset_are_refused_unread(he
     with answers_within(20):
         assert _run(LOCAL, ["--dataset", "rows.jsonl"]) == cli.USAGE
     _one_line(capsys, ("--dataset file 'rows.jsonl' is a FIFO (named pipe), not a regular file",))
+
+
+def test_a_sparse_tokenizer_file_is_refused_by_its_bound_naming_the_flag(here, capsys):  # noqa: F811
+    tokenizer = here / "tok"
+    tokenizer.mkdir()
+    (tokenizer / "tokenizer.json").write_text('{"model": {"vocab": {"a": 0}}, "added_tokens": []}')
+    sparse(tokenizer / "tokenizer_config.json", 96 << 20)  # past 64 MiB, nothing stored
+    assert _run(LOCAL, ["--tokenizer", "./tok"]) == cli.USAGE
+    _one_line(capsys, ("--tokenizer ", "tok: tokenizer_config.json is 100,663,296 bytes; allowed: at most 67,108,864"))
+    sparse(tokenizer / "tokenizer_config.json", 4096)  # within the bound, and holes all the same
+    assert _run(LOCAL, ["--tokenizer", "./tok"]) == cli.USAGE
+    _one_line(capsys, ("--tokenizer ", "tok: tokenizer_config.json is a sparse file"))
+
+
+def test_a_sparse_chat_template_is_refused_by_its_bound_naming_the_flag(here, capsys):  # noqa: F811
+    from workload.data import chat
+
+    chats = '{"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]}\n'
+    (here / "talks.jsonl").write_text(chats * 40)
+    sparse(here / "huge.jinja", 5 << 20)
+    assert _run(LOCAL, ["--dataset", "talks.jsonl", "--data_format", "chat", "--chat_template", "huge.jinja"]) \
+        == cli.USAGE
+    _one_line(capsys, ("--chat_template ", "huge.jinja is 5,242,880 bytes; allowed: at most 1,048,576"))
+    sparse(here / "holes.jinja", 8192)
+    with pytest.raises(ValueError, match="--chat_template holes.jinja is a sparse file"):
+        chat.template_text("holes.jinja")
+    (here / "crlf.jinja").write_bytes(b"{{ messages }}\r\n{% if x %}y{% endif %}\r\n")
+    assert chat.template_text("crlf.jinja") == "{{ messages }}\n{% if x %}y{% endif %}\n"  # as text mode read it

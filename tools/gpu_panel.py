@@ -22,10 +22,12 @@ from html import escape
 from typing import Sequence
 
 from tools.svg_chart import Box, chart, check_out, document, write
-from workload import cli
+from workload import cli, user_files
 
 COLUMNS, CHART_WIDTH, CHART_HEIGHT, LEFT, GUTTER, RIGHT = 2, 380, 110, 60, 80, 20
 TOP, ROW = 62, 170
+# A recording is some KiB per panel and sample; a bound on what json reads.
+MAX_RECORDING_BYTES = 64 << 20
 COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf")
 # Grafana's unit ids in TRAINING_PANELS, as the picture shows them: (factor, suffix for the chart's title).
 UNITS = {"percent": (1, "%"), "percentunit": (100, "%"), "bytes": (2**-30, "GiB"), "watt": (1, "W"),
@@ -42,8 +44,9 @@ def dashboard_panels() -> dict[str, str]:
 def read_recording(path: str) -> dict:
     """The recording, checked as untrusted input: each panel one of the dashboard's, each value a finite number."""
     try:
-        with open(path) as file:
-            recording = json.load(file)
+        recording = json.loads(user_files.read_bytes(path, MAX_RECORDING_BYTES))  # a FIFO is refused, not waited on
+    except user_files.Refused as error:
+        raise cli.UsageError(f"RECORDING {error}") from None
     except OSError as error:
         raise cli.UsageError(f"RECORDING {path} cannot be read: {error.strerror}") from None
     except ValueError as error:

@@ -33,7 +33,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 from infra.config import PROJECT_FILE, project_name
 from tools.stack import stack_file_config, stack_key
 from tools.stack_name import add_stack_flag
-from workload import cli
+from workload import cli, user_files
 from workload.aws_region import region_problem
 
 # What the capacity reservation provider treats as over (infra/aws/capacity_reservation.py ENDED_STATES); a
@@ -43,6 +43,8 @@ LIVE_NAT_STATES = ["pending", "available"]
 # EKS deletes a node group in 5 to 15 minutes (its instances drain and terminate), a cluster in about 10.
 WAIT = {"Delay": 20, "MaxAttempts": 90}
 EXPORT_TIMEOUT_S = 120
+# A stack's export is some KiB per resource: a few MiB for this project's hundred; a bound on what json reads.
+MAX_STATE_BYTES = 256 << 20
 # Deletion order: what holds another goes first.
 KIND_ORDER = ("node group", "capacity reservation", "NAT gateway", "Elastic IP", "EKS cluster")
 
@@ -194,8 +196,10 @@ def read_state(stack: str, state_file: Path | None) -> dict[str, Any]:
     """`--state FILE`, else `pulumi stack export --stack STACK`."""
     if state_file is not None:
         try:
-            return json.loads(state_file.read_text())
-        except (OSError, json.JSONDecodeError) as error:
+            return json.loads(user_files.read_bytes(state_file, MAX_STATE_BYTES))  # a FIFO is refused, not waited on
+        except user_files.Refused as error:
+            raise cli.UsageError(f"--state {state_file} {error.why}") from None
+        except (OSError, json.JSONDecodeError, UnicodeDecodeError) as error:
             raise cli.UsageError(f"--state {state_file}: not a `pulumi stack export` JSON file "
                                  f"({type(error).__name__})") from None
     if shutil.which("pulumi") is None:

@@ -105,6 +105,20 @@ def shown(value: object) -> str:
     return text
 
 
+# What a refusal echoes of one argument, and of the whole line: argparse repeats an unknown flag whole (a flag of a
+# megabyte gave a megabyte of stderr), and a "did you mean" may carry the word too.
+ARGUMENT_SHOWN_CHARS = 100
+MESSAGE_SHOWN_CHARS = 2000
+
+
+def _clipped(text: str) -> str:
+    """`text` with each word past ARGUMENT_SHOWN_CHARS cut there, and the whole past MESSAGE_SHOWN_CHARS, each cut
+    saying how long it was: what every command's argparse error echoes of the user's arguments."""
+    text = " ".join(word if len(word) <= ARGUMENT_SHOWN_CHARS else
+                    f"{word[:ARGUMENT_SHOWN_CHARS]}... ({len(word):,} characters)" for word in text.split(" "))
+    return text if len(text) <= MESSAGE_SHOWN_CHARS else f"{text[:MESSAGE_SHOWN_CHARS]}... ({len(text):,} characters)"
+
+
 def _bounded(message: str) -> str:
     """argparse's message with each value it quotes ('...'), and each long or token-like word of an unrecognized
     argument, as `shown` gives it: argparse repeats a value whole (`invalid int value: '999...'`). A refused choice
@@ -156,7 +170,7 @@ class _Parser(argparse.ArgumentParser):
             hint = guess
         elif (commands := self._commands(message)) is not None:
             hint = f"commands: {', '.join(commands)}; `{self.prog} COMMAND --help` tells what each takes"
-        _fail(USAGE, _bounded(message), hint)
+        _fail(USAGE, _clipped(_bounded(message)), _clipped(hint))
         sys.exit(USAGE)
 
     def _nearest_flag(self, message: str) -> str | None:
@@ -170,6 +184,8 @@ class _Parser(argparse.ArgumentParser):
         if not unknown:
             return None
         name = unknown[0][2:].partition("=")[0]
+        if len(name) > ARGUMENT_SHOWN_CHARS:  # no flag is named so: nothing to compare a megabyte with
+            return None
         guess = self.suggest(name) if self.suggest is not None else self._nearest_own(name)
         words = message.split()[2:]
         after = words.index(unknown[0]) + 1

@@ -17,7 +17,7 @@ import re
 import sys
 from typing import Any, Iterable, Sequence
 
-from workload import cli
+from workload import cli, user_files
 from workload.config import aliases
 
 CONFIG_FLAG = "--config"
@@ -176,14 +176,12 @@ def read_document(path: str, named: str | None = None) -> Any:
                 seen[key] = key_node.start_mark.line + 1
             return super().construct_mapping(node, deep=deep)
 
-    try:
-        with open(os.path.expanduser(path), "rb") as file:
-            text = file.read(MAX_CONFIG_BYTES + 1)
+    try:  # a regular file within its bound (workload/user_files.py): a FIFO would wait for a writer forever
+        text = user_files.read_bytes(os.path.expanduser(path), MAX_CONFIG_BYTES)
     except OSError as error:
         raise cli.UsageError(f"{named}: {error.strerror}") from None
-    if len(text) > MAX_CONFIG_BYTES:
-        raise cli.UsageError(f"{named}: larger than {MAX_CONFIG_BYTES // 1024} KiB; a run's file of flags "
-                             "is a few KiB")
+    except user_files.Refused as error:
+        raise cli.UsageError(f"{named} {error.why}") from None
     try:
         if not text.startswith((b"\xff\xfe", b"\xfe\xff")):  # UTF-16/32 with their BOM PyYAML reads too
             text.decode("utf-8")

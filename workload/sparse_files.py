@@ -31,4 +31,4 @@ def hole_problem(path: str | os.PathLike) -> str | None:
     if first_hole >= size:
         return None
     return (f"is a sparse file: it claims {size:,} bytes and its blocks store {stored_bytes(path):,}; its holes read as "
-            "zero bytes, which no dataset or checkpoint holds")
+            "zero bytes, which no text, dataset or checkpoint file holds")

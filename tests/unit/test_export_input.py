@@ -232,3 +232,47 @@ def test_a_shard_the_metadata_lists_and_the_copy_lacks_is_named_before_the_impor
     assert err == [f"error: CHECKPOINT {checkpoint}: __3_0.distcp and 1 more, which its .metadata lists, is missing "
                    "(an incomplete copy?)"], err
     assert not (tmp_path / "model").exists()
+
+
+_CRAFTED_VALUES = r"""
+import contextlib, io, json, os, sys
+from workload import cli
+from workload.checkpoint import export
+root = sys.argv[1]
+cases = {"a model_type that climbs": {"model_type": "../../../var/tmp/payload"},
+         "a model_type with a slash": {"model_type": "qwen2/../llama"},
+         "a model_type that is a number": {"model_type": 2},
+         "a negative hidden size": {"model_type": "llama", "hidden_size": -64}}
+results = {}
+for number, (name, config) in enumerate(cases.items()):
+    directory = os.path.join(root, f"checkpoint_{number}")
+    os.makedirs(directory)
+    for file, text in ((".metadata", "m"), ("config.json", json.dumps(config)), ("__0_0.distcp", "x" * 64)):
+        with open(os.path.join(directory, file), "w") as handle:
+            handle.write(text)
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        code = cli.run(export.main, [directory, os.path.join(root, f"out_{number}")])
+    results[name] = [code, err.getvalue().strip().splitlines()]
+heavy = sorted(module for module in ("torch", "transformers", "safetensors", "peft") if module in sys.modules)
+print(json.dumps({"results": results, "heavy": heavy}))
+"""
+
+
+def test_a_checkpoints_config_values_are_checked_before_torch_is_imported(tmp_path):
+    # config.json's model_type a plain identifier and its sizes in bounds, said before the seconds of torch's and
+    # transformers' imports (audit 44g C22: refused, but after 3.9 s); which model_types transformers builds is
+    # checked after them (read_config_file).
+    import json
+
+    done = subprocess.run([sys.executable, "-c", _CRAFTED_VALUES, str(tmp_path)], capture_output=True, text=True,
+                          timeout=120, cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    for name, (code, lines) in report["results"].items():
+        assert code == cli.USAGE and len(lines) == 1, f"{name}: exit 2 and one line; got {code}: {lines}"
+        words = "hidden_size is -64; allowed: an integer from 1" if "hidden" in name else \
+            "model_type"
+        assert "config.json" in lines[0] and words in lines[0], f"{name}: {lines[0]}"
+    assert "is not a causal language model" in report["results"]["a model_type with a slash"][1][0]
+    assert report["heavy"] == [], f"refused only after importing {report['heavy']}"

@@ -173,3 +173,27 @@ def test_the_jobs_command_run_by_hand_names_the_local_run(tmp_path, monkeypatch,
     monkeypatch.setenv("RAY_ADDRESS", "10.0.0.5:6379")
     (tmp_path / "ray" / "ray_current_cluster").unlink()
     in_job.check_started_as_job()
+
+
+@pytest.mark.parametrize("command, argv", [
+    (LOCAL, ["--" + "lr" * 150_000]),  # one unknown flag of 300,002 characters
+    ("tools.job", ["submit", "--stack", "dev", "--" + "z" * 40_000 + "=1"]),
+    (LOCAL, [f"--flag{number}" for number in range(20_000)]),  # many short unknown flags: the line is bounded too
+])
+def test_an_argparse_error_echoes_the_arguments_bounded(here, capsys, command, argv):  # noqa: F811
+    assert _run(command, argv) == cli.USAGE
+    err = capsys.readouterr().err
+    lines = err.splitlines()
+    assert len(lines) <= 2 and "Traceback" not in err and len(err) < 2 * cli.MESSAGE_SHOWN_CHARS + 400, err[:3000]
+    assert lines[0].startswith("error: unrecognized arguments: --") and "characters)" in lines[0], lines[0]
+
+
+def test_a_long_word_in_a_guess_is_cut_saying_its_length(capsys):
+    parser = cli.parser("tool", "a tool", check_failed="-")
+    parser.add_argument("--steps", type=int)
+    with pytest.raises(SystemExit) as exited:
+        parser.parse_args(["--stepz", "--" + "k" * 5000])
+    err = capsys.readouterr().err
+    assert exited.value.code == cli.USAGE and "did you mean --steps?" in err and "--" + "k" * 101 not in err, err
+    assert "--" + "k" * 98 + "... (5,002 characters)" in err, err
+    assert cli._clipped("a " + "b" * 150 + " c") == "a " + "b" * 100 + "... (150 characters) c"

@@ -158,7 +158,7 @@ MISTAKES = [
      "print_config is a command-line flag, not a --config key"),
     ("a token as a key", LOCAL, ["--config", "token.yaml"], cli.USAGE, "set HF_TOKEN in the environment"),
     ("a W&B key as a key", LOCAL, ["--config", "wandb.yaml"], cli.USAGE, "set WANDB_API_KEY in the environment"),
-    ("a directory as the file", LOCAL, ["--config", "."], cli.USAGE, "--config .: Is a directory"),
+    ("a directory as the file", LOCAL, ["--config", "."], cli.USAGE, "--config . is a directory, not a regular file"),
     ("steps in scientific notation", LOCAL, ["--config", "sci.yaml"], cli.USAGE, "steps: invalid int value: '1e3'"),
     # data files
     ("a data file without its flag", LOCAL, ["pairs.jsonl"], cli.USAGE, "did you mean --dataset pairs.jsonl?"),

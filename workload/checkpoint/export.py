@@ -20,6 +20,7 @@ from typing import Sequence
 
 from workload import cli
 from workload.checkpoint.file_checks import check_files
+from workload.checkpoint.model_config import check_config_values
 from workload.checkpoint.untrusted_values import REMOTE_CODE_KEYS, drop_remote_code, source_problem, tokenizer_note
 from workload.storage import unwritable_directory
 
@@ -48,6 +49,8 @@ def export(checkpoint: str, out: str, *, dtype: str = "float32", merge: bool = F
         # Each file to be read a regular file within its bound, refused in milliseconds: before torch and transformers.
         check_files(checkpoint, directory)
         check_is_checkpoint(checkpoint, directory)
+        if os.path.isfile(os.path.join(directory, "config.json")):  # its values too: model_type a plain identifier
+            check_config_values(directory)
         adapters = os.path.isfile(os.path.join(directory, "adapter_config.json"))
         if merge and not adapters:  # a file's presence: said before the seconds of imports
             raise cli.UsageError(f"--merge: CHECKPOINT {checkpoint} holds a whole model (--method full), not "

@@ -12,10 +12,9 @@ from __future__ import annotations
 
 import os
 import re
-import stat
 
+from workload import user_files
 from workload.model.model_source import MAX_CONFIG_BYTES
-from workload.sparse_files import hole_problem
 
 METADATA_FILE = ".metadata"  # torch/distributed/checkpoint/filesystem.py's _metadata_fn
 SHARD_SUFFIX = ".distcp"
@@ -37,14 +36,6 @@ class CheckpointRefused(ValueError):
     """A checkpoint file holds something other than DCP's own metadata or plain data; nothing of it was run."""
 
 
-def _kind(mode: int) -> str:
-    for test, words in ((stat.S_ISLNK, "a symbolic link"), (stat.S_ISDIR, "a directory"),
-                        (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
-                        (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")):
-        if test(mode):
-            return words
-    return "not a file"
-
 
 def bound(name: str) -> int | None:
     """The most bytes export reads of the checkpoint's file `name`; None for a file it does not read. Shard files have
@@ -59,15 +50,9 @@ def bound(name: str) -> int | None:
 
 
 def file_problem(path: str, max_bytes: int) -> str | None:
-    """Why the file at `path` is not read (the words after its name), or None: not a regular file (measured with lstat,
-    so a link is not followed and a FIFO not opened), larger than `max_bytes`, or sparse."""
-    status = os.lstat(path)
-    if not stat.S_ISREG(status.st_mode):
-        return (f"is {_kind(status.st_mode)}, not a regular file; a checkpoint holds regular files only (refused "
-                "unread)")
-    if status.st_size > max_bytes:
-        return f"is {status.st_size:,} bytes; allowed: at most {max_bytes:,} (refused unread)"
-    return hole_problem(path)
+    """Why the file at `path` is not read (the words after its name), or None: workload/user_files.py's rule, with a
+    symbolic link refused too (measured with lstat: a link could name /dev/urandom or a file outside the checkpoint)."""
+    return user_files.problem(path, max_bytes, follow_links=False)
 
 
 def check_files(checkpoint: str, directory: str) -> None:
@@ -90,13 +75,7 @@ def check_files(checkpoint: str, directory: str) -> None:
 def read_regular(path: str, max_bytes: int) -> bytes:
     """The bytes of the checkpoint file at `path`, read only when `file_problem` passes it; opened without following a
     link and without waiting on a FIFO, and read no further than `max_bytes` whatever it became since."""
-    if problem := file_problem(path, max_bytes):
-        raise CheckpointRefused(f"checkpoint file {path} {problem}")
-    descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
-    with os.fdopen(descriptor, "rb") as file:
-        if not stat.S_ISREG(os.fstat(descriptor).st_mode):
-            raise CheckpointRefused(f"checkpoint file {path} is not a regular file (refused unread)")
-        data = file.read(max_bytes + 1)
-    if len(data) > max_bytes:
-        raise CheckpointRefused(f"checkpoint file {path} is more than {max_bytes:,} bytes (refused unread)")
-    return data
+    try:
+        return user_files.read_bytes(path, max_bytes, follow_links=False)
+    except user_files.Refused as error:
+        raise CheckpointRefused(f"checkpoint file {error}") from None

@@ -11,6 +11,7 @@ CheckpointRefused: one line naming the file, exit 2.
 from __future__ import annotations
 
 import os
+import re
 from typing import Any
 
 from workload import cli
@@ -19,13 +20,18 @@ from workload.model import config_json
 from workload.model.model_source import CONFIG_FILE, MAX_CONFIG_BYTES  # noqa: F401 - one bound for every reader
 
 FIELD_BOUNDS = config_json.SIZE_FIELD_BOUNDS  # one table for every reader of a config.json
+NOT_CAUSAL_LM = "not a causal language model transformers builds (allowed: a model_type such as qwen2, llama, mistral)"
 
 
-def read_config_file(directory: str) -> dict[str, Any]:
-    """config.json as a dict, refused when too large, not an object, of an architecture transformers cannot build as a
-    causal LM, or with a sizing field out of bounds."""
-    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+# A model_type as transformers names its architectures (qwen2, gpt_neox, deepseek_v3, xlm-roberta): checked before
+# the imports, so a value that climbs out of the registry (`../../tmp/evil`) is refused in milliseconds.
+_MODEL_TYPE = re.compile(r"[a-z][a-z0-9_-]{0,63}")
 
+
+def check_config_values(directory: str) -> dict[str, Any]:
+    """config.json as a dict, refused when too large, not an object, with a model_type that is no plain identifier, or
+    with a sizing field out of bounds: standard library only, so export runs it before torch and transformers load
+    (read_config_file then checks the model_type against transformers' own list)."""
     path = os.path.join(directory, CONFIG_FILE)
     size = os.path.getsize(path)
     if size > MAX_CONFIG_BYTES:
@@ -40,14 +46,24 @@ def read_config_file(directory: str) -> dict[str, Any]:
     if not isinstance(raw, dict):
         raise CheckpointRefused(f"checkpoint file {path} holds a {type(raw).__name__}, not a JSON object")
     model_type = raw.get("model_type")
-    if not isinstance(model_type, str) or model_type not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
-        raise CheckpointRefused(f"checkpoint file {path}: model_type {cli.shown(model_type)} is not a causal "
-                                "language model transformers builds (allowed: a model_type such as qwen2, llama, mistral)")
+    if not isinstance(model_type, str) or not _MODEL_TYPE.fullmatch(model_type):
+        raise CheckpointRefused(f"checkpoint file {path}: model_type {cli.shown(model_type)} is {NOT_CAUSAL_LM}")
     for field, bound in FIELD_BOUNDS.items():
         value = raw.get(field)
         if value is not None and not (isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= bound):
             raise CheckpointRefused(f"checkpoint file {path}: {field} is {cli.shown(value)}; allowed: an integer "
                                     f"from 1 to {bound}")
+    return raw
+
+
+def read_config_file(directory: str) -> dict[str, Any]:
+    """config.json as check_config_values gives it, its model_type one transformers builds as a causal LM."""
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    raw = check_config_values(directory)
+    if raw["model_type"] not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
+        raise CheckpointRefused(f"checkpoint file {os.path.join(directory, CONFIG_FILE)}: model_type "
+                                f"{cli.shown(raw['model_type'])} is {NOT_CAUSAL_LM}")
     return raw
 
 

@@ -17,6 +17,7 @@ import os
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
+from workload import user_files
 from workload.config import aliases, fields, rules, values
 from workload.config.fields import URI_MAX_LENGTH, Declaration, flag, in_stack_terms  # noqa: F401
 from workload.config.hub_urls import HUB_ID_FLAGS, hub_url_problem
@@ -339,7 +340,9 @@ class TrainConfig:
         if is_local_dataset(self.dataset) and os.path.isdir(os.path.expanduser(self.dataset)):
             raise ValueError(values.directory_dataset_problem(os.path.expanduser(self.dataset), repr(self.dataset)))
         if is_local_dataset(self.dataset) and not os.path.isfile(os.path.expanduser(self.dataset)):
-            raise ValueError(f"--dataset file {self.dataset!r} does not exist")
+            there = os.path.exists(os.path.expanduser(self.dataset))  # a FIFO or a device: named as such (user_files)
+            raise ValueError(f"--dataset file {self.dataset!r} " + (user_files.problem(os.path.expanduser(self.dataset),
+                             user_files.UNBOUNDED) or "is not a regular file" if there else "does not exist"))
         if "://" in self.dataset and not self.dataset.endswith(DATASET_FILE_SUFFIXES):
             raise ValueError(f"--dataset {self.dataset!r}: a remote file must end in one of "
                              f"{', '.join(DATASET_FILE_SUFFIXES)} (its format)")

@@ -23,10 +23,13 @@ import re
 from dataclasses import dataclass
 from typing import Sequence
 
+from workload import user_files
 from workload.config import CHAT_TEMPLATES
 from workload.data.shapes import ROLES, call_name  # noqa: F401  (ROLES: the roles a turn may have, the README's)
 
 TEMPLATES_DIRECTORY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "templates")
+# Published chat templates are a few KiB (those with tool calls some 20 KiB); a MiB bounds what is read and compiled.
+MAX_TEMPLATE_BYTES = 1 << 20
 IGNORE_INDEX = -100  # the label of a token that carries no loss: torch's cross_entropy default, and Hugging Face's
 # Hub tokenizers whose tokenizer_config.json is known here, and whether it has a chat_template: the Pulumi preview
 # refuses a chat format with one that has none (and no trainChatTemplate) before any GPU bills; any other tokenizer
@@ -50,10 +53,15 @@ class Example:
 
 
 def template_text(name: str) -> str:
-    """--chat_template's text: a shipped template by name, or a .jinja file's contents."""
+    """--chat_template's text: a shipped template by name, or a .jinja file's contents, read as workload/user_files.py
+    reads a file the user names (a regular file within MAX_TEMPLATE_BYTES: a FIFO or a sparse 1 GiB file is refused
+    unread); ValueError naming the flag otherwise."""
     path = os.path.join(TEMPLATES_DIRECTORY, f"{name}.jinja") if name in CHAT_TEMPLATES else os.path.expanduser(name)
-    with open(path, encoding="utf-8") as file:
-        return file.read()
+    try:
+        text = user_files.read_bytes(path, MAX_TEMPLATE_BYTES).decode("utf-8")
+    except user_files.Refused as error:
+        raise ValueError(f"--chat_template {name} {error.why}; a chat template is a few KiB of text") from None
+    return text.replace("\r\n", "\n").replace("\r", "\n")  # as a file opened in text mode reads it
 
 
 def syntax_problem(text: str) -> str | None:

@@ -20,6 +20,8 @@ import json
 import os
 from typing import Any
 
+from workload import user_files
+
 TOKENIZER_FILE = "tokenizer.json"
 MAX_TOKENIZER_BYTES = 64 << 20
 # len(AutoTokenizer.from_pretrained(id)) of the shipped models' own tokenizers (workload/model/architectures), so the
@@ -92,8 +94,7 @@ def size_in_directory(directory: str) -> int:
         raise NotSized(f"{directory} has no {TOKENIZER_FILE}") from None
     if (why := size_problem(size)) is not None:
         raise ValueError(f"{path} {why}")
-    with open(path, "rb") as file:
-        data = file.read(MAX_TOKENIZER_BYTES + 1)
+    data = user_files.read_bytes(path, MAX_TOKENIZER_BYTES)  # a regular file without holes (user_files.Refused)
     try:
         return size_of(data)
     except ValueError as error:

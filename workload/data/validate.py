@@ -27,7 +27,7 @@ import re
 from dataclasses import dataclass
 from typing import BinaryIO, Callable, Iterator
 
-from workload import sparse_files
+from workload import user_files
 from workload.config import TrainConfig, is_file_dataset
 from workload.data import shapes
 
@@ -81,7 +81,7 @@ def check_dataset(cfg: TrainConfig, say: Callable[[str], None] = print) -> Check
     if "://" not in cfg.dataset:
         status = os.stat(os.path.expanduser(cfg.dataset))
         key += (status.st_size, status.st_mtime_ns)
-        if (why := sparse_files.hole_problem(os.path.expanduser(cfg.dataset))) is not None:
+        if (why := user_files.problem(os.path.expanduser(cfg.dataset), user_files.UNBOUNDED)) is not None:
             raise DataError(f"--dataset {cfg.dataset} {why}")
     if key not in _checked:
         from workload.data import cache

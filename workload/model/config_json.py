@@ -164,14 +164,19 @@ def loads(data: bytes | str) -> Any:
 
 
 def load(path: str) -> Any:
-    """config.json at `path` (see loads): its size checked before a byte is read."""
+    """config.json at `path` (see loads): its size and kind checked (workload/user_files.py) before a byte is read."""
     import os
+
+    from workload import user_files
 
     size = os.path.getsize(path)
     if size > MAX_CONFIG_BYTES:
         raise TooLarge(f"{size:,} bytes; a model's config.json is a few KiB (allowed: at most {MAX_CONFIG_BYTES:,})")
-    with open(path, "rb") as file:
-        return loads(file.read(MAX_CONFIG_BYTES + 1))
+    try:  # a regular file (a FIFO would wait for a writer forever), without holes, read within its bound
+        data = user_files.read_bytes(path, MAX_CONFIG_BYTES)
+    except user_files.Refused as error:
+        raise Refused(error.why.removeprefix("is ")) from None
+    return loads(data)
 
 
 def load_model_config(directory: str, what: str) -> Any:
@@ -195,10 +200,12 @@ def _what_it_is(directory: str) -> str:
     import json
     import os
 
+    from workload import user_files
+
     if os.path.isfile(os.path.join(directory, "adapter_config.json")):  # PEFT's save_pretrained of adapters
         try:
-            with open(os.path.join(directory, "adapter_config.json"), "rb") as file:
-                base = json.loads(file.read(MAX_CONFIG_BYTES)).get("base_model_name_or_path")
+            data = user_files.read_bytes(os.path.join(directory, "adapter_config.json"), MAX_CONFIG_BYTES)
+            base = json.loads(data).get("base_model_name_or_path")
         except (OSError, ValueError, AttributeError):
             base = None
         shown = f" ({base})" if isinstance(base, str) and len(base) <= 200 and base.isprintable() else ""

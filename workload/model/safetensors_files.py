@@ -13,16 +13,16 @@ import json
 import os
 import struct
 
-from workload import sparse_files
+from workload import user_files
 
 MAX_HEADER_BYTES = 100_000_000
 
 
 def file_problem(path: str) -> str | None:
     """Why `path` is no safetensors file a loader can read in full (the words after its name), or None."""
+    if (why := user_files.problem(path, user_files.UNBOUNDED)) is not None:  # a FIFO, a device, holes: refused unread
+        return why
     size = os.path.getsize(path)
-    if (holes := sparse_files.hole_problem(path)) is not None:
-        return holes
     if size < 8:
         return f"holds {size} bytes, less than a safetensors header's length field"
     with open(path, "rb") as file:

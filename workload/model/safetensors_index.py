@@ -14,6 +14,7 @@ import json
 import os
 import posixpath
 
+from workload import user_files
 from workload.model.model_source import SAFETENSORS_FILE, SAFETENSORS_INDEX
 
 INDEX_FILE = SAFETENSORS_INDEX  # the names the Hub's file list is judged by too (model_source)
@@ -35,8 +36,9 @@ def weight_map(directory: str, what: str) -> dict[str, str] | None:
         if size > MAX_INDEX_BYTES:
             raise ValueError(f"{what}: {INDEX_FILE} is {size:,} bytes; an index is a few MiB at most (allowed: "
                              f"{MAX_INDEX_BYTES:,})")
-        with open(index, "rb") as file:
-            data = file.read(MAX_INDEX_BYTES + 1)
+        data = user_files.read_bytes(index, MAX_INDEX_BYTES)
+    except user_files.Refused as error:
+        raise ValueError(f"{what}: {INDEX_FILE} {error.why}") from None
     except OSError:
         raise ValueError(f"{what}: {INDEX_FILE} {NOT_AN_INDEX}") from None
     return {name: os.path.join(directory, file_name) for name, file_name in parse(data, what).items()}

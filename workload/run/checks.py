@@ -26,7 +26,7 @@ from workload.config import (
     rules,
 )
 from workload.data import validate
-from workload.run import variable_values, writable
+from workload.run import input_files, variable_values, writable
 
 # Beside the run's checkpoints: the flags it was started with, to compare a later run of the same name against.
 FLAGS_FILE = "local_run_flags.json"
@@ -243,6 +243,7 @@ def check_before_ray(cfg: TrainConfig) -> int | None:
     variable_values.check_variable_values()  # HF_HUB_OFFLINE=maybe and the like: before the Hub is asked anything
     check_socket_room()
     check_schemes(cfg)
+    input_files.check(cfg)  # every local file the flags name: a regular file within its bound, before any is read
     check_storage(cfg)
     check_workers(cfg, local_cpus())
     check_fp8(cfg)

@@ -28,7 +28,7 @@ from workload.model import (
     safetensors_index,
     structure,
 )
-from workload.run import credential_values, services, variable_values, writable
+from workload.run import credential_values, input_files, services, variable_values, writable
 
 # A tokenizer directory holds at least one of these (what transformers' tokenizers load their vocabulary from: the
 # fast tokenizer's file, a sentencepiece model (tokenizer.model, spiece.model, sentencepiece.bpe.model), BPE's or
@@ -129,6 +129,7 @@ def check_local_files(cfg: TrainConfig) -> None:
     loads (a refusal in well under a second, not after seconds of torch's imports or inside Ray): a --model_id
     directory's readable config.json and its *.safetensors weights (model.safetensors, or every shard its index
     names, inside it), and the tokenizer's files in the --tokenizer directory (or the model's own, for a dataset)."""
+    input_files.check(cfg)  # each a regular file within its bound (the job's driver checks here too)
     if not cfg.model_config and model_source.missing_directory(cfg.model_id):
         raise ValueError(f"--model_id {cfg.model_id}: {model_source.NO_MODEL_DIRECTORY}")
     if cfg.dataset and model_source.missing_directory(cfg.tokenizer):

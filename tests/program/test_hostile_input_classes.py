@@ -298,7 +298,7 @@ CLI_CLASSES = [
      "--mlflow_tracking_uri", "user:password@"),
     ("credentials in URIs", ["--storage_path", f"s3://me:{SECRET}@bucket/runs"], "--storage_path", "user:password@"),
     ("bounded config files", "config:" + ALIAS_BOMB, "--config", "aliases"),
-    ("bounded config files", "config:" + "run_name: " + "x" * 300_000 + "\n", "--config", "larger than"),
+    ("bounded config files", "config:" + "run_name: " + "x" * 300_000 + "\n", "--config", "allowed: at most 262,144"),
     ("bounded config files", f"config:steps: {SECRET}xxxxxxxxxx\n", "--config", "not shown"),
     ("bounded config files", f"config:{SECRET}yyyyyyyyyyyyyyyyyy: 1\n", "--config", "unrecognized"),
     # The second fresh set (2026-12-06): workload/config_file.py read_document's RecursionError, workload/cli.py

@@ -122,15 +122,20 @@ print(json.dumps({"results": results, "heavy": heavy}))
 """
 
 
+def _in_a_fresh_interpreter(script: str, tmp_path) -> dict:
+    """The JSON report `script` prints, run with tmp_path in a new Python from the checkout (as the command runs)."""
+    import json
+
+    done = subprocess.run([sys.executable, "-c", script, str(tmp_path)], capture_output=True, text=True,
+                          timeout=120, cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
 def test_a_checkpoints_files_are_measured_before_torch_is_imported(tmp_path):
     # A fresh interpreter, as `python -m workload.export` is: each refusal comes before torch or transformers load
     # (seconds of imports), which sys.modules shows, and names CHECKPOINT's file.
-    import json
-
-    done = subprocess.run([sys.executable, "-c", _CRAFTED_FILES, str(tmp_path)], capture_output=True, text=True,
-                          timeout=120, cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-    assert done.returncode == 0, done.stderr
-    report = json.loads(done.stdout)
+    report = _in_a_fresh_interpreter(_CRAFTED_FILES, tmp_path)
     for name, (code, lines, words, directory) in report["results"].items():
         assert code == cli.USAGE and len(lines) == 1, f"{name}: exit 2 and one line; got {code}: {lines}"
         assert lines[0].startswith(f"error: CHECKPOINT {directory}: ") and words in lines[0], \
@@ -263,12 +268,7 @@ def test_a_checkpoints_config_values_are_checked_before_torch_is_imported(tmp_pa
     # config.json's model_type a plain identifier and its sizes in bounds, said before the seconds of torch's and
     # transformers' imports (audit 44g C22: refused, but after 3.9 s); which model_types transformers builds is
     # checked after them (read_config_file).
-    import json
-
-    done = subprocess.run([sys.executable, "-c", _CRAFTED_VALUES, str(tmp_path)], capture_output=True, text=True,
-                          timeout=120, cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-    assert done.returncode == 0, done.stderr
-    report = json.loads(done.stdout)
+    report = _in_a_fresh_interpreter(_CRAFTED_VALUES, tmp_path)
     for name, (code, lines) in report["results"].items():
         assert code == cli.USAGE and len(lines) == 1, f"{name}: exit 2 and one line; got {code}: {lines}"
         words = "hidden_size is -64; allowed: an integer from 1" if "hidden" in name else \

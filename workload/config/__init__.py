@@ -350,7 +350,7 @@ class TrainConfig:
         if self.chat_template and self.chat_template not in CHAT_TEMPLATES and not (
                 self.chat_template.endswith(".jinja") and os.path.isfile(os.path.expanduser(self.chat_template))):
             raise ValueError(f"--chat_template must be empty (the tokenizer's own), one of {', '.join(CHAT_TEMPLATES)}, "
-                             f"or an existing .jinja file, got {self.chat_template!r}")
+                             f"or an existing .jinja file, got {fields.shown_value(self.chat_template)}")
         adapters.check_settings(self.method, self.lora_rank, self.lora_alpha, self.lora_dropout, self.lora_targets)
         if (broken := rules.first_broken(vars(self))) is not None:
             raise ValueError(broken)

@@ -67,6 +67,23 @@ def shown_choice(value: object) -> str:
     return f"a value of {len(text)} characters (not shown)"
 
 
+# How much of one free-text value a refusal repeats: a rule quotes the values it compares (`--chat_template X applies
+# to chat ... examples`), and a free-text value may be 2,048 characters, or a secret pasted into the wrong setting.
+SHOWN_VALUE_CHARS = 100
+
+
+def quotable(value: str) -> bool:
+    """Whether a refusal may repeat `value` as it is: at most SHOWN_VALUE_CHARS printable characters, holding no token
+    and no URI credentials."""
+    return (len(value) <= SHOWN_VALUE_CHARS and value.isprintable() and not looks_like_token(value)
+            and not has_credentials(value))
+
+
+def shown_value(value: str) -> str:
+    """`value` as a refusal quotes it: whole (repr) when quotable, else by its length."""
+    return repr(value) if quotable(value) else f"a value of {len(value):,} characters (not shown)"
+
+
 # Unicode's categories of characters that are not shown as themselves: Cc (control: newline, NUL, bell, escape), Cf
 # (format: U+202E, zero-width space), Zl and Zp (U+2028 LINE SEPARATOR, U+2029 PARAGRAPH SEPARATOR, which
 # str.splitlines, JavaScript and many log viewers break a line at, as at a newline).

@@ -13,6 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
+from workload.config.fields import quotable
+
 # A --dataset with one of these suffixes is a file, local or remote (s3://...), rather than a Hugging Face id.
 # Each of the first four may also be gzip-compressed (workload/data/validate.py reads them all).
 DATASET_FILE_SUFFIXES = (".txt", ".jsonl", ".json", ".csv", ".parquet", ".txt.gz", ".jsonl.gz", ".json.gz", ".csv.gz")
@@ -342,5 +344,15 @@ def first_broken(values: Values) -> str | None:
     """The first rule `values` break, as its refusal naming the flags; None when they keep every rule."""
     for rule in RULES:
         if (why := rule.check(values)) is not None:
-            return why
+            return _values_bounded(why, values, rule.flags)
     return None
+
+
+def _values_bounded(why: str, values: Values, flags: tuple[str, ...]) -> str:
+    """`why` with each of the rule's string values that a refusal may not repeat (fields.quotable: long, unprintable,
+    a token or a URI's credentials) replaced by its length: the one place every rule's message passes."""
+    for name in flags:
+        value = values.get(name)
+        if isinstance(value, str) and value and value in why and not quotable(value):
+            why = why.replace(value, f"(a value of {len(value):,} characters, not shown)")
+    return why

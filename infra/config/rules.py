@@ -8,6 +8,7 @@ from urllib.parse import unquote
 
 from infra.config.storage_bounds import check_storage_bounds
 from workload.config.fields import shown_choice
+from workload.s3_names import S3_BUCKET, bucket_name_problem  # noqa: F401 (S3_BUCKET: infra.config's too)
 
 # 39 at most: IAM role names are <clusterName>-system-node-role plus Pulumi's 8-character suffix, 64 at most.
 CLUSTER_NAME = re.compile(r"^[a-zA-Z][a-zA-Z0-9-]{0,38}$")
@@ -43,21 +44,13 @@ MAX_PRINCIPALS = 200
 # trainPip: every worker installs the list at the job's start.
 MAX_PIP_REQUIREMENTS = 200
 # Every pattern here is applied with fullmatch: `re.match` with `$` would take a trailing newline.
-# S3's bucket naming rules (general purpose buckets): 3-63 lowercase letters, digits, dots and hyphens, starting and
-# ending with a letter or digit. Anything else (a wildcard above all) is not one bucket.
-S3_BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
-# The rest of S3's rules for general purpose bucket names (Amazon S3 User Guide, "General purpose bucket naming
-# rules"): names S3 keeps for itself or for aliases of other things, which no bucket can have. A path with one of them
-# would be granted in the pods' policy and then fail on the cluster after the GPUs started billing.
-S3_BUCKET_RESERVED_PREFIXES = ("xn--", "sthree-", "amzn-s3-demo-")
-S3_BUCKET_RESERVED_SUFFIXES = ("-s3alias", "--ol-s3", ".mrap", "--x-s3", "--table-s3")
+# S3's bucket naming rules: workload/s3_names.py, shared with the local run and the tools.
 # S3's object key naming guidelines (Amazon S3 User Guide, "Naming Amazon S3 objects"): its safe characters (letters,
 # digits, '!-_.*'()') and '/', plus '=' for hive-style partitions (date=2024-01-01). The others "might require special
 # handling" or are "to avoid" (space, '&', '@', ':', '+', ',', ';', '\\', '{', '^', '%', '`', '[', '"', '<', '#', '|',
 # control and non-ASCII characters): pyarrow's S3 file system and URI parsing (it splits on '?' and '#', decodes '%'),
 # IAM's policy matching and the job's argument quoting each read some of them differently.
 S3_KEY_CHARACTERS = re.compile(r"[A-Za-z0-9!_.*'()/=-]*")
-_IPV4_LIKE = re.compile(r"[0-9]+\.[0-9]+\.[0-9]+\.[0-9]+")
 # A percent-escape: pyarrow's S3 file system decodes s3:// URIs (%2e%2e is '..'), while IAM matches the policy's
 # literal text, so a path with one means one place to the grant and another to the job.
 _PERCENT_ESCAPE = re.compile(r"%[0-9A-Fa-f]{2}")
@@ -144,17 +137,6 @@ def s3_location(path: str, key: str = "") -> tuple[str, str] | None:
                           "key characters, which pyarrow's S3 file system, IAM and the job's arguments read "
                           "differently; allowed: letters, digits, '/' and !-_.'()= (S3's object key guidelines)")
     return bucket, prefix.strip("/")
-
-
-def bucket_name_problem(bucket: str) -> str | None:
-    """Which of S3's general purpose bucket naming rules `bucket` breaks (beyond S3_BUCKET's characters), or None."""
-    if _IPV4_LIKE.fullmatch(bucket):
-        return "it is formatted as an IP address"
-    if prefix := next((p for p in S3_BUCKET_RESERVED_PREFIXES if bucket.startswith(p)), None):
-        return f"the prefix {prefix!r} is reserved"
-    if suffix := next((p for p in S3_BUCKET_RESERVED_SUFFIXES if bucket.endswith(p)), None):
-        return f"the suffix {suffix!r} is reserved for access point, Multi-Region or directory bucket names"
-    return None
 
 
 def _check_segments(path: str, inner: str, key: str) -> None:

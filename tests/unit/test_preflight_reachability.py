@@ -180,3 +180,27 @@ def test_validate_runs_the_service_checks(monkeypatch, tmp_path):
     with pytest.raises(RuntimeError, match="stop"):
         preflight.validate(TrainConfig(model_config="tiny", seq_len=32, storage_path=str(tmp_path)))
     assert called == ["check_s3_reachable", "check_hub_model", "check_disk"]
+
+
+@pytest.mark.parametrize("flag, location, why", [
+    ("tokenizer", "s3://team_models/tok", "a bucket name has 3-63 lowercase letters"),
+    ("dataset", "s3://Corpora/c.jsonl", "a bucket name has 3-63 lowercase letters"),
+    ("model_id", "s3://10.0.0.7/base", "it is formatted as an IP address"),
+    ("storage_path", "s3://runs--x-s3/team", "the suffix '--x-s3' is reserved"),
+])
+def test_a_bucket_name_s3_never_allows_is_bad_input_before_credentials(monkeypatch, tmp_path, flag, location, why):
+    """The S3 naming rule the stack's keys follow (workload/s3_names.py), on the local run's s3:// flags too: exit 2
+    naming the flag, with no credentials on the machine (nothing asked of AWS)."""
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    settings = {"model_config": "tiny", "storage_path": str(tmp_path), flag: location}
+    if flag == "model_id":
+        settings.pop("model_config")
+    if flag == "tokenizer":
+        settings["dataset"] = "s3://corpora/c.jsonl"  # a tokenizer is read only for a dataset
+    with pytest.raises(cli.UsageError) as refused:
+        services.check_s3_reachable(TrainConfig(**settings))
+    message = str(refused.value)
+    assert message.startswith(f"--{flag} {location}: no S3 bucket can be named ") and why in message, message

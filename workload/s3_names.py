@@ -1,0 +1,34 @@
+"""S3's rules for general purpose bucket names (Amazon S3 User Guide, "General purpose bucket naming rules"), the one
+copy the stack's keys (infra/config/rules.py s3_location), `tools.job submit` and the local run's and
+`workload.export`'s s3:// locations (workload/s3_access.py) all follow: a name S3 can never have is refused as bad
+input before any credentials are asked for. Standard library only."""
+from __future__ import annotations
+
+import re
+
+# 3-63 lowercase letters, digits, dots and hyphens, starting and ending with a letter or digit. Anything else (a
+# wildcard above all) is not one bucket. Applied with fullmatch: `re.match` with `$` would take a trailing newline.
+S3_BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
+# Names S3 keeps for itself or for aliases of other things, which no bucket can have.
+S3_BUCKET_RESERVED_PREFIXES = ("xn--", "sthree-", "amzn-s3-demo-")
+S3_BUCKET_RESERVED_SUFFIXES = ("-s3alias", "--ol-s3", ".mrap", "--x-s3", "--table-s3")
+_IPV4_LIKE = re.compile(r"[0-9]+\.[0-9]+\.[0-9]+\.[0-9]+")
+BUCKET_ALLOWED = "3-63 lowercase letters, digits, '.' and '-' (no '..'), like s3://my-bucket/prefix"
+
+
+def bucket_name_problem(bucket: str) -> str | None:
+    """Which of S3's naming rules `bucket` breaks beyond S3_BUCKET's characters, or None."""
+    if _IPV4_LIKE.fullmatch(bucket):
+        return "it is formatted as an IP address"
+    if prefix := next((p for p in S3_BUCKET_RESERVED_PREFIXES if bucket.startswith(p)), None):
+        return f"the prefix {prefix!r} is reserved"
+    if suffix := next((p for p in S3_BUCKET_RESERVED_SUFFIXES if bucket.endswith(p)), None):
+        return f"the suffix {suffix!r} is reserved for access point, Multi-Region or directory bucket names"
+    return None
+
+
+def bucket_problem(bucket: str) -> str | None:
+    """Why no S3 bucket can be named `bucket` (its characters, '..', or a reserved name), or None."""
+    if not S3_BUCKET.fullmatch(bucket) or ".." in bucket:
+        return f"a bucket name has {BUCKET_ALLOWED}"
+    return bucket_name_problem(bucket)

@@ -11,12 +11,15 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
-from workload import cli
+from workload import cli, user_files
 
 # Each API call gives up after this long: a private endpoint seen from outside the VPC never answers, and the
 # client's default is to wait for the OS (minutes).
 REQUEST_TIMEOUT_S = 15
 
+# A kubeconfig's largest plausible size: pulumi-eks's is about 3 KB, and a merged one of a hundred clusters, each with
+# its certificate authority inline, stays well under this. Read by workload/user_files.py's rule (no FIFO, no holes).
+KUBECONFIG_MAX_BYTES = 4 * 2**20
 GET_A_KUBECONFIG = (
     "get one with `pulumi stack output kubeconfig --show-secrets > kubeconfig.json` (then --kubeconfig "
     "kubeconfig.json), or `aws eks update-kubeconfig --name <clusterName> --region <region>`")
@@ -32,18 +35,22 @@ def api_client(kubeconfig: Path | None) -> Any:
                   (path.name == "config" or path.name.startswith("kubeconfig") or path.suffix in (".yaml", ".json"))]
         raise cli.UsageError(f"--kubeconfig {kubeconfig} is a directory; a kubeconfig file is expected"
                              + (f": did you mean --kubeconfig {inside[0]}?" if inside else ""), hint=GET_A_KUBECONFIG)
-    if kubeconfig is not None and not kubeconfig.is_file():
+    if kubeconfig is not None and not kubeconfig.exists():
         # Exit 3 as the help's table says of "no kubeconfig", however it was named.
         raise cli.EnvironmentProblem(f"--kubeconfig {kubeconfig}: no such file", hint=GET_A_KUBECONFIG)
     if kubeconfig is None and not _default_kubeconfig_exists():
         raise cli.EnvironmentProblem("no kubeconfig: none given with --kubeconfig, none at $KUBECONFIG or "
                                      "~/.kube/config", hint=GET_A_KUBECONFIG)
+    for path, named, refused in _kubeconfig_files(kubeconfig):  # a FIFO would wait for a writer that never comes
+        if (why := user_files.problem(path, KUBECONFIG_MAX_BYTES)) is not None:
+            raise refused(f"{named} {why}", hint=GET_A_KUBECONFIG)
     # A bad file named by the flag is bad input; a bad default one is this machine's set-up.
     unusable = cli.UsageError if kubeconfig is not None else cli.EnvironmentProblem
     configuration = client.Configuration()
     try:
         if kubeconfig is not None:
-            _check_token_command(_mapping(kubeconfig, yaml.safe_load(kubeconfig.read_text()) or {}))
+            text = user_files.read_bytes(kubeconfig, KUBECONFIG_MAX_BYTES).decode("utf-8", errors="replace")
+            _check_token_command(_mapping(kubeconfig, yaml.safe_load(text) or {}))
         config.load_kube_config(config_file=str(kubeconfig) if kubeconfig else None,
                                 client_configuration=configuration)
     except yaml.YAMLError as error:  # the file and its line, never its text (a kubeconfig may hold a token)
@@ -88,9 +95,22 @@ def _check_token_command(kubeconfig: dict) -> None:
             hint="install the AWS CLI v2 (https://docs.aws.amazon.com/cli/latest/userguide/getting-started-install.html)")
 
 
-def _default_kubeconfig_exists() -> bool:
+def _default_paths() -> list[Path]:
     paths = os.environ.get("KUBECONFIG", "").split(os.pathsep) if os.environ.get("KUBECONFIG") else []
-    return any(Path(path).expanduser().is_file() for path in paths or ["~/.kube/config"])
+    return [Path(path).expanduser() for path in paths or ["~/.kube/config"] if path]
+
+
+def _default_kubeconfig_exists() -> bool:
+    return any(path.exists() and not path.is_dir() for path in _default_paths())
+
+
+def _kubeconfig_files(kubeconfig: Path | None) -> list[tuple[Path, str, type[cli.CommandError]]]:
+    """The files the client will read, each with how a refusal names it and its exit: the flag's file is bad input,
+    a default one ($KUBECONFIG's, ~/.kube/config) this machine's set-up."""
+    if kubeconfig is not None:
+        return [(kubeconfig, f"--kubeconfig {kubeconfig}", cli.UsageError)]
+    return [(path, f"the kubeconfig {path}", cli.EnvironmentProblem) for path in _default_paths()
+            if path.exists() and not path.is_dir()]
 
 
 @contextmanager

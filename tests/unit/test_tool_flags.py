@@ -8,6 +8,8 @@ first; a directory inside a run given to tools.loss_curve names the run; a blank
 project key in another namespace is refused."""
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from workload import cli
@@ -110,6 +112,27 @@ def test_a_kubeconfig_directory_is_answered_with_the_file_inside_by_every_comman
     code = cli.run(importlib.import_module(module).main, [*argv, "--kubeconfig", str(tmp_path / ".kube")])
     err = capsys.readouterr().err
     assert code == cli.USAGE and f"did you mean --kubeconfig {tmp_path / '.kube' / 'config'}?" in err, (module, err)
+
+
+@pytest.mark.parametrize("module, argv", [("tools.job", ["list", "--stack", "dev"]), ("tools.status", ["--stack", "dev"])])
+def test_a_kubeconfig_that_is_no_regular_file_is_refused_unread(module, argv, tmp_path, monkeypatch, capsys):
+    """A FIFO named by --kubeconfig (the client would wait for a writer), a sparse one (read whole), and a FIFO at
+    $KUBECONFIG: each refused unread by workload/user_files.py's rule, the flag's as bad input, the default's as this
+    machine's set-up."""
+    import importlib
+
+    main = importlib.import_module(module).main
+    os.mkfifo(tmp_path / "pipe")
+    with open(tmp_path / "holes.yaml", "wb") as holes:
+        holes.truncate(2**30)
+    for name, said in (("pipe", "is a FIFO (named pipe), not a regular file"), ("holes.yaml", "bytes; allowed: at most")):
+        code = cli.run(main, [*argv, "--kubeconfig", str(tmp_path / name)])
+        err = capsys.readouterr().err
+        assert code == cli.USAGE and err.startswith(f"error: --kubeconfig {tmp_path / name} ") and said in err, err
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "pipe"))
+    code = cli.run(main, argv)
+    err = capsys.readouterr().err
+    assert code == cli.ENVIRONMENT and f"the kubeconfig {tmp_path / 'pipe'} is a FIFO" in err, err
 
 
 def test_a_flag_near_by_name_wins_over_its_value_as_a_flag(capsys):

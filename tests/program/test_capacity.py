@@ -342,3 +342,32 @@ def test_probe_tags_every_reservation_and_makes_it_expire():
     leftovers = probes.probe(aws, azs, "g6.12xlarge", 2, run_id="run42", log=io.StringIO())
     stub.assert_no_pending_responses()
     assert leftovers == [] and azs[0].probe_ok is True
+
+
+class _NoAws:
+    """Stands for AWS where nothing may be asked: any use is the test's failure."""
+
+    def __getattr__(self, name):
+        raise AssertionError(f"AWS was asked ({name}) before the stack files were read")
+
+
+@pytest.mark.parametrize("flag", ["--stack", "--write-stack"])
+def test_a_stack_file_pulumi_would_refuse_is_named_before_aws(tmp_path, capsys, flag):
+    """Pulumi.yaml and Pulumi.<stack>.yaml are read by the tools' one YAML reader (workload/config_file.py
+    read_document: a regular file within its bound, no aliases, no key twice): a FIFO (which would wait for a
+    writer), a file of holes, text that is not YAML, or a project file that is no mapping are exit 2 naming the
+    file, before AWS is asked."""
+    root = project_dir(tmp_path, "config:\n  aws:region: [us-east-1\n", stack="broken")
+    os.mkfifo(root / "Pulumi.pipe.yaml")
+    with open(root / "Pulumi.holes.yaml", "wb") as holes:
+        holes.truncate(2**30)
+    (tmp_path / "listed").mkdir()
+    (tmp_path / "listed" / "Pulumi.yaml").write_text("- name\n- raytrain-eks\n")
+    cases = ((root, "broken", "Pulumi.broken.yaml: not YAML (line 3)"),
+             (root, "pipe", "Pulumi.pipe.yaml is a FIFO (named pipe), not a regular file"),
+             (root, "holes", "Pulumi.holes.yaml is 1,073,741,824 bytes; allowed: at most"),
+             (tmp_path / "listed", "g6", "Pulumi.yaml is not a Pulumi project file"))
+    for directory, stack, said in cases:
+        status, _, err = finder(["--instance-type", "g6.12xlarge", "--count", "2", "--regions", "us-east-1", flag,
+                                 stack, "--project-dir", str(directory)], _NoAws(), capsys)
+        assert status == cli.USAGE and said in err and "Traceback" not in err, err

@@ -9,6 +9,7 @@ from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
 
 from infra.config.naming import default_cluster_name  # the stack's clusterName when it sets none, as infra.config
+from workload import cli, config_file, user_files
 
 
 @dataclass(frozen=True)
@@ -30,19 +31,30 @@ def load_stack(project_dir: Path, name: str, flag: str) -> StackContext:
     project_file = project_dir / "Pulumi.yaml"
     if not project_file.exists():
         raise ValueError(f"--project-dir {project_dir}: no Pulumi.yaml there")
-    project = YAML(typ="safe").load(project_file.read_text())
+    # Both files by the one reader of the tools' YAML (bounded, a regular file, no aliases, no key given twice).
+    project = config_file.read_document(str(project_file), named=f"--project-dir {project_dir}: Pulumi.yaml")
+    if not isinstance(project, dict) or not isinstance(project.get("name"), str) or \
+            not isinstance(project.get("config") or {}, dict):
+        raise cli.UsageError(f"--project-dir {project_dir}: Pulumi.yaml is not a Pulumi project file (a mapping with "
+                             "its name: and config:)")
     project_name = project["name"]
     path = project_dir / f"Pulumi.{name}.yaml"
     stack_config: dict[str, Any] = {}
     if path.exists():
-        stack_config = (YAML(typ="safe").load(path.read_text()) or {}).get("config") or {}
+        document = config_file.read_document(str(path), named=f"{flag} {name}: {path.name}") or {}
+        stack_config = document.get("config") if isinstance(document, dict) else None
+        if not isinstance(stack_config or {}, dict) or not isinstance(document, dict):
+            raise cli.UsageError(f"{flag} {name}: {path.name} must be a mapping with config: key: value (as `pulumi "
+                                 "config set` writes it)")
+        stack_config = stack_config or {}
     elif flag == "--stack":
         raise ValueError(f"--stack {name}: {path} does not exist (stacks here: "
                          f"{', '.join(sorted(p.name for p in project_dir.glob('Pulumi.*.yaml'))) or 'none'})")
-    schema = project.get("config", {})
+    schema = project.get("config") or {}
 
     def setting(key: str):
-        return stack_config.get(f"{project_name}:{key}", schema.get(key, {}).get("default"))
+        declared = schema.get(key)
+        return stack_config.get(f"{project_name}:{key}", declared.get("default") if isinstance(declared, dict) else None)
 
     return StackContext(name=name, path=path, project=project_name, cluster_name=setting("clusterName") or default_cluster_name(name),
                         region=stack_config.get("aws:region"), vpc_azs=tuple(setting("vpcAvailabilityZones") or ()),
@@ -59,7 +71,8 @@ def write_stack_file(path: Path, project: str, region: str, availability_zone: s
     """
     yaml = YAML()  # round-trip: comments, key order and quoting survive
     yaml.indent(mapping=2, sequence=4, offset=2)
-    document = yaml.load(path.read_text()) if path.exists() else None
+    # load_stack has read it already (a regular file within config_file's bound); read as bounded again here
+    document = yaml.load(user_files.read_bytes(path, config_file.MAX_CONFIG_BYTES)) if path.exists() else None
     if document is None:
         document = CommentedMap()
     config = document.get("config")

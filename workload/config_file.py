@@ -30,6 +30,10 @@ MAX_CONFIG_BYTES = 256 * 1024
 # A refusal quotes at most this many characters of a value: it may be a megabyte, or hold a token.
 SHOWN_CHARS = 80
 _TOKEN_LIKE = re.compile(r"[A-Za-z0-9_-]{20,}")
+# A key shaped like a setting's name (a flag's, TRL's, axolotl's: `early_stopping_patience`, `use-rslora`): lowercase
+# words of at most 20 characters joined by '_' or '-', quoted whole in a refusal; any other key (a token pasted as a
+# key, a megabyte of text) only by its length.
+_KEY_NAME = re.compile(r"[a-z][a-z0-9]{0,19}(?:[_.-][a-z0-9]{1,20}){0,8}")
 # A shell's or docker compose's variable in a value (`storage_path: ${HOME}/runs`, `dataset: $DATA/chats.jsonl`): no
 # one substitutes it in a --config file, and the run made a directory named `${HOME}` or a run named `${USER}-sft`.
 # `${NAME}` (with any `:-default`) anywhere, `$NAME` where a path or a list item starts.
@@ -192,7 +196,7 @@ def read_document(path: str, named: str | None = None) -> Any:
     try:
         return yaml.load(text, Loader=NoAliasLoader)  # noqa: S506 - SafeLoader's subclass: no Python objects
     except _Duplicate as duplicate:
-        key = duplicate.key if len(duplicate.key) <= SHOWN_CHARS and not _TOKEN_LIKE.search(duplicate.key) else "a key"
+        key = duplicate.key if _quotable_key(duplicate.key) else "a key"
         raise cli.UsageError(f"{named}: {key} is given twice (lines {duplicate.first} and "
                              f"{duplicate.again}); keep one") from None
     except RecursionError:  # PyYAML's scanner and composer recurse once per nesting level
@@ -216,6 +220,14 @@ class _Duplicate(Exception):
     def __init__(self, key: str, first: int, again: int) -> None:
         super().__init__(key)
         self.key, self.first, self.again = str(key), first, again
+
+
+def _quotable_key(key: str) -> bool:
+    """Whether a refusal may name `key` as written: shaped like a setting's name (_KEY_NAME) and like no token."""
+    from workload.config.fields import looks_like_token
+
+    return (len(key) <= SHOWN_CHARS and key == repr(key)[1:-1] and not looks_like_token(key)
+            and (bool(_KEY_NAME.fullmatch(key)) or not _TOKEN_LIKE.search(key)))
 
 
 def shown(value: Any) -> str:
@@ -286,8 +298,7 @@ def _refuse_unknown(path: str, parser: argparse.ArgumentParser, document: dict[A
     unknown = [str(key) for key in keys if not aliases.different(str(key).replace("-", "_"))]
     if not keys:
         return
-    named = [key if len(key) <= SHOWN_CHARS and key == repr(key)[1:-1] and not _TOKEN_LIKE.search(key) else shown(key)
-             for key in unknown]
+    named = [key if _quotable_key(key) else shown(key) for key in unknown]
     more = f" and {len(named) - 10} more" if len(named) > 10 else ""
     # argparse's own words for an unknown flag, so both refusals read (and are grepped for) alike.
     message = "; ".join([*refused, *([f"unrecognized keys: {', '.join(named[:10])}{more}"] if named else [])])

@@ -139,3 +139,19 @@ def test_every_key_that_is_not_ours_is_named_at_once_each_with_ours(tmp_path, ca
     path.write_text("sample_packing: true\n")
     assert cli.run(local.main, ["--config", str(path)]) == cli.USAGE
     assert "packing is always on" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("key, named", [
+    ("gradient_checkpointing_kwargs", True),  # transformers' name: 29 characters, named as written
+    ("save-total-limit", True),
+    ("Zx81Qw7Lp3Vb5Nm2Kr9Tf4Hd", False),  # 24 characters of no words: perhaps a token pasted as a key
+    ("hf_" + "Ab3" * 11, False),  # a Hub token's shape
+    ("a" * 90, False),  # longer than a refusal repeats
+])
+def test_an_unknown_key_is_named_as_written_when_it_reads_as_a_settings_name(tmp_path, key, named):
+    path = tmp_path / "run.yaml"
+    path.write_text(f"{key}: 1\n")
+    with pytest.raises(cli.UsageError) as refused:
+        local.parse_args(["--config", str(path)])
+    err = str(refused.value)
+    assert (f"unrecognized keys: {key}" in err) is named and ("not shown" in err) is not named, err

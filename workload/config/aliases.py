@@ -109,6 +109,12 @@ DIFFERENT: Mapping[str, str] = {
     "bnb_4bit_quant_type": "--method qlora quantizes the base to 4-bit NF4 always; no flag changes the type",
     "bnb_4bit_compute_dtype": _BF16,
     "log_level": "give --verbose for the job's whole log; the libraries' own levels are not a flag",
+    "use_rslora": ("rank-stabilized LoRA (scale alpha/sqrt(r)) is not offered: the adapters scale by --lora_alpha / "
+                   "--lora_rank, so for the same scale give --lora_alpha alpha*sqrt(r)"),
+    "dataset_prepared_path": ("the job keeps its tokens itself, once per dataset and tokenizer, under "
+                              "--storage_path/datasets/ (else a cache on the machine): nothing to set"),
+    "early_stopping_patience": ("a run trains --steps (or --epochs) to the end; with --eval_every the eval loss is "
+                                "logged, and a run is stopped by hand (tools.job stop, or Ctrl-C locally)"),
 }
 
 # Their name with a value that means something else there -> what to give instead: refused, as DIFFERENT's names are.

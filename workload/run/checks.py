@@ -16,7 +16,7 @@ import re
 import sys
 import tempfile
 
-from workload import cli
+from workload import cli, user_files
 from workload.config import (
     CPU_WORKERS_WITHOUT_GPUS,
     DATASET_FILE_SUFFIXES,
@@ -189,13 +189,13 @@ def resume_step(cfg: TrainConfig) -> int | None:
         return None
     directory = os.path.join(cfg.storage_path, cfg.run_name)
     if not os.path.isdir(directory):
+        _not_a_run_directory(cfg)
         return None
     steps = []
     for step_file in glob.glob(os.path.join(directory, "checkpoint_*", "train_step.json")):
-        try:
-            with open(step_file) as file:
-                steps.append(int(json.load(file)["step"]))
-        except (OSError, ValueError, KeyError, TypeError):
+        try:  # the run's own files, read by the user-files rule (a FIFO would wait for a writer)
+            steps.append(int(json.loads(user_files.read_bytes(step_file, RECORD_MAX_BYTES))["step"]))
+        except (OSError, ValueError, KeyError, TypeError):  # user_files.Refused is a ValueError
             continue  # a checkpoint cut off while being written: Ray Train does not resume from it either
     if not steps:
         cut = sorted(glob.glob(os.path.join(directory, "checkpoint_*" + os.sep)))
@@ -218,12 +218,29 @@ def resume_step(cfg: TrainConfig) -> int | None:
     return max(steps)
 
 
+def _not_a_run_directory(cfg: TrainConfig) -> None:
+    """A --storage_path that is itself a run's directory (it holds checkpoint_<step>/ or the run's recorded flags)
+    would start a new run inside it, --storage_path/--run_name, where resuming that run was meant."""
+    marks = sorted(glob.glob(os.path.join(glob.escape(cfg.storage_path), "checkpoint_*" + os.sep)))
+    if marks or os.path.lexists(os.path.join(cfg.storage_path, FLAGS_FILE)):
+        parent, run = os.path.split(os.path.normpath(cfg.storage_path))
+        raise cli.UsageError(f"--storage_path {cfg.storage_path} is a run's own directory (it holds "
+                             f"{os.path.basename(marks[-1].rstrip(os.sep)) + '/' if marks else FLAGS_FILE}), and "
+                             f"--run_name {cfg.run_name} would start a new run inside it",
+                             hint=f"to resume that run give --storage_path {parent or '.'} --run_name {run}; for a "
+                                  "new run, a --storage_path of runs")
+
+
+# A run's own small records (train_step.json, the recorded flags): a few KB each.
+RECORD_MAX_BYTES = 1 << 20
+
+
 def _recorded_flags(directory: str) -> dict | None:
     try:
-        with open(os.path.join(directory, FLAGS_FILE)) as file:
-            return json.load(file)
+        recorded = json.loads(user_files.read_bytes(os.path.join(directory, FLAGS_FILE), RECORD_MAX_BYTES))
     except (OSError, ValueError):
         return None
+    return recorded if isinstance(recorded, dict) else None
 
 
 def record_flags(cfg: TrainConfig) -> None:

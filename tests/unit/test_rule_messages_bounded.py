@@ -57,3 +57,18 @@ def test_quotable_values(value, shown):
     assert quotable(value) is shown
     assert (shown_value(value) == repr(value)) is shown
 
+
+
+@pytest.mark.parametrize("template, repeated", [
+    ("{% for m in messages %}\n{{ m['content'] }}{% endfor %}", False),  # over lines: never repeated
+    ("{{ bos_token }}{% for m in messages %}{{ m.content }}{% endfor %}", True),  # one short printable line
+    ("{{ bos_token }}" + "{% for m in messages %}{{ m.content }}{% endfor %}" * 3, False),  # past 100 characters
+])
+def test_a_templates_text_given_as_chat_template_points_to_a_jinja_file(template, repeated):
+    """TRL's --chat_template_path takes a file; a template's text pasted inline (over lines, or on one) is refused
+    saying where the text goes, repeating it only as any short printable value is."""
+    with pytest.raises(ValueError) as refused:
+        TrainConfig(chat_template=template, data_format="chat", dataset="org/chats")
+    message = str(refused.value)
+    assert message.startswith("--chat_template ") and ".jinja file" in message and "template's text" in message, message
+    assert ("messages" in message) is repeated, message

@@ -350,7 +350,9 @@ class TrainConfig:
         if self.chat_template and self.chat_template not in CHAT_TEMPLATES and not (
                 self.chat_template.endswith(".jinja") and os.path.isfile(os.path.expanduser(self.chat_template))):
             raise ValueError(f"--chat_template must be empty (the tokenizer's own), one of {', '.join(CHAT_TEMPLATES)}, "
-                             f"or an existing .jinja file, got {fields.shown_value(self.chat_template)}")
+                             f"or an existing .jinja file, got {fields.shown_value(self.chat_template)}"
+                             + ("; a template's text goes in a .jinja file, named here by its path"
+                                if "{%" in self.chat_template or "{{" in self.chat_template else ""))
         adapters.check_settings(self.method, self.lora_rank, self.lora_alpha, self.lora_dropout, self.lora_targets)
         if (broken := rules.first_broken(vars(self))) is not None:
             raise ValueError(broken)

@@ -112,6 +112,10 @@ def text_problem(value: str, max_length: int) -> str | None:
     if len(value) > max_length:
         return f"must be at most {max_length:,} characters, got {len(value):,} (its value is not shown)"
     if (index := _hidden_character(value)) is not None:
+        if ("{%" in value or "{{" in value) and "\n" in value:  # a chat template's text pasted where its path goes
+            return ("must be a name or a path, got a template's text (Jinja markup over several lines; its value is "
+                    "not shown): save it as a .jinja file and give the file's path where the setting takes one "
+                    "(--chat_template template.jinja)")
         return ("must hold no control, format or line-separator character (newline, tab, NUL, escape, bidi override, "
                 f"zero-width, U+2028, U+2029), got U+{ord(value[index]):04X} at character {index} (its value is not "
                 "shown)")

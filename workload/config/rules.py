@@ -110,6 +110,14 @@ def _split_of_a_hub_dataset(v: Values) -> str | None:
     return None
 
 
+def _evaluation_is_not_the_training_split(v: Values) -> str | None:
+    if v["eval_split"] and v["eval_split"] == v["dataset_split"]:
+        return (f"--eval_split {v['eval_split']} is the split --dataset_split trains on: the evaluation would score "
+                "the training data itself; give another split (validation, test), or --eval_fraction to hold part "
+                "of it out")
+    return None
+
+
 def _evaluation_every_has_a_set(v: Values) -> str | None:
     if v["eval_every"] and not (v["eval_fraction"] or v["eval_split"]):
         return "--eval_every needs an evaluation set: --eval_fraction or --eval_split"
@@ -308,6 +316,8 @@ RULES = (
     Rule(("dataset", "eval_fraction", "eval_split", "eval_every"), _evaluation_has_data, {"eval_fraction": 0.1}),
     Rule(("eval_split", "dataset"), _split_of_a_hub_dataset,
          {"dataset": "s3://bucket/corpus.jsonl", "eval_split": "validation"}),
+    Rule(("eval_split", "dataset_split"), _evaluation_is_not_the_training_split,
+         {"dataset": "org/corpus", "eval_split": "train"}),
     Rule(("eval_every", "eval_fraction", "eval_split"), _evaluation_every_has_a_set,
          {"dataset": "org/corpus", "eval_every": 5}),
     Rule(("data_format", "dataset"), _records_have_a_dataset, {"data_format": "chat"}),

@@ -32,3 +32,28 @@ def bucket_problem(bucket: str) -> str | None:
     if not S3_BUCKET.fullmatch(bucket) or ".." in bucket:
         return f"a bucket name has {BUCKET_ALLOWED}"
     return bucket_name_problem(bucket)
+
+
+# An object's https:// address as S3 serves it (Amazon S3 User Guide, "Virtual hosting of buckets" and "Path-style
+# requests"): BUCKET.s3[.-]REGION.amazonaws.com/KEY, BUCKET.s3.amazonaws.com/KEY (also .dualstack.), and the path style
+# s3[.-]REGION.amazonaws.com/BUCKET/KEY. The console's "Object URL" is the first; users paste it where s3:// goes.
+_VIRTUAL_HOSTED = re.compile(r"https?://(?P<bucket>[a-z0-9][a-z0-9.-]*?)\.s3(?:[.-](?:dualstack\.)?[a-z0-9-]+)?"
+                             r"\.amazonaws\.com(?:\.cn)?(?:/(?P<key>[^?#]*))?(?:[?#].*)?")
+_PATH_STYLE = re.compile(r"https?://s3(?:[.-](?:dualstack\.)?[a-z0-9-]+)?\.amazonaws\.com(?:\.cn)?"
+                         r"/(?P<bucket>[a-z0-9][a-z0-9.-]*)(?:/(?P<key>[^?#]*))?(?:[?#].*)?")
+
+
+def s3_uri_of(address: str) -> str | None:
+    """The s3:// URI of an S3 web address (https://bucket.s3.amazonaws.com/key, path style too), else None."""
+    match = _VIRTUAL_HOSTED.fullmatch(address) or _PATH_STYLE.fullmatch(address)
+    if match is None or bucket_problem(match["bucket"]) is not None:
+        return None
+    return f"s3://{match['bucket']}/{match['key'] or ''}"
+
+
+def s3_hint(address: str) -> str:
+    """'; did you mean s3://...?' for an S3 web address, else '' (also for one whose key may hold a token: a run of
+    40 letters and digits is not repeated)."""
+    uri = s3_uri_of(address)
+    shown = uri is not None and len(uri) <= 200 and not re.search(r"[A-Za-z0-9_-]{40,}", uri)
+    return f"; did you mean {uri}?" if shown else ""

@@ -149,8 +149,10 @@ def local_copy(source: str, what: str = "CHECKPOINT") -> Iterator[str]:
         return
     scheme = source.split("://", 1)[0].lower()
     if scheme not in COPIED_SCHEMES:  # gs:// and the like: pyarrow's clients retry unseen credentials for minutes
+        from workload.s3_names import s3_hint
+
         raise cli.UsageError(f"{what} {source}: a {scheme}:// location is not read here; allowed: a local directory "
-                             f"or {' or '.join(f'{name}://' for name in COPIED_SCHEMES)}")
+                             f"or {' or '.join(f'{name}://' for name in COPIED_SCHEMES)}{s3_hint(source)}")
     import pyarrow.fs
 
     try:

@@ -8,7 +8,7 @@ from urllib.parse import unquote
 
 from infra.config.storage_bounds import check_storage_bounds
 from workload.config.fields import shown_choice
-from workload.s3_names import S3_BUCKET, bucket_name_problem  # noqa: F401 (S3_BUCKET: infra.config's too)
+from workload.s3_names import S3_BUCKET, bucket_name_problem, s3_hint  # noqa: F401 (S3_BUCKET: infra.config's too)
 
 # 39 at most: IAM role names are <clusterName>-system-node-role plus Pulumi's 8-character suffix, 64 at most.
 CLUSTER_NAME = re.compile(r"^[a-zA-Z][a-zA-Z0-9-]{0,38}$")
@@ -167,7 +167,8 @@ def check_storage_path(path: str) -> None:
         return
     require(scheme in ("s3", "file"), key,
              f"{path!r}: {scheme}:// is not a storage the pods can reach (they hold AWS credentials for S3 only)"
-             + ("; URI schemes are lowercase" if scheme.lower() in ("s3", "file") else "") + f"; {STORAGE_ALLOWED}")
+             + ("; URI schemes are lowercase" if scheme.lower() in ("s3", "file") else "") + f"; {STORAGE_ALLOWED}"
+             + s3_hint(path))
     if scheme == "file":
         require(rest.startswith("/"), key, f"{path!r}: a file:// URI takes an absolute path (file:///path); "
                                             f"{STORAGE_ALLOWED}")
@@ -206,7 +207,7 @@ def check_source_scheme(key: str, value: str) -> None:
     shown = f"{scheme}://" if _SCHEME.fullmatch(scheme) else "its scheme"
     raise config_error(key, f"{shown} is not a location the job can read (the Ray pods hold AWS credentials for S3 "
                             "only)" + ("; URI schemes are lowercase" if scheme.lower() in SOURCE_SCHEMES else "")
-                            + f"; allowed: {SOURCE_ALLOWED[key]}")
+                            + f"; allowed: {SOURCE_ALLOWED[key]}" + s3_hint(value))
 
 
 def check_dataset_location(dataset: str) -> None:

@@ -157,7 +157,9 @@ def problem(model_id: str) -> str | None:
         if page is not None and page[0] == "model" and page[1]:
             return f"a web address; give the Hub id it names: {page[1]}"
         if scheme in ("http", "https"):
-            return f"a web address, which the job does not download models from; {ALLOWED}"
+            from workload.s3_names import s3_hint
+
+            return f"a web address, which the job does not download models from; {ALLOWED}{s3_hint(model_id)}"
         return None  # s3://, file://, gs://: pyarrow's filesystems (workload.model.files) say whether they read it
     if hub_id_problem(model_id) is not None:
         return (f"not a Hugging Face Hub id (org/name: letters, digits, '-', '_' and '.'), nor a directory here; "

@@ -27,6 +27,7 @@ from workload.config import (
 )
 from workload.data import validate
 from workload.run import input_files, variable_values, writable
+from workload.s3_names import s3_hint
 
 # Beside the run's checkpoints: the flags it was started with, to compare a later run of the same name against.
 FLAGS_FILE = "local_run_flags.json"
@@ -151,7 +152,7 @@ def check_schemes(cfg: TrainConfig) -> None:
         if scheme and scheme not in storage.COPIED_SCHEMES:
             hub = "" if flag == "--storage_path" else ", a Hub id (owner/name)"
             raise cli.UsageError(f"{flag}: a {scheme[:16]}:// location is not read here; allowed: a local path{hub}, "
-                                 "or s3://BUCKET/PREFIX (file:// for a local one)")
+                                 f"or s3://BUCKET/PREFIX (file:// for a local one){s3_hint(value)}")
 
 
 def typed_without_effect_here(cfg: TrainConfig, typed: set[str]) -> str | None:

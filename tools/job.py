@@ -100,7 +100,18 @@ def _refuse_unknown(parser: argparse.ArgumentParser, args: argparse.Namespace, u
         flags = [*unknown, *(arg for arg in args.train_flags if arg != "--")]
         raise cli.UsageError(f"{unknown[0]} is a training flag: give the job's flags after --, as `python -m tools.job "
                              f"submit{stack} -- {' '.join(flags)}`")
+    flag = unknown[0].partition("=")[0]
+    owners = [command for command, sub in _commands(parser).items() if flag in sub._option_string_actions]
+    if flag.startswith("-") and owners:  # the flag of another command (`summary --follow`: logs')
+        raise cli.UsageError(f"{flag} is a flag of `{' / '.join(owners)}`, not of `{args.command}`: "
+                             f"`python -m tools.job {owners[0]} --help` tells what it does")
     parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+
+
+def _commands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    """The parser's commands, by name, as its subparsers action holds them."""
+    return next((dict(action.choices) for action in parser._actions
+                 if isinstance(action, argparse._SubParsersAction)), {})
 
 
 def kubernetes_job_server(args: argparse.Namespace) -> ContextManager[JobServer]:

@@ -9,6 +9,8 @@ import subprocess
 import sys
 import warnings
 
+import pytest
+
 from workload import cli
 from workload.checkpoint import export
 
@@ -45,6 +47,19 @@ def test_a_run_with_exported_models_only_and_a_stray_directory(tmp_path, capsys)
     (tmp_path / "old" / ".metadata").write_bytes(b"")  # shards without the config.json the job writes beside them
     assert cli.run(export.main, [str(tmp_path / "old"), str(tmp_path / "model3")]) == cli.USAGE
     assert "no config.json beside its shards" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("marker", ["train_step.json", ".metadata"])
+def test_the_two_arguments_swapped_are_named_in_their_order(tmp_path, capsys, marker):
+    """`workload.export OUT CHECKPOINT`: the checkpoint (its step record, or DCP's .metadata) given second is said to
+    go first, with the command in that order; nothing is written and the checkpoint is untouched."""
+    checkpoint = tmp_path / "runs" / "r1" / "checkpoint_000010"
+    checkpoint.mkdir(parents=True)
+    (checkpoint / marker).write_text("{}")
+    assert cli.run(export.main, [str(tmp_path / "model"), str(checkpoint)]) == cli.USAGE
+    err = capsys.readouterr().err
+    assert f"the checkpoint comes first, `python -m workload.export {checkpoint} {tmp_path / 'model'}`" in err, err
+    assert sorted(os.listdir(checkpoint)) == [marker] and not (tmp_path / "model").exists()
 
 
 def test_the_noise_filter_is_installed_before_the_heavy_imports(monkeypatch):

@@ -63,6 +63,16 @@ _INSTANCE_TYPE = re.compile(r"^[a-z][a-z0-9-]*\.[a-z0-9-]+$")
 _INSTANCE_SIZE = re.compile(r"nano|micro|small|medium|large|\d*xlarge|metal(-\d+xl)?")
 
 
+def _type_of_gpu(name: str) -> str:
+    """'; did you mean TYPE (N x GPU)?' when `name` is a GPU's name (H100, a100) of one of the project's known instance
+    types (infra/preview/instance_facts.py, EC2's own figures), else ''."""
+    from infra.preview.instance_facts import KNOWN_GPU_INSTANCE_TYPES
+
+    types = [f"{instance_type} ({known.gpus} x {known.gpu_name})" for instance_type, known
+             in KNOWN_GPU_INSTANCE_TYPES.items() if known.gpu_name.lower() == name.strip().lower()]
+    return f"; {name.strip()} is a GPU: did you mean {' or '.join(types)}?" if types else ""
+
+
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = cli.parser("python -m tools.capacity", __doc__,
                         check_failed="no AZ qualifies, or a probe reservation could not be cancelled")
@@ -89,7 +99,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         raise ValueError(f"--write-stack {name!r}: a stack name is letters, digits, '-', '_' and '.' (no '/' or '..'), "
                          "as in Pulumi.<name>.yaml beside Pulumi.yaml, such as dev or g6e")
     if not _INSTANCE_TYPE.fullmatch(args.instance_type):
-        raise ValueError(f"--instance-type {args.instance_type!r}: expected an EC2 instance type such as g6.12xlarge")
+        raise ValueError(f"--instance-type {args.instance_type!r}: expected an EC2 instance type such as g6.12xlarge"
+                         + _type_of_gpu(args.instance_type))
     family, size = args.instance_type.split(".", 1)
     if not _INSTANCE_SIZE.fullmatch(size):
         # EC2's sizes (the instance types' naming conventions): nano to xlarge, Nxlarge, metal (metal-24xl, ...).
@@ -97,6 +108,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         hint = f"; did you mean {family}.{whole}?" if _INSTANCE_SIZE.fullmatch(whole) else ""
         raise ValueError(f"--instance-type {args.instance_type}: {size} is no EC2 size (nano, micro, small, medium, "
                          f"large, xlarge, 2xlarge ... 48xlarge, metal){hint}")
+    if args.regions.strip().lower() in ("all", "*", "any", "every"):
+        raise ValueError(f"--regions {args.regions.strip()!r}: leave --regions unset to search every region enabled "
+                         "for the account; or list regions, such as us-east-1,us-west-2")
     args.region_list = [name.strip() for name in args.regions.split(",") if name.strip()]
     problems = [problem for problem in map(region_problem, args.region_list) if problem]
     if problems:

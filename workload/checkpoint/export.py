@@ -116,6 +116,12 @@ def check_is_checkpoint(checkpoint: str, directory: str) -> None:
                               "STORAGE_PATH/RUN_NAME/checkpoint_<step> OUT")
 
 
+def _looks_like_a_checkpoint(path: str) -> bool:
+    """A local directory holding what the job's checkpoint_<step>/ holds (its step record, or DCP's .metadata)."""
+    return "://" not in path and any(os.path.lexists(os.path.join(path, name)) for name in ("train_step.json",
+                                                                                            ".metadata"))
+
+
 def _first_save(directory: str) -> str:
     """Why a run directory may hold no checkpoint, with the run's own --checkpoint_every when it recorded its flags
     (workload/run/checks.py FLAGS_FILE, which the local run writes)."""
@@ -361,6 +367,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if os.path.exists(args.out) and not os.path.isdir(args.out):
         raise cli.UsageError(f"OUT {args.out} is a file; give a new directory")
     if os.path.isdir(args.out) and os.listdir(args.out):
+        if _looks_like_a_checkpoint(args.out) and not _looks_like_a_checkpoint(args.checkpoint):  # the two swapped
+            raise cli.UsageError(f"OUT {args.out} is a checkpoint (it holds train_step.json or .metadata), and "
+                                 f"CHECKPOINT {args.checkpoint} is not: the checkpoint comes first, `python -m "
+                                 f"workload.export {args.out} {args.checkpoint}`")
         raise cli.UsageError(f"OUT {args.out} exists and is not empty; give a new directory")
     if (why := unwritable_directory(args.out)) is not None:  # before the seconds of imports and the checkpoint's load
         raise cli.UsageError(f"OUT {args.out}: {why}; give a directory this user can create")

@@ -23,6 +23,14 @@ def region_problem(name: str) -> str | None:
     """Why `name` is no region's name (with the nearest known one), or None for a name of a region's form."""
     if REGION_NAME.fullmatch(name):
         return None
+    if len(name) > REGION_SHOWN_CHARS or not name.isprintable():  # a region's name is about 15 characters
+        return (f"a value of {len(name):,} characters (not shown) is not an AWS region's name; a region name is such as "
+                "us-east-1 or eu-west-2")
     nearest = difflib.get_close_matches(name.strip().lower(), known_regions(), n=1, cutoff=0.75)
     hint = f"did you mean {nearest[0]}?" if nearest else "a region name is such as us-east-1 or eu-west-2"
     return f"{name!r} is not an AWS region's name; {hint}"
+
+
+# The longest value a refusal repeats as a mistyped region (the longest region name, ap-southeast-5 or
+# us-gov-west-1's kind, is under 20 characters).
+REGION_SHOWN_CHARS = 32

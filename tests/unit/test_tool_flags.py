@@ -103,6 +103,26 @@ def test_loss_curve_given_the_folder_of_runs_names_the_runs_inside(tmp_path, cap
     assert not (tmp_path / "curve.svg").exists()
 
 
+def test_loss_curve_reads_a_runs_event_files_as_untrusted(tmp_path, capsys):
+    """A FIFO among the event files is refused unread (it waited for a writer forever), and a record claiming more
+    bytes than its file holds ends the file, as a record cut off mid-write does, instead of being allocated."""
+    import struct
+
+    from tools import loss_curve
+
+    events = tmp_path / "run" / "tensorboard"
+    events.mkdir(parents=True)
+    os.mkfifo(events / "events.out.tfevents.1.host")
+    code = cli.run(loss_curve.main, [str(tmp_path / "run"), "--out", str(tmp_path / "curve.svg")])
+    err = capsys.readouterr().err
+    assert code == cli.USAGE and "events.out.tfevents.1.host is a FIFO (named pipe)" in err, err
+    os.remove(events / "events.out.tfevents.1.host")
+    (events / "events.out.tfevents.2.host").write_bytes(struct.pack("<Q", 2**62) + b"\0" * 8)
+    code = cli.run(loss_curve.main, [str(tmp_path / "run"), "--out", str(tmp_path / "curve.svg")])
+    err = capsys.readouterr().err
+    assert code == cli.USAGE and "event files hold no train/loss" in err and "MemoryError" not in err, err
+
+
 @pytest.mark.parametrize("module, argv", [("tools.job", ["list", "--stack", "dev"]), ("tools.status", ["--stack", "dev"])])
 def test_a_kubeconfig_directory_is_answered_with_the_file_inside_by_every_command(module, argv, tmp_path, capsys):
     import importlib
@@ -269,3 +289,14 @@ def test_a_key_in_the_wrong_namespace_is_refused_not_left_to_its_default(key, sa
     assert cli.run(job.main, ["submit", "--stack", "mine", "--print_config"]) == cli.USAGE
     err = capsys.readouterr().err.splitlines()
     assert err[0].startswith(f"error: {said}"), err
+
+
+def test_a_region_is_repeated_only_when_it_could_be_a_mistyped_one():
+    """Every region check (the tools' --region/--regions, AWS_DEFAULT_REGION, a stack's aws:region) repeats a value
+    of a region's length, with its nearest region; a megabyte, or a line break, only by its length."""
+    from workload.aws_region import region_problem
+
+    assert region_problem("eu-west1") == "'eu-west1' is not an AWS region's name; did you mean eu-west-1?"
+    for value in ("y" * 100_000, "us-east-1\nforged"):
+        said = region_problem(value)
+        assert said.startswith(f"a value of {len(value):,} characters (not shown)") and value[:12] not in said, said

@@ -115,9 +115,19 @@ def read_scalars(directory: str) -> dict[str, list[tuple[int, float]]]:
 
 
 def _records(path: str):
-    """The payloads of a TFRecord file: each is a little-endian uint64 length, its CRC, the data, the data's CRC."""
+    """The payloads of a TFRecord file: each is a little-endian uint64 length, its CRC, the data, the data's CRC. The
+    file is one of the run's storage (untrusted): a regular file without holes (workload/user_files.py: a FIFO would
+    wait for a writer), and a record claiming more than the file holds ends it, as a file cut off mid-write does
+    (TensorBoard stops there too), where reading the claimed length would allocate it."""
+    from workload import user_files
+
+    if (why := user_files.problem(path, user_files.UNBOUNDED)) is not None:
+        raise ValueError(f"{path} {why}")
+    size = os.path.getsize(path)
     with open(path, "rb") as file:
-        while header := file.read(12):
+        while len(header := file.read(12)) == 12:
             (length,) = struct.unpack("<Q", header[:8])
+            if length > size - file.tell():
+                return
             yield file.read(length)
             file.read(4)

@@ -324,9 +324,22 @@ def _interrupt(signum, _frame) -> None:
     raise KeyboardInterrupt(signal.Signals(signum).name)
 
 
+# The last bound on what any refusal repeats, past every message's own: a path or a name given by the user, a key of
+# a file read, is cut at ERROR_WORD_CHARS (PATH_MAX is 4,096, and a path a person types is far shorter), and the
+# whole line at ERROR_LINE_CHARS, each cut saying how long it was.
+ERROR_WORD_CHARS = 1000
+ERROR_LINE_CHARS = 2000
+
+
+def _cut(text: str) -> str:
+    text = " ".join(word if len(word) <= ERROR_WORD_CHARS else
+                    f"{word[:ERROR_WORD_CHARS]}... ({len(word):,} characters)" for word in text.split(" "))
+    return text if len(text) <= ERROR_LINE_CHARS else f"{text[:ERROR_LINE_CHARS]}... ({len(text):,} characters)"
+
+
 def _fail(code: int, message: str, hint: str = "") -> int:
-    print(f"error: {message}", file=sys.stderr)
+    print(f"error: {_cut(message)}", file=sys.stderr)
     if hint:
-        print(hint, file=sys.stderr)
+        print(_cut(hint), file=sys.stderr)
     sys.stderr.flush()
     return code

@@ -204,3 +204,22 @@ def test_a_long_word_in_a_guess_is_cut_saying_its_length(capsys):
     assert exited.value.code == cli.USAGE and "did you mean --steps?" in err and "--" + "k" * 101 not in err, err
     assert "--" + "k" * 98 + "... (5,002 characters)" in err, err
     assert cli._clipped("a " + "b" * 150 + " c") == "a " + "b" * 100 + "... (150 characters) c"
+
+
+def test_every_refusal_is_bounded_whatever_it_repeats(tmp_path, capsys):
+    """The last bound (workload/cli.py _fail): a refusal that repeats a path or a key the user gave, a megabyte long,
+    is cut at 1,000 characters a word and 2,000 a line, each cut saying how long it was; ordinary words untouched."""
+    from tools import loss_curve
+
+    out = "z" * 100_000 + ".txt"  # --out must end in .svg: refused naming --out, as given
+    code = cli.run(loss_curve.main, [str(tmp_path), "--out", out])
+    err = capsys.readouterr().err
+    assert code == cli.USAGE and err.startswith(f"error: --out {'z' * 1000}... (100,005 characters)"), err[:200]
+    assert len(err) < 3000, len(err)
+
+    def refuses(_argv):
+        raise ValueError("--x " + " ".join(["word"] * 1000))
+
+    assert cli.run(refuses, []) == cli.USAGE
+    line = capsys.readouterr().err.splitlines()[0]
+    assert line.startswith("error: --x word word") and line.endswith("... (5,003 characters)"), line[-60:]

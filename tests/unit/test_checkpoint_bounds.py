@@ -173,3 +173,42 @@ def test_an_adapter_directory_drops_remote_code_and_hides_a_recorded_credential(
     assert "auto_mapping" in config, "the caller's config is left as it was"
     assert len(notes) == 2 and "auto_mapping dropped from adapter_config.json" in notes[0], notes
     assert "wJalr-xyz" not in " ".join(notes) and "the tokenizer the checkpoint records" in notes[1], notes
+
+
+def test_an_export_this_machine_cannot_hold_is_exit_3_before_the_model_is_built(saved, tmp_path, capsys, monkeypatch):
+    """The model's size comes from the checkpoint's own metadata (checked against its config.json): a machine whose
+    available memory is below the float32 build (a 70B model's 280 GB on a laptop, here the tiny model against a
+    machine of 1 MiB) is told so, exit 3, before the model is allocated; OUT without the disk for the weights too."""
+    from transformers import AutoModelForCausalLM, Qwen2Config
+
+    from workload.checkpoint import export_room
+
+    parameters = sum(p.numel() for p in AutoModelForCausalLM.from_config(Qwen2Config(**TINY)).parameters())
+    monkeypatch.setattr(export_room, "available_memory", lambda: 1 << 20)
+    built, build = [], AutoModelForCausalLM.from_config  # the export's float32 build (dtype=), not the meta check's
+
+    def counted(*args, **kwargs):
+        return built.append(kwargs) if "dtype" in kwargs else build(*args, **kwargs)
+
+    monkeypatch.setattr(AutoModelForCausalLM, "from_config", counted)
+    code, lines = exported(saved, str(tmp_path / "model"), capsys)
+    assert code == cli.ENVIRONMENT and built == [] and not (tmp_path / "model").exists(), lines
+    assert lines[0] == (f"error: the checkpoint's model has {parameters / 1e9:,.2f} billion parameters: the export builds "
+                        f"them in float32, {(parameters * 4 + export_room.OVERHEAD_BYTES) / export_room.GIB:,.1f} GiB "
+                        "of memory with the load's buffers, and this machine has 0.0 GiB available"), lines
+
+
+@pytest.mark.parametrize("dtype, hint", [("float32", ", or --dtype bfloat16 for half"), ("bfloat16", "")])
+def test_the_room_check_counts_the_dtype_written(dtype, hint):
+    from workload.checkpoint import export_room
+
+    seventy_b = 70_000_000_000
+    with pytest.raises(cli.EnvironmentProblem, match=r"70\.00 billion parameters: .* 261\.0 GiB of memory .* 64\.0 GiB"):
+        export_room.check_room(seventy_b, dtype, "/tmp/out", memory=64 * export_room.GIB, free_disk=10**15)
+    export_room.check_room(seventy_b, dtype, "/tmp/out", memory=300 * export_room.GIB, free_disk=10**15)
+    with pytest.raises(cli.EnvironmentProblem) as refused:
+        export_room.check_room(seventy_b, dtype, "/tmp/out", memory=300 * export_room.GIB, free_disk=100 * export_room.GIB)
+    weights = seventy_b * export_room.DTYPE_BYTES[dtype] / export_room.GIB
+    assert str(refused.value) == (f"OUT /tmp/out: the model's weights take {weights:,.1f} GiB at --dtype {dtype}, and "
+                                  "its disk has 100.0 GiB free"), refused.value
+    assert refused.value.hint == "give an OUT on a disk with the room" + hint

@@ -19,6 +19,7 @@ import sys
 from typing import Sequence
 
 from workload import cli
+from workload.checkpoint.export_room import check_room
 from workload.checkpoint.file_checks import check_files
 from workload.checkpoint.model_config import check_config_values
 from workload.checkpoint.untrusted_values import REMOTE_CODE_KEYS, drop_remote_code, source_problem, tokenizer_note
@@ -71,7 +72,8 @@ def export(checkpoint: str, out: str, *, dtype: str = "float32", merge: bool = F
         metadata = checkpoint_reader.read_metadata(directory)
         read_config_file(directory)
         config = AutoConfig.from_pretrained(directory)
-        check_against_metadata(directory, config, metadata, prefix=f"{MODEL_KEY}.{LM_PREFIX}")
+        parameters = check_against_metadata(directory, config, metadata, prefix=f"{MODEL_KEY}.{LM_PREFIX}")
+        check_room(parameters, dtype, out)  # a 70B model's 280 GB: said before a byte is allocated
         model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
         state = {MODEL_KEY: {LM_PREFIX + name: tensor for name, tensor in model.state_dict().items()}}
         # In place, into the model's parameters; the checkpoint is untrusted input (a crafted one is refused).

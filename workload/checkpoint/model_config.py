@@ -67,9 +67,10 @@ def read_config_file(directory: str) -> dict[str, Any]:
     return raw
 
 
-def check_against_metadata(directory: str, config: Any, metadata: Any, prefix: str) -> None:
+def check_against_metadata(directory: str, config: Any, metadata: Any, prefix: str) -> int:
     """The model `config` describes, built on the meta device, must have exactly the tensors the checkpoint's
-    metadata lists under `prefix`, by name and shape: the checkpoint's own shards then bound its size in memory."""
+    metadata lists under `prefix`, by name and shape: the checkpoint's own shards then bound its size in memory.
+    Returns the model's number of parameters (its state dict's elements)."""
     import torch
     from torch.distributed.checkpoint.metadata import TensorStorageMetadata
     from transformers import AutoModelForCausalLM
@@ -86,3 +87,4 @@ def check_against_metadata(directory: str, config: Any, metadata: Any, prefix: s
         if tuple(tensor.shape) != listed[name]:
             raise CheckpointRefused(f"checkpoint file {path} gives {name} the shape {list(tensor.shape)}, and the "
                                     f"checkpoint holds {list(listed[name])}: the config is not the checkpoint's own")
+    return sum(parameter.numel() for parameter in model.parameters())  # tied weights once, as they are allocated

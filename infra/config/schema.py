@@ -23,7 +23,7 @@ from infra.config.rules import (
 )
 from infra.config.settings import SECRET_KEYS, SECRET_VALUED_KEYS
 from workload.config import DECLARED
-from workload.config.fields import NAME_MAX_LENGTH, URI_MAX_LENGTH, text_problem
+from workload.config.fields import NAME_MAX_LENGTH, URI_MAX_LENGTH, shown_choice, text_problem
 
 PROJECT_FILE = Path(__file__).resolve().parents[2] / "Pulumi.yaml"
 
@@ -45,6 +45,10 @@ def _project_document(_modified_ns: int) -> dict[str, Any]:
         return yaml.safe_load(f)
 
 
+# What each type's value looks like, in a refusal of another.
+TYPE_EXAMPLES = {"integer": " (a whole number, such as 4)", "boolean": " (true or false)"}
+
+
 def _read_raw(config: Any, key: str, spec: dict[str, Any], hidden: bool = False) -> Any:
     """One key through pulumi.Config, typed by the schema; an unset key takes the schema's default. A refusal of a
     `hidden` key (a secret's) does not quote its value.
@@ -63,10 +67,13 @@ def _read_raw(config: Any, key: str, spec: dict[str, Any], hidden: bool = False)
         raise ValueError(f"Pulumi.yaml: config key {key!r} has type {kind!r}; supported: {sorted(readers)}")
     try:
         value = readers[kind](key)
-    except pulumi.ConfigTypeError as e:
-        if hidden or key in SECRET_VALUED_KEYS:  # Pulumi's message quotes the value
+    except pulumi.ConfigTypeError:
+        # Pulumi's message quotes the value whole (a secret pasted into the wrong key, a megabyte): never passed on.
+        # A short value that is no token is quoted as every choice's refusal quotes one (fields.shown_choice).
+        if hidden or key in SECRET_VALUED_KEYS:
             raise config_error(key, f"must be of type {kind} (its value is not shown)") from None
-        raise config_error(key, f"must be of type {kind}: {e}") from e
+        raise config_error(key, f"must be of type {kind}{TYPE_EXAMPLES.get(kind, '')}, got "
+                                f"{shown_choice(config.get(key) or '')}") from None
     if value is None:
         value = spec["default"]
     if kind == "array":

@@ -45,3 +45,18 @@ def test_argparse_choices_follow_the_same_rule():
     assert SECRET_LIKE not in said and "a value of 40 characters (not shown)" in said and "'bfloat16'" in said, said
     assert "invalid choice: 'bf16'" in cli._bounded("argument --dtype: invalid choice: 'bf16' (choose from "
                                                      "'float32', 'bfloat16')")
+
+
+@pytest.mark.parametrize("key, kind", [("trainOnPrompt", "boolean"), ("gpuNodeRepair", "boolean"),
+                                       ("trainGradAccumSteps", "integer"), ("gpuNodeCount", "integer")])
+def test_a_value_of_another_type_is_never_repeated_when_long(key, kind):
+    """Pulumi's typed reads (get_bool, get_int) say "Configuration 'project:key' value '<the value>' is not a valid
+    'bool'": a secret pasted into the wrong key would be repeated whole. The refusal names the key and the type, and
+    quotes the value only as a choice's refusal does (short, no token)."""
+    from tests.program.test_refusals_at_preview import load_refusal
+
+    message = load_refusal({key: SECRET_LIKE})
+    assert message == (f"config key {key!r}: must be of type {kind} "
+                       f"{'(true or false)' if kind == 'boolean' else '(a whole number, such as 4)'}, "
+                       "got a value of 40 characters (not shown)"), message
+    assert "'yes'" in load_refusal({key: "yes"}) if kind == "integer" else "'maybe'" in load_refusal({key: "maybe"})

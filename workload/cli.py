@@ -128,8 +128,16 @@ def _bounded(message: str) -> str:
     message = re.sub(r"invalid choice: ('[^']*'|\"[^\"]*\")",
                      lambda refused: f"invalid choice: {shown_choice(refused.group(1)[1:-1])}", message)
     message = re.sub(r"'([^']*)'", lambda quoted: shown(quoted.group(1)), message)
-    return " ".join(word if word.startswith("--") or shown(word) == repr(word) else shown(word)
-                    for word in message.split(" "))
+    return " ".join(_bounded_word(word) for word in message.split(" "))
+
+
+def _bounded_word(word: str) -> str:
+    """One word of argparse's message: a flag's name as written, its `=value` (`--token=hf_...`) and any other word
+    as `shown` gives it."""
+    if word.startswith("--"):
+        name, equals, value = word.partition("=")
+        return name + (f"={shown(value)}" if equals and shown(value) != repr(value) else equals + value)
+    return word if shown(word) == repr(word) else shown(word)
 
 
 class _Parser(argparse.ArgumentParser):

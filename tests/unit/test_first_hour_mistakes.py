@@ -223,3 +223,15 @@ def test_every_refusal_is_bounded_whatever_it_repeats(tmp_path, capsys):
     assert cli.run(refuses, []) == cli.USAGE
     line = capsys.readouterr().err.splitlines()[0]
     assert line.startswith("error: --x word word") and line.endswith("... (5,003 characters)"), line[-60:]
+
+
+@pytest.mark.parametrize("argument", ["--hub_token=hf_Q7p2Lx9Vb4Nm8Kr3Tf6Hd1Ws5Yc0Za",
+                                      "--tracking=https://me:Pw9xLq2@mlflow.example.org/"])
+def test_an_unknown_flags_value_is_never_repeated_when_it_may_be_a_secret(argument):
+    """argparse repeats an unknown `--flag=value` whole: the flag's name is kept (the user must see which flag), its
+    value bounded as every quoted value is (a token's shape, a URI's credentials)."""
+    said = cli._bounded(f"unrecognized arguments: {argument}")
+    name, _, value = argument.partition("=")
+    assert said.startswith(f"unrecognized arguments: {name}=a value of {len(value)} characters (not shown"), said
+    assert value not in said and value[8:20] not in said, said
+    assert cli._bounded("unrecognized arguments: --stepz=5") == "unrecognized arguments: --stepz=5"

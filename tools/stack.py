@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from infra.config import PROJECT_FILE, project_name, schema
+from tools.stack_name import shown_stack
 from workload import cli, config_file
 
 
@@ -15,7 +16,9 @@ def stack_file_config(stack: str) -> dict[str, Any]:
     path = PROJECT_FILE.parent / f"Pulumi.{stack}.yaml"
     if not path.is_file():
         stacks = sorted(path.name.split(".")[1] for path in PROJECT_FILE.parent.glob("Pulumi.*.yaml"))
-        raise cli.UsageError(f"--stack {stack}: no {path.name} here; stacks: {', '.join(stacks)}")
+        named = shown_stack(stack)
+        raise cli.UsageError(f"--stack {named}: no {path.name if named == stack else 'such stack file'} here; stacks: "
+                             f"{', '.join(stacks)}")
     document = config_file.read_document(str(path), named=f"--stack {stack}: {path.name}") or {}
     config = document.get("config") if isinstance(document, dict) else None
     if not isinstance(document, dict) or not isinstance(config or {}, dict):

@@ -29,8 +29,23 @@ def stack_name(value: str) -> str:
     qualified = "/" in value and ".." not in value and len(value) <= 300
     if qualified and STACK_NAME.fullmatch(last := value.rsplit("/", 1)[1]):
         raise argparse.ArgumentTypeError(f"{value!r} is a fully qualified stack; give its own name: --stack {last}")
-    shown = repr(value) if len(value) <= 100 and value.isprintable() else f"{len(value):,} characters (not shown)"
+    shown = repr(value) if shown_stack(value) == value else f"{len(value):,} characters (not shown)"
     raise argparse.ArgumentTypeError(f"must be {allowed}; got {shown}")
+
+
+# A run of letters and digits this long is no name a person types for a stack (dev, p5-us-east-1, team_b.prod) and
+# the shape of every API token: such a value is refused by its length only, never repeated.
+_TOKEN_RUN = re.compile(r"[A-Za-z0-9]{20,}")
+
+
+def shown_stack(value: str) -> str:
+    """A --stack value as a refusal that cannot find its stack names it: as written when it reads as a name, else by
+    its length (a token pasted into --stack; workload/config/fields.py's token shapes too)."""
+    from workload.config.fields import looks_like_token
+
+    if len(value) <= 100 and value.isprintable() and not _TOKEN_RUN.search(value) and not looks_like_token(value):
+        return value
+    return f"(a value of {len(value):,} characters, not shown: it may be a token)"
 
 
 def stack_word_hint(word: str) -> str | None:

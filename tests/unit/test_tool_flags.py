@@ -300,3 +300,20 @@ def test_a_region_is_repeated_only_when_it_could_be_a_mistyped_one():
     for value in ("y" * 100_000, "us-east-1\nforged"):
         said = region_problem(value)
         assert said.startswith(f"a value of {len(value):,} characters (not shown)") and value[:12] not in said, said
+
+
+@pytest.mark.parametrize("module, argv", [("tools.job", ["list"]), ("tools.status", []), ("tools.doctor", []),
+                                          ("tools.leftovers", [])])
+def test_a_stack_that_is_not_found_is_named_only_when_it_reads_as_a_name(module, argv, capsys):
+    """--stack with a token pasted in (a Shopify token's shape, which no token rule lists): no stack file has that
+    name, and the refusal says so by the value's length; a mistyped name is repeated as typed."""
+    import importlib
+
+    main = importlib.import_module(module).main
+    pasted = "shpat_" + "Q7x2" * 8
+    assert cli.run(main, [*argv, "--stack", pasted]) == cli.USAGE
+    err = capsys.readouterr().err
+    assert "--stack (a value of 38 characters, not shown: it may be a token): no such stack file" in err, err
+    assert pasted[6:20] not in err, err
+    assert cli.run(main, [*argv, "--stack", "devv"]) == cli.USAGE
+    assert "--stack devv: no Pulumi.devv.yaml here" in capsys.readouterr().err

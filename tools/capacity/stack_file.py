@@ -9,6 +9,7 @@ from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
 
 from infra.config.naming import default_cluster_name  # the stack's clusterName when it sets none, as infra.config
+from tools.stack_name import shown_stack
 from workload import cli, config_file, user_files
 
 
@@ -48,7 +49,8 @@ def load_stack(project_dir: Path, name: str, flag: str) -> StackContext:
                                  "config set` writes it)")
         stack_config = stack_config or {}
     elif flag == "--stack":
-        raise ValueError(f"--stack {name}: {path} does not exist (stacks here: "
+        named = shown_stack(name)
+        raise ValueError(f"--stack {named}: {path if named == name else 'its stack file'} does not exist (stacks here: "
                          f"{', '.join(sorted(p.name for p in project_dir.glob('Pulumi.*.yaml'))) or 'none'})")
     schema = project.get("config") or {}
 

@@ -76,6 +76,13 @@ CASES = [
      "--regions 'all': leave --regions unset to search every region enabled for the account"),
     ("a --model_config name as --model_id", LOCAL, ["--model_id", "Tiny"], {}, cli.USAGE,
      "--model_id Tiny is the name of a --model_config (random weights): give --model_config tiny"),
+    ("a tracking URI with its password in the environment", LOCAL, ["--report_to", "mlflow", "--steps", "3"],
+     {"MLFLOW_TRACKING_URI": "https://ana:Zq81Lmx0Pw7rT2@mlflow.example.net/"}, cli.ENVIRONMENT,
+     "MLFLOW_TRACKING_URI holds credentials in its address (its value is not shown): MLflow reads them from "
+     "MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD"),
+    ("a Hub mirror with a token in its address", LOCAL, ["--steps", "3"],
+     {"HF_ENDPOINT": "https://mirror.example.net/?token=Q1w2E3r4T5y6U7i8"}, cli.ENVIRONMENT,
+     "HF_ENDPOINT holds credentials in its address (its value is not shown)"),
     ("a Hub mirror without its scheme", LOCAL, ["--steps", "3"], {"HF_ENDPOINT": "hub.example.org"}, cli.ENVIRONMENT,
      "HF_ENDPOINT=hub.example.org is an address without its scheme: the libraries take a URL, https://hub.example.org"),
     ("a region misspelt in the environment", LOCAL, ["--storage_path", "s3://team-runs/sft"],

@@ -204,3 +204,13 @@ def test_a_bucket_name_s3_never_allows_is_bad_input_before_credentials(monkeypat
         services.check_s3_reachable(TrainConfig(**settings))
     message = str(refused.value)
     assert message.startswith(f"--{flag} {location}: no S3 bucket can be named ") and why in message, message
+
+
+def test_a_tracking_uri_http_cannot_parse_is_exit_3_not_a_traceback(monkeypatch):
+    """http.client refuses a port that is no number (InvalidURL, an HTTPException, neither OSError nor ValueError):
+    answered as a server that cannot be reached, naming the variable, never repeating the URI's parts."""
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "https://mlflow.example.com:port8443/")
+    with pytest.raises(cli.EnvironmentProblem) as refused:
+        services.check_services_reachable(TrainConfig(model_config="tiny", report_to="mlflow"), timeout_s=1)
+    assert "MLFLOW_TRACKING_URI names" in str(refused.value) and "(InvalidURL, within 1 s)" in str(refused.value), \
+        refused.value

@@ -111,6 +111,7 @@ def check_services_reachable(cfg: TrainConfig, timeout_s: float = TRACKING_TIMEO
     Any HTTP answer but a gateway's 502-504 (even a 401, or a 404 from a proxy's path) is a server that answers; no
     answer is exit 3 naming the flag, the server and where its address came from. The trackers' warnings stay for a
     server that goes away mid-run."""
+    import http.client
     import urllib.error
     import urllib.request
 
@@ -122,9 +123,9 @@ def check_services_reachable(cfg: TrainConfig, timeout_s: float = TRACKING_TIMEO
             if error.code not in GATEWAY_STATUSES:
                 continue  # it answered
             why = f"HTTP {error.code} from a proxy in front of it"
-        except (OSError, ValueError) as error:
+        except (OSError, ValueError, http.client.HTTPException) as error:  # InvalidURL: a URI it cannot parse
             reason = getattr(error, "reason", error)
-            why = f"{reason if isinstance(reason, str) else type(reason).__name__}, within {timeout_s:g} s"
+            why = f"{reason if isinstance(reason, str) and not cli.shown(reason).startswith('a value') else type(reason).__name__}, within {timeout_s:g} s"
         if address:
             shown = address if cli.shown(address) == repr(address) else "its URI (not shown: it may hold a token)"
             named = f"{where} names, {shown},"

@@ -26,6 +26,10 @@ SHOWN_CHARS = 24
 # AWS_ENDPOINT_URL and its per-service forms): a URL, which httpx and botocore refuse without its scheme
 # (HF_ENDPOINT=hf-mirror.com was "not reachable (UnsupportedProtocol)").
 ENDPOINTS = ("HF_ENDPOINT", "WANDB_BASE_URL", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL_STS")
+# Where a service's credentials go instead of its address (user:password@, ?token=): MLflow's client reads them
+# from these (mlflow/environment_variables.py), and a URI with them is printed by the libraries' own messages.
+CREDENTIALS_GO = {"MLFLOW_TRACKING_URI": "MLflow reads them from MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD, "
+                                         "or MLFLOW_TRACKING_TOKEN; set those, and the URI without them"}
 
 
 def problem(environ: Mapping[str, str]) -> str | None:
@@ -33,6 +37,12 @@ def problem(environ: Mapping[str, str]) -> str | None:
     for name in SWITCHES:
         if (value := environ.get(name, "").strip()) and value.lower() not in _SWITCH_WORDS:
             return f"{_shown(name, value)} is neither on nor off to huggingface_hub, which reads it as off: set 1 or 0"
+    from workload.config.uri_credentials import has_credentials  # the one rule of credentials in a URI
+
+    for name in ("MLFLOW_TRACKING_URI", *ENDPOINTS):
+        if (value := environ.get(name, "")) and has_credentials(value):
+            return (f"{name} holds credentials in its address (its value is not shown): "
+                    + CREDENTIALS_GO.get(name, "set them in their own variables, and the address without them"))
     for name in ENDPOINTS:
         if (value := environ.get(name, "").strip()) and not value.lower().startswith(("http://", "https://")):
             return (f"{_shown(name, value)} is an address without its scheme: the libraries take a URL, "

@@ -131,17 +131,18 @@ def test_metadata_placing_an_item_past_its_file_is_refused(saved):
 
 
 def test_a_recorded_tokenizer_with_credentials_is_neither_loaded_nor_shown(saved, tmp_path, capsys):
-    secrets = {"https://builder:Tr0ub4dor-31@models.example.net/tok": ("Tr0ub4dor-31", "models.example.net/tok'"),
-               "https://hub.example.net/org/tok?token=c0ffee-5ecret-99": ("c0ffee-5ecret-99", "hub.example.net/org/tok'")}
-    for number, (tokenizer, (secret, shown)) in enumerate(secrets.items()):
+    """The job's --tokenizer refuses credentials in a URI, so a record holding them is none the job wrote: refused,
+    naming train_step.json, the credential never shown (and nothing written)."""
+    secrets = {"https://builder:Tr0ub4dor-31@models.example.net/tok": "Tr0ub4dor-31",
+               "https://hub.example.net/org/tok?token=c0ffee-5ecret-99": "c0ffee-5ecret-99"}
+    for number, (tokenizer, secret) in enumerate(secrets.items()):
         with open(os.path.join(saved, checkpoint.STEP_FILE), "w") as file:
             json.dump({"step": 3, "tokenizer": tokenizer}, file)
         code = cli.run(export.main, [saved, str(tmp_path / f"model{number}")])
         out, err = capsys.readouterr()
-        assert code == cli.OK, err
+        assert code == cli.USAGE and "train_step.json: its tokenizer must hold no user:password@" in err, err
         assert secret not in out + err, f"the checkpoint's credential printed: {err}"
-        notes = [line for line in err.splitlines() if line.startswith("note: the tokenizer")]
-        assert len(notes) == 1 and f"records, 'https://{shown}" in notes[0], f"one note quoting {shown}: {err}"
+        assert not (tmp_path / f"model{number}").exists()
 
 
 def test_config_keys_naming_remote_code_are_dropped_with_one_note(saved, tmp_path, capsys):
@@ -212,3 +213,26 @@ def test_the_room_check_counts_the_dtype_written(dtype, hint):
     assert str(refused.value) == (f"OUT /tmp/out: the model's weights take {weights:,.1f} GiB at --dtype {dtype}, and "
                                   "its disk has 100.0 GiB free"), refused.value
     assert refused.value.hint == "give an OUT on a disk with the room" + hint
+
+
+@pytest.mark.parametrize("record, words", [
+    ({"step": 3, "tokenizer": "t" * 100_000}, "its tokenizer must be at most 2,048 characters, got 100,000"),
+    ({"step": 3, "tokenizer": "org/tok\u202ename"}, "its tokenizer must hold no control, format"),
+    ({"step": 3, "tokenizer": "https://me:Zq81Lmx0@models.example.net/tok"}, "its tokenizer must hold no user:password@"),
+    ({"step": "3"}, "its step is '3', not a step number"),
+    ({"step": -1}, "its step is int, not a step number"),
+    ({"step": 3, "chat_template": ["{{ x }}"]}, "its chat_template is a list, not a template's text"),
+])
+def test_a_record_the_job_never_writes_is_refused_before_the_model_is_built(saved, tmp_path, capsys, monkeypatch,
+                                                                            record, words):
+    """train_step.json is untrusted like the rest of the checkpoint: its values are held to what the job writes (a
+    step number, a tokenizer within --tokenizer's bounds, a template's text), checked with the checkpoint's other files
+    before torch builds anything; nothing of a refused value is repeated."""
+    with open(os.path.join(saved, checkpoint.STEP_FILE), "w") as file:
+        json.dump(record, file)
+    from transformers import AutoModelForCausalLM
+
+    monkeypatch.setattr(AutoModelForCausalLM, "from_config", lambda *a, **k: pytest.fail("a model was built"))
+    code, lines = exported(saved, str(tmp_path / "model"), capsys)
+    assert code == cli.USAGE and len(lines) == 1 and words in lines[0], lines
+    assert lines[0].endswith("not a record the job writes") and "Zq81" not in lines[0] and "t" * 200 not in lines[0]

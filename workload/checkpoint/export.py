@@ -20,7 +20,7 @@ from typing import Sequence
 
 from workload import cli
 from workload.checkpoint.export_room import check_room
-from workload.checkpoint.file_checks import check_files
+from workload.checkpoint.file_checks import check_files, read_record
 from workload.checkpoint.model_config import check_config_values
 from workload.checkpoint.untrusted_values import REMOTE_CODE_KEYS, drop_remote_code, source_problem, tokenizer_note
 from workload.storage import unwritable_directory
@@ -52,6 +52,8 @@ def export(checkpoint: str, out: str, *, dtype: str = "float32", merge: bool = F
         check_is_checkpoint(checkpoint, directory)
         if os.path.isfile(os.path.join(directory, "config.json")):  # its values too: model_type a plain identifier
             check_config_values(directory)
+        if os.path.lexists(os.path.join(directory, "train_step.json")):  # the record's values: what the job writes
+            read_record(directory)
         adapters = os.path.isfile(os.path.join(directory, "adapter_config.json"))
         if merge and not adapters:  # a file's presence: said before the seconds of imports
             raise cli.UsageError(f"--merge: CHECKPOINT {checkpoint} holds a whole model (--method full), not "
@@ -62,7 +64,7 @@ def export(checkpoint: str, out: str, *, dtype: str = "float32", merge: bool = F
 
         from workload.checkpoint import reader as checkpoint_reader
         from workload.checkpoint.model_config import check_against_metadata, read_config_file
-        from workload.checkpoint.sharded import MODEL_KEY, read_record
+        from workload.checkpoint.sharded import MODEL_KEY
         from workload.model.loss import LM_PREFIX
 
         if adapters:

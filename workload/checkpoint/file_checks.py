@@ -10,6 +10,7 @@ through `read_regular` on every path (the resume's workers too).
 """
 from __future__ import annotations
 
+import json
 import os
 import re
 
@@ -79,3 +80,22 @@ def read_regular(path: str, max_bytes: int) -> bytes:
         return user_files.read_bytes(path, max_bytes, follow_links=False)
     except user_files.Refused as error:
         raise CheckpointRefused(f"checkpoint file {error}") from None
+
+
+def read_record(directory: str) -> dict:
+    """What rank 0 recorded beside the shards: the step, and the tokenizer (empty when training had none). Untrusted
+    input like the rest of the checkpoint: a regular file of at most file_checks.MAX_JSON_BYTES, a JSON object."""
+    path = os.path.join(directory, "train_step.json")  # sharded.STEP_FILE
+    try:
+        record = json.loads(read_regular(path, MAX_JSON_BYTES))
+    except (ValueError, UnicodeDecodeError) as error:
+        if isinstance(error, CheckpointRefused):
+            raise
+        raise CheckpointRefused(f"checkpoint file {path} is not JSON: {error}") from None
+    if not isinstance(record, dict):
+        raise CheckpointRefused(f"checkpoint file {path} holds a {type(record).__name__}, not a JSON object")
+    from workload.checkpoint.untrusted_values import record_problem
+
+    if (why := record_problem(record)) is not None:
+        raise CheckpointRefused(f"checkpoint file {path}: {why}: not a record the job writes")
+    return record

@@ -21,7 +21,7 @@ from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict, set_state_dict
 
 from workload.checkpoint import reader as checkpoint_reader
-from workload.checkpoint.file_checks import MAX_JSON_BYTES, CheckpointRefused, read_regular
+from workload.checkpoint.file_checks import MAX_JSON_BYTES, CheckpointRefused, read_record, read_regular  # noqa: F401
 from workload.model.sharding import reshard
 
 STEP_FILE = "train_step.json"
@@ -137,18 +137,3 @@ def read_model_state(directory: str) -> dict[str, torch.Tensor]:
 def read_step(directory: str) -> int:
     """The number of steps the checkpoint had completed."""
     return read_record(directory)["step"]
-
-
-def read_record(directory: str) -> dict:
-    """What rank 0 recorded beside the shards: the step, and the tokenizer (empty when training had none). Untrusted
-    input like the rest of the checkpoint: a regular file of at most file_checks.MAX_JSON_BYTES, a JSON object."""
-    path = os.path.join(directory, STEP_FILE)
-    try:
-        record = json.loads(read_regular(path, MAX_JSON_BYTES))
-    except (ValueError, UnicodeDecodeError) as error:
-        if isinstance(error, CheckpointRefused):
-            raise
-        raise CheckpointRefused(f"checkpoint file {path} is not JSON: {error}") from None
-    if not isinstance(record, dict):
-        raise CheckpointRefused(f"checkpoint file {path} holds a {type(record).__name__}, not a JSON object")
-    return record

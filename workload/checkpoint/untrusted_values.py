@@ -65,3 +65,18 @@ def drop_remote_code(config: dict, file_name: str) -> list[str]:
     return [f"{', '.join(dropped)} dropped from {file_name}: the checkpoint's config named code outside transformers "
             "(another repository's), which from_pretrained(..., trust_remote_code=True) would run; the model is "
             "transformers' own class for its model_type, as the job built it"]
+
+
+def record_problem(record: dict) -> str | None:
+    """Why the checkpoint's train_step.json holds what the job never writes (workload/checkpoint/sharded.py
+    write_record: a step number, the --tokenizer it trained with, the chat template's text), or None. A tokenizer out
+    of --tokenizer's own bounds (a megabyte, a token's shape) is a record someone else wrote."""
+    step = record.get("step")
+    if not isinstance(step, int) or isinstance(step, bool) or step < 0:
+        return f"its step is {shown_source(step) if isinstance(step, str) else type(step).__name__}, not a step number"
+    tokenizer = record.get("tokenizer", "")
+    if tokenizer and (why := source_problem(tokenizer)) is not None:
+        return f"its tokenizer {why}"
+    if not isinstance(record.get("chat_template", ""), str):
+        return f"its chat_template is a {type(record['chat_template']).__name__}, not a template's text"
+    return None

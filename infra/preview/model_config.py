@@ -241,8 +241,9 @@ def tokenizer_tokens(name: str, key: str, hub_token: str | None = None) -> int |
 
     files = _tokenizer_listing(name, hub_token)
     if files is not None and not tokenizer_size.has_tokenizer(files):
-        raise ValueError(f"config key '{key}': {name} on the Hub holds no tokenizer (no {tokenizer_size.TOKENIZER_FILE}, "
-                         f"{tokenizer_size.TOKENIZER_CONFIG_FILE}, {tokenizer_size.VOCAB_FILE} or tokenizer.model), so "
+        raise ValueError(f"config key '{key}': {name} on the Hub holds no tokenizer (no "
+                         f"{tokenizer_size.TOKENIZER_FILE}, {tokenizer_size.TOKENIZER_CONFIG_FILE}, "
+                         f"{tokenizer_size.VOCAB_FILE} or tokenizer.model), so "
                          "AutoTokenizer.from_pretrained fails in the data stage; allowed: a repo with the tokenizer's "
                          "files (tokenizer.save_pretrained writes them)"
                          + ("" if key == "trainTokenizer" else ", or trainTokenizer naming one"))

@@ -18,7 +18,9 @@ under a directory of that name when there are any (the Hub's parquet layout `{co
 .parquet, .jsonl, .json, .csv and their .gz (what the validator reads); the first in sorted order is checked. Those
 patterns live in workload.data.hub_splits, which also says which splits the repo has (the README's `configs` when it
 declares any): a --dataset_split or --eval_split (trainDatasetSplit, trainEvalSplit) it lacks is refused with them
-(check_splits), where datasets would raise "Unknown split" on the cluster. The records checked are still found by
+(check_splits), where datasets would raise "Unknown split" on the cluster, and a --dataset_config
+(trainDatasetConfig) it lacks with the configs it has (hub_splits.config_names), where datasets would raise
+"BuilderConfig '<name>' not found". The records checked are still found by
 the default patterns: a split whose files only a README config's own patterns name is refused for want of a file
 (a known limit).
 

@@ -10,8 +10,8 @@ The embedding is indexed by id, so the size counted here is the larger of that c
 every published tokenizer the two agree.
 
 A tokenizer.json from the Hub, S3 or a directory is untrusted input: bounded before it is parsed (MAX_TOKENIZER_BYTES;
-the largest published, Gemma 3's of 262,144 tokens, is 33 MB), then checked field by field. A tokenizer given as the slow
-BPE files alone (vocab.json and merges.txt, no tokenizer.json) is sized from vocab.json: transformers' len() of it
+the largest published, Gemma 3's of 262,144 tokens, is 33 MB), then checked field by field. A tokenizer given as the
+slow BPE files alone (vocab.json and merges.txt, no tokenizer.json) is sized from vocab.json: transformers' len() of it
 (tokenization_python.py's __len__, and the fast tokenizer convert_slow_tokenizer builds from the same files) counts
 its {token: id} entries with tokenizer_config.json's added_tokens_decoder ({"<id>": {"content", ...}}) not already in
 it (size_of_vocab). A sentencepiece-only one (tokenizer.model) is not sized here: the job's transformers check says.

@@ -64,7 +64,9 @@ def check_hub(cfg: StackConfig, *, warn: Callable[[str], None] | None = None,
         found = hub_dataset.check_records(train.dataset, train.dataset_split, train.dataset_config, fields_of(cfg),
                                   subject=f"config key '{KEY}':", token=token, limit=limit,
                                   eval_split=train.eval_split,
-                                  eval_subject="config key 'trainEvalSplit':")
+                                  eval_subject="config key 'trainEvalSplit':",
+                                  split_subject="config key 'trainDatasetSplit':",
+                                  config_subject="config key 'trainDatasetConfig':")
     except hub_dataset.NotReachable as error:
         warn(f"{KEY} {train.dataset} is not reachable on the Hugging Face Hub ({error}), so its records are checked "
              "only by the job, before any worker loads the model")

@@ -16,6 +16,7 @@ The token is handed to huggingface_hub and never printed: refusals name HF_TOKEN
 """
 from __future__ import annotations
 
+from contextvars import ContextVar
 from dataclasses import dataclass, replace
 from typing import Any, Callable
 
@@ -148,8 +149,12 @@ def _from_hub(model_id: str, token: str | None, first: Callable[[dict], None]) -
         if not isinstance(listing, str) and safetensors_index.INDEX_FILE in listing:
             shards_warning.append(_shards_on_hub(model_id, token, listing))
 
-    known = _trainable(config, model_id, f"{model_id}'s {CONFIG_FILE}", f"{model_id}'s {CONFIG_FILE} on the Hub",
-                       cheap)
+    held = _LISTING.set((model_id, listing) if not isinstance(listing, str) else None)
+    try:  # the tokenizer check inside `cheap` reads the model's own tokenizer files from this listing
+        known = _trainable(config, model_id, f"{model_id}'s {CONFIG_FILE}", f"{model_id}'s {CONFIG_FILE} on the Hub",
+                           cheap)
+    finally:
+        _LISTING.reset(held)
     return replace(known, warning=_weights_on_hub(model_id, listing) or "".join(shards_warning))
 
 
@@ -203,20 +208,47 @@ def _shards_on_hub(model_id: str, token: str | None, names: list[str]) -> str:
 
 # ---- the tokenizer -------------------------------------------------------------------------------------------------
 
+# The model repo's file list _from_hub already fetched, while its checks run: (repo id, file names).
+_LISTING: ContextVar[tuple[str, list[str]] | None] = ContextVar("hub_listing", default=None)
+
+
+def _tokenizer_listing(name: str, hub_token: str | None) -> list[str] | None:
+    """The tokenizer repo's file names: the model's listing when it is that repo, else one request
+    (model_source.hub_files); None when not had (the reads that follow then say what the Hub answered)."""
+    from huggingface_hub.errors import HfHubHTTPError
+
+    if (held := _LISTING.get()) is not None and held[0] == name:
+        return held[1]
+    try:
+        return model_source.hub_files(name, hub_token or False)
+    except (model_source.Unreachable, HfHubHTTPError):
+        return None
+
+
 def tokenizer_tokens(name: str, key: str, hub_token: str | None = None) -> int | Unknown:
     """len(tokenizer) of trainTokenizer (or trainModelId's own tokenizer), `key` naming which: a shipped model's
     from workload.data.tokenizer_size.KNOWN_SIZES, any other Hub id's from its tokenizer.json in one bounded request
-    with trainSecretEnv's token only (the answers mapped as `_from_hub` maps them). Unknown for an s3:// tokenizer
-    (the job sizes it, with the pods' role), a repo without tokenizer.json, or no answer; ValueError naming `key` for
-    a tokenizer that is not there, is gated, or whose tokenizer.json is not one."""
+    with trainSecretEnv's token only (the answers mapped as `_from_hub` maps them), else from its vocab.json
+    (tokenizer_size.size_on_hub). Unknown for an s3:// tokenizer (the job sizes it, with the pods' role), a repo
+    with neither file, or no answer; ValueError naming `key` for a tokenizer that is not there, is gated, whose
+    files are not what their names say, or a repo whose file list (the model's own, else one request) holds no
+    tokenizer file at all (tokenizer_size.has_tokenizer)."""
     if name in tokenizer_size.KNOWN_SIZES:
         return tokenizer_size.KNOWN_SIZES[name]
     if "://" in name or model_source.is_path(name):
         return Unknown(f"the tokenizer {name} is read by the job")
     from huggingface_hub.errors import GatedRepoError, HfHubHTTPError, RepositoryNotFoundError
 
+    files = _tokenizer_listing(name, hub_token)
+    if files is not None and not tokenizer_size.has_tokenizer(files):
+        raise ValueError(f"config key '{key}': {name} on the Hub holds no tokenizer (no "
+                         f"{tokenizer_size.TOKENIZER_FILE}, {tokenizer_size.TOKENIZER_CONFIG_FILE}, "
+                         f"{tokenizer_size.VOCAB_FILE} or tokenizer.model), so "
+                         "AutoTokenizer.from_pretrained fails in the data stage; allowed: a repo with the tokenizer's "
+                         "files (tokenizer.save_pretrained writes them)"
+                         + ("" if key == "trainTokenizer" else ", or trainTokenizer naming one"))
     try:
-        return tokenizer_size.size_on_hub(name, hub_token or False)
+        return tokenizer_size.size_on_hub(name, hub_token or False, files)
     except (tokenizer_size.NotSized, model_source.Unreachable) as error:
         return Unknown(str(error))
     except GatedRepoError:

@@ -1,5 +1,5 @@
 """An evaluation split (or a training split) that a Hub dataset does not have (audit 44g D16): refused at preview
-naming trainEvalSplit (trainDataset for the training split) and the splits the repo has, as datasets resolves them
+naming trainEvalSplit (trainDatasetSplit for the training split) and the splits the repo has, as datasets resolves them
 without a loading script (workload.data.hub_splits); datasets would raise "Unknown split" in the data stage, on the
 cluster. The Hub is tests/support/fake_hub.py."""
 from __future__ import annotations
@@ -28,7 +28,7 @@ def hub(monkeypatch):
 @pytest.mark.parametrize("overrides, key, split", [
     ({"trainEvalSplit": "validation"}, "trainEvalSplit", "validation"),
     ({"trainEvalSplit": "valid[:200]"}, "trainEvalSplit", "valid"),
-    ({"trainDatasetSplit": "training_set"}, "trainDataset", "training_set"),
+    ({"trainDatasetSplit": "training_set"}, "trainDatasetSplit", "training_set"),
 ])
 def test_a_split_the_repo_lacks_is_refused_naming_the_key_and_its_splits(hub, overrides, key, split):
     message = program_refusal({**JOB, **overrides})

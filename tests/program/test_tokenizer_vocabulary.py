@@ -62,7 +62,10 @@ def test_a_hub_tokenizer_is_read_once_bounded_through_its_lfs_redirect(hub):
     message = program_refusal({**JOB, "trainModelConfig": "tiny", "trainSeqLen": 256, "trainTokenizer": "acme/wide-tokenizer"})
     assert "config keys 'trainTokenizer', 'trainModelConfig'" in message and "600 tokens" in message \
         and "vocabulary of 512" in message, message
-    asked = [path for method, path, _ in hub.requests if "tokenizer" in path or path.startswith("/cdn/")]
+    listed = [path for method, path, _ in hub.requests if path.startswith("/api/models/acme/wide-tokenizer")]
+    assert len(listed) == 1, f"its file list once (whether it holds a tokenizer at all): {listed}"
+    asked = [path for method, path, _ in hub.requests
+             if ("tokenizer" in path and not path.startswith("/api/")) or path.startswith("/cdn/")]
     assert asked[0] == "/acme/wide-tokenizer/resolve/main/tokenizer.json" and asked[1].startswith("/cdn/"), asked
     assert len(asked) == 2, f"one request, followed to the CDN once: {asked}"
 

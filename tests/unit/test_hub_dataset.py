@@ -94,14 +94,15 @@ def test_a_bad_record_is_refused_naming_trainDataset_the_repo_file_and_line(hub)
         dataset_records.check_hub(_stack("acme/chat", "test"), warn=pytest.fail)
 
 
-@pytest.mark.parametrize("dataset, split, words", [
-    ("acme/missing", "train", "acme/missing is not a dataset on the Hugging Face Hub"),
-    ("acme/test-only", "train", "no data file of split 'train'"),
-    ("acme/chat", "validation", "no data file of split 'validation'"),
-    ("acme/gated", "train", "gated on the Hugging Face Hub"),
+@pytest.mark.parametrize("dataset, split, words, key", [
+    ("acme/missing", "train", "acme/missing is not a dataset on the Hugging Face Hub", "trainDataset"),
+    ("acme/test-only", "train", "no data file of split 'train'", "trainDatasetSplit"),
+    ("acme/chat", "validation", "no data file of split 'validation'", "trainDatasetSplit"),
+    ("acme/gated", "train", "gated on the Hugging Face Hub", "trainDataset"),
 ])
-def test_a_dataset_the_job_could_not_read_is_refused(hub, dataset, split, words):
-    with pytest.raises(ValueError, match="config key 'trainDataset'") as refused:
+def test_a_dataset_the_job_could_not_read_is_refused(hub, dataset, split, words, key):
+    # A split the repo lacks names the key set wrong, trainDatasetSplit; the repo itself, trainDataset.
+    with pytest.raises(ValueError, match=f"config key '{key}'") as refused:
         dataset_records.check_hub(_stack(dataset, split), warn=pytest.fail)
     assert words in str(refused.value), refused.value
     if dataset == "acme/gated":

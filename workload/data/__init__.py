@@ -3,7 +3,8 @@ prompt-completion records rendered with the chat template, masked, packed). May 
 
     batches.py    the batches of a run: random tokens, packed text, or packed examples; sharded and dealt to the steps
     tokenizer.py  the run's tokenizer, with the chat template for chat data
-    tokenizer_size.py  a tokenizer's size from its tokenizer.json (no transformers), against the model's vocab_size
+    tokenizer_size.py  a tokenizer's size from its tokenizer.json or vocab.json (no transformers), against the
+                  model's vocab_size
     validate.py   every record of a dataset file read and checked, streaming, before anything starts (shared by the
                   local run, the job's driver and the preview); the files' formats (.jsonl/.json/.csv/.parquet/.txt, .gz)
     shapes.py     a record's shape (OpenAI messages, ShareGPT, prompt-completion, Alpaca) read as a conversation

@@ -18,7 +18,9 @@ under a directory of that name when there are any (the Hub's parquet layout `{co
 .parquet, .jsonl, .json, .csv and their .gz (what the validator reads); the first in sorted order is checked. Those
 patterns live in workload.data.hub_splits, which also says which splits the repo has (the README's `configs` when it
 declares any): a --dataset_split or --eval_split (trainDatasetSplit, trainEvalSplit) it lacks is refused with them
-(check_splits), where datasets would raise "Unknown split" on the cluster. The records checked are still found by
+(check_splits), where datasets would raise "Unknown split" on the cluster, and a --dataset_config
+(trainDatasetConfig) it lacks with the configs it has (hub_splits.config_names), where datasets would raise
+"BuilderConfig '<name>' not found". The records checked are still found by
 the default patterns: a split whose files only a README config's own patterns name is refused for want of a file
 (a known limit).
 
@@ -52,17 +54,25 @@ class HubChecked:
 
 
 def check_splits(dataset: str, files: list[str], token, config: str, wanted: list[tuple[str, str]],
-                 where: str) -> None:
-    """Each (split value, subject) in `wanted` against the splits the repo has (workload.data.hub_splits): DataError
-    naming the subject and the splits the repo has for one it lacks. The default patterns first; the README's
-    configs (one bounded read) only when a split is not among those, so a repo without configs costs no request."""
+                 where: str, config_subject: str = "") -> None:
+    """The config (`config_subject` naming it) against the configs the repo has (hub_splits.config_names), then each
+    (split value, subject) in `wanted` against the splits the repo has, or that config has (hub_splits.splits_of):
+    DataError naming the subject and what the repo has. The default patterns first; the README (one bounded read)
+    only when a config is chosen or a split is not among those, so a repo without either costs no request."""
     wanted = [(split, subject) for split, subject in wanted if split]
-    if not any(hub_splits.missing(split, hub_splits.default_splits(files, config)) for split, _ in wanted):
+    if not config and not any(hub_splits.missing(split, hub_splits.default_splits(files, config))
+                              for split, _ in wanted):
         return
     readme = None
     if hub_splits.README in files:
         body, _ = _read(dataset, hub_splits.README, token, hub_splits.MAX_README_BYTES, where)
         readme = body.decode("utf-8", "replace")
+    if config and (names := hub_splits.config_names(readme)) is not None and config not in names:
+        has = ", ".join(name[:100] for name in names[:20]) + (", ..." if len(names) > 20 else "")
+        raise validate.DataError(
+            f"{config_subject or where} {dataset}: no config '{config[:100]}' in the repo, whose configs are: {has} "
+            "(as datasets builds them: the README's `configs` entries, else the single 'default'; load_dataset raises "
+            "\"BuilderConfig not found\" for any other); allowed: one of those, or empty")
     splits = hub_splits.splits_of(files, readme, config)
     if splits is None:
         return
@@ -78,16 +88,19 @@ def check_splits(dataset: str, files: list[str], token, config: str, wanted: lis
 
 def check_records(dataset: str, split: str, config: str, fields: shapes.Fields, *, subject: str,
           token: str | bool | None = None, limit: int = MAX_BYTES, eval_split: str = "",
-          eval_subject: str = "") -> HubChecked:
+          eval_subject: str = "", split_subject: str = "", config_subject: str = "") -> HubChecked:
     """The split's first data file checked (its first `limit` bytes when larger: the records in them). DataError
     naming `subject` for a dataset that is not there, a split it does not have (check_splits, with the splits it
     has), a bad record, and naming `eval_subject` for an `eval_split` it does not have; NotReachable when the Hub
-    does not answer. `token`: a token, None for HF_TOKEN from the environment, False for none."""
+    does not answer. `token`: a token, None for HF_TOKEN from the environment, False for none. `split_subject` and
+    `config_subject` (default `subject`) name the split's and the config's settings in those refusals."""
     where = f"{subject} {dataset}"
     files = _files(dataset, token, where)
-    check_splits(dataset, files, token, config, [(split, subject), (eval_split, eval_subject)], where)
+    check_splits(dataset, files, token, config, [(split, split_subject or subject), (eval_split, eval_subject)],
+                 where, config_subject or subject)
     chosen = split_files(files, split, config)
     if not chosen:
+        where = f"{split_subject or subject} {dataset}"
         shown = ", ".join(f for f in files if f.endswith(DATA_SUFFIXES))[:200] or "no data files"
         raise validate.DataError(f"{where}: no data file of split '{split}'"
                                  + (f" (config '{config}')" if config else "") + f" in the repo ({shown}); allowed: "
@@ -202,7 +215,8 @@ def check_dataset(cfg, say=print) -> HubChecked | None:
         return None
     try:
         return check_records(cfg.dataset, cfg.dataset_split, cfg.dataset_config, shapes.Fields.of(cfg),
-                             subject="--dataset", eval_split=cfg.eval_split, eval_subject="--eval_split")
+                             subject="--dataset", eval_split=cfg.eval_split, eval_subject="--eval_split",
+                             split_subject="--dataset_split", config_subject="--dataset_config")
     except NotReachable as error:
         if not in_cache(cfg.dataset):
             raise

@@ -117,16 +117,36 @@ def splits_of(files: list[str], readme: str | None, config: str = "") -> list[st
     return None
 
 
-def _configs(readme: str) -> list[dict] | None:
-    """The README's YAML header's `configs` (a list of mappings), or None when it declares none or is not YAML."""
+def config_names(readme: str | None) -> list[str] | None:
+    """The configs load_dataset accepts for a repo without a loading script, as datasets/load.py's
+    HubDatasetModuleFactory builds them: the README's `configs` entries (create_builder_configs_from_metadata_configs,
+    one a config_name), else the single "default" (its BUILDER_CONFIG_CLASS with the default patterns). Any other
+    name is builder.py's `ValueError: BuilderConfig '<name>' not found. Available: [...]`, raised in the data stage.
+    None when the README is there but not read here (not YAML): not judged."""
+    if readme is None or not readme.startswith("---"):
+        return ["default"]
+    configs = _configs(readme)
+    if configs is None:
+        return ["default"] if _metadata(readme) is not None else None
+    return [str(entry.get("config_name", "default")) for entry in configs]
+
+
+def _metadata(readme: str) -> dict | None:
+    """The README's YAML header as a mapping ({} for an empty one), or None when it is not YAML."""
     import yaml
 
-    if not readme.startswith("---"):
-        return None
     try:
         metadata = yaml.safe_load(readme[3:].split("\n---", 1)[0])
     except (yaml.YAMLError, RecursionError):
         return None
+    return metadata if isinstance(metadata, dict) else {} if metadata is None else None
+
+
+def _configs(readme: str) -> list[dict] | None:
+    """The README's YAML header's `configs` (a list of mappings), or None when it declares none or is not YAML."""
+    if not readme.startswith("---"):
+        return None
+    metadata = _metadata(readme)
     configs = metadata.get("configs") if isinstance(metadata, dict) else None
     if not isinstance(configs, list) or not configs or not all(isinstance(entry, dict) for entry in configs):
         return None

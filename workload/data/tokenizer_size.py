@@ -10,8 +10,13 @@ The embedding is indexed by id, so the size counted here is the larger of that c
 every published tokenizer the two agree.
 
 A tokenizer.json from the Hub, S3 or a directory is untrusted input: bounded before it is parsed (MAX_TOKENIZER_BYTES;
-the largest published, Gemma 3's of 262,144 tokens, is 33 MB), then checked field by field. A tokenizer without a
-tokenizer.json (a slow, sentencepiece-only one) is not sized here: the job's transformers check says.
+the largest published, Gemma 3's of 262,144 tokens, is 33 MB), then checked field by field. A tokenizer given as the
+slow BPE files alone (vocab.json and merges.txt, no tokenizer.json) is sized from vocab.json: transformers' len() of it
+(tokenization_python.py's __len__, and the fast tokenizer convert_slow_tokenizer builds from the same files) counts
+its {token: id} entries with tokenizer_config.json's added_tokens_decoder ({"<id>": {"content", ...}}) not already in
+it (size_of_vocab). A sentencepiece-only one (tokenizer.model) is not sized here: the job's transformers check says.
+A repo with none of the files a tokenizer loads from (TOKENIZER_FILES) cannot be loaded at all: AutoTokenizer.
+from_pretrained raises OSError "Can't load tokenizer for '<id>'" (tokenization_utils_base.py), in the data stage.
 Standard library only (the Pulumi program imports it).
 """
 from __future__ import annotations
@@ -23,6 +28,12 @@ from typing import Any
 from workload import user_files
 
 TOKENIZER_FILE = "tokenizer.json"
+VOCAB_FILE = "vocab.json"
+TOKENIZER_CONFIG_FILE = "tokenizer_config.json"
+# The files transformers' tokenizer classes load from (their vocab_files_names, and tokenizer_config.json): a repo
+# holding none of them at its root, nor a *.model (sentencepiece) or *.tiktoken file, has no tokenizer.
+TOKENIZER_FILES = frozenset({TOKENIZER_FILE, TOKENIZER_CONFIG_FILE, VOCAB_FILE, "vocab.txt", "merges.txt",
+                             "tokenizer.model", "spiece.model", "sentencepiece.bpe.model", "special_tokens_map.json"})
 MAX_TOKENIZER_BYTES = 64 << 20
 # len(AutoTokenizer.from_pretrained(id)) of the shipped models' own tokenizers (workload/model/architectures), so the
 # preview sizes them without a download: Qwen2.5's 151,643 byte-level BPE tokens and 22 added special tokens; Qwen3's
@@ -84,6 +95,44 @@ def size_of(data: bytes) -> int:
     return max(len(names), max(ids, default=-1) + 1)
 
 
+def size_of_vocab(vocab: bytes, tokenizer_config: bytes | None = None) -> int:
+    """The tokens of a slow BPE tokenizer: vocab.json's {token: id} entries with tokenizer_config.json's
+    added_tokens_decoder not already among them (the module docstring); ValueError naming what is wrong."""
+    if (why := size_problem(len(vocab))) is not None:
+        raise ValueError(why.replace(TOKENIZER_FILE, VOCAB_FILE))
+    try:
+        entries = json.loads(vocab.decode("utf-8-sig"))
+    except (ValueError, RecursionError):
+        raise ValueError(f"({VOCAB_FILE}) is not UTF-8 JSON") from None
+    if not isinstance(entries, dict):
+        raise ValueError(f"({VOCAB_FILE}) is not a {{token: id}} map")
+    names, ids = set(entries), list(entries.values())
+    added = {}
+    if tokenizer_config is not None:
+        try:
+            config = json.loads(tokenizer_config.decode("utf-8-sig"))
+        except (ValueError, RecursionError):
+            raise ValueError(f"({TOKENIZER_CONFIG_FILE}) is not UTF-8 JSON") from None
+        added = config.get("added_tokens_decoder") if isinstance(config, dict) else None
+        added = added if isinstance(added, dict) else {}
+    for number, token in added.items():
+        content = token.get("content") if isinstance(token, dict) else None
+        if not isinstance(content, str) or not str(number).isdigit():
+            raise ValueError(f"({TOKENIZER_CONFIG_FILE}) has an added token without its content or id")
+        if content not in names:
+            names.add(content)
+            ids.append(int(number))
+    if not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in ids):
+        raise ValueError(f"({VOCAB_FILE}) has a token id that is not a non-negative integer")
+    return max(len(names), max(ids, default=-1) + 1)
+
+
+def has_tokenizer(file_names: list[str]) -> bool:
+    """Whether a repo holding `file_names` has a file a tokenizer loads from (TOKENIZER_FILES, *.model, *.tiktoken)."""
+    return any(name in TOKENIZER_FILES or ("/" not in name and name.endswith((".model", ".tiktoken")))
+               for name in file_names)
+
+
 def size_in_directory(directory: str) -> int:
     """The tokens of the tokenizer in a directory on this machine: its tokenizer.json, its size checked before a
     byte is read. NotSized without one; ValueError for one that is not a tokenizer.json."""
@@ -110,20 +159,34 @@ def vocabulary_problem(tokens: int, vocab_size: Any) -> str | None:
     return None
 
 
-def size_on_hub(repo_id: str, token: str | bool | None) -> int:
-    """The tokens of a Hub repo's tokenizer: its tokenizer.json in one request with no retries, at most one byte
-    past MAX_TOKENIZER_BYTES (workload.model.model_source.read_file). NotSized when the repo has none;
-    huggingface_hub's errors for the Hub's other answers, model_source.Unreachable for none; ValueError for a file
-    that is not a tokenizer.json."""
+def size_on_hub(repo_id: str, token: str | bool | None, files: list[str] | None = None) -> int:
+    """The tokens of a Hub repo's tokenizer: its tokenizer.json, else its vocab.json (with tokenizer_config.json's
+    added tokens), each in one request with no retries, at most one byte past MAX_TOKENIZER_BYTES
+    (workload.model.model_source.read_file); `files`, the repo's file list when had, spares the requests for files it
+    lacks. NotSized when the repo has neither; huggingface_hub's errors for the Hub's other answers,
+    model_source.Unreachable for none; ValueError for a file that is not what its name says."""
     from huggingface_hub.errors import EntryNotFoundError
 
     from workload.model import model_source
 
+    def read(name: str) -> bytes | None:
+        if files is not None and name not in files:
+            return None
+        try:
+            return model_source.read_file(repo_id, name, token, MAX_TOKENIZER_BYTES)
+        except EntryNotFoundError:
+            return None
+
+    data = read(TOKENIZER_FILE)
+    if data is not None:
+        try:
+            return size_of(data)
+        except ValueError as error:
+            raise ValueError(f"{repo_id}'s {TOKENIZER_FILE} on the Hub {error}") from None
+    vocab = read(VOCAB_FILE)
+    if vocab is None:
+        raise NotSized(f"{repo_id} has no {TOKENIZER_FILE} or {VOCAB_FILE} on the Hub")
     try:
-        data = model_source.read_file(repo_id, TOKENIZER_FILE, token, MAX_TOKENIZER_BYTES)
-    except EntryNotFoundError:
-        raise NotSized(f"{repo_id} has no {TOKENIZER_FILE} on the Hub") from None
-    try:
-        return size_of(data)
+        return size_of_vocab(vocab, read(TOKENIZER_CONFIG_FILE))
     except ValueError as error:
-        raise ValueError(f"{repo_id}'s {TOKENIZER_FILE} on the Hub {error}") from None
+        raise ValueError(f"{repo_id}'s tokenizer on the Hub {error}") from None

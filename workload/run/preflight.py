@@ -266,7 +266,12 @@ def validate(cfg: TrainConfig) -> None:
     if (early := known or local_config) is not None:
         check_tokenizer_vocabulary(cfg, early.get("vocab_size"))
 
-    # Seconds of imports from here on: torch and transformers.
+    # Seconds of imports from here on: torch and transformers. The model's build imports torchao where installed,
+    # whose import logs (torch's deprecation notices, extensions for other machines): imported quietly first, so a
+    # refusal below is alone on stderr.
+    from workload.model.adapters.nf4 import import_torchao_quietly
+
+    import_torchao_quietly()
     from workload.data.batches import check_dataset, check_tokenizer
     from workload.model.build import hf_config
 

@@ -12,7 +12,7 @@ from infra.preview import checkpoint_cost, data_cost, dataset_records, instance_
 from workload.config import CHAT_TEMPLATES, is_local_dataset
 from workload.data import tokenizer_size
 from workload.data.chat import KNOWN_CHAT_TEMPLATES
-from workload.model import adapters, architectures, memory, memory_plan, model_source, structure
+from workload.model import adapters, architectures, compatibility, memory, memory_plan, model_source, structure
 from workload.model import layout as layout_rules
 from workload.model.layout import ASSUMED_MFU, step_compute_seconds
 
@@ -40,7 +40,8 @@ def check_job(cfg: StackConfig, gpu: InstanceFacts, *, identity: AwsIdentity | N
     architecture = model_config.resolve(train.model_id, train.model_config,
                                         hub_token=train.secret_env.reveal().get(model_config.HUB_TOKEN_VARIABLE),
                                         identity=identity, region=region,
-                                        check_first=lambda config: check_tokenizer_vocabulary(cfg, config))
+                                        check_first=lambda config: check_before_gate(cfg, workload, config, workers,
+                                                                                     gpu.gpus * cfg.gpu_node_count))
     plan = layout = checkpoint = save = None
     if isinstance(architecture, model_config.Known):
         if architecture.warning:
@@ -159,6 +160,23 @@ def check_tokenizer_vocabulary(cfg: StackConfig, architecture: dict) -> None:
                            "vocab_size tokens, such as the model's own (trainTokenizer empty)")
 
 
+def check_before_gate(cfg: StackConfig, workload: Any, config: dict, workers: int, gpus: int) -> None:
+    """What the preview decides from a config.json's fields alone, before the model gate's seconds of torch and
+    transformers imports: the tokenizer's size against vocab_size; then, for qlora on a family whose linear layers
+    config.json's arithmetic gives (structure.arithmetic_linear_shapes), the NF4 shards, in check_job_shape's order.
+    A config the gate refuses without transformers (compatibility.check_raw) is left to it, in its own words."""
+    check_tokenizer_vocabulary(cfg, config)
+    if workload.method != "qlora" or (shapes := structure.arithmetic_linear_shapes(config)) is None:
+        return
+    try:
+        compatibility.check_raw(config, "")
+    except ValueError:
+        return
+    model = cfg.train.model_config or cfg.train.model_id
+    check_positions(workload, config, model)
+    check_qlora_shards(workload, shapes, adapter_targets(workload, shapes), workers, gpus, model)
+
+
 def check_chat_template(cfg: StackConfig) -> None:
     """Chat and prompt-completion data are rendered with the tokenizer's chat template: a tokenizer known to have
     none is refused unless trainChatTemplate names one; one not known here is checked by the job before it trains."""
@@ -183,14 +201,10 @@ def check_job_shape(workload: Any, architecture: dict, gpu: InstanceFacts, worke
     """Sequence length against the model's positions; the memory plan (workload.model.memory_plan, the function the job
     runs) for the job's flags on `workers` GPUs of `gpu`. Refused when no plan fits, naming the memory the model needs
     per GPU and what would fit: a smaller per-GPU batch, more nodes, or another instance type the project knows."""
-    positions = architecture.get("max_position_embeddings")
-    if positions and workload.seq_len > positions:
-        raise ValueError(f"config key 'trainSeqLen': {workload.seq_len} tokens exceed {model}'s {positions} positions; "
-                         f"allowed: 1 to {positions}")
-    if workload.method != "full":  # the linear layers the adapters go on, by the model's own names
-        targets = adapters.resolve(workload.lora_targets, structure.linear_names(architecture),
-                                   "config key 'trainLoraTargets'")
-        check_qlora_shards(workload, architecture, targets, workers, gpu.gpus * node_count, model)
+    check_positions(workload, architecture, model)
+    if workload.method != "full":
+        shapes = structure.linear_shapes(architecture)
+        check_qlora_shards(workload, shapes, adapter_targets(workload, shapes), workers, gpu.gpus * node_count, model)
     compiled = workload.compile is not False  # the job compiles on a GPU unless told not to
     plan = memory_plan.for_job(workload, architecture, world_size=workers, ranks_per_node=gpu.gpus,
                                gpu_memory_mib=gpu.gpu_memory_mib, compiled=compiled)
@@ -207,13 +221,26 @@ def check_job_shape(workload: Any, architecture: dict, gpu: InstanceFacts, worke
         + "; or ".join(what_would_fit(workload, architecture, gpu, workers, node_count=node_count, compiled=compiled)))
 
 
-def check_qlora_shards(workload: Any, architecture: dict, targets: tuple[str, ...], workers: int, gpus: int,
-                       model: str) -> None:
-    """qlora's NF4 weights split into one shard a worker (adapters.qlora_shards_problem, which each worker would
-    otherwise find once the nodes bill), naming the worker counts that would."""
+def check_positions(workload: Any, architecture: dict, model: str) -> None:
+    positions = architecture.get("max_position_embeddings")
+    if positions and workload.seq_len > positions:
+        raise ValueError(f"config key 'trainSeqLen': {workload.seq_len} tokens exceed {model}'s {positions} positions; "
+                         f"allowed: 1 to {positions}")
+
+
+def adapter_targets(workload: Any, shapes: dict[str, tuple[int, int]]) -> tuple[str, ...]:
+    """The linear layers the adapters go on, by the model's own names (`shapes`: structure.linear_shapes)."""
+    names = tuple(sorted({name.rsplit(".", 1)[-1] for name in shapes}))
+    return adapters.resolve(workload.lora_targets, names, "config key 'trainLoraTargets'")
+
+
+def check_qlora_shards(workload: Any, shapes: dict[str, tuple[int, int]], targets: tuple[str, ...], workers: int,
+                       gpus: int, model: str) -> None:
+    """qlora's NF4 weights (`shapes`: structure.linear_shapes) split into one shard a worker
+    (adapters.qlora_shards_problem, which each worker would otherwise find once the nodes bill), naming the worker
+    counts that would."""
     if workload.method != "qlora":
         return
-    shapes = structure.linear_shapes(architecture)
     if (why := adapters.qlora_shards_problem(shapes, targets, workers)) is None:
         return
     fitting = [n for n in range(1, gpus + 1) if adapters.qlora_shards_problem(shapes, targets, n) is None]

@@ -58,3 +58,16 @@ def test_the_rule_gives_both_sizes():
     assert tokenizer_size.vocabulary_problem(512, 512) is None
     why = tokenizer_size.vocabulary_problem(151_665, 128_256)
     assert "151,665 tokens" in why and "128,256" in why, why
+
+
+def test_a_slow_bpe_tokenizers_vocab_json_and_added_tokens_are_sized_as_transformers_counts(tmp_path):
+    from transformers import AutoTokenizer, GPT2Tokenizer
+
+    vocab = {token: index for index, token in enumerate(["<|endoftext|>", "a", "b", "Ġ", "ab"])}
+    (tmp_path / "vocab.json").write_text(json.dumps(vocab))
+    (tmp_path / "merges.txt").write_text("#version: 0.2\na b\n")
+    tokenizer = GPT2Tokenizer(str(tmp_path / "vocab.json"), str(tmp_path / "merges.txt"))
+    tokenizer.add_special_tokens({"pad_token": "<pad>", "unk_token": "a"})  # one new, one already in vocab.json
+    tokenizer.save_pretrained(str(tmp_path))
+    (tmp_path / "tokenizer.json").unlink(missing_ok=True)
+    assert tokenizer_size.size_in_directory(str(tmp_path)) == len(AutoTokenizer.from_pretrained(str(tmp_path))) == 6

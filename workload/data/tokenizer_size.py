@@ -28,8 +28,10 @@ from typing import Any
 from workload import user_files
 
 TOKENIZER_FILE = "tokenizer.json"
-VOCAB_FILE = "vocab.json"
-TOKENIZER_CONFIG_FILE = "tokenizer_config.json"
+# A slow BPE tokenizer's files (GPT-2's), sized when there is no tokenizer.json.
+VOCAB_FILE, ADDED_TOKENS_FILE, TOKENIZER_CONFIG_FILE = "vocab.json", "added_tokens.json", "tokenizer_config.json"
+SPECIAL_TOKEN_FIELDS = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token",
+                        "additional_special_tokens")
 # The files transformers' tokenizer classes load from (their vocab_files_names, and tokenizer_config.json): a repo
 # holding none of them at its root, nor a *.model (sentencepiece) or *.tiktoken file, has no tokenizer.
 TOKENIZER_FILES = frozenset({TOKENIZER_FILE, TOKENIZER_CONFIG_FILE, VOCAB_FILE, "vocab.txt", "merges.txt",
@@ -90,6 +92,10 @@ def size_of(data: bytes) -> int:
         if token["content"] not in names:
             names.add(token["content"])
             ids.append(token.get("id"))
+    return _count(names, ids)
+
+
+def _count(names: set[str], ids: list[Any]) -> int:
     if not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in ids):
         raise ValueError("has a token id that is not a non-negative integer")
     return max(len(names), max(ids, default=-1) + 1)
@@ -133,14 +139,69 @@ def has_tokenizer(file_names: list[str]) -> bool:
                for name in file_names)
 
 
+def _json_file(path: str) -> Any:
+    """A tokenizer file on this machine (untrusted): bounded, a regular file, UTF-8 JSON; ValueError naming it."""
+    if (why := size_problem(os.path.getsize(path))) is not None:
+        raise ValueError(f"{path} {why}")
+    data = user_files.read_bytes(path, MAX_TOKENIZER_BYTES)
+    try:
+        return json.loads(data.decode("utf-8-sig"))
+    except (ValueError, RecursionError):
+        raise ValueError(f"{path} is not UTF-8 JSON") from None
+
+
+def size_of_vocab_files(directory: str) -> int:
+    """The tokens of a slow BPE tokenizer's files (GPT-2's layout, no tokenizer.json): vocab.json's {token: id}, with
+    the added tokens of added_tokens.json ({token: id}) and tokenizer_config.json's added_tokens_decoder ({id:
+    {"content"}}) not already in it, counted as `size_of` counts; ValueError naming the file that is not so."""
+    path = os.path.join(directory, VOCAB_FILE)
+    vocab = _json_file(path)
+    if not isinstance(vocab, dict):
+        raise ValueError(f"{path} is not a {{token: id}} map")
+    names, ids = set(vocab), list(vocab.values())
+    added: list[tuple[Any, Any]] = []
+    if os.path.isfile(extra := os.path.join(directory, ADDED_TOKENS_FILE)):
+        document = _json_file(extra)
+        if not isinstance(document, dict):
+            raise ValueError(f"{extra} is not a {{token: id}} map")
+        added += list(document.items())
+    if os.path.isfile(extra := os.path.join(directory, TOKENIZER_CONFIG_FILE)):
+        settings = _json_file(extra)
+        settings = settings if isinstance(settings, dict) else {}
+        decoder = settings.get("added_tokens_decoder")
+        for key, token in decoder.items() if isinstance(decoder, dict) else ():
+            content = token.get("content") if isinstance(token, dict) else None
+            added.append((content, int(key) if isinstance(key, str) and key.isdigit() else key))
+        # Special tokens named here and missing from the vocabulary are added as it loads, after its last id.
+        for name in SPECIAL_TOKEN_FIELDS:
+            values = settings.get(name)
+            for value in (values if isinstance(values, list) else [values] if values is not None else []):
+                added.append((value.get("content") if isinstance(value, dict) else value, None))
+    for content, token_id in added:
+        if not isinstance(content, str):
+            raise ValueError(f"{directory}'s added tokens hold one without its content")
+        if content not in names:
+            names.add(content)
+            if token_id is not None:
+                ids.append(token_id)
+    try:
+        return _count(names, ids)
+    except ValueError as error:
+        raise ValueError(f"{path} {error}") from None
+
+
 def size_in_directory(directory: str) -> int:
     """The tokens of the tokenizer in a directory on this machine: its tokenizer.json, its size checked before a
-    byte is read. NotSized without one; ValueError for one that is not a tokenizer.json."""
-    path = os.path.join(os.path.expanduser(directory), TOKENIZER_FILE)
+    byte is read, else its vocab.json with the added tokens (size_of_vocab_files). NotSized without either (a
+    sentencepiece-only tokenizer); ValueError for a file that is not what its name says."""
+    directory = os.path.expanduser(directory)
+    path = os.path.join(directory, TOKENIZER_FILE)
     try:
         size = os.path.getsize(path)
     except OSError:
-        raise NotSized(f"{directory} has no {TOKENIZER_FILE}") from None
+        if os.path.isfile(os.path.join(directory, VOCAB_FILE)):
+            return size_of_vocab_files(directory)
+        raise NotSized(f"{directory} has no {TOKENIZER_FILE} or {VOCAB_FILE}") from None
     if (why := size_problem(size)) is not None:
         raise ValueError(f"{path} {why}")
     data = user_files.read_bytes(path, MAX_TOKENIZER_BYTES)  # a regular file without holes (user_files.Refused)

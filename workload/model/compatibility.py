@@ -35,9 +35,7 @@ from typing import Any, Iterator
 
 from workload.model import structure
 
-# Config fields that make a model a mixture of experts, across the families transformers ships (Mixtral's
-# num_local_experts, Qwen2/3-MoE's and OLMoE's num_experts, DeepSeek's n_routed_experts).
-EXPERT_FIELDS = ("num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts")
+EXPERT_FIELDS = structure.EXPERT_FIELDS
 # Sub-configs that make a config a multimodal wrapper (transformers' PretrainedConfig.sub_configs names).
 MULTIMODAL_FIELDS = ("vision_config", "audio_config", "vision_tower", "speech_config")
 # A causal LM's class names in config.json's architectures (LlamaForCausalLM, GPT2LMHeadModel), besides those

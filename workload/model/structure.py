@@ -46,6 +46,9 @@ FAMILY_LAYOUTS = {
     "glm4": ATTENTION + (("mlp.gate_up_proj", "2i", "h"), ("mlp.down_proj", "h", "i")),
     "starcoder2": ATTENTION + (("mlp.c_fc", "i", "h"), ("mlp.c_proj", "h", "i")),
 }
+# Config fields that make a model a mixture of experts, across the families transformers ships (Mixtral's
+# num_local_experts, Qwen2/3-MoE's and OLMoE's num_experts, DeepSeek's n_routed_experts).
+EXPERT_FIELDS = ("num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts")
 # Hybrid layers (attention beside a state-space mixer) and recurrent ones: the job neither counts nor shards them.
 SSM_FIELDS = ("mamba_d_state", "mamba_n_heads", "ssm_state_size", "mamba_d_ssm", "layers_block_type",
               "attn_layer_indices", "linear_attn_config")
@@ -167,6 +170,37 @@ def linear_shapes(config: dict) -> dict[str, tuple[int, int]]:
     """A decoder layer's nn.Linear layers, by their names under the layer (self_attn.q_proj, mlp.c_fc), as
     (out_features, in_features)."""
     return {name: (out, into) for name, out, into in derived(config)["linears"]}
+
+
+# The families whose decoder layers' linear layers `derived` gives exactly as transformers builds them from any
+# config.json of theirs: the shipped configs' (workload/model/architectures), which tests/unit/test_arithmetic_shapes.py
+# builds on the meta device against the arithmetic. Others are built (infra/preview/model_config.py's gate).
+ARITHMETIC_FAMILIES = ("llama", "mistral", "qwen2", "qwen3")
+_WIDTH_FIELDS = ("hidden_size", "num_attention_heads", "intermediate_size", "vocab_size", "num_hidden_layers")
+
+
+def _positive(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+def arithmetic_linear_shapes(config) -> dict[str, tuple[int, int]] | None:
+    """`linear_shapes` of a config.json read from storage (untrusted), from its widths alone, where that arithmetic is
+    what transformers builds: a family of ARITHMETIC_FAMILIES, dense, positive integer widths, whole heads (head_dim
+    given or dividing hidden_size; key/value heads dividing the query heads). None otherwise: the model is built on
+    the meta device instead (compatibility.gate, seconds of torch and transformers imports)."""
+    if not isinstance(config, dict) or config.get("model_type") not in ARITHMETIC_FAMILIES or STRUCTURE_FIELD in config:
+        return None
+    if any(config.get(name) not in (None, 0) for name in EXPERT_FIELDS):
+        return None
+    if not all(_positive(config.get(name)) for name in _WIDTH_FIELDS):
+        return None
+    heads, head_dim, kv_heads = (config["num_attention_heads"], config.get("head_dim"),
+                                 config.get("num_key_value_heads"))
+    if head_dim is not None and not _positive(head_dim) or head_dim is None and config["hidden_size"] % heads:
+        return None
+    if kv_heads is not None and not (_positive(kv_heads) and heads % kv_heads == 0):
+        return None
+    return linear_shapes(config)
 
 
 def linear_names(config: dict) -> tuple[str, ...]:

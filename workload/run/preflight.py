@@ -124,11 +124,14 @@ def _hub_token() -> bool:
         return False
 
 
-def check_local_files(cfg: TrainConfig) -> None:
+def check_local_files(cfg: TrainConfig) -> dict | None:
     """The directories on this machine that the run reads, checked for the files it will read before anything heavy
     loads (a refusal in well under a second, not after seconds of torch's imports or inside Ray): a --model_id
     directory's readable config.json and its *.safetensors weights (model.safetensors, or every shard its index
-    names, inside it), and the tokenizer's files in the --tokenizer directory (or the model's own, for a dataset)."""
+    names, inside it), and the tokenizer's files in the --tokenizer directory (or the model's own, for a dataset).
+    Returns a --model_id directory's config.json (a dict, through the gate's checks that need no transformers), else
+    None."""
+    raw = None
     input_files.check(cfg)  # each a regular file within its bound (the job's driver checks here too)
     if not cfg.model_config and model_source.missing_directory(cfg.model_id):
         raise ValueError(f"--model_id {cfg.model_id}: {model_source.NO_MODEL_DIRECTORY}")
@@ -137,7 +140,8 @@ def check_local_files(cfg: TrainConfig) -> None:
     directory = os.path.expanduser(cfg.model_id)
     if not cfg.model_config and "://" not in cfg.model_id and os.path.isdir(directory):
         what = f"--model_id {cfg.model_id}"
-        compatibility.check_raw(config_json.load_model_config(directory, what), what)  # before the imports
+        raw = config_json.load_model_config(directory, what)
+        compatibility.check_raw(raw, what)  # before the imports
         weights = sorted(glob.glob(os.path.join(directory, "*.safetensors")))
         if not weights:
             raise ValueError(f"{what}: the directory holds no *.safetensors weights; give the directory save_pretrained "
@@ -158,6 +162,7 @@ def check_local_files(cfg: TrainConfig) -> None:
         raise ValueError(f"{flag} {cfg.tokenizer_name}: no tokenizer files in {cfg.tokenizer_name} (one of "
                          f"{', '.join(TOKENIZER_FILES)}); give the directory the tokenizer's save_pretrained wrote"
                          + ("" if cfg.tokenizer else ", or --tokenizer"))
+    return raw
 
 
 def check_targets(cfg: TrainConfig, architecture: dict) -> None:
@@ -239,7 +244,7 @@ def validate(cfg: TrainConfig) -> None:
     writable.check_cache_directories()  # the driver's own environment (a pod's is not the submitting machine's)
     check_credentials(cfg)
     check_template_compiles(cfg)
-    check_local_files(cfg)
+    local_config = check_local_files(cfg)
     known = cfg.architecture  # a dict, without transformers: --model_config's, or a shipped --model_id's
     if known and "max_position_embeddings" in known:
         check_positions(cfg, known["max_position_embeddings"])
@@ -257,10 +262,16 @@ def validate(cfg: TrainConfig) -> None:
         offline = "OFFLINE is set" in str(error)  # model_source.offline_variable's, named in the error
         raise cli.EnvironmentProblem(f"--dataset {cfg.dataset}: {error}", hint="" if offline else
                                      "HF_HUB_OFFLINE=1 reads the dataset from this machine's cache") from None
-    if known:  # the tokenizer's tokenizer.json against the shipped or random-weight config: no transformers yet
-        check_tokenizer_vocabulary(cfg, known.get("vocab_size"))
+    # The tokenizer's files against the shipped, random-weight or model directory's config.json: no transformers yet.
+    if (early := known or local_config) is not None:
+        check_tokenizer_vocabulary(cfg, early.get("vocab_size"))
 
-    # Seconds of imports from here on: torch and transformers.
+    # Seconds of imports from here on: torch and transformers. The model's build imports torchao where installed,
+    # whose import logs (torch's deprecation notices, extensions for other machines): imported quietly first, so a
+    # refusal below is alone on stderr.
+    from workload.model.adapters.nf4 import import_torchao_quietly
+
+    import_torchao_quietly()
     from workload.data.batches import check_dataset, check_tokenizer
     from workload.model.build import hf_config
 

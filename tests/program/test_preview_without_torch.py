@@ -1,0 +1,46 @@
+"""The preview's refusals that config.json's fields decide, made before the model gate's torch and transformers
+imports (seconds): qlora's NF4 shards of a family whose projections config.json's arithmetic gives
+(workload.model.structure.arithmetic_linear_shapes), in a fresh interpreter whose modules are then read."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from workload.model import architectures
+
+REPO = Path(__file__).resolve().parents[2]
+# Under the Pulumi mocks, with the fake Hub serving the config given on stdin: the refusal, then whether torch,
+# transformers or torchao were imported.
+SCRIPT = """
+import json, os, sys
+from tests.support.fake_hub import FakeHub
+from tests.support.pulumi_mocks import run_program_expecting_error
+config = sys.stdin.read().encode()
+with FakeHub(repos={"acme/odd-kv": {"config.json": config, "model.safetensors": b"\\0"}}) as server:
+    os.environ["HF_ENDPOINT"] = server.url
+    failed = run_program_expecting_error("dev", json.loads(sys.argv[1]))
+print(json.dumps({"error": str(failed.error), "resources": len(failed.resources),
+                  "imported": sorted(name for name in ("torch", "transformers", "torchao") if name in sys.modules)}))
+"""
+# 1600 wide in 16 heads of 100, one key/value head: k_proj and v_proj are 100 x 1600, whose 8 shards of 12.5 rows
+# are no whole rows.
+ODD_KV = dict(architectures.published("Qwen/Qwen2.5-1.5B"), hidden_size=1600, num_attention_heads=16,
+              num_key_value_heads=1, intermediate_size=4352, num_hidden_layers=4)
+
+
+def preview(overrides: dict, config: dict) -> dict:
+    done = subprocess.run([sys.executable, "-c", SCRIPT, json.dumps(overrides)], input=json.dumps(config), cwd=REPO,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_qlora_shards_of_a_hub_model_of_a_known_family_are_refused_without_torch():
+    seen = preview({"trainEnabled": True, "trainMethod": "qlora", "trainModelId": "acme/odd-kv"}, ODD_KV)
+    assert seen["error"].startswith("config keys 'trainMethod', 'trainNumWorkers': qlora on 8 workers: acme/odd-kv's "
+                                    "self_attn.k_proj (100 x 1600) does not split into 8 shards"), seen
+    assert "allowed: trainNumWorkers 1, 2, 4 of the 8 GPUs, or trainMethod lora" in seen["error"], seen
+    assert seen["resources"] == 0, "refused before any resource"
+    assert seen["imported"] == [], f"the refusal came from config.json's arithmetic, yet {seen['imported']} loaded"

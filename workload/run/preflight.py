@@ -214,12 +214,19 @@ def _hub_tokenizer_tokens(name: str) -> int | None:
         return None
 
 
-def check_tokenizer_vocabulary(cfg: TrainConfig, vocab_size: int | None) -> None:
+def check_tokenizer_vocabulary(cfg: TrainConfig, vocab_size: int | None, *, defer_unreadable: bool = False) -> None:
     """With --dataset, the tokenizer's ids must fit the model's embedding: one line naming both flags and both
-    sizes, before Ray starts (the preview applies the same rule to trainTokenizer and trainModelId)."""
+    sizes, before Ray starts (the preview applies the same rule to trainTokenizer and trainModelId). With
+    `defer_unreadable`, tokenizer files that cannot be read are left to the checks after the model gate, which say
+    first what is wrong with the model directory itself (an encoder, a reward model)."""
     if not cfg.dataset or not vocab_size:
         return
-    tokens = tokenizer_tokens(cfg)
+    try:
+        tokens = tokenizer_tokens(cfg)
+    except ValueError:
+        if defer_unreadable:
+            return
+        raise
     if tokens is None:
         return
     if (why := tokenizer_size.vocabulary_problem(tokens, vocab_size)) is not None:
@@ -263,8 +270,10 @@ def validate(cfg: TrainConfig) -> None:
         raise cli.EnvironmentProblem(f"--dataset {cfg.dataset}: {error}", hint="" if offline else
                                      "HF_HUB_OFFLINE=1 reads the dataset from this machine's cache") from None
     # The tokenizer's files against the shipped, random-weight or model directory's config.json: no transformers yet.
-    if (early := known or local_config) is not None:
-        check_tokenizer_vocabulary(cfg, early.get("vocab_size"))
+    if known is not None:
+        check_tokenizer_vocabulary(cfg, known.get("vocab_size"))
+    elif local_config is not None:
+        check_tokenizer_vocabulary(cfg, local_config.get("vocab_size"), defer_unreadable=True)
 
     # Seconds of imports from here on: torch and transformers. The model's build imports torchao where installed,
     # whose import logs (torch's deprecation notices, extensions for other machines): imported quietly first, so a

@@ -203,9 +203,7 @@ def test_a_lost_node_and_a_failed_run_both_resume_to_the_uninterrupted_result(ra
     rates, the losses and the parameters of the run that never stopped."""
     reference_cfg, (reference_result, _) = reference
     marker = str(tmp_path / "node-lost")
-    # Beside the reference run, under a name of its own: the same data's token shards are there already (the stage's
-    # cache, storage_path/datasets), as a team's next run finds them, so this run's attempts start with training.
-    cfg = dataclasses.replace(BASE, storage_path=reference_cfg.storage_path, run_name="interrupted",
+    cfg = dataclasses.replace(BASE, storage_path=str(tmp_path / "storage"), run_name="interrupted",
                               checkpoint_every=4, max_failures=1)
     with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
         training = pool.submit(trainer.fit, cfg, train_loop=functools.partial(

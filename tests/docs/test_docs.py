@@ -10,7 +10,8 @@ the way back to the README.
   Ray head and a real job).
 - docs/models.md's 8B model on p5, and its table of models x stacks.
 - docs/adapters.md's first LoRA run, for real: the local run (a Ray cluster here), the merge, the page's Python loading
-  both models.
+  both models; and the run's summary, adapters and answers checked as a LoRA fine-tune's (the suite's one LoRA run
+  through Ray Train).
 """
 from __future__ import annotations
 

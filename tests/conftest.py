@@ -18,9 +18,9 @@ pytest_plugins = ("tests.support.docs_shell", "tests.support.local_mlflow")
 
 
 # Test modules that start Ray clusters or long runs, longest first (pytest --durations shows what they take).
-LONGEST_FIRST = ("test_workload_train", "test_ray_job", "test_readme", "test_workload_runs", "test_docs",
-                 "test_workload_submit", "test_cli", "test_parallel", "test_model_families", "test_local_cleanup",
-                 "test_tracking")
+LONGEST_FIRST = ("test_workload_train", "test_readme", "test_ray_job", "test_workload_runs", "test_docs",
+                 "test_workload_submit", "test_cli", "test_parallel", "test_model_families", "test_family_methods",
+                 "test_token_cache", "test_local_cleanup", "test_tracking")
 
 
 def pytest_collection_modifyitems(items):

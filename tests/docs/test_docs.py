@@ -10,7 +10,8 @@ the way back to the README.
   Ray head and a real job).
 - docs/models.md's 8B model on p5, and its table of models x stacks.
 - docs/adapters.md's first LoRA run, for real: the local run (a Ray cluster here), the merge, the page's Python loading
-  both models.
+  both models; and the run's summary, adapters and answers checked as a LoRA fine-tune's (the suite's one LoRA run
+  through Ray Train).
 """
 from __future__ import annotations
 
@@ -19,7 +20,9 @@ import importlib
 import importlib.util
 import inspect
 import json
+import os
 import re
+import shlex
 import shutil
 
 import pytest
@@ -168,9 +171,19 @@ def test_the_first_lora_run_as_written(tmp_path, monkeypatch):
     test's directory stands in for it: the local run's runs/local/ is here), for real: a Ray cluster, the job, the
     export. The run prints every step's loss, which falls as little as the page says; the files it names are there;
     the page's Python loads the merged model and the adapters on their base, the merged model gives the adapters'
-    logits, and its adapted weights differ from the base's while the frozen ones (embeddings) are the base's."""
+    logits, and its adapted weights differ from the base's while the frozen ones (embeddings) are the base's.
+
+    The same run is the LoRA prompt-completion fine-tune through Ray Train (tests/runs/test_workload_runs.py checks
+    its chat run alike): the summary counts the examples and trained tokens its steps held; the export is a PEFT
+    adapter directory with the training's chat template, beside the random-weight base it was trained on, which
+    PeftModel.from_pretrained loads with the held-out loss the job reported (over the completions' tokens only), and
+    which the local run's generate_chat() answers through that template as the loaded model does by hand."""
     import torch
-    from transformers import AutoModelForCausalLM
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from tests.support import fine_tune_checks
+    from workload.config import SUMMARY_PREFIX
 
     text = page("docs/adapters.md")
     heading = "## Your first LoRA run"
@@ -192,6 +205,37 @@ def test_the_first_lora_run_as_written(tmp_path, monkeypatch):
                  "base_model/model.safetensors", "merged/model.safetensors"):
         assert (run / name).is_file(), f"the page names {name}: {sorted(p.name for p in run.iterdir())}"
     assert "merged: load it with AutoModelForCausalLM.from_pretrained" in exported, exported
+
+    # The run as the job ran it: its summary (the local run's last line) and its adapters.
+    cfg = local.parse_args(shlex.split(commands[0])[3:])
+    last = printed.splitlines()[-1]
+    assert last.startswith(SUMMARY_PREFIX), f"the summary is the run's last line: {last}"
+    summary = json.loads(last[len(SUMMARY_PREFIX):])
+    assert summary["world_size"] == 2 and summary["examples"] == fine_tune_checks.example_counts(
+        cfg, train_examples=96, eval_examples=24), summary["examples"]
+    # Rank-16 updates of a random-weight base whose embeddings stay frozen: the loss falls (6.34 -> 5.87 here, at
+    # 2e-1 over 10 steps too), not as far as a full fine-tune's.
+    assert summary["final_loss"] < 0.95 * summary["initial_loss"], summary
+    adapters = summary["model"]
+    assert adapters == str(run / "model_000006"), adapters
+    assert sorted(name for name in os.listdir(adapters) if name.startswith("adapter")) == [
+        "adapter_config.json", "adapter_model.safetensors"], os.listdir(adapters)
+    assert fine_tune_checks.chat_template(adapters) == fine_tune_checks.chat_template(cfg.tokenizer), (
+        "the export keeps the chat template")
+    config = json.loads(open(os.path.join(adapters, "adapter_config.json")).read())
+    assert config["base_model_name_or_path"] == str(run / "base_model"), config
+    on_fp32_base = PeftModel.from_pretrained(
+        AutoModelForCausalLM.from_pretrained(config["base_model_name_or_path"], dtype=torch.float32), adapters)
+    # The job evaluates in bf16, the loaded model in fp32.
+    assert summary["eval_loss"] == pytest.approx(fine_tune_checks.held_out_loss(on_fp32_base, cfg), rel=2e-2), (
+        "eval_loss: the completions' mean loss")
+    prompt = local.CHAT_PROMPTS["prompt-completion"]
+    by_hand = fine_tune_checks.greedy_answer(on_fp32_base, AutoTokenizer.from_pretrained(cfg.tokenizer), prompt,
+                                             2 * local.NEW_TOKENS)
+    assert local.generate_chat(adapters, prompt) == by_hand, (
+        "generate_chat() on the adapters: the training template's prompt, greedy, to the end of the turn")
+    assert f"generate(apply_chat_template({json.dumps(prompt)})): {json.dumps(by_hand)}" in printed, (
+        f"the run's own generation is that answer: {printed[-2000:]}")
 
     loaded: dict = {}
     with contextlib.chdir(tmp_path):

@@ -1,7 +1,8 @@
 """The data stage and its token shards (workload/data/stage.py, cache.py, shards.py): the blocks a rank reads from the
-shards equal the in-memory path's bit for bit (text, chat, prompt-completion, with evaluation blocks, two world sizes);
-a second run with the same key tokenizes nothing; another seq_len or tokenizer is another key; a partial directory is
-never read; a rank's training blocks stay memory-mapped."""
+shards equal the in-memory path's bit for bit (text, chat, prompt-completion, with evaluation blocks, two world sizes),
+through Ray's tasks and through the driver's own tokenizing of a small file; a second run with the same key tokenizes
+nothing; another seq_len or tokenizer is another key; a partial directory is never read; a rank's training blocks stay
+memory-mapped."""
 from __future__ import annotations
 
 import dataclasses
@@ -42,8 +43,10 @@ def local_ray():
 @pytest.fixture
 def node_cache(tmp_path, monkeypatch):
     monkeypatch.setenv(cache.CACHE_VARIABLE, str(tmp_path / "node"))
-    # Ranges of a few hundred bytes: the sample files are read by several tasks, as a large file is.
+    # Ranges of a few hundred bytes: the sample files are read by several tasks, as a large file is (and by Ray's
+    # tasks, not the driver, which tokenizes a small file itself).
     monkeypatch.setattr(stage, "MIN_PART_BYTES", 700)
+    monkeypatch.setattr(stage, "IN_DRIVER_BYTES", 0)
     return tmp_path
 
 
@@ -58,6 +61,22 @@ def test_a_ranks_blocks_from_the_shards_equal_the_in_memory_ones(case, local_ray
     cfg = TrainConfig(**CASES[case], storage_path=str(node_cache / "storage"))
     location = stage.prepare(cfg, world_size=2, say=lambda line: None)
     assert location.startswith(str(node_cache / "storage" / "datasets")), location
+    _assert_same_blocks(case, cfg, location)
+
+
+@pytest.mark.parametrize("case", ["text held out", "chat split", "prompt-completion"])
+def test_a_small_file_is_tokenized_by_the_driver_to_the_same_blocks(case, node_cache, monkeypatch):
+    """Under IN_DRIVER_BYTES (the sample files are), no Ray task: the driver runs the tasks' functions, part after
+    part, to the same shards."""
+    def refuse(*args, **kwargs):
+        raise AssertionError("a small local file went to Ray Data")
+
+    monkeypatch.setattr(stage, "_tokenize_on_ray", refuse)
+    monkeypatch.setattr(stage, "IN_DRIVER_BYTES", 2**20)
+    cfg = TrainConfig(**CASES[case], storage_path=str(node_cache / "storage"))
+    lines: list[str] = []
+    location = stage.prepare(cfg, world_size=2, say=lines.append)
+    assert lines[0].startswith(f"data: tokenizing {cfg.dataset} in the driver"), lines
     _assert_same_blocks(case, cfg, location)
 
 

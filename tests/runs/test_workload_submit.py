@@ -214,13 +214,13 @@ def observed_run(head, tmp_path_factory):
     """The module's training job, created as `pulumi up` creates it: the TrainingJob provider's create
     (infra/job/ray_job.py) through tests/runs/test_ray_job.py's connector (the head through a LocalForward, as the
     Kubernetes port-forward gives it), which calls the same start_job and wait_for_end as the local run's
-    submit_training_job, its log lines streamed, in a thread. Meanwhile the node's metrics are scraped and the job
-    list read every 0.2 s; then the list once the job has ended, and the job's whole log from the job server."""
+    submit_training_job, its log lines streamed, in a thread. Meanwhile, once the node serves its metrics, they are
+    scraped and the job list read every 0.2 s; then the list once the job has ended, and the job's whole log from the
+    job server."""
     address, token = head
     endpoint = monitoring.ray_pod_monitor(namespace="ray", cluster_name="ray-train")["spec"]["podMetricsEndpoints"][0]
     url = f"http://{local.LOOPBACK}:{METRICS_PORT['port']}{endpoint['path']}"
     client = submit.connect(address, token)
-    _wait_for_metrics(url)
     lines: list[str] = []
     connector = Connector(address, token)
     provider = ray_job.TrainingJobProvider(connect=connector, on_log=lines.append)
@@ -230,6 +230,8 @@ def observed_run(head, tmp_path_factory):
     scraped, running_lists = {}, []  # every metric family seen while the job ran, as last scraped
     with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
         job = pool.submit(provider.create, inputs)
+        # The node's metrics come up while the job's driver and workers start (tens of seconds): scraped from then on.
+        _wait_for_metrics(url)
         while not job.done():
             running_lists.append(client.list_jobs())
             scraped.update(scrape(url))

@@ -1,7 +1,9 @@
 """The data stage: --dataset read, rendered and tokenized once, in parallel on the Ray cluster's CPUs, and packed
 into token shards under its cache key (workload/data/cache.py, shards.py), on the job's driver before any training
 worker starts, so no GPU waits on it. A later run or a resume with the same key reads the shards and tokenizes
-nothing; the first line says which ("data: 2.71 B tokens from the cache ..." or the stage's progress).
+nothing; the first line says which ("data: 2.71 B tokens from the cache ..." or the stage's progress). A local file of
+IN_DRIVER_BYTES or less (the sample data) is read and tokenized by the driver itself, with the same functions in the
+same order: Ray Data's tasks would take longer to start than the whole of it takes.
 
 Read: a .jsonl or .txt file (not compressed) in byte ranges, one Ray task each (a line belongs to the range its
 first byte is in), so one large file is read and tokenized by every CPU; a .json, .csv, .parquet or compressed file by
@@ -31,6 +33,9 @@ from workload.data import cache, shapes, shards, validate
 from workload.data.tokenizer import load_chat_tokenizer, load_tokenizer
 
 MIN_PART_BYTES = 4 * 2**20  # a byte range of a file per task: at least this, and about 4 ranges per CPU
+# A local file this small is tokenized by the driver itself (in well under a second): Ray Data's tasks and actors take
+# seconds to start, on every run of the sample data.
+IN_DRIVER_BYTES = 2**20
 RECORDS_PER_BATCH = 512  # records tokenized per batch: a batch's tokens are one row of the stage's output
 PROGRESS_EVERY_S = 10.0
 BLOCK_BYTES = 8 * 2**20
@@ -179,8 +184,37 @@ def _size(path: str) -> int:
 
 
 def tokenize(cfg: TrainConfig, split: str, shape, writer: shards.StreamWriter, say: Callable[[str], None]) -> dict:
-    """Every record of --dataset (a Hub dataset's `split`) tokenized on the cluster, appended to `writer` in order.
-    Returns what was read."""
+    """Every record of --dataset (a Hub dataset's `split`) tokenized, appended to `writer` in order: on the cluster,
+    or by this process for a local file of at most IN_DRIVER_BYTES. Returns what was read."""
+    if is_file_dataset(cfg.dataset) and "://" not in cfg.dataset and _size(cfg.dataset) <= IN_DRIVER_BYTES:
+        return _tokenize_in_driver(cfg, split, shape, writer, say)
+    return _tokenize_on_ray(cfg, split, shape, writer, say)
+
+
+def _tokenize_in_driver(cfg: TrainConfig, split: str, shape, writer: shards.StreamWriter,
+                        say: Callable[[str], None]) -> dict:
+    """The Ray tasks' functions, in this process, part after part: the same tokens in the same order."""
+    import pyarrow
+
+    parts, total = _parts(cfg, split, 1, None)
+    found = {"records": 0, "tokens": 0, "done": 0}
+    started = time.monotonic()
+    say(f"data: tokenizing {cfg.dataset} in the driver ({amount(total)}B: less than Ray Data's tasks take to start)"
+        if total else f"data: tokenizing {cfg.dataset} in the driver (a small file)")
+    for part in parts:
+        for batch in _read_parts(pyarrow.Table.from_pylist([part]), cfg, None):
+            for row in _tokenize_batch(batch, cfg, shape).to_pylist():
+                writer.write(row)
+                for name in found:
+                    found[name] += row[name]
+    writer.close()
+    elapsed = time.monotonic() - started
+    say(_progress(found, total, elapsed, final=True))
+    return {"records": found["records"], "tokens": found["tokens"], "seconds": round(elapsed, 2), "cpus": 1}
+
+
+def _tokenize_on_ray(cfg: TrainConfig, split: str, shape, writer: shards.StreamWriter,
+                     say: Callable[[str], None]) -> dict:
     import ray
     import ray.data
 

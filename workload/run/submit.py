@@ -43,7 +43,7 @@ POLL_S = 5.0
 # The job server's answer while its head's job agent has not registered yet, and how long to keep asking.
 NO_AGENT_YET = "No available agent to submit job"
 AGENT_WAIT_S = 60
-AGENT_RETRY_INTERVAL_S = 1.0
+AGENT_RETRY_INTERVAL_S = 0.25
 # While the workers start (Ray schedules them, installs trainPip, each loads the model) the log can be silent for a
 # minute: a line this often, until the first training line, says the job is alive and how long it has waited.
 HEARTBEAT_S = 10.0

@@ -51,6 +51,9 @@ def read_recording(path: str) -> dict:
         raise cli.UsageError(f"RECORDING {path} cannot be read: {error.strerror}") from None
     except ValueError as error:
         raise cli.UsageError(f"RECORDING {path} is not JSON: {error}") from None
+    except RecursionError:  # json's decoder recurses once per level of [ or {
+        raise cli.UsageError(f"RECORDING {path}: nested too deeply; a recording is {{\"panels\": {{title: "
+                             "{\"result\": [...]}}}, a few levels deep") from None
     panels = recording.get("panels") if isinstance(recording, dict) else None
     if not isinstance(panels, dict) or not panels:
         raise cli.UsageError(f"RECORDING {path} holds no panels: expected {{\"panels\": {{title: {{\"result\": "

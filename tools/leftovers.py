@@ -199,7 +199,7 @@ def read_state(stack: str, state_file: Path | None) -> dict[str, Any]:
             return json.loads(user_files.read_bytes(state_file, MAX_STATE_BYTES))  # a FIFO is refused, not waited on
         except user_files.Refused as error:
             raise cli.UsageError(f"--state {state_file} {error.why}") from None
-        except (OSError, json.JSONDecodeError, UnicodeDecodeError) as error:
+        except (OSError, json.JSONDecodeError, UnicodeDecodeError, RecursionError) as error:
             raise cli.UsageError(f"--state {state_file}: not a `pulumi stack export` JSON file "
                                  f"({type(error).__name__})") from None
     if shutil.which("pulumi") is None:

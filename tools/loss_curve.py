@@ -62,6 +62,10 @@ def run_above(path: str, events: str) -> str | None:
     return next((str(above) for above in list(here.parents)[:2] if (above / events).is_dir()), None)
 
 
+# A title is one line above the chart.
+TITLE_MAX_CHARS = 200
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = cli.parser("python -m tools.loss_curve", __doc__, check_failed="(not used)")
     parser.add_argument("run", metavar="RUN", type=cli.user_path,
@@ -70,6 +74,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--title", default="", help="the picture's title; empty: the run's name")
     args = parser.parse_args(argv)
     check_out(args.out)
+    if len(args.title) > TITLE_MAX_CHARS or not args.title.isprintable():
+        raise cli.UsageError(f"--title must be at most {TITLE_MAX_CHARS} printable characters (a picture's title), got "
+                             f"{len(args.title):,} characters (not shown)")
     from workload import storage
     from workload.metrics import tensorboard as metrics
 

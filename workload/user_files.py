@@ -47,9 +47,21 @@ def problem(path: str | os.PathLike, max_bytes: int, follow_links: bool = True) 
     status = os.stat(path) if follow_links else os.lstat(path)
     if not stat.S_ISREG(status.st_mode):
         return f"is {kind(status.st_mode)}, not a regular file (refused unread)"
+    if (pseudo := _pseudo_file_system(path)) is not None:  # /proc/self/environ is "regular", of size 0, and holds secrets
+        return f"is a file of the kernel's {pseudo} (through a link or not), not a file of yours (refused unread)"
     if status.st_size > max_bytes:
         return f"is {status.st_size:,} bytes; allowed: at most {max_bytes:,} (refused unread)"
     return hole_problem(path)
+
+
+# The kernel's pseudo-file systems: their files say "regular" to stat, report sizes of 0 or 4,096 whatever they hold,
+# and hold the process's environment (/proc/self/environ), memory maps and the machine's settings.
+PSEUDO_ROOTS = ("/proc", "/sys")
+
+
+def _pseudo_file_system(path: str | os.PathLike) -> str | None:
+    real = os.path.realpath(path)
+    return next((root for root in PSEUDO_ROOTS if real == root or real.startswith(root + "/")), None)
 
 
 def read_bytes(path: str | os.PathLike, max_bytes: int, follow_links: bool = True) -> bytes:

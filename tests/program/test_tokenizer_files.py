@@ -33,6 +33,9 @@ def hub(monkeypatch):
              "lab/bpe-fits": {"config.json": CONFIG, "model.safetensors": b"\0", **slow_files(780, added=20)},
              "lab/bare": {"config.json": CONFIG, "model.safetensors": b"\0"},
              "lab/bpe-tokenizer": slow_files(900),
+             # BERT's layout: vocab.txt, one token a line (tokenizer_size.size_of_wordpiece)
+             "lab/wordpiece": {"vocab.txt": "\n".join(f"w{i}" for i in range(850)).encode() + b"\n",
+                               "tokenizer_config.json": b'{"tokenizer_class": "BertTokenizer"}'},
              "lab/no-tokenizer": {"config.json": CONFIG, "model.safetensors": b"\0"}}
     with FakeHub(repos=repos) as server:
         server.datasets["lab/texts"] = {"files": {"train.jsonl": b'{"text": "a line"}\n' * 10}}
@@ -50,6 +53,11 @@ def test_a_models_slow_bpe_tokenizer_past_vocab_size_is_refused_naming_the_model
 def test_a_slow_bpe_tokenizer_repo_past_vocab_size_is_refused_naming_trainTokenizer(hub):
     message = program_refusal({**JOB, "trainModelId": "lab/bpe-fits", "trainTokenizer": "lab/bpe-tokenizer"})
     assert "'trainTokenizer'" in message and "900 tokens" in message, message
+
+
+def test_a_wordpiece_tokenizer_repo_past_vocab_size_is_refused_naming_trainTokenizer(hub):
+    message = program_refusal({**JOB, "trainModelId": "lab/bpe-fits", "trainTokenizer": "lab/wordpiece"})
+    assert "'trainTokenizer'" in message and "850 tokens" in message, message
 
 
 def test_a_slow_bpe_tokenizer_that_fits_is_accepted(hub):

@@ -71,3 +71,18 @@ def test_a_slow_bpe_tokenizers_vocab_json_and_added_tokens_are_sized_as_transfor
     tokenizer.save_pretrained(str(tmp_path))
     (tmp_path / "tokenizer.json").unlink(missing_ok=True)
     assert tokenizer_size.size_in_directory(str(tmp_path)) == len(AutoTokenizer.from_pretrained(str(tmp_path))) == 6
+
+
+def test_a_wordpiece_vocabulary_is_sized_as_transformers_loads_it(tmp_path):
+    """BERT's vocab.txt, one token a line (transformers' load_vocab: a repeated line keeps one id), with the added
+    tokens of tokenizer_config.json: the size transformers' BertTokenizer gives, in the directory and on the Hub."""
+    from transformers import BertTokenizer
+
+    lines = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *[f"w{i}" for i in range(40)], "w3"]
+    (tmp_path / "vocab.txt").write_text("\n".join(lines) + "\n")
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps(
+        {"tokenizer_class": "BertTokenizer", "added_tokens_decoder": {"45": {"content": "<extra>", "special": True}}}))
+    expected = len(BertTokenizer.from_pretrained(str(tmp_path)))
+    assert tokenizer_size.size_in_directory(str(tmp_path)) == expected == 46
+    assert tokenizer_size.size_of_wordpiece((tmp_path / "vocab.txt").read_bytes(),
+                                            (tmp_path / "tokenizer_config.json").read_bytes()) == expected

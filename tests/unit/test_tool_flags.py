@@ -317,3 +317,30 @@ def test_a_stack_that_is_not_found_is_named_only_when_it_reads_as_a_name(module,
     assert pasted[6:20] not in err, err
     assert cli.run(main, [*argv, "--stack", "devv"]) == cli.USAGE
     assert "--stack devv: no Pulumi.devv.yaml here" in capsys.readouterr().err
+
+
+def test_a_recording_nested_past_the_parser_and_a_title_past_a_line_are_refused(tmp_path, capsys):
+    """json's decoder recurses once per [ or {: a recording nested deeper than Python's stack was a RecursionError
+    traceback; a --title of a megabyte was carried to the picture. Each is exit 2 naming its argument."""
+    from tools import gpu_panel, loss_curve
+
+    (tmp_path / "deep.json").write_text("[" * 50_000 + "]" * 50_000)
+    assert cli.run(gpu_panel.main, [str(tmp_path / "deep.json"), "--out", str(tmp_path / "g.svg")]) == cli.USAGE
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: RECORDING {tmp_path / 'deep.json'}: nested too deeply") and "Traceback" not in err
+    assert cli.run(loss_curve.main, [str(tmp_path), "--out", str(tmp_path / "c.svg"), "--title", "T" * 5000]) == \
+        cli.USAGE
+    assert "--title must be at most 200 printable characters" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("value", ["https://hooks.slack.com/services/T9Z8Y7X6W/B5V4U3T2S/q1w2e3r4t5y6u7i8",
+                                   "dapi" + "0f1e2d3c" * 4])
+def test_a_webhook_or_a_databricks_token_is_a_token_in_any_value(value):
+    """A Slack webhook's path is its secret (anyone holding it posts), as is a Databricks personal access token:
+    refused in trainEnv like every token shape, never repeated."""
+    from infra import config
+    from tests.program.test_refusals_at_preview import DEV
+
+    with pytest.raises(ValueError) as refused:
+        config.parse(DEV | {"trainEnabled": True, "trainEnv": [f"NOTIFY={value}"]})
+    assert "'trainEnv': entry 0 must hold no token" in str(refused.value) and value[-12:] not in str(refused.value)

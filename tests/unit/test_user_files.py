@@ -118,3 +118,17 @@ def test_a_sparse_chat_template_is_refused_by_its_bound_naming_the_flag(here, ca
         chat.template_text("holes.jinja")
     (here / "crlf.jinja").write_bytes(b"{{ messages }}\r\n{% if x %}y{% endif %}\r\n")
     assert chat.template_text("crlf.jinja") == "{{ messages }}\n{% if x %}y{% endif %}\n"  # as text mode read it
+
+
+def test_a_link_into_the_kernels_files_is_refused_unread(tmp_path):
+    """/proc/self/environ says "regular file" of size 0 to stat and holds the process's environment (its tokens):
+    a user file reached through a link into /proc or /sys is refused by the one rule every reader uses."""
+    (tmp_path / "template.jinja").symlink_to("/proc/self/environ")
+    (tmp_path / "config.yaml").symlink_to("/sys/kernel/hostname" if os.path.exists("/sys/kernel/hostname") else "/proc/version")
+    for name in ("template.jinja", "config.yaml"):
+        why = user_files.problem(tmp_path / name, 1 << 20)
+        assert why is not None and why.startswith("is a file of the kernel's /"), why
+        with pytest.raises(user_files.Refused):
+            user_files.read_bytes(tmp_path / name, 1 << 20)
+    (tmp_path / "mine.jinja").write_text("{{ messages }}")
+    assert user_files.problem(tmp_path / "mine.jinja", 1 << 20) is None

@@ -39,13 +39,17 @@ CREDENTIALS_ALLOWED = ("no user:password@ (nor a token, key or signature paramet
 # applies it to trainEnv's values too.
 # Also the well-known prefixes of GitHub's secret scanning patterns list (docs.github.com, "Supported secret scanning
 # patterns") and gitleaks' rules: GitLab's glpat-/gldt-/glrt-/glptt-, Slack's xox[abeprs]-, Stripe's sk_live_/rk_live_,
-# npm's npm_, PyPI's pypi-, Google's AIza, and a JWT (three base64url segments, the header's '{"' as eyJ).
+# npm's npm_, PyPI's pypi-, Google's AIza, and a JWT (three base64url segments, the header's '{"' as eyJ); Databricks'
+# personal access tokens (dapi...), and Slack's and Discord's incoming-webhook URLs, whose path is the secret (anyone
+# holding it posts to the channel).
 TOKEN_VALUE = re.compile(r"(?<![A-Za-z0-9])(hf_[A-Za-z0-9]{30,}|gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,}"
                          r"|(AKIA|ASIA)[A-Z0-9]{16}(?![A-Za-z0-9])|sk-[A-Za-z0-9_-]{20,}"
                          r"|gl(pat|dt|rt|ptt)-[A-Za-z0-9_-]{20,}|xox[abeprs]-[A-Za-z0-9-]{10,}|[rs]k_live_[A-Za-z0-9]{20,}"
                          r"|npm_[A-Za-z0-9]{30,}|pypi-[A-Za-z0-9_-]{50,}|AIza[A-Za-z0-9_-]{35}"
-                         r"|eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,})")
-TOKEN_SHAPES = "hf_, ghp_, github_pat_, AKIA, sk-, glpat-, xoxb-, sk_live_, npm_, pypi-, AIza, a JWT..."
+                         r"|eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"
+                         r"|dapi[A-Za-z0-9]{24,}|hooks\.slack\.com/services/[A-Za-z0-9]+/[A-Za-z0-9]+/[A-Za-z0-9]{8,}"
+                         r"|discord(?:app)?\.com/api/webhooks/[0-9]+/[A-Za-z0-9_-]{20,})")
+TOKEN_SHAPES = "hf_, ghp_, github_pat_, AKIA, sk-, glpat-, xoxb-, sk_live_, npm_, pypi-, AIza, dapi, a JWT, a webhook..."
 
 
 def looks_like_token(value: str) -> bool:

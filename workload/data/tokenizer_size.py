@@ -133,6 +133,26 @@ def size_of_vocab(vocab: bytes, tokenizer_config: bytes | None = None) -> int:
     return max(len(names), max(ids, default=-1) + 1)
 
 
+# A WordPiece tokenizer's vocabulary (BERT's): one token a line, its id the line's number (transformers'
+# models/bert/tokenization_bert.py load_vocab: a later line of the same token takes its id).
+WORDPIECE_FILE = "vocab.txt"
+
+
+def size_of_wordpiece(vocab_txt: bytes, tokenizer_config: bytes | None = None) -> int:
+    """The tokens of a WordPiece tokenizer: vocab.txt's distinct lines with tokenizer_config.json's added tokens not
+    among them, counted as size_of_vocab counts; ValueError naming what is wrong."""
+    if (why := size_problem(len(vocab_txt))) is not None:
+        raise ValueError(why.replace(TOKENIZER_FILE, WORDPIECE_FILE))
+    try:
+        lines = vocab_txt.decode("utf-8").split("\n")
+    except UnicodeDecodeError:
+        raise ValueError(f"({WORDPIECE_FILE}) is not UTF-8 text") from None
+    if lines and lines[-1] == "":
+        lines.pop()  # the newline that ends the last line
+    mapping = {line.rstrip("\r"): index for index, line in enumerate(lines)}
+    return size_of_vocab(json.dumps(mapping).encode(), tokenizer_config)
+
+
 def has_tokenizer(file_names: list[str]) -> bool:
     """Whether a repo holding `file_names` has a file a tokenizer loads from (TOKENIZER_FILES, *.model, *.tiktoken)."""
     return any(name in TOKENIZER_FILES or ("/" not in name and name.endswith((".model", ".tiktoken")))
@@ -201,7 +221,15 @@ def size_in_directory(directory: str) -> int:
     except OSError:
         if os.path.isfile(os.path.join(directory, VOCAB_FILE)):
             return size_of_vocab_files(directory)
-        raise NotSized(f"{directory} has no {TOKENIZER_FILE} or {VOCAB_FILE}") from None
+        if os.path.isfile(wordpiece := os.path.join(directory, WORDPIECE_FILE)):
+            config = os.path.join(directory, TOKENIZER_CONFIG_FILE)
+            try:
+                return size_of_wordpiece(user_files.read_bytes(wordpiece, MAX_TOKENIZER_BYTES),
+                                         user_files.read_bytes(config, MAX_TOKENIZER_BYTES)
+                                         if os.path.isfile(config) else None)
+            except ValueError as error:
+                raise ValueError(f"{wordpiece} {error}") from None
+        raise NotSized(f"{directory} has no {TOKENIZER_FILE}, {VOCAB_FILE} or {WORDPIECE_FILE}") from None
     if (why := size_problem(size)) is not None:
         raise ValueError(f"{path} {why}")
     data = user_files.read_bytes(path, MAX_TOKENIZER_BYTES)  # a regular file without holes (user_files.Refused)
@@ -245,9 +273,12 @@ def size_on_hub(repo_id: str, token: str | bool | None, files: list[str] | None 
         except ValueError as error:
             raise ValueError(f"{repo_id}'s {TOKENIZER_FILE} on the Hub {error}") from None
     vocab = read(VOCAB_FILE)
-    if vocab is None:
-        raise NotSized(f"{repo_id} has no {TOKENIZER_FILE} or {VOCAB_FILE} on the Hub")
+    wordpiece = read(WORDPIECE_FILE) if vocab is None else None
+    if vocab is None and wordpiece is None:
+        raise NotSized(f"{repo_id} has no {TOKENIZER_FILE}, {VOCAB_FILE} or {WORDPIECE_FILE} on the Hub")
     try:
+        if wordpiece is not None:
+            return size_of_wordpiece(wordpiece, read(TOKENIZER_CONFIG_FILE))
         return size_of_vocab(vocab, read(TOKENIZER_CONFIG_FILE))
     except ValueError as error:
         raise ValueError(f"{repo_id}'s tokenizer on the Hub {error}") from None

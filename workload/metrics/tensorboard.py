@@ -96,13 +96,19 @@ def read_scalars(directory: str) -> dict[str, list[tuple[int, float]]]:
     """Every scalar of a directory's event files as {tag: [(step, value), ...]}, in the order written, after
     TensorBoard's purge markers are applied (a resumed attempt's steps replace the interrupted one's): what
     TensorBoard's own EventAccumulator shows for them."""
+    from workload import user_files
+
+    paths = sorted(glob.glob(os.path.join(directory, EVENT_FILES)))
+    for path in paths:  # each a regular file without holes, before the protocol buffers' imports (a second)
+        if (why := user_files.problem(path, user_files.UNBOUNDED)) is not None:
+            raise ValueError(f"{path} {why}")
     try:
         from tensorboardX.proto.event_pb2 import Event, SessionLog
     except ImportError:  # the same protocol buffers, as the tensorboard package ships them
         from tensorboard.compat.proto.event_pb2 import Event, SessionLog
 
     series: dict[str, list[tuple[int, float]]] = {}
-    for path in sorted(glob.glob(os.path.join(directory, EVENT_FILES))):
+    for path in paths:
         for record in _records(path):
             event = Event.FromString(record)
             if event.session_log.status == SessionLog.START:

@@ -112,6 +112,12 @@ def size_of_vocab(vocab: bytes, tokenizer_config: bytes | None = None) -> int:
         raise ValueError(f"({VOCAB_FILE}) is not UTF-8 JSON") from None
     if not isinstance(entries, dict):
         raise ValueError(f"({VOCAB_FILE}) is not a {{token: id}} map")
+    return _size_of_entries(entries, tokenizer_config)
+
+
+def _size_of_entries(entries: dict, tokenizer_config: bytes | None) -> int:
+    """A {token: id} vocabulary with tokenizer_config.json's added_tokens_decoder not already in it, as _count
+    counts; ValueError naming the file that is not so."""
     names, ids = set(entries), list(entries.values())
     added = {}
     if tokenizer_config is not None:
@@ -128,9 +134,10 @@ def size_of_vocab(vocab: bytes, tokenizer_config: bytes | None = None) -> int:
         if content not in names:
             names.add(content)
             ids.append(int(number))
-    if not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in ids):
-        raise ValueError(f"({VOCAB_FILE}) has a token id that is not a non-negative integer")
-    return max(len(names), max(ids, default=-1) + 1)
+    try:
+        return _count(names, ids)
+    except ValueError as error:
+        raise ValueError(f"({VOCAB_FILE}) {error}") from None
 
 
 # A WordPiece tokenizer's vocabulary (BERT's): one token a line, its id the line's number (transformers'
@@ -149,8 +156,7 @@ def size_of_wordpiece(vocab_txt: bytes, tokenizer_config: bytes | None = None) -
         raise ValueError(f"({WORDPIECE_FILE}) is not UTF-8 text") from None
     if lines and lines[-1] == "":
         lines.pop()  # the newline that ends the last line
-    mapping = {line.rstrip("\r"): index for index, line in enumerate(lines)}
-    return size_of_vocab(json.dumps(mapping).encode(), tokenizer_config)
+    return _size_of_entries({line.rstrip("\r"): index for index, line in enumerate(lines)}, tokenizer_config)
 
 
 def has_tokenizer(file_names: list[str]) -> bool:

@@ -69,18 +69,10 @@ def syntax_problem(text: str) -> str | None:
     which transformers would otherwise make only when the first example is rendered. Its tags as transformers
     compiles them: loop controls, and {% generation %} blocks."""
     import jinja2
-    import jinja2.ext
-    import jinja2.nodes
 
-    class Generation(jinja2.ext.Extension):
-        tags = frozenset({"generation"})
+    from workload.data.template_render import EXTENSIONS
 
-        def parse(self, parser):
-            lineno = next(parser.stream).lineno
-            body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
-            return jinja2.nodes.Scope(body).set_lineno(lineno)
-
-    environment = jinja2.Environment(extensions=[jinja2.ext.loopcontrols, Generation])
+    environment = jinja2.Environment(extensions=list(EXTENSIONS))
     try:
         environment.parse(text)
     except jinja2.TemplateSyntaxError as error:
@@ -115,7 +107,7 @@ def tokenize_conversation(tokenizer, turns: Sequence[dict], trained_turns: Seque
     labelled with themselves, all others IGNORE_INDEX unless `train_on_prompt`. `where` names the record in errors."""
     try:
         text = render(tokenizer, turns)
-        spans = [_turn_span(tokenizer, turns, index, text, where) for index in trained_turns]
+        spans = [turn_span(tokenizer, turns, index, text, where) for index in trained_turns]
     except ValueError:
         raise
     except Exception as error:  # jinja2's TemplateError and whatever a template's raise_exception() raises
@@ -139,7 +131,7 @@ def missing_token(tokenizer, error: Exception) -> str:
             "not define; give the model's own tokenizer with --tokenizer, or a --chat_template that does not use it")
 
 
-def _turn_span(tokenizer, turns: Sequence[dict], index: int, text: str, where: str) -> tuple[int, int]:
+def turn_span(tokenizer, turns: Sequence[dict], index: int, text: str, where: str) -> tuple[int, int]:
     through = render(tokenizer, turns[:index + 1])
     before = (render(tokenizer, turns[:index], add_generation_prompt=True) if index
               else through[:_opening_turn_start(tokenizer, through, where)])

@@ -9,6 +9,10 @@ to learn).
   (chat.tokenize_conversation), then truncated as it does (packing.fit): when none of them keeps a trained token, the
   template renders no assistant turn ({{ 'hello' }}, a template that drops the messages), or --truncation cuts every
   trained token away (a prompt or system part longer than --seq_len, with --truncation truncate keeping the start).
+- Before either, `check_template_renders_turns`: a --chat_template that renders no assistant turn, found with the
+  template alone (workload.data.template_render), in a fraction of a second instead of after the imports of torch
+  and transformers that loading the tokenizer takes. It refuses only what the tokenizer would: anything the template
+  alone cannot render is left to the checks above.
 """
 from __future__ import annotations
 
@@ -16,7 +20,7 @@ import re
 import time
 
 from workload.config import TRUNCATIONS, TrainConfig, is_file_dataset
-from workload.data import chat, packing, shapes, validate
+from workload.data import chat, shapes, validate
 
 # Records tokenized before Ray: a template (or a truncation) that trains none of the first few trains none.
 SAMPLE_RECORDS = 8
@@ -69,6 +73,8 @@ def rendered_sample(cfg: TrainConfig, tokenizer) -> list[tuple[str, list[dict], 
 def check_template_trains(cfg: TrainConfig, tokenizer) -> None:
     """A local --dataset file's records rendered (rendered_sample), and the sample tokenized and truncated as the job
     will: refused when none of them keeps a trained token, naming the template, or --seq_len and --truncation."""
+    from workload.data import packing  # torch's: after the checks that answer without it
+
     if not is_file_dataset(cfg.dataset) or "://" in cfg.dataset:
         return  # a Hub or remote dataset: not downloaded for this
     sample = rendered_sample(cfg, tokenizer)
@@ -94,9 +100,49 @@ def check_template_trains(cfg: TrainConfig, tokenizer) -> None:
                          f"{cfg.seq_len} tokens it keeps of each hold none: a prompt or system part that long) and "
                          "none keeps one, so the job would have nothing to train on; give --truncation "
                          f"{others}, or a larger --seq_len")
-    raise ValueError(f"{_template(cfg)} renders no assistant turn of --dataset {cfg.dataset}: none of its first "
-                     f"{len(sample)} conversations keeps a token to train on; give a template that renders each "
-                     "message (the assistant's turns among them), or leave --chat_template out for the tokenizer's own")
+    raise _no_assistant_turn(cfg, len(sample))
+
+
+def _no_assistant_turn(cfg: TrainConfig, checked: int) -> ValueError:
+    return ValueError(f"{_template(cfg)} renders no assistant turn of --dataset {cfg.dataset}: none of its first "
+                      f"{checked} conversations keeps a token to train on; give a template that renders each "
+                      "message (the assistant's turns among them), or leave --chat_template out for the tokenizer's "
+                      "own")
+
+
+def check_template_renders_turns(cfg: TrainConfig) -> None:
+    """A --chat_template that renders no assistant turn of the first SAMPLE_RECORDS conversations of a local
+    --dataset file with one, refused as check_template_trains refuses it, from the template alone: the assistant
+    turns' spans (workload.data.chat's, from rendered prefixes) are all empty."""
+    if (cfg.data_format == "text" or not cfg.chat_template or cfg.train_on_prompt
+            or not is_file_dataset(cfg.dataset) or "://" in cfg.dataset):
+        return
+    from workload.data.template_render import TemplateOnly
+
+    try:
+        template = TemplateOnly(chat.template_text(cfg.chat_template))
+    except Exception:  # noqa: BLE001  (a template that does not compile is the compile check's to name)
+        return
+    fields = shapes.Fields.of(cfg)
+    shape, checked = None, 0
+    with validate.open_binary(cfg.dataset) as raw:
+        for count, (where, record) in enumerate(validate.records(cfg.dataset, raw), 1):
+            try:
+                shape = shape or shapes.detect(record, fields)
+                turns, trained = shapes.conversation(record, shape, fields)
+                if not trained:
+                    continue
+                text = chat.render(template, turns)
+                if any(end > start for start, end in (chat.turn_span(template, turns, index, text, where)
+                                                      for index in trained)):
+                    return  # a turn with text to train: the tokenizer's checks say the rest
+            except Exception:  # noqa: BLE001  (what the template alone cannot render, the tokenizer's checks name)
+                return
+            checked += 1
+            if checked >= SAMPLE_RECORDS or count >= RENDER_RECORDS:
+                break
+    if checked:
+        raise _no_assistant_turn(cfg, checked)
 
 
 def marker_problem(tokenizer, turns: list[dict]) -> str | None:

@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 from workload import cli
 from workload.config import CHAT_TEMPLATES, TrainConfig, parse_report_to
 from workload.config.special_names import never_resolved
-from workload.data import hub_dataset, tokenizer_size
+from workload.data import hub_dataset, template_check, tokenizer_size
 from workload.data import validate as records_check
 from workload.model import (
     adapters,
@@ -274,6 +274,9 @@ def validate(cfg: TrainConfig) -> None:
         check_tokenizer_vocabulary(cfg, known.get("vocab_size"))
     elif local_config is not None:
         check_tokenizer_vocabulary(cfg, local_config.get("vocab_size"), defer_unreadable=True)
+
+    # A --chat_template that renders no assistant turn, from the template alone (the tokenizer's load is seconds).
+    template_check.check_template_renders_turns(cfg)
 
     # Seconds of imports from here on: torch and transformers. The model's build imports torchao where installed,
     # whose import logs (torch's deprecation notices, extensions for other machines): imported quietly first, so a

@@ -184,7 +184,9 @@ def test_an_export_this_machine_cannot_hold_is_exit_3_before_the_model_is_built(
 
     from workload.checkpoint import export_room
 
-    parameters = sum(p.numel() for p in AutoModelForCausalLM.from_config(Qwen2Config(**TINY)).parameters())
+    lm = AutoModelForCausalLM.from_config(Qwen2Config(**TINY))
+    parameters = sum(p.numel() for p in lm.parameters())
+    largest = max(t.numel() * t.element_size() for t in lm.state_dict().values())  # read whole, then copied in
     monkeypatch.setattr(export_room, "available_memory", lambda: 1 << 20)
     built, build = [], AutoModelForCausalLM.from_config  # the export's float32 build (dtype=), not the meta check's
 
@@ -194,18 +196,23 @@ def test_an_export_this_machine_cannot_hold_is_exit_3_before_the_model_is_built(
     monkeypatch.setattr(AutoModelForCausalLM, "from_config", counted)
     code, lines = exported(saved, str(tmp_path / "model"), capsys)
     assert code == cli.ENVIRONMENT and built == [] and not (tmp_path / "model").exists(), lines
+    need = (parameters * 4 + largest + export_room.OVERHEAD_BYTES) / export_room.GIB
     assert lines[0] == (f"error: the checkpoint's model has {parameters / 1e9:,.2f} billion parameters: the export builds "
-                        f"them in float32, {(parameters * 4 + export_room.OVERHEAD_BYTES) / export_room.GIB:,.1f} GiB "
+                        f"them in float32, {need:,.1f} GiB "
                         "of memory with the load's buffers, and this machine has 0.0 GiB available"), lines
 
 
-@pytest.mark.parametrize("dtype, hint", [("float32", ", or --dtype bfloat16 for half"), ("bfloat16", "")])
-def test_the_room_check_counts_the_dtype_written(dtype, hint):
+@pytest.mark.parametrize("dtype, hint, memory", [("float32", ", or --dtype bfloat16 for half", "261.0"),
+                                                  ("bfloat16", "", "130.6")])
+def test_the_room_check_counts_the_dtype_written(dtype, hint, memory):
+    """A 70B model is built at --dtype: 280 GB of float32 or 140 GB of bfloat16 (130.4 GiB), with the load's buffers."""
     from workload.checkpoint import export_room
 
     seventy_b = 70_000_000_000
-    with pytest.raises(cli.EnvironmentProblem, match=r"70\.00 billion parameters: .* 261\.0 GiB of memory .* 64\.0 GiB"):
+    with pytest.raises(cli.EnvironmentProblem, match=fr"70\.00 billion parameters: the export builds them in {dtype}, "
+                                                     fr"{memory} GiB of memory .* 64\.0 GiB") as refused:
         export_room.check_room(seventy_b, dtype, "/tmp/out", memory=64 * export_room.GIB, free_disk=10**15)
+    assert refused.value.hint.startswith("--dtype bfloat16 builds it in half") == (dtype == "float32")
     export_room.check_room(seventy_b, dtype, "/tmp/out", memory=300 * export_room.GIB, free_disk=10**15)
     with pytest.raises(cli.EnvironmentProblem) as refused:
         export_room.check_room(seventy_b, dtype, "/tmp/out", memory=300 * export_room.GIB, free_disk=100 * export_room.GIB)
@@ -213,6 +220,30 @@ def test_the_room_check_counts_the_dtype_written(dtype, hint):
     assert str(refused.value) == (f"OUT /tmp/out: the model's weights take {weights:,.1f} GiB at --dtype {dtype}, and "
                                   "its disk has 100.0 GiB free"), refused.value
     assert refused.value.hint == "give an OUT on a disk with the room" + hint
+
+
+def test_a_bfloat16_export_is_the_float32_export_rounded_and_never_holds_the_float32_model(saved, tmp_path, capsys,
+                                                                                         monkeypatch):
+    """--dtype bfloat16 builds the model in bfloat16 and the load casts each float32 master weight into it: every
+    tensor written equals the float32 export's rounded to bfloat16, bit for bit, and no float32 model was built."""
+    from safetensors.torch import load_file
+    from transformers import AutoModelForCausalLM
+
+    assert cli.run(export.main, [saved, str(tmp_path / "f32")]) == cli.OK
+    builds, build = [], AutoModelForCausalLM.from_config
+
+    def counted(*args, **kwargs):
+        builds.append(kwargs.get("dtype"))
+        return build(*args, **kwargs)
+
+    monkeypatch.setattr(AutoModelForCausalLM, "from_config", counted)
+    assert cli.run(export.main, [saved, str(tmp_path / "bf16"), "--dtype", "bfloat16"]) == cli.OK, capsys.readouterr()
+    assert torch.float32 not in builds and torch.bfloat16 in builds, builds
+    full, half = (load_file(str(tmp_path / name / "model.safetensors")) for name in ("f32", "bf16"))
+    assert sorted(full) == sorted(half)
+    for name, tensor in full.items():
+        assert tensor.dtype == torch.float32 and half[name].dtype == torch.bfloat16, name
+        assert torch.equal(half[name], tensor.to(torch.bfloat16)), name
 
 
 @pytest.mark.parametrize("record, words", [

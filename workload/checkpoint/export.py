@@ -75,8 +75,11 @@ def export(checkpoint: str, out: str, *, dtype: str = "float32", merge: bool = F
         read_config_file(directory)
         config = AutoConfig.from_pretrained(directory)
         parameters = check_against_metadata(directory, config, metadata, prefix=f"{MODEL_KEY}.{LM_PREFIX}")
-        check_room(parameters, dtype, out)  # a 70B model's 280 GB: said before a byte is allocated
-        model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+        # a 70B model's 140 GB in bfloat16 (280 in float32): said before a byte is allocated
+        check_room(parameters, dtype, out, largest=checkpoint_reader.largest_tensor_bytes(metadata, MODEL_KEY + "."))
+        # Built at --dtype: the load casts each float32 master weight as it copies it in (round to nearest even, as
+        # .to(dtype) would after), so a bfloat16 export never holds the float32 model.
+        model = AutoModelForCausalLM.from_config(config, dtype=getattr(torch, dtype))
         state = {MODEL_KEY: {LM_PREFIX + name: tensor for name, tensor in model.state_dict().items()}}
         # In place, into the model's parameters; the checkpoint is untrusted input (a crafted one is refused).
         checkpoint_reader.load(state, directory, no_dist=True)
@@ -86,7 +89,7 @@ def export(checkpoint: str, out: str, *, dtype: str = "float32", merge: bool = F
             from transformers import GenerationConfig
 
             model.generation_config = GenerationConfig.from_pretrained(directory)
-    return save_model_directory(model.to(getattr(torch, dtype)), out, tokenizer=record.get("tokenizer", ""),
+    return save_model_directory(model, out, tokenizer=record.get("tokenizer", ""),
                                 chat_template=record.get("chat_template", ""))
 
 

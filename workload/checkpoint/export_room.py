@@ -1,6 +1,7 @@
 """Whether this machine has the memory and the disk to export a checkpoint, asked once the checkpoint's own metadata
 has given the model's size, before a byte of it is allocated: a 70B model's export builds its 70 billion parameters
-in float32 (280 GB of memory) and writes them at --dtype to OUT (140 GB in bfloat16), which a laptop has neither of.
+at --dtype (140 GB of memory in bfloat16, 280 GB in float32), loads the checkpoint's float32 master weights into them
+one tensor at a time, and writes them to OUT (140 GB in bfloat16), which a laptop has neither of.
 The kernel's out-of-memory killer ended such an export with no message after minutes of loading; now it is exit 3
 naming what is needed and what there is.
 
@@ -14,11 +15,13 @@ import shutil
 from workload import cli
 
 GIB = 1 << 30
-# Bytes per parameter: the export builds the model in float32 and loads the float32 master weights into it
-# (workload/checkpoint/export.py), then writes it at --dtype.
+# Bytes per parameter: the export builds the model at --dtype and loads the master weights into it (DCP's load copies
+# each stored tensor into its target, casting: torch/distributed/checkpoint/filesystem.py, read_data's copy_), then
+# writes it (workload/checkpoint/export.py).
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2}
-# Beyond the parameters: the buffers of the load and the save. The check runs once torch and transformers are
-# imported, so what they hold is already out of the available memory it reads.
+# Beyond the parameters and the largest stored tensor (read whole before its copy): the buffers of the load and the
+# save. The check runs once torch and transformers are imported, so what they hold is already out of the available
+# memory it reads.
 OVERHEAD_BYTES = 256 << 20
 
 
@@ -37,18 +40,21 @@ def available_memory() -> int | None:
         return None
 
 
-def check_room(parameters: int, dtype: str, out: str, *, memory: int | None = None, free_disk: int | None = None) -> None:
-    """Exit 3 (cli.EnvironmentProblem) when the export of a model of `parameters` cannot fit this machine's memory
-    or OUT's disk; `memory` and `free_disk` are this machine's unless given."""
-    need_memory = parameters * DTYPE_BYTES["float32"] + OVERHEAD_BYTES
+def check_room(parameters: int, dtype: str, out: str, *, largest: int = 0, memory: int | None = None,
+               free_disk: int | None = None) -> None:
+    """Exit 3 (cli.EnvironmentProblem) when the export of a model of `parameters` (whose largest stored tensor takes
+    `largest` bytes) cannot fit this machine's memory or OUT's disk; `memory` and `free_disk` are this machine's
+    unless given."""
+    need_memory = parameters * DTYPE_BYTES.get(dtype, 4) + largest + OVERHEAD_BYTES
     memory = available_memory() if memory is None else memory
     if memory is not None and need_memory > memory:
         raise cli.EnvironmentProblem(
-            f"the checkpoint's model has {parameters / 1e9:,.2f} billion parameters: the export builds them in float32, "
+            f"the checkpoint's model has {parameters / 1e9:,.2f} billion parameters: the export builds them in {dtype}, "
             f"{need_memory / GIB:,.1f} GiB of memory with the load's buffers, and this machine has {memory / GIB:,.1f} GiB "
             "available",
-            hint="run the export where the memory is (an EC2 r7i.16xlarge has 512 GiB), with the checkpoint's "
-                 "s3:// path as CHECKPOINT")
+            hint=("--dtype bfloat16 builds it in half; or " if dtype == "float32" else "") +
+                 "run the export where the memory is (an EC2 r7i.16xlarge has 512 GiB), with the checkpoint's s3:// "
+                 "path as CHECKPOINT")
     need_disk = parameters * DTYPE_BYTES.get(dtype, 4)
     if free_disk is None:
         existing = os.path.abspath(out)

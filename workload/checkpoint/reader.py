@@ -103,9 +103,18 @@ def read_metadata(directory: str | os.PathLike) -> Metadata:
 
 def tensor_bytes(metadata: Metadata, prefix: str = "") -> int:
     """What the tensors the metadata lists (those whose name starts with `prefix`) take in memory, whole."""
-    return sum(math.prod(item.size) * _element_size(item.properties.dtype)
-               for name, item in metadata.state_dict_metadata.items()
-               if name.startswith(prefix) and isinstance(item, dcp_metadata.TensorStorageMetadata))
+    return sum(_sizes(metadata, prefix))
+
+
+def largest_tensor_bytes(metadata: Metadata, prefix: str = "") -> int:
+    """The largest of those tensors, as stored: the most a load holds read and not yet copied into its target."""
+    return max(_sizes(metadata, prefix), default=0)
+
+
+def _sizes(metadata: Metadata, prefix: str) -> list[int]:
+    return [math.prod(item.size) * _element_size(item.properties.dtype)
+            for name, item in metadata.state_dict_metadata.items()
+            if name.startswith(prefix) and isinstance(item, dcp_metadata.TensorStorageMetadata)]
 
 
 def _element_size(dtype: Any) -> int:

@@ -19,7 +19,7 @@ import sys
 from typing import Sequence
 
 from workload import cli
-from workload.checkpoint.export_room import check_room
+from workload.checkpoint.export_room import base_parameters, check_room
 from workload.checkpoint.file_checks import check_files, read_record
 from workload.checkpoint.model_config import check_config_values
 from workload.checkpoint.untrusted_values import REMOTE_CODE_KEYS, drop_remote_code, source_problem, tokenizer_note
@@ -176,6 +176,8 @@ def merge(adapter_directory: str, out: str, *, base: str | None = None, dtype: s
     transformers_logging.disable_progress_bar()
     with open(os.path.join(adapter_directory, adapter_export.ADAPTER_CONFIG)) as file:
         base = base or json.load(file)["base_model_name_or_path"]
+    if (parameters := base_parameters(base)) is not None:  # a 70B base's 140 GB in bfloat16: said before its load
+        check_room(parameters, dtype, out)
     model = AutoModelForCausalLM.from_pretrained(base, dtype=getattr(torch, dtype))
     merged = PeftModel.from_pretrained(model, adapter_directory).merge_and_unload()
     tokenizer = adapter_directory if os.path.isfile(os.path.join(adapter_directory, "tokenizer_config.json")) else ""

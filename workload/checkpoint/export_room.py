@@ -5,10 +5,16 @@ one tensor at a time, and writes them to OUT (140 GB in bfloat16), which a lapto
 The kernel's out-of-memory killer ended such an export with no message after minutes of loading; now it is exit 3
 naming what is needed and what there is.
 
+`--merge` builds the adapters' base at --dtype (from_pretrained) and merges the adapters into it: its size is the
+base's, from the headers of its safetensors files (a directory: the job's base_model/, a local or s3:// copy), else
+from its config.json's arithmetic (the project's shipped copy of a Hub model's, else the Hub's, one request).
+
 Memory is MemAvailable of /proc/meminfo (Linux: what can be allocated without swapping), else the physical memory
 (os.sysconf); disk is shutil.disk_usage of OUT's nearest existing directory."""
 from __future__ import annotations
 
+import json
+import math
 import os
 import shutil
 
@@ -66,3 +72,35 @@ def check_room(parameters: int, dtype: str, out: str, *, largest: int = 0, memor
             f"OUT {out}: the model's weights take {need_disk / GIB:,.1f} GiB at --dtype {dtype}, and its disk has "
             f"{free_disk / GIB:,.1f} GiB free",
             hint="give an OUT on a disk with the room" + (", or --dtype bfloat16 for half" if dtype == "float32" else ""))
+
+
+def base_parameters(base: str) -> int | None:
+    """The parameters of --merge's base model `base` (a directory, or a Hub id), or None where they cannot be told
+    before its download (from_pretrained then says what is wrong with it)."""
+    import glob
+
+    from workload.model import architectures, safetensors_files, structure
+
+    if os.path.isdir(base):
+        files = sorted(glob.glob(os.path.join(base, "*.safetensors")))
+        if files and all(safetensors_files.file_problem(path) is None for path in files):
+            return sum(math.prod(shape) for path in files
+                       for _, shape in safetensors_files.tensor_entries(path).values())
+        return None
+    config = architectures.published(base)
+    if config is None:
+        from workload.model import model_source
+
+        try:
+            directory = model_source.hub_config_directory(base)
+        except Exception:  # noqa: BLE001  (not there, gated, no answer: the download's own error says it)
+            return None
+        try:
+            with open(os.path.join(directory, model_source.CONFIG_FILE)) as file:
+                config = json.load(file)
+        finally:
+            shutil.rmtree(directory, ignore_errors=True)
+    try:
+        return structure.parameter_count(config)
+    except Exception:  # noqa: BLE001  (a family whose arithmetic is not known here)
+        return None

@@ -14,6 +14,7 @@ from tests.program.test_refusals_at_preview import program_refusal
 from tests.program.test_tokenizer_vocabulary import SMALL_LLAMA
 from tests.support.fake_hub import FakeHub
 from tests.support.pulumi_mocks import run_program
+from tests.support.sentencepiece_files import sentencepiece_model
 from workload.data import tokenizer_size
 
 JOB = {"trainEnabled": True, "trainDataset": "lab/texts", "trainStoragePath": "s3://company-data/runs"}
@@ -36,7 +37,15 @@ def hub(monkeypatch):
              # BERT's layout: vocab.txt, one token a line (tokenizer_size.size_of_wordpiece)
              "lab/wordpiece": {"vocab.txt": "\n".join(f"w{i}" for i in range(850)).encode() + b"\n",
                                "tokenizer_config.json": b'{"tokenizer_class": "BertTokenizer"}'},
-             "lab/no-tokenizer": {"config.json": CONFIG, "model.safetensors": b"\0"}}
+             "lab/no-tokenizer": {"config.json": CONFIG, "model.safetensors": b"\0"},
+             # Llama 2's and Mistral's layout without tokenizer.json: a sentencepiece model (sentencepiece_size)
+             "lab/sp-tokenizer": {"tokenizer.model": sentencepiece_model([f"p{i}" for i in range(805)]),
+                                  "tokenizer_config.json": b'{"tokenizer_class": "LlamaTokenizer"}'},
+             "lab/sp-model": {"config.json": CONFIG, "model.safetensors": b"\0",
+                              "spiece.model": sentencepiece_model([f"p{i}" for i in range(790)]),
+                              "tokenizer_config.json": json.dumps({"added_tokens_decoder": {
+                                  str(790 + i): {"content": f"<extra_id_{i}>"} for i in range(20)}}).encode()},
+             "lab/sp-fits": {"tokenizer.model": sentencepiece_model([f"p{i}" for i in range(800)])}}
     with FakeHub(repos=repos) as server:
         server.datasets["lab/texts"] = {"files": {"train.jsonl": b'{"text": "a line"}\n' * 10}}
         monkeypatch.setenv("HF_ENDPOINT", server.url)
@@ -58,6 +67,20 @@ def test_a_slow_bpe_tokenizer_repo_past_vocab_size_is_refused_naming_trainTokeni
 def test_a_wordpiece_tokenizer_repo_past_vocab_size_is_refused_naming_trainTokenizer(hub):
     message = program_refusal({**JOB, "trainModelId": "lab/bpe-fits", "trainTokenizer": "lab/wordpiece"})
     assert "'trainTokenizer'" in message and "850 tokens" in message, message
+
+
+@pytest.mark.parametrize("settings, key, tokens", [
+    ({"trainModelId": "lab/bpe-fits", "trainTokenizer": "lab/sp-tokenizer"}, "trainTokenizer", "805 tokens"),
+    ({"trainModelId": "lab/sp-model"}, "trainModelId", "810 tokens"),
+])
+def test_a_sentencepiece_tokenizer_past_vocab_size_is_refused_naming_the_key(hub, settings, key, tokens):
+    message = program_refusal({**JOB, **settings})
+    assert f"'{key}'" in message and tokens in message and "800" in message, message
+
+
+def test_a_sentencepiece_tokenizer_that_fits_is_accepted(hub):
+    run = run_program("dev", {**JOB, "trainModelId": "lab/bpe-fits", "trainTokenizer": "lab/sp-fits"})
+    assert run.error is None, run.error
 
 
 def test_a_slow_bpe_tokenizer_that_fits_is_accepted(hub):

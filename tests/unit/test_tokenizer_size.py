@@ -7,7 +7,8 @@ import os
 
 import pytest
 
-from workload.data import tokenizer_size
+from tests.support.sentencepiece_files import sentencepiece_model
+from workload.data import sentencepiece_size, tokenizer_size
 from workload.model import architectures
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -86,3 +87,27 @@ def test_a_wordpiece_vocabulary_is_sized_as_transformers_loads_it(tmp_path):
     assert tokenizer_size.size_in_directory(str(tmp_path)) == expected == 46
     assert tokenizer_size.size_of_wordpiece((tmp_path / "vocab.txt").read_bytes(),
                                             (tmp_path / "tokenizer_config.json").read_bytes()) == expected
+
+
+def test_a_sentencepiece_models_pieces_are_read_as_protobuf_wrote_them():
+    pieces = ["<unk>", "<s>", "</s>", "▁the", "▁Straße", "東京", "x" * 300] + [f"▁w{i}" for i in range(20_000)]
+    assert sentencepiece_size.pieces(sentencepiece_model(pieces)) == pieces
+
+
+def test_a_sentencepiece_tokenizer_counts_its_pieces_and_the_added_tokens_past_them(tmp_path):
+    (tmp_path / "tokenizer.model").write_bytes(sentencepiece_model(["<unk>", "<s>", "</s>"] + [f"▁{i}" for i in range(597)]))
+    assert tokenizer_size.size_in_directory(str(tmp_path)) == 600
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({"added_tokens_decoder": {
+        "1": {"content": "<s>"}, "600": {"content": "<pad>"}, "601": {"content": "<|im_end|>"}}}))
+    assert tokenizer_size.size_in_directory(str(tmp_path)) == 602, "<s> is a piece already; two added past them"
+    assert "602 tokens" in tokenizer_size.vocabulary_problem(602, 600)
+
+
+@pytest.mark.parametrize("data", [b"\0", b"\x0a\xff", b"\x0a\x05\x0a\x03ab", b"\x0b\x00", b"\x12\x02\x18\x01",
+                                  b"\x0a" + b"\xff" * 11, b"\x0a\x03\x0a\x01\xff"])
+def test_a_file_that_is_no_sentencepiece_model_is_left_to_the_tokenizers_load(tmp_path, data):
+    """Bytes the walk cannot read (field 0, a cut-off field, a group's wire type, no pieces, a number past 10 bytes,
+    a piece not UTF-8) are NotSized, a warning at preview: the tokenizer's own load names what is wrong."""
+    (tmp_path / "spiece.model").write_bytes(data)
+    with pytest.raises(tokenizer_size.NotSized, match="its sentencepiece model"):
+        tokenizer_size.size_in_directory(str(tmp_path))

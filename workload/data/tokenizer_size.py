@@ -14,7 +14,9 @@ the largest published, Gemma 3's of 262,144 tokens, is 33 MB), then checked fiel
 slow BPE files alone (vocab.json and merges.txt, no tokenizer.json) is sized from vocab.json: transformers' len() of it
 (tokenization_python.py's __len__, and the fast tokenizer convert_slow_tokenizer builds from the same files) counts
 its {token: id} entries with tokenizer_config.json's added_tokens_decoder ({"<id>": {"content", ...}}) not already in
-it (size_of_vocab). A sentencepiece-only one (tokenizer.model) is not sized here: the job's transformers check says.
+it (size_of_vocab); a WordPiece one (vocab.txt) by its lines (size_of_wordpiece); a sentencepiece-only one
+(tokenizer.model) by its pieces, a lower bound of len() (workload/data/sentencepiece_size.py), its model not readable
+here being NotSized: the job's transformers check says.
 A repo with none of the files a tokenizer loads from (TOKENIZER_FILES) cannot be loaded at all: AutoTokenizer.
 from_pretrained raises OSError "Can't load tokenizer for '<id>'" (tokenization_utils_base.py), in the data stage.
 Standard library only (the Pulumi program imports it).
@@ -26,6 +28,7 @@ import os
 from typing import Any
 
 from workload import user_files
+from workload.data import sentencepiece_size
 
 TOKENIZER_FILE = "tokenizer.json"
 # A slow BPE tokenizer's files (GPT-2's), sized when there is no tokenizer.json.
@@ -159,6 +162,19 @@ def size_of_wordpiece(vocab_txt: bytes, tokenizer_config: bytes | None = None) -
     return _size_of_entries({line.rstrip("\r"): index for index, line in enumerate(lines)}, tokenizer_config)
 
 
+def size_of_sentencepiece(model: bytes, tokenizer_config: bytes | None = None) -> int:
+    """At least the tokens of a sentencepiece tokenizer: its model's pieces with tokenizer_config.json's added
+    tokens not among them (sentencepiece_size's lower bound); NotSized for a model not read here, ValueError for a
+    tokenizer_config.json that is not what its name says."""
+    if (why := size_problem(len(model))) is not None:
+        raise NotSized(f"its sentencepiece model {why}")
+    try:
+        found = sentencepiece_size.pieces(model)
+    except ValueError as error:
+        raise NotSized(f"its sentencepiece model {error}") from None
+    return _size_of_entries({piece: index for index, piece in enumerate(found)}, tokenizer_config)
+
+
 def has_tokenizer(file_names: list[str]) -> bool:
     """Whether a repo holding `file_names` has a file a tokenizer loads from (TOKENIZER_FILES, *.model, *.tiktoken)."""
     return any(name in TOKENIZER_FILES or ("/" not in name and name.endswith((".model", ".tiktoken")))
@@ -218,8 +234,9 @@ def size_of_vocab_files(directory: str) -> int:
 
 def size_in_directory(directory: str) -> int:
     """The tokens of the tokenizer in a directory on this machine: its tokenizer.json, its size checked before a
-    byte is read, else its vocab.json with the added tokens (size_of_vocab_files). NotSized without either (a
-    sentencepiece-only tokenizer); ValueError for a file that is not what its name says."""
+    byte is read, else its vocab.json with the added tokens (size_of_vocab_files), its vocab.txt, or its sentencepiece
+    model. NotSized without any, or a sentencepiece model not read here; ValueError for a file that is not what its
+    name says."""
     directory = os.path.expanduser(directory)
     path = os.path.join(directory, TOKENIZER_FILE)
     try:
@@ -235,7 +252,17 @@ def size_in_directory(directory: str) -> int:
                                          if os.path.isfile(config) else None)
             except ValueError as error:
                 raise ValueError(f"{wordpiece} {error}") from None
-        raise NotSized(f"{directory} has no {TOKENIZER_FILE}, {VOCAB_FILE} or {WORDPIECE_FILE}") from None
+        for name in sentencepiece_size.SENTENCEPIECE_FILES:
+            if os.path.isfile(model := os.path.join(directory, name)):
+                config = os.path.join(directory, TOKENIZER_CONFIG_FILE)
+                try:
+                    return size_of_sentencepiece(user_files.read_bytes(model, MAX_TOKENIZER_BYTES),
+                                                 user_files.read_bytes(config, MAX_TOKENIZER_BYTES)
+                                                 if os.path.isfile(config) else None)
+                except ValueError as error:
+                    raise ValueError(f"{model} {error}") from None
+        raise NotSized(f"{directory} has no {TOKENIZER_FILE}, {VOCAB_FILE}, {WORDPIECE_FILE} or sentencepiece "
+                       "model") from None
     if (why := size_problem(size)) is not None:
         raise ValueError(f"{path} {why}")
     data = user_files.read_bytes(path, MAX_TOKENIZER_BYTES)  # a regular file without holes (user_files.Refused)
@@ -255,8 +282,8 @@ def vocabulary_problem(tokens: int, vocab_size: Any) -> str | None:
 
 
 def size_on_hub(repo_id: str, token: str | bool | None, files: list[str] | None = None) -> int:
-    """The tokens of a Hub repo's tokenizer: its tokenizer.json, else its vocab.json (with tokenizer_config.json's
-    added tokens), each in one request with no retries, at most one byte past MAX_TOKENIZER_BYTES
+    """The tokens of a Hub repo's tokenizer: its tokenizer.json, else its vocab.json or vocab.txt, else its
+    sentencepiece model (with tokenizer_config.json's added tokens), each in one request with no retries, at most one byte past MAX_TOKENIZER_BYTES
     (workload.model.model_source.read_file); `files`, the repo's file list when had, spares the requests for files it
     lacks. NotSized when the repo has neither; huggingface_hub's errors for the Hub's other answers,
     model_source.Unreachable for none; ValueError for a file that is not what its name says."""
@@ -280,9 +307,16 @@ def size_on_hub(repo_id: str, token: str | bool | None, files: list[str] | None 
             raise ValueError(f"{repo_id}'s {TOKENIZER_FILE} on the Hub {error}") from None
     vocab = read(VOCAB_FILE)
     wordpiece = read(WORDPIECE_FILE) if vocab is None else None
-    if vocab is None and wordpiece is None:
-        raise NotSized(f"{repo_id} has no {TOKENIZER_FILE}, {VOCAB_FILE} or {WORDPIECE_FILE} on the Hub")
+    model = None
+    for name in sentencepiece_size.SENTENCEPIECE_FILES[:None if files is not None else 1]:
+        if vocab is None and wordpiece is None and model is None:
+            model = read(name)
+    if vocab is None and wordpiece is None and model is None:
+        raise NotSized(f"{repo_id} has no {TOKENIZER_FILE}, {VOCAB_FILE}, {WORDPIECE_FILE} or sentencepiece model on "
+                       "the Hub")
     try:
+        if model is not None:
+            return size_of_sentencepiece(model, read(TOKENIZER_CONFIG_FILE))
         if wordpiece is not None:
             return size_of_wordpiece(wordpiece, read(TOKENIZER_CONFIG_FILE))
         return size_of_vocab(vocab, read(TOKENIZER_CONFIG_FILE))

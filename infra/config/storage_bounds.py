@@ -13,12 +13,16 @@ from __future__ import annotations
 
 from urllib.parse import unquote
 
+from workload.user_files import PSEUDO_ROOTS
+
 KEY = "trainStoragePath"
 S3_KEY_MAX_BYTES = 1024
 NAME_MAX = 255
 PATH_MAX = 4096
 JOB_SUFFIX_MARGIN = 256
-PSEUDO_FILE_SYSTEMS = ("/proc", "/sys", "/dev")
+# The kernel's pseudo-file systems a user file is refused in (workload/user_files.py), and /dev: no directory of a
+# run can be made under any of them.
+PSEUDO_FILE_SYSTEMS = (*PSEUDO_ROOTS, "/dev")
 
 
 def check_storage_bounds(path: str) -> None:

@@ -132,13 +132,11 @@ def _looks_like_a_checkpoint(path: str) -> bool:
 def _first_save(directory: str) -> str:
     """Why a run directory may hold no checkpoint, with the run's own --checkpoint_every when it recorded its flags
     (workload/run/checks.py FLAGS_FILE, which the local run writes)."""
-    from workload import user_files
-    from workload.checkpoint.file_checks import MAX_JSON_BYTES
+    from workload.run.checks import recorded_flags
 
-    try:  # a file of the storage's: a regular one within its bound (a FIFO would wait for a writer)
-        every = int(json.loads(user_files.read_bytes(os.path.join(directory, "local_run_flags.json"),
-                                                     MAX_JSON_BYTES))["checkpoint_every"])
-    except (OSError, ValueError, KeyError, TypeError):  # user_files.Refused is a ValueError
+    try:
+        every = int((recorded_flags(directory) or {})["checkpoint_every"])
+    except (ValueError, KeyError, TypeError):
         return "a run that stopped before its first save (every --checkpoint_every steps) leaves none"
     if not every:
         return "its run saved none (--checkpoint_every 0)"

@@ -206,7 +206,7 @@ def resume_step(cfg: TrainConfig) -> int | None:
                                  "run has no other to resume from",
                                  hint="remove it to start the run afresh, or give a new --run_name")
         return None  # nothing to resume: the run starts afresh, whatever it was started with before
-    before = _recorded_flags(directory)
+    before = recorded_flags(directory)
     if before is not None:
         now = dataclasses.asdict(cfg)
         # A field newer than the recorded run (--epochs) had its default then.
@@ -236,7 +236,9 @@ def _not_a_run_directory(cfg: TrainConfig) -> None:
 RECORD_MAX_BYTES = 1 << 20
 
 
-def _recorded_flags(directory: str) -> dict | None:
+def recorded_flags(directory: str) -> dict | None:
+    """The flags a local run recorded in run directory `directory` (FLAGS_FILE, which record_flags writes), or None
+    where there is no such record: a file of the storage's, read as a user file (a FIFO would wait for a writer)."""
     try:
         recorded = json.loads(user_files.read_bytes(os.path.join(directory, FLAGS_FILE), RECORD_MAX_BYTES))
     except (OSError, ValueError):

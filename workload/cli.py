@@ -92,15 +92,17 @@ class _HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefa
 # What an error may quote of a value the user gave: SHOWN_CHARS at most, and nothing that looks like a token (a run of
 # 20 or more letters and digits, as every API token is, or a URI's user:password@).
 SHOWN_CHARS = 80
-_TOKEN_LIKE = re.compile(r"[A-Za-z0-9_-]{20,}")
+TOKEN_LIKE = re.compile(r"[A-Za-z0-9_-]{20,}")
 _CREDENTIALS = re.compile(r"://[^/\s]*@")
 
 
 def shown(value: object) -> str:
-    """`value` as a refusal may quote it: a short value, whole (repr); one that may be a token, or longer than
-    SHOWN_CHARS, only by its length."""
+    """`value` as a refusal may quote it: a short value, whole (repr); one that may be a token (a URI with credentials,
+    a run of 20 or more letters and digits, as every API token is), or longer than SHOWN_CHARS, only by its length."""
+    from workload.config.uri_credentials import has_credentials
+
     text = repr(value)
-    if len(text) > SHOWN_CHARS or _CREDENTIALS.search(text) or _TOKEN_LIKE.search(text):
+    if len(text) > SHOWN_CHARS or _CREDENTIALS.search(text) or has_credentials(text) or TOKEN_LIKE.search(text):
         return f"a value of {len(str(value)):,} characters (not shown: it may be long, or a token)"
     return text
 

@@ -18,6 +18,7 @@ import sys
 from typing import Any, Iterable, Sequence
 
 from workload import cli, user_files
+from workload.cli import shown
 from workload.config import aliases
 
 CONFIG_FLAG = "--config"
@@ -28,8 +29,6 @@ OWN_DESTS = ("config", "print_config")
 # checkpoint) from being read whole into memory and parsed by PyYAML's pure-Python parser.
 MAX_CONFIG_BYTES = 256 * 1024
 # A refusal quotes at most this many characters of a value: it may be a megabyte, or hold a token.
-SHOWN_CHARS = 80
-_TOKEN_LIKE = re.compile(r"[A-Za-z0-9_-]{20,}")
 # A key shaped like a setting's name (a flag's, TRL's, axolotl's: `early_stopping_patience`, `use-rslora`): lowercase
 # words of at most 20 characters joined by '_' or '-', quoted whole in a refusal; any other key (a token pasted as a
 # key, a megabyte of text) only by its length.
@@ -226,19 +225,8 @@ def _quotable_key(key: str) -> bool:
     """Whether a refusal may name `key` as written: shaped like a setting's name (_KEY_NAME) and like no token."""
     from workload.config.fields import looks_like_token
 
-    return (len(key) <= SHOWN_CHARS and key == repr(key)[1:-1] and not looks_like_token(key)
-            and (bool(_KEY_NAME.fullmatch(key)) or not _TOKEN_LIKE.search(key)))
-
-
-def shown(value: Any) -> str:
-    """`value` as a refusal may quote it: a short value, whole; one that may be a token (a URI with credentials, a run
-    of 20 or more letters and digits, as every API token is) or longer than SHOWN_CHARS, only by its length."""
-    from workload.config.fields import has_credentials
-
-    text = repr(value)
-    if len(text) > SHOWN_CHARS or has_credentials(text) or _TOKEN_LIKE.search(text):
-        return f"a value of {len(str(value)):,} characters (not shown: it may be long, or a token)"
-    return text
+    return (len(key) <= cli.SHOWN_CHARS and key == repr(key)[1:-1] and not looks_like_token(key)
+            and (bool(_KEY_NAME.fullmatch(key)) or not cli.TOKEN_LIKE.search(key)))
 
 
 def load(path: str, parser: argparse.ArgumentParser) -> dict[str, Any]:

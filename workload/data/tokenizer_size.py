@@ -244,23 +244,16 @@ def size_in_directory(directory: str) -> int:
     except OSError:
         if os.path.isfile(os.path.join(directory, VOCAB_FILE)):
             return size_of_vocab_files(directory)
-        if os.path.isfile(wordpiece := os.path.join(directory, WORDPIECE_FILE)):
-            config = os.path.join(directory, TOKENIZER_CONFIG_FILE)
-            try:
-                return size_of_wordpiece(user_files.read_bytes(wordpiece, MAX_TOKENIZER_BYTES),
-                                         user_files.read_bytes(config, MAX_TOKENIZER_BYTES)
-                                         if os.path.isfile(config) else None)
-            except ValueError as error:
-                raise ValueError(f"{wordpiece} {error}") from None
-        for name in sentencepiece_size.SENTENCEPIECE_FILES:
-            if os.path.isfile(model := os.path.join(directory, name)):
+        sizers = [(WORDPIECE_FILE, size_of_wordpiece)]
+        sizers += [(name, size_of_sentencepiece) for name in sentencepiece_size.SENTENCEPIECE_FILES]
+        for name, sized in sizers:  # each with tokenizer_config.json's added tokens
+            if os.path.isfile(vocabulary := os.path.join(directory, name)):
                 config = os.path.join(directory, TOKENIZER_CONFIG_FILE)
                 try:
-                    return size_of_sentencepiece(user_files.read_bytes(model, MAX_TOKENIZER_BYTES),
-                                                 user_files.read_bytes(config, MAX_TOKENIZER_BYTES)
-                                                 if os.path.isfile(config) else None)
+                    return sized(user_files.read_bytes(vocabulary, MAX_TOKENIZER_BYTES),
+                                 user_files.read_bytes(config, MAX_TOKENIZER_BYTES) if os.path.isfile(config) else None)
                 except ValueError as error:
-                    raise ValueError(f"{model} {error}") from None
+                    raise ValueError(f"{vocabulary} {error}") from None
         raise NotSized(f"{directory} has no {TOKENIZER_FILE}, {VOCAB_FILE}, {WORDPIECE_FILE} or sentencepiece "
                        "model") from None
     if (why := size_problem(size)) is not None:

@@ -72,6 +72,11 @@ def test_a_slow_bpe_tokenizers_vocab_json_and_added_tokens_are_sized_as_transfor
     tokenizer.save_pretrained(str(tmp_path))
     (tmp_path / "tokenizer.json").unlink(missing_ok=True)
     assert tokenizer_size.size_in_directory(str(tmp_path)) == len(AutoTokenizer.from_pretrained(str(tmp_path))) == 6
+    files = {name: (tmp_path / name).read_bytes() if (tmp_path / name).exists() else None
+             for name in ("vocab.json", "tokenizer_config.json", "added_tokens.json")}
+    assert tokenizer_size.size_of_vocab(*files.values()) == 6, "the Hub's files counted by the directory's rules"
+    named = json.dumps({"eos_token": "<|eos|>", "unk_token": "a"}).encode()  # named, one missing from vocab.json
+    assert tokenizer_size.size_of_vocab(files["vocab.json"], named) == 6, "a special token named is added as it loads"
 
 
 def test_a_wordpiece_vocabulary_is_sized_as_transformers_loads_it(tmp_path):

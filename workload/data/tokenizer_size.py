@@ -104,39 +104,55 @@ def _count(names: set[str], ids: list[Any]) -> int:
     return max(len(names), max(ids, default=-1) + 1)
 
 
-def size_of_vocab(vocab: bytes, tokenizer_config: bytes | None = None) -> int:
-    """The tokens of a slow BPE tokenizer: vocab.json's {token: id} entries with tokenizer_config.json's
-    added_tokens_decoder not already among them (the module docstring); ValueError naming what is wrong."""
+def size_of_vocab(vocab: bytes, tokenizer_config: bytes | None = None, added_tokens: bytes | None = None) -> int:
+    """The tokens of a slow BPE tokenizer: vocab.json's {token: id} entries with the added tokens not already among
+    them (_size_of_entries); ValueError naming what is wrong."""
     if (why := size_problem(len(vocab))) is not None:
         raise ValueError(why.replace(TOKENIZER_FILE, VOCAB_FILE))
-    try:
-        entries = json.loads(vocab.decode("utf-8-sig"))
-    except (ValueError, RecursionError):
-        raise ValueError(f"({VOCAB_FILE}) is not UTF-8 JSON") from None
+    entries = _json_document(vocab, VOCAB_FILE)
     if not isinstance(entries, dict):
         raise ValueError(f"({VOCAB_FILE}) is not a {{token: id}} map")
-    return _size_of_entries(entries, tokenizer_config)
+    return _size_of_entries(entries, tokenizer_config, added_tokens)
 
 
-def _size_of_entries(entries: dict, tokenizer_config: bytes | None) -> int:
-    """A {token: id} vocabulary with tokenizer_config.json's added_tokens_decoder not already in it, as _count
-    counts; ValueError naming the file that is not so."""
+def _json_document(data: bytes, name: str) -> Any:
+    try:
+        return json.loads(data.decode("utf-8-sig"))
+    except (ValueError, RecursionError):
+        raise ValueError(f"({name}) is not UTF-8 JSON") from None
+
+
+def _size_of_entries(entries: dict, tokenizer_config: bytes | None, added_tokens: bytes | None = None) -> int:
+    """A {token: id} vocabulary with the tokens a slow tokenizer adds as it loads, those not already in it counted as
+    _count counts: added_tokens.json's ({token: id}), tokenizer_config.json's added_tokens_decoder ({id: {"content"}})
+    and the special tokens it names (SPECIAL_TOKEN_FIELDS: added after the last id when missing). ValueError naming
+    the file that is not so."""
     names, ids = set(entries), list(entries.values())
-    added = {}
-    if tokenizer_config is not None:
-        try:
-            config = json.loads(tokenizer_config.decode("utf-8-sig"))
-        except (ValueError, RecursionError):
-            raise ValueError(f"({TOKENIZER_CONFIG_FILE}) is not UTF-8 JSON") from None
-        added = config.get("added_tokens_decoder") if isinstance(config, dict) else None
-        added = added if isinstance(added, dict) else {}
-    for number, token in added.items():
+    added: list[tuple[Any, Any]] = []
+    if added_tokens is not None:
+        document = _json_document(added_tokens, ADDED_TOKENS_FILE)
+        if not isinstance(document, dict):
+            raise ValueError(f"({ADDED_TOKENS_FILE}) is not a {{token: id}} map")
+        added += list(document.items())
+    config = _json_document(tokenizer_config, TOKENIZER_CONFIG_FILE) if tokenizer_config is not None else {}
+    config = config if isinstance(config, dict) else {}
+    decoder = config.get("added_tokens_decoder")
+    for number, token in decoder.items() if isinstance(decoder, dict) else ():
         content = token.get("content") if isinstance(token, dict) else None
         if not isinstance(content, str) or not str(number).isdigit():
             raise ValueError(f"({TOKENIZER_CONFIG_FILE}) has an added token without its content or id")
+        added.append((content, int(number)))
+    for name in SPECIAL_TOKEN_FIELDS:
+        values = config.get(name)
+        for value in (values if isinstance(values, list) else [values] if values is not None else []):
+            added.append((value.get("content") if isinstance(value, dict) else value, None))
+    for content, token_id in added:
+        if not isinstance(content, str):
+            raise ValueError("has an added token without its content")
         if content not in names:
             names.add(content)
-            ids.append(int(number))
+            if token_id is not None:
+                ids.append(token_id)
     try:
         return _count(names, ids)
     except ValueError as error:
@@ -181,55 +197,19 @@ def has_tokenizer(file_names: list[str]) -> bool:
                for name in file_names)
 
 
-def _json_file(path: str) -> Any:
-    """A tokenizer file on this machine (untrusted): bounded, a regular file, UTF-8 JSON; ValueError naming it."""
-    if (why := size_problem(os.path.getsize(path))) is not None:
-        raise ValueError(f"{path} {why}")
-    data = user_files.read_bytes(path, MAX_TOKENIZER_BYTES)
-    try:
-        return json.loads(data.decode("utf-8-sig"))
-    except (ValueError, RecursionError):
-        raise ValueError(f"{path} is not UTF-8 JSON") from None
-
-
 def size_of_vocab_files(directory: str) -> int:
-    """The tokens of a slow BPE tokenizer's files (GPT-2's layout, no tokenizer.json): vocab.json's {token: id}, with
-    the added tokens of added_tokens.json ({token: id}) and tokenizer_config.json's added_tokens_decoder ({id:
-    {"content"}}) not already in it, counted as `size_of` counts; ValueError naming the file that is not so."""
-    path = os.path.join(directory, VOCAB_FILE)
-    vocab = _json_file(path)
-    if not isinstance(vocab, dict):
-        raise ValueError(f"{path} is not a {{token: id}} map")
-    names, ids = set(vocab), list(vocab.values())
-    added: list[tuple[Any, Any]] = []
-    if os.path.isfile(extra := os.path.join(directory, ADDED_TOKENS_FILE)):
-        document = _json_file(extra)
-        if not isinstance(document, dict):
-            raise ValueError(f"{extra} is not a {{token: id}} map")
-        added += list(document.items())
-    if os.path.isfile(extra := os.path.join(directory, TOKENIZER_CONFIG_FILE)):
-        settings = _json_file(extra)
-        settings = settings if isinstance(settings, dict) else {}
-        decoder = settings.get("added_tokens_decoder")
-        for key, token in decoder.items() if isinstance(decoder, dict) else ():
-            content = token.get("content") if isinstance(token, dict) else None
-            added.append((content, int(key) if isinstance(key, str) and key.isdigit() else key))
-        # Special tokens named here and missing from the vocabulary are added as it loads, after its last id.
-        for name in SPECIAL_TOKEN_FIELDS:
-            values = settings.get(name)
-            for value in (values if isinstance(values, list) else [values] if values is not None else []):
-                added.append((value.get("content") if isinstance(value, dict) else value, None))
-    for content, token_id in added:
-        if not isinstance(content, str):
-            raise ValueError(f"{directory}'s added tokens hold one without its content")
-        if content not in names:
-            names.add(content)
-            if token_id is not None:
-                ids.append(token_id)
+    """The tokens of a slow BPE tokenizer's files (GPT-2's layout, no tokenizer.json) in `directory`: vocab.json with
+    added_tokens.json and tokenizer_config.json beside it, counted as size_of_vocab counts the Hub's; each file read
+    as a user file within MAX_TOKENIZER_BYTES; ValueError naming the file that is not so."""
+
+    def read(name: str) -> bytes | None:
+        path = os.path.join(directory, name)
+        return user_files.read_bytes(path, MAX_TOKENIZER_BYTES) if os.path.isfile(path) or name == VOCAB_FILE else None
+
     try:
-        return _count(names, ids)
+        return size_of_vocab(read(VOCAB_FILE), read(TOKENIZER_CONFIG_FILE), read(ADDED_TOKENS_FILE))
     except ValueError as error:
-        raise ValueError(f"{path} {error}") from None
+        raise ValueError(f"{directory} {error}") from None
 
 
 def size_in_directory(directory: str) -> int:
@@ -312,6 +292,7 @@ def size_on_hub(repo_id: str, token: str | bool | None, files: list[str] | None 
             return size_of_sentencepiece(model, read(TOKENIZER_CONFIG_FILE))
         if wordpiece is not None:
             return size_of_wordpiece(wordpiece, read(TOKENIZER_CONFIG_FILE))
-        return size_of_vocab(vocab, read(TOKENIZER_CONFIG_FILE))
+        return size_of_vocab(vocab, read(TOKENIZER_CONFIG_FILE),
+                             read(ADDED_TOKENS_FILE) if files and ADDED_TOKENS_FILE in files else None)
     except ValueError as error:
         raise ValueError(f"{repo_id}'s tokenizer on the Hub {error}") from None

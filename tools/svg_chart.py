@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import os
+import stat
 from dataclasses import dataclass
 from html import escape
 
@@ -85,8 +86,11 @@ def check_out(out: str) -> None:
     if not out.lower().endswith(".svg"):
         raise cli.UsageError(f"--out {out}: the picture is SVG; give a file name ending in .svg",
                              hint="a browser or any SVG viewer shows it; `rsvg-convert` or Inkscape makes a PNG of it")
+    from workload.output_paths import check_output, length_problem
     from workload.storage import unwritable_directory
 
+    if (why := length_problem(out)) is not None:  # before the checks below repeat a path of 4 KiB
+        raise cli.UsageError(f"--out: the path {why}; give a shorter file name")
     parent = os.path.dirname(os.path.abspath(out))
     if os.path.isdir(out):
         raise cli.UsageError(f"--out {out} is a directory; give a file name ending in .svg")
@@ -97,12 +101,17 @@ def check_out(out: str) -> None:
                              "first (mkdir -p), or name a file in one that is there")
     if (why := unwritable_directory(parent)) is not None:
         raise cli.UsageError(f"--out {out}: {why}")
+    check_output("--out", out)  # a FIFO, a socket, a device refused unopened (open() of a FIFO waits for a reader)
 
 
 def write(out: str, picture: str) -> None:
     """The picture into --out, or a usage error naming it."""
     try:
-        with open(out, "w") as file:
+        # O_NONBLOCK: a FIFO put there since check_out fails at once (ENXIO), not waits for a reader.
+        descriptor = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NONBLOCK", 0), 0o666)
+        with os.fdopen(descriptor, "w") as file:
+            if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+                raise cli.UsageError(f"--out {out} is not a regular file (refused unwritten)")
             file.write(picture)
     except OSError as error:
         raise cli.UsageError(f"--out {out} cannot be written: {error.strerror}") from None

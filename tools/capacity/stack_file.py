@@ -11,6 +11,7 @@ from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from infra.config.naming import default_cluster_name  # the stack's clusterName when it sets none, as infra.config
 from tools.stack_name import shown_stack
 from workload import cli, config_file, user_files
+from workload.output_paths import length_problem
 
 
 @dataclass(frozen=True)
@@ -29,6 +30,11 @@ class StackContext:
 
 
 def load_stack(project_dir: Path, name: str, flag: str) -> StackContext:
+    # The stack file (--write-stack writes it): its path's length by the rule of every output (workload/output_paths.py),
+    # before a path the kernel refuses (ENAMETOOLONG) is asked about; one that is there is read first, by the rule of
+    # every file read (a FIFO, a directory refused unread).
+    if (why := length_problem(str(project_dir / f"Pulumi.{name}.yaml"))) is not None:
+        raise ValueError(f"{flag}: the path {why}; give a shorter --project-dir or stack name")
     project_file = project_dir / "Pulumi.yaml"
     if not project_file.exists():
         raise ValueError(f"--project-dir {project_dir}: no Pulumi.yaml there")

@@ -23,6 +23,7 @@ from workload.checkpoint.export_room import base_parameters, check_room
 from workload.checkpoint.file_checks import check_files, read_record
 from workload.checkpoint.model_config import check_config_values
 from workload.checkpoint.untrusted_values import REMOTE_CODE_KEYS, drop_remote_code, source_problem, tokenizer_note
+from workload.output_paths import check_output
 from workload.storage import unwritable_directory
 
 DTYPES = ("float32", "bfloat16")
@@ -371,8 +372,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if "://" not in args.checkpoint and _inside(args.out, args.checkpoint):
         raise cli.UsageError(f"OUT {args.out} is inside CHECKPOINT {args.checkpoint} (the model would be written "
                              "among the files it is read from); give a directory outside it")
-    if os.path.exists(args.out) and not os.path.isdir(args.out):
-        raise cli.UsageError(f"OUT {args.out} is a file; give a new directory")
+    # A file, a FIFO, a device at OUT refused unopened; a name past NAME_MAX or a path past PATH_MAX refused here, not
+    # as makedirs' "File name too long" after the checkpoint's load (workload/output_paths.py, the rule of every output).
+    check_output("OUT", args.out, directory=True)
     if os.path.isdir(args.out) and os.listdir(args.out):
         if _looks_like_a_checkpoint(args.out) and not _looks_like_a_checkpoint(args.checkpoint):  # the two swapped
             raise cli.UsageError(f"OUT {args.out} is a checkpoint (it holds train_step.json or .metadata), and "

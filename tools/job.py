@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import time
 from datetime import datetime, timezone
@@ -79,12 +80,27 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     return args
 
 
+# What a JOB may be, as the job server names its jobs: Ray's own submission ids ('raysubmit_' and 16 letters and digits:
+# ray/dashboard/modules/job/job_manager.py generate_job_id), a driver's job id (hex), and this project's
+# ('raytrain-<stack>-<run id>-<8 hex>': infra/job/job_config.py submission_id, from a stack name of at most 100
+# characters and a run id of at most 32, both of letters, digits, '.', '_' and '-'). JOB goes into the Jobs API's
+# URL path (/api/jobs/<JOB>/logs: ray/dashboard/modules/job/sdk.py), so '/', '..', '%' and control characters
+# would make it another request: refused, as is a value longer than any of these, before any request.
+JOB_ID = re.compile(r"[A-Za-z0-9_.-]{1,160}")
+JOB_ID_ALLOWED = ("a submission id from `python -m tools.job list` (raysubmit_..., raytrain-<stack>-<run>-...): 1-160 "
+                  "letters, digits, '_', '-' or '.', no '..'")
+
+
 def job_id(value: str) -> str:
     """argparse's type for JOB: a blank one (`tools.job stop "$JOB"` with JOB unset) is refused, not taken as "none
-    given", which means the stack's newest job: `stop` would have ended a job nobody named."""
+    given", which means the stack's newest job: `stop` would have ended a job nobody named; and one that is no job
+    id (JOB_ID) is refused unsent, named by its length only when it is long."""
     if not value.strip():
         raise argparse.ArgumentTypeError("is empty (an unset shell variable?); give a submission id from `python -m "
                                          "tools.job list`, or leave JOB out for the stack's newest job")
+    if not JOB_ID.fullmatch(value) or ".." in value:
+        got = f"got {value}" if len(value) <= 60 and value.isprintable() else f"got a value of {len(value):,} characters"
+        raise argparse.ArgumentTypeError(f"must be {JOB_ID_ALLOWED}; {got}")
     return value
 
 

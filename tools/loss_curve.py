@@ -78,6 +78,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise cli.UsageError(f"--title must be at most {TITLE_MAX_CHARS} printable characters (a picture's title), got "
                              f"{len(args.title):,} characters (not shown)")
     from workload import storage
+
+    storage.check_remote(args.run, "RUN")  # before the event files' reader is imported and before any request
     from workload.metrics import tensorboard as metrics
 
     run = args.run.rstrip("/")

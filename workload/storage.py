@@ -52,6 +52,19 @@ def is_remote(path: str) -> bool:
     return "://" in path
 
 
+def check_remote(location: str, what: str) -> None:
+    """A remote `location` with credentials in it (s3://KEY:SECRET@bucket/..., ?X-Amz-Signature=...: the one rule,
+    workload/config/uri_credentials.py) refused as bad input naming `what`, before any request and without repeating
+    them: pyarrow's S3 client takes the user information for the bucket's host, asks the network for its region for
+    seconds, and its error quoted the URI whole. Every reader and writer of a remote location here calls it."""
+    from workload.config.uri_credentials import has_credentials, shown_uri
+
+    if is_remote(location) and has_credentials(location):
+        raise cli.UsageError(f"{what} {shown_uri(location)} holds credentials in the URI; give the location alone "
+                             "(s3://BUCKET/PREFIX): AWS's own credentials (AWS_PROFILE, the pod's identity) sign the "
+                             "requests")
+
+
 def checkpoint_name(step: int) -> str:
     """The directory Ray Train keeps a run's checkpoint of `step` in, under the run's directory."""
     return f"checkpoint_{step:06d}"
@@ -78,6 +91,7 @@ def staging_directory(prefix: str) -> str:
 
 def upload(local_directory: str, uri: str) -> None:
     """Copy a local directory's files to a remote directory (existing files are overwritten)."""
+    check_remote(uri, "the storage location")
     import pyarrow.fs
 
     filesystem, path = pyarrow.fs.FileSystem.from_uri(uri)
@@ -147,6 +161,7 @@ def local_copy(source: str, what: str = "CHECKPOINT") -> Iterator[str]:
                                  + (f" (did you mean {guess}?)" if guess else ""))
         yield source
         return
+    check_remote(source, what)
     scheme = source.split("://", 1)[0].lower()
     if scheme not in COPIED_SCHEMES:  # gs:// and the like: pyarrow's clients retry unseen credentials for minutes
         from workload.s3_names import s3_hint

@@ -73,11 +73,21 @@ def _type_of_gpu(name: str) -> str:
     return f"; {name.strip()} is a GPU: did you mean {' or '.join(types)}?" if types else ""
 
 
+# The most GPU nodes --count takes: one probe is one On-Demand Capacity Reservation of --count instances, and
+# CreateCapacityReservation's InstanceCount has "Valid range: 1 - 1000" (Amazon EC2 API Reference); EKS's "Nodes per
+# managed node group" quota is 450 unless raised (infra/preview/feasibility.py). Checked as the flag is parsed, before
+# credentials are looked for: 10**20 nodes is bad input (2), not a missing credential (3).
+MAX_COUNT = 1000
+
+
+
+
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = cli.parser("python -m tools.capacity", __doc__,
                         check_failed="no AZ qualifies, or a probe reservation could not be cancelled")
     parser.add_argument("--instance-type", required=True, help="EC2 instance type of the GPU nodes, e.g. g6.12xlarge")
-    parser.add_argument("--count", required=True, type=int, help="number of GPU nodes (all in one AZ)")
+    parser.add_argument("--count", required=True, type=int,
+                        help=f"number of GPU nodes (all in one AZ), 1 to {MAX_COUNT:,}")
     parser.add_argument("--regions", default="",
                         help="comma-separated regions to search; empty: every region enabled for the account")
     add_stack_flag(parser, help="stack whose VPC must have a private subnet in the AZ (its aws:region); "
@@ -92,8 +102,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--project-dir", type=Path, default=PROJECT_DIR,
                         help="directory of Pulumi.yaml and the stack files")
     args = parser.parse_args(argv)
-    if args.count < 1:
-        raise ValueError(f"--count must be at least 1, got {args.count}")
+    if not 1 <= args.count <= MAX_COUNT:
+        got = f"{args.count}" if abs(args.count) < 10**12 else f"a number of {len(str(abs(args.count))):,} digits"
+        raise ValueError(f"--count must be from 1 to {MAX_COUNT:,} GPU nodes (a capacity reservation's most instances); "
+                         f"got {got}")
     name = args.write_stack  # --stack is checked by its own type (tools/stack_name.py), with the same rule
     if name is not None and (not STACK_NAME.fullmatch(name) or ".." in name):
         raise ValueError(f"--write-stack {name!r}: a stack name is letters, digits, '-', '_' and '.' (no '/' or '..'), "

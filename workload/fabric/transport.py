@@ -212,6 +212,32 @@ def check_expectation(verdicts: Mapping[str, str], expect: str) -> str | None:
     return None
 
 
+# The most bytes of log read, all LOGFILEs together. NCCL_DEBUG=INFO prints, per rank, its init lines and one
+# "Channel %02d/%d : %d[%d] -> %d[%d] [send] via NET/..." line per channel and connected peer, sends and receives
+# (nccl src/transport/net.cc, p2p.cc, shm.cc: tests/reference/nccl-transport-log-lines.md): at NCCL's most of 32
+# channels, with ring and tree peers, some hundreds of lines of about 120 bytes, under 100 KiB a rank (an estimate
+# from the format strings, not a measurement). A 1,000-rank job's init log is then under 100 MiB; 512 MiB leaves
+# five times that for the training's own output around it, and is text one process holds without a MemoryError.
+MAX_LOG_BYTES = 512 * 2**20
+
+
+def read_log(path: str, max_bytes: int) -> bytes:
+    """A LOGFILE's bytes, through the rule of every file the user names (workload/user_files.py: a regular file, within
+    `max_bytes`, without holes; a FIFO refused unopened), or UsageError naming LOGFILE."""
+    from workload import user_files
+
+    try:
+        data = user_files.read_bytes(path, max(max_bytes, 0))
+    except user_files.Refused as refused:
+        more = (f" (the LOGFILEs before it took {MAX_LOG_BYTES - max_bytes:,} of the {MAX_LOG_BYTES:,} bytes read "
+                "at most)") if max_bytes < MAX_LOG_BYTES and "bytes" in refused.why else ""
+        raise cli.UsageError(f"LOGFILE {path} {refused.why}{more}; give the job's log, or the files NCCL_DEBUG_FILE "
+                             "names") from None
+    except OSError as error:
+        raise cli.UsageError(f"LOGFILE {path}: {error.strerror}") from None
+    return data
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = cli.parser(
         "python -m workload.transport",
@@ -223,13 +249,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--expect", default="any", choices=EXPECTATIONS,
                         help="the transport every rank that crosses nodes must show; any: report only")
     args = parser.parse_args(argv)
-    text = ""
+    logs: list[bytes] = []
     for path in args.logfiles:
-        try:
-            with open(path, encoding="utf-8", errors="replace") as log:
-                text += log.read() + "\n"
-        except OSError as error:
-            raise cli.UsageError(f"LOGFILE {path}: {error.strerror}") from None
+        logs.append(read_log(path, MAX_LOG_BYTES - sum(map(len, logs))))
+    text = "\n".join(log.decode("utf-8", errors="replace") for log in logs) + "\n"
     evidence = rank_evidence(text)
     verdicts = {rank: item.verdict for rank, item in evidence.items()}
     problem = check_expectation(verdicts, args.expect)

@@ -1,0 +1,116 @@
+"""What the operator's commands take, bounded before any request: a JOB that is no job server's id (a '/', '..', a
+control character, past any id's length) refused before the Jobs API is asked; tools.capacity's --count past a
+capacity reservation's 1,000 instances refused before credentials are looked for; workload.transport's LOGFILEs read
+by the rule of every file the user names (a socket, a sparse file, more than the bound: refused unread); and a remote
+location with credentials in it (user information, a signature parameter) refused before any request, never
+repeated."""
+from __future__ import annotations
+
+import os
+import socket
+
+import pytest
+
+from workload import cli
+
+SECRET = "Zr8plainTextSecretValue"
+
+
+@pytest.mark.parametrize("job", ["raysubmit_4LamXRuQpYdSMg7J", "raytrain-p4d.prod-run_7-0a1b2c3d", "02000000",
+                                 "x" * 160])
+def test_a_job_servers_ids_are_taken(job):
+    from tools.job import job_id
+
+    assert job_id(job) == job
+
+
+@pytest.mark.parametrize("job, said", [
+    ("raysubmit_abc/../../api/jobs", "got raysubmit_abc/../../api/jobs"),
+    ("..", "got .."),
+    ("run%2F..%2Fversion", "got run%2F..%2Fversion"),
+    ("raysubmit_ab\rcd", "got a value of 15 characters"),
+    ("y" * 161, "got a value of 161 characters"),
+    ("z" * 300_000, "got a value of 300,000 characters"),
+])
+def test_a_job_that_is_no_id_is_refused_before_any_request(job, said, capsys):
+    from tools import job as job_command
+
+    def no_server(_args):
+        raise AssertionError("the job server was asked")
+
+    with pytest.raises(SystemExit) as exited:
+        job_command.main(["stop", "--stack", "dev", job], job_server=no_server)
+    err = capsys.readouterr().err.splitlines()
+    assert exited.value.code == cli.USAGE and err[0].startswith("error: argument JOB: must be a submission id"), err
+    assert said in err[0] and len(err[0]) < 400, err
+
+
+@pytest.mark.parametrize("count, said", [("1001", "got 1001"), ("0", "got 0"), ("-2", "got -2"),
+                                         ("7" * 40, "got a number of 40 digits")])
+def test_count_past_a_reservations_instances_is_refused_before_credentials(count, said, monkeypatch, capsys):
+    from tools.capacity import cli as capacity
+
+    monkeypatch.setattr(capacity, "check_credentials", lambda _aws: (_ for _ in ()).throw(AssertionError("asked")))
+    code = cli.run(capacity.main, ["--instance-type", "p4d.24xlarge", f"--count={count}"])
+    err = capsys.readouterr().err.splitlines()
+    assert code == cli.USAGE and err == [f"error: --count must be from 1 to 1,000 GPU nodes (a capacity reservation's "
+                                         f"most instances); {said}"], err
+
+
+def test_count_within_the_bound_is_taken():
+    from tools.capacity.cli import MAX_COUNT, parse_args
+
+    assert parse_args(["--instance-type", "p4d.24xlarge", "--count", str(MAX_COUNT)]).count == MAX_COUNT
+
+
+def test_transport_logs_are_read_by_the_rule_of_every_file_named(tmp_path, monkeypatch, capsys):
+    from workload.fabric import transport
+
+    listening = socket.socket(socket.AF_UNIX)
+    listening.bind(str(tmp_path / "rank0.log"))
+    with open(tmp_path / "holes.log", "wb") as file:
+        file.truncate(64 * 2**20)  # 64 MiB that store nothing
+    for log, said in ((tmp_path / "rank0.log", "is a socket, not a regular file (refused unread)"),
+                      (tmp_path / "holes.log", "sparse")):
+        assert cli.run(transport.main, [str(log)]) == cli.USAGE, log
+        err = capsys.readouterr().err.splitlines()
+        assert err[0].startswith(f"error: LOGFILE {log} ") and said in err[0] and len(err) == 1, err
+    listening.close()
+    # The bound holds for all the LOGFILEs together: two of 600 bytes against 1,000.
+    monkeypatch.setattr(transport, "MAX_LOG_BYTES", 1000)
+    for name in ("a.log", "b.log"):
+        (tmp_path / name).write_text("host:1:1 [0] NCCL INFO Using network Socket\n" * 14)
+    assert cli.run(transport.main, [str(tmp_path / "a.log"), str(tmp_path / "b.log")]) == cli.USAGE
+    err = capsys.readouterr().err
+    assert "LOGFILE" in err and "b.log" in err and "the LOGFILEs before it took" in err and "Traceback" not in err, err
+
+
+@pytest.mark.parametrize("run", [f"s3://ops:{SECRET}@team-bucket/runs/r7",
+                                 f"s3://{SECRET}@team-bucket/runs/r7",
+                                 f"s3://team-bucket/runs/r7?X-Amz-Signature={SECRET}"])
+def test_a_run_with_credentials_in_its_uri_is_refused_before_any_request(run, tmp_path, monkeypatch, capsys):
+    import sys
+
+    from tools import loss_curve
+
+    monkeypatch.delitem(sys.modules, "pyarrow.fs", raising=False)
+    monkeypatch.setitem(sys.modules, "pyarrow", None)  # any import of pyarrow (the S3 client) fails the test
+    code = cli.run(loss_curve.main, [run, "--out", str(tmp_path / "curve.svg")])
+    err = capsys.readouterr().err
+    assert code == cli.USAGE and err.startswith("error: RUN 's3://team-bucket/runs/r7'") and "credentials" in err, err
+    assert SECRET not in err and "ops" not in err, err
+
+
+def test_every_reader_and_writer_of_a_remote_location_applies_the_rule(tmp_path, monkeypatch):
+    import sys
+
+    from workload import storage
+
+    monkeypatch.setitem(sys.modules, "pyarrow", None)
+    with pytest.raises(cli.UsageError, match="CHECKPOINT 's3://team-bucket/x'.*holds credentials") as refused:
+        with storage.local_copy(f"s3://AKIAEXAMPLE:{SECRET}@team-bucket/x"):
+            pass
+    with pytest.raises(cli.UsageError, match="holds credentials") as written:
+        storage.upload(str(tmp_path), f"s3://team-bucket/models?token={SECRET}")
+    assert SECRET not in str(refused.value) + str(written.value)
+    assert os.path.isdir(tmp_path)

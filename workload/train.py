@@ -56,6 +56,12 @@ class Deadline:
             signal.signal(signal.SIGALRM, self._previous)
 
 
+# The longest --time_limit_s: the stack's trainTimeoutMinutes bound (infra/config/settings.py MAX_TIMEOUT_MINUTES, 30
+# days), which sets this flag; tests/unit/test_tool_input_bounds.py holds the two equal. Past time_t, setitimer raises
+# OverflowError ("timestamp out of range for platform time_t"): 1e300 was a traceback, not a refusal.
+MAX_TIME_LIMIT_S = 30 * 24 * 3600
+
+
 def parse_args(argv: Sequence[str] | None = None) -> tuple[TrainConfig, float | None, bool]:
     """The training flags (TrainConfig's, 1:1, over --config's file), the job's time limit, which belongs to the job,
     not to the training run: it is not in the run's name, so a retry with a new limit still resumes from the
@@ -66,8 +72,9 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[TrainConfig, float | 
     config_file.add_options(parser)
     args, print_config = config_file.parse(parser, argv)
     time_limit_s = args.pop("time_limit_s")
-    if time_limit_s is not None and not (time_limit_s > 0 and math.isfinite(time_limit_s)):
-        raise cli.UsageError(f"--time_limit_s must be a positive number of seconds, got {time_limit_s}")
+    if time_limit_s is not None and not (0 < time_limit_s <= MAX_TIME_LIMIT_S and math.isfinite(time_limit_s)):
+        raise cli.UsageError(f"--time_limit_s must be a positive number of seconds, at most {MAX_TIME_LIMIT_S:,} (30 "
+                             f"days), got {time_limit_s:g}")
     cfg = TrainConfig(**args)
     if (inert := rules.typed_without_effect(vars(cfg), config_file.command_line(sys.argv[1:] if argv is None
                                                                                  else list(argv)))) is not None:

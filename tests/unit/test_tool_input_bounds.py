@@ -3,7 +3,7 @@ control character, past any id's length) refused before the Jobs API is asked; t
 capacity reservation's 1,000 instances refused before credentials are looked for; workload.transport's LOGFILEs read
 by the rule of every file the user names (a socket, a sparse file, more than the bound: refused unread); and a remote
 location with credentials in it (user information, a signature parameter) refused before any request, never
-repeated."""
+repeated; workload.train's --time_limit_s within the stack's 30 days."""
 from __future__ import annotations
 
 import os
@@ -114,3 +114,16 @@ def test_every_reader_and_writer_of_a_remote_location_applies_the_rule(tmp_path,
         storage.upload(str(tmp_path), f"s3://team-bucket/models?token={SECRET}")
     assert SECRET not in str(refused.value) + str(written.value)
     assert os.path.isdir(tmp_path)
+
+
+@pytest.mark.parametrize("limit", ["1e300", "2592001", "-60", "nan"])
+def test_a_time_limit_past_the_stacks_bound_is_refused_not_an_overflow(limit, capsys):
+    """--time_limit_s past 30 days (trainTimeoutMinutes' bound, the one that sets it) is bad input: 1e300 reached
+    setitimer, which raised OverflowError past time_t."""
+    from infra.config.settings import MAX_TIMEOUT_MINUTES
+    from workload import train
+
+    assert train.MAX_TIME_LIMIT_S == MAX_TIMEOUT_MINUTES * 60
+    with pytest.raises(cli.UsageError, match=r"^--time_limit_s must be a positive number of seconds, at most 2,592,000"):
+        train.parse_args(["--time_limit_s", limit])
+    assert train.parse_args(["--time_limit_s", str(train.MAX_TIME_LIMIT_S)])[1] == train.MAX_TIME_LIMIT_S

@@ -86,9 +86,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 # characters and a run id of at most 32, both of letters, digits, '.', '_' and '-'). JOB goes into the Jobs API's
 # URL path (/api/jobs/<JOB>/logs: ray/dashboard/modules/job/sdk.py), so '/', '..', '%' and control characters
 # would make it another request: refused, as is a value longer than any of these, before any request.
-JOB_ID = re.compile(r"[A-Za-z0-9_.-]{1,160}")
+# A first character that is a letter or a digit: '.' alone is a path segment too (/api/jobs/./logs is /api/jobs/logs).
+JOB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,159}")
 JOB_ID_ALLOWED = ("a submission id from `python -m tools.job list` (raysubmit_..., raytrain-<stack>-<run>-...): 1-160 "
-                  "letters, digits, '_', '-' or '.', no '..'")
+                  "letters, digits, '_', '-' or '.', the first a letter or digit, no '..'")
 
 
 def job_id(value: str) -> str:

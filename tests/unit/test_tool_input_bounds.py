@@ -27,6 +27,8 @@ def test_a_job_servers_ids_are_taken(job):
 @pytest.mark.parametrize("job, said", [
     ("raysubmit_abc/../../api/jobs", "got raysubmit_abc/../../api/jobs"),
     ("..", "got .."),
+    (".", "got ."),
+    ("_raysubmit", "got _raysubmit"),
     ("run%2F..%2Fversion", "got run%2F..%2Fversion"),
     ("raysubmit_ab\rcd", "got a value of 15 characters"),
     ("y" * 161, "got a value of 161 characters"),

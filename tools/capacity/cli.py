@@ -80,8 +80,6 @@ def _type_of_gpu(name: str) -> str:
 MAX_COUNT = 1000
 
 
-
-
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = cli.parser("python -m tools.capacity", __doc__,
                         check_failed="no AZ qualifies, or a probe reservation could not be cancelled")

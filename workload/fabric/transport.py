@@ -214,10 +214,10 @@ def check_expectation(verdicts: Mapping[str, str], expect: str) -> str | None:
 
 # The most bytes of log read, all LOGFILEs together. NCCL_DEBUG=INFO prints, per rank, its init lines and one
 # "Channel %02d/%d : %d[%d] -> %d[%d] [send] via NET/..." line per channel and connected peer, sends and receives
-# (nccl src/transport/net.cc, p2p.cc, shm.cc: tests/reference/nccl-transport-log-lines.md): at NCCL's most of 32
-# channels, with ring and tree peers, some hundreds of lines of about 120 bytes, under 100 KiB a rank (an estimate
-# from the format strings, not a measurement). A 1,000-rank job's init log is then under 100 MiB; 512 MiB leaves
-# five times that for the training's own output around it, and is text one process holds without a MemoryError.
+# (nccl src/transport/net.cc, p2p.cc, shm.cc: tests/reference/nccl-transport-log-lines.md): at 32 channels, with
+# ring and tree peers, some hundreds of lines of about 120 bytes, under 100 KiB a rank (an estimate from the format
+# strings, not a measurement). A 1,000-rank job's init log is then under 100 MiB; 512 MiB leaves five times that for
+# the training's own output around it, and bounds what this command holds in memory (a 4 GiB file was a MemoryError).
 MAX_LOG_BYTES = 512 * 2**20
 
 

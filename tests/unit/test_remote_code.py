@@ -64,6 +64,15 @@ def test_model_types_as_transformers_knows_them():
     assert all(remote_code.known_model_type(name) for name in CONFIG_MAPPING_NAMES), "a known model_type not found"
 
 
+def test_tokenizer_classes_as_transformers_knows_them():
+    from transformers.models.auto.tokenization_auto import TOKENIZER_MAPPING_NAMES
+
+    classes = {name for name in TOKENIZER_MAPPING_NAMES.values() if isinstance(name, str)}
+    assert classes and all(remote_code.known_tokenizer_class(name) for name in classes), \
+        sorted(name for name in classes if not remote_code.known_tokenizer_class(name))
+    assert remote_code.known_tokenizer_class("AcmeTokenizerFast") is False
+
+
 def test_the_refusals_are_transformers_own(tmp_path):
     # What AutoTokenizer does with the same directories: refuses the first without running its code, loads the
     # second with its own class (the custom code not run either).

@@ -127,3 +127,10 @@ def test_the_local_run_refuses_a_custom_code_tokenizer_in_one_line(tmp_path):
     assert done.returncode == 2 and len(errors) == 1, done.stderr
     assert errors[0].startswith(f"error: --tokenizer {tokenizer}: its tokenizer_config.json's auto_map"), errors
     assert "Traceback" not in done.stderr and not marker.exists(), done.stderr
+
+
+def test_a_model_type_that_may_be_a_token_is_not_echoed():
+    token = "hf_" + "Zq8Yx7Wv6Ut5Sr4Qp3On2"
+    with pytest.raises(ValueError) as refused:
+        compatibility.check_raw({"model_type": token}, "--model_id m")
+    assert token not in str(refused.value) and "is not one transformers" in str(refused.value), refused.value

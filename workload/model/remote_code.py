@@ -85,7 +85,7 @@ def unknown_model_type(model_type: str, raw: dict) -> str:
     """The refusal's words for a config.json whose model_type transformers does not know (after the flag)."""
     custom = " (its config.json's auto_map points at custom code, which the job does not run)" if raw.get(
         "auto_map") else ""
-    return f"model_type {model_type!r} is not one transformers {transformers_version()} knows{custom}"
+    return f"model_type {cli.shown(model_type)} is not one transformers {transformers_version()} knows{custom}"
 
 
 def known_tokenizer_class(name: str) -> bool | None:

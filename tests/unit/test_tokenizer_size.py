@@ -112,7 +112,15 @@ def test_a_sentencepiece_tokenizer_counts_its_pieces_and_the_added_tokens_past_t
                                   b"\x0a" + b"\xff" * 11, b"\x0a\x03\x0a\x01\xff"])
 def test_a_file_that_is_no_sentencepiece_model_is_left_to_the_tokenizers_load(tmp_path, data):
     """Bytes the walk cannot read (field 0, a cut-off field, a group's wire type, no pieces, a number past 10 bytes,
-    a piece not UTF-8) are NotSized, a warning at preview: the tokenizer's own load names what is wrong."""
-    (tmp_path / "spiece.model").write_bytes(data)
+    a piece not UTF-8) are NotSized as the preview sizes a Hub repo's model, a warning there. A directory's only
+    tokenizer file that nothing loads is refused instead (sentencepiece_size.unloadable): all of them but the piece
+    that is not UTF-8, which sentencepiece's own parse may take."""
     with pytest.raises(tokenizer_size.NotSized, match="its sentencepiece model"):
-        tokenizer_size.size_in_directory(str(tmp_path))
+        tokenizer_size.size_of_sentencepiece(data)
+    (tmp_path / "spiece.model").write_bytes(data)
+    if data == b"\x0a\x03\x0a\x01\xff":
+        with pytest.raises(tokenizer_size.NotSized, match="its sentencepiece model"):
+            tokenizer_size.size_in_directory(str(tmp_path))
+    else:
+        with pytest.raises(ValueError, match="spiece.model is neither a sentencepiece model"):
+            tokenizer_size.size_in_directory(str(tmp_path))

@@ -15,6 +15,7 @@ import os
 import re
 
 from workload import user_files
+from workload.checkpoint import metadata_globals
 from workload.model.model_source import MAX_CONFIG_BYTES
 
 METADATA_FILE = ".metadata"  # torch/distributed/checkpoint/filesystem.py's _metadata_fn
@@ -66,7 +67,12 @@ def check_files(checkpoint: str, directory: str) -> None:
     # A shard file .metadata names and the directory lacks (a copy cut short): said now, from the names' bytes in the
     # pickle, not after seconds of torch's imports and the unpickling (reader.check_storage, which checks it again).
     if os.path.isfile(metadata := os.path.join(directory, METADATA_FILE)):
-        named = {match.decode() for match in _SHARD_NAME.findall(read_regular(metadata, MAX_METADATA_BYTES))}
+        data = read_regular(metadata, MAX_METADATA_BYTES)
+        # A global the restricted Unpickler would refuse, named from the pickle's opcodes (metadata_globals.py): in
+        # the Unpickler's words, before torch's imports.
+        if (refused := metadata_globals.refused_global(data)) is not None:
+            raise CheckpointRefused(metadata_globals.refusal(metadata, refused))
+        named = {match.decode() for match in _SHARD_NAME.findall(data)}
         if missing := sorted(name for name in named if not os.path.lexists(os.path.join(directory, name))):
             more = f" and {len(missing) - 1} more" if len(missing) > 1 else ""
             raise CheckpointRefused(f"CHECKPOINT {checkpoint}: {missing[0]}{more}, which its {METADATA_FILE} lists, "

@@ -43,23 +43,14 @@ from workload.checkpoint.file_checks import (
     file_problem,
     read_regular,
 )
+from workload.checkpoint.metadata_globals import ALLOWED_GLOBALS, refusal
 from workload.sparse_files import stored_bytes  # a shard is measured by its blocks
 
 # The shard files FileSystemWriter writes: `__<rank>_<n>.distcp` (filesystem.py: the _StoragePrefix `__{rank}_` and
 # gen_file's `{prefix}{file_count}{DEFAULT_SUFFIX}`), in the checkpoint's own directory.
 _SHARD_FILE = re.compile(r"[A-Za-z0-9_-]{1,64}\.distcp")
-# (module, name) pairs a DCP .metadata pickle names, besides torch's dtypes (`torch float32`, ...). Read off the
-# pickles torch 2.13 writes (pickletools on a model + AdamW checkpoint) and the classes of metadata.py in 2.11 and
-# 2.13. Python 3.13 moved the path classes to pathlib._local, and pickle names a class by its __module__.
-_METADATA_CLASSES = ("Metadata", "MetadataIndex", "StorageMeta", "TensorProperties", "TensorStorageMetadata",
-                     "BytesStorageMetadata", "ChunkStorageMetadata", "_MEM_FORMAT_ENCODING")
-ALLOWED_GLOBALS = frozenset({
-    *((dcp_metadata.__name__, name) for name in _METADATA_CLASSES),
-    ("torch.distributed.checkpoint.filesystem", "_StorageInfo"),
-    ("torch", "Size"),
-    ("torch.serialization", "_get_layout"),
-    *((module, name) for module in ("pathlib", "pathlib._local") for name in ("PosixPath", "PurePosixPath")),
-})
+# The (module, name) pairs `.metadata` may name, besides torch's dtypes: one list with the scan that refuses the others
+# before torch is imported (workload/checkpoint/metadata_globals.py).
 
 
 class _MetadataUnpickler(pickle.Unpickler):
@@ -71,9 +62,7 @@ class _MetadataUnpickler(pickle.Unpickler):
         if (module, name) in ALLOWED_GLOBALS or (module == "torch" and isinstance(getattr(torch, name, None),
                                                                                   torch.dtype)):
             return super().find_class(module, name)
-        raise CheckpointRefused(
-            f"checkpoint file {self._path} names {module}.{name}, which a DCP checkpoint's metadata never holds; "
-            "refused without loading it (a checkpoint is untrusted input: whoever wrote it could run code here)")
+        raise CheckpointRefused(refusal(self._path, f"{module}.{name}"))
 
     def persistent_load(self, pid: Any) -> Any:
         raise CheckpointRefused(f"checkpoint file {self._path} holds a persistent reference, which a DCP "

@@ -21,6 +21,11 @@ PIECES, PIECE = 1, 1  # ModelProto.pieces, SentencePiece.piece
 VARINT, FIXED64, LENGTH, FIXED32 = 0, 1, 2, 5
 
 
+class NotUtf8(ValueError):
+    """A piece's bytes are not UTF-8: unread here, though sentencepiece's C++ parse (proto2, no UTF-8 check) may take
+    them, so not a file that certainly loads nowhere."""
+
+
 def _varint(data: bytes, at: int) -> tuple[int, int]:
     value = 0
     for shift in range(0, 70, 7):
@@ -69,7 +74,32 @@ def pieces(data: bytes) -> list[str]:
             try:
                 found.append(texts[-1].decode("utf-8") if texts else "")
             except UnicodeDecodeError:
-                raise ValueError("holds a piece that is not UTF-8") from None
+                raise NotUtf8("holds a piece that is not UTF-8") from None
     if not found:
         raise ValueError("holds no pieces")
     return found
+
+
+def tiktoken_shaped(data: bytes) -> bool:
+    """Whether `data` could be a tiktoken BPE file, which transformers 5 reads from a *.model that sentencepiece
+    cannot (tokenization_utils_tokenizers.py: "Falling back to TikToken extractor", through tiktoken/load.py's
+    load_tiktoken_bpe): lines of `<base64 token> <rank>`, each non-empty line split into exactly two fields, the
+    second an integer. Loose on purpose: a file counted as one is left to the libraries."""
+    lines = [line for line in data.splitlines() if line]
+    for line in lines:
+        fields = line.split()
+        if len(fields) != 2 or not fields[1].isdigit():
+            return False
+    return bool(lines)
+
+
+def unloadable(data: bytes) -> str | None:
+    """Why no tokenizer loads from a *.model file holding `data` (neither a sentencepiece model nor a tiktoken file:
+    sentencepiece's ModelProto parse and tiktoken's both fail on it), or None."""
+    try:
+        pieces(data)
+        return None
+    except ValueError as error:
+        if isinstance(error, NotUtf8) or tiktoken_shaped(data):
+            return None
+        return f"is neither a sentencepiece model (it {error}) nor a tiktoken file, so no tokenizer loads from it"

@@ -57,17 +57,20 @@ def rendered_sample(cfg: TrainConfig, tokenizer) -> list[tuple[str, list[dict], 
             try:
                 chat.render(tokenizer, turns)
             except Exception as error:  # jinja2's TemplateError and whatever a template's raise_exception() raises
-                fix = ("give a template that renders every record, or leave --chat_template out for the tokenizer's "
-                       "own" if cfg.chat_template else "name a template that renders it with --chat_template")
-                # the template's own message (raise_exception's), bounded: a TypeError's may quote the record
-                raise ValueError(f"{_template(cfg)} cannot render --dataset {cfg.dataset} {where} "
-                                 f"({str(error)[:200]})"
-                                 f"{chat.missing_token(tokenizer, error)}; {fix}") from None
+                raise _cannot_render(cfg, where, error, chat.missing_token(tokenizer, error)) from None
             if (trained or cfg.train_on_prompt) and len(sample) < SAMPLE_RECORDS:
                 sample.append((where, turns, trained))
             if count >= RENDER_RECORDS or time.monotonic() > deadline:
                 break
     return sample
+
+
+def _cannot_render(cfg: TrainConfig, where: str, error: Exception, missing_token: str = "") -> ValueError:
+    fix = ("give a template that renders every record, or leave --chat_template out for the tokenizer's own"
+           if cfg.chat_template else "name a template that renders it with --chat_template")
+    # the template's own message (raise_exception's), bounded: a TypeError's may quote the record
+    return ValueError(f"{_template(cfg)} cannot render --dataset {cfg.dataset} {where} ({str(error)[:200]})"
+                      f"{missing_token}; {fix}")
 
 
 def check_template_trains(cfg: TrainConfig, tokenizer) -> None:
@@ -117,6 +120,8 @@ def check_template_renders_turns(cfg: TrainConfig) -> None:
     if (cfg.data_format == "text" or not cfg.chat_template or cfg.train_on_prompt
             or not is_file_dataset(cfg.dataset) or "://" in cfg.dataset):
         return
+    from jinja2.sandbox import SecurityError
+
     from workload.data.template_render import TemplateOnly
 
     try:
@@ -136,6 +141,10 @@ def check_template_renders_turns(cfg: TrainConfig) -> None:
                 if any(end > start for start, end in (chat.turn_span(template, turns, index, text, where)
                                                       for index in trained)):
                     return  # a turn with text to train: the tokenizer's checks say the rest
+            except SecurityError as error:
+                # The sandbox refused an attribute (transformers renders in the same ImmutableSandboxedEnvironment,
+                # so it refuses it too), or BoundedSandbox what a `*` builds: the slow path's words, now.
+                raise _cannot_render(cfg, where, error) from None
             except Exception:  # noqa: BLE001  (what the template alone cannot render, the tokenizer's checks name)
                 return
             checked += 1

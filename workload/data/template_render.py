@@ -52,10 +52,51 @@ def _tojson(value, ensure_ascii=False, indent=None, separators=None, sort_keys=F
     return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
 
 
+# The most characters one `*` or `**` of a template may build (a conversation rendered whole is rarely a MiB):
+# jinja2's sandbox bounds range() (MAX_RANGE) but not repetition, so `{{ 'x' * 10**9 }}` builds a gigabyte per record,
+# in the job's tokenizer as here. Operators are intercepted through the sandbox's documented hook
+# (jinja2/sandbox.py, SandboxedEnvironment.intercepted_binops and call_binop, jinja2 2.6 on); an intercepted
+# operator is also never folded at compile time (nodes.BinExpr.as_const raises Impossible for it in a sandbox).
+MAX_BUILT_CHARS = 1 << 20
+
+
+class TooLarge(jinja2.sandbox.SecurityError):
+    """A template's `*` or `**` would build more than MAX_BUILT_CHARS characters; nothing that large was built."""
+
+
+def _built_chars(operator: str, left, right) -> int:
+    """About how many characters `left operator right` builds (a sequence repeated, an integer's digits); 0 for
+    anything else, which the operator builds in its operands' size."""
+    def integer(value) -> bool:
+        return isinstance(value, int) and not isinstance(value, bool)
+
+    if operator == "*":
+        for sequence, count in ((left, right), (right, left)):
+            if isinstance(sequence, (str, bytes, list, tuple)) and integer(count):
+                return len(sequence) * max(count, 0)
+        if integer(left) and integer(right):
+            return (left.bit_length() + right.bit_length()) * 3 // 10  # about 0.3 decimal digits a bit
+    if operator == "**" and integer(left) and integer(right) and right > 0 and abs(left) > 1:
+        return left.bit_length() * right * 3 // 10
+    return 0
+
+
+class BoundedSandbox(jinja2.sandbox.ImmutableSandboxedEnvironment):
+    """transformers' sandbox, with `*` and `**` refused (TooLarge) past MAX_BUILT_CHARS before they build it."""
+
+    intercepted_binops = frozenset({"*", "**"})
+
+    def call_binop(self, context, operator, left, right):
+        if (size := _built_chars(operator, left, right)) > MAX_BUILT_CHARS:
+            raise TooLarge(f"its {operator!r} builds a value of about {size:,} characters, past the "
+                           f"{MAX_BUILT_CHARS:,} a chat template may build in one operation")
+        return super().call_binop(context, operator, left, right)
+
+
 def compile_template(text: str) -> jinja2.Template:
-    """`text` compiled as transformers compiles a chat template; jinja2.TemplateSyntaxError when it cannot be."""
-    environment = jinja2.sandbox.ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
-                                                               extensions=list(EXTENSIONS))
+    """`text` compiled as transformers compiles a chat template; jinja2.TemplateSyntaxError when it cannot be. Its
+    sandbox is BoundedSandbox: a template refused here for what it builds is one that builds that much there."""
+    environment = BoundedSandbox(trim_blocks=True, lstrip_blocks=True, extensions=list(EXTENSIONS))
     environment.filters["tojson"] = _tojson
     environment.globals["raise_exception"] = _raise_exception
     environment.globals["strftime_now"] = lambda form: datetime.now().strftime(form)

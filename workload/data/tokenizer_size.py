@@ -16,7 +16,10 @@ slow BPE files alone (vocab.json and merges.txt, no tokenizer.json) is sized fro
 its {token: id} entries with tokenizer_config.json's added_tokens_decoder ({"<id>": {"content", ...}}) not already in
 it (size_of_vocab); a WordPiece one (vocab.txt) by its lines (size_of_wordpiece); a sentencepiece-only one
 (tokenizer.model) by its pieces, a lower bound of len() (workload/data/sentencepiece_size.py), its model not readable
-here being NotSized: the job's transformers check says.
+here being NotSized: the job's transformers check says; except a directory's only tokenizer file that is neither a
+sentencepiece model nor a tiktoken file, which nothing loads (a ValueError naming it: the local run and the job's
+driver refuse it before the imports). The preview, sizing a Hub repo's files, keeps that one a warning: the job's
+driver refuses it in under a second, and a repo read at preview may change before the run.
 A repo with none of the files a tokenizer loads from (TOKENIZER_FILES) cannot be loaded at all: AutoTokenizer.
 from_pretrained raises OSError "Can't load tokenizer for '<id>'" (tokenization_utils_base.py), in the data stage.
 Standard library only (the Pulumi program imports it).
@@ -212,11 +215,22 @@ def size_of_vocab_files(directory: str) -> int:
         raise ValueError(f"{directory} {error}") from None
 
 
+# Files a tokenizer loads from besides those above: tiktoken's, and Mistral's tekken (transformers'
+# integrations/mistral/constants.py is_tekken_vocab_filename).
+OTHER_LOADERS = ("*.tiktoken", "tekken*.json")
+
+
+def _other_loaders(directory: str) -> bool:
+    import glob
+
+    return any(glob.glob(os.path.join(glob.escape(directory), pattern)) for pattern in OTHER_LOADERS)
+
+
 def size_in_directory(directory: str) -> int:
     """The tokens of the tokenizer in a directory on this machine: its tokenizer.json, its size checked before a
     byte is read, else its vocab.json with the added tokens (size_of_vocab_files), its vocab.txt, or its sentencepiece
     model. NotSized without any, or a sentencepiece model not read here; ValueError for a file that is not what its
-    name says."""
+    name says (a sentencepiece model that nothing loads, sentencepiece_size.unloadable, among them)."""
     directory = os.path.expanduser(directory)
     path = os.path.join(directory, TOKENIZER_FILE)
     try:
@@ -229,8 +243,14 @@ def size_in_directory(directory: str) -> int:
         for name, sized in sizers:  # each with tokenizer_config.json's added tokens
             if os.path.isfile(vocabulary := os.path.join(directory, name)):
                 config = os.path.join(directory, TOKENIZER_CONFIG_FILE)
+                data = user_files.read_bytes(vocabulary, MAX_TOKENIZER_BYTES)
+                # The directory's only tokenizer file, a sentencepiece model that nothing loads: AutoTokenizer
+                # would fail on it after seconds of imports (sentencepiece, then tiktoken; its noise on stderr).
+                if sized is size_of_sentencepiece and not _other_loaders(directory) and (
+                        why := sentencepiece_size.unloadable(data)) is not None:
+                    raise ValueError(f"{vocabulary} {why}")
                 try:
-                    return sized(user_files.read_bytes(vocabulary, MAX_TOKENIZER_BYTES),
+                    return sized(data,
                                  user_files.read_bytes(config, MAX_TOKENIZER_BYTES) if os.path.isfile(config) else None)
                 except ValueError as error:
                     raise ValueError(f"{vocabulary} {error}") from None

@@ -33,7 +33,7 @@ from __future__ import annotations
 import contextlib
 from typing import Any, Iterator
 
-from workload.model import structure
+from workload.model import remote_code, structure
 
 EXPERT_FIELDS = structure.EXPERT_FIELDS
 # Sub-configs that make a config a multimodal wrapper (transformers' PretrainedConfig.sub_configs names).
@@ -57,6 +57,10 @@ def check_raw(raw: Any, what: str) -> None:
     model_type = raw.get("model_type")
     if not isinstance(model_type, str) or not model_type:
         raise _refuse(what, "its config.json has no model_type, so transformers cannot tell what it is")
+    # A model_type transformers has no class of (custom code named by auto_map, or none): from its source text,
+    # before the seconds of importing it (workload/model/remote_code.py); check_config_dict says it again after.
+    if remote_code.known_model_type(model_type) is False:
+        raise _refuse(what, remote_code.unknown_model_type(model_type, raw))
     if raw.get("quantization_config") is not None:  # GPTQ, AWQ, FP8, bitsandbytes: qweight/scales, not the weights
         raise _refuse(what, "its config.json has a quantization_config: its weights are stored quantized, which the "
                             "job neither loads nor trains; give the model's unquantized (bf16/fp32) repository "
@@ -113,14 +117,12 @@ def check_config_dict(raw: Any, what: str):
     """config.json (a dict read from storage, untrusted) as the transformers config the job would build, after the
     checks that need no model (see the module docstring)."""
     check_raw(raw, what)
-    from transformers import AutoConfig, __version__
+    from transformers import AutoConfig
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
 
     model_type = raw["model_type"]
     if model_type not in CONFIG_MAPPING_NAMES:
-        custom = " (its config.json's auto_map points at custom code, which the job does not run)" if raw.get(
-            "auto_map") else ""
-        raise _refuse(what, f"model_type {model_type!r} is not one transformers {__version__} knows{custom}")
+        raise _refuse(what, remote_code.unknown_model_type(model_type, raw))
     fields = {key: value for key, value in structure.without_structure(raw).items() if key != "model_type"}
     try:
         config = AutoConfig.for_model(model_type, **fields)

@@ -24,6 +24,7 @@ from workload.model import (
     compatibility,
     config_json,
     model_source,
+    remote_code,
     safetensors_files,
     safetensors_index,
     structure,
@@ -156,12 +157,16 @@ def check_local_files(cfg: TrainConfig) -> dict | None:
             if (why := safetensors_files.file_problem(path)) is not None:
                 raise ValueError(f"{what}: {os.path.basename(path)} {why}")
     tokenizer = os.path.expanduser(cfg.tokenizer_name)
+    flag = "--tokenizer" if cfg.tokenizer else "--model_id"
     if cfg.dataset and "://" not in cfg.tokenizer_name and os.path.isdir(tokenizer) and not any(
             glob.glob(os.path.join(tokenizer, pattern)) for pattern in TOKENIZER_FILES):
-        flag = "--tokenizer" if cfg.tokenizer else "--model_id"
         raise ValueError(f"{flag} {cfg.tokenizer_name}: no tokenizer files in {cfg.tokenizer_name} (one of "
                          f"{', '.join(TOKENIZER_FILES)}); give the directory the tokenizer's save_pretrained wrote"
                          + ("" if cfg.tokenizer else ", or --tokenizer"))
+    if cfg.dataset and "://" not in cfg.tokenizer_name and os.path.isdir(tokenizer) and (
+            why := remote_code.tokenizer_problem(tokenizer)) is not None:  # AutoTokenizer's refusal, before its import
+        raise ValueError(f"{flag} {cfg.tokenizer_name}: {why}; give a tokenizer transformers loads with its own "
+                         "classes" + ("" if cfg.tokenizer else ", or --tokenizer"))
     return raw
 
 

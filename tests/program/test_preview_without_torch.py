@@ -64,3 +64,19 @@ def test_a_model_that_fits_still_meets_the_gate_which_alone_builds_it():
     assert seen["error"].startswith("config key 'trainModelId': acme/odd-kv: its config.json does not build a olmo2 "
                                     "model (KeyError: 'swishy')"), seen
     assert "torch" in seen["imported"], "the gate built it"
+
+
+def test_layers_the_job_cannot_plan_are_refused_from_config_json_without_torch():
+    # A mixture of experts or a state-space hybrid is said by config.json's own fields (compatibility.mixer_problem),
+    # not after the gate's imports: here a Qwen2-MoE-shaped config of 60 experts, and a Llama with Mamba layers.
+    moe = dict(architectures.published("Qwen/Qwen2.5-1.5B"), model_type="qwen2_moe",
+               architectures=["Qwen2MoeForCausalLM"], num_experts=60, num_experts_per_tok=4, moe_intermediate_size=1408,
+               num_hidden_layers=4)
+    seen = preview({"trainEnabled": True, "trainModelId": "acme/odd-kv"}, moe)
+    assert "qwen2_moe is a mixture-of-experts model (num_experts 60)" in seen["error"], seen
+    assert seen["imported"] == [], f"refused from config.json, yet {seen['imported']} loaded"
+    hybrid = dict(architectures.published("meta-llama/Llama-3.2-1B"), mamba_d_state=16, num_hidden_layers=4)
+    seen = preview({"trainEnabled": True, "trainModelId": "acme/odd-kv"}, hybrid)
+    assert "llama is a hybrid of attention and state-space (Mamba) or recurrent layers (mamba_d_state)" in \
+        seen["error"], seen
+    assert seen["imported"] == [] and seen["resources"] == 0, seen

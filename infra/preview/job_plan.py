@@ -40,8 +40,8 @@ def check_job(cfg: StackConfig, gpu: InstanceFacts, *, identity: AwsIdentity | N
     architecture = model_config.resolve(train.model_id, train.model_config,
                                         hub_token=train.secret_env.reveal().get(model_config.HUB_TOKEN_VARIABLE),
                                         identity=identity, region=region,
-                                        check_first=lambda config: check_before_gate(cfg, workload, config, workers,
-                                                                                     gpu.gpus * cfg.gpu_node_count))
+                                        check_first=lambda config: check_before_gate(cfg, workload, config, gpu,
+                                                                                     workers))
     plan = layout = checkpoint = save = None
     if isinstance(architecture, model_config.Known):
         if architecture.warning:
@@ -160,21 +160,22 @@ def check_tokenizer_vocabulary(cfg: StackConfig, architecture: dict) -> None:
                            "vocab_size tokens, such as the model's own (trainTokenizer empty)")
 
 
-def check_before_gate(cfg: StackConfig, workload: Any, config: dict, workers: int, gpus: int) -> None:
+def check_before_gate(cfg: StackConfig, workload: Any, config: dict, gpu: InstanceFacts, workers: int) -> None:
     """What the preview decides from a config.json's fields alone, before the model gate's seconds of torch and
-    transformers imports: the tokenizer's size against vocab_size; then, for qlora on a family whose linear layers
-    config.json's arithmetic gives (structure.arithmetic_linear_shapes), the NF4 shards, in check_job_shape's order.
-    A config the gate refuses without transformers (compatibility.check_raw) is left to it, in its own words."""
+    transformers imports: the tokenizer's size against vocab_size; then, for a family whose structure config.json's
+    arithmetic gives as transformers builds it (structure.arithmetic_linear_shapes), check_job_shape itself (positions,
+    qlora's NF4 shards, the memory plan), which after the gate would count the same parameters. A config the gate
+    refuses without transformers (compatibility.check_raw) is left to it, in its own words, and so is one that fits:
+    the gate then says what only the built model can (its layers, buffers and weights' names)."""
     check_tokenizer_vocabulary(cfg, config)
-    if workload.method != "qlora" or (shapes := structure.arithmetic_linear_shapes(config)) is None:
+    if structure.arithmetic_linear_shapes(config) is None:
         return
     try:
         compatibility.check_raw(config, "")
     except ValueError:
         return
-    model = cfg.train.model_config or cfg.train.model_id
-    check_positions(workload, config, model)
-    check_qlora_shards(workload, shapes, adapter_targets(workload, shapes), workers, gpus, model)
+    check_job_shape(workload, config, gpu, workers, model=cfg.train.model_config or cfg.train.model_id,
+                    node_count=cfg.gpu_node_count)
 
 
 def check_chat_template(cfg: StackConfig) -> None:

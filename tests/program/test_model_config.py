@@ -180,6 +180,11 @@ def test_the_preview_refuses_a_hub_model_that_cannot_fit_before_any_resource(hub
 @pytest.mark.parametrize("config, words", [
     (b'{"x":' * 120_000 + b"0" + b"}" * 120_000, "nested more than"),
     (json.dumps({**QWEN_7B, "num_attention_heads": 1 << 20}).encode(), "num_attention_heads is 1,048,576"),
+    # numbers whose first forward is NaN (workload.model.config_json.NUMBER_FIELD_RULES)
+    (json.dumps({**QWEN_7B, "rope_theta": -1000000.0}).encode(), "its rope_theta is -1000000.0; allowed: a finite"),
+    (json.dumps({**QWEN_7B, "rms_norm_eps": 0.0}).encode(), "its rms_norm_eps is 0.0; allowed: a finite number above"),
+    (json.dumps({**QWEN_7B, "rope_parameters": {"rope_type": "default", "rope_theta": {"__float__": "NaN"}}}).encode(),
+     "its rope_theta is nan"),
 ])
 def test_a_hub_config_out_of_shape_is_refused_naming_the_key(monkeypatch, config, words):
     with FakeHub(repos={"acme/odd-shape": {"config.json": config}}) as server:
@@ -187,3 +192,15 @@ def test_a_hub_config_out_of_shape_is_refused_naming_the_key(monkeypatch, config
         with pytest.raises(ValueError, match="config key 'trainModelId': acme/odd-shape's config.json") as refused:
             model_config.resolve("acme/odd-shape")
     assert words in str(refused.value), refused.value
+
+
+def test_the_program_refuses_a_hub_model_whose_norm_trains_to_nan_before_any_resource(hub):
+    from tests.support.pulumi_mocks import run_program_expecting_error
+
+    hub.repos["acme/eps-inf"] = {"config.json": json.dumps({**QWEN_7B, "rms_norm_eps": float("inf")}).encode(),
+                                 "model.safetensors": b"\0"}
+    failed = run_program_expecting_error("dev", {"trainEnabled": True, "trainModelId": "acme/eps-inf"})
+    message = str(failed.error)
+    assert "trainModelId" in message and "its rms_norm_eps is inf; allowed: a finite number above 0" in message, message
+    assert len(message.splitlines()) <= 2, message
+    assert failed.resources == [], "refused at preview, before any resource"

@@ -1,6 +1,7 @@
 """The preview's refusals that config.json's fields decide, made before the model gate's torch and transformers
-imports (seconds): qlora's NF4 shards of a family whose projections config.json's arithmetic gives
-(workload.model.structure.arithmetic_linear_shapes), in a fresh interpreter whose modules are then read."""
+imports (seconds): qlora's NF4 shards and the memory plan of a family whose structure config.json's arithmetic gives
+(workload.model.structure.arithmetic_linear_shapes), in a fresh interpreter whose modules are then read; a model that
+fits still goes through the gate, which alone builds it."""
 from __future__ import annotations
 
 import json
@@ -28,6 +29,7 @@ print(json.dumps({"error": str(failed.error), "resources": len(failed.resources)
 # are no whole rows.
 ODD_KV = dict(architectures.published("Qwen/Qwen2.5-1.5B"), hidden_size=1600, num_attention_heads=16,
               num_key_value_heads=1, intermediate_size=4352, num_hidden_layers=4)
+OLMO_2 = json.loads((REPO / "tests" / "fixtures" / "model_configs" / "allenai--OLMo-2-1124-7B.json").read_text())
 
 
 def preview(overrides: dict, config: dict) -> dict:
@@ -44,3 +46,37 @@ def test_qlora_shards_of_a_hub_model_of_a_known_family_are_refused_without_torch
     assert "allowed: trainNumWorkers 1, 2, 4 of the 8 GPUs, or trainMethod lora" in seen["error"], seen
     assert seen["resources"] == 0, "refused before any resource"
     assert seen["imported"] == [], f"the refusal came from config.json's arithmetic, yet {seen['imported']} loaded"
+
+
+def test_the_memory_plan_of_a_hub_model_of_a_known_family_refuses_without_torch():
+    # OLMo 2 grown to 72 layers (some 15.7 B parameters): its full fine-tune cannot fit dev's eight 24 GB L4s.
+    seen = preview({"trainEnabled": True, "trainModelId": "acme/odd-kv"}, dict(OLMO_2, num_hidden_layers=72))
+    assert seen["error"].startswith("config keys 'trainModelId', 'trainBatchSize', 'trainSeqLen': acme/odd-kv ("), seen
+    assert "B parameters) needs" in seen["error"] and "allowed: trainMethod: lora" in seen["error"], seen
+    assert seen["resources"] == 0, "refused before any resource"
+    assert seen["imported"] == [], f"the refusal came from config.json's arithmetic, yet {seen['imported']} loaded"
+
+
+def test_a_model_that_fits_still_meets_the_gate_which_alone_builds_it():
+    # Small enough for any plan; an activation transformers has no function for fails only as the model is built.
+    seen = preview({"trainEnabled": True, "trainModelId": "acme/odd-kv"},
+                   dict(OLMO_2, num_hidden_layers=2, hidden_act="swishy"))
+    assert seen["error"].startswith("config key 'trainModelId': acme/odd-kv: its config.json does not build a olmo2 "
+                                    "model (KeyError: 'swishy')"), seen
+    assert "torch" in seen["imported"], "the gate built it"
+
+
+def test_layers_the_job_cannot_plan_are_refused_from_config_json_without_torch():
+    # A mixture of experts or a state-space hybrid is said by config.json's own fields (compatibility.mixer_problem),
+    # not after the gate's imports: here a Qwen2-MoE-shaped config of 60 experts, and a Llama with Mamba layers.
+    moe = dict(architectures.published("Qwen/Qwen2.5-1.5B"), model_type="qwen2_moe",
+               architectures=["Qwen2MoeForCausalLM"], num_experts=60, num_experts_per_tok=4, moe_intermediate_size=1408,
+               num_hidden_layers=4)
+    seen = preview({"trainEnabled": True, "trainModelId": "acme/odd-kv"}, moe)
+    assert "qwen2_moe is a mixture-of-experts model (num_experts 60)" in seen["error"], seen
+    assert seen["imported"] == [], f"refused from config.json, yet {seen['imported']} loaded"
+    hybrid = dict(architectures.published("meta-llama/Llama-3.2-1B"), mamba_d_state=16, num_hidden_layers=4)
+    seen = preview({"trainEnabled": True, "trainModelId": "acme/odd-kv"}, hybrid)
+    assert "llama is a hybrid of attention and state-space (Mamba) or recurrent layers (mamba_d_state)" in \
+        seen["error"], seen
+    assert seen["imported"] == [] and seen["resources"] == 0, seen

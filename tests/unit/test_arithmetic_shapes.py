@@ -3,11 +3,22 @@ only: what the preview's qlora check reads before the model gate) against the mo
 device, for every config the project ships and variants of their families; and where the arithmetic is not used."""
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
 from workload.model import architectures, compatibility, structure
 
 SHIPPED = architectures.shipped_ids()
+# Published configs of the other families the arithmetic covers (their SOURCES.md says where each came from).
+FIXTURES = {path.stem: json.loads(path.read_text()) for path in sorted(
+    (Path(__file__).resolve().parents[1] / "fixtures" / "model_configs").glob("*.json"))}
+FAMILY_CONFIGS = {**{model_id: architectures.published(model_id) for model_id in SHIPPED},
+                  **{name: config for name, config in FIXTURES.items()
+                     if config.get("model_type") in structure.ARITHMETIC_FAMILIES}}
+# A projection's bias as each family builds it: some take attention_bias / mlp_bias, others never have one.
+BIASES = ({"attention_bias": True}, {"mlp_bias": True})
 # Each family's fields that change a projection's width: head_dim apart from hidden_size / heads, one key/value head
 # (the preview audit's acme/odd-kv: k_proj and v_proj 100 rows), biases.
 VARIANTS = [
@@ -26,9 +37,11 @@ def built(config: dict) -> dict:
     return structure.record(compatibility.build(compatibility.check_config_dict(one_layer, "test"), "test"))
 
 
-@pytest.mark.parametrize("config", [architectures.published(model_id) for model_id in SHIPPED]
-                         + [dict(architectures.published(model_id), **fields) for model_id, fields in VARIANTS],
-                         ids=list(SHIPPED) + [f"{model_id}+{','.join(fields)}" for model_id, fields in VARIANTS])
+@pytest.mark.parametrize("config", [*FAMILY_CONFIGS.values()]
+                         + [dict(architectures.published(model_id), **fields) for model_id, fields in VARIANTS]
+                         + [dict(config, **bias) for config in FAMILY_CONFIGS.values() for bias in BIASES],
+                         ids=list(FAMILY_CONFIGS) + [f"{model_id}+{','.join(fields)}" for model_id, fields in VARIANTS]
+                         + [f"{name}+{','.join(bias)}" for name in FAMILY_CONFIGS for bias in BIASES])
 def test_the_arithmetic_gives_the_shapes_transformers_builds(config):
     assert config["model_type"] in structure.ARITHMETIC_FAMILIES
     model = built(config)
@@ -40,13 +53,13 @@ def test_the_arithmetic_gives_the_shapes_transformers_builds(config):
     assert sorted(map(list, derived["layer"])) == sorted(model["layer"]), "a decoder layer's parameters as built"
 
 
-def test_the_shipped_configs_cover_every_family_the_arithmetic_is_used_for():
-    families = {architectures.published(model_id)["model_type"] for model_id in SHIPPED}
+def test_the_configs_built_here_cover_every_family_the_arithmetic_is_used_for():
+    families = {config["model_type"] for config in FAMILY_CONFIGS.values()}
     assert families == set(structure.ARITHMETIC_FAMILIES), families
 
 
 @pytest.mark.parametrize("change", [
-    {"model_type": "gemma2"},  # a family outside the arithmetic's: built
+    {"model_type": "gpt_neox"},  # a family outside the arithmetic's: built
     {"num_experts": 8},  # a mixture of experts: the gate refuses it after building
     {"num_key_value_heads": 3},  # 12 query heads over 3 key/value heads divide; 5 do not
     {"num_key_value_heads": 5},

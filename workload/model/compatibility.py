@@ -65,8 +65,24 @@ def check_raw(raw: Any, what: str) -> None:
         raise _refuse(what, "its config.json has a quantization_config: its weights are stored quantized, which the "
                             "job neither loads nor trains; give the model's unquantized (bf16/fp32) repository "
                             "(--method qlora quantizes it itself)")
-    if (why := token_id_problem(raw) or per_layer_problem(raw)) is not None:
+    if (why := token_id_problem(raw) or per_layer_problem(raw) or mixer_problem(model_type, raw.get)) is not None:
         raise _refuse(what, why)
+
+
+def mixer_problem(model_type: str, field: Any) -> str | None:
+    """Why a config's layers are not the dense attention + MLP layers the job shards, loads and plans, from its fields
+    (`field(name)`: config.json's own, before transformers' seconds of imports, or the transformers config's), or
+    None: a hybrid with state-space (Mamba) or recurrent mixers, or a mixture of experts (see the module docstring)."""
+    hybrid = next((name for name in structure.SSM_FIELDS if field(name) is not None), None)
+    if hybrid:
+        return (f"{model_type} is a hybrid of attention and state-space (Mamba) or recurrent layers ({hybrid}), whose "
+                "mixers the job's sharding, loader and memory plan do not handle")
+    experts = next((name for name in EXPERT_FIELDS if field(name)), None)
+    if experts:
+        return (f"{model_type} is a mixture-of-experts model ({experts} {str(field(experts))[:40]}): transformers "
+                "fuses each layer's experts into one tensor while its published files hold one per expert, which the "
+                "job's sharded loader does not convert, and the memory plan counts dense layers only")
+    return None
 
 
 # The ids config.json gives the embedding's rows for: nn.Embedding asserts padding_idx < num_embeddings as the model
@@ -158,16 +174,8 @@ def check_config(config, what: str) -> None:
         raise _refuse(what, why)
     if (why := family_problem(config, MODEL_FOR_CAUSAL_LM_MAPPING_NAMES)) is not None:
         raise _refuse(what, why)
-    hybrid = next((name for name in structure.SSM_FIELDS if getattr(config, name, None) is not None), None)
-    if hybrid:
-        raise _refuse(what, f"{model_type} is a hybrid of attention and state-space (Mamba) or recurrent layers "
-                            f"({hybrid}), whose mixers the job's sharding, loader and memory plan do not handle")
-    experts = next((name for name in EXPERT_FIELDS if getattr(config, name, None)), None)
-    if experts:
-        raise _refuse(what, f"{model_type} is a mixture-of-experts model ({experts} {getattr(config, experts)}): "
-                            "transformers fuses each layer's experts into one tensor while its published files hold "
-                            "one per expert, which the job's sharded loader does not convert, and the memory plan "
-                            "counts dense layers only")
+    if (why := mixer_problem(model_type, lambda name: getattr(config, name, None))) is not None:
+        raise _refuse(what, why)
 
 
 def head_problem(config, causal_classes: set[str]) -> str | None:

@@ -12,6 +12,8 @@ Standard library only (the Pulumi program reads configs through it).
 from __future__ import annotations
 
 import json
+import math
+import re
 from typing import Any
 
 # A MiB is room for any published config.json, and a bound on what json reads.
@@ -116,6 +118,56 @@ def rope_problem(config: dict) -> str | None:
     return None
 
 
+# Numeric fields whose value out of range raises nowhere: transformers builds the model, and its first forward is NaN
+# on every rank, after the GPUs started billing. Matched by name in every object of the file (text_config, transformers
+# 5's rope_parameters, per layer type too), and in a list of them (a value per layer); absent or null is the default.
+# - the base of the rotary frequencies: inv_freq = 1 / base ** (arange(0, dim, 2) / dim) (transformers
+#   modeling_rope_utils._compute_default_rope_parameters, `base = rope_parameters_dict["rope_theta"]`): 0 gives inf
+#   frequencies, so cos/sin of inf is NaN; a negative base to a fractional power is NaN.
+# - a norm's epsilon: RMSNorm is x * rsqrt(mean(x**2) + eps) (transformers models/llama LlamaRMSNorm), LayerNorm
+#   (x - mean) / sqrt(var + eps) (torch.nn.LayerNorm): at or below 0, a row of zeros (padding, an untrained row) or a
+#   small one is inf or the rsqrt of a negative number, NaN.
+# - initializer_range: the std of torch.nn.init.normal_ for every weight the checkpoint does not hold; torch refuses a
+#   negative std, and NaN or inf fills the weights with it.
+# - partial_rotary_factor: the rotary dimension is int(head_dim * partial_rotary_factor) (modeling_rope_utils):
+#   0 rotates nothing, above 1 is wider than the head and the first forward fails in apply_rotary_pos_emb.
+ABOVE_ZERO = "a finite number above 0"
+NUMBER_FIELD_RULES = (
+    (re.compile(r"(rope_theta|rotary_emb(edding)?_base|rope_local_base_freq)$"), lambda x: 0 < x < math.inf,
+     ABOVE_ZERO),
+    (re.compile(r"(norm|rms)_?eps(ilon)?$"), lambda x: 0 < x < math.inf, ABOVE_ZERO),
+    (re.compile(r"initializer_range$"), lambda x: 0 <= x < math.inf, "a finite number of at least 0"),
+    (re.compile(r"partial_rotary_factor$"), lambda x: 0 < x <= 1, "a number above 0 and at most 1"),
+)
+
+
+def _number(value: Any) -> Any:
+    """A field's value as transformers reads it: a tagged float ({"__float__": "NaN"}) decoded."""
+    if isinstance(value, dict) and set(value) == {FLOAT_TAG}:
+        return FLOAT_VALUES.get(value[FLOAT_TAG], value)
+    return value
+
+
+def number_problem(config: dict) -> str | None:
+    """Why a config object's numeric field (NUMBER_FIELD_RULES) trains to NaN or fails (after "not a config a model
+    trains with: "), or None."""
+    for field, raw in config.items():
+        rule = next((rule for rule in NUMBER_FIELD_RULES if rule[0].search(str(field))), None)
+        if rule is None or raw is None:
+            continue
+        _, within, allowed = rule
+        for value in raw if isinstance(raw, list) else [raw]:
+            value = _number(value)
+            if value is None or isinstance(value, dict):  # a mapping per layer type: the walk reaches its objects
+                continue
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                return f"its {str(field)[:64]} is a {type(value).__name__}; allowed: {allowed}"
+            if not within(value):
+                shown = _shown(value) if isinstance(value, int) else value
+                return f"its {str(field)[:64]} is {shown}; allowed: {allowed}"
+    return None
+
+
 def check_shape(config: Any) -> None:
     """Refused when `config` nests deeper than MAX_CONFIG_DEPTH or an object holds a SIZE_FIELD_BOUNDS field above its
     bound; walked without recursion."""
@@ -131,6 +183,8 @@ def check_shape(config: Any) -> None:
                 raise Refused(f"not a model attention can run: {why}")
             if (why := dtype_problem(value) or rope_problem(value)) is not None:
                 raise Refused(f"not a config transformers builds: {why}")
+            if (why := number_problem(value)) is not None:
+                raise Refused(f"not a config a model trains with: {why}")
             pending.extend((item, depth + 1) for item in value.values())
         elif isinstance(value, list):
             pending.extend((item, depth + 1) for item in value)

@@ -138,7 +138,7 @@ def _widths(config: dict) -> dict[str, int]:
     heads = config["num_attention_heads"]
     head_dim = config.get("head_dim") or hidden // heads
     return {"hidden": hidden, "query": heads * head_dim, "head_dim": head_dim,
-            "key_value": config.get("num_key_value_heads", heads) * head_dim,
+            "key_value": (config.get("num_key_value_heads") or heads) * head_dim,  # null: as many as heads
             "intermediate": config["intermediate_size"]}
 
 

@@ -77,14 +77,21 @@ def _width(expression: str, sizes: dict[str, int]) -> int:
     return total
 
 
+# Families whose attention or MLP projections are nn.Linear(..., bias=False) whatever config.json's attention_bias or
+# mlp_bias says (transformers models/<family>/modeling_<family>.py: MistralAttention, Qwen2MLP, Gemma2MLP, ...); Llama,
+# Granite and SmolLM3 take mlp_bias, and Qwen2's q/k/v_proj are always biased.
+ATTENTION_WITHOUT_BIAS = ("mistral", "phi3")
+MLP_WITHOUT_BIAS = ("mistral", "qwen2", "qwen3", "gemma2", "gemma3_text", "olmo2", "cohere2", "phi3", "glm4")
+
+
 def _biased(model_type: str, config: dict, name: str) -> bool:
     if model_type == "starcoder2":
         return bool(config.get("use_bias", True))
     if name.startswith("self_attn."):
         if model_type in ("qwen2", "glm4") and name != "self_attn.o_proj":
             return model_type == "qwen2" or bool(config.get("attention_bias"))
-        return model_type not in ("qwen2", "glm4", "phi3") and bool(config.get("attention_bias"))
-    return model_type not in ("phi3", "glm4", "cohere2") and bool(config.get("mlp_bias"))
+        return model_type not in ("qwen2", "glm4", *ATTENTION_WITHOUT_BIAS) and bool(config.get("attention_bias"))
+    return model_type not in MLP_WITHOUT_BIAS and bool(config.get("mlp_bias"))
 
 
 def derived(config: dict) -> dict:
@@ -172,10 +179,12 @@ def linear_shapes(config: dict) -> dict[str, tuple[int, int]]:
     return {name: (out, into) for name, out, into in derived(config)["linears"]}
 
 
-# The families whose decoder layers' linear layers `derived` gives exactly as transformers builds them from any
-# config.json of theirs: the shipped configs' (workload/model/architectures), which tests/unit/test_arithmetic_shapes.py
-# builds on the meta device against the arithmetic. Others are built (infra/preview/model_config.py's gate).
-ARITHMETIC_FAMILIES = ("llama", "mistral", "qwen2", "qwen3")
+# The families whose structure (parameters, and decoder layers' linear layers) `derived` gives exactly as transformers
+# builds them from any config.json of theirs: the shipped configs' (workload/model/architectures) and the published
+# ones under tests/fixtures/model_configs, which tests/unit/test_arithmetic_shapes.py builds on the meta device against
+# the arithmetic, with the fields that change a width or a bias. Others are built (infra/preview/model_config.py's gate).
+ARITHMETIC_FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "phi3", "glm4", "starcoder2", "gemma2", "gemma3_text",
+                       "olmo2", "cohere2", "granite", "smollm3")
 _WIDTH_FIELDS = ("hidden_size", "num_attention_heads", "intermediate_size", "vocab_size", "num_hidden_layers")
 
 

@@ -8,7 +8,15 @@ from typing import Any
 from infra.config import AwsIdentity, InstanceFacts, StackConfig, config_error
 from infra.config.schema import warn
 from infra.job import job_config
-from infra.preview import checkpoint_cost, data_cost, dataset_records, instance_facts, job_layout, model_config
+from infra.preview import (
+    checkpoint_cost,
+    data_cost,
+    dataset_records,
+    hub_access,
+    instance_facts,
+    job_layout,
+    model_config,
+)
 from workload.config import CHAT_TEMPLATES, is_local_dataset
 from workload.data import tokenizer_size
 from workload.data.chat import KNOWN_CHAT_TEMPLATES
@@ -92,7 +100,7 @@ def check_job_offline(cfg: StackConfig, gpu: InstanceFacts) -> None:
     check_shared_storage(cfg)
     train = cfg.train
     if train.model_config or architectures.published(train.model_id) is not None:
-        architecture = model_config.resolve(train.model_id, train.model_config).config
+        architecture = model_config.resolve(train.model_id, train.model_config, offline=True).config
         plan = check_job_shape(workload, architecture, gpu, workers, model=train.model_config or train.model_id,
                                node_count=cfg.gpu_node_count)
         check_time_limit(cfg, memory_plan.apply(workload, plan), architecture, gpu)
@@ -146,8 +154,13 @@ def check_tokenizer_vocabulary(cfg: StackConfig, architecture: dict) -> None:
         return
     name = train.tokenizer or train.model_id
     key = "trainTokenizer" if train.tokenizer else "trainModelId"
-    tokens = model_config.tokenizer_tokens(
-        name, key, train.secret_env.reveal().get(model_config.HUB_TOKEN_VARIABLE))
+    token = train.secret_env.reveal().get(model_config.HUB_TOKEN_VARIABLE)
+    if name in tokenizer_size.KNOWN_SIZES and (train.tokenizer or train.model_config):
+        # Sized from the table, and downloaded by the data stage all the same: a gated one needs a token with access
+        # (a shipped model's own tokenizer was asked for with its config.json, model_config.resolve).
+        if warning := hub_access.check_download(name, tokenizer_size.TOKENIZER_CONFIG_FILE, key, token):
+            warn(warning)
+    tokens = model_config.tokenizer_tokens(name, key, token)
     if isinstance(tokens, model_config.Unknown):
         warn(f"{key} {name}: {tokens.reason}, so whether its tokens fit the model's vocabulary is checked "
              "by the job before any worker starts")

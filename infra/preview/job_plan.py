@@ -9,6 +9,7 @@ from infra.config import AwsIdentity, InstanceFacts, StackConfig, config_error
 from infra.config.schema import warn
 from infra.job import job_config
 from infra.preview import (
+    chat_template,
     checkpoint_cost,
     data_cost,
     dataset_records,
@@ -17,9 +18,8 @@ from infra.preview import (
     job_layout,
     model_config,
 )
-from workload.config import CHAT_TEMPLATES, is_local_dataset
+from workload.config import is_local_dataset
 from workload.data import tokenizer_size
-from workload.data.chat import KNOWN_CHAT_TEMPLATES
 from workload.model import adapters, architectures, compatibility, memory, memory_plan, model_source, structure
 from workload.model import layout as layout_rules
 from workload.model.layout import ASSUMED_MFU, step_compute_seconds
@@ -35,7 +35,7 @@ def check_job(cfg: StackConfig, gpu: InstanceFacts, *, identity: AwsIdentity | N
     architecture cannot be read at preview; the data plan None without a dataset or when its size cannot be read."""
     check_job_data(cfg)
     workload = job_config.workload_config(cfg, gpu)  # the workload's own checks of the flags first
-    check_chat_template(cfg)
+    chat_template.check(cfg)  # chat data: a tokenizer with a template, or trainChatTemplate
     dataset_records.check_train_dataset(cfg, identity=identity, region=region)  # every record the job would read
     train = cfg.train
     workers = check_workers(cfg, gpu)
@@ -188,25 +188,6 @@ def check_before_gate(cfg: StackConfig, workload: Any, config: dict, workers: in
     model = cfg.train.model_config or cfg.train.model_id
     check_positions(workload, config, model)
     check_qlora_shards(workload, shapes, adapter_targets(workload, shapes), workers, gpus, model)
-
-
-def check_chat_template(cfg: StackConfig) -> None:
-    """Chat and prompt-completion data are rendered with the tokenizer's chat template: a tokenizer known to have
-    none is refused unless trainChatTemplate names one; one not known here is checked by the job before it trains."""
-    train = cfg.train
-    if train.data_format == "text" or train.chat_template:
-        return
-    tokenizer = train.tokenizer or train.model_id
-    key = "trainTokenizer" if train.tokenizer else "trainModelId"
-    known = KNOWN_CHAT_TEMPLATES.get(tokenizer)
-    if known is False:
-        raise ValueError(
-            f"config key '{key}': the tokenizer {tokenizer} has no chat template, so trainDataFormat "
-            f"{train.data_format} cannot render its records the way the model will see them; allowed: set "
-            f"trainChatTemplate to one of {list(CHAT_TEMPLATES)}, or a tokenizer that has a template")
-    if known is None:
-        warn(f"{key} {tokenizer}: whether its tokenizer has a chat template is not known before it is "
-             "downloaded; the job checks it before any worker starts")
 
 
 def check_job_shape(workload: Any, architecture: dict, gpu: InstanceFacts, workers: int, *, model: str,

@@ -8,10 +8,18 @@ from typing import Any
 from infra.config import AwsIdentity, InstanceFacts, StackConfig, config_error
 from infra.config.schema import warn
 from infra.job import job_config
-from infra.preview import checkpoint_cost, data_cost, dataset_records, instance_facts, job_layout, model_config
-from workload.config import CHAT_TEMPLATES, is_local_dataset
+from infra.preview import (
+    chat_template,
+    checkpoint_cost,
+    data_cost,
+    dataset_records,
+    hub_access,
+    instance_facts,
+    job_layout,
+    model_config,
+)
+from workload.config import is_local_dataset
 from workload.data import tokenizer_size
-from workload.data.chat import KNOWN_CHAT_TEMPLATES
 from workload.model import adapters, architectures, compatibility, memory, memory_plan, model_source, structure
 from workload.model import layout as layout_rules
 from workload.model.layout import ASSUMED_MFU, step_compute_seconds
@@ -27,7 +35,7 @@ def check_job(cfg: StackConfig, gpu: InstanceFacts, *, identity: AwsIdentity | N
     architecture cannot be read at preview; the data plan None without a dataset or when its size cannot be read."""
     check_job_data(cfg)
     workload = job_config.workload_config(cfg, gpu)  # the workload's own checks of the flags first
-    check_chat_template(cfg)
+    chat_template.check(cfg)  # chat data: a tokenizer with a template, or trainChatTemplate
     dataset_records.check_train_dataset(cfg, identity=identity, region=region)  # every record the job would read
     train = cfg.train
     workers = check_workers(cfg, gpu)
@@ -92,7 +100,7 @@ def check_job_offline(cfg: StackConfig, gpu: InstanceFacts) -> None:
     check_shared_storage(cfg)
     train = cfg.train
     if train.model_config or architectures.published(train.model_id) is not None:
-        architecture = model_config.resolve(train.model_id, train.model_config).config
+        architecture = model_config.resolve(train.model_id, train.model_config, offline=True).config
         plan = check_job_shape(workload, architecture, gpu, workers, model=train.model_config or train.model_id,
                                node_count=cfg.gpu_node_count)
         check_time_limit(cfg, memory_plan.apply(workload, plan), architecture, gpu)
@@ -146,8 +154,13 @@ def check_tokenizer_vocabulary(cfg: StackConfig, architecture: dict) -> None:
         return
     name = train.tokenizer or train.model_id
     key = "trainTokenizer" if train.tokenizer else "trainModelId"
-    tokens = model_config.tokenizer_tokens(
-        name, key, train.secret_env.reveal().get(model_config.HUB_TOKEN_VARIABLE))
+    token = train.secret_env.reveal().get(model_config.HUB_TOKEN_VARIABLE)
+    if name in tokenizer_size.KNOWN_SIZES and (train.tokenizer or train.model_config):
+        # Sized from the table, and downloaded by the data stage all the same: a gated one needs a token with access
+        # (a shipped model's own tokenizer was asked for with its config.json, model_config.resolve).
+        if warning := hub_access.check_download(name, tokenizer_size.TOKENIZER_CONFIG_FILE, key, token):
+            warn(warning)
+    tokens = model_config.tokenizer_tokens(name, key, token)
     if isinstance(tokens, model_config.Unknown):
         warn(f"{key} {name}: {tokens.reason}, so whether its tokens fit the model's vocabulary is checked "
              "by the job before any worker starts")
@@ -176,25 +189,6 @@ def check_before_gate(cfg: StackConfig, workload: Any, config: dict, gpu: Instan
         return
     check_job_shape(workload, config, gpu, workers, model=cfg.train.model_config or cfg.train.model_id,
                     node_count=cfg.gpu_node_count)
-
-
-def check_chat_template(cfg: StackConfig) -> None:
-    """Chat and prompt-completion data are rendered with the tokenizer's chat template: a tokenizer known to have
-    none is refused unless trainChatTemplate names one; one not known here is checked by the job before it trains."""
-    train = cfg.train
-    if train.data_format == "text" or train.chat_template:
-        return
-    tokenizer = train.tokenizer or train.model_id
-    key = "trainTokenizer" if train.tokenizer else "trainModelId"
-    known = KNOWN_CHAT_TEMPLATES.get(tokenizer)
-    if known is False:
-        raise ValueError(
-            f"config key '{key}': the tokenizer {tokenizer} has no chat template, so trainDataFormat "
-            f"{train.data_format} cannot render its records the way the model will see them; allowed: set "
-            f"trainChatTemplate to one of {list(CHAT_TEMPLATES)}, or a tokenizer that has a template")
-    if known is None:
-        warn(f"{key} {tokenizer}: whether its tokenizer has a chat template is not known before it is "
-             "downloaded; the job checks it before any worker starts")
 
 
 def check_job_shape(workload: Any, architecture: dict, gpu: InstanceFacts, workers: int, *, model: str,

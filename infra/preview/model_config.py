@@ -21,6 +21,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Callable
 
 from infra.config import AwsIdentity, s3_location
+from infra.preview import hub_access
 from workload.config import ARCHITECTURES
 from workload.data import tokenizer_size
 from workload.model import architectures, compatibility, config_json, model_source, safetensors_index
@@ -51,18 +52,22 @@ class Unknown:
 
 def resolve(model_id: str, model_config: str = "", *, hub_token: str | None = None,
             identity: AwsIdentity | None = None, region: str | None = None,
-            check_first: Callable[[dict], None] | None = None) -> Known | Unknown:
+            check_first: Callable[[dict], None] | None = None, offline: bool = False) -> Known | Unknown:
     """The architecture of trainModelId / trainModelConfig (see the module docstring). ValueError for a model the
     job could not load either. `check_first`, given, runs on every config.json read (a dict) before the model gate:
     the preview's checks that need only its fields (the tokenizer's size against vocab_size) refuse in milliseconds,
-    not after the gate's seconds of torch and transformers imports."""
+    not after the gate's seconds of torch and transformers imports. A shipped config sizes its model, and the Hub is
+    still asked once whether trainSecretEnv's token may download it (hub_access.check_download: a gated repo without
+    access is refused, no answer is the Known's warning), unless `offline` (what `tools.job submit` decides)."""
     first = check_first or (lambda config: None)
     if model_config:
         first(ARCHITECTURES[model_config])
         return Known(dict(ARCHITECTURES[model_config]), f"trainModelConfig {model_config}")
     if (shipped := architectures.published(model_id)) is not None:
+        warning = "" if offline else hub_access.check_download(model_id, CONFIG_FILE, "trainModelId", hub_token)
         first(shipped)
-        return Known(shipped, f"the published config.json shipped in {architectures.file_for(model_id).name}")
+        return Known(shipped, f"the published config.json shipped in {architectures.file_for(model_id).name}",
+                     warning)
     if s3_location(model_id, "trainModelId") is not None:
         return _from_s3(model_id, identity or AwsIdentity(), region, first)
     return _from_hub(model_id, hub_token, first)
@@ -117,12 +122,7 @@ def _from_hub(model_id: str, token: str | None, first: Callable[[dict], None]) -
     except model_source.Unreachable as error:
         return Unknown(f"its {CONFIG_FILE} could not be read from the Hub ({error})")
     except GatedRepoError:
-        if token:
-            raise ValueError(f"{key}: {model_id} is gated and trainSecretEnv's {HUB_TOKEN_VARIABLE} has not been "
-                             f"granted access; allowed: a token of an account that accepted the model's terms on "
-                             f"its Hub page") from None
-        raise ValueError(f"{key}: {model_id} is gated on the Hugging Face Hub, and the job would be refused its "
-                         f"weights; set a token with access: `{model_source.SECRET_COMMAND}`") from None
+        raise hub_access.gated_refusal("trainModelId", model_id, token) from None
     except RepositoryNotFoundError:
         hint = ("or private, and trainSecretEnv's HF_TOKEN cannot see it" if token else
                 f"or private (then set trainSecretEnv {HUB_TOKEN_VARIABLE})")
@@ -252,9 +252,7 @@ def tokenizer_tokens(name: str, key: str, hub_token: str | None = None) -> int |
     except (tokenizer_size.NotSized, model_source.Unreachable) as error:
         return Unknown(str(error))
     except GatedRepoError:
-        raise ValueError(f"config key '{key}': the tokenizer {name} is gated on the Hugging Face Hub and "
-                         f"trainSecretEnv has no {HUB_TOKEN_VARIABLE} with access; allowed: `{model_source.SECRET_COMMAND}` "
-                         "with a token of an account that accepted its terms") from None
+        raise hub_access.gated_refusal(key, f"the tokenizer {name}", hub_token) from None
     except RepositoryNotFoundError:
         raise ValueError(f"config key '{key}': the tokenizer {name} is not a repo on the Hugging Face Hub (or "
                          f"private: then set trainSecretEnv {HUB_TOKEN_VARIABLE}); allowed: a Hub id such as "

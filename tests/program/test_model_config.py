@@ -136,9 +136,13 @@ def test_an_unreachable_hub_is_a_warning_not_a_refusal(monkeypatch):
     assert "not reachable" in found.reason and waits == [], f"one request, no retries: {found.reason}, {waits}"
 
 
-def test_shipped_and_random_weight_architectures_need_no_network(monkeypatch):
-    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # would fail if asked
-    assert model_config.resolve("meta-llama/Llama-3.1-8B").config["num_hidden_layers"] == 32
+def test_shipped_and_random_weight_architectures_are_sized_without_a_download(monkeypatch):
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # nothing listens
+    # A shipped config sizes its model; the Hub is asked only whether the job's token may download it (one request,
+    # infra/preview/hub_access.py), and no answer is a warning, not a refusal.
+    shipped = model_config.resolve("meta-llama/Llama-3.1-8B")
+    assert shipped.config["num_hidden_layers"] == 32 and "could not be asked of the Hub" in shipped.warning, shipped
+    assert model_config.resolve("meta-llama/Llama-3.1-8B", offline=True).warning == "", "offline asks nothing"
     assert model_config.resolve("whatever", "tiny").config["hidden_size"] == 64
 
 

@@ -32,10 +32,11 @@ TEMPLATES_DIRECTORY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "
 MAX_TEMPLATE_BYTES = 1 << 20
 IGNORE_INDEX = -100  # the label of a token that carries no loss: torch's cross_entropy default, and Hugging Face's
 # Hub tokenizers whose tokenizer_config.json is known here, and whether it has a chat_template: the Pulumi preview
-# refuses a chat format with one that has none (and no trainChatTemplate) before any GPU bills; any other tokenizer
-# is checked by the job's driver, before a worker starts. Sources: Qwen2.5-0.5B-Instruct's template as
-# huggingface/swift-jinja's tests copy it, Meta-Llama-3-8B-Instruct's as llama.cpp's do (templates/README.md); GPT-2's
-# tokenizer_config.json is {"model_max_length": 1024}, and transformers has had no class-default templates since 4.43.
+# refuses a chat format with one that has none (and no trainChatTemplate) before any GPU bills; any other Hub tokenizer
+# it asks the Hub about (infra/preview/chat_template.py), and the job's driver checks every one again. Sources:
+# Qwen2.5-0.5B-Instruct's template as huggingface/swift-jinja's tests copy it, Meta-Llama-3-8B-Instruct's as
+# llama.cpp's do (templates/README.md); GPT-2's tokenizer_config.json is {"model_max_length": 1024}, and transformers
+# has had no class-default templates since 4.43.
 KNOWN_CHAT_TEMPLATES = {
     "Qwen/Qwen2.5-0.5B-Instruct": True,
     "meta-llama/Meta-Llama-3-8B-Instruct": True,

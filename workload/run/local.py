@@ -394,17 +394,17 @@ def _run(cfg: TrainConfig, verbose: bool) -> int:
 
 def check_model_source(cfg: TrainConfig) -> None:
     """--model_id's config.json and its tokenizer on the Hub, one request each before torch, transformers and Ray
-    load: an unreachable Hub or a gated model is exit 3 and a model that is not there exit 2, in a second instead of
-    after the imports and a minute of retries. A shipped config, a directory and s3:// are read later, where they are."""
+    load: no Hub, or a gated repo (exit 3, naming HF_TOKEN and the flag of the repo), a model not there (exit 2), in a
+    second. A shipped config, a directory, s3:// are read later (a shipped model's access: services.check_hub_model)."""
     if cfg.model_config:
         return
     from workload.model import architectures, model_source
-
     what = f"--model_id {cfg.model_id}"
     try:
         if (architectures.published(cfg.model_id) is None and not model_source.is_path(cfg.model_id)
                 and "://" not in cfg.model_id):
             shutil.rmtree(model_source.hub_config_directory(cfg.model_id), ignore_errors=True)
+        what = f"--tokenizer {cfg.tokenizer}" if cfg.tokenizer else what  # the flag naming the repo asked next
         model_source.check_hub_reachable(cfg.tokenizer_name)
     except (model_source.Unreachable, model_source.NeedsToken) as error:
         raise cli.EnvironmentProblem(f"{what}: {error}") from None

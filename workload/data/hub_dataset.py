@@ -20,7 +20,9 @@ patterns live in workload.data.hub_splits, which also says which splits the repo
 declares any): a --dataset_split or --eval_split (trainDatasetSplit, trainEvalSplit) it lacks is refused with them
 (check_splits), where datasets would raise "Unknown split" on the cluster, and a --dataset_config
 (trainDatasetConfig) it lacks with the configs it has (hub_splits.config_names), where datasets would raise
-"BuilderConfig '<name>' not found". The records checked are still found by
+"BuilderConfig '<name>' not found"; an empty one where the README's configs have no default (hub_splits.
+unnamed_configs: "Config name is missing"), and a config whose data_files match no file (hub_splits.
+unmatched_patterns) are refused too. The records checked are still found by
 the default patterns: a split whose files only a README config's own patterns name is refused for want of a file
 (a known limit).
 

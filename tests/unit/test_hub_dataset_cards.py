@@ -5,6 +5,7 @@ written to a directory and loaded with datasets.load_dataset, offline), and the 
 from __future__ import annotations
 
 import json
+import re
 from types import SimpleNamespace
 
 import pytest
@@ -98,3 +99,20 @@ def test_the_local_run_refuses_data_files_that_match_nothing_naming_the_dataset(
     with pytest.raises(validate.DataError, match=r"^--dataset_config lab/glob-matches-nothing: the README's config "
                                                  r"'default'"):
         hub_dataset.check_dataset(_cfg("lab/glob-matches-nothing", "default"), say=pytest.fail)
+
+
+PATTERNS = ["shards/part-*.parquet", "**/*.jsonl", "deep/**/*.csv", "*.json", "held/*", "held/**", "v?/x.jsonl",
+            "[xy]/z.jsonl", "[!x]/z.jsonl", "exact/name.jsonl", "**"]
+PATHS = ["shards/part-3.parquet", "shards/sub/part-3.parquet", "a.jsonl", "p/a.jsonl", "p/q/a.jsonl", "deep/b.csv",
+         "deep/e/f/b.csv", "c.json", "held/a", "held/sub/a", "v1/x.jsonl", "v12/x.jsonl", "x/z.jsonl", "w/z.jsonl",
+         "exact/name.jsonl", "exact/name.jsonl.gz"]
+
+
+def test_a_data_files_pattern_matches_what_fsspecs_glob_matches():
+    # datasets/data_files.py resolve_pattern globs with fsspec (its glob_translate, as Python's glob)
+    glob_translate = pytest.importorskip("fsspec.utils").__dict__.get("glob_translate")
+    if glob_translate is None:
+        pytest.skip("fsspec without glob_translate (before 2023.12)")
+    differ = [(pattern, path) for pattern in PATTERNS for path in PATHS
+              if bool(hub_splits._glob(pattern).fullmatch(path)) != bool(re.fullmatch(glob_translate(pattern), path))]
+    assert differ == [], f"(pattern, path) where the check and fsspec disagree: {differ}"

@@ -10,6 +10,8 @@ datasets (data_files.py get_data_patterns, load.py's HubDatasetModuleFactory) ta
   name), else directories named for train/validation/test (their keywords, SPLIT_KEYWORDS), else file
   names holding a keyword, else every data file as train. The first of these that finds a file decides.
 A repo whose README cannot be read or parsed, or names configs none of which is chosen, is not judged here (None).
+What load_dataset refuses of the README's configs themselves is: unnamed_configs (several, no default, and no config
+name given) and unmatched_patterns (a config's data_files that match no file of the repo, as fsspec's glob matches).
 
 A split value's base names are judged: train[:10%]+validation is train and validation. `split_files` picks a split's
 files by the same patterns (workload.data.hub_dataset reads the first of them). Standard library at import (yaml

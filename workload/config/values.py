@@ -1,6 +1,6 @@
 """Checks of single values that need more than a bound or a pattern: a Hub repo id, a dataset split's slice, a W&B
 project name, a --dataset that is an archive or a directory. Each returns why a value is refused (its "must be ..."), or None; the declarations in __init__.py
-attach them as `check=`. Standard library and workload.model's model_source only (the Pulumi program imports it)."""
+attach them as `check=`. Standard library, workload.config.fields and workload.model's model_source only (the Pulumi program imports it)."""
 from __future__ import annotations
 
 import os

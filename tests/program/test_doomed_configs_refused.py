@@ -121,6 +121,11 @@ DOOMED = [
      {**JOB, **STORED, "trainDataset": "org/corpus", "trainDatasetSplit": "train[:0]"}, "selects none"),
     ("an empty evaluation slice", "trainEvalSplit",
      {**JOB, **STORED, "trainDataset": "org/corpus", "trainEvalSplit": "validation[50:10]"}, "selects none"),
+    # workload/config/values.py split_problem: what datasets' ReadInstruction.from_spec cannot read.
+    ("a percent slice past 100", "trainDatasetSplit",
+     {**JOB, **STORED, "trainDataset": "org/corpus", "trainDatasetSplit": "train[10%:150%]"}, "-100%..100%"),
+    ("an evaluation slice without its colon", "trainEvalSplit",
+     {**JOB, **STORED, "trainDataset": "org/corpus", "trainEvalSplit": "validation[40]"}, "slice of one"),
     # infra/aws/offerings.py check_gpu_zone: EC2's DescribeInstanceTypeOfferings (tests/support/fake_aws.py UNOFFERED).
     ("p5 in an AZ that does not offer it", "gpuAvailabilityZone",
      {"gpuInstanceType": "p5.48xlarge", "gpuAvailabilityZone": "us-west-2d"}, "allowed: one of us-west-2a"),

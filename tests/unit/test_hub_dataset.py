@@ -75,13 +75,14 @@ def test_the_split_files_are_the_ones_datasets_would_load():
     assert hub_dataset.split_files(["a/train/0.parquet", "b/train/0.parquet"], "train", "b") == ["b/train/0.parquet"]
 
 
-def test_a_good_dataset_passes_at_preview_reading_only_the_splits_first_file(hub):
+def test_a_good_dataset_passes_at_preview_reading_only_its_card_and_the_splits_first_file(hub):
     hub.requests.clear()
     checked = dataset_records.check_hub(_stack("acme/chat"), warn=pytest.fail)
     assert checked.records == 3 and checked.complete, checked
     # (huggingface_hub may also ask the endpoint's /api/agent-harnesses once a process: not the dataset's files)
-    assert [path for _, path, _ in hub.requests if "acme" in path] == ["/api/datasets/acme/chat",
-                                                  "/datasets/acme/chat/resolve/main/data/train-00000-of-00001.parquet"]
+    assert [path for _, path, _ in hub.requests if "acme" in path] == [
+        "/api/datasets/acme/chat", "/datasets/acme/chat/resolve/main/README.md",
+        "/datasets/acme/chat/resolve/main/data/train-00000-of-00001.parquet"]
 
 
 def test_a_bad_record_is_refused_naming_trainDataset_the_repo_file_and_line(hub):
@@ -209,14 +210,18 @@ def test_the_splits_datasets_finds_pass(split_hub, dataset, split, eval_split):
     assert dataset_records.check_hub(_stack(dataset, split, eval_split=eval_split), warn=pytest.fail).records == 3
 
 
-def test_a_readme_is_read_only_when_a_split_is_not_found_by_file_names(split_hub):
+def test_a_readme_is_read_once_a_check_and_a_repo_without_one_costs_no_request_for_it(split_hub):
+    # The card is read whenever the repo has one: its `configs` decide whether load_dataset needs a config name and
+    # which files each split has (workload.data.hub_splits.unnamed_configs, unmatched_patterns).
     split_hub.requests.clear()
     dataset_records.check_hub(_stack("acme/chat", eval_split="test"), warn=pytest.fail)
-    assert not [path for _, path, _ in split_hub.requests if path.endswith("README.md")], split_hub.requests
     with pytest.raises(ValueError, match="trainEvalSplit"):
         dataset_records.check_hub(_stack("acme/chat", eval_split="validation"), warn=pytest.fail)
     assert [path for _, path, _ in split_hub.requests if path.endswith("README.md")] == [
-        "/datasets/acme/chat/resolve/main/README.md"]
+        "/datasets/acme/chat/resolve/main/README.md"] * 2
+    split_hub.requests.clear()
+    dataset_records.check_hub(_stack("acme/dev-named", eval_split="validation"), warn=pytest.fail)
+    assert not [path for _, path, _ in split_hub.requests if path.endswith("README.md")], split_hub.requests
 
 
 def test_the_job_refuses_it_naming_eval_split(split_hub):

@@ -246,6 +246,8 @@ MISTAKES = [
      cli.USAGE, "--mlflow_tracking_uri must be a tracking URI with a scheme MLflow takes"),
     ("a slice that is no slice", LOCAL, ["--dataset", "org/corpus", "--dataset_split", "train[:abc]"], cli.USAGE,
      "--dataset_split must be a split or datasets' slice of one"),
+    ("a percent slice below -100", LOCAL, ["--dataset", "org/corpus", "--eval_split", "test[-120%:]"], cli.USAGE,
+     "--eval_split must be a split or datasets' slice of one"),
     ("a Cyrillic letter in a split", LOCAL, ["--dataset", "org/corpus", "--dataset_split", "tr\u0430in"], cli.USAGE,
      "--dataset_split must be a split name in ASCII"),
     ("a dataset configuration that climbs", LOCAL, ["--dataset", "org/corpus", "--dataset_config", "../../etc"],

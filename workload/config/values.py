@@ -1,11 +1,12 @@
 """Checks of single values that need more than a bound or a pattern: a Hub repo id, a dataset split's slice, a W&B
 project name, a --dataset that is an archive or a directory. Each returns why a value is refused (its "must be ..."), or None; the declarations in __init__.py
-attach them as `check=`. Standard library and workload.model's model_source only (the Pulumi program imports it)."""
+attach them as `check=`. Standard library, workload.config.fields and workload.model's model_source only (the Pulumi program imports it)."""
 from __future__ import annotations
 
 import os
 import re
 
+from workload.config.fields import shown_value
 from workload.config.rules import DATASET_FILE_SUFFIXES
 from workload.model import model_source
 
@@ -27,27 +28,48 @@ def dataset_id_problem(value: str) -> str | None:
     return None if value.endswith(DATASET_FILE_SUFFIXES) else repo_id_problem(value)
 
 
-# datasets' split syntax (ReadInstruction): name[from:to] (or name[from]) with either end absolute or a percent, parts joined by +.
-_SPLIT_PART = re.compile(r"\s*[\w.-]+\s*(?:\[\s*(?P<start>-?[\d_]+)?\s*(?P<start_pct>%)?\s*(?::"
-                         r"\s*(?P<end>-?[\d_]+)?\s*(?P<end_pct>%)?)?\s*\])?\s*(?:\([\w]+\))?\s*")
+# datasets' split syntax, as ReadInstruction.from_spec parses it (datasets/arrow_reader.py: _ADDITION_SEP_RE splits on
+# `\s*\+\s*`, then each part must match _SUB_SPEC_RE: `split[from:to](rounding)`, the ':' required inside brackets,
+# no other spaces; an end with '%' makes both percents; _RelativeInstruction.__post_init__ then refuses a percent
+# bound past 100 either way ("Percent slice boundaries must be > -100 and < 100.", though -100% and 100% pass), a
+# rounding other than closest or pct1_dropremainder, and any rounding on an absolute slice). load_dataset's split
+# reaches it through builder._build_single_dataset -> ArrowReader.read. A split's name is naming.py's _split_re,
+# `\w+(\.\w+)*`: dev-1 is "Unrecognized instruction format" there too.
+_BOUND = r"-?\d+(?:_\d+)*"  # what int() takes, as _str_to_read_instruction calls it
+_SPLIT_PART = re.compile(rf"\w+(?:\.\w+)*(?:\[(?P<start>{_BOUND})?(?P<start_pct>%)?:"
+                         rf"(?P<end>{_BOUND})?(?P<end_pct>%)?\])?(?:\((?P<rounding>[^)]*)\))?")
+_SPLIT_SEPARATOR = re.compile(r"\s*\+\s*")
+SPLIT_ROUNDINGS = ("closest", "pct1_dropremainder")
+SPLIT_FORM = ("a split or datasets' slice of one: a name of letters, digits, '_' and '.', or name[from:to] with each end "
+              "a count or a percent in -100%..100% (train[:5000], train[-10%:]), parts joined by +")
 
 
 def split_problem(value: str) -> str | None:
-    """Why a split (--dataset_split, --eval_split) is refused: a character outside ASCII (a Cyrillic 'а' in 'trаin'), a
-    bracket that is not datasets' slice syntax (train[:abc]), or every part a slice that selects nothing whatever the
-    split's size: an end of 0 (train[:0%], train[:0]), a start of 100% or more, or a start at or past the end in the
-    same unit and sign; None for anything else (the job's datasets judges the rest)."""
-    if not value.isascii():
-        return f"must be a split name in ASCII letters, digits, '_', '.' or '-', and {value!r} has other characters"
-    parts = [_SPLIT_PART.fullmatch(part) for part in value.split("+")]
-    if not parts or not all(parts):
-        if "[" in value or "]" in value:
-            return (f"must be a split or datasets' slice of one (train[:5000], train[10%:20%], joined by +), and "
-                    f"{value!r} is not one")
+    """Why a split (--dataset_split, --eval_split) is refused: a character outside ASCII (a Cyrillic 'а' in 'trаin'),
+    anything ReadInstruction.from_spec refuses (see _SPLIT_PART: train[:abc], train[5], train[:200%],
+    train[:10](closest)), or every part a slice that selects nothing whatever the split's size: an end of 0
+    (train[:0%], train[:0]), a start of 100% or more, or a start at or past the end in the same unit and sign; None
+    for anything else. The value is quoted only when fields.shown_value may (never a token pasted here)."""
+    if not value:
         return None
+    if not value.isascii():
+        return f"must be a split name in ASCII letters, digits, '_' or '.', and {shown_value(value)} has others"
+    parts = [_SPLIT_PART.fullmatch(part) for part in _SPLIT_SEPARATOR.split(value)]
+    if not all(parts) or any(_slice_problem(part) for part in parts):
+        why = next((why for part in parts if part and (why := _slice_problem(part))), "is not one")
+        return f"must be {SPLIT_FORM}, and {shown_value(value)} {why}"
     if all(_selects_nothing(part) for part in parts):
-        return (f"must be a split or a slice that selects examples, and {value!r} selects none whatever the split's "
-                "size (an end of 0, or a start at or past the end)")
+        return (f"must be a split or a slice that selects examples, and {shown_value(value)} selects none whatever the "
+                "split's size (an end of 0, or a start at or past the end)")
+    return None
+
+
+def _slice_problem(part: re.Match) -> str | None:
+    percent = bool(part["start_pct"] or part["end_pct"])
+    if percent and any(part[end] and abs(int(part[end].replace("_", ""))) > 100 for end in ("start", "end")):
+        return "has a percent bound outside -100%..100%"
+    if part["rounding"] is not None and (not percent or part["rounding"] not in SPLIT_ROUNDINGS):
+        return f"has a rounding other than ({') or ('.join(SPLIT_ROUNDINGS)}) after a percent slice"
     return None
 
 

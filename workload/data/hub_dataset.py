@@ -20,7 +20,9 @@ patterns live in workload.data.hub_splits, which also says which splits the repo
 declares any): a --dataset_split or --eval_split (trainDatasetSplit, trainEvalSplit) it lacks is refused with them
 (check_splits), where datasets would raise "Unknown split" on the cluster, and a --dataset_config
 (trainDatasetConfig) it lacks with the configs it has (hub_splits.config_names), where datasets would raise
-"BuilderConfig '<name>' not found". The records checked are still found by
+"BuilderConfig '<name>' not found"; an empty one where the README's configs have no default (hub_splits.
+unnamed_configs: "Config name is missing"), and a config whose data_files match no file (hub_splits.
+unmatched_patterns) are refused too. The records checked are still found by
 the default patterns: a split whose files only a README config's own patterns name is refused for want of a file
 (a known limit).
 
@@ -57,22 +59,38 @@ def check_splits(dataset: str, files: list[str], token, config: str, wanted: lis
                  where: str, config_subject: str = "") -> None:
     """The config (`config_subject` naming it) against the configs the repo has (hub_splits.config_names), then each
     (split value, subject) in `wanted` against the splits the repo has, or that config has (hub_splits.splits_of):
-    DataError naming the subject and what the repo has. The default patterns first; the README (one bounded read)
-    only when a config is chosen or a split is not among those, so a repo without either costs no request."""
+    DataError naming the subject and what the repo has. With a README (one bounded read), also an empty config where
+    the README's configs need one named (hub_splits.unnamed_configs) and a config whose data_files match no file
+    (hub_splits.unmatched_patterns: naming `config_subject` when the config is the one it names, else `where`). A
+    repo without a README is judged by the default patterns alone, at no request when the splits are among them."""
     wanted = [(split, subject) for split, subject in wanted if split]
-    if not config and not any(hub_splits.missing(split, hub_splits.default_splits(files, config))
-                              for split, _ in wanted):
+    if hub_splits.README not in files and not config and not any(
+            hub_splits.missing(split, hub_splits.default_splits(files, config)) for split, _ in wanted):
         return
     readme = None
     if hub_splits.README in files:
         body, _ = _read(dataset, hub_splits.README, token, hub_splits.MAX_README_BYTES, where)
         readme = body.decode("utf-8", "replace")
     if config and (names := hub_splits.config_names(readme)) is not None and config not in names:
-        has = ", ".join(name[:100] for name in names[:20]) + (", ..." if len(names) > 20 else "")
+        has = _listed(names)
         raise validate.DataError(
             f"{config_subject or where} {dataset}: no config '{config[:100]}' in the repo, whose configs are: {has} "
             "(as datasets builds them: the README's `configs` entries, else the single 'default'; load_dataset raises "
             "\"BuilderConfig not found\" for any other); allowed: one of those, or empty")
+    if not config and (names := hub_splits.unnamed_configs(files, readme)):
+        raise validate.DataError(
+            f"{config_subject or where} {dataset}: empty, and the repo declares {len(names)} configs and no default "
+            f"(the README's `configs`, none named 'default' or with `default: true`): load_dataset raises \"Config "
+            f"name is missing\"; allowed: one of {_listed(names)}")
+    bases = [name for split, _ in wanted for name in hub_splits.base_names(split)]
+    if unmatched := hub_splits.unmatched_patterns(files, readme, config, bases):
+        name, split, pattern = unmatched
+        raise validate.DataError(
+            (f"{config_subject} {dataset}" if config == name else where)
+            + f": the README's config '{name[:100]}' names files for split '{split[:100]}' ({pattern[:100]}) that "
+            "match none in the repo, and load_dataset fails on it (\"Unable to find\", \"No (supported) data files "
+            f"found\"); allowed: a config whose data_files match the repo's files (its configs: "
+            f"{_listed(hub_splits.config_names(readme) or [])})")
     splits = hub_splits.splits_of(files, readme, config)
     if splits is None:
         return
@@ -84,6 +102,11 @@ def check_splits(dataset: str, files: list[str], token, config: str, wanted: lis
                 + (f" (config '{config}')" if config else "") + f" in the repo, whose splits are: {has} (as datasets "
                 "finds them: the README's configs, else files named for a split: data/{split}-00000-of-00001.parquet, "
                 "{split}.jsonl, {split}/...); allowed: one of those")
+
+
+def _listed(names: list[str]) -> str:
+    """Config names as a refusal lists them: 20 at most, each cut at 100 characters."""
+    return ", ".join(name[:100] for name in names[:20]) + (", ..." if len(names) > 20 else "")
 
 
 def check_records(dataset: str, split: str, config: str, fields: shapes.Fields, *, subject: str,

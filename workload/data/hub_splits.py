@@ -10,6 +10,8 @@ datasets (data_files.py get_data_patterns, load.py's HubDatasetModuleFactory) ta
   name), else directories named for train/validation/test (their keywords, SPLIT_KEYWORDS), else file
   names holding a keyword, else every data file as train. The first of these that finds a file decides.
 A repo whose README cannot be read or parsed, or names configs none of which is chosen, is not judged here (None).
+What load_dataset refuses of the README's configs themselves is: unnamed_configs (several, no default, and no config
+name given) and unmatched_patterns (a config's data_files that match no file of the repo, as fsspec's glob matches).
 
 A split value's base names are judged: train[:10%]+validation is train and validation. `split_files` picks a split's
 files by the same patterns (workload.data.hub_dataset reads the first of them). Standard library at import (yaml
@@ -156,3 +158,103 @@ def _configs(readme: str) -> list[dict] | None:
 def missing(wanted: str, splits: list[str]) -> list[str]:
     """The base names of a split value that are not among `splits`."""
     return [name for name in base_names(wanted) if name not in splits]
+
+
+# datasets/data_files.py FILES_TO_IGNORE: never a data file, unless a pattern names one of them itself.
+FILES_TO_IGNORE = ("README.md", "config.json", "dataset_info.json", "dataset_infos.json", "dummy_data.zip",
+                   "dataset_dict.json")
+LEGACY_INFOS = "dataset_infos.json"  # datasets/config.py DATASETDICT_INFOS_FILENAME: its one entry is a default too
+
+
+def unnamed_configs(files: list[str], readme: str | None) -> list[str] | None:
+    """The README's config names when load_dataset without a config name raises builder.py's `ValueError: Config name
+    is missing. Please pick one among the available configs: [...]`: two or more `configs` and no default, which
+    utils/metadata.py MetadataConfigs.get_default_config_name finds as the only config, the one named "default" or
+    the one with `default: true`, and load.py's HubDatasetModuleFactory as the one entry of the README's
+    `dataset_info` or of a dataset_infos.json. None otherwise (one config, a default, a README not read here)."""
+    configs = _configs(readme) if readme else None
+    if configs is None or len(configs) < 2 or LEGACY_INFOS in files:
+        return None
+    if any(entry.get("config_name") == "default" or entry.get("default") for entry in configs):
+        return None
+    infos = (_metadata(readme) or {}).get("dataset_info")
+    if isinstance(infos, dict) or (isinstance(infos, list) and len(infos) == 1):
+        return None
+    return [str(entry.get("config_name")) for entry in configs]
+
+
+def unmatched_patterns(files: list[str], readme: str | None, config: str, splits: list[str]
+                       ) -> tuple[str, str, str] | None:
+    """(config, split, pattern) for a README config's data_files pattern that matches no file of the repo, where
+    load_dataset fails on it: every split of the first config (load.py's HubDatasetModuleFactory resolves its
+    data_files to infer the builder, and infer_module_for_data_files raises "No (supported) data files found" or
+    "Couldn't infer the same data file format for all splits" for a split without files), and `splits` (base names)
+    of the config chosen (`config`, else the default), which builder.py resolves before reading (data_files.py
+    resolve_pattern: "Unable to find '<pattern>'"); and a config with a data_dir and no data_files whose directory holds
+    nothing (create_builder_configs_from_metadata_configs raises EmptyDatasetError for any such config). A URL or
+    absolute path is not judged; None when all match."""
+    configs = _configs(readme) if readme else None
+    if configs is None:
+        return None
+    for entry in configs:  # load.py create_builder_configs_from_metadata_configs: EmptyDatasetError, for any config
+        directory = entry.get("data_dir")
+        if entry.get("data_files") is None and isinstance(directory, str) and not any(
+                f.startswith(directory.strip("/") + "/") for f in files):
+            return str(entry.get("config_name", "default")), "train", directory.strip("/") + "/**"
+    chosen = ([c for c in configs if c.get("config_name") == config] if config else
+              [c for c in configs if c.get("config_name") == "default" or c.get("default")]
+              or (configs if len(configs) == 1 else []))
+    checks = [(configs[0], None)] + [(entry, set(splits)) for entry in chosen[:1]]
+    for entry, wanted in checks:
+        base = entry.get("data_dir").strip("/") + "/" if isinstance(entry.get("data_dir"), str) else ""
+        for split, patterns in _sanitized(entry.get("data_files")).items():
+            if wanted is not None and split not in wanted:
+                continue
+            judged = [p for p in patterns if "://" not in p and not p.startswith("/")]
+            if judged and len(judged) == len(patterns) and not any(
+                    _glob(base + p.removeprefix("./")).fullmatch(f) for p in judged for f in files
+                    if f.rsplit("/", 1)[-1] not in FILES_TO_IGNORE or f.rsplit("/", 1)[-1] == p.rsplit("/", 1)[-1]):
+                return str(entry.get("config_name", "default")), split, patterns[0]
+    return None
+
+
+def _sanitized(data_files) -> dict[str, list[str]]:
+    """data_files.py sanitize_patterns: {split: [pattern, ...]}, a bare pattern or list being train's; {} for a form
+    it would refuse (left to its own error)."""
+    def listed(value):
+        return [value] if isinstance(value, str) else value if isinstance(value, list) and all(
+            isinstance(item, str) for item in value) else None
+    if isinstance(data_files, dict):
+        found = {str(split): listed(value) for split, value in data_files.items()}
+    elif isinstance(data_files, list) and data_files and all(isinstance(item, dict) for item in data_files):
+        found = {str(item.get("split")): listed(item.get("path")) for item in data_files}
+    else:
+        found = {"train": listed(data_files)} if data_files is not None else {}
+    return {split: patterns for split, patterns in found.items() if patterns}
+
+
+def _glob(pattern: str) -> re.Pattern:
+    """fsspec's glob as resolve_pattern uses it (fsspec >= 2023.12, as Python's glob): '*' and '?' within one path
+    part, '**' across parts ('**/' also none), [...] a class."""
+    out, i = [], 0
+    while i < len(pattern):
+        if pattern.startswith("**/", i):
+            out.append("(?:.*/)?")
+            i += 3
+        elif pattern.startswith("**", i):
+            out.append(".*")
+            i += 2
+        elif pattern[i] == "*":
+            out.append("[^/]*")
+            i += 1
+        elif pattern[i] == "?":
+            out.append("[^/]")
+            i += 1
+        elif pattern[i] == "[" and (close := pattern.find("]", i + 2)) != -1:
+            inner = pattern[i + 1:close]
+            out.append("[" + ("^" + inner[1:] if inner.startswith("!") else inner).replace("\\", "\\\\") + "]")
+            i = close + 1
+        else:
+            out.append(re.escape(pattern[i]))
+            i += 1
+    return re.compile("".join(out))

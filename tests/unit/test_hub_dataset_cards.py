@@ -1,0 +1,118 @@
+"""Which README configs load_dataset can load without a config name, and whose data_files match the repo's files:
+workload.data.hub_splits.unnamed_configs and unmatched_patterns held against this venv's datasets itself (each card
+written to a directory and loaded with datasets.load_dataset, offline), and the local run's refusal naming
+--dataset_config through hub_dataset.check_dataset (the fake Hub in tests/support/fake_hub.py)."""
+from __future__ import annotations
+
+import json
+import re
+from types import SimpleNamespace
+
+import pytest
+
+from tests.support.fake_hub import FakeHub
+from workload.data import hub_dataset, hub_splits, validate
+
+LINES = "".join(json.dumps({"text": f"words {i}"}) + "\n" for i in range(8))
+
+
+def _card(*configs: str) -> str:
+    return "---\nconfigs:\n" + "".join(configs) + "---\n# a card\n"
+
+
+# (card, files, verdict): "ok", "unnamed" (a config name is needed), or "unmatched" (data_files match nothing)
+CARDS = {
+    "three-none-default": (_card("- config_name: de\n  data_files: de/*.jsonl\n",
+                                 "- config_name: it\n  data_files: it/*.jsonl\n",
+                                 "- config_name: nl\n  data_files: nl/*.jsonl\n"),
+                           ["de/a.jsonl", "it/a.jsonl", "nl/a.jsonl"], "unnamed"),
+    "two-one-default": (_card("- config_name: de\n  data_files: de/*.jsonl\n",
+                              "- config_name: it\n  default: true\n  data_files: it/*.jsonl\n"),
+                        ["de/a.jsonl", "it/a.jsonl"], "ok"),
+    "one-config": (_card("- config_name: only\n  data_files: part/*.jsonl\n"), ["part/a.jsonl"], "ok"),
+    "glob-matches-nothing": (_card("- config_name: default\n  data_files:\n  - split: train\n"
+                                   "    path: parts/train-*.jsonl\n"), ["corpus.jsonl"], "unmatched"),
+    "recursive-glob-matches": (_card("- config_name: default\n  data_files:\n  - split: train\n"
+                                     "    path: \"nested/**/*.jsonl\"\n"), ["nested/x/y/a.jsonl"], "ok"),
+    "a-named-file-missing": (_card("- config_name: default\n  data_files: text/all.jsonl\n"), ["text/some.jsonl"],
+                             "unmatched"),
+}
+
+
+def _verdict(files: list[str], readme: str) -> str:
+    if hub_splits.unnamed_configs(files, readme):
+        return "unnamed"
+    return "unmatched" if hub_splits.unmatched_patterns(files, readme, "", ["train"]) else "ok"
+
+
+@pytest.mark.parametrize("name", CARDS)
+def test_the_verdict_is_what_datasets_does_with_the_card(name, tmp_path, monkeypatch):
+    datasets = pytest.importorskip("datasets")
+    readme, files, verdict = CARDS[name]
+    for file in files:
+        (tmp_path / "repo" / file).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "repo" / file).write_text(LINES)
+    (tmp_path / "repo" / "README.md").write_text(readme)
+    monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    try:
+        datasets.load_dataset(str(tmp_path / "repo"), split="train")
+        loaded = "ok"
+    except ValueError as error:  # DataFilesNotFoundError and FileNotFoundError's kin included
+        loaded = "unnamed" if "Config name is missing" in str(error) else "unmatched"
+    except FileNotFoundError:
+        loaded = "unmatched"
+    assert loaded == verdict, f"{name}: datasets gives {loaded}, the test expects {verdict}: update CARDS"
+    assert _verdict(files, readme) == verdict, f"{name}: the check says {_verdict(files, readme)}, datasets {loaded}"
+
+
+@pytest.fixture
+def hub(monkeypatch):
+    with FakeHub(repos={}) as server:
+        for name, (readme, files, _) in CARDS.items():
+            server.datasets[f"lab/{name}"] = {"files": {"README.md": readme.encode(),
+                                                        **{file: LINES.encode() for file in files}}}
+        monkeypatch.setenv("HF_ENDPOINT", server.url)
+        monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+        yield server
+
+
+def _cfg(dataset: str, config: str = "") -> SimpleNamespace:
+    return SimpleNamespace(dataset=dataset, dataset_split="train", dataset_config=config, eval_split="",
+                           data_format="text", text_field="text", messages_field="messages", prompt_field="prompt",
+                           completion_field="completion")
+
+
+def test_the_local_run_refuses_an_empty_dataset_config_naming_the_flag_and_the_configs(hub):
+    with pytest.raises(validate.DataError) as refused:
+        hub_dataset.check_dataset(_cfg("lab/three-none-default"), say=pytest.fail)
+    message = str(refused.value)
+    assert message.startswith("--dataset_config lab/three-none-default: empty, and the repo declares 3 configs"), message
+    assert message.endswith("allowed: one of de, it, nl") and "\n" not in message, message
+    assert hub_dataset.check_dataset(_cfg("lab/three-none-default", "it"), say=pytest.fail) is not None
+
+
+def test_the_local_run_refuses_data_files_that_match_nothing_naming_the_dataset(hub):
+    with pytest.raises(validate.DataError, match=r"^--dataset lab/a-named-file-missing: the README's config "
+                                                 r"'default' names files for split 'train' \(text/all.jsonl\)"):
+        hub_dataset.check_dataset(_cfg("lab/a-named-file-missing"), say=pytest.fail)
+    with pytest.raises(validate.DataError, match=r"^--dataset_config lab/glob-matches-nothing: the README's config "
+                                                 r"'default'"):
+        hub_dataset.check_dataset(_cfg("lab/glob-matches-nothing", "default"), say=pytest.fail)
+
+
+PATTERNS = ["shards/part-*.parquet", "**/*.jsonl", "deep/**/*.csv", "*.json", "held/*", "held/**", "v?/x.jsonl",
+            "[xy]/z.jsonl", "[!x]/z.jsonl", "exact/name.jsonl", "**"]
+PATHS = ["shards/part-3.parquet", "shards/sub/part-3.parquet", "a.jsonl", "p/a.jsonl", "p/q/a.jsonl", "deep/b.csv",
+         "deep/e/f/b.csv", "c.json", "held/a", "held/sub/a", "v1/x.jsonl", "v12/x.jsonl", "x/z.jsonl", "w/z.jsonl",
+         "exact/name.jsonl", "exact/name.jsonl.gz"]
+
+
+def test_a_data_files_pattern_matches_what_fsspecs_glob_matches():
+    # datasets/data_files.py resolve_pattern globs with fsspec (its glob_translate, as Python's glob)
+    glob_translate = pytest.importorskip("fsspec.utils").__dict__.get("glob_translate")
+    if glob_translate is None:
+        pytest.skip("fsspec without glob_translate (before 2023.12)")
+    differ = [(pattern, path) for pattern in PATTERNS for path in PATHS
+              if bool(hub_splits._glob(pattern).fullmatch(path)) != bool(re.fullmatch(glob_translate(pattern), path))]
+    assert differ == [], f"(pattern, path) where the check and fsspec disagree: {differ}"

@@ -17,7 +17,6 @@ anything heavy loads.
 """
 from __future__ import annotations
 
-import csv
 import dataclasses
 import gzip
 import io
@@ -30,14 +29,10 @@ from typing import BinaryIO, Callable, Iterator
 from workload import user_files
 from workload.config import TrainConfig, is_file_dataset
 from workload.data import shapes
+from workload.data.line_records import MAX_LINE_BYTES, DataError, csv_rows, lines, parsed, reason  # noqa: F401
 
 COMPRESSED = ".gz"
 LINE_SUFFIXES = (".jsonl", ".csv", ".txt")  # read a line at a time: a prefix of the file can be checked alone
-OTHER_DELIMITERS = {";": "';'", "\t": "tabs", "|": "'|'"}  # a .csv's header split by one of these is not CSV
-
-
-class DataError(ValueError):
-    """A dataset file or record that cannot be trained on: one line naming the file and where."""
 
 
 @dataclass(frozen=True)
@@ -157,18 +152,18 @@ def records(path: str, raw: BinaryIO, complete: bool = True) -> Iterator[tuple[s
     elif kind == ".json":
         yield from _json_records(raw)
     elif kind == ".csv":
-        yield from _csv_rows(raw, complete)
+        yield from csv_rows(raw, complete)
     else:
-        for number, line in _lines(raw, complete):
+        for number, line in lines(raw, complete):
             if kind == ".txt":
                 yield f"line {number}", line
                 continue
             try:
-                record = json.loads(line)
+                record = parsed(line, f"line {number}")
                 _check_surrogates(line, f"line {number}")
                 yield f"line {number}", record
             except json.JSONDecodeError as error:
-                raise DataError(f"line {number} is not JSON ({error.msg} at column {error.colno}): "
+                raise DataError(f"line {number} is not JSON ({reason(error)} at column {error.colno}): "
                                 f"{shapes.show(line.strip())}{_python_repr(line)}; allowed: one JSON object a line"
                                 ) from None
 
@@ -263,29 +258,6 @@ def _empty(raw: BinaryIO) -> bool:
     return not first
 
 
-def _lines(raw: BinaryIO, complete: bool) -> Iterator[tuple[int, str]]:
-    """(1-based line number, text) of each non-blank line; without `complete`, the last line (maybe cut) is left
-    out, and a gzip stream cut short ends the lines instead of failing."""
-    held = None
-    number = 0
-    try:
-        for number, data in enumerate(raw, 1):
-            try:
-                # A byte-order mark (Windows editors, Excel's "CSV UTF-8") opens the first line only: utf-8-sig
-                # drops it there, and a later line's U+FEFF stays what it is, a character of the text.
-                line = data.decode("utf-8-sig" if number == 1 else "utf-8")
-            except UnicodeDecodeError as error:
-                raise DataError(f"line {number} is not UTF-8 text ({error.reason} at byte {error.start})") from None
-            if held is not None:
-                yield held
-            held = (number, line) if line.strip() else None
-    except EOFError:
-        if complete:
-            raise
-        return
-    if held is not None and complete:
-        yield held
-
 
 def _python_repr(text: str) -> str:
     """What to say of records written with str() or print() of a dict (single quotes, True, None): Python's repr,
@@ -311,13 +283,13 @@ def _check_surrogates(text: str, where: str) -> None:
 def _json_records(raw: BinaryIO) -> Iterator[tuple[str, object]]:
     try:
         text = io.TextIOWrapper(raw, encoding="utf-8-sig").read()  # a byte-order mark, if any, dropped
-        data = json.loads(text)
+        data = parsed(text, "the JSON list")
     except json.JSONDecodeError as error:
         if error.msg == "Extra data" and error.colno == 1 and error.doc.lstrip().startswith("{"):
             # datasets' Dataset.to_json and pandas' to_json(lines=True) write JSON Lines under any name, .json too
             raise DataError(f"holds one JSON record a line (JSON Lines: line {error.lineno} begins another), not a "
                             "JSON list; name it .jsonl") from None
-        raise DataError(f"line {error.lineno} is not JSON ({error.msg} at column {error.colno})"
+        raise DataError(f"line {error.lineno} is not JSON ({reason(error)} at column {error.colno})"
                         f"{_python_repr(error.doc)}; allowed: a JSON list of records (one record a line is .jsonl)"
                         ) from None
     if not isinstance(data, list):
@@ -327,39 +299,6 @@ def _json_records(raw: BinaryIO) -> Iterator[tuple[str, object]]:
     for number, record in enumerate(data, 1):
         yield f"record {number}", record
 
-
-def _csv_rows(raw: BinaryIO, complete: bool) -> Iterator[tuple[str, object]]:
-    # utf-8-sig: a byte-order mark (Excel's "CSV UTF-8") would otherwise open the first column's name.
-    text = io.TextIOWrapper(raw, encoding="utf-8-sig", newline="")
-    reader = csv.DictReader(text)
-    held = None
-    try:
-        names = reader.fieldnames or []
-        twice = sorted({name for name in names if names.count(name) > 1})
-        if twice:  # csv.DictReader keeps a name's last column: the first would be silently left out
-            raise DataError(f"line 1: the header names {', '.join(map(shapes.show, twice))} more than once; allowed: "
-                            "one column a name")
-        # Excel's CSV in a comma-decimal locale is split by ';', a TSV renamed .csv by tabs: its header is then one
-        # column whose name holds them all, and every field was "missing" from it.
-        if len(names) == 1 and (split_by := next((each for each in OTHER_DELIMITERS if each in names[0]), None)):
-            raise DataError(f"line 1: the header is one column, {shapes.show(names[0])}, its names split by "
-                            f"{OTHER_DELIMITERS[split_by]}; allowed: comma-separated values (save it with commas, or "
-                            "as .jsonl)")
-        for row in reader:
-            if None in row:  # more values than the header names
-                raise DataError(f"line {reader.line_num} has {len(row) - 1 + len(row[None])} values and the header "
-                                f"{len(reader.fieldnames)}; allowed: one value a column")
-            if held is not None:
-                yield held
-            held = (f"line {reader.line_num}", row)
-    except EOFError:
-        if complete:
-            raise
-        return
-    except csv.Error as error:
-        raise DataError(f"line {reader.line_num} is not CSV ({error})") from None
-    if held is not None and complete:
-        yield held
 
 
 def _parquet_rows(raw: BinaryIO) -> Iterator[tuple[str, object]]:

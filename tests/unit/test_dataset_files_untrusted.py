@@ -182,3 +182,24 @@ def test_the_drivers_check_refuses_the_same_files(tmp_path):
     (tmp_path / "deep.jsonl").write_text('{"text": ' + "[" * 4000 + "]" * 4000 + "}\n")
     with pytest.raises(validate.DataError, match=r"^--dataset \S+deep.jsonl line 1 nests"):
         validate.check_dataset(TrainConfig(dataset=str(tmp_path / "deep.jsonl"), data_format="text"), say=print)
+
+
+def test_a_datasets_column_names_are_listed_by_the_same_rule():
+    token = TOKENS["github"]
+    listed = shapes.shown_names(["body", token, "title"])
+    assert token not in listed and token[:12] not in listed, listed
+    assert listed == "body, a value of 28 characters (not shown: it holds something shaped like a token), title"
+    assert shapes.shown_names(f"column_{number:02}" for number in range(50)).endswith("column_19 and 30 more")
+
+
+def test_a_tool_calls_name_shaped_like_a_token_is_not_quoted_when_the_template_drops_it():
+    from tests.unit.test_sft import tiny_tokenizer
+    from workload.data import chat
+
+    token = TOKENS["openai"]
+    turns = [{"role": "user", "content": "weather ?"},
+             {"role": "assistant", "content": None,
+              "tool_calls": [{"type": "function", "function": {"name": token, "arguments": {"city": "x"}}}]}]
+    with pytest.raises(ValueError, match="does not render turn 2's tool_calls") as refused:
+        chat.tokenize_conversation(tiny_tokenizer("llama3"), turns, [1], False, "record 1")
+    assert token not in str(refused.value) and token[:12] not in str(refused.value), refused.value

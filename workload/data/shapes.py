@@ -107,8 +107,13 @@ def show(value: object) -> str:
 
 
 def _fields_of(record: dict) -> str:
-    """A record's field names, each as show() would quote it, the first SHOWN_FIELD_NAMES."""
-    names = sorted(map(str, record))
+    return shown_names(record)
+
+
+def shown_names(names) -> str:
+    """Field or column names (a record's, a dataset's) as a refusal lists them: each as show() would quote it, the
+    first SHOWN_FIELD_NAMES."""
+    names = sorted(map(str, names))
     shown = [name if show(name) == json.dumps(name, ensure_ascii=False) else show(name)
              for name in names[:SHOWN_FIELD_NAMES]]
     more = f" and {len(names) - SHOWN_FIELD_NAMES:,} more" if len(names) > SHOWN_FIELD_NAMES else ""

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from workload.config import TrainConfig
-from workload.data import line_records, records, shapes, validate
+from workload.data import json_list, line_records, records, shapes, validate
 
 
 class _Counted(io.RawIOBase):
@@ -77,6 +77,54 @@ def test_a_gzip_line_past_the_real_bound_is_refused_naming_it(tmp_path):
     assert f"line 2 is longer than {bound:,} bytes ({bound / 2**20:g} MiB)" in message, message
 
 
+def test_a_json_lists_record_past_the_bound_is_refused_there_and_the_file_read_no_further(monkeypatch):
+    monkeypatch.setattr(line_records, "MAX_LINE_BYTES", 4096)
+    monkeypatch.setattr(json_list, "MAX_LINE_BYTES", 4096)
+    monkeypatch.setattr(json_list, "CHUNK", 1024)
+    body = json.dumps([{"text": "one"}, {"text": "two"}, {"text": "z" * 2**20}, {"text": "three"}])
+    counted = _Counted(gzip.compress(body.encode()))
+    with pytest.raises(validate.DataError) as refused:
+        validate.check_file("list.json.gz", shapes.Fields("text"), subject="--dataset",
+                            opener=lambda: io.BufferedReader(counted))
+    assert str(refused.value).startswith("--dataset list.json.gz record 3 is longer than 4,096 characters"), (
+        refused.value)
+    assert counted.taken < 8 * 1024, f"read {counted.taken:,} compressed bytes of {len(gzip.compress(body.encode()))}"
+
+
+BROKEN_LISTS = {
+    "one line, the error far in": json.dumps([{"text": f"document {n}, with ] and , inside"} for n in range(300)])[:-1]
+    + ", oops]",
+    "indented, a comma missing": json.dumps([{"text": f"document {n}"} for n in range(120)], indent=2).replace(
+        '"document 90"\n  },', '"document 90"\n  }'),
+    "a trailing comma": json.dumps([{"text": "a"}] * 200)[:-1] + ",]",
+    "after the list": json.dumps([{"text": "a"}] * 200) + "\n[]",
+    "a cut string": json.dumps([{"text": "a" * 50}] * 200)[:-30],
+}
+
+
+@pytest.mark.parametrize("case", list(BROKEN_LISTS))
+def test_a_json_list_read_a_record_at_a_time_names_the_place_json_does(monkeypatch, case):
+    monkeypatch.setattr(json_list, "CHUNK", 64)  # the window drops what it read many times over
+    document = BROKEN_LISTS[case]
+    with pytest.raises(json.JSONDecodeError) as whole:
+        json.loads(document)
+    error = whole.value
+    expected = f"line {error.lineno} is not JSON ({line_records.reason(error)} at column {error.colno})"
+    with pytest.raises(validate.DataError) as refused:
+        list(json_list.records(io.BytesIO(document.encode())))
+    assert str(refused.value).startswith(expected), f"{case}: {refused.value} (json.loads: {expected})"
+
+
+def test_a_json_list_read_a_record_at_a_time_is_the_list_json_reads(monkeypatch):
+    monkeypatch.setattr(json_list, "CHUNK", 64)
+    listed = [{"text": f"café ] , [ \"{n}\" \U0001F600", "nested": [[n, {"k": [None, True, -1.5e3]}]]}
+              for n in range(90)]
+    for document in (json.dumps(listed), json.dumps(listed, indent=4, ensure_ascii=False), " [ ] ", "[]"):
+        data = ("\ufeff" + document).encode()
+        read = [record for _, _, record in json_list.records(io.BytesIO(data))]
+        assert read == json.loads(document), document[:80]
+
+
 def test_the_preview_prefix_ending_in_a_line_as_long_as_the_bound_is_refused(monkeypatch):
     monkeypatch.setattr(line_records, "MAX_LINE_BYTES", 500)
     prefix = (_jsonl({"text": "fine"}) + '{"text": "' + "p" * 600)[:500 + len(_jsonl({"text": "fine"}))]
@@ -90,7 +138,7 @@ def test_json_past_pythons_reader_is_refused_naming_the_line(tmp_path):
     (tmp_path / "deep.jsonl").write_text(_jsonl({"text": "a"}, {"text": "b"}) + deep + "\n")
     assert "line 3 nests arrays or objects deeper than Python's json reader goes" in _refusal(tmp_path / "deep.jsonl")
     (tmp_path / "deep.json").write_text("[" + deep + "]")
-    assert "the JSON list nests" in _refusal(tmp_path / "deep.json")
+    assert "record 1 nests arrays or objects deeper" in _refusal(tmp_path / "deep.json")
     digits = sys.get_int_max_str_digits()
     big = '{"prompt": "q", "completion": -' + "9" * (digits + 1) + "}"
     (tmp_path / "big.jsonl").write_text(_jsonl({"prompt": "q", "completion": "a"}) + "\n" + big + "\n")

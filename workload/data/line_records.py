@@ -60,18 +60,22 @@ def lines(raw: BinaryIO, complete: bool) -> Iterator[tuple[int, str]]:
 
 def too_long(where: str, unit: str) -> str:
     bound = f"{MAX_LINE_BYTES:,} {unit}" + (f" ({MAX_LINE_BYTES / 2**20:g} MiB)" if MAX_LINE_BYTES >= 2**20 else "")
-    return (f"{where} is longer than {bound}, the bound on one record (the file is read no further); allowed: one "
-            "record a line within it (a longer document split into several)")
+    return (f"{where} is longer than {bound}, the bound on one record (the file is read no further); allowed: each "
+            "record within it (a longer document split into several)")
 
 
-def parsed(text: str, where: str) -> object:
-    """json.loads(text), or DataError naming `where` for what Python's json reader cannot read although it may be
-    JSON: nesting past its recursion limit (CPython's decoder recurses once a level, Py_EnterRecursiveCall, so
-    RecursionError at about sys.getrecursionlimit() levels) and an integer past int's digit limit (ValueError
+DECODER = json.JSONDecoder()
+
+
+def parsed(text: str, where: str, start: int | None = None) -> object:
+    """json.loads(text) (with `start`: the value at text[start:] and where it ends, JSONDecoder.raw_decode), or
+    DataError naming `where` for what Python's json reader cannot read although it may be JSON: nesting past its
+    recursion limit (CPython's decoder recurses once a level, Py_EnterRecursiveCall, so RecursionError at about
+    sys.getrecursionlimit() levels) and an integer past int's digit limit (ValueError
     "Exceeds the limit (4300 digits) for integer string conversion": docs.python.org/3/library/stdtypes.html,
     "Integer string conversion length limitation"). JSON's own syntax errors go to the caller (json.JSONDecodeError)."""
     try:
-        return json.loads(text)
+        return json.loads(text) if start is None else DECODER.raw_decode(text, start)
     except json.JSONDecodeError:
         raise
     except RecursionError:

@@ -10,7 +10,8 @@ Files: .jsonl (one JSON object a line, blank lines skipped), .json (one list of 
 record a row; every value a string), .parquet, .txt (text only: one document a line), the first four also
 gzip-compressed (.jsonl.gz, .json.gz, .csv.gz, .txt.gz); local, or remote through pyarrow's file systems (s3://,
 with the job's credentials). Streaming: a .jsonl, .csv or .txt holds one line in memory at a time, a .parquet one
-row group; a .json list is one document and is parsed whole.
+row group, a .json list one record (workload.data.json_list); each line or record within the bound on one
+record (workload.data.line_records.MAX_LINE_BYTES).
 
 Standard library only (pyarrow for .parquet and remote files, imported then): the local run calls this before
 anything heavy loads.
@@ -28,7 +29,7 @@ from typing import BinaryIO, Callable, Iterator
 
 from workload import user_files
 from workload.config import TrainConfig, is_file_dataset
-from workload.data import shapes
+from workload.data import json_list, shapes
 from workload.data.line_records import MAX_LINE_BYTES, DataError, csv_rows, lines, parsed, reason  # noqa: F401
 
 COMPRESSED = ".gz"
@@ -281,22 +282,8 @@ def _check_surrogates(text: str, where: str) -> None:
 
 
 def _json_records(raw: BinaryIO) -> Iterator[tuple[str, object]]:
-    try:
-        text = io.TextIOWrapper(raw, encoding="utf-8-sig").read()  # a byte-order mark, if any, dropped
-        data = parsed(text, "the JSON list")
-    except json.JSONDecodeError as error:
-        if error.msg == "Extra data" and error.colno == 1 and error.doc.lstrip().startswith("{"):
-            # datasets' Dataset.to_json and pandas' to_json(lines=True) write JSON Lines under any name, .json too
-            raise DataError(f"holds one JSON record a line (JSON Lines: line {error.lineno} begins another), not a "
-                            "JSON list; name it .jsonl") from None
-        raise DataError(f"line {error.lineno} is not JSON ({reason(error)} at column {error.colno})"
-                        f"{_python_repr(error.doc)}; allowed: a JSON list of records (one record a line is .jsonl)"
-                        ) from None
-    if not isinstance(data, list):
-        raise DataError(f"holds a JSON {type(data).__name__}, not a list of records; allowed: [{{...}}, {{...}}] "
-                        "(one record a line is .jsonl)")
-    _check_surrogates(text, "a record")
-    for number, record in enumerate(data, 1):
+    for number, source, record in json_list.records(raw):
+        _check_surrogates(source, f"record {number}")
         yield f"record {number}", record
 
 

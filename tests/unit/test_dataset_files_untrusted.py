@@ -125,6 +125,35 @@ def test_a_json_list_read_a_record_at_a_time_is_the_list_json_reads(monkeypatch)
         assert read == json.loads(document), document[:80]
 
 
+def test_a_csv_value_over_many_lines_past_the_bound_is_refused_at_its_row(tmp_path, monkeypatch):
+    long_document = "a long document. " * 20_000  # 340,000 characters: past the csv module's own 131,072
+    (tmp_path / "book.csv").write_text(f'text\n"{long_document}"\nshort\n')
+    assert validate.check_file(str(tmp_path / "book.csv"), shapes.Fields("text"), subject="--dataset").records == 2
+    monkeypatch.setattr(line_records, "MAX_LINE_BYTES", 2000)
+    lines = "".join(f"line {number} of a value whose quote is never closed\n" for number in range(200))
+    (tmp_path / "long.csv").write_text('prompt,completion\nq,a\nr,"' + lines + 'the end",x\n')
+    message = _refusal(tmp_path / "long.csv", "prompt-completion")
+    assert "a value of the row at line 3 (read to line" in message and "longer than 2,000 characters" in message
+
+
+def test_a_parquet_row_past_the_bound_is_refused_from_its_footer(tmp_path, monkeypatch):
+    import pyarrow
+    import pyarrow.parquet
+
+    bound = line_records.MAX_LINE_BYTES
+    table = pyarrow.table({"text": ["a short document", "w" * (bound + 4096), "another"]})
+    pyarrow.parquet.write_table(table, tmp_path / "inflates.parquet", compression="zstd", row_group_size=1)
+    assert (tmp_path / "inflates.parquet").stat().st_size < 2**20, "a compressed row of the bound's size is small"
+    message = _refusal(tmp_path / "inflates.parquet")
+    assert "row 2 (row group 2) take" in message and f"more than {bound:,} a row" in message, message
+    monkeypatch.setattr(validate, "MAX_LINE_BYTES", 1000)
+    rows = pyarrow.table({"text": [f"document {number} " + "v" * 300 for number in range(40)]})
+    pyarrow.parquet.write_table(rows, tmp_path / "many.parquet", row_group_size=10)
+    assert validate.check_file(str(tmp_path / "many.parquet"), shapes.Fields("text"), subject="--dataset").records == 40
+    pyarrow.parquet.write_table(pyarrow.table({"text": ["x", "y" * 5000, "z"]}), tmp_path / "one.parquet")
+    assert "rows 1-3 (row group 1) take" in _refusal(tmp_path / "one.parquet")
+
+
 def test_the_preview_prefix_ending_in_a_line_as_long_as_the_bound_is_refused(monkeypatch):
     monkeypatch.setattr(line_records, "MAX_LINE_BYTES", 500)
     prefix = (_jsonl({"text": "fine"}) + '{"text": "' + "p" * 600)[:500 + len(_jsonl({"text": "fine"}))]

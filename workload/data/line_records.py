@@ -127,6 +127,9 @@ def csv_rows(raw: BinaryIO, complete: bool) -> Iterator[tuple[str, object]]:
     # /3/library/csv.html, Dialect.strict); strict also refuses a character after a closing quote ("a"b: ',' expected
     # after '"'), which RFC 4180 2.7 does not allow either (a '"' inside a quoted value is written '""').
     reader = csv.DictReader(source, strict=True)
+    # The csv module's own bound on a value, 128 Ki characters by default (csv.field_size_limit, the process's one
+    # setting), refused a long document; the bound on one record is this module's, for every format.
+    csv.field_size_limit(MAX_LINE_BYTES)
     held = None
     try:
         names = reader.fieldnames or []
@@ -165,6 +168,9 @@ def csv_rows(raw: BinaryIO, complete: bool) -> Iterator[tuple[str, object]]:
             raise DataError(f"line {source.row_start} opens a quoted value that no '\"' closes: the rest of the file "
                             f"(to line {source.number}) would be that one value; allowed: each quoted value closed, a "
                             "'\"' inside one written '\"\"'") from None
+        if "field limit" in str(error):  # a value past the bound: over many lines, a '"' never closed
+            raise DataError(too_long(f"a value of the row at line {source.row_start} (read to line {reader.line_num})",
+                                     "characters")) from None
         began = f" (its row begins at line {source.row_start})" if source.row_start not in (0, reader.line_num) else ""
         raise DataError(f"line {reader.line_num} is not CSV ({error}){began}") from None
     if held is not None and complete:

@@ -294,6 +294,7 @@ def _parquet_rows(raw: BinaryIO) -> Iterator[tuple[str, object]]:
 
     try:
         file = pyarrow.parquet.ParquetFile(raw)
+        _check_row_groups(file.metadata)
         number = 0
         for batch in file.iter_batches():
             for row in batch.to_pylist():
@@ -301,3 +302,20 @@ def _parquet_rows(raw: BinaryIO) -> Iterator[tuple[str, object]]:
                 yield f"row {number}", row
     except (pyarrow.ArrowException, OSError) as error:
         raise DataError(f"cannot be read as .parquet ({error})") from None
+
+
+def _check_row_groups(metadata) -> None:
+    """The bound on one record for a .parquet, from its footer before any page is read: a row group whose columns take
+    more than MAX_LINE_BYTES a row uncompressed (Parquet's RowGroup.total_byte_size, "total byte size of all the
+    uncompressed column data", parquet-format's parquet.thrift) holds a row longer than that; a compressed page of a
+    few kB may inflate to a gigabyte."""
+    first = 1
+    for index in range(metadata.num_row_groups):
+        group = metadata.row_group(index)
+        if group.total_byte_size > max(group.num_rows, 1) * MAX_LINE_BYTES:
+            last = first + max(group.num_rows, 1) - 1
+            rows = f"row {first}" if last == first else f"rows {first}-{last}"
+            raise DataError(f"{rows} (row group {index + 1}) take {group.total_byte_size:,} bytes uncompressed, more than "
+                            f"{MAX_LINE_BYTES:,} a row (the bound on one record), so a row is longer than it; allowed: "
+                            "each record within it (a longer document split into several)")
+        first += group.num_rows

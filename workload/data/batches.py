@@ -22,6 +22,7 @@ from typing import Callable, Iterable, Sequence
 import torch
 
 from workload.config import TrainConfig, is_file_dataset
+from workload.data import shapes
 from workload.data.tokenizer import load_chat_tokenizer, load_tokenizer
 from workload.data.validate import suffix as validate_suffix
 
@@ -100,7 +101,8 @@ def load_documents(cfg: TrainConfig, split: str = "") -> list[str]:
 
     dataset = datasets.load_dataset(cfg.dataset, cfg.dataset_config or None, split=split or cfg.dataset_split)
     if cfg.text_field not in dataset.column_names:
-        raise ValueError(f"--text_field {cfg.text_field!r} is not a column of {cfg.dataset}: {dataset.column_names}")
+        raise ValueError(f"--text_field {cfg.text_field!r} is not a column of {cfg.dataset}: "
+                         f"{shapes.shown_names(dataset.column_names)}")
     return [text for text in dataset[cfg.text_field] if text and text.strip()]
 
 

@@ -25,7 +25,7 @@ from typing import Sequence
 
 from workload import user_files
 from workload.config import CHAT_TEMPLATES
-from workload.data.shapes import ROLES, call_name  # noqa: F401  (ROLES: the roles a turn may have, the README's)
+from workload.data.shapes import ROLES, call_name, show  # noqa: F401  (ROLES: the roles a turn may have, the README's)
 
 TEMPLATES_DIRECTORY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "templates")
 # Published chat templates are a few KiB (those with tool calls some 20 KiB); a MiB bounds what is read and compiled.
@@ -145,7 +145,7 @@ def turn_span(tokenizer, turns: Sequence[dict], index: int, text: str, where: st
         name = call_name(call) or ""
         if name not in through[len(before):]:
             raise ValueError(f"{where}: the chat template does not render turn {index + 1}'s tool_calls (no "
-                             f"{name!r} in it), so the model would learn a turn without its calls; name a template "
+                             f"{show(name)} in it), so the model would learn a turn without its calls; name a template "
                              "that renders them with --chat_template (qwen2.5 does)")
     return len(before), len(through.rstrip())
 

@@ -22,19 +22,24 @@ TRL's preference records are refused as such (detect): DPO's pairs (chosen, reje
 named with --completion_field or --messages_field chosen, and KTO's completions labelled true or false, which would
 train on those labelled false too.
 
-A file's shape is taken from its first record, and every record must be of that shape. Standard library only: the
-local run checks every record with this before anything heavy loads.
+A file's shape is taken from its first record, and every record must be of that shape. Standard library only (with
+workload.config.fields' rule for a quoted value): the local run checks every record with this before anything heavy
+loads.
 """
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
 
+from workload.config.fields import SHOWN_VALUE_CHARS, looks_like_token
+from workload.config.uri_credentials import has_credentials
+
 ROLES = ("system", "user", "assistant", "tool")  # workload.data.chat's, here so this module imports nothing
 SHAREGPT_ROLES = {"human": "user", "gpt": "assistant", "system": "system", "tool": "tool"}
 SHAREGPT_FIELD = "conversations"
 ALPACA_FIELDS = ("instruction", "input", "output")
 SHOWN_CHARACTERS = 40  # of a bad value, in a refusal
+SHOWN_FIELD_NAMES = 20  # of a record's fields, in a refusal
 
 
 class RecordError(ValueError):
@@ -82,12 +87,37 @@ class Shape:
 
 
 def show(value: object) -> str:
-    text = json.dumps(value, ensure_ascii=False, default=str)
-    return text if len(text) <= SHOWN_CHARACTERS else text[:SHOWN_CHARACTERS] + "..."
+    """A record's value as every refusal quotes it: its JSON, cut at SHOWN_CHARACTERS, under workload.config.fields'
+    rule for a quoted value (fields.quotable): one that holds something shaped like a token, or a URI's credentials,
+    within its first SHOWN_VALUE_CHARS (room for a token that the cut would halve) only by its length; a hidden
+    character (U+202E, U+2028) escaped."""
+    try:
+        text = json.dumps(value[:SHOWN_VALUE_CHARS] if isinstance(value, str) else value, ensure_ascii=False,
+                          default=str)
+    except (RecursionError, ValueError):  # nested deeper than the encoder goes
+        return f"a {type(value).__name__} nested too deep to show"
+    window = text[:SHOWN_VALUE_CHARS]
+    if looks_like_token(window) or has_credentials(window):
+        length = len(value) if isinstance(value, str) else len(text)
+        return f"a value of {length:,} characters (not shown: it holds something shaped like a token)"
+    shown = text[:SHOWN_CHARACTERS]
+    if not shown.isprintable():
+        shown = shown.encode("ascii", "backslashreplace").decode("ascii")
+    return shown if len(text) <= SHOWN_CHARACTERS else shown + "..."
 
 
 def _fields_of(record: dict) -> str:
-    return ", ".join(sorted(map(str, record))) or "none"
+    return shown_names(record)
+
+
+def shown_names(names) -> str:
+    """Field or column names (a record's, a dataset's) as a refusal lists them: each as show() would quote it, the
+    first SHOWN_FIELD_NAMES."""
+    names = sorted(map(str, names))
+    shown = [name if show(name) == json.dumps(name, ensure_ascii=False) else show(name)
+             for name in names[:SHOWN_FIELD_NAMES]]
+    more = f" and {len(names) - SHOWN_FIELD_NAMES:,} more" if len(names) > SHOWN_FIELD_NAMES else ""
+    return ", ".join(shown) + more or "none"
 
 
 def _format_of(record: dict, fields: Fields) -> str:

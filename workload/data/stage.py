@@ -155,7 +155,8 @@ def _hub_split(cfg: TrainConfig, split: str):
 
     dataset = datasets.load_dataset(cfg.dataset, cfg.dataset_config or None, split=split)
     if cfg.data_format == "text" and cfg.text_field not in dataset.column_names:
-        raise ValueError(f"--text_field {cfg.text_field!r} is not a column of {cfg.dataset}: {dataset.column_names}")
+        raise ValueError(f"--text_field {cfg.text_field!r} is not a column of {cfg.dataset}: "
+                         f"{shapes.shown_names(dataset.column_names)}")
     return dataset
 
 

@@ -10,14 +10,14 @@ Files: .jsonl (one JSON object a line, blank lines skipped), .json (one list of 
 record a row; every value a string), .parquet, .txt (text only: one document a line), the first four also
 gzip-compressed (.jsonl.gz, .json.gz, .csv.gz, .txt.gz); local, or remote through pyarrow's file systems (s3://,
 with the job's credentials). Streaming: a .jsonl, .csv or .txt holds one line in memory at a time, a .parquet one
-row group; a .json list is one document and is parsed whole.
+row group, a .json list one record (workload.data.json_list); each line or record within the bound on one
+record (workload.data.line_records.MAX_LINE_BYTES).
 
 Standard library only (pyarrow for .parquet and remote files, imported then): the local run calls this before
 anything heavy loads.
 """
 from __future__ import annotations
 
-import csv
 import dataclasses
 import gzip
 import io
@@ -29,15 +29,11 @@ from typing import BinaryIO, Callable, Iterator
 
 from workload import user_files
 from workload.config import TrainConfig, is_file_dataset
-from workload.data import shapes
+from workload.data import json_list, shapes
+from workload.data.line_records import MAX_LINE_BYTES, DataError, csv_rows, lines, parsed, reason  # noqa: F401
 
 COMPRESSED = ".gz"
 LINE_SUFFIXES = (".jsonl", ".csv", ".txt")  # read a line at a time: a prefix of the file can be checked alone
-OTHER_DELIMITERS = {";": "';'", "\t": "tabs", "|": "'|'"}  # a .csv's header split by one of these is not CSV
-
-
-class DataError(ValueError):
-    """A dataset file or record that cannot be trained on: one line naming the file and where."""
 
 
 @dataclass(frozen=True)
@@ -157,18 +153,18 @@ def records(path: str, raw: BinaryIO, complete: bool = True) -> Iterator[tuple[s
     elif kind == ".json":
         yield from _json_records(raw)
     elif kind == ".csv":
-        yield from _csv_rows(raw, complete)
+        yield from csv_rows(raw, complete)
     else:
-        for number, line in _lines(raw, complete):
+        for number, line in lines(raw, complete):
             if kind == ".txt":
                 yield f"line {number}", line
                 continue
             try:
-                record = json.loads(line)
+                record = parsed(line, f"line {number}")
                 _check_surrogates(line, f"line {number}")
                 yield f"line {number}", record
             except json.JSONDecodeError as error:
-                raise DataError(f"line {number} is not JSON ({error.msg} at column {error.colno}): "
+                raise DataError(f"line {number} is not JSON ({reason(error)} at column {error.colno}): "
                                 f"{shapes.show(line.strip())}{_python_repr(line)}; allowed: one JSON object a line"
                                 ) from None
 
@@ -263,29 +259,6 @@ def _empty(raw: BinaryIO) -> bool:
     return not first
 
 
-def _lines(raw: BinaryIO, complete: bool) -> Iterator[tuple[int, str]]:
-    """(1-based line number, text) of each non-blank line; without `complete`, the last line (maybe cut) is left
-    out, and a gzip stream cut short ends the lines instead of failing."""
-    held = None
-    number = 0
-    try:
-        for number, data in enumerate(raw, 1):
-            try:
-                # A byte-order mark (Windows editors, Excel's "CSV UTF-8") opens the first line only: utf-8-sig
-                # drops it there, and a later line's U+FEFF stays what it is, a character of the text.
-                line = data.decode("utf-8-sig" if number == 1 else "utf-8")
-            except UnicodeDecodeError as error:
-                raise DataError(f"line {number} is not UTF-8 text ({error.reason} at byte {error.start})") from None
-            if held is not None:
-                yield held
-            held = (number, line) if line.strip() else None
-    except EOFError:
-        if complete:
-            raise
-        return
-    if held is not None and complete:
-        yield held
-
 
 def _python_repr(text: str) -> str:
     """What to say of records written with str() or print() of a dict (single quotes, True, None): Python's repr,
@@ -309,57 +282,10 @@ def _check_surrogates(text: str, where: str) -> None:
 
 
 def _json_records(raw: BinaryIO) -> Iterator[tuple[str, object]]:
-    try:
-        text = io.TextIOWrapper(raw, encoding="utf-8-sig").read()  # a byte-order mark, if any, dropped
-        data = json.loads(text)
-    except json.JSONDecodeError as error:
-        if error.msg == "Extra data" and error.colno == 1 and error.doc.lstrip().startswith("{"):
-            # datasets' Dataset.to_json and pandas' to_json(lines=True) write JSON Lines under any name, .json too
-            raise DataError(f"holds one JSON record a line (JSON Lines: line {error.lineno} begins another), not a "
-                            "JSON list; name it .jsonl") from None
-        raise DataError(f"line {error.lineno} is not JSON ({error.msg} at column {error.colno})"
-                        f"{_python_repr(error.doc)}; allowed: a JSON list of records (one record a line is .jsonl)"
-                        ) from None
-    if not isinstance(data, list):
-        raise DataError(f"holds a JSON {type(data).__name__}, not a list of records; allowed: [{{...}}, {{...}}] "
-                        "(one record a line is .jsonl)")
-    _check_surrogates(text, "a record")
-    for number, record in enumerate(data, 1):
+    for number, source, record in json_list.records(raw):
+        _check_surrogates(source, f"record {number}")
         yield f"record {number}", record
 
-
-def _csv_rows(raw: BinaryIO, complete: bool) -> Iterator[tuple[str, object]]:
-    # utf-8-sig: a byte-order mark (Excel's "CSV UTF-8") would otherwise open the first column's name.
-    text = io.TextIOWrapper(raw, encoding="utf-8-sig", newline="")
-    reader = csv.DictReader(text)
-    held = None
-    try:
-        names = reader.fieldnames or []
-        twice = sorted({name for name in names if names.count(name) > 1})
-        if twice:  # csv.DictReader keeps a name's last column: the first would be silently left out
-            raise DataError(f"line 1: the header names {', '.join(map(shapes.show, twice))} more than once; allowed: "
-                            "one column a name")
-        # Excel's CSV in a comma-decimal locale is split by ';', a TSV renamed .csv by tabs: its header is then one
-        # column whose name holds them all, and every field was "missing" from it.
-        if len(names) == 1 and (split_by := next((each for each in OTHER_DELIMITERS if each in names[0]), None)):
-            raise DataError(f"line 1: the header is one column, {shapes.show(names[0])}, its names split by "
-                            f"{OTHER_DELIMITERS[split_by]}; allowed: comma-separated values (save it with commas, or "
-                            "as .jsonl)")
-        for row in reader:
-            if None in row:  # more values than the header names
-                raise DataError(f"line {reader.line_num} has {len(row) - 1 + len(row[None])} values and the header "
-                                f"{len(reader.fieldnames)}; allowed: one value a column")
-            if held is not None:
-                yield held
-            held = (f"line {reader.line_num}", row)
-    except EOFError:
-        if complete:
-            raise
-        return
-    except csv.Error as error:
-        raise DataError(f"line {reader.line_num} is not CSV ({error})") from None
-    if held is not None and complete:
-        yield held
 
 
 def _parquet_rows(raw: BinaryIO) -> Iterator[tuple[str, object]]:
@@ -368,6 +294,7 @@ def _parquet_rows(raw: BinaryIO) -> Iterator[tuple[str, object]]:
 
     try:
         file = pyarrow.parquet.ParquetFile(raw)
+        _check_row_groups(file.metadata)
         number = 0
         for batch in file.iter_batches():
             for row in batch.to_pylist():
@@ -375,3 +302,20 @@ def _parquet_rows(raw: BinaryIO) -> Iterator[tuple[str, object]]:
                 yield f"row {number}", row
     except (pyarrow.ArrowException, OSError) as error:
         raise DataError(f"cannot be read as .parquet ({error})") from None
+
+
+def _check_row_groups(metadata) -> None:
+    """The bound on one record for a .parquet, from its footer before any page is read: a row group whose columns take
+    more than MAX_LINE_BYTES a row uncompressed (Parquet's RowGroup.total_byte_size, "total byte size of all the
+    uncompressed column data", parquet-format's parquet.thrift) holds a row longer than that; a compressed page of a
+    few kB may inflate to a gigabyte."""
+    first = 1
+    for index in range(metadata.num_row_groups):
+        group = metadata.row_group(index)
+        if group.total_byte_size > max(group.num_rows, 1) * MAX_LINE_BYTES:
+            last = first + max(group.num_rows, 1) - 1
+            rows = f"row {first}" if last == first else f"rows {first}-{last}"
+            raise DataError(f"{rows} (row group {index + 1}) take {group.total_byte_size:,} bytes uncompressed, more than "
+                            f"{MAX_LINE_BYTES:,} a row (the bound on one record), so a row is longer than it; allowed: "
+                            "each record within it (a longer document split into several)")
+        first += group.num_rows

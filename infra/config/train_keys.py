@@ -11,6 +11,7 @@ import infra.config.pip_requirements as pip_requirements  # trainPip
 from infra.config.env_names import (
     MAX_ENV_ENTRIES,
     MAX_ENV_VALUE_CHARS,
+    carries_credential_header,
     holds_credential,
     pseudo_directory_reason,
     refers_to_variable,
@@ -46,6 +47,7 @@ from workload.config import (
 from workload.config.fields import NAME_MAX_LENGTH, looks_like_token, rename_flags, shown_choice, shown_value
 from workload.fabric.transport import EXPECTATIONS as EXPECT_TRANSPORTS  # trainExpectTransport
 from workload.model import adapters, architectures, model_source, structure  # trainMethod, trainLora*, trainModelId
+from workload.run import variable_values  # trainEnv's values, as the local run checks the environment
 
 # The train* keys only the stack has (no job flag), read here and nowhere else; every other train* key is declared
 # beside its flag (workload.config.STACK_KEYS). tests/program/test_stack_keys.py holds the two to Pulumi.yaml's train* keys.
@@ -286,6 +288,14 @@ def _parse_env(key: str, items: list[str]) -> dict[str, str]:
                 f"entry {index} ({shown}) refers to another variable ($NAME or ${{NAME}}), which Ray's runtime_env "
                 "expands: it would copy a trainSecretEnv token into a plain variable; allowed: a literal value, with "
                 "no '$' before a name or '{' (its value is not shown)")
+        require(key != "trainEnv" or not carries_credential_header(name, value), key,
+                f"entry {index} ({shown}) carries a credential header (Authorization, an API key or a token), which "
+                "Ray's dashboard would show: put the variable in trainSecretEnv (`pulumi config set --secret --path "
+                "'trainSecretEnv[0]' NAME=...`) (its value is not shown)")
+        # A value the libraries refuse or misread where the job starts (PYTHONHASHSEED=abc, PYTORCH_CUDA_ALLOC_CONF
+        # expandable_segments:maybe, HF_HUB_OFFLINE=maybe): the local run's own rules, one table for both sides.
+        why = variable_values.problem({name: value}) if key == "trainEnv" else None
+        require(why is None, key, f"entry {index}: {why}")
         env[name] = value
         first_index[name] = index
     return env

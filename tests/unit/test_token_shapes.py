@@ -70,3 +70,22 @@ def test_vendor_prefixed_tokens_are_tokens(value):
 ])
 def test_vendor_prefixes_alone_are_not(value):
     assert not looks_like_token(value), value
+
+
+@pytest.mark.parametrize("argv, flag", [
+    (["--instance-type", f"lin_api_{HIDDEN}{HIDDEN}{HIDDEN}abcd", "--count", "2"], "--instance-type"),
+    (["--instance-type", "g6e.12xlarge", "--count", "2", "--write-stack", f"team/hvs.{HIDDEN}{HIDDEN}"],
+     "--write-stack"),
+    (["--stack", f"acme/pul-{HEX}{HEX}/dev", "--instance-type", "g6e.12xlarge", "--count", "2"], "--stack"),
+])
+def test_a_tools_refusal_of_a_token_shaped_flag_does_not_quote_it(capsys, argv, flag):
+    """tools.capacity's refusals quote a flag's value through cli.shown, and --stack's through shown_stack."""
+    import tools.capacity.cli as capacity_cli
+    from workload import cli
+
+    try:
+        code = cli.run(capacity_cli.main, argv)
+    except SystemExit as exited:  # argparse's own refusal of a flag's type (--stack)
+        code = exited.code
+    err = capsys.readouterr().err
+    assert code == cli.USAGE and flag in err and HIDDEN not in err and HEX not in err, err

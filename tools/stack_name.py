@@ -26,7 +26,8 @@ def stack_name(value: str) -> str:
     if STACK_NAME.fullmatch(value) and ".." not in value:
         return value
     allowed = "a stack's name as `pulumi stack select` takes it: 1-100 letters, digits, '-', '_' or '.', such as dev"
-    qualified = "/" in value and ".." not in value and len(value) <= 300
+    # A qualified name is quoted only when it reads as one (shown_stack): org/ghp_.../dev is refused by its length.
+    qualified = "/" in value and ".." not in value and len(value) <= 300 and shown_stack(value) == value
     if qualified and STACK_NAME.fullmatch(last := value.rsplit("/", 1)[1]):
         raise argparse.ArgumentTypeError(f"{value!r} is a fully qualified stack; give its own name: --stack {last}")
     shown = repr(value) if shown_stack(value) == value else f"{len(value):,} characters (not shown)"

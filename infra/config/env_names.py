@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import posixpath
 import re
+from urllib.parse import unquote
 
 from infra.config.storage_bounds import PSEUDO_FILE_SYSTEMS
 from workload.storage import CHECKPOINT_STAGING_ENV, DATA_CACHE_ENV
@@ -172,6 +173,29 @@ def holds_credential(name: str) -> bool:
     """Whether the variable `name` holds a credential by its name (HF_TOKEN, MLFLOW_TRACKING_PASSWORD, MY_API_KEY)."""
     return name not in NOT_CREDENTIALS and bool(_CREDENTIAL_NAME.search(name.upper()))
 
+
+
+# A variable that carries request headers: OpenTelemetry's OTEL_EXPORTER_OTLP_HEADERS and its per-signal forms
+# OTEL_EXPORTER_OTLP_{TRACES,METRICS,LOGS}_HEADERS (opentelemetry.io, "OTLP Exporter Configuration": "Key-value pairs to
+# be used as headers associated with gRPC or HTTP requests", k1=v1,k2=v2 in the W3C Baggage format, values
+# percent-encoded), and any library's *_HEADERS of that form. A hosted collector takes its credential in such a header
+# (Authorization=Basic ..., x-api-key=..., a vendor's *-token), which trainEnv would show plain on Ray's dashboard. One
+# rule: a header-list variable naming a credential header, by the header's name as holds_credential reads a variable's
+# (API-KEY as API_KEY), or HTTP's own credential headers (RFC 9110 Authorization and Proxy-Authorization; Cookie).
+_HEADER_LIST_NAME = re.compile(r"(^|_)HEADERS$")
+_CREDENTIAL_HEADERS = frozenset({"AUTHORIZATION", "PROXY_AUTHORIZATION", "COOKIE"})
+
+
+def carries_credential_header(name: str, value: str) -> bool:
+    """Whether `name`=`value` is a header list (k1=v1,k2=v2) holding a credential header (never quoted by the caller)."""
+    if not _HEADER_LIST_NAME.search(name.upper()):
+        return False
+    for entry in value.split(","):
+        header, separator, _ = entry.partition("=")
+        header = unquote(header).strip().upper().replace("-", "_")
+        if separator and header and (header in _CREDENTIAL_HEADERS or holds_credential(header)):
+            return True
+    return False
 
 
 # A reference to another variable in a trainEnv value: Ray's runtime_env expands ${NAME} in env_vars (and a shell

@@ -55,6 +55,7 @@ from infra.config.settings import (
     StackConfig,
 )
 from infra.config.train_keys import parse_train
+from workload.config.fields import quotable, shown_value
 
 
 @hides_secret_values
@@ -79,14 +80,16 @@ def parse(raw: dict[str, Any]) -> StackConfig:
     """
     check_text_bounds(raw)
     require(bool(CLUSTER_NAME.fullmatch(raw["clusterName"])), "clusterName",
-             f"{raw['clusterName']!r} must start with a letter and hold 1-39 letters, digits or hyphens "
+             f"{shown_value(raw['clusterName'])} must start with a letter and hold 1-39 letters, digits or hyphens "
              "(it prefixes every AWS name, some of which are capped at 64 characters)")
     require(bool(K8S_VERSION.fullmatch(raw["kubernetesVersion"])), "kubernetesVersion",
-             f"{raw['kubernetesVersion']!r} must be an EKS minor version like 1.34")
+             f"{shown_value(raw['kubernetesVersion'])} must be an EKS minor version like 1.34")
     try:
         vpc = ipaddress.IPv4Network(raw["vpcCidr"])
     except ValueError as e:
-        raise ValueError(f"config key 'vpcCidr': {raw['vpcCidr']!r} is not an IPv4 CIDR: {e}") from e
+        # ipaddress's own message repeats the value: said only when the value may be quoted.
+        why = f": {e}" if quotable(raw["vpcCidr"]) else ""
+        raise ValueError(f"config key 'vpcCidr': {shown_value(raw['vpcCidr'])} is not an IPv4 CIDR{why}") from None
     require(16 <= vpc.prefixlen <= 20, "vpcCidr",
              f"{raw['vpcCidr']} must be a /16 to /20 (private subnets get an eighth of it per AZ)")
     check_vpc_range(vpc)
@@ -98,7 +101,8 @@ def parse(raw: dict[str, Any]) -> StackConfig:
             f"at most {MAX_VPC_AZS} AZs (the VPC is split in eighths)")
 
     for key in ("systemInstanceType", "gpuInstanceType"):
-        require(bool(INSTANCE_TYPE.fullmatch(raw[key])), key, f"{raw[key]!r} is not an EC2 instance type name")
+        require(bool(INSTANCE_TYPE.fullmatch(raw[key])), key, f"{shown_value(raw[key])} is not an EC2 instance type "
+                                                              "name")
     require(raw["systemNodeCount"] >= 1, "systemNodeCount",
              f"must be at least 1 (the KubeRay operator and the Ray head run there), got {raw['systemNodeCount']}")
     require(raw["gpuNodeCount"] >= 1, "gpuNodeCount", f"must be at least 1, got {raw['gpuNodeCount']}")
@@ -109,7 +113,7 @@ def parse(raw: dict[str, Any]) -> StackConfig:
     require_choice(placement, GPU_PLACEMENTS, "gpuPlacement")
     reservation_id = raw["capacityReservationId"]
     require(reservation_id == "" or bool(RESERVATION_ID.fullmatch(reservation_id)), "capacityReservationId",
-             f"{reservation_id!r} must be empty or a reservation id like cr-0123456789abcdef0")
+             f"{shown_value(reservation_id)} must be empty or a reservation id like cr-0123456789abcdef0")
     reserve = raw["capacityReserve"]
     require(not (reserve and reservation_id), "capacityReserve",
              "cannot be true while capacityReservationId is set: target the existing reservation or create one")
@@ -134,15 +138,18 @@ def parse(raw: dict[str, Any]) -> StackConfig:
              "13.0")
     require_choice(raw["ncclDebug"], NCCL_DEBUG_LEVELS, "ncclDebug")
     require(bool(SOCKET_IFNAME.fullmatch(raw["ncclSocketIfname"])), "ncclSocketIfname",
-             f"{raw['ncclSocketIfname']!r} must be interface name prefixes as NCCL takes them: like eth0, eth or "
+             f"{shown_value(raw['ncclSocketIfname'])} must be interface name prefixes as NCCL takes them: like eth0, "
+             "eth or "
              "^docker,lo (comma-separated, led by ^ to exclude or = to match exactly; letters, digits, '_.:-')")
     require(socket_ifname_matches(raw["ncclSocketIfname"], POD_INTERFACE), "ncclSocketIfname",
-             f"{raw['ncclSocketIfname']!r} does not select {POD_INTERFACE}, and a Ray pod on EKS's VPC CNI has only "
+             f"{shown_value(raw['ncclSocketIfname'])} does not select {POD_INTERFACE}, and a Ray pod on EKS's VPC "
+             "CNI has only "
              f"{' and '.join(POD_INTERFACES)} (lo reaches no other node); allowed: a value that selects eth0, such as "
              "eth0, eth, =eth0 or ^lo")
     for key in ("fiProvider", "ncclNetPlugin"):
         require(bool(PLUGIN_WORD.fullmatch(raw[key])), key,
-                 f"{raw[key]!r} must be a single non-empty word (letters, digits and '_.;,+-'), like efa or aws-ofi")
+                 f"{shown_value(raw[key])} must be a single non-empty word (letters, digits and '_.;,+-'), like efa "
+                 "or aws-ofi")
 
     retention = raw["controlPlaneLogRetentionDays"]
     require_choice(retention, LOG_RETENTION_DAYS, "controlPlaneLogRetentionDays",
@@ -152,7 +159,8 @@ def parse(raw: dict[str, Any]) -> StackConfig:
     both = sorted(set(admins) & set(viewers))
     if both:
         more = f" (and {len(both) - 1} more)" if len(both) > 1 else ""
-        raise ValueError(f"config key 'clusterViewers': {both[0]!r}{more} is in clusterAdmins too; EKS allows one "
+        raise ValueError(f"config key 'clusterViewers': {shown_value(both[0])}{more} is in clusterAdmins too; EKS "
+                         "allows one "
                          "access entry per principal, so list each in one key")
 
     return StackConfig(
@@ -204,7 +212,7 @@ def _parse_operations(raw: dict[str, Any]) -> dict[str, Any]:
 def _check_principals(key: str, arns: list[str]) -> tuple[str, ...]:
     for arn in arns:
         require(bool(PRINCIPAL_ARN.fullmatch(arn)), key,
-                 f"{arn!r} is not an IAM role or user ARN like arn:aws:iam::123456789012:role/NAME")
+                 f"{shown_value(arn)} is not an IAM role or user ARN like arn:aws:iam::123456789012:role/NAME")
     require_unique(key, arns, "a principal")
     return tuple(arns)
 

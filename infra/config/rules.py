@@ -7,7 +7,7 @@ import re
 from urllib.parse import unquote
 
 from infra.config.storage_bounds import check_storage_bounds
-from workload.config.fields import shown_choice
+from workload.config.fields import shown_choice, shown_value
 from workload.s3_names import S3_BUCKET, bucket_name_problem, s3_hint  # noqa: F401 (S3_BUCKET: infra.config's too)
 
 # 39 at most: IAM role names are <clusterName>-system-node-role plus Pulumi's 8-character suffix, 64 at most.
@@ -88,7 +88,8 @@ def require_choice(value: object, choices: tuple | list, key: str, words: str = 
 
 def check_az_list(key: str, azs: list[str]) -> tuple[str, ...]:
     for az in azs:
-        require(bool(AZ_NAME.fullmatch(az)), key, f"{az!r} is not an availability zone name (like us-west-2a)")
+        require(bool(AZ_NAME.fullmatch(az)), key, f"{shown_value(az)} is not an availability zone name (like "
+                                                  "us-west-2a)")
     require_unique(key, azs, "an AZ")
     return tuple(azs)
 
@@ -120,17 +121,19 @@ def s3_location(path: str, key: str = "") -> tuple[str, str] | None:
         return None
     bucket, _, prefix = path.removeprefix("s3://").partition("/")
     require(bool(S3_BUCKET.fullmatch(bucket)) and ".." not in bucket, key,
-             f"{path!r} must name one existing bucket (3-63 lowercase letters, digits, '.' and '-'), "
+             f"{shown_value(path)} must name one existing bucket (3-63 lowercase letters, digits, '.' and '-'), "
              "like s3://my-bucket/prefix; wildcards are not allowed")
     problem = bucket_name_problem(bucket)
-    require(problem is None, key, f"{path!r}: no S3 bucket can be named {bucket!r}: {problem}; allowed: a bucket "
+    require(problem is None, key, f"{shown_value(path)}: no S3 bucket can be named {shown_value(bucket)}: {problem}; "
+                                  "allowed: a bucket "
                                   "name S3's naming rules allow")
     _check_segments(path, unquote(prefix).removesuffix("/"), key)
     require(not _PERCENT_ESCAPE.search(prefix), key,
-             f"{path!r} holds a percent-escape, which the job's S3 client decodes while IAM grants the literal text; "
+             f"{shown_value(path)} holds a percent-escape, which the job's S3 client decodes while IAM grants the "
+             "literal text; "
              "allowed: the path written out, without '%XX'")
     require(not any(c in prefix for c in "*?$"), key,
-             f"{path!r}: the path after the bucket must not contain '*', '?' or '$' (IAM would read them as "
+             f"{shown_value(path)}: the path after the bucket must not contain '*', '?' or '$' (IAM would read them as "
              "wildcards or policy variables)")
     odd = sorted(set(S3_KEY_CHARACTERS.sub("", prefix)))
     require(not odd, key, f"the path after the bucket holds {', '.join(repr(c) for c in odd[:5])}, outside S3's safe "
@@ -144,7 +147,8 @@ def _check_segments(path: str, inner: str, key: str) -> None:
     than the prefix the pods' policy grants (and S3 keeps them literally, so the same path means two places)."""
     segments = inner.split("/") if inner else []
     require(not any(segment in ("", ".", "..") for segment in segments), key,
-             f"{path!r} has an empty, '.' or '..' path segment; allowed: a path without '//', '/./' or '/../'")
+             f"{shown_value(path)} has an empty, '.' or '..' path segment; allowed: a path without '//', '/./' or "
+             "'/../'")
 
 
 # Where the Ray pods can keep checkpoints: S3 through their own role (infra/aws/pod_identity.py), or a node's disk.
@@ -162,22 +166,26 @@ def check_storage_path(path: str) -> None:
     check_storage_bounds(path)  # lengths S3 and Linux refuse, and /proc, /sys, /dev
     scheme, separator, rest = path.partition("://")
     if not separator:
-        require(path.startswith("/"), key, f"{path!r} is neither an absolute path nor a URI; {STORAGE_ALLOWED}")
+        require(path.startswith("/"), key, f"{shown_value(path)} is neither an absolute path nor a URI; "
+                                           f"{STORAGE_ALLOWED}")
         _check_segments(path, path[1:].removesuffix("/"), key)
         return
     require(scheme in ("s3", "file"), key,
-             f"{path!r}: {scheme}:// is not a storage the pods can reach (they hold AWS credentials for S3 only)"
+             f"{shown_value(path)}: {scheme}:// is not a storage the pods can reach (they hold AWS credentials for "
+             "S3 only)"
              + ("; URI schemes are lowercase" if scheme.lower() in ("s3", "file") else "") + f"; {STORAGE_ALLOWED}"
              + s3_hint(path))
     if scheme == "file":
-        require(rest.startswith("/"), key, f"{path!r}: a file:// URI takes an absolute path (file:///path); "
+        require(rest.startswith("/"), key, f"{shown_value(path)}: a file:// URI takes an absolute path (file:///path); "
                                             f"{STORAGE_ALLOWED}")
         _check_segments(path, unquote(rest[1:]).removesuffix("/"), key)
         require(not _PERCENT_ESCAPE.search(rest), key,
-                 f"{path!r} holds a percent-escape, which a file:// URI's reader decodes; allowed: the path written out")
+                 f"{shown_value(path)} holds a percent-escape, which a file:// URI's reader decodes; allowed: the "
+                 "path written out")
         return
     _bucket, prefix = s3_location(path, key)
-    require(bool(prefix), key, f"{path!r} is a bucket root, and the Ray pods' role would get read, write and delete "
+    require(bool(prefix), key, f"{shown_value(path)} is a bucket root, and the Ray pods' role would get read, write "
+                               "and delete "
                                 f"on the whole bucket; {STORAGE_ALLOWED}")
 
 

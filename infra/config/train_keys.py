@@ -11,6 +11,7 @@ import infra.config.pip_requirements as pip_requirements  # trainPip
 from infra.config.env_names import (
     MAX_ENV_ENTRIES,
     MAX_ENV_VALUE_CHARS,
+    carries_credential_header,
     holds_credential,
     pseudo_directory_reason,
     refers_to_variable,
@@ -43,9 +44,10 @@ from workload.config import (
     rules,
     stack_message,
 )
-from workload.config.fields import NAME_MAX_LENGTH, looks_like_token, rename_flags, shown_choice
+from workload.config.fields import NAME_MAX_LENGTH, looks_like_token, rename_flags, shown_choice, shown_value
 from workload.fabric.transport import EXPECTATIONS as EXPECT_TRANSPORTS  # trainExpectTransport
 from workload.model import adapters, architectures, model_source, structure  # trainMethod, trainLora*, trainModelId
+from workload.run import variable_values  # trainEnv's values, as the local run checks the environment
 
 # The train* keys only the stack has (no job flag), read here and nowhere else; every other train* key is declared
 # beside its flag (workload.config.STACK_KEYS). tests/program/test_stack_keys.py holds the two to Pulumi.yaml's train* keys.
@@ -60,7 +62,7 @@ def parse_train(raw: dict[str, Any]) -> JobSettings:
              f"{raw['trainTimeoutMinutes']} minutes: allowed 1 to {MAX_TIMEOUT_MINUTES} (30 days); a longer training "
              "is several jobs, each resuming from the last one's checkpoints")
     require(bool(RUN_ID.fullmatch(raw["trainRunId"])), "trainRunId",
-             f"{raw['trainRunId']!r} must be 1-32 letters, digits, '.', '_' or '-' (it names the Ray job)")
+             f"{shown_value(raw['trainRunId'])} must be 1-32 letters, digits, '.', '_' or '-' (it names the Ray job)")
     require_choice(raw["trainExpectTransport"], EXPECT_TRANSPORTS, "trainExpectTransport")
     require_choice(raw["trainWait"], TRAIN_WAITS, "trainWait")
     require(raw["trainChatTemplate"] in ("", *CHAT_TEMPLATES), "trainChatTemplate",
@@ -111,11 +113,11 @@ def job_flags(raw: dict[str, Any]) -> dict[str, Any]:
     check_dataset_location(values["dataset"])
     # The job's own rule for what a model id may name (the Hub's repo-id rule among them), with the job off too.
     if not values["model_config"] and values["model_id"] and (wrong := model_source.problem(values["model_id"])):
-        raise ValueError(stack_message(f"--model_id {values['model_id']!r} is {wrong}"))
+        raise ValueError(stack_message(f"--model_id {shown_value(values['model_id'])} is {wrong}"))
     check_source_scheme("trainModelId", "" if values["model_config"] else values["model_id"])
     check_source_scheme("trainTokenizer", values["tokenizer"])
     if (model_location := s3_location(values["model_id"], "trainModelId")) is not None:
-        require(bool(model_location[1]), "trainModelId", f"{values['model_id']!r}: {S3_MODEL_DIRECTORY}")
+        require(bool(model_location[1]), "trainModelId", f"{shown_value(values['model_id'])}: {S3_MODEL_DIRECTORY}")
     try:
         adapters.check_settings(values["method"], values["lora_rank"], values["lora_alpha"], values["lora_dropout"],
                        values["lora_targets"])
@@ -146,7 +148,8 @@ def _check_tracking(raw: dict[str, Any], env: dict[str, str], secret_env: Secret
     try:
         trackers = parse_report_to(raw["trainReportTo"])
     except ValueError:
-        raise ValueError(f"config key 'trainReportTo': {raw['trainReportTo']!r} is not a comma list of tensorboard, "
+        raise ValueError(f"config key 'trainReportTo': {shown_value(raw['trainReportTo'])} is not a comma list of "
+                         "tensorboard, "
                          "mlflow, wandb, or none") from None
     leaked = [name for name in env if name in TOKEN_VARIABLES or holds_credential(name)]
     require(not leaked, "trainEnv", f"sets {', '.join(leaked)}, which holds a credential by its name: put it in "
@@ -206,7 +209,8 @@ def _check_data_storage(raw: dict[str, Any]) -> None:
         return
     storage = raw["trainStoragePath"]
     require(bool(storage), "trainDataset",
-            f"{raw['trainDataset']!r} needs trainStoragePath (s3://BUCKET/PREFIX): the data stage keeps its token "
+            f"{shown_value(raw['trainDataset'])} needs trainStoragePath (s3://BUCKET/PREFIX): the data stage keeps "
+            "its token "
             "shards there, where every GPU node reads them; set trainStoragePath, or leave trainDataset empty for "
             "random tokens")
     # A local path (/mnt/ckpt, file://...) is each node's own disk: the shards the head writes there are not on the
@@ -284,6 +288,14 @@ def _parse_env(key: str, items: list[str]) -> dict[str, str]:
                 f"entry {index} ({shown}) refers to another variable ($NAME or ${{NAME}}), which Ray's runtime_env "
                 "expands: it would copy a trainSecretEnv token into a plain variable; allowed: a literal value, with "
                 "no '$' before a name or '{' (its value is not shown)")
+        require(key != "trainEnv" or not carries_credential_header(name, value), key,
+                f"entry {index} ({shown}) carries a credential header (Authorization, an API key or a token), which "
+                "Ray's dashboard would show: put the variable in trainSecretEnv (`pulumi config set --secret --path "
+                "'trainSecretEnv[0]' NAME=...`) (its value is not shown)")
+        # A value the libraries refuse or misread where the job starts (PYTHONHASHSEED=abc, PYTORCH_CUDA_ALLOC_CONF
+        # expandable_segments:maybe, HF_HUB_OFFLINE=maybe): the local run's own rules, one table for both sides.
+        why = variable_values.problem({name: value}) if key == "trainEnv" else None
+        require(why is None, key, f"entry {index}: {why}")
         env[name] = value
         first_index[name] = index
     return env

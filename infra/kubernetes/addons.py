@@ -15,6 +15,7 @@ import yaml
 from infra.aws.node_labels import GPU_PRESENT_LABEL, GPU_TOLERATION, SYSTEM_NODE_SELECTOR
 from infra.config import config_error
 from infra.kubernetes import admission, image_pins, ray_security
+from workload.config.fields import shown_value
 
 # 0.20.0 is the release whose values we checked (its default affinity already includes
 # nvidia.com/gpu.present=true, which our GPU nodes carry); older charts predate that term.
@@ -64,7 +65,8 @@ def check_efa_allowlist(instance_type: str) -> None:
         return
     gpu_types = ", ".join(t for t in allowed if t[0] in "gp")
     raise config_error(
-        "gpuInstanceType", f"{instance_type!r} is not on the allowlist of the {EFA_DEVICE_PLUGIN_CHART} chart "
+        "gpuInstanceType", f"{shown_value(instance_type)} is not on the allowlist of the {EFA_DEVICE_PLUGIN_CHART} "
+        "chart "
         f"{EFA_DEVICE_PLUGIN_VERSION} (supportedInstanceLabels.values), so the EFA device plugin would run on no "
         f"GPU node and NCCL would fall back to TCP. Allowed GPU types: {gpu_types}."
     )

@@ -6,6 +6,8 @@ import ipaddress
 import re
 from dataclasses import dataclass
 
+from workload.config.fields import shown_value
+
 
 @dataclass(frozen=True)
 class ImageFacts:
@@ -73,16 +75,17 @@ def check_image(image: str) -> None:
     last_component = reference.rsplit("/", 1)[-1]
     repository, colon, tag = last_component.partition(":")
     if colon and not _IMAGE_TAG.fullmatch(tag):
-        raise ValueError(f"config key 'dlcImage': {image!r} has a malformed tag {tag!r}")
+        raise ValueError(f"config key 'dlcImage': {shown_value(image)} has a malformed tag {shown_value(tag)}")
     if not repository or any(c.isspace() for c in image):
-        raise ValueError(f"config key 'dlcImage': {image!r} is not an image reference")
+        raise ValueError(f"config key 'dlcImage': {shown_value(image)} is not an image reference")
     if not colon and not at:
         raise ValueError(
-            f"config key 'dlcImage': {image!r} has neither a tag nor a digest; give repo:tag "
+            f"config key 'dlcImage': {shown_value(image)} has neither a tag nor a digest; give repo:tag "
             f"(e.g. public.ecr.aws/deep-learning-containers/ray:train-ml-cuda-v1.1.0) or repo@sha256:<64 hex digits>"
         )
     if not _REFERENCE.fullmatch(image):
-        raise ValueError(f"config key 'dlcImage': {image!r} is not an image reference (a repository's path is lowercase "
+        raise ValueError(f"config key 'dlcImage': {shown_value(image)} is not an image reference (a repository's "
+                         "path is lowercase "
                          f"letters and digits joined by '.', '_' or '-'); {_REFERENCE_ALLOWED}")
     if (host := _unreachable_registry(reference)) is not None:
         raise ValueError(f"config key 'dlcImage': its registry {host} is a loopback or link-local address, which names "
@@ -134,7 +137,8 @@ def mutable_tag_warning(image: str) -> str | None:
     tag = reference.rsplit("/", 1)[-1].partition(":")[2]
     if _FROZEN_TAG.search(tag):
         return None
-    return (f"dlcImage {image!r}: the tag {tag!r} moves (it names no full release), so the Ray pods may pull "
+    return (f"dlcImage {shown_value(image)}: the tag {shown_value(tag)} moves (it names no full release), so the Ray "
+            "pods may pull "
             "different builds; pin a release tag (vX.Y.Z) or a digest (repo@sha256:...)")
 
 
@@ -146,6 +150,7 @@ def unpinned_image_warning(image: str) -> str | None:
         return None
     registry = image.split("/", 1)[0] if "/" in image and any(c in image.split("/", 1)[0] for c in ".:") \
         else "docker.io"
-    return (f"dlcImage {image!r}: a tag from {registry} that the stack does not know; whoever can push there can move "
+    return (f"dlcImage {shown_value(image)}: a tag from {registry} that the stack does not know; whoever can push "
+            "there can move "
             "it, so the Ray pods may run another build than the one checked. Pin it by digest: "
             "repo:tag@sha256:<digest> (`crane digest IMAGE` or `docker buildx imagetools inspect IMAGE`)")

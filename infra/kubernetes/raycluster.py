@@ -23,6 +23,7 @@ from infra.kubernetes import admission, local_storage, monitoring, ray_security
 from infra.kubernetes.addons import KUBERAY_OPERATOR_NAMESPACE
 from infra.kubernetes.devices import worker_resources
 from infra.kubernetes.images import KNOWN_IMAGES, ImageFacts, check_image, mutable_tag_warning, unpinned_image_warning  # noqa: F401  (the names tests and the program read here)
+from workload.config.fields import shown_value
 
 # The CRD version that kuberay-operator 1.7.0 serves and stores (infra/kubernetes/addons.py pins the operator).
 RAYCLUSTER_API_VERSION = "ray.io/v1"
@@ -94,7 +95,7 @@ def image_facts(cfg: StackConfig) -> ImageFacts:
         missing = [key for key, value in (("rayVersion", cfg.ray_version), ("imageCudaVersion",
                                                                              cfg.image_cuda_version)) if not value]
         if missing:
-            raise config_error(tuple(missing), f"dlcImage {cfg.dlc_image!r} is not an image the stack knows "
+            raise config_error(tuple(missing), f"dlcImage {shown_value(cfg.dlc_image)} is not an image the stack knows "
                                f"({sorted(KNOWN_IMAGES)}), so set rayVersion and imageCudaVersion to the Ray release "
                                "and CUDA major.minor it bundles (e.g. 2.58.0 and 13.0)")
         facts = ImageFacts(ray_version=cfg.ray_version, cuda_version=cfg.image_cuda_version)
@@ -135,10 +136,11 @@ def _check_settings(
         raise config_error("rayClusterName", f"{name!r} must be a DNS-1035 label (lowercase letters, digits and '-', "
                            f"starting with a letter) of at most {_RAYCLUSTER_NAME_MAX} characters")
     if len(namespace) > 63 or not _DNS1123_LABEL.fullmatch(namespace):
-        raise config_error("rayNamespace", f"{namespace!r} must be a DNS-1123 label of at most 63 characters")
+        raise config_error("rayNamespace",
+                           f"{shown_value(namespace)} must be a DNS-1123 label of at most 63 characters")
     if namespace in _RESERVED_NAMESPACES:
-        raise config_error("rayNamespace", f"{namespace!r} is created and deleted with the stack, so it cannot be one "
-                           f"of {list(_RESERVED_NAMESPACES)}")
+        raise config_error("rayNamespace", f"{shown_value(namespace)} is created and deleted with the stack, so it "
+                           f"cannot be one of {list(_RESERVED_NAMESPACES)}")
     check_image(image)
     if gpu_node_count < 1:
         raise config_error("gpuNodeCount", f"{gpu_node_count} must be at least 1 (one Ray worker pod runs per GPU node)")

@@ -11,6 +11,7 @@ from typing import Callable
 
 from infra.config import StackConfig
 from infra.kubernetes import idle_stop, monitoring, raycluster
+from workload.config.fields import shown_value
 
 # Kubernetes' limit on a CronJob's name: the Jobs it creates are named `<cronjob>-<minutes since the epoch>`, 11
 # characters more, and a Job's name must stay a 63-character label (kubernetes/kubernetes,
@@ -63,6 +64,7 @@ def check_names(cfg: StackConfig) -> None:
     for choice, owned in MONITORING_NAMESPACES.items():
         if cfg.ray_namespace in owned:
             raise ValueError(
-                f"config key 'rayNamespace': {cfg.ray_namespace!r} is the namespace monitoring={choice} creates for "
+                f"config key 'rayNamespace': {shown_value(cfg.ray_namespace)} is the namespace monitoring={choice} "
+                "creates for "
                 f"its own pods (with their own Pod Security and network policies); allowed: a name none of "
                 f"{[n for names in MONITORING_NAMESPACES.values() for n in names]} (such as ray)")

@@ -166,3 +166,19 @@ def test_submit_names_the_run_id_flag_as_typed(capsys):
                    ["submit", "--stack", "dev", "--run-id", "try 3/b", "--print_config"])
     err = capsys.readouterr().err
     assert code == cli.USAGE and err.startswith("error: --run-id 'try 3/b' must be") and "trainRunId" not in err, err
+
+
+@pytest.mark.parametrize("argv, flag", [
+    (["--", "--run_name", "lin_api_" + "Wd3Kp9Qs7Tz1" * 4], "--run_name"),
+    (["--", "--wandb_project", "hvb." + "Wd3Kp9Qs7Tz1" * 3], "--wandb_project"),
+    (["--run-id", "pul-" + "3c2b1a09" * 5], "--run-id"),
+])
+def test_submit_refuses_a_vendor_token_in_a_free_text_flag_unquoted(capsys, argv, flag):
+    """A token in a free-text flag would sit in the job's entrypoint, plain on Ray's dashboard: refused naming the flag
+    (the one shape rule, workload/config/fields.py TOKEN_VALUE), its value never repeated."""
+    def no_cluster(args):
+        raise AssertionError("a token in a flag must be refused before the cluster is reached")
+
+    code = cli.run(lambda argv: job_cli.main(argv, job_server=no_cluster), ["submit", "--stack", "dev", *argv])
+    err = capsys.readouterr().err
+    assert code == cli.USAGE and flag in err and "Wd3Kp9Qs7Tz1" not in err and "3c2b1a09" not in err, err

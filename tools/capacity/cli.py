@@ -106,11 +106,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                          f"got {got}")
     name = args.write_stack  # --stack is checked by its own type (tools/stack_name.py), with the same rule
     if name is not None and (not STACK_NAME.fullmatch(name) or ".." in name):
-        raise ValueError(f"--write-stack {name!r}: a stack name is letters, digits, '-', '_' and '.' (no '/' or '..'), "
-                         "as in Pulumi.<name>.yaml beside Pulumi.yaml, such as dev or g6e")
+        raise ValueError(f"--write-stack {cli.shown(name)}: a stack name is letters, digits, '-', '_' and '.' (no '/' "
+                         "or '..'), as in Pulumi.<name>.yaml beside Pulumi.yaml, such as dev or g6e")
     if not _INSTANCE_TYPE.fullmatch(args.instance_type):
-        raise ValueError(f"--instance-type {args.instance_type!r}: expected an EC2 instance type such as g6.12xlarge"
-                         + _type_of_gpu(args.instance_type))
+        raise ValueError(f"--instance-type {cli.shown(args.instance_type)}: expected an EC2 instance type such as "
+                         "g6.12xlarge" + _type_of_gpu(args.instance_type))
     family, size = args.instance_type.split(".", 1)
     if not _INSTANCE_SIZE.fullmatch(size):
         # EC2's sizes (the instance types' naming conventions): nano to xlarge, Nxlarge, metal (metal-24xl, ...).

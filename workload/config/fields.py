@@ -42,13 +42,26 @@ CREDENTIALS_ALLOWED = ("no user:password@ (nor a token, key or signature paramet
 # npm's npm_, PyPI's pypi-, Google's AIza, and a JWT (three base64url segments, the header's '{"' as eyJ); Databricks'
 # personal access tokens (dapi...), and Slack's and Discord's incoming-webhook URLs, whose path is the secret (anyone
 # holding it posts to the channel).
+# And by each vendor's documented prefix (gitleaks' config/gitleaks.toml rules, which follow the vendors' formats):
+# Pulumi's access tokens pul- and 40 hex ("pulumi-api-token"), HashiCorp Vault's service, batch and recovery tokens
+# hvs./hvb./hvr. (Vault docs, "Tokens": token prefixes; "vault-service-token", "vault-batch-token"), the Hub's
+# organization tokens api_org_ and 34 letters ("huggingface-organization-api-token"), Linear's lin_api_ and 40
+# ("linear-api-key"), Atlassian's API tokens ATATT3... ("atlassian-api-token": 192 characters; any 40 or more here),
+# Stripe's test keys sk_test_/rk_test_ ("stripe-access-token"), Slack's app-level xapp-N-... ("slack-app-token"), age's
+# AGE-SECRET-KEY-1 ("age-secret-key"), Postman's PMAK- ("postman-api-token"), and NVIDIA's API keys for NGC and its
+# hosted NIMs, nvapi-... (NVIDIA NeMo Retriever docs, "Authentication and API keys": "Keys typically start with
+# nvapi-").
 TOKEN_VALUE = re.compile(r"(?<![A-Za-z0-9])(hf_[A-Za-z0-9]{30,}|gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,}"
                          r"|(AKIA|ASIA)[A-Z0-9]{16}(?![A-Za-z0-9])|sk-[A-Za-z0-9_-]{20,}"
                          r"|gl(pat|dt|rt|ptt)-[A-Za-z0-9_-]{20,}|xox[abeprs]-[A-Za-z0-9-]{10,}|[rs]k_live_[A-Za-z0-9]{20,}"
                          r"|npm_[A-Za-z0-9]{30,}|pypi-[A-Za-z0-9_-]{50,}|AIza[A-Za-z0-9_-]{35}"
                          r"|eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"
                          r"|dapi[A-Za-z0-9]{24,}|hooks\.slack\.com/services/[A-Za-z0-9]+/[A-Za-z0-9]+/[A-Za-z0-9]{8,}"
-                         r"|discord(?:app)?\.com/api/webhooks/[0-9]+/[A-Za-z0-9_-]{20,})")
+                         r"|discord(?:app)?\.com/api/webhooks/[0-9]+/[A-Za-z0-9_-]{20,}"
+                         r"|pul-[a-f0-9]{40}|nvapi-[A-Za-z0-9_-]{40,}|hv[sbr]\.[A-Za-z0-9_-]{24,}|api_org_[A-Za-z]{34}"
+                         r"|lin_api_[A-Za-z0-9]{40}|ATATT3[A-Za-z0-9_=-]{40,}|[rs]k_(?:test|prod)_[A-Za-z0-9]{10,}"
+                         r"|xapp-[0-9]-[A-Za-z0-9]+-[0-9]+-[A-Za-z0-9]{16,}|AGE-SECRET-KEY-1[0-9A-Z]{58}"
+                         r"|PMAK-[a-fA-F0-9]{24}-[a-fA-F0-9]{34})")
 TOKEN_SHAPES = "hf_, ghp_, github_pat_, AKIA, sk-, glpat-, xoxb-, sk_live_, npm_, pypi-, AIza, dapi, a JWT, a webhook..."
 
 

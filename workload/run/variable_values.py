@@ -11,6 +11,7 @@ import re
 from typing import Mapping
 
 from workload import cli
+from workload.run import allocator_settings
 
 # huggingface_hub's constants._is_true reads 1, ON, YES, TRUE (any case) as true and everything else as false; the
 # words a user means as false are 0, OFF, NO, FALSE. The offline switches of huggingface_hub, transformers, datasets.
@@ -32,8 +33,55 @@ CREDENTIALS_GO = {"MLFLOW_TRACKING_URI": "MLflow reads them from MLFLOW_TRACKING
                                          "or MLFLOW_TRACKING_TOKEN; set those, and the URI without them"}
 
 
+# Values the interpreter refuses before any code runs ("Fatal Python error: ...", exit 1 on every rank and in the
+# job's driver): CPython's Python/initconfig.c and preconfig.c (config_init_hash_seed, preconfig_init_utf8_mode,
+# config_init_tracemalloc, init_stdio_encoding), the Python docs' "Command line and environment" (cmdline.html:
+# PYTHONHASHSEED "random" or an integer in [0, 4294967295]; PYTHONUTF8 "Setting any other non-empty string causes an
+# error during interpreter initialisation"; PYTHONTRACEMALLOC a number of frames, [1; 65535]; PYTHONIOENCODING an
+# encoding the codecs module knows). The names are those env_names.NOT_RESERVED leaves to trainEnv; an empty value is
+# unset to Python. And torch's CUDA allocator settings, which torch refuses at the first CUDA allocation of every rank
+# (workload/run/allocator_settings.py).
+_STRTOUL = re.compile(r"[ \t\n\r\f\v]*\+?[0-9]+")  # C's strtoul, as CPython reads both numbers: whitespace and '+'
+
+
+def _encoding_known(value: str) -> bool:
+    import codecs
+
+    try:
+        codecs.lookup(value.partition(":")[0] or "utf-8")
+    except LookupError:
+        return False
+    return True
+
+
+AT_START = {
+    "PYTHONHASHSEED": (lambda v: v == "random" or (bool(_STRTOUL.fullmatch(v)) and int(v) <= 4294967295),
+                       'Python refuses to start with it: set "random" or an integer from 0 to 4294967295'),
+    "PYTHONUTF8": (lambda v: v in ("0", "1"), "Python refuses to start with it: set 1 (UTF-8 mode) or 0"),
+    "PYTHONTRACEMALLOC": (lambda v: bool(_STRTOUL.fullmatch(v)) and int(v) <= 65535,
+                          "Python refuses to start with it: set a number of frames from 1 to 65535, or 0"),
+    "PYTHONIOENCODING": (_encoding_known, "Python refuses to start with an encoding it does not know: set one such as "
+                                          "utf-8 (or utf-8:ERRORS)"),
+}
+
+
+def start_problem(name: str, value: str) -> str | None:
+    """Why the interpreter or torch refuses `name`=`value` where the job starts, said as `NAME=value: ...`, or None."""
+    if not value:
+        return None
+    if name in AT_START:
+        accepts, words = AT_START[name]
+        return None if accepts(value) else f"{_shown(name, value)}: {words}"
+    if name in allocator_settings.NAMES and (why := allocator_settings.problem(value)) is not None:
+        return f"{_shown(name, value)}: torch's CUDA allocator refuses it at the first allocation of every rank: {why}"
+    return None
+
+
 def problem(environ: Mapping[str, str]) -> str | None:
     """The first variable set to a value its library does not recognize, said as `NAME=value: what it takes`."""
+    for name in (*AT_START, *allocator_settings.NAMES):
+        if (why := start_problem(name, environ.get(name, ""))) is not None:
+            return why
     for name in SWITCHES:
         if (value := environ.get(name, "").strip()) and value.lower() not in _SWITCH_WORDS:
             return f"{_shown(name, value)} is neither on nor off to huggingface_hub, which reads it as off: set 1 or 0"

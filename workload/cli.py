@@ -288,12 +288,20 @@ def user_path(value: str) -> str:
     return os.path.expanduser(value) if value.startswith("~") else value
 
 
+NAME_CHARS = 256
+
+
 def named(value: str) -> str:
     """argparse's type for a flag that names something whose absence means a default (`--profile`): a blank value
     (`--profile "$PROFILE"` with PROFILE unset) is refused, not taken as the default it would silently become."""
     if not value.strip():
         raise argparse.ArgumentTypeError("is empty (an unset shell variable?); give a name, or leave the flag out for "
                                          "the default")
+    # A name is one line of printable characters: an AWS profile is an INI section's name (botocore's configloader
+    # reads `[profile NAME]` from one line), so a newline or a control character names none; refused before boto3.
+    if not value.isprintable() or len(value) > NAME_CHARS:
+        raise argparse.ArgumentTypeError(f"{shown(value)} is no name: a name is one line of at most {NAME_CHARS} "
+                                         "printable characters")
     return value
 
 

@@ -129,3 +129,31 @@ def test_a_time_limit_past_the_stacks_bound_is_refused_not_an_overflow(limit, ca
     with pytest.raises(cli.UsageError, match=r"^--time_limit_s must be a positive number of seconds, at most 2,592,000"):
         train.parse_args(["--time_limit_s", limit])
     assert train.parse_args(["--time_limit_s", str(train.MAX_TIME_LIMIT_S)])[1] == train.MAX_TIME_LIMIT_S
+
+
+@pytest.mark.parametrize("profile", ["team-dev\n[profile other]", "dev\x1b[2J", "p" * 257])
+@pytest.mark.parametrize("command", ["tools.doctor", "tools.capacity"])
+def test_a_profile_that_is_no_name_is_refused_before_boto3_loads(command, profile):
+    """An AWS profile is an INI section's name, one line: a newline or a control character names none, and the
+    refusal shows it escaped on one line, before any profile is looked up."""
+    import subprocess
+    import sys
+
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    module = "tools.capacity.cli" if command == "tools.capacity" else command
+    probe = ("import sys, importlib\nfrom workload import cli\n"
+             f"main = importlib.import_module({module!r}).main\n"
+             f"try:\n    code = cli.run(main, ['--profile', {profile!r}])\n"
+             "except SystemExit as exited:  # argparse's refusal exits, as the command would\n    code = exited.code\n"
+             "print('exit', code, 'boto3' in sys.modules)\n")
+    done = subprocess.run([sys.executable, "-c", probe], cwd=repo, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": repo})
+    # tools.doctor answers before boto3 loads; tools.capacity's module imports its AWS clients' module first
+    assert done.stdout.strip().endswith("exit 2 False" if command == "tools.doctor" else "exit 2 True"), done
+    error = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    assert len(error) == 1 and "--profile" in error[0] and "is no name" in error[0], done.stderr
+    assert "[profile other]" not in done.stderr.replace("\\n[profile other]", ""), done.stderr
+
+
+def test_a_profiles_name_is_taken_as_written():
+    assert cli.named("team-dev") == "team-dev" and cli.named("sso admin@acme") == "sso admin@acme"

@@ -28,7 +28,7 @@ class Aws:
         try:
             self._session = boto3.session.Session(profile_name=profile) if profile else aws_session()
         except ProfileNotFound:  # the flag's: AWS_PROFILE's is this machine's set-up (s3_access.aws_session)
-            raise cli.UsageError(f"--profile {profile}: no such AWS profile in the AWS config files") from None
+            raise cli.UsageError(f"--profile {cli.shown(profile)}: no such AWS profile in the AWS config files") from None
         self._lock = threading.Lock()  # creating clients from one session is not thread-safe
         # One client per service, region and config: botocore builds a client's class anew on every create_client
         # (EC2's has some 700 methods), and the survey asks for EC2 three times in each region. Clients themselves

@@ -157,3 +157,24 @@ def test_a_profile_that_is_no_name_is_refused_before_boto3_loads(command, profil
 
 def test_a_profiles_name_is_taken_as_written():
     assert cli.named("team-dev") == "team-dev" and cli.named("sso admin@acme") == "sso admin@acme"
+
+
+@pytest.mark.parametrize("claimed", [2**40, 2**63 - 1])
+def test_event_files_without_one_whole_record_are_answered_before_the_protocol_buffers(tmp_path, claimed):
+    """A run's event file whose first record claims more than the file holds (cut off mid-write, or crafted) has no
+    scalar: tools.loss_curve says so without importing tensorboardX (over a second of its writers' imports)."""
+    import struct
+    import subprocess
+    import sys
+
+    events = tmp_path / "run" / "tensorboard"
+    events.mkdir(parents=True)
+    (events / "events.out.tfevents.7.node").write_bytes(struct.pack("<Q", claimed) + b"\0" * 4 + b"e" * 64)
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    probe = ("import sys\nfrom workload import cli\nfrom tools import loss_curve\n"
+             f"code = cli.run(loss_curve.main, [{str(tmp_path / 'run')!r}, '--out', {str(tmp_path / 'o.svg')!r}])\n"
+             "print('exit', code, 'tensorboardX' in sys.modules)\n")
+    done = subprocess.run([sys.executable, "-c", probe], cwd=repo, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": repo})
+    assert done.stdout.strip().endswith("exit 2 False"), (done.stdout, done.stderr)
+    assert "hold no train/loss" in done.stderr and not (tmp_path / "o.svg").exists(), done.stderr

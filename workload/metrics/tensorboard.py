@@ -102,7 +102,9 @@ def read_scalars(directory: str) -> dict[str, list[tuple[int, float]]]:
     for path in paths:  # each a regular file without holes, before the protocol buffers' imports (a second)
         if (why := user_files.problem(path, user_files.UNBOUNDED)) is not None:
             raise ValueError(f"{path} {why}")
-    try:
+    if not any(next(_records(path), None) is not None for path in paths):
+        return {}  # no file holds one whole record (none, cut off, or claiming more than it holds): no scalar to read
+    try:  # tensorboardX's package imports its writers with it: over a second
         from tensorboardX.proto.event_pb2 import Event, SessionLog
     except ImportError:  # the same protocol buffers, as the tensorboard package ships them
         from tensorboard.compat.proto.event_pb2 import Event, SessionLog

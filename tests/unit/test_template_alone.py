@@ -5,17 +5,14 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 
 import pytest
 
+from tests.support.cli_process import run_cli
 from tests.unit.test_sft import CONVERSATION, DATA, tiny_tokenizer
 from workload.config import TrainConfig
 from workload.data import chat, template_check
 from workload.data.template_render import SPECIAL_TOKENS, TemplateOnly
-
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 # Templates that render no assistant turn: users' turns only; a fixed text; every turn's role but no content.
 UNTRAINED = {
@@ -103,12 +100,8 @@ def test_training_on_the_prompt_trains_whatever_the_template_renders(tmp_path):
 
 def test_the_refusal_comes_before_torch_and_transformers_are_imported(tmp_path):
     cfg = _config(tmp_path, UNTRAINED["users only"])
-    argv = ["--data_format", "chat", "--dataset", cfg.dataset, "--chat_template", cfg.chat_template,
-            "--storage_path", str(tmp_path / "runs")]
-    probe = ("import sys\nfrom workload import cli\nfrom workload.run import local\n"
-             f"code = cli.run(local.main, {argv!r})\n"
-             "print('exit', code, sorted({'torch', 'transformers'} & set(sys.modules)))\n")
-    done = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "PYTHONPATH": REPO})
-    assert done.stdout.strip().endswith("exit 2 []"), (done.stdout, done.stderr)
-    assert "renders no assistant turn" in done.stderr
+    code, stderr, loaded, _ = run_cli("workload.local", [
+        "--data_format", "chat", "--dataset", cfg.dataset, "--chat_template", cfg.chat_template,
+        "--storage_path", str(tmp_path / "runs")])
+    assert (code, loaded) == (2, []), stderr
+    assert "renders no assistant turn" in stderr

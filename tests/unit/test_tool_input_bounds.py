@@ -11,6 +11,7 @@ import socket
 
 import pytest
 
+from tests.support.cli_process import run_cli
 from workload import cli
 
 SECRET = "Zr8plainTextSecretValue"
@@ -136,23 +137,12 @@ def test_a_time_limit_past_the_stacks_bound_is_refused_not_an_overflow(limit, ca
 def test_a_profile_that_is_no_name_is_refused_before_boto3_loads(command, profile):
     """An AWS profile is an INI section's name, one line: a newline or a control character names none, and the
     refusal shows it escaped on one line, before any profile is looked up."""
-    import subprocess
-    import sys
-
-    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    module = "tools.capacity.cli" if command == "tools.capacity" else command
-    probe = ("import sys, importlib\nfrom workload import cli\n"
-             f"main = importlib.import_module({module!r}).main\n"
-             f"try:\n    code = cli.run(main, ['--profile', {profile!r}])\n"
-             "except SystemExit as exited:  # argparse's refusal exits, as the command would\n    code = exited.code\n"
-             "print('exit', code, 'boto3' in sys.modules)\n")
-    done = subprocess.run([sys.executable, "-c", probe], cwd=repo, capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "PYTHONPATH": repo})
+    code, stderr, loaded, _ = run_cli(command, ["--profile", profile], watch=("boto3",))
     # tools.doctor answers before boto3 loads; tools.capacity's module imports its AWS clients' module first
-    assert done.stdout.strip().endswith("exit 2 False" if command == "tools.doctor" else "exit 2 True"), done
-    error = [line for line in done.stderr.splitlines() if line.startswith("error:")]
-    assert len(error) == 1 and "--profile" in error[0] and "is no name" in error[0], done.stderr
-    assert "[profile other]" not in done.stderr.replace("\\n[profile other]", ""), done.stderr
+    assert (code, loaded) == (2, [] if command == "tools.doctor" else ["boto3"]), stderr
+    error = [line for line in stderr.splitlines() if line.startswith("error:")]
+    assert len(error) == 1 and "--profile" in error[0] and "is no name" in error[0], stderr
+    assert "[profile other]" not in stderr.replace("\\n[profile other]", ""), stderr
 
 
 def test_a_profiles_name_is_taken_as_written():
@@ -164,17 +154,11 @@ def test_event_files_without_one_whole_record_are_answered_before_the_protocol_b
     """A run's event file whose first record claims more than the file holds (cut off mid-write, or crafted) has no
     scalar: tools.loss_curve says so without importing tensorboardX (over a second of its writers' imports)."""
     import struct
-    import subprocess
-    import sys
 
     events = tmp_path / "run" / "tensorboard"
     events.mkdir(parents=True)
     (events / "events.out.tfevents.7.node").write_bytes(struct.pack("<Q", claimed) + b"\0" * 4 + b"e" * 64)
-    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    probe = ("import sys\nfrom workload import cli\nfrom tools import loss_curve\n"
-             f"code = cli.run(loss_curve.main, [{str(tmp_path / 'run')!r}, '--out', {str(tmp_path / 'o.svg')!r}])\n"
-             "print('exit', code, 'tensorboardX' in sys.modules)\n")
-    done = subprocess.run([sys.executable, "-c", probe], cwd=repo, capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "PYTHONPATH": repo})
-    assert done.stdout.strip().endswith("exit 2 False"), (done.stdout, done.stderr)
-    assert "hold no train/loss" in done.stderr and not (tmp_path / "o.svg").exists(), done.stderr
+    code, stderr, loaded, _ = run_cli("tools.loss_curve", [str(tmp_path / "run"), "--out", str(tmp_path / "o.svg")],
+                                      watch=("tensorboardX",))
+    assert (code, loaded) == (2, []), stderr
+    assert "hold no train/loss" in stderr and not (tmp_path / "o.svg").exists(), stderr

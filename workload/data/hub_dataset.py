@@ -104,6 +104,20 @@ def check_splits(dataset: str, files: list[str], token, config: str, wanted: lis
                 "{split}.jsonl, {split}/...); allowed: one of those")
 
 
+def check_holds_data(files: list[str], where: str) -> None:
+    """A repo with no data file at all (hub_splits.data_files: none of DATA_SUFFIXES) is the dataset's mistake, not a
+    split's: DataError naming `where` (the dataset's setting). A loading script (*.py) is never run: datasets 4.0
+    dropped them (datasets/load.py dataset_module_factory: "Dataset scripts are no longer supported, but found
+    {filename}"; datasets 4.0.0 release notes), so a repo of a script alone has nothing load_dataset can read."""
+    if hub_splits.data_files(files):
+        return
+    scripts = [name for name in files if name.endswith(".py")]
+    said = (f"a loading script ({', '.join(name[:100] for name in scripts[:3])}), which datasets 4+ no longer "
+            "runs (\"Dataset scripts are no longer supported\"), and no data files" if scripts else "no data files")
+    raise validate.DataError(f"{where}: the repo holds {said}; allowed: a dataset repo with data files "
+                             f"({', '.join(DATA_SUFFIXES)})")
+
+
 def _listed(names: list[str]) -> str:
     """Config names as a refusal lists them: 20 at most, each cut at 100 characters."""
     return ", ".join(name[:100] for name in names[:20]) + (", ..." if len(names) > 20 else "")
@@ -119,6 +133,7 @@ def check_records(dataset: str, split: str, config: str, fields: shapes.Fields, 
     `config_subject` (default `subject`) name the split's and the config's settings in those refusals."""
     where = f"{subject} {dataset}"
     files = _files(dataset, token, where)
+    check_holds_data(files, where)
     check_splits(dataset, files, token, config, [(split, split_subject or subject), (eval_split, eval_subject)],
                  where, config_subject or subject)
     chosen = split_files(files, split, config)

@@ -144,8 +144,9 @@ def _from_hub(model_id: str, token: str | None, first: Callable[[dict], None]) -
     listing = _hub_listing(model_id, token)
     shards_warning: list[str] = []
 
-    def cheap(raw: dict) -> None:  # before the gate's imports: the tokenizer's size, the shards the index names
+    def cheap(raw: dict) -> None:  # before the gate's imports: the tokenizer's size, the weights, the index's shards
         first(raw)
+        _weights_on_hub(model_id, listing)  # from the listing in hand: milliseconds, not the gate's torch import
         if not isinstance(listing, str) and safetensors_index.INDEX_FILE in listing:
             shards_warning.append(_shards_on_hub(model_id, token, listing))
 

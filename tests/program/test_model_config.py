@@ -24,7 +24,9 @@ def hub(monkeypatch):
     repos = {"acme/qwen-7b-chat": {"config.json": config, **weights},
              "acme/llama-gated": {"config.json": config, **weights},
              "acme/weights-only": {"model.safetensors": b"\0"},
-             "acme/encoder": {"config.json": json.dumps({"model_type": "bert", "hidden_size": 768}).encode()}}
+             # weights too: a repo without them is refused for that first, from its file list, before the gate
+             "acme/encoder": {"config.json": json.dumps({"model_type": "bert", "hidden_size": 768}).encode(),
+                              **weights}}
     with FakeHub(repos=repos, gated={"acme/llama-gated": {TOKEN}}) as server:
         monkeypatch.setenv("HF_ENDPOINT", server.url)
         yield server
@@ -74,6 +76,26 @@ def test_a_repo_without_safetensors_weights_is_refused_after_one_listing(hub):
     assert "its weights are pytorch_model.bin, tf_model.h5" in str(refused.value), refused.value
     listings = [request for request in hub.requests if request[1].startswith("/api/models/")]
     assert listings == [("GET", "/api/models/acme/bin-only", "")], f"one listing, no token given: {listings}"
+
+
+@pytest.mark.parametrize("weights, words", [
+    (("consolidated/model.safetensors", "consolidated/params.json"),
+     "its weights are consolidated/model.safetensors, under a folder, where from_pretrained does not look"),
+    (("weights/model-00001-of-00002.safetensors", "flax_model.msgpack"),
+     "its weights are flax_model.msgpack, weights/model-00001-of-00002.safetensors, under a folder"),
+    (("model.gguf",), "its weights are model.gguf"),
+    (("README.md",), "(no weights)"),
+])
+def test_weights_the_job_cannot_load_are_refused_from_the_listing_before_the_gate(hub, monkeypatch, weights, words):
+    from workload.model import compatibility
+
+    hub.repos["acme/no-root-weights"] = {"config.json": json.dumps(QWEN_7B).encode(), **dict.fromkeys(weights, b"\0")}
+    # The file list is in hand before the model gate's seconds of torch and transformers imports: answered first.
+    monkeypatch.setattr(compatibility, "gate", lambda *args: pytest.fail("the gate ran before the weights' check"))
+    with pytest.raises(ValueError, match="^config key 'trainModelId': acme/no-root-weights on the Hub holds no "
+                                         "model.safetensors") as refused:
+        model_config.resolve("acme/no-root-weights")
+    assert words in str(refused.value) and "\n" not in str(refused.value), refused.value
 
 
 def test_the_listing_goes_with_the_secret_envs_token_and_sharded_safetensors_pass(hub):

@@ -309,8 +309,13 @@ def weights_problem(file_names: list[str]) -> str | None:
     if SAFETENSORS_FILE in file_names or SAFETENSORS_INDEX in file_names:
         return None
     # A file name is the repo owner's text: only a plain one is quoted in the refusal.
-    others = sorted(name for name in file_names if name.endswith(OTHER_WEIGHTS) and _PLAIN_NAME.fullmatch(name))
+    # Safetensors under a folder (original/model.safetensors) are not loaded either: from_pretrained looks at the
+    # repo's root unless given subfolder= (transformers modeling_utils: "does not appear to have a file named").
+    others = sorted(name for name in file_names if name.endswith((*OTHER_WEIGHTS, ".safetensors"))
+                    and _PLAIN_NAME.fullmatch(name))
     held = f"its weights are {', '.join(others[:3])}{', ...' if len(others) > 3 else ''}" if others else "no weights"
+    if any("/" in name and name.endswith(".safetensors") for name in others):
+        held += ", under a folder, where from_pretrained does not look: it reads the repo's root"
     return (f"holds no {SAFETENSORS_FILE} or {SAFETENSORS_INDEX} ({held}), and the job loads safetensors weights only; "
             "allowed: a repo with safetensors weights (save_pretrained(safe_serialization=True) writes them), or "
             "s3://bucket/prefix/ holding such a model directory")

@@ -27,6 +27,7 @@ import os
 import torch
 from torch import nn
 
+from workload.model.header_shapes import shape_problem
 from workload.model.safetensors_index import INDEX_FILE, SINGLE_FILE, weight_map
 
 # safetensors' dtype names that copy_ can cast into fp32 master weights; anything else is a quantised or integer
@@ -137,8 +138,8 @@ def _lacks(what: str, directory: str, name: str) -> str:
 
 def stored_problem(name: str, file_name: str, shape: tuple, dtype: str, expected: tuple) -> str | None:
     """Why a stored tensor cannot fill the model's `name` of shape `expected` (after "{what}: "), or None."""
-    if tuple(shape) != tuple(expected):
-        return f"{name} in {file_name} has shape {list(shape)}; the model's config.json gives {list(expected)}"
+    if (why := shape_problem(name, file_name, shape, expected)) is not None:
+        return why
     if dtype not in FLOAT_DTYPES:
         return (f"{name} in {file_name} is {dtype}; only floating-point weights ({', '.join(FLOAT_DTYPES)}) are "
                 "loaded, not quantised checkpoints")

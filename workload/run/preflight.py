@@ -23,6 +23,7 @@ from workload.model import (
     adapters,
     compatibility,
     config_json,
+    header_shapes,
     model_source,
     remote_code,
     safetensors_files,
@@ -156,6 +157,7 @@ def check_local_files(cfg: TrainConfig) -> dict | None:
         for path in weights:  # untrusted: a sparse file, or a header pointing past the file's end
             if (why := safetensors_files.file_problem(path)) is not None:
                 raise ValueError(f"{what}: {os.path.basename(path)} {why}")
+        header_shapes.check_directory(raw, directory, what)  # the headers' shapes, where the arithmetic is exact
     tokenizer = os.path.expanduser(cfg.tokenizer_name)
     flag = "--tokenizer" if cfg.tokenizer else "--model_id"
     if cfg.dataset and "://" not in cfg.tokenizer_name and os.path.isdir(tokenizer) and not any(

@@ -31,7 +31,18 @@ def load_tokenizer(name: str):
             # transformers' paragraph on offline mode, in one line
             raise ValueError(f"--tokenizer {name!r} (default: --model_id) is not in this machine's Hub cache and "
                              f"{offline} is set; unset it to download, or download it first") from error
-        raise ValueError(f"--tokenizer {name!r} (default: --model_id) cannot be loaded ({error})") from error
+        raise ValueError(f"--tokenizer {name!r} (default: --model_id) cannot be loaded ({_one_line(error)})") from error
+    except Exception as error:  # noqa: BLE001 - tokenizers raises a plain Exception for a file it cannot build
+        raise ValueError(f"--tokenizer {name!r} (default: --model_id) cannot be loaded ({_one_line(error)})") from error
+
+
+def _one_line(error: Exception) -> str:
+    """A library's error in one line for a refusal: its type and first line, capped, the names it quotes in
+    backticks (tokenizers' "Token `...` out of vocabulary": the file's own text) left out."""
+    import re
+
+    text = re.sub(r"`[^`\n]*`", "`...`", str(error).strip().split("\n", 1)[0])[:300]
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__
 
 
 def load_chat_tokenizer(cfg: TrainConfig):

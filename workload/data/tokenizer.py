@@ -22,7 +22,14 @@ def load_tokenizer(name: str):
     try:
         if storage.is_remote(name):
             name = model_files.fetch(name, patterns=model_files.TOKENIZER_PATTERNS, required=None)
-        return AutoTokenizer.from_pretrained(name)
+        try:
+            return AutoTokenizer.from_pretrained(name)
+        except (OSError, ValueError):
+            raise
+        except Exception as error:  # noqa: BLE001 - tokenizers raises a plain Exception for a file it cannot build
+            raise _NotBuilt(_one_line(error)) from error  # only the load's: the s3:// copy's set-up errors are its own
+    except _NotBuilt as error:
+        raise ValueError(f"--tokenizer {name!r} (default: --model_id) cannot be loaded ({error})") from error.__cause__
     except (OSError, ValueError) as error:
         from workload.model.model_source import offline_variable
 
@@ -32,6 +39,19 @@ def load_tokenizer(name: str):
             raise ValueError(f"--tokenizer {name!r} (default: --model_id) is not in this machine's Hub cache and "
                              f"{offline} is set; unset it to download, or download it first") from error
         raise ValueError(f"--tokenizer {name!r} (default: --model_id) cannot be loaded ({error})") from error
+
+
+class _NotBuilt(Exception):
+    """tokenizers or transformers could not build the tokenizer from its files (their error, in one line)."""
+
+
+def _one_line(error: Exception) -> str:
+    """A library's error in one line for a refusal: its type and first line, capped, the names it quotes in
+    backticks (tokenizers' "Token `...` out of vocabulary": the file's own text) left out."""
+    import re
+
+    text = re.sub(r"`[^`\n]*`", "`...`", str(error).strip().split("\n", 1)[0])[:300]
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__
 
 
 def load_chat_tokenizer(cfg: TrainConfig):

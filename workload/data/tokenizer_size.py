@@ -31,7 +31,7 @@ import os
 from typing import Any
 
 from workload import user_files
-from workload.data import sentencepiece_size
+from workload.data import bpe_merges, sentencepiece_size
 
 TOKENIZER_FILE = "tokenizer.json"
 # A slow BPE tokenizer's files (GPT-2's), sized when there is no tokenizer.json.
@@ -84,6 +84,8 @@ def size_of(data: bytes) -> int:
     if isinstance(vocab, dict):
         ids = list(vocab.values())
         names = set(vocab)
+        if (why := bpe_merges.problem(model, vocab)) is not None:  # tokenizers' BpeBuilder::build would fail
+            raise ValueError(why)
     elif isinstance(vocab, list):  # Unigram: [piece, score] pairs, the id is the position
         ids = list(range(len(vocab)))
         names = {entry[0] for entry in vocab if isinstance(entry, list) and entry and isinstance(entry[0], str)}

@@ -20,6 +20,7 @@ import sys
 import tempfile
 
 from workload import storage
+from workload.metrics import protobuf_wire
 
 DIRECTORY = "tensorboard"
 EVENT_FILES = "events.out.tfevents.*"
@@ -95,24 +96,42 @@ class MetricsLog:
 def read_scalars(directory: str) -> dict[str, list[tuple[int, float]]]:
     """Every scalar of a directory's event files as {tag: [(step, value), ...]}, in the order written, after
     TensorBoard's purge markers are applied (a resumed attempt's steps replace the interrupted one's): what
-    TensorBoard's own EventAccumulator shows for them."""
+    TensorBoard's own EventAccumulator shows for them.
+
+    A whole record whose payload is no Event is refused (ValueError naming the file and the record's index), not
+    skipped: TensorBoard's reader stops quietly only where a record is cut off or fails its checksum (tensorboard/
+    backend/event_processing/event_file_loader.py RawEventFileLoader.Load: DataLossError, "a record may be
+    truncated", as _records ends at a record claiming more than the file holds), while EventFileLoader.Load parses
+    every record it was given with event_pb2.Event.FromString and raises protobuf's DecodeError for one that is not
+    an Event. A curve drawn from the records before it would look whole and hide the steps after it."""
     from workload import user_files
 
     paths = sorted(glob.glob(os.path.join(directory, EVENT_FILES)))
     for path in paths:  # each a regular file without holes, before the protocol buffers' imports (a second)
         if (why := user_files.problem(path, user_files.UNBOUNDED)) is not None:
             raise ValueError(f"{path} {why}")
-    if not any(next(_records(path), None) is not None for path in paths):
+    whole = False
+    for path in paths:  # each record's payload a protocol buffer message, before protobuf's imports (a second)
+        for index, record in enumerate(_records(path)):
+            whole = True
+            if (why := protobuf_wire.problem(record)) is not None:
+                raise ValueError(_no_event(path, index, why))
+    if not whole:
         return {}  # no file holds one whole record (none, cut off, or claiming more than it holds): no scalar to read
     try:  # tensorboardX's package imports its writers with it: over a second
         from tensorboardX.proto.event_pb2 import Event, SessionLog
     except ImportError:  # the same protocol buffers, as the tensorboard package ships them
         from tensorboard.compat.proto.event_pb2 import Event, SessionLog
 
+    from google.protobuf.message import DecodeError
+
     series: dict[str, list[tuple[int, float]]] = {}
     for path in paths:
-        for record in _records(path):
-            event = Event.FromString(record)
+        for index, record in enumerate(_records(path)):
+            try:
+                event = Event.FromString(record)
+            except DecodeError:
+                raise ValueError(_no_event(path, index, "does not parse as an Event protocol buffer")) from None
             if event.session_log.status == SessionLog.START:
                 for points in series.values():
                     points[:] = [point for point in points if point[0] < event.step]
@@ -120,6 +139,11 @@ def read_scalars(directory: str) -> dict[str, list[tuple[int, float]]]:
                 if value.HasField("simple_value"):
                     series.setdefault(value.tag, []).append((event.step, value.simple_value))
     return series
+
+
+def _no_event(path: str, index: int, why: str) -> str:
+    return (f"{path}: record {index} (counting from 0) is whole but holds no TensorBoard event (its payload {why}); "
+            "allowed: event files that tensorboardX or torch.utils.tensorboard wrote")
 
 
 def _records(path: str):

@@ -26,8 +26,8 @@ from typing import Iterator, Sequence
 from workload import cli, config_file, storage
 from workload.config import DECLARED, SUMMARY_PREFIX, TrainConfig, build_parser, is_local_dataset
 from workload.run import checks as local_checks
-from workload.run import credential_files, preflight, run_lock, services, tracker_variables
 from workload.run import output as local_output
+from workload.run import preflight, run_lock, services, tracker_variables
 from workload.run.head_supervisor import stop_session
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -343,7 +343,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _run(cfg: TrainConfig, verbose: bool) -> int:
     started = time.monotonic()
-    credential_files.check()  # a FIFO at $NETRC would hang the first request to the Hub or S3 below
     resumed_at = local_checks.check_before_ray(cfg)  # the data, storage, workers and an earlier run of the name
     if resumed_at is not None and resumed_at >= cfg.steps:
         finished(cfg, resumed_at)

@@ -70,3 +70,14 @@ def test_the_local_command_answers_a_fifo_at_netrc_at_once(home, monkeypatch):
     code, err, loaded, _ = run_cli("workload.local", ["--report_to", "wandb", "--model_config", "tiny", "--steps", "2",
                                                       "--storage_path", str(home / "runs")])
     assert code == cli.ENVIRONMENT and f"NETRC {home / 'pipe'} is a FIFO" in err and loaded == [], (code, err, loaded)
+
+
+def test_the_job_client_is_not_made_with_a_fifo_at_netrc(home, monkeypatch):
+    """Ray's job client sends requests through requests, which reads $NETRC before each: tools.job and tools.status
+    reach the job server through workload/run/submit.py connect, which checks first."""
+    from workload.run import submit
+
+    os.mkfifo(home / "pipe")
+    monkeypatch.setenv("NETRC", str(home / "pipe"))
+    with pytest.raises(cli.EnvironmentProblem, match="^NETRC .* is a FIFO"):
+        submit.connect("http://127.0.0.1:9", token="x")

@@ -11,7 +11,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
-from workload import cli, user_files
+from workload import cli
 
 # Each API call gives up after this long: a private endpoint seen from outside the VPC never answers, and the
 # client's default is to wait for the OS (minutes).
@@ -27,9 +27,6 @@ GET_A_KUBECONFIG = (
 
 def api_client(kubeconfig: Path | None) -> Any:
     """A client for the cluster of `kubeconfig`; None means $KUBECONFIG, else ~/.kube/config."""
-    import yaml
-    from kubernetes import client, config
-
     if kubeconfig is not None and kubeconfig.is_dir():
         inside = [path for path in sorted(kubeconfig.iterdir()) if path.is_file() and
                   (path.name == "config" or path.name.startswith("kubeconfig") or path.suffix in (".yaml", ".json"))]
@@ -41,32 +38,44 @@ def api_client(kubeconfig: Path | None) -> Any:
     if kubeconfig is None and not _default_kubeconfig_exists():
         raise cli.EnvironmentProblem("no kubeconfig: none given with --kubeconfig, none at $KUBECONFIG or "
                                      "~/.kube/config", hint=GET_A_KUBECONFIG)
-    for path, named, refused in _kubeconfig_files(kubeconfig):  # a FIFO would wait for a writer that never comes
-        if (why := user_files.problem(path, KUBECONFIG_MAX_BYTES)) is not None:
-            raise refused(f"{named} {why}", hint=GET_A_KUBECONFIG)
+    # Each file the client will read, through the tools' one YAML reader (workload/config_file.py read_document): a
+    # regular file within the bound (a FIFO would wait for a writer forever), without aliases (`*name`): PyYAML's
+    # safe_load, which the client calls (kubernetes/config/kube_config.py KubeConfigMerger), expands them without
+    # bound, and a 1 KB "billion laughs" took 48 s to a MemoryError. kubectl writes no aliases.
+    files = _kubeconfig_files(kubeconfig)
+    documents = [_document(path, named, refused) for path, named, refused in files]
+    from kubernetes import client, config  # once the files are good: its imports take a third of a second
+
     # A bad file named by the flag is bad input; a bad default one is this machine's set-up.
     unusable = cli.UsageError if kubeconfig is not None else cli.EnvironmentProblem
     configuration = client.Configuration()
     try:
-        if kubeconfig is not None:
-            text = user_files.read_bytes(kubeconfig, KUBECONFIG_MAX_BYTES).decode("utf-8", errors="replace")
-            _check_token_command(_mapping(kubeconfig, yaml.safe_load(text) or {}))
-        config.load_kube_config(config_file=str(kubeconfig) if kubeconfig else None,
-                                client_configuration=configuration)
-    except yaml.YAMLError as error:  # the file and its line, never its text (a kubeconfig may hold a token)
-        import os
-
-        named = f"--kubeconfig {kubeconfig}" if kubeconfig else \
-            f"the kubeconfig {os.environ.get('KUBECONFIG') or '~/.kube/config'}"
-        mark = getattr(error, "problem_mark", None)
-        line = f"line {mark.line + 1}: " if mark is not None else ""
-        raise unusable(f"{named} is not valid YAML ({line}{getattr(error, 'problem', None) or _first_line(error)})",
-                       hint=GET_A_KUBECONFIG) from None
+        if kubeconfig is not None:  # the client is handed the document read, never the file again
+            document = _mapping(kubeconfig, documents[0] or {})
+            _check_token_command(document)
+            # Relative certificate paths are the file's directory's, as when the client reads the file itself.
+            config.kube_config.KubeConfigLoader(
+                config_dict=document, config_base_path=os.path.dirname(os.path.abspath(kubeconfig))
+            ).load_and_set(configuration)
+        else:  # $KUBECONFIG's files (the client merges them) or ~/.kube/config: the very files read above
+            config.load_kube_config(config_file=os.pathsep.join(str(path) for path, _, _ in files),
+                                    client_configuration=configuration)
     except (config.ConfigException, OSError, ValueError, TypeError, AttributeError) as error:
         raise unusable(f"the kubeconfig cannot be used: {_first_line(error)}", hint=GET_A_KUBECONFIG) from None
     # One try: urllib3's default three retries each log a warning before the same failure.
     configuration.retries = False
     return client.ApiClient(configuration)
+
+
+def _document(path: Path, named: str, refused: type[cli.CommandError]) -> Any:
+    """The kubeconfig file's YAML document, or `refused` (UsageError for the flag's file, EnvironmentProblem for a
+    default one) naming it, never its text."""
+    from workload.config_file import read_document
+
+    try:
+        return read_document(str(path), named, KUBECONFIG_MAX_BYTES)
+    except cli.UsageError as error:
+        raise refused(str(error), hint=GET_A_KUBECONFIG) from None
 
 
 def _mapping(path: Path, document: Any) -> dict:

@@ -151,8 +151,8 @@ def file_keys(parser: argparse.ArgumentParser) -> dict[str, argparse.Action]:
             if action.option_strings and action.dest not in ("help", *OWN_DESTS)}
 
 
-def read_document(path: str, named: str | None = None) -> Any:
-    """The file's YAML document: at most MAX_CONFIG_BYTES, without aliases (`*name`), whose expansion makes a small
+def read_document(path: str, named: str | None = None, max_bytes: int = MAX_CONFIG_BYTES) -> Any:
+    """The file's YAML document: at most `max_bytes`, without aliases (`*name`), whose expansion makes a small
     file a billion values (the "billion laughs"), and without a key given twice; a refusal is a UsageError naming the
     file as `named` (by default `--config PATH`), never its text."""
     import yaml
@@ -180,7 +180,7 @@ def read_document(path: str, named: str | None = None) -> Any:
             return super().construct_mapping(node, deep=deep)
 
     try:  # a regular file within its bound (workload/user_files.py): a FIFO would wait for a writer forever
-        text = user_files.read_bytes(os.path.expanduser(path), MAX_CONFIG_BYTES)
+        text = user_files.read_bytes(os.path.expanduser(path), max_bytes)
     except OSError as error:
         raise cli.UsageError(f"{named}: {error.strerror}") from None
     except user_files.Refused as error:

@@ -235,7 +235,7 @@ MISTAKES = [
     ("a directory as the kubeconfig", JOB, ["list", "--stack", "dev", "--kubeconfig", "kube"], cli.USAGE,
      "--kubeconfig kube is a directory; a kubeconfig file is expected: did you mean --kubeconfig kube/config?"),
     ("a kubeconfig that is not YAML", JOB, ["list", "--stack", "dev", "--kubeconfig", "half.kubeconfig"], cli.USAGE,
-     "--kubeconfig half.kubeconfig is not valid YAML (line 3: "),
+     "--kubeconfig half.kubeconfig: not YAML (line 3)"),
     ("a stack name in capitals", JOB, ["submit", "--stack", "Dev", "--print_config"], cli.USAGE,
      "--stack Dev: no Pulumi.Dev.yaml here; stacks: dev"),
     ("an MLflow server with no mlflow tracker", LOCAL, ["--mlflow_tracking_uri", "http://localhost:5000"], cli.USAGE,

@@ -26,7 +26,7 @@ from workload.config import (
     rules,
 )
 from workload.data import validate
-from workload.run import input_files, variable_values, writable
+from workload.run import credential_files, input_files, variable_values, writable
 from workload.s3_names import s3_hint
 
 # Beside the run's checkpoints: the flags it was started with, to compare a later run of the same name against.
@@ -261,6 +261,7 @@ def check_before_ray(cfg: TrainConfig) -> int | None:
     after (None: a new run)."""
     writable.check_cache_directories()  # HF_HOME and the like: this machine's set-up, said before any flag's check
     variable_values.check_variable_values()  # HF_HUB_OFFLINE=maybe and the like: before the Hub is asked anything
+    credential_files.check()  # a FIFO at $NETRC would hang the first request to the Hub (requests reads it)
     check_socket_room()
     check_schemes(cfg)
     input_files.check(cfg)  # every local file the flags name: a regular file within its bound, before any is read

@@ -30,7 +30,7 @@ from workload.model import (
     safetensors_index,
     structure,
 )
-from workload.run import credential_values, input_files, services, variable_values, writable
+from workload.run import credential_files, credential_values, input_files, services, variable_values, writable
 
 # A tokenizer directory holds at least one of these (what transformers' tokenizers load their vocabulary from: the
 # fast tokenizer's file, a sentencepiece model (tokenizer.model, spiece.model, sentencepiece.bpe.model), BPE's or
@@ -50,6 +50,7 @@ def check_credentials(cfg: TrainConfig) -> None:
     anything starts: without them W&B warned after the first steps and the upload failed after the whole run.
     Exit 3, naming the variable, never its value; W&B switched off by WANDB_MODE is exit 2, as a flag that does
     nothing (wandb.init then records nothing, silently)."""
+    credential_files.check()  # before _wandb_key and _hub_token read them: a FIFO would wait forever
     credential_values.check_credential_values()
     variable_values.check_variable_values()  # WANDB_MODE=offlin is named as such, not as a missing W&B key
     if "wandb" in parse_report_to(cfg.report_to) and os.environ.get("WANDB_MODE", "").lower() == "disabled":

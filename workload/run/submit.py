@@ -83,6 +83,11 @@ def connect(address: str, token: str | None = None) -> JobSubmissionClient:
     """A client for the job server at `address` (http://host:8265); a refused token raises
     JobAuthenticationError, without the token in the message."""
     headers = {"Authorization": f"Bearer {token}"} if token else None
+    # Ray's client sends its requests with requests, which reads $NETRC (~/.netrc) before each (requests/utils.py
+    # get_netrc_auth): a FIFO there would wait forever (workload/run/credential_files.py).
+    from workload.run import credential_files
+
+    credential_files.check()
     with _auth_refusals(address, token):
         return JobSubmissionClient(address, headers=headers)
 

@@ -53,6 +53,22 @@ def test_the_arithmetic_gives_the_shapes_transformers_builds(config):
     assert sorted(map(list, derived["layer"])) == sorted(model["layer"]), "a decoder layer's parameters as built"
 
 
+# One published config a family with head_dim and num_key_value_heads omitted, so that the family's config class
+# supplies them (Qwen3's head_dim 128, Mistral's 8 key/value heads, ...: structure.HEAD_DIM_DEFAULTS,
+# KV_HEADS_DEFAULTS), over 32 query heads of 80 (which every class's default key/value heads divide).
+OMITTED = {config["model_type"]: dict({key: value for key, value in config.items()
+                                       if key not in ("head_dim", "num_key_value_heads")},
+                                      num_attention_heads=32, hidden_size=2560)
+           for config in FAMILY_CONFIGS.values()}
+
+
+@pytest.mark.parametrize("config", OMITTED.values(), ids=OMITTED)
+def test_widths_config_json_omits_are_the_built_models(config):
+    model = built(config)
+    assert structure.arithmetic_linear_shapes(config) == {name: (out, into) for name, out, into in model["linears"]}
+    assert sorted(map(list, structure.derived(config)["layer"])) == sorted(model["layer"])
+
+
 def test_the_configs_built_here_cover_every_family_the_arithmetic_is_used_for():
     families = {config["model_type"] for config in FAMILY_CONFIGS.values()}
     assert families == set(structure.ARITHMETIC_FAMILIES), families

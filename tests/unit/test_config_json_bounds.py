@@ -81,3 +81,20 @@ def test_the_job_refuses_heads_that_do_not_split_its_width_naming_model_id(tmp_p
     with pytest.raises(ValueError, match=r"--model_id .*not a model attention can run: its hidden_size 2040 is not a "
                                          r"multiple of its num_attention_heads 16"):
         preflight.check_local_files(TrainConfig(model_id=str(directory), seq_len=32))
+
+
+def test_the_attention_rule_reads_an_omitted_width_as_the_family_class_default():
+    """A head_dim or num_key_value_heads config.json omits is the config class's default (transformers'
+    configuration_qwen2.py: 32 key/value heads; configuration_glm4.py: head_dim 128), as the build reads it."""
+    omitted = {key: value for key, value in NO_HEAD_DIM.items() if key != "num_key_value_heads"}
+    with pytest.raises(config_json.Refused) as refused:
+        config_json.loads(json.dumps({**omitted, "model_type": "qwen2", "num_attention_heads": 16}).encode())
+    assert "num_attention_heads 16 is not a multiple of its num_key_value_heads 32 (qwen2's default" in str(
+        refused.value), refused.value
+    assert config_json.loads(json.dumps({**omitted, "model_type": "llama", "num_attention_heads": 16}).encode())
+    # GLM-4's head_dim is 128 whatever hidden_size / heads would be; stated, the heads must split hidden_size.
+    assert config_json.loads(json.dumps({**omitted, "model_type": "glm4", "hidden_size": 1100,
+                                         "num_attention_heads": 16}).encode())
+    with pytest.raises(config_json.Refused, match="its hidden_size 1100 is not a multiple of its num_attention_heads"):
+        config_json.loads(json.dumps({**omitted, "model_type": "glm4", "hidden_size": 1100, "num_attention_heads": 16,
+                                      "head_dim": None, "num_key_value_heads": 2}).encode())

@@ -89,18 +89,22 @@ def test_what_the_arithmetic_does_not_cover_is_left_to_the_built_model(tmp_path,
     header_shapes.check_directory({**SMALL, **config}, str(directory), "--model_id m")
 
 
-@pytest.mark.parametrize("config", [
-    {"model_type": "qwen3", "head_dim": None},  # Qwen3Config's head_dim is 128 when config.json omits it
-    {"model_type": "gemma2"},  # Gemma2Config's is 256
-    {"model_type": "mistral", "num_key_value_heads": None},  # MistralConfig's key/value heads: 8, not the query heads
+@pytest.mark.parametrize("config, built, old", [
+    # k_proj as the class builds it when config.json omits a width, and as hidden_size / heads and the query heads
+    # would give it (transformers' configuration_qwen3.py head_dim 128, configuration_gemma2.py 256,
+    # configuration_mistral.py num_key_value_heads 8)
+    ({"model_type": "qwen3", "head_dim": None}, (2 * 128, 32), (2 * 8, 32)),
+    ({"model_type": "gemma2", "head_dim": None}, (2 * 256, 32), (2 * 8, 32)),
+    ({"model_type": "mistral", "num_attention_heads": 16, "num_key_value_heads": None}, (8 * 2, 32), (16 * 2, 32)),
 ])
-def test_layers_whose_widths_rest_on_a_class_default_are_left_to_the_built_model(tmp_path, config):
+def test_layers_whose_widths_rest_on_a_class_default_are_compared_at_that_default(tmp_path, config, built, old):
     config = {key: value for key, value in {**SMALL, **config}.items() if value is not None}
-    change = {"model.layers.0.self_attn.k_proj.weight": (256, 32)}  # what the class default could build
-    header_shapes.check_directory(config, str(_directory(tmp_path, config, change)), "--model_id m")
-    with pytest.raises(ValueError, match=r"model.embed_tokens.weight in model.safetensors has shape \[30, 32\]"):
-        header_shapes.check_directory(config, str(_directory(tmp_path / "b", config,
-                                                             {"model.embed_tokens.weight": (30, 32)})), "--model_id m")
+    name = "model.layers.0.self_attn.k_proj.weight"
+    assert header_shapes.expected_shapes(config)[name] == built
+    header_shapes.check_directory(config, str(_directory(tmp_path, config)), "--model_id m")
+    with pytest.raises(ValueError, match=rf"k_proj.weight in model.safetensors has shape \[{old[0]}, 32\]; "
+                                         rf"the model's config.json gives \[{built[0]}, 32\]"):
+        header_shapes.check_directory(config, str(_directory(tmp_path / "b", config, {name: old})), "--model_id m")
 
 
 def test_the_arithmetic_names_and_shapes_are_the_built_models(tmp_path):

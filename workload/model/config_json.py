@@ -16,6 +16,8 @@ import math
 import re
 from typing import Any
 
+from workload.model import structure
+
 # A MiB is room for any published config.json, and a bound on what json reads.
 MAX_CONFIG_BYTES = 1 << 20
 FLOAT_TAG = "__float__"  # transformers.configuration_utils._FLOAT_TAG_KEY
@@ -85,10 +87,17 @@ def attention_shape_problem(config: dict) -> str | None:
         number = config.get(field)
         return number if isinstance(number, int) and not isinstance(number, bool) and number >= 1 else None
 
+    # A field config.json omits is the family's config class default (structure.HEAD_DIM_DEFAULTS, KV_HEADS_DEFAULTS:
+    # Qwen2's 32 key/value heads, Qwen3's head_dim 128).
+    model_type = config.get("model_type")
     hidden, heads, groups = whole("hidden_size"), whole("num_attention_heads"), whole("num_key_value_heads")
-    if heads and groups and heads % groups:
-        return (f"its num_attention_heads {heads} is not a multiple of its num_key_value_heads {groups} (each "
-                "key/value head serves a whole group of heads)")
+    default = "num_key_value_heads" not in config and structure.KV_HEADS_DEFAULTS.get(model_type)
+    if heads and (groups or default) and heads % (groups or default):
+        return (f"its num_attention_heads {heads} is not a multiple of its num_key_value_heads {groups or default}"
+                + (f" ({model_type}'s default where config.json omits it)" if default else "")
+                + " (each key/value head serves a whole group of heads)")
+    if "head_dim" not in config and model_type in structure.HEAD_DIM_DEFAULTS:
+        return None
     if hidden and heads and config.get("head_dim") is None and hidden % heads:
         return (f"its hidden_size {hidden} is not a multiple of its num_attention_heads {heads}, and it sets no "
                 "head_dim (each head is hidden_size / num_attention_heads wide)")

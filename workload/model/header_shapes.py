@@ -23,30 +23,16 @@ def shape_problem(name: str, file_name: str, shape: tuple, expected: tuple) -> s
     return None
 
 
-# Families whose config class gives head_dim a constant when config.json omits it, not hidden_size / heads
-# (transformers' configuration_qwen3.py and configuration_glm4.py: 128; configuration_gemma2.py and
-# configuration_gemma3.py: 256); and every family's num_key_value_heads default differs by class (8 for Mistral, 2 for
-# GLM-4 and StarCoder2, 4 for Gemma 2/3 and SmolLM3, 32 for Qwen2/3, the query heads for Llama). The arithmetic
-# (structure.widths) takes hidden_size / heads and the query heads, so a layer is compared only when config.json
-# states what its widths rest on.
-CONSTANT_HEAD_DIM = ("qwen3", "glm4", "gemma2", "gemma3_text")
-
-
-def _widths_stated(config: dict) -> bool:
-    return structure._positive(config.get("num_key_value_heads")) and (
-        config.get("model_type") not in CONSTANT_HEAD_DIM or structure._positive(config.get("head_dim")))
-
-
 def expected_shapes(config: dict) -> dict[str, tuple[int, ...]] | None:
     """Tensor name -> the shape transformers builds from `config` (an untrusted config.json), in the built model's
-    order (embedding, layers, lm_head), for the families the arithmetic covers (the layers' linears only where
-    config.json states the widths they rest on: _widths_stated); None otherwise."""
+    order (embedding, layers, lm_head), for the families the arithmetic covers (a width config.json omits read as the
+    family's config class reads it: structure.HEAD_DIM_DEFAULTS, KV_HEADS_DEFAULTS); None otherwise."""
     linears = structure.arithmetic_linear_shapes(config)
     if linears is None:
         return None
     embedding = structure.root_shapes(config)[0]
     shapes = {"model.embed_tokens.weight": embedding}
-    for layer in range(config["num_hidden_layers"] if _widths_stated(config) else 0):
+    for layer in range(config["num_hidden_layers"]):
         shapes.update({f"model.layers.{layer}.{name}.weight": shape for name, shape in linears.items()})
     if not structure.tied_embeddings(config):
         shapes["lm_head.weight"] = embedding

@@ -134,12 +134,11 @@ MARGIN_GIB = 1.0
 
 
 def _widths(config: dict) -> dict[str, int]:
-    hidden = config["hidden_size"]
-    heads = config["num_attention_heads"]
-    head_dim = config.get("head_dim") or hidden // heads
-    return {"hidden": hidden, "query": heads * head_dim, "head_dim": head_dim,
-            "key_value": (config.get("num_key_value_heads") or heads) * head_dim,  # null: as many as heads
-            "intermediate": config["intermediate_size"]}
+    """structure.widths under the plan's names: a head_dim or key/value heads config.json omits is the family's class
+    default (structure.HEAD_DIM_DEFAULTS, KV_HEADS_DEFAULTS)."""
+    sizes = structure.widths(config)
+    return {"hidden": sizes["h"], "query": sizes["q"], "head_dim": sizes["head_dim"], "key_value": sizes["kv"],
+            "intermediate": sizes["i"]}
 
 
 def _gated_mlp(config: dict) -> bool:

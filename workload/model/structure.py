@@ -54,12 +54,33 @@ SSM_FIELDS = ("mamba_d_state", "mamba_n_heads", "ssm_state_size", "mamba_d_ssm",
               "attn_layer_indices", "linear_attn_config")
 
 
+# What a family's config class reads for head_dim and num_key_value_heads when config.json omits them (transformers
+# 5.24, models/<family>/configuration_<family>.py class defaults): a constant for these families; hidden_size /
+# num_attention_heads and num_attention_heads for the others (their classes' __post_init__, or the modeling_<family>.py
+# attention's getattr(config, "head_dim", hidden_size // num_attention_heads)). A null in config.json is not the
+# default: the classes resolve it only as NULL_HEAD_DIM_DERIVED and NULL_KV_HEADS_DERIVED say, and other nulls are
+# left to the build (arithmetic_linear_shapes). tests/unit/test_config_defaults.py holds these equal to the classes.
+HEAD_DIM_DEFAULTS = {"qwen3": 128, "glm4": 128, "gemma2": 256, "gemma3_text": 256}
+KV_HEADS_DEFAULTS = {"mistral": 8, "qwen2": 32, "qwen3": 32, "glm4": 2, "starcoder2": 2, "gemma2": 4,
+                     "gemma3_text": 4, "smollm3": 4}
+# head_dim: null becomes hidden_size / heads (configuration_llama.py, configuration_mistral.py __post_init__);
+# num_key_value_heads: null becomes the query heads where the class's field allows None (Mistral's, GLM-4's,
+# StarCoder2's, Gemma 2's and 3's are `int`: the class refuses null).
+NULL_HEAD_DIM_DERIVED = ("llama", "mistral")
+NULL_KV_HEADS_DERIVED = ("llama", "qwen2", "qwen3", "phi3", "olmo2", "cohere2", "granite", "smollm3")
+
+
+def _stated_or_default(config: dict, name: str, defaults: dict):
+    return config[name] if name in config else defaults.get(config.get("model_type"))
+
+
 def widths(config: dict) -> dict[str, int]:
     hidden = config["hidden_size"]
     heads = config["num_attention_heads"]
-    head_dim = config.get("head_dim") or hidden // heads
-    return {"h": hidden, "q": heads * head_dim, "head_dim": head_dim,
-            "kv": (config.get("num_key_value_heads") or heads) * head_dim, "i": config["intermediate_size"]}
+    head_dim = _stated_or_default(config, "head_dim", HEAD_DIM_DEFAULTS) or hidden // heads
+    kv_heads = _stated_or_default(config, "num_key_value_heads", KV_HEADS_DEFAULTS) or heads
+    return {"h": hidden, "q": heads * head_dim, "head_dim": head_dim, "kv": kv_heads * head_dim,
+            "i": config["intermediate_size"]}
 
 
 def experts(config: dict) -> int:
@@ -195,7 +216,8 @@ def _positive(value) -> bool:
 def arithmetic_linear_shapes(config) -> dict[str, tuple[int, int]] | None:
     """`linear_shapes` of a config.json read from storage (untrusted), from its widths alone, where that arithmetic is
     what transformers builds: a family of ARITHMETIC_FAMILIES, dense, positive integer widths, whole heads (head_dim
-    given or dividing hidden_size; key/value heads dividing the query heads). None otherwise: the model is built on
+    given, the class's default, or dividing hidden_size; key/value heads dividing the query heads), no null the
+    class does not resolve. None otherwise: the model is built on
     the meta device instead (compatibility.gate, seconds of torch and transformers imports)."""
     if not isinstance(config, dict) or config.get("model_type") not in ARITHMETIC_FAMILIES or STRUCTURE_FIELD in config:
         return None
@@ -203,9 +225,15 @@ def arithmetic_linear_shapes(config) -> dict[str, tuple[int, int]] | None:
         return None
     if not all(_positive(config.get(name)) for name in _WIDTH_FIELDS):
         return None
-    heads, head_dim, kv_heads = (config["num_attention_heads"], config.get("head_dim"),
-                                 config.get("num_key_value_heads"))
-    if head_dim is not None and not _positive(head_dim) or head_dim is None and config["hidden_size"] % heads:
+    model_type, heads = config["model_type"], config["num_attention_heads"]
+    head_dim = _stated_or_default(config, "head_dim", HEAD_DIM_DEFAULTS)
+    kv_heads = _stated_or_default(config, "num_key_value_heads", KV_HEADS_DEFAULTS)
+    if head_dim is None and ("head_dim" in config and model_type not in NULL_HEAD_DIM_DERIVED
+                             or config["hidden_size"] % heads):
+        return None
+    if kv_heads is None and "num_key_value_heads" in config and model_type not in NULL_KV_HEADS_DERIVED:
+        return None
+    if head_dim is not None and not _positive(head_dim):
         return None
     if kv_heads is not None and not (_positive(kv_heads) and heads % kv_heads == 0):
         return None

@@ -23,7 +23,7 @@ from infra.config.rules import (
 )
 from infra.config.settings import SECRET_KEYS, SECRET_VALUED_KEYS
 from workload.config import DECLARED
-from workload.config.fields import NAME_MAX_LENGTH, URI_MAX_LENGTH, shown_choice, text_problem
+from workload.config.fields import NAME_MAX_LENGTH, URI_MAX_LENGTH, quotable, shown_choice, text_problem
 
 PROJECT_FILE = Path(__file__).resolve().parents[2] / "Pulumi.yaml"
 
@@ -81,8 +81,8 @@ def _read_raw(config: Any, key: str, spec: dict[str, Any], hidden: bool = False)
             value = json.loads(value)
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
             # `pulumi config set --secret --path 'trainSecretEnv.HF_TOKEN' ...` makes an object of the token.
-            got = (f"a {type(value).__name__} (its value is not shown)" if hidden or key in SECRET_VALUED_KEYS
-                   else repr(value))
+            got = (repr(value) if not (hidden or key in SECRET_VALUED_KEYS) and quotable(repr(value))
+                   else f"a {type(value).__name__} (its value is not shown)")
             raise config_error(key, f"must be a list of strings, got {got}")
     return value
 

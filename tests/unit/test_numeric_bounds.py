@@ -67,3 +67,13 @@ def test_epochs_cannot_ask_for_more_steps_than_any_run_takes():
     assert math.isfinite(numeric_bounds.MAX_FABRIC_CHECK_SECONDS)
     # The fabric check fits many times over in the stack's longest job (30 days).
     assert numeric_bounds.MAX_FABRIC_CHECK_SECONDS * 100 < 30 * 24 * 3600
+
+
+def test_the_lora_bounds_are_the_adapters_own():
+    from workload.model import adapters
+
+    most_rank, most_alpha = numeric_bounds.MAX_LORA_RANK, numeric_bounds.MAX_LORA_ALPHA
+    adapters.check_settings("lora", most_rank, most_alpha, 0.0, "all-linear")
+    for rank, alpha, dropout in ((most_rank + 1, 8.0, 0.0), (8, most_alpha * 1.01, 0.0), (8, 8.0, 1.0)):
+        with pytest.raises(ValueError):
+            adapters.check_settings("lora", rank, alpha, dropout, "all-linear")

@@ -133,7 +133,8 @@ class TrainConfig:
     seed: int = flag(
         0,
         "Seed of the random weights and of every step's batch, so a resumed run repeats an uninterrupted one exactly.",
-        at_least=0, at_most=bound.MAX_SEED)
+        at_least=0, at_most=bound.MAX_SEED, meaning="torch takes a 64-bit seed, and each step's batch seed puts 40 bits "
+        "of step and rank below it")
     num_workers: int = flag(
         0, "Ray Train workers; 0 means one per GPU of the cluster, or 2 CPU workers on a cluster without GPUs.",
         stack_key="trainNumWorkers", at_least=0, at_most=bound.MAX_RANKS, meaning="0: one per GPU"

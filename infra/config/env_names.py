@@ -229,3 +229,19 @@ def pseudo_directory_reason(name: str, value: str) -> str | None:
     return (f"it names a directory under {top}, a kernel pseudo file system where no directory can be made, so its "
             "library fails on every rank at its first use; allowed: a path on the node's disk (/tmp/...) or under "
             "/dev/shm")
+
+
+# Characters no process's environment can hold. A NUL (U+0000) ends the C string NAME=VALUE that execve(2) passes in
+# envp ("an array of pointers to strings": each string ends at its first NUL; man 2 execve), so CPython's os.environ
+# and subprocess refuse it ("ValueError: embedded null byte", Modules/posixmodule.c), and Kubernetes hands env to the
+# container runtime as the same strings: the variable could never reach the job as written.
+UNPASSABLE = {"\x00": "NUL"}
+
+
+def unpassable_reason(value: str) -> str | None:
+    """Why a variable's value cannot be given to a process (a NUL), named by the character's position, or None."""
+    for char, what in UNPASSABLE.items():
+        if (index := value.find(char)) >= 0:
+            return (f"holds a {what} (U+{ord(char):04X}) at character {index}, which no process's environment can "
+                    "hold: execve passes each NAME=VALUE as a C string, ended by its first NUL")
+    return None

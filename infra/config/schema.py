@@ -23,7 +23,14 @@ from infra.config.rules import (
 )
 from infra.config.settings import SECRET_KEYS, SECRET_VALUED_KEYS
 from workload.config import DECLARED
-from workload.config.fields import NAME_MAX_LENGTH, URI_MAX_LENGTH, shown_choice, text_problem
+from workload.config.fields import (
+    NAME_MAX_LENGTH,
+    URI_MAX_LENGTH,
+    looks_like_token,
+    quotable,
+    shown_choice,
+    text_problem,
+)
 
 PROJECT_FILE = Path(__file__).resolve().parents[2] / "Pulumi.yaml"
 
@@ -81,8 +88,8 @@ def _read_raw(config: Any, key: str, spec: dict[str, Any], hidden: bool = False)
             value = json.loads(value)
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
             # `pulumi config set --secret --path 'trainSecretEnv.HF_TOKEN' ...` makes an object of the token.
-            got = (f"a {type(value).__name__} (its value is not shown)" if hidden or key in SECRET_VALUED_KEYS
-                   else repr(value))
+            got = (repr(value) if not (hidden or key in SECRET_VALUED_KEYS) and quotable(repr(value))
+                   else f"a {type(value).__name__} (its value is not shown)")
             raise config_error(key, f"must be a list of strings, got {got}")
     return value
 
@@ -131,6 +138,9 @@ def check_list_bounds(raw: dict[str, Any]) -> None:
             raise ValueError(f"config key {key!r}: {len(value)} entries; allowed: at most {bound} ({why})")
 
 
+_VARIABLE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
+
+
 def check_text_bounds(raw: dict[str, Any]) -> None:
     """One rule for every free-text key, before any other check reads (or quotes) a value: each list within its count
     (LIST_MAX_ENTRIES), each string, and each entry of a list, within its bound (TEXT_MAX_LENGTHS, the declared one,
@@ -147,6 +157,9 @@ def check_text_bounds(raw: dict[str, Any]) -> None:
         for index, entry in enumerate(entries):
             if isinstance(entry, str) and (why := text_problem(entry, limit)) is not None:
                 where = f"entry {index} " if spec["type"] == "array" else ""
+                name = entry.partition("=")[0]  # trainEnv's NAME=VALUE: the variable named, as its other refusals do
+                if key == "trainEnv" and _VARIABLE_NAME.fullmatch(name) and not looks_like_token(name):
+                    where = f"entry {index} ({name}): the value "
                 raise ValueError(f"config key {key!r}: {where}{why}")
 
 

@@ -16,6 +16,7 @@ from infra.config.env_names import (
     pseudo_directory_reason,
     refers_to_variable,
     reserved_reason,
+    unpassable_reason,
 )
 from infra.config.experiment_tracking import (
     default_tracking_uri,
@@ -279,6 +280,9 @@ def _parse_env(key: str, items: list[str]) -> dict[str, str]:
         why = reserved_reason(name)
         require(why is None, key, f"entry {index} sets {shown}, which the job may not set: {why} (its value is not "
                                   "shown)")
+        why = unpassable_reason(value)
+        require(why is None, key, f"entry {index} ({shown}): the value {why}; allowed: a value without it (the value "
+                                  "is not shown)")
         why = pseudo_directory_reason(name, value)
         require(why is None, key, f"entry {index} ({shown}): {why}")
         require(len(value) <= MAX_ENV_VALUE_CHARS, key,

@@ -29,9 +29,9 @@ def llama_70b() -> dict:
 
 @pytest.mark.parametrize("overrides, words", [
     ({"trainMethod": "dora"}, ["trainMethod", "'dora'", "full", "lora", "qlora"]),
-    ({"trainLoraRank": 0}, ["trainLoraRank", "1 to 1024"]),
+    ({"trainLoraRank": 0}, ["trainLoraRank", "at least 1 and at most 1024"]),
     ({"trainLoraAlpha": "big"}, ["trainLoraAlpha", "not a number"]),
-    ({"trainLoraAlpha": "0"}, ["trainLoraAlpha", "positive"]),
+    ({"trainLoraAlpha": "0"}, ["trainLoraAlpha", "above 0 and at most 4096"]),
     ({"trainLoraDropout": "1"}, ["trainLoraDropout", "below 1"]),
     ({"trainLoraTargets": "q_proj,lm_head"}, ["trainLoraTargets", "all-linear", "q_proj", "down_proj"]),
 ])

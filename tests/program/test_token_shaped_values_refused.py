@@ -17,6 +17,9 @@ SHAPES = [
     "api_org_" + "ZyXwVuTsRqPoNmLkJiHgFeDcBaZyXwVuTs",
     f"lin_api_{HIDDEN * 3}wxyz",
     f"ATATT3xFfGF0{HIDDEN * 5}=C0FFEE12",
+    f"pscale_pw_{HIDDEN * 3}.Zz-9",  # PlanetScale's (gitleaks' planetscale-password, -api-token, -oauth-token)
+    f"pscale_oauth_{HIDDEN * 4}",
+    f"pscale_tkn_{HIDDEN}_{HIDDEN}={HIDDEN}",
 ]
 
 

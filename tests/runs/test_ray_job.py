@@ -176,11 +176,11 @@ def test_failing_job_fails_create_with_its_log_tail(ray_head):
 def test_a_fabric_below_the_minimum_fails_create_naming_both_figures(ray_head):
     job_provider, _ = provider(ray_head)
     with pytest.raises(ray_job.TrainingJobError) as raised:
-        job_provider.create(props(train_args=TINY_ARGS + ["--min_bus_gbytes_per_s", "1e6", "--fabric_check_seconds",
+        job_provider.create(props(train_args=TINY_ARGS + ["--min_bus_gbytes_per_s", "900", "--fabric_check_seconds",
                                                           "0.1"], run_id="slow-fabric"))
     message = str(raised.value)
     assert "FAILED" in message and "fabric check: bus bandwidth" in message, message[-3000:]
-    assert "below the expected minimum of 1e+06 GB/s" in message and "trainMinBusBandwidthGBps" in message, \
+    assert "below the expected minimum of 900 GB/s" in message and "trainMinBusBandwidthGBps" in message, \
         f"the failure must name the measured and the expected figures and the stack key: {message[-3000:]}"
 
 

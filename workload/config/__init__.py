@@ -19,8 +19,10 @@ from typing import Mapping, Sequence
 
 from workload import user_files
 from workload.config import aliases, fields, rules, values
+from workload.config import numeric_bounds as bound  # every numeric setting's upper bound, with its reason
 from workload.config.fields import URI_MAX_LENGTH, Declaration, flag, in_stack_terms  # noqa: F401
 from workload.config.hub_urls import HUB_ID_FLAGS, hub_url_problem
+from workload.config.numeric_bounds import MAX_BATCH_SIZE, MAX_FAILURES, MAX_STEPS  # noqa: F401
 from workload.config.rules import DATASET_FILE_SUFFIXES, RULES, Rule, is_file_dataset, is_local_dataset  # noqa: F401
 from workload.config.values import (  # noqa: F401
     DATASET_CONFIG,
@@ -88,16 +90,6 @@ REPORT_TO = ("tensorboard", "mlflow", "wandb", "none")
 # The job's last line: `TRAIN_SUMMARY {json}` (workload/train.py prints it, workload/run/submit.py parses it). Here, in
 # a module that imports nothing heavy, so that neither side needs torch to agree on it.
 SUMMARY_PREFIX = "TRAIN_SUMMARY "
-# The most sequences per worker per step: the preview's memory check looks for the largest batch that fits, and a
-# per-GPU batch beyond 65536 sequences fits no GPU at any sequence length a model has.
-MAX_BATCH_SIZE = 65536
-# The most optimizer steps (and the most steps between logs, evaluations and checkpoints, and of warmup): ten million
-# is months of steps at the fastest step any model takes here; a larger count (10**30) is a typo that would otherwise
-# reach the job, the trackers' step fields and the preview's time estimates as it is.
-MAX_STEPS = 10_000_000
-# The most restarts of a failed worker group (-1: forever): each restart reloads the last checkpoint, so a thousand is
-# already a job that will not recover; a larger count is a typo for -1.
-MAX_FAILURES = 1000
 # A line printed once the first steps of an attempt have run: `TRAIN_TRANSPORT {json}`, every rank's NCCL transport
 # lines so far. `pulumi up` with trainWait=transport judges it and returns, leaving the job to run on.
 TRANSPORT_PREFIX = "TRAIN_TRANSPORT "
@@ -121,30 +113,31 @@ class TrainConfig:
     epochs: float = flag(
         0.0, "Passes over --dataset's packed training blocks instead of --steps: steps = ceil(epochs x blocks / "
         "(batch_size x workers)), worked out and printed once the data is packed; 0: --steps.",
-        at_least=0, meaning="0: train --steps steps")
+        at_least=0, at_most=bound.MAX_EPOCHS, meaning="0: train --steps steps")
     batch_size: int = flag(2, "Sequences per worker per step.",
         stack_key="trainBatchSize", at_least=1, at_most=MAX_BATCH_SIZE,
         meaning="for a larger effective batch, add GPUs")
-    seq_len: int = flag(2048, "Tokens per sequence.", stack_key="trainSeqLen", at_least=2,
+    seq_len: int = flag(2048, "Tokens per sequence.", stack_key="trainSeqLen", at_least=2, at_most=bound.MAX_SEQ_LEN,
         meaning="each token learns to predict the next, so one token leaves nothing to predict")
     learning_rate: float = flag(1e-5, "AdamW's peak learning rate (see --lr_schedule).",
-        stack_key="trainLearningRate", above=0)
+        stack_key="trainLearningRate", above=0, at_most=bound.MAX_LEARNING_RATE)
     lr_schedule: str = flag(
         "cosine", "Learning rate after the warmup: constant, or a linear or cosine decay to 0 at the last step.",
         stack_key="trainLrSchedule", choices=LR_SCHEDULES)
     warmup_steps: int = flag(0, "Steps of linear warmup to --learning_rate (step k of n takes k/n of it).",
         stack_key="trainWarmupSteps", at_least=0, at_most=MAX_STEPS)
     max_grad_norm: float = flag(1.0, "Clip the global gradient norm to this value; 0 turns clipping off.",
-        at_least=0, meaning="0: no clipping")
+        at_least=0, at_most=bound.MAX_GRAD_NORM, meaning="0: no clipping")
     log_every: int = flag(1, "Print every this many steps' training line (and the first and last); the trackers get "
         "every step.", at_least=1, at_most=MAX_STEPS)
     seed: int = flag(
         0,
         "Seed of the random weights and of every step's batch, so a resumed run repeats an uninterrupted one exactly.",
-    )
+        at_least=0, at_most=bound.MAX_SEED, meaning="torch takes a 64-bit seed, and each step's batch seed puts 40 bits "
+        "of step and rank below it")
     num_workers: int = flag(
         0, "Ray Train workers; 0 means one per GPU of the cluster, or 2 CPU workers on a cluster without GPUs.",
-        stack_key="trainNumWorkers", at_least=0, meaning="0: one per GPU"
+        stack_key="trainNumWorkers", at_least=0, at_most=bound.MAX_RANKS, meaning="0: one per GPU"
     )
     max_failures: int = flag(
         0, "FailureConfig.max_failures: restarts of a failed worker group from the last checkpoint; -1 retries forever.",
@@ -240,7 +233,7 @@ class TrainConfig:
     gc_every: int = flag(
         50, "Python's garbage collector off during training, its young objects collected every this many steps on "
         "every rank at once, everything every 20th time and before checkpoints and evaluations; 0: Python's own "
-        "schedule.", at_least=0)
+        "schedule.", at_least=0, at_most=MAX_STEPS)
     chunked_loss: bool = flag(
         True, "Compute lm_head + cross-entropy in chunks of tokens, never holding fp32 logits for the whole batch."
     )
@@ -253,13 +246,13 @@ class TrainConfig:
         "full", "full: train every weight; lora: low-rank adapters on the frozen bf16 base; qlora: the same on a base "
         "quantized to NF4 as it loads (workload/model/adapters/).", stack_key="trainMethod", choices=adapters.METHODS)
     lora_rank: int = flag(rules.LORA_DEFAULTS["lora_rank"], "--method lora/qlora: the adapters' rank r.",
-        stack_key="trainLoraRank")
+        stack_key="trainLoraRank", at_least=1, at_most=bound.MAX_LORA_RANK)
     lora_alpha: float = flag(rules.LORA_DEFAULTS["lora_alpha"],
         "--method lora/qlora: the adapters' scale is lora_alpha / lora_rank.",
-        stack_key="trainLoraAlpha")
+        stack_key="trainLoraAlpha", above=0, at_most=bound.MAX_LORA_ALPHA)
     lora_dropout: float = flag(rules.LORA_DEFAULTS["lora_dropout"],
         "--method lora/qlora: dropout on the adapters' input.",
-        stack_key="trainLoraDropout")
+        stack_key="trainLoraDropout", at_least=0, below=1)
     lora_targets: str = flag(
         rules.LORA_DEFAULTS["lora_targets"],
         "--method lora/qlora: the decoder blocks' linear layers that get adapters: all-linear, or a comma list of "
@@ -284,28 +277,29 @@ class TrainConfig:
     )
     grad_accum_steps: int = flag(
         1, "Micro-batches per step: --batch_size is split into this many; gradients are reduced after the last only.",
-        stack_key="trainGradAccumSteps", at_least=1
+        stack_key="trainGradAccumSteps", at_least=1, at_most=MAX_BATCH_SIZE
     )
     ranks_per_node: int = flag(
         0, "Ranks that share a node, for the sharding; 0 reads it from Ray. Set it to emulate nodes on one host.",
-        at_least=0, meaning="0: from Ray"
+        at_least=0, at_most=bound.MAX_RANKS, meaning="0: from Ray"
     )
     node_gbits_per_s: float = flag(
         0.0, "A node's network bandwidth in Gbit/s as AWS documents it (the stack passes its instance's); 0: unknown.",
-        at_least=0, meaning="0: unknown"
+        at_least=0, at_most=bound.MAX_NODE_GBITS_PER_S, meaning="0: unknown"
     )
     gpu_memory_mib: int = flag(
         0, "Each GPU's memory in MiB as EC2 documents it (the stack passes its instance's), for the memory plan; "
-        "0 reads it from the device.", at_least=0, meaning="0: read from the device", check=gpu_memory_problem
+        "0 reads it from the device.", at_least=0, at_most=bound.MAX_GPU_MEMORY_MIB, meaning="0: read from the device",
+        check=gpu_memory_problem
     )
     fabric_check_seconds: float | None = flag(
         None,
         "Seconds of all-reduce/all-gather/reduce-scatter timing before training; unset: 3 on GPU, 0.5 on CPU; "
-        "0 skips it.", at_least=0, meaning="0: off",
+        "0 skips it.", at_least=0, at_most=bound.MAX_FABRIC_CHECK_SECONDS, meaning="0: off",
     )
     min_bus_gbytes_per_s: float = flag(
         0.0, "Fail before training when the fabric check's bus bandwidth (GB/s, as nccl-tests) is lower; 0: no minimum.",
-        stack_key="trainMinBusBandwidthGBps", at_least=0,
+        stack_key="trainMinBusBandwidthGBps", at_least=0, at_most=bound.MAX_BUS_GBYTES_PER_S,
         meaning="a bus bandwidth in GB/s as nccl-tests reports it; 0: no minimum"
     )
 

@@ -50,7 +50,9 @@ CREDENTIALS_ALLOWED = ("no user:password@ (nor a token, key or signature paramet
 # Stripe's test keys sk_test_/rk_test_ ("stripe-access-token"), Slack's app-level xapp-N-... ("slack-app-token"), age's
 # AGE-SECRET-KEY-1 ("age-secret-key"), Postman's PMAK- ("postman-api-token"), and NVIDIA's API keys for NGC and its
 # hosted NIMs, nvapi-... (NVIDIA NeMo Retriever docs, "Authentication and API keys": "Keys typically start with
-# nvapi-").
+# nvapi-") PlanetScale's service tokens, passwords and OAuth tokens, pscale_tkn_/pscale_pw_/pscale_oauth_ and 32
+# to 64 of [a-z0-9=_.-] in any case (gitleaks' "planetscale-api-token", "planetscale-password",
+# "planetscale-oauth-token").
 TOKEN_VALUE = re.compile(r"(?<![A-Za-z0-9])(hf_[A-Za-z0-9]{30,}|gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,}"
                          r"|(AKIA|ASIA)[A-Z0-9]{16}(?![A-Za-z0-9])|sk-[A-Za-z0-9_-]{20,}"
                          r"|gl(pat|dt|rt|ptt)-[A-Za-z0-9_-]{20,}|xox[abeprs]-[A-Za-z0-9-]{10,}|[rs]k_live_[A-Za-z0-9]{20,}"
@@ -61,7 +63,7 @@ TOKEN_VALUE = re.compile(r"(?<![A-Za-z0-9])(hf_[A-Za-z0-9]{30,}|gh[pousr]_[A-Za-
                          r"|pul-[a-f0-9]{40}|nvapi-[A-Za-z0-9_-]{40,}|hv[sbr]\.[A-Za-z0-9_-]{24,}|api_org_[A-Za-z]{34}"
                          r"|lin_api_[A-Za-z0-9]{40}|ATATT3[A-Za-z0-9_=-]{40,}|[rs]k_(?:test|prod)_[A-Za-z0-9]{10,}"
                          r"|xapp-[0-9]-[A-Za-z0-9]+-[0-9]+-[A-Za-z0-9]{16,}|AGE-SECRET-KEY-1[0-9A-Z]{58}"
-                         r"|PMAK-[a-fA-F0-9]{24}-[a-fA-F0-9]{34})")
+                         r"|PMAK-[a-fA-F0-9]{24}-[a-fA-F0-9]{34}|pscale_(?:tkn|pw|oauth)_[A-Za-z0-9=_.-]{32,})")
 TOKEN_SHAPES = "hf_, ghp_, github_pat_, AKIA, sk-, glpat-, xoxb-, sk_live_, npm_, pypi-, AIza, dapi, a JWT, a webhook..."
 
 
@@ -229,7 +231,9 @@ class Declaration:
         try:
             number = float(value)
         except (TypeError, ValueError):
-            raise ValueError(f"config key {self.stack_key!r}: {value!r} is not a number") from None
+            # Quoted as every typed read's refusal quotes a value (shown_choice, as infra/config/schema.py's for
+            # Pulumi's integers and booleans): a number mistyped is short; a token or a 40-character secret is not.
+            raise ValueError(f"config key {self.stack_key!r}: {shown_choice(str(value))} is not a number") from None
         return number
 
     def to_stack(self, value: Any) -> Any:

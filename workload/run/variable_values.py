@@ -32,6 +32,33 @@ ENDPOINTS = ("HF_ENDPOINT", "WANDB_BASE_URL", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_
 CREDENTIALS_GO = {"MLFLOW_TRACKING_URI": "MLflow reads them from MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD, "
                                          "or MLFLOW_TRACKING_TOKEN; set those, and the URI without them"}
 
+# The trackers' run names, bounded by the trackers themselves; a longer one fails only where rank 0 starts the tracker,
+# after the data and the model have loaded (or, for MLflow, at the server's database). Each: (the most characters, a
+# comma list whose every item is bounded (and not empty) rather than the whole, why).
+LENGTHS = {
+    # mlflow/store/tracking/dbmodels/models.py SqlExperiment.name, Column(String(256)) ("limit 256 characters"): the SQL
+    # tracking store's, the stack's server's and the local run's mlflow.db; the client refuses over 500 already
+    # (mlflow/utils/validation.py _validate_experiment_name, MAX_EXPERIMENT_NAME_LENGTH).
+    "MLFLOW_EXPERIMENT_NAME": (256, False, "MLflow's tracking store keeps an experiment's name in 256 characters"),
+    # wandb/sdk/wandb_settings.py validate_project: "Invalid project name ...: exceeded 128 characters".
+    "WANDB_PROJECT": (128, False, "W&B refuses a project name over 128 characters"),
+    # wandb/sdk/wandb_settings.py validate_run_tags (WANDB_TAGS split at ','): "Tags must be between 1 and 64
+    # characters".
+    "WANDB_TAGS": (64, True, "W&B takes a comma list of tags, each of 1 to 64 characters"),
+}
+
+
+def length_problem(name: str, value: str) -> str | None:
+    """Why the tracker refuses `name`=`value` for its length (LENGTHS), naming the variable, never the value."""
+    if name not in LENGTHS or not value:
+        return None
+    most, listed, why = LENGTHS[name]
+    items = value.split(",") if listed else [value]
+    if (longest := max(len(item) for item in items)) > most or (listed and min(map(len, items)) == 0):
+        what = "an empty tag" if longest <= most else f"{longest:,} characters"
+        return f"{name} ({what}; its value is not shown): {why}; set it within that, or unset it"
+    return None
+
 
 # Values the interpreter refuses before any code runs ("Fatal Python error: ...", exit 1 on every rank and in the
 # job's driver): CPython's Python/initconfig.c and preconfig.c (config_init_hash_seed, preconfig_init_utf8_mode,
@@ -82,6 +109,9 @@ def problem(environ: Mapping[str, str]) -> str | None:
     for name in (*AT_START, *allocator_settings.NAMES):
         if (why := start_problem(name, environ.get(name, ""))) is not None:
             return why
+    for name in LENGTHS:
+        if (why := length_problem(name, environ.get(name, ""))) is not None:
+            return why
     for name in SWITCHES:
         if (value := environ.get(name, "").strip()) and value.lower() not in _SWITCH_WORDS:
             return f"{_shown(name, value)} is neither on nor off to huggingface_hub, which reads it as off: set 1 or 0"
@@ -109,5 +139,7 @@ def check_variable_values(environ: Mapping[str, str] | None = None) -> None:
 
 
 def _shown(name: str, value: str) -> str:
-    shown = len(value) <= SHOWN_CHARS and value.isprintable()
+    from workload.config.fields import looks_like_token  # the one token rule; on the refusal path only
+
+    shown = len(value) <= SHOWN_CHARS and value.isprintable() and not looks_like_token(value)
     return f"{name}={value}" if shown else f"{name} ({len(value)} characters)"

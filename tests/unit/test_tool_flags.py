@@ -343,4 +343,4 @@ def test_a_webhook_or_a_databricks_token_is_a_token_in_any_value(value):
 
     with pytest.raises(ValueError) as refused:
         config.parse(DEV | {"trainEnabled": True, "trainEnv": [f"NOTIFY={value}"]})
-    assert "'trainEnv': entry 0 must hold no token" in str(refused.value) and value[-12:] not in str(refused.value)
+    assert "'trainEnv': entry 0 (NOTIFY): the value must hold no token" in str(refused.value) and value[-12:] not in str(refused.value)

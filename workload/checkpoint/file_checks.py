@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import re
+from typing import Any
 
 from workload import user_files
 from workload.checkpoint import metadata_globals
@@ -77,6 +78,48 @@ def check_files(checkpoint: str, directory: str) -> None:
             more = f" and {len(missing) - 1} more" if len(missing) > 1 else ""
             raise CheckpointRefused(f"CHECKPOINT {checkpoint}: {missing[0]}{more}, which its {METADATA_FILE} lists, "
                                     "is missing (an incomplete copy?)")
+        # Where it places each item, read with stand-ins for DCP's classes (metadata_claims.py): a shard cut short,
+        # or a claim past its file, said now in reader.check_storage's words; what the stand-ins cannot read, later.
+        from workload.checkpoint.metadata_claims import stored_items
+
+        if (items := stored_items(data)) is not None:
+            check_items(directory, items)
+
+
+# The shard files FileSystemWriter writes: `__<rank>_<n>.distcp` (filesystem.py: the _StoragePrefix `__{rank}_` and
+# gen_file's `{prefix}{file_count}{DEFAULT_SUFFIX}`), in the checkpoint's own directory.
+_SHARD_FILE = re.compile(r"[A-Za-z0-9_-]{1,64}\.distcp")
+
+
+def check_items(directory: str, items: list[tuple[Any, Any, Any]]) -> int:
+    """The items `.metadata` places in shard files, as (relative_path, offset, length): each file a plain file of this
+    directory (no path into another) that passes `file_problem`, each item's bytes within it, measured by its blocks;
+    returns the bytes the items take. The words of every refusal name `.metadata` (reader.check_storage and, before
+    torch's imports, check_files)."""
+    from workload import cli
+    from workload.sparse_files import stored_bytes  # a shard is measured by its blocks
+
+    path = os.path.join(directory, METADATA_FILE)
+    sizes: dict[str, int] = {}
+    stored = 0
+    for name, offset, length in items:
+        if not isinstance(name, str) or not _SHARD_FILE.fullmatch(name):
+            raise CheckpointRefused(f"checkpoint file {path} names the shard file {cli.shown(name)}; allowed: a file "
+                                    "of the checkpoint's own directory named like __0_0.distcp")
+        if name not in sizes:
+            shard = os.path.join(directory, name)
+            if not os.path.lexists(shard):
+                raise CheckpointRefused(f"checkpoint {directory}: {name}, which its {METADATA_FILE} lists, is missing "
+                                        "(an incomplete copy?)")
+            if problem := file_problem(shard, SHARD_BOUND):  # a link, a FIFO, a device: never opened
+                raise CheckpointRefused(f"checkpoint file {shard} {problem}")
+            sizes[name] = stored_bytes(shard)
+        if not (isinstance(offset, int) and isinstance(length, int)
+                and 0 <= offset and 0 <= length and offset + length <= sizes[name]):
+            raise CheckpointRefused(f"checkpoint file {path} places an item at bytes {offset}+{length} of "
+                                    f"{name}, which holds {sizes[name]}")
+        stored += length
+    return stored
 
 
 def read_regular(path: str, max_bytes: int) -> bytes:

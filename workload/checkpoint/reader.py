@@ -21,7 +21,6 @@ import io
 import math
 import os
 import pickle
-import re
 import warnings
 from typing import Any
 
@@ -34,21 +33,15 @@ from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
 from torch.distributed.checkpoint.filesystem import FileSystemReader
 from torch.distributed.checkpoint.metadata import Metadata, StorageMeta
 
-from workload import cli
 from workload.checkpoint.file_checks import (
     MAX_METADATA_BYTES,
     METADATA_FILE,
-    SHARD_BOUND,
     CheckpointRefused,
-    file_problem,
+    check_items,
     read_regular,
 )
 from workload.checkpoint.metadata_globals import ALLOWED_GLOBALS, refusal
-from workload.sparse_files import stored_bytes  # a shard is measured by its blocks
 
-# The shard files FileSystemWriter writes: `__<rank>_<n>.distcp` (filesystem.py: the _StoragePrefix `__{rank}_` and
-# gen_file's `{prefix}{file_count}{DEFAULT_SUFFIX}`), in the checkpoint's own directory.
-_SHARD_FILE = re.compile(r"[A-Za-z0-9_-]{1,64}\.distcp")
 # The (module, name) pairs `.metadata` may name, besides torch's dtypes: one list with the scan that refuses the others
 # before torch is imported (workload/checkpoint/metadata_globals.py).
 
@@ -117,25 +110,9 @@ def check_storage(directory: str | os.PathLike, metadata: Metadata) -> None:
     torch.save, uncompressed: FileSystemWriter's _write_item). A crafted `.metadata` claiming a terabyte tensor would
     otherwise be allocated by whoever reads it (read_model_state, workload.export)."""
     path = os.path.join(directory, METADATA_FILE)
-    sizes: dict[str, int] = {}
-    stored = 0
-    for info in (metadata.storage_data or {}).values():
-        name = getattr(info, "relative_path", None)
-        if not isinstance(name, str) or not _SHARD_FILE.fullmatch(name):
-            raise CheckpointRefused(f"checkpoint file {path} names the shard file {cli.shown(name)}; allowed: a file "
-                                    "of the checkpoint's own directory named like __0_0.distcp")
-        if name not in sizes:
-            shard = os.path.join(directory, name)
-            if not os.path.lexists(shard):
-                raise CheckpointRefused(f"checkpoint {directory}: {name}, which its {METADATA_FILE} lists, is missing "
-                                        "(an incomplete copy?)")
-            if problem := file_problem(shard, SHARD_BOUND):  # a link, a FIFO, a device: never opened
-                raise CheckpointRefused(f"checkpoint file {shard} {problem}")
-            sizes[name] = stored_bytes(shard)
-        if not (0 <= info.offset and 0 <= info.length and info.offset + info.length <= sizes[name]):
-            raise CheckpointRefused(f"checkpoint file {path} places an item at bytes {info.offset}+{info.length} of "
-                                    f"{name}, which holds {sizes[name]}")
-        stored += info.length
+    items = [(getattr(info, "relative_path", None), info.offset, info.length)
+             for info in (metadata.storage_data or {}).values()]
+    stored = check_items(directory, items)
     claimed = tensor_bytes(metadata)
     if claimed > stored:
         raise CheckpointRefused(f"checkpoint file {path} lists tensors of {claimed:,} bytes, more than the "

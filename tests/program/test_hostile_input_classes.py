@@ -347,8 +347,8 @@ def test_each_class_is_refused_by_the_cli_naming_the_flag_with_exit_2_before_hea
 
 
 def test_a_sparse_shard_is_measured_by_its_blocks(tmp_path):
-    # workload/checkpoint/reader.py stored_bytes: st_blocks, not st_size, of a file that claims a terabyte.
-    from workload.checkpoint.reader import stored_bytes
+    # workload/sparse_files.py stored_bytes (check_items measures each shard by it): st_blocks, not st_size, of a file that claims a terabyte.
+    from workload.sparse_files import stored_bytes
 
     shard = tmp_path / "__0_0.distcp"
     with open(shard, "wb") as file:

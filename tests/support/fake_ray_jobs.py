@@ -110,7 +110,10 @@ class FakeRayJobServer:
 
     def _serve(self) -> None:
         asyncio.set_event_loop(self._loop)
-        app = web.Application(middlewares=[self._authenticate])
+        # The dashboard's body limit, as Ray's head sets it (ray/dashboard/http_server_head.py: client_max_size=
+        # ray_constants.DASHBOARD_CLIENT_MAX_SIZE, 100 MiB): aiohttp's own default of 1 MiB is stricter than Ray, and
+        # the working_dir's zip (stored, not compressed: ray/_private/runtime_env/packaging.py) passed 1 MiB.
+        app = web.Application(middlewares=[self._authenticate], client_max_size=100 * 1024**2)
         app.add_routes([
             web.get("/api/version", self._version),
             web.get("/api/packages/{protocol}/{name}", self._package),

@@ -1,6 +1,6 @@
 """A run's event file whose whole record holds no TensorBoard event (issue 44): tools.loss_curve refuses it, exit 2,
 naming the file and the record's index, not a protobuf DecodeError traceback; a payload that is no protocol buffer
-message at all is answered before protobuf's modules load (workload/metrics/protobuf_wire.py), one that is a message
+message at all is answered before protobuf's modules load (workload/protobuf_wire.py), one that is a message
 but no Event by protobuf's own parser. Files tensorboardX wrote pass both."""
 from __future__ import annotations
 
@@ -9,8 +9,7 @@ import struct
 import pytest
 
 from tests.support.cli_process import run_cli
-from workload import cli
-from workload.metrics import protobuf_wire
+from workload import cli, protobuf_wire
 from workload.metrics import tensorboard as metrics
 
 # (payload, protobuf's parser refuses it too): a varint key of 11 bytes, field number 0, wire type 7 (none), a

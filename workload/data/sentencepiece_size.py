@@ -4,8 +4,7 @@ sentencepiece nor a compiled sentencepiece_model_pb2 is among its packages.
 
 sentencepiece_model.proto (github.com/google/sentencepiece, src/sentencepiece_model.proto): ModelProto holds
 `repeated SentencePiece pieces = 1`, and a SentencePiece `optional string piece = 1`; a piece's id is its position.
-The wire format (protobuf.dev/programming-guides/encoding): each field a varint key (field number << 3 | wire type),
-then a varint (type 0), 8 bytes (1), a varint length and that many bytes (2), or 4 bytes (5).
+The wire format is walked by workload/protobuf_wire.py, the one reader of it (event records use it too).
 
 len(tokenizer) of a sentencepiece tokenizer is at least its pieces with tokenizer_config.json's added tokens not among
 them: exactly that for Llama's and Mistral's (LlamaTokenizer: sp_model.get_piece_size() and the added tokens), more for
@@ -14,11 +13,13 @@ lower bound, so a tokenizer refused on it is certainly too large for the model.
 """
 from __future__ import annotations
 
+from workload import protobuf_wire
+
 # The file names transformers' sentencepiece tokenizers load their model from (vocab_files_names["vocab_file"]):
 # Llama's, Mistral's and Gemma's; T5's; XLM-R's.
 SENTENCEPIECE_FILES = ("tokenizer.model", "spiece.model", "sentencepiece.bpe.model")
 PIECES, PIECE = 1, 1  # ModelProto.pieces, SentencePiece.piece
-VARINT, FIXED64, LENGTH, FIXED32 = 0, 1, 2, 5
+LENGTH = 2  # the wire type of a length-delimited field: a message, or a string
 
 
 class NotUtf8(ValueError):
@@ -26,51 +27,13 @@ class NotUtf8(ValueError):
     them, so not a file that certainly loads nowhere."""
 
 
-def _varint(data: bytes, at: int) -> tuple[int, int]:
-    value = 0
-    for shift in range(0, 70, 7):
-        if at >= len(data):
-            raise ValueError("ends inside a number")
-        byte = data[at]
-        at += 1
-        value |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return value, at
-    raise ValueError("holds a number longer than 10 bytes")
-
-
-def _fields(data: bytes):
-    """(field number, wire type, value) of each field of one message's bytes; value is the bytes of a length-
-    delimited field, else None. ValueError for bytes that are not a protobuf message."""
-    at = 0
-    while at < len(data):
-        key, at = _varint(data, at)
-        field, kind = key >> 3, key & 7
-        if field == 0:
-            raise ValueError("holds a field numbered 0")
-        if kind == VARINT:
-            _, at = _varint(data, at)
-            value = None
-        elif kind in (FIXED64, FIXED32):
-            at += 8 if kind == FIXED64 else 4
-            value = None
-        elif kind == LENGTH:
-            length, at = _varint(data, at)
-            value = data[at:at + length]
-            at += length
-        else:
-            raise ValueError(f"holds a field of wire type {kind}, which no sentencepiece model has")
-        if at > len(data):
-            raise ValueError("ends inside a field")
-        yield field, kind, value
-
-
 def pieces(data: bytes) -> list[str]:
     """The piece strings of a sentencepiece model's bytes, by id; ValueError for bytes that are not one."""
     found = []
-    for field, kind, value in _fields(data):
+    for field, kind, value in protobuf_wire.fields(data):
         if field == PIECES and kind == LENGTH:
-            texts = [inner for number, inner_kind, inner in _fields(value) if number == PIECE and inner_kind == LENGTH]
+            texts = [inner for number, inner_kind, inner in protobuf_wire.fields(value)
+                     if number == PIECE and inner_kind == LENGTH]
             try:
                 found.append(texts[-1].decode("utf-8") if texts else "")
             except UnicodeDecodeError:

@@ -19,8 +19,7 @@ import struct
 import sys
 import tempfile
 
-from workload import storage
-from workload.metrics import protobuf_wire
+from workload import protobuf_wire, storage
 
 DIRECTORY = "tensorboard"
 EVENT_FILES = "events.out.tfevents.*"

@@ -36,6 +36,15 @@ CARDS = {
                                      "    path: \"nested/**/*.jsonl\"\n"), ["nested/x/y/a.jsonl"], "ok"),
     "a-named-file-missing": (_card("- config_name: default\n  data_files: text/all.jsonl\n"), ["text/some.jsonl"],
                              "unmatched"),
+    # datasets' DataFilesList.from_patterns: a path (no glob character) naming no file raises even beside one that
+    # matches; a glob matching nothing beside one that matches is skipped.
+    "a-named-file-missing-beside-a-match": (_card("- config_name: default\n  data_files:\n  - split: train\n"
+                                                  "    path: [text/some.jsonl, text/gone.jsonl]\n"),
+                                            ["text/some.jsonl"], "unmatched"),
+    "a-glob-missing-beside-a-match": (_card("- config_name: default\n  data_files:\n  - split: train\n"
+                                            "    path: [text/*.jsonl, extra/*.jsonl]\n"), ["text/some.jsonl"], "ok"),
+    "an-alias-for-the-patterns": (_card("- config_name: first\n  default: true\n  data_files: &shared text/*.jsonl\n",
+                                        "- config_name: second\n  data_files: *shared\n"), ["text/some.jsonl"], "ok"),
 }
 
 
@@ -116,3 +125,35 @@ def test_a_data_files_pattern_matches_what_fsspecs_glob_matches():
     differ = [(pattern, path) for pattern in PATTERNS for path in PATHS
               if bool(hub_splits._glob(pattern).fullmatch(path)) != bool(re.fullmatch(glob_translate(pattern), path))]
     assert differ == [], f"(pattern, path) where the check and fsspec disagree: {differ}"
+
+
+def test_a_card_is_parsed_once_for_all_of_a_checks_questions(monkeypatch):
+    """config_names, unnamed_configs, unmatched_patterns and splits_of each read the README's configs: one parse of
+    a card serves them all (a card of a few hundred configs is a megabyte of YAML)."""
+    yaml = pytest.importorskip("yaml")
+    parses = []
+    real_load = yaml.load
+    monkeypatch.setattr(yaml, "load", lambda *args, **kwargs: parses.append(1) or real_load(*args, **kwargs))
+    readme = _card("- config_name: parsed-once\n  data_files: once/*.jsonl\n")
+    files = ["once/a.jsonl"]
+    assert hub_splits.config_names(readme) == ["parsed-once"]
+    assert hub_splits.unnamed_configs(files, readme) is None
+    assert hub_splits.unmatched_patterns(files, readme, "", ["train"]) is None
+    assert hub_splits.splits_of(files, readme) == ["train"]
+    assert len(parses) == 1
+
+
+def test_globs_past_the_matching_budget_are_left_to_the_job_and_paths_are_still_judged():
+    """A split of more globs than can be matched against the repo's files within the budget is not judged (None, the
+    job's own look decides); its paths (no glob character) are looked up, whatever their number."""
+    files = [f"shards/part-{i:05d}.jsonl" for i in range(2_000)]
+    globs = [f"missing/{i}-*.jsonl" for i in range(hub_splits.MAX_GLOB_MATCHES // len(files) + 1)]
+    assert hub_splits.unmatched_patterns(
+        files, _card("- config_name: default\n  data_files: [" + ", ".join(globs) + "]\n"), "", ["train"]) is None
+    assert hub_splits.unmatched_patterns(
+        files, _card("- config_name: default\n  data_files: [" + ", ".join(globs[:3]) + "]\n"), "", ["train"]
+    ) == ("default", "train", globs[0])
+    paths = files + ["shards/part-99999.jsonl"]
+    assert hub_splits.unmatched_patterns(
+        files, _card("- config_name: default\n  data_files: [" + ", ".join(paths) + "]\n"), "", ["train"]
+    ) == ("default", "train", "shards/part-99999.jsonl")

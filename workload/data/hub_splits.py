@@ -19,6 +19,7 @@ when a README is parsed).
 """
 from __future__ import annotations
 
+import functools
 import re
 
 README = "README.md"
@@ -133,12 +134,17 @@ def config_names(readme: str | None) -> list[str] | None:
     return [str(entry.get("config_name", "default")) for entry in configs]
 
 
+@functools.lru_cache(maxsize=4)
 def _metadata(readme: str) -> dict | None:
-    """The README's YAML header as a mapping ({} for an empty one), or None when it is not YAML."""
+    """The README's YAML header as a mapping ({} for an empty one), or None when it is not YAML. Parsed once per
+    README (one check asks for it several times; callers only read it) and by libyaml where PyYAML has it: a card of
+    a few hundred configs is 1 MiB of YAML, 2 s for PyYAML's pure-Python parser and 0.2 s for libyaml's. An alias is
+    a reference to the one object, as huggingface_hub's safe_load makes it, and nothing here walks a value deeper than
+    a list of strings."""
     import yaml
 
     try:
-        metadata = yaml.safe_load(readme[3:].split("\n---", 1)[0])
+        metadata = yaml.load(readme[3:].split("\n---", 1)[0], Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     except (yaml.YAMLError, RecursionError):
         return None
     return metadata if isinstance(metadata, dict) else {} if metadata is None else None
@@ -205,17 +211,44 @@ def unmatched_patterns(files: list[str], readme: str | None, config: str, splits
               [c for c in configs if c.get("config_name") == "default" or c.get("default")]
               or (configs if len(configs) == 1 else []))
     checks = [(configs[0], None)] + [(entry, set(splits)) for entry in chosen[:1]]
+    listed = set(files)
     for entry, wanted in checks:
         base = entry.get("data_dir").strip("/") + "/" if isinstance(entry.get("data_dir"), str) else ""
         for split, patterns in _sanitized(entry.get("data_files")).items():
             if wanted is not None and split not in wanted:
                 continue
-            judged = [p for p in patterns if "://" not in p and not p.startswith("/")]
-            if judged and len(judged) == len(patterns) and not any(
-                    _glob(base + p.removeprefix("./")).fullmatch(f) for p in judged for f in files
-                    if f.rsplit("/", 1)[-1] not in FILES_TO_IGNORE or f.rsplit("/", 1)[-1] == p.rsplit("/", 1)[-1]):
-                return str(entry.get("config_name", "default")), split, patterns[0]
+            if (pattern := _unmatched(patterns, base, files, listed)) is not None:
+                return str(entry.get("config_name", "default")), split, pattern
     return None
+
+
+# datasets/utils/file_utils.py has_magic: what makes a data_files entry a glob rather than a path.
+MAGIC = re.compile(r"[*?[]")
+# Glob-against-file matches one split's check may make (a regex each, some microseconds): a card listing 50,000 globs
+# against a repo of 10,000 files is left to the job rather than judged for minutes here.
+MAX_GLOB_MATCHES = 2_000_000
+
+
+def _unmatched(patterns: list[str], base: str, files: list[str], listed: set[str]) -> str | None:
+    """The entry of one split's data_files that load_dataset fails on, or None: data_files.py DataFilesList.
+    from_patterns raises FileNotFoundError for a path (no glob character) that names no file, and a split whose globs
+    all match nothing has no files ("Unable to find" / "No (supported) data files found"). A URL or absolute path is
+    not judged, nor is a split of so many globs that matching them would take longer than the job's own look."""
+    judged = [p for p in patterns if "://" not in p and not p.startswith("/")]
+    paths = [p for p in judged if not MAGIC.search(p)]
+    if missing := next((p for p in paths if base + p.removeprefix("./") not in listed), None):
+        return missing
+    if not judged or len(judged) < len(patterns) or paths:
+        return None
+    globs = sorted(set(judged))
+    if len(globs) * len(files) > MAX_GLOB_MATCHES:
+        return None
+    for pattern in globs:
+        rx, name = _glob(base + pattern.removeprefix("./")), pattern.rsplit("/", 1)[-1]
+        if any(rx.fullmatch(f) for f in files if f.rsplit("/", 1)[-1] not in FILES_TO_IGNORE
+               or f.rsplit("/", 1)[-1] == name):
+            return None
+    return patterns[0]
 
 
 def _sanitized(data_files) -> dict[str, list[str]]:

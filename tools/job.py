@@ -34,6 +34,7 @@ from tools.kube import api_client
 from tools.stack import stack_settings
 from tools.stack_name import add_stack_flag
 from workload import cli, config_file
+from workload.run import credential_files
 
 # `stop` waits this long for the job to end: Ray sends its driver SIGTERM, then SIGKILL a few seconds later.
 STOP_WAIT_S = 60
@@ -261,6 +262,9 @@ def main(argv: Sequence[str] | None = None, job_server: JobServerConnector | Non
         if args.print_config:  # the job's settings as a --config file, for a local replay: no cluster needed
             print(config_file.render(args.prepared[1]["workload"]), end="", flush=True)
             return cli.OK
+    # The job client's requests read $NETRC before each (workload/run/submit.py connect checks it too): refused here
+    # before the port-forward starts, not after.
+    credential_files.check()
     with (job_server or kubernetes_job_server)(args) as server:
         return COMMANDS[args.command](connect(server), args)
 

@@ -25,6 +25,7 @@ from tools.kube import REQUEST_TIMEOUT_S, api_client, talking_to
 from tools.stack import stack_key, stack_settings
 from tools.stack_name import add_stack_flag
 from workload import cli
+from workload.run import credential_files
 
 INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
 ZONE_LABEL = "topology.kubernetes.io/zone"
@@ -210,6 +211,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     add_stack_flag(parser, help="read the RayCluster's name and namespace from Pulumi.<stack>.yaml")
     parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
     args = parser.parse_args(argv)
+    credential_files.check()  # the job client's requests read $NETRC (workload/run/credential_files.py): before the API
     namespace, cluster = stack_settings(args.stack)
     api = api_client(args.kubeconfig)  # runs the kubeconfig's `aws eks get-token`: once for both reads
     status = read_status(api, namespace, cluster)

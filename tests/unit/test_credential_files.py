@@ -81,3 +81,17 @@ def test_the_job_client_is_not_made_with_a_fifo_at_netrc(home, monkeypatch):
     monkeypatch.setenv("NETRC", str(home / "pipe"))
     with pytest.raises(cli.EnvironmentProblem, match="^NETRC .* is a FIFO"):
         submit.connect("http://127.0.0.1:9", token="x")
+
+
+@pytest.mark.parametrize("command", [["list"], ["logs", "raysubmit_AbC123"]])
+def test_tools_job_refuses_a_fifo_at_netrc_before_it_reaches_the_cluster(command, home, monkeypatch):
+    """tools.job port-forwards to the cluster's job server before its client is made: a FIFO at $NETRC is refused
+    first, and no job server is asked for."""
+    from tools import job
+
+    os.mkfifo(home / "pipe")
+    monkeypatch.setenv("NETRC", str(home / "pipe"))
+    asked = []
+    with pytest.raises(cli.EnvironmentProblem, match="^NETRC .* is a FIFO"):
+        job.main(command, job_server=lambda args: asked.append(args))
+    assert asked == []

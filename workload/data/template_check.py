@@ -16,11 +16,13 @@ to learn).
 """
 from __future__ import annotations
 
+import os
 import re
 import time
 
 from workload.config import TRUNCATIONS, TrainConfig, is_file_dataset
 from workload.data import chat, shapes, validate
+from workload.data.tokenizer_size import MAX_TOKENIZER_BYTES
 
 # Records tokenized before Ray: a template (or a truncation) that trains none of the first few trains none.
 SAMPLE_RECORDS = 8
@@ -68,8 +70,11 @@ def rendered_sample(cfg: TrainConfig, tokenizer) -> list[tuple[str, list[dict], 
 def _cannot_render(cfg: TrainConfig, where: str, error: Exception, missing_token: str = "") -> ValueError:
     fix = ("give a template that renders every record, or leave --chat_template out for the tokenizer's own"
            if cfg.chat_template else "name a template that renders it with --chat_template")
-    # the template's own message (raise_exception's), bounded: a TypeError's may quote the record
-    return ValueError(f"{_template(cfg)} cannot render --dataset {cfg.dataset} {where} ({str(error)[:200]})"
+    # the template's own message (raise_exception's), bounded: a TypeError's may quote the record; Python's words for
+    # a recursion vary with where the limit struck
+    said = ("maximum recursion depth exceeded: a macro that calls itself without end" if isinstance(
+        error, RecursionError) else str(error)[:200])
+    return ValueError(f"{_template(cfg)} cannot render --dataset {cfg.dataset} {where} ({said})"
                       f"{missing_token}; {fix}")
 
 
@@ -107,17 +112,49 @@ def check_template_trains(cfg: TrainConfig, tokenizer) -> None:
 
 
 def _no_assistant_turn(cfg: TrainConfig, checked: int) -> ValueError:
+    fix = ("give a template that renders each message (the assistant's turns among them), or leave --chat_template "
+           "out for the tokenizer's own" if cfg.chat_template else
+           "give --chat_template a template that renders each message (the assistant's turns among them)")
     return ValueError(f"{_template(cfg)} renders no assistant turn of --dataset {cfg.dataset}: none of its first "
-                      f"{checked} conversations keeps a token to train on; give a template that renders each "
-                      "message (the assistant's turns among them), or leave --chat_template out for the tokenizer's "
-                      "own")
+                      f"{checked} conversations keeps a token to train on; {fix}")
+
+
+# jinja2's words for an {% include %}, {% import %} or {% extends %} in an environment without a loader
+# (jinja2/environment.py _load_template), as transformers' is: a chat template is one self-contained text.
+NO_LOADER = "no loader for this environment specified"
+
+
+def own_template_text(directory: str) -> str | None:
+    """The chat template a local tokenizer directory renders with, as transformers loads it (tokenization_utils_base
+    from_pretrained: chat_template.jinja over tokenizer_config.json's `chat_template`, whose list form renders with
+    the entry named "default"), or None: none, or not read here (the tokenizer's load names the rest)."""
+    import json
+
+    from workload import user_files
+
+    try:
+        return user_files.read_bytes(os.path.join(directory, "chat_template.jinja"), chat.MAX_TEMPLATE_BYTES
+                                     ).decode("utf-8")
+    except (OSError, UnicodeDecodeError, user_files.Refused):
+        pass
+    try:
+        config = json.loads(user_files.read_bytes(os.path.join(directory, "tokenizer_config.json"),
+                                                  MAX_TOKENIZER_BYTES))
+    except (OSError, ValueError, RecursionError, user_files.Refused):
+        return None
+    template = config.get("chat_template") if isinstance(config, dict) else None
+    if isinstance(template, list):
+        template = next((entry.get("template") for entry in template
+                         if isinstance(entry, dict) and entry.get("name") == "default"), None)
+    return template if isinstance(template, str) and template else None
 
 
 def check_template_renders_turns(cfg: TrainConfig) -> None:
-    """A --chat_template that renders no assistant turn of the first SAMPLE_RECORDS conversations of a local
-    --dataset file with one, refused as check_template_trains refuses it, from the template alone: the assistant
-    turns' spans (workload.data.chat's, from rendered prefixes) are all empty."""
-    if (cfg.data_format == "text" or not cfg.chat_template or cfg.train_on_prompt
+    """The chat template (--chat_template, else a local tokenizer directory's own) that renders no assistant turn of
+    the first SAMPLE_RECORDS conversations of a local --dataset file with one, refused as check_template_trains
+    refuses it, from the template alone: the assistant turns' spans (workload.data.chat's, from rendered prefixes)
+    are all empty; and one the sandbox refuses (a forbidden attribute, what it builds: template_render.TooLarge)."""
+    if (cfg.data_format == "text" or cfg.train_on_prompt
             or not is_file_dataset(cfg.dataset) or "://" in cfg.dataset):
         return
     from jinja2.sandbox import SecurityError
@@ -125,7 +162,12 @@ def check_template_renders_turns(cfg: TrainConfig) -> None:
     from workload.data.template_render import TemplateOnly
 
     try:
-        template = TemplateOnly(chat.template_text(cfg.chat_template))
+        text = (chat.template_text(cfg.chat_template) if cfg.chat_template else
+                own_template_text(os.path.expanduser(cfg.tokenizer_name))
+                if os.path.isdir(os.path.expanduser(cfg.tokenizer_name)) else None)
+        if text is None:
+            return
+        template = TemplateOnly(text)
     except Exception:  # noqa: BLE001  (a template that does not compile is the compile check's to name)
         return
     fields = shapes.Fields.of(cfg)
@@ -141,9 +183,14 @@ def check_template_renders_turns(cfg: TrainConfig) -> None:
                 if any(end > start for start, end in (chat.turn_span(template, turns, index, text, where)
                                                       for index in trained)):
                     return  # a turn with text to train: the tokenizer's checks say the rest
-            except SecurityError as error:
+            except (SecurityError, RecursionError, OverflowError) as error:
                 # The sandbox refused an attribute (transformers renders in the same ImmutableSandboxedEnvironment,
-                # so it refuses it too), or BoundedSandbox what a `*` builds: the slow path's words, now.
+                # so it refuses it too) or a range past its MAX_RANGE (OverflowError), a macro recursed without end,
+                # or BoundedSandbox refused what an operation builds: the slow path's words, now.
+                raise _cannot_render(cfg, where, error) from None
+            except TypeError as error:
+                if str(error) != NO_LOADER:
+                    return  # what the template alone cannot render, the tokenizer's checks name
                 raise _cannot_render(cfg, where, error) from None
             except Exception:  # noqa: BLE001  (what the template alone cannot render, the tokenizer's checks name)
                 return

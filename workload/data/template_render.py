@@ -15,13 +15,18 @@ real tokens either); anything this renderer cannot render is left to the tokeniz
 """
 from __future__ import annotations
 
+import functools
 import json
+import re
+import string
 from datetime import datetime
 from typing import Sequence
 
 import jinja2
+import jinja2.compiler
 import jinja2.ext
 import jinja2.nodes
+import jinja2.runtime
 import jinja2.sandbox
 
 # tokenizer_config.json's special tokens, each given to a template under its name (transformers' special_tokens_map).
@@ -52,45 +57,147 @@ def _tojson(value, ensure_ascii=False, indent=None, separators=None, sort_keys=F
     return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
 
 
-# The most characters one `*` or `**` of a template may build (a conversation rendered whole is rarely a MiB):
-# jinja2's sandbox bounds range() (MAX_RANGE) but not repetition, so `{{ 'x' * 10**9 }}` builds a gigabyte per record,
-# in the job's tokenizer as here. Operators are intercepted through the sandbox's documented hook
-# (jinja2/sandbox.py, SandboxedEnvironment.intercepted_binops and call_binop, jinja2 2.6 on); an intercepted
-# operator is also never folded at compile time (nodes.BinExpr.as_const raises Impossible for it in a sandbox).
+# The most characters one operation of a template may build, past GROWTH times its conversation's own text (set per
+# render): jinja2's sandbox bounds range() (MAX_RANGE) but nothing a template builds, so `{{ 'x' * 10**9 }}`, a loop
+# doubling a namespace's string with `~` or `+`, `'x'.center(10**9)` or `'%999999999s' % ''` builds a gigabyte per
+# record, in the job's tokenizer as here. A long conversation is rendered whole whatever its length; a template
+# that builds more than a few times its conversation is one that grows without end. What can build many times its
+# operands (repetition, powers, a size argument, a format's width, replace) is refused before it builds; every other
+# operator, call, filter, `~` and the rendered output are measured as built. Through the sandbox's documented hooks
+# (jinja2/sandbox.py: intercepted_binops and call_binop, jinja2 2.6 on; `call`, every call a sandboxed template makes),
+# the environment's `concat` (every template, macro and block body's join), its filters, and the code generator's `~`;
+# an intercepted operator is never folded at compile time (nodes.BinExpr.as_const raises Impossible in a sandbox).
 MAX_BUILT_CHARS = 1 << 20
+GROWTH = 4
 
 
 class TooLarge(jinja2.sandbox.SecurityError):
-    """A template's `*` or `**` would build more than MAX_BUILT_CHARS characters; nothing that large was built."""
+    """A template's operation would build more than its bound; nothing much past it was built."""
+
+
+def _integer(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _size(value) -> int:
+    return len(value) if isinstance(value, (str, bytes, list, tuple, dict)) else 0
 
 
 def _built_chars(operator: str, left, right) -> int:
-    """About how many characters `left operator right` builds (a sequence repeated, an integer's digits); 0 for
-    anything else, which the operator builds in its operands' size."""
-    def integer(value) -> bool:
-        return isinstance(value, int) and not isinstance(value, bool)
-
+    """About how many characters `left operator right` builds, before it is built: a sequence repeated, an integer's
+    digits, a %-format's widths; 0 for anything else (measured once built)."""
     if operator == "*":
         for sequence, count in ((left, right), (right, left)):
-            if isinstance(sequence, (str, bytes, list, tuple)) and integer(count):
+            if isinstance(sequence, (str, bytes, list, tuple)) and _integer(count):
                 return len(sequence) * max(count, 0)
-        if integer(left) and integer(right):
+        if _integer(left) and _integer(right):
             return (left.bit_length() + right.bit_length()) * 3 // 10  # about 0.3 decimal digits a bit
-    if operator == "**" and integer(left) and integer(right) and right > 0 and abs(left) > 1:
+    if operator == "**" and _integer(left) and _integer(right) and right > 0 and abs(left) > 1:
         return left.bit_length() * right * 3 // 10
+    if operator == "%" and isinstance(left, str):
+        return _widest(PERCENT_WIDTHS.findall(left))
     return 0
 
 
-class BoundedSandbox(jinja2.sandbox.ImmutableSandboxedEnvironment):
-    """transformers' sandbox, with `*` and `**` refused (TooLarge) past MAX_BUILT_CHARS before they build it."""
+# A %-format's width and precision (printf-style, Python's `%` on a string and jinja2's `format` filter), and the
+# numbers in a str.format field's spec ({:>80}, {:.3f}).
+PERCENT_WIDTHS = re.compile(r"%(?:\([^)]*\))?[-#0 +]*(\d*)(?:\.(\d*))?")
+SPEC_NUMBERS = re.compile(r"\d+")
 
-    intercepted_binops = frozenset({"*", "**"})
+
+def _widest(found) -> int:
+    numbers = [int(text) for item in found for text in ((item,) if isinstance(item, str) else item) if text]
+    return max(numbers, default=0)
+
+
+def _asked_chars(name: str, args: tuple, kwargs: dict) -> int:
+    """About how many characters a call or filter asks to build, before it builds: its largest integer argument (a
+    width, a count: center, ljust, indent, lipsum), a format string's widths, or what a replace grows its string to."""
+    values = [value for value in (*args, *kwargs.values())
+              if not isinstance(value, (jinja2.Environment, jinja2.nodes.EvalContext, jinja2.runtime.Context))]
+    asked = max((value for value in values if _integer(value)), default=0)
+    subject = values[0] if values and isinstance(values[0], str) else None
+    if subject is not None and name in ("format", "format_map"):
+        try:
+            specs = [spec for _, _, spec, _ in string.Formatter().parse(subject) if spec]
+        except ValueError:  # not a format string: the call's own error
+            specs = []
+        asked = max(asked, _widest(SPEC_NUMBERS.findall(" ".join(specs))), _widest(PERCENT_WIDTHS.findall(subject))
+                    if name == "format" else 0)
+    if name == "generate_lorem_ipsum":  # jinja2's lipsum(n=5, html=True, min=20, max=100): n paragraphs of words
+        words = kwargs.get("max", args[3] if len(args) > 3 else 100)
+        count = kwargs.get("n", args[0] if args else 5)
+        asked = max(asked, count * words * 12 if _integer(count) and _integer(words) else 0)
+    if subject is not None and name == "replace" and len(values) >= 3 and all(isinstance(v, str) for v in values[1:3]):
+        old, new = values[1], values[2]
+        asked = max(asked, len(subject) + (subject.count(old) if old else len(subject) + 1) * len(new))
+    return asked
+
+
+class BoundedSandbox(jinja2.sandbox.ImmutableSandboxedEnvironment):
+    """transformers' sandbox, where no operation builds more than `limit` characters (TooLarge): see MAX_BUILT_CHARS."""
+
+    intercepted_binops = frozenset({"*", "**", "+", "%"})
+    limit = MAX_BUILT_CHARS
+
+    def check(self, what: str, size: int) -> None:
+        if size > self.limit:
+            raise TooLarge(f"its {what} builds a value of about {size:,} characters, past the {self.limit:,} a chat "
+                           "template may build in one operation")
+
+    def built(self, what: str, value):
+        self.check(what, _size(value))
+        return value
 
     def call_binop(self, context, operator, left, right):
-        if (size := _built_chars(operator, left, right)) > MAX_BUILT_CHARS:
-            raise TooLarge(f"its {operator!r} builds a value of about {size:,} characters, past the "
-                           f"{MAX_BUILT_CHARS:,} a chat template may build in one operation")
-        return super().call_binop(context, operator, left, right)
+        self.check(repr(operator), _built_chars(operator, left, right))
+        return self.built(repr(operator), super().call_binop(context, operator, left, right))
+
+    def call(__self, __context, __obj, *args, **kwargs):  # noqa: N805 - the sandbox's own signature
+        name = getattr(__obj, "__name__", "")
+        # a str method's string; str.format comes wrapped by the sandbox (wrap_str_format, functools.update_wrapper)
+        subject = getattr(getattr(__obj, "__wrapped__", __obj), "__self__", None)
+        what = f"call of {name or 'a function'}"
+        __self.check(what, _asked_chars(name, (subject, *args) if isinstance(subject, str) else args, kwargs))
+        return __self.built(what, super().call(__context, __obj, *args, **kwargs))
+
+    def joined(self, parts) -> str:
+        """`a ~ b`: jinja2's str_join, measured before it joins."""
+        parts = [str(part) for part in parts]
+        self.check("'~'", sum(map(len, parts)))
+        return "".join(parts)
+
+    def concat(self, parts) -> str:
+        """A template's, macro's or block's output, joined as it comes and refused once past the bound."""
+        out, size = [], 0
+        for part in parts:
+            size += len(part)
+            self.check("output", size)
+            out.append(part)
+        return "".join(out)
+
+
+class _BoundedCodeGenerator(jinja2.compiler.CodeGenerator):
+    """jinja2's code generator, with `~` joined by the environment's `joined` (jinja2/compiler.py visit_Concat writes
+    the runtime's str_join, which no sandbox hook sees)."""
+
+    def visit_Concat(self, node, frame):
+        self.write("environment.joined((")
+        for argument in node.nodes:
+            self.visit(argument, frame)
+            self.write(", ")
+        self.write("))")
+
+
+BoundedSandbox.code_generator_class = _BoundedCodeGenerator
+
+
+def _bounded_filter(environment: BoundedSandbox, name: str, function):
+    @functools.wraps(function)  # keeps jinja2's pass_context / pass_eval_context / pass_environment marks
+    def bounded(*args, **kwargs):
+        environment.check(f"filter {name!r}", _asked_chars(name, args, kwargs))
+        return environment.built(f"filter {name!r}", function(*args, **kwargs))
+    return bounded
 
 
 def compile_template(text: str) -> jinja2.Template:
@@ -98,6 +205,8 @@ def compile_template(text: str) -> jinja2.Template:
     sandbox is BoundedSandbox: a template refused here for what it builds is one that builds that much there."""
     environment = BoundedSandbox(trim_blocks=True, lstrip_blocks=True, extensions=list(EXTENSIONS))
     environment.filters["tojson"] = _tojson
+    environment.filters = {name: _bounded_filter(environment, name, function)
+                           for name, function in environment.filters.items()}
     environment.globals["raise_exception"] = _raise_exception
     environment.globals["strftime_now"] = lambda form: datetime.now().strftime(form)
     return environment.from_string(text)
@@ -114,6 +223,8 @@ class TemplateOnly:
         assert not tokenize, "a template alone renders text; tokens need the tokenizer"
         messages = [_aliased(dict(message)) for message in conversation]
         tokens = {name: f"<{name}>" for name in SPECIAL_TOKENS}
+        own_text = sum(len(str(value)) for message in messages for value in message.values())
+        self._template.environment.limit = MAX_BUILT_CHARS + GROWTH * own_text
         return self._template.render(messages=messages, tools=None, documents=None,
                                      add_generation_prompt=add_generation_prompt, **tokens)
 

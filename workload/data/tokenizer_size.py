@@ -278,8 +278,8 @@ def vocabulary_problem(tokens: int, vocab_size: Any) -> str | None:
 
 def size_on_hub(repo_id: str, token: str | bool | None, files: list[str] | None = None) -> int:
     """The tokens of a Hub repo's tokenizer: its tokenizer.json, else its vocab.json or vocab.txt, else its
-    sentencepiece model (with tokenizer_config.json's added tokens), each in one request with no retries, at most one byte past MAX_TOKENIZER_BYTES
-    (workload.model.model_source.read_file); `files`, the repo's file list when had, spares the requests for files it
+    sentencepiece model (with tokenizer_config.json's added tokens), each in one request with no retries, at most one
+    byte past MAX_TOKENIZER_BYTES (workload.model.model_source.read_file); `files`, the repo's file list when had, spares the requests for files it
     lacks. NotSized when the repo has neither; huggingface_hub's errors for the Hub's other answers,
     model_source.Unreachable for none; ValueError for a file that is not what its name says."""
     from huggingface_hub.errors import EntryNotFoundError
@@ -302,10 +302,10 @@ def size_on_hub(repo_id: str, token: str | bool | None, files: list[str] | None 
             raise ValueError(f"{repo_id}'s {TOKENIZER_FILE} on the Hub {error}") from None
     vocab = read(VOCAB_FILE)
     wordpiece = read(WORDPIECE_FILE) if vocab is None else None
-    model = None
-    for name in sentencepiece_size.SENTENCEPIECE_FILES[:None if files is not None else 1]:
-        if vocab is None and wordpiece is None and model is None:
-            model = read(name)
+    # Without the file list, only the usual name is asked for (one request, not one per name).
+    names = ([name for name in sentencepiece_size.SENTENCEPIECE_FILES if name in files] if files is not None
+             else sentencepiece_size.SENTENCEPIECE_FILES[:1])
+    model = read(names[0]) if vocab is None and wordpiece is None and names else None
     if vocab is None and wordpiece is None and model is None:
         raise NotSized(f"{repo_id} has no {TOKENIZER_FILE}, {VOCAB_FILE}, {WORDPIECE_FILE} or sentencepiece model on "
                        "the Hub")

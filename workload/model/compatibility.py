@@ -33,7 +33,7 @@ from __future__ import annotations
 import contextlib
 from typing import Any, Iterator
 
-from workload.model import remote_code, structure
+from workload.model import activations, remote_code, structure
 
 EXPERT_FIELDS = structure.EXPERT_FIELDS
 # Sub-configs that make a config a multimodal wrapper (transformers' PretrainedConfig.sub_configs names).
@@ -65,7 +65,8 @@ def check_raw(raw: Any, what: str) -> None:
         raise _refuse(what, "its config.json has a quantization_config: its weights are stored quantized, which the "
                             "job neither loads nor trains; give the model's unquantized (bf16/fp32) repository "
                             "(--method qlora quantizes it itself)")
-    if (why := token_id_problem(raw) or per_layer_problem(raw) or mixer_problem(model_type, raw.get)) is not None:
+    if (why := token_id_problem(raw) or per_layer_problem(raw) or mixer_problem(model_type, raw.get)
+            or activations.activation_problem(raw, model_type)) is not None:
         raise _refuse(what, why)
 
 

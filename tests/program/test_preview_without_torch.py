@@ -58,12 +58,22 @@ def test_the_memory_plan_of_a_hub_model_of_a_known_family_refuses_without_torch(
 
 
 def test_a_model_that_fits_still_meets_the_gate_which_alone_builds_it():
-    # Small enough for any plan; an activation transformers has no function for fails only as the model is built.
+    # Small enough for any plan; a RoPE type transformers has no function for fails only as the model is built.
+    seen = preview({"trainEnabled": True, "trainModelId": "acme/odd-kv"},
+                   dict(OLMO_2, num_hidden_layers=2, rope_scaling={"rope_type": "mystery", "factor": 2.0}))
+    assert seen["error"].startswith("config key 'trainModelId': acme/odd-kv: its config.json does not build a olmo2 "
+                                    "model ("), seen
+    assert "torch" in seen["imported"], "the gate built it"
+
+
+def test_an_activation_transformers_lacks_is_refused_before_the_gate_in_its_words():
+    # An activation ACT2FN has no class for fails as the model is built (KeyError); said from transformers' source
+    # text before the imports (workload/model/activations.py), in the build's words.
     seen = preview({"trainEnabled": True, "trainModelId": "acme/odd-kv"},
                    dict(OLMO_2, num_hidden_layers=2, hidden_act="swishy"))
     assert seen["error"].startswith("config key 'trainModelId': acme/odd-kv: its config.json does not build a olmo2 "
                                     "model (KeyError: 'swishy')"), seen
-    assert "torch" in seen["imported"], "the gate built it"
+    assert "torch" not in seen["imported"] and "transformers" not in seen["imported"], seen
 
 
 def test_layers_the_job_cannot_plan_are_refused_from_config_json_without_torch():

@@ -56,6 +56,6 @@ def activation_problem(config: dict, model_type: str) -> str | None:
         value: Any = config.get(field)
         if isinstance(value, str) and value not in known:
             shown = repr(value[:40]) + ("..." if len(value) > 40 else "")
-            return (f"its config.json does not build a {model_type} model (KeyError: {shown}: its {field} is no "
-                    f"activation transformers has; allowed: {', '.join(sorted(known))})")
+            return (f"its config.json does not build a {model_type} model (KeyError: {shown}): its {field} is no "
+                    f"activation transformers has (it has {', '.join(sorted(known))})")
     return None

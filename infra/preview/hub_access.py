@@ -1,4 +1,5 @@
-"""Whether the job's token may download a Hub repo, asked at preview, and the one refusal of a gated repo.
+"""Whether the job's token may download a Hub repo (or write trainPushToHub), asked at preview, and the one refusal of
+a gated repo.
 
 The preview sizes the models and tokenizers the project ships a config or a size for (workload/model/architectures,
 workload.data.tokenizer_size.KNOWN_SIZES) without reading their files, but the job still downloads them: a gated repo
@@ -11,9 +12,12 @@ the download reads first, workload.model.model_source.read_file) with trainSecre
 deployer's own. Gated is refused (`gated_refusal`, the words every Hub read at preview uses); no answer, a 5xx or a 429
 is a warning; any other answer (the repo not found on a Hub at HF_ENDPOINT that does not mirror it) is left to the job,
 as the shipped config still sizes it.
+trainPushToHub is asked likewise, once, with that token only: whoami-v2 says what it may write (check_push,
+workload/checkpoint/hub_write.py), and a namespace it cannot write is refused before the run, not at its end.
 """
 from __future__ import annotations
 
+from infra.config import config_error
 from workload.model import model_source
 
 HUB_TOKEN_VARIABLE = model_source.TOKEN_VARIABLE
@@ -53,3 +57,33 @@ def check_download(repo_id: str, file_name: str, key: str, token: str | None) ->
         return (f"{key} {repo_id}: whether the job's token may download it could not be asked of the Hub "
                 f"({type(error).__name__} {status})")
     return ""
+
+
+PUSH_ALLOWED = ("allowed: a write token (or a fine-grained one with repo.write there) of a member of the repo's owner "
+                "whose role there is write, contributor or admin, or a repo under the token's own user name")
+
+
+def check_push(repo_id: str, token: str | None) -> str:
+    """trainPushToHub's upload runs after the last step (workload/checkpoint/hub.py): whether trainSecretEnv's token
+    (never the deployer's own) may write `repo_id` is asked now, in one whoami-v2 request
+    (workload.checkpoint.hub_write). ValueError naming trainPushToHub and trainSecretEnv when the Hub says it may not,
+    or does not know the token (401); the warning to give when the Hub did not answer; "" otherwise. Without a
+    token trainPushToHub is refused before (infra/config/train_keys.py)."""
+    from workload.checkpoint import hub_write
+
+    if not repo_id or not token:
+        return ""
+    try:
+        answer = hub_write.whoami(token)
+    except hub_write.InvalidToken as error:
+        why = f"is not a token the Hub knows ({error}): revoked, mistyped or another Hub's"
+    except hub_write.Unreachable as error:
+        return (f"trainPushToHub {repo_id}: whether trainSecretEnv's {HUB_TOKEN_VARIABLE} may write it could not be "
+                f"asked of the Hub ({error}); the upload at the end of the run finds out")
+    else:
+        why = hub_write.write_problem(answer, repo_id)
+        if why is None:
+            return ""
+    raise config_error(("trainPushToHub", "trainSecretEnv"),
+                       f"trainSecretEnv's {HUB_TOKEN_VARIABLE} {why}, so the upload of {repo_id} fails after the whole "
+                       f"run; {PUSH_ALLOWED}")

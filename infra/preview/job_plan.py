@@ -36,6 +36,9 @@ def check_job(cfg: StackConfig, gpu: InstanceFacts, *, identity: AwsIdentity | N
     check_job_data(cfg)
     workload = job_config.workload_config(cfg, gpu)  # the workload's own checks of the flags first
     chat_template.check(cfg)  # chat data: a tokenizer with a template, or trainChatTemplate
+    if warning := hub_access.check_push(cfg.train.push_to_hub,
+                                        cfg.train.secret_env.reveal().get(hub_access.HUB_TOKEN_VARIABLE)):
+        warn(warning)  # trainPushToHub: the token may write there (one whoami-v2)
     dataset_records.check_train_dataset(cfg, identity=identity, region=region)  # every record the job would read
     train = cfg.train
     workers = check_workers(cfg, gpu)

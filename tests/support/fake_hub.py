@@ -40,8 +40,16 @@ repo_type="dataset"; workload/data/hub_dataset.py reads these):
 - GET /datasets/{repo}/resolve/{revision}/{path}, honouring `Range: bytes=A-B` (206 with Content-Range), as the Hub's
   CDN does.
 
+Who a token is (huggingface_hub/hf_api.py's HfApi.whoami, GET /api/whoami-v2; the fields as huggingface.js types them,
+packages/hub/src/types/api/api-who-am-i.ts): {"type": "user", "id", "name", "fullname", "orgs": [{"type": "org",
+"name", "roleInOrg"}], "auth": {"type": "access_token", "accessToken": {"displayName", "role", "fineGrained"?}}}, the
+role "read", "write" or "fineGrained" (then "fineGrained": {"canReadGatedRepos", "global", "scoped": [{"entity":
+{"_id", "type", "name"}, "permissions"}]}); `whoami_answer` builds one. A token in `users` gets its own answer, the
+hub's `token` otherwise a write token of the user "hub-user" in no organization, and any other token (or none) 401
+{"error": "Invalid credentials in Authorization header"}, which HfApi.whoami raises as "Invalid user token.".
+
 State, for the tests to set and read: `repos` maps a model repo id to {file name: bytes}, `private` holds the private
-ones (readable only with `token`), `gated` maps a gated repo id to the tokens granted access, `commits` a repo to its
+ones (readable only with `token`), `gated` maps a gated repo id to the tokens granted access, `users` a token to its whoami-v2 answer, `commits` a repo to its
 last commit (COMMIT until an upload makes one), `datasets` a dataset id to {"gated": bool, "files": {name: bytes or
 LargeFile}}. A LargeFile stands for a file too large to hold: its size is listed, and a ranged read answers with the
 bytes of its `head` that the range covers (where the Hub would send the whole range) and the full size in
@@ -72,6 +80,22 @@ class LargeFile:
     size: int
 
 
+def whoami_answer(name: str, orgs: dict[str, str] | None = None, role: str = "write",
+                  scoped: list[tuple[str, str, list[str]]] | None = None) -> dict:
+    """whoami-v2's answer for a user `name`, a member of `orgs` ({org: roleInOrg}), its token of `role`; a
+    "fineGrained" one with `scoped` [(entity type, entity name, permissions)]."""
+    token = {"displayName": f"{name}-token", "role": role}
+    if role == "fineGrained":
+        token["fineGrained"] = {"canReadGatedRepos": False, "global": [], "scoped": [
+            {"entity": {"_id": hashlib.sha1(entity.encode()).hexdigest()[:24], "type": kind, "name": entity},
+             "permissions": permissions} for kind, entity, permissions in scoped or []]}
+    return {"type": "user", "id": hashlib.sha1(name.encode()).hexdigest()[:24], "name": name, "fullname": name,
+            "email": f"{name}@example.com", "emailVerified": True, "isPro": False, "canPay": False,
+            "orgs": [{"type": "org", "id": hashlib.sha1(org.encode()).hexdigest()[:24], "name": org, "fullname": org,
+                      "roleInOrg": org_role} for org, org_role in (orgs or {}).items()],
+            "auth": {"type": "access_token", "accessToken": token}}
+
+
 def _sibling(name: str, data: bytes | LargeFile) -> dict:
     """A sibling as the Hub lists it with blobs=true."""
     content = data.head if isinstance(data, LargeFile) else data
@@ -93,6 +117,7 @@ class FakeHub(ThreadingHTTPServer):
         self.private: set[str] = set()
         self.gated = gated or {}
         self.commits: dict[str, str] = {}
+        self.users: dict[str, dict] = {}
         self.datasets: dict[str, dict] = {}
         self.lfs: dict[str, set[str]] = {}
         self.cdn: dict[str, bytes] = {}
@@ -202,6 +227,8 @@ class _HubHandler(BaseHTTPRequestHandler):
         hub = self.server
         path, authorization = self._note()
         parts = path.strip("/").split("/")
+        if path == "/api/whoami-v2":
+            return self._whoami(authorization)
         if parts[0] == "cdn" and len(parts) == 2 and parts[1] in hub.cdn:
             return self._ranged(hub.cdn[parts[1]], {"Content-Type": "application/octet-stream"})
         if parts[:2] == ["api", "datasets"] or parts[0] == "datasets":
@@ -231,6 +258,15 @@ class _HubHandler(BaseHTTPRequestHandler):
                                          "ETag": f'"{hashlib.sha1(content).hexdigest()}"'})
         return self._ranged(content, {"Content-Type": "application/octet-stream", "X-Repo-Commit": commit,
                                       "ETag": f'"{digest}"'})
+
+    def _whoami(self, authorization: str) -> None:
+        hub = self.server
+        token = authorization.removeprefix("Bearer ") if authorization.startswith("Bearer ") else None
+        if token is not None and token in hub.users:
+            return self._json(200, hub.users[token])
+        if hub.authorized(authorization):
+            return self._json(200, whoami_answer("hub-user"))
+        return self._json(401, {"error": "Invalid credentials in Authorization header"})
 
     def _model_info(self, repo: str, authorization: str) -> None:
         """HfApi.model_info's answer: {"id", "sha", "siblings": [{"rfilename"}]}, the repo's files as its siblings

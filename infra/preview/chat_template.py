@@ -9,7 +9,8 @@ repo's chat_template.jinja, or a *.jinja under additional_chat_templates/, else 
 "chat_template"; chat_template.json is a processor's (LEGACY_PROCESSOR_CHAT_TEMPLATE_FILE) and is counted too, so that
 nothing the job could load is refused. A tokenizer in workload.data.chat.KNOWN_CHAT_TEMPLATES is decided from that
 table; any other Hub id with one bounded read of tokenizer_config.json and, when that has no template, the repo's file
-list (one request each, trainSecretEnv's token only); a gated repo is refused as every Hub read at preview refuses it
+list (one request each, trainSecretEnv's token only), a tokenizer_config.json that is not a JSON object refused as
+every reader of it refuses it (tokenizer_size.json_object_problem); a gated repo is refused as every Hub read at preview refuses it
 (hub_access.gated_refusal); an s3:// tokenizer or no answer is a warning, and the job checks it.
 """
 from __future__ import annotations
@@ -70,10 +71,10 @@ def on_hub(name: str, key: str, token: str | None) -> bool | str:
         return f"its {tokenizer_size.TOKENIZER_CONFIG_FILE} could not be read from the Hub ({type(error).__name__})"
     if len(data) > MAX_TOKENIZER_CONFIG_BYTES:
         return f"its {tokenizer_size.TOKENIZER_CONFIG_FILE} is over {MAX_TOKENIZER_CONFIG_BYTES:,} bytes"
-    try:
-        config = json.loads(data)
-    except ValueError:
-        return f"its {tokenizer_size.TOKENIZER_CONFIG_FILE} is not JSON"
+    if (why := tokenizer_size.json_object_problem(data)) is not None:  # AutoTokenizer's json.load would fail
+        raise ValueError(f"config key '{key}': {name}'s {tokenizer_size.TOKENIZER_CONFIG_FILE} on the Hub is {why}; "
+                         f"{tokenizer_size.JSON_NOT_LOADED}")
+    config = json.loads(data)
     if isinstance(config, dict) and config.get("chat_template"):
         return True
     try:

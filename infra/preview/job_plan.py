@@ -27,6 +27,13 @@ from workload.model.layout import ASSUMED_MFU, step_compute_seconds
 
 def check_job(cfg: StackConfig, gpu: InstanceFacts, *, identity: AwsIdentity | None = None, region: str | None = None
               ) -> tuple[memory_plan.MemoryPlan | None, dict | None, dict | None, dict | None]:
+    """_check_job, each Hub file it reads asked for once however many checks read it (model_source.reads_once)."""
+    with model_source.reads_once():
+        return _check_job(cfg, gpu, identity=identity, region=region)
+
+
+def _check_job(cfg: StackConfig, gpu: InstanceFacts, *, identity: AwsIdentity | None = None, region: str | None = None
+               ) -> tuple[memory_plan.MemoryPlan | None, dict | None, dict | None, dict | None]:
     """A job the cluster can run: its data, its workers, its shape against the model and the GPUs' memory (the
     memory plan it returns, the layout the job would choose with it: job_layout.predict, and what a checkpoint of it
     costs: checkpoint_cost.plan, with a warning when saves would always be in flight), its data stage's cost

@@ -59,6 +59,25 @@ KNOWN_SIZES = {
 }
 
 
+# The JSON files AutoTokenizer.from_pretrained opens with json.load (transformers tokenization_utils_base.py
+# _from_pretrained: tokenizer_config.json always, models/auto/tokenization_auto.py get_tokenizer_config too;
+# special_tokens_map.json when tokenizer_config.json has no added_tokens_decoder, the legacy layout), beside
+# tokenizer.json, vocab.json and added_tokens.json, which the sizes above parse: one that is not a JSON object fails
+# the load (JSONDecodeError, or AttributeError on .items()) in the data stage, after the nodes bill.
+SPECIAL_TOKENS_FILE = "special_tokens_map.json"
+JSON_NOT_LOADED = ("allowed: a JSON object, as tokenizer.save_pretrained writes it (AutoTokenizer.from_pretrained "
+                   "json.loads it)")
+
+
+def json_object_problem(data: bytes) -> str | None:
+    """Why a tokenizer's JSON file cannot be json.loaded into an object (after "is"), or None."""
+    try:
+        document = json.loads(data.decode("utf-8-sig"))
+    except (ValueError, RecursionError):
+        return "not UTF-8 JSON"
+    return None if isinstance(document, dict) else f"a JSON {type(document).__name__}, not an object"
+
+
 class NotSized(Exception):
     """The tokenizer's size cannot be read from its files (no tokenizer.json); the caller leaves it to transformers."""
 
@@ -279,21 +298,44 @@ def vocabulary_problem(tokens: int, vocab_size: Any) -> str | None:
 def size_on_hub(repo_id: str, token: str | bool | None, files: list[str] | None = None) -> int:
     """The tokens of a Hub repo's tokenizer: its tokenizer.json, else its vocab.json or vocab.txt, else its
     sentencepiece model (with tokenizer_config.json's added tokens), each in one request with no retries, at most one
-    byte past MAX_TOKENIZER_BYTES (workload.model.model_source.read_file); `files`, the repo's file list when had, spares the requests for files it
-    lacks. NotSized when the repo has neither; huggingface_hub's errors for the Hub's other answers,
+    byte past MAX_TOKENIZER_BYTES (workload.model.model_source.read_file), each file once; `files`, the repo's file
+    list when had, spares the requests for files it lacks. First the JSON files AutoTokenizer json.loads
+    (check_json_files). NotSized when the repo has neither; huggingface_hub's errors for the Hub's other answers,
     model_source.Unreachable for none; ValueError for a file that is not what its name says."""
     from huggingface_hub.errors import EntryNotFoundError
 
     from workload.model import model_source
 
-    def read(name: str) -> bytes | None:
+    seen: dict[str, bytes | None] = {}
+
+    def read(name: str) -> bytes | None:  # each file asked for once
         if files is not None and name not in files:
             return None
-        try:
-            return model_source.read_file(repo_id, name, token, MAX_TOKENIZER_BYTES)
-        except EntryNotFoundError:
-            return None
+        if name not in seen:
+            try:
+                seen[name] = model_source.read_file(repo_id, name, token, MAX_TOKENIZER_BYTES)
+            except EntryNotFoundError:
+                seen[name] = None
+        return seen[name]
 
+    check_json_files(read, files is not None, lambda name, why: f"{repo_id}'s {name} on the Hub is {why}")
+    return _size_from_hub(repo_id, files, read)
+
+
+def check_json_files(read, listed: bool, words) -> None:
+    """The rule of a tokenizer's JSON files that AutoTokenizer json.loads (JSON_NOT_LOADED): tokenizer_config.json, and
+    special_tokens_map.json where the repo lists it and tokenizer_config.json has no added_tokens_decoder. `read(name)`:
+    the file's bytes or None (read once: model_source.read_file); ValueError with `words(name, why)` otherwise."""
+    config = read(TOKENIZER_CONFIG_FILE)
+    if config is not None and (why := json_object_problem(config)) is not None:
+        raise ValueError(f"{words(TOKENIZER_CONFIG_FILE, why)}; {JSON_NOT_LOADED}")
+    legacy = config is None or "added_tokens_decoder" not in json.loads(config.decode("utf-8-sig"))
+    special = read(SPECIAL_TOKENS_FILE) if legacy and listed else None
+    if special is not None and (why := json_object_problem(special)) is not None:
+        raise ValueError(f"{words(SPECIAL_TOKENS_FILE, why)}; {JSON_NOT_LOADED}")
+
+
+def _size_from_hub(repo_id: str, files: list[str] | None, read) -> int:
     data = read(TOKENIZER_FILE)
     if data is not None:
         try:

@@ -13,11 +13,14 @@ times over 23 s (utils/_http.py http_backoff); a gated model without a token nam
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import json
 import os
 import re
 import shutil
 import tempfile
+from typing import Iterator
 
 from workload.model import config_json
 
@@ -252,7 +255,46 @@ def get_file(model_id: str, file_name: str, token: str | bool | None):
     return response
 
 
+# The files read_file has read within `reads_once()`: (url, authorization) -> (the bound it was read with, its bytes or
+# the exception the Hub's answer raised).
+_READS: contextvars.ContextVar[dict | None] = contextvars.ContextVar("hub_reads", default=None)
+
+
+@contextlib.contextmanager
+def reads_once() -> Iterator[None]:
+    """Within the block, read_file asks the Hub once a file (and token): a later read of it is answered from the first,
+    its bytes or the same error, so that one check never asks again for a file another check read (the preview's
+    chat template, tokenizer size and tokenizer files all read tokenizer_config.json)."""
+    reset = _READS.set({})
+    try:
+        yield
+    finally:
+        _READS.reset(reset)
+
+
 def read_file(model_id: str, file_name: str, token: str | bool | None, max_bytes: int) -> bytes:
+    """_read_file's one bounded request, or, within reads_once(), the answer it already had for the file."""
+    memo = _READS.get()
+    if memo is None:
+        return _read_file(model_id, file_name, token, max_bytes)
+    _, headers, url = _request(model_id, file_name, token)
+    key = (url, headers.get("authorization", ""))
+    if key in memo:
+        bound, answer = memo[key]
+        if isinstance(answer, BaseException):
+            raise answer
+        if bound >= max_bytes or len(answer) <= bound:  # read under a larger bound, or whole
+            return answer[:max_bytes + 1]
+    try:
+        data = _read_file(model_id, file_name, token, max_bytes)
+    except Exception as error:
+        memo[key] = (max_bytes, error)
+        raise
+    memo[key] = (max_bytes, data)
+    return data
+
+
+def _read_file(model_id: str, file_name: str, token: str | bool | None, max_bytes: int) -> bytes:
     """get_file's one request, bounded: at most `max_bytes` + 1 bytes are read, so a file over the bound is known
     (its length over max_bytes) without reading it whole. It asks for `Range: bytes=0-max_bytes`, which the Hub and its
     CDN honour (huggingface_hub's resumed downloads rely on it, file_download.py http_get), and stops reading there

@@ -70,9 +70,12 @@ JSON_NOT_LOADED = ("allowed: a JSON object, as tokenizer.save_pretrained writes 
 
 
 def json_object_problem(data: bytes) -> str | None:
-    """Why a tokenizer's JSON file cannot be json.loaded into an object (after "is"), or None."""
+    """Why a tokenizer's JSON file cannot be json.loaded into an object (after "is"), or None. As transformers opens
+    it, open(encoding="utf-8") then json.load: a UTF-8 byte order mark is refused too ("Unexpected UTF-8 BOM")."""
+    if data.startswith(b"\xef\xbb\xbf"):
+        return "UTF-8 JSON behind a byte order mark, which json.load refuses (Unexpected UTF-8 BOM)"
     try:
-        document = json.loads(data.decode("utf-8-sig"))
+        document = json.loads(data.decode("utf-8"))
     except (ValueError, RecursionError):
         return "not UTF-8 JSON"
     return None if isinstance(document, dict) else f"a JSON {type(document).__name__}, not an object"
@@ -329,7 +332,7 @@ def check_json_files(read, listed: bool, words) -> None:
     config = read(TOKENIZER_CONFIG_FILE)
     if config is not None and (why := json_object_problem(config)) is not None:
         raise ValueError(f"{words(TOKENIZER_CONFIG_FILE, why)}; {JSON_NOT_LOADED}")
-    legacy = config is None or "added_tokens_decoder" not in json.loads(config.decode("utf-8-sig"))
+    legacy = config is None or "added_tokens_decoder" not in json.loads(config.decode("utf-8"))
     special = read(SPECIAL_TOKENS_FILE) if legacy and listed else None
     if special is not None and (why := json_object_problem(special)) is not None:
         raise ValueError(f"{words(SPECIAL_TOKENS_FILE, why)}; {JSON_NOT_LOADED}")

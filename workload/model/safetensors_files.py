@@ -30,12 +30,22 @@ def file_problem(path: str) -> str | None:
         if header_bytes > min(MAX_HEADER_BYTES, size - 8):
             return (f"claims a header of {header_bytes:,} bytes in a file of {size:,} (at most "
                     f"{MAX_HEADER_BYTES:,}): not a safetensors file, or cut off")
+        twice: list[str] = []
+
+        def mapping(pairs: list) -> dict:
+            seen: set = set()
+            twice.extend(name for name, _ in pairs if name in seen or seen.add(name))
+            return dict(pairs)
         try:
-            header = json.loads(file.read(header_bytes))
-        except (UnicodeDecodeError, ValueError):
+            header = json.loads(file.read(header_bytes), object_pairs_hook=mapping)
+        except (UnicodeDecodeError, ValueError, RecursionError):
             return "has a header that is not JSON: not a safetensors file"
     if not isinstance(header, dict):
         return "has a header that is not a JSON object: not a safetensors file"
+    if twice:
+        # safetensors serializes a map, so no writer names a key twice; a reader keeps one of the two entries
+        # (JSON parsers the last), so which bytes are the tensor is up to the parser.
+        return f"names {_name(twice[0])} twice in its header: not a file safetensors wrote"
     return _layout_problem(header, size - 8 - header_bytes)
 
 

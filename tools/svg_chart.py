@@ -92,6 +92,8 @@ def check_out(out: str) -> None:
     if (why := length_problem(out)) is not None:  # before the checks below repeat a path of 4 KiB
         raise cli.UsageError(f"--out: the path {why}; give a shorter file name")
     parent = os.path.dirname(os.path.abspath(out))
+    if os.path.islink(out):  # before isdir/exists below follow it: a link is refused whatever it points to
+        check_output("--out", out)
     if os.path.isdir(out):
         raise cli.UsageError(f"--out {out} is a directory; give a file name ending in .svg")
     if os.path.exists(parent) and not os.path.isdir(parent):
@@ -107,8 +109,10 @@ def check_out(out: str) -> None:
 def write(out: str, picture: str) -> None:
     """The picture into --out, or a usage error naming it."""
     try:
-        # O_NONBLOCK: a FIFO put there since check_out fails at once (ENXIO), not waits for a reader.
-        descriptor = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NONBLOCK", 0), 0o666)
+        # O_NONBLOCK: a FIFO put there since check_out fails at once (ENXIO), not waits for a reader; O_NOFOLLOW: a
+        # link put there since is not written through (ELOOP), by the rule of workload/output_paths.py.
+        descriptor = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NONBLOCK", 0)
+                             | getattr(os, "O_NOFOLLOW", 0), 0o666)
         with os.fdopen(descriptor, "w") as file:
             if not stat.S_ISREG(os.fstat(descriptor).st_mode):
                 raise cli.UsageError(f"--out {out} is not a regular file (refused unwritten)")

@@ -104,7 +104,8 @@ def undrawn_samples(recording: dict) -> int:
     """How many samples the charts leave out (tools/svg_chart.py drawable), as render draws them."""
     units, start = dashboard_panels(), start_time(recording)
     return sum(not drawable(float(t) - start, float(v) * UNITS.get(units[title], (1, ""))[0])
-               for title, panel in recording["panels"].items() for series in panel["result"] for t, v in series["values"])
+               for title, panel in recording["panels"].items() for series in panel["result"]
+               for t, v in series["values"])
 
 
 def render(recording: dict) -> str:

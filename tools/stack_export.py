@@ -38,7 +38,8 @@ def export_problem(export: Any) -> str | None:
     if not isinstance(export, dict):
         return f"its top level is {type(export).__name__}, not an object with version and deployment"
     if export.get("version") != VERSION or isinstance(export.get("version"), bool):
-        return f"its version is {str(export.get('version'))[:20]!r}; allowed: {VERSION} (what `pulumi stack export` writes)"
+        return (f"its version is {str(export.get('version'))[:20]!r}; allowed: {VERSION} (what `pulumi stack export` "
+                "writes)")
     deployment = export.get("deployment")
     if not isinstance(deployment, dict):
         return f"its deployment is {type(deployment).__name__}, not an object with resources"

@@ -38,10 +38,11 @@ def one_node_warning(sharding: str, workers: int, ranks_per_node: int | None, gp
 def ranks_per_node_problem(ranks_per_node: int, workers: int, gpu: InstanceFacts) -> str | None:
     """Why --ranks_per_node (workload/config: "Ranks that share a node, for the sharding"; set to emulate nodes on one
     host) names no node of the stack's, or None. Ray Train places one worker per GPU (workload/trainer.py's
-    ScalingConfig(num_workers, use_gpu=True); Ray's docs of use_gpu: "1 per worker"), so a node of the instance holds at most its GPUs' ranks: a larger group is
-    ranks of several nodes that hybrid's and two-level's "inside a node" step would join over the network, a node the
-    cluster does not have. A smaller one emulates smaller nodes, as on one host. It must divide the workers too:
-    workload/model/layout.py choose() refuses it at the job's start otherwise, after the nodes were paid for."""
+    ScalingConfig(num_workers, use_gpu=True); Ray's docs of use_gpu: "1 per worker"), so a node of the instance holds
+    at most its GPUs' ranks: a larger group is ranks of several nodes that hybrid's and two-level's "inside a node"
+    step would join over the network, a node the cluster does not have. A smaller one emulates smaller nodes, as on
+    one host. It must divide the workers too: workload/model/layout.py choose() refuses it at the job's start
+    otherwise, after the nodes were paid for."""
     if not ranks_per_node:
         return None
     divisors = [size for size in range(1, gpu.gpus + 1) if workers % size == 0]

@@ -36,8 +36,10 @@ def load_stack(project_dir: Path, name: str, flag: str) -> StackContext:
     # every file read (a FIFO, a directory refused unread).
     if (why := length_problem(str(project_dir / f"Pulumi.{name}.yaml"))) is not None:
         raise ValueError(f"{flag}: the path {why}; give a shorter --project-dir or stack name")
-    if flag == "--write-stack" and (why := output_problem(str(project_dir / f"Pulumi.{name}.yaml"))) is not None:
-        raise ValueError(f"{flag} {shown_stack(name)}: its stack file {why}")  # a link: never written through
+    # A link is never written through (the rule of every output); other kinds of file are the reader's below to name.
+    if flag == "--write-stack" and os.path.islink(project_dir / f"Pulumi.{name}.yaml"):
+        why = output_problem(str(project_dir / f"Pulumi.{name}.yaml"))
+        raise ValueError(f"{flag} {shown_stack(name)}: its stack file {why}")
     project_file = project_dir / "Pulumi.yaml"
     if not project_file.exists():
         raise ValueError(f"--project-dir {project_dir}: no Pulumi.yaml there")

@@ -254,8 +254,9 @@ def _decompressed(path: str, data: bytes, max_bytes: int) -> bytes:
 
 
 def read_log(path: str, max_bytes: int) -> bytes:
-    """A LOGFILE's text (gzip decompressed: _decompressed), through the rule of every file the user names (workload/user_files.py: a regular file, within
-    `max_bytes`, without holes; a FIFO refused unopened), or UsageError naming LOGFILE."""
+    """A LOGFILE's text (gzip decompressed: _decompressed), through the rule of every file the user names
+    (workload/user_files.py: a regular file, within `max_bytes`, without holes; a FIFO refused unopened), or
+    UsageError naming LOGFILE."""
     from workload import user_files
 
     try:

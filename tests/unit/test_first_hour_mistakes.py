@@ -12,8 +12,8 @@ from tests.unit.test_mistakes_before_ray import LOCAL, _run, here  # noqa: F401 
 from tools import capacity, leftovers
 from workload import cli
 
-P5_STATE = {"deployment": {"resources": [{"urn": "urn:pulumi:p5::raytrain-eks::pulumi:pulumi:Stack::raytrain-eks-p5",
-                                          "type": "pulumi:pulumi:Stack"}]}}
+P5_STATE = {"version": 3, "deployment": {"resources": [{
+    "urn": "urn:pulumi:p5::raytrain-eks::pulumi:pulumi:Stack::raytrain-eks-p5", "type": "pulumi:pulumi:Stack"}]}}
 
 CASES = [
     ("launched by torchrun", LOCAL, ["--steps", "3"], {"LOCAL_RANK": "1", "RANK": "1", "WORLD_SIZE": "4"}, cli.USAGE,

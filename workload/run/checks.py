@@ -253,6 +253,7 @@ def check_before_ray(cfg: TrainConfig) -> int | None:
     """Every check above, in the order a user would want to hear of them; returns the step a resumed run starts
     after (None: a new run)."""
     writable.check_cache_directories()  # HF_HOME and the like: this machine's set-up, said before any flag's check
+    writable.check_tracker_directories(cfg.report_to, cfg.mlflow_tracking_uri)  # WANDB_DIR, a local MLflow store
     variable_values.check_variable_values()  # HF_HUB_OFFLINE=maybe and the like: before the Hub is asked anything
     credential_files.check()  # a FIFO at $NETRC would hang the first request to the Hub (requests reads it)
     check_socket_room()

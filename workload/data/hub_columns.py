@@ -2,9 +2,10 @@
 from all its files with the columns of the first (datasets/packaged_modules/json/json.py _split_generators: the
 features are the schema of the first table of the first split, its first 10 MiB chunk, JsonConfig.chunksize;
 packaged_modules/parquet/parquet.py: the first file's parquet schema), and casts every later table to them
-(table.py cast_table_to_schema): a table with a column the first lacks raises CastError "column names don't match",
-which builder.py raises as DatasetGenerationCastError ("All the data files must have the same columns") in the data
-stage, on the cluster. A later file with fewer columns is filled with nulls and loads.
+(table.py cast_table_to_schema, from the builders' _cast_table or the writer): a table with a column the first lacks
+raises CastError "column names don't match", which builder.py raises as DatasetGenerationError (this venv's datasets
+5.2, the cast in the builder) or DatasetGenerationCastError ("All the data files must have the same columns", the cast
+in the writer) in the data stage, on the cluster. A later file with fewer columns is filled with nulls and loads.
 
 What is read: each later file's columns with one bounded ranged GET (a .jsonl/.jsonl.gz file's first record, within
 FIRST_RECORD_BYTES; a .parquet file's schema from its footer: its size from an 8-byte read, then its last

@@ -128,8 +128,9 @@ def check_columns(dataset: str, chosen: list[str], split: str, config: str, read
         raise validate.DataError(
             f"{where}: the split's files disagree on columns: {name[:100]} has {', '.join(c[:40] for c in extra[:5])}, "
             f"which {chosen[0][:100]} (its first, whose columns datasets builds the split with: "
-            f"{', '.join(c[:40] for c in columns[:10])}) lacks; load_dataset raises DatasetGenerationCastError (\"All "
-            "the data files must have the same columns\"); allowed: files with the first file's columns or fewer")
+            f"{', '.join(c[:40] for c in columns[:10])}) lacks; load_dataset fails casting it to those (datasets' CastError "
+            "\"column names don't match\", raised as DatasetGenerationError); allowed: files with the first file's "
+            "columns or fewer")
 
 
 def check_holds_data(files: list[str], where: str) -> None:

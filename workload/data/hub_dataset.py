@@ -22,7 +22,9 @@ declares any): a --dataset_split or --eval_split (trainDatasetSplit, trainEvalSp
 (trainDatasetConfig) it lacks with the configs it has (hub_splits.config_names), where datasets would raise
 "BuilderConfig '<name>' not found"; an empty one where the README's configs have no default (hub_splits.
 unnamed_configs: "Config name is missing"), and a config whose data_files match no file (hub_splits.
-unmatched_patterns) are refused too. The records checked are still found by
+unmatched_patterns) are refused too, as is a README load_dataset cannot use (hub_card.parse: its YAML, its
+`configs`, two defaults, configs past a bound) and a train split whose later files have a column its first lacks
+(check_columns, hub_columns: at most hub_columns.MAX_FILES ranged reads). The records checked are still found by
 the default patterns: a split whose files only a README config's own patterns name is refused for want of a file
 (a known limit).
 

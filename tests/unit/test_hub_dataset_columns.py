@@ -38,6 +38,11 @@ REPOS = {
                                          "data/train-00001-of-00002.jsonl": _jsonl(ROW)}, "ok"),
     "a-column-the-first-file-has-past-its-first-record": (
         {"train/a.jsonl": _jsonl(ROW, {**ROW, "lang": "en"}), "train/b.jsonl": _jsonl({"lang": "fr", **ROW})}, "ok"),
+    # the card's dataset_info features, not the first file's columns, are what datasets casts to
+    "a-card-declaring-both-columns": ({"README.md": b"---\ndataset_info:\n  features:\n  - name: text\n    dtype: string\n"
+                                                    b"  - name: source\n    dtype: string\n---\n",
+                                       "train/a.jsonl": _jsonl(ROW), "train/b.jsonl": _jsonl({**ROW, "source": "log"})},
+                                      "ok"),
     "gzip-shards-renaming-the-column": ({"train/part-0.jsonl.gz": gzip.compress(_jsonl(ROW)),
                                          "train/part-1.jsonl.gz": gzip.compress(_jsonl({"body": "tides"}))}, "drift"),
 }

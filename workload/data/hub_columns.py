@@ -49,7 +49,8 @@ def sampled(later: list[str]) -> list[str]:
     return [later[round(i * step)] for i in range(MAX_FILES)]
 
 
-def drifted(files: list[str], first_body: bytes, first_size: int, read: Reader) -> tuple[str, list[str], list[str]] | None:
+def drifted(files: list[str], first_body: bytes, first_size: int, read: Reader
+            ) -> tuple[str, list[str], list[str]] | None:
     """(a later file, the columns it has that the first lacks, the first's columns) for the split's `files` (sorted,
     the first read already: `first_body` of `first_size` bytes), or None: all judged files fit, or not judged."""
     first = files[0]

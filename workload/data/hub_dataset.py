@@ -121,8 +121,11 @@ def check_columns(dataset: str, chosen: list[str], split: str, config: str, read
     `size`: the first file's bytes, already read."""
     if len(chosen) < 2 or not hub_columns.judged(chosen[0]) or config not in ("", "default"):
         return
-    if (readme is not None and hub_splits._configs(readme) is not None) or hub_splits.base_names(split)[:1] != ["train"]:
+    if hub_splits.base_names(split)[:1] != ["train"]:
         return  # train is datasets' first split wherever it is one (data_files.py DEFAULT_SPLITS, sharded splits too)
+    metadata = hub_splits._metadata(readme) if readme is not None else {}
+    if metadata is None or hub_splits._configs(readme or "") is not None or "dataset_info" in metadata:
+        return  # a card's dataset_info features are what datasets casts to (load.py's builder info)
     drift = hub_columns.drifted(chosen, body, size,
                                 lambda name, start, length: _read(dataset, name, token, length, where, start))
     if drift:
@@ -130,9 +133,9 @@ def check_columns(dataset: str, chosen: list[str], split: str, config: str, read
         raise validate.DataError(
             f"{where}: the split's files disagree on columns: {name[:100]} has {', '.join(c[:40] for c in extra[:5])}, "
             f"which {chosen[0][:100]} (its first, whose columns datasets builds the split with: "
-            f"{', '.join(c[:40] for c in columns[:10])}) lacks; load_dataset fails casting it to those (datasets' CastError "
-            "\"column names don't match\", raised as DatasetGenerationError); allowed: files with the first file's "
-            "columns or fewer")
+            f"{', '.join(c[:40] for c in columns[:10])}) lacks; load_dataset fails casting it to those (datasets' "
+            "CastError \"column names don't match\", raised as DatasetGenerationError); allowed: files with the first "
+            "file's columns or fewer")
 
 
 def check_holds_data(files: list[str], where: str) -> None:

@@ -35,7 +35,7 @@ CARDS = {  # a card datasets cannot use, and the words the refusal gives for it
     "lab/unnamed-config": (b"---\nconfigs:\n- data_files: corpus.jsonl\n---\n", "has no `config_name`"),
     "lab/tabbed-card": (b"---\npretty_name: Tides\nlanguage:\n\t- en\n---\n", "does not parse (ScannerError"),
     "lab/two-defaults": (b"---\nconfigs:\n- config_name: default\n  data_files: corpus.jsonl\n- config_name: more\n"
-                         b"  default: true\n  data_files: corpus.jsonl\n---\n", "'default' and 'more' are both"),
+                         b"  default: true\n  data_files: corpus.jsonl\n---\n", "configs default and more are both"),
 }
 
 

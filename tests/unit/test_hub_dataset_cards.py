@@ -216,11 +216,16 @@ def test_a_cards_configs_are_bounded_by_what_their_aliases_expand_to_not_by_alia
 
 
 def test_the_local_run_refuses_a_card_datasets_cannot_use_naming_the_dataset(hub):
+    hub.datasets["lab/a-line-in-a-config-name"] = {"files": {"corpus.jsonl": LINES.encode(), "README.md": _card(
+        '- config_name: "one\\nforged line"\n  default: true\n', "- config_name: two\n  default: true\n").encode()}}
+    with pytest.raises(validate.DataError) as refused:
+        hub_dataset.check_dataset(_cfg("lab/a-line-in-a-config-name"), say=pytest.fail)
+    assert "\n" not in str(refused.value) and 'configs "one\\nforged line" and two are both' in str(refused.value)
     with pytest.raises(validate.DataError) as refused:
         hub_dataset.check_dataset(_cfg("lab/a-config-named-default-and-one-marked", "small"), say=pytest.fail)
     message = str(refused.value)
-    assert message.startswith("--dataset lab/a-config-named-default-and-one-marked: its README's configs 'default' "
-                              "and 'big' are both the default"), message
+    assert message.startswith("--dataset lab/a-config-named-default-and-one-marked: its README's configs default "
+                              "and big are both the default"), message
     assert "allowed: " in message and "\n" not in message, message
     with pytest.raises(validate.DataError, match=r"^--dataset lab/a-tab-before-a-list-item: its README's YAML header "
                                                  r"does not parse \(ScannerError at line 4, column 1"):

@@ -138,3 +138,12 @@ def test_a_first_record_past_the_read_or_another_format_is_not_judged():
     assert hub_columns.drifted(sorted(files), files["a.jsonl"], len(files["a.jsonl"]), read) is None
     csv = {"a.csv": b"text\nt\n", "b.csv": b"text,extra\nt,1\n"}
     assert hub_columns.drifted(sorted(csv), csv["a.csv"], 7, lambda *_: pytest.fail("read")) is None
+
+
+def test_a_column_name_that_would_forge_a_line_is_quoted_escaped(hub):
+    hub.datasets["lab/forged-column"] = {"files": {"train/a.jsonl": _jsonl(ROW),
+                                                   "train/b.jsonl": _jsonl({**ROW, "note\nok: accepted": 1})}}
+    with pytest.raises(validate.DataError) as refused:
+        hub_dataset.check_dataset(_cfg("lab/forged-column"), say=pytest.fail)
+    message = str(refused.value)
+    assert "\n" not in message and 'train/b.jsonl has "note\\nok: accepted", which train/a.jsonl' in message, message

@@ -25,6 +25,7 @@ libyaml where PyYAML has it (a card of a few hundred configs is 1 MiB of YAML: 2
 from __future__ import annotations
 
 import functools
+import json
 import re
 from dataclasses import dataclass
 
@@ -46,8 +47,14 @@ class Card:
     fault: str | None = None
 
 
-def has_block(readme: str) -> bool:
-    return YAML_BLOCK.search(readme) is not None
+def shown(name: str) -> str:
+    """A name from the repo (a config, a file, a column) as a refusal quotes it: as it is when printable, else as
+    workload.data.shapes.show quotes a value (JSON-escaped: a newline cannot forge a line; by its length where it
+    is shaped like a token)."""
+    from workload.data.shapes import show
+
+    name = str(name)[:100]
+    return name if name.isprintable() and show(name) == json.dumps(name, ensure_ascii=False) else show(name)
 
 
 @functools.lru_cache(maxsize=4)
@@ -155,14 +162,14 @@ def configs_fault(configs) -> str | None:
             return (f"its README's configs entry {index + 1} has a config_name that is a "
                     f"{type(entry['config_name']).__name__}, not a string")
         if not _data_files_valid(entry.get("data_files")):
-            return (f"its README's config '{entry['config_name'][:100]}' has data_files of a form datasets refuses "
+            return (f"its README's config {shown(entry['config_name'])} has data_files of a form datasets refuses "
                     "(\"Expected data_files in YAML to be either a string or a list of strings or a list of dicts "
                     "with two keys: 'split' and 'path'\", a split of word characters)")
     by_name = {entry["config_name"]: entry for entry in configs}  # datasets keeps the last of a repeated name
     defaults = [name for name, entry in by_name.items()
                 if len(by_name) == 1 or name == "default" or entry.get("default")]
     if len(defaults) > 1:
-        return (f"its README's configs '{defaults[0][:100]}' and '{defaults[1][:100]}' are both the default (named "
+        return (f"its README's configs {shown(defaults[0])} and {shown(defaults[1])} are both the default (named "
                 "'default' or `default: true`): load_dataset raises \"Dataset has several default configs\" whatever "
                 "config is asked for")
     return None

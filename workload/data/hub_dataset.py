@@ -131,9 +131,9 @@ def check_columns(dataset: str, chosen: list[str], split: str, config: str, read
     if drift:
         name, extra, columns = drift
         raise validate.DataError(
-            f"{where}: the split's files disagree on columns: {name[:100]} has {', '.join(c[:40] for c in extra[:5])}, "
-            f"which {chosen[0][:100]} (its first, whose columns datasets builds the split with: "
-            f"{', '.join(c[:40] for c in columns[:10])}) lacks; load_dataset fails casting it to those (datasets' "
+            f"{where}: the split's files disagree on columns: {hub_card.shown(name)} has "
+            f"{', '.join(map(hub_card.shown, extra[:5]))}, which {hub_card.shown(chosen[0])} (its first, whose columns "
+            f"datasets builds the split with: {', '.join(map(hub_card.shown, columns[:10]))}) lacks; load_dataset fails casting it to those (datasets' "
             "CastError \"column names don't match\", raised as DatasetGenerationError); allowed: files with the first "
             "file's columns or fewer")
 

@@ -42,10 +42,14 @@ def base_names(value: str) -> list[str]:
     return [match[1] for part in value.split("+") if (match := _BASE.match(part))]
 
 
+# a path part starting with "." or "_" (datasets' data_files.py skips hidden files and directories); one regex a
+# path rather than a split and a generator: a repo lists 200,000 files
+HIDDEN_PART = re.compile(r"(?:^|/)[._]")
+
+
 def data_files(files: list[str], config: str = "") -> list[str]:
     """The data files among a repo's `files`, sorted; with `config`, those under its directory when there are any."""
-    data = sorted(f for f in files if f.endswith(DATA_SUFFIXES)
-                  and not any(part.startswith((".", "_")) for part in f.split("/")))
+    data = sorted(f for f in files if f.endswith(DATA_SUFFIXES) and not HIDDEN_PART.search(f))
     if config:
         under = [f for f in data if f.split("/")[0] == config]
         data = under or data

@@ -230,3 +230,24 @@ def test_the_local_run_refuses_a_card_datasets_cannot_use_naming_the_dataset(hub
     with pytest.raises(validate.DataError, match=r"^--dataset lab/a-tab-before-a-list-item: its README's YAML header "
                                                  r"does not parse \(ScannerError at line 4, column 1"):
         hub_dataset.check_dataset(_cfg("lab/a-tab-before-a-list-item"), say=pytest.fail)
+
+
+SPLIT_PATHS = ["data/train-00000-of-00001.parquet", "train/a.jsonl", "my_train/x.jsonl", "a/b-train.x/c.jsonl",
+               "trainer/x.jsonl", "x/train.jsonl", "x/pretrain.jsonl", "x/dev-1.jsonl", "val/x.csv", "test.jsonl",
+               "x/y_validation_2.json", "data/eval-x/a.parquet", "x.jsonl", "foo/bar-test", "a/test/b/train.jsonl",
+               "deep/er/testing/x.parquet", "custom-7/a.jsonl", "x/holdout.custom.jsonl", "valid", "a/validation/"]
+
+
+@pytest.mark.parametrize("split", ["train", "validation", "test", "custom"])
+def test_the_split_tests_are_datasets_patterns_as_one_regex_a_path(split):
+    """split_in_directory judges a path by its directory and split_in_name by its base name (a repo lists 200,000
+    files): each must agree with the pattern searched over the whole path (datasets' data_files.py
+    KEYWORDS_IN_DIR_NAME_BASE_PATTERNS and KEYWORDS_IN_FILENAME_BASE_PATTERNS, as hub_splits words them)."""
+    words, other = hub_splits._words(split), hub_splits.NON_WORD
+    in_directory = re.compile(rf"(^|/)(|[^/]*{other})({words})({other}[^/]*)?/")
+    in_name = re.compile(rf"(^|/)([^/]*{other})?({words})({other}[^/]*)?$")
+    directory_test, name_test = hub_splits.split_in_directory(split), hub_splits.split_in_name(split)
+    differ = [path for path in SPLIT_PATHS
+              if bool(in_directory.search(path)) != directory_test(path) or bool(in_name.search(path)) != name_test(path)]
+    assert differ == []
+    assert any(map(directory_test, SPLIT_PATHS)) and any(map(name_test, SPLIT_PATHS))

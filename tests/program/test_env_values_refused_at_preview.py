@@ -71,3 +71,13 @@ def test_the_accepted_forms_pass(entries):
 def test_the_header_list_goes_in_train_secret_env():
     entry = f"OTEL_EXPORTER_OTLP_HEADERS=authorization=Basic%20{HIDDEN}"
     assert config.parse(DEV | {"trainSecretEnv": [entry]}) is not None, "trainSecretEnv is where it belongs"
+
+
+@pytest.mark.parametrize("stack, entry, words", [
+    ("dev", "NCCL_ALGO=nvlstree", "NVLSTree needs NVLink SHARP"),
+    ("g6e", "FI_EFA_USE_DEVICE_RDMA=on", "g6e.12xlarge's EFA has no RDMA read"),
+])
+def test_a_fabric_setting_the_instance_cannot_honour_is_refused(stack, entry, words):
+    """infra/preview/fabric_env.py, with the stack's instance type read through the mocks' EC2."""
+    message = program_refusal({"trainEnabled": True, "trainEnv": [entry]}, stack)
+    assert "'trainEnv'" in message and entry.partition("=")[0] in message and words in message, f"{entry}: {message}"

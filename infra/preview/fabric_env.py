@@ -6,11 +6,11 @@ nvlink_sharp, efa_rdma_read):
   list of algorithms (not case sensitive) among: Ring, Tree, CollNetDirect, CollNetChain, NVLS, NVLSTree, PAT. ...
   To specify algorithms to exclude (instead of include), start the list with ^"; since 2.24 a per-collective form
   `allreduce:tree;allgather:ring`; NCCL_PROTO likewise among LL, LL128, Simple). Each collective the job runs (FSDP's
-  all-gather and reduce-scatter, and all-reduce) must keep an algorithm that implements it and that the instance
+  all-gather and reduce-scatter, all-reduce, and the checkpoints' broadcast) must keep an algorithm that implements it and that the instance
   offers, else NCCL stops with "Error : no algorithm/protocol available for function ... NCCL_ALGO was set to ..."
   (NCCL src/enqueue.cc, topoGetAlgoInfo). Which algorithm implements which collective: NCCL src/device/generate.py's
   algos per collective (AllGather and ReduceScatter: Ring, CollNetDirect, NVLS, PAT; AllReduce: Tree, Ring,
-  CollNetDirect, CollNetChain, NVLS, NVLSTree). NVLS and NVLSTree need NVLink SHARP (NVSwitch of the third generation:
+  CollNetDirect, CollNetChain, NVLS, NVLSTree; Broadcast: Ring), so a bare NCCL_ALGO=NVLS fails even on H100s. NVLS and NVLSTree need NVLink SHARP (NVSwitch of the third generation:
   p5 and later); CollNet needs a CollNet network plugin (SHARP on InfiniBand), which aws-ofi-nccl over EFA is not;
   PAT runs with one GPU per node only (NCCL 2.23 release notes), and every GPU type the stack takes has several.
 - FI_EFA_USE_DEVICE_RDMA: fi_efa(7), "if EFA device does not support RDMA and FI_EFA_USE_DEVICE_RDMA is set to
@@ -34,6 +34,9 @@ JOB_COLLECTIVES = {
     "allgather": ("ring", "collnetdirect", "nvls", "pat"),
     "reducescatter": ("ring", "collnetdirect", "nvls", "pat"),
     "allreduce": ("tree", "ring", "collnetdirect", "collnetchain", "nvls", "nvlstree"),
+    # Distributed checkpointing's planning on the default (NCCL) group: torch/distributed/checkpoint/utils.py
+    # _DistWrapper.broadcast_object, dist.broadcast_object_list. Broadcast is Ring's alone.
+    "broadcast": ("ring",),
 }
 _NEEDS = {"nvls": "NVLink SHARP (third-generation NVSwitch: p5, p5e, p5en, p6)",
           "nvlstree": "NVLink SHARP (third-generation NVSwitch: p5, p5e, p5en, p6)",
@@ -42,7 +45,7 @@ _NEEDS = {"nvls": "NVLink SHARP (third-generation NVSwitch: p5, p5e, p5en, p6)",
           "pat": "one GPU per node"}
 _TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
 # A value is quoted only when it is made of these words alone (trainEnv's values may hold anything a user pasted).
-_KNOWN_WORDS = {*ALGORITHMS, *ALGORITHM_ALIASES, *PROTOCOLS, *JOB_COLLECTIVES, "broadcast", "reduce", *_TRUE, *_FALSE}
+_KNOWN_WORDS = {*ALGORITHMS, *ALGORITHM_ALIASES, *PROTOCOLS, *JOB_COLLECTIVES, "reduce", "sendrecv", *_TRUE, *_FALSE}
 
 
 def offered(gpu: InstanceFacts) -> set[str]:
@@ -85,17 +88,18 @@ def problem(env: Mapping[str, str], gpu: InstanceFacts) -> str | None:
     if (value := env.get("NCCL_ALGO", "")).strip():
         for collective, text in _parts(value):
             allowed, unknown = _chosen(text, ALGORITHMS, ALGORITHM_ALIASES)
-            if unknown or (collective is not None and collective not in (*JOB_COLLECTIVES, "broadcast", "reduce")):
+            if unknown or (collective is not None and collective not in (*JOB_COLLECTIVES, "reduce", "sendrecv")):
                 return (f"{_shown('NCCL_ALGO', value)}: not NCCL's algorithms; NCCL takes a comma list (not case "
                         f"sensitive, ^ to exclude) of {', '.join(ALGORITHMS.values())}")
             for name, implementing in JOB_COLLECTIVES.items():
                 if collective not in (None, name):
                     continue
                 if not allowed & set(implementing) & offered(gpu):
-                    needs = "; ".join(sorted({f"{ALGORITHMS[a]} needs {_NEEDS[a]}" for a in allowed if a in _NEEDS}))
-                    return (f"{_shown('NCCL_ALGO', value)} leaves the job's {name} no algorithm {where} can run, so "
-                            f"NCCL fails the first one (\"no algorithm/protocol available\")"
-                            f"{': ' + needs if needs else ''}; unset it, or allow Ring")
+                    needs = "".join(sorted(f"; {ALGORITHMS[a]} needs {_NEEDS[a]}" for a in allowed
+                                           if a in _NEEDS and a not in offered(gpu)))
+                    return (f"{_shown('NCCL_ALGO', value)} leaves the job's {name} no algorithm {where} can run "
+                            f"({name}: {', '.join(ALGORITHMS[a] for a in implementing)}{needs}), so NCCL fails the "
+                            "first one (\"no algorithm/protocol available\"); unset it, or allow Ring")
     if (value := env.get("NCCL_PROTO", "")).strip():
         for _collective, text in _parts(value):
             allowed, unknown = _chosen(text, PROTOCOLS, {})

@@ -19,6 +19,8 @@ G6, G6E, P4D, P5 = (INSTANCE_FACTS[t] for t in ("g6.12xlarge", "g6e.12xlarge", "
     (P5, {"NCCL_ALGO": "Tree"}, "allgather no algorithm"),
     (G6E, {"NCCL_ALGO": "allreduce:ring;allgather:nvls"}, "allgather no algorithm"),
     (G6E, {"NCCL_ALGO": "Rings"}, "not NCCL's algorithms"),
+    (P5, {"NCCL_ALGO": "NVLS"}, "leaves the job's broadcast no algorithm"),  # NVLS has no Broadcast
+    (P5, {"NCCL_ALGO": "broadcast:^ring"}, "broadcast no algorithm"),
     (P5, {"NCCL_PROTO": "LL256"}, "not NCCL protocols"),
     (G6E, {"NCCL_PROTO": "^ll,ll128,SIMPLE"}, "excludes every protocol"),
     (G6E, {"FI_EFA_USE_DEVICE_RDMA": "Yes"}, "g6e.12xlarge's EFA has no RDMA read"),
@@ -33,7 +35,8 @@ def test_a_setting_the_fabric_cannot_honour_is_refused(gpu, env, words):
 
 
 @pytest.mark.parametrize("gpu, env", [
-    (P5, {"NCCL_ALGO": "nvls"}), (P5, {"NCCL_ALGO": "NVLSTree,Ring"}), (G6E, {"NCCL_ALGO": "ring"}),
+    (P5, {"NCCL_ALGO": "allgather:nvls;reducescatter:NVLS;allreduce:nvlstree"}), (P5, {"NCCL_ALGO": "NVLSTree,Ring"}),
+    (G6E, {"NCCL_ALGO": "ring"}),
     (G6E, {"NCCL_ALGO": "^NVLS,NVLSTree"}), (P4D, {"NCCL_ALGO": "Ring,Tree"}),
     (G6E, {"NCCL_ALGO": "allreduce:tree;allgather:ring;reducescatter:ring"}),
     (P4D, {"NCCL_PROTO": "^LL128"}), (G6E, {"NCCL_PROTO": "Simple,LL"}),

@@ -3,16 +3,17 @@ NCCL or the EFA provider cannot honour on this hardware fails every rank at its 
 after the nodes bill. One rule over the facts of the one instance table (infra/config/settings.py InstanceFacts:
 nvlink_sharp, efa_rdma_read):
 - NCCL_ALGO and NCCL_PROTO as NCCL parses them (NCCL user guide, Environment Variables: "NCCL_ALGO ... Comma-separated
-  list of algorithms (not case sensitive) among: Ring, Tree, CollNetDirect, CollNetChain, NVLS, NVLSTree, PAT. ...
-  To specify algorithms to exclude (instead of include), start the list with ^"; since 2.24 a per-collective form
+  list of algorithms (not case sensitive) among: Ring, Tree, CollNetDirect, CollNetChain, NVLS, NVLSTree, PAT. ... To
+  specify algorithms to exclude (instead of include), start the list with ^"; since 2.24 a per-collective form
   `allreduce:tree;allgather:ring`; NCCL_PROTO likewise among LL, LL128, Simple). Each collective the job runs (FSDP's
-  all-gather and reduce-scatter, all-reduce, and the checkpoints' broadcast) must keep an algorithm that implements it and that the instance
-  offers, else NCCL stops with "Error : no algorithm/protocol available for function ... NCCL_ALGO was set to ..."
-  (NCCL src/enqueue.cc, topoGetAlgoInfo). Which algorithm implements which collective: NCCL src/device/generate.py's
-  algos per collective (AllGather and ReduceScatter: Ring, CollNetDirect, NVLS, PAT; AllReduce: Tree, Ring,
-  CollNetDirect, CollNetChain, NVLS, NVLSTree; Broadcast: Ring), so a bare NCCL_ALGO=NVLS fails even on H100s. NVLS and NVLSTree need NVLink SHARP (NVSwitch of the third generation:
-  p5 and later); CollNet needs a CollNet network plugin (SHARP on InfiniBand), which aws-ofi-nccl over EFA is not;
-  PAT runs with one GPU per node only (NCCL 2.23 release notes), and every GPU type the stack takes has several.
+  all-gather and reduce-scatter, all-reduce, and the checkpoints' broadcast) must keep an algorithm that implements it
+  and that the instance offers, else NCCL stops with "Error : no algorithm/protocol available for function ...
+  NCCL_ALGO was set to ..." (NCCL src/enqueue.cc, topoGetAlgoInfo). Which algorithm implements which collective: NCCL
+  src/device/generate.py's algos per collective (AllGather and ReduceScatter: Ring, CollNetDirect, NVLS, PAT;
+  AllReduce: Tree, Ring, CollNetDirect, CollNetChain, NVLS, NVLSTree; Broadcast: Ring), so a bare NCCL_ALGO=NVLS fails
+  even on H100s. NVLS and NVLSTree need NVLink SHARP (NVSwitch of the third generation: p5 and later); CollNet needs a
+  CollNet network plugin (SHARP on InfiniBand), which aws-ofi-nccl over EFA is not; PAT runs with one GPU per node
+  only (NCCL 2.23 release notes).
 - FI_EFA_USE_DEVICE_RDMA: fi_efa(7), "if EFA device does not support RDMA and FI_EFA_USE_DEVICE_RDMA is set to
   1/true/yes/on, user's application is aborted and a warning message is printed"; libfabric's booleans
   (fi_param_get_bool) are 1/0, true/false, yes/no, on/off.
@@ -104,16 +105,17 @@ def problem(env: Mapping[str, str], gpu: InstanceFacts) -> str | None:
         for _collective, text in _parts(value):
             allowed, unknown = _chosen(text, PROTOCOLS, {})
             if unknown or not allowed:
-                return (f"{_shown('NCCL_PROTO', value)}: {'not NCCL protocols' if unknown else 'excludes every protocol'}"
+                what = "not NCCL protocols" if unknown else "excludes every protocol"
+                return (f"{_shown('NCCL_PROTO', value)}: {what}"
                         f"; NCCL takes a comma list (^ to exclude) of {', '.join(PROTOCOLS.values())}, or unset it")
     if value := env.get("FI_EFA_USE_DEVICE_RDMA", "").strip():
         if value.lower() not in (*_TRUE, *_FALSE):
             return (f"{_shown('FI_EFA_USE_DEVICE_RDMA', value)} is not one of libfabric's booleans: set 1 or 0 "
                     "(true/false, yes/no, on/off), or unset it")
         if value.lower() in _TRUE and not gpu.efa_rdma_read:
-            return (f"{_shown('FI_EFA_USE_DEVICE_RDMA', value)}: {gpu.instance_type}'s EFA has no RDMA read, and the EFA "
-                    "provider aborts every rank when it is set true on such a device (fi_efa(7)); unset it (the "
-                    "provider uses RDMA where the device has it)")
+            return (f"{_shown('FI_EFA_USE_DEVICE_RDMA', value)}: {gpu.instance_type}'s EFA has no RDMA read, and "
+                    "the EFA provider aborts every rank when it is set true on such a device (fi_efa(7)); unset it "
+                    "(the provider uses RDMA where the device has it)")
     return None
 
 

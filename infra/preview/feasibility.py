@@ -125,7 +125,7 @@ def plan_stack(cfg: StackConfig) -> StackPlan:
     check_system_instance(instance_facts.lookup(cfg.system_instance_type, config_key="systemInstanceType"))
     addons.check_efa_allowlist(cfg.gpu_instance_type)
     image = raycluster.check_config(cfg, gpu)
-    if cfg.train.enabled and cfg.train.pip and image.python_version:  # an image the stack knows: its Python and glibc
+    if cfg.train.enabled and cfg.train.pip:  # wheels judged for an image the stack knows (its Python and glibc)
         pip_index.check(cfg.train.pip, pip_index.Target(image.python_version, image.glibc_version,
                                                         (gpu.architectures or ("x86_64",))[0]), warn=warn)
     object_names.check_names(cfg)

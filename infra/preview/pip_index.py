@@ -47,7 +47,7 @@ class IndexUnreachable(Exception):
 class Target:
     """Where the packages install: the image's CPython, its glibc and the nodes' architecture."""
 
-    python: str  # "3.13"
+    python: str  # "3.13"; empty for an image the stack does not know: only whether a release satisfies is judged
     glibc: str  # "2.35"
     architecture: str  # EC2's: x86_64 or arm64
 
@@ -116,15 +116,18 @@ def judge(requirement: Requirement, project: dict[str, Any], target: Target) -> 
             continue  # pip skips a version it cannot parse
         usable = [file for file in files or () if isinstance(file, dict)
                   and (not file.get("yanked") or _pinned(requirement))
-                  and _python_admits(file.get("requires_python"), target.python)]
+                  and (not target.python or _python_admits(file.get("requires_python"), target.python))]
         if usable:
             versions[version] = usable
     name = canonicalize_name(requirement.name)
     matching = sorted(requirement.specifier.filter(versions), reverse=True)
     if not matching:
         newest = max(versions, default=None)
-        return (f"no release of {name} on PyPI satisfies {requirement.specifier or 'any version'} for Python "
-                f"{target.python}{f' (the newest is {newest})' if newest else ''}")
+        return (f"no release of {name} on PyPI satisfies {requirement.specifier or 'any version'}"
+                f"{f' for Python {target.python}' if target.python else ''}"
+                f"{f' (the newest is {newest})' if newest else ''}")
+    if not target.python:
+        return None
     tags = target.tags()
     for version in matching:
         for file in versions[version]:
@@ -146,8 +149,8 @@ def check(entries: tuple[str, ...] | list[str], target: Target, *, warn: Callabl
     """Refuse trainPip's first entry pip cannot install in the image; one warning when the index cannot be asked."""
     fetch = fetch or fetch_project
     requirements = [(index, Requirement(entry)) for index, entry in enumerate(entries)]
-    requirements = [(index, r) for index, r in requirements if not r.url
-                    and (r.marker is None or r.marker.evaluate(target.environment()))]
+    requirements = [(index, r) for index, r in requirements if not r.url and (r.marker is None or (
+        target.python and r.marker.evaluate(target.environment())))]  # a marker is judged only where Python is known
     names = sorted({canonicalize_name(r.name) for _, r in requirements})
     if not names:
         return

@@ -1,6 +1,7 @@
 """trainEnv's values refused at preview, naming the key and the entry: a value the job's processes refuse where they
 start (the local run's own table, workload/run/variable_values.py: the interpreter's PYTHONHASHSEED, PYTHONUTF8, ...,
-torch's PYTORCH_CUDA_ALLOC_CONF, and what the libraries parse at import or start, workload/run/parsed_variables.py), and a header-list variable carrying a credential header
+torch's PYTORCH_CUDA_ALLOC_CONF, and what the libraries parse at import or start,
+workload/run/parsed_variables.py), and a header-list variable carrying a credential header
 (OpenTelemetry's OTEL_EXPORTER_OTLP_*HEADERS, infra/config/env_names.py carries_credential_header), whose value is
 never shown. The same values in their accepted forms pass."""
 from __future__ import annotations

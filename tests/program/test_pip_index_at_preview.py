@@ -13,7 +13,8 @@ from tests.support.pulumi_mocks import run_program
 PROJECTS = {
     "rotary-ops": project("rotary-ops", {"0.9.0": [file("rotary_ops-0.9.0.tar.gz")]}),
     "einops": project("einops", {"0.8.1": [file("einops-0.8.1-py3-none-any.whl")]}),
-    "wandb": project("wandb", {"0.21.0": [file("wandb-0.21.0-py3-none-manylinux_2_17_x86_64.manylinux2014_x86_64.whl")]}),
+    "wandb": project("wandb", {"0.21.0": [
+        file("wandb-0.21.0-py3-none-manylinux_2_17_x86_64.manylinux2014_x86_64.whl")]}),
 }
 
 

@@ -30,7 +30,8 @@ def test_a_setting_the_fabric_cannot_honour_is_refused(gpu, env, words):
     with pytest.raises(ValueError) as refused:
         fabric_env.check(env, gpu)
     message = str(refused.value)
-    assert message.startswith("config key 'trainEnv': ") and words in message, f"{env} on {gpu.instance_type}: {message}"
+    assert message.startswith("config key 'trainEnv': ") and words in message, (
+        f"{env} on {gpu.instance_type}: {message}")
     assert next(iter(env)) in message and "\n" not in message, message
 
 

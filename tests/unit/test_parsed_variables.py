@@ -29,7 +29,8 @@ def _source(module: str) -> str:
 # Every way these files parse a variable: a numeric parse or _is_true of os.environ.get / os.getenv, or a variable read
 # into a name and compared, upper-cased, against ENV_VARS_TRUE_VALUES.
 _PARSED = re.compile(r"\b(?:int|float|_as_int|_is_true)\(\s*os\.(?:environ\.get|getenv)\(\s*\"([A-Z0-9_]+)\"")
-_COMPARED = re.compile(r"os\.(?:environ\.get|getenv)\(\s*\"([A-Z0-9_]+)\"[^)\n]*\)\s*\.upper\(\)\s*in\s+ENV_VARS_TRUE_VALUES")
+_COMPARED = re.compile(
+    r"os\.(?:environ\.get|getenv)\(\s*\"([A-Z0-9_]+)\"[^)\n]*\)\s*\.upper\(\)\s*in\s+ENV_VARS_TRUE_VALUES")
 _NAMED = re.compile(r"(\w+)\s*=\s*os\.(?:environ\.get|getenv)\(\s*\"([A-Z0-9_]+)\"\s*\)")
 SOURCES = ("huggingface_hub.constants", "datasets.config", "transformers.utils.hub",
            "torch.distributed.distributed_c10d")

@@ -108,3 +108,12 @@ def test_the_targets_tags_are_pips():
             "cp39-abi3-manylinux_2_28_x86_64"} <= tags
     assert "cp313-cp313-manylinux_2_36_x86_64" not in tags and "cp312-cp312-manylinux2014_x86_64" not in tags
     assert all("aarch64" in str(tag) or "any" in str(tag) for tag in ARM.tags())
+
+
+def test_an_image_the_stack_does_not_know_is_judged_for_releases_alone(asked):
+    """Without the image's Python, only whether a release satisfies is judged: an sdist-only match passes."""
+    unknown = pip_index.Target(python="", glibc="", architecture="x86_64")
+    assert _verdict(["fused-kernels==1.4.0", "tidy-logs==2.1", 'einops>=50; python_version<"3"'], unknown) == (None, [])
+    message, _ = _verdict(["einops>=50"], unknown)
+    assert message == ("config key 'trainPip': entry 0: no release of einops on PyPI satisfies >=50 "
+                       "(the newest is 0.8.1)"), message

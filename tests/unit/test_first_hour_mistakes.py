@@ -46,7 +46,9 @@ CASES = [
      "id; did you mean --dataset notes.txt?"),
     # A variable the run's libraries read, with a value they do not recognize (workload/run/variable_values.py).
     ("an offline switch no library reads as on", LOCAL, ["--steps", "3"], {"HF_DATASETS_OFFLINE": "enabled"},
-     cli.ENVIRONMENT, "HF_DATASETS_OFFLINE=enabled is neither on nor off to huggingface_hub, which reads it as off"),
+     cli.ENVIRONMENT,
+     "HF_DATASETS_OFFLINE=enabled is neither on nor off to datasets (datasets/config.py), which reads any other "
+     "word as off"),
     ("a W&B mode W&B does not have", LOCAL, ["--report_to", "wandb"], {"WANDB_MODE": "local"}, cli.ENVIRONMENT,
      "WANDB_MODE=local is not a W&B mode; W&B takes online, offline, disabled"),
     ("threads that are none", LOCAL, ["--steps", "3"], {"OMP_NUM_THREADS": "-4"}, cli.ENVIRONMENT,

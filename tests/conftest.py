@@ -40,6 +40,17 @@ def _an_event_loop():
     yield
 
 
+@pytest.fixture(autouse=True)
+def _no_real_package_index(monkeypatch):
+    """trainPip's look-ups at preview (infra/preview/pip_index.py) never reach the real PyPI from a test: nothing
+    listens on the discard port, so the preview warns and judges nothing; tests/unit/test_pip_index.py and the
+    program's trainPip tests serve tests/support/fake_pypi.py instead."""
+    from infra.preview import pip_index
+
+    monkeypatch.setattr(pip_index, "INDEX_URL", "http://127.0.0.1:9/pypi")
+    yield
+
+
 @pytest.fixture(scope="module")
 def ray_cluster():
     """A two-node Ray cluster of the module's own (tests/support/local_ray.py)."""

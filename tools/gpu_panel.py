@@ -21,7 +21,7 @@ import sys
 from html import escape
 from typing import Sequence
 
-from tools.svg_chart import Box, chart, check_out, document, write
+from tools.svg_chart import Box, chart, check_out, document, drawable, undrawn_note, write
 from workload import cli, user_files
 
 COLUMNS, CHART_WIDTH, CHART_HEIGHT, LEFT, GUTTER, RIGHT = 2, 380, 110, 60, 80, 20
@@ -58,6 +58,8 @@ def read_recording(path: str) -> dict:
     if not isinstance(panels, dict) or not panels:
         raise cli.UsageError(f"RECORDING {path} holds no panels: expected {{\"panels\": {{title: {{\"result\": "
                              f"[...]}}}}}}, as bench/record/gpu_record.py writes")
+    if "started" in recording and not _finite(recording["started"]):
+        raise cli.UsageError(f"RECORDING {path}: \"started\" is not a finite number of seconds (Unix time)")
     known = dashboard_panels()
     for title, panel in panels.items():
         if title not in known:
@@ -92,13 +94,27 @@ def series_name(labels: dict) -> str:
     return f"{node} gpu {labels['gpu']}" if "gpu" in labels else node
 
 
+def start_time(recording: dict) -> float:
+    """Where the x axis begins: the recording's start, or its first sample."""
+    return float(recording.get("started", min(float(t) for panel in recording["panels"].values()
+                                               for series in panel["result"] for t, _ in series["values"])))
+
+
+def undrawn_samples(recording: dict) -> int:
+    """How many samples the charts leave out (tools/svg_chart.py drawable), as render draws them."""
+    units, start = dashboard_panels(), start_time(recording)
+    return sum(not drawable(float(t) - start, float(v) * UNITS.get(units[title], (1, ""))[0])
+               for title, panel in recording["panels"].items() for series in panel["result"]
+               for t, v in series["values"])
+
+
 def render(recording: dict) -> str:
     """The SVG document: the recorded panels in the dashboard's grid and order."""
     units = dashboard_panels()
     titles = [title for title in units if title in recording["panels"]]
     all_times = [float(t) for title in titles for series in recording["panels"][title]["result"]
                  for t, _ in series["values"]]
-    start = float(recording.get("started", min(all_times)))
+    start = start_time(recording)
     x_high = max(all_times) - start
     body = []
     # One series in every panel (one GPU): its name goes in the header, in place of a legend in each chart.
@@ -136,6 +152,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     recording = read_recording(args.recording)
     picture = render(recording)
     write(args.out, picture)
+    if dropped := undrawn_samples(recording):  # the picture says it too, in each chart that left some out
+        print(f"note: {undrawn_note(dropped)}", file=sys.stderr)
     print(f"wrote {args.out}: {', '.join(title for title in dashboard_panels() if title in recording['panels'])}")
     return cli.OK
 

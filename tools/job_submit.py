@@ -166,7 +166,8 @@ def check_as_stack_keys(raw: dict[str, Any], workload: Any) -> None:
     stack's own keys passed them already, so a refusal here is the flags': it names the flag, and the key beside it."""
     from infra import config as stack_config
     from infra.preview.instance_facts import known_gpu_facts
-    from infra.preview.job_plan import check_job_data, check_job_model, check_job_offline
+    from infra.preview.job_layout import ranks_per_node_problem
+    from infra.preview.job_plan import check_job_data, check_job_model, check_job_offline, check_workers
     from workload.config import DECLARED
 
     flags = {declared.stack_key: declared.to_stack(getattr(workload, declared.name))
@@ -176,6 +177,9 @@ def check_as_stack_keys(raw: dict[str, Any], workload: Any) -> None:
         check_job_model(cfg)
         check_job_data(cfg)
         if (gpu := known_gpu_facts(cfg.gpu_instance_type)) is not None:
+            # --ranks_per_node has no stack key, so no preview sees it: the stack's nodes judge it here.
+            if (why := ranks_per_node_problem(workload.ranks_per_node, check_workers(cfg, gpu), gpu)) is not None:
+                raise cli.UsageError(why)
             # The stack's GPUs as the preview read them from EC2 (the same figures): the workers, the memory plan and
             # the time limit of this run's flags on them, as `pulumi up` would check them.
             check_job_offline(cfg, gpu)

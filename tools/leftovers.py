@@ -32,6 +32,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from infra.config import PROJECT_FILE, project_name
 from tools.stack import stack_file_config, stack_key
+from tools.stack_export import export_problem
 from tools.stack_name import add_stack_flag
 from workload import cli, user_files
 from workload.aws_region import region_problem
@@ -193,15 +194,18 @@ def delete(boto_session, leftovers: Sequence[Leftover], on_progress: Callable[[s
 
 
 def read_state(stack: str, state_file: Path | None) -> dict[str, Any]:
-    """`--state FILE`, else `pulumi stack export --stack STACK`."""
+    """`--state FILE`, else `pulumi stack export --stack STACK`; of an export's shape (tools/stack_export.py)."""
     if state_file is not None:
         try:
-            return json.loads(user_files.read_bytes(state_file, MAX_STATE_BYTES))  # a FIFO is refused, not waited on
+            export = json.loads(user_files.read_bytes(state_file, MAX_STATE_BYTES))  # a FIFO is refused, not waited on
         except user_files.Refused as error:
             raise cli.UsageError(f"--state {state_file} {error.why}") from None
         except (OSError, json.JSONDecodeError, UnicodeDecodeError, RecursionError) as error:
             raise cli.UsageError(f"--state {state_file}: not a `pulumi stack export` JSON file "
                                  f"({type(error).__name__})") from None
+        if (why := export_problem(export)) is not None:
+            raise cli.UsageError(f"--state {state_file}: not a `pulumi stack export` file: {why}")
+        return export
     if shutil.which("pulumi") is None:
         raise cli.EnvironmentProblem("the Pulumi CLI is not on PATH; install it, or pass --state FILE from "
                                      "`pulumi stack export --stack STACK --file FILE`")
@@ -210,7 +214,15 @@ def read_state(stack: str, state_file: Path | None) -> dict[str, Any]:
     if done.returncode != 0:
         last = (done.stderr.strip().splitlines() or ["no output"])[-1][:300]
         raise cli.EnvironmentProblem(f"`pulumi stack export --stack {stack}` failed: {last}")
-    return json.loads(done.stdout)
+    try:
+        export = json.loads(done.stdout)
+    except (json.JSONDecodeError, RecursionError) as error:
+        raise cli.EnvironmentProblem(f"`pulumi stack export --stack {stack}` printed no JSON ({type(error).__name__})"
+                                     ) from None
+    if (why := export_problem(export)) is not None:  # a Pulumi CLI whose export this reader does not know
+        raise cli.EnvironmentProblem(f"`pulumi stack export --stack {stack}` printed an export this command cannot "
+                                     f"read: {why}")
+    return export
 
 
 def stack_session(stack: str, region: str | None):

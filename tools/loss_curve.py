@@ -13,7 +13,7 @@ from __future__ import annotations
 import sys
 from typing import Sequence
 
-from tools.svg_chart import Box, chart, check_out, document, write
+from tools.svg_chart import Box, chart, check_out, document, undrawn, undrawn_note, write
 from workload import cli
 
 WIDTH, LEFT, RIGHT = 720, 70, 20
@@ -21,6 +21,7 @@ LOSS_TOP, LOSS_HEIGHT = 40, 230
 RATE_TOP, RATE_HEIGHT = 320, 80
 HEIGHT = RATE_TOP + RATE_HEIGHT + 45
 TRAIN_COLOR, EVAL_COLOR, RATE_COLOR = "#1f77b4", "#d62728", "#2ca02c"
+DRAWN = ("train/loss", "eval/loss", "train/learning_rate")
 
 
 def render(scalars: dict[str, list[tuple[int, float]]], title: str) -> str:
@@ -97,6 +98,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         scalars = metrics.read_scalars(directory)
     picture = render(scalars, args.title or run.rsplit("/", 1)[-1])
     write(args.out, picture)
+    if dropped := undrawn([(key, "", scalars.get(key) or []) for key in DRAWN]):  # the picture says it too
+        print(f"note: {undrawn_note(dropped)}", file=sys.stderr)
     print(f"wrote {args.out}: {len(scalars.get('train/loss', []))} steps")
     return cli.OK
 

@@ -11,6 +11,13 @@ the one rule for the files the commands read.
   name", PATH_MAX 4096 "chars in a path name including nul"); os.pathconf asks the file system where it can (ext4,
   XFS and tmpfs all say 255), the constants serve where it cannot (a directory not made yet). Bytes, not characters:
   the limit is on the encoded name (os.fsencode), and one 'é' is two.
+- A symbolic link at the path (to a file, a directory, or nothing) is refused naming the flag, never written
+  through: open(link, O_TRUNC) truncates the link's TARGET (open(2): "If pathname is a symbolic link, then it is
+  dereferenced"), which may be another user's file in a shared directory, and makedirs on a dangling link fails
+  with FileExistsError after the seconds of a checkpoint's load. The writers open with O_NOFOLLOW too (open(2):
+  "If the trailing component ... of pathname is a symbolic link, then the open fails, with the error ELOOP"), so a
+  link put there after the check is not followed either. Links in the directories above are the user's own layout
+  and are followed.
 
 The refusals never repeat the path whole (it may be 4 KiB); they name the flag, the limit and how long it was.
 Standard library only.
@@ -54,11 +61,14 @@ def length_problem(path: str) -> str | None:
 
 def output_problem(path: str, directory: bool = False) -> str | None:
     """Why a command must not write `path` (a file; with `directory`, a directory it creates or fills), or None: its
-    name's length (length_problem), or an existing path that is not a regular file (a directory) - refused unopened.
-    A link is followed: a link to a regular file is written as the file. OSError other than "no such file" (no
-    permission to look) is the caller's, as for any write."""
+    name's length (length_problem), a symbolic link (never written through), or an existing path that is not a
+    regular file (a directory) - refused unopened. OSError other than "no such file" (no permission to look) is the
+    caller's, as for any write."""
     if (why := length_problem(path)) is not None:
         return why
+    if os.path.islink(path):  # lstat: a dangling link too
+        return (f"is a symbolic link (to {'a missing path' if not os.path.exists(path) else 'another file'}); "
+                "a command never writes through a link")
     try:
         mode = os.stat(path).st_mode
     except FileNotFoundError:

@@ -89,6 +89,34 @@ def staging_directory(prefix: str) -> str:
     return tempfile.mkdtemp(prefix=prefix, dir=parent)
 
 
+# What the AWS SDK for C++ (pyarrow's S3 client) names a request that never reached a server: curl could not connect
+# (CURLE_COULDNT_CONNECT, a port that refuses) or resolve the host (aws-sdk-cpp CurlHttpClient maps both to
+# CoreErrors::NETWORK_CONNECTION). pyarrow's default AwsStandardS3RetryStrategy(max_attempts=3) retries it with
+# backoff: 6 s before a refused port was said (pyarrow docs, pyarrow.fs.S3FileSystem retry_strategy).
+UNREACHED = "NETWORK_CONNECTION"
+
+
+def check_connects(filesystem, path: str, what: str) -> None:
+    """One request of a single attempt before the copy: a connection that fails on its first try (a refused port, a
+    host that does not resolve: AWS_ENDPOINT_URL_S3 at the wrong place) is said at once, exit 3. Any other answer,
+    an error too (throttling, a server's 5xx, a missing key), leaves the copy to the client's own retries, so a
+    real network keeps them. Not for other file systems (file://: no network)."""
+    import pyarrow.fs
+
+    if not isinstance(filesystem, pyarrow.fs.S3FileSystem):
+        return
+    options = dict(filesystem.__reduce__()[1][0])  # the client's own settings (endpoint, region, credentials)
+    once = pyarrow.fs.S3FileSystem(**options, retry_strategy=pyarrow.fs.AwsStandardS3RetryStrategy(max_attempts=1))
+    try:
+        once.get_file_info(path)
+    except OSError as error:
+        if UNREACHED in str(error):
+            raise cli.EnvironmentProblem(f"{what}: S3 is not reachable from this machine (the connection failed: "
+                                         f"{str(error).rsplit('Details: ', 1)[-1][:160]})",
+                                         hint="check the network and AWS_ENDPOINT_URL_S3, or give a path on this "
+                                              "machine") from None
+
+
 def upload(local_directory: str, uri: str) -> None:
     """Copy a local directory's files to a remote directory (existing files are overwritten)."""
     check_remote(uri, "the storage location")
@@ -177,6 +205,7 @@ def local_copy(source: str, what: str = "CHECKPOINT") -> Iterator[str]:
         raise cli.UsageError(f"{what} {source}: {error}") from None
     except (OSError, pyarrow.lib.ArrowException) as error:  # the bucket's region asked of S3, over the network
         raise cli.EnvironmentProblem(f"{what} {source} cannot be reached: {error}") from None
+    check_connects(filesystem, path, f"{what} {source}")
     try:
         try:
             node_copy.copy_tree(filesystem, path, scratch)

@@ -66,6 +66,33 @@ class InstanceFacts:
         """EFA interfaces a node gets: one per network card, as far as the type allows (p5: 32, g6: 1)."""
         return min(self.network_cards, self.maximum_efa_interfaces) if self.efa_supported else 0
 
+    @property
+    def family(self) -> str:
+        return self.instance_type.partition(".")[0]
+
+    @property
+    def nvlink_sharp(self) -> bool:
+        """Whether its GPUs meet through third-generation NVSwitch with NVLink SHARP, which NCCL's NVLS algorithms
+        need (HGX H100/H200/B200: p5, p5e, p5en, p6); p4d's A100s meet through an NVSwitch without it, G types over
+        PCIe."""
+        return self.family in NVLINK_SHARP_FAMILIES
+
+    @property
+    def efa_rdma_read(self) -> bool:
+        """Whether its EFA devices do RDMA read (GPUDirect RDMA): the P and Trn families; not the G families."""
+        return self.efa_supported and self.family in EFA_RDMA_READ_FAMILIES
+
+
+# The fabric facts EC2's DescribeInstanceTypes does not give, by instance family. NVLink SHARP: NCCL's NVLS and
+# NVLSTree algorithms (NCCL 2.17/2.18) run only on NVSwitch systems that offer it, third-generation NVSwitch on Hopper
+# and later (NCCL's user guide, Environment Variables, NCCL_ALGO and NCCL_NVLS_ENABLE; NVIDIA HGX H100 datasheet); p4d's
+# HGX A100 has second-generation NVSwitch, without SHARP. EFA RDMA read: the EC2 user guide's "Supported instance
+# types" for EFA (RDMA read column) lists the P4, P5 and P6 families and Trn1/Trn2 and not the G families; the
+# project's own measurements agree (no GPUDirect RDMA on G instances: aws/aws-ofi-nccl#547, docs/performance.md).
+NVLINK_SHARP_FAMILIES = frozenset(("p5", "p5e", "p5en", "p6-b200", "p6-b300", "p6e-gb200"))
+EFA_RDMA_READ_FAMILIES = frozenset(("p4d", "p4de", "p5", "p5e", "p5en", "p6-b200", "p6-b300", "p6e-gb200", "trn1",
+                                    "trn1n", "trn2"))
+
 
 @dataclass(frozen=True)
 class AwsIdentity:

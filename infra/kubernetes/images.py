@@ -17,6 +17,11 @@ class ImageFacts:
     """The RayCluster's rayVersion. KubeRay gates features on it, and the DLC's EKS guide says it must match."""
     cuda_version: str
     """CUDA major.minor of the image's PyTorch: the GPU nodes' driver must support it (preflight checks)."""
+    python_version: str = ""
+    """The image's Python (major.minor): trainPip's wheels must be built for it (infra/preview/pip_index.py). Empty
+    for an image the stack does not know: its packages' wheels are then not judged."""
+    glibc_version: str = ""
+    """The newest glibc its manylinux wheels may need (manylinux_2_X): the image's C library."""
 
 
 # Issue 22: the default stays a frozen tag, not a digest. The publisher's records (aws/deep-learning-containers,
@@ -30,8 +35,11 @@ class ImageFacts:
 # vX.Y.Z tag: vX.Y moves with security rebuilds (docs/ray-train/index.md). Not by digest: a digest must be read
 # from the registry, which nothing here can reach, and one typed from memory would be a guess.
 KNOWN_IMAGES = {
-    "public.ecr.aws/deep-learning-containers/ray:train-ml-cuda-v1.1.0": ImageFacts(ray_version="2.58.0",
-                                                                                  cuda_version="13.0"),
+    # Python 3.13, as the project's brief for this image says (the DLC's Ray Train v1.1 release notes list its
+    # Python); glibc 2.35 is Ubuntu 22.04's, the DLC training images' os_version (aws/deep-learning-containers
+    # release_images_training.yml), assumed rather than read from the image, which nothing here can pull.
+    "public.ecr.aws/deep-learning-containers/ray:train-ml-cuda-v1.1.0": ImageFacts(
+        ray_version="2.58.0", cuda_version="13.0", python_version="3.13", glibc_version="2.35"),
 }
 
 _IMAGE_TAG = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")

@@ -23,7 +23,7 @@ from infra.aws.gpu_nodes import placement_group_name, use_placement_group
 from infra.config import AwsIdentity, InstanceFacts, StackConfig, arn_parts
 from infra.config.schema import warn
 from infra.kubernetes import addons, raycluster
-from infra.preview import endpoint_access, instance_facts, object_names
+from infra.preview import endpoint_access, instance_facts, object_names, pip_index
 from infra.preview.access import aws_identity, check_access_entries, creator_of
 from infra.preview.job_plan import check_job
 from workload.model import memory_plan
@@ -125,6 +125,9 @@ def plan_stack(cfg: StackConfig) -> StackPlan:
     check_system_instance(instance_facts.lookup(cfg.system_instance_type, config_key="systemInstanceType"))
     addons.check_efa_allowlist(cfg.gpu_instance_type)
     image = raycluster.check_config(cfg, gpu)
+    if cfg.train.enabled and cfg.train.pip:  # wheels judged for an image the stack knows (its Python and glibc)
+        pip_index.check(cfg.train.pip, pip_index.Target(image.python_version, image.glibc_version,
+                                                        (gpu.architectures or ("x86_64",))[0]), warn=warn)
     object_names.check_names(cfg)
     job_memory, job_layout, job_checkpoint, job_data = (check_job(cfg, gpu, identity=identity, region=region)
                                                         if cfg.train.enabled else (None, None, None, None))

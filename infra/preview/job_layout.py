@@ -35,6 +35,25 @@ def one_node_warning(sharding: str, workers: int, ranks_per_node: int | None, gp
             "so, or add nodes")
 
 
+def ranks_per_node_problem(ranks_per_node: int, workers: int, gpu: InstanceFacts) -> str | None:
+    """Why --ranks_per_node (workload/config: "Ranks that share a node, for the sharding"; set to emulate nodes on one
+    host) names no node of the stack's, or None. Ray Train places one worker per GPU (workload/trainer.py's
+    ScalingConfig(num_workers, use_gpu=True); Ray's docs of use_gpu: "1 per worker"), so a node of the instance holds
+    at most its GPUs' ranks: a larger group is ranks of several nodes that hybrid's and two-level's "inside a node"
+    step would join over the network, a node the cluster does not have. A smaller one emulates smaller nodes, as on
+    one host. It must divide the workers too: workload/model/layout.py choose() refuses it at the job's start
+    otherwise, after the nodes were paid for."""
+    if not ranks_per_node:
+        return None
+    divisors = [size for size in range(1, gpu.gpus + 1) if workers % size == 0]
+    if ranks_per_node <= gpu.gpus and workers % ranks_per_node == 0:
+        return None
+    why = (f"a {gpu.instance_type} node holds {gpu.gpus} ranks (one a GPU)" if ranks_per_node > gpu.gpus
+           else f"it must divide the job's {workers} workers")
+    return (f"--ranks_per_node {ranks_per_node}: {why}; allowed: 0 (from Ray) or "
+            f"{', '.join(map(str, divisors))} (divisors of the {workers} workers, up to the {gpu.gpus} GPUs a node)")
+
+
 def predict(workload: Any, architecture: dict, gpu: InstanceFacts, workers: int,
             plan: memory_plan.MemoryPlan) -> dict:
     """The layout the job would choose with the instance's nominal figures, as the stack output jobLayoutPlan: the

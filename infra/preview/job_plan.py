@@ -13,6 +13,7 @@ from infra.preview import (
     checkpoint_cost,
     data_cost,
     dataset_records,
+    fabric_env,
     hub_access,
     instance_facts,
     job_layout,
@@ -49,6 +50,7 @@ def _check_job(cfg: StackConfig, gpu: InstanceFacts, *, identity: AwsIdentity | 
     dataset_records.check_train_dataset(cfg, identity=identity, region=region)  # every record the job would read
     train = cfg.train
     workers = check_workers(cfg, gpu)
+    fabric_env.check(train.env, gpu)  # NCCL_ALGO=NVLS on L4s, FI_EFA_USE_DEVICE_RDMA=1 on g6
     if warning := job_layout.one_node_warning(
             workload.sharding, workers, workload.ranks_per_node or layout_rules.packed_ranks_per_node(workers, gpu.gpus),
             cfg.gpu_node_count, gpu):
@@ -107,6 +109,7 @@ def check_job_offline(cfg: StackConfig, gpu: InstanceFacts) -> None:
     project ships), reading nothing remote: `tools.job submit`'s checks of a run's flags against the cluster."""
     workload = job_config.workload_config(cfg, gpu)
     workers = check_workers(cfg, gpu)
+    fabric_env.check(cfg.train.env, gpu)
     check_shared_storage(cfg)
     train = cfg.train
     if train.model_config or architectures.published(train.model_id) is not None:

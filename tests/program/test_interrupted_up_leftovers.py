@@ -198,3 +198,38 @@ def test_node_groups_are_found_by_their_own_tags_and_an_untagged_cluster_is_left
     assert tool(tmp_path, export(), "--delete") == cli.OK
     assert eks.list_nodegroups(clusterName=CLUSTER)["nodegroups"] == [], "the stack's tagged group goes"
     assert eks.list_clusters()["clusters"] == [CLUSTER], "a cluster without the stack's tags stays"
+
+
+WRONG_SHAPES = {  # (the file, what the refusal says): each a way the readers' .get() chain met another type
+    "a list": ([export()], "top level is list"),
+    "version 2": ({**export(), "version": 2}, "allowed: 3"),
+    "version true": ({**export(), "version": True}, "allowed: 3"),
+    "deployment a number": ({"version": 3, "deployment": 7}, "deployment is int"),
+    "resources an object": ({"version": 3, "deployment": {"resources": {"urn": "x"}}}, "resources is dict"),
+    "a resource a string": ({"version": 3, "deployment": {"resources": ["urn:pulumi:p5::x"]}}, "resources[0] is str"),
+    "a resource without type": ({"version": 3, "deployment": {"resources": [{"urn": "u", "id": "i"}]}},
+                                "no string 'type'"),
+    "an id that is a number": ({"version": 3, "deployment": {"resources": [{"urn": "u", "type": "t", "id": 5}]}},
+                               "'id' is int"),
+    "pending operations a string": ({"version": 3, "deployment": {"pending_operations": "creating"}},
+                                    "pending_operations is str"),
+    "a pending resource null": ({"version": 3, "deployment": {"pending_operations": [{"type": "creating"}]}},
+                                "pending_operations[0].resource is NoneType"),
+}
+
+
+@pytest.mark.parametrize("name", WRONG_SHAPES)
+def test_a_state_file_of_another_shape_is_refused_naming_state(name, aws, tmp_path, capsys):
+    state, said = WRONG_SHAPES[name]
+    assert tool(tmp_path, state) == cli.USAGE
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) <= 2 and err[0].startswith("error: --state") and said in err[0], err
+    assert aws.live() == [], "nothing looked up or deleted"
+
+
+def test_a_pulumi_cli_export_of_another_shape_is_a_set_up_problem(aws, monkeypatch, capsys):
+    monkeypatch.setattr(leftovers.shutil, "which", lambda _name: "/usr/bin/pulumi")
+    monkeypatch.setattr(leftovers.subprocess, "run", lambda *a, **k: type("Done", (), {
+        "returncode": 0, "stdout": '{"version": 3, "deployment": "none"}', "stderr": ""})())
+    assert cli.run(leftovers.main, ["--stack", STACK]) == cli.ENVIRONMENT
+    assert "deployment is str" in capsys.readouterr().err

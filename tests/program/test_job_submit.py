@@ -182,3 +182,31 @@ def test_submit_refuses_a_vendor_token_in_a_free_text_flag_unquoted(capsys, argv
     code = cli.run(lambda argv: job_cli.main(argv, job_server=no_cluster), ["submit", "--stack", "dev", *argv])
     err = capsys.readouterr().err
     assert code == cli.USAGE and flag in err and "Wd3Kp9Qs7Tz1" not in err and "3c2b1a09" not in err, err
+
+
+@pytest.mark.parametrize("stack, flags, words", [
+    # dev: 2 x g6.12xlarge, 4 GPUs a node, 8 workers; p4d: 8 GPUs a node
+    ("dev", ["--ranks_per_node", "8"], ("g6.12xlarge node holds 4 ranks", "allowed: 0 (from Ray) or 1, 2, 4")),
+    ("dev", ["--ranks_per_node", "3"], ("must divide the job's 8 workers", "1, 2, 4")),
+    ("dev", ["--num_workers", "6", "--ranks_per_node", "4"], ("must divide --num_workers 6",)),  # the flags' own rule
+    ("p4d", ["--ranks_per_node", "12"], ("p4d.24xlarge node holds 8 ranks",)),
+])
+def test_ranks_per_node_past_the_stacks_nodes_is_refused_before_the_cluster(capsys, stack, flags, words):
+    """--ranks_per_node has no stack key: the stack's nodes judge it at submit, naming the flag and what it may be."""
+    def no_cluster(args):
+        raise AssertionError("refused before the cluster is reached")
+
+    code = cli.run(lambda argv: job_cli.main(argv, job_server=no_cluster), ["submit", "--stack", stack, "--", *flags])
+    err = capsys.readouterr().err
+    assert code == cli.USAGE and err.startswith("error: --ranks_per_node") and len(err.splitlines()) <= 2, err
+    assert all(word in err for word in words), err
+
+
+@pytest.mark.parametrize("value", ["0", "1", "2", "4"])
+def test_ranks_per_node_that_divides_the_workers_within_a_node_is_taken(value):
+    from infra.preview.instance_facts import known_gpu_facts
+    from infra.preview.job_layout import ranks_per_node_problem
+
+    gpu = known_gpu_facts("g6.12xlarge")
+    assert ranks_per_node_problem(int(value), 8, gpu) is None
+    assert ranks_per_node_problem(int(value), 6, gpu) is None or value == "4", "4 does not divide 6"

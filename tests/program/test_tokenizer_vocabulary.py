@@ -24,7 +24,8 @@ JOB = {"trainEnabled": True, "trainDataset": "acme/corpus", "trainStoragePath": 
 
 def tokenizer_json(tokens: int, added: int = 0) -> bytes:
     vocab = {f"t{i}": i for i in range(tokens - added)}
-    extra = [{"id": tokens - added + i, "content": f"<extra_{i}>", "special": True} for i in range(added)]
+    extra = [{"id": tokens - added + i, "content": f"<extra_{i}>", "single_word": False, "lstrip": False,
+              "rstrip": False, "normalized": False, "special": True} for i in range(added)]  # as tokenizers saves them
     return json.dumps({"model": {"type": "WordLevel", "vocab": vocab, "unk_token": "t0"},
                        "added_tokens": extra}).encode()
 

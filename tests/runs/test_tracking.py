@@ -205,3 +205,17 @@ def test_the_trackers_pins_are_requirements_txts():
 
     pinned = set((REPO / "requirements.txt").read_text().split())
     assert set(TRACKER_REQUIREMENTS.values()) <= pinned, "the job's tracker clients are the versions tested here"
+
+
+def test_wandb_writes_under_wandb_dir_where_it_is_set(tmp_path, monkeypatch):
+    """WANDB_DIR is where wandb's files go (wandb/env.py DIR), as the check before Ray takes it
+    (workload/run/writable.py tracker_directories): not overridden by the run directory."""
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path / "wandb-files"))
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    cfg = TrainConfig(model_config="tiny", steps=STEPS, report_to="wandb", storage_path=str(tmp_path / "runs"),
+                      run_name="elsewhere")
+    _run(cfg, str(tmp_path / "runs" / "elsewhere"))
+    path = wandb_files.offline_run(str(tmp_path / "wandb-files"))
+    assert [step for step, _ in wandb_files.history(path)["train/loss"]] == list(range(1, STEPS + 1))
+    assert not os.path.exists(tmp_path / "runs" / "elsewhere" / "wandb"), "nothing of W&B's in the run directory"

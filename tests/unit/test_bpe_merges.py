@@ -92,19 +92,24 @@ def test_a_tokenizer_that_does_not_load_is_one_line_naming_the_flag_without_its_
 
 
 def test_the_local_run_answers_a_tokenizer_that_does_not_load_in_one_line(tmp_path):
-    """Past the checks before the imports: tokenizers' plain Exception for a component it does not know, from the
-    run's own load (workload/data/tokenizer.py), is exit 2 and one line naming --tokenizer, not a traceback."""
+    """tokenizers' plain Exception for a component it does not know, or a pre-tokenizer regex Oniguruma refuses, from
+    the tokenizers library's own load of tokenizer.json before torch (tokenizer_size.file_load_problem), is exit 2
+    and one line naming --tokenizer, not a traceback after seconds of imports."""
     from tests.support.cli_process import run_cli
     from workload import cli
 
-    document = _document([["l", "##o"]])
-    document["pre_tokenizer"] = {"type": "NoSuchPreTokenizer"}
-    directory = tmp_path / "tok"
-    directory.mkdir()
-    (directory / "tokenizer.json").write_text(json.dumps(document))
-    code, stderr, _, _ = run_cli("workload.local", ["--tokenizer", str(directory), "--dataset", "data/corpus.txt",
-                                                    "--storage_path", str(tmp_path / "runs"), "--steps", "1"])
-    assert code == cli.USAGE and "Traceback" not in stderr, f"exit {code}: {stderr[-800:]}"
-    refusal = [line for line in stderr.splitlines() if line.startswith("error:")]
-    assert len(refusal) == 1 and f"--tokenizer '{directory}'" in refusal[0] and "cannot be loaded" in refusal[0], \
-        stderr[-800:]
+    for pre_tokenizer, words in (({"type": "NoSuchPreTokenizer"}, "PreTokenizer"),
+                                 ({"type": "Split", "pattern": {"Regex": "[a-z"}, "behavior": "Isolated",
+                                   "invert": False}, "Oniguruma error")):
+        document = _document([["l", "##o"]])
+        document["pre_tokenizer"] = pre_tokenizer
+        directory = tmp_path / words.split()[0]
+        directory.mkdir()
+        (directory / "tokenizer.json").write_text(json.dumps(document))
+        code, stderr, loaded, _ = run_cli("workload.local", [
+            "--tokenizer", str(directory), "--dataset", "data/corpus.txt", "--storage_path", str(tmp_path / "runs"),
+            "--steps", "1"])
+        assert (code, loaded) == (cli.USAGE, []) and "Traceback" not in stderr, f"exit {code}: {stderr[-800:]}"
+        refusal = [line for line in stderr.splitlines() if line.startswith("error:")]
+        assert len(refusal) == 1 and f"--tokenizer {directory}: its tokenizer.json does not load in the tokenizers " \
+            f"library" in refusal[0] and words in refusal[0], stderr[-800:]

@@ -251,7 +251,9 @@ def test_a_bfloat16_export_is_the_float32_export_rounded_and_never_holds_the_flo
     ({"step": 3, "tokenizer": "org/tok\u202ename"}, "its tokenizer must hold no control, format"),
     ({"step": 3, "tokenizer": "https://me:Zq81Lmx0@models.example.net/tok"}, "its tokenizer must hold no user:password@"),
     ({"step": "3"}, "its step is '3', not a step number"),
-    ({"step": -1}, "its step is int, not a step number"),
+    ({"step": -1}, "its step is negative; allowed: 0 to 10,000,000 (--steps' bound)"),
+    ({"step": 10_000_001}, "its step is past 10,000,000; allowed: 0 to 10,000,000"),
+    ({"step": 4}, "its step 4 is not its directory's, checkpoint_000003"),
     ({"step": 3, "chat_template": ["{{ x }}"]}, "its chat_template is a list, not a template's text"),
 ])
 def test_a_record_the_job_never_writes_is_refused_before_the_model_is_built(saved, tmp_path, capsys, monkeypatch,

@@ -12,8 +12,8 @@ from tests.unit.test_mistakes_before_ray import LOCAL, _run, here  # noqa: F401 
 from tools import capacity, leftovers
 from workload import cli
 
-P5_STATE = {"deployment": {"resources": [{"urn": "urn:pulumi:p5::raytrain-eks::pulumi:pulumi:Stack::raytrain-eks-p5",
-                                          "type": "pulumi:pulumi:Stack"}]}}
+P5_STATE = {"version": 3, "deployment": {"resources": [{
+    "urn": "urn:pulumi:p5::raytrain-eks::pulumi:pulumi:Stack::raytrain-eks-p5", "type": "pulumi:pulumi:Stack"}]}}
 
 CASES = [
     ("launched by torchrun", LOCAL, ["--steps", "3"], {"LOCAL_RANK": "1", "RANK": "1", "WORLD_SIZE": "4"}, cli.USAGE,
@@ -46,7 +46,9 @@ CASES = [
      "id; did you mean --dataset notes.txt?"),
     # A variable the run's libraries read, with a value they do not recognize (workload/run/variable_values.py).
     ("an offline switch no library reads as on", LOCAL, ["--steps", "3"], {"HF_DATASETS_OFFLINE": "enabled"},
-     cli.ENVIRONMENT, "HF_DATASETS_OFFLINE=enabled is neither on nor off to huggingface_hub, which reads it as off"),
+     cli.ENVIRONMENT,
+     "HF_DATASETS_OFFLINE=enabled is neither on nor off to datasets (datasets/config.py), which reads any other "
+     "word as off"),
     ("a W&B mode W&B does not have", LOCAL, ["--report_to", "wandb"], {"WANDB_MODE": "local"}, cli.ENVIRONMENT,
      "WANDB_MODE=local is not a W&B mode; W&B takes online, offline, disabled"),
     ("threads that are none", LOCAL, ["--steps", "3"], {"OMP_NUM_THREADS": "-4"}, cli.ENVIRONMENT,

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import pytest
 
 from tests.support.fake_hub import FakeHub
-from workload.data import hub_dataset, hub_splits, validate
+from workload.data import hub_card, hub_dataset, hub_splits, validate
 
 LINES = "".join(json.dumps({"text": f"words {i}"}) + "\n" for i in range(8))
 
@@ -45,10 +45,35 @@ CARDS = {
                                             "    path: [text/*.jsonl, extra/*.jsonl]\n"), ["text/some.jsonl"], "ok"),
     "an-alias-for-the-patterns": (_card("- config_name: first\n  default: true\n  data_files: &shared text/*.jsonl\n",
                                         "- config_name: second\n  data_files: *shared\n"), ["text/some.jsonl"], "ok"),
+    # "card": load_dataset fails on the card itself (workload.data.hub_card): huggingface_hub's RepoCard and
+    # datasets' MetadataConfigs, whatever the files
+    "a-tab-before-a-list-item": ("---\nlicense: cc-by-4.0\ntags:\n\t- legal\n---\n", ["corpus.jsonl"], "card"),
+    "a-header-that-is-a-list": ("---\n- legal\n- english\n---\n", ["corpus.jsonl"], "card"),
+    "a-header-key-that-is-a-number": ("---\n2024: release\n---\n", ["corpus.jsonl"], "card"),
+    "configs-a-mapping": ("---\nconfigs:\n  config_name: only\n  data_files: corpus.jsonl\n---\n", ["corpus.jsonl"],
+                          "card"),
+    "a-config-without-a-name": (_card("- data_files: corpus.jsonl\n"), ["corpus.jsonl"], "card"),
+    "configs-a-list-of-lists": (_card("- [corpus.jsonl, more.jsonl]\n"), ["corpus.jsonl"], "card"),
+    "data-files-a-mapping": (_card("- config_name: only\n  data_files:\n    train: corpus.jsonl\n"), ["corpus.jsonl"],
+                             "card"),
+    "a-split-name-with-a-dash": (_card("- config_name: only\n  data_files:\n  - split: held-out\n"
+                                       "    path: corpus.jsonl\n"), ["corpus.jsonl"], "card"),
+    # datasets/utils/metadata.py get_default_config_name: the name "default" and `default: true` are both defaults
+    "a-config-named-default-and-one-marked": (_card("- config_name: default\n  data_files: a/*.jsonl\n",
+                                                    "- config_name: big\n  default: true\n  data_files: b/*.jsonl\n",
+                                                    "- config_name: small\n  data_files: a/*.jsonl\n"),
+                                              ["a/x.jsonl", "b/x.jsonl"], "card"),
+    "configs-empty": ("---\nconfigs: []\n---\n", ["corpus.jsonl"], "ok"),
+    "a-header-never-closed": ("---\nlicense: mit\n# no closing line\n", ["corpus.jsonl"], "ok"),
 }
+# what load_dataset raises for a card it cannot use (huggingface_hub/repocard.py, datasets/utils/metadata.py)
+CARD_ERRORS = ("repo card metadata block should be a dict", "keywords must be strings", "Expected configs to be a list",
+               "Each config must include", "Expected data_files in YAML", "several default configs")
 
 
 def _verdict(files: list[str], readme: str) -> str:
+    if hub_card.parse(readme).fault:
+        return "card"
     if hub_splits.unnamed_configs(files, readme):
         return "unnamed"
     return "unmatched" if hub_splits.unmatched_patterns(files, readme, "", ["train"]) else "ok"
@@ -57,6 +82,7 @@ def _verdict(files: list[str], readme: str) -> str:
 @pytest.mark.parametrize("name", CARDS)
 def test_the_verdict_is_what_datasets_does_with_the_card(name, tmp_path, monkeypatch):
     datasets = pytest.importorskip("datasets")
+    yaml = pytest.importorskip("yaml")
     readme, files, verdict = CARDS[name]
     for file in files:
         (tmp_path / "repo" / file).parent.mkdir(parents=True, exist_ok=True)
@@ -67,8 +93,11 @@ def test_the_verdict_is_what_datasets_does_with_the_card(name, tmp_path, monkeyp
     try:
         datasets.load_dataset(str(tmp_path / "repo"), split="train")
         loaded = "ok"
+    except (yaml.YAMLError, TypeError):
+        loaded = "card"
     except ValueError as error:  # DataFilesNotFoundError and FileNotFoundError's kin included
-        loaded = "unnamed" if "Config name is missing" in str(error) else "unmatched"
+        loaded = ("unnamed" if "Config name is missing" in str(error) else
+                  "card" if any(words in str(error) for words in CARD_ERRORS) else "unmatched")
     except FileNotFoundError:
         loaded = "unmatched"
     assert loaded == verdict, f"{name}: datasets gives {loaded}, the test expects {verdict}: update CARDS"
@@ -132,8 +161,14 @@ def test_a_card_is_parsed_once_for_all_of_a_checks_questions(monkeypatch):
     a card serves them all (a card of a few hundred configs is a megabyte of YAML)."""
     yaml = pytest.importorskip("yaml")
     parses = []
-    real_load = yaml.load
-    monkeypatch.setattr(yaml, "load", lambda *args, **kwargs: parses.append(1) or real_load(*args, **kwargs))
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+    class Counted(loader):
+        def __init__(self, stream):
+            parses.append(1)
+            super().__init__(stream)
+
+    monkeypatch.setattr(yaml, "CSafeLoader" if hasattr(yaml, "CSafeLoader") else "SafeLoader", Counted)
     readme = _card("- config_name: parsed-once\n  data_files: once/*.jsonl\n")
     files = ["once/a.jsonl"]
     assert hub_splits.config_names(readme) == ["parsed-once"]
@@ -157,3 +192,62 @@ def test_globs_past_the_matching_budget_are_left_to_the_job_and_paths_are_still_
     assert hub_splits.unmatched_patterns(
         files, _card("- config_name: default\n  data_files: [" + ", ".join(paths) + "]\n"), "", ["train"]
     ) == ("default", "train", "shards/part-99999.jsonl")
+
+
+def test_a_cards_configs_are_bounded_by_what_their_aliases_expand_to_not_by_aliases():
+    """An alias is ordinary YAML (huggingface_hub's yaml_dump writes shared objects as aliases): configs sharing one
+    list of patterns pass while they expand to at most MAX_CONFIG_NODES values, and are refused past it, naming
+    the bound; the count is memoised per node, so a deep bomb is counted at the cost of the nodes written."""
+    patterns = "&patterns [" + ", ".join(f"shards/part-{i:04d}-*.jsonl" for i in range(2_000)) + "]"
+    def card(configs: int) -> str:
+        return _card(f"- config_name: c0\n  default: true\n  data_files: {patterns}\n",
+                     *(f"- config_name: c{i}\n  data_files: *patterns\n" for i in range(1, configs)))
+    fits = hub_card.parse(card(100))
+    assert fits.fault is None and len(fits.metadata["configs"]) == 100
+    assert fits.metadata["configs"][7]["data_files"] is fits.metadata["configs"][0]["data_files"]
+    past = hub_card.parse(card(hub_card.MAX_CONFIG_NODES // 2_000 + 1))
+    assert past.metadata is None and "expand to more than 1,000,000 values" in past.fault, past.fault
+    yaml = pytest.importorskip("yaml")
+    bomb = "a0: &a0 [q, q, q, q, q, q, q, q, q, q, q, q]\n" + "".join(
+        f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 12) + "]\n" for i in range(1, 15)) + "top: *a14\n"
+    node = yaml.compose(bomb, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)).value[-1][1]
+    assert hub_card.expanded_size(node, 10**9) == 10**9 + 1  # 12**15 nodes, counted from 15 lists
+    assert hub_card.expanded_size(yaml.compose("a: &x [1, [2, *x]]", Loader=yaml.SafeLoader), 10**6) == 10**6 + 1
+
+
+def test_the_local_run_refuses_a_card_datasets_cannot_use_naming_the_dataset(hub):
+    hub.datasets["lab/a-line-in-a-config-name"] = {"files": {"corpus.jsonl": LINES.encode(), "README.md": _card(
+        '- config_name: "one\\nforged line"\n  default: true\n', "- config_name: two\n  default: true\n").encode()}}
+    with pytest.raises(validate.DataError) as refused:
+        hub_dataset.check_dataset(_cfg("lab/a-line-in-a-config-name"), say=pytest.fail)
+    assert "\n" not in str(refused.value) and 'configs "one\\nforged line" and two are both' in str(refused.value)
+    with pytest.raises(validate.DataError) as refused:
+        hub_dataset.check_dataset(_cfg("lab/a-config-named-default-and-one-marked", "small"), say=pytest.fail)
+    message = str(refused.value)
+    assert message.startswith("--dataset lab/a-config-named-default-and-one-marked: its README's configs default "
+                              "and big are both the default"), message
+    assert "allowed: " in message and "\n" not in message, message
+    with pytest.raises(validate.DataError, match=r"^--dataset lab/a-tab-before-a-list-item: its README's YAML header "
+                                                 r"does not parse \(ScannerError at line 4, column 1"):
+        hub_dataset.check_dataset(_cfg("lab/a-tab-before-a-list-item"), say=pytest.fail)
+
+
+SPLIT_PATHS = ["data/train-00000-of-00001.parquet", "train/a.jsonl", "my_train/x.jsonl", "a/b-train.x/c.jsonl",
+               "trainer/x.jsonl", "x/train.jsonl", "x/pretrain.jsonl", "x/dev-1.jsonl", "val/x.csv", "test.jsonl",
+               "x/y_validation_2.json", "data/eval-x/a.parquet", "x.jsonl", "foo/bar-test", "a/test/b/train.jsonl",
+               "deep/er/testing/x.parquet", "custom-7/a.jsonl", "x/holdout.custom.jsonl", "valid", "a/validation/"]
+
+
+@pytest.mark.parametrize("split", ["train", "validation", "test", "custom"])
+def test_the_split_tests_are_datasets_patterns_as_one_regex_a_path(split):
+    """split_in_directory judges a path by its directory and split_in_name by its base name (a repo lists 200,000
+    files): each must agree with the pattern searched over the whole path (datasets' data_files.py
+    KEYWORDS_IN_DIR_NAME_BASE_PATTERNS and KEYWORDS_IN_FILENAME_BASE_PATTERNS, as hub_splits words them)."""
+    words, other = hub_splits._words(split), hub_splits.NON_WORD
+    in_directory = re.compile(rf"(^|/)(|[^/]*{other})({words})({other}[^/]*)?/")
+    in_name = re.compile(rf"(^|/)([^/]*{other})?({words})({other}[^/]*)?$")
+    directory_test, name_test = hub_splits.split_in_directory(split), hub_splits.split_in_name(split)
+    differ = [path for path in SPLIT_PATHS
+              if bool(in_directory.search(path)) != directory_test(path) or bool(in_name.search(path)) != name_test(path)]
+    assert differ == []
+    assert any(map(directory_test, SPLIT_PATHS)) and any(map(name_test, SPLIT_PATHS))

@@ -266,7 +266,7 @@ MISTAKES = [
     ("a model directory without weights", LOCAL, ["--model_id", "weightless"], cli.USAGE,
      "--model_id weightless: the directory holds no *.safetensors weights"),
     ("a model's weights file cut short", LOCAL, ["--model_id", "cut-off"], cli.USAGE,
-     "--model_id cut-off: model.safetensors places its tensors up to byte 4,000 of its data, and the file holds 16"),
+     "--model_id cut-off: model.safetensors places its tensors in 4,000 bytes of data, and the file holds 16"),
     ("a tokenizer directory without a vocabulary", LOCAL, ["--tokenizer", "no-vocab"], cli.USAGE,
      "no tokenizer files in "),
     ("Alpaca records without output", LOCAL, ["--data_format", "prompt-completion", "--dataset", "alpaca.jsonl"],

@@ -37,8 +37,9 @@ def test_what_is_not_a_regular_file_is_refused_and_what_may_be_written_is_not(tm
     assert "a directory, not a regular file" in output_problem(str(tmp_path))
     assert "is a file, not a directory" in output_problem(str(tmp_path / "kept.svg"), directory=True)
     assert "kept.svg, which is a file, not a directory" in output_problem(str(tmp_path / "kept.svg" / "inner"))
+    assert "a symbolic link (to another file)" in output_problem(str(tmp_path / "link.svg"))
     for allowed, directory in ((tmp_path / "new.svg", False), (tmp_path / "kept.svg", False),
-                               (tmp_path / "link.svg", False), (tmp_path / "new-model", True), (tmp_path, True)):
+                               (tmp_path / "new-model", True), (tmp_path, True)):
         assert output_problem(str(allowed), directory) is None, allowed
 
 
@@ -98,6 +99,48 @@ def test_a_fifo_put_at_out_after_the_check_is_not_waited_on(tmp_path):
         write(str(tmp_path / "late.svg"), "<svg/>")
     write(str(tmp_path / "fine.svg"), "<svg/>")
     assert (tmp_path / "fine.svg").read_text() == "<svg/>"
+
+
+@pytest.mark.parametrize("module, argv, flag", [
+    ("tools.loss_curve", ["{run}", "--out", "{link}.svg"], "--out"),
+    ("tools.gpu_panel", ["{recording}", "--out", "{link}.svg"], "--out"),
+    ("workload.checkpoint.export", ["{run}/checkpoint_000004", "{link}"], "OUT"),
+])
+@pytest.mark.parametrize("target", ["their_file.txt", "their_directory", "not_there_yet"])
+def test_a_link_at_a_commands_output_is_refused_and_its_target_untouched(module, argv, flag, target, tmp_path, capsys):
+    """A link to someone's file, to a directory, or to nothing: never written through, whatever the command."""
+    import importlib
+
+    (tmp_path / "run" / "checkpoint_000004").mkdir(parents=True)
+    (tmp_path / "their_file.txt").write_text("their notes")
+    (tmp_path / "their_directory").mkdir()
+    link = tmp_path / "shared_name"
+    for name in ("shared_name", "shared_name.svg"):
+        os.symlink(tmp_path / target, tmp_path / name)
+    values = {"run": str(tmp_path / "run"), "recording": str(tmp_path / "absent.json"), "link": str(link)}
+    code = cli.run(importlib.import_module(module).main, [word.format(**values) for word in argv])
+    err = capsys.readouterr().err.splitlines()
+    assert code == cli.USAGE and err[0].startswith(f"error: {flag}") and "symbolic link" in err[0], err
+    assert len(err) <= 2, err
+    assert (tmp_path / "their_file.txt").read_text() == "their notes" and not (tmp_path / "not_there_yet").exists()
+    assert os.listdir(tmp_path / "their_directory") == []
+
+
+def test_write_stack_through_a_link_is_refused_and_a_late_link_not_followed(tmp_path):
+    from tools.capacity.stack_file import load_stack, write_stack_file
+    from tools.svg_chart import write
+
+    (tmp_path / "Pulumi.yaml").write_text("name: raytrain\nconfig: {}\n")
+    (tmp_path / "elsewhere.yaml").write_text("config: {}\n")
+    os.symlink(tmp_path / "elsewhere.yaml", tmp_path / "Pulumi.east.yaml")
+    with pytest.raises(ValueError, match=r"^--write-stack east: its stack file is a symbolic link"):
+        load_stack(tmp_path, "east", "--write-stack")
+    with pytest.raises(OSError):  # a link put there after the check: O_NOFOLLOW answers ELOOP
+        write_stack_file(tmp_path / "Pulumi.east.yaml", "raytrain", "us-west-2", "us-west-2a", None)
+    os.symlink(tmp_path / "elsewhere.yaml", tmp_path / "late.svg")
+    with pytest.raises(cli.UsageError, match="cannot be written"):
+        write(str(tmp_path / "late.svg"), "<svg/>")
+    assert (tmp_path / "elsewhere.yaml").read_text() == "config: {}\n"
 
 
 def test_the_refusal_comes_before_any_heavy_import_in_a_fresh_process(tmp_path):

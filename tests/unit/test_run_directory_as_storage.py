@@ -1,7 +1,7 @@
 """`--storage_path runs/r1 --run_name r1`: the run's own directory given as the storage path started a new run at
 runs/r1/r1 where resuming r1 was meant. A --storage_path holding a run's checkpoint_<step>/ or its recorded flags is
 refused before Ray, naming the two flags that resume it (workload/run/checks.py); the run's small records are read
-by the user-files rule (a FIFO is not waited on)."""
+by the user-files rule (a FIFO is not waited on, and is refused: tests/unit/test_resumed_run_untrusted.py)."""
 from __future__ import annotations
 
 import json
@@ -44,10 +44,14 @@ def test_a_storage_path_of_runs_resumes_and_a_new_name_starts_afresh(tmp_path):
     assert checks.resume_step(local.parse_args(["--storage_path", str(tmp_path), "--run_name", "r9"])) is None
 
 
-def test_a_fifo_among_a_runs_records_is_not_waited_on(tmp_path):
+def test_a_fifo_among_a_runs_records_is_refused_not_waited_on(tmp_path):
     directory = stopped_run(tmp_path)
-    (directory / "checkpoint_000030").mkdir()
-    os.mkfifo(directory / "checkpoint_000030" / "train_step.json")  # skipped as a cut-off checkpoint is
     os.replace(directory / checks.FLAGS_FILE, tmp_path / "flags.json")
-    os.mkfifo(directory / checks.FLAGS_FILE)  # unread: no recorded flags to compare
-    assert checks.resume_step(local.parse_args(["--storage_path", str(tmp_path), "--run_name", "r1"])) == 20
+    os.mkfifo(directory / checks.FLAGS_FILE)  # unread, and refused: flags that cannot be compared are no "no record"
+    with pytest.raises(cli.UsageError, match=r"local_run_flags\.json is a FIFO \(named pipe\)"):
+        checks.resume_step(local.parse_args(["--storage_path", str(tmp_path), "--run_name", "r1"]))
+    os.remove(directory / checks.FLAGS_FILE)
+    (directory / "checkpoint_000030").mkdir()
+    os.mkfifo(directory / "checkpoint_000030" / "train_step.json")
+    with pytest.raises(cli.UsageError, match=r"checkpoint_000030/train_step\.json is a FIFO"):
+        checks.resume_step(local.parse_args(["--storage_path", str(tmp_path), "--run_name", "r1"]))

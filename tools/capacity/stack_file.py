@@ -1,6 +1,7 @@
 """The stack file the finder reads (where the stack's VPC is) and writes (the region and AZ it found)."""
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -11,7 +12,7 @@ from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from infra.config.naming import default_cluster_name  # the stack's clusterName when it sets none, as infra.config
 from tools.stack_name import shown_stack
 from workload import cli, config_file, user_files
-from workload.output_paths import length_problem
+from workload.output_paths import length_problem, output_problem
 
 
 @dataclass(frozen=True)
@@ -35,6 +36,10 @@ def load_stack(project_dir: Path, name: str, flag: str) -> StackContext:
     # every file read (a FIFO, a directory refused unread).
     if (why := length_problem(str(project_dir / f"Pulumi.{name}.yaml"))) is not None:
         raise ValueError(f"{flag}: the path {why}; give a shorter --project-dir or stack name")
+    # A link is never written through (the rule of every output); other kinds of file are the reader's below to name.
+    if flag == "--write-stack" and os.path.islink(project_dir / f"Pulumi.{name}.yaml"):
+        why = output_problem(str(project_dir / f"Pulumi.{name}.yaml"))
+        raise ValueError(f"{flag} {shown_stack(name)}: its stack file {why}")
     project_file = project_dir / "Pulumi.yaml"
     if not project_file.exists():
         raise ValueError(f"--project-dir {project_dir}: no Pulumi.yaml there")
@@ -93,7 +98,9 @@ def write_stack_file(path: Path, project: str, region: str, availability_zone: s
         config[f"{project}:capacityCandidateAzs"] = CommentedSeq(candidate_azs)
     else:
         config.pop(f"{project}:capacityCandidateAzs", None)
-    with path.open("w") as stream:
+    # O_NOFOLLOW: a link put there since load_stack looked is not written through (workload/output_paths.py)
+    with os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0), 0o644),
+                   "w") as stream:
         yaml.dump(document, stream)
     return previous if previous not in (None, region) else None
 

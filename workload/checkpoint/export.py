@@ -132,8 +132,8 @@ def _looks_like_a_checkpoint(path: str) -> bool:
 
 def _first_save(directory: str) -> str:
     """Why a run directory may hold no checkpoint, with the run's own --checkpoint_every when it recorded its flags
-    (workload/run/checks.py FLAGS_FILE, which the local run writes)."""
-    from workload.run.checks import recorded_flags
+    (run_directory.FLAGS_FILE, which the local run writes)."""
+    from workload.checkpoint.run_directory import recorded_flags
 
     try:
         every = int((recorded_flags(directory) or {})["checkpoint_every"])

@@ -58,13 +58,13 @@ def file_problem(path: str, max_bytes: int) -> str | None:
     return user_files.problem(path, max_bytes, follow_links=False)
 
 
-def check_files(checkpoint: str, directory: str) -> None:
+def check_files(checkpoint: str, directory: str, named: str = "CHECKPOINT") -> None:
     """Every file of `directory` (the local copy of CHECKPOINT) that export reads passes `file_problem`; the refusal
-    names CHECKPOINT and the file."""
+    names CHECKPOINT (or what `named` calls the checkpoint: the one a run resumes from) and the file."""
     for name in sorted(os.listdir(directory)):
         limit = bound(name)
         if limit is not None and (problem := file_problem(os.path.join(directory, name), limit)):
-            raise CheckpointRefused(f"CHECKPOINT {checkpoint}: its file {name} {problem}")
+            raise CheckpointRefused(f"{named} {checkpoint}: its file {name} {problem}")
     # A shard file .metadata names and the directory lacks (a copy cut short): said now, from the names' bytes in the
     # pickle, not after seconds of torch's imports and the unpickling (reader.check_storage, which checks it again).
     if os.path.isfile(metadata := os.path.join(directory, METADATA_FILE)):
@@ -73,10 +73,10 @@ def check_files(checkpoint: str, directory: str) -> None:
         # the Unpickler's words, before torch's imports.
         if (refused := metadata_globals.refused_global(data)) is not None:
             raise CheckpointRefused(metadata_globals.refusal(metadata, refused))
-        named = {match.decode() for match in _SHARD_NAME.findall(data)}
-        if missing := sorted(name for name in named if not os.path.lexists(os.path.join(directory, name))):
+        listed = {match.decode() for match in _SHARD_NAME.findall(data)}
+        if missing := sorted(name for name in listed if not os.path.lexists(os.path.join(directory, name))):
             more = f" and {len(missing) - 1} more" if len(missing) > 1 else ""
-            raise CheckpointRefused(f"CHECKPOINT {checkpoint}: {missing[0]}{more}, which its {METADATA_FILE} lists, "
+            raise CheckpointRefused(f"{named} {checkpoint}: {missing[0]}{more}, which its {METADATA_FILE} lists, "
                                     "is missing (an incomplete copy?)")
         # Where it places each item, read with stand-ins for DCP's classes (metadata_claims.py): a shard cut short,
         # or a claim past its file, said now in reader.check_storage's words; what the stand-ins cannot read, later.
@@ -131,20 +131,34 @@ def read_regular(path: str, max_bytes: int) -> bytes:
         raise CheckpointRefused(f"checkpoint file {error}") from None
 
 
+# The directory the job saves step k in: Ray Train's checkpoint_dir_name, storage.checkpoint_name(k) =
+# checkpoint_{k:06d} (workload/trainer.py, workload/storage.py); its record says the same step.
+_CHECKPOINT_NAME = re.compile(r"checkpoint_([0-9]{1,12})")
+
+
+class RecordCutOff(CheckpointRefused):
+    """train_step.json is not JSON (an empty or half-copied file): a checkpoint cut off while it was copied into the
+    storage, which Ray Train does not resume from either; still refused by export."""
+
+
 def read_record(directory: str) -> dict:
     """What rank 0 recorded beside the shards: the step, and the tokenizer (empty when training had none). Untrusted
-    input like the rest of the checkpoint: a regular file of at most file_checks.MAX_JSON_BYTES, a JSON object."""
+    input like the rest of the checkpoint: a regular file of at most file_checks.MAX_JSON_BYTES, a JSON object of the
+    values the job writes (untrusted_values.record_problem), and in a directory named checkpoint_<k> the step k."""
     path = os.path.join(directory, "train_step.json")  # sharded.STEP_FILE
     try:
         record = json.loads(read_regular(path, MAX_JSON_BYTES))
-    except (ValueError, UnicodeDecodeError) as error:
+    except (ValueError, RecursionError) as error:  # json's scanner counts its depth against the recursion limit
         if isinstance(error, CheckpointRefused):
             raise
-        raise CheckpointRefused(f"checkpoint file {path} is not JSON: {error}") from None
+        raise RecordCutOff(f"checkpoint file {path} is not JSON: {error}") from None
     if not isinstance(record, dict):
         raise CheckpointRefused(f"checkpoint file {path} holds a {type(record).__name__}, not a JSON object")
     from workload.checkpoint.untrusted_values import record_problem
 
-    if (why := record_problem(record)) is not None:
+    if (why := record_problem(record)) is None and (named := _CHECKPOINT_NAME.fullmatch(
+            os.path.basename(os.path.normpath(directory)))) and int(named.group(1)) != record["step"]:
+        why = f"its step {record['step']} is not its directory's, {named.group(0)} (step k is saved as checkpoint_k)"
+    if why is not None:
         raise CheckpointRefused(f"checkpoint file {path}: {why}: not a record the job writes")
     return record

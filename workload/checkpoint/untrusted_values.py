@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from workload.config.fields import URI_MAX_LENGTH, has_credentials, shown_uri, text_problem
+from workload.config.numeric_bounds import MAX_STEPS
 
 REMOTE_CODE_KEYS = ("auto_map", "custom_pipelines", "auto_mapping")
 # What a note quotes of a library's error about a source: one line, this many characters at most.
@@ -72,8 +73,13 @@ def record_problem(record: dict) -> str | None:
     write_record: a step number, the --tokenizer it trained with, the chat template's text), or None. A tokenizer out
     of --tokenizer's own bounds (a megabyte, a token's shape) is a record someone else wrote."""
     step = record.get("step")
-    if not isinstance(step, int) or isinstance(step, bool) or step < 0:
+    if isinstance(step, bool) or not isinstance(step, int):
         return f"its step is {shown_source(step) if isinstance(step, str) else type(step).__name__}, not a step number"
+    # The job saves step k of at most --steps (workload/trainer.py), and --steps is at most MAX_STEPS
+    # (workload/config/numeric_bounds.py): a step outside 0..MAX_STEPS is no record it wrote.
+    if not 0 <= step <= MAX_STEPS:
+        return (f"its step is {'negative' if step < 0 else f'past {MAX_STEPS:,}'}; allowed: 0 to {MAX_STEPS:,} "
+                "(--steps' bound)")
     tokenizer = record.get("tokenizer", "")
     if tokenizer and (why := source_problem(tokenizer)) is not None:
         return f"its tokenizer {why}"

@@ -11,6 +11,8 @@ prompt-completion records rendered with the chat template, masked, packed). May 
     records.py    the records of --dataset as conversations (a file, local or s3://, or a Hugging Face dataset)
     hub_dataset.py  a Hugging Face dataset's split checked before a model loads: its first file, bounded
     hub_splits.py the splits a Hub dataset repo has and their files, as datasets resolves them without a script
+    hub_card.py   a Hub dataset's README card as load_dataset parses it, and what in it load_dataset fails on
+    hub_columns.py  a Hub dataset split's later files' columns against its first (bounded ranged reads)
     chat.py       render with the chat template; the exact tokens of the assistant turns
     packing.py    truncate or split over-long examples; pack with per-example positions; TokenBatch
     examples.py   the examples of --dataset, shuffled, held out and packed

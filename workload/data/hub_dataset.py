@@ -22,7 +22,9 @@ declares any): a --dataset_split or --eval_split (trainDatasetSplit, trainEvalSp
 (trainDatasetConfig) it lacks with the configs it has (hub_splits.config_names), where datasets would raise
 "BuilderConfig '<name>' not found"; an empty one where the README's configs have no default (hub_splits.
 unnamed_configs: "Config name is missing"), and a config whose data_files match no file (hub_splits.
-unmatched_patterns) are refused too. The records checked are still found by
+unmatched_patterns) are refused too, as is a README load_dataset cannot use (hub_card.parse: its YAML, its
+`configs`, two defaults, configs past a bound) and a train split whose later files have a column its first lacks
+(check_columns, hub_columns: at most hub_columns.MAX_FILES ranged reads). The records checked are still found by
 the default patterns: a split whose files only a README config's own patterns name is refused for want of a file
 (a known limit).
 
@@ -34,7 +36,7 @@ import io
 import os
 from dataclasses import dataclass
 
-from workload.data import hub_splits, shapes, validate
+from workload.data import hub_card, hub_columns, hub_splits, shapes, validate
 from workload.data.hub_splits import DATA_SUFFIXES, split_files  # noqa: F401 - this module's names too
 from workload.model import model_source
 
@@ -56,21 +58,26 @@ class HubChecked:
 
 
 def check_splits(dataset: str, files: list[str], token, config: str, wanted: list[tuple[str, str]],
-                 where: str, config_subject: str = "") -> None:
+                 where: str, config_subject: str = "") -> str | None:
     """The config (`config_subject` naming it) against the configs the repo has (hub_splits.config_names), then each
     (split value, subject) in `wanted` against the splits the repo has, or that config has (hub_splits.splits_of):
     DataError naming the subject and what the repo has. With a README (one bounded read), also an empty config where
     the README's configs need one named (hub_splits.unnamed_configs) and a config whose data_files match no file
     (hub_splits.unmatched_patterns: naming `config_subject` when the config is the one it names, else `where`). A
-    repo without a README is judged by the default patterns alone, at no request when the splits are among them."""
+    repo without a README is judged by the default patterns alone, at no request when the splits are among them.
+    Returns the README's text (None without one)."""
     wanted = [(split, subject) for split, subject in wanted if split]
     if hub_splits.README not in files and not config and not any(
             hub_splits.missing(split, hub_splits.default_splits(files, config)) for split, _ in wanted):
-        return
+        return None
     readme = None
     if hub_splits.README in files:
         body, _ = _read(dataset, hub_splits.README, token, hub_splits.MAX_README_BYTES, where)
         readme = body.decode("utf-8", "replace")
+        if fault := hub_card.parse(readme).fault:
+            raise validate.DataError(f"{where}: {fault}; allowed: a card whose YAML datasets reads, its configs a list "
+                                     "of mappings each with a config_name, one default at most "
+                                     "(hf.co/docs/hub/datasets-manual-configuration)")
     if config and (names := hub_splits.config_names(readme)) is not None and config not in names:
         has = _listed(names)
         raise validate.DataError(
@@ -93,7 +100,7 @@ def check_splits(dataset: str, files: list[str], token, config: str, wanted: lis
             f"{_listed(hub_splits.config_names(readme) or [])})")
     splits = hub_splits.splits_of(files, readme, config)
     if splits is None:
-        return
+        return readme
     for split, subject in wanted:
         if lacking := hub_splits.missing(split, splits):
             has = ", ".join(name[:100] for name in splits[:10]) or "none (no data files)"
@@ -102,6 +109,33 @@ def check_splits(dataset: str, files: list[str], token, config: str, wanted: lis
                 + (f" (config '{config}')" if config else "") + f" in the repo, whose splits are: {has} (as datasets "
                 "finds them: the README's configs, else files named for a split: data/{split}-00000-of-00001.parquet, "
                 "{split}.jsonl, {split}/...); allowed: one of those")
+    return readme
+
+
+def check_columns(dataset: str, chosen: list[str], split: str, config: str, readme: str | None,
+                  body: bytes, size: int, token, where: str) -> None:
+    """The split's later files (`chosen`) against its first (workload.data.hub_columns: a
+    column the first lacks is datasets' DatasetGenerationCastError), where they are the files datasets reads and
+    the first is the one whose columns it builds with: the default patterns (no README configs, no config but the
+    default) and train, the split datasets builds first (its first table's columns are every split's). `body` of
+    `size`: the first file's bytes, already read."""
+    if len(chosen) < 2 or not hub_columns.judged(chosen[0]) or config not in ("", "default"):
+        return
+    if hub_splits.base_names(split)[:1] != ["train"]:
+        return  # train is datasets' first split wherever it is one (data_files.py DEFAULT_SPLITS, sharded splits too)
+    metadata = hub_splits._metadata(readme) if readme is not None else {}
+    if metadata is None or hub_splits._configs(readme or "") is not None or "dataset_info" in metadata:
+        return  # a card's dataset_info features are what datasets casts to (load.py's builder info)
+    drift = hub_columns.drifted(chosen, body, size,
+                                lambda name, start, length: _read(dataset, name, token, length, where, start))
+    if drift:
+        name, extra, columns = drift
+        raise validate.DataError(
+            f"{where}: the split's files disagree on columns: {hub_card.shown(name)} has "
+            f"{', '.join(map(hub_card.shown, extra[:5]))}, which {hub_card.shown(chosen[0])} (its first, whose columns "
+            f"datasets builds the split with: {', '.join(map(hub_card.shown, columns[:10]))}) lacks; load_dataset fails casting it to those (datasets' "
+            "CastError \"column names don't match\", raised as DatasetGenerationError); allowed: files with the first "
+            "file's columns or fewer")
 
 
 def check_holds_data(files: list[str], where: str) -> None:
@@ -134,8 +168,8 @@ def check_records(dataset: str, split: str, config: str, fields: shapes.Fields, 
     where = f"{subject} {dataset}"
     files = _files(dataset, token, where)
     check_holds_data(files, where)
-    check_splits(dataset, files, token, config, [(split, split_subject or subject), (eval_split, eval_subject)],
-                 where, config_subject or subject)
+    readme = check_splits(dataset, files, token, config, [(split, split_subject or subject),
+                                                          (eval_split, eval_subject)], where, config_subject or subject)
     chosen = split_files(files, split, config)
     if not chosen:
         where = f"{split_subject or subject} {dataset}"
@@ -148,6 +182,7 @@ def check_records(dataset: str, split: str, config: str, fields: shapes.Fields, 
     body, size = _read(dataset, name, token, limit, where)
     checked = validate.check_file(f"{dataset}/{name}", fields, subject=subject, opener=lambda: io.BytesIO(body),
                                   complete=len(body) >= size)
+    check_columns(dataset, chosen, split, config, readme, body, size, token, where)
     return HubChecked(name, checked, size)
 
 
@@ -223,14 +258,14 @@ def file_sizes(dataset: str, *, subject: str, token: str | bool | None = None) -
     return sizes
 
 
-def _read(dataset: str, name: str, token, limit: int, where: str) -> tuple[bytes, int]:
-    """(the file's first `limit` bytes, its size): one ranged GET; a server that ignores Range is read to the bound
-    only."""
+def _read(dataset: str, name: str, token, limit: int, where: str, start: int = 0) -> tuple[bytes, int]:
+    """(the file's `limit` bytes from `start`, its size): one ranged GET; a server that ignores Range is read to the
+    bound only."""
     response = _errors(dataset, token, where, lambda: _hub(f"datasets/{dataset}/resolve/main/{name}", token,
-                                                           {"Range": f"bytes=0-{limit - 1}"}))
-    if response.status_code == 416:  # a range of a 0-byte file
+                                                           {"Range": f"bytes={start}-{start + limit - 1}"}))
+    if response.status_code == 416:  # a range of a 0-byte file, or past the end
         return b"", 0
-    body = response.content[:limit]
+    body = response.content[start:start + limit] if response.status_code == 200 else response.content[:limit]
     total = response.headers.get("Content-Range", "").rpartition("/")[2]
     size = int(total) if total.isdigit() else len(response.content)
     return body, size

@@ -15,12 +15,13 @@ name given) and unmatched_patterns (a config's data_files that match no file of 
 
 A split value's base names are judged: train[:10%]+validation is train and validation. `split_files` picks a split's
 files by the same patterns (workload.data.hub_dataset reads the first of them). Standard library at import (yaml
-when a README is parsed).
+when a README is parsed, by workload.data.hub_card).
 """
 from __future__ import annotations
 
-import functools
 import re
+
+from workload.data import hub_card
 
 README = "README.md"
 MAX_README_BYTES = 1 << 20  # dataset cards are a few KiB to a few hundred; the YAML header comes first
@@ -41,10 +42,14 @@ def base_names(value: str) -> list[str]:
     return [match[1] for part in value.split("+") if (match := _BASE.match(part))]
 
 
+# a path part starting with "." or "_" (datasets' data_files.py skips hidden files and directories); one regex a
+# path rather than a split and a generator: a repo lists 200,000 files
+HIDDEN_PART = re.compile(r"(?:^|/)[._]")
+
+
 def data_files(files: list[str], config: str = "") -> list[str]:
     """The data files among a repo's `files`, sorted; with `config`, those under its directory when there are any."""
-    data = sorted(f for f in files if f.endswith(DATA_SUFFIXES)
-                  and not any(part.startswith((".", "_")) for part in f.split("/")))
+    data = sorted(f for f in files if f.endswith(DATA_SUFFIXES) and not HIDDEN_PART.search(f))
     if config:
         under = [f for f in data if f.split("/")[0] == config]
         data = under or data
@@ -55,26 +60,45 @@ def _words(split: str) -> str:
     return "|".join(re.escape(k) for k in SPLIT_KEYWORDS.get(split, (split,)))
 
 
-def split_in_directory(split: str) -> re.Pattern:
-    """A file under a directory named for `split` (one of its keywords)."""
-    return re.compile(rf"(^|/)(|[^/]*{NON_WORD})({_words(split)})({NON_WORD}[^/]*)?/")
+def split_in_directory(split: str):
+    """A test of a (lowered) file path: under a directory named for `split` (one of its keywords). The pattern's
+    match ends at a '/', so it is judged on the file's directory alone, once a directory: a repo lists 200,000
+    files in a few directories."""
+    pattern, verdicts = re.compile(rf"(^|/)(|[^/]*{NON_WORD})({_words(split)})({NON_WORD}[^/]*)?/"), {}
+
+    def test(path: str) -> bool:
+        directory = path.rpartition("/")[0]
+        if directory not in verdicts:
+            verdicts[directory] = bool(directory) and pattern.search(directory + "/") is not None
+        return verdicts[directory]
+    return test
 
 
-def split_in_name(split: str) -> re.Pattern:
-    """A file whose name holds one of `split`'s keywords between non-word characters."""
-    return re.compile(rf"(^|/)([^/]*{NON_WORD})?({_words(split)})({NON_WORD}[^/]*)?$")
+def split_in_name(split: str):
+    """A test of a (lowered) file path: its name holds one of `split`'s keywords between non-word characters. The
+    pattern, (^|/)...$ without '/' in between, is the whole base name: matched from its start only, after a
+    substring test (a regex search from every position of 200,000 paths is seconds)."""
+    words = SPLIT_KEYWORDS.get(split, (split,))
+    pattern = re.compile(rf"([^/]*{NON_WORD})?({_words(split)})({NON_WORD}[^/]*)?")
+
+    def test(path: str) -> bool:
+        name = path.rpartition("/")[2]
+        return any(word in name for word in words) and pattern.fullmatch(name) is not None
+    return test
 
 
 def split_files(files: list[str], split: str, config: str = "") -> list[str]:
     """The data files of `split` among a dataset repo's `files` (see the module docstring), sorted."""
     data = data_files(files, config)
     split = (base_names(split) or [split])[0]  # train[:5000] reads train's files
+    lowered = [f.lower() for f in data]
     for pattern in (split_in_directory(split), split_in_name(split)):
-        found = [f for f in data if pattern.search(f.lower())]
+        found = [f for f, low in zip(data, lowered) if pattern(low)]
         if found:
             return found
-    if split == "train" and not any(re.compile(rf"(^|/|{NON_WORD})({'|'.join(w for ks in SPLIT_KEYWORDS.values() for w in ks)})"
-                                               rf"({NON_WORD}|/|$)").search(f.lower()) for f in data):
+    any_keyword = re.compile(rf"(^|/|{NON_WORD})({'|'.join(w for ks in SPLIT_KEYWORDS.values() for w in ks)})"
+                             rf"({NON_WORD}|/|$)")
+    if split == "train" and not any(map(any_keyword.search, lowered)):
         return data  # datasets' DEFAULT_PATTERNS_ALL: a repo with no split names is all train
     return []
 
@@ -85,8 +109,11 @@ def default_splits(files: list[str], config: str = "") -> list[str]:
     sharded = {match["split"] for f in data if (match := SHARDED.match(f))}
     if sharded:
         return [s for s in DEFAULT_SPLITS if s in sharded] + sorted(sharded - set(DEFAULT_SPLITS))
+    lowered = [f.lower() for f in data]
+    blob = "\n".join(lowered)  # a split whose keywords are in no path is out at C speed: a repo lists 200,000 files
+    named = [split for split in DEFAULT_SPLITS if any(word in blob for word in SPLIT_KEYWORDS[split])]
     for pattern in (split_in_directory, split_in_name):
-        found = [split for split in DEFAULT_SPLITS if any(pattern(split).search(f.lower()) for f in data)]
+        found = [split for split in named if any(map(pattern(split), lowered))]
         if found:
             return found
     return ["train"] if data else []
@@ -126,7 +153,7 @@ def config_names(readme: str | None) -> list[str] | None:
     one a config_name), else the single "default" (its BUILDER_CONFIG_CLASS with the default patterns). Any other
     name is builder.py's `ValueError: BuilderConfig '<name>' not found. Available: [...]`, raised in the data stage.
     None when the README is there but not read here (not YAML): not judged."""
-    if readme is None or not readme.startswith("---"):
+    if readme is None:
         return ["default"]
     configs = _configs(readme)
     if configs is None:
@@ -134,26 +161,16 @@ def config_names(readme: str | None) -> list[str] | None:
     return [str(entry.get("config_name", "default")) for entry in configs]
 
 
-@functools.lru_cache(maxsize=4)
 def _metadata(readme: str) -> dict | None:
-    """The README's YAML header as a mapping ({} for an empty one), or None when it is not YAML. Parsed once per
-    README (one check asks for it several times; callers only read it) and by libyaml where PyYAML has it: a card of
-    a few hundred configs is 1 MiB of YAML, 2 s for PyYAML's pure-Python parser and 0.2 s for libyaml's. An alias is
-    a reference to the one object, as huggingface_hub's safe_load makes it, and nothing here walks a value deeper than
-    a list of strings."""
-    import yaml
-
-    try:
-        metadata = yaml.load(readme[3:].split("\n---", 1)[0], Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
-    except (yaml.YAMLError, RecursionError):
-        return None
-    return metadata if isinstance(metadata, dict) else {} if metadata is None else None
+    """The README's YAML header as a mapping ({} for none), or None when it is not judged here or load_dataset
+    fails on it (workload.data.hub_card: parsed once per README, by libyaml; hub_card.parse(readme).fault says
+    why, and the checks refuse that first)."""
+    card = hub_card.parse(readme)
+    return card.metadata if card.fault is None else None
 
 
 def _configs(readme: str) -> list[dict] | None:
     """The README's YAML header's `configs` (a list of mappings), or None when it declares none or is not YAML."""
-    if not readme.startswith("---"):
-        return None
     metadata = _metadata(readme)
     configs = metadata.get("configs") if isinstance(metadata, dict) else None
     if not isinstance(configs, list) or not configs or not all(isinstance(entry, dict) for entry in configs):

@@ -13,8 +13,8 @@ order (DataContext preserve_order), so the tokens are the same as on one process
 tokens to the shards' streams as they come (bounded memory), then packs them in numpy (shards.py).
 
 The records were checked before Ray started (workload.data.validate, the data gate); what that cannot check early
-(a template that cannot render a record, a Hub dataset's files beyond the first) fails here, naming the record, still
-before any worker starts.
+(a template that cannot render a record, the records of a Hub dataset's files beyond the first, whose columns only
+were checked: workload.data.hub_columns) fails here, naming the record, still before any worker starts.
 """
 from __future__ import annotations
 

@@ -125,6 +125,21 @@ def size_of(data: bytes) -> int:
     return _count(names, ids)
 
 
+def load_problem(data: bytes) -> str | None:
+    """Why the tokenizers library (the one transformers' fast tokenizers load tokenizer.json with, imported in
+    milliseconds and without torch) cannot build the tokenizer of a tokenizer.json's bytes, or None: a pre-tokenizer's
+    regex Oniguruma refuses, a model or normalizer it cannot make. AutoTokenizer fails on the same file after seconds
+    of imports, in every worker."""
+    import tokenizers
+
+    try:
+        tokenizers.Tokenizer.from_str(data.decode("utf-8-sig"))
+    except Exception as error:  # noqa: BLE001  (tokenizers raises plain Exception with its Rust error's text)
+        said = "".join(c if c.isprintable() else " " for c in str(error)[:200])
+        return f"does not load in the tokenizers library ({said})"
+    return None
+
+
 def _count(names: set[str], ids: list[Any]) -> int:
     if not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in ids):
         raise ValueError("has a token id that is not a non-negative integer")
@@ -363,3 +378,14 @@ def _size_from_hub(repo_id: str, files: list[str] | None, read) -> int:
                              read(ADDED_TOKENS_FILE) if files and ADDED_TOKENS_FILE in files else None)
     except ValueError as error:
         raise ValueError(f"{repo_id}'s tokenizer on the Hub {error}") from None
+
+
+def file_load_problem(directory: str) -> str | None:
+    """load_problem of a local directory's tokenizer.json (after "{flag} {name}: "), or None: no such file, or one
+    the other checks refuse in their own words (too large, not a regular file)."""
+    path = os.path.join(os.path.expanduser(directory), TOKENIZER_FILE)
+    try:
+        data = user_files.read_bytes(path, MAX_TOKENIZER_BYTES)
+    except (OSError, user_files.Refused):
+        return None
+    return None if (why := load_problem(data)) is None else f"its {TOKENIZER_FILE} {why}"

@@ -219,11 +219,44 @@ def check_expectation(verdicts: Mapping[str, str], expect: str) -> str | None:
 # strings, not a measurement). A 1,000-rank job's init log is then under 100 MiB; 512 MiB leaves five times that for
 # the training's own output around it, and bounds what this command holds in memory (a 4 GiB file was a MemoryError).
 MAX_LOG_BYTES = 512 * 2**20
+# A log's first bytes that say it is compressed (each format's magic number: RFC 1952 2.3.1 gzip ID1 ID2 0x1f 0x8b;
+# zstd's frame magic 0xFD2FB528 little-endian, RFC 8878 3.1.1; bzip2's "BZh"; xz's header magic, the .xz file format
+# 2.1.1.1; LZ4's frame magic 0x184D2204; zip's local file header "PK\3\4"). Read as text, such a log held "no NCCL
+# transport lines" - a wrong answer about a log that has them. gzip (what `gzip job.log`, and log shippers, write)
+# is decompressed here, within the same MAX_LOG_BYTES of text; the others are refused naming the file.
+GZIP_MAGIC = b"\x1f\x8b"
+OTHER_COMPRESSIONS = {b"\x28\xb5\x2f\xfd": "zstd-compressed", b"BZh": "bzip2-compressed",
+                      b"\xfd7zXZ\x00": "xz-compressed", b"\x04\x22\x4d\x18": "LZ4-compressed",
+                      b"PK\x03\x04": "a zip archive"}
+
+
+def _decompressed(path: str, data: bytes, max_bytes: int) -> bytes:
+    """A log's text: `data` itself, or its gzip stream decompressed (at most `max_bytes`, read no further: a small
+    file that inflates to gigabytes stops there), or UsageError naming LOGFILE for another compression."""
+    import gzip
+    import io
+    import zlib
+
+    if (what := next((name for magic, name in OTHER_COMPRESSIONS.items() if data.startswith(magic)), None)):
+        raise cli.UsageError(f"LOGFILE {path} is {what} (its first bytes say so), which is not read: decompress it "
+                             "(gzip is read)")
+    if not data.startswith(GZIP_MAGIC):
+        return data
+    try:
+        text = gzip.GzipFile(fileobj=io.BytesIO(data)).read(max_bytes + 1)
+    except (OSError, EOFError, zlib.error) as error:  # BadGzipFile is an OSError; a stream cut short, EOFError
+        raise cli.UsageError(f"LOGFILE {path} starts as gzip but cannot be decompressed ({type(error).__name__}); "
+                             "give the whole file, or the log uncompressed") from None
+    if len(text) > max_bytes:
+        raise cli.UsageError(f"LOGFILE {path} decompresses to more than {max_bytes:,} bytes (the logs read at most "
+                             f"{MAX_LOG_BYTES:,} in all); give the job's log, or the files NCCL_DEBUG_FILE names")
+    return text
 
 
 def read_log(path: str, max_bytes: int) -> bytes:
-    """A LOGFILE's bytes, through the rule of every file the user names (workload/user_files.py: a regular file, within
-    `max_bytes`, without holes; a FIFO refused unopened), or UsageError naming LOGFILE."""
+    """A LOGFILE's text (gzip decompressed: _decompressed), through the rule of every file the user names
+    (workload/user_files.py: a regular file, within `max_bytes`, without holes; a FIFO refused unopened), or
+    UsageError naming LOGFILE."""
     from workload import user_files
 
     try:
@@ -235,7 +268,7 @@ def read_log(path: str, max_bytes: int) -> bytes:
                              "names") from None
     except OSError as error:
         raise cli.UsageError(f"LOGFILE {path}: {error.strerror}") from None
-    return data
+    return _decompressed(path, data, max(max_bytes, 0))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -32,8 +32,10 @@ class WandbTracker:
     def __init__(self, cfg, run_directory: str | None, say) -> None:
         import wandb
 
-        directory = (run_directory if run_directory and not storage.is_remote(run_directory)
-                     else tempfile.mkdtemp(prefix="wandb-"))
+        # WANDB_DIR where the user set it (wandb's own meaning: where its files go; dir= would override it silently),
+        # checked before Ray by workload/run/writable.py; else the run directory, else a temporary one.
+        directory = os.environ.get("WANDB_DIR") or (run_directory if run_directory and not storage.is_remote(
+            run_directory) else tempfile.mkdtemp(prefix="wandb-"))
         os.makedirs(directory, exist_ok=True)
         self.run = wandb.init(
             project=cfg.wandb_project or os.environ.get("WANDB_PROJECT") or PROJECT, name=cfg.run_name,

@@ -30,26 +30,74 @@ def file_problem(path: str) -> str | None:
         if header_bytes > min(MAX_HEADER_BYTES, size - 8):
             return (f"claims a header of {header_bytes:,} bytes in a file of {size:,} (at most "
                     f"{MAX_HEADER_BYTES:,}): not a safetensors file, or cut off")
+        twice: list[str] = []
+
+        def mapping(pairs: list) -> dict:
+            seen: set = set()
+            twice.extend(name for name, _ in pairs if name in seen or seen.add(name))
+            return dict(pairs)
         try:
-            header = json.loads(file.read(header_bytes))
-        except (UnicodeDecodeError, ValueError):
+            header = json.loads(file.read(header_bytes), object_pairs_hook=mapping)
+        except (UnicodeDecodeError, ValueError, RecursionError):
             return "has a header that is not JSON: not a safetensors file"
     if not isinstance(header, dict):
         return "has a header that is not a JSON object: not a safetensors file"
-    data_bytes = size - 8 - header_bytes
-    ends = []
+    if twice:
+        # safetensors serializes a map, so no writer names a key twice; a reader keeps one of the two entries
+        # (JSON parsers the last), so which bytes are the tensor is up to the parser.
+        return f"names {_name(twice[0])} twice in its header: not a file safetensors wrote"
+    return _layout_problem(header, size - 8 - header_bytes)
+
+
+# safetensors' dtypes and their bits (safetensors/src/tensor.rs Dtype::bitsize; the library's own list in its error for
+# an unknown one, 0.8): a header naming another is refused by the loader ("unknown variant").
+DTYPE_BITS = {"BOOL": 8, "F4": 4, "F6_E2M3": 6, "F6_E3M2": 6, "U8": 8, "I8": 8, "F8_E5M2": 8, "F8_E4M3": 8,
+              "F8_E8M0": 8, "F8_E4M3FNUZ": 8, "F8_E5M2FNUZ": 8, "I16": 16, "U16": 16, "F16": 16, "BF16": 16, "I32": 32,
+              "U32": 32, "F32": 32, "C64": 64, "F64": 64, "I64": 64, "U64": 64}
+
+
+def _layout_problem(header: dict, data_bytes: int) -> str | None:
+    """What safetensors' own validation refuses of a header (safetensors/src/tensor.rs Metadata::validate and
+    read_metadata): tensors ordered by their offsets must follow one another from byte 0 with no gap or overlap, each
+    exactly as long as its dtype and shape make it, and together cover the data to its last byte. A name given twice
+    is read as JSON reads it (the last entry wins), as the library's parser does, and then fails these checks where
+    its offsets do."""
+    entries = []
     for name, entry in header.items():
         if name == "__metadata__":
             continue
         offsets = entry.get("data_offsets") if isinstance(entry, dict) else None
-        if not (isinstance(offsets, list) and len(offsets) == 2 and all(isinstance(x, int) for x in offsets)
-                and 0 <= offsets[0] <= offsets[1]):
-            return "has a tensor without valid data_offsets: not a safetensors file"
-        ends.append(offsets[1])
-    if max(ends, default=0) > data_bytes:
-        return (f"places its tensors up to byte {max(ends):,} of its data, and the file holds {data_bytes:,}: "
-                "cut off, or not the file its header describes")
+        shape = entry.get("shape") if isinstance(entry, dict) else None
+        if not (isinstance(offsets, list) and len(offsets) == 2 and all(_count(x) for x in offsets)
+                and offsets[0] <= offsets[1] and isinstance(shape, list) and all(_count(x) for x in shape)):
+            return "has a tensor without valid data_offsets and shape: not a safetensors file"
+        if entry.get("dtype") not in DTYPE_BITS:
+            return f"gives {_name(name)} a dtype safetensors does not know: not a safetensors file"
+        entries.append((offsets[0], offsets[1], name, shape, DTYPE_BITS[entry["dtype"]]))
+    end = 0
+    for begin, stop, name, shape, bits in sorted(entries, key=lambda entry: entry[:2]):
+        if begin != end:
+            return (f"places {_name(name)} at byte {begin:,} of its data where the tensor before it ends at {end:,} "
+                    "(safetensors: invalid offset): not the file its header describes")
+        elements = 1
+        for length in shape:
+            elements *= length
+        if elements * bits != (stop - begin) * 8:
+            return (f"gives {_name(name)} {stop - begin:,} bytes, not the {elements * bits // 8:,} its dtype and "
+                    "shape take (safetensors: invalid shape, data type, or offset)")
+        end = stop
+    if end != data_bytes:
+        return (f"places its tensors in {end:,} bytes of data, and the file holds {data_bytes:,}: cut off, or not "
+                "the file its header describes")
     return None
+
+
+def _count(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _name(name: str) -> str:
+    return "".join(c if c.isprintable() else "?" for c in name[:100])
 
 
 def tensor_entries(path: str) -> dict[str, tuple[str, tuple]]:

@@ -93,3 +93,28 @@ def missing_files(directory: str, what: str) -> list[str]:
     if files is None:
         return [] if os.path.isfile(os.path.join(directory, SINGLE_FILE)) else [SINGLE_FILE]
     return sorted({os.path.relpath(path, directory) for path in files.values() if not os.path.isfile(path)})
+
+
+def claimed_size_problem(directory: str) -> str | None:
+    """Why the index's `metadata.total_size` (the weights' bytes, as save_pretrained writes it) cannot be true of the
+    directory's files (the words after "{what}: "), or None (no index, no claim, or a claim the files can hold): a
+    claim larger than the named files together hold, or no whole number of bytes. Nothing loads by it, but the index
+    is an untrusted file of the model and a claim of a zettabyte says the files are not the model it describes."""
+    path = os.path.join(directory, INDEX_FILE)
+    try:
+        data = user_files.read_bytes(path, MAX_INDEX_BYTES)
+        files = set(parse(data, INDEX_FILE).values())
+        metadata = json.loads(data).get("metadata")
+    except (OSError, ValueError, AttributeError, RecursionError, user_files.Refused):
+        return None  # no index, or one weight_map refuses in its own words
+    claimed = metadata.get("total_size") if isinstance(metadata, dict) else None
+    if claimed is None:
+        return None
+    held = sum(os.path.getsize(os.path.join(directory, name)) for name in files
+               if os.path.isfile(os.path.join(directory, name)))
+    if isinstance(claimed, bool) or not isinstance(claimed, (int, float)) or claimed != claimed or claimed < 0:
+        return f"{INDEX_FILE}'s metadata.total_size is no number of bytes; save_pretrained writes the weights' bytes"
+    if claimed > held:
+        return (f"{INDEX_FILE} claims {claimed:,.0f} bytes of weights (metadata.total_size), and the files it names "
+                f"hold {held:,}: not the files it describes, or some cut off")
+    return None

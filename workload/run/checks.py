@@ -16,7 +16,9 @@ import re
 import sys
 import tempfile
 
-from workload import cli, user_files
+from workload import cli
+from workload.checkpoint import run_directory
+from workload.checkpoint.file_checks import CheckpointRefused
 from workload.config import (
     CPU_WORKERS_WITHOUT_GPUS,
     DATASET_FILE_SUFFIXES,
@@ -29,8 +31,7 @@ from workload.data import validate
 from workload.run import credential_files, input_files, variable_values, writable
 from workload.s3_names import s3_hint
 
-# Beside the run's checkpoints: the flags it was started with, to compare a later run of the same name against.
-FLAGS_FILE = "local_run_flags.json"
+FLAGS_FILE = run_directory.FLAGS_FILE
 # Flags that change what is saved or checked, not what is trained: a resumed run may set them differently.
 RESUMABLE_CHANGES = frozenset({"run_name", "storage_path", "export", "checkpoint_every", "eval_every",
                                "max_failures", "fabric_check_seconds", "min_bus_gbytes_per_s", "log_every"})
@@ -184,29 +185,35 @@ def check_fp8(cfg: TrainConfig) -> None:
 
 def resume_step(cfg: TrainConfig) -> int | None:
     """The step the run named --run_name under a local --storage_path has checkpointed (None: a new run), after
-    checking that it was started with the same training flags: resuming with others would silently mix two runs
-    (another --learning_rate, another schedule length, another dataset) into one."""
+    checking what it resumes from as export checks a checkpoint (workload/checkpoint/run_directory.py: its records,
+    its latest checkpoint's files, its recorded flags) and that it was started with the same training flags:
+    resuming with others would silently mix two runs (another --learning_rate, another schedule length, another
+    dataset) into one."""
     if not cfg.storage_path or "://" in cfg.storage_path:
         return None
     directory = os.path.join(cfg.storage_path, cfg.run_name)
     if not os.path.isdir(directory):
         _not_a_run_directory(cfg)
         return None
-    steps = []
-    for step_file in glob.glob(os.path.join(directory, "checkpoint_*", "train_step.json")):
-        try:  # the run's own files, read by the user-files rule (a FIFO would wait for a writer)
-            steps.append(int(json.loads(user_files.read_bytes(step_file, RECORD_MAX_BYTES))["step"]))
-        except (OSError, ValueError, KeyError, TypeError):  # user_files.Refused is a ValueError
-            continue  # a checkpoint cut off while being written: Ray Train does not resume from it either
+    before = None
+    try:
+        steps = run_directory.checkpoint_steps(directory)
+        if steps:
+            run_directory.check_resumed(steps[max(steps)])
+            before = run_directory.recorded_flags(directory)
+    except (CheckpointRefused, OSError) as error:  # OSError: no permission, a dangling link's loop
+        why = f"{error.filename} cannot be read ({error.strerror})" if isinstance(error, OSError) else error
+        raise cli.UsageError(f"--storage_path {cfg.storage_path} --run_name {cfg.run_name}: {why}",
+                             hint="the run's files are read as untrusted input: restore or remove that file (or "
+                                  "checkpoint), or give a new --run_name") from None
     if not steps:
-        cut = sorted(glob.glob(os.path.join(directory, "checkpoint_*" + os.sep)))
+        cut = sorted(glob.glob(os.path.join(glob.escape(directory), "checkpoint_*" + os.sep)))
         if cut:  # the run was asked to resume, and would silently start at step 0 instead
             raise cli.UsageError(f"--run_name {cfg.run_name}: {cut[-1].rstrip(os.sep)} is not a complete checkpoint "
                                  "(no train_step.json: cut off while saving, or not one this job wrote), and the "
                                  "run has no other to resume from",
                                  hint="remove it to start the run afresh, or give a new --run_name")
         return None  # nothing to resume: the run starts afresh, whatever it was started with before
-    before = recorded_flags(directory)
     if before is not None:
         now = dataclasses.asdict(cfg)
         # A field newer than the recorded run (--epochs) had its default then.
@@ -232,20 +239,6 @@ def _not_a_run_directory(cfg: TrainConfig) -> None:
                                   "new run, a --storage_path of runs")
 
 
-# A run's own small records (train_step.json, the recorded flags): a few KB each.
-RECORD_MAX_BYTES = 1 << 20
-
-
-def recorded_flags(directory: str) -> dict | None:
-    """The flags a local run recorded in run directory `directory` (FLAGS_FILE, which record_flags writes), or None
-    where there is no such record: a file of the storage's, read as a user file (a FIFO would wait for a writer)."""
-    try:
-        recorded = json.loads(user_files.read_bytes(os.path.join(directory, FLAGS_FILE), RECORD_MAX_BYTES))
-    except (OSError, ValueError):
-        return None
-    return recorded if isinstance(recorded, dict) else None
-
-
 def record_flags(cfg: TrainConfig) -> None:
     """Write the run's flags beside its checkpoints, for a new run (a resumed one keeps its first flags)."""
     if not cfg.storage_path or "://" in cfg.storage_path:
@@ -260,6 +253,7 @@ def check_before_ray(cfg: TrainConfig) -> int | None:
     """Every check above, in the order a user would want to hear of them; returns the step a resumed run starts
     after (None: a new run)."""
     writable.check_cache_directories()  # HF_HOME and the like: this machine's set-up, said before any flag's check
+    writable.check_tracker_directories(cfg.report_to, cfg.mlflow_tracking_uri)  # WANDB_DIR, a local MLflow store
     variable_values.check_variable_values()  # HF_HUB_OFFLINE=maybe and the like: before the Hub is asked anything
     credential_files.check()  # a FIFO at $NETRC would hang the first request to the Hub (requests reads it)
     check_socket_room()

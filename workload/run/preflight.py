@@ -155,6 +155,8 @@ def check_local_files(cfg: TrainConfig) -> dict | None:
                       else f"without a {safetensors_index.INDEX_FILE}, the job loads")
             raise ValueError(f"{what}: {source} {named}, which the directory lacks; copy every file save_pretrained "
                              "wrote (each weight shard and the index)")
+        if (why := safetensors_index.claimed_size_problem(directory)) is not None:
+            raise ValueError(f"{what}: {why}")
         for path in weights:  # untrusted: a sparse file, or a header pointing past the file's end
             if (why := safetensors_files.file_problem(path)) is not None:
                 raise ValueError(f"{what}: {os.path.basename(path)} {why}")
@@ -170,6 +172,9 @@ def check_local_files(cfg: TrainConfig) -> dict | None:
             why := remote_code.tokenizer_problem(tokenizer)) is not None:  # AutoTokenizer's refusal, before its import
         raise ValueError(f"{flag} {cfg.tokenizer_name}: {why}; give a tokenizer transformers loads with its own "
                          "classes" + ("" if cfg.tokenizer else ", or --tokenizer"))
+    if cfg.dataset and "://" not in cfg.tokenizer_name and (why := tokenizer_size.file_load_problem(tokenizer)):
+        raise ValueError(f"{flag} {cfg.tokenizer_name}: {why}; give the directory the tokenizer's save_pretrained "
+                         "wrote")
     return raw
 
 

@@ -11,12 +11,8 @@ import re
 from typing import Mapping
 
 from workload import cli
-from workload.run import allocator_settings
+from workload.run import allocator_settings, parsed_variables
 
-# huggingface_hub's constants._is_true reads 1, ON, YES, TRUE (any case) as true and everything else as false; the
-# words a user means as false are 0, OFF, NO, FALSE. The offline switches of huggingface_hub, transformers, datasets.
-_SWITCH_WORDS = ("1", "0", "true", "false", "yes", "no", "on", "off")
-SWITCHES = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE", "HF_HUB_DISABLE_TELEMETRY")
 # wandb's settings.mode (wandb/sdk/wandb_settings.py: Literal["online", "offline", "dryrun", "disabled", "run",
 # "shared"]).
 WANDB_MODES = ("online", "offline", "disabled", "dryrun", "run", "shared")
@@ -112,9 +108,9 @@ def problem(environ: Mapping[str, str]) -> str | None:
     for name in LENGTHS:
         if (why := length_problem(name, environ.get(name, ""))) is not None:
             return why
-    for name in SWITCHES:
-        if (value := environ.get(name, "").strip()) and value.lower() not in _SWITCH_WORDS:
-            return f"{_shown(name, value)} is neither on nor off to huggingface_hub, which reads it as off: set 1 or 0"
+    for name in parsed_variables.VARIABLES:  # what the libraries parse at import or start: one table
+        if (why := parsed_variables.problem(name, environ.get(name, ""))) is not None:
+            return f"{_shown(name, environ[name])}{why}"
     from workload.config.uri_credentials import has_credentials  # the one rule of credentials in a URI
 
     for name in ("MLFLOW_TRACKING_URI", *ENDPOINTS):

@@ -53,3 +53,48 @@ def check_cache_directories(environ: dict | None = None) -> None:
 
 def _below_here(path: str) -> bool:
     return not os.path.relpath(path).startswith("..")
+
+
+def tracker_directories(report_to: str, mlflow_tracking_uri: str = "",
+                        environ: dict | None = None) -> list[tuple[str, str, str]]:
+    """(where it is named, the directory, what it holds) for each local directory a tracker in --report_to writes
+    under that the flags or the environment name:
+    - wandb: WANDB_DIR, the root of wandb's run directories (wandb/env.py DIR; wandb makes `wandb/` under it), which
+      workload/metrics/wandb_tracker.py passes to wandb.init when it is set, else the run directory;
+    - mlflow: a local store in --mlflow_tracking_uri or MLFLOW_TRACKING_URI: a path or file: URI (mlflow's FileStore,
+      registered for the schemes "" and "file" in mlflow/tracking/_tracking_service/utils.py; the path as
+      mlflow/utils/file_utils.py local_file_uri_to_path takes it) is the directory; sqlite:///PATH (SQLAlchemy's
+      URL: three slashes, then the path, four for an absolute one) is a file whose directory must take it.
+    TensorBoard's event files go under the run directory (check_storage's rule); HF_HOME is a cache (CACHE_VARIABLES).
+    W&B's cache, config and data directories are left out: an offline run with each at /proc/self completed."""
+    from urllib.parse import urlparse
+    from urllib.request import url2pathname
+
+    from workload.config import parse_report_to
+
+    environ = os.environ if environ is None else environ
+    trackers, found = parse_report_to(report_to), []
+    if "wandb" in trackers and environ.get("WANDB_DIR"):
+        found.append(("WANDB_DIR", environ["WANDB_DIR"], "the W&B run's files"))
+    uri = mlflow_tracking_uri or environ.get("MLFLOW_TRACKING_URI", "")
+    where = "--mlflow_tracking_uri" if mlflow_tracking_uri else "MLFLOW_TRACKING_URI"
+    scheme = uri.split(":", 1)[0].lower() if ":" in uri and "/" not in uri.split(":", 1)[0] else ""
+    if "mlflow" in trackers and uri and scheme in ("", "file"):
+        found.append((where, url2pathname(urlparse(uri).path) if scheme == "file" else uri, "the MLflow store"))
+    elif "mlflow" in trackers and scheme == "sqlite" and uri.lower().startswith("sqlite:///") and len(uri) > 10:
+        found.append((where, os.path.dirname(os.path.abspath(uri[len("sqlite:///"):])) or "/",
+                      "the MLflow store's database"))
+    return found
+
+
+def check_tracker_directories(report_to: str, mlflow_tracking_uri: str = "", environ: dict | None = None) -> None:
+    """Each tracker directory (tracker_directories) is one this user can write in or create, by the rule of every
+    directory the run writes (problem): exit 3 naming the variable (this machine's set-up), exit 2 naming the flag;
+    the value is not repeated (a tracking URI may carry credentials)."""
+    for where, directory, what in tracker_directories(report_to, mlflow_tracking_uri, environ):
+        if (why := problem(os.path.expanduser(directory))) is None:
+            continue
+        message = f"{where} is no place for {what}: {why}; it must be a directory this user can write in or create"
+        if where.startswith("--"):
+            raise cli.UsageError(message)
+        raise cli.EnvironmentProblem(message, hint=f"point {where} at a directory of yours, or unset it")

@@ -6,6 +6,8 @@ network: the Hub is tests/support/fake_hub.FakeHub."""
 from __future__ import annotations
 
 import json
+import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -13,6 +15,7 @@ import torch
 
 from infra.preview import model_config
 from tests.support.fake_hub import FakeHub, unreachable_hub
+from tests.unit.test_sft import DATA
 from workload.config import TrainConfig
 from workload.model import architectures, compatibility, structure
 from workload.model.build import build_model, hf_config
@@ -222,9 +225,9 @@ def test_the_local_run_refuses_a_model_it_cannot_train_before_ray_starts(tmp_pat
 
     (tmp_path / "config.json").write_text(json.dumps(published("google-bert/bert-base-uncased")))
     # A directory without them is refused before this: a safetensors file of no tensors (its 8-byte header length,
-    # then the header "{}") and a tokenizer file.
+    # then the header "{}") and a tokenizer the tokenizers library builds (an empty file is refused first).
     (tmp_path / "model.safetensors").write_bytes((2).to_bytes(8, "little") + b"{}")
-    (tmp_path / "tokenizer.json").write_bytes(b"")
+    shutil.copy(os.path.join(DATA, "tokenizer", "tokenizer.json"), tmp_path / "tokenizer.json")
     assert cli.run(local.main, ["--model_id", str(tmp_path)]) == cli.USAGE
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith(f"error: --model_id {tmp_path}: bert is an encoder"), err

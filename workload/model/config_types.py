@@ -13,7 +13,9 @@ so `"rms_norm_eps": 1` is refused as transformers refuses it ("expected float, g
 
 The table: every field that at least 10 of transformers 5.24's causal-LM config classes
 (MODEL_FOR_CAUSAL_LM_MAPPING_NAMES) declare, with a type made only of bool, int, float and None; its kinds are the union
-over those classes (a value any of them takes is taken: a model's own class decides the rest).
+over those classes (a value any of them takes is taken: a model's own class decides the rest). Left out: the fields
+PreTrainedConfig declares and does not validate (chunk_size_feed_forward, is_encoder_decoder, output_hidden_states,
+return_dict: a class built with a string there is built).
 tests/unit/test_config_types.py holds it to transformers' own classes.
 
 Standard library only.
@@ -24,11 +26,11 @@ from typing import Any
 
 FIELD_TYPES = {
     "add_cross_attention": "bool", "attention_bias": "bool", "mlp_bias": "bool",
-    "is_decoder": "None|bool", "is_encoder_decoder": "None|bool", "norm_topk_prob": "None|bool",
-    "output_hidden_states": "None|bool", "output_router_logits": "None|bool", "return_dict": "None|bool",
+    "is_decoder": "None|bool", "norm_topk_prob": "None|bool",
+    "output_router_logits": "None|bool", 
     "scale_embedding": "None|bool", "tie_word_embeddings": "None|bool", "use_bias": "None|bool",
     "use_cache": "None|bool",
-    "chunk_size_feed_forward": "int", "hidden_size": "int", "kv_lora_rank": "int", "max_position_embeddings": "int",
+    "hidden_size": "int", "kv_lora_rank": "int", "max_position_embeddings": "int",
     "num_attention_heads": "int", "num_hidden_layers": "int", "qk_nope_head_dim": "int", "qk_rope_head_dim": "int",
     "type_vocab_size": "int", "vocab_size": "int",
     "bos_token_id": "None|int", "d_model": "None|int", "decoder_attention_heads": "None|int",

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from typing import Any
 
 from workload.checkpoint.file_checks import MAX_JSON_BYTES, CheckpointRefused, read_regular
@@ -60,7 +61,7 @@ def check_adapter_config(checkpoint: str, directory: str) -> dict[str, Any]:
         key = FLAG_KEYS.get(flag, flag)
         value = targets if key == "target_modules" else config.get(key, 0.0)
         raise CheckpointRefused(f"{where}: {key} is {cli.shown(value)}; the job's {flag} "
-                                f"{rule.rsplit(', got ', 1)[0]}") from None
+                                f"{re.split(r'[,;] got ', rule, maxsplit=1)[0]}") from None
     base = config.get("base_model_name_or_path")
     if base is not None and base != "" and (problem := source_problem(base)) is not None:
         raise CheckpointRefused(f"{where}: base_model_name_or_path {problem}")

@@ -211,6 +211,10 @@ def test_the_preview_refuses_a_hub_model_that_cannot_fit_before_any_resource(hub
     (json.dumps({**QWEN_7B, "rms_norm_eps": 0.0}).encode(), "its rms_norm_eps is 0.0; allowed: a finite number above"),
     (json.dumps({**QWEN_7B, "rope_parameters": {"rope_type": "default", "rope_theta": {"__float__": "NaN"}}}).encode(),
      "its rope_theta is nan"),
+    # a typed field of a kind transformers' strict config class refuses (workload.model.config_types)
+    (json.dumps({**QWEN_7B, "attention_bias": 1}).encode(),
+     "its attention_bias is an integer; allowed: true or false"),
+    (json.dumps({**QWEN_7B, "attention_dropout": "0.1"}).encode(), "its attention_dropout is a string"),
 ])
 def test_a_hub_config_out_of_shape_is_refused_naming_the_key(monkeypatch, config, words):
     with FakeHub(repos={"acme/odd-shape": {"config.json": config}}) as server:

@@ -52,7 +52,8 @@ def test_every_norms_epsilon_in_every_object_is_one_rule(config):
 def test_published_values_and_infinities_that_mean_something_are_left_alone():
     # Falcon-H1's time_step_limit is (0.0, inf) by design; null is the class's default; a tiny epsilon is an epsilon.
     config = {**LLAMA_1B, "time_step_limit": [0.0, INF], "rope_theta": None, "rms_norm_eps": 1e-12,
-              "initializer_range": 0, "partial_rotary_factor": 1, "rope_scaling": None}
+              "initializer_range": 0.0, "partial_rotary_factor": 1, "rope_scaling": None}
+    # (initializer_range 0.0, not 0: LlamaConfig is strict, and refuses an int where it declares a float: config_types.py)
     assert config_json.loads(json.dumps(config))["time_step_limit"] == [0.0, float("inf")]
 
 

@@ -105,27 +105,15 @@ def read_adapter_checkpoint(directory: str) -> tuple[dict, dict[str, torch.Tenso
     from transformers import AutoConfig, AutoModelForCausalLM
 
     from workload.checkpoint import reader as checkpoint_reader
-    from workload.checkpoint.file_checks import read_regular
-    from workload.checkpoint.model_config import MAX_CONFIG_BYTES, read_config_file
+    from workload.checkpoint.adapter_config import check_adapter_config
+    from workload.checkpoint.model_config import read_config_file
     from workload.checkpoint.sharded import MODEL_KEY
-    from workload.checkpoint.untrusted_values import source_problem
-    from workload.model import adapters
     from workload.model.adapters.lora import adapter_parameters, peft_key
     from workload.model.loss import LM_PREFIX
 
-    path = os.path.join(directory, ADAPTER_CONFIG)
-    try:
-        config = json.loads(read_regular(path, MAX_CONFIG_BYTES))
-        targets = config["target_modules"]
-        adapters.check_settings("lora", config["r"], config["lora_alpha"], config.get("lora_dropout", 0.0),
-                       ",".join(targets) if isinstance(targets, list) else "")
-        if (base := config.get("base_model_name_or_path")) and (problem := source_problem(base)):
-            raise ValueError(f"base_model_name_or_path {problem}")
-    except checkpoint_reader.CheckpointRefused:
-        raise
-    except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
-        raise checkpoint_reader.CheckpointRefused(f"checkpoint file {path} is not an adapter config this job wrote "
-                                                  f"({type(error).__name__}: {error})") from None
+    # Its values by the flags' own rules, as export checked them before these imports (adapter_config.py).
+    config = check_adapter_config(directory, directory)
+    targets = config["target_modules"]
     metadata = checkpoint_reader.read_metadata(directory)
     read_config_file(directory)
     with torch.device("meta"):

@@ -19,9 +19,11 @@ import sys
 from typing import Sequence
 
 from workload import cli
+from workload.checkpoint.adapter_config import check_adapter_config
 from workload.checkpoint.export_room import base_parameters, check_room
-from workload.checkpoint.file_checks import check_files, read_record
-from workload.checkpoint.model_config import check_config_values
+from workload.checkpoint.file_checks import check_files, check_metadata_stream, read_record
+from workload.checkpoint.generation_config import check_generation_config
+from workload.checkpoint.model_config import MODEL_PREFIX, check_against_claims, check_config_values
 from workload.checkpoint.untrusted_values import REMOTE_CODE_KEYS, drop_remote_code, source_problem, tokenizer_note
 from workload.output_paths import check_output
 from workload.storage import unwritable_directory
@@ -53,12 +55,17 @@ def export(checkpoint: str, out: str, *, dtype: str = "float32", merge: bool = F
         check_is_checkpoint(checkpoint, directory)
         if os.path.isfile(os.path.join(directory, "config.json")):  # its values too: model_type a plain identifier
             check_config_values(directory)
+            _check_config_claims(checkpoint, directory)
         if os.path.lexists(os.path.join(directory, "train_step.json")):  # the record's values: what the job writes
             read_record(directory)
         adapters = os.path.isfile(os.path.join(directory, "adapter_config.json"))
         if merge and not adapters:  # a file's presence: said before the seconds of imports
             raise cli.UsageError(f"--merge: CHECKPOINT {checkpoint} holds a whole model (--method full), not "
                                  "adapters; export it without --merge")
+        if adapters:  # its values by the job's flags' rules, before the seconds of imports
+            check_adapter_config(checkpoint, directory)
+        check_metadata_stream(checkpoint, directory)  # 0 bytes, a copy cut short: said before torch unpickles it
+        check_generation_config(checkpoint, directory)  # values transformers refuses at load or at generate()
         quiet_imports()
         import torch
         from transformers import AutoConfig, AutoModelForCausalLM
@@ -92,6 +99,18 @@ def export(checkpoint: str, out: str, *, dtype: str = "float32", merge: bool = F
             model.generation_config = GenerationConfig.from_pretrained(directory)
     return save_model_directory(model, out, tokenizer=record.get("tokenizer", ""),
                                 chat_template=record.get("chat_template", ""))
+
+
+def _check_config_claims(checkpoint: str, directory: str) -> None:
+    """config.json's vocab_size and layer count against the shapes `.metadata` lists (read without torch), when it
+    can be read so: a config that is not the checkpoint's own refused before the imports (model_config.py)."""
+    from workload.checkpoint.file_checks import MAX_METADATA_BYTES, read_regular
+    from workload.checkpoint.metadata_claims import tensor_shapes
+
+    if not os.path.isfile(path := os.path.join(directory, ".metadata")):
+        return
+    if (shapes := tensor_shapes(read_regular(path, MAX_METADATA_BYTES))) is not None:
+        check_against_claims(checkpoint, check_config_values(directory), shapes, MODEL_PREFIX)
 
 
 def check_is_checkpoint(checkpoint: str, directory: str) -> None:

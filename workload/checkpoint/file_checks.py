@@ -86,6 +86,14 @@ def check_files(checkpoint: str, directory: str, named: str = "CHECKPOINT") -> N
             check_items(directory, items)
 
 
+def check_metadata_stream(checkpoint: str, directory: str) -> None:
+    """`.metadata` a whole pickle (metadata_globals.stream_problem: not empty, not cut short), refused naming CHECKPOINT
+    and the file before torch's imports; reader.read_metadata applies the same rule on every path (the resume's)."""
+    if os.path.isfile(path := os.path.join(directory, METADATA_FILE)):
+        if (problem := metadata_globals.stream_problem(read_regular(path, MAX_METADATA_BYTES))) is not None:
+            raise CheckpointRefused(f"CHECKPOINT {checkpoint}: its file {METADATA_FILE} {problem}")
+
+
 # The shard files FileSystemWriter writes: `__<rank>_<n>.distcp` (filesystem.py: the _StoragePrefix `__{rank}_` and
 # gen_file's `{prefix}{file_count}{DEFAULT_SUFFIX}`), in the checkpoint's own directory.
 _SHARD_FILE = re.compile(r"[A-Za-z0-9_-]{1,64}\.distcp")

@@ -57,3 +57,22 @@ def stored_items(data: bytes) -> list[tuple[Any, Any, Any]] | None:
                 for info in storage.values()]
     except Exception:  # noqa: BLE001  (anything the stand-ins cannot build is reader.py's to read)
         return None
+
+
+def tensor_shapes(data: bytes) -> dict[str, tuple[int, ...]] | None:
+    """The shape of each tensor `.metadata`'s bytes list, by its name in the saved state (TensorStorageMetadata.size, a
+    torch.Size pickled as REDUCE of its tuple), or None where these stand-ins cannot tell (reader.py then reads it)."""
+    try:
+        listed = getattr(_ClaimsUnpickler(io.BytesIO(data)).load(), "state_dict_metadata", None)
+        if not isinstance(listed, dict):
+            return None
+        shapes = {}
+        for name, item in listed.items():
+            size = getattr(item, "size", None)
+            if type(item).__name__ == "TensorStorageMetadata" and isinstance(name, str) and isinstance(size, _StandIn):
+                dimensions = size.args[0] if size.args else None
+                if isinstance(dimensions, tuple) and all(isinstance(number, int) for number in dimensions):
+                    shapes[name] = dimensions
+        return shapes
+    except Exception:  # noqa: BLE001  (anything the stand-ins cannot build is reader.py's to read)
+        return None

@@ -86,6 +86,22 @@ def named_globals(data: bytes) -> list[tuple[str, str]]:
     return found
 
 
+def stream_problem(data: bytes) -> str | None:
+    """Why `data` is no whole pickle (the words after the file's name), or None: empty, or an opcode stream that
+    pickletools cannot read to its STOP (cut short, or a byte that is no opcode). pickle.load fails on exactly these
+    (EOFError "Ran out of input", UnpicklingError), after torch's imports; said here before them, in plain words."""
+    if not data:
+        return "is empty (0 bytes); DCP's metadata is a pickle of the checkpoint's index (an incomplete copy?)"
+    end = 0
+    try:
+        for _, _, position in pickletools.genops(data):
+            end = position
+    except Exception:  # noqa: BLE001 - pickletools' ValueError on a garbled or truncated pickle
+        return (f"is no whole pickle: cut short or garbled after byte {end:,} of {len(data):,}; DCP's metadata is a "
+                "pickle of the checkpoint's index (an incomplete copy?)")
+    return None
+
+
 def refused_global(data: bytes) -> str | None:
     """`module.name` of the first global `data` names that reader.py's Unpickler would refuse, or None."""
     return next((f"{module}.{name}" for module, name in named_globals(data) if not admitted(module, name)), None)

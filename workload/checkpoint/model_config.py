@@ -20,6 +20,9 @@ from workload.model import config_json
 from workload.model.model_source import CONFIG_FILE, MAX_CONFIG_BYTES  # noqa: F401 - one bound for every reader
 
 FIELD_BOUNDS = config_json.SIZE_FIELD_BOUNDS  # one table for every reader of a config.json
+# Where the model's weights lie in a checkpoint's state: sharded.MODEL_KEY + "." + loss.LM_PREFIX (both modules import
+# torch; tests/unit/test_export_before_imports.py holds the three equal).
+MODEL_PREFIX = "model.lm."
 NOT_CAUSAL_LM = "not a causal language model transformers builds (allowed: a model_type such as qwen2, llama, mistral)"
 
 
@@ -54,6 +57,35 @@ def check_config_values(directory: str) -> dict[str, Any]:
             raise CheckpointRefused(f"checkpoint file {path}: {field} is {cli.shown(value)}; allowed: an integer "
                                     f"from 1 to {bound}")
     return raw
+
+
+# The input embedding's name in transformers' decoder models (its rows are config.vocab_size: nn.Embedding(
+# config.vocab_size, ...) in modeling_llama.py / qwen2 / mistral / gemma (embed_tokens), gpt2 (wte), gpt_neox
+# (embed_in), bloom and falcon (word_embeddings)); a decoder layer's number in its name (model.layers.<i>., gpt2's
+# transformer.h.<i>.), one per config.num_hidden_layers.
+_EMBEDDING = re.compile(r"(?:^|\.)(?:embed_tokens|wte|embed_in|word_embeddings)\.weight$")
+_LAYER = re.compile(r"\.(?:layers|h)\.([0-9]+)\.")
+
+
+def check_against_claims(checkpoint: str, raw: dict[str, Any], shapes: dict[str, tuple[int, ...]],
+                         prefix: str) -> None:
+    """config.json's vocab_size and num_hidden_layers against the tensors `.metadata` lists under `prefix` (their
+    shapes read without torch: metadata_claims.tensor_shapes): the embedding's rows and the number of decoder layers.
+    Standard library only, so a config that is not the checkpoint's own is refused before the seconds of imports;
+    check_against_metadata compares the whole model after them."""
+    where = f"CHECKPOINT {checkpoint}: its file {CONFIG_FILE}"
+    names = {name.removeprefix(prefix): shape for name, shape in shapes.items() if name.startswith(prefix)}
+    embeddings = [(name, shape) for name, shape in names.items() if _EMBEDDING.search(name) and len(shape) == 2]
+    vocab = raw.get("vocab_size")
+    if len(embeddings) == 1 and isinstance(vocab, int) and vocab != embeddings[0][1][0]:
+        name, shape = embeddings[0]
+        raise CheckpointRefused(f"{where} gives vocab_size {vocab:,}, and the checkpoint's {name} holds "
+                                f"{shape[0]:,} rows ({list(shape)}): the config is not the checkpoint's own")
+    layers = {int(match.group(1)) for name in names if (match := _LAYER.search(name))}
+    count = raw.get("num_hidden_layers")
+    if layers and isinstance(count, int) and count != max(layers) + 1:
+        raise CheckpointRefused(f"{where} gives num_hidden_layers {count:,}, and the checkpoint holds "
+                                f"{max(layers) + 1:,} decoder layers: the config is not the checkpoint's own")
 
 
 def read_config_file(directory: str) -> dict[str, Any]:

@@ -40,7 +40,7 @@ from workload.checkpoint.file_checks import (
     check_items,
     read_regular,
 )
-from workload.checkpoint.metadata_globals import ALLOWED_GLOBALS, refusal
+from workload.checkpoint.metadata_globals import ALLOWED_GLOBALS, refusal, stream_problem
 
 # The (module, name) pairs `.metadata` may name, besides torch's dtypes: one list with the scan that refuses the others
 # before torch is imported (workload/checkpoint/metadata_globals.py).
@@ -68,6 +68,8 @@ def read_metadata(directory: str | os.PathLike) -> Metadata:
     path = os.path.join(directory, METADATA_FILE)
     try:
         data = read_regular(path, MAX_METADATA_BYTES)
+        if (problem := stream_problem(data)) is not None:  # empty, cut short: the words export says before torch
+            raise CheckpointRefused(f"checkpoint file {path} {problem}")
         metadata = _MetadataUnpickler(io.BytesIO(data), path).load()
     except FileNotFoundError:
         raise CheckpointRefused(f"checkpoint {directory}: no {METADATA_FILE} (not a DCP checkpoint, or an "

@@ -16,7 +16,7 @@ import math
 import re
 from typing import Any
 
-from workload.model import structure
+from workload.model import config_types, structure
 
 # A MiB is room for any published config.json, and a bound on what json reads.
 MAX_CONFIG_BYTES = 1 << 20
@@ -194,6 +194,11 @@ def check_shape(config: Any) -> None:
                 raise Refused(f"not a config transformers builds: {why}")
             if (why := number_problem(value)) is not None:
                 raise Refused(f"not a config a model trains with: {why}")
+            # A config object (the file's top, or a sub-config naming its model_type): each typed field of the kind
+            # transformers' strict config class takes (config_types.py), a tagged float read as the float it is.
+            if (depth == 1 or "model_type" in value) and (
+                    why := config_types.type_problem({field: _number(item) for field, item in value.items()})):
+                raise Refused(f"not a config transformers builds: {why}")
             pending.extend((item, depth + 1) for item in value.values())
         elif isinstance(value, list):
             pending.extend((item, depth + 1) for item in value)

@@ -356,8 +356,12 @@ def _cut(text: str) -> str:
 
 
 def _fail(code: int, message: str, hint: str = "") -> int:
-    print(f"error: {_cut(message)}", file=sys.stderr)
+    # Every refusal of every command leaves here: whichever check wrote it, a credential-shaped part of what it quotes
+    # (a URI's user:password@, a token whose vendor no rule names yet) is masked before it is printed.
+    from workload.config.secret_text import masked  # on the error path only: the package is not light
+
+    print(f"error: {_cut(masked(message))}", file=sys.stderr)
     if hint:
-        print(_cut(hint), file=sys.stderr)
+        print(_cut(masked(hint)), file=sys.stderr)
     sys.stderr.flush()
     return code

@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Iterable, Mapping, Sequence
 
 from workload import cli
-from workload.config.secret_text import masked_data
+from workload.config.secret_text import masked, masked_data
 
 VERDICTS = ("efa", "socket", "intra-node", "unknown")
 EXPECTATIONS = ("efa", "socket", "intra-node", "any")
@@ -304,6 +304,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         "ranks": {rank: item.as_dict() for rank, item in evidence.items()},
     }), indent=2, sort_keys=True))
     if problem is not None:  # the JSON is for scripts; a person reads the verdict as every command's error line
-        print(f"error: {problem}", file=sys.stderr)
+        print(f"error: {masked(problem)}", file=sys.stderr)
     return cli.OK if problem is None else cli.CHECK_FAILED
 

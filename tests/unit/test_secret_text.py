@@ -145,3 +145,10 @@ def test_every_command_error_exit_masks_what_it_quotes(capsys):
     assert cli.run(main, []) == cli.USAGE
     error = capsys.readouterr().err
     assert HIDDEN not in error and error.startswith("error: --storage_path s3://") and "--note zz-" in error, error
+
+
+def test_a_note_is_masked_as_a_refusal_is(capsys):
+    """cli.note, the commands' `note:` lines (what an exported checkpoint's files said, RAY_ADDRESS left aside)."""
+    cli.note(f"RAY_ADDRESS=ray://admin:{HIDDEN}@head:10001 is left aside; base model ab-{HIDDEN}Xy{HIDDEN}")
+    error = capsys.readouterr().err
+    assert error.startswith("note: RAY_ADDRESS=ray://") and HIDDEN not in error, error

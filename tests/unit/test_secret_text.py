@@ -17,6 +17,7 @@ from workload import cli
 from workload.config.fields import looks_like_token
 from workload.config.secret_text import (
     CREDENTIALS_SHOWN,
+    MASKED_MAX_CHARS,
     RANDOM_RUN_CHARS,
     SINGLE_CASE_RUN_CHARS,
     TOKEN_SHOWN,
@@ -152,3 +153,11 @@ def test_a_note_is_masked_as_a_refusal_is(capsys):
     cli.note(f"RAY_ADDRESS=ray://admin:{HIDDEN}@head:10001 is left aside; base model ab-{HIDDEN}Xy{HIDDEN}")
     error = capsys.readouterr().err
     assert error.startswith("note: RAY_ADDRESS=ray://") and HIDDEN not in error, error
+
+
+def test_every_uri_in_a_text_is_masked_and_a_long_text_is_cut_at_a_word():
+    assert masked(f"a s3://k:{HIDDEN}@b://j:{HIDDEN}@c/x b") == (f"a s3://{CREDENTIALS_SHOWN}@b://{CREDENTIALS_SHOWN}@c/x b")
+    # the cut (MASKED_MAX_CHARS) falls inside the password: half a URI, without its '@', is not shown either
+    long = "x" * (MASKED_MAX_CHARS - 16) + f" https://u:{HIDDEN}@host/x tail"
+    shown = masked(long)
+    assert HIDDEN[:4] not in shown and "https://u:" not in shown and shown.endswith("characters in all)"), shown[-80:]

@@ -64,20 +64,23 @@ def random_looking(run: str) -> bool:
             and not _HEX.fullmatch(run.replace("/", "")))
 
 
+_AUTHORITY_END = re.compile(r"[\s/]")
+
+
 def _without_userinfo(text: str) -> str:
     """`text` with the user information of each scheme://user:password@host blanked out. Each '://' is looked at once,
     up to the next whitespace or '/' (which user information never holds), so the pass is linear."""
     pieces, start, at = [], 0, text.find("://")
     while at >= 0:
         authority_start = at + 3
-        end = authority_start
-        while end < len(text) and not text[end].isspace() and text[end] != "/":
-            end += 1
+        stop = _AUTHORITY_END.search(text, authority_start)
+        end = len(text) if stop is None else stop.start()
         last_at = text.rfind("@", authority_start, end)
         if last_at >= 0:
             pieces.append(text[start:authority_start] + CREDENTIALS_SHOWN)
             start = last_at
-        at = text.find("://", max(end, authority_start))
+        # the next '://' may begin just before `end` (its '/' is what ended this authority)
+        at = text.find("://", authority_start)
     pieces.append(text[start:])
     return "".join(pieces)
 
@@ -100,9 +103,17 @@ def _without_credential_parameters(text: str) -> str:
     return "".join(word(part) for part in re.split(r"(\s+)", text))
 
 
+# The most of one text that is masked and kept: every command prints at most 2,000 characters of a message
+# (workload/cli.py ERROR_LINE_CHARS) and a refusal at preview is one line; the rest is dropped, not printed unmasked.
+MASKED_MAX_CHARS = 65_536
+
+
 def masked(text: str) -> str:
     """`text` with every credential-shaped part replaced: URI user information and credential parameters, each
     vendor's token shape (fields.TOKEN_VALUE), and every run of letters and digits that reads as random."""
+    if len(text) > MASKED_MAX_CHARS:  # cut at a word's end: half a URI would show user:pass without its '@'
+        head = text[:MASKED_MAX_CHARS]
+        return masked(head[:head.rfind(" ")] if " " in head else head) + f"... ({len(text):,} characters in all)"
     text = _without_userinfo(_without_credential_parameters(text))
     text = TOKEN_VALUE.sub(TOKEN_SHOWN, text)
     return _RUN.sub(lambda run: TOKEN_SHOWN if random_looking(run[0]) else run[0], text)

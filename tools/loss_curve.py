@@ -96,7 +96,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                              f"python -m tools.loss_curve {above} --out {args.out}")
     with storage.local_copy(storage.join(run, metrics.DIRECTORY), what="RUN") as directory:
         scalars = metrics.read_scalars(directory)
-    picture = render(scalars, args.title or run.rsplit("/", 1)[-1])
+    # The title is the run's name unless given: what a picture shows of a path is masked as a refusal would quote it
+    # (a run named after a token, s3://key:secret@bucket/...).
+    from workload.config.secret_text import masked
+
+    picture = render(scalars, masked(args.title or run.rsplit("/", 1)[-1]))
     write(args.out, picture)
     if dropped := undrawn([(key, "", scalars.get(key) or []) for key in DRAWN]):  # the picture says it too
         print(f"note: {undrawn_note(dropped)}", file=sys.stderr)

@@ -355,9 +355,21 @@ def _cut(text: str) -> str:
     return text if len(text) <= ERROR_LINE_CHARS else f"{text[:ERROR_LINE_CHARS]}... ({len(text):,} characters)"
 
 
+def note(message: str) -> None:
+    """A line that informs without refusing (`note: ...` on stderr), masked as every refusal is: a note quotes values
+    too (a flag, a variable, what a checkpoint's files say)."""
+    from workload.config.secret_text import masked  # on this path only: the package is not light
+
+    print(f"note: {_cut(masked(message))}", file=sys.stderr, flush=True)
+
+
 def _fail(code: int, message: str, hint: str = "") -> int:
-    print(f"error: {_cut(message)}", file=sys.stderr)
+    # Every refusal of every command leaves here: whichever check wrote it, a credential-shaped part of what it quotes
+    # (a URI's user:password@, a token whose vendor no rule names yet) is masked before it is printed.
+    from workload.config.secret_text import masked  # on the error path only: the package is not light
+
+    print(f"error: {_cut(masked(message))}", file=sys.stderr)
     if hint:
-        print(_cut(hint), file=sys.stderr)
+        print(_cut(masked(hint)), file=sys.stderr)
     sys.stderr.flush()
     return code

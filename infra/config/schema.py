@@ -31,6 +31,7 @@ from workload.config.fields import (
     shown_choice,
     text_problem,
 )
+from workload.config.secret_text import masked
 
 PROJECT_FILE = Path(__file__).resolve().parents[2] / "Pulumi.yaml"
 
@@ -250,14 +251,15 @@ def secret_fragments() -> list[str]:
 
 def hides_secret_values(check: Callable[..., Any]) -> Callable[..., Any]:
     """A preview check whose refusals never quote a secret's value: any that would is re-raised with it blanked
-    out (and without the exception it came from, whose text may quote it too)."""
+    out (and without the exception it came from, whose text may quote it too). A secret is a value the stack holds
+    with --secret, and anything shaped like a credential whichever key holds it (workload/config/secret_text.py)."""
 
     @functools.wraps(check)
     def checked(*args: Any, **kwargs: Any) -> Any:
         try:
             return check(*args, **kwargs)
         except ValueError as error:
-            message = redact_secrets(str(error))
+            message = masked(redact_secrets(str(error)))
             if message == str(error):
                 raise
             raise ValueError(message) from None
@@ -276,4 +278,4 @@ def warn(message: str) -> None:
     """The program's one way to warn at preview: a warning quotes values (an image, a model id) as refusals do, and a
     key the stack holds as a secret may be any of them, so it is blanked out as in a refusal (hides_secret_values).
     tests/program/test_config_echo_classes.py holds the tree to it: no other pulumi.log.warn."""
-    pulumi.log.warn(redact_secrets(message))
+    pulumi.log.warn(masked(redact_secrets(message)))

@@ -403,7 +403,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if (why := unwritable_directory(args.out)) is not None:  # before the seconds of imports and the checkpoint's load
         raise cli.UsageError(f"OUT {args.out}: {why}; give a directory this user can create")
     for note in export(args.checkpoint, args.out, dtype=args.dtype, merge=args.merge):
-        print(f"note: {note}", file=sys.stderr)
+        cli.note(note)  # what the checkpoint's files said: untrusted, masked
     if os.path.isfile(os.path.join(args.out, "adapter_config.json")):
         print(f"wrote {args.out}: load it with PeftModel.from_pretrained(base, {args.out!r})")
     else:

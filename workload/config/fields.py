@@ -53,6 +53,11 @@ CREDENTIALS_ALLOWED = ("no user:password@ (nor a token, key or signature paramet
 # nvapi-") PlanetScale's service tokens, passwords and OAuth tokens, pscale_tkn_/pscale_pw_/pscale_oauth_ and 32
 # to 64 of [a-z0-9=_.-] in any case (gitleaks' "planetscale-api-token", "planetscale-password",
 # "planetscale-oauth-token").
+# xAI's API keys, xai- and 80 (the keys console.x.ai issues; no gitleaks rule yet), Tavily's, tvly- with an optional
+# dev-/prod- (docs.tavily.com quickstart: TavilyClient(api_key="tvly-YOUR_API_KEY")), and Meta's Graph API access
+# tokens, EAA and a capital (gitleaks' "facebook-page-access-token" EAA[MC] and "square-access-token" EAAA; EAAB, EAAC
+# begin app and user tokens). A shape not in this list yet is still masked in every refusal and every output taken
+# from an untrusted file: workload/config/secret_text.py.
 TOKEN_VALUE = re.compile(r"(?<![A-Za-z0-9])(hf_[A-Za-z0-9]{30,}|gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,}"
                          r"|(AKIA|ASIA)[A-Z0-9]{16}(?![A-Za-z0-9])|sk-[A-Za-z0-9_-]{20,}"
                          r"|gl(pat|dt|rt|ptt)-[A-Za-z0-9_-]{20,}|xox[abeprs]-[A-Za-z0-9-]{10,}|[rs]k_live_[A-Za-z0-9]{20,}"
@@ -63,7 +68,8 @@ TOKEN_VALUE = re.compile(r"(?<![A-Za-z0-9])(hf_[A-Za-z0-9]{30,}|gh[pousr]_[A-Za-
                          r"|pul-[a-f0-9]{40}|nvapi-[A-Za-z0-9_-]{40,}|hv[sbr]\.[A-Za-z0-9_-]{24,}|api_org_[A-Za-z]{34}"
                          r"|lin_api_[A-Za-z0-9]{40}|ATATT3[A-Za-z0-9_=-]{40,}|[rs]k_(?:test|prod)_[A-Za-z0-9]{10,}"
                          r"|xapp-[0-9]-[A-Za-z0-9]+-[0-9]+-[A-Za-z0-9]{16,}|AGE-SECRET-KEY-1[0-9A-Z]{58}"
-                         r"|PMAK-[a-fA-F0-9]{24}-[a-fA-F0-9]{34}|pscale_(?:tkn|pw|oauth)_[A-Za-z0-9=_.-]{32,})")
+                         r"|PMAK-[a-fA-F0-9]{24}-[a-fA-F0-9]{34}|pscale_(?:tkn|pw|oauth)_[A-Za-z0-9=_.-]{32,}"
+                         r"|xai-[A-Za-z0-9]{20,}|tvly-(?:dev-|prod-)?[A-Za-z0-9]{20,}|EAA[A-Z][A-Za-z0-9]{20,})")
 TOKEN_SHAPES = "hf_, ghp_, github_pat_, AKIA, sk-, glpat-, xoxb-, sk_live_, npm_, pypi-, AIza, dapi, a JWT, a webhook..."
 
 

@@ -26,6 +26,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Iterable, Mapping, Sequence
 
 from workload import cli
+from workload.config.secret_text import masked, masked_data
 
 VERDICTS = ("efa", "socket", "intra-node", "unknown")
 EXPECTATIONS = ("efa", "socket", "intra-node", "any")
@@ -293,14 +294,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         # Even with --expect any: an answer of "ok" about a log that says nothing would be a false all-clear.
         problem = ("no NCCL transport lines in the given log(s): was NCCL_DEBUG=INFO set, and did the job get as "
                    "far as its first collective?")
-    print(json.dumps({
+    # Hosts, network and plugin names are the log's words, and a log is untrusted input: a line the job printed may
+    # hold a token (NCCL INFO env HF_TOKEN=...), so what is printed of it is masked as every refusal is.
+    print(json.dumps(masked_data({
         "expect": args.expect,
         "ok": problem is None,
         "problem": problem,
         "verdicts": verdicts,
         "ranks": {rank: item.as_dict() for rank, item in evidence.items()},
-    }, indent=2, sort_keys=True))
+    }), indent=2, sort_keys=True))
     if problem is not None:  # the JSON is for scripts; a person reads the verdict as every command's error line
-        print(f"error: {problem}", file=sys.stderr)
+        print(f"error: {masked(problem)}", file=sys.stderr)
     return cli.OK if problem is None else cli.CHECK_FAILED
 

@@ -162,8 +162,8 @@ def local_cluster(metrics_export_port: int | None = None) -> Iterator[tuple[str,
     # cluster. Unset while ours runs: the client is given our job server's address.
     shell_ray_address = os.environ.pop("RAY_ADDRESS", None)
     if shell_ray_address:
-        print(f"note: RAY_ADDRESS={shell_ray_address} is left aside: the local run starts its own Ray cluster "
-              "(`python -m tools.job submit` runs on a stack's)", file=sys.stderr, flush=True)
+        cli.note(f"RAY_ADDRESS={shell_ray_address} is left aside: the local run starts its own Ray cluster "
+                 "(`python -m tools.job submit` runs on a stack's)")
     head_log = open(os.path.join(temp_dir, "ray-start.log"), "w+")
     head = subprocess.Popen([sys.executable, "-I", SUPERVISOR, *command], env=env, stdin=subprocess.PIPE,
                             stdout=head_log, stderr=subprocess.STDOUT, start_new_session=True)
@@ -246,8 +246,8 @@ def parse_command(argv: Sequence[str] | None = None) -> tuple[TrainConfig, bool,
             args["tokenizer"] = ""
     if {"model_config", "model_id"} <= on_line and args["model_config"]:
         # As --help says, an explicit --model_config wins; said, so the model named is not silently left untrained.
-        print(f"note: --model_config {args['model_config']} wins over --model_id {args['model_id']}: a random-weight "
-              f"{args['model_config']} model is trained, not {args['model_id']}", file=sys.stderr, flush=True)
+        cli.note(f"--model_config {args['model_config']} wins over --model_id {args['model_id']}: a random-weight "
+                 f"{args['model_config']} model is trained, not {args['model_id']}")
     if args["run_name"] == LOCAL_DEFAULTS["run_name"]:
         args["run_name"] = new_run_name()
     # Their spelling of a choice as ours (`Chat`, `prompt_completion`) before the local defaults read the choices.

@@ -350,9 +350,17 @@ ERROR_LINE_CHARS = 2000
 
 
 def _cut(text: str) -> str:
+    """`text` within ERROR_WORD_CHARS a word and ERROR_LINE_CHARS a line, each cut saying how long it was. A cut never
+    ends inside what may be a URI's credentials (the masking after it could not see user:pass without its '@'): an
+    over-long word holding '@' or '://' is not shown at all, and the line is cut at a word's end."""
     text = " ".join(word if len(word) <= ERROR_WORD_CHARS else
-                    f"{word[:ERROR_WORD_CHARS]}... ({len(word):,} characters)" for word in text.split(" "))
-    return text if len(text) <= ERROR_LINE_CHARS else f"{text[:ERROR_LINE_CHARS]}... ({len(text):,} characters)"
+                    f"{word[:ERROR_WORD_CHARS]}... ({len(word):,} characters)"
+                    if "@" not in word and "://" not in word else f"(a value of {len(word):,} characters)"
+                    for word in text.split(" "))
+    if len(text) <= ERROR_LINE_CHARS:
+        return text
+    head = text[:ERROR_LINE_CHARS]
+    return f"{head[:head.rfind(' ')] if ' ' in head else head}... ({len(text):,} characters)"
 
 
 def note(message: str) -> None:
@@ -360,7 +368,7 @@ def note(message: str) -> None:
     too (a flag, a variable, what a checkpoint's files say)."""
     from workload.config.secret_text import masked  # on this path only: the package is not light
 
-    print(f"note: {_cut(masked(message))}", file=sys.stderr, flush=True)
+    print(f"note: {masked(_cut(message))}", file=sys.stderr, flush=True)
 
 
 def _fail(code: int, message: str, hint: str = "") -> int:
@@ -368,8 +376,8 @@ def _fail(code: int, message: str, hint: str = "") -> int:
     # (a URI's user:password@, a token whose vendor no rule names yet) is masked before it is printed.
     from workload.config.secret_text import masked  # on the error path only: the package is not light
 
-    print(f"error: {_cut(masked(message))}", file=sys.stderr)
+    print(f"error: {masked(_cut(message))}", file=sys.stderr)
     if hint:
-        print(_cut(masked(hint)), file=sys.stderr)
+        print(masked(_cut(hint)), file=sys.stderr)
     sys.stderr.flush()
     return code

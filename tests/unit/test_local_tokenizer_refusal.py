@@ -23,7 +23,8 @@ def _safetensors(path, name: str = "model.norm.weight") -> None:
 
 def _tokenizer(directory, tokens: int) -> None:
     vocab = {f"t{index}": index for index in range(tokens - 2)}
-    added = [{"id": tokens - 2, "content": "<s>", "special": True}, {"id": tokens - 1, "content": "</s>", "special": True}]
+    flags = {"single_word": False, "lstrip": False, "rstrip": False, "normalized": False, "special": True}
+    added = [{"id": tokens - 2, "content": "<s>", **flags}, {"id": tokens - 1, "content": "</s>", **flags}]
     directory.mkdir()
     (directory / "tokenizer.json").write_text(json.dumps(
         {"version": "1.0", "model": {"type": "BPE", "vocab": vocab, "merges": []}, "added_tokens": added}))

@@ -13,6 +13,7 @@ import gzip
 import json
 import os
 import time
+from pathlib import Path
 
 import pytest
 
@@ -69,7 +70,7 @@ FILES = {
     "rm-qwen/config.json": json.dumps({**TINY_QWEN2, "architectures": ["Qwen2ForSequenceClassification"],
                                        "num_labels": 1, "pad_token_id": 0}).encode(),
     "rm-qwen/model.safetensors": NO_TENSORS,
-    "rm-qwen/tokenizer.json": b"{}",
+    "rm-qwen/tokenizer.json": Path(REPO, "data", "tokenizer", "tokenizer.json").read_bytes(),  # tokenizers builds it
     "deck.jsonl": _lines({"prompt": f"knots at bell {number}?", "completion": f"{number % 9} knots"}
                          for number in range(30)),
     "almanac.txt": b"".join(f"tide tables for the harbour, week {week}, high water at dawn\n".encode()

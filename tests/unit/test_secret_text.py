@@ -161,3 +161,20 @@ def test_every_uri_in_a_text_is_masked_and_a_long_text_is_cut_at_a_word():
     long = "x" * (MASKED_MAX_CHARS - 16) + f" https://u:{HIDDEN}@host/x tail"
     shown = masked(long)
     assert HIDDEN[:4] not in shown and "https://u:" not in shown and shown.endswith("characters in all)"), shown[-80:]
+
+
+def test_a_cut_never_ends_inside_a_uris_credentials(capsys):
+    """The error exit cuts a long word before masking: a word holding a URI (or an '@') is not shown in part, where a
+    cut at 1,000 characters would leave 'user:pass' without the '@' the masking looks for; the line is cut at a
+    word's end."""
+    secret = "Vq7Lr2Zt9Wx4Ny6B"
+    long_uri = "s3://reader:" + secret + "x" * 2_000 + "@bucket/key"
+
+    def refuses(_argv):
+        raise ValueError(f"--storage_path {long_uri} " + "and more " * 400)
+
+    assert cli.run(refuses, []) == cli.USAGE
+    err = capsys.readouterr().err
+    assert secret not in err and f"(a value of {len(long_uri):,} characters)" in err, err[:300]
+    head, _, tail = err.splitlines()[0].rpartition("... (")
+    assert tail.endswith(" characters)") and head.split(" ")[-1] in ("and", "more"), (head[-40:], tail)

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from typing import Any
 
 from workload import user_files
@@ -132,11 +133,21 @@ def load_problem(data: bytes) -> str | None:
     of imports, in every worker."""
     import tokenizers
 
+    sys.stderr.flush()
+    saved, quiet = os.dup(2), os.open(os.devnull, os.O_WRONLY)
+    os.dup2(quiet, 2)  # a panic's message and Rust backtrace go to fd 2: not the user's to read; the refusal says it
     try:
         tokenizers.Tokenizer.from_str(data.decode("utf-8-sig"))
-    except Exception as error:  # noqa: BLE001  (tokenizers raises plain Exception with its Rust error's text)
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except BaseException as error:  # noqa: BLE001  (tokenizers raises plain Exception with its Rust error's text, and
+        # a malformed file can panic its Rust code: pyo3's PanicException derives from BaseException)
         said = "".join(c if c.isprintable() else " " for c in str(error)[:200])
         return f"does not load in the tokenizers library ({said})"
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(quiet)
     return None
 
 
@@ -386,6 +397,9 @@ def file_load_problem(directory: str) -> str | None:
     path = os.path.join(os.path.expanduser(directory), TOKENIZER_FILE)
     try:
         data = user_files.read_bytes(path, MAX_TOKENIZER_BYTES)
+        size_of(data)  # this module's own words first (a merge outside the vocabulary, an id that is no number)
     except (OSError, user_files.Refused):
         return None
+    except ValueError as error:
+        return f"its {TOKENIZER_FILE} {error}"
     return None if (why := load_problem(data)) is None else f"its {TOKENIZER_FILE} {why}"

@@ -64,6 +64,9 @@ HEADERS = {
     "a zero-length tensor": ('{"none": ' + _entry("F32", [0, 7], 0, 0) + ', "one": ' + _entry("F32", [1], 0, 4)
                              + "}", 4),
     "metadata beside the tensors": ('{"__metadata__": {"format": "pt"}, "v": ' + _entry("BOOL", [2], 0, 2) + "}", 2),
+    "metadata holding a number": ('{"__metadata__": {"epoch": 3}, "v": ' + _entry("BOOL", [2], 0, 2) + "}", 2),
+    "metadata that is a list": ('{"__metadata__": ["pt"], "v": ' + _entry("BOOL", [2], 0, 2) + "}", 2),
+    "metadata that is null": ('{"__metadata__": null, "v": ' + _entry("BOOL", [2], 0, 2) + "}", 2),
 }
 
 

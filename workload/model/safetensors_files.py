@@ -65,6 +65,11 @@ def _layout_problem(header: dict, data_bytes: int) -> str | None:
     entries = []
     for name, entry in header.items():
         if name == "__metadata__":
+            # safetensors' Metadata: `__metadata__` is Option<HashMap<String, String>> (tensor.rs): a number there is
+            # "invalid type: integer, expected a string" when the file is opened
+            if entry is not None and not (isinstance(entry, dict) and all(
+                    isinstance(value, str) for value in entry.values())):
+                return "has a __metadata__ that is not a map of strings to strings: not a safetensors file"
             continue
         offsets = entry.get("data_offsets") if isinstance(entry, dict) else None
         shape = entry.get("shape") if isinstance(entry, dict) else None

@@ -14,7 +14,7 @@ from types import SimpleNamespace
 import pytest
 
 from tests.support.fake_hub import FakeHub
-from workload.data import hub_columns, hub_dataset, hub_formats, validate
+from workload.data import hub_columns, hub_dataset, hub_features, hub_formats, validate
 
 
 def _jsonl(*records: dict) -> bytes:
@@ -216,3 +216,32 @@ def test_the_builder_table_is_datasets_own():
               if modules.get(suffix) is None or (modules[suffix][0], tuple(modules[suffix][1].items())) != found}
     assert differ == {}, f"suffixes whose builder is not datasets' own: {differ}"
     assert not set(hub_formats.INERT) & set(modules), "an INERT suffix has a builder in datasets"
+
+
+CAST_VALUES = ["12", "-12", " 12", "+12", "0x1A", "12.0", "1.5", "1e3", "nan", "inf", "", "true", "TRUE", "yes", "t",
+               "harbour", "1_000", 0, 1, -1, 127, 128, 255, 256, -129, 2**40, 2**63, 1.0, 1.5, -3.0, 1e300, True, False]
+CAST_TYPES = ["int8", "uint8", "int16", "int32", "int64", "uint64", "float32", "float64", "float", "double", "bool",
+              "string", "large_string"]
+
+
+def test_castable_never_refuses_what_pyarrow_casts_and_agrees_on_the_common_cases():
+    """hub_features.castable writes pyarrow's cast rules out (no pyarrow import at the check): it may leave a value
+    unjudged (True) that pyarrow refuses, never the reverse; and on the values datasets cards meet most (words and
+    digits in strings, fractions, range) it says what pyarrow's cast, the one datasets' table_cast makes, does."""
+    pyarrow = pytest.importorskip("pyarrow")
+
+    def casts(value, dtype):
+        try:
+            pyarrow.array([value]).cast(pyarrow.type_for_alias(dtype))
+            return True
+        except (pyarrow.ArrowInvalid, pyarrow.ArrowNotImplementedError, OverflowError):
+            return False
+    pairs = [(value, dtype) for value in CAST_VALUES for dtype in CAST_TYPES if not isinstance(value, int)
+             or isinstance(value, bool) or value < 2**63]
+    false_refusals = [(v, t) for v, t in pairs if not hub_features.castable(v, t) and casts(v, t)]
+    assert false_refusals == [], f"refused where pyarrow casts: {false_refusals}"
+    common = [("12", "int64"), ("harbour", "int64"), ("12.0", "int32"), ("1.5", "float32"), ("harbour", "float64"),
+              ("yes", "bool"), ("TRUE", "bool"), (1.5, "int64"), (3.0, "int8"), (300, "int8"), (-1, "uint8"),
+              (255, "uint8"), (12, "string"), (True, "int64"), ("", "int64")]
+    differ = [(v, t) for v, t in common if hub_features.castable(v, t) != casts(v, t)]
+    assert differ == [], f"(value, dtype) where castable and pyarrow disagree: {differ}"

@@ -6,16 +6,19 @@ the builder's info for the config asked, or the only one), and its json builder 
 then table.py table_cast): a column the card does not declare raises CastError "column names don't match", and a value
 pyarrow cannot cast to the declared dtype (the string "abc" to int64, 1.5 to int64, 300 to int8, "yes" to bool)
 raises ArrowInvalid; both surface as DatasetGenerationError in the data stage, on the cluster. A declared column the
-record lacks loads (nulls), as "12" to int64 and 12 to string do: pyarrow's cast decides, as it does in table_cast.
+record lacks loads (nulls), as "12" to int64 and 12 to string do: pyarrow's cast rules decide, as in table_cast.
 
 What is judged: the first record of the split's first .jsonl/.jsonl.gz file (the bytes hub_dataset already read), its
-scalar values (string, number, bool) against the card's primitive dtypes (datasets' Value: pyarrow.type_for_alias of
-the dtype); a nested value or dtype (a list, a class_label, a struct) is left to datasets. One pyarrow cast per column
-of the first record: bounded by the record, well under a second. Standard library at import (pyarrow when judged).
+scalar values (string, number, bool) against the card's integer, float and bool dtypes (datasets' Value), by pyarrow's
+cast rules written out in `castable` (tests/unit/test_hub_dataset_columns.py holds them against pyarrow's own cast);
+a nested value or another dtype (a list, a class_label, a timestamp) is left to datasets. Bounded by the first record;
+standard library only.
 """
 from __future__ import annotations
 
 import json
+import math
+import re
 import zlib
 
 JUDGED = (".jsonl", ".jsonl.gz")
@@ -63,19 +66,41 @@ def contradiction(features: dict[str, object], record: dict) -> tuple[str, str] 
         if column not in features:
             return column, (f"is not among the card's features ({', '.join(list(features)[:10])}): datasets' "
                             "CastError \"column names don't match\"")
-    import pyarrow
-
     for column, value in record.items():
         dtype = features[column]
-        if value is None or not isinstance(value, (str, int, float, bool)) or not isinstance(dtype, str):
-            continue
-        try:
-            target = pyarrow.type_for_alias(dtype)
-        except ValueError:
-            continue  # a dtype of datasets' own (a timestamp with a unit, ...): left to datasets
-        try:
-            pyarrow.array([value]).cast(target)
-        except (pyarrow.ArrowInvalid, pyarrow.ArrowNotImplementedError):
+        if isinstance(dtype, str) and not castable(value, dtype):
             return column, (f"holds a {type(value).__name__} the card declares {dtype}, which pyarrow cannot cast "
                             "(datasets' table_cast raises ArrowInvalid)")
     return None
+
+
+# pyarrow's safe cast of a JSON scalar to a primitive type, as table_cast makes it (pyarrow's compute cast kernels:
+# "Failed to parse string", "Integer value ... not in range", "Float value ... was truncated"), written out so the
+# check needs no pyarrow (its import is most of a second): where unsure, castable says yes.
+INTEGERS = {f"{sign}int{bits}": (-(1 << (bits - 1)) if sign == "" else 0, (1 << (bits - 1 if sign == "" else bits)) - 1)
+            for bits in (8, 16, 32, 64) for sign in ("", "u")}
+FLOATS = ("float16", "float32", "float64", "float", "double", "halffloat")
+BOOLEAN_WORDS = ("true", "false", "1", "0")  # pyarrow's string-to-boolean parse, any case
+INTEGER_TEXT = re.compile(r"\s*[+-]?(?:\d+|0[xX][0-9a-fA-F]+)\s*")
+
+
+def castable(value, dtype: str) -> bool:
+    """Whether pyarrow casts the JSON scalar `value` to datasets' Value(`dtype`); True where not judged (another
+    dtype, a nested value, null)."""
+    if value is None or not isinstance(value, (str, int, float)):
+        return True
+    if dtype in INTEGERS:
+        low, high = INTEGERS[dtype]
+        if isinstance(value, str):
+            return INTEGER_TEXT.fullmatch(value) is not None
+        if isinstance(value, float):
+            return math.isfinite(value) and value.is_integer() and low <= value <= high
+        return isinstance(value, bool) or low <= value <= high
+    if dtype in FLOATS and isinstance(value, str):
+        try:
+            float(value)
+        except ValueError:
+            return INTEGER_TEXT.fullmatch(value) is not None
+    if dtype == "bool" and isinstance(value, str):
+        return value.strip().lower() in BOOLEAN_WORDS
+    return True

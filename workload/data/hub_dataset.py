@@ -24,7 +24,10 @@ declares any): a --dataset_split or --eval_split (trainDatasetSplit, trainEvalSp
 unnamed_configs: "Config name is missing"), and a config whose data_files match no file (hub_splits.
 unmatched_patterns) are refused too, as is a README load_dataset cannot use (hub_card.parse: its YAML, its
 `configs`, two defaults, configs past a bound) and a train split whose later files have a column its first lacks
-(check_columns, hub_columns: at most hub_columns.MAX_FILES ranged reads). The records checked are still found by
+(check_columns, hub_columns: at most hub_columns.MAX_FILES ranged reads), a repo whose splits are files of different
+formats (check_formats, hub_formats: "Couldn't infer the same data file format for all splits", from the file list
+alone) and a card whose dataset_info features the first record contradicts (check_features, hub_features: from the
+bytes already read). The records checked are still found by
 the default patterns: a split whose files only a README config's own patterns name is refused for want of a file
 (a known limit).
 

@@ -48,6 +48,11 @@ def hub(monkeypatch):
             "data/train-00003-of-00004.parquet": _parquet({**ROW, "harbour": "Dover"})}}
         server.datasets["lab/narrowing-jsonl"] = {"files": {"train/a.jsonl": _jsonl({**ROW, "harbour": "Dover"}),
                                                             "train/b.jsonl": _jsonl(ROW)}}
+        server.datasets["lab/parquet-train-csv-validation"] = {"files": {
+            "data/train.parquet": _parquet(ROW), "data/validation.csv": b"text\nthe tide turns at five\n"}}
+        server.datasets["lab/card-says-bool"] = {"files": {
+            "README.md": b"---\ndataset_info:\n  features:\n  - name: text\n    dtype: bool\n---\n",
+            "train/part-0.jsonl": _jsonl(ROW)}}
         for name, (card, _) in CARDS.items():
             server.datasets[name] = {"files": {"README.md": card, "corpus.jsonl": _jsonl(ROW)}}
         monkeypatch.setenv("HF_ENDPOINT", server.url)
@@ -72,3 +77,18 @@ def test_a_card_datasets_cannot_use_is_refused_naming_trainDataset(hub, dataset)
     message = program_refusal({**JOB, "trainDataset": dataset})
     assert message.startswith(f"config key 'trainDataset': {dataset}: its README's "), message
     assert CARDS[dataset][1] in message and "allowed: a card whose YAML datasets reads" in message, message
+
+
+def test_splits_of_different_formats_are_refused_naming_trainDataset(hub):
+    message = program_refusal({**JOB, "trainDataset": "lab/parquet-train-csv-validation"})
+    assert message.startswith("config key 'trainDataset': lab/parquet-train-csv-validation: its splits are files of "
+                              "different formats: 'train' is parquet (data/train.parquet), 'validation' csv "
+                              "(data/validation.csv)"), message
+    assert "Couldn't infer the same data file format" in message and "allowed: " in message, message
+
+
+def test_a_card_whose_features_the_records_contradict_is_refused_naming_trainDataset_and_the_column(hub):
+    message = program_refusal({**JOB, "trainDataset": "lab/card-says-bool"})
+    assert message.startswith("config key 'trainDataset': lab/card-says-bool: the README's dataset_info features "
+                              "contradict the data: column text of train/part-0.jsonl's first record holds a str the "
+                              "card declares bool"), message

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import pytest
 
 from tests.support.fake_hub import FakeHub
-from workload.data import hub_card, hub_dataset, hub_splits, validate
+from workload.data import hub_card, hub_dataset, hub_formats, hub_splits, validate
 
 LINES = "".join(json.dumps({"text": f"words {i}"}) + "\n" for i in range(8))
 
@@ -64,6 +64,15 @@ CARDS = {
                                                     "- config_name: small\n  data_files: a/*.jsonl\n"),
                                               ["a/x.jsonl", "b/x.jsonl"], "card"),
     "configs-empty": ("---\nconfigs: []\n---\n", ["corpus.jsonl"], "ok"),
+    # "formats": the first config's splits (load.py infers the builder from them alone) of different formats
+    "a-config-whose-splits-differ-in-format": (_card("- config_name: default\n  data_files:\n  - split: train\n"
+                                                     "    path: corpus.jsonl\n  - split: test\n    path: held.csv\n"),
+                                               ["corpus.jsonl", "held.csv"], "formats"),
+    "a-second-config-of-another-format": (_card("- config_name: default\n  data_files: corpus.jsonl\n",
+                                                "- config_name: tables\n  data_files: held.csv\n"),
+                                          ["corpus.jsonl", "held.csv"], "ok"),
+    "a-first-config-with-a-data-dir-infers-from-the-whole-repo": (
+        _card("- config_name: en\n  data_dir: en\n"), ["en/train.jsonl", "fr/test.csv"], "formats"),
     "a-header-never-closed": ("---\nlicense: mit\n# no closing line\n", ["corpus.jsonl"], "ok"),
 }
 # what load_dataset raises for a card it cannot use (huggingface_hub/repocard.py, datasets/utils/metadata.py)
@@ -74,6 +83,8 @@ CARD_ERRORS = ("repo card metadata block should be a dict", "keywords must be st
 def _verdict(files: list[str], readme: str) -> str:
     if hub_card.parse(readme).fault:
         return "card"
+    if hub_formats.mixed(files, readme):
+        return "formats"
     if hub_splits.unnamed_configs(files, readme):
         return "unnamed"
     return "unmatched" if hub_splits.unmatched_patterns(files, readme, "", ["train"]) else "ok"
@@ -96,7 +107,8 @@ def test_the_verdict_is_what_datasets_does_with_the_card(name, tmp_path, monkeyp
     except (yaml.YAMLError, TypeError):
         loaded = "card"
     except ValueError as error:  # DataFilesNotFoundError and FileNotFoundError's kin included
-        loaded = ("unnamed" if "Config name is missing" in str(error) else
+        loaded = ("formats" if "Couldn't infer the same data file format" in str(error) else
+                  "unnamed" if "Config name is missing" in str(error) else
                   "card" if any(words in str(error) for words in CARD_ERRORS) else "unmatched")
     except FileNotFoundError:
         loaded = "unmatched"

@@ -13,6 +13,8 @@ prompt-completion records rendered with the chat template, masked, packed). May 
     hub_splits.py the splits a Hub dataset repo has and their files, as datasets resolves them without a script
     hub_card.py   a Hub dataset's README card as load_dataset parses it, and what in it load_dataset fails on
     hub_columns.py  a Hub dataset split's later files' columns against its first (bounded ranged reads)
+    hub_formats.py  the builder datasets infers for each of a Hub dataset's splits (one format for all, or it fails)
+    hub_features.py a Hub dataset card's declared features against the train split's first record
     chat.py       render with the chat template; the exact tokens of the assistant turns
     packing.py    truncate or split over-long examples; pack with per-example positions; TokenBatch
     examples.py   the examples of --dataset, shuffled, held out and packed

@@ -24,7 +24,10 @@ declares any): a --dataset_split or --eval_split (trainDatasetSplit, trainEvalSp
 unnamed_configs: "Config name is missing"), and a config whose data_files match no file (hub_splits.
 unmatched_patterns) are refused too, as is a README load_dataset cannot use (hub_card.parse: its YAML, its
 `configs`, two defaults, configs past a bound) and a train split whose later files have a column its first lacks
-(check_columns, hub_columns: at most hub_columns.MAX_FILES ranged reads). The records checked are still found by
+(check_columns, hub_columns: at most hub_columns.MAX_FILES ranged reads), a repo whose splits are files of different
+formats (check_formats, hub_formats: "Couldn't infer the same data file format for all splits", from the file list
+alone) and a card whose dataset_info features the first record contradicts (check_features, hub_features: from the
+bytes already read). The records checked are still found by
 the default patterns: a split whose files only a README config's own patterns name is refused for want of a file
 (a known limit).
 
@@ -36,7 +39,7 @@ import io
 import os
 from dataclasses import dataclass
 
-from workload.data import hub_card, hub_columns, hub_splits, shapes, validate
+from workload.data import hub_card, hub_columns, hub_features, hub_formats, hub_splits, shapes, validate
 from workload.data.hub_splits import DATA_SUFFIXES, split_files  # noqa: F401 - this module's names too
 from workload.model import model_source
 
@@ -138,6 +141,35 @@ def check_columns(dataset: str, chosen: list[str], split: str, config: str, read
             "file's columns or fewer")
 
 
+def check_formats(files: list[str], readme: str | None, where: str) -> None:
+    """Two splits of the repo whose files infer different builders (workload.data.hub_formats): load_dataset raises
+    "Couldn't infer the same data file format for all splits" whatever split is asked for; DataError naming `where`."""
+    if found := hub_formats.mixed(files, readme):
+        (split, module, name), (other, other_module, other_name) = found
+        raise validate.DataError(
+            f"{where}: its splits are files of different formats: '{split[:100]}' is {module} "
+            f"({hub_card.shown(name)}), '{other[:100]}' {other_module} ({hub_card.shown(other_name)}); load_dataset "
+            "infers one builder for all splits and raises \"Couldn't infer the same data file format for all "
+            "splits\", whatever split is asked for; allowed: every split's files in one format (.jsonl/.json, .csv, "
+            ".parquet, .txt)")
+
+
+def check_features(name: str, body: bytes, split: str, config: str, readme: str | None, where: str) -> None:
+    """The card's declared features (its `dataset_info`, for `config`) against the first record of the train split's
+    first file `name` (`body`: its bytes, already read), as datasets' json builder casts it (workload.data.
+    hub_features); DataError naming `where` and the column. A card with `configs` is not judged (a known limit)."""
+    if readme is None or hub_splits.base_names(split)[:1] != ["train"] or hub_splits._configs(readme) is not None:
+        return  # with the card's configs, the file read (the default patterns') may not be the config's
+    features = hub_features.declared(hub_splits._metadata(readme), config)
+    record = hub_features.first_record(name, body) if features else None
+    if record and (found := hub_features.contradiction(features, record)):
+        column, why = found
+        raise validate.DataError(
+            f"{where}: the README's dataset_info features contradict the data: column {hub_card.shown(column)} of "
+            f"{hub_card.shown(name)}'s first record {why}; load_dataset casts the files to the card's features and "
+            "fails (DatasetGenerationError); allowed: a card whose features match the files (or none)")
+
+
 def check_holds_data(files: list[str], where: str) -> None:
     """A repo with no data file at all (hub_splits.data_files: none of DATA_SUFFIXES) is the dataset's mistake, not a
     split's: DataError naming `where` (the dataset's setting). A loading script (*.py) is never run: datasets 4.0
@@ -170,6 +202,7 @@ def check_records(dataset: str, split: str, config: str, fields: shapes.Fields, 
     check_holds_data(files, where)
     readme = check_splits(dataset, files, token, config, [(split, split_subject or subject),
                                                           (eval_split, eval_subject)], where, config_subject or subject)
+    check_formats(files, readme, where)
     chosen = split_files(files, split, config)
     if not chosen:
         where = f"{split_subject or subject} {dataset}"
@@ -182,6 +215,7 @@ def check_records(dataset: str, split: str, config: str, fields: shapes.Fields, 
     body, size = _read(dataset, name, token, limit, where)
     checked = validate.check_file(f"{dataset}/{name}", fields, subject=subject, opener=lambda: io.BytesIO(body),
                                   complete=len(body) >= size)
+    check_features(name, body, split, config, readme, where)
     check_columns(dataset, chosen, split, config, readme, body, size, token, where)
     return HubChecked(name, checked, size)
 

@@ -45,11 +45,18 @@ def base_names(value: str) -> list[str]:
 # a path part starting with "." or "_" (datasets' data_files.py skips hidden files and directories); one regex a
 # path rather than a split and a generator: a repo lists 200,000 files
 HIDDEN_PART = re.compile(r"(?:^|/)[._]")
+_HIDDEN_ANYWHERE = re.compile(r"(?:^|/)[._]", re.MULTILINE)  # the same, over all paths joined by newlines
 
 
-def data_files(files: list[str], config: str = "") -> list[str]:
-    """The data files among a repo's `files`, sorted; with `config`, those under its directory when there are any."""
-    data = sorted(f for f in files if f.endswith(DATA_SUFFIXES) and not HIDDEN_PART.search(f))
+def data_files(files: list[str], config: str = "", suffixes: tuple | None = DATA_SUFFIXES) -> list[str]:
+    """The data files among a repo's `files`, sorted; with `config`, those under its directory when there are any.
+    `suffixes` None: every file datasets' patterns can match, whatever its suffix (not FILES_TO_IGNORE)."""
+    if suffixes is None and not _HIDDEN_ANYWHERE.search(blob := "\n".join(files)) and not any(
+            name in blob for name in FILES_TO_IGNORE):
+        data = sorted(files)  # at C speed: a repo lists 200,000 files, and this is asked once a split
+    else:
+        data = sorted(f for f in files if not HIDDEN_PART.search(f) and (
+            f.endswith(suffixes) if suffixes is not None else f.rpartition("/")[2] not in FILES_TO_IGNORE))
     if config:
         under = [f for f in data if f.split("/")[0] == config]
         data = under or data
@@ -87,9 +94,9 @@ def split_in_name(split: str):
     return test
 
 
-def split_files(files: list[str], split: str, config: str = "") -> list[str]:
+def split_files(files: list[str], split: str, config: str = "", suffixes: tuple | None = DATA_SUFFIXES) -> list[str]:
     """The data files of `split` among a dataset repo's `files` (see the module docstring), sorted."""
-    data = data_files(files, config)
+    data = data_files(files, config, suffixes)
     split = (base_names(split) or [split])[0]  # train[:5000] reads train's files
     lowered = [f.lower() for f in data]
     for pattern in (split_in_directory(split), split_in_name(split)):
@@ -103,9 +110,9 @@ def split_files(files: list[str], split: str, config: str = "") -> list[str]:
     return []
 
 
-def default_splits(files: list[str], config: str = "") -> list[str]:
+def default_splits(files: list[str], config: str = "", suffixes: tuple | None = DATA_SUFFIXES) -> list[str]:
     """The splits datasets' default patterns find among a repo's `files` (see the module docstring)."""
-    data = data_files(files, config)
+    data = data_files(files, config, suffixes)
     sharded = {match["split"] for f in data if (match := SHARDED.match(f))}
     if sharded:
         return [s for s in DEFAULT_SPLITS if s in sharded] + sorted(sharded - set(DEFAULT_SPLITS))

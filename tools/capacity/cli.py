@@ -121,7 +121,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     if args.regions.strip().lower() in ("all", "*", "any", "every"):
         raise ValueError(f"--regions {args.regions.strip()!r}: leave --regions unset to search every region enabled "
                          "for the account; or list regions, such as us-east-1,us-west-2")
-    args.region_list = [name.strip() for name in args.regions.split(",") if name.strip()]
+    args.region_list = cli.comma_list("--regions", args.regions, "us-east-1,us-west-2") if args.regions.strip() else []
     problems = [problem for problem in map(region_problem, args.region_list) if problem]
     if problems:
         raise ValueError(f"--regions: {'; '.join(problems)}")

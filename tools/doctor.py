@@ -28,6 +28,7 @@ from typing import Callable, Sequence
 
 from tools.stack_name import add_stack_flag
 from workload import cli
+from workload.aws_profile import aws_profile
 
 REPO = Path(__file__).resolve().parents[1]
 MIN_PYTHON = (3, 11)
@@ -185,7 +186,7 @@ def main(argv: Sequence[str] | None = None, aws=None,
          run: Callable[[list[str]], tuple[int, str]] = run_command) -> int:
     parser = cli.parser("python -m tools.doctor", __doc__, check_failed="an item needs fixing (its `fix` line says how)")
     add_stack_flag(parser, default="dev", help="the stack whose region, GPU type and count are checked")
-    parser.add_argument("--profile", type=cli.named,
+    parser.add_argument("--profile", type=aws_profile,
                         help="AWS profile; unset: AWS_PROFILE or the default credentials")
     args = parser.parse_args(argv)
     settings = stack_config(args.stack)

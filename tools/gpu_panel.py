@@ -18,10 +18,9 @@ from __future__ import annotations
 import json
 import math
 import sys
-from html import escape
 from typing import Sequence
 
-from tools.svg_chart import Box, chart, check_out, document, drawable, undrawn_note, write
+from tools.svg_chart import Box, chart, check_out, document, drawable, text, undrawn_note, write
 from workload import cli, user_files
 
 COLUMNS, CHART_WIDTH, CHART_HEIGHT, LEFT, GUTTER, RIGHT = 2, 380, 110, 60, 80, 20
@@ -125,7 +124,7 @@ def render(recording: dict) -> str:
     if alone:
         header += f" (series {names.pop()})"
     if header:
-        body.append(f'<text x="{LEFT}" y="20" font-size="13">{escape(header)}</text>')
+        body.append(f'<text x="{LEFT}" y="20" font-size="13">{text(header)}</text>')
     for index, title in enumerate(titles):
         factor, suffix = UNITS.get(units[title], (1, ""))
         lines = [(series_name(series.get("metric", {})), COLORS[number % len(COLORS)],

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import stat
 from dataclasses import dataclass
 from html import escape
@@ -12,6 +13,18 @@ from html import escape
 from workload import cli
 
 Points = list[tuple[float, float]]
+
+# XML 1.0's Char production (https://www.w3.org/TR/xml/#charsets, section 2.2): #x9 | #xA | #xD | [#x20-#xD7FF] |
+# [#xE000-#xFFFD] | [#x10000-#x10FFFF]. Every other code point (C0 controls but tab/LF/CR, lone surrogates, U+FFFE,
+# U+FFFF) makes the document not well-formed, even written as a character reference (section 4.1, "Well-formedness
+# constraint: Legal Character"), so no escape can carry it: it is replaced by U+FFFD.
+_NOT_XML_CHAR = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+
+
+def text(value: object) -> str:
+    """Any text a picture writes (a title, a series' name, a header from a recording), as XML character data or an
+    attribute value: the characters XML 1.0 forbids replaced by U+FFFD, then &, <, > and quotes escaped."""
+    return escape(_NOT_XML_CHAR.sub("\ufffd", str(value)))
 
 
 @dataclass(frozen=True)
@@ -79,7 +92,7 @@ def chart(series: list[tuple[str, str, Points]], x_high: float, box: Box, title:
     def y(value: float) -> float:
         return box.top + box.height - (value - y_ticks[0]) / y_span * box.height
 
-    out = [f'<text x="{box.left}" y="{box.top - 12}" font-weight="bold">{escape(title)}</text>',
+    out = [f'<text x="{box.left}" y="{box.top - 12}" font-weight="bold">{text(title)}</text>',
            f'<rect x="{box.left}" y="{box.top}" width="{box.width}" height="{box.height}" fill="none" stroke="#999"/>']
     if dropped:
         out.append(f'<text x="{box.left + box.width}" y="{box.top - 12}" text-anchor="end" fill="#a00">'
@@ -91,7 +104,7 @@ def chart(series: list[tuple[str, str, Points]], x_high: float, box: Box, title:
         out.append(f'<text x="{x(tick):.1f}" y="{box.top + box.height + 16}" text-anchor="middle">{tick:g}</text>')
     for index, (name, color, points) in enumerate(series):
         path = " ".join(f"{x(step):.1f},{y(value):.1f}" for step, value in points)
-        out.append(f'<polyline fill="none" stroke="{color}" stroke-width="2" points="{path}"><title>{escape(name)}'
+        out.append(f'<polyline fill="none" stroke="{color}" stroke-width="2" points="{path}"><title>{text(name)}'
                    f'</title></polyline>')
         if len(points) <= dots_up_to:
             out += [f'<circle cx="{x(step):.1f}" cy="{y(value):.1f}" r="3.5" fill="{color}"/>'
@@ -101,7 +114,7 @@ def chart(series: list[tuple[str, str, Points]], x_high: float, box: Box, title:
         legend_y = box.top + 18 + 18 * index
         out.append(f'<line x1="{right - legend_width}" x2="{right - legend_width + 24}" y1="{legend_y - 4}" '
                    f'y2="{legend_y - 4}" stroke="{color}" stroke-width="2"/>')
-        out.append(f'<text x="{right - legend_width + 30}" y="{legend_y}">{escape(name)}</text>')
+        out.append(f'<text x="{right - legend_width + 30}" y="{legend_y}">{text(name)}</text>')
     return out
 
 

@@ -305,6 +305,19 @@ def named(value: str) -> str:
     return value
 
 
+def comma_list(flag: str, value: str, example: str) -> list[str]:
+    """A comma-separated flag's items, stripped: an empty item (`a,,b`, a leading or trailing comma) or one listed twice
+    is a typo or an unset shell variable (`--regions "$A,$B"`), refused naming the flag, not dropped."""
+    items = [item.strip() for item in value.split(",")]
+    if "" in items:
+        where = "a leading comma" if items[0] == "" else "a trailing comma" if items[-1] == "" else "two commas in a row"
+        raise ValueError(f"{flag}: an empty item ({where}, or an unset shell variable); give items separated by "
+                         f"single commas, such as {example}")
+    if twice := sorted({item for item in items if items.count(item) > 1}):
+        raise ValueError(f"{flag}: {shown(twice[0])} is listed twice; give each item once, such as {example}")
+    return items
+
+
 def parser(prog: str, description: str, *, check_failed: str) -> argparse.ArgumentParser:
     return _Parser(prog=prog, description=description, epilog=exit_codes_help(check_failed),
                    formatter_class=_HelpFormatter)

@@ -46,6 +46,7 @@ from workload.config import (
     stack_message,
 )
 from workload.config.fields import NAME_MAX_LENGTH, looks_like_token, rename_flags, shown_choice, shown_value
+from workload.config.secret_text import holds_token
 from workload.fabric.transport import EXPECTATIONS as EXPECT_TRANSPORTS  # trainExpectTransport
 from workload.model import adapters, architectures, model_source, structure  # trainMethod, trainLora*, trainModelId
 from workload.run import variable_values  # trainEnv's values, as the local run checks the environment
@@ -296,6 +297,12 @@ def _parse_env(key: str, items: list[str]) -> dict[str, str]:
                 f"entry {index} ({shown}) carries a credential header (Authorization, an API key or a token), which "
                 "Ray's dashboard would show: put the variable in trainSecretEnv (`pulumi config set --secret --path "
                 "'trainSecretEnv[0]' NAME=...`) (its value is not shown)")
+        # A credential under a neutral name (GRAFANA_STACK=glc_..., a vendor's shape not listed yet): the rule that masks
+        # tokens in every refusal (workload/config/secret_text.py holds_token), so Ray's dashboard never shows one.
+        require(key != "trainEnv" or not holds_token(value), key,
+                f"entry {index} ({shown}): the value reads as a credential (a token's shape, or a long random-looking "
+                "run of letters and digits), which Ray's dashboard would show: put the variable in trainSecretEnv "
+                "(`pulumi config set --secret --path 'trainSecretEnv[0]' NAME=...`) (its value is not shown)")
         # A value the libraries refuse or misread where the job starts (PYTHONHASHSEED=abc, PYTORCH_CUDA_ALLOC_CONF
         # expandable_segments:maybe, HF_HUB_OFFLINE=maybe): the local run's own rules, one table for both sides.
         why = variable_values.problem({name: value}) if key == "trainEnv" else None

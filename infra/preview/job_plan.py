@@ -323,6 +323,8 @@ def check_time_limit(cfg: StackConfig, workload: Any, architecture: dict, gpu: I
 # or a plugin's name). aws-ofi-nccl registers as "AWS Libfabric" ("Libfabric" and "OFI" in older releases), the only
 # one that drives EFA; any other name (IB: no verbs device on EFA; Socket: TCP) cannot give an efa transport.
 EFA_NET_NAMES = ("aws libfabric", "libfabric", "ofi")
+# The ncclDebug levels at which NCCL prints its INFO lines (INFO and every level above it).
+NCCL_DEBUG_SHOWS_INFO = ("INFO", "TRACE")
 
 
 def check_transport_expectation(cfg: StackConfig, gpu: InstanceFacts, workers: int) -> None:
@@ -344,6 +346,14 @@ def check_transport_expectation(cfg: StackConfig, gpu: InstanceFacts, workers: i
             f"config key {key!r}: {expect} needs ranks on two or more nodes, but the job's {workers} workers "
             f"{'have one GPU node' if cfg.gpu_node_count == 1 else f'fit on one node of {gpu.gpus} GPUs'}, so NCCL "
             "shows intra-node; allowed: intra-node or any (or more gpuNodeCount / trainNumWorkers)")
+    # The verdict reads NCCL's INFO lines (workload/fabric/transport.py); NCCL prints a line of level L only when
+    # NCCL_DEBUG is L or above (nccl src/include/nccl_common.h ncclDebugLogLevel: VERSION < WARN < INFO < ABORT < TRACE,
+    # src/debug.cc ncclDebugLog), so below INFO every rank's verdict is unknown and the job fails its check.
+    level = str(env.get("NCCL_DEBUG", "")).upper()
+    if expect != "any" and level not in NCCL_DEBUG_SHOWS_INFO:
+        raise ValueError(f"config keys 'ncclDebug', {key!r}: {expect}, but ncclDebug {level or 'unset'} prints none "
+                         "of the NCCL INFO lines the transport check reads; allowed: ncclDebug INFO or TRACE, or "
+                         f"{key} any")
     if expect == "efa" and not ofi_plugin:
         raise ValueError(f"config keys 'ncclNetPlugin', {key!r}: efa, but ncclNetPlugin {plugin} does not load "
                          "aws-ofi-nccl, so NCCL sends over TCP sockets; allowed: ncclNetPlugin ofi (the default), or "

@@ -107,6 +107,10 @@ DOOMED = [
      {**JOB, **STORED, "trainDataset": "s3://company-data/chats.csv.gz", "trainDataFormat": "chat"}, "is CSV"),
     # infra/preview/job_plan.py check_transport_expectation: only aws-ofi-nccl carries NCCL over EFA.
     ("OFI plugin off, efa expected", "ncclNetPlugin", {**JOB, "ncclNetPlugin": "none"}, "'trainExpectTransport'"),
+    # infra/preview/job_plan.py check_transport_expectation: the verdict reads NCCL INFO lines, printed at INFO and TRACE.
+    ("NCCL version line only, efa expected", "ncclDebug", {**JOB, "ncclDebug": "VERSION"}, "'trainExpectTransport'"),
+    ("NCCL warnings only, socket expected", "ncclDebug",
+     {**JOB, "ncclDebug": "WARN", "ncclNetPlugin": "none", "trainExpectTransport": "socket"}, "INFO or TRACE"),
     # infra/preview/job_layout.py predict: hybrid and two-level shard within whole nodes (the job's words name flags).
     ("hybrid on 6 workers", "trainSharding", {**JOB, "trainSharding": "hybrid", "trainNumWorkers": 6},
      "'trainNumWorkers'"),
@@ -160,6 +164,7 @@ def test_the_classes_leave_working_configs_alone():
                        "trainEvalSplit": "validation[-500:]"},
                       {**JOB, "trainSharding": "hybrid", "trainNumWorkers": 8},
                       {**JOB, "ncclNetPlugin": "none", "trainExpectTransport": "socket"},
+                      {**JOB, "ncclDebug": "TRACE"}, {**JOB, "ncclDebug": "WARN", "trainExpectTransport": "any"},
                       {**JOB, "trainNumWorkers": 2, "trainModelConfig": "tiny", "trainSeqLen": 256,
                        "trainMinBusBandwidthGBps": "1", "trainExpectTransport": "any"},
                       {**JOB, "trainSeqLen": 2, "trainTimeoutMinutes": 2}):

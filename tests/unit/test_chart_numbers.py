@@ -100,3 +100,34 @@ def test_a_recordings_start_that_is_no_number_is_refused_naming_it(tmp_path, cap
     code = cli.run(gpu_panel.main, [str(tmp_path / "rec.json"), "--out", str(tmp_path / "gpu.svg")])
     err = capsys.readouterr().err.splitlines()
     assert code == cli.USAGE and err[0].startswith("error: RECORDING") and '"started"' in err[0], err
+
+
+# Labels from files anyone may have written: every C0 control (XML 1.0 forbids all but tab, LF and CR, even as
+# character references), DEL and C1, U+FFFE/U+FFFF, a lone surrogate, markup and entities, quotes, RTL and emoji.
+HOSTILE_LABELS = ("".join(map(chr, range(32))), "gpu\x7f\x85\x9b", "a\ufffe\uffffb", "half \ud800 pair",
+                  "</text><script>x</script>", "&amp; &#1; &#x0; ]]>", "\"quoted\" 'single'", "\u202eevil\u202c 🚀",
+                  "tab\there\r\nline")
+
+
+@pytest.mark.parametrize("label", HOSTILE_LABELS, ids=range(len(HOSTILE_LABELS)))
+def test_every_svg_written_with_a_hostile_label_parses_as_xml(label, tmp_path, capsys):
+    import xml.etree.ElementTree as ElementTree
+
+    titles = list(gpu_panel.dashboard_panels())[:2]
+    series = [{"metric": {"node": label, "gpu": label}, "values": [[1.0, "50"], [2.0, "60"]]},
+              {"metric": {"node": "ip-10-0-1-8" + label}, "values": [[1.0, "5"], [2.0, "6"]]}]
+    (tmp_path / "rec.json").write_text(json.dumps({"gpu": label, "what": label,
+                                                   "panels": {title: {"result": series} for title in titles}}))
+    assert cli.run(gpu_panel.main, [str(tmp_path / "rec.json"), "--out", str(tmp_path / "gpu.svg")]) == cli.OK
+    pictures = [tmp_path / "gpu.svg"]
+    elements = chart([(label, "#000", [(1.0, 2.0), (2.0, 1.0)])], 2.0, BOX, label)
+    pictures.append(tmp_path / "chart.svg")
+    pictures[-1].write_text(svg_chart.document(600, 300, elements), encoding="utf-8")
+    capsys.readouterr()
+    for picture in pictures:
+        root = ElementTree.parse(picture).getroot()  # raises ParseError on a character XML forbids
+        words = "".join(root.itertext())
+        # What a reader sees: each forbidden character as U+FFFD, and line ends as XML normalizes them (section 2.11).
+        legal = "".join(char if char in "\t\n\r" or " " <= char <= "\ud7ff" or "\ue000" <= char <= "\ufffd"
+                        or char > "\uffff" else "\ufffd" for char in label)
+        assert legal.replace("\r\n", "\n").replace("\r", "\n") in words, (picture.name, words)

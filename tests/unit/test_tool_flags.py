@@ -344,3 +344,23 @@ def test_a_webhook_or_a_databricks_token_is_a_token_in_any_value(value):
     with pytest.raises(ValueError) as refused:
         config.parse(DEV | {"trainEnabled": True, "trainEnv": [f"NOTIFY={value}"]})
     assert "'trainEnv': entry 0 (NOTIFY): the value must hold no token" in str(refused.value) and value[-12:] not in str(refused.value)
+
+
+@pytest.mark.parametrize("regions, said", [(",eu-west-1", "a leading comma"), ("eu-west-1,", "a trailing comma"),
+                                           ("eu-west-1, ,ap-south-1", "two commas in a row"),
+                                           ("ap-south-1,eu-west-1,ap-south-1", "'ap-south-1' is listed twice")])
+def test_a_comma_list_flags_empty_or_repeated_item_is_bad_input_before_credentials(regions, said, capsys, monkeypatch,
+                                                                                   tmp_path):
+    """tools.capacity --regions (the tools' comma-separated flag, workload/cli.py comma_list): an empty item was
+    dropped, so the command went on to look for AWS credentials and said exit 3; it is exit 2 naming the flag."""
+    from tools.capacity import cli as capacity
+
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    argv = ["--instance-type", "g6e.12xlarge", "--count", "3", "--regions", regions]
+    assert cli.run(capacity.main, argv) == cli.USAGE
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) <= 2 and err[0].startswith("error: --regions: ") and said in err[0], err
+    assert cli.comma_list("--regions", " eu-west-1 , ap-south-1", "x") == ["eu-west-1", "ap-south-1"]

@@ -162,3 +162,39 @@ def test_event_files_without_one_whole_record_are_answered_before_the_protocol_b
                                       watch=("tensorboardX",))
     assert (code, loaded) == (2, []), stderr
     assert "hold no train/loss" in stderr and not (tmp_path / "o.svg").exists(), stderr
+
+
+@pytest.mark.parametrize("command", ["tools.doctor", "tools.capacity"])
+def test_a_profile_no_aws_file_defines_is_refused_before_boto3_loads(command, tmp_path, monkeypatch):
+    """--profile with a token pasted in (a Slack bot token's shape) or a name no AWS file defines: refused at the flag
+    (workload/aws_profile.py), without the value, before boto3, pulumi or kubernetes load; tools.doctor in well under
+    a second of its own (its module imports none of them)."""
+    (tmp_path / "config").write_text("[default]\nregion = eu-west-1\n[profile team-dev]\n[team-ops]\n")
+    (tmp_path / "credentials").write_text("[ci-runner]\naws_access_key_id = x\n")
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "config"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "credentials"))
+    pasted = "xoxb-" + "5829301746-" * 2 + "Zr8Qm2Vx7Kp4Ty1Lw9Hs3Nd6"
+    argv = ["--profile", pasted] + (["--instance-type", "g6.12xlarge", "--count", "1"] if command == "tools.capacity"
+                                    else ["--stack", "dev"])
+    code, stderr, loaded, _ = run_cli(command, argv, watch=("boto3", "pulumi", "kubernetes"))
+    assert code == cli.USAGE and "--profile" in stderr and "no such AWS profile" in stderr, stderr
+    assert pasted[5:] not in stderr and "team-dev" in stderr, stderr
+    if command == "tools.doctor":
+        assert loaded == [], loaded
+
+
+def test_the_profiles_are_read_as_botocore_reads_them(tmp_path, monkeypatch):
+    from workload.aws_profile import aws_profile, profile_names
+
+    (tmp_path / "config").write_text('[default]\n[profile team-dev]\n[team-ops]\n[profile "sso admin"]\n'
+                                     "[sso-session corp]\n")
+    (tmp_path / "credentials").write_text("[ci-runner]\n")
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "config"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "credentials"))
+    assert profile_names() == {"default", "team-dev", "sso admin", "ci-runner"}
+    assert aws_profile("ci-runner") == "ci-runner"
+    for missing in ("team-ops", "corp", "team-dev2"):
+        with pytest.raises(Exception, match="no such AWS profile"):
+            aws_profile(missing)
+    (tmp_path / "config").write_text("[default]\n[default]\n")  # botocore's ConfigParseError: boto3 says so
+    assert profile_names() is None and aws_profile("anything") == "anything"

@@ -55,6 +55,7 @@ from tools.capacity.stack_file import StackContext, load_stack, write_stack_file
 from tools.capacity.survey import AzReport, quota_increase_commands, rank, render_table, resolve_regions, search
 from tools.stack_name import STACK_NAME, add_stack_flag
 from workload import cli
+from workload.aws_profile import aws_profile
 from workload.aws_region import region_problem
 
 PROJECT_DIR = Path(__file__).resolve().parents[2]
@@ -95,7 +96,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--write-stack", metavar="NAME",
                         help="write the best region and AZ (and, with capacityReserve, the ranked AZs) into "
                              "Pulumi.NAME.yaml")
-    parser.add_argument("--profile", type=cli.named,
+    parser.add_argument("--profile", type=aws_profile,
                         help="AWS profile; unset: AWS_PROFILE or the default credentials")
     parser.add_argument("--project-dir", type=Path, default=PROJECT_DIR,
                         help="directory of Pulumi.yaml and the stack files")
@@ -121,7 +122,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     if args.regions.strip().lower() in ("all", "*", "any", "every"):
         raise ValueError(f"--regions {args.regions.strip()!r}: leave --regions unset to search every region enabled "
                          "for the account; or list regions, such as us-east-1,us-west-2")
-    args.region_list = [name.strip() for name in args.regions.split(",") if name.strip()]
+    args.region_list = cli.comma_list("--regions", args.regions, "us-east-1,us-west-2") if args.regions.strip() else []
     problems = [problem for problem in map(region_problem, args.region_list) if problem]
     if problems:
         raise ValueError(f"--regions: {'; '.join(problems)}")

@@ -56,7 +56,9 @@ CREDENTIALS_ALLOWED = ("no user:password@ (nor a token, key or signature paramet
 # xAI's API keys, xai- and 80 (the keys console.x.ai issues; no gitleaks rule yet), Tavily's, tvly- with an optional
 # dev-/prod- (docs.tavily.com quickstart: TavilyClient(api_key="tvly-YOUR_API_KEY")), and Meta's Graph API access
 # tokens, EAA and a capital (gitleaks' "facebook-page-access-token" EAA[MC] and "square-access-token" EAAA; EAAB, EAAC
-# begin app and user tokens). A shape not in this list yet is still masked in every refusal and every output taken
+# begin app and user tokens); Grafana Cloud's access-policy tokens, glc_ and base64 of 32 or more (gitleaks'
+# "grafana-cloud-api-token", glc_[A-Za-z0-9+/]{32,400}={0,3}) and Grafana's service-account tokens, glsa_, 32, '_' and
+# 8 hex ("grafana-service-account-token"). A shape not in this list yet is still masked in every refusal and every output taken
 # from an untrusted file: workload/config/secret_text.py.
 TOKEN_VALUE = re.compile(r"(?<![A-Za-z0-9])(hf_[A-Za-z0-9]{30,}|gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,}"
                          r"|(AKIA|ASIA)[A-Z0-9]{16}(?![A-Za-z0-9])|sk-[A-Za-z0-9_-]{20,}"
@@ -69,7 +71,8 @@ TOKEN_VALUE = re.compile(r"(?<![A-Za-z0-9])(hf_[A-Za-z0-9]{30,}|gh[pousr]_[A-Za-
                          r"|lin_api_[A-Za-z0-9]{40}|ATATT3[A-Za-z0-9_=-]{40,}|[rs]k_(?:test|prod)_[A-Za-z0-9]{10,}"
                          r"|xapp-[0-9]-[A-Za-z0-9]+-[0-9]+-[A-Za-z0-9]{16,}|AGE-SECRET-KEY-1[0-9A-Z]{58}"
                          r"|PMAK-[a-fA-F0-9]{24}-[a-fA-F0-9]{34}|pscale_(?:tkn|pw|oauth)_[A-Za-z0-9=_.-]{32,}"
-                         r"|xai-[A-Za-z0-9]{20,}|tvly-(?:dev-|prod-)?[A-Za-z0-9]{20,}|EAA[A-Z][A-Za-z0-9]{20,})")
+                         r"|xai-[A-Za-z0-9]{20,}|tvly-(?:dev-|prod-)?[A-Za-z0-9]{20,}|EAA[A-Z][A-Za-z0-9]{20,}"
+                         r"|glc_[A-Za-z0-9+/]{32,}|glsa_[A-Za-z0-9]{32}_[A-Fa-f0-9]{8})")
 TOKEN_SHAPES = "hf_, ghp_, github_pat_, AKIA, sk-, glpat-, xoxb-, sk_live_, npm_, pypi-, AIza, dapi, a JWT, a webhook..."
 
 

@@ -103,6 +103,13 @@ def _without_credential_parameters(text: str) -> str:
     return "".join(word(part) for part in re.split(r"(\s+)", text))
 
 
+def holds_token(text: str) -> bool:
+    """Whether `text` holds a credential by the rule `masked` hides them with: a vendor's token shape
+    (fields.TOKEN_VALUE) or a run of letters and digits that reads as random. What a value that is shown, or sent where
+    it is shown (trainEnv: Ray's dashboard), must not hold."""
+    return bool(TOKEN_VALUE.search(text)) or any(random_looking(run) for run in _RUN.findall(text))
+
+
 # The most of one text that is masked and kept: every command prints at most 2,000 characters of a message
 # (workload/cli.py ERROR_LINE_CHARS) and a refusal at preview is one line; the rest is dropped, not printed unmasked.
 MASKED_MAX_CHARS = 65_536

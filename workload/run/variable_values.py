@@ -135,7 +135,7 @@ def check_variable_values(environ: Mapping[str, str] | None = None) -> None:
 
 
 def _shown(name: str, value: str) -> str:
-    from workload.config.fields import looks_like_token  # the one token rule; on the refusal path only
+    from workload.config.secret_text import holds_token  # the one token rule; on the refusal path only
 
-    shown = len(value) <= SHOWN_CHARS and value.isprintable() and not looks_like_token(value)
+    shown = len(value) <= SHOWN_CHARS and value.isprintable() and not holds_token(value)
     return f"{name}={value}" if shown else f"{name} ({len(value)} characters)"

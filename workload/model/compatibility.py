@@ -95,9 +95,11 @@ def kind_problem(model_type: str, encoder_decoder: bool, wrapped: list[str], inn
 def raw_kind_problem(raw: dict, model_type: str) -> str | None:
     """kind_problem from config.json's own fields and transformers' source text (workload.model.model_kinds), before
     the seconds of importing it: is_encoder_decoder as config.json sets it, else as the config class defaults it; the
-    MULTIMODAL_FIELDS config.json gives or the class builds by default (sub_configs_defaults), around the text
-    sub-config's model_type; the masked-LM and causal-LM tables of modeling_auto.py. None where any of it cannot be
-    read here (the gate's check_config decides after its imports)."""
+    MULTIMODAL_FIELDS config.json gives, around the text sub-config's model_type (config.json's, or the class's own
+    default, sub_configs_defaults); the masked-LM and causal-LM tables of modeling_auto.py. None where any of it
+    cannot be read here, or the class's code may build or rename a sub-config (the gate's check_config decides after
+    its imports). tests/unit/test_model_kinds.py holds every early refusal equal to check_config's, for every
+    model_type transformers has."""
     causal, masked = model_kinds.mapping(model_kinds.CAUSAL_TABLE), model_kinds.mapping(model_kinds.MASKED_TABLE)
     declared = model_kinds.config_class(model_type)
     if causal is None or masked is None or declared is None:

@@ -90,3 +90,22 @@ def test_layers_the_job_cannot_plan_are_refused_from_config_json_without_torch()
     assert "llama is a hybrid of attention and state-space (Mamba) or recurrent layers (mamba_d_state)" in \
         seen["error"], seen
     assert seen["imported"] == [] and seen["resources"] == 0, seen
+
+
+def test_a_model_of_another_kind_is_refused_from_config_json_without_torch():
+    # A vision-language wrapper, an encoder-decoder and an encoder are said from config.json and transformers' source
+    # text (compatibility.raw_kind_problem, workload/model/model_kinds.py), in the gate's words, not after its imports.
+    llava = dict(architectures.published("Qwen/Qwen2.5-1.5B"), model_type="llava_next",
+                 architectures=["LlavaNextForConditionalGeneration"], num_hidden_layers=4,
+                 vision_config={"model_type": "clip_vision_model", "hidden_size": 1024},
+                 text_config={"model_type": "qwen2", "hidden_size": 1536})
+    seen = preview({"trainEnabled": True, "trainModelId": "acme/odd-kv"}, llava)
+    assert seen["error"].startswith("config key 'trainModelId': acme/odd-kv: llava_next is a multimodal model "
+                                    "(vision_config) around a qwen2 language model, not a text-only causal LM"), seen
+    assert seen["imported"] == [] and seen["resources"] == 0, seen
+    for model_type, said in (("mt5", "mt5 is an encoder-decoder (sequence-to-sequence) model"),
+                             ("xlm-roberta", "xlm-roberta is an encoder (a masked-language model such as BERT)")):
+        seen = preview({"trainEnabled": True, "trainModelId": "acme/odd-kv"},
+                       dict(architectures.published("Qwen/Qwen2.5-1.5B"), model_type=model_type, num_hidden_layers=4))
+        assert seen["error"].startswith(f"config key 'trainModelId': acme/odd-kv: {said}"), seen
+        assert seen["imported"] == [] and seen["resources"] == 0, seen

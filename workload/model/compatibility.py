@@ -24,6 +24,11 @@ the preview accepts is what the job then builds, by the same code. In order, a m
 - every buffer is either in the files (persistent) or computed when the model is built (a rotary embedding's inv_freq,
   Gemma's embed_scale), so the sharded load can restore it.
 
+check_raw says all it can from config.json alone before transformers is imported (seconds, with torch): the
+token ids, the per-layer lists, the mixers, the activation (workload.model.activations) and the kind of model
+(raw_kind_problem: encoder-decoder, multimodal wrapper, encoder, no causal-LM class, read from transformers' source
+by workload.model.model_kinds), each in the words check_config or build say after the imports.
+
 The model is built with its parameters on the meta device (no memory, a fraction of a second even for 70B) and its
 buffers computed on the CPU: `parameters_on_meta`. torch and transformers are imported inside the functions, so the
 Pulumi program imports this module at no cost until a model needs the gate.
@@ -33,7 +38,7 @@ from __future__ import annotations
 import contextlib
 from typing import Any, Iterator
 
-from workload.model import activations, remote_code, structure
+from workload.model import activations, model_kinds, remote_code, structure
 
 EXPERT_FIELDS = structure.EXPERT_FIELDS
 # Sub-configs that make a config a multimodal wrapper (transformers' PretrainedConfig.sub_configs names).
@@ -66,8 +71,58 @@ def check_raw(raw: Any, what: str) -> None:
                             "job neither loads nor trains; give the model's unquantized (bf16/fp32) repository "
                             "(--method qlora quantizes it itself)")
     if (why := token_id_problem(raw) or per_layer_problem(raw) or mixer_problem(model_type, raw.get)
-            or activations.activation_problem(raw, model_type)) is not None:
+            or activations.activation_problem(raw, model_type) or raw_kind_problem(raw, model_type)) is not None:
         raise _refuse(what, why)
+
+
+def kind_problem(model_type: str, encoder_decoder: bool, wrapped: list[str], inner: str | None,
+                 causal: Any, masked: Any) -> str | None:
+    """Why a model of `model_type` is not a decoder-only, text-only causal LM, or None: the words both check_config
+    (from the transformers config) and raw_kind_problem (from config.json and transformers' source) say."""
+    if encoder_decoder:
+        return f"{model_type} is an encoder-decoder (sequence-to-sequence) model, not a decoder-only causal LM"
+    if wrapped:
+        around = f" around a {inner} language model" if inner else ""
+        return (f"{model_type} is a multimodal model ({', '.join(wrapped)}){around}, not a text-only causal LM; "
+                "train a text-only checkpoint of the family")
+    if model_type in masked:
+        return f"{model_type} is an encoder (a masked-language model such as BERT), not a decoder-only causal LM"
+    if model_type not in causal:
+        return f"{model_type} is not a causal LM (AutoModelForCausalLM has no class for it)"
+    return None
+
+
+def raw_kind_problem(raw: dict, model_type: str) -> str | None:
+    """kind_problem from config.json's own fields and transformers' source text (workload.model.model_kinds), before
+    the seconds of importing it: is_encoder_decoder as config.json sets it, else as the config class defaults it; the
+    MULTIMODAL_FIELDS config.json gives, around the text sub-config's model_type (config.json's, or the class's own
+    default, sub_configs_defaults); the masked-LM and causal-LM tables of modeling_auto.py. None where any of it
+    cannot be read here, or the class's code may build or rename a sub-config (the gate's check_config decides after
+    its imports). tests/unit/test_model_kinds.py holds every early refusal equal to check_config's, for every
+    model_type transformers has."""
+    causal, masked = model_kinds.mapping(model_kinds.CAUSAL_TABLE), model_kinds.mapping(model_kinds.MASKED_TABLE)
+    declared = model_kinds.config_class(model_type)
+    if causal is None or masked is None or declared is None:
+        return None
+    stated = raw.get("is_encoder_decoder", declared.is_encoder_decoder)
+    if not isinstance(stated, bool) and stated is not None:
+        return None
+    wrapped = [name for name in MULTIMODAL_FIELDS if raw.get(name) is not None]
+    if any(name in declared.names and name not in wrapped for name in MULTIMODAL_FIELDS):
+        return None  # a sub-config the class may build by itself: its __post_init__ decides, not its text
+    text, inner = raw.get("text_config"), None
+    if "text_config" in declared.sub_configs:  # the class builds text_config: its default, or from the dict
+        given = text.get("model_type") if isinstance(text, dict) else None
+        if (text is not None and not isinstance(text, dict)) or (
+                declared.text_fixed and given not in (None, declared.text_model_type)):
+            return None  # a class of the file given another model_type: its code decides which wins
+        inner = given if isinstance(given, str) else declared.text_model_type if (
+            declared.text_fixed or text is None) else None
+        if not isinstance(inner, str):
+            return None
+    elif "text_config" in declared.names:
+        return None  # handled in the class's code, not declared
+    return kind_problem(model_type, bool(stated), wrapped, inner, causal, masked)
 
 
 def mixer_problem(model_type: str, field: Any) -> str | None:
@@ -157,20 +212,11 @@ def check_config(config, what: str) -> None:
     )
 
     model_type = config.model_type
-    if getattr(config, "is_encoder_decoder", False):
-        raise _refuse(what, f"{model_type} is an encoder-decoder (sequence-to-sequence) model, not a decoder-only "
-                            "causal LM")
     wrapped = [name for name in MULTIMODAL_FIELDS if getattr(config, name, None) is not None]
-    if wrapped:
-        text = getattr(config, "text_config", None)
-        inner = f" around a {text.model_type} language model" if getattr(text, "model_type", None) else ""
-        raise _refuse(what, f"{model_type} is a multimodal model ({', '.join(wrapped)}){inner}, not a text-only "
-                            "causal LM; train a text-only checkpoint of the family")
-    if model_type in MODEL_FOR_MASKED_LM_MAPPING_NAMES:
-        raise _refuse(what, f"{model_type} is an encoder (a masked-language model such as BERT), not a decoder-only "
-                            "causal LM")
-    if model_type not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
-        raise _refuse(what, f"{model_type} is not a causal LM (AutoModelForCausalLM has no class for it)")
+    inner = getattr(getattr(config, "text_config", None), "model_type", None)
+    if (why := kind_problem(model_type, bool(getattr(config, "is_encoder_decoder", False)), wrapped, inner,
+                            MODEL_FOR_CAUSAL_LM_MAPPING_NAMES, MODEL_FOR_MASKED_LM_MAPPING_NAMES)) is not None:
+        raise _refuse(what, why)
     if (why := head_problem(config, set(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.values()))) is not None:
         raise _refuse(what, why)
     if (why := family_problem(config, MODEL_FOR_CAUSAL_LM_MAPPING_NAMES)) is not None:

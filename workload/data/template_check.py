@@ -149,6 +149,37 @@ def own_template_text(directory: str) -> str | None:
     return template if isinstance(template, str) and template else None
 
 
+def refused_by_every(template, conversations: list[tuple[str, list[dict]]]) -> tuple[str, str] | None:
+    """(where, the template's words) of the first of `conversations` when the template alone (a TemplateOnly)
+    refuses every one of them as the tokenizer's own render would: its raise_exception (jinja2's TemplateError
+    itself, as transformers' raise_exception raises it), what the sandbox refuses, a macro recursing without end, a
+    range past the sandbox's bound, an include with no loader. None when any renders, or fails otherwise (what the
+    template alone cannot tell is left to the job). The words bounded: a template's message may quote the record."""
+    from jinja2.exceptions import TemplateError
+    from jinja2.sandbox import SecurityError
+
+    first = None
+    for where, turns in conversations:
+        try:
+            chat.render(template, turns)
+            return None
+        except (SecurityError, RecursionError, OverflowError) as error:
+            said = error
+        except TemplateError as error:
+            if type(error) is not TemplateError:  # a syntax or undefined error: not raise_exception's
+                return None
+            said = error
+        except TypeError as error:
+            if str(error) != NO_LOADER:
+                return None
+            said = error
+        except Exception:  # noqa: BLE001  (what the template alone cannot render, the tokenizer's checks name)
+            return None
+        first = first or (where, "maximum recursion depth exceeded: a macro that calls itself without end"
+                          if isinstance(said, RecursionError) else str(said)[:200])
+    return first
+
+
 def check_template_renders_turns(cfg: TrainConfig) -> None:
     """The chat template (--chat_template, else a local tokenizer directory's own) that renders no assistant turn of
     the first SAMPLE_RECORDS conversations of a local --dataset file with one, refused as check_template_trains

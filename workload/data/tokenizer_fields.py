@@ -6,7 +6,7 @@ What transformers 5.x does with each (tokenization_utils_base.py, PreTrainedToke
 __init__), where a wrong type fails the load seconds into the imports, or on the cluster after the nodes bill:
 - added_tokens_decoder: `for idx, token in ....items()`, `AddedToken(**token)` then `int(idx)`: an object whose keys
   int() reads and whose values are objects of AddedToken's arguments (tokenizers' AddedToken: `content` a string;
-  single_word, lstrip, rstrip, normalized, special booleans).
+  single_word, lstrip, rstrip, normalized, special booleans; a key it does not know is ignored with a warning).
 - chat_template: a string, or a list whose entries `template["name"]: template["template"]` are read (a mapping is
   neither: jinja2 then fails with "Can't compile non template nodes").
 - model_max_length: compared with lengths (`len(ids) > self.model_max_length`): a number, or null (VERY_LARGE_INTEGER).
@@ -44,15 +44,11 @@ def _kind(value) -> str:
 def _added_token_problem(value) -> str | None:
     if not isinstance(value, dict):
         return f"is {_kind(value)}"
-    if not isinstance(value.get("content"), str):
-        return "has no string \"content\""
-    for name, item in value.items():
-        if name == "content":
-            continue
-        if name not in ADDED_TOKEN_FLAGS:
-            return f"has {_shown(name)}, which AddedToken does not take (allowed: content, {', '.join(ADDED_TOKEN_FLAGS)})"
-        if not isinstance(item, bool):
-            return f"has {name} {_kind(item)}, not true or false"
+    if "content" in value and not isinstance(value["content"], str):
+        return f"has content {_kind(value['content'])}, not a string"
+    for name in ADDED_TOKEN_FLAGS:  # other keys AddedToken ignores ("Ignored unknown kwarg option")
+        if name in value and not isinstance(value[name], bool):
+            return f"has {name} {_kind(value[name])}, not true or false"
     return None
 
 
@@ -77,7 +73,7 @@ def problem(config: dict) -> str | None:
                         "reads each key with int()); allowed: integer strings such as \"151643\"")
             if (why := _added_token_problem(value)) is not None:
                 return (f"field added_tokens_decoder's entry {_shown(key)} {why}; allowed: an object with a string "
-                        "\"content\" and AddedToken's flags")
+                        "\"content\" and AddedToken's true/false flags")
     template = config.get("chat_template")
     if template is not None and not isinstance(template, str) and not (isinstance(template, list) and all(
             isinstance(entry, dict) and isinstance(entry.get("name"), str) and isinstance(entry.get("template"), str)

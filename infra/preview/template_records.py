@@ -28,7 +28,6 @@ from workload.model import model_source
 RENDER_RECORDS = 8
 TEMPLATE_FILE, TOKENIZER_CONFIG_FILE = "chat_template.jinja", "tokenizer_config.json"
 MAX_FILE_BYTES = 16 << 20  # as chat_template.MAX_TOKENIZER_CONFIG_BYTES
-SPECIAL_TOKENS = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token")
 
 
 def check(cfg: StackConfig, dataset_file: str, head: bytes, fields: shapes.Fields) -> None:
@@ -102,10 +101,6 @@ def template_of(cfg: StackConfig) -> tuple[str, dict[str, str], str] | None:
                          if isinstance(entry, dict) and entry.get("name") == "default"), None)
     if not isinstance(text, str) or not text:
         return None
-    tokens = {}
-    for token_name in SPECIAL_TOKENS:
-        value = config.get(token_name)
-        value = value.get("content") if isinstance(value, dict) else value
-        if isinstance(value, str):
-            tokens[token_name] = value
-    return text, tokens, f"the chat template of {key} {name}"
+    from workload.data.template_render import special_tokens
+
+    return text, special_tokens(config), f"the chat template of {key} {name}"

@@ -212,6 +212,18 @@ def compile_template(text: str) -> jinja2.Template:
     return environment.from_string(text)
 
 
+def special_tokens(config: dict) -> dict[str, str]:
+    """The special tokens tokenizer_config.json's object `config` names (a string, or a saved AddedToken's content),
+    for TemplateOnly: those it lacks stay placeholders."""
+    tokens = {}
+    for name in SPECIAL_TOKENS:
+        value = config.get(name)
+        value = value.get("content") if isinstance(value, dict) else value
+        if isinstance(value, str):
+            tokens[name] = value
+    return tokens
+
+
 class TemplateOnly:
     """A chat template standing in for a tokenizer that would render with it (see the module's note)."""
 

@@ -21,7 +21,7 @@ from infra.config import StackConfig
 from infra.config.schema import warn
 from infra.preview import hub_access
 from workload.config import CHAT_TEMPLATES
-from workload.data import tokenizer_size
+from workload.data import tokenizer_fields, tokenizer_size
 from workload.data.chat import KNOWN_CHAT_TEMPLATES
 from workload.model import model_source
 
@@ -75,6 +75,8 @@ def on_hub(name: str, key: str, token: str | None) -> bool | str:
         raise ValueError(f"config key '{key}': {name}'s {tokenizer_size.TOKENIZER_CONFIG_FILE} on the Hub is {why}; "
                          f"{tokenizer_size.JSON_NOT_LOADED}")
     config = json.loads(data)
+    if (why := tokenizer_fields.problem(config)) is not None:  # a field AutoTokenizer reads with a type
+        raise ValueError(f"config key '{key}': {name}'s {tokenizer_size.TOKENIZER_CONFIG_FILE} on the Hub: its {why}")
     if isinstance(config, dict) and config.get("chat_template"):
         return True
     try:

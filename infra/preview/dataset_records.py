@@ -73,6 +73,9 @@ def check_hub(cfg: StackConfig, *, warn: Callable[[str], None] | None = None,
         return None
     except validate.DataError as error:
         raise ValueError(str(error)) from None
+    from infra.preview import template_records  # its first records against the chat template the job renders with
+
+    template_records.check(cfg, f"{train.dataset}/{found.file}", found.head, fields_of(cfg))
     _warn_partial(found.checked, f"{train.dataset}/{found.file}", limit, warn, found.size,
                   "the job's driver checks the same part before loading the model, and the workers every record")
     return found.checked

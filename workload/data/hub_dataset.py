@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import io
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from workload.data import hub_card, hub_columns, hub_features, hub_formats, hub_splits, shapes, validate
 from workload.data.hub_splits import DATA_SUFFIXES, split_files  # noqa: F401 - this module's names too
@@ -53,11 +53,13 @@ class NotReachable(Exception):
 
 @dataclass(frozen=True)
 class HubChecked:
-    """What was checked: the repo file, and the validator's result."""
+    """What was checked: the repo file, the validator's result, and the bytes read of the file (its first records,
+    which the preview renders with the chat template: infra/preview/template_records.py)."""
 
     file: str
     checked: validate.Checked
     size: int
+    head: bytes = field(default=b"", repr=False)
 
 
 def check_splits(dataset: str, files: list[str], token, config: str, wanted: list[tuple[str, str]],
@@ -217,7 +219,7 @@ def check_records(dataset: str, split: str, config: str, fields: shapes.Fields, 
                                   complete=len(body) >= size)
     check_features(name, body, split, config, readme, where)
     check_columns(dataset, chosen, split, config, readme, body, size, token, where)
-    return HubChecked(name, checked, size)
+    return HubChecked(name, checked, size, body)
 
 
 def _hub(path: str, token: str | bool | None, extra: dict | None = None):

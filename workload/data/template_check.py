@@ -149,6 +149,69 @@ def own_template_text(directory: str) -> str | None:
     return template if isinstance(template, str) and template else None
 
 
+def own_special_tokens(directory: str) -> dict[str, str]:
+    """The special tokens a local tokenizer directory's tokenizer_config.json names (template_render.special_tokens);
+    empty when it cannot be read here."""
+    import json
+
+    from workload import user_files
+    from workload.data.template_render import special_tokens
+
+    try:
+        config = json.loads(user_files.read_bytes(os.path.join(directory, "tokenizer_config.json"),
+                                                  MAX_TOKENIZER_BYTES))
+    except (OSError, ValueError, RecursionError, user_files.Refused):
+        return {}
+    return special_tokens(config) if isinstance(config, dict) else {}
+
+
+def _first_conversations(cfg: TrainConfig, fields: shapes.Fields) -> list[tuple[str, list[dict]]]:
+    """(where, turns) of the first SAMPLE_RECORDS records of the local --dataset file; fewer where one is not a
+    conversation (the record checks name it)."""
+    found, shape = [], None
+    with validate.open_binary(cfg.dataset) as raw:
+        for where, record in validate.records(cfg.dataset, raw):
+            try:
+                shape = shape or shapes.detect(record, fields)
+                found.append((where, shapes.conversation(record, shape, fields)[0]))
+            except shapes.RecordError:
+                return []
+            if len(found) >= SAMPLE_RECORDS:
+                break
+    return found
+
+
+def refused_by_every(template, conversations: list[tuple[str, list[dict]]]) -> tuple[str, str] | None:
+    """(where, the template's words) of the first of `conversations` when the template alone (a TemplateOnly)
+    refuses every one of them as the tokenizer's own render would: its raise_exception (jinja2's TemplateError
+    itself, as transformers' raise_exception raises it), what the sandbox refuses, a macro recursing without end, a
+    range past the sandbox's bound, an include with no loader. None when any renders, or fails otherwise (what the
+    template alone cannot tell is left to the job). The words bounded: a template's message may quote the record."""
+    from jinja2.exceptions import TemplateError
+    from jinja2.sandbox import SecurityError
+
+    first = None
+    for where, turns in conversations:
+        try:
+            chat.render(template, turns)
+            return None
+        except (SecurityError, RecursionError, OverflowError) as error:
+            said = error
+        except TemplateError as error:
+            if type(error) is not TemplateError:  # a syntax or undefined error: not raise_exception's
+                return None
+            said = error
+        except TypeError as error:
+            if str(error) != NO_LOADER:
+                return None
+            said = error
+        except Exception:  # noqa: BLE001  (what the template alone cannot render, the tokenizer's checks name)
+            return None
+        first = first or (where, "maximum recursion depth exceeded: a macro that calls itself without end"
+                          if isinstance(said, RecursionError) else str(said)[:200])
+    return first
+
+
 def check_template_renders_turns(cfg: TrainConfig) -> None:
     """The chat template (--chat_template, else a local tokenizer directory's own) that renders no assistant turn of
     the first SAMPLE_RECORDS conversations of a local --dataset file with one, refused as check_template_trains
@@ -161,16 +224,20 @@ def check_template_renders_turns(cfg: TrainConfig) -> None:
 
     from workload.data.template_render import TemplateOnly
 
+    directory = os.path.expanduser(cfg.tokenizer_name)
     try:
         text = (chat.template_text(cfg.chat_template) if cfg.chat_template else
-                own_template_text(os.path.expanduser(cfg.tokenizer_name))
-                if os.path.isdir(os.path.expanduser(cfg.tokenizer_name)) else None)
+                own_template_text(directory) if os.path.isdir(directory) else None)
         if text is None:
             return
-        template = TemplateOnly(text)
+        template = TemplateOnly(text, own_special_tokens(directory) if os.path.isdir(directory) else None)
     except Exception:  # noqa: BLE001  (a template that does not compile is the compile check's to name)
         return
     fields = shapes.Fields.of(cfg)
+    if os.path.isdir(directory) and (refused := refused_by_every(template, _first_conversations(cfg, fields))):
+        # raise_exception on every record checked, with the tokenizer's own special tokens: what the slow path
+        # (rendered_sample) would say after the tokenizer's imports, now
+        raise _cannot_render(cfg, refused[0], Exception(refused[1]))
     shape, checked = None, 0
     with validate.open_binary(cfg.dataset) as raw:
         for count, (where, record) in enumerate(validate.records(cfg.dataset, raw), 1):

@@ -212,17 +212,31 @@ def compile_template(text: str) -> jinja2.Template:
     return environment.from_string(text)
 
 
+def special_tokens(config: dict) -> dict[str, str]:
+    """The special tokens tokenizer_config.json's object `config` names (a string, or a saved AddedToken's content),
+    for TemplateOnly: those it lacks stay placeholders."""
+    tokens = {}
+    for name in SPECIAL_TOKENS:
+        value = config.get(name)
+        value = value.get("content") if isinstance(value, dict) else value
+        if isinstance(value, str):
+            tokens[name] = value
+    return tokens
+
+
 class TemplateOnly:
     """A chat template standing in for a tokenizer that would render with it (see the module's note)."""
 
-    def __init__(self, text: str):
+    def __init__(self, text: str, tokens: dict[str, str] | None = None):
         self._template = compile_template(text)
+        # the tokenizer's special tokens where the caller read them (tokenizer_config.json's), else placeholders
+        self._tokens = {**{name: f"<{name}>" for name in SPECIAL_TOKENS}, **(tokens or {})}
 
     def apply_chat_template(self, conversation: Sequence[dict], tokenize: bool = False,
                             add_generation_prompt: bool = False) -> str:
         assert not tokenize, "a template alone renders text; tokens need the tokenizer"
         messages = [_aliased(dict(message)) for message in conversation]
-        tokens = {name: f"<{name}>" for name in SPECIAL_TOKENS}
+        tokens = self._tokens
         own_text = sum(len(str(value)) for message in messages for value in message.values())
         self._template.environment.limit = MAX_BUILT_CHARS + GROWTH * own_text
         return self._template.render(messages=messages, tools=None, documents=None,

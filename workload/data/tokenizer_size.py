@@ -32,7 +32,7 @@ import sys
 from typing import Any
 
 from workload import user_files
-from workload.data import bpe_merges, sentencepiece_size
+from workload.data import bpe_merges, sentencepiece_size, tokenizer_fields
 
 TOKENIZER_FILE = "tokenizer.json"
 # A slow BPE tokenizer's files (GPT-2's), sized when there is no tokenizer.json.
@@ -358,6 +358,8 @@ def check_json_files(read, listed: bool, words) -> None:
     config = read(TOKENIZER_CONFIG_FILE)
     if config is not None and (why := json_object_problem(config)) is not None:
         raise ValueError(f"{words(TOKENIZER_CONFIG_FILE, why)}; {JSON_NOT_LOADED}")
+    if config is not None and (why := tokenizer_fields.problem(json.loads(config.decode("utf-8")))) is not None:
+        raise ValueError(words(TOKENIZER_CONFIG_FILE, f"a file whose {why}"))  # a field from_pretrained reads typed
     legacy = config is None or "added_tokens_decoder" not in json.loads(config.decode("utf-8"))
     special = read(SPECIAL_TOKENS_FILE) if legacy and listed else None
     if special is not None and (why := json_object_problem(special)) is not None:

@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 from workload import cli
 from workload.config import CHAT_TEMPLATES, TrainConfig, parse_report_to
 from workload.config.special_names import never_resolved
-from workload.data import hub_dataset, template_check, tokenizer_size
+from workload.data import hub_dataset, template_check, tokenizer_fields, tokenizer_size
 from workload.data import validate as records_check
 from workload.model import (
     adapters,
@@ -172,6 +172,9 @@ def check_local_files(cfg: TrainConfig) -> dict | None:
             why := remote_code.tokenizer_problem(tokenizer)) is not None:  # AutoTokenizer's refusal, before its import
         raise ValueError(f"{flag} {cfg.tokenizer_name}: {why}; give a tokenizer transformers loads with its own "
                          "classes" + ("" if cfg.tokenizer else ", or --tokenizer"))
+    if cfg.dataset and "://" not in cfg.tokenizer_name and os.path.isdir(tokenizer) and (
+            why := tokenizer_fields.directory_problem(tokenizer)) is not None:  # a field transformers reads typed
+        raise ValueError(f"{flag} {cfg.tokenizer_name}: {why}")
     if cfg.dataset and "://" not in cfg.tokenizer_name and (why := tokenizer_size.file_load_problem(tokenizer)):
         raise ValueError(f"{flag} {cfg.tokenizer_name}: {why}; give the directory the tokenizer's save_pretrained "
                          "wrote")

@@ -78,7 +78,7 @@ def template_of(cfg: StackConfig) -> tuple[str, dict[str, str], str] | None:
             return None
     name = train.tokenizer or train.model_id
     key = "trainTokenizer" if train.tokenizer else "trainModelId"
-    if "://" in name or model_source.is_path(name):
+    if not name or "://" in name or model_source.is_path(name):
         return None
     token = train.secret_env.reveal().get(hub_access.HUB_TOKEN_VARIABLE) or False
     try:

@@ -60,7 +60,8 @@ def _stack(dataset: str, split: str = "train", token: str | None = None, eval_sp
     secrets = {"HF_TOKEN": token} if token else {}
     return SimpleNamespace(train=SimpleNamespace(dataset=dataset, dataset_split=split, dataset_config=config,
                                                  eval_split=eval_split,
-                                                 text_field="text", **examples,
+                                                 text_field="text", **examples, chat_template="", tokenizer="",
+                                                 model_id="",  # no template to render the records with here
                                                  secret_env=SimpleNamespace(reveal=lambda: secrets)))
 
 

@@ -118,7 +118,8 @@ def _kubeconfig_files(kubeconfig: Path | None) -> list[tuple[Path, str, type[cli
     a default one ($KUBECONFIG's, ~/.kube/config) this machine's set-up."""
     if kubeconfig is not None:
         return [(kubeconfig, f"--kubeconfig {kubeconfig}", cli.UsageError)]
-    return [(path, f"the kubeconfig {path}", cli.EnvironmentProblem) for path in _default_paths()
+    named = "KUBECONFIG's file" if os.environ.get("KUBECONFIG") else "the kubeconfig"
+    return [(path, f"{named} {path}", cli.EnvironmentProblem) for path in _default_paths()
             if path.exists() and not path.is_dir()]
 
 

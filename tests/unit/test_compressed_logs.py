@@ -53,3 +53,20 @@ def test_a_gzip_that_inflates_past_the_bound_or_is_cut_short_is_refused(tmp_path
     assert cli.run(transport.main, [str(tmp_path / "cut.gz")]) == cli.USAGE
     err = capsys.readouterr().err
     assert "cut.gz starts as gzip but cannot be decompressed" in err and "no NCCL transport lines" not in err, err
+
+
+@pytest.mark.parametrize("encoding", ["utf-16", "utf-16-be"])
+def test_a_utf16_log_is_judged_as_the_text_it_holds(encoding, tmp_path, capsys):
+    """A log saved as UTF-16 with its byte order mark (Windows PowerShell 5's `>`) holds the same lines: the same
+    verdict as the UTF-8 file, not "no NCCL transport lines"; one that only starts like UTF-16 is refused."""
+    text = job_log(nccl_job(nodes=2, gpus_per_node=2))
+    (tmp_path / "plain.log").write_text(text)
+    data = text.encode(encoding)
+    (tmp_path / "wide.log").write_bytes(data if encoding == "utf-16" else b"\xfe\xff" + data)
+    assert cli.run(transport.main, [str(tmp_path / "plain.log"), "--expect", "efa"]) == cli.OK
+    plain = json.loads(capsys.readouterr().out)
+    assert cli.run(transport.main, [str(tmp_path / "wide.log"), "--expect", "efa"]) == cli.OK
+    assert json.loads(capsys.readouterr().out) == plain
+    (tmp_path / "odd.log").write_bytes(b"\xff\xfe" + b"x")  # an odd byte count: no UTF-16 text
+    assert cli.run(transport.main, [str(tmp_path / "odd.log")]) == cli.USAGE
+    assert "starts as UTF-16 text but is not" in capsys.readouterr().err

@@ -43,7 +43,7 @@ def test_a_kubeconfig_with_aliases_is_refused_before_the_client_reads_it(module,
     monkeypatch.setenv("KUBECONFIG", str(tmp_path / "laughs.yaml"))
     code = cli.run(main, argv)
     err = capsys.readouterr().err
-    assert code == cli.ENVIRONMENT and f"the kubeconfig {tmp_path / 'laughs.yaml'}: YAML aliases" in err, err
+    assert code == cli.ENVIRONMENT and f"KUBECONFIG's file {tmp_path / 'laughs.yaml'}: YAML aliases" in err, err
 
 
 def test_a_kubeconfig_without_aliases_gives_a_client_as_the_file_says(tmp_path, monkeypatch):

@@ -148,3 +148,13 @@ def test_what_the_sandbox_raises_for_every_record_is_refused_before_the_imports(
                                        "line 1 ("), early.value
     assert words in str(early.value)
     assert str(early.value) == _tokenizer_refusal(cfg), "the slow path (transformers' sandbox) says the same"
+
+
+@pytest.mark.parametrize("encoding", ["utf-16", "latin-1"])
+def test_a_template_file_that_is_not_utf8_is_refused_naming_the_flag(tmp_path, encoding):
+    path = tmp_path / "wide.jinja"
+    path.write_bytes("{% for m in messages %}{{ m.content }}¶{% endfor %}".encode(encoding))
+    with pytest.raises(ValueError) as refused:
+        chat.template_text(str(path))
+    assert str(refused.value).startswith(f"--chat_template {path} is not UTF-8 text (byte 0x"), refused.value
+    assert str(refused.value).endswith("save it as UTF-8")

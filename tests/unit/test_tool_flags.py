@@ -152,7 +152,7 @@ def test_a_kubeconfig_that_is_no_regular_file_is_refused_unread(module, argv, tm
     monkeypatch.setenv("KUBECONFIG", str(tmp_path / "pipe"))
     code = cli.run(main, argv)
     err = capsys.readouterr().err
-    assert code == cli.ENVIRONMENT and f"the kubeconfig {tmp_path / 'pipe'} is a FIFO" in err, err
+    assert code == cli.ENVIRONMENT and f"KUBECONFIG's file {tmp_path / 'pipe'} is a FIFO" in err, err
 
 
 def test_a_flag_near_by_name_wins_over_its_value_as_a_flag(capsys):

@@ -62,6 +62,10 @@ def template_text(name: str) -> str:
         text = user_files.read_bytes(path, MAX_TEMPLATE_BYTES).decode("utf-8")
     except user_files.Refused as error:
         raise ValueError(f"--chat_template {name} {error.why}; a chat template is a few KiB of text") from None
+    except UnicodeDecodeError as error:  # transformers reads a template as UTF-8 text: a UTF-16 file (with its BOM
+        # 0xff 0xfe, as Windows editors save "Unicode") or a Latin-1 one is no template it can read
+        raise ValueError(f"--chat_template {name} is not UTF-8 text (byte 0x{error.object[error.start]:02x} at "
+                         f"offset {error.start}); save it as UTF-8") from None
     return text.replace("\r\n", "\n").replace("\r", "\n")  # as a file opened in text mode reads it
 
 

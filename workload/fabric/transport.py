@@ -231,6 +231,11 @@ OTHER_COMPRESSIONS = {b"\x28\xb5\x2f\xfd": "zstd-compressed", b"BZh": "bzip2-com
                       b"PK\x03\x04": "a zip archive"}
 
 
+# The byte order marks of UTF-16 (little and big endian): a log saved as UTF-16 is read as its text, not searched as
+# bytes whose every other byte is NUL (which finds no NCCL line: a wrong verdict about a log that has them).
+UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")
+
+
 def _decompressed(path: str, data: bytes, max_bytes: int) -> bytes:
     """A log's text: `data` itself, or its gzip stream decompressed (at most `max_bytes`, read no further: a small
     file that inflates to gigabytes stops there), or UsageError naming LOGFILE for another compression."""
@@ -241,6 +246,11 @@ def _decompressed(path: str, data: bytes, max_bytes: int) -> bytes:
     if (what := next((name for magic, name in OTHER_COMPRESSIONS.items() if data.startswith(magic)), None)):
         raise cli.UsageError(f"LOGFILE {path} is {what} (its first bytes say so), which is not read: decompress it "
                              "(gzip is read)")
+    if data.startswith(UTF16_BOMS):  # Windows PowerShell 5's `>` writes UTF-16 with its byte order mark
+        try:
+            return data.decode("utf-16").encode("utf-8")
+        except UnicodeDecodeError:
+            raise cli.UsageError(f"LOGFILE {path} starts as UTF-16 text but is not; give the log as UTF-8") from None
     if not data.startswith(GZIP_MAGIC):
         return data
     try:

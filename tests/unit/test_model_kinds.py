@@ -8,7 +8,7 @@ import copy
 
 import pytest
 
-from workload.model import compatibility, model_kinds
+from workload.model import compatibility, model_kinds, transformers_source
 
 WHAT = "config key 'trainModelId': acme/m"
 TINY = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
@@ -94,10 +94,11 @@ def _package(tmp_path, monkeypatch, extra: str = "", mappings: bool = True):
         (models / "auto" / "modeling_auto.py").write_text(
             'MODEL_FOR_CAUSAL_LM_MAPPING_NAMES = OrderedDict([("llama", "LlamaForCausalLM")])\n'
             'MODEL_FOR_MASKED_LM_MAPPING_NAMES = OrderedDict([("bert", "BertForMaskedLM")])\n')
-    monkeypatch.setattr(model_kinds, "_package", lambda: str(tmp_path))
-    for name in ("_tree", "mapping", "config_class"):  # uncached, so each test reads its own files
-        function = getattr(model_kinds, name)
-        monkeypatch.setattr(model_kinds, name, getattr(function, "__wrapped__", function))
+    monkeypatch.setattr(transformers_source, "package", lambda: str(tmp_path))
+    for module, name in ((transformers_source, "_text"), (transformers_source, "_tree"), (model_kinds, "mapping"),
+                         (model_kinds, "config_class")):  # uncached, so each test reads its own files
+        function = getattr(module, name)
+        monkeypatch.setattr(module, name, getattr(function, "__wrapped__", function))
 
 
 def test_a_class_read_from_its_source(tmp_path, monkeypatch):
@@ -120,5 +121,5 @@ def test_what_the_class_decides_in_code_is_left_to_the_gate(tmp_path, monkeypatc
 def test_without_the_tables_nothing_is_refused_early(tmp_path, monkeypatch):
     _package(tmp_path, monkeypatch, mappings=False)
     assert compatibility.raw_kind_problem({"model_type": "acme", "vision_config": {}}, "acme") is None
-    monkeypatch.setattr(model_kinds, "_package", lambda: None)
+    monkeypatch.setattr(transformers_source, "package", lambda: None)
     assert compatibility.raw_kind_problem({"model_type": "bert"}, "bert") is None

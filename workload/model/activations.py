@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import ast
 import functools
-import importlib.util
-import os
 from typing import Any
+
+from workload.model import transformers_source
 
 ACTIVATIONS_SOURCE = "activations.py"
 TABLE_NAME = "ACT2CLS"
@@ -27,16 +27,8 @@ ACTIVATION_FIELDS = ("hidden_act", "hidden_activation", "activation_function")
 @functools.lru_cache(maxsize=1)
 def known_activations() -> frozenset[str] | None:
     """ACT2CLS's keys in the installed transformers; None where they cannot be read here."""
-    try:
-        spec = importlib.util.find_spec("transformers")
-    except (ImportError, ValueError):
-        return None
-    if spec is None or not spec.origin:
-        return None
-    try:
-        with open(os.path.join(os.path.dirname(spec.origin), ACTIVATIONS_SOURCE), encoding="utf-8") as file:
-            tree = ast.parse(file.read())
-    except (OSError, SyntaxError, UnicodeDecodeError, ValueError):
+    tree = transformers_source.tree(ACTIVATIONS_SOURCE)
+    if tree is None:
         return None
     for node in tree.body:
         if (isinstance(node, ast.Assign) and isinstance(node.value, ast.Dict)

@@ -21,40 +21,19 @@ from __future__ import annotations
 
 import ast
 import functools
-import importlib.util
-import os
 from dataclasses import dataclass
+
+from workload.model import transformers_source
 
 MAPPINGS_SOURCE = "models/auto/modeling_auto.py"
 CAUSAL_TABLE, MASKED_TABLE = "MODEL_FOR_CAUSAL_LM_MAPPING_NAMES", "MODEL_FOR_MASKED_LM_MAPPING_NAMES"
 BASE_CONFIG = "PreTrainedConfig"
 
 
-@functools.lru_cache(maxsize=1)
-def _package() -> str | None:
-    try:
-        spec = importlib.util.find_spec("transformers")
-    except (ImportError, ValueError):
-        return None
-    return os.path.dirname(spec.origin) if spec is not None and spec.origin else None
-
-
-@functools.lru_cache(maxsize=64)
-def _tree(relative: str) -> ast.Module | None:
-    package = _package()
-    if package is None:
-        return None
-    try:
-        with open(os.path.join(package, relative), encoding="utf-8") as file:
-            return ast.parse(file.read())
-    except (OSError, SyntaxError, UnicodeDecodeError, ValueError):
-        return None
-
-
 @functools.lru_cache(maxsize=4)
 def mapping(name: str) -> dict[str, str] | None:
     """An `OrderedDict([("type", "Class"), ...])` table of modeling_auto.py by name; None where not found."""
-    tree = _tree(MAPPINGS_SOURCE)
+    tree = transformers_source.tree(MAPPINGS_SOURCE)
     for node in tree.body if tree is not None else ():
         if (isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in node.targets)
                 and isinstance(node.value, ast.Call) and node.value.args
@@ -114,7 +93,7 @@ def _sub_config_type(value: ast.expr, classes: dict[str, ast.ClassDef]) -> str |
 def config_class(model_type: str) -> ConfigClass | None:
     """The config class of `model_type` as its source declares it (see the module docstring); None: cannot tell."""
     folder = model_type.replace("-", "_")
-    tree = _tree(f"models/{folder}/configuration_{folder}.py")
+    tree = transformers_source.tree(f"models/{folder}/configuration_{folder}.py")
     if tree is None:
         return None
     classes = {node.name: node for node in tree.body if isinstance(node, ast.ClassDef)}

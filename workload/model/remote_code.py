@@ -21,7 +21,6 @@ Standard library only.
 """
 from __future__ import annotations
 
-import functools
 import glob
 import importlib.metadata
 import importlib.util
@@ -30,6 +29,7 @@ import os
 from typing import Any
 
 from workload import cli
+from workload.model import transformers_source
 
 # The files of transformers that hold its model_types and its tokenizer classes' names (5.x; 4.x kept the
 # model_types in configuration_auto.py).
@@ -39,29 +39,9 @@ TOKENIZER_CONFIG_FILE, CONFIG_FILE = "tokenizer_config.json", "config.json"
 NO_CUSTOM_CODE = "the job does not run a repository's own code (trust_remote_code is off)"
 
 
-@functools.lru_cache(maxsize=1)
-def _package() -> str | None:
-    """transformers' package directory, found without importing it; None where it is not installed."""
-    try:
-        spec = importlib.util.find_spec("transformers")
-    except (ImportError, ValueError):
-        return None
-    return os.path.dirname(spec.origin) if spec is not None and spec.origin else None
-
-
-@functools.lru_cache(maxsize=8)
-def _source(relative: str) -> str:
-    package = _package()
-    try:
-        with open(os.path.join(package, relative), encoding="utf-8") as file:
-            return file.read()
-    except (OSError, TypeError, UnicodeDecodeError):
-        return ""
-
-
 def _quoted_in(name: str, sources: tuple[str, ...]) -> bool | None:
     """Whether `name` is written quoted in one of transformers' `sources`; None when none of them could be read."""
-    texts = [text for text in (_source(relative) for relative in sources) if text]
+    texts = [text for text in (transformers_source.text(relative) for relative in sources) if text]
     if not texts:
         return None
     return any(f'"{name}"' in text or f"'{name}'" in text for text in texts)
@@ -78,7 +58,8 @@ def known_model_type(model_type: str) -> bool | None:
     """Whether transformers has a config class of its own for `model_type` (None: cannot tell here)."""
     if (quoted := _quoted_in(model_type, MODEL_TYPE_SOURCES)) is None:
         return None
-    return quoted or os.path.isdir(os.path.join(_package(), "models", model_type.replace("-", "_")))
+    folder = model_type.replace("-", "_")
+    return quoted or os.path.isdir(os.path.join(transformers_source.package(), "models", folder))
 
 
 def unknown_model_type(model_type: str, raw: dict) -> str:
@@ -92,11 +73,12 @@ def known_tokenizer_class(name: str) -> bool | None:
     """Whether transformers has a tokenizer class `name` (or `name` without or with "Fast"): None: cannot tell."""
     base = name.removesuffix("Fast")
     names = (base, base + "Fast")
-    if (quoted := any(_quoted_in(each, TOKENIZER_CLASS_SOURCES) for each in names)) or _package() is None:
+    package = transformers_source.package()
+    if (quoted := any(_quoted_in(each, TOKENIZER_CLASS_SOURCES) for each in names)) or package is None:
         return True if quoted else None
-    if not _source(TOKENIZER_CLASS_SOURCES[0]):
+    if not transformers_source.text(TOKENIZER_CLASS_SOURCES[0]):
         return None
-    for path in glob.glob(os.path.join(_package(), "models", "*", "tokenization_*.py")):
+    for path in glob.glob(os.path.join(package, "models", "*", "tokenization_*.py")):
         try:
             with open(path, encoding="utf-8") as file:
                 text = file.read()

@@ -17,6 +17,11 @@ nvlink_sharp, efa_rdma_read):
 - FI_EFA_USE_DEVICE_RDMA: fi_efa(7), "if EFA device does not support RDMA and FI_EFA_USE_DEVICE_RDMA is set to
   1/true/yes/on, user's application is aborted and a warning message is printed"; libfabric's booleans
   (fi_param_get_bool) are 1/0, true/false, yes/no, on/off.
+- NCCL's two transports inside a node, P2P (NVLink/PCIe) and SHM: with both turned off, ranks on one node talk through
+  the network plugin (their channels go "via NET/..."), so a job that expects intra-node transport fails its check.
+  NCCL src/graph/paths.cc ncclGetLevel: P2P is off when NCCL_P2P_DISABLE parses (strtol, base 0) to 1, or else
+  NCCL_P2P_LEVEL is exactly "LOC" or a number whose old level maps to LOC (0); src/transport/shm.cc shmCanConnect:
+  SHM is off when NCCL_SHM_DISABLE is 1 (NCCL_PARAM: strtoll, base 0, the whole value).
 Standard library only."""
 from __future__ import annotations
 
@@ -81,6 +86,32 @@ def _chosen(text: str, known: dict[str, str], aliases: Mapping[str, tuple[str, .
     unknown = [name for name in names if name not in known and name not in aliases]
     listed = {expanded for name in names for expanded in aliases.get(name, (name,))}
     return (set(known) - listed if exclude else listed & set(known)), unknown
+
+
+def _strtol(value: str) -> int:
+    """`value` as C's strtol(value, NULL, 0) reads it, the way NCCL reads its numeric settings: leading space, a
+    sign, then the longest run of digits of the base its prefix names (0x hex, 0 octal, else decimal), the rest
+    ignored; 0 where no digit comes."""
+    match = re.match(r"\s*([+-]?)(0[xX][0-9a-fA-F]+|0[0-7]*|[1-9][0-9]*)", value)
+    if match is None:
+        return 0
+    digits = match.group(2)
+    number = int(digits, 16) if digits[:2].lower() == "0x" else int(digits, 8) if digits.startswith("0") else int(digits)
+    return -number if match.group(1) == "-" else number
+
+
+def intra_node_transports_off(env: Mapping[str, str]) -> str | None:
+    """The trainEnv settings that turn off both of NCCL's transports inside a node (P2P and SHM), said as words; None
+    while either is left on."""
+    if "NCCL_P2P_DISABLE" in env and _strtol(env["NCCL_P2P_DISABLE"]) == 1:
+        p2p = "NCCL_P2P_DISABLE=1"
+    elif (level := env.get("NCCL_P2P_LEVEL", "")) == "LOC" or (level[:1].isdigit() and _strtol(level) == 0):
+        p2p = "NCCL_P2P_LEVEL=LOC" if level == "LOC" else "NCCL_P2P_LEVEL (a number NCCL reads as level 0, LOC)"
+    else:
+        return None
+    if _strtol(env.get("NCCL_SHM_DISABLE", "")) != 1:
+        return None
+    return f"{p2p} and NCCL_SHM_DISABLE=1"
 
 
 def problem(env: Mapping[str, str], gpu: InstanceFacts) -> str | None:

@@ -372,6 +372,10 @@ def check_transport_expectation(cfg: StackConfig, gpu: InstanceFacts, workers: i
     if expect == "socket" and not sockets:
         raise ValueError(f"config key {key!r}: socket, but the workers load aws-ofi-nccl on EFA, so NCCL uses EFA; "
                          "allowed: efa or any, or socket with trainEnv NCCL_NET=Socket")
+    if expect == "intra-node" and workers > 1 and (off := fabric_env.intra_node_transports_off(cfg.train.env)):
+        raise ValueError(f"config keys 'trainEnv', {key!r}: intra-node, but trainEnv's {off} turn off both of NCCL's "
+                         "transports inside a node (P2P and shared memory), so the ranks talk through the network "
+                         f"plugin; allowed: trainEnv without one of them, or {key} any")
     if expect == "intra-node" and crosses_nodes:
         raise ValueError(f"config key {key!r}: intra-node, but {workers} workers span more than one node of "
                          f"{gpu.gpus} GPUs; allowed: efa or any, or trainNumWorkers up to {gpu.gpus}")

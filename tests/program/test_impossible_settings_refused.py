@@ -139,3 +139,17 @@ def test_a_principal_arn_with_no_name_after_its_path_is_refused():
     """IAM's identifiers: a path then a name; `role/team/` has no name, and EKS refuses its access entry at `up`."""
     message = program_refusal({"clusterAdmins": ["arn:aws:iam::123456789012:role/platform/"]})
     assert message.startswith("config key 'clusterAdmins'"), message
+
+
+@pytest.mark.parametrize("env", [["NCCL_P2P_LEVEL=LOC", "NCCL_SHM_DISABLE=1"],
+                                 ["NCCL_SHM_DISABLE=0x1", "NCCL_P2P_DISABLE=1"]])
+def test_intra_node_expected_with_both_transports_inside_a_node_off_is_refused(env):
+    # infra/preview/job_plan.py check_transport_expectation over fabric_env.intra_node_transports_off: the ranks of
+    # one node then talk through the network plugin, and every rank's verdict differs from intra-node.
+    message = program_refusal({**JOB, **ONE_NODE, "trainNumWorkers": 4, "trainEnv": env})
+    assert message.startswith("config keys 'trainEnv', 'trainExpectTransport': intra-node"), message
+    assert "allowed: trainEnv without one of them" in message, message
+
+
+def test_intra_node_expected_with_shared_memory_left_on_previews():
+    run_program("dev", {**JOB, **ONE_NODE, "trainNumWorkers": 4, "trainEnv": ["NCCL_P2P_DISABLE=1"]})

@@ -57,3 +57,29 @@ def test_a_value_shaped_like_a_token_is_not_quoted():
     for secret in ("hf_" + "Qx7" * 12, "Qx7Lp2Zr9" * 3):
         message = fabric_env.problem({"NCCL_ALGO": secret}, P5)
         assert message is not None and secret not in message and "NCCL_ALGO" in message, message
+
+
+@pytest.mark.parametrize("env, off", [
+    ({"NCCL_P2P_DISABLE": "1", "NCCL_SHM_DISABLE": "1"}, "NCCL_P2P_DISABLE=1"),
+    ({"NCCL_P2P_DISABLE": "0x1", "NCCL_SHM_DISABLE": "01"}, "NCCL_P2P_DISABLE=1"),  # strtol, base 0
+    ({"NCCL_P2P_DISABLE": " 1 ", "NCCL_SHM_DISABLE": "1"}, "NCCL_P2P_DISABLE=1"),  # leading space, trailing text
+    ({"NCCL_P2P_LEVEL": "LOC", "NCCL_SHM_DISABLE": "1"}, "NCCL_P2P_LEVEL=LOC"),
+    ({"NCCL_P2P_LEVEL": "0", "NCCL_SHM_DISABLE": "1"}, "level 0"),  # NCCL's old numbering: 0 is LOC
+    ({"NCCL_P2P_DISABLE": "2", "NCCL_P2P_LEVEL": "LOC", "NCCL_SHM_DISABLE": "1"}, "NCCL_P2P_LEVEL=LOC"),
+])
+def test_both_transports_inside_a_node_turned_off_are_named(env, off):
+    assert off in fabric_env.intra_node_transports_off(env)
+
+
+@pytest.mark.parametrize("env", [
+    {"NCCL_P2P_DISABLE": "1"},  # SHM still carries the node's traffic
+    {"NCCL_SHM_DISABLE": "1"},
+    {"NCCL_P2P_DISABLE": "2", "NCCL_SHM_DISABLE": "1"},  # NCCL turns P2P off only for exactly 1
+    {"NCCL_P2P_LEVEL": "loc", "NCCL_SHM_DISABLE": "1"},  # the level's names are compared case-sensitively
+    {"NCCL_P2P_LEVEL": "NVL", "NCCL_SHM_DISABLE": "1"},
+    {"NCCL_P2P_LEVEL": "1", "NCCL_SHM_DISABLE": "1"},  # old level 1 is PIX
+    {"NCCL_P2P_DISABLE": "1", "NCCL_SHM_DISABLE": "0"},
+    {"NCCL_P2P_DISABLE": "1", "NCCL_SHM_DISABLE": "yes"},  # not a number: strtoll reads 0
+])
+def test_a_transport_left_on_inside_a_node_passes(env):
+    assert fabric_env.intra_node_transports_off(env) is None

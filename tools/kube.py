@@ -62,9 +62,39 @@ def api_client(kubeconfig: Path | None) -> Any:
                                     client_configuration=configuration)
     except (config.ConfigException, OSError, ValueError, TypeError, AttributeError) as error:
         raise unusable(f"the kubeconfig cannot be used: {_first_line(error)}", hint=GET_A_KUBECONFIG) from None
+    _check_plain_http_credentials(configuration, kubeconfig, unusable)
     # One try: urllib3's default three retries each log a warning before the same failure.
     configuration.retries = False
     return client.ApiClient(configuration)
+
+
+def _check_plain_http_credentials(configuration: Any, kubeconfig: Path | None,
+                                  unusable: type[cli.CommandError]) -> None:
+    """A server named by http:// while the user has a token or a password: the client sends them in the clear on
+    every call (kubernetes/config/kube_config.py loads a token, an exec plugin's or `username`/`password` as Basic,
+    into api_key['BearerToken'] whatever the server's scheme, and takes TLS settings only for an https server). A
+    loopback server (`kubectl proxy` at http://127.0.0.1:8001) never leaves the machine and passes."""
+    from urllib.parse import urlsplit
+
+    server = urlsplit(configuration.host or "")
+    if server.scheme.lower() != "http" or not configuration.api_key.get("BearerToken"):
+        return
+    host = server.hostname or ""
+    if host == "localhost" or _loopback(host):
+        return
+    named = f"--kubeconfig {kubeconfig}" if kubeconfig is not None else "the kubeconfig"
+    raise unusable(f"{named}: its server is http://{host[:64]}, and its user's credentials (a token or a password) "
+                   "would cross the network unencrypted on every call; allowed: an https:// server",
+                   hint=GET_A_KUBECONFIG)
+
+
+def _loopback(host: str) -> bool:
+    import ipaddress
+
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def _document(path: Path, named: str, refused: type[cli.CommandError]) -> Any:

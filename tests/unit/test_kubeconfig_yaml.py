@@ -56,3 +56,33 @@ def test_a_kubeconfig_without_aliases_gives_a_client_as_the_file_says(tmp_path, 
     assert configuration.host == "https://10.0.0.7:6443" and configuration.ssl_ca_cert == str(tmp_path / "ca.pem")
     monkeypatch.setenv("KUBECONFIG", str(tmp_path / "lab.yaml"))
     assert api_client(None).configuration.host == "https://10.0.0.7:6443"
+
+
+@pytest.mark.parametrize("server, user", [
+    ("http://10.0.0.7:8080", "{token: sentinel-token-value}"),
+    ("HTTP://api.cluster.example.com", "{username: admin, password: sentinel-token-value}"),
+])
+def test_credentials_for_a_plain_http_server_are_refused_before_any_call(server, user, tmp_path, monkeypatch, capsys):
+    # tools/kube.py _check_plain_http_credentials: the client would send the token (or Basic password) unencrypted.
+    text = GOOD.replace('{server: "https://10.0.0.7:6443", certificate-authority: ca.pem}', f'{{server: "{server}"}}')
+    (tmp_path / "plain.yaml").write_text(text.replace("{token: abc}", user))
+    from tools import status
+
+    code = cli.run(status.main, ["--stack", "dev", "--kubeconfig", str(tmp_path / "plain.yaml")])
+    err = capsys.readouterr().err
+    assert code == cli.USAGE and "its server is http://" in err and "allowed: an https:// server" in err, err
+    assert "sentinel-token-value" not in err
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "plain.yaml"))
+    assert cli.run(status.main, ["--stack", "dev"]) == cli.ENVIRONMENT
+    assert "the kubeconfig: its server is http://" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("server, user", [("http://127.0.0.1:8001", "{token: abc}"),  # kubectl proxy
+                                          ("http://localhost:8001", "{token: abc}"),
+                                          ("http://10.0.0.7:8080", "{}")])  # no credentials to expose
+def test_a_loopback_or_credential_free_plain_http_server_gives_a_client(server, user, tmp_path):
+    from tools.kube import api_client
+
+    text = GOOD.replace('{server: "https://10.0.0.7:6443", certificate-authority: ca.pem}', f'{{server: "{server}"}}')
+    (tmp_path / "plain.yaml").write_text(text.replace("{token: abc}", user))
+    assert api_client(tmp_path / "plain.yaml").configuration.host == server

@@ -20,7 +20,7 @@ from typing import Sequence
 
 from workload import cli, config_file
 from workload.config import SUMMARY_PREFIX, TrainConfig, build_parser, rules
-from workload.run import in_job, preflight
+from workload.run import in_job, preflight, resumed_model
 
 REPEAT_S = 10.0
 
@@ -91,6 +91,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         with deadline:
             in_job.check_started_as_job()  # by hand, without a cluster: name workload.local before the Hub's checks
+            resumed_model.check_job(cfg)  # a model that is not the checkpoint's, before the workers fail to load it
             preflight.validate(cfg)  # what needs no heavy import first, then torch and transformers
             from workload import trainer  # Ray Train: seconds more of imports, once the job can start
 

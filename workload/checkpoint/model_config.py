@@ -67,25 +67,43 @@ _EMBEDDING = re.compile(r"(?:^|\.)(?:embed_tokens|wte|embed_in|word_embeddings)\
 _LAYER = re.compile(r"\.(?:layers|h)\.([0-9]+)\.")
 
 
-def check_against_claims(checkpoint: str, raw: dict[str, Any], shapes: dict[str, tuple[int, ...]],
-                         prefix: str) -> None:
-    """config.json's vocab_size and num_hidden_layers against the tensors `.metadata` lists under `prefix` (their
-    shapes read without torch: metadata_claims.tensor_shapes): the embedding's rows and the number of decoder layers.
-    Standard library only, so a config that is not the checkpoint's own is refused before the seconds of imports;
-    check_against_metadata compares the whole model after them."""
-    where = f"CHECKPOINT {checkpoint}: its file {CONFIG_FILE}"
+def claims_problem(raw: dict[str, Any], shapes: dict[str, tuple[int, ...]], prefix: str,
+                   checkpoint: str = "the checkpoint") -> str | None:
+    """Why config.json `raw` cannot describe the model whose tensors `.metadata` lists under `prefix` (their shapes
+    read without torch: metadata_claims.tensor_shapes), said after the config's name ("gives vocab_size ..."), or
+    None. Only what the checkpoint holds is compared: vocab_size against the embedding's rows where it holds the
+    embedding, num_hidden_layers against its decoder layers. A whole model (--method full) holds every layer, so the
+    counts are equal; a --method lora/qlora checkpoint holds the adapters alone (sharded._state: the frozen base, the
+    embedding with it, is never saved), on the layers that have a target module (PEFT's inject_adapter_in_model), so
+    its highest layer must exist, and a model with more layers (a hybrid's last layers without the target) may be the
+    checkpoint's own. A checkpoint without an embedding the names below know is compared as adapters are: one way.
+    Standard library only."""
     names = {name.removeprefix(prefix): shape for name, shape in shapes.items() if name.startswith(prefix)}
     embeddings = [(name, shape) for name, shape in names.items() if _EMBEDDING.search(name) and len(shape) == 2]
     vocab = raw.get("vocab_size")
     if len(embeddings) == 1 and isinstance(vocab, int) and vocab != embeddings[0][1][0]:
         name, shape = embeddings[0]
-        raise CheckpointRefused(f"{where} gives vocab_size {vocab:,}, and the checkpoint's {name} holds "
-                                f"{shape[0]:,} rows ({list(shape)}): the config is not the checkpoint's own")
+        return (f"gives vocab_size {vocab:,}, and {checkpoint} holds {shape[0]:,} rows in its {name} "
+                f"({list(shape)})")
     layers = {int(match.group(1)) for name in names if (match := _LAYER.search(name))}
     count = raw.get("num_hidden_layers")
-    if layers and isinstance(count, int) and count != max(layers) + 1:
-        raise CheckpointRefused(f"{where} gives num_hidden_layers {count:,}, and the checkpoint holds "
-                                f"{max(layers) + 1:,} decoder layers: the config is not the checkpoint's own")
+    if not layers or not isinstance(count, int) or isinstance(count, bool):
+        return None
+    if embeddings and count != max(layers) + 1:
+        return f"gives num_hidden_layers {count:,}, and {checkpoint} holds {max(layers) + 1:,} decoder layers"
+    if not embeddings and count <= max(layers):
+        return (f"gives num_hidden_layers {count:,}, and {checkpoint} holds adapters of {max(layers) + 1:,} decoder "
+                "layers")
+    return None
+
+
+def check_against_claims(checkpoint: str, raw: dict[str, Any], shapes: dict[str, tuple[int, ...]],
+                         prefix: str) -> None:
+    """workload.export's use of claims_problem: a checkpoint's own config.json that is not the checkpoint's is refused
+    before the seconds of imports; check_against_metadata compares the whole model after them."""
+    if (why := claims_problem(raw, shapes, prefix)) is not None:
+        raise CheckpointRefused(f"CHECKPOINT {checkpoint}: its file {CONFIG_FILE} {why}: the config is not the "
+                                "checkpoint's own")
 
 
 def read_config_file(directory: str) -> dict[str, Any]:

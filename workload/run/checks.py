@@ -28,7 +28,7 @@ from workload.config import (
     rules,
 )
 from workload.data import validate
-from workload.run import credential_files, input_files, variable_values, writable
+from workload.run import credential_files, input_files, resumed_model, variable_values, writable
 from workload.s3_names import s3_hint
 
 FLAGS_FILE = run_directory.FLAGS_FILE
@@ -188,7 +188,8 @@ def resume_step(cfg: TrainConfig) -> int | None:
     checking what it resumes from as export checks a checkpoint (workload/checkpoint/run_directory.py: its records,
     its latest checkpoint's files, its recorded flags) and that it was started with the same training flags:
     resuming with others would silently mix two runs (another --learning_rate, another schedule length, another
-    dataset) into one."""
+    dataset) into one; and that the model it builds has the checkpoint's vocabulary and layers
+    (workload/run/resumed_model.py)."""
     if not cfg.storage_path or "://" in cfg.storage_path:
         return None
     directory = os.path.join(cfg.storage_path, cfg.run_name)
@@ -223,6 +224,9 @@ def resume_step(cfg: TrainConfig) -> int | None:
             shown = "; ".join(f"--{name} {before.get(name)!r} then, {now[name]!r} now" for name in changed)
             raise cli.UsageError(f"--run_name {cfg.run_name} exists under {cfg.storage_path} with other flags: {shown}",
                                  hint="give the same flags to resume it, or a new --run_name for a new run")
+    # Where no flags were recorded (a run copied from a cluster, an older one) nothing above compared the model; and
+    # a --model_id directory may hold another model under the same name: its config against the checkpoint's shapes.
+    resumed_model.check(cfg, steps[max(steps)])
     return max(steps)
 
 

@@ -11,7 +11,6 @@ in another registry (your ECR) is another image, possibly built FROM the DLC. An
 """
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 from infra.kubernetes.images import KNOWN_IMAGES
@@ -26,7 +25,6 @@ _DOCKER_HUB_SPELLINGS = ("docker.io", "index.docker.io",
                          # (containerd remotes/docker/config/hosts.go, `if host == "docker.io"`), so it names the
                          # same repositories.
                          "registry-1.docker.io")
-_CPU_SUFFIX = re.compile(r"-cpu(?:-|$)")
 ALLOWED = ("allowed: the AWS Ray Train DLC (public.ecr.aws/deep-learning-containers/ray:train-ml-cuda-v1.1.0, or "
            "another train-ml-cuda tag) or an image built FROM it")
 
@@ -42,16 +40,15 @@ class PublishedContents:
     """libfabric (EFA's provider) and the aws-ofi-nccl plugin NCCL loads to drive EFA."""
     source: str
     """The publisher's document, as the refusal cites it (the comment beside each entry says more)."""
-    cpu_tag: re.Pattern | None = None
-    """The publisher's tags for a build without CUDA: its PyTorch, if any, cannot use the GPUs."""
 
 
 # Ray's images (docker.io/rayproject/*). None carries EFA's libraries: they are built FROM ubuntu or NVIDIA's CUDA images
 # (ray-project/ray docker/base-deps/Dockerfile, docker/README.md's tree: base-deps -> ray -> ray-ml / ray-llm), and none
 # of docker/base-deps, docker/ray, docker/ray-ml or docker/ray-llm's Dockerfiles runs AWS's EFA installer or builds
-# aws-ofi-nccl; only docker/base-extra does, the layer of Anyscale's own images, which are not these. Tags:
-# doc/source/ray-overview/installation.rst ("Docker Source Images"): `-cpu` builds on Ubuntu, `-cuXX` on NVIDIA CUDA,
-# no platform suffix is `-cpu` for rayproject/ray.
+# aws-ofi-nccl; only docker/base-extra does, the layer of Anyscale's own images, which are not these. A tag's platform
+# (`-cpu`, `-cuXX`: installation.rst's "Docker Source Images") changes neither fact, and is no rule of its own: ray-ml's
+# `-cpu` builds were based on Ubuntu, yet docker/ray-ml/install-ml-docker-requirements.sh installs the CUDA PyTorch
+# (dl-gpu-requirements.txt, whose wheels bring their CUDA libraries) into every variant.
 PUBLISHED_CONTENTS = {
     f"{DOCKER_HUB}/rayproject/ray": PublishedContents(
         name="Ray's base image", pytorch=False, efa=False,
@@ -62,7 +59,7 @@ PUBLISHED_CONTENTS = {
     f"{DOCKER_HUB}/rayproject/ray-ml": PublishedContents(
         # ray-project/ray#46378: "200+ additional Python packages, including PyTorch"; deprecated from 2.31.0, last
         # built at 2.49.x (ray-project/ray#57070), below the Ray 2.52.0 KubeRay's token auth needs.
-        name="Ray's discontinued ML image", pytorch=True, efa=False, cpu_tag=_CPU_SUFFIX,
+        name="Ray's discontinued ML image", pytorch=True, efa=False,
         source="ray-project/ray#46378: rayproject/ray plus ML libraries"),
     f"{DOCKER_HUB}/rayproject/ray-llm": PublishedContents(
         # docker/ray-llm/Dockerfile: FROM the CUDA rayproject/ray, plus vLLM's lock (and its torch), EP kernels, DeepGEMM.
@@ -86,29 +83,21 @@ def normalized_repository(image: str) -> str:
     return f"{registry}/{path}"
 
 
-def _tag(image: str) -> str:
-    last = image.partition("@")[0].rsplit("/", 1)[-1]
-    return last.partition(":")[2]
-
-
 def published_contents(image: str) -> PublishedContents | None:
     return PUBLISHED_CONTENTS.get(normalized_repository(image))
 
 
 def check_contents(image: str, *, train_enabled: bool, expect_transport: str) -> None:
-    """Refuse a dlcImage whose publisher documents it without what the job needs: PyTorch (or CUDA, a CPU build) when
-    the job runs, EFA's libraries when it must show efa. Nothing is refused while trainEnabled is false: the cluster
+    """Refuse a dlcImage whose publisher documents it without what the job needs: PyTorch when the job runs, EFA's libraries when it must show efa. Nothing is refused while trainEnabled is false: the cluster
     itself needs only Ray."""
     contents = published_contents(image)
     if contents is None or not train_enabled:
         return
     shown, repository = shown_value(image), normalized_repository(image)
-    cpu_build = contents.cpu_tag is not None and bool(contents.cpu_tag.search(_tag(image)))
-    if contents.pytorch is False or cpu_build:
-        lack = "a -cpu tag, which its publisher builds without CUDA, so its PyTorch cannot use the GPUs" \
-            if contents.pytorch and cpu_build else f"which its publisher documents without PyTorch ({contents.source})"
-        raise ValueError(f"config key 'dlcImage': {shown} is {contents.name} ({repository}), {lack}; the job "
-                         f"imports torch first, so every rank would fail after the GPU nodes bill; {ALLOWED}")
+    if contents.pytorch is False:
+        raise ValueError(f"config key 'dlcImage': {shown} is {contents.name} ({repository}), which its publisher "
+                         f"documents without PyTorch ({contents.source}); the job imports torch first, so every rank "
+                         f"would fail after the GPU nodes bill; {ALLOWED}")
     if contents.efa is False and expect_transport == "efa":
         raise ValueError(f"config keys 'dlcImage', 'trainExpectTransport': efa, but dlcImage {shown} is "
                          f"{contents.name} ({repository}), which carries neither libfabric (/opt/amazon/efa) nor "

@@ -1,6 +1,6 @@
 """What an image repository carries of what the job needs (infra/kubernetes/image_contents.py): the repository matched as
-the distribution grammar normalises its name, and a repository its publisher documents without PyTorch, without CUDA
-(a -cpu tag) or without EFA's libraries refused when the job needs them; every other image only warned of."""
+the distribution grammar normalises its name, and a repository its publisher documents without PyTorch or without EFA's
+libraries refused when the job needs them; every other image only warned of."""
 from __future__ import annotations
 
 import pytest
@@ -33,7 +33,7 @@ def test_a_name_normalises_as_the_distribution_grammar_does(image, repository):
 
 @pytest.mark.parametrize("image", [
     "rayproject/ray:2.56.0-py312-cu128", "docker.io/rayproject/ray:2.55.1-gpu", "index.docker.io/rayproject/ray:latest",
-    f"rayproject/ray@{DIGEST}", "rayproject/ray-ml:2.49.2.deprecated-py311-cpu",
+    f"rayproject/ray@{DIGEST}",
 ])
 def test_an_image_without_pytorch_is_refused_whenever_the_job_runs(image):
     for transport in ("efa", "socket", "any"):
@@ -46,7 +46,7 @@ def test_an_image_without_pytorch_is_refused_whenever_the_job_runs(image):
 
 
 @pytest.mark.parametrize("image", ["rayproject/ray-llm:2.57.0-py312-cu128", "rayproject/ray-ml:2.49.2.deprecated-py311-gpu",
-                                   "docker.io/rayproject/ray-ml:2.30.0"])
+                                   "docker.io/rayproject/ray-ml:2.30.0", "rayproject/ray-ml:2.49.2.deprecated-py311-cpu"])
 def test_an_image_without_efa_libraries_is_refused_only_while_efa_is_expected(image):
     with pytest.raises(ValueError) as refused:
         check_contents(image, train_enabled=True, expect_transport="efa")

@@ -22,7 +22,7 @@ from infra.aws import capacity_reservation, network, offerings
 from infra.aws.gpu_nodes import placement_group_name, use_placement_group
 from infra.config import AwsIdentity, InstanceFacts, StackConfig, arn_parts
 from infra.config.schema import warn
-from infra.kubernetes import addons, raycluster
+from infra.kubernetes import addons, image_contents, raycluster
 from infra.preview import endpoint_access, instance_facts, object_names, pip_index
 from infra.preview.access import aws_identity, check_access_entries, creator_of
 from infra.preview.job_plan import check_job
@@ -125,6 +125,12 @@ def plan_stack(cfg: StackConfig) -> StackPlan:
     check_system_instance(instance_facts.lookup(cfg.system_instance_type, config_key="systemInstanceType"))
     addons.check_efa_allowlist(cfg.gpu_instance_type)
     image = raycluster.check_config(cfg, gpu)
+    # What the job needs inside the image (PyTorch; EFA's libraries for efa), where its publisher documents it.
+    image_contents.check_contents(cfg.dlc_image, train_enabled=cfg.train.enabled,
+                                  expect_transport=cfg.train.expect_transport)
+    if warning := image_contents.unknown_contents_warning(cfg.dlc_image, train_enabled=cfg.train.enabled,
+                                                          expect_transport=cfg.train.expect_transport):
+        warn(warning)
     if cfg.train.enabled and cfg.train.pip:  # wheels judged for an image the stack knows (its Python and glibc)
         pip_index.check(cfg.train.pip, pip_index.Target(image.python_version, image.glibc_version,
                                                         (gpu.architectures or ("x86_64",))[0]), warn=warn)

@@ -88,8 +88,9 @@ def published_contents(image: str) -> PublishedContents | None:
 
 
 def check_contents(image: str, *, train_enabled: bool, expect_transport: str) -> None:
-    """Refuse a dlcImage whose publisher documents it without what the job needs: PyTorch when the job runs, EFA's libraries when it must show efa. Nothing is refused while trainEnabled is false: the cluster
-    itself needs only Ray."""
+    """Refuse a dlcImage whose publisher documents it without what the job needs: PyTorch when the job runs, EFA's
+    libraries when it must show efa. Nothing is refused while trainEnabled is false: the cluster itself needs only
+    Ray."""
     contents = published_contents(image)
     if contents is None or not train_enabled:
         return

@@ -42,7 +42,7 @@ class PublishedContents:
     """The publisher's document, as the refusal cites it (the comment beside each entry says more)."""
 
 
-# Ray's images (docker.io/rayproject/*). None carries EFA's libraries: they are built FROM ubuntu or NVIDIA's CUDA images
+# Ray's images (docker.io/rayproject/*). None carries EFA's libraries: they are built FROM ubuntu or NVIDIA CUDA images
 # (ray-project/ray docker/base-deps/Dockerfile, docker/README.md's tree: base-deps -> ray -> ray-ml / ray-llm), and none
 # of docker/base-deps, docker/ray, docker/ray-ml or docker/ray-llm's Dockerfiles runs AWS's EFA installer or builds
 # aws-ofi-nccl; only docker/base-extra does, the layer of Anyscale's own images, which are not these. A tag's platform
@@ -62,7 +62,7 @@ PUBLISHED_CONTENTS = {
         name="Ray's discontinued ML image", pytorch=True, efa=False,
         source="ray-project/ray#46378: rayproject/ray plus ML libraries"),
     f"{DOCKER_HUB}/rayproject/ray-llm": PublishedContents(
-        # docker/ray-llm/Dockerfile: FROM the CUDA rayproject/ray, plus vLLM's lock (and its torch), EP kernels, DeepGEMM.
+        # docker/ray-llm/Dockerfile: FROM the CUDA rayproject/ray, plus vLLM's lock (its torch), EP kernels, DeepGEMM.
         name="Ray's LLM serving image", pytorch=True, efa=False,
         source="ray-project/ray docker/ray-llm/Dockerfile: vLLM over rayproject/ray"),
 }

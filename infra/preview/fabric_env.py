@@ -96,7 +96,8 @@ def _strtol(value: str) -> int:
     if match is None:
         return 0
     digits = match.group(2)
-    number = int(digits, 16) if digits[:2].lower() == "0x" else int(digits, 8) if digits.startswith("0") else int(digits)
+    base = 16 if digits[:2].lower() == "0x" else 8 if digits.startswith("0") else 10
+    number = int(digits, base)
     return -number if match.group(1) == "-" else number
 
 

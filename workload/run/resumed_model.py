@@ -7,9 +7,10 @@ distributed/checkpoint/default_planner.py create_default_local_load_plan: "Size 
 "Missing key" for more layers), or, with fewer layers, resumed silently: the planner reads only the keys the model
 asks for, and the checkpoint's last layers were never read. So the model's config.json, as the run resolves it
 before Ray (--model_config's architecture, the config the project ships for a --model_id, a --model_id directory's
-file, a Hub model's config.json in one request), is held to the latest checkpoint's `.metadata` shapes by export's rule (workload/checkpoint/model_config.py
-claims_problem): one refusal naming the flag, exit 2. The local run checks it in resume_step; the job's driver
-(`python -m workload.train` beside a cluster) where --storage_path is a local directory. An s3:// run directory is
+file, a Hub model's config.json in one request), is held to the latest checkpoint's `.metadata` shapes by export's
+rule (workload/checkpoint/model_config.py claims_problem): one refusal naming the flag, exit 2. The local run checks
+it in resume_step; the job's driver (`python -m workload.train` beside a cluster) where --storage_path is a local
+directory. An s3:// run directory is
 left to the job: its checkpoint is read on the nodes.
 
 Standard library only (huggingface_hub for a Hub model's one request): nothing heavy has loaded when this runs.

@@ -37,9 +37,11 @@ def tiny_units():
 
 def _assert_close_weights(got: dict, expected: dict, what: str) -> None:
     # AdamW divides by the gradient's running magnitude, so where a gradient is near zero, fp32 rounding in another
-    # summation order moves the update by a visible fraction of the learning rate (1e-2): 0.5% of it at most.
+    # summation order moves the update by a visible fraction of the learning rate (1e-2): seen up to 0.55% of it on a
+    # loaded machine (5.5e-5, where 0.5% had held), so the bound is 2%; an accumulation that scales its loss wrongly
+    # moves every weight by a whole step's update (about the learning rate) and its losses too.
     worst = max((got[name] - tensor).abs().max().item() for name, tensor in expected.items())
-    assert worst <= 5e-5, f"{what}: weights after {STEPS} steps differ by up to {worst:.2e}"
+    assert worst <= 2e-4, f"{what}: weights after {STEPS} steps differ by up to {worst:.2e}"
 
 
 def test_two_level_collectives_give_full_sharding_s_losses_and_weights(gloo_run):

@@ -135,6 +135,33 @@ def _unreachable_registry(reference: str) -> str | None:
     return host if address.is_loopback or address.is_link_local or address.is_unspecified else None
 
 
+# A tag's CPU architecture word: Ray's images are tagged {Ray version}[-{Python}][-{Platform}][-{Architecture}] with
+# `-aarch64` for ARM (ray-project/ray docker/base-deps/README.md, "Tags"), and publishers of per-architecture tags
+# commonly use Docker's platform names (`-arm64`, `-amd64`: the OCI image index's `architecture`). A tag without one
+# names a single-architecture image or a multi-architecture index, and says nothing.
+_TAG_ARCHITECTURE = re.compile(r"(?<![A-Za-z0-9])(aarch64|arm64|amd64|x86_64|x86-64)(?![A-Za-z0-9])", re.IGNORECASE)
+_ARCHITECTURES = {"aarch64": "arm64", "arm64": "arm64", "amd64": "x86_64", "x86_64": "x86_64", "x86-64": "x86_64"}
+
+
+def tag_architecture(image: str) -> str | None:
+    """The CPU architecture (x86_64 or arm64) `image`'s tag names, or None where it names none (or names both)."""
+    reference = image.partition("@")[0]
+    last = reference.rsplit("/", 1)[-1]
+    tag = last.partition(":")[2]
+    named = {_ARCHITECTURES[word.lower()] for word in _TAG_ARCHITECTURE.findall(tag)}
+    return named.pop() if len(named) == 1 else None
+
+
+def check_architecture(image: str, nodes_architecture: str) -> None:
+    """Refuse a dlcImage whose tag names another CPU architecture than the nodes' AMIs: the head and every worker pod
+    would fail to start ("exec format error"), the GPU nodes billing meanwhile."""
+    if (named := tag_architecture(image)) is not None and named != nodes_architecture:
+        raise ValueError(f"config key 'dlcImage': {shown_value(image)} is tagged for {named}, and the Ray pods run on "
+                         f"{nodes_architecture} nodes (the system and GPU node groups' AMIs), so no pod would start "
+                         f"(exec format error); allowed: an {nodes_architecture} image, such as "
+                         "public.ecr.aws/deep-learning-containers/ray:train-ml-cuda-v1.1.0")
+
+
 def mutable_tag_warning(image: str) -> str | None:
     """A warning for a dlcImage whose tag moves (`latest`, `vX.Y`, a bare name): the head and each worker pull it
     when their pod starts, so one cluster can run two builds, and a re-created pod another. None for a digest or a

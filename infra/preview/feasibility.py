@@ -22,7 +22,8 @@ from infra.aws import capacity_reservation, network, offerings
 from infra.aws.gpu_nodes import placement_group_name, use_placement_group
 from infra.config import AwsIdentity, InstanceFacts, StackConfig, arn_parts
 from infra.config.schema import warn
-from infra.kubernetes import addons, image_contents, raycluster
+from infra.config.settings import GPU_ARCHITECTURE
+from infra.kubernetes import addons, image_contents, images, raycluster
 from infra.preview import endpoint_access, instance_facts, object_names, pip_index
 from infra.preview.access import aws_identity, check_access_entries, creator_of
 from infra.preview.job_plan import check_job
@@ -125,6 +126,8 @@ def plan_stack(cfg: StackConfig) -> StackPlan:
     check_system_instance(instance_facts.lookup(cfg.system_instance_type, config_key="systemInstanceType"))
     addons.check_efa_allowlist(cfg.gpu_instance_type)
     image = raycluster.check_config(cfg, gpu)
+    for architecture in sorted({SYSTEM_ARCHITECTURE, GPU_ARCHITECTURE}):  # the head's nodes and the workers'
+        images.check_architecture(cfg.dlc_image, architecture)
     # What the job needs inside the image (PyTorch; EFA's libraries for efa), where its publisher documents it.
     image_contents.check_contents(cfg.dlc_image, train_enabled=cfg.train.enabled,
                                   expect_transport=cfg.train.expect_transport)

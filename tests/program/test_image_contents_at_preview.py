@@ -43,3 +43,11 @@ def test_an_image_built_from_the_dlc_under_another_name_previews_with_a_warning(
     assert run.error is None and run.resources, "previewed, resources registered"
     warnings = [record.getMessage() for record in caplog.records if "PyTorch" in record.getMessage()]
     assert len(warnings) == 1 and "aws-ofi-nccl" in warnings[0] and image in warnings[0], warnings
+
+
+def test_an_arm64_image_on_x86_64_nodes_is_refused_at_preview():
+    # infra/preview/feasibility.py, images.check_architecture: every Ray pod would fail with "exec format error".
+    message = program_refusal({"dlcImage": "registry.example.com/team/ray:2.58.0-py313-cu130-arm64",
+                               "rayVersion": "2.58.0", "imageCudaVersion": "13.0"})
+    assert message.startswith("config key 'dlcImage': ") and "tagged for arm64" in message, message
+    assert "x86_64 nodes" in message, message

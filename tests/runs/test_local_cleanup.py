@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support import run_snapshot
 from workload import cli
 from workload.run.head_supervisor import session_members, stop_session
 
@@ -165,7 +166,7 @@ def test_the_local_run_refuses_a_bad_dataset_storage_or_worker_count_before_ray(
 
 
 def test_a_reused_run_name_says_where_it_resumes_and_refuses_other_flags(tmp_path, capsys):
-    """A run directory as a stopped run leaves it: its flags and a checkpoint at step 20."""
+    """A run directory as a stopped run leaves it: its flags, a checkpoint at step 20 and Ray Train's snapshot."""
     from workload.run import checks as local_checks
     from workload.run import local
 
@@ -173,6 +174,7 @@ def test_a_reused_run_name_says_where_it_resumes_and_refuses_other_flags(tmp_pat
     local_checks.record_flags(cfg)
     (tmp_path / "mine" / "checkpoint_000020").mkdir()
     (tmp_path / "mine" / "checkpoint_000020" / "train_step.json").write_text(json.dumps({"step": 20}))
+    run_snapshot.write(tmp_path / "mine", [20])
     assert local_checks.check_before_ray(cfg) == 20
     local.announce_resume(cfg, 20)
     *checked, resuming = capsys.readouterr().out.splitlines()

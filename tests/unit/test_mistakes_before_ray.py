@@ -12,6 +12,7 @@ import time
 
 import pytest
 
+from tests.support import run_snapshot
 from tools import job as job_cli
 from workload import cli
 from workload.checkpoint import export
@@ -77,7 +78,7 @@ FILES = {
     # A local run stopped before its first save: its flags, no checkpoint_<step>/.
     "stopped-run/local_run_flags.json": json.dumps({"checkpoint_every": 20}).encode(),
     "store/exp7": b"notes, not a run\n",
-    "store/exp8/checkpoint_000040/.metadata": b"?",  # a run's only checkpoint, cut off while saving
+    "store/exp8/checkpoint_000040/.metadata": b"?",  # a checkpoint Ray Train never recorded (no snapshot lists it)
     "checkpoint_000120/.metadata": b"x",
     "half.kubeconfig": b"apiVersion: v1\nusers: [{name: me\n",  # a flow mapping never closed
     # a template that renders the user's turns only
@@ -273,8 +274,9 @@ MISTAKES = [
      cli.USAGE, 'no field "output" (the record\'s fields: input, instruction); an Alpaca record holds instruction'),
     ("a run name that is a file", LOCAL, ["--storage_path", "store", "--run_name", "exp7"], cli.USAGE,
      "--run_name exp7: "),
-    ("a run whose only checkpoint is cut off", LOCAL, ["--storage_path", "store", "--run_name", "exp8"], cli.USAGE,
-     "store/exp8/checkpoint_000040 is not a complete checkpoint (no train_step.json"),
+    ("a run whose checkpoint Ray Train never recorded", LOCAL, ["--storage_path", "store", "--run_name", "exp8"],
+     cli.USAGE, "store/exp8/checkpoint_000040 is no checkpoint Ray Train recorded for this run (the run has no "
+     "checkpoint_manager_snapshot.json): Ray Train would start the run at step 0"),
     ("a storage path in another cloud", LOCAL, ["--storage_path", "az://box/runs"], cli.USAGE,
      "--storage_path: a az:// location is not read here; allowed: a local path, or s3://BUCKET/PREFIX"),
     ("a dataset at a web address", LOCAL, ["--dataset", "http://files.example.org/train.jsonl"], cli.USAGE,
@@ -429,6 +431,7 @@ def test_a_finished_run_run_again_says_where_its_model_is_and_starts_no_ray(here
     run = here / "runs" / "done"
     (run / "checkpoint_000006").mkdir(parents=True)
     (run / "checkpoint_000006" / "train_step.json").write_text('{"step": 6}')
+    run_snapshot.write(run, [6])
     assert _run(LOCAL, ["--steps", "6", "--run_name", "done"]) == cli.OK  # `here` fails the test if Ray would start
     out = capsys.readouterr().out
     assert "already reached step 6 of --steps 6: nothing left to train; export its last checkpoint with " \

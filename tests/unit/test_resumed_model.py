@@ -11,6 +11,7 @@ import pytest
 import torch
 import torch.distributed.checkpoint as dcp
 
+from tests.support import run_snapshot
 from workload import cli
 from workload.checkpoint import run_directory
 from workload.checkpoint.model_config import MODEL_PREFIX, claims_problem
@@ -45,6 +46,7 @@ def saved(run, step: int, vocab: int, layers: int, adapters: bool = False) -> No
         warnings.filterwarnings("ignore", message="torch.distributed is disabled")
         dcp.save({"model": lm, "optimizer": optimizer}, checkpoint_id=str(directory), no_dist=True)
     (directory / run_directory.STEP_FILE).write_text(json.dumps({"step": step, "tokenizer": ""}))
+    run_snapshot.write(run, [step])  # reported to Ray Train, which resumes from it
     if adapters:
         (directory / "adapter_config.json").write_text(json.dumps({"r": 2, "lora_alpha": 4}))
 
@@ -159,6 +161,7 @@ def test_a_checkpoint_of_a_real_model_s_state_is_compared_by_its_names(tmp_path)
         dcp.save({sharded.MODEL_KEY: {LM_PREFIX + name: t for name, t in lm.state_dict().items()}},
                  checkpoint_id=str(directory), no_dist=True)
     (directory / run_directory.STEP_FILE).write_text(json.dumps({"step": 11, "tokenizer": ""}))
+    run_snapshot.write(tmp_path / "ebb", [11])
     assert resume(tmp_path, "--model_config", "tiny") == 11
     message = refusal(tmp_path, "--model_id", model_directory(tmp_path, "three", num_hidden_layers=3))
     assert "gives num_hidden_layers 3" in message and "holds 2 decoder layers" in message, message

@@ -14,6 +14,7 @@ import pytest
 import torch
 import torch.distributed.checkpoint as dcp
 
+from tests.support import run_snapshot
 from workload import cli
 from workload.checkpoint import run_directory
 from workload.config.numeric_bounds import MAX_STEPS
@@ -21,6 +22,7 @@ from workload.run import checks, local
 
 
 def resume(storage, run_name="tides"):
+    recorded(storage / run_name)
     return checks.resume_step(local.parse_args(["--storage_path", str(storage), "--run_name", run_name]))
 
 
@@ -31,6 +33,13 @@ def refusal(storage, run_name="tides") -> str:
     assert message.startswith(f"--storage_path {storage} --run_name {run_name}: "), message
     assert "\n" not in message and refused.value.hint, message
     return message
+
+
+def recorded(run) -> None:
+    """The run as Ray Train left it: every checkpoint_<k>/ listed in its snapshot, the highest k the latest (unless a
+    test wrote its own snapshot)."""
+    if run.is_dir() and not (run / run_snapshot.SNAPSHOT_FILE).exists():
+        run_snapshot.write(run, sorted(int(path.name.split("_")[1]) for path in run.glob("checkpoint_*/")))
 
 
 def stub(run, step: int, record=None) -> str:
@@ -72,11 +81,15 @@ def test_an_earlier_checkpoints_record_is_held_to_the_rule_too(tmp_path):
     assert "checkpoint_000002/train_step.json: its step 7 is not its directory's" in refusal(tmp_path)
 
 
-def test_a_record_cut_off_while_copied_is_passed_over_as_ray_train_does(tmp_path):
-    stub(tmp_path / "tides", 4)
-    (tmp_path / "tides" / "checkpoint_000006").mkdir()
-    (tmp_path / "tides" / "checkpoint_000006" / run_directory.STEP_FILE).write_text('{"step": 6, "tok')
-    assert resume(tmp_path) == 4
+def test_an_earlier_record_cut_off_while_copied_is_passed_over_the_latests_is_refused(tmp_path):
+    (tmp_path / "tides" / "checkpoint_000004").mkdir(parents=True)
+    (tmp_path / "tides" / "checkpoint_000004" / run_directory.STEP_FILE).write_text('{"step": 4, "tok')
+    stub(tmp_path / "tides", 6)
+    assert resume(tmp_path) == 6  # only the latest is read on resume
+    stub(tmp_path / "tides", 9, {"step": 9})
+    (tmp_path / "tides" / "checkpoint_000009" / run_directory.STEP_FILE).write_text('{"step": 9, "tok')
+    os.remove(tmp_path / "tides" / run_snapshot.SNAPSHOT_FILE)
+    assert "checkpoint_000009/train_step.json is not JSON" in refusal(tmp_path)
 
 
 def test_the_latest_genuine_checkpoint_resumes(tmp_path):
@@ -149,6 +162,7 @@ def test_the_command_refuses_it_in_two_lines_before_ray(tmp_path, capsys, monkey
 
     monkeypatch.setattr(local, "local_cluster", no_cluster)
     stub(tmp_path / "tides", 12, {"step": 10**24})
+    recorded(tmp_path / "tides")
     started = time.perf_counter()
     code = cli.run(local.main, ["--storage_path", str(tmp_path), "--run_name", "tides", "--steps", "20"])
     took = time.perf_counter() - started

@@ -9,6 +9,7 @@ import os
 
 import pytest
 
+from tests.support import run_snapshot
 from workload import cli
 from workload.run import checks, local
 
@@ -18,6 +19,7 @@ def stopped_run(runs, name="r1", step=20):
     checks.record_flags(cfg)
     (runs / name / f"checkpoint_{step:06d}").mkdir()
     (runs / name / f"checkpoint_{step:06d}" / "train_step.json").write_text(json.dumps({"step": step}))
+    run_snapshot.write(runs / name, [step])
     return runs / name
 
 
@@ -53,5 +55,6 @@ def test_a_fifo_among_a_runs_records_is_refused_not_waited_on(tmp_path):
     os.remove(directory / checks.FLAGS_FILE)
     (directory / "checkpoint_000030").mkdir()
     os.mkfifo(directory / "checkpoint_000030" / "train_step.json")
+    run_snapshot.write(directory, [20, 30])
     with pytest.raises(cli.UsageError, match=r"checkpoint_000030/train_step\.json is a FIFO"):
         checks.resume_step(local.parse_args(["--storage_path", str(tmp_path), "--run_name", "r1"]))

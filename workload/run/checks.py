@@ -184,7 +184,8 @@ def check_fp8(cfg: TrainConfig) -> None:
 
 
 def resume_step(cfg: TrainConfig) -> int | None:
-    """The step the run named --run_name under a local --storage_path has checkpointed (None: a new run), after
+    """The step the run named --run_name under a local --storage_path resumes from (None: a new run): its latest
+    checkpoint as Ray Train's own snapshot lists it (run_directory.resumed; one it does not list is refused), after
     checking what it resumes from as export checks a checkpoint (workload/checkpoint/run_directory.py: its records,
     its latest checkpoint's files, its recorded flags) and that it was started with the same training flags:
     resuming with others would silently mix two runs (another --learning_rate, another schedule length, another
@@ -198,23 +199,22 @@ def resume_step(cfg: TrainConfig) -> int | None:
         return None
     before = None
     try:
-        steps = run_directory.checkpoint_steps(directory)
-        if steps:
-            run_directory.check_resumed(steps[max(steps)])
+        resumed = run_directory.resumed(directory)  # the checkpoint Ray Train resumes from, by its own snapshot
+        if resumed is not None:
+            run_directory.check_resumed(resumed[1])
             before = run_directory.recorded_flags(directory)
+    except run_directory.NotRecorded as error:  # the run was asked to resume, and would not resume from it
+        raise cli.UsageError(f"--run_name {cfg.run_name}: {error}",
+                             hint=f"remove {error.directory} (Ray Train would save over it), or give a new "
+                                  "--run_name") from None
     except (CheckpointRefused, OSError) as error:  # OSError: no permission, a dangling link's loop
         why = f"{error.filename} cannot be read ({error.strerror})" if isinstance(error, OSError) else error
         raise cli.UsageError(f"--storage_path {cfg.storage_path} --run_name {cfg.run_name}: {why}",
                              hint="the run's files are read as untrusted input: restore or remove that file (or "
                                   "checkpoint), or give a new --run_name") from None
-    if not steps:
-        cut = sorted(glob.glob(os.path.join(glob.escape(directory), "checkpoint_*" + os.sep)))
-        if cut:  # the run was asked to resume, and would silently start at step 0 instead
-            raise cli.UsageError(f"--run_name {cfg.run_name}: {cut[-1].rstrip(os.sep)} is not a complete checkpoint "
-                                 "(no train_step.json: cut off while saving, or not one this job wrote), and the "
-                                 "run has no other to resume from",
-                                 hint="remove it to start the run afresh, or give a new --run_name")
+    if resumed is None:
         return None  # nothing to resume: the run starts afresh, whatever it was started with before
+    step, checkpoint = resumed
     if before is not None:
         now = dataclasses.asdict(cfg)
         # A field newer than the recorded run (--epochs) had its default then.
@@ -226,8 +226,8 @@ def resume_step(cfg: TrainConfig) -> int | None:
                                  hint="give the same flags to resume it, or a new --run_name for a new run")
     # Where no flags were recorded (a run copied from a cluster, an older one) nothing above compared the model; and
     # a --model_id directory may hold another model under the same name: its config against the checkpoint's shapes.
-    resumed_model.check(cfg, steps[max(steps)])
-    return max(steps)
+    resumed_model.check(cfg, checkpoint)
+    return step
 
 
 def _not_a_run_directory(cfg: TrainConfig) -> None:

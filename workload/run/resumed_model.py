@@ -85,11 +85,11 @@ def check_job(cfg: TrainConfig) -> None:
     if not cfg.storage_path or "://" in cfg.storage_path or not os.path.isdir(run):
         return
     try:
-        if not (steps := run_directory.checkpoint_steps(run)):
+        if (resumed := run_directory.resumed(run)) is None:  # the checkpoint Ray Train resumes from, by its snapshot
             return
-        run_directory.check_resumed(steps[max(steps)])
+        run_directory.check_resumed(resumed[1])
     except (CheckpointRefused, OSError) as error:
         why = f"{error.filename} cannot be read ({error.strerror})" if isinstance(error, OSError) else error
         raise cli.UsageError(f"--storage_path {cfg.storage_path} --run_name {cfg.run_name}: {why}",
                              hint="restore or remove that file (or checkpoint), or give a new --run_name") from None
-    check(cfg, steps[max(steps)])
+    check(cfg, resumed[1])

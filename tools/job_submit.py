@@ -63,7 +63,6 @@ def stack_job(stack: str, run_id: str, extra_flags: list[str], config: str | Non
     from infra import config as stack_config
     from infra.config.experiment_tracking import in_cluster_uri, tracking_uri_problem
     from infra.config.naming import default_cluster_name
-    from infra.config.rules import S3_URI_SETTINGS, s3_uri_problem
     from infra.job.job_config import job_env, job_pip, submission_id, workload_config
     from infra.preview.instance_facts import known_gpu_facts
     from workload.config import build_parser
@@ -91,13 +90,9 @@ def stack_job(stack: str, run_id: str, extra_flags: list[str], config: str | Non
     flags = vars(parser.parse_args(extra_flags))
     from workload.config import TrainConfig, rules
 
-    chosen = TrainConfig(**flags)
+    chosen = TrainConfig(**flags)  # its s3:// flags held to the stack keys' rule too (workload/config/s3_uri.py)
     if (inert := rules.typed_without_effect(vars(chosen), config_file.command_line(extra_flags))) is not None:
         raise cli.UsageError(inert)
-    # The stack's S3 rules for the flags that take an s3:// URI (its bucket naming among them), as for their keys.
-    for flag in S3_URI_SETTINGS:
-        if (why := s3_uri_problem(flag, getattr(chosen, flag) or "")) is not None:
-            raise cli.UsageError(why)
     # The stack's egress rule for trainMlflowTrackingUri, for the same URI given as a flag or in --config's file: the
     # run's pods are the stack's, behind the same NetworkPolicy.
     own_server = in_cluster_uri(cfg.ray_namespace) if cfg.experiment_tracking == "mlflow" else None

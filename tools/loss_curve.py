@@ -81,6 +81,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     from workload import storage
 
     storage.check_remote(args.run, "RUN")  # before the event files' reader is imported and before any request
+    from workload.config.s3_uri import refusal
+
+    if (refused := refusal("RUN", args.run)) is not None:  # S3's and pyarrow's form, before credentials or a request
+        raise cli.UsageError(refused)
     from workload.metrics import tensorboard as metrics
 
     run = args.run.rstrip("/")

@@ -10,7 +10,6 @@ import os
 
 from workload import cli
 from workload.aws_region import region_problem
-from workload.s3_names import bucket_problem
 
 S3_CONNECT_TIMEOUT_S = 5
 S3_READ_TIMEOUT_S = 10
@@ -54,15 +53,11 @@ def check_s3_locations(named: list[tuple[str, str, str, str]]) -> None:
     or directory), asked with this machine's credentials: HeadBucket, HeadObject, or one ListObjectsV2 key."""
     if not named:
         return
-    for what, path, _, _ in named:  # bad input whatever the credentials: said first
-        bucket = path[len("s3://"):].partition("/")[0]
-        if not bucket:
-            raise cli.UsageError(f"{what}: an s3:// location names its bucket; allowed: s3://BUCKET/PREFIX")
-        if (problem := bucket_problem(bucket)) is not None:
-            from workload.config.fields import shown_value  # on the error path only: the package is not light
+    from workload.config.s3_uri import s3_uri_problem  # the package is loaded by every caller's flags already
 
-            raise cli.UsageError(f"{what}: no S3 bucket can be named {shown_value(bucket)}: {problem} (S3's bucket "
-                                 "naming rules)")
+    for what, path, _, _ in named:  # bad input whatever the credentials: said first, by the one rule of s3:// URIs
+        if (problem := s3_uri_problem(path)) is not None:
+            raise cli.UsageError(f"{what}: {problem}")
     try:
         import botocore.config
         import botocore.exceptions

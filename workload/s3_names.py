@@ -1,7 +1,7 @@
 """S3's rules for general purpose bucket names (Amazon S3 User Guide, "General purpose bucket naming rules"), the one
-copy the stack's keys (infra/config/rules.py s3_location), `tools.job submit` and the local run's and
-`workload.export`'s s3:// locations (workload/s3_access.py) all follow: a name S3 can never have is refused as bad
-input before any credentials are asked for. Standard library only."""
+copy the rule of every s3:// location (workload/config/s3_uri.py: the stack's keys, the flags, the commands'
+arguments) follows: a name S3 can never have is refused as bad input before any credentials are asked for. Standard
+library only."""
 from __future__ import annotations
 
 import re

@@ -7,8 +7,10 @@ import re
 from urllib.parse import unquote
 
 from infra.config.storage_bounds import check_storage_bounds
+from workload.config import STACK_KEYS
 from workload.config.fields import shown_choice, shown_value
-from workload.s3_names import S3_BUCKET, bucket_name_problem, s3_hint  # noqa: F401 (S3_BUCKET: infra.config's too)
+from workload.config.s3_uri import PERCENT_ESCAPE, S3_URI_FLAGS, s3_uri_problem, segments_problem
+from workload.s3_names import S3_BUCKET, s3_hint  # noqa: F401 (S3_BUCKET: infra.config's too)
 
 # 39 at most: IAM role names are <clusterName>-system-node-role plus Pulumi's 8-character suffix, 64 at most.
 CLUSTER_NAME = re.compile(r"^[a-zA-Z][a-zA-Z0-9-]{0,38}$")
@@ -44,16 +46,8 @@ MAX_PRINCIPALS = 200
 # trainPip: every worker installs the list at the job's start.
 MAX_PIP_REQUIREMENTS = 200
 # Every pattern here is applied with fullmatch: `re.match` with `$` would take a trailing newline.
-# S3's bucket naming rules: workload/s3_names.py, shared with the local run and the tools.
-# S3's object key naming guidelines (Amazon S3 User Guide, "Naming Amazon S3 objects"): its safe characters (letters,
-# digits, '!-_.*'()') and '/', plus '=' for hive-style partitions (date=2024-01-01). The others "might require special
-# handling" or are "to avoid" (space, '&', '@', ':', '+', ',', ';', '\\', '{', '^', '%', '`', '[', '"', '<', '#', '|',
-# control and non-ASCII characters): pyarrow's S3 file system and URI parsing (it splits on '?' and '#', decodes '%'),
-# IAM's policy matching and the job's argument quoting each read some of them differently.
-S3_KEY_CHARACTERS = re.compile(r"[A-Za-z0-9!_.*'()/=-]*")
-# A percent-escape: pyarrow's S3 file system decodes s3:// URIs (%2e%2e is '..'), while IAM matches the policy's
-# literal text, so a path with one means one place to the grant and another to the job.
-_PERCENT_ESCAPE = re.compile(r"%[0-9A-Fa-f]{2}")
+# S3's bucket naming rules (workload/s3_names.py) and an s3:// location's whole form (workload/config/s3_uri.py),
+# shared with the local run and the tools.
 
 
 def arn_parts(arn: str) -> tuple[str, str, str]:
@@ -115,40 +109,21 @@ def require_unique(key: str, items: list[str] | tuple[str, ...], what: str) -> N
 
 def s3_location(path: str, key: str = "") -> tuple[str, str] | None:
     """(bucket, key or prefix without surrounding slashes) of an s3:// path; None for any other path. The Ray pods'
-    IAM policy is written from it (infra/aws/pod_identity.py), so a path that would grant more than one bucket or prefix
-    is refused, naming the config `key` it came from."""
+    IAM policy is written from it (infra/aws/pod_identity.py), so a path that would grant more than one bucket or prefix,
+    or that S3, pyarrow and IAM would read differently (workload/config/s3_uri.py, the one rule of every s3:// setting,
+    flags and the commands' arguments too), is refused, naming the config `key` it came from."""
     if not path.startswith("s3://"):
         return None
+    problem = s3_uri_problem(path)
+    require(problem is None, key, f"{shown_value(path)}: {problem}")
     bucket, _, prefix = path.removeprefix("s3://").partition("/")
-    require(bool(S3_BUCKET.fullmatch(bucket)) and ".." not in bucket, key,
-             f"{shown_value(path)} must name one existing bucket (3-63 lowercase letters, digits, '.' and '-'), "
-             "like s3://my-bucket/prefix; wildcards are not allowed")
-    problem = bucket_name_problem(bucket)
-    require(problem is None, key, f"{shown_value(path)}: no S3 bucket can be named {shown_value(bucket)}: {problem}; "
-                                  "allowed: a bucket "
-                                  "name S3's naming rules allow")
-    _check_segments(path, unquote(prefix).removesuffix("/"), key)
-    require(not _PERCENT_ESCAPE.search(prefix), key,
-             f"{shown_value(path)} holds a percent-escape, which the job's S3 client decodes while IAM grants the "
-             "literal text; "
-             "allowed: the path written out, without '%XX'")
-    require(not any(c in prefix for c in "*?$"), key,
-             f"{shown_value(path)}: the path after the bucket must not contain '*', '?' or '$' (IAM would read them as "
-             "wildcards or policy variables)")
-    odd = sorted(set(S3_KEY_CHARACTERS.sub("", prefix)))
-    require(not odd, key, f"the path after the bucket holds {', '.join(repr(c) for c in odd[:5])}, outside S3's safe "
-                          "key characters, which pyarrow's S3 file system, IAM and the job's arguments read "
-                          "differently; allowed: letters, digits, '/' and !-_.'()= (S3's object key guidelines)")
     return bucket, prefix.strip("/")
 
 
 def _check_segments(path: str, inner: str, key: str) -> None:
-    """No empty, '.' or '..' segment: a file system or an S3 client that normalises them reads or writes elsewhere
-    than the prefix the pods' policy grants (and S3 keeps them literally, so the same path means two places)."""
-    segments = inner.split("/") if inner else []
-    require(not any(segment in ("", ".", "..") for segment in segments), key,
-             f"{shown_value(path)} has an empty, '.' or '..' path segment; allowed: a path without '//', '/./' or "
-             "'/../'")
+    """No empty, '.' or '..' segment in a local or file:// path (s3_uri.segments_problem, the s3:// rule's own)."""
+    problem = segments_problem(inner)
+    require(problem is None, key, f"{shown_value(path)} {problem}")
 
 
 # Where the Ray pods can keep checkpoints: S3 through their own role (infra/aws/pod_identity.py), or a node's disk.
@@ -179,7 +154,7 @@ def check_storage_path(path: str) -> None:
         require(rest.startswith("/"), key, f"{shown_value(path)}: a file:// URI takes an absolute path (file:///path); "
                                             f"{STORAGE_ALLOWED}")
         _check_segments(path, unquote(rest[1:]).removesuffix("/"), key)
-        require(not _PERCENT_ESCAPE.search(rest), key,
+        require(not PERCENT_ESCAPE.search(rest), key,
                  f"{shown_value(path)} holds a percent-escape, which a file:// URI's reader decodes; allowed: the "
                  "path written out")
         return
@@ -237,24 +212,9 @@ def socket_ifname_matches(ifname: str, interface: str) -> bool:
     return listed != exclude
 
 
-# Every job setting that takes an s3:// URI, as flag -> the stack key that sets it: each follows s3_location's rules
-# (S3's bucket naming among them) on the stack (check_storage_path, check_source_scheme) and as a flag of
-# `tools.job submit` (s3_uri_problem), the one list of both.
-S3_URI_SETTINGS = {"storage_path": "trainStoragePath", "dataset": "trainDataset", "model_id": "trainModelId",
-                   "tokenizer": "trainTokenizer"}
-
-
-def s3_uri_problem(flag: str, value: str) -> str | None:
-    """Why --`flag`'s s3:// `value` breaks s3_location's rules, in the flag's terms (`--tokenizer 's3://...': ...`),
-    or None (also for a value that is no s3:// URI: the flag's own checks say what it takes)."""
-    if not value.startswith("s3://"):
-        return None
-    key = S3_URI_SETTINGS[flag]
-    try:
-        s3_location(value, key)
-    except ValueError as error:
-        return str(error).replace(f"config key {key!r}: ", f"--{flag} ", 1)
-    return None
+# Every job setting that takes an s3:// URI, as flag -> the stack key that sets it: each follows s3_location's rule
+# (workload/config/s3_uri.py) on the stack (check_storage_path, check_source_scheme) and as a flag (TrainConfig).
+S3_URI_SETTINGS = {flag: STACK_KEYS[flag] for flag in S3_URI_FLAGS}
 
 
 # Ranges no VPC's nodes can be addressed in (Python's ipaddress kinds, each a whole range for a /16 to /20): loopback,

@@ -282,7 +282,7 @@ MISTAKES = [
     ("a dataset at a web address", LOCAL, ["--dataset", "http://files.example.org/train.jsonl"], cli.USAGE,
      "--dataset: a http:// location is not read here; allowed: a local path, a Hub id (owner/name), or s3://"),
     ("an s3 location without its bucket", LOCAL, ["--storage_path", "s3:///runs"], cli.USAGE,
-     "--storage_path s3:///runs: an s3:// location names its bucket; allowed: s3://BUCKET/PREFIX"),
+     "--storage_path 's3:///runs': an s3:// location names its bucket; allowed: s3://BUCKET/KEY"),
     ("an AWS key without its secret", LOCAL, ["--storage_path", "s3://team-bucket/exp2"], cli.ENVIRONMENT,
      "this machine's AWS credentials are incomplete: AWS_SECRET_ACCESS_KEY is missing from the environment"),
     ("a checkpoint in another cloud", EXPORT, ["az://box/runs/r/checkpoint_000010", "out"], cli.USAGE,

@@ -352,12 +352,16 @@ def _inside(path: str, directory: str) -> bool:
 def check_arguments(checkpoint: str, out: str) -> None:
     """CHECKPOINT and OUT as paths (or CHECKPOINT's s3:// URI) follow the rule of every free-text value
     (workload/config/fields.py text_problem: at most ARGUMENT_MAX_LENGTH characters, no control character, no
-    credentials, no token), refused without quoting them; and OUT is a directory on this machine, not a URI."""
+    credentials, no token), refused without quoting them; an s3:// CHECKPOINT the one rule of s3:// locations
+    (workload/config/s3_uri.py); and OUT is a directory on this machine, not a URI."""
     from workload.config.fields import shown_uri, text_problem
+    from workload.config.s3_uri import refusal
 
     for name, value in (("CHECKPOINT", checkpoint), ("OUT", out)):
         if problem := text_problem(value, ARGUMENT_MAX_LENGTH):
             raise cli.UsageError(f"{name}: {problem}")
+    if (refused := refusal("CHECKPOINT", checkpoint)) is not None:  # S3's and pyarrow's form, before credentials
+        raise cli.UsageError(refused)
     if _URI.match(out):
         raise cli.UsageError(f"OUT {shown_uri(out)} is a URI; OUT is a directory on this machine (created): write "
                              "the model here, then copy it where it goes (to S3: aws s3 cp --recursive OUT "

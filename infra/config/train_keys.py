@@ -45,7 +45,14 @@ from workload.config import (
     rules,
     stack_message,
 )
-from workload.config.fields import NAME_MAX_LENGTH, looks_like_token, rename_flags, shown_choice, shown_value
+from workload.config.fields import (
+    NAME_MAX_LENGTH,
+    looks_like_token,
+    rename_flags,
+    shown_choice,
+    shown_items,
+    shown_value,
+)
 from workload.config.secret_text import holds_token
 from workload.fabric.transport import EXPECTATIONS as EXPECT_TRANSPORTS  # trainExpectTransport
 from workload.model import adapters, architectures, model_source, structure  # trainMethod, trainLora*, trainModelId
@@ -67,8 +74,6 @@ def parse_train(raw: dict[str, Any]) -> JobSettings:
              f"{shown_value(raw['trainRunId'])} must be 1-32 letters, digits, '.', '_' or '-' (it names the Ray job)")
     require_choice(raw["trainExpectTransport"], EXPECT_TRANSPORTS, "trainExpectTransport")
     require_choice(raw["trainWait"], TRAIN_WAITS, "trainWait")
-    require(raw["trainChatTemplate"] in ("", *CHAT_TEMPLATES), "trainChatTemplate",
-             f"{shown_choice(raw['trainChatTemplate'])} is not empty (the tokenizer's own) or one of {list(CHAT_TEMPLATES)}")
     env = _parse_env("trainEnv", raw["trainEnv"])
     secret_env = SecretEnv(_parse_env("trainSecretEnv", raw["trainSecretEnv"]))
     clash = sorted(set(env) & set(secret_env.names))
@@ -106,6 +111,10 @@ def job_flags(raw: dict[str, Any]) -> dict[str, Any]:
         if (why := declared.problem(value)) is not None:
             raise ValueError(f"config key {declared.stack_key!r}: {rename_flags(why, STACK_KEYS)}")
         values[declared.name] = declared.canonical(value)  # TRL's keep_start as the job's truncate, as the job takes it
+    # The stack's own choices of trainChatTemplate (a .jinja file is not on the cluster), before the rules between
+    # settings: a rule quotes the values it compares, and an unknown one is quoted only as a choice is.
+    require(values["chat_template"] in ("", *CHAT_TEMPLATES), "trainChatTemplate",
+            f"{shown_choice(values['chat_template'])} is not empty (the tokenizer's own) or one of {list(CHAT_TEMPLATES)}")
     # The stack's typo guard, which the job does not have: a peak rate of 1 or more is 1e-5 mistyped far more often than
     # meant (the job takes any positive rate: tests/runs/test_workload_runs.py makes a run diverge on purpose with one).
     require(values["learning_rate"] < 1, "trainLearningRate",
@@ -150,9 +159,8 @@ def _check_tracking(raw: dict[str, Any], env: dict[str, str], secret_env: Secret
     try:
         trackers = parse_report_to(raw["trainReportTo"])
     except ValueError:
-        raise ValueError(f"config key 'trainReportTo': {shown_value(raw['trainReportTo'])} is not a comma list of "
-                         "tensorboard, "
-                         "mlflow, wandb, or none") from None
+        raise ValueError(f"config key 'trainReportTo': {shown_items(raw['trainReportTo'].split(','))} is not a comma "
+                         "list of tensorboard, mlflow, wandb, or none") from None
     leaked = [name for name in env if name in TOKEN_VARIABLES or holds_credential(name)]
     require(not leaked, "trainEnv", f"sets {', '.join(leaked)}, which holds a credential by its name: put it in "
             "trainSecretEnv (`pulumi config set --secret --path 'trainSecretEnv[0]' NAME=...`), never in trainEnv, "

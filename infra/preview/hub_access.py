@@ -59,10 +59,6 @@ def check_download(repo_id: str, file_name: str, key: str, token: str | None) ->
     return ""
 
 
-PUSH_ALLOWED = ("allowed: a write token (or a fine-grained one with repo.write there) of a member of the repo's owner "
-                "whose role there is write, contributor or admin, or a repo under the token's own user name")
-
-
 def check_push(repo_id: str, token: str | None) -> str:
     """trainPushToHub's upload runs after the last step (workload/checkpoint/hub.py): whether trainSecretEnv's token
     (never the deployer's own) may write `repo_id` is asked now, in one whoami-v2 request
@@ -86,4 +82,4 @@ def check_push(repo_id: str, token: str | None) -> str:
             return ""
     raise config_error(("trainPushToHub", "trainSecretEnv"),
                        f"trainSecretEnv's {HUB_TOKEN_VARIABLE} {why}, so the upload of {repo_id} fails after the whole "
-                       f"run; {PUSH_ALLOWED}")
+                       f"run; {hub_write.PUSH_ALLOWED}")

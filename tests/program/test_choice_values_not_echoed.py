@@ -60,3 +60,25 @@ def test_a_value_of_another_type_is_never_repeated_when_long(key, kind):
                        f"{'(true or false)' if kind == 'boolean' else '(a whole number, such as 4)'}, "
                        "got a value of 40 characters (not shown)"), message
     assert "'yes'" in load_refusal({key: "yes"}) if kind == "integer" else "'maybe'" in load_refusal({key: "maybe"})
+
+
+def test_every_choice_and_list_key_quotes_an_unknown_item_as_a_choice():
+    """Each train* key whose flag takes a choice or a comma list of choices (one declaration each, workload/config/),
+    and trainChatTemplate: an unknown item of 27 random lower-case letters and digits (which the generic masking
+    lets through) is refused by its length, a list's valid items still quoted."""
+    import random
+    import string
+
+    from workload.config import DECLARED
+
+    declared = [each for each in DECLARED if each.stack_key and (each.choices or each.comma_list)]
+    assert {"trainReportTo", "trainLoraTargets", "trainSharding"} <= {each.stack_key for each in declared}
+    for key, first in [(each.stack_key, str(each.default) if each.comma_list else None) for each in declared] + [
+            ("trainChatTemplate", None)]:
+        item = "ak_" + "".join(random.choices(string.ascii_lowercase + string.digits, k=24))
+        value = f"{first},{item}" if first else item
+        with pytest.raises(ValueError) as refused:
+            config.parse(DEV | JOB | {"trainMethod": "lora", key: value})
+        message = str(refused.value)
+        assert f"'{key}'" in message and "a value of 27 characters (not shown)" in message, message
+        assert item not in message and item[3:15] not in message, message

@@ -92,7 +92,7 @@ MISTAKES = [
     ("PEFT's DoRA as a method", LOCAL, ["--method", "dora"], cli.USAGE, "--method must be one of full, lora, qlora"),
     ("dropout above 1", LOCAL, ["--method", "lora", "--lora_dropout", "1.5"], cli.USAGE, "--lora_dropout must be"),
     ("a fused qkv target", LOCAL, ["--method", "lora", "--lora_targets", "q_proj,qkv_proj"], cli.USAGE,
-     "--lora_targets: the model has no linear layer named qkv_proj; allowed: all-linear or"),
+     "--lora_targets: the model has no linear layer named 'qkv_proj'; allowed: all-linear or"),
     ("rank 0", LOCAL, ["--method", "lora", "--lora_rank", "0"], cli.USAGE, "--lora_rank must be at least 1 and at most 1024"),
     ("a file's extension as its format", LOCAL, ["--data_format", "jsonl"], cli.USAGE,
      "--data_format must be one of text, chat, prompt-completion"),

@@ -24,6 +24,9 @@ WRITE_PERMISSION = "repo.write"
 READ_ONLY_ORG_ROLE = "read"
 WRITING_ORG_ROLES = ("admin", "write", "contributor")
 TIMEOUT_S = 10
+# What may write a repo, by the rules below: every refusal of a push says it (the preview's and the local run's).
+PUSH_ALLOWED = ("allowed: a write token (or a fine-grained one with repo.write there) of a member of the repo's owner "
+                "whose role there is write, contributor or admin, or a repo under the token's own user name")
 
 
 class Unreachable(Exception):

@@ -216,7 +216,7 @@ class TrainConfig:
         stack_key="trainExport", choices=EXPORTS)
     report_to: str = flag(
         "tensorboard", "Where rank 0 reports the run (flags, plan, each step's metrics, summary): a comma list of "
-        "tensorboard, mlflow, wandb, or none.", stack_key="trainReportTo")
+        "tensorboard, mlflow, wandb, or none.", stack_key="trainReportTo", comma_list=True)
     mlflow_tracking_uri: str = flag(
         "", "--report_to mlflow: the tracking server (http://...); empty: $MLFLOW_TRACKING_URI, else a local store in "
         "the run directory (mlflow.db).", stack_key="trainMlflowTrackingUri",
@@ -257,7 +257,8 @@ class TrainConfig:
     lora_targets: str = flag(
         rules.LORA_DEFAULTS["lora_targets"],
         "--method lora/qlora: the decoder blocks' linear layers that get adapters: all-linear, or a comma list of "
-        "q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj.", stack_key="trainLoraTargets")
+        "q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj.", stack_key="trainLoraTargets",
+        comma_list=True)
     fp8: bool = flag(
         False, "fp8 matmuls (torchao float8 training, dynamic scaling) for the decoder layers' linear layers; needs "
         "a GPU with fp8 tensor cores (L4, L40S, H100, H200) and torchao.", stack_key="trainFp8")
@@ -349,8 +350,12 @@ class TrainConfig:
         parse_report_to(self.report_to)
         if self.chat_template and self.chat_template not in CHAT_TEMPLATES and not (
                 self.chat_template.endswith(".jinja") and os.path.isfile(os.path.expanduser(self.chat_template))):
+            # A name that is no .jinja path was meant as one of the choices, and is quoted as a choice is; a .jinja
+            # path that does not exist is quoted as a path.
+            shown_template = (fields.shown_value if self.chat_template.endswith(".jinja") else fields.shown_choice)(
+                self.chat_template)
             raise ValueError(f"--chat_template must be empty (the tokenizer's own), one of {', '.join(CHAT_TEMPLATES)}, "
-                             f"or an existing .jinja file, got {fields.shown_value(self.chat_template)}"
+                             f"or an existing .jinja file, got {shown_template}"
                              + ("; a template's text goes in a .jinja file, named here by its path"
                                 if "{%" in self.chat_template or "{{" in self.chat_template else ""))
         adapters.check_settings(self.method, self.lora_rank, self.lora_alpha, self.lora_dropout, self.lora_targets)
@@ -387,7 +392,8 @@ def parse_report_to(value: str) -> tuple[str, ...]:
     """--report_to's names, validated (ValueError naming the flag); () for none."""
     names = tuple(dict.fromkeys(name.strip() for name in value.split(",") if name.strip()))
     if not names or set(names) - set(REPORT_TO) or ("none" in names and len(names) > 1):
-        raise ValueError(f"--report_to must be a comma list of {', '.join(REPORT_TO[:-1])}, or none; got {value!r}")
+        raise ValueError(f"--report_to must be a comma list of {', '.join(REPORT_TO[:-1])}, or none; got "
+                         f"{fields.shown_items(value.split(','))}")
     return () if names == ("none",) else names
 
 

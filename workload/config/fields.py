@@ -95,6 +95,21 @@ def shown_choice(value: object) -> str:
     return f"a value of {len(text)} characters (not shown)"
 
 
+# A comma list of choices (--report_to tensorboard,wandb; --lora_targets q_proj,v_proj) is a choice per item: a secret
+# pasted as one item is a secret pasted into the key, so each item is quoted as shown_choice quotes a single choice,
+# never the value whole (27 characters of `tensorboard,hf_...` pass shown_value's 100). The first LIST_SHOWN_ITEMS
+# items, then a count: the list is bounded by its setting's characters, not by its items.
+LIST_SHOWN_ITEMS = 8
+
+
+def shown_items(items: Sequence[str]) -> str:
+    """The items of a comma list (`value.split(",")`) as every refusal of a list of choices quotes them: each through
+    shown_choice (`'tensorboard', a value of 27 characters (not shown)`)."""
+    items = [str(item).strip() for item in items]
+    more = f" and {len(items) - LIST_SHOWN_ITEMS:,} more" if len(items) > LIST_SHOWN_ITEMS else ""
+    return ", ".join(shown_choice(item) for item in items[:LIST_SHOWN_ITEMS]) + more
+
+
 # How much of one free-text value a refusal repeats: a rule quotes the values it compares (`--chat_template X applies
 # to chat ... examples`), and a free-text value may be 2,048 characters, or a secret pasted into the wrong setting.
 SHOWN_VALUE_CHARS = 100
@@ -183,6 +198,8 @@ class Declaration:
     """The most characters a str setting holds (NAME_MAX_LENGTH unless declared, URI_MAX_LENGTH for URIs and paths)."""
     value_aliases: Mapping[str, str] | None = None
     """Choices another tool names otherwise (TRL's truncation_mode keep_start): their value -> ours, taken as ours."""
+    comma_list: bool = False
+    """A comma list of names (--report_to, --lora_targets): its refusals quote each item by shown_items."""
 
     def canonical(self, value: Any) -> Any:
         """`value` with another tool's name for one of the choices (value_aliases) written as ours, in any letter case
@@ -268,7 +285,7 @@ def flag(default, help_text: str, *, stack_key: str | None = None, at_least: flo
          above: float | None = None, at_most: float | None = None, below: float | None = None,
          choices: Sequence[str] | None = None, pattern: tuple[re.Pattern, str] | None = None, meaning: str = "",
          secret: bool = False, max_length: int | None = None, check: Callable[[str], str | None] | None = None,
-         value_aliases: Mapping[str, str] | None = None):
+         value_aliases: Mapping[str, str] | None = None, comma_list: bool = False):
     """A TrainConfig field and its one declaration, kept in the field's metadata.
 
     Not docstrings under each field read back with ast.parse: CPython 3.11's AST constructor can fail with a
@@ -276,7 +293,8 @@ def flag(default, help_text: str, *, stack_key: str | None = None, at_least: flo
     """
     declared = dict(help=help_text, stack_key=stack_key, at_least=at_least, above=above, at_most=at_most,
                     below=below, choices=tuple(choices) if choices is not None else None, pattern=pattern,
-                    meaning=meaning, secret=secret, max_length=max_length, check=check, value_aliases=value_aliases)
+                    meaning=meaning, secret=secret, max_length=max_length, check=check, value_aliases=value_aliases,
+                    comma_list=comma_list)
     return dataclasses.field(default=default, metadata=declared)
 
 

@@ -30,7 +30,15 @@ from workload.model import (
     safetensors_index,
     structure,
 )
-from workload.run import credential_files, credential_values, input_files, services, variable_values, writable
+from workload.run import (
+    credential_files,
+    credential_values,
+    input_files,
+    push_access,
+    services,
+    variable_values,
+    writable,
+)
 
 # A tokenizer directory holds at least one of these (what transformers' tokenizers load their vocabulary from: the
 # fast tokenizer's file, a sentencepiece model (tokenizer.model, spiece.model, sentencepiece.bpe.model), BPE's or
@@ -266,6 +274,7 @@ def validate(cfg: TrainConfig) -> None:
     (workload.data.validate) or the first file of a Hub --dataset's split, before any worker loads the model."""
     writable.check_cache_directories()  # the driver's own environment (a pod's is not the submitting machine's)
     check_credentials(cfg)
+    push_access.check_push_access(cfg.push_to_hub)  # the upload is after the last step: its token asked now
     check_template_compiles(cfg)
     local_config = check_local_files(cfg)
     known = cfg.architecture  # a dict, without transformers: --model_config's, or a shipped --model_id's

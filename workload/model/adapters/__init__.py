@@ -32,8 +32,9 @@ def targets(value: str) -> tuple[str, ...]:
     outside = [name for name in names if name in OUTSIDE_LAYERS]
     if not names or not all(_NAME.fullmatch(name) for name in names) or outside:
         why = f" ({', '.join(outside)} is outside the decoder layers)" if outside else ""
+        from workload.config.fields import shown_items  # at use: workload.config reads METHODS at its own import
         raise ValueError(f"--lora_targets must be {ALL_LINEAR} or a comma list of a decoder layer's linear layers, "
-                         f"such as {', '.join(LINEAR_TARGETS)}; got {value!r}{why}")
+                         f"such as {', '.join(LINEAR_TARGETS)}; got {shown_items(value.split(','))}{why}")
     return names
 
 
@@ -47,7 +48,8 @@ def resolve(value: str, model_names: Sequence[str], flag: str = "--lora_targets"
         return tuple(model_names)
     missing = [name for name in names if name not in model_names]
     if missing:
-        raise ValueError(f"{flag}: the model has no linear layer named {', '.join(missing)}; allowed: {ALL_LINEAR} "
+        from workload.config.fields import shown_items  # at use: workload.config reads METHODS at its own import
+        raise ValueError(f"{flag}: the model has no linear layer named {shown_items(missing)}; allowed: {ALL_LINEAR} "
                          f"or a comma list of {', '.join(model_names)}")
     return names
 

@@ -18,13 +18,12 @@ from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 from workload import user_files
-from workload.config import aliases, fields, rules, values
+from workload.config import aliases, fields, rules, s3_uri, values
 from workload.config import numeric_bounds as bound  # every numeric setting's upper bound, with its reason
 from workload.config.fields import URI_MAX_LENGTH, Declaration, flag, in_stack_terms  # noqa: F401
 from workload.config.hub_urls import HUB_ID_FLAGS, hub_url_problem
 from workload.config.numeric_bounds import MAX_BATCH_SIZE, MAX_FAILURES, MAX_STEPS  # noqa: F401
 from workload.config.rules import DATASET_FILE_SUFFIXES, RULES, Rule, is_file_dataset, is_local_dataset  # noqa: F401
-from workload.config.s3_uri import S3_URI_FLAGS, refusal
 from workload.config.values import (  # noqa: F401
     DATASET_CONFIG,
     WANDB_PROJECT_MAX_LENGTH,
@@ -310,11 +309,7 @@ class TrainConfig:
             if (problem := hub_url_problem(name, str(getattr(self, name)))) is not None:
                 raise ValueError(problem)
         fields.check_bounds(DECLARED, self)
-        # S3's and pyarrow's form, before any credentials or request (s3_uri.py); the run's directory under it too.
-        run_directory = f"{self.storage_path.rstrip('/')}/{self.run_name}" if self.storage_path.startswith("s3://") else ""
-        for name, value in [*((f"--{key}", getattr(self, key)) for key in S3_URI_FLAGS), ("--run_name", run_directory)]:
-            if (refused := refusal(name, value)) is not None:
-                raise ValueError(refused)
+        s3_uri.check_flags(vars(self))  # S3's and pyarrow's form, before any credentials or request
         for declared in DECLARED:  # another tool's name for a choice (TRL's keep_start, Cosine) is kept as ours
             if declared.choices and (value := getattr(self, declared.name)) != declared.canonical(value):
                 object.__setattr__(self, declared.name, declared.canonical(value))

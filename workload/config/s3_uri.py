@@ -8,6 +8,7 @@ trainDataset, trainModelId, trainTokenizer), their flags wherever a TrainConfig 
 from __future__ import annotations
 
 import re
+from typing import Any, Mapping
 from urllib.parse import unquote
 
 from workload.config.fields import shown_value
@@ -71,3 +72,14 @@ def refusal(name: str, uri: str) -> str | None:
     `CHECKPOINT`), the URI shown as every refusal shows a value (fields.shown_value: never a token), or None."""
     problem = s3_uri_problem(uri)
     return None if problem is None else f"{name} {shown_value(uri)}: {problem}"
+
+
+def check_flags(values: Mapping[str, Any]) -> None:
+    """ValueError for the first of a run's s3:// flags (S3_URI_FLAGS, of `values`: a TrainConfig's fields) that S3 or
+    pyarrow cannot take, and for the run's directory under an s3:// --storage_path (--run_name joins it): before any
+    credentials are read or a request is sent."""
+    storage_path = str(values["storage_path"])
+    run_directory = f"{storage_path.rstrip('/')}/{values['run_name']}" if storage_path.startswith("s3://") else ""
+    for name, value in [*((f"--{key}", str(values[key])) for key in S3_URI_FLAGS), ("--run_name", run_directory)]:
+        if (refused := refusal(name, value)) is not None:
+            raise ValueError(refused)

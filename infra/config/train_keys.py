@@ -47,6 +47,7 @@ from workload.config import (
 )
 from workload.config.fields import (
     NAME_MAX_LENGTH,
+    hidden_character,
     looks_like_token,
     rename_flags,
     shown_choice,
@@ -286,6 +287,16 @@ def _parse_env(key: str, items: list[str]) -> dict[str, str]:
         require(key != "trainSecretEnv" or bool(value.strip()), key,
                 f"entry {index} sets {shown} to an empty value, which its library reads as no token at all; allowed: "
                 "NAME=the token")
+        # trainEnv's values meet text_problem's rule (schema.check_text_bounds); a secret's may hold anything else a
+        # token holds, but not a control, format or line-separator character: a token's library strips or keeps it
+        # (huggingface_hub's _clean_token deletes a newline, so "hf_...\nX=1" becomes another token, refused by the
+        # Hub), and a pasted token file's trailing newline reaches the pods' variable.
+        hidden = hidden_character(value) if key == "trainSecretEnv" else None
+        require(hidden is None, key, f"entry {index} ({shown}): the value holds U+{ord(value[hidden or 0]):04X} at "
+                                     f"character {hidden}, a control, format or line-separator character no token "
+                                     "holds (a newline, a tab, a zero-width space); allowed: the token alone, as "
+                                     "`pulumi config set --secret` of its value, not a file's text (its value is not "
+                                     "shown)")
         why = reserved_reason(name)
         require(why is None, key, f"entry {index} sets {shown}, which the job may not set: {why} (its value is not "
                                   "shown)")

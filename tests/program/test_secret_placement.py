@@ -44,3 +44,15 @@ def test_the_declared_keys_are_keys_of_the_schema():
     from infra.config.schema import schema
     assert SECRET_CAPABLE_KEYS <= set(schema()) and set(SECRET_UNLESS_S3_KEYS) <= SECRET_CAPABLE_KEYS
     assert "clusterName" not in SECRET_CAPABLE_KEYS and "trainStoragePath" not in SECRET_CAPABLE_KEYS
+
+
+@pytest.mark.parametrize("value", [f"wb{PLANTED}{'k' * 30}\n", f"hf_{PLANTED}{'Q' * 23}\rAWS_REGION=x",
+                                   f"tok{PLANTED}\u200bend", f"tok{PLANTED}\u2028next", f"\t{PLANTED}"])
+def test_a_secret_value_with_a_control_format_or_line_separator_character_is_refused_without_it(value):
+    # infra/config/train_keys.py _parse_env: a token holds none; huggingface_hub's _clean_token would delete a newline
+    # and send another token, and a token file's trailing newline would reach the pods' variable.
+    run = _run("dev", {**JOB, "trainReportTo": "wandb", "trainSecretEnv": Secret([f"WANDB_API_KEY={value}"])})
+    message = str(run.error)
+    assert isinstance(run.error, ValueError), run.error
+    assert message.startswith("config key 'trainSecretEnv': entry 0 (WANDB_API_KEY): the value holds U+"), message
+    assert PLANTED not in message and "\n" not in message and not run.resources

@@ -133,7 +133,7 @@ def shown_value(value: str) -> str:
 HIDDEN_CATEGORIES = ("Cc", "Cf", "Zl", "Zp")
 
 
-def _hidden_character(value: str) -> int | None:
+def hidden_character(value: str) -> int | None:
     """The index of the first character of a HIDDEN_CATEGORIES category in `value`, or None. Such a character forges
     lines in a log or a refusal, ends a C string, or shows one name while meaning another; no setting's legitimate
     value holds one."""
@@ -154,7 +154,7 @@ def text_problem(value: str, max_length: int) -> str | None:
     or hold a newline that would forge a second line of the message)."""
     if len(value) > max_length:
         return f"must be at most {max_length:,} characters, got {len(value):,} (its value is not shown)"
-    if (index := _hidden_character(value)) is not None:
+    if (index := hidden_character(value)) is not None:
         if ("{%" in value or "{{" in value) and "\n" in value:  # a chat template's text pasted where its path goes
             return ("must be a name or a path, got a template's text (Jinja markup over several lines; its value is "
                     "not shown): save it as a .jinja file and give the file's path where the setting takes one "

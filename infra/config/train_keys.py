@@ -287,6 +287,12 @@ def _parse_env(key: str, items: list[str]) -> dict[str, str]:
         require(key != "trainSecretEnv" or bool(value.strip()), key,
                 f"entry {index} sets {shown} to an empty value, which its library reads as no token at all; allowed: "
                 "NAME=the token")
+        why = reserved_reason(name)
+        require(why is None, key, f"entry {index} sets {shown}, which the job may not set: {why} (its value is not "
+                                  "shown)")
+        why = unpassable_reason(value)
+        require(why is None, key, f"entry {index} ({shown}): the value {why}; allowed: a value without it (the value "
+                                  "is not shown)")
         # trainEnv's values meet text_problem's rule (schema.check_text_bounds); a secret's may hold anything else a
         # token holds, but not a control, format or line-separator character: a token's library strips or keeps it
         # (huggingface_hub's _clean_token deletes a newline, so "hf_...\nX=1" becomes another token, refused by the
@@ -297,12 +303,6 @@ def _parse_env(key: str, items: list[str]) -> dict[str, str]:
                                      "holds (a newline, a tab, a zero-width space); allowed: the token alone, as "
                                      "`pulumi config set --secret` of its value, not a file's text (its value is not "
                                      "shown)")
-        why = reserved_reason(name)
-        require(why is None, key, f"entry {index} sets {shown}, which the job may not set: {why} (its value is not "
-                                  "shown)")
-        why = unpassable_reason(value)
-        require(why is None, key, f"entry {index} ({shown}): the value {why}; allowed: a value without it (the value "
-                                  "is not shown)")
         why = pseudo_directory_reason(name, value)
         require(why is None, key, f"entry {index} ({shown}): {why}")
         require(len(value) <= MAX_ENV_VALUE_CHARS, key,

@@ -235,9 +235,11 @@ def test_an_index_naming_a_file_outside_the_directory_or_no_weights_is_refused(t
         _load(escaping)
 
 
-@pytest.mark.parametrize("model_id", ["s3://bucket", "s3://bucket/", "s3:///models/llama"])
-def test_an_s3_model_must_be_a_directory_under_a_bucket(model_id):
-    with pytest.raises(ValueError, match="--model_id .* a model in S3 is a directory, s3://bucket/prefix/"):
+@pytest.mark.parametrize("model_id, words", [("s3://bucket", "a model in S3 is a directory, s3://bucket/prefix/"),
+                                              ("s3://bucket/", "a model in S3 is a directory, s3://bucket/prefix/"),
+                                              ("s3:///models/llama", "an s3:// location names its bucket")])
+def test_an_s3_model_must_be_a_directory_under_a_bucket(model_id, words):
+    with pytest.raises(ValueError, match=f"--model_id .*{words}"):
         TrainConfig(model_id=model_id)
     assert TrainConfig(model_id="s3://bucket/models/llama-3.2-1b/").model_id.endswith("/")
 

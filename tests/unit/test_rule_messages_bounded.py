@@ -61,12 +61,13 @@ def test_quotable_values(value, shown):
 
 @pytest.mark.parametrize("template, repeated", [
     ("{% for m in messages %}\n{{ m['content'] }}{% endfor %}", False),  # over lines: never repeated
-    ("{{ bos_token }}{% for m in messages %}{{ m.content }}{% endfor %}", True),  # one short printable line
+    ("{{ messages }}", True),  # a value as short and plain as a choice (fields.shown_choice): repeated
+    ("{{ bos_token }}{% for m in messages %}{{ m.content }}{% endfor %}", False),  # longer than a choice's name
     ("{{ bos_token }}" + "{% for m in messages %}{{ m.content }}{% endfor %}" * 3, False),  # past 100 characters
 ])
 def test_a_templates_text_given_as_chat_template_points_to_a_jinja_file(template, repeated):
     """TRL's --chat_template_path takes a file; a template's text pasted inline (over lines, or on one) is refused
-    saying where the text goes, repeating it only as any short printable value is."""
+    saying where the text goes, repeating it only as a choice's value is (short and plain)."""
     with pytest.raises(ValueError) as refused:
         TrainConfig(chat_template=template, data_format="chat", dataset="org/chats")
     message = str(refused.value)

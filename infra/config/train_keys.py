@@ -297,12 +297,11 @@ def _parse_env(key: str, items: list[str]) -> dict[str, str]:
         # token holds, but not a control, format or line-separator character: a token's library strips or keeps it
         # (huggingface_hub's _clean_token deletes a newline, so "hf_...\nX=1" becomes another token, refused by the
         # Hub), and a pasted token file's trailing newline reaches the pods' variable.
-        hidden = hidden_character(value) if key == "trainSecretEnv" else None
-        require(hidden is None, key, f"entry {index} ({shown}): the value holds U+{ord(value[hidden or 0]):04X} at "
-                                     f"character {hidden}, a control, format or line-separator character no token "
-                                     "holds (a newline, a tab, a zero-width space); allowed: the token alone, as "
-                                     "`pulumi config set --secret` of its value, not a file's text (its value is not "
-                                     "shown)")
+        if key == "trainSecretEnv" and (hidden := hidden_character(value)) is not None:
+            raise config_error(key, f"entry {index} ({shown}): the value holds U+{ord(value[hidden]):04X} "
+                             f"at character {hidden}, a control, format or line-separator character no token holds (a "
+                             "newline, a tab, a zero-width space); allowed: the token alone, as `pulumi config set "
+                             "--secret` of its value, not a file's text (its value is not shown)")
         why = pseudo_directory_reason(name, value)
         require(why is None, key, f"entry {index} ({shown}): {why}")
         require(len(value) <= MAX_ENV_VALUE_CHARS, key,

@@ -3,6 +3,7 @@ its data and chat template, its shape against the cluster, and the transport and
 from __future__ import annotations
 
 import math
+import re
 from typing import Any
 
 from infra.config import AwsIdentity, InstanceFacts, StackConfig, config_error
@@ -354,6 +355,16 @@ def check_transport_expectation(cfg: StackConfig, gpu: InstanceFacts, workers: i
         raise ValueError(f"config keys 'ncclDebug', {key!r}: {expect}, but ncclDebug {level or 'unset'} prints none "
                          "of the NCCL INFO lines the transport check reads; allowed: ncclDebug INFO or TRACE, or "
                          f"{key} any")
+    # Each rank reads its own NCCL debug file back for its verdict (workload/fabric/nccl_logs.py, NCCL's expansion:
+    # %h the host, %p the pid, %% a percent sign). NCCL opens the file with fopen(name, "w") in every process (src/
+    # debug.cc ncclDebugInit), so without %p the ranks of a node overwrite one file and no verdict is a rank's own;
+    # empty, no rank reads any (job_config.NCCL_DEBUG_FILE is the stack's own, /tmp/nccl-%h-%p.log).
+    debug_file = env.get("NCCL_DEBUG_FILE")
+    if expect != "any" and debug_file is not None and not any(m[1] == "p" for m in re.finditer(r"%(.)", debug_file)):
+        raise ValueError(f"config keys 'trainEnv', {key!r}: {expect}, but trainEnv's NCCL_DEBUG_FILE "
+                         f"{'is empty' if not debug_file else 'holds no %p'}, so the ranks of a node would write one "
+                         "file over each other and the transport check reads no rank's own lines; allowed: trainEnv "
+                         f"without NCCL_DEBUG_FILE (the stack sets /tmp/nccl-%h-%p.log), a name with %p, or {key} any")
     if expect == "efa" and not ofi_plugin:
         raise ValueError(f"config keys 'ncclNetPlugin', {key!r}: efa, but ncclNetPlugin {plugin} does not load "
                          "aws-ofi-nccl, so NCCL sends over TCP sockets; allowed: ncclNetPlugin ofi (the default), or "

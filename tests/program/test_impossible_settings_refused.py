@@ -153,3 +153,19 @@ def test_intra_node_expected_with_both_transports_inside_a_node_off_is_refused(e
 
 def test_intra_node_expected_with_shared_memory_left_on_previews():
     run_program("dev", {**JOB, **ONE_NODE, "trainNumWorkers": 4, "trainEnv": ["NCCL_P2P_DISABLE=1"]})
+
+
+@pytest.mark.parametrize("debug_file, words", [("/tmp/nccl.log", "holds no %p"), ("/tmp/nccl-%h-%%p.log", "holds no %p"),
+                                               ("", "is empty")])
+def test_an_nccl_debug_file_shared_by_a_node_s_ranks_is_refused_while_a_transport_is_expected(debug_file, words):
+    # infra/preview/job_plan.py check_transport_expectation: NCCL opens it "w" in every process, so the ranks of a
+    # node overwrite one file and no verdict is a rank's own.
+    message = program_refusal({**JOB, "trainEnv": [f"NCCL_DEBUG_FILE={debug_file}"]})
+    assert message.startswith("config keys 'trainEnv', 'trainExpectTransport': efa, but trainEnv's NCCL_DEBUG_FILE "
+                              f"{words}"), message
+
+
+@pytest.mark.parametrize("overrides", [{"trainEnv": ["NCCL_DEBUG_FILE=/tmp/logs/nccl.%h.%p"]},
+                                       {"trainEnv": ["NCCL_DEBUG_FILE=/tmp/nccl.log"], "trainExpectTransport": "any"}])
+def test_an_nccl_debug_file_per_process_or_unchecked_previews(overrides):
+    run_program("dev", {**JOB, **overrides})

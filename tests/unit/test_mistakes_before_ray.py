@@ -243,6 +243,13 @@ MISTAKES = [
      "--mlflow_tracking_uri is read only when --report_to names mlflow: add --report_to mlflow"),
     ("a W&B project with no wandb tracker", LOCAL, ["--wandb_project", "team"], cli.USAGE,
      "--wandb_project is read only when --report_to names wandb: add --report_to wandb"),
+    # workload/config/values.py _network_uri_problem: urllib cannot read the server (no request is tried).
+    ("an MLflow server in an unclosed IPv6 bracket", LOCAL,
+     ["--report_to", "mlflow", "--mlflow_tracking_uri", "http://[fd00::5/mlflow"], cli.USAGE,
+     "--mlflow_tracking_uri must be a URI whose server urllib can read"),
+    ("an MLflow server's port past 65535", LOCAL,
+     ["--report_to", "mlflow", "--mlflow_tracking_uri", "https://mlflow.internal:70000"], cli.USAGE,
+     "--mlflow_tracking_uri must be a URI whose server urllib can read"),
     ("an MLflow server without a scheme", LOCAL, ["--report_to", "mlflow", "--mlflow_tracking_uri", "localhost:5000"],
      cli.USAGE, "--mlflow_tracking_uri must be a tracking URI with a scheme MLflow takes"),
     ("a slice that is no slice", LOCAL, ["--dataset", "org/corpus", "--dataset_split", "train[:abc]"], cli.USAGE,

@@ -77,3 +77,16 @@ def test_the_local_run_refuses_it_before_the_heavy_imports(tmp_path):
     assert code == 2 and len(lines) <= 2, stderr
     assert "--tokenizer" in stderr and "added_tokens_decoder" in stderr and "'third'" in stderr, stderr
     assert loaded == [], f"refused before {loaded} were imported"
+
+
+@pytest.mark.parametrize("document", [["PreTrainedTokenizerFast"], "PreTrainedTokenizerFast", 7])
+def test_a_tokenizer_config_that_is_no_object_is_named_before_the_heavy_imports(tmp_path, document):
+    # tokenizer_fields.directory_problem: transformers reads the file with .get, and failed with an AttributeError
+    # that named neither the file nor what it must be.
+    shutil.copytree(REPO / "data" / "tokenizer", tmp_path / "tok")
+    (tmp_path / "tok" / "tokenizer_config.json").write_text(json.dumps(document))
+    code, stderr, loaded, _ = run_cli("workload.local", [
+        "--tokenizer", str(tmp_path / "tok"), "--dataset", str(REPO / "data" / "corpus.txt"),
+        "--storage_path", str(tmp_path / "runs")])
+    assert code == 2 and f"tokenizer_config.json is a JSON {type(document).__name__}, not the JSON object" in stderr, stderr
+    assert "Traceback" not in stderr and "AttributeError" not in stderr and loaded == [], stderr

@@ -100,9 +100,26 @@ def mlflow_uri_problem(value: str) -> str | None:
         return None
     scheme = value.split(":", 1)[0].split("+", 1)[0].lower() if ":" in value else ""
     if scheme in MLFLOW_SCHEMES and value[len(value.split(":", 1)[0]):].startswith(":"):
-        return None
+        return _network_uri_problem(value) if "://" in value else None
     return (f"must be a tracking URI with a scheme MLflow takes ({', '.join(MLFLOW_SCHEMES)}) or a local path, e.g. "
             "http://localhost:5000")
+
+
+def _network_uri_problem(value: str) -> str | None:
+    """Why urllib (MLflow's client parses the tracking URI with urllib.parse, then requests with urllib3) cannot read
+    `value`'s server, or None: urlsplit raises for an unclosed '[' of an IPv6 host ("Invalid IPv6 URL"), `.port` for
+    a port that is no number of 0..65535. Said in words, the value not quoted (it may hold a token)."""
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(value)
+        parts.port  # noqa: B018 - parsing it is the check
+    except ValueError:
+        return ("must be a URI whose server urllib can read (an IPv6 host in closed brackets, a port from 0 to 65535), "
+                "e.g. https://mlflow.example.com; its value is not shown")
+    if parts.scheme.lower() in ("http", "https") and not parts.hostname:
+        return "must name its server, e.g. https://mlflow.example.com"
+    return None
 
 
 # W&B's rule for a project name: at most 128 characters, none of / \ # ? % : (wandb's sdk refuses them at init, after

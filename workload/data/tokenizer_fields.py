@@ -108,6 +108,9 @@ def directory_problem(directory: str) -> str | None:
                                                   MAX_CONFIG_BYTES).decode("utf-8"))
     except (OSError, ValueError, RecursionError, user_files.Refused):
         return None
-    if not isinstance(config, dict) or (why := problem(config)) is None:
+    if not isinstance(config, dict):  # transformers reads it with .get (tokenization_utils_base from_pretrained)
+        return (f"its {TOKENIZER_CONFIG_FILE} is a JSON {type(config).__name__}, not the JSON object of settings "
+                "transformers reads; allowed: an object such as {\"tokenizer_class\": \"PreTrainedTokenizerFast\"}")
+    if (why := problem(config)) is None:
         return None
     return f"its {TOKENIZER_CONFIG_FILE} {why}"

@@ -17,7 +17,7 @@ import pytest
 from tests.unit.test_sft import DATA
 from tests.unit.test_template_alone import _config, _tokenizer_refusal
 from workload.data import chat, template_check
-from workload.data.template_render import MAX_BUILT_CHARS, TemplateOnly, TooLarge, compile_template
+from workload.data.template_render import MAX_BUILT_CHARS, TemplateOnly, TooLarge, TooLong, compile_template
 
 # Other values than any audit row: a list, a power, an integer product, and a string past the bound.
 BUILDS_TOO_MUCH = {
@@ -158,3 +158,35 @@ def test_a_template_file_that_is_not_utf8_is_refused_naming_the_flag(tmp_path, e
         chat.template_text(str(path))
     assert str(refused.value).startswith(f"--chat_template {path} is not UTF-8 text (byte 0x"), refused.value
     assert str(refused.value).endswith("save it as UTF-8")
+
+
+# Loops within loops that build nothing: each range() within jinja2's MAX_RANGE, together 10**10 steps or more.
+SPINS = {
+    "nested ranges": "{% for a in range(99999) %}{% for b in range(99999) %}{% endfor %}{% endfor %}{{ messages }}",
+    "a macro looping per call": ("{% macro spin(n) %}{% for i in range(n) %}{% for j in range(n) %}{% endfor %}"
+                                 "{% endfor %}{% endmacro %}{{ spin(50000) }}{{ messages }}"),
+    "a loop over a message's characters, nested": ("{% for m in messages %}{% for a in m.content %}"
+                                                   "{% for b in m.content %}{% endfor %}{% endfor %}{% endfor %}"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SPINS))
+def test_a_template_that_would_not_finish_is_refused_by_its_steps(name):
+    # template_render._render_counted: the template's own lines, counted, bounded relative to the conversation.
+    conversation = [{"role": "user", "content": "x" * 20000}]
+    with pytest.raises(TooLong, match="steps of its own in one render"):
+        TemplateOnly(SPINS[name]).apply_chat_template(conversation)
+
+
+def test_a_shipped_template_renders_a_long_conversation_within_its_steps():
+    turns = [{"role": "user" if i % 2 == 0 else "assistant", "content": f"turn {i}"} for i in range(5000)]
+    rendered = TemplateOnly(chat.template_text("qwen2.5")).apply_chat_template(turns)
+    assert "turn 4999" in rendered
+
+
+def test_a_spinning_template_file_is_refused_naming_the_flag_before_the_imports(tmp_path):
+    cfg = _config(tmp_path, SPINS["nested ranges"])
+    with pytest.raises(ValueError) as early:
+        template_check.check_template_renders_turns(cfg)
+    assert str(early.value).startswith(f"--chat_template {cfg.chat_template} cannot render --dataset {cfg.dataset} "
+                                       "line 1 (it ran more than "), early.value

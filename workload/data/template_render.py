@@ -19,6 +19,7 @@ import functools
 import json
 import re
 import string
+import sys
 from datetime import datetime
 from typing import Sequence
 
@@ -73,6 +74,45 @@ GROWTH = 4
 
 class TooLarge(jinja2.sandbox.SecurityError):
     """A template's operation would build more than its bound; nothing much past it was built."""
+
+
+# The most lines of a template's own compiled code one render may run, past STEPS_PER_MESSAGE times its conversation's
+# turns: jinja2's sandbox bounds each range() (MAX_RANGE, 100,000) but not loops inside loops, so two nested
+# `range(100000)` run 10**10 iterations building nothing (no size bound sees them) and the render never returns, in
+# the job's tokenizer as here. A template's work grows with its conversation: some tens of lines a turn for the
+# templates models ship; a million lines is a template looping without end. Counted with a trace function on the
+# template's frames alone (its compiled code's file is "<template>"; jinja2/environment.py from_string), in this
+# thread, the previous tracer restored after.
+MAX_TEMPLATE_STEPS = 1_000_000
+STEPS_PER_MESSAGE = 10_000
+
+
+class TooLong(jinja2.sandbox.SecurityError):
+    """A template ran more steps than its bound in one render (loops within loops): it would not finish."""
+
+
+def _render_counted(template: jinja2.Template, budget: int, **context) -> str:
+    """template.render(**context), refused (TooLong) once the template's own code has run `budget` lines."""
+    steps = 0
+
+    def local_trace(frame, event, arg):
+        nonlocal steps
+        if event == "line":
+            steps += 1
+            if steps > budget:
+                raise TooLong(f"it ran more than {budget:,} steps of its own in one render (loops within loops), "
+                              "and would not finish")
+        return local_trace
+
+    def global_trace(frame, event, arg):
+        return local_trace if frame.f_code.co_filename == "<template>" else None
+
+    previous = sys.gettrace()
+    sys.settrace(global_trace)
+    try:
+        return template.render(**context)
+    finally:
+        sys.settrace(previous)
 
 
 def _integer(value) -> bool:
@@ -239,8 +279,9 @@ class TemplateOnly:
         tokens = self._tokens
         own_text = sum(len(str(value)) for message in messages for value in message.values())
         self._template.environment.limit = MAX_BUILT_CHARS + GROWTH * own_text
-        return self._template.render(messages=messages, tools=None, documents=None,
-                                     add_generation_prompt=add_generation_prompt, **tokens)
+        return _render_counted(self._template, MAX_TEMPLATE_STEPS + STEPS_PER_MESSAGE * len(messages),
+                               messages=messages, tools=None, documents=None,
+                               add_generation_prompt=add_generation_prompt, **tokens)
 
 
 def _aliased(message: dict) -> dict:

@@ -105,12 +105,19 @@ def _columns(name: str, read: Reader) -> list[str] | None:
     text = _text(name, body, complete=len(body) >= size)
     if text is None or b"\n" not in text.lstrip() and len(body) < size:
         return None
+    record = first_object(text)
+    return None if record is None else list(record)
+
+
+def first_object(text: bytes) -> dict | None:
+    """The JSON object on the first line of a JSON Lines file's text (a UTF-8 byte order mark and leading space
+    dropped, as datasets' reader drops them), or None: not JSON, or not an object."""
     line = text.removeprefix(b"\xef\xbb\xbf").lstrip().split(b"\n", 1)[0]
     try:
         record = json.loads(line)
     except ValueError:
         return None
-    return list(record) if isinstance(record, dict) else None
+    return record if isinstance(record, dict) else None
 
 
 def _text(name: str, body: bytes, complete: bool) -> bytes | None:

@@ -16,13 +16,13 @@ standard library only.
 """
 from __future__ import annotations
 
-import json
 import math
 import re
 import zlib
 
+from workload.data.hub_columns import FIRST_RECORD_BYTES, first_object  # a later file's first line, read alike
+
 JUDGED = (".jsonl", ".jsonl.gz")
-FIRST_RECORD_BYTES = 1 << 20  # the first line of the first file, as hub_columns reads a later file's
 
 
 def declared(metadata: dict | None, config: str) -> dict[str, object] | None:
@@ -52,12 +52,7 @@ def first_record(name: str, body: bytes) -> dict | None:
             body = zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(body, FIRST_RECORD_BYTES)
         except zlib.error:
             return None
-    line = body.removeprefix(b"\xef\xbb\xbf").lstrip().split(b"\n", 1)[0]
-    try:
-        record = json.loads(line)
-    except ValueError:
-        return None
-    return record if isinstance(record, dict) else None
+    return first_object(body)
 
 
 def contradiction(features: dict[str, object], record: dict) -> tuple[str, str] | None:

@@ -197,24 +197,14 @@ def resume_step(cfg: TrainConfig) -> int | None:
     if not os.path.isdir(directory):
         _not_a_run_directory(cfg)
         return None
-    before = None
-    try:
-        resumed = run_directory.resumed(directory)  # the checkpoint Ray Train resumes from, by its own snapshot
-        if resumed is not None:
-            run_directory.check_resumed(resumed[1])
-            before = run_directory.recorded_flags(directory)
-    except run_directory.NotRecorded as error:  # the run was asked to resume, and would not resume from it
-        raise cli.UsageError(f"--run_name {cfg.run_name}: {error}",
-                             hint=f"remove {error.directory} (Ray Train would save over it), or give a new "
-                                  "--run_name") from None
-    except (CheckpointRefused, OSError) as error:  # OSError: no permission, a dangling link's loop
-        why = f"{error.filename} cannot be read ({error.strerror})" if isinstance(error, OSError) else error
-        raise cli.UsageError(f"--storage_path {cfg.storage_path} --run_name {cfg.run_name}: {why}",
-                             hint="the run's files are read as untrusted input: restore or remove that file (or "
-                                  "checkpoint), or give a new --run_name") from None
+    resumed = resumed_model.checked_resume(cfg, directory)  # the checkpoint Ray Train resumes from, by its snapshot
     if resumed is None:
         return None  # nothing to resume: the run starts afresh, whatever it was started with before
     step, checkpoint = resumed
+    try:
+        before = run_directory.recorded_flags(directory)
+    except (CheckpointRefused, OSError) as error:
+        raise resumed_model.refusal(cfg, error) from None
     if before is not None:
         now = dataclasses.asdict(cfg)
         # A field newer than the recorded run (--epochs) had its default then.

@@ -78,18 +78,37 @@ def check(cfg: TrainConfig, checkpoint: str) -> None:
                                   "to resume it, or a new --run_name for a new run")
 
 
+def refusal(cfg: TrainConfig, error: CheckpointRefused | OSError) -> cli.UsageError:
+    """The one refusal of what a run resumes from: a checkpoint Ray Train's snapshot does not list (named with
+    --run_name), or a run file refused as untrusted input or unreadable (named with --storage_path --run_name)."""
+    if isinstance(error, run_directory.NotRecorded):  # the run was asked to resume, and would not resume from it
+        return cli.UsageError(f"--run_name {cfg.run_name}: {error}",
+                              hint=f"remove {error.directory} (Ray Train would save over it), or give a new "
+                                   "--run_name")
+    why = f"{error.filename} cannot be read ({error.strerror})" if isinstance(error, OSError) else error
+    return cli.UsageError(f"--storage_path {cfg.storage_path} --run_name {cfg.run_name}: {why}",
+                          hint="the run's files are read as untrusted input: restore or remove that file (or "
+                               "checkpoint), or give a new --run_name")
+
+
+def checked_resume(cfg: TrainConfig, run: str) -> tuple[int, str] | None:
+    """(step, directory) of the checkpoint Ray Train resumes run directory `run` from (run_directory.resumed: by its
+    own snapshot), its files held to export's checks (run_directory.check_resumed); None for a new run; `refusal`
+    where either refuses. OSError: no permission, a dangling link's loop."""
+    try:
+        resumed = run_directory.resumed(run)
+        if resumed is not None:
+            run_directory.check_resumed(resumed[1])
+    except (CheckpointRefused, OSError) as error:
+        raise refusal(cfg, error) from None
+    return resumed
+
+
 def check_job(cfg: TrainConfig) -> None:
-    """The job's driver: `check` on the latest checkpoint of a local --storage_path's run, once its files pass
-    export's checks (run_directory.check_resumed), as the local run's resume_step holds them."""
+    """The job's driver: `check` on the checkpoint a local --storage_path's run resumes from, as the local run's
+    resume_step holds it (checked_resume)."""
     run = os.path.join(cfg.storage_path, cfg.run_name)
     if not cfg.storage_path or "://" in cfg.storage_path or not os.path.isdir(run):
         return
-    try:
-        if (resumed := run_directory.resumed(run)) is None:  # the checkpoint Ray Train resumes from, by its snapshot
-            return
-        run_directory.check_resumed(resumed[1])
-    except (CheckpointRefused, OSError) as error:
-        why = f"{error.filename} cannot be read ({error.strerror})" if isinstance(error, OSError) else error
-        raise cli.UsageError(f"--storage_path {cfg.storage_path} --run_name {cfg.run_name}: {why}",
-                             hint="restore or remove that file (or checkpoint), or give a new --run_name") from None
-    check(cfg, resumed[1])
+    if (resumed := checked_resume(cfg, run)) is not None:
+        check(cfg, resumed[1])

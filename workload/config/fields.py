@@ -199,7 +199,8 @@ class Declaration:
     value_aliases: Mapping[str, str] | None = None
     """Choices another tool names otherwise (TRL's truncation_mode keep_start): their value -> ours, taken as ours."""
     comma_list: bool = False
-    """A comma list of names (--report_to, --lora_targets): its refusals quote each item by shown_items."""
+    """A comma list of names (--report_to, --lora_targets): its refusals quote each item by shown_items (each
+    refusal calls it; the mark is what tests/unit/test_choice_list_items.py walks, so a new list is walked too)."""
 
     def canonical(self, value: Any) -> Any:
         """`value` with another tool's name for one of the choices (value_aliases) written as ours, in any letter case
